@@ -1,0 +1,63 @@
+"""One ALFWorld game on the real engine: textworld's PDDL backend with ALFWorld's wrappers."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _ensure_alfworld_data_env() -> None:
+    # `import alfworld` points ALFWORLD_DATA at ~/.cache/alfworld when unset; keep users' value.
+    os.environ.setdefault("ALFWORLD_DATA", str(Path.home() / ".cache" / "alfworld"))
+
+
+@dataclass
+class StepOutcome:
+    observation: str
+    done: bool
+    won: bool
+    admissible: list[str]
+
+
+class AlfWorldGame:
+    """Load, reset and step one `game.tw-pddl` file."""
+
+    def __init__(self, gamefile: str | Path):
+        _ensure_alfworld_data_env()
+        import textworld
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+        from textworld.envs.pddl import PddlEnv
+
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+        self.gamefile = str(gamefile)
+        self.env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
+        self.env.load(self.gamefile)
+
+    def reset(self) -> StepOutcome:
+        st = self.env.reset()
+        return StepOutcome(st.feedback, False, bool(st["won"]), list(st["admissible_commands"] or []))
+
+    def step(self, action: str) -> StepOutcome:
+        st, _score, done = self.env.step(action)
+        return StepOutcome(st.feedback, bool(done), bool(st["won"]), list(st["admissible_commands"] or []))
+
+    def close(self) -> None:
+        try:
+            self.env.close()
+        except Exception:  # noqa: BLE001 - closing a finished game must not fail an episode
+            pass
+
+
+def read_walkthrough(gamefile: str | Path) -> list[str]:
+    with open(gamefile, encoding="utf-8") as f:
+        return list(json.load(f).get("walkthrough") or [])
+
+
+def task_text(observation: str) -> str:
+    """The 'Your task is to: ...' line of the first observation."""
+    for line in observation.splitlines():
+        if line.strip().lower().startswith("your task is to"):
+            return line.strip()
+    return ""

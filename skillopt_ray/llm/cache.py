@@ -1,0 +1,51 @@
+"""Content-addressed response store (sqlite, WAL) — what makes resume free and replay offline."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+
+def request_key(payload: dict[str, Any]) -> str:
+    """Hash of everything that determines a response: endpoint model, messages, sampling, sample key."""
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, stage TEXT, response TEXT NOT NULL)"
+        )
+        self._db.commit()
+
+    def get(self, key: str) -> Optional[dict[str, Any]]:
+        with self._lock:
+            row = self._db.execute("SELECT response FROM responses WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, stage: str, response: dict[str, Any]) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, stage, response) VALUES (?, ?, ?)",
+                (key, stage, json.dumps(response, ensure_ascii=False)),
+            )
+            self._db.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

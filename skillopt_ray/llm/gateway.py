@@ -1,0 +1,212 @@
+"""The one place every model call goes through: cache, limits, retries, ledger, budget, JSON re-ask.
+
+`Gateway` is plain async Python (unit-testable); `GatewayActor` hosts it as a Ray
+async actor so the driver and every environment actor share its limits.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import ray
+
+from skillopt_ray.config import LLMConfig, from_container
+from skillopt_ray.llm.cache import ResponseCache, request_key
+from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint
+from skillopt_ray.llm.jsonout import JsonExtractionError, parse_and_validate
+from skillopt_ray.llm.ledger import Ledger
+from skillopt_ray.llm.ratelimit import EndpointLimiter
+from skillopt_ray.llm.types import CacheMiss, ChatRequest, ChatResult, JsonResult, LLMConfigError, MalformedOutput
+from skillopt_ray.utils.io import atomic_write_json, read_json
+
+
+class Gateway:
+    def __init__(self, cfg: LLMConfig, cache_path: Optional[str], ledger_path: Optional[str] = None):
+        self.cfg = cfg
+        retry = RetryPolicy.from_config(cfg)
+        self.endpoints: dict[str, RoleEndpoint] = {}
+        self.limiters: dict[str, EndpointLimiter] = {}
+        for i, role in enumerate(("target", "optimizer")):
+            rc = getattr(cfg, role)
+            if cfg.base_url and not rc.base_url:
+                rc.base_url = cfg.base_url
+            self.endpoints[role] = RoleEndpoint(role, rc, retry, rng_seed=i)
+            ep_key = f"{rc.provider}|{rc.base_url or rc.azure_endpoint}|{rc.model}"
+            if ep_key not in self.limiters:
+                self.limiters[ep_key] = EndpointLimiter(rc.max_concurrency, rc.requests_per_minute, rc.tokens_per_minute)
+            self.limiters[role] = self.limiters[ep_key]
+        self.cache = ResponseCache(cache_path) if (cache_path and cfg.cache_mode != "off") else None
+        if cfg.cache_mode == "replay" and self.cache is None:
+            raise LLMConfigError("llm.cache_mode=replay needs a response cache; point output_dir/run_name at a recorded run")
+        self.ledger_path = ledger_path
+        prior = read_json(ledger_path) if ledger_path and Path(ledger_path).exists() else None
+        self.ledger = Ledger(cfg.prices, cfg.budget, prior)
+
+    def _cache_payload(self, req: ChatRequest) -> dict[str, Any]:
+        ep = self.endpoints[req.role]
+        kw = ep.request_kwargs(req)
+        return {
+            "provider": ep.cfg.provider,
+            "model": kw["model"],
+            "messages": kw["messages"],
+            "temperature": kw["temperature"],
+            "max_tokens": kw["max_tokens"],
+            "reasoning_effort": kw.get("reasoning_effort"),
+            "response_format": kw.get("response_format"),
+            "sample_key": req.key,
+        }
+
+    async def chat(self, req: ChatRequest) -> ChatResult:
+        if req.role not in self.endpoints:
+            raise LLMConfigError(f"unknown role {req.role!r}; use 'target' or 'optimizer'")
+        key = request_key(self._cache_payload(req))
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.ledger.record_hit(req.role, req.stage)
+                return ChatResult(hit["content"], hit.get("prompt_tokens", 0), hit.get("completion_tokens", 0), True, hit.get("finish_reason", ""))
+            if self.cfg.cache_mode == "replay":
+                raise CacheMiss(
+                    f"replay mode: no recorded response for a {req.role}/{req.stage} call (key {key[:12]}); "
+                    "rerun with llm.cache_mode=record to call the model"
+                )
+        self.ledger.check_budget()
+        ep = self.endpoints[req.role]
+        limiter = self.limiters[req.role]
+        est = sum(len(m.get("content") or "") for m in req.messages) // 4 + (req.max_tokens or ep.cfg.max_tokens)
+        async with limiter:
+            await limiter.acquire_window(est)
+            try:
+                resp = await ep.send(req)
+            except Exception:
+                self.ledger.record_error(req.role, req.stage)
+                raise
+        choice = resp.choices[0]
+        content = choice.message.content or ""
+        usage = resp.usage
+        pt = getattr(usage, "prompt_tokens", 0) or 0
+        ct = getattr(usage, "completion_tokens", 0) or 0
+        self.ledger.record(req.role, req.stage, ep.cfg.model, pt, ct)
+        result = ChatResult(content, pt, ct, False, choice.finish_reason or "")
+        if self.cache is not None:
+            self.cache.put(key, req.stage, {"content": content, "prompt_tokens": pt, "completion_tokens": ct, "finish_reason": result.finish_reason})
+        return result
+
+    def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
+        mode = self.endpoints[role].cfg.structured_output
+        if mode == "json_schema":
+            return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        if mode == "json_object":
+            return {"type": "json_object"}
+        return None
+
+    async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
+        """Chat expecting JSON; one re-ask carrying the validation error, then MalformedOutput."""
+        fmt = self.response_format_for(req.role, schema, name) if schema is not None else None
+        first = ChatRequest(req.role, req.stage, req.messages, req.key, fmt, req.max_tokens, req.temperature)
+        res = await self.chat(first)
+        try:
+            return JsonResult(parse_and_validate(res.content, schema), res.content)
+        except JsonExtractionError as e:
+            err1 = str(e)
+        messages = list(req.messages) + [
+            {"role": "assistant", "content": res.content[:4000]},
+            {
+                "role": "user",
+                "content": f"Your reply could not be used: {err1}. Reply again with only a JSON value that matches the schema"
+                + (f":\n{json.dumps(schema)}" if schema else "."),
+            },
+        ]
+        second = ChatRequest(req.role, req.stage, messages, req.key + "#reask", fmt, req.max_tokens, req.temperature)
+        res2 = await self.chat(second)
+        try:
+            return JsonResult(parse_and_validate(res2.content, schema), res2.content, reasked=True, errors=[err1])
+        except JsonExtractionError as e:
+            raise MalformedOutput(f"{req.role}/{req.stage}: malformed output after one re-ask: {e}") from None
+
+    def save_ledger(self) -> dict[str, Any]:
+        data = self.ledger.to_dict()
+        if self.ledger_path:
+            atomic_write_json(self.ledger_path, data)
+        return data
+
+    def ledger_snapshot(self) -> dict[str, Any]:
+        return self.ledger.to_dict()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "retries": {r: ep.retries_done for r, ep in self.endpoints.items()},
+            "peak_in_flight": {r: self.limiters[r].peak_in_flight for r in self.endpoints},
+        }
+
+    async def close(self) -> None:
+        self.save_ledger()
+        for ep in self.endpoints.values():
+            await ep.close()
+        if self.cache is not None:
+            self.cache.close()
+
+
+@ray.remote(num_cpus=0, max_concurrency=1000)
+class GatewayActor:
+    """Ray-hosted Gateway shared by the driver and the environment actors."""
+
+    def __init__(self, llm_cfg: dict[str, Any], cache_path: Optional[str], ledger_path: Optional[str]):
+        cfg = from_container({"experiment": "_", "llm": llm_cfg}).llm
+        self.gw = Gateway(cfg, cache_path, ledger_path)
+
+    async def chat(self, req: ChatRequest) -> ChatResult:
+        return await self.gw.chat(req)
+
+    async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
+        return await self.gw.chat_json(req, schema, name)
+
+    def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
+        return self.gw.response_format_for(role, schema, name)
+
+    def save_ledger(self) -> dict[str, Any]:
+        return self.gw.save_ledger()
+
+    def ledger_snapshot(self) -> dict[str, Any]:
+        return self.gw.ledger_snapshot()
+
+    def stats(self) -> dict[str, Any]:
+        return self.gw.stats()
+
+    async def close(self) -> None:
+        await self.gw.close()
+
+
+class LLMHandle:
+    """What stages and episodes hold: a thin async facade over a Gateway or a GatewayActor."""
+
+    def __init__(self, target: Any):
+        self._t = target
+        self._remote = hasattr(target, "chat") and hasattr(getattr(target, "chat"), "remote")
+
+    async def chat(self, req: ChatRequest) -> ChatResult:
+        if self._remote:
+            return await self._t.chat.remote(req)
+        return await self._t.chat(req)
+
+    async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
+        if self._remote:
+            return await self._t.chat_json.remote(req, schema, name)
+        return await self._t.chat_json(req, schema, name)
+
+    async def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
+        if self._remote:
+            return await self._t.response_format_for.remote(role, schema, name)
+        return self._t.response_format_for(role, schema, name)
+
+    async def ledger_snapshot(self) -> dict[str, Any]:
+        if self._remote:
+            return await self._t.ledger_snapshot.remote()
+        return self._t.ledger_snapshot()
+
+    async def save_ledger(self) -> dict[str, Any]:
+        if self._remote:
+            return await self._t.save_ledger.remote()
+        return self._t.save_ledger()

@@ -1,0 +1,77 @@
+"""Request/response records and the errors the LLM layer raises.
+
+Errors carry only plain strings so they pickle across Ray actor boundaries;
+messages name the endpoint, the model and the fix, never a key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    role: str  # "target" | "optimizer"
+    stage: str  # rollout, analyst, merge, ranking, rewrite, slow_update, meta_skill, ...
+    messages: list[dict[str, str]]
+    key: str = ""  # sample key: keeps repeated samples distinct in the cache
+    response_format: Optional[dict[str, Any]] = None
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+
+
+@dataclass
+class ChatResult:
+    content: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+    finish_reason: str = ""
+
+
+@dataclass
+class JsonResult:
+    data: Any
+    raw: str
+    reasked: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+class LLMError(Exception):
+    """Base class; `fatal` errors stop the run."""
+
+    fatal = True
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self):
+        return (self.__class__, (self.message,))
+
+
+class LLMConfigError(LLMError):
+    """Missing key, unknown provider, bad endpoint settings."""
+
+
+class LLMRequestRejected(LLMError):
+    """Non-retryable HTTP error (400/401/403/404)."""
+
+
+class LLMUnavailable(LLMError):
+    """Retries exhausted: the endpoint is down, overloaded or timing out."""
+
+
+class BudgetExceeded(LLMError):
+    """A budget cap was hit; the run stops cleanly and can resume with a higher cap."""
+
+
+class CacheMiss(LLMError):
+    """Replay mode found no recorded response for a request."""
+
+
+class MalformedOutput(LLMError):
+    """The model's reply could not be parsed/validated, even after one re-ask."""
+
+    fatal = False
