@@ -22,7 +22,13 @@ def make(name: str, env_cfg: dict[str, Any]) -> Benchmark:
     if name not in _REGISTRY:
         raise DataError(f"unknown environment {name!r}; registered: {', '.join(names())}")
     module, cls = _REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)(env_cfg)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("envs."):
+            raise DataError(f"environment {name!r} is registered but not implemented in this version") from None
+        raise
+    return getattr(mod, cls)(env_cfg)
 
 
 __all__ = ["Benchmark", "DataError", "EpisodeContext", "EpisodeResult", "Task", "make", "names"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -236,7 +237,7 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
-SECRET_WORDS = ("api_key", "token", "secret", "password")
+_SECRET_KEY = re.compile(r"(^|_)(api_key|key|token|secret|password)$")
 
 
 def redact(obj: Any) -> Any:
@@ -248,7 +249,7 @@ def redact(obj: Any) -> Any:
         out = {}
         for k, v in obj.items():
             ks = str(k).lower()
-            if any(w in ks for w in SECRET_WORDS) and not ks.endswith("_env") and v not in (None, ""):
+            if _SECRET_KEY.search(ks) and v not in (None, ""):
                 out[k] = "***"
             else:
                 out[k] = redact(v)

@@ -1,0 +1,188 @@
+"""The driver actor: one Ray actor owns a run — its state, checkpoints, gateway and environment pool.
+
+It returns an outcome record rather than raising, so the CLI can print one line
+that names the problem (and exit non-zero) without a traceback.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+import ray
+
+import envs
+from envs.base import DataError
+from skillopt_ray.config import ConfigError, from_container, redact, validate
+from skillopt_ray.envpool import EnvPool, PoolSettings
+from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
+from skillopt_ray.llm.types import BudgetExceeded, LLMError
+from skillopt_ray.rundir import RunDir
+from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
+from skillopt_ray.tracking import Tracker, default_tracking_uri
+from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, _limit
+from envs.base import EpisodeContext
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_STOPPED = 0, 1, 2, 3
+
+
+def load_splits(bench: Any, cfg: Any) -> Splits:
+    e = cfg.env
+    return Splits(
+        train=_limit(bench.load_split(e.train_split), e.limit_train),
+        selection=_limit(bench.load_split(e.selection_split), e.limit_selection),
+        test=_limit(bench.load_split(e.test_split), e.limit_test),
+    )
+
+
+class Run:
+    """Everything one run needs, built inside the driver process."""
+
+    def __init__(self, cfg_dict: dict[str, Any], run_dir: str):
+        self.cfg_dict = cfg_dict
+        self.cfg = validate(from_container(cfg_dict))
+        self.rd = RunDir(run_dir).ensure()
+        self.progress: dict[str, Any] = {"phase": "starting"}
+        self.pool: Optional[EnvPool] = None
+        self.gateway: Any = None
+        self.trainer: Optional[Trainer] = None
+        self.tracker: Optional[Tracker] = None
+        self.notes: list[str] = []
+
+    def _setup(self) -> tuple[Any, LLMHandle]:
+        cfg = self.cfg
+        bench = envs.make(cfg.env.name, self.cfg_dict["env"])
+        note = bench.data_note()
+        if note:
+            self.notes.append(note)
+        self.rd.write_config(redact(self.cfg_dict))
+        self.gateway = GatewayActor.remote(self.cfg_dict["llm"], str(self.rd.cache_path) if cfg.llm.cache_mode != "off" else None,
+                                           str(self.rd.ledger_path))
+        llm = LLMHandle(self.gateway)
+        self.pool = EnvPool(cfg.env.name, self.cfg_dict["env"], self.gateway, PoolSettings(
+            cfg.ray.env_actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries))
+        t = cfg.tracking
+        uri = t.tracking_uri or default_tracking_uri(Path(cfg.output_dir))
+        self.tracker = Tracker(t.mlflow, uri, t.experiment_name or cfg.experiment, Path(cfg.output_dir) / "mlflow-artifacts")
+        run_info = self.rd.read_json("mlflow_run.json") or {}
+        run_id = self.tracker.start(run_info.get("run_id"), self.rd.root.name,
+                                    {"experiment": cfg.experiment, "seed": str(cfg.seed), "mode": cfg.mode, "run_dir": str(self.rd.root)})
+        if run_id:
+            self.rd.write_json("mlflow_run.json", {"run_id": run_id, "tracking_uri": uri, "experiment_id": self.tracker.experiment_id})
+            self.tracker.log_params(redact(self.cfg_dict))
+        return bench, llm
+
+    async def execute(self) -> dict[str, Any]:
+        t0 = time.monotonic()
+        try:
+            bench, llm = self._setup()
+            if self.cfg.mode == "eval":
+                summary = await self._eval_only(bench)
+            else:
+                splits = load_splits(bench, self.cfg)
+                self.notes.append(f"tasks: {len(splits.train)} train / {len(splits.selection)} selection / {len(splits.test)} test")
+                self.trainer = Trainer(self.cfg, self.rd, llm, self.pool, self.tracker, splits,
+                                       self._initial_skill(bench), on_progress=self.progress.update)
+                summary = await self.trainer.run()
+            if self.tracker:
+                self.tracker.finish("FINISHED")
+            return {"status": "ok", "exit": EXIT_OK, "summary": summary, "notes": self.notes, "run_dir": str(self.rd.root),
+                    "mlflow": self.rd.read_json("mlflow_run.json"), "elapsed_s": time.monotonic() - t0}
+        except (ConfigError, DataError) as e:
+            return self._fail(EXIT_CONFIG, str(e))
+        except SimulatedInterrupt as e:
+            return self._fail(EXIT_STOPPED, f"{e}; rerun the same command to resume")
+        except BudgetExceeded as e:
+            return self._fail(EXIT_STOPPED, f"{e.message}; state saved in {self.rd.root}")
+        except (LLMError, InfraFailure) as e:
+            return self._fail(EXIT_ERROR, getattr(e, "message", None) or str(e))
+        except Exception as e:  # noqa: BLE001 - report with traceback saved in the run dir
+            tb = traceback.format_exc()
+            self.rd.write_text("error.txt", tb)
+            return self._fail(EXIT_ERROR, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (traceback in {self.rd.root / 'error.txt'})")
+        finally:
+            await self._close()
+
+    def _fail(self, code: int, message: str) -> dict[str, Any]:
+        if self.tracker and self.tracker.run_id:
+            try:
+                self.tracker.finish("KILLED" if code == EXIT_STOPPED else "FAILED")
+            except Exception:  # noqa: BLE001
+                pass
+        return {"status": "error", "exit": code, "message": message, "notes": self.notes, "run_dir": str(self.rd.root)}
+
+    def _initial_skill(self, bench: Any) -> str:
+        if self.cfg.skill_init:
+            p = Path(self.cfg.skill_init).expanduser()
+            if not p.is_file():
+                raise ConfigError(f"skill_init={self.cfg.skill_init!r} is not a file; give the path to a skill .md file")
+            return p.read_text(encoding="utf-8")
+        return bench.seed_skill()
+
+    async def _eval_only(self, bench: Any) -> dict[str, Any]:
+        cfg = self.cfg
+        p = Path(cfg.eval.skill_path or "").expanduser()
+        if not p.is_file():
+            raise ConfigError(f"eval.skill_path={cfg.eval.skill_path!r} is not a file; give the path to a skill .md file")
+        skill = p.read_text(encoding="utf-8")
+        split = cfg.eval.split
+        limit = {"train": cfg.env.limit_train, "test": cfg.env.limit_test, "valid_unseen": cfg.env.limit_test}.get(split, cfg.env.limit_selection)
+        tasks = _limit(bench.load_split(split), limit if split != "all" else 0)
+        self.progress.update(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks))
+        res = await rollout(self.pool, tasks, skill, EpisodeContext(f"evalonly/{split}", False, cfg.env.max_turns, cfg.env.history_window),
+                            cfg.optimizer.max_infra_failure_fraction, f"eval:{split}")
+        stats = summarize(res)
+        self.rd.write_json(f"final/eval_{split}_results.json", [r.to_dict() for r in res])
+        ledger = await LLMHandle(self.gateway).save_ledger()
+        summary = {"experiment": cfg.experiment, "mode": "eval", "skill_path": str(p), "split": split,
+                   "eval": stats.to_dict(), "tokens": ledger["totals"], "run_dir": str(self.rd.root)}
+        self.rd.write_json("summary.json", summary)
+        if self.tracker:
+            self.tracker.log_metrics({"eval_hard": stats.hard, "eval_soft": stats.soft, "eval_infra_errors": stats.infra_errors}, 0)
+            for t, v in stats.per_type.items():
+                self.tracker.log_metrics({f"eval_hard.{t}": v["hard"], f"eval_soft.{t}": v["soft"]}, 0)
+            self.tracker.log_artifact(p, "skills")
+            self.tracker.log_artifact(self.rd.root / "summary.json")
+        return summary
+
+    async def _close(self) -> None:
+        if self.gateway is not None:
+            try:
+                await self.gateway.close.remote()
+            except Exception:  # noqa: BLE001
+                pass
+            ray.kill(self.gateway, no_restart=True)
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = dict(self.progress)
+        if self.pool is not None and snap.get("stage", "").split(":")[0] in ("rollout", "validate", "eval", "slow_update"):
+            snap["done"], snap["total"] = self.pool.episodes_done, self.pool.episodes_total
+        if self.trainer is not None:
+            snap.update({k: self.trainer.state.get("counts", {}).get(k, 0) for k in ("accept", "reject", "skip")})
+        return snap
+
+
+@ray.remote(num_cpus=0, max_concurrency=8)
+class DriverActor:
+    def __init__(self, cfg_dict: dict[str, Any], run_dir: str):
+        self._run = Run(cfg_dict, run_dir)
+        self._ledger: dict[str, Any] = {}
+
+    async def run(self) -> dict[str, Any]:
+        return await self._run.execute()
+
+    async def progress(self) -> dict[str, Any]:
+        snap = self._run.snapshot()
+        if self._run.gateway is not None:
+            try:
+                self._ledger = await self._run.gateway.ledger_snapshot.remote()
+            except Exception:  # noqa: BLE001 - gateway gone at the end of a run
+                pass
+        if self._ledger:
+            snap["tokens"] = self._ledger["totals"]["tokens"]
+            snap["cost_usd"] = self._ledger["totals"]["cost_usd"]
+        return snap

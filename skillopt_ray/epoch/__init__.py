@@ -1,0 +1,1 @@
+"""Epoch-boundary updates: the slow update (target-facing) and the meta skill (optimizer-facing)."""

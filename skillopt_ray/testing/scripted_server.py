@@ -1,0 +1,261 @@
+"""A scripted OpenAI-compatible server on 127.0.0.1 — a test double for tests and benchmarks only.
+
+It answers through real HTTP, so the product's real `openai` client path is
+exercised. Role policies are deterministic; knobs inject latency, HTTP errors
+(with Retry-After), hangs and malformed JSON. It counts requests and tokens so
+tests can check the ledger against the server's own numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from aiohttp import web
+
+Policy = Callable[[dict[str, Any], dict[str, str]], str]
+
+
+@dataclass
+class Fault:
+    status: int = 500
+    retry_after: Optional[float] = None
+    hang_s: float = 0.0  # sleep this long before answering (timeouts)
+    malformed: bool = False  # answer 200 with text that is not JSON
+
+
+@dataclass
+class ServerState:
+    requests: Counter = field(default_factory=Counter)  # (role, stage) -> count of answered 200s
+    attempts: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    request_times: list[float] = field(default_factory=list)
+    faults: deque = field(default_factory=deque)
+
+
+def count_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def _stage_task_id(key: str) -> tuple[str, int]:
+    """From a sample key `<prefix>/<task_id>/t<turn>` get (task_id, turn)."""
+    m = re.search(r"/t(\d+)$", key)
+    turn = int(m.group(1)) if m else 0
+    body = key[: m.start()] if m else key
+    parts = body.split("/")
+    # task ids of ALFWorld walks look like split/folder/trial: the last three parts
+    return "/".join(parts[-3:]), turn
+
+
+class Policies:
+    """Deterministic role policies. `walkthroughs` maps task_id -> winning actions."""
+
+    def __init__(self, walkthroughs: Optional[dict[str, list[str]]] = None, target: str = "walkthrough", wander: int = 0):
+        self.walkthroughs = walkthroughs or {}
+        self.target = target  # walkthrough | rule_gated | nonsense
+        self.wander = wander
+
+    def answer(self, body: dict[str, Any], headers: dict[str, str]) -> str:
+        role = headers.get("x-skillopt-role", "")
+        stage = headers.get("x-skillopt-stage", "")
+        if role == "target":
+            return self.target_reply(body, headers.get("x-skillopt-key", ""))
+        return self.optimizer_reply(stage, body)
+
+    def target_reply(self, body: dict[str, Any], key: str) -> str:
+        if self.target == "nonsense":
+            return "I would rather talk about turtles."
+        task_id, turn = _stage_task_id(key)
+        system = body["messages"][0]["content"]
+        if self.target == "rule_gated":
+            task_type = task_id.split("/")[1].split("-")[0] if "/" in task_id else ""
+            if f"RULE-{task_type}" not in system:
+                return "<action>look</action>"
+        walk = self.walkthroughs.get(task_id, [])
+        if turn < self.wander:
+            return "<action>look</action>"
+        i = turn - self.wander
+        return f"<action>{walk[i]}</action>" if i < len(walk) else "<action>look</action>"
+
+    def optimizer_reply(self, stage: str, body: dict[str, Any]) -> str:
+        prompt = body["messages"][-1]["content"]
+        if stage == "analyst":
+            types = sorted(set(re.findall(r"^### \S+ \((\w+)\)", prompt, re.M)))
+            failed = "Episodes that failed" in prompt
+            edits = [{"op": "append", "content": f"- RULE-{t}: plan the steps for {t} before acting."} for t in types] if failed else []
+            if "suggestions" in prompt and '"suggestions"' in prompt:
+                return json.dumps({"summary": "s", "suggestions": [e["content"] for e in edits]})
+            if '"skill": "<the whole improved skill document>"' in prompt:
+                skill = prompt.split("## Current skill\n", 1)[1].split("\n\n## Edit budget", 1)[0]
+                return json.dumps({"summary": "s", "skill": skill + "\n" + "\n".join(e["content"] for e in edits)})
+            out: dict[str, Any] = {"summary": f"{'failures' if failed else 'successes'} in {', '.join(types)}", "edits": edits}
+            if '"lapses"' in prompt:
+                out["lapses"] = [f"Double-check the goal object for {t}." for t in types]
+            return json.dumps(out)
+        if stage == "merge":
+            if "Candidate 0" in prompt:
+                first = prompt.split("### Candidate 0\n", 1)[1].split("\n\n### Candidate 1", 1)[0]
+                return json.dumps({"skill": first})
+            merged, seen = [], set()
+            for block in re.findall(r"^### Patch \d+\n(.*)$", prompt, re.M):
+                for e in json.loads(block):
+                    k = (e.get("op"), e.get("target"), e.get("content"))
+                    if k not in seen:
+                        seen.add(k)
+                        merged.append({"op": e["op"], "target": e.get("target", ""), "content": e.get("content", "")})
+            return json.dumps({"edits": merged})
+        if stage == "ranking":
+            n = len(re.findall(r"^\d+: ", prompt, re.M))
+            return json.dumps({"ranking": list(range(n))})
+        if stage == "rewrite":
+            skill = prompt.split("## Current skill\n", 1)[1].split("\n\n## Suggestions", 1)[0]
+            sugg = prompt.split("## Suggestions\n", 1)[1].split("\n\nRewrite", 1)[0]
+            return json.dumps({"skill": skill + "\n" + sugg.replace("- - ", "- ")})
+        if stage == "slow_update":
+            return json.dumps({"guidance": "Keep following the per-task-type rules; they fixed earlier failures."})
+        if stage == "meta_skill":
+            return json.dumps({"meta_skill": "Appending one rule per failing task type is accepted by the gate."})
+        if stage == "appendix_consolidate":
+            notes = re.findall(r"^- (.*)$", prompt, re.M)
+            return json.dumps({"notes": notes[:3]})
+        return json.dumps({"echo": stage})
+
+
+class ScriptedServer:
+    def __init__(self, policies: Optional[Policies] = None, latency_s: float = 0.0, policy: Optional[Policy] = None):
+        self.policies = policies or Policies()
+        self.policy = policy
+        self.latency_s = latency_s
+        self.state = ServerState()
+        self.port = 0
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread: Optional[threading.Thread] = None
+        self._runner: Optional[web.AppRunner] = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def inject(self, *faults: Fault) -> None:
+        self.state.faults.extend(faults)
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        st = self.state
+        st.attempts += 1
+        body = await request.json()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        f: Optional[Fault] = st.faults.popleft() if st.faults else None
+        if f is not None:
+            if f.hang_s:
+                await asyncio.sleep(f.hang_s)
+            if not f.malformed:
+                h = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
+                return web.json_response({"error": {"message": f"injected {f.status}", "type": "injected"}}, status=f.status, headers=h)
+        st.in_flight += 1
+        st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
+        st.request_times.append(time.monotonic())
+        try:
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            if f is not None and f.malformed:
+                content = "this is not JSON at all"
+            else:
+                content = self.policy(body, headers) if self.policy else self.policies.answer(body, headers)
+        finally:
+            st.in_flight -= 1
+        pt = sum(count_tokens(m.get("content") or "") for m in body["messages"])
+        ct = count_tokens(content)
+        st.prompt_tokens += pt
+        st.completion_tokens += ct
+        st.requests[(headers.get("x-skillopt-role", ""), headers.get("x-skillopt-stage", ""))] += 1
+        return web.json_response({
+            "id": f"chatcmpl-{st.attempts}", "object": "chat.completion", "created": int(time.time()), "model": body.get("model", "scripted"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
+        })
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
+    def start(self) -> str:
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            app = web.Application(client_max_size=64 * 1024 * 1024)
+            app.router.add_post("/v1/chat/completions", self._chat)
+            app.router.add_get("/v1/models", self._models)
+            self._runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self.base_url
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> "ScriptedServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def alfworld_walkthroughs(tasks: list[Any]) -> dict[str, list[str]]:
+    from envs.alfworld.game import read_walkthrough
+
+    return {t.task_id: read_walkthrough(t.payload["gamefile"]) for t in tasks}
+
+
+def main() -> None:
+    """Serve from the command line (for `ray job submit` tests and benchmarks): prints the base URL."""
+    import argparse
+    import signal
+
+    from envs.alfworld.data import walk_split
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--alfworld-root", default=None)
+    ap.add_argument("--target", default="walkthrough")
+    ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--wander", type=int, default=0)
+    a = ap.parse_args()
+    walks: dict[str, list[str]] = {}
+    if a.alfworld_root:
+        from pathlib import Path
+
+        walks = alfworld_walkthroughs(walk_split(Path(a.alfworld_root), "all"))
+    srv = ScriptedServer(Policies(walks, a.target, a.wander), latency_s=a.latency)
+    print(srv.start(), flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+    srv.stop()
+
+
+if __name__ == "__main__":
+    main()
