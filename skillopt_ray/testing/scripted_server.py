@@ -212,10 +212,11 @@ class ScriptedServer:
         return self.base_url
 
     def stop(self) -> None:
-        if self._loop is not None:
+        if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._loop = None
 
     def __enter__(self) -> "ScriptedServer":
         self.start()

@@ -1,0 +1,182 @@
+"""The LLM layer through the real openai client against a scripted server on localhost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from skillopt_ray.config import LLMConfig, LLMRoleConfig
+from skillopt_ray.llm.gateway import Gateway
+from skillopt_ray.llm.types import BudgetExceeded, CacheMiss, ChatRequest, LLMRequestRejected, LLMUnavailable, MalformedOutput
+from skillopt_ray.testing.scripted_server import Fault, ScriptedServer
+
+
+def _echo(body, headers):
+    return json.dumps({"answer": body["messages"][-1]["content"]})
+
+
+@pytest.fixture()
+def server():
+    srv = ScriptedServer(policy=_echo)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def make_cfg(url: str, **kw) -> LLMConfig:
+    role = dict(provider="openai", model="m", base_url=url, api_key_env="SKILLOPT_TEST_KEY", timeout_s=2.0, max_concurrency=kw.pop("conc", 8))
+    cfg = LLMConfig(backend="compatible", target=LLMRoleConfig(**role), optimizer=LLMRoleConfig(**role),
+                    retry_base_s=0.05, retry_max_s=0.2, retry_window_s=kw.pop("window", 10.0), max_retries=kw.pop("retries", 4), **kw)
+    return cfg
+
+
+def req(i=0, stage="analyst"):
+    return ChatRequest("optimizer", stage, [{"role": "user", "content": f"q{i}"}], key=f"k{i}")
+
+
+@pytest.fixture()
+def run():
+    """One event loop per test: the SDK's HTTP pool belongs to the loop that opened it."""
+    loop = asyncio.new_event_loop()
+    yield loop.run_until_complete
+    loop.close()
+
+
+def test_retries_on_5xx_and_429_honouring_retry_after(server, tmp_path, monkeypatch, run):
+    monkeypatch.setenv("SKILLOPT_TEST_KEY", "sk-secret-value")
+    server.inject(Fault(500), Fault(429, retry_after=1.0), Fault(503))
+    gw = Gateway(make_cfg(server.base_url), str(tmp_path / "c.sqlite"))
+    t0 = time.monotonic()
+    res = run(gw.chat(req()))
+    assert json.loads(res.content)["answer"] == "q0"
+    assert server.state.attempts == 4
+    assert time.monotonic() - t0 >= 1.0  # Retry-After honoured
+    assert gw.stats()["retries"]["optimizer"] == 3
+
+
+def test_timeouts_are_retried(server, tmp_path, run):
+    server.inject(Fault(hang_s=3.0, status=200, malformed=True))  # hangs past the 2 s client timeout
+    gw = Gateway(make_cfg(server.base_url), None)
+    res = run(gw.chat(req()))
+    assert json.loads(res.content)["answer"] == "q0"
+
+
+@pytest.mark.parametrize("status", [401, 404])
+def test_non_retryable_errors_fail_fast_naming_endpoint_and_model(server, tmp_path, status, monkeypatch, run):
+    monkeypatch.setenv("SKILLOPT_TEST_KEY", "sk-secret-value")
+    server.inject(Fault(status))
+    gw = Gateway(make_cfg(server.base_url), None)
+    t0 = time.monotonic()
+    with pytest.raises(LLMRequestRejected) as e:
+        run(gw.chat(req()))
+    assert time.monotonic() - t0 < 2
+    assert server.state.attempts == 1
+    msg = str(e.value)
+    assert f"HTTP {status}" in msg and server.base_url in msg and "'m'" in msg
+    assert "sk-secret-value" not in msg
+
+
+def test_dead_endpoint_stops_within_the_retry_window(tmp_path, run):
+    from skillopt_ray.llm.embedded import free_port
+
+    gw = Gateway(make_cfg(f"http://127.0.0.1:{free_port()}/v1", window=2.0, retries=50), None)
+    t0 = time.monotonic()
+    with pytest.raises(LLMUnavailable) as e:
+        run(gw.chat(req()))
+    assert time.monotonic() - t0 < 5
+    assert "unavailable" in str(e.value) and "127.0.0.1" in str(e.value)
+
+
+def test_json_reask_then_malformed(server, tmp_path, run):
+    gw = Gateway(make_cfg(server.base_url), None)
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    server.inject(Fault(200, malformed=True))
+    out = run(gw.chat_json(req(1), schema))
+    assert out.reasked and out.data == {"answer": "q1" if False else out.data["answer"]}
+    assert "could not be used" in out.data["answer"]  # the re-ask carried the error back
+    server.inject(Fault(200, malformed=True), Fault(200, malformed=True))
+    with pytest.raises(MalformedOutput):
+        run(gw.chat_json(req(2), schema))
+
+
+def test_json_extraction_handles_fences_and_think_blocks():
+    from skillopt_ray.llm.jsonout import extract_json
+
+    assert extract_json('<think>{"no": 1}</think>Sure:\n```json\n{"a": [1, 2]}\n```') == {"a": [1, 2]}
+    assert extract_json('noise {"b": 2} tail') == {"b": 2}
+
+
+def test_record_then_replay_offline_and_miss_fails(server, tmp_path, run):
+    cache = str(tmp_path / "cache.sqlite")
+    gw = Gateway(make_cfg(server.base_url), cache)
+    first = [run(gw.chat(req(i))).content for i in range(3)]
+    run(gw.close())
+    n = server.state.attempts
+    server.stop()  # nothing is listening now
+    cfg = make_cfg(server.base_url)
+    cfg.cache_mode = "replay"
+    gw2 = Gateway(cfg, cache)
+    again = [run(gw2.chat(req(i))).content for i in range(3)]
+    assert again == first and server.state.attempts == n
+    assert gw2.ledger.totals()["cache_hits"] == 3 and gw2.ledger.totals()["calls"] == 0
+    with pytest.raises(CacheMiss):
+        run(gw2.chat(req(99)))
+
+
+def test_sample_key_keeps_repeated_samples_distinct(server, tmp_path, run):
+    gw = Gateway(make_cfg(server.base_url), str(tmp_path / "c.sqlite"))
+    base = [{"role": "user", "content": "same"}]
+    run(gw.chat(ChatRequest("target", "rollout", base, key="a")))
+    run(gw.chat(ChatRequest("target", "rollout", base, key="b")))
+    run(gw.chat(ChatRequest("target", "rollout", base, key="a")))
+    assert server.state.attempts == 2
+
+
+def test_ledger_matches_server_token_counts_and_budget_caps(server, tmp_path, run):
+    cfg = make_cfg(server.base_url)
+    cfg.budget.max_calls = 5
+    gw = Gateway(cfg, None)
+
+    async def many():
+        return await asyncio.gather(*(gw.chat(req(i, stage="merge" if i % 2 else "analyst")) for i in range(5)))
+
+    run(many())
+    t = gw.ledger.totals()
+    assert t["prompt_tokens"] == server.state.prompt_tokens and t["completion_tokens"] == server.state.completion_tokens
+    assert gw.ledger.entries["optimizer/merge"].calls == 2 and gw.ledger.entries["optimizer/analyst"].calls == 3
+    with pytest.raises(BudgetExceeded) as e:
+        run(gw.chat(req(42)))
+    assert "max_calls" in str(e.value) and "resume" in str(e.value)
+
+
+def test_concurrency_limit_holds(tmp_path, run):
+    srv = ScriptedServer(policy=_echo, latency_s=0.2)
+    srv.start()
+    try:
+        gw = Gateway(make_cfg(srv.base_url, conc=3), None)
+
+        async def many():
+            return await asyncio.gather(*(gw.chat(req(i)) for i in range(12)))
+
+        run(many())
+        assert srv.state.peak_in_flight == 3
+    finally:
+        srv.stop()
+
+
+def test_requests_per_minute_window():
+    from skillopt_ray.llm.ratelimit import EndpointLimiter
+
+    async def go():
+        lim = EndpointLimiter(10, requests_per_minute=3)
+        for _ in range(3):
+            async with lim:
+                await lim.acquire_window(10)
+        async with lim:
+            await asyncio.wait_for(lim.acquire_window(10), timeout=0.3)
+
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(go())
