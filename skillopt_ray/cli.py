@@ -139,6 +139,8 @@ def start_ray(data: dict[str, Any]) -> None:
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, logging_level="ERROR")
     if ray.is_initialized():
         return
+    if address and address not in ("auto", "local"):
+        probe_address(address)
     try:
         if address:
             ray.init(address=address, **kwargs)
@@ -147,6 +149,20 @@ def start_ray(data: dict[str, Any]) -> None:
             ray.init(num_cpus=data["ray"]["num_cpus"] or os.cpu_count(), object_store_memory=data["ray"]["object_store_memory_mb"] * 1024 * 1024, **kwargs)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
         raise UsageError(f"cannot reach Ray at {address or 'a new local cluster'}: {_one_line(e)}; check ray.address / RAY_ADDRESS, or drop it to start locally") from None
+
+
+def probe_address(address: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds (not Ray's minutes of retries) when host:port does not answer."""
+    import socket
+
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot reach Ray at {address}: {getattr(e, 'strerror', None) or e}; check ray.address / RAY_ADDRESS, "
+                         "or drop it to start a local cluster") from None
 
 
 class Progress:

@@ -1,0 +1,98 @@
+"""Every config composes and validates; bad input gets one line and exit code 2."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from skillopt_ray import cli
+from skillopt_ray.config import redact, run_identity
+
+CONF = cli.CONF_DIR
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+LLMS = sorted(p.stem for p in (CONF / "llm").glob("*.yaml"))
+RAYS = sorted(p.stem for p in (CONF / "ray").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("exp,llm,ray", list(itertools.product(EXPERIMENTS, LLMS, RAYS)))
+def test_every_config_composes_and_validates(exp, llm, ray):
+    cfg = cli.compose([f"+experiment={exp}", f"llm={llm}", f"ray={ray}"])
+    obj, data = cli.typed(cfg)
+    assert obj.experiment == exp == data["env"]["name"]
+    o = obj.optimizer  # the paper protocol
+    assert (o.epochs, o.batch_size, o.minibatch_size, o.merge_batch_size, o.learning_rate, o.min_learning_rate,
+            o.lr_schedule, o.gate_metric, o.slow_update, o.meta_skill, obj.seed) == (4, 40, 8, 8, 4, 2, "cosine", "hard", True, True, 42)
+
+
+def test_smoke_overlay_and_overrides():
+    obj, _ = cli.typed(cli.compose(["+experiment=alfworld", "+smoke=tiny", "optimizer.learning_rate=6", "seed=3"]))
+    assert obj.optimizer.batch_size == 4 and obj.optimizer.learning_rate == 6 and obj.seed == 3
+
+
+def _main(capsys, *args, env=None, monkeypatch=None):
+    code = cli.main(list(args))
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+@pytest.mark.parametrize("args,needle", [
+    ([], "no experiment chosen"),
+    (["+experiment=nope"], "unknown experiment"),
+    (["+experiment=alfworld", "optimizer.bogus=1"], "Key 'bogus' not in 'OptimizerConfig'"),
+    (["+experiment=alfworld", "optimizer.epochs=abc"], "could not be converted to Integer"),
+    (["+experiment=alfworld", "optimizer.batch_size=-1"], "optimizer.batch_size=-1 is invalid"),
+    (["+experiment=alfworld", "optimizer.merge_batch_size=1"], "merge_batch_size=1 is invalid; it must be >= 2"),
+    (["+experiment=alfworld", "optimizer.gate_metric=median"], "allowed: hard, soft, mixed"),
+    (["+experiment=alfworld", "optimizer.lr_schedule=step"], "allowed: constant, linear, cosine, autonomous"),
+    (["+experiment=alfworld", "mode=eval"], "eval.skill_path"),
+])
+def test_bad_input_one_line_exit_2(capsys, args, needle):
+    code, err = _main(capsys, *args)
+    assert code == 2
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
+    assert needle in err
+
+
+def test_missing_api_key(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code, err = _main(capsys, "+experiment=alfworld", "llm=openai", f"output_dir={tmp_path}")
+    assert code == 2 and "set the environment variable OPENAI_API_KEY" in err
+
+
+def test_output_dir_not_writable(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, err = _main(capsys, "+experiment=alfworld", f"output_dir={blocker}/sub")
+    assert code == 2 and "is not writable" in err
+
+
+def test_unreachable_ray_address(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPATIBLE_API_KEY", "x")
+    code, err = _main(capsys, "+experiment=alfworld", "llm=compatible", "llm.base_url=http://127.0.0.1:9/v1",
+                      "ray.address=127.0.0.1:9", f"output_dir={tmp_path}")
+    assert code == 2 and "cannot reach Ray" in err
+
+
+def test_cfg_job_prints_resolved_config_with_secrets_redacted(capsys):
+    code = cli.main(["+experiment=alfworld", "--cfg", "job"])
+    out = capsys.readouterr().out
+    assert code == 0 and "experiment: alfworld" in out and "learning_rate: 4.0" in out
+
+
+def test_redaction_and_run_identity():
+    data = {"llm": {"target": {"api_key": "sk-123", "api_key_env": "OPENAI_API_KEY", "max_tokens": 5}}, "token": "t"}
+    r = redact(data)
+    assert r["llm"]["target"]["api_key"] == "***" and r["token"] == "***"
+    assert r["llm"]["target"]["api_key_env"] == "OPENAI_API_KEY" and r["llm"]["target"]["max_tokens"] == 5
+    a = {"experiment": "x", "seed": 1, "ray": {"env_actors": 1}, "debug": {"interrupt_after": None}, "llm": {}}
+    b = {**a, "ray": {"env_actors": 8}, "debug": {"interrupt_after": "e1s1:reflect"}}
+    assert run_identity(a) == run_identity(b) != run_identity({**a, "seed": 2})
+
+
+def test_unimplemented_benchmark_is_a_clear_data_error():
+    import envs
+
+    with pytest.raises(envs.DataError, match="unknown environment"):
+        envs.make("chess", {})

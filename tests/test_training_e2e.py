@@ -1,0 +1,143 @@
+"""End-to-end training through the driver actor, the real client path and the real ALFWorld engine,
+plus lossless resume at several interruption points."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skillopt_ray import cli
+
+pytestmark = pytest.mark.slow
+
+
+def _data(url: str, out: Path, alfworld_root: Path, *extra: str) -> dict:
+    overrides = ["+experiment=alfworld", "+smoke=tiny", "llm=compatible", f"llm.base_url={url}", f"env.data_dir={alfworld_root}",
+                 f"output_dir={out}", "env.max_turns=10", "debug.progress=off", *extra]
+    cfg = cli.compose(overrides)
+    _obj, data = cli.typed(cfg)
+    return cli.resolve_paths(data)
+
+
+def _run(url, out, root, *extra) -> tuple[int, Path]:
+    data = _data(url, out, root, *extra)
+    return cli.run_one(data, debug=False), cli.run_dir_for(data)
+
+
+def _fingerprint(run_dir: Path) -> dict:
+    skills = {p.name: p.read_text() for p in sorted((run_dir / "skills").glob("*.md"))}
+    history = json.loads((run_dir / "history.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"skills": skills, "history": history, "best": (run_dir / "best_skill.md").read_text(),
+            "test": summary["test"], "counts": summary["counts"]}
+
+
+def test_tiny_experiment_runs_all_stages_two_epochs(ray_cluster, scripted, alfworld_root, tmp_path, capsys):
+    code, rd = _run(scripted.base_url, tmp_path / "out", alfworld_root)
+    assert code == 0
+    summary = json.loads((rd / "summary.json").read_text())
+    # the rule-gated target only wins once the optimizer taught it the rule for its task type
+    assert summary["test"]["initial"]["hard"] == 0.0 and summary["test"]["best"]["hard"] == 1.0
+    assert summary["counts"]["accept"] >= 1 and summary["steps"] == 2
+    assert set(summary["test"]["best"]["per_type"]) and summary["tokens"]["calls"] > 0
+    for rel in ("config.yaml", "state.json", "history.json", "best_skill.md", "skills/skill_v0000.md", "skills/skill_v0001.md",
+                "steps/e01_s001/rollout.json", "steps/e01_s001/reflect.json", "steps/e01_s001/aggregate.json", "steps/e01_s001/select.json",
+                "steps/e01_s001/update.json", "steps/e01_s001/gate.json", "steps/e01_s001/candidate.md",
+                "epochs/e01/meta_skill.json", "epochs/e02/slow_update.json", "epochs/e02/slow_pairs.json", "final/evaluation.json", "ledger.json"):
+        assert (rd / rel).exists(), rel
+    rollout = json.loads((rd / "steps/e01_s001/rollout.json").read_text())
+    assert len(rollout) == 4 and all(r["trajectory"] for r in rollout)
+    gate = json.loads((rd / "steps/e01_s001/gate.json").read_text())
+    assert gate["action"] == "accept_new_best"
+    assert "RULE-" in (rd / "best_skill.md").read_text()
+    slow = json.loads((rd / "epochs/e02/slow_update.json").read_text())
+    assert slow["decision"]["action"] == "reject"  # selection already 1.0: the gated block ties, and ties reject
+    assert "SKILLOPT:SLOW_UPDATE:BEGIN" in (rd / "epochs/e02/slow_update_candidate.md").read_text()
+    assert "SKILLOPT:SLOW_UPDATE" not in (rd / "best_skill.md").read_text()
+    state = json.loads((rd / "state.json").read_text())
+    assert state["meta_skill"] and state["phase"] == "done"
+    # MLflow: one run with params, per-step metrics and every skill version as artifacts
+    from mlflow.tracking import MlflowClient
+
+    ml = json.loads((rd / "mlflow_run.json").read_text())
+    client = MlflowClient(ml["tracking_uri"])
+    run = client.get_run(ml["run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["optimizer.learning_rate"] == "4.0"
+    assert "llm.target.api_key_env" in run.data.params
+    assert len(client.get_metric_history(ml["run_id"], "candidate_score")) == 2
+    skills = {Path(a.path).name for a in client.list_artifacts(ml["run_id"], "skills")}
+    assert {"skill_v0000.md", "skill_v0001.md"} <= skills
+    assert {a.path for a in client.list_artifacts(ml["run_id"])} >= {"best_skill.md", "summary.json"}
+    out = capsys.readouterr().out
+    assert "test hard" in out and "mlflow run:" in out
+
+
+def test_resume_is_lossless_at_several_points(ray_cluster, scripted, alfworld_root, tmp_path):
+    code, ref_dir = _run(scripted.base_url, tmp_path / "ref", alfworld_root)
+    assert code == 0
+    ref_calls = scripted.state.attempts
+    reference = _fingerprint(ref_dir)
+    for point in ("e1s1:reflect", "e2s1:gate", "e2:slow_update", "final:initial"):
+        out = tmp_path / point.replace(":", "_")
+        before = scripted.state.attempts
+        code, rd = _run(scripted.base_url, out, alfworld_root, f"debug.interrupt_after={point}")
+        assert code == cli.EXIT_STOPPED, point
+        assert not (rd / "summary.json").exists()
+        code, rd2 = _run(scripted.base_url, out, alfworld_root)
+        assert code == 0 and rd2 == rd
+        assert _fingerprint(rd) == reference, point
+        assert scripted.state.attempts - before == ref_calls, f"{point}: paid calls repeated on resume"
+
+
+def test_replay_reproduces_a_recorded_run_offline(ray_cluster, scripted, alfworld_root, tmp_path):
+    code, rd = _run(scripted.base_url, tmp_path / "rec", alfworld_root)
+    assert code == 0
+    reference = _fingerprint(rd)
+    # same cache, fresh run directory contents, server gone
+    for p in rd.iterdir():
+        if p.name != "llm_cache.sqlite" and not p.name.startswith("llm_cache"):
+            if p.is_dir():
+                import shutil
+
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+    scripted.stop()
+    code, rd2 = _run(scripted.base_url, tmp_path / "rec", alfworld_root, "llm.cache_mode=replay")
+    assert code == 0 and rd2 == rd
+    assert _fingerprint(rd) == reference
+    assert json.loads((rd / "ledger.json").read_text())["totals"]["calls"] == 0
+
+
+def test_eval_only_scores_a_skill_per_type(ray_cluster, scripted, alfworld_root, tmp_path):
+    skill = tmp_path / "skill.md"
+    skill.write_text("# skill\n- RULE-pick_and_place_simple\n- RULE-look_at_obj_in_light\n")
+    code, rd = _run(scripted.base_url, tmp_path / "ev", alfworld_root, "mode=eval", f"eval.skill_path={skill}", "eval.split=val",
+                    "env.limit_selection=6")
+    assert code == 0
+    s = json.loads((rd / "summary.json").read_text())
+    per = s["eval"]["per_type"]
+    assert s["eval"]["n"] == 6 and len(per) == 6
+    assert per["pick_and_place_simple"]["hard"] == 1.0 and per["pick_heat_then_place_in_recep"]["hard"] == 0.0
+    assert abs(s["eval"]["hard"] - 2 / 6) < 1e-9
+
+
+def test_infra_failures_stop_the_run_with_a_clear_error(ray_cluster, scripted, alfworld_root, tmp_path, capsys):
+    # a data dir whose selection split exists but whose games vanish -> infrastructure failures, not zero scores
+    import shutil
+
+    root = tmp_path / "data"
+    shutil.copytree(alfworld_root / "json_2.1.1", root / "json_2.1.1")
+    code, rd = None, None
+    data = _data(scripted.base_url, tmp_path / "o", root)
+    for g in (root / "json_2.1.1" / "valid_seen").glob("*/*/game.tw-pddl"):
+        g.unlink()
+    (root / "json_2.1.1" / "valid_seen" / "x" / "y").mkdir(parents=True)
+    (root / "json_2.1.1" / "valid_seen" / "x" / "y" / "game.tw-pddl").write_text("{not json")
+    code = cli.run_one(data, debug=False)
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_ERROR
+    assert "failed for infrastructure reasons" in err
