@@ -22,6 +22,7 @@ from skillopt_ray.epoch.meta_skill import write_meta_skill
 from skillopt_ray.epoch.slow_update import pair_categories, write_slow_update
 from skillopt_ray.prompts import context_block
 from skillopt_ray.rundir import RunDir
+from skillopt_ray.llm.types import MalformedOutput
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.skill.edits import Edit
 from skillopt_ray.stages import gate as gate_stage
@@ -338,11 +339,15 @@ class Trainer:
         if self.o.meta_skill and epoch < self.o.epochs:
             async def do_meta() -> dict[str, Any]:
                 self._set_progress(stage="meta_skill")
-                text = await write_meta_skill(self.llm, st["meta_skill"], st["epoch_history"], f"meta/{label}")
+                try:
+                    text = await write_meta_skill(self.llm, st["meta_skill"], st["epoch_history"], f"meta/{label}")
+                except MalformedOutput as e:  # keep the previous meta skill; nothing unparseable is used
+                    return {"meta_skill": st["meta_skill"], "dropped": e.message}
                 return {"meta_skill": text}
 
             meta = await self._memo(f"{ed}/meta_skill.json", f"{label}:meta_skill", do_meta)
             st["meta_skill"] = meta["meta_skill"]
+            st["counts"]["dropped_epoch_calls"] = st["counts"].get("dropped_epoch_calls", 0) + int("dropped" in meta)
             self.rd.write_text(f"{ed}/meta_skill.md", meta["meta_skill"])
             self.tracker.log_artifact(self.rd.root / f"{ed}/meta_skill.md", f"meta_skill/e{epoch:02d}")
         st["epoch_start_version"] = st["current_version"]
@@ -373,7 +378,12 @@ class Trainer:
 
         async def do_slow() -> dict[str, Any]:
             self._set_progress(stage="slow_update")
-            candidate, guidance = await write_slow_update(self.llm, cur_skill, pairs, f"slow/{label}/write")
+            try:
+                candidate, guidance = await write_slow_update(self.llm, cur_skill, pairs, f"slow/{label}/write")
+            except MalformedOutput as e:  # no slow update this epoch; recorded, never applied
+                self.rd.write_text(f"{ed}/slow_update_candidate.md", cur_skill)
+                return {"guidance": "", "pairs": {k: len(v) for k, v in pairs.items()}, "dropped": e.message,
+                        "decision": gate_stage.GateDecision(gate_stage.SKIP, st["current_score"], st["current_score"], st["best_score"]).to_dict()}
             if self.o.slow_update_gate:
                 ev = await self.evaluate(candidate, self.splits.selection, "selection")
                 score = self.score_of(ev["hard"], ev["soft"])
