@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 CONF_DIR = Path(os.environ.get("SKILLOPT_CONF_DIR", Path(__file__).resolve().parent.parent / "conf"))
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_STOPPED = 0, 1, 2, 3
+from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED  # noqa: F401 - EXIT_ERROR re-exported
 
 
 class UsageError(Exception):
@@ -26,12 +26,17 @@ def _one_line(exc: BaseException) -> str:
     return msg[0] if msg else type(exc).__name__
 
 
+def experiments() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+
+
 def compose(overrides: list[str]) -> Any:
     """Hydra composition with our strict schema; errors become one-line UsageErrors."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
+    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from skillopt_ray.config import register_schema
@@ -50,19 +55,11 @@ def compose(overrides: list[str]) -> Any:
         if "Could not override" in text:
             text += " (unknown key; see --cfg job for the valid keys)"
         if "experiment" in text and ("Could not find" in text or "not found" in text):
-            available = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-            raise UsageError(f"unknown experiment: {text.split(' Available options')[0].strip()}; available: {', '.join(available)}") from None
+            raise UsageError(f"unknown experiment: {text.split(' Available options')[0].strip()}; available: {', '.join(experiments())}") from None
         raise UsageError(f"invalid configuration: {text[:400]}") from None
-    if cfg.get("experiment") in (None, "???") or "experiment" not in cfg or OmegaConf_missing(cfg, "experiment"):
-        available = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-        raise UsageError(f"no experiment chosen: add +experiment=<name> (one of {', '.join(available)})")
+    if OmegaConf.is_missing(cfg, "experiment") or cfg.experiment is None:
+        raise UsageError(f"no experiment chosen: add +experiment=<name> (one of {', '.join(experiments())})")
     return cfg
-
-
-def OmegaConf_missing(cfg: Any, key: str) -> bool:  # noqa: N802 - tiny helper
-    from omegaconf import OmegaConf
-
-    return OmegaConf.is_missing(cfg, key)
 
 
 def typed(cfg: Any) -> tuple[Any, dict[str, Any]]:
@@ -119,7 +116,7 @@ def check_keys(data: dict[str, Any]) -> None:
         if r["provider"] == "embedded":
             continue
         if r["provider"] == "azure" and not r.get("azure_endpoint"):
-            raise UsageError("Azure backend needs an endpoint: set AZURE_OPENAI_ENDPOINT or llm.{role}.azure_endpoint".replace("{role}", role))
+            raise UsageError(f"Azure backend needs an endpoint: set AZURE_OPENAI_ENDPOINT or llm.{role}.azure_endpoint")
         has_url = r.get("base_url") or data["llm"].get("base_url")
         env = r.get("api_key_env")
         token_env = r.get("azure_ad_token_env")
@@ -175,6 +172,7 @@ class Progress:
         self.last_print = 0.0
         self.t0 = time.monotonic()
         self.stage_start: dict[str, float] = {}
+        self.last_stage: Any = None
 
     def line(self, p: dict[str, Any]) -> str:
         parts = [p.get("phase", "")]
@@ -208,10 +206,9 @@ class Progress:
             sys.stderr.flush()
         else:
             core = text.rsplit(" | ", 1)[0]
-            if core != self.last_line and (time.monotonic() - self.last_print > 5 or p.get("stage") != getattr(self, "_stage", None)):
+            if core != self.last_line and (time.monotonic() - self.last_print > 5 or p.get("stage") != self.last_stage):
                 print(f"[progress] {text}", file=sys.stderr, flush=True)
-                self.last_line, self.last_print = core, time.monotonic()
-                self._stage = p.get("stage")
+                self.last_line, self.last_print, self.last_stage = core, time.monotonic(), p.get("stage")
 
     def close(self) -> None:
         if self.tty and not self.off:
@@ -239,7 +236,7 @@ def summary_table(s: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def run_one(data: dict[str, Any], debug: bool) -> int:
+def run_one(data: dict[str, Any]) -> int:
     """Run a composed, validated config end to end; returns the exit code."""
     import ray
 
@@ -352,7 +349,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 continue
             if multirun:
                 print(f"=== multirun: {' '.join(overrides)}", file=sys.stderr)
-            code = max(code, run_one(data, debug))
+            code = max(code, run_one(data))
         return code
     except UsageError as e:
         if debug:

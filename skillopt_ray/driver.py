@@ -14,18 +14,16 @@ from typing import Any, Optional
 import ray
 
 import envs
-from envs.base import DataError
+from envs.base import DataError, EpisodeContext
 from skillopt_ray.config import ConfigError, from_container, redact, validate
 from skillopt_ray.envpool import EnvPool, PoolSettings
+from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
 from skillopt_ray.tracking import Tracker, default_tracking_uri
 from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, _limit
-from envs.base import EpisodeContext
-
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_STOPPED = 0, 1, 2, 3
 
 
 def load_splits(bench: Any, cfg: Any) -> Splits:

@@ -43,11 +43,15 @@ class RunDir:
     def ledger_path(self) -> Path:
         return self.root / "ledger.json"
 
-    def step_dir(self, epoch: int, step: int) -> Path:
-        return self.root / "steps" / f"e{epoch:02d}_s{step:03d}"
+    @staticmethod
+    def step_dir(epoch: int, step: int) -> str:
+        """A step's record folder, relative to the run root."""
+        return f"steps/e{epoch:02d}_s{step:03d}"
 
-    def epoch_dir(self, epoch: int) -> Path:
-        return self.root / "epochs" / f"e{epoch:02d}"
+    @staticmethod
+    def epoch_dir(epoch: int) -> str:
+        """An epoch boundary's record folder, relative to the run root."""
+        return f"epochs/e{epoch:02d}"
 
     def skill_path(self, version: int) -> Path:
         return self.root / "skills" / f"skill_v{version:04d}.md"

@@ -83,16 +83,15 @@ class Trainer:
         self.tracker = tracker
         self.splits = splits
         self.seed_skill = seed_skill
-        self.progress: dict[str, Any] = {"phase": "starting"}
         self._on_progress = on_progress
         self.state: dict[str, Any] = {}
+        self._ledger: dict[str, Any] = {}  # last ledger snapshot from the gateway
         self._t0 = time.monotonic()
 
     # ---------- helpers ----------
     def _set_progress(self, **kw: Any) -> None:
-        self.progress.update(kw)
         if self._on_progress:
-            self._on_progress(dict(self.progress))
+            self._on_progress(kw)
 
     def _checkpoint(self, label: str) -> None:
         if self.cfg.debug.interrupt_after == label:
@@ -199,7 +198,7 @@ class Trainer:
 
     async def train_step(self, epoch: int, step: int) -> None:
         st = self.state
-        sd = f"steps/e{epoch:02d}_s{step:03d}"
+        sd = self.rd.step_dir(epoch, step)
         label = f"e{epoch}s{step}"
         key = f"train/{label}"
         skill = self.skill_text(st["current_version"])
@@ -271,7 +270,10 @@ class Trainer:
                      refl: ReflectOutput, gate: dict[str, Any]) -> None:
         st = self.state
         action = gate["action"]
-        accepted = action in (gate_stage.ACCEPT, gate_stage.ACCEPT_NEW_BEST, gate_stage.FORCE_ACCEPT)
+        accepted = gate_stage.is_accepted(action)
+        sd = self.rd.step_dir(epoch, step)
+        if action != gate_stage.SKIP:
+            self.tracker.log_artifact(self.rd.root / sd / "candidate.md", f"candidates/{sd.split('/', 1)[1]}")
         if accepted:
             v = self._new_version(upd.candidate)
             st["current_version"] = v
@@ -286,9 +288,6 @@ class Trainer:
             st["counts"]["skip"] += 1
         else:
             st["counts"]["reject"] += 1
-            self.tracker.log_artifact(self.rd.root / f"steps/e{epoch:02d}_s{step:03d}/candidate.md", f"candidates/e{epoch:02d}_s{step:03d}")
-        if accepted:
-            self.tracker.log_artifact(self.rd.root / f"steps/e{epoch:02d}_s{step:03d}/candidate.md", f"candidates/e{epoch:02d}_s{step:03d}")
         st["counts"]["dropped_minibatches"] += refl.dropped
         st["counts"]["merge_fallbacks"] += len(agg.fallbacks)
         st["counts"]["rank_fallbacks"] += int(bool(sel.fallback))
@@ -318,7 +317,7 @@ class Trainer:
         self._set_progress(accept=st["counts"]["accept"], reject=st["counts"]["reject"], skip=st["counts"]["skip"])
 
     def _log_ledger_metrics(self, metrics: dict[str, float]) -> None:
-        snap = getattr(self, "_ledger_cache", None)
+        snap = self._ledger
         if snap:
             metrics["tokens_total"] = snap["totals"]["tokens"]
             metrics["cost_usd_total"] = snap["totals"]["cost_usd"]
@@ -326,12 +325,12 @@ class Trainer:
                 metrics[f"tokens.{k.replace('/', '.')}"] = e["prompt_tokens"] + e["completion_tokens"]
 
     async def refresh_ledger(self) -> dict[str, Any]:
-        self._ledger_cache = await self.llm.save_ledger()
-        return self._ledger_cache
+        self._ledger = await self.llm.save_ledger()
+        return self._ledger
 
     async def epoch_boundary(self, epoch: int) -> None:
         st = self.state
-        ed = f"epochs/e{epoch:02d}"
+        ed = self.rd.epoch_dir(epoch)
         label = f"e{epoch}"
         self._set_progress(phase="epoch_boundary", epoch=epoch)
         if self.o.slow_update and epoch >= 2:
@@ -395,7 +394,7 @@ class Trainer:
 
         rec = await self._memo(f"{ed}/slow_update.json", f"{label}:slow_update", do_slow)
         candidate = (self.rd.root / f"{ed}/slow_update_candidate.md").read_text(encoding="utf-8")
-        if rec["decision"]["action"] in (gate_stage.ACCEPT, gate_stage.ACCEPT_NEW_BEST, gate_stage.FORCE_ACCEPT) and not st.get(f"slow_applied_{epoch}"):
+        if gate_stage.is_accepted(rec["decision"]["action"]) and not st.get(f"slow_applied_{epoch}"):
             v = self._new_version(candidate)
             st["current_version"] = v
             score = rec["decision"]["candidate_score"]
@@ -429,7 +428,7 @@ class Trainer:
 
             test[name] = await self._memo(f"final/test_{name}.json", f"final:{name}", do_test)
         await self.refresh_ledger()
-        ledger = self._ledger_cache
+        ledger = self._ledger
         summary = {
             "experiment": self.cfg.experiment,
             "run_dir": str(self.rd.root),

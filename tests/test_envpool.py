@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -20,15 +21,29 @@ def _llm_cfg(url):
     return {"backend": "compatible", "target": role, "optimizer": role}
 
 
+@contextlib.contextmanager
+def pool_on_scripted(alfworld_root, walkthroughs, settings: PoolSettings, latency_s: float = 0.0, faults=()):
+    """A scripted server, a gateway actor and an env pool on the shared games; all torn down after."""
+    import ray
+
+    srv = ScriptedServer(Policies(walkthroughs, "walkthrough"), latency_s=latency_s)
+    srv.start()
+    srv.inject(*faults)
+    gw = GatewayActor.remote(_llm_cfg(srv.base_url), None, None)
+    pool = EnvPool("alfworld", {"data_dir": str(alfworld_root), "options": {}}, gw, settings)
+    try:
+        yield pool
+    finally:
+        pool.shutdown()
+        ray.kill(gw)
+        srv.stop()
+
+
 def test_killed_actor_episodes_are_rerun_and_results_stay_aligned(ray_cluster, alfworld_root, walkthroughs):
     import ray
 
-    srv = ScriptedServer(Policies(walkthroughs, "walkthrough"), latency_s=0.15)
-    srv.start()
     tasks = walk_split(alfworld_root, "train")[:6]
-    gw = GatewayActor.remote(_llm_cfg(srv.base_url), None, None)
-    pool = EnvPool("alfworld", {"data_dir": str(alfworld_root), "options": {}}, gw, PoolSettings(2, 3, 0.0, 120.0, 2))
-    try:
+    with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(2, 3, 0.0, 120.0, 2), latency_s=0.15) as pool:
         async def go():
             run = asyncio.ensure_future(pool.run(tasks, "# skill", EpisodeContext("pooltest", False, 30, 4)))
             await asyncio.sleep(2.5)  # episodes in flight on both actors
@@ -40,45 +55,21 @@ def test_killed_actor_episodes_are_rerun_and_results_stay_aligned(ray_cluster, a
         assert [r.task_id for r in results] == [t.task_id for t in tasks]
         assert all(r.hard == 1.0 and not r.infra_error for r in results)
         assert pool.replaced >= 1 and pool.retried_episodes >= 1
-    finally:
-        pool.shutdown()
-        ray.kill(gw)
-        srv.stop()
 
 
 def test_fatal_llm_error_stops_the_rollout_instead_of_scoring_zero(ray_cluster, alfworld_root, walkthroughs):
-    import ray
-
-    srv = ScriptedServer(Policies(walkthroughs, "walkthrough"))
-    srv.start()
-    srv.inject(*[Fault(401) for _ in range(20)])
     tasks = walk_split(alfworld_root, "train")[:2]
-    gw = GatewayActor.remote(_llm_cfg(srv.base_url), None, None)
-    pool = EnvPool("alfworld", {"data_dir": str(alfworld_root), "options": {}}, gw, PoolSettings(1, 2, 0.0, 60.0, 2))
-    try:
+    faults = [Fault(401) for _ in range(20)]
+    with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(1, 2, 0.0, 60.0, 2), faults=faults) as pool:
         with pytest.raises(LLMRequestRejected, match="HTTP 401"):
             asyncio.run(pool.run(tasks, "# skill", EpisodeContext("fatal", False, 5, 2)))
-    finally:
-        pool.shutdown()
-        ray.kill(gw)
-        srv.stop()
 
 
 def test_hung_episode_times_out_and_is_reported_as_infra_failure(ray_cluster, alfworld_root, walkthroughs):
-    import ray
-
-    srv = ScriptedServer(Policies(walkthroughs, "walkthrough"), latency_s=5.0)
-    srv.start()
     tasks = walk_split(alfworld_root, "train")[:1]
-    gw = GatewayActor.remote(_llm_cfg(srv.base_url), None, None)
-    pool = EnvPool("alfworld", {"data_dir": str(alfworld_root), "options": {}}, gw, PoolSettings(1, 1, 0.0, 2.0, 1))
-    try:
+    with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(1, 1, 0.0, 2.0, 1), latency_s=5.0) as pool:
         t0 = time.monotonic()
         [r] = asyncio.run(pool.run(tasks, "# skill", EpisodeContext("hang", False, 5, 2)))
         assert r.infra_error and r.fail_reason == "infra_error" and "timed out" in r.error
         assert r.hard == 0.0 and pool.replaced == 2
         assert time.monotonic() - t0 < 30
-    finally:
-        pool.shutdown()
-        ray.kill(gw)
-        srv.stop()

@@ -23,7 +23,7 @@ def _data(url: str, out: Path, alfworld_root: Path, *extra: str) -> dict:
 
 def _run(url, out, root, *extra) -> tuple[int, Path]:
     data = _data(url, out, root, *extra)
-    return cli.run_one(data, debug=False), cli.run_dir_for(data)
+    return cli.run_one(data), cli.run_dir_for(data)
 
 
 def _fingerprint(run_dir: Path) -> dict:
@@ -137,7 +137,7 @@ def test_infra_failures_stop_the_run_with_a_clear_error(ray_cluster, scripted, a
         g.unlink()
     (root / "json_2.1.1" / "valid_seen" / "x" / "y").mkdir(parents=True)
     (root / "json_2.1.1" / "valid_seen" / "x" / "y" / "game.tw-pddl").write_text("{not json")
-    code = cli.run_one(data, debug=False)
+    code = cli.run_one(data)
     err = capsys.readouterr().err
     assert code == cli.EXIT_ERROR
     assert "failed for infrastructure reasons" in err

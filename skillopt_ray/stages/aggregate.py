@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
 from skillopt_ray.skill.edits import Edit
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -46,59 +48,56 @@ async def _merge_group(llm: Any, groups: list[list[Edit]], source: str, key: str
         return [x for g in groups for x in g]
 
 
-async def merge_hierarchical(llm: Any, patches: list[list[Edit]], merge_batch_size: int, source: str, key: str, out: AggregateOutput) -> list[Edit]:
-    """Merge groups of `merge_batch_size` patches per call, level by level, until one remains."""
-    if merge_batch_size < 2:
+async def _reduce_levels(items: list[T], size: int, merge: Callable[[list[T], int, int], Awaitable[T]]) -> Optional[T]:
+    """Merge groups of `size` items with one call each, in parallel, level by level, until one remains.
+    `merge(group, depth, group_index)`; a group of one passes up unchanged; empty results drop out."""
+    if size < 2:
         raise ValueError("merge_batch_size must be >= 2")
-    level = [p for p in patches if p]
+    level = [x for x in items if x]
     depth = 0
     while len(level) > 1:
-        groups = [level[i : i + merge_batch_size] for i in range(0, len(level), merge_batch_size)]
-        merged = await asyncio.gather(*(
-            _merge_group(llm, g, source, f"{key}/merge/{source}/L{depth}/g{j}", False, out) if len(g) > 1 else _identity(g[0])
-            for j, g in enumerate(groups)
-        ))
+        groups = [level[i : i + size] for i in range(0, len(level), size)]
+        merged = await asyncio.gather(*(merge(g, depth, j) if len(g) > 1 else _identity(g[0]) for j, g in enumerate(groups)))
         level = [m for m in merged if m]
         depth += 1
-    return level[0] if level else []
+    return level[0] if level else None
 
 
-async def _identity(x: list[Edit]) -> list[Edit]:
+async def _identity(x: T) -> T:
     return x
 
 
+async def merge_hierarchical(llm: Any, patches: list[list[Edit]], merge_batch_size: int, source: str, key: str, out: AggregateOutput) -> list[Edit]:
+    """Hierarchical merge of edit patches of one source (failure or success)."""
+    async def merge(group: list[list[Edit]], depth: int, j: int) -> list[Edit]:
+        return await _merge_group(llm, group, source, f"{key}/merge/{source}/L{depth}/g{j}", False, out)
+
+    return await _reduce_levels(patches, merge_batch_size, merge) or []
+
+
 async def _merge_candidates(llm: Any, candidates: list[str], merge_batch_size: int, key: str, out: AggregateOutput) -> str:
-    level = [c for c in candidates if c.strip()]
-    depth = 0
-    while len(level) > 1:
-        nxt = []
-        for j in range(0, len(level), merge_batch_size):
-            group = level[j : j + merge_batch_size]
-            if len(group) == 1:
-                nxt.append(group[0])
-                continue
-            out.merge_calls += 1
-            try:
-                res = await llm.chat_json(ChatRequest("optimizer", "merge", prompts.merge_candidates_messages(group),
-                                                      f"{key}/merge_cand/L{depth}/g{j}"), prompts.REWRITE_SCHEMA, "skill")
-                nxt.append(res.data["skill"])
-            except MalformedOutput as e:
-                out.fallbacks.append(f"candidate merge L{depth} g{j}: {e.message}; kept the first candidate")
-                nxt.append(group[0])
-        level = nxt
-        depth += 1
-    return level[0] if level else ""
+    """Hierarchical merge of whole candidate documents (full_rewrite_minibatch)."""
+    async def merge(group: list[str], depth: int, j: int) -> str:
+        out.merge_calls += 1
+        try:
+            res = await llm.chat_json(ChatRequest("optimizer", "merge", prompts.merge_candidates_messages(group),
+                                                  f"{key}/merge_cand/L{depth}/g{j}"), prompts.REWRITE_SCHEMA, "skill")
+            return res.data["skill"]
+        except MalformedOutput as e:
+            out.fallbacks.append(f"candidate merge L{depth} g{j}: {e.message}; kept the first candidate")
+            return group[0]
+
+    return await _reduce_levels([c for c in candidates if c.strip()], merge_batch_size, merge) or ""
 
 
 async def aggregate(llm: Any, patches: list[Any], *, mode: str, merge_batch_size: int, key: str) -> AggregateOutput:
     out = AggregateOutput()
+    fail_first = sorted(patches, key=lambda p: p.source != "failure")
     if mode == "rewrite_from_suggestions":
         seen: set[str] = set()
-        fail_first = sorted(patches, key=lambda p: p.source != "failure")
         out.suggestions = [s for p in fail_first for s in p.suggestions if not (s in seen or seen.add(s))]
         return out
     if mode == "full_rewrite_minibatch":
-        fail_first = sorted(patches, key=lambda p: p.source != "failure")
         out.candidate = await _merge_candidates(llm, [p.candidate for p in fail_first], merge_batch_size, key, out)
         return out
     fails = [p.edits for p in patches if p.source == "failure" and p.edits]

@@ -11,6 +11,13 @@ FORCE_ACCEPT = "force_accept"
 SKIP = "skip"  # nothing changed: no validation needed
 
 
+ACCEPTING = (ACCEPT, ACCEPT_NEW_BEST, FORCE_ACCEPT)
+
+
+def is_accepted(action: str) -> bool:
+    return action in ACCEPTING
+
+
 def gate_score(hard: float, soft: float, metric: str, mixed_weight: float) -> float:
     if metric == "hard":
         return hard
@@ -30,7 +37,7 @@ class GateDecision:
 
     @property
     def accepted(self) -> bool:
-        return self.action in (ACCEPT, ACCEPT_NEW_BEST, FORCE_ACCEPT)
+        return is_accepted(self.action)
 
     def to_dict(self) -> dict:
         return asdict(self)
