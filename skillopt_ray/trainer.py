@@ -264,6 +264,7 @@ class Trainer:
             return {**d.to_dict(), "hard": ev["hard"], "soft": ev["soft"]}
 
         gate = await self._memo(f"{sd}/gate.json", f"{label}:gate", do_gate)
+        await self.refresh_ledger()  # per-step token/cost metrics, and ledger.json current for budget resumes
         self._commit_step(epoch, step, stats, agg, sel, upd, refl, gate)
 
     def _commit_step(self, epoch: int, step: int, stats: Any, agg: AggregateOutput, sel: SelectOutput, upd: UpdateOutput,

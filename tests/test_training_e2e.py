@@ -68,6 +68,9 @@ def test_tiny_experiment_runs_all_stages_two_epochs(ray_cluster, scripted, alfwo
     assert run.data.params["optimizer.learning_rate"] == "4.0"
     assert "llm.target.api_key_env" in run.data.params
     assert len(client.get_metric_history(ml["run_id"], "candidate_score")) == 2
+    tokens = client.get_metric_history(ml["run_id"], "tokens_total")
+    assert len(tokens) >= 2 and tokens[0].value > 0  # per-step ledger metrics (plus the final total)
+    assert client.get_metric_history(ml["run_id"], "tokens.target.rollout")
     skills = {Path(a.path).name for a in client.list_artifacts(ml["run_id"], "skills")}
     assert {"skill_v0000.md", "skill_v0001.md"} <= skills
     assert {a.path for a in client.list_artifacts(ml["run_id"])} >= {"best_skill.md", "summary.json"}
