@@ -1,0 +1,177 @@
+"""Rollout benchmark: our asynchronous env-actor pool vs the reference's lock-step chunks, side by side.
+
+A scripted OpenAI-compatible server (localhost, fixed latency per call) replays each
+game's walkthrough after `--wander` harmless steps. Both schemes play the same real
+ALFWorld games through the same gateway actor and report:
+
+- wall time, episodes per second;
+- the model-latency bound: max(longest episode's calls x latency, all calls x latency / concurrency);
+- bound / wall (1.0 = only waiting on the model);
+- peak memory per env actor;
+- the speed-up of the pool over lock-step.
+
+Lock-step (the reference scheme): chunks of `--chunk` games, one process per game, rebuilt per
+chunk; each turn waits for every game's model call, then steps every game.
+
+    python scripts/bench_rollout.py --games 32 --concurrency 16 --latency 0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import ray  # noqa: E402
+
+from envs.alfworld.benchmark import build_messages, parse_action  # noqa: E402
+from envs.alfworld.data import walk_split  # noqa: E402
+from envs.alfworld.game import AlfWorldGame, task_text  # noqa: E402
+from envs.base import EpisodeContext, Task  # noqa: E402
+from skillopt_ray.envpool import EnvPool, PoolSettings  # noqa: E402
+from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
+from skillopt_ray.llm.types import ChatRequest  # noqa: E402
+from skillopt_ray.testing.scripted_server import Policies, ScriptedServer, alfworld_walkthroughs  # noqa: E402
+
+SKILL = "# skill\nReply with one admissible action."
+
+
+@ray.remote(num_cpus=0)
+class LockstepGame:
+    """One game in its own process, as the reference runs it."""
+
+    def __init__(self, gamefile: str):
+        self.game = AlfWorldGame(gamefile)
+
+    def reset(self) -> tuple[str, list[str]]:
+        out = self.game.reset()
+        return out.observation, out.admissible
+
+    def step(self, action: str) -> tuple[str, bool, bool, list[str]]:
+        out = self.game.step(action)
+        return out.observation, out.done, out.won, out.admissible
+
+    def memory_mb(self) -> float:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int) -> tuple[list[bool], list[int], float]:
+    won_all: list[bool] = []
+    calls_all: list[int] = []
+    peak_mem = 0.0
+    for start in range(0, len(tasks), chunk):
+        group = tasks[start : start + chunk]
+        actors = [LockstepGame.remote(t.payload["gamefile"]) for t in group]  # processes rebuilt per chunk
+        firsts = await asyncio.gather(*(a.reset.remote() for a in actors))
+        goal = [task_text(o) for o, _ in firsts]
+        obs = [o for o, _ in firsts]
+        adm = [a for _, a in firsts]
+        hist: list[list[tuple[str, str]]] = [[] for _ in group]
+        active = [True] * len(group)
+        won = [False] * len(group)
+        calls = [0] * len(group)
+        for turn in range(max_turns):
+            idx = [i for i in range(len(group)) if active[i]]
+            if not idx:
+                break
+            replies = await asyncio.gather(*(
+                gw.chat.remote(ChatRequest("target", "rollout", build_messages(SKILL, goal[i], hist[i][-4:], obs[i], adm[i]),
+                                           f"lockstep/{group[i].task_id}/t{turn}")) for i in idx))
+            for i in idx:
+                calls[i] += 1
+            steps = await asyncio.gather(*(actors[i].step.remote(parse_action(r.content) or "look") for i, r in zip(idx, replies)))
+            for i, r, (o, done, w, a) in zip(idx, replies, steps):
+                hist[i].append((parse_action(r.content) or "look", o))
+                obs[i], adm[i] = o, a or adm[i]
+                if w or done:
+                    active[i] = False
+                    won[i] = w
+        mems = await asyncio.gather(*(a.memory_mb.remote() for a in actors))
+        peak_mem = max([peak_mem, *mems])
+        for a in actors:
+            ray.kill(a)
+        won_all += won
+        calls_all += calls
+    return won_all, calls_all, peak_mem
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=os.environ.get("ALFWORLD_DATA") or str(REPO.parent / "shared" / "data" / "alfworld"))
+    ap.add_argument("--games", type=int, default=32)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--actors", type=int, default=4)
+    ap.add_argument("--latency", type=float, default=0.1)
+    ap.add_argument("--wander", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=8)
+    ap.add_argument("--max-turns", type=int, default=50)
+    ap.add_argument("--json", default=None, help="also write the numbers to this file")
+    a = ap.parse_args()
+
+    root = Path(a.data)
+    if not (root / "json_2.1.1").is_dir():
+        from envs.alfworld.samples import ensure_sample_games
+
+        root = ensure_sample_games()
+    tasks = walk_split(root, "all")
+    tasks = (tasks * (a.games // len(tasks) + 1))[: a.games]
+    # repeated games get distinct ids so every episode has its own script position
+    tasks = [Task(f"{t.task_id}", t.task_type, t.payload) for t in tasks]
+    walks = alfworld_walkthroughs(tasks)
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             object_store_memory=200 * 1024 * 1024)
+    srv = ScriptedServer(Policies(walks, "walkthrough", wander=a.wander), latency_s=a.latency)
+    srv.start()
+    role = {"provider": "openai", "model": "scripted", "base_url": srv.base_url, "structured_output": "none",
+            "max_concurrency": max(64, a.concurrency)}
+    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)
+    try:
+        per_actor = max(1, a.concurrency // a.actors)
+        pool = EnvPool("alfworld", {"data_dir": str(root), "options": {}}, gw, PoolSettings(a.actors, per_actor, 0.0, 600.0, 1))
+        ray.get([act.pid.remote() for act in pool.actors])  # actors up before the clock starts
+        ctx = EpisodeContext("pool", False, a.max_turns, 4)
+        t0 = time.monotonic()
+        results = asyncio.run(pool.run(tasks, SKILL, ctx))
+        pool_wall = time.monotonic() - t0
+        pool_mem = max(asyncio.run(pool.memory_mb()))
+        pool.shutdown()
+        pool_turns = [r.n_turns for r in results]
+        # no scheme beats the longest episode's model time, nor total model time spread over C slots
+        bound = max(max(pool_turns) * a.latency, sum(pool_turns) * a.latency / a.concurrency)
+        pool_won = sum(r.hard for r in results)
+
+        t0 = time.monotonic()
+        ls_won, ls_calls, ls_mem = asyncio.run(lockstep(tasks, gw, a.chunk, a.max_turns))
+        ls_wall = time.monotonic() - t0
+    finally:
+        srv.stop()
+        ray.shutdown()
+
+    out = {
+        "games": len(tasks), "concurrency": a.concurrency, "latency_s": a.latency, "wander": a.wander, "cpus": os.cpu_count(),
+        "pool": {"wall_s": round(pool_wall, 2), "episodes_per_s": round(len(tasks) / pool_wall, 3), "won": pool_won,
+                 "latency_bound_s": round(bound, 2), "bound_over_wall": round(bound / pool_wall, 3),
+                 "peak_mem_mb_per_actor": round(pool_mem, 1)},
+        "lockstep": {"wall_s": round(ls_wall, 2), "episodes_per_s": round(len(tasks) / ls_wall, 3), "won": sum(ls_won),
+                     "chunk": a.chunk, "peak_mem_mb_per_process": round(ls_mem, 1)},
+        "speedup_pool_over_lockstep": round(ls_wall / pool_wall, 2),
+    }
+    print(json.dumps(out, indent=2))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
