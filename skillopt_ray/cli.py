@@ -236,6 +236,33 @@ def summary_table(s: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def job_submission_id() -> Optional[str]:
+    """The `ray job submit` submission id when we run as a job's entrypoint, else None."""
+    import json
+
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if not raw:
+        return None
+    try:
+        return json.loads(raw).get("metadata", {}).get("job_submission_id")
+    except ValueError:
+        return None
+
+
+def record_job(run_dir: Path) -> None:
+    """Map the job to its run: every submission that worked on this run directory is listed in jobs.json."""
+    job = job_submission_id()
+    if not job:
+        return
+    from skillopt_ray.utils.io import atomic_write_json, read_json
+
+    path = run_dir / "jobs.json"
+    jobs = read_json(path) if path.exists() else []
+    jobs.append({"submission_id": job, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    atomic_write_json(path, jobs)
+    print(f"ray job {job} -> run directory {run_dir}", file=sys.stderr)
+
+
 def run_one(data: dict[str, Any]) -> int:
     """Run a composed, validated config end to end; returns the exit code."""
     import ray
@@ -252,6 +279,7 @@ def run_one(data: dict[str, Any]) -> int:
     elif (run_dir / "state.json").exists():
         print(f"resuming run in {run_dir}", file=sys.stderr)
     run_dir.mkdir(parents=True, exist_ok=True)
+    record_job(run_dir)
     check_keys(data)
     server: Optional[EmbeddedServer] = None
     needs_embedded = any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer")) and data["llm"]["cache_mode"] != "replay"

@@ -67,6 +67,9 @@ class Run:
         run_info = self.rd.read_json("mlflow_run.json") or {}
         run_id = self.tracker.start(run_info.get("run_id"), self.rd.root.name,
                                     {"experiment": cfg.experiment, "seed": str(cfg.seed), "mode": cfg.mode, "run_dir": str(self.rd.root)})
+        jobs = self.rd.read_json("jobs.json")
+        if jobs:
+            self.tracker.set_tags({"ray_job_submission_id": jobs[-1]["submission_id"]})
         if run_id:
             self.rd.write_json("mlflow_run.json", {"run_id": run_id, "tracking_uri": uri, "experiment_id": self.tracker.experiment_id})
             self.tracker.log_params(redact(self.cfg_dict))
