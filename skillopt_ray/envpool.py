@@ -61,6 +61,7 @@ class EnvPool:
         self.replaced = 0
         self.retried_episodes = 0
         self._slots: Optional[asyncio.Queue[int]] = None
+        self._slots_loop: Optional[asyncio.AbstractEventLoop] = None
         self.episodes_done = 0
         self.episodes_total = 0
 
@@ -70,7 +71,10 @@ class EnvPool:
         )
 
     def _queue(self) -> asyncio.Queue[int]:
-        if self._slots is None:
+        """Free slots (one entry per episode an actor may run), bound to the running event loop."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots_loop = loop
             self._slots = asyncio.Queue()
             for _ in range(self.s.episodes_per_actor):
                 for i in range(len(self.actors)):

@@ -117,3 +117,27 @@ def test_generated_sample_games_are_winnable(tmp_path):
         assert verify_game(g)  # replayed independently on the real engine
         types.add(g.parent.parent.name.split("-")[0])
     assert types == set(TASK_TYPES)
+
+
+def test_replayed_games_come_from_the_cache_and_play_identically(alfworld_root, walkthroughs):
+    tasks = walk_split(alfworld_root, "train")[:2]
+    srv = ScriptedServer(Policies(walkthroughs, "walkthrough", wander=2))
+    srv.start()
+    try:
+        async def go():
+            gw = _gateway(srv.base_url)
+            llm = LLMHandle(gw)
+            bench = AlfWorldBenchmark({"data_dir": str(alfworld_root), "options": {}})
+            passes = []
+            for p in range(2):
+                ctx = EpisodeContext(f"pass{p}", False, 20, 4)
+                passes.append([await bench.run_episode(t, "# skill", llm, ctx) for t in tasks])
+            await gw.close()
+            return bench, passes
+
+        bench, (first, second) = asyncio.run(go())
+        assert bench._games.loads == 2  # the second pass reset cached games instead of loading them
+        assert [r.trajectory for r in first] == [r.trajectory for r in second]
+        assert all(r.hard == 1.0 for r in first + second)
+    finally:
+        srv.stop()

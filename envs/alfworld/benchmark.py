@@ -29,6 +29,7 @@ _ACTION_TAG = re.compile(r"<action>\s*(.*?)\s*</action>", re.DOTALL | re.IGNOREC
 class AlfWorldOptions:
     skip_missing_games: bool = False
     sample_dir: Optional[str] = None  # where built-in sample games are generated
+    cached_games: int = 32  # loaded games kept per env actor: replays skip the PDDL load (0 = off)
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> "AlfWorldOptions":
@@ -37,6 +38,29 @@ class AlfWorldOptions:
         if unknown:
             raise DataError(f"unknown env.options key(s) for alfworld: {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
         return AlfWorldOptions(**raw)
+
+
+class GameCache:
+    """Loaded games kept for reuse, so replaying a game (every gate replays the selection split)
+    costs a reset, not a load. One instance serves one episode at a time."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._free: dict[str, list[AlfWorldGame]] = {}
+        self.loads = 0
+
+    def acquire(self, gamefile: str) -> AlfWorldGame:
+        free = self._free.get(gamefile)
+        if free:
+            return free.pop()
+        self.loads += 1
+        return AlfWorldGame(gamefile)
+
+    def release(self, game: AlfWorldGame) -> None:
+        if sum(len(v) for v in self._free.values()) >= self.capacity:
+            game.close()
+            return
+        self._free.setdefault(game.gamefile, []).append(game)
 
 
 def action_schema(admissible: list[str]) -> dict[str, Any]:
@@ -100,6 +124,7 @@ class AlfWorldBenchmark(Benchmark):
         super().__init__(env_cfg)
         self.options = AlfWorldOptions.parse(dict(env_cfg.get("options") or {}))
         self._root = alf_data.resolve_root(env_cfg.get("data_dir"))
+        self._games = GameCache(self.options.cached_games)
         self._using_samples = self._root is None
         if self._using_samples:
             from envs.alfworld.samples import ensure_sample_games
@@ -124,11 +149,11 @@ class AlfWorldBenchmark(Benchmark):
         gamefile = task.payload["gamefile"]
         if not Path(gamefile).is_file():
             return EpisodeResult(task.task_id, task.task_type, error=f"game file missing: {gamefile}", infra_error=True, fail_reason="infra_error")
-        game = AlfWorldGame(gamefile)
+        game = self._games.acquire(gamefile)
         try:
             return await self._play(game, task, skill, llm, ctx)
         finally:
-            game.close()
+            self._games.release(game)
 
     async def _play(self, game: AlfWorldGame, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         first = game.reset()
