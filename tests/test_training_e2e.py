@@ -144,3 +144,10 @@ def test_infra_failures_stop_the_run_with_a_clear_error(ray_cluster, scripted, a
     err = capsys.readouterr().err
     assert code == cli.EXIT_ERROR
     assert "failed for infrastructure reasons" in err
+
+
+def test_missing_data_dir_is_one_line_exit_2(ray_cluster, scripted, tmp_path, capsys):
+    code, _ = _run(scripted.base_url, tmp_path / "o", tmp_path / "no-such-data")
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_CONFIG
+    assert "error: ALFWorld data directory" in err and "does not exist" in err and "Traceback" not in err
