@@ -40,6 +40,11 @@ class EpisodeResult:
         return EpisodeResult(**d)
 
     @property
+    def data_error(self) -> bool:
+        """The task's own data is broken (a corrupt workbook, say): not the agent's failure, not infra."""
+        return self.fail_reason == "data_error"
+
+    @property
     def success(self) -> bool:
         return self.hard >= 1.0
 

@@ -141,7 +141,7 @@ class Run:
                    "eval": stats.to_dict(), "tokens": ledger["totals"], "run_dir": str(self.rd.root)}
         self.rd.write_json("summary.json", summary)
         if self.tracker:
-            self.tracker.log_metrics({"eval_hard": stats.hard, "eval_soft": stats.soft, "eval_infra_errors": stats.infra_errors}, 0)
+            self.tracker.log_metrics({"eval_hard": stats.hard, "eval_soft": stats.soft, "eval_infra_errors": stats.infra_errors, "eval_data_errors": stats.data_errors}, 0)
             for t, v in stats.per_type.items():
                 self.tracker.log_metrics({f"eval_hard.{t}": v["hard"], f"eval_soft.{t}": v["soft"]}, 0)
             self.tracker.log_artifact(p, "skills")

@@ -130,7 +130,7 @@ class Trainer:
         res = await rollout(self.runner, tasks, skill, self._ctx(f"eval/{skill_hash(skill)}", False),
                             self.o.max_infra_failure_fraction, what)
         stats = summarize(res)
-        entry = {"hard": stats.hard, "soft": stats.soft, "per_type": stats.per_type, "infra_errors": stats.infra_errors, "n": stats.n}
+        entry = {"hard": stats.hard, "soft": stats.soft, "per_type": stats.per_type, "infra_errors": stats.infra_errors, "data_errors": stats.data_errors, "n": stats.n}
         cache[key] = entry
         return entry
 
@@ -300,7 +300,7 @@ class Trainer:
         st["global_step"] += 1
         record = {
             "global_step": st["global_step"], "epoch": epoch, "step": step, "action": action,
-            "rollout_hard": stats.hard, "rollout_soft": stats.soft, "infra_errors": stats.infra_errors,
+            "rollout_hard": stats.hard, "rollout_soft": stats.soft, "infra_errors": stats.infra_errors, "data_errors": stats.data_errors,
             "candidate_score": gate["candidate_score"], "current_score": st["current_score"], "best_score": st["best_score"],
             "budget": sel.budget, "n_patches": len(refl.patches), "n_merged": len(agg.edits), "n_selected": len(sel.selected),
             "n_applied": upd.n_applied, "skill_chars": len(self.skill_text(st["current_version"])), "skill_version": st["current_version"],
@@ -435,7 +435,7 @@ class Trainer:
             "run_dir": str(self.rd.root),
             "seed": self.cfg.seed,
             "selection": {"initial": st["initial_score"], "best": st["best_score"], "final": st["current_score"]},
-            "test": {k: {"hard": v["hard"], "soft": v["soft"], "per_type": v["per_type"], "n": v["n"], "infra_errors": v["infra_errors"]}
+            "test": {k: {"hard": v["hard"], "soft": v["soft"], "per_type": v["per_type"], "n": v["n"], "infra_errors": v["infra_errors"], "data_errors": v.get("data_errors", 0)}
                      for k, v in test.items()},
             "delta_test_hard_best_vs_initial": test["best"]["hard"] - test["initial"]["hard"],
             "delta_test_soft_best_vs_initial": test["best"]["soft"] - test["initial"]["soft"],

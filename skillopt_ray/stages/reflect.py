@@ -47,7 +47,7 @@ class ReflectOutput:
 
 def minibatches(results: list[EpisodeResult], size: int, rng: random.Random) -> tuple[list[list[EpisodeResult]], list[list[EpisodeResult]]]:
     """Failures and successes split, each shuffled with the step's RNG and cut into minibatches."""
-    fails = [r for r in results if not r.success and not r.infra_error]
+    fails = [r for r in results if not r.success and not r.infra_error and not r.data_error]
     wins = [r for r in results if r.success]
     rng.shuffle(fails)
     rng.shuffle(wins)

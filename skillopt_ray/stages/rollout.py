@@ -23,10 +23,11 @@ class RolloutStats:
     hard: float = 0.0
     soft: float = 0.0
     infra_errors: int = 0
+    data_errors: int = 0
     per_type: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "hard": self.hard, "soft": self.soft, "infra_errors": self.infra_errors, "per_type": self.per_type}
+        return {"n": self.n, "hard": self.hard, "soft": self.soft, "infra_errors": self.infra_errors, "data_errors": self.data_errors, "per_type": self.per_type}
 
 
 def summarize(results: list[EpisodeResult]) -> RolloutStats:
@@ -46,6 +47,7 @@ def summarize(results: list[EpisodeResult]) -> RolloutStats:
         hard=sum(r.hard for r in results) / n,
         soft=sum(r.soft for r in results) / n,
         infra_errors=sum(r.infra_error for r in results),
+        data_errors=sum(r.data_error for r in results),
         per_type=per_type,
     )
 

@@ -59,10 +59,13 @@ def _stage_task_id(key: str) -> tuple[str, int]:
 class Policies:
     """Deterministic role policies. `walkthroughs` maps task_id -> winning actions."""
 
-    def __init__(self, walkthroughs: Optional[dict[str, list[str]]] = None, target: str = "walkthrough", wander: int = 0):
+    def __init__(self, walkthroughs: Optional[dict[str, list[str]]] = None, target: str = "walkthrough", wander: int = 0,
+                 answers: Optional[dict[str, tuple[str, str, str]]] = None):
         self.walkthroughs = walkthroughs or {}
         self.target = target  # walkthrough | rule_gated | nonsense
         self.wander = wander
+        # one-shot benchmarks (spreadsheets, QA): task_id -> (task_type, right reply, wrong reply)
+        self.answers = answers or {}
 
     def answer(self, body: dict[str, Any], headers: dict[str, str]) -> str:
         role = headers.get("x-skillopt-role", "")
@@ -74,8 +77,13 @@ class Policies:
     def target_reply(self, body: dict[str, Any], key: str) -> str:
         if self.target == "nonsense":
             return "I would rather talk about turtles."
-        task_id, turn = _stage_task_id(key)
         system = body["messages"][0]["content"]
+        m = re.search(r"/([^/]+)/t\d+$", key)
+        if self.answers and m and m.group(1) in self.answers:
+            task_type, right, wrong = self.answers[m.group(1)]
+            gated = self.target == "rule_gated" and f"RULE-{task_type}" not in system
+            return wrong if gated else right
+        task_id, turn = _stage_task_id(key)
         if self.target == "rule_gated":
             task_type = task_id.split("/")[1].split("-")[0] if "/" in task_id else ""
             if f"RULE-{task_type}" not in system:
