@@ -63,7 +63,7 @@ class SheetOptions:
         if unknown:
             raise DataError(f"unknown env.options key(s) for spreadsheetbench: {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
         opts = SheetOptions(**raw)
-        opts.env_allow = tuple(opts.env_allow)
+        opts.env_allow = tuple(opts.env_allow or ())
         if opts.sandbox not in ISOLATIONS:
             raise DataError(f"env.options.sandbox must be one of {', '.join(ISOLATIONS)}, got {opts.sandbox!r}")
         return opts

@@ -1,0 +1,65 @@
+"""`+experiment=spreadsheetbench` and `+experiment=searchqa` end to end through the driver, with a rule-gated scripted target:
+it answers right only once the optimizer has written the rule for the task's type into the skill."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from envs.searchqa.samples import make_items
+from envs.spreadsheetbench.samples import SAMPLE_SPLITS, SOLUTIONS, TEMPLATES
+from skillopt_ray import cli
+from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+
+pytestmark = pytest.mark.slow
+
+
+def _run(url: str, out: Path, experiment: str, *extra: str) -> tuple[int, Path]:
+    overrides = [f"+experiment={experiment}", "+smoke=tiny", "llm=compatible", f"llm.base_url={url}", f"output_dir={out}",
+                 "debug.progress=off", *extra]
+    _obj, data = cli.typed(cli.compose(overrides))
+    data = cli.resolve_paths(data)
+    return cli.run_one(data), cli.run_dir_for(data)
+
+
+def _check_learned(rd: Path) -> dict:
+    summary = json.loads((rd / "summary.json").read_text())
+    assert summary["test"]["initial"]["hard"] == 0.0 and summary["test"]["best"]["hard"] == 1.0, summary["test"]
+    assert summary["counts"]["accept"] >= 1 and "RULE-" in (rd / "best_skill.md").read_text()
+    return summary
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh installs it)")
+def test_spreadsheetbench_experiment_learns_on_sample_tasks(ray_cluster, tmp_path, capsys):
+    wrong = "import os, shutil\nshutil.copy(os.environ['INPUT_PATH'], os.environ['OUTPUT_PATH'])\n"
+    answers = {}
+    for t in TEMPLATES:
+        kind = "cell" if t.kind.startswith("Cell") else "sheet"
+        for split, n in SAMPLE_SPLITS.items():
+            for i in range(n):
+                answers[f"sample-{t.name}-{split}{i}"] = (kind, f"```python\n{SOLUTIONS[t.name]}```", f"```python\n{wrong}```")
+    with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
+        code, rd = _run(srv.base_url, tmp_path / "out", "spreadsheetbench", f"env.options.sample_dir={tmp_path / 'samples'}",
+                        "env.max_turns=2", "env.limit_test=4")
+    assert code == 0
+    _check_learned(rd)
+    rollout = json.loads((rd / "steps/e01_s001/rollout.json").read_text())
+    assert all(r["fail_reason"] == "wrong_values" and r["n_turns"] == 2 for r in rollout)  # training feedback, then max turns
+    captured = capsys.readouterr()
+    assert "built-in sample tasks" in captured.out + captured.err
+
+
+def test_searchqa_experiment_learns_on_a_fixture(ray_cluster, tmp_path):
+    items = make_items(seed=3)
+    for split, part in (("train", items[:8]), ("val", items[8:12]), ("test", items[12:16])):
+        (tmp_path / "qa" / split).mkdir(parents=True)
+        (tmp_path / "qa" / split / "items.json").write_text(json.dumps(part))
+    answers = {it["id"]: ("qa", f"<answer>{it['answers'][0]}</answer>", "<answer>I do not know</answer>") for it in items}
+    with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
+        code, rd = _run(srv.base_url, tmp_path / "out", "searchqa", f"env.data_dir={tmp_path / 'qa'}")
+    assert code == 0
+    summary = _check_learned(rd)
+    assert summary["test"]["best"]["soft"] == 1.0

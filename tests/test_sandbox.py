@@ -1,0 +1,144 @@
+"""Hostile model-written programs: each is contained and reported, and the host is unaffected."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from envs.sandbox import Limits, Sandbox, SandboxUnavailable
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh installs it)")
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return Sandbox("bwrap", Limits(cpu_s=4, wall_s=8, memory_mb=1024, file_mb=8, processes=16, output_chars=2000))
+
+
+def run(sandbox, code: str, tmp_path: Path, **kw):
+    return sandbox.run(code, {}, tmp_path / "out", **kw)
+
+
+def _processes_named(word: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if word in Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def test_a_normal_script_runs_with_its_inputs_and_keeps_its_output(sandbox, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("41")
+    r = sandbox.run("import os, openpyxl\nv = int(open(os.environ['INPUT_PATH']).read())\nopen('out.txt', 'w').write(str(v + 1))\nprint('done')",
+                    {"in.txt": src}, tmp_path / "out", env={"INPUT_PATH": "{dir}/in.txt"}, keep=("out.txt",))
+    assert r.ok and r.stdout.strip() == "done"
+    assert r.files["out.txt"].read_text() == "42"
+
+
+def test_api_keys_in_the_environment_are_not_visible(sandbox, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-value")
+    r = run(sandbox, "import os\nprint(sorted(os.environ))\nprint(os.environ.get('OPENAI_API_KEY'))", tmp_path)
+    assert r.ok and "sk-test-secret-value" not in r.stdout and "OPENAI_API_KEY" not in r.stdout
+
+
+def test_files_outside_the_run_directory_cannot_be_read(sandbox, tmp_path):
+    secret = Path.home() / f".skillopt-test-secret-{os.getpid()}"
+    secret.write_text("top secret")
+    try:
+        r = run(sandbox, f"print(open({str(secret)!r}).read())", tmp_path)
+        assert not r.ok and "top secret" not in r.stdout and "FileNotFoundError" in r.stderr
+        r = run(sandbox, "import os\nprint(os.listdir(os.path.expanduser('~')), os.path.exists('/etc/passwd'))", tmp_path)
+        assert "False" in r.stdout and secret.name not in r.stdout
+    finally:
+        secret.unlink()
+
+
+def test_no_network(sandbox, tmp_path):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    accepted: list = []
+
+    def accept() -> None:
+        try:
+            accepted.append(srv.accept())
+        except OSError:
+            pass  # timed out: nobody connected, which is the point
+
+    srv.settimeout(3)
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        r = run(sandbox, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)", tmp_path)
+        assert not r.ok and ("ConnectionRefusedError" in r.stderr or "unreachable" in r.stderr)
+        r = run(sandbox, "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)", tmp_path)
+        assert not r.ok and "Network is unreachable" in r.stderr
+        t.join(4)
+        assert not accepted  # the host's listener never saw a connection
+    finally:
+        srv.close()
+
+
+def test_fork_bomb_is_capped(sandbox, tmp_path):
+    t0 = time.monotonic()
+    r = run(sandbox, "import os\nwhile True:\n    os.fork()", tmp_path)
+    assert not r.ok and time.monotonic() - t0 < 15
+    assert "BlockingIOError" in r.stderr or "Resource temporarily unavailable" in r.stderr or r.timed_out
+    assert not _processes_named("while True:\n    os.fork()")
+
+
+def test_allocating_ten_gigabytes_fails_inside(sandbox, tmp_path):
+    r = run(sandbox, "x = bytearray(10 * 1024 ** 3)", tmp_path)
+    assert not r.ok and "MemoryError" in r.stderr
+
+
+def test_infinite_loop_hits_the_cpu_limit(sandbox, tmp_path):
+    r = run(sandbox, "while True:\n    pass", tmp_path)
+    assert not r.ok and r.wall_s < 8 and "CPU" in r.describe()
+
+
+def test_sleeping_forever_hits_the_wall_clock_limit(sandbox, tmp_path):
+    r = run(sandbox, "import time\ntime.sleep(1000)", tmp_path)
+    assert r.timed_out and "wall-clock" in r.describe() and 7 < r.wall_s < 20
+
+
+def test_huge_file_is_stopped_at_the_file_size_limit(sandbox, tmp_path):
+    r = run(sandbox, "f = open('big', 'wb')\nwhile True:\n    f.write(b'x' * 1024 * 1024)", tmp_path, keep=("big",))
+    assert not r.ok and ("File too large" in r.stderr or "SIGXFSZ" in r.describe())
+    assert "big" not in r.files or r.files["big"].stat().st_size <= 8 * 1024 * 1024
+
+
+def test_megabytes_of_output_are_bounded(sandbox, tmp_path):
+    r = run(sandbox, "print('x' * 3_000_000)", tmp_path)
+    assert r.ok and len(r.stdout) < 2200 and "omitted" in r.stdout
+
+
+def test_background_processes_die_with_the_sandbox(sandbox, tmp_path):
+    marker = f"skillopt-bg-{os.getpid()}"
+    r = run(sandbox, "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 300; echo " + marker + "'], start_new_session=True)\nprint('spawned')", tmp_path)
+    assert r.ok and "spawned" in r.stdout
+    time.sleep(0.5)
+    assert not _processes_named(marker)
+
+
+def test_unknown_isolation_is_refused():
+    with pytest.raises(SandboxUnavailable, match="unknown sandbox isolation"):
+        Sandbox("chroot")
+
+
+def test_missing_bubblewrap_names_the_fix_and_the_opt_out(monkeypatch):
+    monkeypatch.setattr("envs.sandbox.bwrap_path", lambda: None)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap.*sandbox=none"):
+        Sandbox("bwrap")
