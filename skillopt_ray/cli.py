@@ -265,6 +265,24 @@ def record_job(run_dir: Path) -> None:
 
 def run_one(data: dict[str, Any]) -> int:
     """Run a composed, validated config end to end; returns the exit code."""
+    outcome = execute(data)
+    for note in outcome.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
+    if outcome["status"] != "ok":
+        print(f"error: {outcome['message']}", file=sys.stderr)
+        return int(outcome["exit"])
+    print(summary_table(outcome["summary"]))
+    print(f"run directory: {outcome['run_dir']}")
+    ml = outcome.get("mlflow")
+    if ml:
+        print(f"mlflow run: {ml['run_id']} (tracking uri {ml['tracking_uri']}; view with: mlflow ui --backend-store-uri {ml['tracking_uri']} --host 127.0.0.1)")
+    return EXIT_OK
+
+
+def execute(data: dict[str, Any]) -> dict[str, Any]:
+    """One training (or eval) run through the driver actor; the outcome dict it returns says how it ended.
+
+    Used by the CLI and by each sweep trial, so both run exactly the same code."""
     import ray
 
     from skillopt_ray.driver import DriverActor
@@ -314,17 +332,7 @@ def run_one(data: dict[str, Any]) -> int:
     finally:
         if server is not None:
             server.stop()
-    for note in outcome.get("notes", []):
-        print(f"note: {note}", file=sys.stderr)
-    if outcome["status"] != "ok":
-        print(f"error: {outcome['message']}", file=sys.stderr)
-        return int(outcome["exit"])
-    print(summary_table(outcome["summary"]))
-    print(f"run directory: {outcome['run_dir']}")
-    ml = outcome.get("mlflow")
-    if ml:
-        print(f"mlflow run: {ml['run_id']} (tracking uri {ml['tracking_uri']}; view with: mlflow ui --backend-store-uri {ml['tracking_uri']} --host 127.0.0.1)")
-    return EXIT_OK
+    return outcome
 
 
 def expand_multirun(overrides: list[str]) -> list[list[str]]:

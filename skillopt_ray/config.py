@@ -135,6 +135,8 @@ class TrackingConfig:
     mlflow: bool = True
     tracking_uri: Optional[str] = None  # None: sqlite store under output_dir
     experiment_name: Optional[str] = None  # None: the experiment name
+    parent_run_id: Optional[str] = None  # set by sweeps: this run is a child of the sweep's run
+    tags: dict[str, str] = field(default_factory=dict)  # extra run tags (sweeps: swept values, seed)
 
 
 @dataclass

@@ -65,8 +65,10 @@ class Run:
         uri = t.tracking_uri or default_tracking_uri(Path(cfg.output_dir))
         self.tracker = Tracker(t.mlflow, uri, t.experiment_name or cfg.experiment, Path(cfg.output_dir) / "mlflow-artifacts")
         run_info = self.rd.read_json("mlflow_run.json") or {}
-        run_id = self.tracker.start(run_info.get("run_id"), self.rd.root.name,
-                                    {"experiment": cfg.experiment, "seed": str(cfg.seed), "mode": cfg.mode, "run_dir": str(self.rd.root)})
+        tags = {"experiment": cfg.experiment, "seed": str(cfg.seed), "mode": cfg.mode, "run_dir": str(self.rd.root), **t.tags}
+        if t.parent_run_id:
+            tags["mlflow.parentRunId"] = t.parent_run_id
+        run_id = self.tracker.start(run_info.get("run_id"), self.rd.root.name, tags)
         jobs = self.rd.read_json("jobs.json")
         if jobs:
             self.tracker.set_tags({"ray_job_submission_id": jobs[-1]["submission_id"]})
