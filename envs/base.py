@@ -93,5 +93,16 @@ class Benchmark(ABC):
         pass
 
 
+def parse_options(cls: type, raw: dict[str, Any], env_name: str) -> Any:
+    """A benchmark's typed `env.options` dataclass from the config dict; unknown keys are a clear error."""
+    from dataclasses import fields
+
+    allowed = {f.name for f in fields(cls)}
+    unknown = set(raw) - allowed
+    if unknown:
+        raise DataError(f"unknown env.options key(s) for {env_name}: {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
+    return cls(**raw)
+
+
 class DataError(ValueError):
     """Missing or malformed benchmark data; the message names the path and the fix."""

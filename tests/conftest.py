@@ -49,3 +49,16 @@ def scripted(walkthroughs):
     srv.start()
     yield srv
     srv.stop()
+
+
+def qa_fixture(root: Path) -> dict:
+    """SearchQA items in train/val/test folders under `root`; returns the scripted server's rule-gated answers."""
+    import json
+
+    from envs.searchqa.samples import make_items
+
+    items = make_items(seed=3)
+    for split, part in (("train", items[:8]), ("val", items[8:12]), ("test", items[12:16])):
+        (root / split).mkdir(parents=True)
+        (root / split / "items.json").write_text(json.dumps(part))
+    return {it["id"]: ("qa", f"<answer>{it['answers'][0]}</answer>", "<answer>I do not know</answer>") for it in items}

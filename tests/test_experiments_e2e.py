@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from envs.searchqa.samples import make_items
 from envs.spreadsheetbench.samples import SAMPLE_SPLITS, SOLUTIONS, TEMPLATES
 from skillopt_ray import cli
 from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+
+from conftest import qa_fixture
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +54,7 @@ def test_spreadsheetbench_experiment_learns_on_sample_tasks(ray_cluster, tmp_pat
 
 
 def test_searchqa_experiment_learns_on_a_fixture(ray_cluster, tmp_path):
-    items = make_items(seed=3)
-    for split, part in (("train", items[:8]), ("val", items[8:12]), ("test", items[12:16])):
-        (tmp_path / "qa" / split).mkdir(parents=True)
-        (tmp_path / "qa" / split / "items.json").write_text(json.dumps(part))
-    answers = {it["id"]: ("qa", f"<answer>{it['answers'][0]}</answer>", "<answer>I do not know</answer>") for it in items}
+    answers = qa_fixture(tmp_path / "qa")
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
         code, rd = _run(srv.base_url, tmp_path / "out", "searchqa", f"env.data_dir={tmp_path / 'qa'}")
     assert code == 0

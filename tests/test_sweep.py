@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from envs.searchqa.samples import make_items
 from skillopt_ray import compare, sweep
 from skillopt_ray.cli import UsageError
 from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+
+from conftest import qa_fixture
 
 
 def test_presets_combine_with_seeds_and_command_line_params():
@@ -67,11 +68,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_sweep_resumes_logs_parent_and_children_and_compares(ray_cluster, tmp_path):
-    items = make_items(seed=3)
-    for split, part in (("train", items[:8]), ("val", items[8:12]), ("test", items[12:16])):
-        (tmp_path / "qa" / split).mkdir(parents=True)
-        (tmp_path / "qa" / split / "items.json").write_text(json.dumps(part))
-    answers = {it["id"]: ("qa", f"<answer>{it['answers'][0]}</answer>", "<answer>I do not know</answer>") for it in items}
+    answers = qa_fixture(tmp_path / "qa")
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
         args = ["+experiment=searchqa", "+smoke=tiny", "llm=compatible", f"llm.base_url={srv.base_url}", f"output_dir={tmp_path / 'out'}",
                 f"env.data_dir={tmp_path / 'qa'}", "+sweep=lr", "sweep.params.optimizer.learning_rate=[2,4]", "seeds=2",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from envs.alfworld import data as alf_data
 from envs.alfworld.game import AlfWorldGame, task_text
-from envs.base import Benchmark, DataError, EpisodeContext, EpisodeResult, LLM, Task
+from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_ray.llm.types import ChatRequest
 
 SEED_SKILL = """# ALFWorld household task skill
@@ -33,11 +33,7 @@ class AlfWorldOptions:
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> "AlfWorldOptions":
-        allowed = {f.name for f in fields(AlfWorldOptions)}
-        unknown = set(raw) - allowed
-        if unknown:
-            raise DataError(f"unknown env.options key(s) for alfworld: {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
-        return AlfWorldOptions(**raw)
+        return parse_options(AlfWorldOptions, raw, "alfworld")
 
 
 class GameCache:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from envs.base import Benchmark, DataError, EpisodeContext, EpisodeResult, LLM, Task
+from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from envs.searchqa.scoring import score
 from skillopt_ray.llm.types import ChatRequest
 
@@ -40,11 +40,7 @@ class QAOptions:
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> "QAOptions":
-        allowed = {f.name for f in fields(QAOptions)}
-        unknown = set(raw) - allowed
-        if unknown:
-            raise DataError(f"unknown env.options key(s) for searchqa: {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
-        return QAOptions(**raw)
+        return parse_options(QAOptions, raw, "searchqa")
 
 
 def split_documents(context: str) -> list[str]:

@@ -12,13 +12,13 @@ import json
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import openpyxl
 
-from envs.base import Benchmark, DataError, EpisodeContext, EpisodeResult, LLM, Task
+from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxUnavailable
 from envs.spreadsheetbench import data as sb_data
 from envs.spreadsheetbench import readcells
@@ -58,11 +58,7 @@ class SheetOptions:
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> "SheetOptions":
-        allowed = {f.name for f in fields(SheetOptions)}
-        unknown = set(raw) - allowed
-        if unknown:
-            raise DataError(f"unknown env.options key(s) for spreadsheetbench: {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
-        opts = SheetOptions(**raw)
+        opts = parse_options(SheetOptions, raw, "spreadsheetbench")
         opts.env_allow = tuple(opts.env_allow or ())
         if opts.sandbox not in ISOLATIONS:
             raise DataError(f"env.options.sandbox must be one of {', '.join(ISOLATIONS)}, got {opts.sandbox!r}")

@@ -49,14 +49,14 @@ def decode(v: Any) -> Any:
     return v
 
 
-def _col(letters: str) -> int:
+def col_to_num(letters: str) -> int:
     n = 0
     for ch in letters:
-        n = n * 26 + ord(ch) - 64
+        n = n * 26 + ord(ch.upper()) - 64
     return n
 
 
-def _letters(n: int) -> str:
+def num_to_col(n: int) -> str:
     out = ""
     while n:
         n, r = divmod(n - 1, 26)
@@ -112,11 +112,11 @@ def recalculate(path: str, cells: list[tuple[str, str]]) -> dict[tuple[str, str]
     boxes: dict[str, list[int]] = {}
     for sheet, cell in cells:
         m = re.match(r"([A-Z]+)(\d+)$", cell)
-        c, r = _col(m.group(1)), int(m.group(2))
+        c, r = col_to_num(m.group(1)), int(m.group(2))
         b = boxes.setdefault(sheet, [c, r, c, r])
         boxes[sheet] = [min(b[0], c), min(b[1], r), max(b[2], c), max(b[3], r)]
     book = _bounded_copy(path)
-    refs = ["'[%s]%s'!%s%d:%s%d" % (book, sheet.upper().replace("'", "''"), _letters(b[0]), b[1], _letters(b[2]), b[3])
+    refs = ["'[%s]%s'!%s%d:%s%d" % (book, sheet.upper().replace("'", "''"), num_to_col(b[0]), b[1], num_to_col(b[2]), b[3])
             for sheet, b in boxes.items()]
     try:
         solution = formulas.ExcelModel().from_ranges(*refs).finish().calculate()
@@ -135,10 +135,10 @@ def recalculate(path: str, cells: list[tuple[str, str]]) -> dict[tuple[str, str]
         m = _RANGE.match(str(key))
         if not m:
             continue
-        sheet, c0, r0 = m.group(1).upper(), _col(m.group(2)), int(m.group(3))
+        sheet, c0, r0 = m.group(1).upper(), col_to_num(m.group(2)), int(m.group(3))
         for i, row in enumerate(value):
             for j, v in enumerate(row):
-                out.setdefault((sheet, f"{_letters(c0 + j)}{r0 + i}"), _plain(v))
+                out.setdefault((sheet, f"{num_to_col(c0 + j)}{r0 + i}"), _plain(v))
     return out
 
 

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from envs.spreadsheetbench.readcells import col_to_num, num_to_col
+
 _EXCEL_EPOCH = dt.datetime(1899, 12, 30)
 _CELL = re.compile(r"^\$?([A-Za-z]{1,3})\$?(\d+)$")
 
@@ -26,21 +28,6 @@ class PositionError(ValueError):
 class Area:
     sheet: Optional[str]  # None: the answer workbook's first sheet
     cells: tuple[str, ...]
-
-
-def col_to_num(col: str) -> int:
-    n = 0
-    for ch in col.upper():
-        n = n * 26 + (ord(ch) - 64)
-    return n
-
-
-def num_to_col(n: int) -> str:
-    out = ""
-    while n:
-        n, r = divmod(n - 1, 26)
-        out = chr(65 + r) + out
-    return out
 
 
 def expand_range(cell_range: str) -> tuple[str, ...]:
