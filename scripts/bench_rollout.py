@@ -147,6 +147,7 @@ def main() -> int:
             results += asyncio.run(pool.run(tasks, SKILL, EpisodeContext(f"pool{p}", False, a.max_turns, 4)))
         pool_wall = time.monotonic() - t0
         pool_mem = max(asyncio.run(pool.memory_mb()))
+        affinity_hits = pool.affinity_hits
         pool.shutdown()
         pool_turns = [r.n_turns for r in results]
         # no scheme beats the longest episode's model time, nor total model time spread over C slots
@@ -169,7 +170,8 @@ def main() -> int:
         "games": len(tasks), "passes": a.passes, "concurrency": a.concurrency, "latency_s": a.latency, "wander": a.wander, "cpus": os.cpu_count(),
         "pool": {"wall_s": round(pool_wall, 2), "episodes_per_s": round(len(results) / pool_wall, 3), "won": pool_won,
                  "latency_bound_s": round(bound, 2), "bound_over_wall": round(bound / pool_wall, 3),
-                 "peak_mem_mb_per_actor": round(pool_mem, 1)},
+                 "peak_mem_mb_per_actor": round(pool_mem, 1),
+                 "replays_on_their_previous_actor": affinity_hits, "replays": len(tasks) * (a.passes - 1)},
         "lockstep": {"wall_s": round(ls_wall, 2), "episodes_per_s": round(len(ls_won) / ls_wall, 3), "won": sum(ls_won),
                      "chunk": a.chunk, "peak_mem_mb_per_process": round(ls_mem, 1)},
         "speedup_pool_over_lockstep": round(ls_wall / pool_wall, 2),

@@ -41,6 +41,31 @@ class EnvActor:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+class Slots:
+    """Free episode slots per actor. A task returns to the actor that last ran it when that actor
+    has a free slot (its game is still loaded there: a replay costs a reset, not a load);
+    otherwise it takes the actor with the most free slots. Never waits for a busy favourite."""
+
+    def __init__(self, actors: int, per_actor: int):
+        self.free = [per_actor] * actors
+        self._cond = asyncio.Condition()
+
+    async def take(self, preferred: Optional[int]) -> int:
+        async with self._cond:
+            await self._cond.wait_for(lambda: any(self.free))
+            if preferred is not None and preferred < len(self.free) and self.free[preferred] > 0:
+                idx = preferred
+            else:
+                idx = max(range(len(self.free)), key=lambda i: self.free[i])
+            self.free[idx] -= 1
+            return idx
+
+    async def give(self, idx: int) -> None:
+        async with self._cond:
+            self.free[idx] += 1
+            self._cond.notify()
+
+
 @dataclass
 class PoolSettings:
     actors: int
@@ -60,7 +85,9 @@ class EnvPool:
         self.generation = [0] * settings.actors
         self.replaced = 0
         self.retried_episodes = 0
-        self._slots: Optional[asyncio.Queue[int]] = None
+        self._slots: Optional[Slots] = None
+        self.home: dict[str, int] = {}  # task_id -> actor that last ran it (cache affinity)
+        self.affinity_hits = 0
         self._slots_loop: Optional[asyncio.AbstractEventLoop] = None
         self.episodes_done = 0
         self.episodes_total = 0
@@ -70,15 +97,12 @@ class EnvPool:
             self.env_name, self.env_cfg, self.gateway
         )
 
-    def _queue(self) -> asyncio.Queue[int]:
-        """Free slots (one entry per episode an actor may run), bound to the running event loop."""
+    def _slot_pool(self) -> Slots:
+        """Free slots, bound to the running event loop."""
         loop = asyncio.get_running_loop()
         if self._slots is None or self._slots_loop is not loop:
             self._slots_loop = loop
-            self._slots = asyncio.Queue()
-            for _ in range(self.s.episodes_per_actor):
-                for i in range(len(self.actors)):
-                    self._slots.put_nowait(i)
+            self._slots = Slots(len(self.actors), self.s.episodes_per_actor)
         return self._slots
 
     def _replace(self, idx: int, gen: int) -> None:
@@ -93,16 +117,19 @@ class EnvPool:
         self.replaced += 1
 
     async def _run_one(self, task: Task, skill: str, ctx: EpisodeContext) -> EpisodeResult:
-        slots = self._queue()
+        slots = self._slot_pool()
         last_error = ""
         for attempt in range(self.s.episode_retries + 1):
             if attempt:
                 self.retried_episodes += 1
-            idx = await slots.get()
+            preferred = self.home.get(task.task_id)
+            idx = await slots.take(preferred)
+            self.affinity_hits += preferred == idx
             gen = self.generation[idx]
             try:
                 ref = self.actors[idx].run.remote(task, skill, ctx)
                 data = await asyncio.wait_for(ref, timeout=self.s.episode_timeout_s)
+                self.home[task.task_id] = idx
                 return EpisodeResult.from_dict(data)
             except LLMError as e:
                 if e.fatal:
@@ -117,7 +144,7 @@ class EnvPool:
             except Exception as e:  # noqa: BLE001 - environment code failed; retried, then reported
                 last_error = f"{type(e).__name__}: {str(e).splitlines()[-1][:300] if str(e) else ''}"
             finally:
-                slots.put_nowait(idx)
+                await slots.give(idx)
         return EpisodeResult(task.task_id, task.task_type, error=last_error, infra_error=True, fail_reason="infra_error")
 
     async def run(self, tasks: list[Task], skill: str, ctx: EpisodeContext) -> list[EpisodeResult]:

@@ -73,3 +73,30 @@ def test_hung_episode_times_out_and_is_reported_as_infra_failure(ray_cluster, al
         assert r.infra_error and r.fail_reason == "infra_error" and "timed out" in r.error
         assert r.hard == 0.0 and pool.replaced == 2
         assert time.monotonic() - t0 < 30
+
+
+def test_slots_send_a_task_back_to_its_previous_actor_when_it_is_free():
+    from skillopt_ray.envpool import Slots
+
+    async def go():
+        s = Slots(actors=2, per_actor=1)
+        a = await s.take(preferred=1)
+        b = await s.take(preferred=1)  # actor 1 is busy: no waiting for it
+        waiter = asyncio.ensure_future(s.take(preferred=None))
+        await asyncio.sleep(0.01)
+        assert not waiter.done()  # every slot is taken
+        await s.give(a)
+        return a, b, await waiter
+
+    assert asyncio.run(go()) == (1, 0, 1)
+
+
+def test_replayed_games_go_back_to_the_actor_that_has_them_loaded(ray_cluster, alfworld_root, walkthroughs):
+    tasks = walk_split(alfworld_root, "train")[:4]
+    with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(2, 2, 0.0, 120.0, 1)) as pool:
+        ctx = EpisodeContext("affinity", False, 30, 4)
+        asyncio.run(pool.run(tasks, "# skill", ctx))
+        first = dict(pool.home)
+        results = asyncio.run(pool.run(tasks, "# skill", ctx))
+        assert all(r.hard == 1.0 for r in results)
+        assert pool.affinity_hits == 4 and pool.home == first
