@@ -116,3 +116,25 @@ def test_recalculation_reproduces_most_real_answers_after_an_openpyxl_round_trip
         actual = {s: {c: readcells.decode(v) for c, v in cells.items()} for s, cells in got["sheets"].items()}
         ok += compare(exp, first, actual, areas).passed
     assert ok >= 35, ok  # measured 35/40; the rest use functions the engine lacks (structured refs, HYPERLINK)
+
+
+def test_both_release_layouts_and_int_or_string_ids(tmp_path):
+    from envs.spreadsheetbench.data import find_cases, load_split
+
+    for name in ("1_59-7_init.xlsx", "1_59-7_golden.xlsx", "2_77_input.xlsx", "2_77_answer.xlsx", "1_77_input.xlsx", "1_77_answer.xlsx",
+                 "3_77_input.xlsx"):  # a case without its answer is ignored
+        folder = tmp_path / "spreadsheet" / name.split("_")[1]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"")
+    verified = find_cases(tmp_path / "spreadsheet" / "59-7", "59-7")
+    assert [(Path(i).name, Path(a).name) for i, a in verified] == [("1_59-7_init.xlsx", "1_59-7_golden.xlsx")]
+    original = find_cases(tmp_path / "spreadsheet" / "77", "77")
+    assert [Path(i).name for i, _ in original] == ["1_77_input.xlsx", "2_77_input.xlsx"]
+    rows = [{"id": 77, "instruction": "i", "instruction_type": "Cell-Level Manipulation", "answer_position": "A1",
+             "spreadsheet_path": "spreadsheet/77"},
+            {"id": "59-7", "instruction": "j", "instruction_type": "Sheet-Level Manipulation", "answer_position": "A1"}]
+    (tmp_path / "dataset.json").write_text(json.dumps(rows))
+    (tmp_path / "man" / "val").mkdir(parents=True)
+    (tmp_path / "man" / "val" / "items.json").write_text(json.dumps([{"id": "59-7"}, {"id": 77}]))
+    tasks = load_split(tmp_path, str(tmp_path / "man"), "val", skip_missing=False)
+    assert [(t.task_id, t.task_type, len(t.payload["cases"])) for t in tasks] == [("59-7", "sheet", 1), ("77", "cell", 2)]
