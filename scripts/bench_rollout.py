@@ -104,6 +104,25 @@ async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int) -> tuple[l
     return won_all, calls_all, peak_mem
 
 
+def cpu_seconds_by_role() -> dict[str, float]:
+    """CPU seconds so far of Ray actor processes by class (ray::EnvActor, ray::GatewayActor, ...) and of this process
+    (the driver, which also hosts the scripted server), read from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        role = "driver+scripted_server" if int(entry) == os.getpid() else cmd.split(".")[0].split(":")[-1] if cmd.startswith("ray::") else None
+        if role:
+            out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=os.environ.get("ALFWORLD_DATA") or str(REPO.parent / "shared" / "data" / "alfworld"))
@@ -141,11 +160,14 @@ def main() -> int:
         per_actor = max(1, a.concurrency // a.actors)
         pool = EnvPool("alfworld", {"data_dir": str(root), "options": {}}, gw, PoolSettings(a.actors, per_actor, 0.0, 600.0, 1))
         ray.get([act.pid.remote() for act in pool.actors])  # actors up before the clock starts
+        cpu0 = cpu_seconds_by_role()
         t0 = time.monotonic()
         results = []
         for p in range(a.passes):
             results += asyncio.run(pool.run(tasks, SKILL, EpisodeContext(f"pool{p}", False, a.max_turns, 4)))
         pool_wall = time.monotonic() - t0
+        cpu1 = cpu_seconds_by_role()
+        pool_cpu = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu1.items() if v - cpu0.get(k, 0.0) > 0.05}
         pool_mem = max(asyncio.run(pool.memory_mb()))
         affinity_hits = pool.affinity_hits
         pool.shutdown()
@@ -171,7 +193,8 @@ def main() -> int:
         "pool": {"wall_s": round(pool_wall, 2), "episodes_per_s": round(len(results) / pool_wall, 3), "won": pool_won,
                  "latency_bound_s": round(bound, 2), "bound_over_wall": round(bound / pool_wall, 3),
                  "peak_mem_mb_per_actor": round(pool_mem, 1),
-                 "replays_on_their_previous_actor": affinity_hits, "replays": len(tasks) * (a.passes - 1)},
+                 "replays_on_their_previous_actor": affinity_hits, "replays": len(tasks) * (a.passes - 1),
+                 "cpu_s_by_process": pool_cpu, "model_calls": sum(pool_turns)},
         "lockstep": {"wall_s": round(ls_wall, 2), "episodes_per_s": round(len(ls_won) / ls_wall, 3), "won": sum(ls_won),
                      "chunk": a.chunk, "peak_mem_mb_per_process": round(ls_mem, 1)},
         "speedup_pool_over_lockstep": round(ls_wall / pool_wall, 2),

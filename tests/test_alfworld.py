@@ -141,3 +141,20 @@ def test_replayed_games_come_from_the_cache_and_play_identically(alfworld_root, 
         assert all(r.hard == 1.0 for r in first + second)
     finally:
         srv.stop()
+
+
+@pytest.mark.slow
+def test_engine_speedups_keep_every_observation_identical(alfworld_root, tmp_path):
+    """scripts/bench_engine.py plays games on stock textworld, then with envs/alfworld/speedups.py, in one process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_engine.py"
+    out = tmp_path / "engine.json"
+    proc = subprocess.run([sys.executable, str(script), "--data", str(alfworld_root), "--games", "4", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["identical_observations"] and res["won"] == [4, 4]
+    assert res["cpu_ratio"] < 0.85  # measured 0.49 over 18 games

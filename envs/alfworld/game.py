@@ -30,6 +30,10 @@ class AlfWorldGame:
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
         from textworld.envs.pddl import PddlEnv
 
+        if os.environ.get("SKILLOPT_TEXTWORLD_SPEEDUPS", "1") != "0":
+            from envs.alfworld import speedups
+
+            speedups.install()
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         self.gamefile = str(gamefile)
         self.env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
