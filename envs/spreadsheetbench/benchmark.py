@@ -203,11 +203,12 @@ class SpreadsheetBenchmark(Benchmark):
                              trajectory=[{"instruction": p["instruction"][:1500], "answer_position": p["answer_position"]}] + trajectory)
 
     def _attempt(self, code: str, cases: list[list[str]], areas: list[Area], expected: list[tuple[SheetValues, str]]) -> Attempt:
-        """Run the script on every case, then read its outputs in a second, fresh sandbox."""
+        """Run the script on every case, then read all outputs in one more fresh sandbox."""
         verdicts: list[CaseVerdict] = []
         scratch = Path(tempfile.mkdtemp(prefix="skillopt-sheet-"))
         try:
-            for k, ((inp, _), (exp, first)) in enumerate(zip(cases, expected), start=1):
+            outputs: list[Path] = []
+            for k, (inp, _) in enumerate(cases, start=1):
                 run = self.sandbox.run(code, {"input.xlsx": Path(inp)}, scratch / f"case{k}",
                                        env={"INPUT_PATH": "{dir}/input.xlsx", "OUTPUT_PATH": "{dir}/output.xlsx"}, keep=("output.xlsx",))
                 if not run.ok:
@@ -216,7 +217,9 @@ class SpreadsheetBenchmark(Benchmark):
                     return Attempt(error=f"test case {k}: {run.describe()}\n{tail}", fail_reason=reason)
                 if "output.xlsx" not in run.files:
                     return Attempt(error=f"test case {k}: the script ran but wrote nothing to OUTPUT_PATH", fail_reason="no_output")
-                actual, problem = self._read_output(run.files["output.xlsx"], areas, first, scratch / f"read{k}")
+                outputs.append(run.files["output.xlsx"])
+            read = self._read_outputs(outputs, areas, [first for _, first in expected], scratch / "read")
+            for k, ((actual, problem), (exp, first)) in enumerate(zip(read, expected), start=1):
                 if problem:
                     return Attempt(error=f"test case {k}: {problem}", fail_reason="bad_output")
                 verdicts.append(compare(exp, first, actual, areas))
@@ -225,23 +228,34 @@ class SpreadsheetBenchmark(Benchmark):
         ok = all(v.passed for v in verdicts)
         return Attempt(verdicts=verdicts, fail_reason="" if ok else "wrong_values")
 
-    def _read_output(self, workbook: Path, areas: list[Area], first: str, out_dir: Path) -> tuple[SheetValues, str]:
-        request: dict[str, list[str]] = {}
-        for a in areas:
-            request.setdefault(a.sheet if a.sheet is not None else first, []).extend(a.cells)
+    def _read_outputs(self, workbooks: list[Path], areas: list[Area], firsts: list[str], out_dir: Path) -> list[tuple[SheetValues, str]]:
+        """(values, problem) per workbook; cells a failed recalculation left empty show up as wrong cells."""
+        request: dict[str, dict[str, list[str]]] = {}
+        for k, first in enumerate(firsts, start=1):
+            cells: dict[str, list[str]] = {}
+            for a in areas:
+                cells.setdefault(a.sheet if a.sheet is not None else first, []).extend(a.cells)
+            request[f"case{k}.xlsx"] = cells
         req = out_dir.parent / f"{out_dir.name}-request.json"
         req.write_text(json.dumps(request))
-        run = self.sandbox.run(_READER, {"book.xlsx": workbook, "request.json": req}, out_dir, keep=("values.json",),
-                               env={"SKILLOPT_ARGS": "book.xlsx request.json values.json"})
+        inputs = {f"case{k}.xlsx": wb for k, wb in enumerate(workbooks, start=1)}
+        run = self.sandbox.run(_READER, {**inputs, "request.json": req}, out_dir, keep=("values.json",),
+                               env={"SKILLOPT_ARGS": "request.json values.json"})
         if not run.ok or "values.json" not in run.files:
-            return {}, f"could not read the output workbook ({run.describe()}): {run.stderr.strip()[-300:]}"
+            problem = f"could not read the output workbook ({run.describe()}): {run.stderr.strip()[-300:]}"
+            return [({}, problem)] * len(workbooks)
         data = json.loads(run.files["values.json"].read_text())
-        if data.get("error"):
-            return {}, data["error"]
-        values = {s: {c: readcells.decode(v) for c, v in cells.items()} for s, cells in data["sheets"].items()}
-        for sheet in data["sheetnames"]:
-            values.setdefault(sheet, {})
-        return values, ""  # cells a failed recalculation left empty show up as wrong cells
+        out = []
+        for name in inputs:
+            d = data[name]
+            if d.get("error"):
+                out.append(({}, d["error"]))
+                continue
+            values = {s: {c: readcells.decode(v) for c, v in cells.items()} for s, cells in d["sheets"].items()}
+            for sheet in d["sheetnames"]:
+                values.setdefault(sheet, {})
+            out.append((values, ""))
+        return out
 
     def _feedback(self, a: Attempt, training: bool) -> str:
         limit = self.options.feedback_chars

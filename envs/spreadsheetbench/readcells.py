@@ -2,7 +2,8 @@
 
 Self-contained (stdlib + openpyxl + formulas) because it runs inside the sandbox: the output
 workbook was written by model code, so parsing it (zip, XML, formulas) stays contained too.
-Usage: python readcells.py WORKBOOK REQUEST.json OUT.json, where REQUEST is {sheet: [cells]}.
+Usage: python readcells.py REQUEST.json OUT.json, where REQUEST is {workbook: {sheet: [cells]}};
+OUT holds one result per workbook (one sandbox start reads every test case's output).
 Openpyxl writes formulas without cached values, so `=SUM(A1:A3)` written by a script would
 read as None; the `formulas` engine computes it so it scores by its value.
 """
@@ -179,15 +180,17 @@ def read(path: str, request: dict[str, list[str]]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    workbook, request_path, out_path = argv
+    request_path, out_path = argv
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
-    try:
-        result = read(workbook, request)
-    except Exception as e:  # noqa: BLE001 - an unreadable workbook is the agent's output problem
-        result = {"error": f"cannot read the output workbook: {type(e).__name__}: {str(e)[:300]}"}
+    results = {}
+    for workbook, cells in request.items():
+        try:
+            results[workbook] = read(workbook, cells)
+        except Exception as e:  # noqa: BLE001 - an unreadable workbook is the agent's output problem
+            results[workbook] = {"error": f"cannot read the output workbook: {type(e).__name__}: {str(e)[:300]}"}
     with open(out_path, "w", encoding="utf-8") as f:
-        json.dump(result, f)
+        json.dump(results, f)
     return 0
 
 
