@@ -70,7 +70,8 @@ class ExecResult:
         return "ok"
 
 
-def _bounded(text: str, limit: int) -> str:
+def head_and_tail(text: str, limit: int) -> str:
+    """At most about `limit` characters: the start and the end, with the omitted count between."""
     if len(text) <= limit:
         return text
     half = limit // 2

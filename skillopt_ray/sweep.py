@@ -19,6 +19,7 @@ import json
 import math
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -26,11 +27,10 @@ from typing import Any, Optional
 import yaml
 
 from skillopt_ray.cli import UsageError, check_output_dir, compose, resolve_paths, run_dir_for, start_ray, typed
-from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.utils.io import atomic_write_json
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
-EXIT_TRIALS_FAILED = 1
 
 
 @dataclass
@@ -41,6 +41,7 @@ class SweepSpec:
     seeds: list[int]
     max_concurrent: Optional[int] = None
     interrupt_after: Optional[int] = None
+    seeds_are_offsets: bool = False  # seeds=N means the config's seed, +1, ... +N-1
 
 
 @dataclass
@@ -115,8 +116,7 @@ def parse_args(argv: list[str]) -> tuple[SweepSpec, list[str]]:
         seed_list, count = list(seeds), len(seeds)
     else:
         raise UsageError(f"seeds must be a count (seeds=5) or a list (seeds=[1,2,3]), got {seeds!r}")
-    spec = SweepSpec(presets, grid, fixed, seed_list or list(range(count)), max_concurrent, interrupt_after)
-    spec._seeds_are_offsets = seed_list is None  # type: ignore[attr-defined]
+    spec = SweepSpec(presets, grid, fixed, seed_list or list(range(count)), max_concurrent, interrupt_after, seed_list is None)
     return spec, overrides
 
 
@@ -128,7 +128,7 @@ def build_trials(spec: SweepSpec, overrides: list[str]) -> list[Trial]:
     """Compose and resolve every trial's config now, before Tune moves working directories."""
     base_data = resolve_paths(typed(compose(overrides))[1])
     base_seed = int(base_data["seed"])
-    seeds = [base_seed + s for s in spec.seeds] if getattr(spec, "_seeds_are_offsets", False) else spec.seeds
+    seeds = [base_seed + s for s in spec.seeds] if spec.seeds_are_offsets else spec.seeds
     keys = sorted(spec.grid)
     trials = []
     for combo in itertools.product(*(spec.grid[k] for k in keys)):
@@ -257,7 +257,7 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
             tune.with_resources(_trial_fn, {"cpu": trial_cpus(first)}),
             param_space={"trial": tune.grid_search([t.data for t in todo])},
             tune_config=tune.TuneConfig(max_concurrent_trials=limit, trial_dirname_creator=lambda tr: f"trial_{tr.trial_id}"),
-            run_config=tune.RunConfig(name=f"tune-{int(__import__('time').time())}", storage_path=str((sdir / "tune").resolve()),
+            run_config=tune.RunConfig(name=f"tune-{int(time.time())}", storage_path=str((sdir / "tune").resolve()),
                                       verbose=0, stop=_StopAfter(spec.interrupt_after) if spec.interrupt_after else None),
         )
         results = tuner.fit()
@@ -289,7 +289,7 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
         return EXIT_STOPPED
     if failed:
         print(f"error: {len(failed)} trial(s) failed; rerun the same command to retry them. First: {failed[0]}", file=sys.stderr)
-        return EXIT_TRIALS_FAILED
+        return EXIT_ERROR
     return EXIT_OK
 
 

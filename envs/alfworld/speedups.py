@@ -3,8 +3,9 @@
 textworld's PDDL backend re-parses the same grammar templates (with tatsu) every time it writes
 an observation or lists admissible commands, deep-copies its context dicts per symbol, and
 translates the same PDDL problem to SAS twice on every reset. We parse and translate each input
-once (handing out copies, since callers mutate what they get) and copy the context dicts shallowly. Installed once per process by `envs.alfworld.game`;
-`scripts/bench_engine.py` measures it and checks that every observation is identical.
+once (handing out copies, since callers mutate what they get) and copy the context dicts shallowly.
+Installed once per process by `envs.alfworld.game`; `scripts/bench_engine.py` measures it and
+checks that every observation is identical.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import openpyxl
 
 from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxUnavailable
+from envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxUnavailable, head_and_tail
 from envs.spreadsheetbench import data as sb_data
 from envs.spreadsheetbench import readcells
 from envs.spreadsheetbench.scoring import Area, CaseVerdict, PositionError, SheetValues, compare, parse_position
@@ -260,8 +260,7 @@ class SpreadsheetBenchmark(Benchmark):
     def _feedback(self, a: Attempt, training: bool) -> str:
         limit = self.options.feedback_chars
         if a.verdicts is None:
-            text = a.error if len(a.error) <= limit else a.error[: limit // 2] + "\n...\n" + a.error[-limit // 2:]
-            return f"Your script failed.\n{text}\nFix it and reply with the whole corrected script in a ```python block."
+            return f"Your script failed.\n{head_and_tail(a.error, limit)}\nFix it and reply with the whole corrected script in a ```python block."
         n, passed = len(a.verdicts), a.passed
         if passed == n or not training:
             return f"Your script ran on all {n} test cases."
