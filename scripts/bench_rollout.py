@@ -13,6 +13,10 @@ ALFWorld games through the same gateway actor and report:
 Lock-step (the reference scheme): chunks of `--chunk` games, one process per game, rebuilt per
 chunk; each turn waits for every game's model call, then steps every game.
 
+`--sas-cache` sets the games' PDDL->SAS translation cache for both schemes: `warm` (filled by
+`envs.alfworld.precompile` before the clock starts: every load after a game's first on a machine),
+`cold` (empty, one per scheme: a game's first load) or `off`.
+
     python scripts/bench_rollout.py --games 32 --concurrency 16 --latency 0.1
 """
 
@@ -23,8 +27,10 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -47,8 +53,8 @@ SKILL = "# skill\nReply with one admissible action."
 class LockstepGame:
     """One game in its own process, as the reference runs it."""
 
-    def __init__(self, gamefile: str):
-        self.game = AlfWorldGame(gamefile)
+    def __init__(self, gamefile: str, sas_cache_dir: Optional[str]):
+        self.game = AlfWorldGame(gamefile, Path(sas_cache_dir) if sas_cache_dir else None)
 
     def reset(self) -> tuple[str, list[str]]:
         out = self.game.reset()
@@ -64,13 +70,13 @@ class LockstepGame:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int) -> tuple[list[bool], list[int], float]:
+async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int, sas_cache_dir: Optional[str]) -> tuple[list[bool], list[int], float]:
     won_all: list[bool] = []
     calls_all: list[int] = []
     peak_mem = 0.0
     for start in range(0, len(tasks), chunk):
         group = tasks[start : start + chunk]
-        actors = [LockstepGame.remote(t.payload["gamefile"]) for t in group]  # processes rebuilt per chunk
+        actors = [LockstepGame.remote(t.payload["gamefile"], sas_cache_dir) for t in group]  # processes rebuilt per chunk
         firsts = await asyncio.gather(*(a.reset.remote() for a in actors))
         goal = [task_text(o) for o, _ in firsts]
         obs = [o for o, _ in firsts]
@@ -134,8 +140,11 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--max-turns", type=int, default=50)
     ap.add_argument("--passes", type=int, default=1, help="roll the same games out this many times (as every gate replays the selection split)")
+    ap.add_argument("--sas-cache", choices=("warm", "cold", "off"), default="warm",
+                    help="translation cache: warm (precompiled before the clock), cold (empty) or off")
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
     a = ap.parse_args()
+    tmp = tempfile.TemporaryDirectory(prefix="bench-sas-")
 
     root = Path(a.data)
     if not (root / "json_2.1.1").is_dir():
@@ -147,6 +156,15 @@ def main() -> int:
     # repeated games get distinct ids so every episode has its own script position
     tasks = [Task(f"{t.task_id}", t.task_type, t.payload) for t in tasks]
     walks = alfworld_walkthroughs(tasks)
+    caches = {"pool": None, "lockstep": None}
+    if a.sas_cache != "off":
+        caches = {k: str(Path(tmp.name) / k) for k in caches}
+    if a.sas_cache == "warm":
+        from envs.alfworld.precompile import precompile
+
+        caches["lockstep"] = caches["pool"]
+        unique = sorted({t.payload["gamefile"] for t in tasks})
+        print("precompiled:", precompile(unique, Path(caches["pool"]), os.cpu_count() or 1), file=sys.stderr)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR",
@@ -158,7 +176,8 @@ def main() -> int:
     gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)
     try:
         per_actor = max(1, a.concurrency // a.actors)
-        pool = EnvPool("alfworld", {"data_dir": str(root), "options": {}}, gw, PoolSettings(a.actors, per_actor, 0.0, 600.0, 1))
+        options = {"compile_cache": caches["pool"] or "off"}
+        pool = EnvPool("alfworld", {"data_dir": str(root), "options": options}, gw, PoolSettings(a.actors, per_actor, 0.0, 600.0, 1))
         ray.get([act.pid.remote() for act in pool.actors])  # actors up before the clock starts
         cpu0 = cpu_seconds_by_role()
         t0 = time.monotonic()
@@ -180,16 +199,18 @@ def main() -> int:
         ls_won: list[bool] = []
         ls_mem = 0.0
         for _ in range(a.passes):
-            won, _calls, mem = asyncio.run(lockstep(tasks, gw, a.chunk, a.max_turns))
+            won, _calls, mem = asyncio.run(lockstep(tasks, gw, a.chunk, a.max_turns, caches["lockstep"]))
             ls_won += won
             ls_mem = max(ls_mem, mem)
         ls_wall = time.monotonic() - t0
     finally:
         srv.stop()
         ray.shutdown()
+        tmp.cleanup()
 
     out = {
         "games": len(tasks), "passes": a.passes, "concurrency": a.concurrency, "latency_s": a.latency, "wander": a.wander, "cpus": os.cpu_count(),
+        "sas_cache": a.sas_cache,
         "pool": {"wall_s": round(pool_wall, 2), "episodes_per_s": round(len(results) / pool_wall, 3), "won": pool_won,
                  "latency_bound_s": round(bound, 2), "bound_over_wall": round(bound / pool_wall, 3),
                  "peak_mem_mb_per_actor": round(pool_mem, 1),

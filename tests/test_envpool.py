@@ -43,10 +43,11 @@ def test_killed_actor_episodes_are_rerun_and_results_stay_aligned(ray_cluster, a
     import ray
 
     tasks = walk_split(alfworld_root, "train")[:6]
-    with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(2, 3, 0.0, 120.0, 2), latency_s=0.15) as pool:
+    with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(2, 3, 0.0, 120.0, 2), latency_s=1.0) as pool:
         async def go():
             run = asyncio.ensure_future(pool.run(tasks, "# skill", EpisodeContext("pooltest", False, 30, 4)))
-            await asyncio.sleep(2.5)  # episodes in flight on both actors
+            # every episode needs 4 calls (4 s): all six are still in flight on both actors
+            await asyncio.sleep(2.0)
             victim = pool.actors[0]
             ray.kill(victim, no_restart=True)
             return await run

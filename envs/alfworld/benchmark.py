@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from envs.alfworld import data as alf_data
 from envs.alfworld.game import AlfWorldGame, task_text
+from envs.alfworld.sas_cache import resolve_dir
 from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_ray.llm.types import ChatRequest
 
@@ -30,6 +31,8 @@ class AlfWorldOptions:
     skip_missing_games: bool = False
     sample_dir: Optional[str] = None  # where built-in sample games are generated
     cached_games: int = 32  # loaded games kept per env actor: replays skip the PDDL load (0 = off)
+    # PDDL->SAS translations kept on disk across actors and runs: auto (~/.cache/skillopt_ray), off, or a directory
+    compile_cache: str = "auto"
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> "AlfWorldOptions":
@@ -40,8 +43,9 @@ class GameCache:
     """Loaded games kept for reuse, so replaying a game (every gate replays the selection split)
     costs a reset, not a load. One instance serves one episode at a time."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, sas_cache_dir: Optional[Path] = None):
         self.capacity = capacity
+        self.sas_cache_dir = sas_cache_dir
         self._free: dict[str, list[AlfWorldGame]] = {}
         self.loads = 0
 
@@ -50,7 +54,7 @@ class GameCache:
         if free:
             return free.pop()
         self.loads += 1
-        return AlfWorldGame(gamefile)
+        return AlfWorldGame(gamefile, self.sas_cache_dir)
 
     def release(self, game: AlfWorldGame) -> None:
         if sum(len(v) for v in self._free.values()) >= self.capacity:
@@ -120,7 +124,7 @@ class AlfWorldBenchmark(Benchmark):
         super().__init__(env_cfg)
         self.options = AlfWorldOptions.parse(dict(env_cfg.get("options") or {}))
         self._root = alf_data.resolve_root(env_cfg.get("data_dir"))
-        self._games = GameCache(self.options.cached_games)
+        self._games = GameCache(self.options.cached_games, resolve_dir(self.options.compile_cache))
         self._using_samples = self._root is None
         if self._using_samples:
             from envs.alfworld.samples import ensure_sample_games

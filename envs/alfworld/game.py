@@ -6,6 +6,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 
 def _ensure_alfworld_data_env() -> None:
@@ -24,7 +25,8 @@ class StepOutcome:
 class AlfWorldGame:
     """Load, reset and step one `game.tw-pddl` file."""
 
-    def __init__(self, gamefile: str | Path):
+    def __init__(self, gamefile: str | Path, sas_cache_dir: Optional[Path] = None):
+        """`sas_cache_dir`: where PDDL->SAS translations are kept across processes (None: memory only)."""
         _ensure_alfworld_data_env()
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
@@ -33,7 +35,7 @@ class AlfWorldGame:
         if os.environ.get("SKILLOPT_TEXTWORLD_SPEEDUPS", "1") != "0":
             from envs.alfworld import speedups
 
-            speedups.install()
+            speedups.install(sas_cache_dir)
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         self.gamefile = str(gamefile)
         self.env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
