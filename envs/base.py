@@ -85,6 +85,10 @@ class Benchmark(ABC):
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         """Play one task with the skill in the target's prompt."""
 
+    def warm_up(self) -> None:
+        """Called once in each env actor when it starts: one-time costs (engine imports) are paid
+        there, not by the first episodes while other episodes wait on the same actor."""
+
     def data_note(self) -> str:
         """One start-up line saying where the data comes from."""
         return ""

@@ -26,6 +26,7 @@ from skillopt_ray.llm.types import LLMError
 class EnvActor:
     def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any):
         self.bench = envs.make(env_name, env_cfg)
+        self.bench.warm_up()
         self.llm = LLMHandle(gateway)
 
     async def run(self, task: Task, skill: str, ctx: EpisodeContext) -> dict[str, Any]:

@@ -180,3 +180,43 @@ def test_requests_per_minute_window():
 
     with pytest.raises(asyncio.TimeoutError):
         asyncio.run(go())
+
+
+def test_response_format_follows_the_role_mode_and_asks_a_remote_gateway_once(tmp_path, run):
+    from skillopt_ray.llm.gateway import LLMHandle
+
+    cfg = make_cfg("http://127.0.0.1:9/v1")
+    cfg.target.structured_output = "json_schema"
+    cfg.optimizer.structured_output = "none"
+    gw = Gateway(cfg, None)
+    schema = {"type": "object"}
+    local = LLMHandle(gw)
+    assert run(local.response_format_for("target", schema, "action")) == {"type": "json_schema", "json_schema": {"name": "action", "schema": schema}}
+    assert run(local.response_format_for("optimizer", schema, "x")) is None
+
+    class Method:  # what a Ray actor method looks like to LLMHandle: `.remote(...)` returns an awaitable
+        def __init__(self, fn):
+            self.fn, self.calls = fn, []
+
+        def remote(self, *args):
+            self.calls.append(args)
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(self.fn(*args))
+            return fut
+
+    class Remote:
+        chat = Method(None)
+        structured_output_mode = Method(gw.structured_output_mode)
+
+    remote = Remote()
+    handle = LLMHandle(remote)
+
+    async def turns():
+        return [await handle.response_format_for("target", schema, "action") for _ in range(5)]
+
+    assert all(f["type"] == "json_schema" for f in run(turns()))
+    assert remote.structured_output_mode.calls == [("target",)]  # one round trip per role, not one per turn
+    from skillopt_ray.llm.types import LLMConfigError
+
+    with pytest.raises(LLMConfigError, match="unknown role"):
+        gw.structured_output_mode("critic")

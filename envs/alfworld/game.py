@@ -14,6 +14,19 @@ def _ensure_alfworld_data_env() -> None:
     os.environ.setdefault("ALFWORLD_DATA", str(Path.home() / ".cache" / "alfworld"))
 
 
+def import_engine(sas_cache_dir: Optional[Path] = None) -> None:
+    """Import the engine (ALFWORLD_DATA set first) and install the speedups (unless
+    SKILLOPT_TEXTWORLD_SPEEDUPS=0); cheap after the first call in a process."""
+    _ensure_alfworld_data_env()
+    import alfworld.agents.environment.alfred_tw_env  # noqa: F401
+    import textworld.envs.pddl  # noqa: F401
+
+    if os.environ.get("SKILLOPT_TEXTWORLD_SPEEDUPS", "1") != "0":
+        from envs.alfworld import speedups
+
+        speedups.install(sas_cache_dir)
+
+
 @dataclass
 class StepOutcome:
     observation: str
@@ -27,15 +40,11 @@ class AlfWorldGame:
 
     def __init__(self, gamefile: str | Path, sas_cache_dir: Optional[Path] = None):
         """`sas_cache_dir`: where PDDL->SAS translations are kept across processes (None: memory only)."""
-        _ensure_alfworld_data_env()
+        import_engine(sas_cache_dir)
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
         from textworld.envs.pddl import PddlEnv
 
-        if os.environ.get("SKILLOPT_TEXTWORLD_SPEEDUPS", "1") != "0":
-            from envs.alfworld import speedups
-
-            speedups.install(sas_cache_dir)
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         self.gamefile = str(gamefile)
         self.env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
@@ -50,10 +59,16 @@ class AlfWorldGame:
         return StepOutcome(st.feedback, bool(done), bool(st["won"]), list(st["admissible_commands"] or []))
 
     def close(self) -> None:
+        env, self.env = self.env, None
+        if env is None:
+            return
         try:
-            self.env.close()
+            env.close()
         except Exception:  # noqa: BLE001 - closing a finished game must not fail an episode
             pass
+        from envs.alfworld.speedups import release_planner
+
+        release_planner(env.unwrapped)
 
 
 def read_walkthrough(gamefile: str | Path) -> list[str]:

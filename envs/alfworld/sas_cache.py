@@ -23,7 +23,7 @@ import tempfile
 import warnings
 import zlib
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 
 def default_dir() -> Path:
@@ -65,7 +65,7 @@ def _versions() -> str:
 
 
 class SasDiskCache:
-    """get/put encoded translations by their inputs; counts hits and misses."""
+    """get decoded / put encoded translations by their inputs; counts hits and misses."""
 
     def __init__(self, directory: Path):
         self.directory = directory
@@ -99,11 +99,13 @@ class SasDiskCache:
             h.update(b"\0")
         return h.hexdigest()
 
-    def get(self, key: str) -> Optional[bytes]:
+    def get(self, key: str) -> Optional[tuple[bytes, Any]]:
+        """The entry as stored and decoded, or None. A torn or foreign file is a miss (and is
+        removed), never a wrong game."""
         path = self.directory / f"{key}.pkl.z"
         try:
             blob = path.read_bytes()
-            decode(blob)  # a torn or foreign file is a miss, never a wrong game
+            value = decode(blob)
         except FileNotFoundError:
             self.misses += 1
             return None
@@ -115,7 +117,7 @@ class SasDiskCache:
                 pass
             return None
         self.hits += 1
-        return blob
+        return blob, value
 
     def put(self, key: str, blob: bytes) -> None:
         try:

@@ -22,6 +22,15 @@ from skillopt_ray.llm.types import CacheMiss, ChatRequest, ChatResult, JsonResul
 from skillopt_ray.utils.io import atomic_write_json, read_json
 
 
+def response_format(mode: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
+    """The `response_format` a role's structured-output mode asks for (None: free text)."""
+    if mode == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+    if mode == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
 class Gateway:
     def __init__(self, cfg: LLMConfig, cache_path: Optional[str], ledger_path: Optional[str] = None):
         self.cfg = cfg
@@ -61,7 +70,7 @@ class Gateway:
     async def chat(self, req: ChatRequest) -> ChatResult:
         if req.role not in self.endpoints:
             raise LLMConfigError(f"unknown role {req.role!r}; use 'target' or 'optimizer'")
-        key = request_key(self._cache_payload(req))
+        key = request_key(self._cache_payload(req)) if self.cache is not None else ""
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
@@ -94,13 +103,13 @@ class Gateway:
             self.cache.put(key, req.stage, {"content": content, "prompt_tokens": pt, "completion_tokens": ct, "finish_reason": result.finish_reason})
         return result
 
+    def structured_output_mode(self, role: str) -> str:
+        if role not in self.endpoints:
+            raise LLMConfigError(f"unknown role {role!r}; use 'target' or 'optimizer'")
+        return self.endpoints[role].cfg.structured_output
+
     def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
-        mode = self.endpoints[role].cfg.structured_output
-        if mode == "json_schema":
-            return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
-        if mode == "json_object":
-            return {"type": "json_object"}
-        return None
+        return response_format(self.structured_output_mode(role), schema, name)
 
     async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
         """Chat expecting JSON; one re-ask carrying the validation error, then MalformedOutput."""
@@ -166,6 +175,9 @@ class GatewayActor:
     def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
         return self.gw.response_format_for(role, schema, name)
 
+    def structured_output_mode(self, role: str) -> str:
+        return self.gw.structured_output_mode(role)
+
     def save_ledger(self) -> dict[str, Any]:
         return self.gw.save_ledger()
 
@@ -185,6 +197,7 @@ class LLMHandle:
     def __init__(self, target: Any):
         self._t = target
         self._remote = hasattr(target, "chat") and hasattr(getattr(target, "chat"), "remote")
+        self._modes: dict[str, str] = {}  # structured-output mode per role: static config, fetched once
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         if self._remote:
@@ -197,9 +210,10 @@ class LLMHandle:
         return await self._t.chat_json(req, schema, name)
 
     async def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
-        if self._remote:
-            return await self._t.response_format_for.remote(role, schema, name)
-        return self._t.response_format_for(role, schema, name)
+        """Built here from the role's mode, so an episode turn costs one call to the gateway, not two."""
+        if role not in self._modes:
+            self._modes[role] = await self._t.structured_output_mode.remote(role) if self._remote else self._t.structured_output_mode(role)
+        return response_format(self._modes[role], schema, name)
 
     async def ledger_snapshot(self) -> dict[str, Any]:
         if self._remote:
