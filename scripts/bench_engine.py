@@ -1,7 +1,7 @@
 """ALFWorld engine cost per episode with and without envs/alfworld/speedups.py, in one process.
 
 Plays each game's walkthrough (after 3 `look`s) three times: on stock textworld; with the speedups
-and an empty translation cache (a game's first load on this machine); and again with the cache
+and an empty compile cache (a game's first load on this machine); and again with the cache
 on disk but nothing in memory (every later load: another actor, epoch, run or sweep trial).
 Checks that every observation and admissible-command list is identical across the three.
 
@@ -24,14 +24,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def play_all(tasks: list, sas_cache_dir: Path | None = None) -> tuple[float, str, int]:
+def play_all(tasks: list, compile_cache_dir: Path | None = None) -> tuple[float, str, int]:
     """CPU seconds per episode, a digest of every observation, and the number of games won."""
     from envs.alfworld.game import AlfWorldGame
 
     log, wins = [], 0
     t0 = time.process_time()
     for t in tasks:
-        game = AlfWorldGame(t.payload["gamefile"], sas_cache_dir)
+        game = AlfWorldGame(t.payload["gamefile"], compile_cache_dir)
         first = game.reset()
         log.append(first.observation + "|".join(first.admissible))
         walk = json.loads(Path(t.payload["gamefile"]).read_text())["walkthrough"]
@@ -66,17 +66,17 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         cache_dir = Path(tmp) / "sas"
-        cache = speedups.install(cache_dir)
+        compiled = speedups.install(cache_dir)
         cold_cpu, cold_digest, cold_wins = play_all(tasks, cache_dir)
-        cache.memory.clear()  # what a fresh actor process sees: translations on disk only
+        compiled.memory.clear()  # what a fresh actor process sees: compiled parts on disk only
         warm_cpu, warm_digest, warm_wins = play_all(tasks, cache_dir)
-        disk = cache.disk
+        disk = compiled.disk
         assert disk is not None
     out = {"games": len(tasks), "stock_cpu_s_per_episode": round(stock_cpu, 3),
            "speedups_cold_cache_cpu_s_per_episode": round(cold_cpu, 3),
            "speedups_warm_cache_cpu_s_per_episode": round(warm_cpu, 3),
            "cold_over_stock": round(cold_cpu / stock_cpu, 3), "warm_over_stock": round(warm_cpu / stock_cpu, 3),
-           "translations": cache.translations, "disk_cache_hits": disk.hits,
+           "compiled": compiled.computed, "disk_cache_hits": disk.hits,
            "identical_observations": stock_digest == cold_digest == warm_digest,
            "won": [stock_wins, cold_wins, warm_wins]}
     print(json.dumps(out, indent=2))

@@ -13,7 +13,7 @@ ALFWorld games through the same gateway actor and report:
 Lock-step (the reference scheme): chunks of `--chunk` games, one process per game, rebuilt per
 chunk; each turn waits for every game's model call, then steps every game.
 
-`--sas-cache` sets the games' PDDL->SAS translation cache for both schemes: `warm` (filled by
+`--compile-cache` sets the games' compile cache (SAS translations, grammars) for both schemes: `warm` (filled by
 `envs.alfworld.precompile` before the clock starts: every load after a game's first on a machine),
 `cold` (empty, one per scheme: a game's first load) or `off`.
 
@@ -53,8 +53,8 @@ SKILL = "# skill\nReply with one admissible action."
 class LockstepGame:
     """One game in its own process, as the reference runs it."""
 
-    def __init__(self, gamefile: str, sas_cache_dir: Optional[str]):
-        self.game = AlfWorldGame(gamefile, Path(sas_cache_dir) if sas_cache_dir else None)
+    def __init__(self, gamefile: str, compile_cache_dir: Optional[str]):
+        self.game = AlfWorldGame(gamefile, Path(compile_cache_dir) if compile_cache_dir else None)
 
     def reset(self) -> tuple[str, list[str]]:
         out = self.game.reset()
@@ -70,13 +70,13 @@ class LockstepGame:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int, sas_cache_dir: Optional[str]) -> tuple[list[bool], list[int], float]:
+async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int, compile_cache_dir: Optional[str]) -> tuple[list[bool], list[int], float]:
     won_all: list[bool] = []
     calls_all: list[int] = []
     peak_mem = 0.0
     for start in range(0, len(tasks), chunk):
         group = tasks[start : start + chunk]
-        actors = [LockstepGame.remote(t.payload["gamefile"], sas_cache_dir) for t in group]  # processes rebuilt per chunk
+        actors = [LockstepGame.remote(t.payload["gamefile"], compile_cache_dir) for t in group]  # processes rebuilt per chunk
         firsts = await asyncio.gather(*(a.reset.remote() for a in actors))
         goal = [task_text(o) for o, _ in firsts]
         obs = [o for o, _ in firsts]
@@ -140,8 +140,8 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--max-turns", type=int, default=50)
     ap.add_argument("--passes", type=int, default=1, help="roll the same games out this many times (as every gate replays the selection split)")
-    ap.add_argument("--sas-cache", choices=("warm", "cold", "off"), default="warm",
-                    help="translation cache: warm (precompiled before the clock), cold (empty) or off")
+    ap.add_argument("--compile-cache", choices=("warm", "cold", "off"), default="warm",
+                    help="compile cache: warm (precompiled before the clock), cold (empty) or off")
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
     a = ap.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="bench-sas-")
@@ -157,9 +157,9 @@ def main() -> int:
     tasks = [Task(f"{t.task_id}", t.task_type, t.payload) for t in tasks]
     walks = alfworld_walkthroughs(tasks)
     caches = {"pool": None, "lockstep": None}
-    if a.sas_cache != "off":
+    if a.compile_cache != "off":
         caches = {k: str(Path(tmp.name) / k) for k in caches}
-    if a.sas_cache == "warm":
+    if a.compile_cache == "warm":
         from envs.alfworld.precompile import precompile
 
         caches["lockstep"] = caches["pool"]
@@ -210,7 +210,7 @@ def main() -> int:
 
     out = {
         "games": len(tasks), "passes": a.passes, "concurrency": a.concurrency, "latency_s": a.latency, "wander": a.wander, "cpus": os.cpu_count(),
-        "sas_cache": a.sas_cache,
+        "compile_cache": a.compile_cache,
         "pool": {"wall_s": round(pool_wall, 2), "episodes_per_s": round(len(results) / pool_wall, 3), "won": pool_won,
                  "latency_bound_s": round(bound, 2), "bound_over_wall": round(bound / pool_wall, 3),
                  "peak_mem_mb_per_actor": round(pool_mem, 1),

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from envs.alfworld import data as alf_data
 from envs.alfworld.game import AlfWorldGame, task_text
-from envs.alfworld.sas_cache import resolve_dir
+from envs.alfworld.compile_cache import resolve_dir
 from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_ray.llm.types import ChatRequest
 
@@ -43,9 +43,9 @@ class GameCache:
     """Loaded games kept for reuse, so replaying a game (every gate replays the selection split)
     costs a reset, not a load. One instance serves one episode at a time."""
 
-    def __init__(self, capacity: int, sas_cache_dir: Optional[Path] = None):
+    def __init__(self, capacity: int, compile_cache_dir: Optional[Path] = None):
         self.capacity = capacity
-        self.sas_cache_dir = sas_cache_dir
+        self.compile_cache_dir = compile_cache_dir
         self._free: dict[str, list[AlfWorldGame]] = {}
         self.loads = 0
 
@@ -54,7 +54,7 @@ class GameCache:
         if free:
             return free.pop()
         self.loads += 1
-        return AlfWorldGame(gamefile, self.sas_cache_dir)
+        return AlfWorldGame(gamefile, self.compile_cache_dir)
 
     def release(self, game: AlfWorldGame) -> None:
         if sum(len(v) for v in self._free.values()) >= self.capacity:
@@ -135,7 +135,7 @@ class AlfWorldBenchmark(Benchmark):
         """textworld, alfworld and fast-downward take about 0.6 CPU-s to import and patch."""
         from envs.alfworld.game import import_engine
 
-        import_engine(self._games.sas_cache_dir)
+        import_engine(self._games.compile_cache_dir)
 
     def data_note(self) -> str:
         if self._using_samples:

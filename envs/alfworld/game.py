@@ -14,7 +14,7 @@ def _ensure_alfworld_data_env() -> None:
     os.environ.setdefault("ALFWORLD_DATA", str(Path.home() / ".cache" / "alfworld"))
 
 
-def import_engine(sas_cache_dir: Optional[Path] = None) -> None:
+def import_engine(compile_cache_dir: Optional[Path] = None) -> None:
     """Import the engine (ALFWORLD_DATA set first) and install the speedups (unless
     SKILLOPT_TEXTWORLD_SPEEDUPS=0); cheap after the first call in a process."""
     _ensure_alfworld_data_env()
@@ -24,7 +24,7 @@ def import_engine(sas_cache_dir: Optional[Path] = None) -> None:
     if os.environ.get("SKILLOPT_TEXTWORLD_SPEEDUPS", "1") != "0":
         from envs.alfworld import speedups
 
-        speedups.install(sas_cache_dir)
+        speedups.install(compile_cache_dir)
 
 
 @dataclass
@@ -38,9 +38,9 @@ class StepOutcome:
 class AlfWorldGame:
     """Load, reset and step one `game.tw-pddl` file."""
 
-    def __init__(self, gamefile: str | Path, sas_cache_dir: Optional[Path] = None):
-        """`sas_cache_dir`: where PDDL->SAS translations are kept across processes (None: memory only)."""
-        import_engine(sas_cache_dir)
+    def __init__(self, gamefile: str | Path, compile_cache_dir: Optional[Path] = None):
+        """`compile_cache_dir`: where PDDL->SAS translations are kept across processes (None: memory only)."""
+        import_engine(compile_cache_dir)
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
         from textworld.envs.pddl import PddlEnv

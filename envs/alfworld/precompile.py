@@ -1,8 +1,9 @@
-"""Translate ALFWorld games to SAS ahead of training, in parallel, into the on-disk cache.
+"""Compile ALFWorld games ahead of training, in parallel, into the on-disk compile cache.
 
-A game's first load on a machine costs 0.4-2.7 CPU-seconds of PDDL->SAS translation; later loads
-read the cache (see `sas_cache`). Training fills the cache as it goes, so this is optional: run it
-once per machine (or per cluster node) to take the first epoch's load cost off the clock.
+A game's first load on a machine costs 0.4-2.7 CPU-seconds (PDDL->SAS translation, grammar
+parsing); later loads read the cache (see `compile_cache`). Training fills the cache as it goes,
+so this is optional: run it once per machine (or per cluster node) to take the first epoch's load
+cost off the clock.
 
     python -m envs.alfworld.precompile                      # $ALFWORLD_DATA, or the built-in samples
     python -m envs.alfworld.precompile --data ~/alfworld --split all --workers 8
@@ -18,26 +19,29 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Optional
 
-from envs.alfworld.sas_cache import resolve_dir
+from envs.alfworld.compile_cache import resolve_dir
 
 
-def _translate(gamefile: str, cache_dir: str) -> int:
-    """Load one game (filling the cache); the number of translations computed rather than read."""
+def _compile(gamefile: str, cache_dir: str) -> int:
+    """Load one game (filling the cache); the number of parts computed rather than read."""
     from envs.alfworld import speedups
     from envs.alfworld.game import AlfWorldGame
 
-    cache = speedups.install(Path(cache_dir))
-    before = cache.translations
+    compiled = speedups.install(Path(cache_dir))
+    before = sum(compiled.computed.values())
     AlfWorldGame(gamefile, Path(cache_dir)).close()
-    return cache.translations - before
+    return sum(compiled.computed.values()) - before
+
+
+PARTS_PER_GAME = 3  # two SAS translations and a grammar
 
 
 def precompile(gamefiles: list[str], cache_dir: Path, workers: int) -> dict[str, float]:
     t0 = time.monotonic()
     # spawn: the caller may hold threads (Ray, a server) that a forked child would inherit mid-lock
     with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn")) as pool:
-        computed = list(pool.map(_translate, gamefiles, [str(cache_dir)] * len(gamefiles)))
-    return {"games": len(gamefiles), "translated": sum(computed), "already_cached": 2 * len(gamefiles) - sum(computed),
+        computed = sum(pool.map(_compile, gamefiles, [str(cache_dir)] * len(gamefiles)))
+    return {"games": len(gamefiles), "compiled": computed, "already_cached": PARTS_PER_GAME * len(gamefiles) - computed,
             "seconds": round(time.monotonic() - t0, 2)}
 
 
@@ -50,7 +54,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None, help="folder holding json_2.1.1 (default: $ALFWORLD_DATA, else the built-in samples)")
     ap.add_argument("--split", default="all", help="train, val, test or all (default)")
-    ap.add_argument("--cache", default="auto", help="translation cache directory (default: auto = ~/.cache/skillopt_ray/alfworld_sas_v1)")
+    ap.add_argument("--cache", default="auto", help="compile cache directory (default: auto = ~/.cache/skillopt_ray/alfworld_compiled_v1)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args(argv)
     cache_dir = resolve_dir(a.cache)
@@ -68,7 +72,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report = precompile([t.payload["gamefile"] for t in tasks], cache_dir, a.workers)
-    print(f"{report['games']} games from {root} ({a.split}): {report['translated']} translations computed, "
+    print(f"{report['games']} games from {root} ({a.split}): {report['compiled']} parts compiled, "
           f"{report['already_cached']} already cached, {report['seconds']} s; cache: {cache_dir}")
     return 0
 

@@ -1,12 +1,12 @@
-"""Make textworld's text generation cheaper without changing a character of its output.
+"""Make the ALFWorld engine cheaper without changing a character of its output.
 
-textworld's PDDL backend re-parses the same grammar templates (with tatsu) every time it writes
-an observation or lists admissible commands, deep-copies its context dicts per symbol, and
-translates the same PDDL problem to SAS twice on every load, and builds the initial state twice
-(load, then reset), and a fresh copy of the planner library for every game. We parse each
-template and grammar once, translate each problem once per machine (`sas_cache`), handing out
-copies since callers mutate what they get, copy the context dicts shallowly, keep the initial
-state from load for the first reset, and reuse closed games' planner libraries. Installed once per process by
+textworld's PDDL backend, per game: translates the PDDL problem to SAS twice and parses the game's
+grammar on every load, builds the initial state twice (load, then reset), copies and dlopens a
+fresh 33 MB planner library; per step: re-parses the same text templates (with tatsu) and
+deep-copies its context dicts per symbol. We compile each game's translations and grammar once
+per machine (`compile_cache`), parse each template once per process (handing out copies where
+callers mutate what they get), copy the context dicts shallowly, keep the initial state from load
+for the first reset, and reuse closed games' planner libraries. Installed once per process by
 `envs.alfworld.game`; `scripts/bench_engine.py` measures it and checks that every observation is
 identical.
 """
@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from envs.alfworld.sas_cache import SasDiskCache, decode, encode
+from envs.alfworld.compile_cache import CompileDiskCache, decode, encode
 
 _MAX_ENTRIES = 20000
-_MAX_TRANSLATIONS = 512  # encoded, about 60 KB each
+_MAX_COMPILED = 96  # parts in memory per process: a decoded translation is a few MB, a grammar 5 KB
 _MAX_FREE_LIBRARIES = 16
 
 
-def _memoised(fn: Callable[..., Any], copy: Callable[[Any], Any]) -> Callable[..., Any]:
+def _memoised(fn: Callable[..., Any], copies: bool) -> Callable[..., Any]:
+    """Call `fn` once per distinct arguments. With `copies`, every caller gets its own copy
+    (kept pickled, so a hit costs one `pickle.loads`); without, all callers share one result."""
     cache: dict[Any, Any] = {}
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -36,23 +38,28 @@ def _memoised(fn: Callable[..., Any], copy: Callable[[Any], Any]) -> Callable[..
         try:
             hit = cache[key]
         except KeyError:
-            hit = fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            hit = _pickled(result) if copies else result
             if len(cache) < _MAX_ENTRIES:
                 cache[key] = hit
+            return result
         except TypeError:  # unhashable arguments: no caching
             return fn(*args, **kwargs)
-        return copy(hit)
+        if not copies:
+            return hit
+        return pickle.loads(hit) if isinstance(hit, bytes) else deepcopy(hit[0])
 
     wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
     return wrapper
 
 
-def _fast_deepcopy(obj: Any) -> Any:
-    """A pickle round trip copies these symbol trees several times faster than copy.deepcopy."""
+def _pickled(obj: Any) -> Any:
+    """bytes to copy from with `pickle.loads` (several times faster than copy.deepcopy on these
+    symbol trees), or a 1-tuple holding `obj` for deepcopy when pickle cannot take it."""
     try:
-        return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - anything pickle cannot take is copied the slow way
-        return deepcopy(obj)
+        return (deepcopy(obj),)
 
 
 def _copy_context(context: dict[str, Any]) -> dict[str, Any]:
@@ -64,38 +71,55 @@ def _copy_context(context: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class TranslationCache:
-    """PDDL->SAS translations as pickles: in memory (bounded), then on disk when a directory is set."""
+class CompiledParts:
+    """A game's SAS translations and parsed grammar: in memory (bounded), then on disk when a
+    directory is set, else computed. Translations are only read by textworld (`PddlState` keeps
+    the task and reads its actions, types, objects and initial facts), so every game state of a
+    problem shares one decoded copy; grammars are merged into (mutable) game logic, so each load
+    decodes its own."""
 
-    disk: Optional[SasDiskCache] = None
-    memory: dict[tuple[str, str, bool], bytes] = field(default_factory=dict)
-    translations: int = 0  # computed here, i.e. found in neither cache
+    disk: Optional[CompileDiskCache] = None
+    memory: dict[tuple[str, ...], Any] = field(default_factory=dict)  # decoded if shared, else encoded
+    computed: dict[str, int] = field(default_factory=dict)  # per kind: found in neither cache
 
-    def wrap(self, translate: Callable[..., Any]) -> Callable[..., Any]:
+    def get(self, kind: str, parts: tuple[str, ...], compute: Callable[[], Any], shared: bool) -> Any:
+        mkey = (kind, *parts)
+        if mkey in self.memory:
+            hit = self.memory[mkey]
+            return hit if shared else decode(hit)
+        dkey = self.disk.key(kind, *parts) if self.disk else ""
+        stored = self.disk.get(dkey) if self.disk else None
+        if stored is not None:
+            blob, value = stored
+        else:
+            self.computed[kind] = self.computed.get(kind, 0) + 1
+            value = compute()
+            blob = encode(value)
+            if self.disk:
+                self.disk.put(dkey, blob)
+        if len(self.memory) >= _MAX_COMPILED:
+            self.memory.pop(next(iter(self.memory)))
+        self.memory[mkey] = value if shared else blob
+        return value
+
+    def wrap_translator(self, translate: Callable[..., Any]) -> Callable[..., Any]:
         def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
             if verbose:  # TW_PDDL_DEBUG: the caller wants the translator's own output
                 return translate(domain, problem, verbose=True, optimize=optimize)
-            mkey = (domain, problem, bool(optimize))
-            blob = self.memory.get(mkey)
-            if blob is not None:
-                return decode(blob)  # a fresh copy: PddlState keeps and mutates what it gets
-            dkey = self.disk.key(domain, problem, bool(optimize)) if self.disk else ""
-            stored = self.disk.get(dkey) if self.disk else None
-            if stored is not None:
-                blob, value = stored
-            else:
-                self.translations += 1
-                value = translate(domain, problem, verbose=False, optimize=optimize)
-                blob = encode(value)
-                if self.disk:
-                    self.disk.put(dkey, blob)
-            if len(self.memory) >= _MAX_TRANSLATIONS:
-                self.memory.pop(next(iter(self.memory)))
-            self.memory[mkey] = blob
-            return value  # decoded from disk or just computed: nobody else holds it
+            mode = "optimize" if optimize else "plain"
+            return self.get("sas", (domain, problem, mode), lambda: translate(domain, problem, verbose=False, optimize=optimize), shared=True)
 
         pddl2sas.__wrapped__ = translate  # type: ignore[attr-defined]
         return pddl2sas
+
+    def wrap_grammar_parser(self, parse: Callable[..., Any]) -> Callable[..., Any]:
+        def parse_and_convert(text: str, rule_name: str = "pddlStart", **kwargs: Any) -> Any:
+            if kwargs:
+                return parse(text, rule_name=rule_name, **kwargs)
+            return self.get("grammar", (text, rule_name), lambda: parse(text, rule_name=rule_name), shared=False)
+
+        parse_and_convert.__wrapped__ = parse  # type: ignore[attr-defined]
+        return parse_and_convert
 
 
 def _reuse_initial_state(pddl_env: Any) -> None:
@@ -157,9 +181,9 @@ def release_planner(pddl_env: Any) -> None:
         libraries.give_back(lib)
 
 
-def install(sas_cache_dir: Optional[Path] = None) -> TranslationCache:
-    """Idempotent: patch textgen's template parser, the conjunctive-query parser it uses and
-    fast-downward's translator. A later call may point the translation cache at another directory."""
+def install(compile_cache_dir: Optional[Path] = None) -> CompiledParts:
+    """Idempotent: patch textworld's parsers, fast-downward's translator and library loader, and
+    PddlEnv's load/reset. A later call may point the compile cache at another directory."""
     import fast_downward
     import textworld.envs.pddl.logic as pddl_logic
     import textworld.envs.pddl.pddl as pddl_env
@@ -167,22 +191,22 @@ def install(sas_cache_dir: Optional[Path] = None) -> TranslationCache:
     from textworld.logic import Rule
 
     if getattr(textgen, "_skillopt_memoised", False):
-        cache: TranslationCache = textgen._skillopt_translations
-        if sas_cache_dir is not None and (cache.disk is None or cache.disk.directory != sas_cache_dir):
-            cache.disk = SasDiskCache.open(sas_cache_dir)
-        return cache
-    textgen._parse_and_convert = _memoised(textgen._parse_and_convert, _fast_deepcopy)
-    pddl_logic._parse_and_convert = _memoised(pddl_logic._parse_and_convert, _fast_deepcopy)  # each game's grammar
+        compiled: CompiledParts = textgen._skillopt_compiled
+        if compile_cache_dir is not None and (compiled.disk is None or compiled.disk.directory != compile_cache_dir):
+            compiled.disk = CompileDiskCache.open(compile_cache_dir)
+        return compiled
+    textgen._parse_and_convert = _memoised(textgen._parse_and_convert, copies=True)
     original = Rule.parse_conjunctive_query.__func__  # type: ignore[attr-defined]
     # the query is only read (matched against the state), so one shared instance is safe
-    Rule.parse_conjunctive_query = classmethod(_memoised(original, lambda rule: rule))  # type: ignore[method-assign]
+    Rule.parse_conjunctive_query = classmethod(_memoised(original, copies=False))  # type: ignore[method-assign]
     textgen.copy_context = _copy_context
     _reuse_initial_state(pddl_env)
-    cache = TranslationCache(SasDiskCache.open(sas_cache_dir))
-    fast_downward.pddl2sas = cache.wrap(fast_downward.pddl2sas)
-    textgen._skillopt_translations = cache
+    compiled = CompiledParts(CompileDiskCache.open(compile_cache_dir))
+    fast_downward.pddl2sas = compiled.wrap_translator(fast_downward.pddl2sas)
+    pddl_logic._parse_and_convert = compiled.wrap_grammar_parser(pddl_logic._parse_and_convert)
+    textgen._skillopt_compiled = compiled
     libraries = PlannerLibraries(fast_downward.load_lib)
     fast_downward.load_lib = libraries.take
     textgen._skillopt_libraries = libraries
     textgen._skillopt_memoised = True
-    return cache
+    return compiled

@@ -1,15 +1,16 @@
-"""On-disk cache of fast-downward's PDDL->SAS translation of ALFWorld games.
+"""On-disk cache of the compiled parts of ALFWorld games, shared by every process on a machine.
 
-Loading a game translates its PDDL problem to SAS twice (once plain, once optimised for replanning):
-0.4-2.7 CPU-seconds per game, about nine tenths of what an episode costs. The translation is a pure
-function of (domain, problem, mode) and ALFWorld's games never change, so each translation is
-computed once per machine and kept as a zlib-compressed pickle (about 60 KB, 2-3 ms to load). Every later load —
-in another env actor, the next epoch, the next run, every sweep trial — reads it back.
+Loading a game translates its PDDL problem to SAS twice (plain, and optimised for replanning) and
+parses its text grammar: 0.4-2.7 CPU-seconds per game, nearly all of what an episode costs. These
+are pure functions of the game file and ALFWorld's games never change, so each part is computed
+once per machine and kept as a zlib-compressed pickle (SAS about 60 KB, 2-3 ms to load; grammar
+about 5 KB). Every later load — in another env actor, the next epoch, the next run, every sweep
+trial — reads it back.
 
-Entries are keyed by a SHA-256 of the inputs and the fast-downward/textworld versions; files are
-written atomically, and a corrupt or unreadable file is recomputed. Because entries are pickles,
-the directory must belong to this user and not be writable by others: otherwise the cache is
-refused (with a warning) rather than trusted.
+Entries are keyed by a SHA-256 of the kind, the inputs and the fast-downward/textworld versions;
+files are written atomically, and a corrupt or unreadable file is recomputed. Because entries are
+pickles, the directory must belong to this user and not be writable by others: otherwise the cache
+is refused (with a warning) rather than trusted.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def default_dir() -> Path:
         root = Path(os.environ["SKILLOPT_CACHE_DIR"])
     else:
         root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "skillopt_ray"
-    return root / "alfworld_sas_v1"
+    return root / "alfworld_compiled_v1"
 
 
 def resolve_dir(setting: Optional[str]) -> Optional[Path]:
@@ -43,12 +44,12 @@ def resolve_dir(setting: Optional[str]) -> Optional[Path]:
     return Path(str(setting)).expanduser()
 
 
-def encode(translation: object) -> bytes:
-    """What both the memory and the disk cache hold: compressed 12x at about 1.5 ms per translation."""
-    return zlib.compress(pickle.dumps(translation, protocol=pickle.HIGHEST_PROTOCOL), 1)
+def encode(value: object) -> bytes:
+    """What both the memory and the disk cache hold: a translation shrinks 12x at about 1.5 ms."""
+    return zlib.compress(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 
-def decode(blob: bytes) -> object:
+def decode(blob: bytes) -> Any:
     return pickle.loads(zlib.decompress(blob))
 
 
@@ -64,8 +65,8 @@ def _versions() -> str:
     return ";".join(parts)
 
 
-class SasDiskCache:
-    """get decoded / put encoded translations by their inputs; counts hits and misses."""
+class CompileDiskCache:
+    """get (decoded) / put (encoded) compiled parts by kind and inputs; counts hits and misses."""
 
     def __init__(self, directory: Path):
         self.directory = directory
@@ -74,7 +75,7 @@ class SasDiskCache:
         self._salt = _versions()
 
     @classmethod
-    def open(cls, directory: Optional[Path]) -> Optional["SasDiskCache"]:
+    def open(cls, directory: Optional[Path]) -> Optional["CompileDiskCache"]:
         """The cache at `directory`, created private (0700); None (with a warning) if it cannot be
         created or is not safe to load pickles from."""
         if directory is None:
@@ -83,21 +84,21 @@ class SasDiskCache:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             st = directory.stat()
         except OSError as e:
-            warnings.warn(f"ALFWorld translation cache disabled: cannot use {directory} ({e}); games load without it", stacklevel=2)
+            warnings.warn(f"ALFWorld compile cache disabled: cannot use {directory} ({e}); games load without it", stacklevel=2)
             return None
         if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            warnings.warn(f"ALFWorld translation cache disabled: {directory} is not private to this user "
+            warnings.warn(f"ALFWorld compile cache disabled: {directory} is not private to this user "
                           f"(owner uid {st.st_uid}, mode {oct(st.st_mode & 0o777)}); fix with chmod 700 or set "
                           "env.options.compile_cache to another directory", stacklevel=2)
             return None
         return cls(directory)
 
-    def key(self, domain: str, problem: str, optimize: bool) -> str:
+    def key(self, kind: str, *parts: str) -> str:
         h = hashlib.sha256()
-        for part in (self._salt, "optimize" if optimize else "plain", domain, problem):
+        for part in (self._salt, kind, *parts):
             h.update(part.encode("utf-8"))
             h.update(b"\0")
-        return h.hexdigest()
+        return f"{kind}-{h.hexdigest()}"
 
     def get(self, key: str) -> Optional[tuple[bytes, Any]]:
         """The entry as stored and decoded, or None. A torn or foreign file is a miss (and is
@@ -109,7 +110,7 @@ class SasDiskCache:
         except FileNotFoundError:
             self.misses += 1
             return None
-        except Exception:  # noqa: BLE001 - corrupt entry: drop it and translate again
+        except Exception:  # noqa: BLE001 - corrupt entry: drop it and compute again
             self.misses += 1
             try:
                 path.unlink()
@@ -126,4 +127,4 @@ class SasDiskCache:
                 f.write(blob)
             os.replace(tmp, self.directory / f"{key}.pkl.z")
         except OSError as e:  # a full disk costs speed, not correctness
-            warnings.warn(f"ALFWorld translation cache: could not write to {self.directory} ({e})", stacklevel=2)
+            warnings.warn(f"ALFWorld compile cache: could not write to {self.directory} ({e})", stacklevel=2)
