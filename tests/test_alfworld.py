@@ -161,3 +161,16 @@ def test_engine_speedups_keep_every_observation_identical(alfworld_root, tmp_pat
     assert res["compiled"] == {"sas": 8, "grammar": 4} and res["disk_cache_hits"] == 12  # each part once per game
     assert res["cold_over_stock"] < 0.85  # measured 0.48 over 18 games
     assert res["warm_over_stock"] < 0.3  # measured 0.03 over 18 games
+
+
+def test_actor_warm_up_plays_one_game_and_tolerates_a_broken_one(alfworld_root, tmp_path):
+    import textworld.envs.pddl.textgen as textgen
+
+    bench = AlfWorldBenchmark({"data_dir": str(alfworld_root), "options": {"compile_cache": str(tmp_path / "cc")}})
+    bench.warm_up()
+    assert list((tmp_path / "cc").glob("sas-*.pkl.z"))  # the warm-up game was compiled into the configured cache
+    assert textgen._skillopt_libraries.free  # and its planner library waits for the first episode
+    broken = tmp_path / "broken" / "json_2.1.1" / "train" / "pick_and_place_simple-X-None-Y-1" / "trial_1"
+    broken.mkdir(parents=True)
+    (broken / "game.tw-pddl").write_text("{not json")
+    AlfWorldBenchmark({"data_dir": str(tmp_path / "broken"), "options": {"compile_cache": "off"}}).warm_up()  # no raise

@@ -132,10 +132,23 @@ class AlfWorldBenchmark(Benchmark):
             self._root = ensure_sample_games(self.options.sample_dir)
 
     def warm_up(self) -> None:
-        """textworld, alfworld and fast-downward take about 0.6 CPU-s to import and patch."""
+        """Importing and patching the engine takes about 0.6 CPU-s, and a process's first game
+        another 0.1-0.2 s (text templates parsed, a planner library opened): paid here, once per
+        actor, by one game's reset and a `look`."""
         from envs.alfworld.game import import_engine
 
         import_engine(self._games.compile_cache_dir)
+        assert self._root is not None
+        first = next(self._root.rglob("game.tw-pddl"), None)
+        if first is None:
+            return  # no games: load_split reports that clearly
+        try:
+            game = AlfWorldGame(first, self._games.compile_cache_dir)
+            game.reset()
+            game.step("look")
+            game.close()
+        except Exception:  # noqa: BLE001 - a broken game is reported by the episode that plays it
+            pass
 
     def data_note(self) -> str:
         if self._using_samples:
