@@ -162,11 +162,18 @@ class Run:
 
     def snapshot(self) -> dict[str, Any]:
         snap = dict(self.progress)
-        if self.pool is not None and snap.get("stage", "").split(":")[0] in ("rollout", "validate", "eval", "slow_update"):
+        if not plays_episodes(snap.get("stage", "")):
+            snap.pop("done", None), snap.pop("total", None)  # the last rollout's count would read as stuck
+        elif self.pool is not None:
             snap["done"], snap["total"] = self.pool.episodes_done, self.pool.episodes_total
         if self.trainer is not None:
             snap.update({k: self.trainer.state.get("counts", {}).get(k, 0) for k in ("accept", "reject", "skip")})
         return snap
+
+
+def plays_episodes(stage: str) -> bool:
+    """Stages whose progress is counted in episodes: rollout, validate:*, eval*, slow_update:rollout."""
+    return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)
