@@ -166,6 +166,9 @@ def test_engine_speedups_keep_every_observation_identical(alfworld_root, tmp_pat
 def test_actor_warm_up_plays_one_game_and_tolerates_a_broken_one(alfworld_root, tmp_path):
     import textworld.envs.pddl.textgen as textgen
 
+    from envs.alfworld import speedups
+
+    speedups.install().memory.clear()  # as in a fresh actor: earlier tests may have loaded the same game
     bench = AlfWorldBenchmark({"data_dir": str(alfworld_root), "options": {"compile_cache": str(tmp_path / "cc")}})
     bench.warm_up()
     assert list((tmp_path / "cc").glob("sas-*.pkl.z"))  # the warm-up game was compiled into the configured cache
