@@ -279,6 +279,11 @@ def run_one(data: dict[str, Any]) -> int:
     return EXIT_OK
 
 
+def needs_embedded_server(data: dict[str, Any]) -> bool:
+    """A role runs on the embedded model and calls will reach it (replay mode answers from the cache)."""
+    return any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer")) and data["llm"]["cache_mode"] != "replay"
+
+
 def execute(data: dict[str, Any]) -> dict[str, Any]:
     """One training (or eval) run through the driver actor; the outcome dict it returns says how it ended.
 
@@ -300,16 +305,18 @@ def execute(data: dict[str, Any]) -> dict[str, Any]:
     record_job(run_dir)
     check_keys(data)
     server: Optional[EmbeddedServer] = None
-    needs_embedded = any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer")) and data["llm"]["cache_mode"] != "replay"
     try:
-        if needs_embedded:
+        if needs_embedded_server(data):
             print(f"note: {NOTICE}", file=sys.stderr)
             e = data["llm"]["embedded"]
-            try:
-                server = EmbeddedServer(e["model_path"], e["ctx_size"], e["threads"], e["parallel"], e["startup_timeout_s"], run_dir / "embedded_server.log")
-                url = server.start()
-            except EmbeddedUnavailable as err:
-                raise UsageError(str(err)) from None
+            url = e.get("server_url")
+            if not url:
+                try:
+                    server = EmbeddedServer(e["model_path"], e["ctx_size"], e["threads"], e["parallel"], e["startup_timeout_s"],
+                                            run_dir / "embedded_server.log")
+                    url = server.start()
+                except EmbeddedUnavailable as err:
+                    raise UsageError(str(err)) from None
             for r in ("target", "optimizer"):
                 if data["llm"][r]["provider"] == "embedded":
                     data["llm"][r]["base_url"] = url

@@ -61,6 +61,8 @@ class EmbeddedConfig:
     threads: int = 2
     parallel: int = 2
     startup_timeout_s: float = 120.0
+    # an embedded server that is already running (a sweep starts one for all its trials): used instead of starting one
+    server_url: Optional[str] = None
 
 
 @dataclass

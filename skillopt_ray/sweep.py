@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import yaml
 
-from skillopt_ray.cli import UsageError, check_output_dir, compose, resolve_paths, run_dir_for, start_ray, typed
+from skillopt_ray.cli import UsageError, check_output_dir, compose, needs_embedded_server, resolve_paths, run_dir_for, start_ray, typed
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.utils.io import atomic_write_json
 
@@ -167,6 +167,23 @@ def max_concurrent_trials(data: dict[str, Any], total_cpus: float, requested: Op
     return min(cap, requested) if requested else cap
 
 
+def shared_embedded_settings(trials: list[dict[str, Any]], concurrent: int) -> Optional[dict[str, Any]]:
+    """EmbeddedServer arguments for one server that all these trials can share, or None: no trial
+    needs one, one was given (llm.embedded.server_url), or the trials' embedded settings differ.
+    Slots and context grow with the number of trials running at once (llama.cpp splits the
+    context between its slots)."""
+    need = [t for t in trials if needs_embedded_server(t)]
+    if not need or any(t["llm"]["embedded"].get("server_url") for t in need):
+        return None
+    settings = [json.dumps(t["llm"]["embedded"], sort_keys=True) for t in need]
+    if len(set(settings)) != 1:
+        return None
+    e = need[0]["llm"]["embedded"]
+    n = max(1, concurrent)
+    return {"model_path": e["model_path"], "ctx_size": e["ctx_size"] * n, "threads": e["threads"], "parallel": e["parallel"] * n,
+            "startup_timeout_s": e["startup_timeout_s"]}
+
+
 def _trial_fn(config: dict[str, Any]) -> dict[str, Any]:
     """One Tune trial = one training run (cli.execute, the CLI's own code path)."""
     from skillopt_ray.cli import execute
@@ -213,7 +230,6 @@ class _Parent:
 
 def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
     import ray
-    from ray import tune
 
     trials = build_trials(spec, overrides)
     first = trials[0].data
@@ -253,14 +269,12 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
         total = float(ray.cluster_resources().get("CPU", 1))
         limit = max_concurrent_trials(first, total, spec.max_concurrent)
         print(f"sweep {name}: running {len(todo)} trials, at most {limit} at a time, {trial_cpus(first)} CPU each", file=sys.stderr)
-        tuner = tune.Tuner(
-            tune.with_resources(_trial_fn, {"cpu": trial_cpus(first)}),
-            param_space={"trial": tune.grid_search([t.data for t in todo])},
-            tune_config=tune.TuneConfig(max_concurrent_trials=limit, trial_dirname_creator=lambda tr: f"trial_{tr.trial_id}"),
-            run_config=tune.RunConfig(name=f"tune-{int(time.time())}", storage_path=str((sdir / "tune").resolve()),
-                                      verbose=0, stop=_StopAfter(spec.interrupt_after) if spec.interrupt_after else None),
-        )
-        results = tuner.fit()
+        embedded = _start_shared_embedded([t.data for t in todo], limit, sdir)
+        try:
+            results = _fit(spec, todo, first, limit, sdir)
+        finally:
+            if embedded is not None:
+                embedded.stop()
         for r in results:
             if r.error is not None:
                 failed.append(f"{_key_of(r.config, todo)}: {str(r.error).strip().splitlines()[-1][:300]}")
@@ -291,6 +305,39 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
         print(f"error: {len(failed)} trial(s) failed; rerun the same command to retry them. First: {failed[0]}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_OK
+
+
+def _start_shared_embedded(todo: list[dict[str, Any]], concurrent: int, sdir: Path) -> Any:
+    """One embedded server for all trials (instead of one llama.cpp process per trial); its URL goes
+    into each trial's llm.embedded.server_url, which is not part of a run's identity."""
+    settings = shared_embedded_settings(todo, concurrent)
+    if settings is None:
+        return None
+    from skillopt_ray.llm.embedded import EmbeddedServer, EmbeddedUnavailable
+
+    server = EmbeddedServer(**settings, log_path=sdir / "embedded_server.log")
+    try:
+        url = server.start()
+    except EmbeddedUnavailable as err:
+        raise UsageError(str(err)) from None
+    print(f"sweep: one embedded server for all trials at {url} ({settings['parallel']} slots)", file=sys.stderr)
+    for t in todo:
+        if needs_embedded_server(t):
+            t["llm"]["embedded"]["server_url"] = url
+    return server
+
+
+def _fit(spec: SweepSpec, todo: list[Trial], first: dict[str, Any], limit: int, sdir: Path) -> Any:
+    from ray import tune
+
+    tuner = tune.Tuner(
+        tune.with_resources(_trial_fn, {"cpu": trial_cpus(first)}),
+        param_space={"trial": tune.grid_search([t.data for t in todo])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=limit, trial_dirname_creator=lambda tr: f"trial_{tr.trial_id}"),
+        run_config=tune.RunConfig(name=f"tune-{int(time.time())}", storage_path=str((sdir / "tune").resolve()),
+                                  verbose=0, stop=_StopAfter(spec.interrupt_after) if spec.interrupt_after else None),
+    )
+    return tuner.fit()
 
 
 def _key_of(config: Optional[dict[str, Any]], todo: list[Trial]) -> str:

@@ -60,3 +60,19 @@ def test_searchqa_experiment_learns_on_a_fixture(ray_cluster, tmp_path):
     assert code == 0
     summary = _check_learned(rd)
     assert summary["test"]["best"]["soft"] == 1.0
+
+
+def test_an_already_running_embedded_server_is_used_instead_of_starting_one(ray_cluster, tmp_path):
+    """What a sweep's trials do: llm=embedded with llm.embedded.server_url (here the scripted server) starts no llama.cpp."""
+    answers = qa_fixture(tmp_path / "qa")
+    with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
+        overrides = ["+experiment=searchqa", "+smoke=tiny", "llm=embedded", f"llm.embedded.server_url={srv.base_url}",
+                     f"output_dir={tmp_path / 'out'}", "debug.progress=off", f"env.data_dir={tmp_path / 'qa'}"]
+        _obj, data = cli.typed(cli.compose(overrides))
+        data = cli.resolve_paths(data)
+        rd = cli.run_dir_for(data)  # before the run: execute() fills in the roles' base_url
+        code = cli.run_one(data)
+        assert srv.state.attempts > 0  # every call went to the given server
+    assert code == 0
+    assert not (rd / "embedded_server.log").exists()
+    _check_learned(rd)

@@ -153,3 +153,18 @@ def test_sweep_resumes_logs_parent_and_children_and_compares(ray_cluster, tmp_pa
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_trials_share_one_embedded_server_when_their_settings_agree():
+    from skillopt_ray.sweep import shared_embedded_settings
+
+    def trial(provider="embedded", ctx=8192, url=None, cache_mode="record"):
+        emb = {"model_path": None, "ctx_size": ctx, "threads": 2, "parallel": 2, "startup_timeout_s": 120.0, "server_url": url}
+        return {"llm": {"target": {"provider": provider}, "optimizer": {"provider": provider}, "embedded": emb, "cache_mode": cache_mode}}
+
+    shared = shared_embedded_settings([trial(), trial()], concurrent=3)
+    assert shared == {"model_path": None, "ctx_size": 3 * 8192, "threads": 2, "parallel": 6, "startup_timeout_s": 120.0}
+    assert shared_embedded_settings([trial("openai"), trial("openai")], 2) is None  # nobody needs it
+    assert shared_embedded_settings([trial(cache_mode="replay")], 2) is None  # answers come from the cache
+    assert shared_embedded_settings([trial(), trial(ctx=4096)], 2) is None  # settings differ: one server each
+    assert shared_embedded_settings([trial(url="http://127.0.0.1:9/v1")], 2) is None  # the user gave one
