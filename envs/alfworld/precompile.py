@@ -73,7 +73,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     report = precompile([t.payload["gamefile"] for t in tasks], cache_dir, a.workers)
     print(f"{report['games']} games from {root} ({a.split}): {report['compiled']} parts compiled, "
-          f"{report['already_cached']} already cached, {report['seconds']} s; cache: {cache_dir}")
+          f"{report['already_cached']} already cached or shared with another game, {report['seconds']} s; cache: {cache_dir}")
     return 0
 
 
