@@ -9,6 +9,7 @@ import pytest
 
 from envs.alfworld import compile_cache
 from envs.alfworld.compile_cache import CompileDiskCache, decode, encode, resolve_dir
+from envs.alfworld import speedups
 from envs.alfworld.speedups import CompiledParts
 
 
@@ -58,7 +59,7 @@ def test_compiled_parts_layers(tmp_path):
 
     def translate(domain, problem, verbose=False, optimize=False):
         calls.append((problem, optimize))
-        return {"problem": problem, "optimize": optimize}, f"sas for {problem}"
+        return {"problem": problem, "optimize": optimize}, f"sas for {problem}" + (" (optimised)" if optimize else "")
 
     def parse(text, rule_name="pddlStart", **kwargs):
         calls.append((text, rule_name))
@@ -68,13 +69,16 @@ def test_compiled_parts_layers(tmp_path):
     fn, grammar = compiled.wrap_translator(translate), compiled.wrap_grammar_parser(parse)
     first = fn("d", "p1")
     assert fn("d", "p1") is first  # textworld only reads translations: one shared copy
+    task, deferred = fn("d", "p1", optimize=True)  # the replanning translation waits for a replan
+    sas = deferred.encode("utf-8")
+    assert task is None and isinstance(sas, speedups.DeferredBytes) and len(calls) == 1
+    assert sas.produce() == b"sas for p1 (optimised)" and calls[-1] == ("p1", True)
     parsed = grammar("g1", rule_name="pddlStart")
     parsed[0]["actions"].append("mutated")  # grammars are merged into mutable game logic: own copies
     assert grammar("g1", rule_name="pddlStart") == ({"actions": ["g1"]}, "pddlStart")
-    assert fn("d", "p1", optimize=True)[0]["optimize"] is True
     assert len(calls) == 3 and compiled.computed == {"sas": 2, "grammar": 1}
     compiled.memory.clear()  # a fresh process: the disk still has all three
-    assert fn("d", "p1")[1] == "sas for p1" and fn("d", "p1", optimize=True)[0]["optimize"] is True
+    assert fn("d", "p1")[1] == "sas for p1" and fn("d", "p1", optimize=True)[1].produce() == "sas for p1 (optimised)"
     assert grammar("g1", rule_name="pddlStart")[0] == {"actions": ["g1"]}
     assert len(calls) == 3 and compiled.disk.hits == 3
     fn("d", "p1", verbose=True)  # debugging output is the translator's own: never cached
@@ -88,10 +92,10 @@ def test_precompile_fills_the_cache_once(alfworld_root, tmp_path):
 
     games = [t.payload["gamefile"] for t in walk_split(alfworld_root, "train")[:2]]
     first = precompile(games, tmp_path / "c", workers=1)
-    assert first["compiled"] == 6 and first["already_cached"] == 0  # per game: two translations, a grammar
-    assert len(list((tmp_path / "c").glob("sas-*.pkl.z"))) == 4 and len(list((tmp_path / "c").glob("grammar-*.pkl.z"))) == 2
+    assert first["compiled"] == 4 and first["already_cached"] == 0  # per game: a translation, a grammar
+    assert len(list((tmp_path / "c").glob("sas-*.pkl.z"))) == 2 and len(list((tmp_path / "c").glob("grammar-*.pkl.z"))) == 2
     again = precompile(games, tmp_path / "c", workers=1)
-    assert again["compiled"] == 0 and again["already_cached"] == 6
+    assert again["compiled"] == 0 and again["already_cached"] == 4
     assert main(["--data", str(alfworld_root), "--cache", "off"]) == 2
 
 

@@ -1,14 +1,15 @@
 """Make the ALFWorld engine cheaper without changing a character of its output.
 
-textworld's PDDL backend, per game: translates the PDDL problem to SAS twice and parses the game's
-grammar on every load, builds the initial state twice (load, then reset), copies and dlopens a
-fresh 33 MB planner library; per step: re-parses the same text templates (with tatsu) and
-deep-copies its context dicts per symbol. We compile each game's translations and grammar once
-per machine (`compile_cache`), parse each template once per process (handing out copies where
-callers mutate what they get), copy the context dicts shallowly, keep the initial state from load
-for the first reset, and reuse closed games' planner libraries. Installed once per process by
-`envs.alfworld.game`; `scripts/bench_engine.py` measures it and checks that every observation is
-identical.
+textworld's PDDL backend, per game: translates the PDDL problem to SAS twice on every load (the
+optimised translation only ever serves replanning) and parses the game's grammar, builds the
+initial state twice (load, then reset), copies and dlopens a fresh 33 MB planner library; per
+step: re-parses the same text templates (with tatsu) and deep-copies its context dicts per symbol.
+We compile each game's plain translation and grammar once per machine (`compile_cache`) and the
+optimised translation only if a replan needs it, parse each template once per process (handing
+out copies where callers mutate what they get), copy the context dicts shallowly, keep the
+initial state from load for the first reset, and reuse closed games' planner libraries. Installed
+once per process by `envs.alfworld.game`; `scripts/bench_engine.py` measures it and checks that
+every observation is identical.
 """
 
 from __future__ import annotations
@@ -106,8 +107,10 @@ class CompiledParts:
         def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
             if verbose:  # TW_PDDL_DEBUG: the caller wants the translator's own output
                 return translate(domain, problem, verbose=True, optimize=optimize)
-            mode = "optimize" if optimize else "plain"
-            return self.get("sas", (domain, problem, mode), lambda: translate(domain, problem, verbose=False, optimize=optimize), shared=True)
+            if optimize:  # only the planner's replanning reads it, and skillopt never replans: translate on first use
+                return None, DeferredSas(lambda: self.get("sas", (domain, problem, "optimize"),
+                                                          lambda: translate(domain, problem, verbose=False, optimize=True), shared=True)[1])
+            return self.get("sas", (domain, problem, "plain"), lambda: translate(domain, problem, verbose=False), shared=True)
 
         pddl2sas.__wrapped__ = translate  # type: ignore[attr-defined]
         return pddl2sas
@@ -148,6 +151,50 @@ def _reuse_initial_state(pddl_env: Any) -> None:
     pddl_env.PddlEnv.load, pddl_env.PddlEnv.reset = load, reset
 
 
+class DeferredBytes:
+    """SAS text for the planner, produced when the planner first needs it."""
+
+    def __init__(self, produce: Callable[[], bytes]):
+        self.produce = produce
+
+
+class DeferredSas(str):
+    """Stands in for the optimised ("replan") translation, which `PddlState` only hands to the
+    planner library (`load_sas_replan(sas.encode())`) for `replan()`: policy commands and expert
+    plans, which skillopt never asks for. Translating it costs as much as the plain translation.
+    Its `encode` defers; the library wrapper (`PlannerLibraries`) loads it on the first replan,
+    which plans from the current state either way (checked plan for plan in tests/test_alfworld.py)."""
+
+    def __new__(cls, produce: Callable[[], str]) -> "DeferredSas":
+        obj = super().__new__(cls, "")
+        obj.produce = produce  # type: ignore[attr-defined]
+        return obj
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> DeferredBytes:  # type: ignore[override]
+        return DeferredBytes(lambda: self.produce().encode(encoding, errors))  # type: ignore[attr-defined]
+
+
+def _defer_replan_loading(lib: Any) -> Any:
+    """Let `load_sas_replan` take a DeferredBytes and load it just before the first `replan`."""
+    real_load, real_replan = lib.load_sas_replan, lib.replan
+    pending: list[DeferredBytes] = []
+
+    def load_sas_replan(sas: Any) -> None:
+        pending.clear()
+        if isinstance(sas, DeferredBytes):
+            pending.append(sas)
+        else:
+            real_load(sas)
+
+    def replan(debug: bool) -> Any:
+        if pending:
+            real_load(pending.pop().produce())
+        return real_replan(debug)
+
+    lib.load_sas_replan, lib.replan = load_sas_replan, replan
+    return lib
+
+
 @dataclass
 class PlannerLibraries:
     """textworld gives every game its own copy of fast-downward's planner library (a 33 MB file
@@ -163,7 +210,7 @@ class PlannerLibraries:
         if self.free:
             return self.free.pop()
         self.opened += 1
-        return self.load()
+        return _defer_replan_loading(self.load())
 
     def give_back(self, lib: Any) -> None:
         if lib is not None and len(self.free) < _MAX_FREE_LIBRARIES:
