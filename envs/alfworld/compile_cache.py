@@ -1,7 +1,8 @@
 """On-disk cache of the compiled parts of ALFWorld games, shared by every process on a machine.
 
-Loading a game translates its PDDL problem to SAS twice (plain, and optimised for replanning) and
-parses its text grammar: 0.4-2.7 CPU-seconds per game, nearly all of what an episode costs. These
+Loading a game translates its PDDL problem to SAS (plain, and optimised for replanning, which
+`speedups` defers until a replan) and parses its text grammar: 0.2-1.4 CPU-seconds per game
+(twice that on stock textworld), nearly all of what an episode costs. These
 are pure functions of the game file and ALFWorld's games never change, so each part is computed
 once per machine and kept as a zlib-compressed pickle (SAS about 60 KB, 2-3 ms to load; grammar
 about 5 KB). Every later load — in another env actor, the next epoch, the next run, every sweep
