@@ -134,10 +134,10 @@ def start_ray(data: dict[str, Any]) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = data["ray"]["address"] or os.environ.get("RAY_ADDRESS")
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, logging_level="ERROR")
+    if address and address not in ("auto", "local"):
+        probe_address(address)  # a configured address that does not answer is an error even if Ray is already up here
     if ray.is_initialized():
         return
-    if address and address not in ("auto", "local"):
-        probe_address(address)
     try:
         if address:
             ray.init(address=address, **kwargs)
