@@ -144,7 +144,7 @@ def main() -> int:
                     help="compile cache: warm (precompiled before the clock), cold (empty) or off")
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
     a = ap.parse_args()
-    tmp = tempfile.TemporaryDirectory(prefix="bench-sas-")
+    tmp = tempfile.TemporaryDirectory(prefix="bench-compile-")
 
     root = Path(a.data)
     if not (root / "json_2.1.1").is_dir():

@@ -163,7 +163,9 @@ class Run:
     def snapshot(self) -> dict[str, Any]:
         snap = dict(self.progress)
         if not plays_episodes(snap.get("stage", "")):
-            snap.pop("done", None), snap.pop("total", None)  # the last rollout's count would read as stuck
+            # the last rollout's count would read as stuck
+            snap.pop("done", None)
+            snap.pop("total", None)
         elif self.pool is not None:
             snap["done"], snap["total"] = self.pool.episodes_done, self.pool.episodes_total
         if self.trainer is not None:

@@ -67,9 +67,12 @@ class Gateway:
             "sample_key": req.key,
         }
 
+    def _check_role(self, role: str) -> None:
+        if role not in self.endpoints:
+            raise LLMConfigError(f"unknown role {role!r}; use 'target' or 'optimizer'")
+
     async def chat(self, req: ChatRequest) -> ChatResult:
-        if req.role not in self.endpoints:
-            raise LLMConfigError(f"unknown role {req.role!r}; use 'target' or 'optimizer'")
+        self._check_role(req.role)
         key = request_key(self._cache_payload(req)) if self.cache is not None else ""
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -104,8 +107,7 @@ class Gateway:
         return result
 
     def structured_output_mode(self, role: str) -> str:
-        if role not in self.endpoints:
-            raise LLMConfigError(f"unknown role {role!r}; use 'target' or 'optimizer'")
+        self._check_role(role)
         return self.endpoints[role].cfg.structured_output
 
     def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
@@ -171,9 +173,6 @@ class GatewayActor:
 
     async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
         return await self.gw.chat_json(req, schema, name)
-
-    def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
-        return self.gw.response_format_for(role, schema, name)
 
     def structured_output_mode(self, role: str) -> str:
         return self.gw.structured_output_mode(role)
