@@ -31,6 +31,14 @@ class EpisodeResult:
     trajectory: list[dict[str, Any]] = field(default_factory=list)
     error: Optional[str] = None
     infra_error: bool = False
+    # What the optimizer's analysts see (REFERENCE_SPEC §3.4): the task text for the trajectory header,
+    # and benchmark extras. Keys the engine reads from `info`: target_system_prompt, target_user_prompt,
+    # spreadsheet_preview (analyst sub-blocks), predicted_answer (slow-update comparison), header_task_type
+    # (overrides the "Task type:" line; SearchQA sets "" as the reference does). `trajectory` holds the
+    # conversation entries in the reference's shapes: ALFWorld {step, action, reasoning, env_feedback, ...};
+    # chat {role, content} ("system" = the verification block); {type: "message", content}.
+    task_description: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
