@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,42 @@ SHARED = Path(os.environ.get("SKILLOPT_SHARED_DATA", REPO.parent / "shared" / "d
 ALFWORLD_SHARED = SHARED / "alfworld"
 
 
+def in_ci() -> bool:
+    """CI sets CI=true (`CI=true bash .ci/run`): there a missing prerequisite is a failure, not a skip."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _missing(what: str, fix: str) -> None:
+    if in_ci():
+        pytest.fail(f"CI=true but {what}; {fix}", pytrace=False)
+    pytest.skip(f"{what} ({fix})")
+
+
+def need_bwrap() -> str:
+    """The bubblewrap binary, or skip (locally) / fail (CI=true) naming the fix."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        _missing("bubblewrap (bwrap) is not installed", "scripts/install.sh installs it, or apt-get install bubblewrap")
+    return exe  # type: ignore[return-value]
+
+
+def need_shared_data(path: Path, what: str = "") -> Path:
+    """`path` (a file or folder of the shared benchmark data), or skip (locally) / fail (CI=true)."""
+    if not Path(path).exists():
+        _missing(f"shared {what or 'benchmark'} data not found at {path}",
+                 "point SKILLOPT_SHARED_DATA at the folder that holds alfworld/ and spreadsheetbench/")
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def needs_bwrap() -> str:
+    """For a whole module: `pytestmark = pytest.mark.usefixtures("needs_bwrap")`."""
+    return need_bwrap()
+
+
 @pytest.fixture(scope="session")
 def alfworld_root() -> Path:
-    if not (ALFWORLD_SHARED / "json_2.1.1").is_dir():
-        pytest.skip(f"shared ALFWorld sample data not found at {ALFWORLD_SHARED}")
+    need_shared_data(ALFWORLD_SHARED / "json_2.1.1", "ALFWorld")
     return ALFWORLD_SHARED
 
 

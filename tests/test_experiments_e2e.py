@@ -4,7 +4,6 @@ it answers right only once the optimizer has written the rule for the task's typ
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,7 @@ def _check_learned(rd: Path) -> dict:
     return summary
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh installs it)")
+@pytest.mark.usefixtures("needs_bwrap")
 def test_spreadsheetbench_experiment_learns_on_sample_tasks(ray_cluster, tmp_path, capsys):
     wrong = "import os, shutil\nshutil.copy(os.environ['INPUT_PATH'], os.environ['OUTPUT_PATH'])\n"
     answers = {}

@@ -13,7 +13,7 @@ import pytest
 
 from envs.sandbox import Limits, Sandbox, SandboxUnavailable
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh installs it)")
+pytestmark = pytest.mark.usefixtures("needs_bwrap")
 
 
 @pytest.fixture(scope="module")

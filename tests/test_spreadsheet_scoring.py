@@ -13,7 +13,7 @@ from envs.spreadsheetbench import readcells
 from envs.spreadsheetbench.data import load_dataset
 from envs.spreadsheetbench.scoring import PositionError, cells_equal, compare, parse_position
 
-from conftest import SHARED
+from conftest import SHARED, need_shared_data
 
 SHEETS = SHARED / "spreadsheetbench"
 
@@ -31,8 +31,7 @@ def values(path: str, areas, first: str | None = None) -> tuple[dict, str]:
 
 @pytest.fixture(scope="module")
 def real_tasks():
-    if not (SHEETS / "dataset.json").is_file():
-        pytest.skip(f"shared SpreadsheetBench data not found at {SHEETS}")
+    need_shared_data(SHEETS / "dataset.json", "SpreadsheetBench")
     return load_dataset(SHEETS)
 
 

@@ -17,10 +17,10 @@ from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.stages.rollout import summarize
 from skillopt_ray.testing.scripted_server import ScriptedServer
 
-from conftest import SHARED
+from conftest import SHARED, need_shared_data
 from test_alfworld import _gateway
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh installs it)")
+pytestmark = pytest.mark.usefixtures("needs_bwrap")
 SHEETS = SHARED / "spreadsheetbench"
 
 # Hand-written correct scripts for three real tasks (each must pass all three test cases).
@@ -77,8 +77,7 @@ def play(bench, tasks, replies, training: bool, max_turns: int = 3):
 
 @pytest.fixture(scope="module")
 def real_bench():
-    if not (SHEETS / "dataset.json").is_file():
-        pytest.skip(f"shared SpreadsheetBench data not found at {SHEETS}")
+    need_shared_data(SHEETS / "dataset.json", "SpreadsheetBench")
     return SpreadsheetBenchmark({"data_dir": str(SHEETS), "options": {"wall_s": 60}})
 
 
