@@ -22,8 +22,22 @@ from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
-from skillopt_ray.tracking import Tracker, default_tracking_uri
+from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
 from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, _limit
+
+
+def read_skill_file(path: Path, key: str) -> str:
+    """A skill document as text; anything that is not a UTF-8 text file is a config error naming the key."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{key}={str(path)!r} is not a UTF-8 text file (byte {e.start} cannot be decoded); "
+                          "give the path to a skill .md file") from None
+    except OSError as e:
+        raise ConfigError(f"{key}={str(path)!r} cannot be read ({e.strerror}); give the path to a skill .md file") from None
+    if "\x00" in text:
+        raise ConfigError(f"{key}={str(path)!r} contains NUL bytes (a binary file?); give the path to a skill .md file")
+    return text
 
 
 def load_splits(bench: Any, cfg: Any) -> Splits:
@@ -64,16 +78,20 @@ class Run:
         t = cfg.tracking
         uri = t.tracking_uri or default_tracking_uri(Path(cfg.output_dir))
         self.tracker = Tracker(t.mlflow, uri, t.experiment_name or cfg.experiment, Path(cfg.output_dir) / "mlflow-artifacts")
+        self.notes.extend(self.tracker.notes)
         run_info = self.rd.read_json("mlflow_run.json") or {}
         tags = {"experiment": cfg.experiment, "seed": str(cfg.seed), "mode": cfg.mode, "run_dir": str(self.rd.root), **t.tags}
         if t.parent_run_id:
             tags["mlflow.parentRunId"] = t.parent_run_id
-        run_id = self.tracker.start(run_info.get("run_id"), self.rd.root.name, tags)
+        self.tracker.notes.clear()
+        run_id = self.tracker.start(run_info, self.rd.root.name, tags, lambda rec: self.rd.write_json("mlflow_run.json", rec))
+        self.notes.extend(self.tracker.notes)
         jobs = self.rd.read_json("jobs.json")
         if jobs:
             self.tracker.set_tags({"ray_job_submission_id": jobs[-1]["submission_id"]})
         if run_id:
-            self.rd.write_json("mlflow_run.json", {"run_id": run_id, "tracking_uri": uri, "experiment_id": self.tracker.experiment_id})
+            self.rd.write_json("mlflow_run.json", {"run_id": run_id, "tracking_uri": uri, "experiment_id": self.tracker.experiment_id,
+                                                   "run_uid": (self.rd.read_json("mlflow_run.json") or {}).get("run_uid")})
             self.tracker.log_params(redact(self.cfg_dict))
         return bench, llm
 
@@ -101,6 +119,8 @@ class Run:
             return self._fail(EXIT_STOPPED, f"{e.message}; state saved in {self.rd.root}")
         except (LLMError, InfraFailure) as e:
             return self._fail(EXIT_ERROR, getattr(e, "message", None) or str(e))
+        except TrackingError as e:
+            return self._fail(EXIT_ERROR, str(e))
         except Exception as e:  # noqa: BLE001 - report with traceback saved in the run dir
             tb = traceback.format_exc()
             self.rd.write_text("error.txt", tb)
@@ -112,8 +132,8 @@ class Run:
         if self.tracker and self.tracker.run_id:
             try:
                 self.tracker.finish("KILLED" if code == EXIT_STOPPED else "FAILED")
-            except Exception:  # noqa: BLE001
-                pass
+            except TrackingError as e:  # the run's own failure is the message; this one is a note beside it
+                self.notes.append(f"could not mark the MLflow run ended: {e}")
         return {"status": "error", "exit": code, "message": message, "notes": self.notes, "run_dir": str(self.rd.root)}
 
     def _initial_skill(self, bench: Any) -> str:
@@ -121,7 +141,7 @@ class Run:
             p = Path(self.cfg.skill_init).expanduser()
             if not p.is_file():
                 raise ConfigError(f"skill_init={self.cfg.skill_init!r} is not a file; give the path to a skill .md file")
-            return p.read_text(encoding="utf-8")
+            return read_skill_file(p, "skill_init")
         return bench.seed_skill()
 
     async def _eval_only(self, bench: Any) -> dict[str, Any]:
@@ -129,7 +149,7 @@ class Run:
         p = Path(cfg.eval.skill_path or "").expanduser()
         if not p.is_file():
             raise ConfigError(f"eval.skill_path={cfg.eval.skill_path!r} is not a file; give the path to a skill .md file")
-        skill = p.read_text(encoding="utf-8")
+        skill = read_skill_file(p, "eval.skill_path")
         split = cfg.eval.split
         limit = {"train": cfg.env.limit_train, "test": cfg.env.limit_test, "valid_unseen": cfg.env.limit_test}.get(split, cfg.env.limit_selection)
         tasks = _limit(bench.load_split(split), limit if split != "all" else 0)

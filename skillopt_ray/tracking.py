@@ -1,17 +1,175 @@
 """MLflow tracking with an explicit run id (safe from actors and threads).
 
 Default store: sqlite under the output directory, so no server is needed.
+
+Kill safety: a new sqlite store is built (every schema migration) in a private file next to
+its final name and linked into place only when complete, so a kill at any moment leaves
+either no store or a whole one. A store that an older version left half-made (schema not at
+MLflow's head revision and no runs in it) is moved aside and rebuilt, with a note; one that
+holds runs is never touched (the error says how to upgrade it). Resuming the MLflow run
+retries transient store errors and never starts a second run silently.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
+import sys
+import time
+import uuid
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
+
+T = TypeVar("T")
+RUN_UID_TAG = "skillopt.run_uid"
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used; the message is one line that names the store and what to do."""
 
 
 def default_tracking_uri(output_dir: str | Path) -> str:
     return f"sqlite:///{Path(output_dir).resolve() / 'mlflow.db'}"
+
+
+def sqlite_path(uri: Optional[str]) -> Optional[Path]:
+    """The file behind a `sqlite:///` URI (None for other stores and in-memory databases)."""
+    if not uri or not uri.startswith("sqlite:///"):
+        return None
+    raw = uri[len("sqlite:///"):].split("?", 1)[0]
+    if not raw or raw == ":memory:":
+        return None
+    return Path(raw).expanduser().resolve()
+
+
+def _head_revision() -> str:
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    return _get_latest_schema_revision()
+
+
+def store_state(path: Path) -> tuple[str, str]:
+    """('ok' | 'empty' | 'half_made' | 'outdated', detail) for an existing sqlite store file."""
+    if path.stat().st_size == 0:
+        return "empty", "the file is empty"
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            rev = None
+            if "alembic_version" in tables:
+                row = db.execute("SELECT version_num FROM alembic_version").fetchone()
+                rev = row[0] if row else None
+            runs = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] if "runs" in tables else 0
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as e:
+        return "half_made", f"it is not a readable sqlite database ({e})"
+    head = _head_revision()
+    if rev == head:
+        return "ok", ""
+    if not tables:
+        return "empty", "it has no tables"
+    detail = f"schema revision {rev or 'none'}, MLflow {_mlflow_version()} expects {head}"
+    return ("half_made" if runs == 0 else "outdated"), detail
+
+
+def _mlflow_version() -> str:
+    import mlflow
+
+    return mlflow.__version__
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _drop_stale_builds(path: Path) -> None:
+    """Private build files of processes that died mid-build (a kill during creation)."""
+    for p in path.parent.glob(f".{path.name}.building-*"):
+        try:
+            pid = int(p.name.rsplit("-", 2)[-2])
+        except ValueError:
+            continue
+        if not _pid_alive(pid):
+            p.unlink(missing_ok=True)
+
+
+def _build(path: Path) -> None:
+    """Create and migrate a store privately, then link it into place (never over an existing one)."""
+    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        engine = create_sqlalchemy_engine(f"sqlite:///{tmp}")
+        try:
+            _initialize_tables(engine)
+        finally:
+            engine.dispose()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # atomic, and fails rather than replace a store another process just finished
+        except FileExistsError:
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def ensure_store(uri: Optional[str], log: Callable[[str], None] = lambda m: print(f"note: {m}", file=sys.stderr)) -> None:
+    """Make sure a sqlite tracking store exists whole before MLflow opens it (no-op for other URIs)."""
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    if path.exists():
+        _drop_stale_builds(path)
+        state, detail = store_state(path)
+        if state == "ok":
+            return
+        if state == "outdated":
+            raise TrackingError(f"MLflow store {path} has runs but an old schema ({detail}): back it up, then run "
+                                f"`mlflow db upgrade sqlite:///{path}`, or set tracking.tracking_uri to another store")
+        aside = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        try:
+            os.replace(path, aside)
+            log(f"MLflow store {path} was left half-made by an interrupted start ({detail}; no runs in it): "
+                f"moved to {aside.name} and created again")
+        except FileNotFoundError:
+            pass  # another process moved it aside first
+    else:
+        _drop_stale_builds(path)
+    _build(path)
+
+
+def _retrying(what: str, uri: Optional[str], fn: Callable[[], T], attempts: int = 5, base_s: float = 0.5) -> T:
+    """Call fn, retrying store errors that may pass (locks, timeouts, a server restarting); a run that is
+    not found is not retried (the caller decides). After the last attempt: one line, TrackingError."""
+    from mlflow.exceptions import MlflowException
+
+    for i in range(attempts):
+        try:
+            return fn()
+        except MlflowException as e:
+            if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS", "INVALID_PARAMETER_VALUE"):
+                raise
+            err: Exception = e
+        except (OSError, sqlite3.Error, ConnectionError, TimeoutError) as e:
+            err = e
+        if i + 1 < attempts:
+            time.sleep(base_s * 2**i)
+    first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+    raise TrackingError(f"MLflow store {uri} failed to {what} after {attempts} attempts: {first}")
+
+
+def _not_found(e: Exception) -> bool:
+    return getattr(e, "error_code", "") == "RESOURCE_DOES_NOT_EXIST"
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -31,32 +189,63 @@ class Tracker:
     def __init__(self, enabled: bool, tracking_uri: Optional[str], experiment: str, artifact_root: Path):
         self.enabled = enabled
         self.run_id: Optional[str] = None
+        self.notes: list[str] = []
         if not enabled:
             return
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri
+        ensure_store(tracking_uri, self.notes.append)
         self.client = MlflowClient(tracking_uri=tracking_uri)
-        exp = self.client.get_experiment_by_name(experiment)
+        exp = _retrying("read experiments", tracking_uri, lambda: self.client.get_experiment_by_name(experiment))
         if exp is None:
             artifact_root.mkdir(parents=True, exist_ok=True)
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_root.resolve().as_uri())
+            try:
+                self.experiment_id = _retrying("create the experiment", tracking_uri, lambda: self.client.create_experiment(
+                    experiment, artifact_location=artifact_root.resolve().as_uri()))
+            except MlflowException as e:
+                if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise TrackingError(f"MLflow store {tracking_uri} refused experiment {experiment!r}: {str(e).splitlines()[0]}") from None
+                exp = _retrying("read experiments", tracking_uri, lambda: self.client.get_experiment_by_name(experiment))
+                self.experiment_id = exp.experiment_id  # created by a concurrent run (sweep trials)
         else:
             self.experiment_id = exp.experiment_id
 
-    def start(self, existing_run_id: Optional[str], run_name: str, tags: dict[str, str]) -> Optional[str]:
+    def start(self, record: dict[str, Any], run_name: str, tags: dict[str, str], save: Callable[[dict[str, Any]], None]) -> Optional[str]:
+        """Resume the MLflow run that `record` (the run directory's mlflow_run.json) names, else create one.
+
+        Creation is made idempotent across kills: a run uid is saved (via `save`) before the run is created
+        and tagged on it, so a rerun after a kill between the two finds that run instead of forking a second."""
         if not self.enabled:
             return None
-        if existing_run_id:
+        from mlflow.exceptions import MlflowException
+
+        run_id = record.get("run_id")
+        if run_id:
             try:
-                run = self.client.get_run(existing_run_id)
+                run = _retrying("read the run to resume", self.uri, lambda: self.client.get_run(run_id))
                 self.run_id = run.info.run_id
-                self.client.update_run(self.run_id, status="RUNNING")
+                _retrying("mark the resumed run running", self.uri, lambda: self.client.update_run(self.run_id, status="RUNNING"))
                 return self.run_id
-            except Exception:  # noqa: BLE001 - store was wiped: start a new run
-                pass
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
+            except MlflowException as e:
+                if not _not_found(e):
+                    raise TrackingError(f"MLflow store {self.uri} failed to read run {run_id}: {str(e).splitlines()[0][:300]}") from None
+                self.notes.append(f"MLflow run {run_id} is not in {self.uri} (store replaced or deleted): logging to a new run")
+        uid = record.get("run_uid") if not run_id else None
+        if uid:
+            quoted = uid.replace("'", "")
+            found = _retrying("search for the interrupted run", self.uri, lambda: self.client.search_runs(
+                [self.experiment_id], filter_string=f"tags.`{RUN_UID_TAG}` = '{quoted}'", max_results=1))
+            if found:
+                self.run_id = found[0].info.run_id
+                _retrying("mark the resumed run running", self.uri, lambda: self.client.update_run(self.run_id, status="RUNNING"))
+                return self.run_id
+        uid = uid or uuid.uuid4().hex
+        save({"run_uid": uid, "tracking_uri": self.uri, "experiment_id": self.experiment_id})
+        run = _retrying("create the run", self.uri, lambda: self.client.create_run(
+            self.experiment_id, run_name=run_name, tags={**tags, RUN_UID_TAG: uid}))
         self.run_id = run.info.run_id
         return self.run_id
 
@@ -74,8 +263,6 @@ class Tracker:
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled:
             return
-        import time
-
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
@@ -94,4 +281,4 @@ class Tracker:
 
     def finish(self, status: str = "FINISHED") -> None:
         if self.enabled and self.run_id:
-            self.client.set_terminated(self.run_id, status=status)
+            _retrying(f"mark the run {status}", self.uri, lambda: self.client.set_terminated(self.run_id, status=status), attempts=3)
