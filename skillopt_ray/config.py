@@ -30,10 +30,15 @@ class LLMRoleConfig:
     azure_endpoint: Optional[str] = None
     azure_api_version: Optional[str] = None
     azure_ad_token_env: Optional[str] = None
-    temperature: float = 0.0
-    max_tokens: int = 512
-    reasoning_effort: Optional[str] = None
-    timeout_s: float = 120.0
+    temperature: Optional[float] = None  # None: not sent (the provider's default; reasoning models accept no other)
+    max_tokens: int = 512  # completion budget, sent as `max_tokens` unless max_completion_tokens is set
+    max_completion_tokens: Optional[int] = None  # set: sent instead of max_tokens (reasoning models need it)
+    reasoning_effort: Optional[str] = None  # none | minimal | low | medium | high | xhigh; sent only when set
+    timeout_s: float = 120.0  # read timeout of one attempt
+    connect_timeout_s: float = 10.0
+    # an attempt silent this long triggers a cheap liveness probe of the endpoint (GET /models); no answer to
+    # the probe either -> the endpoint is named as silent at once instead of waiting out timeout_s. 0 = off
+    silence_probe_s: float = 30.0
     max_concurrency: int = 8
     requests_per_minute: int = 0  # 0 = unlimited
     tokens_per_minute: int = 0
@@ -76,6 +81,9 @@ class LLMConfig:
     retry_base_s: float = 1.0
     retry_max_s: float = 20.0
     retry_window_s: float = 50.0  # give up on a dead endpoint after this long
+    # a reply cut by the completion limit (finish_reason=length): retry once with twice the budget, then a named
+    # error (retry); a named error at once (error); or use the cut text as the reply (keep: the embedded model)
+    truncated_reply: str = "retry"
     prices: dict[str, PriceConfig] = field(default_factory=dict)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
@@ -217,13 +225,23 @@ def validate(cfg: Config) -> Config:
         _choice(f"llm.{role}.provider", r.provider, ("openai", "azure", "embedded"))
         _choice(f"llm.{role}.structured_output", r.structured_output, ("json_schema", "json_object", "none"))
         _at_least(f"llm.{role}.max_tokens", r.max_tokens, 1)
+        if r.max_completion_tokens is not None:
+            _at_least(f"llm.{role}.max_completion_tokens", r.max_completion_tokens, 1)
+        if r.reasoning_effort is not None:
+            _choice(f"llm.{role}.reasoning_effort", r.reasoning_effort, ("none", "minimal", "low", "medium", "high", "xhigh"))
+        _at_least(f"llm.{role}.connect_timeout_s", r.connect_timeout_s, 0.1)
+        _at_least(f"llm.{role}.silence_probe_s", r.silence_probe_s, 0)
         _at_least(f"llm.{role}.max_concurrency", r.max_concurrency, 1)
         _at_least(f"llm.{role}.timeout_s", r.timeout_s, 0.1)
         _at_least(f"llm.{role}.requests_per_minute", r.requests_per_minute, 0)
         _at_least(f"llm.{role}.tokens_per_minute", r.tokens_per_minute, 0)
-        if not 0.0 <= r.temperature <= 2.0:
+        if r.temperature is not None and not 0.0 <= r.temperature <= 2.0:
             raise ConfigError(f"llm.{role}.temperature={r.temperature!r} is invalid; it must be between 0 and 2")
     _choice("llm.cache_mode", cfg.llm.cache_mode, ("record", "replay", "off"))
+    _choice("llm.truncated_reply", cfg.llm.truncated_reply, ("retry", "error", "keep"))
+    if cfg.llm.backend == "compatible" and not cfg.llm.base_url and not (cfg.llm.target.base_url and cfg.llm.optimizer.base_url):
+        raise ConfigError("llm=compatible needs the server's URL, which is missing: add llm.base_url=http://host:port/v1 "
+                          "(or set COMPATIBLE_BASE_URL)")
     _at_least("llm.max_retries", cfg.llm.max_retries, 0)
     _at_least("env.max_turns", cfg.env.max_turns, 1)
     _at_least("env.history_window", cfg.env.history_window, 0)

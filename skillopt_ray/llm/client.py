@@ -1,21 +1,30 @@
 """One role's endpoint: the official openai SDK over real HTTP, with our own retry policy.
 
-The SDK's retries are disabled (max_retries=0) so retries never stack.
+The SDK's retries are disabled (max_retries=0) so retries never stack. The SDK's response
+parsing is bypassed (`with_raw_response`): the body is read and checked here, so every transport
+fault -- a cut-off JSON body, an HTML page, a body that is not JSON, a reset connection, an
+endpoint that accepts TCP and never answers -- is either retried within the retry window or ends
+as one `LLMUnavailable` line naming the endpoint and the fault.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import openai
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
-from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable
+from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
+
+PROBE_TIMEOUT_S = 10.0
 
 
 def describe(role_cfg: LLMRoleConfig) -> str:
@@ -28,7 +37,8 @@ def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
     key = None
     if role_cfg.api_key_env:
         key = os.environ.get(role_cfg.api_key_env)
-    common: dict[str, Any] = dict(max_retries=0, timeout=role_cfg.timeout_s)
+    timeout = openai.Timeout(role_cfg.timeout_s, connect=min(role_cfg.connect_timeout_s, role_cfg.timeout_s))
+    common: dict[str, Any] = dict(max_retries=0, timeout=timeout)
     if role_cfg.provider == "azure":
         if not role_cfg.azure_endpoint:
             raise LLMConfigError("Azure backend needs an endpoint: set AZURE_OPENAI_ENDPOINT or llm.<role>.azure_endpoint")
@@ -65,20 +75,114 @@ def _retry_after(exc: Exception) -> Optional[float]:
         return None
 
 
-def _is_retryable(exc: Exception) -> bool:
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500 or exc.status_code == 408
-    return False
-
-
 _FIX = {
-    400: "the request was rejected; check the model supports these parameters (structured_output, reasoning_effort)",
+    400: "the request was rejected; check the model supports these parameters (temperature, max_tokens vs "
+         "max_completion_tokens, structured_output, reasoning_effort)",
     401: "check the API key in the environment variable named by llm.<role>.api_key_env",
     403: "the key lacks access to this model or endpoint",
     404: "check the model (deployment) name and base_url",
 }
+
+# what to check, per fault kind, when the retries run out
+_FAULT_FIX = {
+    "http": "the server is failing or overloaded; retry later or raise llm.max_retries / llm.retry_window_s",
+    "connect": "check the server is up and reachable at that address",
+    "reset": "the connection was dropped mid-request (a proxy, a crash or an overloaded server); check the server",
+    "read_timeout": "the server answered nothing within llm.<role>.timeout_s; check it, or raise the timeout for slow models",
+    "silent": "the server accepts connections but never answers: check it is the right port and not stuck",
+    "truncated": "the response body was cut off (a proxy or the server dropping data); check the server",
+    "html": "the endpoint answered with a web page: llm.base_url should be the API root, e.g. http://host:8000/v1",
+    "not_json": "the endpoint does not speak the OpenAI API: check llm.base_url",
+    "not_completion": "the endpoint's reply is not a chat completion: check llm.base_url and the model name",
+}
+
+
+@dataclass
+class TransportFault(Exception):
+    """A classified transport fault of one attempt."""
+
+    kind: str
+    detail: str
+    retryable: bool = True
+    retry_after: Optional[float] = None
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+@dataclass
+class Completion:
+    """The parts of a chat completion the gateway uses."""
+
+    content: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def _snippet(text: str, n: int = 60) -> str:
+    return " ".join(text.split())[:n]
+
+
+def parse_completion(body: str, content_type: str) -> Completion:
+    """The completion in an HTTP 200 body, or the Fault that describes what came instead."""
+    stripped = body.strip()
+    n = len(body.encode("utf-8", "replace"))
+    if not stripped:
+        raise TransportFault("not_json", "HTTP 200 with an empty body")
+    if "html" in content_type.lower() or stripped[:1] == "<":
+        raise TransportFault("html", f"HTTP 200 with an HTML page instead of JSON ({_snippet(stripped)!r})")
+    try:
+        data = json.loads(stripped)
+    except ValueError as e:
+        if stripped[:1] in "{[":
+            pos = getattr(e, "pos", 0)
+            if pos >= len(stripped) - 1:
+                raise TransportFault("truncated", f"HTTP 200 with a JSON body cut off after {n} bytes") from None
+            raise TransportFault("truncated", f"HTTP 200 with a broken JSON body ({n} bytes: {e.msg} at char {pos})") from None
+        raise TransportFault("not_json", f"HTTP 200 with a body that is not JSON (content-type {content_type or 'none'}: "
+                                f"{_snippet(stripped)!r})") from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            msg = _snippet(str(data["error"].get("message") or data["error"]), 120)
+            raise TransportFault("not_completion", f"HTTP 200 carrying an error object: {msg!r}")
+        raise TransportFault("not_completion", "HTTP 200 with JSON that is not a chat completion (no choices)")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    content = message.get("content")
+    if isinstance(content, list):  # some servers send content parts
+        content = "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return Completion(
+        content=content if isinstance(content, str) else "",
+        finish_reason=str(choice.get("finish_reason") or ""),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+    )
+
+
+def classify(exc: BaseException, cfg: LLMRoleConfig) -> TransportFault:
+    """A retryable Fault for a transport or server error the SDK raised."""
+    if isinstance(exc, TransportFault):
+        return exc
+    if isinstance(exc, openai.APIStatusError):
+        code = exc.status_code
+        return TransportFault("http", f"HTTP {code}", retryable=code in (408, 409, 429) or code >= 500, retry_after=_retry_after(exc))
+    cause = exc.__cause__ or exc.__context__
+    # by class name: the SDK ships its own copy of httpx (httpx2 in openai 3.x)
+    kinds = {c.__name__ for c in type(cause).__mro__} if cause is not None else set()
+    if isinstance(exc, openai.APITimeoutError) or "TimeoutException" in kinds:
+        if kinds & {"ConnectTimeout", "PoolTimeout"}:
+            return TransportFault("connect", f"connect timeout after {cfg.connect_timeout_s:g}s")
+        return TransportFault("read_timeout", f"no answer within {cfg.timeout_s:g}s (read timeout)")
+    if isinstance(exc, openai.APIConnectionError) or "TransportError" in kinds:
+        if "ConnectError" in kinds:
+            return TransportFault("connect", f"cannot connect ({_snippet(str(cause), 80) or 'refused'})")
+        if "RemoteProtocolError" in kinds:
+            return TransportFault("reset", f"connection closed mid-response ({_snippet(str(cause), 80)})")
+        return TransportFault("reset", f"connection error ({type(cause).__name__ if cause else type(exc).__name__})")
+    return TransportFault("not_completion", f"unexpected {type(exc).__name__}: {_snippet(str(exc), 120)}", retryable=False)
 
 
 @dataclass
@@ -103,22 +207,69 @@ class RoleEndpoint:
         self.client = make_client(role_cfg)
         self._rng = random.Random(rng_seed)
         self.retries_done = 0
+        self.faults: Counter = Counter()  # fault kind -> attempts that hit it
+        self._last_answer = 0.0  # monotonic time of the last HTTP answer of any kind
+        self._probe: Optional[asyncio.Future] = None
 
-    def request_kwargs(self, req: ChatRequest) -> dict[str, Any]:
-        kw: dict[str, Any] = dict(
-            model=self.cfg.model,
-            messages=req.messages,
-            temperature=self.cfg.temperature if req.temperature is None else req.temperature,
-            max_tokens=req.max_tokens or self.cfg.max_tokens,
-        )
+    def completion_budget(self, req: ChatRequest) -> int:
+        return req.max_tokens or self.cfg.max_completion_tokens or self.cfg.max_tokens
+
+    def request_kwargs(self, req: ChatRequest, budget: Optional[int] = None) -> dict[str, Any]:
+        """The request body. temperature only when set; max_completion_tokens instead of max_tokens when configured."""
+        kw: dict[str, Any] = dict(model=self.cfg.model, messages=req.messages)
+        temperature = self.cfg.temperature if req.temperature is None else req.temperature
+        if temperature is not None:
+            kw["temperature"] = temperature
+        n = budget or self.completion_budget(req)
+        if self.cfg.max_completion_tokens is not None:
+            kw["max_completion_tokens"] = n
+        else:
+            kw["max_tokens"] = n
         if self.cfg.reasoning_effort:
             kw["reasoning_effort"] = self.cfg.reasoning_effort
         if req.response_format is not None:
             kw["response_format"] = req.response_format
         return kw
 
-    async def send(self, req: ChatRequest) -> Any:
-        kw = self.request_kwargs(req)
+    async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
+        raw = await self.client.chat.completions.with_raw_response.create(**kw, extra_headers=headers or None)
+        self._last_answer = time.monotonic()
+        http = raw.http_response
+        return parse_completion(http.text, http.headers.get("content-type", ""))
+
+    async def _probe_once(self) -> bool:
+        try:
+            await self.client.with_options(timeout=PROBE_TIMEOUT_S, max_retries=0).models.list()
+        except (openai.APITimeoutError, openai.APIConnectionError):
+            return False
+        except Exception:  # noqa: BLE001 - any HTTP answer (404, 401, a page) proves the server is alive
+            pass
+        self._last_answer = time.monotonic()
+        return True
+
+    async def _alive(self) -> bool:
+        """Whether the endpoint answers anything: a recent answer, else one probe shared by concurrent waiters."""
+        if time.monotonic() - self._last_answer < max(self.cfg.silence_probe_s, PROBE_TIMEOUT_S):
+            return True
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.ensure_future(self._probe_once())
+        return await asyncio.shield(self._probe)
+
+    async def _attempt(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
+        task = asyncio.ensure_future(self._post(kw, headers))
+        quiet = self.cfg.silence_probe_s
+        if quiet and quiet < self.cfg.timeout_s:
+            done, _ = await asyncio.wait({task}, timeout=quiet)
+            if not done and not await self._alive():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+                raise TransportFault("silent", f"connection accepted but nothing answered for {quiet:g}s, and a liveness probe "
+                                      f"(GET /models) got no answer in {PROBE_TIMEOUT_S:g}s either", retryable=False)
+        return await task
+
+    async def send(self, req: ChatRequest, budget: Optional[int] = None) -> Completion:
+        kw = self.request_kwargs(req, budget)
         headers = {}
         if self.cfg.trace_headers:
             headers = {"X-SkillOpt-Role": req.role, "X-SkillOpt-Stage": req.stage, "X-SkillOpt-Key": req.key[:200]}
@@ -126,30 +277,41 @@ class RoleEndpoint:
         attempt = 0
         while True:
             try:
-                return await self.client.chat.completions.create(**kw, extra_headers=headers or None)
+                return await self._attempt(kw, headers)
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:  # noqa: BLE001 - classified below
-                if isinstance(exc, openai.APIStatusError) and not _is_retryable(exc):
-                    code = exc.status_code
-                    raise LLMRequestRejected(
-                        f"{self.role} call rejected with HTTP {code} by {describe(self.cfg)}: "
-                        f"{_FIX.get(code, 'see the provider documentation')}"
-                    ) from None
-                if not _is_retryable(exc):
-                    raise
-                delay = _retry_after(exc)
+                if isinstance(exc, openai.APIStatusError):
+                    self._last_answer = time.monotonic()
+                fault = classify(exc, self.cfg)
+                if isinstance(exc, openai.APIStatusError) and not fault.retryable:
+                    raise self._rejected(exc) from None
+                self.faults[fault.kind] += 1
+                elapsed = time.monotonic() - start
+                delay = fault.retry_after
                 if delay is None:
                     delay = min(self.retry.max_s, self.retry.base_s * (2**attempt))
                     delay *= 0.5 + self._rng.random()  # jitter
-                elapsed = time.monotonic() - start
-                if attempt >= self.retry.max_retries or elapsed + delay > self.retry.window_s:
-                    kind = type(exc).__name__
+                if not fault.retryable or attempt >= self.retry.max_retries or elapsed + delay > self.retry.window_s:
                     raise LLMUnavailable(
-                        f"{self.role} endpoint unavailable after {attempt + 1} attempts in {elapsed:.0f}s "
-                        f"({kind}) at {describe(self.cfg)}: check the server is up and reachable, or raise llm.max_retries"
+                        f"{self.role} endpoint unavailable at {describe(self.cfg)}: {fault.detail} "
+                        f"({attempt + 1} attempt{'s' if attempt else ''} in {elapsed:.0f}s); {_FAULT_FIX.get(fault.kind, '')}"
                     ) from None
                 attempt += 1
                 self.retries_done += 1
                 await asyncio.sleep(delay)
+
+    def _rejected(self, exc: openai.APIStatusError) -> Exception:
+        code = exc.status_code
+        body = exc.body if isinstance(exc.body, dict) else {}
+        err = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
+        server_msg = _snippet(str(err.get("message") or ""), 200)
+        said = f" (server: {server_msg})" if server_msg else ""
+        if code == 400 and "content_filter" in (str(err.get("code") or "") + str(err.get("type") or "")):
+            return ReplyFiltered(f"{self.role} request refused by the content filter at {describe(self.cfg)}{said}")
+        return LLMRequestRejected(
+            f"{self.role} call rejected with HTTP {code} by {describe(self.cfg)}{said}: {_FIX.get(code, 'see the provider documentation')}"
+        )
 
     async def close(self) -> None:
         await self.client.close()

@@ -14,11 +14,12 @@ import ray
 
 from skillopt_ray.config import LLMConfig, from_container
 from skillopt_ray.llm.cache import ResponseCache, request_key
-from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint
+from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, describe
 from skillopt_ray.llm.jsonout import JsonExtractionError, parse_and_validate
-from skillopt_ray.llm.ledger import Ledger
+from skillopt_ray.llm.ledger import Ledger, journal_path
 from skillopt_ray.llm.ratelimit import EndpointLimiter
-from skillopt_ray.llm.types import CacheMiss, ChatRequest, ChatResult, JsonResult, LLMConfigError, MalformedOutput
+from skillopt_ray.llm.types import (CacheMiss, ChatRequest, ChatResult, JsonResult, LLMConfigError, LLMError, LLMInternalError,
+                                    MalformedOutput, ReplyFiltered, ReplyTruncated)
 from skillopt_ray.utils.io import atomic_write_json, read_json
 
 
@@ -51,21 +52,24 @@ class Gateway:
             raise LLMConfigError("llm.cache_mode=replay needs a response cache; point output_dir/run_name at a recorded run")
         self.ledger_path = ledger_path
         prior = read_json(ledger_path) if ledger_path and Path(ledger_path).exists() else None
-        self.ledger = Ledger(cfg.prices, cfg.budget, prior)
+        self.ledger = Ledger(cfg.prices, cfg.budget, prior, journal=journal_path(ledger_path))  # kill-safe: every paid call journaled
 
     def _cache_payload(self, req: ChatRequest) -> dict[str, Any]:
         ep = self.endpoints[req.role]
         kw = ep.request_kwargs(req)
-        return {
+        payload = {
             "provider": ep.cfg.provider,
             "model": kw["model"],
             "messages": kw["messages"],
-            "temperature": kw["temperature"],
-            "max_tokens": kw["max_tokens"],
+            "temperature": kw.get("temperature"),
+            "max_tokens": kw.get("max_tokens"),
             "reasoning_effort": kw.get("reasoning_effort"),
             "response_format": kw.get("response_format"),
             "sample_key": req.key,
         }
+        if "max_completion_tokens" in kw:  # only then, so keys recorded before this field existed stay valid
+            payload["max_completion_tokens"] = kw["max_completion_tokens"]
+        return payload
 
     def _check_role(self, role: str) -> None:
         if role not in self.endpoints:
@@ -86,25 +90,49 @@ class Gateway:
                 )
         self.ledger.check_budget()
         ep = self.endpoints[req.role]
+        comp = await self._send(req)
+        if comp.finish_reason == "length" and self.cfg.truncated_reply != "keep":
+            self.ledger.record_incomplete(req.role, req.stage, "truncated")
+            budget = ep.completion_budget(req)
+            if self.cfg.truncated_reply == "retry":
+                self.ledger.check_budget()
+                comp = await self._send(req, 2 * budget)
+                budget *= 2
+                if comp.finish_reason == "length":
+                    self.ledger.record_incomplete(req.role, req.stage, "truncated")
+            if comp.finish_reason == "length":
+                raise ReplyTruncated(
+                    f"{req.role}/{req.stage} reply cut off at the completion limit ({budget} tokens, finish_reason=length"
+                    f"{', also after a retry with twice the budget' if self.cfg.truncated_reply == 'retry' else ''}) at "
+                    f"{describe(ep.cfg)}; raise llm.{req.role}.{'max_completion_tokens' if ep.cfg.max_completion_tokens else 'max_tokens'}"
+                )
+        if comp.finish_reason == "content_filter":
+            self.ledger.record_incomplete(req.role, req.stage, "filtered")
+            raise ReplyFiltered(f"{req.role}/{req.stage} reply stopped by the content filter (finish_reason=content_filter) "
+                                f"at {describe(ep.cfg)}")
+        result = ChatResult(comp.content, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason)
+        if self.cache is not None:  # under the original request's key, so a resumed run replays a length retry too
+            self.cache.put(key, req.stage, {"content": result.content, "prompt_tokens": result.prompt_tokens,
+                                            "completion_tokens": result.completion_tokens, "finish_reason": result.finish_reason})
+        return result
+
+    async def _send(self, req: ChatRequest, budget: Optional[int] = None) -> Completion:
+        """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger."""
+        ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
-        est = sum(len(m.get("content") or "") for m in req.messages) // 4 + (req.max_tokens or ep.cfg.max_tokens)
+        est = sum(len(m.get("content") or "") for m in req.messages) // 4 + (budget or ep.completion_budget(req))
         async with limiter:
             await limiter.acquire_window(est)
             try:
-                resp = await ep.send(req)
+                comp = await ep.send(req, budget)
+            except ReplyFiltered:
+                self.ledger.record_incomplete(req.role, req.stage, "filtered")
+                raise
             except Exception:
                 self.ledger.record_error(req.role, req.stage)
                 raise
-        choice = resp.choices[0]
-        content = choice.message.content or ""
-        usage = resp.usage
-        pt = getattr(usage, "prompt_tokens", 0) or 0
-        ct = getattr(usage, "completion_tokens", 0) or 0
-        self.ledger.record(req.role, req.stage, ep.cfg.model, pt, ct)
-        result = ChatResult(content, pt, ct, False, choice.finish_reason or "")
-        if self.cache is not None:
-            self.cache.put(key, req.stage, {"content": content, "prompt_tokens": pt, "completion_tokens": ct, "finish_reason": result.finish_reason})
-        return result
+        self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
+        return comp
 
     def structured_output_mode(self, role: str) -> str:
         self._check_role(role)
@@ -149,6 +177,7 @@ class Gateway:
     def stats(self) -> dict[str, Any]:
         return {
             "retries": {r: ep.retries_done for r, ep in self.endpoints.items()},
+            "faults": {r: dict(ep.faults) for r, ep in self.endpoints.items()},
             "peak_in_flight": {r: self.limiters[r].peak_in_flight for r in self.endpoints},
         }
 
@@ -160,6 +189,20 @@ class Gateway:
             self.cache.close()
 
 
+def _one_line(exc: Exception, req: ChatRequest) -> LLMError:
+    """What leaves the gateway actor: always an LLMError with a one-line message and no traceback chain.
+
+    Ray re-raises it at the caller as an instance of the same class, so `except LLMError` and `.message`
+    work there; anything that is not an LLMError would arrive as a Ray task error carrying a remote trace.
+    """
+    if isinstance(exc, LLMError):
+        exc.__cause__ = exc.__context__ = None
+        exc.__traceback__ = None
+        return exc
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return LLMInternalError(f"{req.role}/{req.stage} call failed in the LLM gateway: {type(exc).__name__}: {first}")
+
+
 @ray.remote(num_cpus=0, max_concurrency=1000)
 class GatewayActor:
     """Ray-hosted Gateway shared by the driver and the environment actors."""
@@ -169,10 +212,16 @@ class GatewayActor:
         self.gw = Gateway(cfg, cache_path, ledger_path)
 
     async def chat(self, req: ChatRequest) -> ChatResult:
-        return await self.gw.chat(req)
+        try:
+            return await self.gw.chat(req)
+        except Exception as e:  # noqa: BLE001 - see _one_line
+            raise _one_line(e, req) from None
 
     async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
-        return await self.gw.chat_json(req, schema, name)
+        try:
+            return await self.gw.chat_json(req, schema, name)
+        except Exception as e:  # noqa: BLE001 - see _one_line
+            raise _one_line(e, req) from None
 
     def structured_output_mode(self, role: str) -> str:
         return self.gw.structured_output_mode(role)

@@ -75,3 +75,29 @@ class MalformedOutput(LLMError):
     """The model's reply could not be parsed/validated, even after one re-ask."""
 
     fatal = False
+
+
+class ReplyIncomplete(MalformedOutput):
+    """The endpoint ended the reply itself: not the model's answer, not the model's failure.
+
+    A subclass of MalformedOutput so optimizer stages fall back as for an unusable reply; in a
+    rollout it is a non-fatal LLM error, so the episode is retried and then recorded as an infra error.
+    """
+
+    kind = "incomplete"
+
+
+class ReplyTruncated(ReplyIncomplete):
+    """finish_reason=length: the completion budget ran out (after one retry with twice the budget)."""
+
+    kind = "truncated"
+
+
+class ReplyFiltered(ReplyIncomplete):
+    """finish_reason=content_filter, or a request refused by the provider's content filter."""
+
+    kind = "filtered"
+
+
+class LLMInternalError(LLMError):
+    """An unexpected exception inside the gateway, turned into one line so no Ray trace reaches the user."""

@@ -28,6 +28,10 @@ class Fault:
     retry_after: Optional[float] = None
     hang_s: float = 0.0  # sleep this long before answering (timeouts)
     malformed: bool = False  # answer 200 with text that is not JSON
+    truncated: bool = False  # answer 200 with a chat-completion JSON body cut off halfway
+    html: bool = False  # answer 200 with an HTML page (a proxy's or a web server's)
+    reset: bool = False  # drop the connection without answering
+    finish_reason: Optional[str] = None  # answer normally but with this finish_reason (length, content_filter)
 
 
 @dataclass
@@ -40,6 +44,7 @@ class ServerState:
     peak_in_flight: int = 0
     request_times: list[float] = field(default_factory=list)
     faults: deque = field(default_factory=deque)
+    bodies: deque = field(default_factory=lambda: deque(maxlen=50))  # the last request bodies, as sent
 
 
 def count_tokens(text: str) -> int:
@@ -139,8 +144,11 @@ class Policies:
 
 
 class ScriptedServer:
-    def __init__(self, policies: Optional[Policies] = None, latency_s: float = 0.0, policy: Optional[Policy] = None):
+    def __init__(self, policies: Optional[Policies] = None, latency_s: float = 0.0, policy: Optional[Policy] = None,
+                 reasoning_model: bool = False):
         self.policies = policies or Policies()
+        # answer as the real API does for reasoning models (gpt-5.x, o-series): 400 for max_tokens or a temperature other than 1
+        self.reasoning_model = reasoning_model
         self.policy = policy
         self.latency_s = latency_s
         self.state = ServerState()
@@ -160,12 +168,22 @@ class ScriptedServer:
         st = self.state
         st.attempts += 1
         body = await request.json()
+        st.bodies.append(body)
         headers = {k.lower(): v for k, v in request.headers.items()}
+        if self.reasoning_model:
+            refused = _reasoning_model_refusal(body)
+            if refused is not None:
+                return web.json_response({"error": refused}, status=400)
         f: Optional[Fault] = st.faults.popleft() if st.faults else None
         if f is not None:
             if f.hang_s:
                 await asyncio.sleep(f.hang_s)
-            if not f.malformed:
+            if f.reset:
+                request.transport.abort()  # type: ignore[union-attr]
+                raise asyncio.CancelledError()
+            if f.html:
+                return web.Response(text="<html><head><title>Welcome</title></head><body>It works!</body></html>", content_type="text/html")
+            if not (f.malformed or f.truncated or f.finish_reason):
                 h = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
                 return web.json_response({"error": {"message": f"injected {f.status}", "type": "injected"}}, status=f.status, headers=h)
         st.in_flight += 1
@@ -180,16 +198,22 @@ class ScriptedServer:
                 content = self.policy(body, headers) if self.policy else self.policies.answer(body, headers)
         finally:
             st.in_flight -= 1
+        if f is not None and f.truncated:  # cut before the usage: not counted as answered, as the client never sees it
+            text = json.dumps({"id": "chatcmpl-cut", "object": "chat.completion", "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]})
+            return web.Response(text=text[: len(text) // 2], content_type="application/json")
         pt = sum(count_tokens(m.get("content") or "") for m in body["messages"])
         ct = count_tokens(content)
         st.prompt_tokens += pt
         st.completion_tokens += ct
         st.requests[(headers.get("x-skillopt-role", ""), headers.get("x-skillopt-stage", ""))] += 1
-        return web.json_response({
+        finish = f.finish_reason if f is not None and f.finish_reason else "stop"
+        reply = {
             "id": f"chatcmpl-{st.attempts}", "object": "chat.completion", "created": int(time.time()), "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
-        })
+        }
+        return web.json_response(reply)
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
@@ -232,6 +256,18 @@ class ScriptedServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _reasoning_model_refusal(body: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The error object the real API returns for parameters reasoning models do not take (None: accepted)."""
+    if "max_tokens" in body:
+        return {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}
+    t = body.get("temperature")
+    if t is not None and t != 1:
+        return {"message": f"Unsupported value: 'temperature' does not support {t} with this model. Only the default (1) value is supported.",
+                "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}
+    return None
 
 
 def alfworld_walkthroughs(tasks: list[Any]) -> dict[str, list[str]]:
