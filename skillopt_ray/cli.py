@@ -321,7 +321,10 @@ def execute(data: dict[str, Any]) -> dict[str, Any]:
                 if data["llm"][r]["provider"] == "embedded":
                     data["llm"][r]["base_url"] = url
         start_ray(data)
-        driver = DriverActor.options(num_cpus=0).remote(data, str(run_dir))
+        from skillopt_ray.lifeline import identity
+
+        # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)
+        driver = DriverActor.options(num_cpus=0).remote(data, str(run_dir), identity())
         ref = driver.run.remote()
         progress = Progress(data["debug"]["progress"])
         print(f"run directory: {run_dir}", file=sys.stderr)

@@ -52,8 +52,9 @@ def load_splits(bench: Any, cfg: Any) -> Splits:
 class Run:
     """Everything one run needs, built inside the driver process."""
 
-    def __init__(self, cfg_dict: dict[str, Any], run_dir: str):
+    def __init__(self, cfg_dict: dict[str, Any], run_dir: str, owners: Optional[list[Optional[dict[str, Any]]]] = None):
         self.cfg_dict = cfg_dict
+        self.owners = [o for o in (owners or []) if o]  # processes whose death ends every actor of this run
         self.cfg = validate(from_container(cfg_dict))
         self.rd = RunDir(run_dir).ensure()
         self.progress: dict[str, Any] = {"phase": "starting"}
@@ -71,10 +72,11 @@ class Run:
             self.notes.append(note)
         self.rd.write_config(redact(self.cfg_dict))
         self.gateway = GatewayActor.remote(self.cfg_dict["llm"], str(self.rd.cache_path) if cfg.llm.cache_mode != "off" else None,
-                                           str(self.rd.ledger_path))
+                                           str(self.rd.ledger_path), self.owners)
         llm = LLMHandle(self.gateway)
         self.pool = EnvPool(cfg.env.name, self.cfg_dict["env"], self.gateway, PoolSettings(
-            cfg.ray.env_actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries))
+            cfg.ray.env_actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries),
+            owners=self.owners)
         t = cfg.tracking
         uri = t.tracking_uri or default_tracking_uri(Path(cfg.output_dir))
         self.tracker = Tracker(t.mlflow, uri, t.experiment_name or cfg.experiment, Path(cfg.output_dir) / "mlflow-artifacts")
@@ -200,8 +202,11 @@ def plays_episodes(stage: str) -> bool:
 
 @ray.remote(num_cpus=0, max_concurrency=8)
 class DriverActor:
-    def __init__(self, cfg_dict: dict[str, Any], run_dir: str):
-        self._run = Run(cfg_dict, run_dir)
+    def __init__(self, cfg_dict: dict[str, Any], run_dir: str, owner: Optional[dict[str, Any]] = None):
+        from skillopt_ray.lifeline import identity, watch
+
+        watch([owner], "driver actor")
+        self._run = Run(cfg_dict, run_dir, [owner, identity()])
         self._ledger: dict[str, Any] = {}
 
     async def run(self) -> dict[str, Any]:

@@ -24,7 +24,10 @@ from skillopt_ray.llm.types import LLMError
 
 @ray.remote
 class EnvActor:
-    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any):
+    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any, owners: Optional[list[dict[str, Any]]] = None):
+        from skillopt_ray.lifeline import watch
+
+        watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
         self.bench = envs.make(env_name, env_cfg)
         self.bench.warm_up()
         self.llm = LLMHandle(gateway)
@@ -77,7 +80,9 @@ class PoolSettings:
 
 
 class EnvPool:
-    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any, settings: PoolSettings):
+    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any, settings: PoolSettings,
+                 owners: Optional[list[dict[str, Any]]] = None):
+        self.owners = list(owners or [])
         self.env_name = env_name
         self.env_cfg = env_cfg
         self.gateway = gateway
@@ -95,7 +100,7 @@ class EnvPool:
 
     def _spawn(self) -> Any:
         return EnvActor.options(num_cpus=self.s.actor_num_cpus, max_concurrency=self.s.episodes_per_actor).remote(
-            self.env_name, self.env_cfg, self.gateway
+            self.env_name, self.env_cfg, self.gateway, self.owners
         )
 
     def _slot_pool(self) -> Slots:

@@ -207,7 +207,11 @@ def _one_line(exc: Exception, req: ChatRequest) -> LLMError:
 class GatewayActor:
     """Ray-hosted Gateway shared by the driver and the environment actors."""
 
-    def __init__(self, llm_cfg: dict[str, Any], cache_path: Optional[str], ledger_path: Optional[str]):
+    def __init__(self, llm_cfg: dict[str, Any], cache_path: Optional[str], ledger_path: Optional[str],
+                 owners: Optional[list[dict[str, Any]]] = None):
+        from skillopt_ray.lifeline import watch
+
+        watch(list(owners or []), "LLM gateway")  # the run's owner gone: exit before another queued call is sent
         cfg = from_container({"experiment": "_", "llm": llm_cfg}).llm
         self.gw = Gateway(cfg, cache_path, ledger_path)
 

@@ -1,0 +1,86 @@
+"""Processes that must not outlive the one that started the run.
+
+When the CLI (or a sweep trial) is killed, Ray tears its actors down only after it notices,
+and until then the LLM gateway keeps sending queued requests: paid calls nobody will read.
+Each actor that can start paid work watches its owners' processes (the CLI and the driver
+actor) and exits at once when one is gone: a `/proc` check every 0.1 s, so new calls stop
+well within a second of the owner's death.
+
+An owner is named by pid, the process start time (a reused pid is not the same process) and
+the Ray node it runs on: on another node its pid means nothing there, and Ray's own owner
+tracking is what stops the actor.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+POLL_S = 0.1
+EXIT_OWNER_GONE = 70
+
+
+def _start_ticks(pid: int) -> Optional[str]:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = raw.rsplit(")", 1)[-1].split()  # the command name may hold spaces and parentheses
+    return rest[19] if len(rest) > 19 else None
+
+
+def _node_id() -> Optional[str]:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - outside Ray (unit tests, plain scripts): no node to compare
+        return None
+
+
+def identity(pid: Optional[int] = None) -> Optional[dict[str, Any]]:
+    """This process (or `pid`) as an owner others can watch; None where /proc is not available."""
+    pid = os.getpid() if pid is None else pid
+    ticks = _start_ticks(pid)
+    if ticks is None:
+        return None
+    return {"pid": pid, "start": ticks, "node": _node_id()}
+
+
+def alive(owner: dict[str, Any]) -> bool:
+    return _start_ticks(int(owner["pid"])) == owner["start"]
+
+
+def watch(owners: list[Optional[dict[str, Any]]], what: str, poll_s: float = POLL_S) -> bool:
+    """Exit this process as soon as one of `owners` on this node has ended. Returns whether any is watched."""
+    here = _node_id()
+    mine = os.getpid()
+    watched = [o for o in owners if o and o.get("node") == here and int(o["pid"]) != mine]
+    if not watched:
+        return False
+    gone = [o for o in watched if not alive(o)]
+    if gone:
+        _exit(what, gone[0])
+
+    def loop() -> None:
+        while True:
+            time.sleep(poll_s)
+            for o in watched:
+                if not alive(o):
+                    _exit(what, o)
+
+    threading.Thread(target=loop, name="skillopt-lifeline", daemon=True).start()
+    return True
+
+
+def _exit(what: str, owner: dict[str, Any]) -> None:
+    try:
+        sys.stderr.write(f"{what} (pid {os.getpid()}): owner process {owner['pid']} has ended; exiting so no new paid calls start\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(EXIT_OWNER_GONE)

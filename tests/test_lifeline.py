@@ -1,0 +1,45 @@
+"""Actors exit within a second of their owner's death, so a killed CLI starts no more paid calls."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from skillopt_ray.lifeline import EXIT_OWNER_GONE, alive, identity
+
+REPO = Path(__file__).resolve().parent.parent
+
+_WATCHER = """
+import json, sys, time
+from skillopt_ray.lifeline import watch
+print(watch([json.loads(sys.argv[1])], "test watcher"), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_watcher_exits_within_a_second_of_its_owner_and_a_reused_pid_is_not_the_owner():
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ident = identity(owner.pid)
+    assert ident is not None and alive(ident)
+    import json
+
+    w = subprocess.Popen([sys.executable, "-c", _WATCHER, json.dumps(ident)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        assert w.stdout.readline().strip() == "True"
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        t0 = time.monotonic()
+        rc = w.wait(timeout=5)
+        assert rc == EXIT_OWNER_GONE and time.monotonic() - t0 < 1.0
+        assert f"owner process {owner.pid} has ended" in w.stderr.read()
+    finally:
+        for p in (owner, w):
+            if p.poll() is None:
+                p.kill()
+    assert not alive(ident)
+    assert not alive({**identity(), "start": "0"})  # same pid, another start time: not the same process
