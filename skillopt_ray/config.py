@@ -107,24 +107,31 @@ class EnvConfig:
 
 @dataclass
 class OptimizerConfig:
+    """SkillOpt's optimizer settings; defaults are the paper protocol (REFERENCE_SPEC §15)."""
+
     epochs: int = 4
     batch_size: int = 40
     minibatch_size: int = 8
     merge_batch_size: int = 8
-    learning_rate: float = 4.0
-    min_learning_rate: float = 2.0
-    lr_schedule: str = "cosine"  # constant | linear | cosine | autonomous
+    failure_only: bool = False  # analysts see failed episodes only
+    learning_rate: int = 4  # edit budget at the schedule's start; also the analysts' L
+    min_learning_rate: int = 2
+    lr_schedule: str = "cosine"  # constant | linear | cosine | autonomous (no bound: every merged edit kept)
+    lr_control_mode: str = "fixed"  # fixed | none (same as fixed) | autonomous (the optimizer picks the count)
     update_mode: str = "patch"  # patch | rewrite_from_suggestions | full_rewrite_minibatch
+    protect_regions_in_rewrites: bool = True  # rewrite modes keep protected blocks verbatim (reference: prompt only)
     gate_metric: str = "hard"  # hard | soft | mixed
-    mixed_weight: float = 0.5
+    mixed_weight: float = 0.5  # mixed gate: (1 - w) * hard + w * soft
     use_gate: bool = True
     slow_update: bool = True
     slow_update_samples: int = 20
-    slow_update_gate: bool = True  # False: force-inject the slow-update block
+    slow_update_gate: bool = True  # paper setting: gate the slow update on the selection split; False: force-inject
+    slow_update_force_validate: bool = True  # force mode: score the injected skill (reference: keep the stale score)
     slow_update_pairs: str = "mixed"  # mixed | changed | unchanged
     meta_skill: bool = True
     skill_aware_reflection: bool = False
-    appendix_max_notes: int = 12  # consolidate the appendix past this many notes
+    skill_aware_appendix_source: str = "both"  # both | failure_only
+    skill_aware_consolidate_threshold: int = 0  # compact the appendix past this many notes; 0 = never
     max_infra_failure_fraction: float = 0.25
 
 
@@ -213,12 +220,14 @@ def validate(cfg: Config) -> Config:
     _at_least("optimizer.learning_rate", o.learning_rate, 1)
     _at_least("optimizer.min_learning_rate", o.min_learning_rate, 1)
     _choice("optimizer.lr_schedule", o.lr_schedule, ("constant", "linear", "cosine", "autonomous"))
+    _choice("optimizer.lr_control_mode", o.lr_control_mode, ("fixed", "none", "autonomous"))
+    _choice("optimizer.skill_aware_appendix_source", o.skill_aware_appendix_source, ("both", "failure_only"))
+    _at_least("optimizer.skill_aware_consolidate_threshold", o.skill_aware_consolidate_threshold, 0)
     _choice("optimizer.update_mode", o.update_mode, ("patch", "rewrite_from_suggestions", "full_rewrite_minibatch"))
     _choice("optimizer.gate_metric", o.gate_metric, ("hard", "soft", "mixed"))
     _fraction("optimizer.mixed_weight", o.mixed_weight)
     _at_least("optimizer.slow_update_samples", o.slow_update_samples, 1)
     _choice("optimizer.slow_update_pairs", o.slow_update_pairs, ("mixed", "changed", "unchanged"))
-    _at_least("optimizer.appendix_max_notes", o.appendix_max_notes, 1)
     _fraction("optimizer.max_infra_failure_fraction", o.max_infra_failure_fraction)
     for role in ("target", "optimizer"):
         r: LLMRoleConfig = getattr(cfg.llm, role)
@@ -239,9 +248,6 @@ def validate(cfg: Config) -> Config:
             raise ConfigError(f"llm.{role}.temperature={r.temperature!r} is invalid; it must be between 0 and 2")
     _choice("llm.cache_mode", cfg.llm.cache_mode, ("record", "replay", "off"))
     _choice("llm.truncated_reply", cfg.llm.truncated_reply, ("retry", "error", "keep"))
-    if cfg.llm.backend == "compatible" and not cfg.llm.base_url and not (cfg.llm.target.base_url and cfg.llm.optimizer.base_url):
-        raise ConfigError("llm=compatible needs the server's URL, which is missing: add llm.base_url=http://host:port/v1 "
-                          "(or set COMPATIBLE_BASE_URL)")
     _at_least("llm.max_retries", cfg.llm.max_retries, 0)
     _at_least("env.max_turns", cfg.env.max_turns, 1)
     _at_least("env.history_window", cfg.env.history_window, 0)

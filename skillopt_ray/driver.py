@@ -23,6 +23,8 @@ from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
 from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
+from skillopt_ray.skill.document import normalize_markers
+from skillopt_ray.state import StateVersionError
 from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, _limit
 
 
@@ -113,7 +115,7 @@ class Run:
                 self.tracker.finish("FINISHED")
             return {"status": "ok", "exit": EXIT_OK, "summary": summary, "notes": self.notes, "run_dir": str(self.rd.root),
                     "mlflow": self.rd.read_json("mlflow_run.json"), "elapsed_s": time.monotonic() - t0}
-        except (ConfigError, DataError) as e:
+        except (ConfigError, DataError, StateVersionError) as e:
             return self._fail(EXIT_CONFIG, str(e))
         except SimulatedInterrupt as e:
             return self._fail(EXIT_STOPPED, f"{e}; rerun the same command to resume")
@@ -143,7 +145,7 @@ class Run:
             p = Path(self.cfg.skill_init).expanduser()
             if not p.is_file():
                 raise ConfigError(f"skill_init={self.cfg.skill_init!r} is not a file; give the path to a skill .md file")
-            return read_skill_file(p, "skill_init")
+            return normalize_markers(read_skill_file(p, "skill_init"))
         return bench.seed_skill()
 
     async def _eval_only(self, bench: Any) -> dict[str, Any]:
@@ -151,7 +153,7 @@ class Run:
         p = Path(cfg.eval.skill_path or "").expanduser()
         if not p.is_file():
             raise ConfigError(f"eval.skill_path={cfg.eval.skill_path!r} is not a file; give the path to a skill .md file")
-        skill = read_skill_file(p, "eval.skill_path")
+        skill = normalize_markers(read_skill_file(p, "eval.skill_path"))
         split = cfg.eval.split
         limit = {"train": cfg.env.limit_train, "test": cfg.env.limit_test, "valid_unseen": cfg.env.limit_test}.get(split, cfg.env.limit_selection)
         tasks = _limit(bench.load_split(split), limit if split != "all" else 0)
@@ -191,7 +193,8 @@ class Run:
         elif self.pool is not None:
             snap["done"], snap["total"] = self.pool.episodes_done, self.pool.episodes_total
         if self.trainer is not None:
-            snap.update({k: self.trainer.state.get("counts", {}).get(k, 0) for k in ("accept", "reject", "skip")})
+            counts = self.trainer.state.counts
+            snap.update(accept=counts.accept, reject=counts.reject, skip=counts.skip)
         return snap
 
 

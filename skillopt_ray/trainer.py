@@ -1,39 +1,42 @@
-"""The training loop. Reads like single-process code; the stages and actors do the work.
+"""The training loop (REFERENCE_SPEC §1). Reads like single-process code; the stages and actors do the work.
 
-Every stage of every step writes its record to the run directory before the next
-starts, and the run state is committed after each gate. A rerun loads finished
-stage records instead of recomputing them, and the LLM cache answers any call a
-half-finished stage already paid for — so a resumed run ends exactly where an
-uninterrupted one would.
+Every stage of every step writes its record to the run directory before the next starts, and the
+run state is committed after each gate and each epoch-boundary stage. A rerun loads finished stage
+records instead of recomputing them, and the LLM cache answers any call a half-finished stage
+already paid for — so a resumed run ends exactly where an uninterrupted one would.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable, Optional
 
 from envs.base import EpisodeContext, EpisodeResult, Task
 from skillopt_ray.config import Config
 from skillopt_ray.epoch.meta_skill import write_meta_skill
-from skillopt_ray.epoch.slow_update import pair_categories, write_slow_update
-from skillopt_ray.prompts import context_block
+from skillopt_ray.epoch.slow_update import build_pairs, keep, sample_tasks, write_slow_update
+from skillopt_ray.prompts.render import comparison_text, step_buffer_text
 from skillopt_ray.rundir import RunDir
-from skillopt_ray.llm.types import MalformedOutput
-from skillopt_ray.skill.document import skill_hash
-from skillopt_ray.skill.edits import Edit
+from skillopt_ray.skill.appendix import flush_notes
+from skillopt_ray.skill.document import (extract_slow_update_field, inject_empty_appendix_field, inject_empty_slow_update_field,
+                                         replace_slow_update_field, skill_hash)
+from skillopt_ray import step_buffer
 from skillopt_ray.stages import gate as gate_stage
 from skillopt_ray.stages.aggregate import AggregateOutput, aggregate
 from skillopt_ray.stages.reflect import ReflectOutput, reflect
 from skillopt_ray.stages.rollout import rollout, summarize
-from skillopt_ray.stages.select import SelectOutput, edit_budget, select
-from skillopt_ray.stages.update import UpdateOutput, add_lapse_notes, update
+from skillopt_ray.stages.select import SelectOutput, autonomous_lr, rank_and_select, scheduled_lr
+from skillopt_ray.stages.update import UpdateOutput, update
+from skillopt_ray.state import RunState
 from skillopt_ray.tracking import Tracker
 
-STATE_VERSION = 1
+SKIP_NO_PATCHES = "skip_no_patches"
+SKIP_NO_REWRITE = "skip_no_rewrite"
 
 
 class SimulatedInterrupt(RuntimeError):
@@ -45,11 +48,6 @@ class Splits:
     train: list[Task]
     selection: list[Task]
     test: list[Task]
-
-
-def _rng(*parts: Any) -> random.Random:
-    seed = int(hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:16], 16)
-    return random.Random(seed)
 
 
 def _limit(tasks: list[Task], n: int) -> list[Task]:
@@ -84,9 +82,10 @@ class Trainer:
         self.splits = splits
         self.seed_skill = seed_skill
         self._on_progress = on_progress
-        self.state: dict[str, Any] = {}
+        self.state = RunState()
         self._ledger: dict[str, Any] = {}  # last ledger snapshot from the gateway
         self._t0 = time.monotonic()
+        self._wall_prior = 0.0
 
     # ---------- helpers ----------
     def _set_progress(self, **kw: Any) -> None:
@@ -110,212 +109,294 @@ class Trainer:
     def skill_text(self, version: int) -> str:
         return self.rd.skill_path(version).read_text(encoding="utf-8")
 
+    @property
+    def current(self) -> str:
+        return self.skill_text(self.state.current_version)
+
     def _ctx(self, key: str, training: bool) -> EpisodeContext:
         return EpisodeContext(key=key, training=training, max_turns=self.cfg.env.max_turns, history_window=self.cfg.env.history_window)
 
-    def score_of(self, hard: float, soft: float) -> float:
-        return gate_stage.gate_score(hard, soft, self.o.gate_metric, self.o.mixed_weight)
+    def score_of(self, ev: dict[str, Any]) -> float:
+        return gate_stage.gate_score(ev["hard"], ev["soft"], self.o.gate_metric, self.o.mixed_weight)
 
     def _split_sig(self, tasks: list[Task]) -> str:
         blob = "|".join(t.task_id for t in tasks) + f"|{self.cfg.env.max_turns}|{self.cfg.env.history_window}"
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
-    async def evaluate(self, skill: str, tasks: list[Task], what: str) -> dict[str, Any]:
-        """Score a skill on a split; cached by skill content hash and split signature (never stale)."""
+    async def evaluate(self, skill: str, tasks: list[Task], what: str) -> tuple[str, dict[str, Any]]:
+        """Score a skill on a split, cached by skill content hash and split signature (§9.3)."""
         key = f"{skill_hash(skill)}|{self._split_sig(tasks)}"
-        cache = self.state.setdefault("score_cache", {})
-        if key in cache:
-            return cache[key]
-        self._set_progress(stage=f"validate:{what}", done=0, total=len(tasks))
-        res = await rollout(self.runner, tasks, skill, self._ctx(f"eval/{skill_hash(skill)}", False),
-                            self.o.max_infra_failure_fraction, what)
-        stats = summarize(res)
-        entry = {"hard": stats.hard, "soft": stats.soft, "per_type": stats.per_type, "infra_errors": stats.infra_errors, "data_errors": stats.data_errors, "n": stats.n}
-        cache[key] = entry
-        return entry
+        cache = self.state.score_cache
+        if key not in cache:
+            self._set_progress(stage=f"validate:{what}", done=0, total=len(tasks))
+            res = await rollout(self.runner, tasks, skill, self._ctx(f"eval/{skill_hash(skill)}", False),
+                                self.o.max_infra_failure_fraction, what)
+            cache[key] = summarize(res).to_dict()
+        return key, cache[key]
 
-    def _total_steps(self) -> int:
-        return self.o.epochs * self.steps_per_epoch()
+    def compare(self, cand: dict[str, Any]) -> tuple[float, float, float, int]:
+        """(candidate, current, best) gate scores for a decision, and the number of tasks compared.
+
+        Without infra or data errors on either side these are the reference's numbers: the candidate's
+        mean and the stored current and best scores. Otherwise each side is scored on the tasks both
+        sides scored, so an infrastructure failure never moves a decision."""
+        st = self.state
+        cur, best = st.score_cache.get(st.current_eval), st.score_cache.get(st.best_eval)
+        n = len(self.splits.selection)
+        if cur is None or (cand["n_scored"] == n and cur["n_scored"] == n and (best is None or best["n_scored"] == n)):
+            return self.score_of(cand), st.current_score, st.best_score, cand["n_scored"]
+        c, cur_s, common = gate_stage.like_for_like(cand, cur, self.o.gate_metric, self.o.mixed_weight)
+        best_s = gate_stage.like_for_like(cand, best, self.o.gate_metric, self.o.mixed_weight)[1] if best else st.best_score
+        return c, cur_s, best_s, common
 
     def steps_per_epoch(self) -> int:
         return max(1, math.ceil(len(self.splits.train) / self.o.batch_size))
 
+    def total_steps(self) -> int:
+        return self.o.epochs * self.steps_per_epoch()
+
     def _batch(self, epoch: int, step: int) -> list[Task]:
+        """§1.2: the train split shuffled with Random(seed + 1000·epoch), cut into consecutive batches."""
         order = list(self.splits.train)
-        _rng(self.cfg.seed, "epoch", epoch).shuffle(order)
+        random.Random(self.cfg.seed + 1000 * epoch).shuffle(order)
         b = self.o.batch_size
         return order[(step - 1) * b : step * b]
 
+    def _batch_seed(self, epoch: int, step: int) -> int:
+        return self.cfg.seed + 1000 * epoch + (step - 1) + 1
+
     def _new_version(self, text: str) -> int:
-        v = self.state["next_version"]
+        st = self.state
+        v = st.next_version
         self.rd.write_skill(v, text)
-        self.state["next_version"] = v + 1
+        st.next_version = v + 1
         self.tracker.log_artifact(self.rd.skill_path(v), "skills")
         return v
 
+    def _set_best(self, version: int, score: float, eval_key: str, step: int) -> None:
+        st = self.state
+        st.best_version, st.best_score, st.best_eval, st.best_step = version, score, eval_key, step
+        st.best_origin = st.current_origin
+        self.rd.write_text("best_skill.md", self.skill_text(version))
+        self.tracker.log_artifact(self.rd.root / "best_skill.md")
+
     def _save(self) -> None:
-        self.state["wall_time_s"] = self.state.get("wall_time_s_prior", 0.0) + (time.monotonic() - self._t0)
-        self.rd.save_state(self.state)
+        self.state.wall_time_s = self._wall_prior + (time.monotonic() - self._t0)
+        self.rd.save_state(self.state.to_dict())
 
     # ---------- run ----------
     async def init_state(self) -> None:
-        st = self.rd.load_state()
-        if st is not None:
-            if st.get("version") != STATE_VERSION:
-                raise RuntimeError(f"run state version {st.get('version')} is not supported; start a new run (resume=false)")
-            st["wall_time_s_prior"] = st.get("wall_time_s", 0.0)
-            self.state = st
+        saved = self.rd.load_state()
+        if saved is not None:
+            self.state = RunState.from_dict(saved)
+            self._wall_prior = self.state.wall_time_s
             return
-        self.state = {
-            "version": STATE_VERSION, "phase": "train", "epoch": 1, "step": 1, "global_step": 0,
-            "current_version": 0, "best_version": 0, "next_version": 1, "epoch_start_version": 0,
-            "current_score": None, "best_score": None, "initial_score": None,
-            "counts": {"accept": 0, "reject": 0, "skip": 0, "dropped_minibatches": 0, "merge_fallbacks": 0, "rank_fallbacks": 0},
-            "step_buffer": [], "meta_skill": "", "history": [], "epoch_history": [], "score_cache": {}, "wall_time_s_prior": 0.0,
-        }
+        self.state = RunState()
         self.rd.write_skill(0, self.seed_skill)
         self.tracker.log_artifact(self.rd.skill_path(0), "skills")
+        if self.o.skill_aware_reflection:  # the appendix goes into current only; S_0 stays the raw file (QUIRK-23)
+            self.state.current_version = self.state.epoch_start_version = self._new_version(inject_empty_appendix_field(self.seed_skill))
         self._save()
 
     async def run(self) -> dict[str, Any]:
         await self.init_state()
         st = self.state
-        if st["initial_score"] is None:
-            base = await self.evaluate(self.skill_text(0), self.splits.selection, "selection")
-            s = self.score_of(base["hard"], base["soft"])
-            st.update(initial_score=s, current_score=s, best_score=s)
+        if st.initial_score is None:  # baseline: the raw initial skill on the whole selection split
+            key, base = await self.evaluate(self.skill_text(0), self.splits.selection, "selection")
+            s = self.score_of(base)
+            st.initial_score = st.current_score = st.best_score = s
+            st.current_eval = st.best_eval = key
             self.rd.write_text("best_skill.md", self.skill_text(0))
             self._save()
             self.tracker.log_metrics({"selection_score": s}, 0)
-        while st["phase"] == "train":
-            if st["step"] <= self.steps_per_epoch():
-                await self.train_step(st["epoch"], st["step"])
+        while st.phase == "train":
+            if st.step <= self.steps_per_epoch():
+                await self.train_step(st.epoch, st.step)
             else:
-                await self.epoch_boundary(st["epoch"])
-        if st["phase"] == "final":
+                await self.epoch_boundary(st.epoch)
+        if st.phase == "final":
             await self.final_evaluation()
         return self.rd.summary() or {}
 
     async def train_step(self, epoch: int, step: int) -> None:
-        st = self.state
+        st, o = self.state, self.o
         sd = self.rd.step_dir(epoch, step)
         label = f"e{epoch}s{step}"
         key = f"train/{label}"
-        skill = self.skill_text(st["current_version"])
+        skill = self.current
         tasks = self._batch(epoch, step)
-        self._set_progress(phase="train", epoch=epoch, step=step, global_step=st["global_step"] + 1, total_steps=self._total_steps())
+        mode = o.update_mode
+        gs = st.global_step + 1
+        self._set_progress(phase="train", epoch=epoch, step=step, global_step=gs, total_steps=self.total_steps())
 
         async def do_rollout() -> list[dict[str, Any]]:
             self._set_progress(stage="rollout", done=0, total=len(tasks))
-            res = await rollout(self.runner, tasks, skill, self._ctx(key, True), self.o.max_infra_failure_fraction, "training")
+            res = await rollout(self.runner, tasks, skill, self._ctx(key, True), o.max_infra_failure_fraction, "training")
             return [r.to_dict() for r in res]
 
         results = _results(await self._memo(f"{sd}/rollout.json", f"{label}:rollout", do_rollout))
         stats = summarize(results)
-        budget = edit_budget(self.o.lr_schedule, st["global_step"], self._total_steps(), self.o.learning_rate, self.o.min_learning_rate)
-        ctx_text = context_block(skill, budget, st["step_buffer"], st["meta_skill"])
+        buffer_text = step_buffer_text(st.step_buffer)
 
         async def do_reflect() -> dict[str, Any]:
             self._set_progress(stage="reflect")
-            out = await reflect(self.llm, results, mode=self.o.update_mode, skill_aware=self.o.skill_aware_reflection,
-                                minibatch_size=self.o.minibatch_size, rng=_rng(self.cfg.seed, epoch, step, "reflect"),
-                                context=ctx_text, key=key)
+            out = await reflect(self.llm, results, skill=skill, mode=mode, env=self.cfg.env.name, minibatch_size=o.minibatch_size,
+                                batch_seed=self._batch_seed(epoch, step), max_budget=o.learning_rate, step_buffer=buffer_text,
+                                meta_skill=st.meta_skill, failure_only=o.failure_only, skill_aware=o.skill_aware_reflection,
+                                appendix_source=o.skill_aware_appendix_source, key=key)
             return out.to_dict()
 
         refl = ReflectOutput.from_dict(await self._memo(f"{sd}/reflect.json", f"{label}:reflect", do_reflect))
+        agg: Optional[AggregateOutput] = None
+        sel: Optional[SelectOutput] = None
+        upd: Optional[UpdateOutput] = None
+        gate: dict[str, Any] = {"action": SKIP_NO_PATCHES}
+        if refl.failure_patches or refl.success_patches:
+            agg, sel, upd, gate = await self._optimize(epoch, step, skill, stats, refl, buffer_text)
+        await self.refresh_ledger()  # per-step token/cost metrics, and ledger.json current for budget resumes
+        await self._commit_step(epoch, step, results, stats, refl, agg, sel, upd, gate)
+
+    async def _optimize(self, epoch: int, step: int, skill: str, stats: Any, refl: ReflectOutput,
+                        buffer_text: str) -> tuple[AggregateOutput, SelectOutput, UpdateOutput, dict[str, Any]]:
+        """Aggregate, select, update and gate one step whose analysts proposed something."""
+        st, o = self.state, self.o
+        sd, label, key, mode = self.rd.step_dir(epoch, step), f"e{epoch}s{step}", f"train/e{epoch}s{step}", o.update_mode
 
         async def do_aggregate() -> dict[str, Any]:
             self._set_progress(stage="aggregate")
-            out = await aggregate(self.llm, refl.patches, mode=self.o.update_mode, merge_batch_size=self.o.merge_batch_size, key=key)
+            out = await aggregate(self.llm, refl.failure_patches, refl.success_patches, mode=mode, skill=skill,
+                                  meta_skill=st.meta_skill, merge_batch_size=o.merge_batch_size, key=key)
             return out.to_dict()
 
         agg = AggregateOutput.from_dict(await self._memo(f"{sd}/aggregate.json", f"{label}:aggregate", do_aggregate))
 
         async def do_select() -> dict[str, Any]:
             self._set_progress(stage="select")
-            autonomous = self.o.lr_schedule == "autonomous"
-            b = max(1, len(agg.edits)) if autonomous else budget
-            out = await select(self.llm, skill, agg.edits, budget=b, autonomous=autonomous, key=key)
-            return out.to_dict()
+            items = agg.items(mode)
+            if mode == "full_rewrite_minibatch":  # no budget, no ranking, the scheduler does not move
+                return {**SelectOutput(budget=-1, selected=agg.merged).to_dict(), "lr_step": st.lr_step}
+            decision, lr_step = None, st.lr_step
+            if o.lr_control_mode == "autonomous":
+                decision = await autonomous_lr(self.llm, skill=skill, items=items, mode=mode, meta_skill=st.meta_skill,
+                                               rollout_n=stats.n_scored, rollout_hard=stats.hard, rollout_soft=stats.soft,
+                                               step_buffer=buffer_text, key=key)
+                budget = decision["learning_rate"]
+                with (self.rd.root / "lr_history.jsonl").open("a", encoding="utf-8") as f:
+                    f.write(json.dumps({"step": st.global_step + 1, "epoch": epoch, **decision}) + "\n")
+            else:
+                lr_step += 1
+                budget = scheduled_lr(o.lr_schedule, lr_step, self.total_steps(), o.learning_rate, o.min_learning_rate)
+            out = await rank_and_select(self.llm, skill=skill, merged=agg.merged, budget=budget, mode=mode,
+                                        meta_skill=st.meta_skill, key=key)
+            out.lr_decision = decision
+            return {**out.to_dict(), "lr_step": lr_step}
 
-        sel = SelectOutput.from_dict(await self._memo(f"{sd}/select.json", f"{label}:select", do_select))
+        sel_rec = await self._memo(f"{sd}/select.json", f"{label}:select", do_select)
+        sel = SelectOutput.from_dict({k: v for k, v in sel_rec.items() if k != "lr_step"})
+        st.lr_step = sel_rec["lr_step"]
 
         async def do_update() -> dict[str, Any]:
             self._set_progress(stage="update")
-            out = await update(self.llm, skill, mode=self.o.update_mode, edits=sel.selected, suggestions=agg.suggestions,
-                               candidate=agg.candidate, key=key)
-            if self.o.skill_aware_reflection:
-                lapses = [n for p in refl.patches for n in p.lapses]
-                if lapses:
-                    out.candidate = await add_lapse_notes(self.llm, out.candidate, lapses, self.o.appendix_max_notes, key)
-            self.rd.write_text(f"{sd}/candidate.md", out.candidate)
+            out = await update(self.llm, skill, sel.items(mode), mode=mode, step_buffer=buffer_text,
+                               protect_regions=o.protect_regions_in_rewrites, key=key)
+            if out.candidate is not None:
+                self.rd.write_text(f"{sd}/candidate.md", out.candidate)
             return out.to_dict()
 
         upd = UpdateOutput.from_dict(await self._memo(f"{sd}/update.json", f"{label}:update", do_update))
 
         async def do_gate() -> dict[str, Any]:
+            if upd.candidate is None:
+                return {"action": SKIP_NO_REWRITE}
             self._set_progress(stage="gate")
-            if upd.candidate == skill:
-                return {"action": gate_stage.SKIP, "candidate_score": st["current_score"], "current_score": st["current_score"],
-                        "best_score": st["best_score"], "hard": None, "soft": None}
-            ev = await self.evaluate(upd.candidate, self.splits.selection, "selection")
-            cand = self.score_of(ev["hard"], ev["soft"])
-            d = gate_stage.decide(cand, st["current_score"], st["best_score"], self.o.use_gate)
-            return {**d.to_dict(), "hard": ev["hard"], "soft": ev["soft"]}
+            eval_key, ev = await self.evaluate(upd.candidate, self.splits.selection, "selection")
+            cand, cur, best, n = self.compare(ev)
+            d = gate_stage.decide(cand, cur, best, o.use_gate)
+            return {**d.to_dict(), "eval_key": eval_key, "selection_hard": ev["hard"], "selection_soft": ev["soft"],
+                    "candidate_full_score": self.score_of(ev), "tasks_compared": n, "candidate_scored": ev["n_scored"],
+                    "current_scored": st.score_cache.get(st.current_eval, {}).get("n_scored"), "gate_metric": o.gate_metric}
 
         gate = await self._memo(f"{sd}/gate.json", f"{label}:gate", do_gate)
-        await self.refresh_ledger()  # per-step token/cost metrics, and ledger.json current for budget resumes
-        self._commit_step(epoch, step, stats, agg, sel, upd, refl, gate)
+        return agg, sel, upd, gate
 
-    def _commit_step(self, epoch: int, step: int, stats: Any, agg: AggregateOutput, sel: SelectOutput, upd: UpdateOutput,
-                     refl: ReflectOutput, gate: dict[str, Any]) -> None:
-        st = self.state
-        action = gate["action"]
-        accepted = gate_stage.is_accepted(action)
+    async def _commit_step(self, epoch: int, step: int, results: list[EpisodeResult], stats: Any, refl: ReflectOutput,
+                           agg: Optional[AggregateOutput], sel: Optional[SelectOutput], upd: Optional[UpdateOutput],
+                           gate: dict[str, Any]) -> None:
+        st, o, mode = self.state, self.o, self.o.update_mode
+        gs = st.global_step + 1
         sd = self.rd.step_dir(epoch, step)
-        if action != gate_stage.SKIP:
+        action = gate["action"]
+        if upd is not None and upd.candidate is not None:
             self.tracker.log_artifact(self.rd.root / sd / "candidate.md", f"candidates/{sd.split('/', 1)[1]}")
-        if accepted:
-            v = self._new_version(upd.candidate)
-            st["current_version"] = v
-            st["current_score"] = gate["candidate_score"]
-            if gate["candidate_score"] > st["best_score"]:
-                st["best_score"] = gate["candidate_score"]
-                st["best_version"] = v
-                self.rd.write_text("best_skill.md", upd.candidate)
-                self.tracker.log_artifact(self.rd.root / "best_skill.md")
-            st["counts"]["accept"] += 1
-        elif action == gate_stage.SKIP:
-            st["counts"]["skip"] += 1
+        if gate_stage.is_accepted(action):
+            st.current_version = self._new_version(upd.candidate)
+            st.current_score, st.current_eval = gate["candidate_full_score"], gate["eval_key"]
+            st.current_origin = f"step_{gs:04d}"
+            if action == gate_stage.ACCEPT_NEW_BEST or (action == gate_stage.FORCE_ACCEPT and gate["candidate_score"] > gate["best_score"]):
+                self._set_best(st.current_version, st.current_score, gate["eval_key"], gs)
+            st.counts.accept += 1
+        elif action == gate_stage.REJECT:
+            st.counts.reject += 1
         else:
-            st["counts"]["reject"] += 1
-        st["counts"]["dropped_minibatches"] += refl.dropped
-        st["counts"]["merge_fallbacks"] += len(agg.fallbacks)
-        st["counts"]["rank_fallbacks"] += int(bool(sel.fallback))
-        buf_entry = {"epoch": epoch, "step": step, "failure_patterns": [p.summary for p in refl.patches if p.source == "failure" and p.summary],
-                     "rejected_edits": []}
-        if action == gate_stage.REJECT:
-            buf_entry["rejected_edits"] = [{"edit": e.to_dict(), "score": gate["candidate_score"]} for e in sel.selected]
-        st["step_buffer"].append(buf_entry)
-        st["global_step"] += 1
+            st.counts.skip += 1
+        st.counts.dropped_analyses += refl.dropped
+        st.counts.merge_fallbacks += len(agg.fallbacks) if agg else 0
+        st.counts.rank_fallbacks += int(bool(sel and sel.fallback))
+        notes_rec = await self._flush_notes(sd, refl)
+        if action not in (SKIP_NO_PATCHES, SKIP_NO_REWRITE):
+            st.step_buffer.append(step_buffer.entry(step=gs, action=action, results=results, analyses=refl.analyses, mode=mode,
+                                                    selected=sel.items(mode) if sel else [], score_before=st.current_score,
+                                                    score_after=gate.get("candidate_score")))
+        st.global_step = gs
+        st.step = step + 1
+        selected = sel.items(mode) if sel else []
         record = {
-            "global_step": st["global_step"], "epoch": epoch, "step": step, "action": action,
-            "rollout_hard": stats.hard, "rollout_soft": stats.soft, "infra_errors": stats.infra_errors, "data_errors": stats.data_errors,
-            "candidate_score": gate["candidate_score"], "current_score": st["current_score"], "best_score": st["best_score"],
-            "budget": sel.budget, "n_patches": len(refl.patches), "n_merged": len(agg.edits), "n_selected": len(sel.selected),
-            "n_applied": upd.n_applied, "skill_chars": len(self.skill_text(st["current_version"])), "skill_version": st["current_version"],
+            "step": gs, "epoch": epoch, "step_in_epoch": step, "action": action,
+            "rollout_hard": stats.hard, "rollout_soft": stats.soft, "rollout_n": stats.n_scored,
+            "infra_errors": stats.infra_errors, "data_errors": stats.data_errors,
+            "n_patches": len(refl.failure_patches) + len(refl.success_patches), "n_failure_patches": len(refl.failure_patches),
+            "n_success_patches": len(refl.success_patches), "n_edits_merged": len(agg.items(mode)) if agg else 0,
+            "n_edits_ranked": len(selected), "edit_budget": sel.budget if sel and sel.budget >= 0 else None,
+            "lr_control_mode": o.lr_control_mode, "lr_decision": sel.lr_decision if sel else None,
+            "support_counts": [it.get("support_count") for it in selected if isinstance(it, dict)],
+            "candidate_hash": skill_hash(upd.candidate) if upd and upd.candidate is not None else None,
+            "candidate_skill_len": len(upd.candidate) if upd and upd.candidate is not None else None,
+            "edit_apply_summary": upd.summary if upd else {}, "rewrite_change_summary": upd.change_summary if upd else [],
+            "selection_hard": gate.get("selection_hard"), "selection_soft": gate.get("selection_soft"), "gate_metric": o.gate_metric,
+            "candidate_gate_score": gate.get("candidate_score"), "tasks_compared": gate.get("tasks_compared"),
+            "current_score": st.current_score, "best_score": st.best_score, "best_step": st.best_step,
+            "current_origin": st.current_origin, "best_origin": st.best_origin, "skill_version": st.current_version,
+            "skill_len": len(self.current), **notes_rec,
         }
-        st["history"].append(record)
-        st["epoch_history"].append(record)
-        st["step"] = step + 1
+        st.history.append(record)
         self._save()
-        self.rd.write_json("history.json", st["history"])
-        metrics = {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("epoch", "step", "global_step")}
-        metrics["accepted"] = 1.0 if accepted else 0.0
-        metrics["wall_time_s"] = st["wall_time_s"]
+        self.rd.write_json("history.json", st.history)
+        self.rd.write_json(f"{sd}/step_record.json", record)
+        metrics = {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                   and v is not None and k not in ("epoch", "step", "step_in_epoch", "best_step")}
+        metrics["accepted"] = 1.0 if gate_stage.is_accepted(action) else 0.0
+        metrics["wall_time_s"] = st.wall_time_s
         self._log_ledger_metrics(metrics)
-        self.tracker.log_metrics(metrics, st["global_step"])
-        self._set_progress(accept=st["counts"]["accept"], reject=st["counts"]["reject"], skip=st["counts"]["skip"])
+        self.tracker.log_metrics(metrics, gs)
+        self._set_progress(accept=st.counts.accept, reject=st.counts.reject, skip=st.counts.skip)
+
+    async def _flush_notes(self, sd: str, refl: ReflectOutput) -> dict[str, Any]:
+        """Skill-aware reflection: the step's lapse notes go into the post-gate current skill, ungated (§12)."""
+        if not self.o.skill_aware_reflection:
+            return {}
+        st = self.state
+
+        async def do_flush() -> dict[str, Any]:
+            res = await flush_notes(self.llm, self.current, refl.notes, self.o.skill_aware_consolidate_threshold, f"train/{sd}")
+            return res.to_dict()
+
+        rec = await self._memo(f"{sd}/appendix_notes.json", f"{sd}:appendix", do_flush)
+        if rec["skill"] != self.current:
+            st.current_version = self._new_version(rec["skill"])
+        out = {"n_execution_lapse_notes": len(rec["notes"]), "n_appendix_notes_added": rec["added"], "n_appendix_notes_total": rec["total"]}
+        if rec["consolidated"]:
+            out["n_appendix_notes_consolidated"] = rec["total"]
+        return out
 
     def _log_ledger_metrics(self, metrics: dict[str, float]) -> None:
         snap = self._ledger
@@ -329,132 +410,189 @@ class Trainer:
         self._ledger = await self.llm.save_ledger()
         return self._ledger
 
+    # ---------- epoch boundary (§1.2, §10, §11) ----------
     async def epoch_boundary(self, epoch: int) -> None:
         st = self.state
         ed = self.rd.epoch_dir(epoch)
-        label = f"e{epoch}"
         self._set_progress(phase="epoch_boundary", epoch=epoch)
-        if self.o.slow_update and epoch >= 2:
-            await self._slow_update(epoch, ed, label)
-        if self.o.meta_skill and epoch < self.o.epochs:
-            async def do_meta() -> dict[str, Any]:
-                self._set_progress(stage="meta_skill")
-                try:
-                    text = await write_meta_skill(self.llm, st["meta_skill"], st["epoch_history"], f"meta/{label}")
-                except MalformedOutput as e:  # keep the previous meta skill; nothing unparseable is used
-                    return {"meta_skill": st["meta_skill"], "dropped": e.message}
-                return {"meta_skill": text}
-
-            meta = await self._memo(f"{ed}/meta_skill.json", f"{label}:meta_skill", do_meta)
-            st["meta_skill"] = meta["meta_skill"]
-            st["counts"]["dropped_epoch_calls"] = st["counts"].get("dropped_epoch_calls", 0) + int("dropped" in meta)
-            self.rd.write_text(f"{ed}/meta_skill.md", meta["meta_skill"])
-            self.tracker.log_artifact(self.rd.root / f"{ed}/meta_skill.md", f"meta_skill/e{epoch:02d}")
-        st["epoch_start_version"] = st["current_version"]
-        st["step_buffer"] = []
-        st["epoch_history"] = []
-        st["step"] = 1
-        st["epoch"] = epoch + 1
+        if "last_step" not in st.boundary_done:
+            st.epoch_last_step_version = st.current_version
+            st.boundary_done.append("last_step")
+        pairs: Optional[list[dict[str, Any]]] = None
+        if self.o.slow_update:
+            if epoch == 1:
+                if "slow" not in st.boundary_done:  # the empty placeholder, unscored (QUIRK-25)
+                    placeholder = inject_empty_slow_update_field(self.current)
+                    if placeholder != self.current:
+                        st.current_version = self._new_version(placeholder)
+                    st.current_origin = "slow_update_placeholder_epoch_01"
+                    self.rd.write_json(f"{ed}/slow_result.json", {"action": "inject_placeholder", "epoch": 1})
+            else:
+                pairs = await self._pairs(epoch, ed, "slow")
+                await self._slow_update(epoch, ed, pairs)
+            self._done("slow")
+        new_meta = ""  # what the next epoch's optimizer prompts carry (§11.1)
+        if self.o.meta_skill:
+            if epoch == 1:
+                self.rd.write_json(f"{ed}/meta_skill_result.json", {"action": "skip_first_epoch", "epoch": 1})
+            else:
+                if pairs is None:
+                    pairs = await self._pairs(epoch, ed, "meta")
+                new_meta = await self._meta_skill(epoch, ed, pairs)
+        st.meta_skill = new_meta
+        st.epoch_start_version = st.current_version
+        st.step_buffer = []
+        st.boundary_done = []
+        st.step = 1
+        st.epoch = epoch + 1
         if epoch >= self.o.epochs:
-            st["phase"] = "final"
+            st.phase = "final"
         self._save()
 
-    async def _slow_update(self, epoch: int, ed: str, label: str) -> None:
-        st = self.state
-        n = min(self.o.slow_update_samples, len(self.splits.train))
-        sample = sorted(_rng(self.cfg.seed, "slow", epoch).sample(range(len(self.splits.train)), n))
-        tasks = [self.splits.train[i] for i in sample]
-        prev_skill = self.skill_text(st["epoch_start_version"])
-        cur_skill = self.skill_text(st["current_version"])
+    def _done(self, what: str) -> None:
+        if what not in self.state.boundary_done:
+            self.state.boundary_done.append(what)
+        self._save()
 
-        async def do_pairs() -> dict[str, Any]:
-            self._set_progress(stage="slow_update:rollout", done=0, total=2 * len(tasks))
-            prev = await rollout(self.runner, tasks, prev_skill, self._ctx(f"slow/{label}/prev", True), self.o.max_infra_failure_fraction, "slow-update")
-            cur = await rollout(self.runner, tasks, cur_skill, self._ctx(f"slow/{label}/cur", True), self.o.max_infra_failure_fraction, "slow-update")
-            return {"prev": [r.to_dict() for r in prev], "cur": [r.to_dict() for r in cur]}
+    async def _pairs(self, epoch: int, ed: str, who: str) -> list[dict[str, Any]]:
+        """The longitudinal comparison: last epoch's skill and the current one on the same train sample (§10.3)."""
+        st, o = self.state, self.o
+        prev_skill, curr_skill = self.skill_text(st.epoch_start_version), self.skill_text(st.epoch_last_step_version if who == "meta" else st.current_version)
+        n = min(o.slow_update_samples, len(self.splits.train))
 
-        pr = await self._memo(f"{ed}/slow_pairs.json", f"{label}:slow_pairs", do_pairs)
-        pairs = pair_categories(_results(pr["prev"]), _results(pr["cur"]), self.o.slow_update_pairs)
+        async def play(tasks: list[Task], tag: str) -> list[dict[str, Any]]:
+            self._set_progress(stage=f"{who}:rollout", done=0, total=2 * len(tasks))
+            prev = await rollout(self.runner, tasks, prev_skill, self._ctx(f"{who}/e{epoch}/{tag}prev", False), o.max_infra_failure_fraction, "slow-update")
+            curr = await rollout(self.runner, tasks, curr_skill, self._ctx(f"{who}/e{epoch}/{tag}curr", False), o.max_infra_failure_fraction, "slow-update")
+            return build_pairs(tasks, prev, curr)
+
+        async def do_pairs() -> list[dict[str, Any]]:
+            tasks = sample_tasks(self.splits.train, self.cfg.seed, epoch, n)
+            pairs = await play(tasks, "")
+            kept = keep(pairs, o.slow_update_pairs)
+            if o.slow_update_pairs == "changed":  # top up with further changed pairs, walking the same shuffle
+                rest = [t for t in sample_tasks(self.splits.train, self.cfg.seed, epoch, 0) if t.task_id not in {p["id"] for p in pairs}]
+                while len(kept) < n and rest:
+                    chunk, rest = rest[: n - len(kept)], rest[n - len(kept):]
+                    kept += keep(await play(chunk, f"topup{len(kept)}/"), "changed")
+                kept = kept[:n]
+            return kept
+
+        pairs = await self._memo(f"{ed}/{who}_pairs.json", f"e{epoch}:{who}_pairs", do_pairs)
+        self.rd.write_json(f"{ed}/comparison_pairs.json",
+                           [{k: v for k, v in p.items() if not k.endswith("_trajectory")} for p in pairs])
+        return pairs
+
+    async def _slow_update(self, epoch: int, ed: str, pairs: list[dict[str, Any]]) -> None:
+        st, o = self.state, self.o
+        if "slow" in st.boundary_done:
+            return
+        prev_skill, curr_skill = self.skill_text(st.epoch_start_version), self.current
 
         async def do_slow() -> dict[str, Any]:
             self._set_progress(stage="slow_update")
-            try:
-                candidate, guidance = await write_slow_update(self.llm, cur_skill, pairs, f"slow/{label}/write")
-            except MalformedOutput as e:  # no slow update this epoch; recorded, never applied
-                self.rd.write_text(f"{ed}/slow_update_candidate.md", cur_skill)
-                return {"guidance": "", "pairs": {k: len(v) for k, v in pairs.items()}, "dropped": e.message,
-                        "decision": gate_stage.GateDecision(gate_stage.SKIP, st["current_score"], st["current_score"], st["best_score"]).to_dict()}
-            if self.o.slow_update_gate:
-                ev = await self.evaluate(candidate, self.splits.selection, "selection")
-                score = self.score_of(ev["hard"], ev["soft"])
-                d = gate_stage.decide(score, st["current_score"], st["best_score"], True)
-            else:
-                d = gate_stage.decide(float("nan"), st["current_score"], st["best_score"], False)
-            self.rd.write_text(f"{ed}/slow_update_candidate.md", candidate)
-            return {"guidance": guidance, "pairs": {k: len(v) for k, v in pairs.items()}, "decision": d.to_dict(), "candidate_hash": skill_hash(candidate)}
+            rec, guidance = await write_slow_update(self.llm, prev_skill=prev_skill, curr_skill=curr_skill,
+                                                    prev_guidance=extract_slow_update_field(curr_skill),
+                                                    comparison=comparison_text(pairs), key=f"slow/e{epoch}/write")
+            if guidance is None:
+                return {**rec, "epoch": epoch}
+            candidate = replace_slow_update_field(curr_skill, guidance)
+            self.rd.write_text(f"{ed}/candidate_skill.md", candidate)
+            rec.update(epoch=epoch, candidate_hash=skill_hash(candidate), update_origin="slow_update_momentum",
+                       prev_hard=sum(bool(p["prev"]["hard"]) for p in pairs), curr_hard=sum(bool(p["curr"]["hard"]) for p in pairs))
+            if o.slow_update_gate or o.slow_update_force_validate:
+                eval_key, ev = await self.evaluate(candidate, self.splits.selection, "selection")
+                cand, cur, best, n_cmp = self.compare(ev)
+                rec.update(eval_key=eval_key, selection_hard=ev["hard"], selection_soft=ev["soft"], candidate_full_score=self.score_of(ev),
+                           tasks_compared=n_cmp)
+                d = gate_stage.decide(cand, cur, best, True)
+                rec["action"] = d.action if o.slow_update_gate else gate_stage.FORCE_ACCEPT
+                rec["decision"] = d.to_dict()
+            else:  # the reference's force mode: injected with the stale score (QUIRK-1)
+                rec.update(action=gate_stage.FORCE_ACCEPT, eval_key=st.current_eval, candidate_full_score=st.current_score)
+            return rec
 
-        rec = await self._memo(f"{ed}/slow_update.json", f"{label}:slow_update", do_slow)
-        candidate = (self.rd.root / f"{ed}/slow_update_candidate.md").read_text(encoding="utf-8")
-        if gate_stage.is_accepted(rec["decision"]["action"]) and not st.get(f"slow_applied_{epoch}"):
-            v = self._new_version(candidate)
-            st["current_version"] = v
-            score = rec["decision"]["candidate_score"]
-            if rec["decision"]["action"] == gate_stage.FORCE_ACCEPT:
-                ev = await self.evaluate(candidate, self.splits.selection, "selection")  # force-injected, still validated
-                score = self.score_of(ev["hard"], ev["soft"])
-            st["current_score"] = score
-            if score > st["best_score"]:
-                st["best_score"], st["best_version"] = score, v
-                self.rd.write_text("best_skill.md", candidate)
-            st[f"slow_applied_{epoch}"] = True
-        self.tracker.log_artifact(self.rd.root / f"{ed}/slow_update_candidate.md", f"slow_update/e{epoch:02d}")
-        self.tracker.log_metrics({"slow_update_accepted": 1.0 if st.get(f"slow_applied_{epoch}") else 0.0}, st["global_step"])
+        rec = await self._memo(f"{ed}/slow_result.json", f"e{epoch}:slow_update", do_slow)
+        if gate_stage.is_accepted(rec["action"]):
+            st.current_version = self._new_version(self.rd.root.joinpath(ed, "candidate_skill.md").read_text(encoding="utf-8"))
+            st.current_score, st.current_eval = rec["candidate_full_score"], rec["eval_key"]
+            st.current_origin = f"slow_update_epoch_{epoch:02d}"
+            if rec.get("decision") and rec["decision"]["candidate_score"] > rec["decision"]["best_score"]:
+                self._set_best(st.current_version, st.current_score, rec["eval_key"], st.global_step)
+            self.tracker.log_artifact(self.rd.root / ed / "candidate_skill.md", f"slow_update/e{epoch:02d}")
+        st.counts.dropped_epoch_calls += int("error" in rec)
+        self.tracker.log_metrics({"slow_update_accepted": 1.0 if gate_stage.is_accepted(rec["action"]) else 0.0}, st.global_step)
 
+    async def _meta_skill(self, epoch: int, ed: str, pairs: list[dict[str, Any]]) -> str:
+        st = self.state
+
+        async def do_meta() -> dict[str, Any]:
+            self._set_progress(stage="meta_skill")
+            rec, _ = await write_meta_skill(self.llm, prev_skill=self.skill_text(st.epoch_start_version),
+                                            curr_skill=self.skill_text(st.epoch_last_step_version), prev_meta=st.meta_skill,
+                                            comparison=comparison_text(pairs), key=f"meta/e{epoch}")
+            return {**rec, "epoch": epoch}
+
+        rec = await self._memo(f"{ed}/meta_skill_result.json", f"e{epoch}:meta_skill", do_meta)
+        content = rec.get("meta_skill_content", "") if rec["action"] == "write_meta_skill" else ""
+        if "meta" not in st.boundary_done:
+            st.counts.dropped_epoch_calls += int("error" in rec)
+            self._done("meta")
+        self.rd.write_text(f"{ed}/meta_skill.md", content)
+        self.tracker.log_artifact(self.rd.root / f"{ed}/meta_skill.md", f"meta_skill/e{epoch:02d}")
+        return content
+
+    # ---------- final evaluation (§13.1) ----------
     async def final_evaluation(self) -> None:
         st = self.state
         self._set_progress(phase="final")
-        if st["current_version"] != st["best_version"]:
-            ev = await self.evaluate(self.skill_text(st["current_version"]), self.splits.selection, "selection")
-            final_sel = self.score_of(ev["hard"], ev["soft"])
-            if final_sel > st["best_score"]:
-                st["best_score"], st["best_version"] = final_sel, st["current_version"]
-                self.rd.write_text("best_skill.md", self.skill_text(st["current_version"]))
-                st["final_promoted"] = True
+        final_selection: Optional[float] = st.best_score
+        if skill_hash(self.current) != skill_hash(self.skill_text(st.best_version)):
+            eval_key, ev = await self.evaluate(self.current, self.splits.selection, "selection")
+            cand, _, best, _ = self.compare(ev)
+            final_selection = self.score_of(ev)
+            if cand > best:  # promote the final skill
+                self._set_best(st.current_version, final_selection, eval_key, st.global_step)
+                st.final_promoted = True
             self._save()
-        versions = {"initial": 0, "best": st["best_version"], "final": st["current_version"]}
+        versions = {"initial": 0, "best": st.best_version, "final": st.current_version}
         test: dict[str, Any] = {}
         for name, v in versions.items():
             async def do_test(v: int = v, name: str = name) -> dict[str, Any]:
-                return await self.evaluate(self.skill_text(v), self.splits.test, f"test:{name}")
+                return (await self.evaluate(self.skill_text(v), self.splits.test, f"test:{name}"))[1]
 
             test[name] = await self._memo(f"final/test_{name}.json", f"final:{name}", do_test)
         await self.refresh_ledger()
         ledger = self._ledger
+        actions = [h["action"] for h in st.history]
         summary = {
             "experiment": self.cfg.experiment,
             "run_dir": str(self.rd.root),
             "seed": self.cfg.seed,
-            "selection": {"initial": st["initial_score"], "best": st["best_score"], "final": st["current_score"]},
-            "test": {k: {"hard": v["hard"], "soft": v["soft"], "per_type": v["per_type"], "n": v["n"], "infra_errors": v["infra_errors"], "data_errors": v.get("data_errors", 0)}
+            "selection": {"initial": st.initial_score, "best": st.best_score, "final": final_selection},
+            "test": {k: {kk: v[kk] for kk in ("hard", "soft", "per_type", "n", "n_scored", "infra_errors", "data_errors")}
                      for k, v in test.items()},
             "delta_test_hard_best_vs_initial": test["best"]["hard"] - test["initial"]["hard"],
             "delta_test_soft_best_vs_initial": test["best"]["soft"] - test["initial"]["soft"],
+            "delta_test_hard_final_vs_initial": test["final"]["hard"] - test["initial"]["hard"],
             "versions": versions,
-            "final_promoted": bool(st.get("final_promoted")),
-            "counts": st["counts"],
-            "steps": st["global_step"],
+            "best_step": st.best_step, "current_origin": st.current_origin, "best_origin": st.best_origin,
+            "final_promoted": st.final_promoted,
+            "counts": asdict(st.counts),
+            "actions": {a: actions.count(a) for a in sorted(set(actions))},
+            "steps": st.global_step,
             "tokens": ledger["totals"],
-            "wall_time_s": st.get("wall_time_s", 0.0),
+            "wall_time_s": st.wall_time_s,
         }
         self.rd.write_json("final/evaluation.json", test)
         self.rd.write_json("summary.json", summary)
-        st["phase"] = "done"
+        st.phase = "done"
         self._save()
         self.tracker.log_metrics({
             "test_hard_initial": test["initial"]["hard"], "test_hard_best": test["best"]["hard"], "test_hard_final": test["final"]["hard"],
             "test_soft_initial": test["initial"]["soft"], "test_soft_best": test["best"]["soft"], "test_soft_final": test["final"]["soft"],
-            "best_selection_score": st["best_score"], "tokens_total": ledger["totals"]["tokens"], "cost_usd_total": ledger["totals"]["cost_usd"],
-        }, st["global_step"])
+            "best_selection_score": st.best_score, "tokens_total": ledger["totals"]["tokens"], "cost_usd_total": ledger["totals"]["cost_usd"],
+        }, st.global_step)
         for f in ("summary.json", "best_skill.md", "history.json", "ledger.json", "final/evaluation.json"):
             p = self.rd.root / f
             if p.exists():

@@ -1,14 +1,26 @@
-"""Meta skill: optimizer-facing memory written at an epoch boundary, injected into the next epoch's prompts."""
+"""Meta skill (REFERENCE_SPEC §11): optimizer-facing memory written from epoch 2 on, from the same
+longitudinal comparison as the slow update, and used in the analyst, merge, ranking and
+autonomous-LR prompts of the following epoch."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from skillopt_ray import prompts
-from skillopt_ray.llm.types import ChatRequest
+from skillopt_ray.llm.types import ChatRequest, MalformedOutput
 
 
-async def write_meta_skill(llm: Any, meta_skill: str, epoch_history: list[dict[str, Any]], key: str) -> str:
-    res = await llm.chat_json(ChatRequest("optimizer", "meta_skill", prompts.meta_skill_messages(meta_skill, epoch_history), key),
-                              prompts.META_SKILL_SCHEMA, "meta_skill")
-    return str(res.data["meta_skill"]).strip()
+async def write_meta_skill(llm: Any, *, prev_skill: str, curr_skill: str, prev_meta: str, comparison: str,
+                           key: str) -> tuple[dict[str, Any], Optional[str]]:
+    """Returns (record, content); content None when the reply had none (the previous meta skill stays)."""
+    user = prompts.meta_skill_user(prev_skill=prev_skill, curr_skill=curr_skill, prev_meta=prev_meta, comparison=comparison)
+    try:
+        res = await llm.chat_json(ChatRequest("optimizer", "meta_skill", prompts.messages(prompts.system_prompt("meta_skill"), user), key),
+                                  prompts.META_SKILL_SCHEMA, "meta_skill")
+    except MalformedOutput as e:
+        return {"action": "no_content", "error": e.message}, None
+    content = str(res.data.get("meta_skill_content") or "").strip()
+    rec = {"reasoning": str(res.data.get("reasoning") or "").strip(), "meta_skill_content": content}
+    if not content:
+        return {**rec, "action": "no_content"}, None
+    return {**rec, "action": "write_meta_skill"}, content

@@ -1,53 +1,76 @@
-"""Slow update: compare the previous epoch's skill and the current one on the same train tasks,
-and write target-facing guidance into the protected slow-update block."""
+"""Slow update (REFERENCE_SPEC §10): the previous epoch's skill and the current one play the same
+train sample; the pairs, with both trajectories, go to one optimizer call that writes target-facing
+guidance into the protected block at the end of the skill."""
 
 from __future__ import annotations
 
-from typing import Any
+import random
+from typing import Any, Optional
 
-from envs.base import EpisodeResult
+from envs.base import EpisodeResult, Task
 from skillopt_ray import prompts
-from skillopt_ray.llm.types import ChatRequest
-from skillopt_ray.skill.document import SLOW_UPDATE, set_region
+from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.prompts.render import conversation_text
 
-CATEGORIES = ("improved", "regressed", "persistent_fail", "stable_success")
-POLICY = {
-    "mixed": CATEGORIES,
-    "changed": ("improved", "regressed"),
-    "unchanged": ("persistent_fail", "stable_success"),
-}
+CATEGORIES = {(False, True): "improved", (True, False): "regressed", (False, False): "persistent_fail", (True, True): "stable_success"}
+POLICY = {"mixed": set(CATEGORIES.values()), "changed": {"improved", "regressed"}, "unchanged": {"persistent_fail", "stable_success"}}
 
 
-def classify_pair(prev: EpisodeResult, cur: EpisodeResult) -> str:
-    if not prev.success and cur.success:
-        return "improved"
-    if prev.success and not cur.success:
-        return "regressed"
-    if not prev.success and not cur.success:
-        return "persistent_fail"
-    return "stable_success"
+def sample_tasks(train: list[Task], seed: int, epoch: int, n: int) -> list[Task]:
+    """The train split shuffled with Random(seed + 2000·epoch); the first n (the `changed` top-up walks on)."""
+    order = list(train)
+    random.Random(seed + 2000 * epoch).shuffle(order)
+    return order[:n] if n else order
 
 
-def pair_categories(prev: list[EpisodeResult], cur: list[EpisodeResult], policy: str) -> dict[str, list[str]]:
-    """Task descriptions grouped by category, restricted to the categories the policy keeps.
-    Pairs with an infrastructure failure on either side are left out."""
-    keep = POLICY[policy]
-    out: dict[str, list[str]] = {c: [] for c in keep}
-    for p, c in zip(prev, cur):
-        if p.task_id != c.task_id:
-            raise ValueError("slow-update pairs are misaligned")
-        if p.infra_error or c.infra_error:
+def _task_text(task: Task, r: Optional[EpisodeResult]) -> str:
+    p = task.payload
+    return str(p.get("question") or (r.task_description if r else "") or p.get("instruction") or task.task_id)
+
+
+def _side(r: Optional[EpisodeResult]) -> dict[str, Any]:
+    if r is None:
+        return {"hard": 0, "soft": 0.0, "predicted_answer": "N/A", "fail_reason": "no result"}
+    return {"hard": r.hard, "soft": r.soft, "predicted_answer": r.info.get("predicted_answer") or "N/A", "fail_reason": r.fail_reason}
+
+
+def _trajectory(r: Optional[EpisodeResult]) -> str:
+    if r is None:
+        return "(trajectory not available)"
+    return conversation_text(r.trajectory) or "(empty trajectory)"
+
+
+def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[EpisodeResult]) -> list[dict[str, Any]]:
+    """One pair per task, matched by id. A task that could not be scored on either side (infra or data
+    error) is left out rather than counted as a failure."""
+    by_prev = {r.task_id: r for r in prev}
+    by_curr = {r.task_id: r for r in curr}
+    pairs = []
+    for t in tasks:
+        p, c = by_prev.get(t.task_id), by_curr.get(t.task_id)
+        if any(r is not None and (r.infra_error or r.data_error) for r in (p, c)):
             continue
-        cat = classify_pair(p, c)
-        if cat in out:
-            reason = f" (now: {c.fail_reason})" if c.fail_reason else ""
-            out[cat].append(f"- {c.task_id} [{c.task_type}]{reason}")
-    return out
+        cat = CATEGORIES[(bool(p and p.hard), bool(c and c.hard))]
+        pairs.append({"id": t.task_id, "task": _task_text(t, c or p), "category": cat, "prev": _side(p), "curr": _side(c),
+                      "prev_trajectory": _trajectory(p), "curr_trajectory": _trajectory(c)})
+    return pairs
 
 
-async def write_slow_update(llm: Any, skill: str, pairs: dict[str, list[str]], key: str) -> tuple[str, str]:
-    """Returns (candidate skill with the new block, guidance text)."""
-    res = await llm.chat_json(ChatRequest("optimizer", "slow_update", prompts.slow_update_messages(skill, pairs), key),
-                              prompts.SLOW_UPDATE_SCHEMA, "slow_update")
-    guidance = str(res.data["guidance"]).strip()
-    return set_region(skill, SLOW_UPDATE, "## Lessons across epochs\n" + guidance), guidance
+def keep(pairs: list[dict[str, Any]], policy: str) -> list[dict[str, Any]]:
+    return [p for p in pairs if p["category"] in POLICY[policy]]
+
+
+async def write_slow_update(llm: Any, *, prev_skill: str, curr_skill: str, prev_guidance: str, comparison: str,
+                            key: str) -> tuple[dict[str, Any], Optional[str]]:
+    """Returns (record, guidance); guidance None when the reply had no usable content (action no_content)."""
+    user = prompts.slow_update_user(prev_skill=prev_skill, curr_skill=curr_skill, prev_guidance=prev_guidance, comparison=comparison)
+    try:
+        res = await llm.chat_json(ChatRequest("optimizer", "slow_update", prompts.messages(prompts.system_prompt("slow_update"), user), key),
+                                  prompts.SLOW_UPDATE_SCHEMA, "slow_update")
+    except MalformedOutput as e:
+        return {"action": "no_content", "error": e.message}, None
+    content = str(res.data.get("slow_update_content") or "").strip()
+    rec = {"reasoning": str(res.data.get("reasoning") or "").strip(), "slow_update_content": content}
+    if not content:
+        return {**rec, "action": "no_content"}, None
+    return rec, content

@@ -1,182 +1,218 @@
-"""Optimizer prompts and the JSON schemas their replies must match."""
+"""Optimizer prompts: system prompts (Markdown files under system/), the user messages each call
+receives in the reference's section order (REFERENCE_SPEC §3.3, §4, §5, §6, §8, §10, §11, §12), and
+the JSON schemas their replies are checked against."""
 
 from __future__ import annotations
 
 import json
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from envs.base import EpisodeResult
+from skillopt_ray.prompts.render import meta_skill_block
 
-EDIT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "op": {"type": "string", "enum": ["append", "insert_after", "replace", "delete"]},
-        "target": {"type": "string"},
-        "content": {"type": "string"},
-        "rationale": {"type": "string"},
-    },
-    "required": ["op"],
-}
+SYSTEM_DIR = Path(__file__).parent / "system"
 
-ANALYST_SCHEMA = {
-    "type": "object",
-    "properties": {"summary": {"type": "string"}, "edits": {"type": "array", "items": EDIT_SCHEMA, "maxItems": 8}},
-    "required": ["summary", "edits"],
+# update mode -> (payload key, label, title label)
+PAYLOAD = {
+    "patch": ("edits", "edits", "Edits"),
+    "rewrite_from_suggestions": ("revise_suggestions", "suggestions", "Suggestions"),
+    "full_rewrite_minibatch": ("skill_candidates", "skill candidates", "Skill Candidates"),
 }
-SKILL_AWARE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "summary": {"type": "string"},
-        "edits": {"type": "array", "items": EDIT_SCHEMA, "maxItems": 8},
-        "lapses": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
-    },
-    "required": ["summary", "edits", "lapses"],
-}
-SUGGESTIONS_SCHEMA = {
-    "type": "object",
-    "properties": {"summary": {"type": "string"}, "suggestions": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
-    "required": ["summary", "suggestions"],
-}
-REWRITE_SCHEMA = {"type": "object", "properties": {"skill": {"type": "string", "minLength": 1}}, "required": ["skill"]}
-CANDIDATE_SCHEMA = {
-    "type": "object",
-    "properties": {"summary": {"type": "string"}, "skill": {"type": "string", "minLength": 1}},
-    "required": ["summary", "skill"],
-}
-MERGE_SCHEMA = {"type": "object", "properties": {"edits": {"type": "array", "items": EDIT_SCHEMA}}, "required": ["edits"]}
-RANK_SCHEMA = {"type": "object", "properties": {"ranking": {"type": "array", "items": {"type": "integer"}}}, "required": ["ranking"]}
-SLOW_UPDATE_SCHEMA = {"type": "object", "properties": {"guidance": {"type": "string", "minLength": 1}}, "required": ["guidance"]}
-META_SKILL_SCHEMA = {"type": "object", "properties": {"meta_skill": {"type": "string", "minLength": 1}}, "required": ["meta_skill"]}
-NOTES_SCHEMA = {"type": "object", "properties": {"notes": {"type": "array", "items": {"type": "string"}}}, "required": ["notes"]}
-
-SYSTEM = (
-    "You are the optimizer in SkillOpt: you improve a Markdown skill document that a frozen agent reads "
-    "before acting. Edit only the editable body; never touch text between <!-- SKILLOPT:... --> markers. "
-    "Reply with JSON only."
-)
+# update mode -> suffix of the mode's prompt files
+MODE_SUFFIX = {"patch": "", "rewrite_from_suggestions": "_rewrite", "full_rewrite_minibatch": "_full_rewrite"}
 
 
-def _trajectory_text(r: EpisodeResult, limit: int = 1800) -> str:
-    steps = []
-    for t in r.trajectory:
-        if "action" in t or "observation" in t:
-            a = t.get("action")
-            o = str(t.get("observation", ""))[:200]
-            steps.append(f"> {a}\n{o}" if a is not None else o)
-        elif "code" in t:
-            steps.append(f"[code]\n{str(t['code'])[:600]}\n[result] {str(t.get('feedback', ''))[:300]}")
-        else:
-            steps.append(json.dumps(t)[:300])
-    text = "\n".join(steps)
-    if len(text) > limit:
-        text = text[: limit // 2] + "\n...\n" + text[-limit // 2 :]
+@lru_cache(maxsize=None)
+def system_prompt(name: str, env: str = "") -> str:
+    """The benchmark's own version of a prompt if it ships one, else the generic file."""
+    candidates = ([SYSTEM_DIR / env / f"{name}.md"] if env else []) + [SYSTEM_DIR / f"{name}.md"]
+    for path in candidates:
+        if path.is_file():
+            return path.read_text(encoding="utf-8").strip()
+    raise FileNotFoundError(f"optimizer system prompt {name!r} not found under {SYSTEM_DIR}")
+
+
+def messages(system: str, user: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def _with_meta(meta_skill: str, rest: str) -> str:
+    block = meta_skill_block(meta_skill)
+    return f"{block}\n\n{rest}" if block else rest
+
+
+# ---------- reflect (§3.3) ----------
+
+def analyst_user(*, skill: str, mode: str, max_budget: int, step_buffer: str, meta_skill: str, kind: str,
+                 trajectories: str, k: int) -> str:
+    parts = [f"## Current Skill\n{skill}\n"]
+    if mode == "full_rewrite_minibatch":
+        parts.append("## Update Format\nDo not propose edits, patches or suggestions: return one complete replacement "
+                     "skill document as your single skill candidate.\n")
+    else:
+        _, label, title = PAYLOAD[mode]
+        parts.append(f"## {title} Budget\nL={max_budget} {label} at most.\n")
+    if step_buffer:
+        parts.append(f"## Previous Steps in This Epoch\n{step_buffer}\n")
+    block = meta_skill_block(meta_skill)
+    if block:
+        parts.append(block + "\n")
+    heading = "Failed Trajectories" if kind == "failure" else "Successful Trajectories"
+    parts.append(f"## {heading} ({k} total)\n{trajectories}")
+    return "\n".join(parts)
+
+
+def analyst_system(kind: str, mode: str, env: str, skill_aware: bool, appendix_source: str) -> str:
+    name = ("analyst_error" if kind == "failure" else "analyst_success") + MODE_SUFFIX[mode]
+    text = system_prompt(name, env if mode == "patch" else "")
+    if skill_aware and mode != "full_rewrite_minibatch" and (kind == "failure" or appendix_source != "failure_only"):
+        text += "\n" + system_prompt(f"skill_aware_{kind}_suffix")
     return text
 
 
-def episodes_block(results: list[EpisodeResult]) -> str:
-    parts = []
-    for r in results:
-        head = f"### {r.task_id} ({r.task_type}) hard={r.hard:.2f} soft={r.soft:.2f} turns={r.n_turns}"
-        if r.fail_reason:
-            head += f" fail_reason={r.fail_reason}"
-        parts.append(head + "\n" + _trajectory_text(r))
-    return "\n\n".join(parts)
+# ---------- aggregate (§4.7, §5) ----------
+
+def merge_user(*, meta_skill: str, skill: str, patches: list[dict[str, Any]], level: int) -> str:
+    body = (f"## Current Skill\n{skill}\n\n## Patches to merge ({len(patches)} total, merge level {level})\n"
+            + json.dumps(patches, indent=2, ensure_ascii=False))
+    return _with_meta(meta_skill, body)
 
 
-def context_block(skill: str, budget: int, step_buffer: list[dict[str, Any]], meta_skill: str) -> str:
-    lines = ["## Current skill", skill.strip(), "", f"## Edit budget this step: at most {budget} edits will be kept."]
-    if meta_skill:
-        lines += ["", "## Optimizer meta skill (lessons from earlier epochs)", meta_skill.strip()]
-    if step_buffer:
-        lines += ["", "## Earlier this epoch"]
-        for entry in step_buffer[-6:]:
-            for s in entry.get("failure_patterns", [])[:3]:
-                lines.append(f"- failure pattern (step {entry['step']}): {s[:300]}")
-            for rej in entry.get("rejected_edits", [])[:4]:
-                lines.append(f"- REJECTED edit (score {rej['score']:.3f}): {json.dumps(rej['edit'])[:300]}")
-    return "\n".join(lines)
+def final_merge_user(*, meta_skill: str, skill: str, mode: str, failure: dict[str, Any], success: dict[str, Any]) -> str:
+    key = PAYLOAD[mode][0]
+    n, m = len(failure.get(key, [])), len(success.get(key, []))
+    if mode == "full_rewrite_minibatch":
+        head = (f"## Two pre-merged candidate groups to combine\nGroup 1 (from failed trajectories): {n} skill candidates\n"
+                f"Group 2 (from successful trajectories): {m} skill candidates\n")
+    else:
+        head = (f"## Two pre-merged patch groups to combine\nGroup 1 (failure-driven, HIGH priority): {n} edits\n"
+                f"Group 2 (success-driven, lower priority): {m} edits\n")
+    body = f"## Current Skill\n{skill}\n\n{head}\n" + json.dumps([failure, success], indent=2, ensure_ascii=False)
+    return _with_meta(meta_skill, body)
 
 
-def analyst_messages(kind: str, mode: str, skill_aware: bool, results: list[EpisodeResult], ctx: str) -> list[dict[str, str]]:
-    what = "failed" if kind == "failure" else "succeeded"
+# ---------- select (§6, §2.3) ----------
+
+def describe_item(item: dict[str, Any], mode: str) -> str:
+    """One line per pool item; values as Python repr, parts joined by two spaces, nothing cut."""
     if mode == "rewrite_from_suggestions":
-        ask = 'Reply as {"summary": "...", "suggestions": ["..."]}: concrete suggestions for the skill.'
+        parts = [f"type={item.get('type')}", f"title={item.get('title', '')!r}", f"instruction={item.get('instruction', '')!r}"]
+        if item.get("priority_hint"):
+            parts.append(f"priority={item['priority_hint']}")
+        if "support_count" in item:
+            parts.append(f"support={item['support_count']}")
     elif mode == "full_rewrite_minibatch":
-        ask = 'Reply as {"summary": "...", "skill": "<the whole improved skill document>"}.'
+        parts = [f"title={item.get('title', '')!r}", f"change_summary={item.get('change_summary', [])!r}",
+                 f"source={item.get('source_type')}", f"support={item.get('support_count')}",
+                 f"new_skill_preview={item.get('new_skill', '')!r}"]
     else:
-        ask = (
-            'Reply as {"summary": "...", "edits": [{"op": "append|insert_after|replace|delete", "target": "<exact text '
-            'in the skill, for insert_after/replace/delete>", "content": "<new text>"}]}.'
-        )
-        if skill_aware:
-            ask += (
-                ' Tag each failure: a skill defect becomes an edit; an execution lapse (the skill was right but the '
-                'agent did not follow it) becomes a short note in "lapses": ["..."].'
-            )
-    user = (
-        f"{ctx}\n\n## Episodes that {what}\n{episodes_block(results)}\n\n"
-        f"Analyse why these episodes {what} and what the skill should say. {ask}"
-    )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+        parts = [f"op={item.get('op')}"]
+        if item.get("target"):
+            parts.append(f"target={item['target']!r}")
+        if item.get("content"):
+            parts.append(f"content={item['content']!r}")
+        if "support_count" in item:
+            parts.append(f"support={item['support_count']}")
+    return "  ".join(parts)
 
 
-def merge_messages(patch_edits: list[list[dict[str, Any]]], final: bool) -> list[dict[str, str]]:
-    body = "\n\n".join(f"### Patch {i}\n{json.dumps(e, ensure_ascii=False)}" for i, e in enumerate(patch_edits))
-    rule = (
-        "Patch 0 holds edits from failures, patch 1 from successes; when they conflict, the failure edit wins."
-        if final
-        else "Merge them: drop duplicates, combine overlapping edits, keep targets exact."
-    )
-    user = f"Merge these edit patches into one.\n{rule}\n\n{body}\n\nReply as {{\"edits\": [...]}}."
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+def ranking_user(*, meta_skill: str, skill: str, items: list[dict[str, Any]], budget: int, mode: str) -> str:
+    _, label, title = PAYLOAD[mode]
+    lines = "\n".join(f"[{i}] {describe_item(it, mode)}" for i, it in enumerate(items))
+    body = (f"## Current Skill\n{skill}\n\n## {title} Pool ({len(items)} {label}, budget={budget})\n{lines}\n\n"
+            f"Choose the {budget} most important {label} and list their zero-based indices in selected_indices, "
+            "most important first.")
+    return _with_meta(meta_skill, body)
 
 
-def rank_messages(skill: str, edits: list[dict[str, Any]], budget: int, autonomous: bool) -> list[dict[str, str]]:
-    listing = "\n".join(f"{i}: {json.dumps(e, ensure_ascii=False)}" for i, e in enumerate(edits))
-    if autonomous:
-        ask = "Choose how many edits are worth applying (at least 1) and list their indices, best first."
-    else:
-        ask = f"Rank the edits by expected benefit and list the indices of the best {budget}, best first."
-    user = f"## Current skill\n{skill}\n\n## Candidate edits\n{listing}\n\n{ask} Reply as {{\"ranking\": [indices]}}."
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+def lr_user(*, meta_skill: str, skill: str, items: list[dict[str, Any]], mode: str, rollout_n: int, rollout_hard: float,
+            rollout_soft: float, step_buffer: str) -> str:
+    label = PAYLOAD[mode][1]
+    lines = "\n".join(f"[{i}] {describe_item(it, mode)}" for i, it in enumerate(items))
+    body = (f"## Current Skill\n{skill}\n\n## Current Step Evidence\nrollout_n={rollout_n}\nrollout_hard={rollout_hard:.6f}\n"
+            f"rollout_soft={rollout_soft:.6f}\nproposed_update_items={len(items)}\nupdate_item_type={label}\n\n"
+            f"## Proposed Update Items\n{lines}\n\nHow many of these {label} should be applied at this step?")
+    if step_buffer:
+        body += f"\n\n## Previous Steps in This Epoch\n{step_buffer}"
+    return _with_meta(meta_skill, body)
 
 
-def rewrite_messages(skill: str, suggestions: list[str]) -> list[dict[str, str]]:
-    listing = "\n".join(f"- {s}" for s in suggestions)
-    user = (
-        f"## Current skill\n{skill}\n\n## Suggestions\n{listing}\n\nRewrite the skill document applying the "
-        'suggestions. Keep it concise. Reply as {"skill": "<whole document>"}.'
-    )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+# ---------- update (§8.1) ----------
+
+def rewrite_user(*, skill: str, suggestions: list[dict[str, Any]], step_buffer: str) -> str:
+    body = (f"## Current Skill\n{skill}\n\n## Selected Revise Suggestions ({len(suggestions)} total)\n"
+            + json.dumps(suggestions, indent=2, ensure_ascii=False))
+    if step_buffer:
+        body += f"\n\n## Previous Steps in This Epoch\n{step_buffer}"
+    return body + "\n\nReturn the whole rewritten skill document in new_skill."
 
 
-def merge_candidates_messages(candidates: list[str]) -> list[dict[str, str]]:
-    body = "\n\n".join(f"### Candidate {i}\n{c}" for i, c in enumerate(candidates))
-    user = f"Merge these candidate skill documents into one, keeping the best guidance of each.\n\n{body}\n\nReply as {{\"skill\": \"...\"}}."
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+# ---------- epoch boundary (§10.3, §11.2) ----------
+
+def slow_update_user(*, prev_skill: str, curr_skill: str, prev_guidance: str, comparison: str) -> str:
+    guidance = prev_guidance or "(none yet: no slow-update guidance has been written before this epoch)"
+    return (f"## Previous Epoch's Skill\n{prev_skill}\n\n## Current Epoch's Skill\n{curr_skill}\n\n"
+            "## Previous Slow Update Guidance\nThis guidance was active in the protected section during the epoch that "
+            f"just ended; judge first whether it helped or hurt.\n{guidance}\n\n"
+            f"## Longitudinal Comparison (same 20 tasks, two skill versions)\n{comparison}")
 
 
-def slow_update_messages(skill: str, pairs: dict[str, list[str]]) -> list[dict[str, str]]:
-    parts = [f"### {cat} ({len(items)})\n" + "\n".join(items[:8]) for cat, items in pairs.items() if items]
-    user = (
-        f"## Current skill\n{skill}\n\n## Same tasks, previous epoch's skill vs current skill\n" + "\n\n".join(parts)
-        + '\n\nWrite short, target-facing guidance that keeps the improvements and fixes the regressions and persistent '
-        'failures. Reply as {"guidance": "..."}.'
-    )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+def meta_skill_user(*, prev_skill: str, curr_skill: str, prev_meta: str, comparison: str) -> str:
+    meta = prev_meta or "(none yet: this is the first update)"
+    return (f"## Previous Epoch Last-Step Skill\n{prev_skill}\n\n## Current Epoch Last-Step Skill\n{curr_skill}\n\n"
+            "## Previous Optimizer Meta Skill\nThis memory was available to the optimizer during the epoch; judge whether "
+            f"it improved or harmed the quality of its edits.\n{meta}\n\n"
+            f"## Longitudinal Comparison (same tasks, two last-step skills)\n{comparison}")
 
 
-def meta_skill_messages(meta_skill: str, history: list[dict[str, Any]]) -> list[dict[str, str]]:
-    lines = [f"- step {h['global_step']}: {h['action']} score={h.get('candidate_score')} edits={h.get('n_selected')}" for h in history[-20:]]
-    user = (
-        f"## Current optimizer meta skill\n{meta_skill or '(none)'}\n\n## This epoch's steps\n" + "\n".join(lines)
-        + '\n\nWrite guidance for the optimizer itself (which kinds of edits were accepted or rejected, what to try). '
-        'Reply as {"meta_skill": "..."}.'
-    )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+def consolidate_user(notes: list[str]) -> str:
+    listing = "\n".join(f"{i}. {n}" for i, n in enumerate(notes, start=1))
+    return (f"## Current Execution Notes ({len(notes)} total)\n{listing}\n\n"
+            'Return a shorter list that keeps every distinct reminder, as {"appendix_notes": [...]}.')
 
 
-def consolidate_messages(notes: list[str], limit: int) -> list[dict[str, str]]:
-    listing = "\n".join(f"- {n}" for n in notes)
-    user = f"Consolidate these execution notes into at most {limit} non-redundant notes.\n{listing}\n\nReply as {{\"notes\": [...]}}."
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+# ---------- reply schemas (field names as the reference; lenient where the reference is) ----------
+
+_STR = {"type": "string"}
+ITEM_SCHEMA = {
+    "edits": {"type": "object", "properties": {"op": _STR, "target": _STR, "content": _STR}, "required": ["op"]},
+    "revise_suggestions": {"type": "object", "properties": {
+        "type": _STR, "title": _STR, "motivation": _STR, "instruction": _STR, "priority_hint": _STR}},
+    "skill_candidates": {"type": "object", "properties": {
+        "title": _STR, "change_summary": {"type": "array", "items": _STR}, "new_skill": _STR}},
+}
+
+
+def payload_schema(mode: str) -> dict[str, Any]:
+    key = PAYLOAD[mode][0]
+    return {"type": "object", "properties": {"reasoning": _STR, key: {"type": "array", "items": ITEM_SCHEMA[key]}},
+            "required": [key]}
+
+
+def analyst_schema(kind: str, mode: str, notes: bool) -> dict[str, Any]:
+    summary = ({"failure_summary": {"type": "array", "items": {"type": "object", "properties": {
+        "failure_type": _STR, "count": {"type": "integer"}, "description": _STR}}}} if kind == "failure"
+        else {"success_patterns": {"type": "array", "items": _STR}})
+    props: dict[str, Any] = {"batch_size": {"type": "integer"}, **summary, "patch": payload_schema(mode)}
+    if notes:
+        props["appendix_notes"] = {"type": "array"}
+    # a skill-aware failure analyst may answer with execution-lapse notes alone (§3.5)
+    required = [] if notes and kind == "failure" else ["patch"]
+    return {"type": "object", "properties": props, "required": required}
+
+
+RANKING_SCHEMA = {"type": "object", "properties": {"reasoning": _STR, "selected_indices": {"type": "array"}},
+                  "required": ["selected_indices"]}
+# learning_rate is coerced from whatever the model wrote ("3 edits" -> 3), so its type is not constrained here
+LR_SCHEMA = {"type": "object", "properties": {"learning_rate": {}, "reasoning": _STR,
+                                              "confidence": _STR, "risk_notes": {"type": "array", "items": _STR}},
+             "required": ["learning_rate"]}
+REWRITE_SCHEMA = {"type": "object", "properties": {"reasoning": _STR, "change_summary": {"type": "array", "items": _STR},
+                                                   "new_skill": _STR}, "required": ["new_skill"]}
+SLOW_UPDATE_SCHEMA = {"type": "object", "properties": {"reasoning": _STR, "slow_update_content": _STR},
+                      "required": ["slow_update_content"]}
+META_SKILL_SCHEMA = {"type": "object", "properties": {"reasoning": _STR, "meta_skill_content": _STR},
+                     "required": ["meta_skill_content"]}
+CONSOLIDATE_SCHEMA = {"type": "object", "properties": {"appendix_notes": {"type": "array", "items": _STR}},
+                      "required": ["appendix_notes"]}

@@ -1,106 +1,158 @@
 """The skill document: Markdown text with protected regions that step edits never touch.
 
-Two protected regions exist, each delimited by HTML-comment markers:
-the slow-update block (written at epoch boundaries) and the appendix
-(execution-lapse notes from skill-aware reflection).
+Two protected regions exist, delimited by the same HTML-comment markers SkillOpt's reference
+implementation writes (REFERENCE_SPEC §0), so a skill saved by either tool loads with its blocks
+protected in the other: the slow-update block (written at epoch boundaries, §10) and the appendix
+(execution-lapse notes from skill-aware reflection, §12).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import re
 
-SLOW_UPDATE = "SLOW_UPDATE"
-APPENDIX = "APPENDIX"
-REGIONS = (SLOW_UPDATE, APPENDIX)
+SLOW_START, SLOW_END = "<!-- SLOW_UPDATE_START -->", "<!-- SLOW_UPDATE_END -->"
+APPENDIX_START, APPENDIX_END = "<!-- APPENDIX_START -->", "<!-- APPENDIX_END -->"
+MARKER_PAIRS = ((SLOW_START, SLOW_END), (APPENDIX_START, APPENDIX_END))
+ALL_MARKERS = (SLOW_START, SLOW_END, APPENDIX_START, APPENDIX_END)
+APPENDIX_HEADING = "## Execution Notes Appendix"
 
-
-def begin_marker(region: str) -> str:
-    return f"<!-- SKILLOPT:{region}:BEGIN -->"
-
-
-def end_marker(region: str) -> str:
-    return f"<!-- SKILLOPT:{region}:END -->"
-
-
-ALL_MARKERS = tuple(m for r in REGIONS for m in (begin_marker(r), end_marker(r)))
+# Markers written by skillopt-ray before it adopted the reference's: translated on load.
+_LEGACY = {
+    "<!-- SKILLOPT:SLOW_UPDATE:BEGIN -->": SLOW_START, "<!-- SKILLOPT:SLOW_UPDATE:END -->": SLOW_END,
+    "<!-- SKILLOPT:APPENDIX:BEGIN -->": APPENDIX_START, "<!-- SKILLOPT:APPENDIX:END -->": APPENDIX_END,
+}
 
 
 def skill_hash(text: str) -> str:
-    """Content hash used for score caching and artifact naming."""
+    """First 16 hex characters of the SHA-256 of the text (score cache key, artifact names)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class Span:
-    start: int
-    end: int  # exclusive, includes the end marker
+def normalize_markers(text: str) -> str:
+    """A skill file from an older skillopt-ray uses other marker strings; give it the reference's."""
+    for old, new in _LEGACY.items():
+        text = text.replace(old, new)
+    return text
 
 
-def protected_spans(text: str) -> list[Span]:
-    """Character spans of every protected region, markers included."""
+def protected_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each protected region: the first start marker through the end of the first
+    end marker of its pair. A pair with a missing marker protects nothing (§7.1)."""
     spans = []
-    for region in REGIONS:
-        b, e = begin_marker(region), end_marker(region)
-        start = text.find(b)
-        while start != -1:
-            stop = text.find(e, start)
-            stop = len(text) if stop == -1 else stop + len(e)
-            spans.append(Span(start, stop))
-            start = text.find(b, stop)
-    return sorted(spans, key=lambda s: s.start)
+    for start_m, end_m in MARKER_PAIRS:
+        s, e = text.find(start_m), text.find(end_m)
+        if s != -1 and e != -1:
+            spans.append((s, e + len(end_m)))
+    return spans
 
 
-def overlaps_protected(text: str, start: int, end: int) -> bool:
-    return any(start < s.end and end > s.start for s in protected_spans(text))
+def first_protected_start(text: str) -> int:
+    """Index of the earliest start marker of either kind, or -1."""
+    found = [i for i in (text.find(SLOW_START), text.find(APPENDIX_START)) if i != -1]
+    return min(found) if found else -1
 
 
-def body_of(text: str) -> str:
-    """The editable part of the document (protected regions removed)."""
+def _remove_regions(text: str, start_m: str, end_m: str) -> str:
+    """Remove every start..end region (each start paired with the next end); orphan markers go too."""
     out, pos = [], 0
-    for span in protected_spans(text):
-        out.append(text[pos : span.start])
-        pos = span.end
-    out.append(text[pos:])
-    return "".join(out)
+    while True:
+        s = text.find(start_m, pos)
+        if s == -1:
+            out.append(text[pos:])
+            break
+        out.append(text[pos:s])
+        e = text.find(end_m, s + len(start_m))
+        if e == -1:  # orphan start marker: drop the marker only
+            pos = s + len(start_m)
+            continue
+        pos = e + len(end_m)
+    return "".join(out).replace(end_m, "")
 
 
-def region_content(text: str, region: str) -> str:
-    b, e = begin_marker(region), end_marker(region)
-    start = text.find(b)
-    if start == -1:
+def _tidy(text: str) -> str:
+    return re.sub(r"\n{3,}", "\n\n", text).rstrip()
+
+
+def without_protected(text: str) -> str:
+    """The body with both protected regions removed (rewrite modes, semantic density)."""
+    for start_m, end_m in MARKER_PAIRS:
+        text = _remove_regions(text, start_m, end_m)
+    return text
+
+
+# ---------- slow-update block (§10.1) ----------
+
+def inject_empty_slow_update_field(skill: str) -> str:
+    if SLOW_START in skill and SLOW_END in skill:
+        return skill
+    return skill.rstrip() + f"\n\n{SLOW_START}\n{SLOW_END}\n"
+
+
+def extract_slow_update_field(skill: str) -> str:
+    s, e = skill.find(SLOW_START), skill.find(SLOW_END)
+    if s == -1 or e == -1:
         return ""
-    stop = text.find(e, start)
-    stop = len(text) if stop == -1 else stop
-    return text[start + len(b) : stop].strip("\n")
+    return skill[s + len(SLOW_START) : e].strip()
 
 
-def set_region(text: str, region: str, content: str) -> str:
-    """Replace (or create, at the end of the document) a protected region's content."""
-    block = f"{begin_marker(region)}\n{content.strip()}\n{end_marker(region)}"
-    b, e = begin_marker(region), end_marker(region)
-    start = text.find(b)
-    if start == -1:
-        # slow-update block goes before the appendix; the appendix goes last
-        if region == SLOW_UPDATE and begin_marker(APPENDIX) in text:
-            idx = text.find(begin_marker(APPENDIX))
-            return text[:idx].rstrip("\n") + "\n\n" + block + "\n\n" + text[idx:]
-        return text.rstrip("\n") + "\n\n" + block + "\n"
-    stop = text.find(e, start)
-    stop = len(text) if stop == -1 else stop + len(e)
-    return text[:start] + block + text[stop:]
+def replace_slow_update_field(skill: str, guidance: str) -> str:
+    """Exactly one block, always at the very end of the document, holding the guidance verbatim."""
+    body = _tidy(_remove_regions(skill, SLOW_START, SLOW_END))
+    return body + f"\n\n{SLOW_START}\n{guidance.strip()}\n{SLOW_END}\n"
 
 
-def replace_body(text: str, new_body: str) -> str:
-    """Swap the editable body for a rewritten one, keeping protected regions verbatim.
+# ---------- appendix (§12) ----------
 
-    Used by rewrite modes: whatever protected content the rewrite contains is
-    discarded, and the original regions are re-attached.
-    """
-    clean = body_of(new_body).rstrip("\n")
-    out = clean + "\n"
-    for region in REGIONS:
-        content = region_content(text, region)
-        if begin_marker(region) in text:
-            out = set_region(out, region, content)
+def inject_empty_appendix_field(skill: str) -> str:
+    if APPENDIX_START in skill and APPENDIX_END in skill:
+        return skill
+    return skill.rstrip() + f"\n\n{APPENDIX_START}\n{APPENDIX_HEADING}\n{APPENDIX_END}\n"
+
+
+def appendix_notes(skill: str) -> list[str]:
+    """The bullet notes of the appendix (heading skipped)."""
+    s, e = skill.find(APPENDIX_START), skill.find(APPENDIX_END)
+    if s == -1 or e == -1:
+        return []
+    lines = skill[s + len(APPENDIX_START) : e].splitlines()
+    return [ln.strip()[2:].strip() for ln in lines if ln.strip().startswith("- ")]
+
+
+def _note_key(note: str) -> str:
+    return " ".join(note.split()).rstrip(" .;:,_-").casefold()
+
+
+def dedupe_notes(notes: list[str]) -> list[str]:
+    """Whitespace collapsed, blanks dropped, a note whose canonical key was seen before dropped (first kept)."""
+    seen: set[str] = set()
+    out = []
+    for n in notes:
+        n = " ".join(str(n).split())
+        k = _note_key(n)
+        if n and k not in seen:
+            seen.add(k)
+            out.append(n)
+    return out
+
+
+def set_appendix_notes(skill: str, notes: list[str]) -> str:
+    """Rebuild the appendix at the very end of the document from `notes`."""
+    body = _tidy(_remove_regions(skill, APPENDIX_START, APPENDIX_END))
+    bullets = "".join(f"- {n}\n" for n in notes)
+    return body + f"\n\n{APPENDIX_START}\n{APPENDIX_HEADING}\n{bullets}{APPENDIX_END}\n"
+
+
+def append_to_appendix_field(skill: str, new_notes: list[str]) -> str:
+    return set_appendix_notes(skill, dedupe_notes(appendix_notes(skill) + dedupe_notes(new_notes)))
+
+
+def keep_protected_regions(original: str, rewritten: str) -> str:
+    """Rewrite modes: the rewritten body with the original's protected regions re-attached verbatim
+    (the reference relies on the prompt alone, QUIRK-31)."""
+    out = _tidy(without_protected(rewritten)) + "\n"
+    for start_m, end_m in MARKER_PAIRS:
+        s, e = original.find(start_m), original.find(end_m)
+        if s != -1 and e != -1:
+            out = out.rstrip() + "\n\n" + original[s : e + len(end_m)] + "\n"
     return out

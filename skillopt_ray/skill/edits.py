@@ -1,121 +1,88 @@
-"""Edit operations on a skill document, applied in order with a per-edit report."""
+"""Edit operations on a skill document with the reference's semantics (REFERENCE_SPEC §7.1).
+
+Edits are the JSON objects the optimizer returns ({op, target?, content?} plus stamps such as
+source_type, support_count, merge_level), applied in order, each to the previous result, with a
+report row per edit. Nothing here raises: a malformed edit is reported with status `error`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from skillopt_ray.skill.document import ALL_MARKERS, overlaps_protected, protected_spans
+from skillopt_ray.skill.document import ALL_MARKERS, first_protected_start, protected_spans
 
 OPS = ("append", "insert_after", "replace", "delete")
-
-APPLIED = "applied"
-SKIPPED_TARGET_MISSING = "skipped_target_missing"
-SKIPPED_PROTECTED_REGION = "skipped_protected_region"
-SKIPPED_INVALID = "skipped_invalid"
-SKIPPED_NOOP = "skipped_noop"
-
-
-@dataclass(frozen=True)
-class Edit:
-    op: str
-    content: str = ""
-    target: str = ""
-    rationale: str = ""
-    source: str = ""  # "failure" | "success" | "" — used when merging
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> "Edit":
-        return Edit(
-            op=str(d.get("op", "")),
-            content=str(d.get("content", "") or ""),
-            target=str(d.get("target", "") or ""),
-            rationale=str(d.get("rationale", "") or ""),
-            source=str(d.get("source", "") or ""),
-        )
-
-    def validation_error(self) -> str | None:
-        if self.op not in OPS:
-            return f"unknown op {self.op!r} (allowed: {', '.join(OPS)})"
-        if self.op in ("insert_after", "replace", "delete") and not self.target:
-            return f"op {self.op} needs a non-empty target"
-        if self.op in ("append", "insert_after", "replace") and not self.content.strip():
-            return f"op {self.op} needs non-empty content"
-        return None
-
-
-@dataclass
-class EditReport:
-    index: int
-    op: str
-    status: str
-    detail: str = ""
 
 
 @dataclass
 class ApplyResult:
     text: str
-    reports: list[EditReport] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def n_applied(self) -> int:
-        return sum(r.status == APPLIED for r in self.reports)
-
-
-def _find_editable(text: str, target: str) -> tuple[int, bool]:
-    """Position of the first occurrence of target outside protected regions.
-
-    Returns (position or -1, whether the target exists only inside a protected region).
-    """
-    pos = text.find(target)
-    seen_protected = False
-    while pos != -1:
-        if not overlaps_protected(text, pos, pos + len(target)):
-            return pos, False
-        seen_protected = True
-        pos = text.find(target, pos + 1)
-    return -1, seen_protected
+    def summary(self) -> dict[str, int]:
+        """Counts as the reference's step record: statuses starting with applied / skipped, and errors."""
+        st = [r["status"] for r in self.reports]
+        return {"total": len(st), "applied": sum(s.startswith("applied") for s in st),
+                "skipped": sum(s.startswith("skipped") for s in st), "errors": sum(s == "error" for s in st)}
 
 
-def apply_edit(text: str, edit: Edit) -> tuple[str, str, str]:
-    """Apply one edit; returns (new_text, status, detail)."""
-    err = edit.validation_error()
-    if err:
-        return text, SKIPPED_INVALID, err
-    if any(m in edit.content for m in ALL_MARKERS) or any(m in edit.target for m in ALL_MARKERS):
-        return text, SKIPPED_PROTECTED_REGION, "edit mentions a protected-region marker"
-    if edit.op == "append":
-        spans = protected_spans(text)
-        if spans:
-            idx = spans[0].start
-            head = text[:idx].rstrip("\n")
-            return head + "\n\n" + edit.content.strip() + "\n\n" + text[idx:], APPLIED, ""
-        return text.rstrip("\n") + "\n\n" + edit.content.strip() + "\n", APPLIED, ""
-    pos, only_protected = _find_editable(text, edit.target)
-    if pos == -1:
-        if only_protected:
-            return text, SKIPPED_PROTECTED_REGION, "target lies inside a protected region"
-        return text, SKIPPED_TARGET_MISSING, "target text not found"
-    end = pos + len(edit.target)
-    if edit.op == "insert_after":
-        new = text[:end] + "\n" + edit.content.strip("\n") + text[end:]
-    elif edit.op == "replace":
-        new = text[:pos] + edit.content + text[end:]
-    else:  # delete
-        new = text[:pos] + text[end:]
-    if new == text:
-        return text, SKIPPED_NOOP, "edit changes nothing"
-    return new, APPLIED, ""
+def _in_protected(skill: str, target: str) -> bool:
+    """Only the first occurrence of the target counts (QUIRK-10)."""
+    pos = skill.find(target)
+    return pos != -1 and any(s <= pos < e for s, e in protected_spans(skill))
 
 
-def apply_edits(text: str, edits: list[Edit]) -> ApplyResult:
+def _append(skill: str, content: str) -> tuple[str, bool]:
+    """Append before the earliest protected block if there is one (True), else at the end (False)."""
+    p = first_protected_start(skill)
+    if p != -1:
+        return skill[:p].rstrip() + "\n\n" + content + "\n\n" + skill[p:], True
+    return skill.rstrip() + "\n\n" + content + "\n", False
+
+
+def apply_edit(skill: str, edit: Any) -> tuple[str, str]:
+    """One edit; returns (new text, status). Raises on a malformed edit (the caller reports `error`)."""
+    op = edit.get("op", "")
+    target = edit.get("target", "")
+    content = edit.get("content", "").strip()
+    for m in ALL_MARKERS:  # an edit can never create or duplicate a protected block
+        content = content.replace(m, "")
+    if target and _in_protected(skill, target):
+        return skill, "skipped_protected_region"
+    if op == "append":
+        text, before = _append(skill, content)
+        return text, "applied_append_before_protected_region" if before else "applied_append"
+    if op == "insert_after":
+        i = skill.find(target) if target else -1
+        if i == -1:
+            text, before = _append(skill, content)
+            return text, "applied_insert_after_fallback_" + ("before_protected_region" if before else "append")
+        n = skill.find("\n", i + len(target))
+        at = len(skill) if n == -1 else n + 1
+        return skill[:at] + "\n" + content + "\n" + skill[at:], "applied_insert_after"
+    if op in ("replace", "delete"):
+        if not target:
+            return skill, f"skipped_{op}_missing_target"
+        i = skill.find(target)
+        if i == -1:
+            return skill, f"skipped_{op}_target_not_found"
+        new = content if op == "replace" else ""
+        return skill[:i] + new + skill[i + len(target):], f"applied_{op}"
+    return skill, "skipped_unknown_op"
+
+
+def apply_edits(skill: str, edits: list[Any]) -> ApplyResult:
     """Apply edits in order, each against the previous result."""
-    result = ApplyResult(text=text)
-    for i, edit in enumerate(edits):
-        new, status, detail = apply_edit(result.text, edit)
-        result.text = new
-        result.reports.append(EditReport(index=i, op=edit.op, status=status, detail=detail))
+    result = ApplyResult(text=skill)
+    for i, edit in enumerate(edits, start=1):
+        row: dict[str, Any] = {"index": i}
+        try:
+            row.update(op=edit.get("op", ""), target=str(edit.get("target", ""))[:200],
+                       content_preview=str(edit.get("content", ""))[:200])
+            result.text, row["status"] = apply_edit(result.text, edit)
+        except Exception as e:  # content: null, a bare string as an edit, ...
+            row.setdefault("op", "")
+            row.update(status="error", error=f"{type(e).__name__}: {e}")
+        result.reports.append(row)
     return result

@@ -1,113 +1,108 @@
-"""Stage 3 — aggregate: hierarchical merge of patches, failures and successes apart, then a final
-merge where failure edits win conflicts. A failed merge call falls back to concatenation (logged)."""
+"""Stage 3 — aggregate: hierarchical merge of patches, failures and successes apart, then one final
+merge where failure items win conflicts (REFERENCE_SPEC §5). A merge whose reply is unusable falls
+back to concatenation, and the fallback is recorded."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Optional, TypeVar
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
-from skillopt_ray.skill.edits import Edit
-
-T = TypeVar("T")
 
 
 @dataclass
 class AggregateOutput:
-    edits: list[Edit] = field(default_factory=list)
-    suggestions: list[str] = field(default_factory=list)
-    candidate: str = ""
-    merge_calls: int = 0
+    merged: dict[str, Any] = field(default_factory=dict)  # {reasoning, <payload key>: [...], ...}
+    calls: int = 0
     fallbacks: list[str] = field(default_factory=list)
 
+    def items(self, mode: str) -> list[Any]:
+        return list(self.merged.get(prompts.PAYLOAD[mode][0], []))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"edits": [e.to_dict() for e in self.edits], "suggestions": self.suggestions, "candidate": self.candidate,
-                "merge_calls": self.merge_calls, "fallbacks": self.fallbacks}
+        return asdict(self)
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "AggregateOutput":
-        return AggregateOutput([Edit.from_dict(e) for e in d["edits"]], list(d.get("suggestions", [])), d.get("candidate", ""),
-                               d.get("merge_calls", 0), list(d.get("fallbacks", [])))
+        return AggregateOutput(**d)
 
 
-def _valid_edits(raw: list[dict[str, Any]], source: str) -> list[Edit]:
-    edits = [Edit.from_dict({**e, "source": e.get("source") or source}) for e in raw if isinstance(e, dict)]
-    return [e for e in edits if e.validation_error() is None]
+@dataclass
+class _Merger:
+    llm: Any
+    mode: str
+    skill: str
+    meta_skill: str
+    key: str
+    out: AggregateOutput
+
+    @property
+    def pk(self) -> str:
+        return prompts.PAYLOAD[self.mode][0]
+
+    async def _ask(self, system: str, user: str, key: str) -> dict[str, Any] | None:
+        self.out.calls += 1
+        try:
+            res = await self.llm.chat_json(ChatRequest("optimizer", "merge", prompts.messages(system, user), key),
+                                           prompts.payload_schema(self.mode), "merge")
+        except MalformedOutput as e:
+            self.out.fallbacks.append(f"{key}: {e.message}")
+            return None
+        return dict(res.data)
+
+    async def merge_chunk(self, kind: str, chunk: list[dict[str, Any]], level: int, j: int) -> dict[str, Any]:
+        system = prompts.system_prompt(f"merge_{kind}{prompts.MODE_SUFFIX[self.mode]}")
+        user = prompts.merge_user(meta_skill=self.meta_skill, skill=self.skill, patches=chunk, level=level)
+        data = await self._ask(system, user, f"{self.key}/merge/{kind}/L{level}/g{j}")
+        if data is not None:
+            for it in data[self.pk]:
+                it["merge_level"] = level
+            return data
+        items = [it for p in chunk for it in p.get(self.pk, [])]
+        for it in items:
+            if isinstance(it, dict):
+                it.setdefault("merge_level", level)
+        return {"reasoning": "fallback concatenation", self.pk: items}
+
+    async def hierarchical(self, kind: str, patches: list[dict[str, Any]], batch: int) -> dict[str, Any]:
+        """Chunks of `batch` merged by one call each, in parallel, level by level; a chunk of one passes up."""
+        if not patches:
+            return {"reasoning": "no patches", self.pk: []}
+        level, current = 1, patches
+        while len(current) > 1:
+            chunks = [current[i : i + batch] for i in range(0, len(current), batch)]
+            current = list(await asyncio.gather(*(
+                self.merge_chunk(kind, c, level, j) if len(c) > 1 else _same(c[0]) for j, c in enumerate(chunks))))
+            level += 1
+        return current[0]
+
+    async def final(self, failure: dict[str, Any], success: dict[str, Any]) -> dict[str, Any]:
+        f_items, s_items = failure.get(self.pk, []), success.get(self.pk, [])
+        if not f_items and not s_items:
+            return {"reasoning": "no updates from either group", self.pk: []}
+        if not s_items:
+            return failure
+        if not f_items:
+            return success
+        system = prompts.system_prompt(f"merge_final{prompts.MODE_SUFFIX[self.mode]}")
+        user = prompts.final_merge_user(meta_skill=self.meta_skill, skill=self.skill, mode=self.mode, failure=failure, success=success)
+        data = await self._ask(system, user, f"{self.key}/merge/final")
+        return data if data is not None else {"reasoning": "fallback: failure first, then success", self.pk: f_items + s_items}
 
 
-async def _merge_group(llm: Any, groups: list[list[Edit]], source: str, key: str, final: bool, out: AggregateOutput) -> list[Edit]:
-    msgs = prompts.merge_messages([[e.to_dict() for e in g] for g in groups], final)
-    out.merge_calls += 1
-    try:
-        res = await llm.chat_json(ChatRequest("optimizer", "merge", msgs, key), prompts.MERGE_SCHEMA, "merge")
-        return _valid_edits(res.data["edits"], source)
-    except MalformedOutput as e:
-        out.fallbacks.append(f"{key}: {e.message}; concatenated instead")
-        return [x for g in groups for x in g]
-
-
-async def _reduce_levels(items: list[T], size: int, merge: Callable[[list[T], int, int], Awaitable[T]]) -> Optional[T]:
-    """Merge groups of `size` items with one call each, in parallel, level by level, until one remains.
-    `merge(group, depth, group_index)`; a group of one passes up unchanged; empty results drop out."""
-    if size < 2:
-        raise ValueError("merge_batch_size must be >= 2")
-    level = [x for x in items if x]
-    depth = 0
-    while len(level) > 1:
-        groups = [level[i : i + size] for i in range(0, len(level), size)]
-        merged = await asyncio.gather(*(merge(g, depth, j) if len(g) > 1 else _identity(g[0]) for j, g in enumerate(groups)))
-        level = [m for m in merged if m]
-        depth += 1
-    return level[0] if level else None
-
-
-async def _identity(x: T) -> T:
+async def _same(x: dict[str, Any]) -> dict[str, Any]:
     return x
 
 
-async def merge_hierarchical(llm: Any, patches: list[list[Edit]], merge_batch_size: int, source: str, key: str, out: AggregateOutput) -> list[Edit]:
-    """Hierarchical merge of edit patches of one source (failure or success)."""
-    async def merge(group: list[list[Edit]], depth: int, j: int) -> list[Edit]:
-        return await _merge_group(llm, group, source, f"{key}/merge/{source}/L{depth}/g{j}", False, out)
-
-    return await _reduce_levels(patches, merge_batch_size, merge) or []
-
-
-async def _merge_candidates(llm: Any, candidates: list[str], merge_batch_size: int, key: str, out: AggregateOutput) -> str:
-    """Hierarchical merge of whole candidate documents (full_rewrite_minibatch)."""
-    async def merge(group: list[str], depth: int, j: int) -> str:
-        out.merge_calls += 1
-        try:
-            res = await llm.chat_json(ChatRequest("optimizer", "merge", prompts.merge_candidates_messages(group),
-                                                  f"{key}/merge_cand/L{depth}/g{j}"), prompts.REWRITE_SCHEMA, "skill")
-            return res.data["skill"]
-        except MalformedOutput as e:
-            out.fallbacks.append(f"candidate merge L{depth} g{j}: {e.message}; kept the first candidate")
-            return group[0]
-
-    return await _reduce_levels([c for c in candidates if c.strip()], merge_batch_size, merge) or ""
-
-
-async def aggregate(llm: Any, patches: list[Any], *, mode: str, merge_batch_size: int, key: str) -> AggregateOutput:
+async def aggregate(llm: Any, failure_patches: list[dict[str, Any]], success_patches: list[dict[str, Any]], *, mode: str,
+                    skill: str, meta_skill: str, merge_batch_size: int, key: str) -> AggregateOutput:
+    if merge_batch_size < 2:
+        raise ValueError("merge_batch_size must be >= 2")
     out = AggregateOutput()
-    fail_first = sorted(patches, key=lambda p: p.source != "failure")
-    if mode == "rewrite_from_suggestions":
-        seen: set[str] = set()
-        out.suggestions = [s for p in fail_first for s in p.suggestions if not (s in seen or seen.add(s))]
-        return out
-    if mode == "full_rewrite_minibatch":
-        out.candidate = await _merge_candidates(llm, [p.candidate for p in fail_first], merge_batch_size, key, out)
-        return out
-    fails = [p.edits for p in patches if p.source == "failure" and p.edits]
-    wins = [p.edits for p in patches if p.source == "success" and p.edits]
-    f_merged, s_merged = await asyncio.gather(
-        merge_hierarchical(llm, fails, merge_batch_size, "failure", key, out),
-        merge_hierarchical(llm, wins, merge_batch_size, "success", key, out),
-    )
-    if f_merged and s_merged:
-        out.edits = await _merge_group(llm, [f_merged, s_merged], "failure", f"{key}/merge/final", True, out)
-    else:
-        out.edits = f_merged or s_merged
+    m = _Merger(llm, mode, skill, meta_skill, key, out)
+    f, s = await asyncio.gather(m.hierarchical("failure", failure_patches, merge_batch_size),
+                                m.hierarchical("success", success_patches, merge_batch_size))
+    out.merged = await m.final(f, s)
     return out

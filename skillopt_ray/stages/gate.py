@@ -51,3 +51,21 @@ def decide(candidate_score: float, current_score: float, best_score: float, use_
         action = ACCEPT_NEW_BEST if candidate_score > best_score else ACCEPT
         return GateDecision(action, candidate_score, current_score, best_score)
     return GateDecision(REJECT, candidate_score, current_score, best_score)
+
+
+def like_for_like(candidate: dict, current: dict, metric: str, mixed_weight: float) -> tuple[float, float, int]:
+    """Gate scores of candidate and current over the tasks both scored (`tasks`: id -> [hard, soft]).
+
+    With no infra or data errors on either side this is the plain mean over the whole split; an
+    episode that could not be scored on one side removes that task from both, so an infrastructure
+    failure never moves a decision. Returns (candidate score, current score, tasks compared)."""
+    common = sorted(set(candidate["tasks"]) & set(current["tasks"]))
+    if not common:
+        return 0.0, 0.0, 0
+
+    def score(ev: dict) -> float:
+        hard = sum(ev["tasks"][t][0] for t in common) / len(common)
+        soft = sum(ev["tasks"][t][1] for t in common) / len(common)
+        return gate_score(hard, soft, metric, mixed_weight)
+
+    return score(candidate), score(current), len(common)

@@ -1,90 +1,137 @@
-"""Stage 2 — reflect: analysts read failure and success minibatches in parallel and propose patches."""
+"""Stage 2 — reflect: analysts read failure and success minibatches in parallel and propose patches
+(REFERENCE_SPEC §3). Episodes that failed for infrastructure or data reasons are never shown."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
 
 from envs.base import EpisodeResult
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
-from skillopt_ray.skill.edits import Edit
+from skillopt_ray.prompts.render import minibatch_text
 
 
-@dataclass
-class Patch:
-    source: str  # failure | success
-    summary: str = ""
-    edits: list[Edit] = field(default_factory=list)
-    suggestions: list[str] = field(default_factory=list)
-    candidate: str = ""  # full_rewrite_minibatch
-    lapses: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "summary": self.summary, "edits": [e.to_dict() for e in self.edits],
-                "suggestions": self.suggestions, "candidate": self.candidate, "lapses": self.lapses}
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> "Patch":
-        return Patch(d["source"], d.get("summary", ""), [Edit.from_dict(e) for e in d.get("edits", [])],
-                     list(d.get("suggestions", [])), d.get("candidate", ""), list(d.get("lapses", [])))
+def is_failure(r: EpisodeResult) -> bool:
+    return not r.hard or float(r.hard) < 1e-9
 
 
-@dataclass
-class ReflectOutput:
-    patches: list[Patch]
-    dropped: int = 0  # minibatches whose output stayed malformed after the re-ask
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"patches": [p.to_dict() for p in self.patches], "dropped": self.dropped}
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> "ReflectOutput":
-        return ReflectOutput([Patch.from_dict(p) for p in d["patches"]], d.get("dropped", 0))
+def is_success(r: EpisodeResult) -> bool:
+    return bool(r.hard)
 
 
-def minibatches(results: list[EpisodeResult], size: int, rng: random.Random) -> tuple[list[list[EpisodeResult]], list[list[EpisodeResult]]]:
-    """Failures and successes split, each shuffled with the step's RNG and cut into minibatches."""
-    fails = [r for r in results if not r.success and not r.infra_error and not r.data_error]
-    wins = [r for r in results if r.success]
-    rng.shuffle(fails)
-    rng.shuffle(wins)
+def scored(results: list[EpisodeResult]) -> list[EpisodeResult]:
+    """Episodes whose score means something: infra and data errors are left out."""
+    return [r for r in results if not r.infra_error and not r.data_error]
+
+
+def split_minibatches(results: list[EpisodeResult], size: int, batch_seed: int,
+                      failure_only: bool) -> tuple[list[list[EpisodeResult]], list[list[EpisodeResult]]]:
+    """Failures shuffled with Random(batch_seed), successes with Random(batch_seed + 1), cut into minibatches."""
+    fails = [r for r in scored(results) if is_failure(r)]
+    wins = [] if failure_only else [r for r in scored(results) if is_success(r)]
+    random.Random(batch_seed).shuffle(fails)
+    random.Random(batch_seed + 1).shuffle(wins)
     cut = lambda xs: [xs[i : i + size] for i in range(0, len(xs), size)]  # noqa: E731
     return cut(fails), cut(wins)
 
 
-def _schema(mode: str, skill_aware: bool) -> dict[str, Any]:
-    if mode == "rewrite_from_suggestions":
-        return prompts.SUGGESTIONS_SCHEMA
-    if mode == "full_rewrite_minibatch":
-        return prompts.CANDIDATE_SCHEMA
-    return prompts.SKILL_AWARE_SCHEMA if skill_aware else prompts.ANALYST_SCHEMA
+def appendix_notes_of(value: Any) -> list[str]:
+    """`appendix_notes` as a string, a list of strings or a list of {note|content}; anything else is []."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return []
+    notes = []
+    for v in value:
+        if isinstance(v, dict):
+            v = v.get("note") or v.get("content") or ""
+        if isinstance(v, str) and v.strip():
+            notes.append(v.strip())
+    return notes
 
 
-async def reflect(llm: Any, results: list[EpisodeResult], *, mode: str, skill_aware: bool, minibatch_size: int,
-                  rng: random.Random, context: str, key: str) -> ReflectOutput:
-    fail_mbs, win_mbs = minibatches(results, minibatch_size, rng)
-    jobs = [("failure", i, mb) for i, mb in enumerate(fail_mbs)] + [("success", i, mb) for i, mb in enumerate(win_mbs)]
-    schema = _schema(mode, skill_aware)
+@dataclass
+class ReflectOutput:
+    analyses: list[dict[str, Any]] = field(default_factory=list)  # raw analyst JSON, stamped with source_type and minibatch
+    failure_patches: list[dict[str, Any]] = field(default_factory=list)
+    success_patches: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # skill-aware execution-lapse notes, in analysis order
+    calls: int = 0
+    dropped: int = 0  # minibatches whose reply stayed unusable after the re-ask
 
-    async def one(kind: str, i: int, mb: list[EpisodeResult]) -> Patch | None:
-        msgs = prompts.analyst_messages(kind, mode, skill_aware and kind == "failure", mb, context)
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "ReflectOutput":
+        return ReflectOutput(**d)
+
+
+def normalise(analyses: list[dict[str, Any]], mode: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """§3.7: the inner patch of each analysis, stamped, split by source; empty payloads dropped."""
+    key = prompts.PAYLOAD[mode][0]
+    fails: list[dict[str, Any]] = []
+    wins: list[dict[str, Any]] = []
+    for a in analyses:
+        inner = a.get("patch", a)
+        items = inner.get(key) if isinstance(inner, dict) else None
+        if not items or not isinstance(items, list):
+            continue
         try:
-            res = await llm.chat_json(ChatRequest("optimizer", "analyst", msgs, f"{key}/analyst/{kind}{i}"), schema, "analysis")
-        except MalformedOutput:
-            return None
-        d = res.data
-        return Patch(
-            source=kind,
-            summary=str(d.get("summary", "")),
-            edits=[Edit.from_dict({**e, "source": kind}) for e in d.get("edits", [])],
-            suggestions=[str(s) for s in d.get("suggestions", [])],
-            candidate=str(d.get("skill", "")),
-            lapses=[str(s) for s in d.get("lapses", [])] if kind == "failure" else [],
-        )
+            support = max(int(a.get("batch_size") or 0), 1)  # the analyst's own count (QUIRK-5)
+        except (TypeError, ValueError):
+            support = 1
+        for it in items:
+            if isinstance(it, dict):
+                it.setdefault("source_type", a.get("source_type", "failure"))
+                it.setdefault("support_count", support)
+        (wins if a.get("source_type") == "success" else fails).append(inner)
+    return fails, wins
 
-    outs = await asyncio.gather(*(one(*j) for j in jobs))
-    patches = [p for p in outs if p is not None]
-    return ReflectOutput(patches, dropped=sum(p is None for p in outs))
+
+async def reflect(llm: Any, results: list[EpisodeResult], *, skill: str, mode: str, env: str, minibatch_size: int,
+                  batch_seed: int, max_budget: int, step_buffer: str, meta_skill: str, failure_only: bool,
+                  skill_aware: bool, appendix_source: str, key: str) -> ReflectOutput:
+    fail_mbs, win_mbs = split_minibatches(results, minibatch_size, batch_seed, failure_only)
+    jobs = [("failure", i, mb) for i, mb in enumerate(fail_mbs)] + [("success", i, mb) for i, mb in enumerate(win_mbs)]
+    payload_key = prompts.PAYLOAD[mode][0]
+    out = ReflectOutput()
+
+    async def one(kind: str, i: int, mb: list[EpisodeResult]) -> Optional[dict[str, Any]]:
+        text = minibatch_text(mb)
+        if not text:  # no conversation to show: no call
+            return None
+        notes = skill_aware and mode != "full_rewrite_minibatch" and (kind == "failure" or appendix_source != "failure_only")
+        system = prompts.analyst_system(kind, mode, env, skill_aware, appendix_source)
+        user = prompts.analyst_user(skill=skill, mode=mode, max_budget=max_budget, step_buffer=step_buffer,
+                                    meta_skill=meta_skill, kind=kind, trajectories=text, k=len(mb))
+        out.calls += 1
+        try:
+            res = await llm.chat_json(ChatRequest("optimizer", "analyst", prompts.messages(system, user), f"{key}/analyst/{kind}{i}"),
+                                      prompts.analyst_schema(kind, mode, notes), "analysis")
+        except MalformedOutput:
+            out.dropped += 1
+            return None
+        d = dict(res.data)
+        lapses = appendix_notes_of(d.get("appendix_notes")) if notes else []
+        if "patch" not in d:
+            if not (kind == "failure" and lapses):
+                out.dropped += 1
+                return None
+            d["patch"] = {"reasoning": "execution-lapse only", payload_key: []}
+        patch = d["patch"]
+        if mode != "full_rewrite_minibatch" and isinstance(patch, dict) and isinstance(patch.get(payload_key), list):
+            patch[payload_key] = patch[payload_key][:max_budget]  # at most L, the configured maximum (QUIRK-4)
+        d.update(source_type=kind, minibatch=i, minibatch_ids=[r.task_id for r in mb])
+        if notes:
+            d["appendix_notes"] = lapses
+        return d
+
+    done = await asyncio.gather(*(one(*j) for j in jobs))
+    out.analyses = [d for d in done if d is not None]  # failures then successes, by minibatch index (QUIRK-6 fixed)
+    out.failure_patches, out.success_patches = normalise(out.analyses, mode)
+    out.notes = [n for a in out.analyses for n in a.get("appendix_notes", [])]
+    return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from envs.base import EpisodeContext, EpisodeResult, Task
@@ -19,37 +19,36 @@ class EpisodeRunner(Protocol):
 
 @dataclass
 class RolloutStats:
+    """Means over the episodes that were scored: infra- and data-error episodes are counted beside the
+    means, never inside them."""
+
     n: int = 0
+    n_scored: int = 0
     hard: float = 0.0
     soft: float = 0.0
     infra_errors: int = 0
     data_errors: int = 0
     per_type: dict[str, dict[str, float]] = field(default_factory=dict)
+    tasks: dict[str, list[float]] = field(default_factory=dict)  # task_id -> [hard, soft], scored episodes only
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "hard": self.hard, "soft": self.soft, "infra_errors": self.infra_errors, "data_errors": self.data_errors, "per_type": self.per_type}
+        return asdict(self)
+
+
+def _means(rs: list[EpisodeResult]) -> tuple[float, float]:
+    return (sum(r.hard for r in rs) / len(rs), sum(r.soft for r in rs) / len(rs)) if rs else (0.0, 0.0)
 
 
 def summarize(results: list[EpisodeResult]) -> RolloutStats:
-    """Means over all tasks; infra failures are counted, and score 0 only alongside that count."""
-    n = len(results)
-    if n == 0:
-        return RolloutStats()
+    ok = [r for r in results if not r.infra_error and not r.data_error]
     by_type: dict[str, list[EpisodeResult]] = defaultdict(list)
-    for r in results:
+    for r in ok:
         by_type[r.task_type].append(r)
-    per_type = {
-        t: {"n": len(rs), "hard": sum(r.hard for r in rs) / len(rs), "soft": sum(r.soft for r in rs) / len(rs)}
-        for t, rs in sorted(by_type.items())
-    }
-    return RolloutStats(
-        n=n,
-        hard=sum(r.hard for r in results) / n,
-        soft=sum(r.soft for r in results) / n,
-        infra_errors=sum(r.infra_error for r in results),
-        data_errors=sum(r.data_error for r in results),
-        per_type=per_type,
-    )
+    per_type = {t: {"n": len(rs), "hard": _means(rs)[0], "soft": _means(rs)[1]} for t, rs in sorted(by_type.items())}
+    hard, soft = _means(ok)
+    return RolloutStats(n=len(results), n_scored=len(ok), hard=hard, soft=soft,
+                        infra_errors=sum(r.infra_error for r in results), data_errors=sum(r.data_error for r in results),
+                        per_type=per_type, tasks={r.task_id: [r.hard, r.soft] for r in ok})
 
 
 def check_infra(results: list[EpisodeResult], max_fraction: float, what: str) -> None:

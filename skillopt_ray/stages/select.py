@@ -1,69 +1,123 @@
-"""Stage 4 — select: the edit budget from the learning-rate schedule; a ranking call when edits exceed it."""
+"""Stage 4 — select: this step's edit budget (the learning rate) and, when the merged pool is larger,
+one ranking call that keeps the most important items (REFERENCE_SPEC §2, §6)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
 
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
-from skillopt_ray.skill.edits import Edit
+
+NO_BOUND = 999  # lr_schedule=autonomous: every merged item is kept, no ranking call
 
 
-def _round(x: float) -> int:
-    return int(math.floor(x + 0.5))
-
-
-def edit_budget(schedule: str, step: int, total_steps: int, lr: float, min_lr: float) -> int:
-    """Budget for global step `step` (0-based) of `total_steps`. Autonomous returns the cap (lr)."""
-    if schedule in ("constant", "autonomous") or total_steps <= 1:
-        return max(1, _round(lr))
-    frac = step / (total_steps - 1)
+def scheduled_lr(schedule: str, k: int, total_steps: int, max_lr: int, min_lr: int) -> int:
+    """Budget at the k-th scheduler step (1-indexed), Python rounding, clamped below by min_lr only."""
+    if schedule == "autonomous":
+        return NO_BOUND
+    if schedule == "constant" or total_steps <= 1:
+        return max_lr
+    t = min(k, total_steps) / total_steps
     if schedule == "linear":
-        value = lr + (min_lr - lr) * frac
+        value = max_lr + (min_lr - max_lr) * t
     elif schedule == "cosine":
-        value = min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * frac))
+        value = min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * t))
     else:
-        raise ValueError(f"unknown schedule {schedule!r}")
-    return max(1, _round(value))
+        raise ValueError(f"unknown lr schedule {schedule!r}")
+    return max(min_lr, round(value))
+
+
+def coerce_nonnegative_int(v: Any) -> Optional[int]:
+    """The optimizer's chosen count: 3 -> 3, -2 -> 0, 2.5 -> 2, "3 edits" -> 3, [2] -> 2; None when unusable."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int):
+        return max(0, v)
+    if isinstance(v, float) and v.is_integer():
+        return max(0, int(v))
+    m = re.search(r"-?\d+", str(v))
+    return max(0, int(m.group())) if m else None
 
 
 @dataclass
 class SelectOutput:
     budget: int
-    selected: list[Edit] = field(default_factory=list)
-    ranking: list[int] = field(default_factory=list)
+    selected: dict[str, Any] = field(default_factory=dict)  # {reasoning, <payload key>: [...], ranking_details?}
     ranked: bool = False
     fallback: str = ""
+    lr_decision: Optional[dict[str, Any]] = None
+
+    def items(self, mode: str) -> list[Any]:
+        return list(self.selected.get(prompts.PAYLOAD[mode][0], []))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"budget": self.budget, "selected": [e.to_dict() for e in self.selected], "ranking": self.ranking,
-                "ranked": self.ranked, "fallback": self.fallback}
+        return asdict(self)
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "SelectOutput":
-        return SelectOutput(d["budget"], [Edit.from_dict(e) for e in d["selected"]], list(d.get("ranking", [])), d.get("ranked", False), d.get("fallback", ""))
+        return SelectOutput(**d)
 
 
-async def select(llm: Any, skill: str, edits: list[Edit], *, budget: int, autonomous: bool, key: str) -> SelectOutput:
-    out = SelectOutput(budget=budget)
-    if len(edits) <= budget and not (autonomous and len(edits) > 1):
-        out.selected = list(edits)
-        return out
-    msgs = prompts.rank_messages(skill, [e.to_dict() for e in edits], budget, autonomous)
-    out.ranked = True
+async def autonomous_lr(llm: Any, *, skill: str, items: list[Any], mode: str, meta_skill: str, rollout_n: int,
+                        rollout_hard: float, rollout_soft: float, step_buffer: str, key: str) -> dict[str, Any]:
+    """lr_control_mode=autonomous: one call decides how many items to apply; 0 on an unusable reply."""
+    user = prompts.lr_user(meta_skill=meta_skill, skill=skill, items=items, mode=mode, rollout_n=rollout_n,
+                           rollout_hard=rollout_hard, rollout_soft=rollout_soft, step_buffer=step_buffer)
+    rec: dict[str, Any] = {"learning_rate": 0, "raw_learning_rate": None, "available_update_items": len(items), "clamped": False,
+                           "fallback": True, "reasoning": "", "confidence": "", "risk_notes": [], "raw_response": ""}
     try:
-        res = await llm.chat_json(ChatRequest("optimizer", "ranking", msgs, f"{key}/rank"), prompts.RANK_SCHEMA, "ranking")
-        seen: list[int] = []
-        for i in res.data["ranking"]:
-            if isinstance(i, int) and 0 <= i < len(edits) and i not in seen:  # invalid indices dropped
-                seen.append(i)
-        out.ranking = seen[:budget]
-        if not out.ranking:
-            raise MalformedOutput("ranking named no valid edit index")
+        res = await llm.chat_json(ChatRequest("optimizer", "lr_autonomous", prompts.messages(prompts.system_prompt("lr_autonomous"), user),
+                                              f"{key}/lr"), prompts.LR_SCHEMA, "learning_rate")
     except MalformedOutput as e:
-        out.fallback = f"{e.message}; kept the first {budget}"
-        out.ranking = list(range(min(budget, len(edits))))
-    out.selected = [edits[i] for i in out.ranking]
+        rec["error"] = e.message
+        return rec
+    d = res.data
+    rec.update(raw_response=res.raw, raw_learning_rate=d.get("learning_rate"), reasoning=str(d.get("reasoning", "")),
+               confidence=str(d.get("confidence", "")), risk_notes=d.get("risk_notes") or [])
+    n = coerce_nonnegative_int(d.get("learning_rate"))
+    if n is not None:
+        rec.update(learning_rate=min(n, len(items)), clamped=n > len(items), fallback=False)
+    return rec
+
+
+def _pick(reply: Any, n_items: int, budget: int) -> list[int]:
+    """Walk selected_indices: ints (True counts as 1) in range, first occurrence; stop once the budget is
+    reached — checked after appending, so a budget of 0 keeps one (QUIRK-7)."""
+    raw = reply.get("selected_indices") if isinstance(reply, dict) else None
+    picked: list[int] = []
+    for idx in raw if isinstance(raw, list) else []:
+        if isinstance(idx, int) and 0 <= idx < n_items and idx not in picked:
+            picked.append(int(idx))
+            if len(picked) >= budget:
+                break
+    return picked
+
+
+async def rank_and_select(llm: Any, *, skill: str, merged: dict[str, Any], budget: int, mode: str, meta_skill: str,
+                          key: str) -> SelectOutput:
+    pk, label, _ = prompts.PAYLOAD[mode]
+    items = list(merged.get(pk, []))
+    out = SelectOutput(budget=budget, selected=merged)
+    if len(items) <= budget:
+        return out
+    out.ranked = True
+    system = prompts.system_prompt("ranking_rewrite" if mode == "rewrite_from_suggestions" else "ranking")
+    user = prompts.ranking_user(meta_skill=meta_skill, skill=skill, items=items, budget=budget, mode=mode)
+    reply: Any = None
+    try:
+        reply = (await llm.chat_json(ChatRequest("optimizer", "ranking", prompts.messages(system, user), f"{key}/rank"),
+                                     prompts.RANKING_SCHEMA, "ranking")).data
+    except MalformedOutput as e:
+        out.fallback = e.message
+    picked = _pick(reply, len(items), budget)
+    reasoning = str(merged.get("reasoning", ""))
+    if picked:
+        out.selected = {"reasoning": f"{reasoning} [optimizer-ranked: selected {len(picked)}/{len(items)} {label}]",
+                        pk: [items[i] for i in picked], "ranking_details": reply}
+    else:
+        out.fallback = out.fallback or "the ranking named no usable index"
+        out.selected = {"reasoning": f"{reasoning} [fallback truncated {len(items)}->{budget} {label}]", pk: items[:budget]}
     return out

@@ -1,21 +1,28 @@
-"""Stage 5 — update: build the candidate skill. Protected regions survive every mode unchanged."""
+"""Stage 5 — update: build the candidate skill from the selected items (REFERENCE_SPEC §7, §8).
+
+patch: the edits applied in order with a per-edit report. rewrite_from_suggestions: one call rewrites
+the whole document from the selected suggestions. full_rewrite_minibatch: the first merged candidate.
+In the rewrite modes the protected regions are re-attached verbatim unless
+`optimizer.protect_regions_in_rewrites=false` (the reference relies on the prompt alone, QUIRK-31).
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
-from skillopt_ray.skill.document import APPENDIX, region_content, replace_body, set_region
-from skillopt_ray.skill.edits import Edit, apply_edits
+from skillopt_ray.skill.document import keep_protected_regions
+from skillopt_ray.skill.edits import apply_edits
 
 
 @dataclass
 class UpdateOutput:
-    candidate: str
+    candidate: Optional[str]  # None: no usable rewrite (action skip_no_rewrite)
     reports: list[dict[str, Any]] = field(default_factory=list)
-    n_applied: int = 0
+    summary: dict[str, int] = field(default_factory=dict)
+    change_summary: list[str] = field(default_factory=list)
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -26,46 +33,33 @@ class UpdateOutput:
         return UpdateOutput(**d)
 
 
-def _appendix_notes(skill: str) -> list[str]:
-    return [ln[2:].strip() for ln in region_content(skill, APPENDIX).splitlines() if ln.startswith("- ")]
+def _finish(original: str, new_skill: str, protect: bool) -> str:
+    text = new_skill.rstrip() + "\n"
+    return keep_protected_regions(original, text) if protect else text
 
 
-async def add_lapse_notes(llm: Any, skill: str, lapses: list[str], max_notes: int, key: str) -> str:
-    """Skill-aware reflection: execution-lapse notes go to the protected appendix, deduplicated,
-    consolidated by one call once past the threshold."""
-    notes = _appendix_notes(skill)
-    for n in lapses:
-        n = " ".join(n.split())
-        if n and n.lower() not in {x.lower() for x in notes}:
-            notes.append(n)
-    if len(notes) > max_notes:
-        try:
-            res = await llm.chat_json(ChatRequest("optimizer", "appendix_consolidate", prompts.consolidate_messages(notes, max_notes), f"{key}/consolidate"),
-                                      prompts.NOTES_SCHEMA, "notes")
-            notes = [str(x) for x in res.data["notes"]][:max_notes]
-        except MalformedOutput:
-            notes = notes[-max_notes:]
-    if not notes:
-        return skill
-    return set_region(skill, APPENDIX, "## Execution notes\n" + "\n".join(f"- {n}" for n in notes))
-
-
-async def update(llm: Any, skill: str, *, mode: str, edits: list[Edit], suggestions: list[str], candidate: str, key: str) -> UpdateOutput:
+async def update(llm: Any, skill: str, items: list[Any], *, mode: str, step_buffer: str, protect_regions: bool,
+                 key: str) -> UpdateOutput:
     if mode == "patch":
-        res = apply_edits(skill, edits)
-        return UpdateOutput(res.text, [asdict(r) for r in res.reports], res.n_applied)
-    if mode == "rewrite_from_suggestions":
-        if not suggestions:
-            return UpdateOutput(skill, note="no suggestions")
-        try:
-            out = await llm.chat_json(ChatRequest("optimizer", "rewrite", prompts.rewrite_messages(skill, suggestions), f"{key}/rewrite"),
-                                      prompts.REWRITE_SCHEMA, "skill")
-        except MalformedOutput as e:
-            return UpdateOutput(skill, note=f"rewrite dropped: {e.message}")
-        new = replace_body(skill, out.data["skill"])
-        return UpdateOutput(new, n_applied=int(new != skill), note="rewrite")
-    # full_rewrite_minibatch
-    if not candidate.strip():
-        return UpdateOutput(skill, note="no candidate")
-    new = replace_body(skill, candidate)
-    return UpdateOutput(new, n_applied=int(new != skill), note="full rewrite")
+        res = apply_edits(skill, items)
+        return UpdateOutput(res.text, res.reports, res.summary())
+    if mode == "full_rewrite_minibatch":
+        for it in items:
+            if isinstance(it, dict) and str(it.get("new_skill") or "").strip():
+                cs = it.get("change_summary") or []
+                return UpdateOutput(_finish(skill, str(it["new_skill"]), protect_regions),
+                                    change_summary=cs if isinstance(cs, list) else [str(cs)], note="full rewrite")
+        return UpdateOutput(None, note="no merged candidate holds a new skill")
+    if not items:
+        return UpdateOutput(None, note="no suggestions")
+    user = prompts.rewrite_user(skill=skill, suggestions=items, step_buffer=step_buffer)
+    try:
+        res = await llm.chat_json(ChatRequest("optimizer", "rewrite", prompts.messages(prompts.system_prompt("rewrite_skill"), user),
+                                              f"{key}/rewrite"), prompts.REWRITE_SCHEMA, "rewrite")
+    except MalformedOutput as e:
+        return UpdateOutput(None, note=f"rewrite unusable: {e.message}")
+    new = str(res.data.get("new_skill") or "")
+    if not new.strip():
+        return UpdateOutput(None, note="the rewrite returned an empty skill")
+    cs = res.data.get("change_summary") or []
+    return UpdateOutput(_finish(skill, new, protect_regions), change_summary=cs if isinstance(cs, list) else [str(cs)], note="rewrite")

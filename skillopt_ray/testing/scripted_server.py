@@ -90,8 +90,12 @@ class Policies:
             return wrong if gated else right
         task_id, turn = _stage_task_id(key)
         if self.target == "rule_gated":
-            task_type = task_id.split("/")[1].split("-")[0] if "/" in task_id else ""
-            if f"RULE-{task_type}" not in system:
+            # ALFWorld: the skill is in the user message; the type is the reference's name for the game's folder
+            from envs.alfworld.data import task_type_of
+
+            task_type = task_type_of(task_id.split("/")[1]) if "/" in task_id else ""
+            prompt = "\n".join(str(msg.get("content") or "") for msg in body["messages"])
+            if f"RULE-{task_type}" not in prompt:
                 return "<action>look</action>"
         walk = self.walkthroughs.get(task_id, [])
         if turn < self.wander:
@@ -100,47 +104,93 @@ class Policies:
         return f"<action>{walk[i]}</action>" if i < len(walk) else "<action>look</action>"
 
     def optimizer_reply(self, stage: str, body: dict[str, Any]) -> str:
+        """Well-formed replies in the reference's JSON fields, read from the prompts the stages send.
+
+        The analysts add one `RULE-<task type>` line per failing task type; merges union their inputs;
+        ranking keeps every index in order. A stage it does not know is an error, never a guess."""
+        system = body["messages"][0]["content"]
         prompt = body["messages"][-1]["content"]
-        if stage == "analyst":
-            types = sorted(set(re.findall(r"^### \S+ \((\w+)\)", prompt, re.M)))
-            failed = "Episodes that failed" in prompt
-            edits = [{"op": "append", "content": f"- RULE-{t}: plan the steps for {t} before acting."} for t in types] if failed else []
-            if "suggestions" in prompt and '"suggestions"' in prompt:
-                return json.dumps({"summary": "s", "suggestions": [e["content"] for e in edits]})
-            if '"skill": "<the whole improved skill document>"' in prompt:
-                skill = prompt.split("## Current skill\n", 1)[1].split("\n\n## Edit budget", 1)[0]
-                return json.dumps({"summary": "s", "skill": skill + "\n" + "\n".join(e["content"] for e in edits)})
-            out: dict[str, Any] = {"summary": f"{'failures' if failed else 'successes'} in {', '.join(types)}", "edits": edits}
-            if '"lapses"' in prompt:
-                out["lapses"] = [f"Double-check the goal object for {t}." for t in types]
-            return json.dumps(out)
-        if stage == "merge":
-            if "Candidate 0" in prompt:
-                first = prompt.split("### Candidate 0\n", 1)[1].split("\n\n### Candidate 1", 1)[0]
-                return json.dumps({"skill": first})
-            merged, seen = [], set()
-            for block in re.findall(r"^### Patch \d+\n(.*)$", prompt, re.M):
-                for e in json.loads(block):
-                    k = (e.get("op"), e.get("target"), e.get("content"))
-                    if k not in seen:
-                        seen.add(k)
-                        merged.append({"op": e["op"], "target": e.get("target", ""), "content": e.get("content", "")})
-            return json.dumps({"edits": merged})
-        if stage == "ranking":
-            n = len(re.findall(r"^\d+: ", prompt, re.M))
-            return json.dumps({"ranking": list(range(n))})
-        if stage == "rewrite":
-            skill = prompt.split("## Current skill\n", 1)[1].split("\n\n## Suggestions", 1)[0]
-            sugg = prompt.split("## Suggestions\n", 1)[1].split("\n\nRewrite", 1)[0]
-            return json.dumps({"skill": skill + "\n" + sugg.replace("- - ", "- ")})
-        if stage == "slow_update":
-            return json.dumps({"guidance": "Keep following the per-task-type rules; they fixed earlier failures."})
-        if stage == "meta_skill":
-            return json.dumps({"meta_skill": "Appending one rule per failing task type is accepted by the gate."})
-        if stage == "appendix_consolidate":
-            notes = re.findall(r"^- (.*)$", prompt, re.M)
-            return json.dumps({"notes": notes[:3]})
-        return json.dumps({"echo": stage})
+        handler = getattr(self, f"_opt_{stage}", None)
+        if handler is None:
+            raise UnknownRequest(f"scripted server: no optimizer policy for stage {stage!r}")
+        return json.dumps(handler(system, prompt))
+
+    @staticmethod
+    def _payload_key(system: str) -> str:
+        if '"skill_candidates"' in system:
+            return "skill_candidates"
+        return "revise_suggestions" if '"revise_suggestions"' in system else "edits"
+
+    def _opt_analyst(self, system: str, prompt: str) -> dict[str, Any]:
+        failed = "## Failed Trajectories (" in prompt
+        types = sorted(set(re.findall(r"^Task type: (\S+)$", prompt, re.M)))
+        rules = [f"- RULE-{t}: plan the steps for {t} before acting." for t in types] if failed else []
+        key = self._payload_key(system)
+        if key == "skill_candidates":
+            skill = prompt.split("## Current Skill\n", 1)[1].split("\n## Update Format", 1)[0].rstrip()
+            items: list[Any] = [{"title": "add rules", "change_summary": rules, "new_skill": skill + "\n" + "\n".join(rules)}] if rules else []
+        elif key == "revise_suggestions":
+            items = [{"type": "add_rule", "title": r[2:20], "motivation": "failures", "instruction": r, "priority_hint": "high"} for r in rules]
+        else:
+            items = [{"op": "append", "content": r} for r in rules]
+        n = len(re.findall(r"^### Trajectory \d+ ", prompt, re.M))
+        out: dict[str, Any] = {"batch_size": n, "patch": {"reasoning": "scripted", key: items}}
+        if failed:
+            out["failure_summary"] = [{"failure_type": "rule_missing", "count": n, "description": f"no rule for {t}"} for t in types]
+        else:
+            out["success_patterns"] = ["followed the rules"]
+        if '"appendix_notes"' in system:
+            out["appendix_notes"] = [f"Double-check the goal object for {t}." for t in types] if failed else []
+        return out
+
+    def _opt_merge(self, system: str, prompt: str) -> dict[str, Any]:
+        key = self._payload_key(system)
+        if "## Patches to merge (" in prompt:
+            patches = json.loads(prompt.split("## Patches to merge (", 1)[1].split("\n", 1)[1])
+        else:
+            patches = json.loads(prompt.split("## Two pre-merged", 1)[1].split("\n\n", 1)[1])
+        merged, seen = [], set()
+        for p in patches:
+            for it in p.get(key, []):
+                k = json.dumps({f: it.get(f) for f in ("op", "target", "content", "title", "instruction", "new_skill")}, sort_keys=True)
+                if k not in seen:
+                    seen.add(k)
+                    merged.append({f: v for f, v in it.items() if f != "merge_level"})
+        if key == "skill_candidates":
+            merged = merged[:1]
+        return {"reasoning": "scripted union", key: merged}
+
+    @staticmethod
+    def _opt_ranking(system: str, prompt: str) -> dict[str, Any]:
+        return {"reasoning": "in order", "selected_indices": list(range(len(re.findall(r"^\[\d+\] ", prompt, re.M))))}
+
+    @staticmethod
+    def _opt_lr_autonomous(system: str, prompt: str) -> dict[str, Any]:
+        n = int(re.search(r"^proposed_update_items=(\d+)$", prompt, re.M).group(1))  # type: ignore[union-attr]
+        return {"learning_rate": n, "reasoning": "apply all", "confidence": "high", "risk_notes": []}
+
+    @staticmethod
+    def _opt_rewrite(system: str, prompt: str) -> dict[str, Any]:
+        skill = prompt.split("## Current Skill\n", 1)[1].split("\n\n## Selected Revise Suggestions", 1)[0]
+        sugg = json.loads(prompt.split("## Selected Revise Suggestions", 1)[1].split("\n", 1)[1].split("\n\n## ", 1)[0].split("\n\nReturn", 1)[0])
+        return {"reasoning": "scripted", "change_summary": ["rules added"],
+                "new_skill": skill.rstrip() + "\n" + "\n".join(s["instruction"] for s in sugg)}
+
+    @staticmethod
+    def _opt_slow_update(system: str, prompt: str) -> dict[str, Any]:
+        return {"reasoning": "scripted", "slow_update_content": "Keep following the per-task-type rules; they fixed earlier failures."}
+
+    @staticmethod
+    def _opt_meta_skill(system: str, prompt: str) -> dict[str, Any]:
+        return {"reasoning": "scripted", "meta_skill_content": "Appending one rule per failing task type is accepted by the gate."}
+
+    @staticmethod
+    def _opt_appendix_consolidate(system: str, prompt: str) -> dict[str, Any]:
+        return {"appendix_notes": re.findall(r"^\d+\. (.*)$", prompt, re.M)[:3]}
+
+
+class UnknownRequest(ValueError):
+    """The scripted server was asked something no policy answers: the test is wrong, say so loudly."""
 
 
 class ScriptedServer:
@@ -195,7 +245,10 @@ class ScriptedServer:
             if f is not None and f.malformed:
                 content = "this is not JSON at all"
             else:
-                content = self.policy(body, headers) if self.policy else self.policies.answer(body, headers)
+                try:
+                    content = self.policy(body, headers) if self.policy else self.policies.answer(body, headers)
+                except UnknownRequest as e:
+                    return web.json_response({"error": {"message": str(e), "type": "invalid_request_error"}}, status=400)
         finally:
             st.in_flight -= 1
         if f is not None and f.truncated:  # cut before the usage: not counted as answered, as the client never sees it
