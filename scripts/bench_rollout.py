@@ -37,9 +37,9 @@ sys.path.insert(0, str(REPO))
 
 import ray  # noqa: E402
 
-from envs.alfworld.benchmark import build_messages, parse_action  # noqa: E402
 from envs.alfworld.data import walk_split  # noqa: E402
-from envs.alfworld.game import AlfWorldGame, task_text  # noqa: E402
+from envs.alfworld.game import AlfWorldGame  # noqa: E402
+from envs.alfworld.protocol import Record, build_messages, goal_text, parse_reply  # noqa: E402
 from envs.base import EpisodeContext, Task  # noqa: E402
 from skillopt_ray.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
@@ -78,10 +78,10 @@ async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int, compile_ca
         group = tasks[start : start + chunk]
         actors = [LockstepGame.remote(t.payload["gamefile"], compile_cache_dir) for t in group]  # processes rebuilt per chunk
         firsts = await asyncio.gather(*(a.reset.remote() for a in actors))
-        goal = [task_text(o) for o, _ in firsts]
+        goal = [goal_text(o) for o, _ in firsts]
         obs = [o for o, _ in firsts]
         adm = [a for _, a in firsts]
-        hist: list[list[tuple[str, str]]] = [[] for _ in group]
+        hist: list[list[Record]] = [[] for _ in group]
         active = [True] * len(group)
         won = [False] * len(group)
         calls = [0] * len(group)
@@ -90,13 +90,14 @@ async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int, compile_ca
             if not idx:
                 break
             replies = await asyncio.gather(*(
-                gw.chat.remote(ChatRequest("target", "rollout", build_messages(SKILL, goal[i], hist[i][-4:], obs[i], adm[i]),
+                gw.chat.remote(ChatRequest("target", "rollout", build_messages(SKILL, goal[i], hist[i], obs[i], adm[i], 2),
                                            f"lockstep/{group[i].task_id}/t{turn}")) for i in idx))
             for i in idx:
                 calls[i] += 1
-            steps = await asyncio.gather(*(actors[i].step.remote(parse_action(r.content) or "look") for i, r in zip(idx, replies)))
-            for i, r, (o, done, w, a) in zip(idx, replies, steps):
-                hist[i].append((parse_action(r.content) or "look", o))
+            commands = {i: parse_reply(r.content).command for i, r in zip(idx, replies)}
+            steps = await asyncio.gather(*(actors[i].step.remote(commands[i]) for i in idx))
+            for i, (o, done, w, a) in zip(idx, steps):
+                hist[i].append(Record(obs[i], commands[i]))
                 obs[i], adm[i] = o, a or adm[i]
                 if w or done:
                     active[i] = False
@@ -183,7 +184,7 @@ def main() -> int:
         t0 = time.monotonic()
         results = []
         for p in range(a.passes):
-            results += asyncio.run(pool.run(tasks, SKILL, EpisodeContext(f"pool{p}", False, a.max_turns, 4)))
+            results += asyncio.run(pool.run(tasks, SKILL, EpisodeContext(f"pool{p}", False, a.max_turns, 2)))
         pool_wall = time.monotonic() - t0
         cpu1 = cpu_seconds_by_role()
         pool_cpu = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu1.items() if v - cpu0.get(k, 0.0) > 0.05}

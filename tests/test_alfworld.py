@@ -8,7 +8,7 @@ import json
 import pytest
 
 from envs.alfworld.benchmark import AlfWorldBenchmark, parse_action
-from envs.alfworld.data import TASK_TYPES, walk_split
+from envs.alfworld.data import GAME_FOLDER_TYPES, TASK_TYPES, task_type_of, walk_split
 from envs.base import EpisodeContext
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway, LLMHandle
@@ -28,7 +28,7 @@ def _play_all(tasks, target: str, walkthroughs, max_turns: int):
         bench = AlfWorldBenchmark({"data_dir": str(tasks[0].payload["gamefile"]).split("/json_2.1.1")[0], "options": {}})
         gw = _gateway(srv.base_url)
         llm = LLMHandle(gw)
-        ctx = EpisodeContext("test", False, max_turns, 4)
+        ctx = EpisodeContext("test", False, max_turns, 2)
 
         async def go():
             out = []
@@ -55,13 +55,17 @@ def test_walkthrough_target_wins_every_shared_game(alfworld_root, walkthroughs):
     assert all(v["hard"] == 1.0 for v in stats.per_type.values())
 
 
-def test_nonsense_target_loses_with_invalid_actions_recorded(alfworld_root, walkthroughs):
+def test_nonsense_target_plays_look_and_times_out(alfworld_root, walkthroughs):
+    """A reply with no <action> tag plays `look` (REFERENCE_SPEC §14.1); with no `done` from the engine before the
+    loop's limit the failure is the reference's timeout text."""
     tasks = walk_split(alfworld_root, "train")[:2]
     results = _play_all(tasks, "nonsense", walkthroughs, max_turns=4)
     for r in results:
-        assert r.hard == 0.0 and r.n_turns == 4 and r.fail_reason == "invalid_actions"
-        assert r.trajectory[0]["invalid_actions"] == 4
-        assert all(step.get("valid") is False for step in r.trajectory[2:])
+        assert r.hard == 0.0 and r.soft == 0.0 and r.n_turns == 4 and r.fail_reason == "Timeout after 4 steps"
+        assert [s["step"] for s in r.trajectory] == [0, 1, 2, 3]
+        assert all(s["action"] == "look" and s["model_response"] == "I would rather talk about turtles." for s in r.trajectory)
+        assert all(s["done"] is False and s["reward"] == 0.0 for s in r.trajectory)
+        assert r.trajectory[0]["env_feedback"].startswith("You are in the middle of a room")  # what `look` shows
 
 
 def test_per_type_reporting():
@@ -75,9 +79,10 @@ def test_per_type_reporting():
 
 def test_parse_action_forms():
     assert parse_action("I think <action>go to desk 1</action>") == "go to desk 1"
-    assert parse_action('{"action": "look"}') == "look"
-    assert parse_action("inventory") == "inventory"
-    assert parse_action("a long rambling\nmulti-line answer with no action") is None
+    assert parse_action("<think>x</think><action>Go To Desk 1</action>") == "go to desk 1"  # lowercased
+    assert parse_action('{"action": "look at the desk"}') == "look"  # no tag: look (JSON only for the embedded model)
+    assert parse_action("inventory") == "look"
+    assert parse_action("") == "look"
 
 
 def test_manifest_split_and_missing_games(alfworld_root):
@@ -99,6 +104,11 @@ def test_missing_data_dir_is_a_clear_error(tmp_path):
         AlfWorldBenchmark({"data_dir": str(tmp_path / "nope"), "options": {}})
     (tmp_path / "empty" / "json_2.1.1" / "train").mkdir(parents=True)
     b = AlfWorldBenchmark({"data_dir": str(tmp_path / "empty"), "options": {}})
+    with pytest.raises(DataError, match="39 of 39 games .* missing"):  # the paper split names the games it lacks
+        b.load_split("train")
+    with pytest.raises(DataError, match="none of the games"):
+        AlfWorldBenchmark({"data_dir": str(tmp_path / "empty"), "options": {"skip_missing_games": True}}).load_split("train")
+    b = AlfWorldBenchmark({"data_dir": str(tmp_path / "empty"), "options": {"split_source": "folders"}})
     with pytest.raises(DataError, match="no game.tw-pddl"):
         b.load_split("train")
 
@@ -116,7 +126,8 @@ def test_generated_sample_games_are_winnable(tmp_path):
         assert data["pddl_problem"].count(" - receptacle") >= 9  # several receptacles
         assert verify_game(g)  # replayed independently on the real engine
         types.add(g.parent.parent.name.split("-")[0])
-    assert types == set(TASK_TYPES)
+    assert types == set(GAME_FOLDER_TYPES)  # folders named as alfworld-download names them
+    assert {task_type_of(str(g)) for g in games} == set(TASK_TYPES)  # reported with the reference's names
 
 
 def test_replayed_games_come_from_the_cache_and_play_identically(alfworld_root, walkthroughs):

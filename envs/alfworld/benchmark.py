@@ -1,34 +1,53 @@
-"""ALFWorld: the target reads the skill, the task, recent history and admissible actions, and acts."""
+"""ALFWorld: the reference's episode protocol (REFERENCE_SPEC §14.1) on the real engine.
+
+Each step the target gets the skill, the task, the two most recent steps and the admissible actions
+(envs/alfworld/protocol.py) and replies with reasoning and one action; the lowercased action is played.
+Splits: SkillOpt's paper split ships with the project (envs/alfworld/splits) and is the default on real data.
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from envs.alfworld import data as alf_data
-from envs.alfworld.game import AlfWorldGame, task_text
 from envs.alfworld.compile_cache import resolve_dir
+from envs.alfworld.game import AlfWorldGame
+from envs.alfworld.protocol import (
+    ParsedReply,
+    Record,
+    action_schema,
+    build_messages,
+    goal_text,
+    parse_constrained_reply,
+    parse_reply,
+)
 from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_ray.llm.types import ChatRequest
 
-SEED_SKILL = """# ALFWorld household task skill
+SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
+SEED_SKILL = SEED_SKILL_PATH.read_text(encoding="utf-8")
 
-## Goal
-Complete the household task described after "Your task is to:" using only admissible actions.
+FAIL_NOT_COMPLETED = "Episode ended without completing the task"
 
-## How to act
-- Reply with exactly one admissible action.
-- Go to a receptacle before taking things from it or putting things in it.
-"""
 
-_ACTION_TAG = re.compile(r"<action>\s*(.*?)\s*</action>", re.DOTALL | re.IGNORECASE)
+def fail_timeout(max_steps: int) -> str:
+    return f"Timeout after {max_steps} steps"
 
 
 @dataclass
 class AlfWorldOptions:
-    skip_missing_games: bool = False
+    skip_missing_games: bool = False  # games a manifest lists but the data lacks: skipped (true) or a clear error (false)
+    # which games make the splits on real data: `paper` (SkillOpt's 39/18/134 split, shipped) or `folders` (every game
+    # under json_2.1.1/<split>/); env.manifest_dir, when set, wins over both. Sample games always use their folders.
+    split_source: str = "paper"
+    # the engine's own move limit: the reference's TextWorld env sets `done` on the 50th action (QUIRK-14); 0 = none
+    engine_step_limit: int = 50
+    # constrain the target's reply to a JSON enum of the admissible actions: auto (only for the embedded llama.cpp
+    # model, provider "embedded"), on, off
+    constrained_actions: str = "auto"
+    target_provider: Optional[str] = None  # filled from llm.target.provider by conf/env/alfworld.yaml
     sample_dir: Optional[str] = None  # where built-in sample games are generated
     cached_games: int = 32  # loaded games kept per env actor: replays skip the PDDL load (0 = off)
     # PDDL->SAS translations kept on disk across actors and runs: auto (~/.cache/skillopt_ray), off, or a directory
@@ -36,7 +55,20 @@ class AlfWorldOptions:
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> "AlfWorldOptions":
-        return parse_options(AlfWorldOptions, raw, "alfworld")
+        opts = parse_options(AlfWorldOptions, raw, "alfworld")
+        if opts.split_source not in ("paper", "folders"):
+            raise DataError(f"env.options.split_source={opts.split_source!r}: use paper or folders")
+        if opts.constrained_actions not in ("auto", "on", "off"):
+            raise DataError(f"env.options.constrained_actions={opts.constrained_actions!r}: use auto, on or off")
+        if opts.engine_step_limit < 0:
+            raise DataError("env.options.engine_step_limit must be >= 0 (0 = no engine limit)")
+        return opts
+
+    @property
+    def constrained(self) -> bool:
+        if self.constrained_actions == "auto":
+            return self.target_provider == "embedded"
+        return self.constrained_actions == "on"
 
 
 class GameCache:
@@ -63,58 +95,9 @@ class GameCache:
         self._free.setdefault(game.gamefile, []).append(game)
 
 
-def action_schema(admissible: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {"action": {"type": "string", "enum": admissible}},
-        "required": ["action"],
-        "additionalProperties": False,
-    }
-
-
-def parse_action(reply: str) -> Optional[str]:
-    """An action from `<action>..</action>`, a JSON {"action": ...}, or a bare one-line reply."""
-    m = _ACTION_TAG.search(reply or "")
-    if m:
-        return m.group(1).strip().splitlines()[0].strip() if m.group(1).strip() else None
-    try:
-        from skillopt_ray.llm.jsonout import extract_json
-
-        obj = extract_json(reply)
-        if isinstance(obj, dict) and isinstance(obj.get("action"), str):
-            return obj["action"].strip()
-    except ValueError:
-        pass
-    text = (reply or "").strip()
-    if text and "\n" not in text and len(text) < 80:
-        return text
-    return None
-
-
-def detect_loop(actions: list[str], window: int = 8) -> bool:
-    recent = actions[-window:]
-    if len(recent) < window:
-        return False
-    return len(set(recent)) <= 2
-
-
-def build_messages(skill: str, task: str, history: list[tuple[str, str]], observation: str, admissible: list[str]) -> list[dict[str, str]]:
-    system = (
-        "You are an agent solving a household task in a text game. Read the skill below and follow it.\n\n"
-        "=== SKILL ===\n" + skill.strip() + "\n=== END SKILL ==="
-    )
-    lines = [task or "(task in the first observation)", ""]
-    if history:
-        lines.append("Recent history (oldest first):")
-        for act, obs in history:
-            lines.append(f"> {act}\n{obs.strip()}")
-        lines.append("")
-    lines.append("Current observation:\n" + observation.strip())
-    lines.append("")
-    lines.append("Admissible actions:\n" + "\n".join(f"- {a}" for a in admissible))
-    lines.append("")
-    lines.append("Reply with your next action inside <action></action> tags, e.g. <action>look</action>.")
-    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
+def parse_action(reply: str) -> str:
+    """The command a tagged reply plays (`look` when it has none); see protocol.parse_reply."""
+    return parse_reply(reply).command
 
 
 class AlfWorldBenchmark(Benchmark):
@@ -150,15 +133,44 @@ class AlfWorldBenchmark(Benchmark):
         except Exception:  # noqa: BLE001 - a broken game is reported by the episode that plays it
             pass
 
+    def _manifest_dir(self) -> Optional[Path]:
+        """The manifests that define the splits: env.manifest_dir, else the shipped paper split on real data;
+        None = every game under the split folders (sample games, or split_source=folders)."""
+        if self.env_cfg.get("manifest_dir"):
+            return Path(self.env_cfg["manifest_dir"]).expanduser()
+        if self._using_samples or self.options.split_source == "folders":
+            return None
+        return alf_data.PAPER_SPLIT_DIR
+
     def data_note(self) -> str:
         if self._using_samples:
             return f"ALFWorld: no data configured (env.data_dir / ALFWORLD_DATA) - using built-in sample games in {self._root}"
-        return f"ALFWorld: games from {self._root}"
+        assert self._root is not None
+        manifests = self._manifest_dir()
+        if manifests is None:
+            return f"ALFWorld: games from {self._root}, every game under its split folders (env.options.split_source=folders), not the paper split"
+        paper = manifests == alf_data.PAPER_SPLIT_DIR
+        which = "SkillOpt's paper split (shipped)" if paper else f"split manifests {manifests}"
+        note = f"ALFWorld: games from {self._root}; {which}"
+        presence = alf_data.manifest_presence(self._root, manifests)
+        sizes = "/".join(str(p.present) for p in presence)
+        missing = [p for p in presence if p.present < p.listed]
+        if paper and not missing:
+            return note + f", {sizes} train/val/test games as in the paper"
+        if not missing:
+            return note + f", {sizes} train/val/test games"
+        listed = "/".join(str(p.listed) for p in presence)
+        gone = ", ".join(f"{p.listed - p.present} {p.split}" for p in missing)
+        action = ("they are skipped (env.options.skip_missing_games=true)" if self.options.skip_missing_games
+                  else "the run stops: download them or set env.options.skip_missing_games=true")
+        differs = "; split sizes differ from the paper's" if paper else ""
+        return note + f": only {sizes} of its {listed} train/val/test games are in the data ({gone} missing) - {action}{differs}"
 
     def load_split(self, split: str) -> list[Task]:
         assert self._root is not None
-        if self.env_cfg.get("manifest_dir"):
-            return alf_data.manifest_split(self._root, self.env_cfg["manifest_dir"], split, self.options.skip_missing_games)
+        manifests = self._manifest_dir()
+        if manifests is not None:
+            return alf_data.manifest_split(self._root, manifests, split, self.options.skip_missing_games)
         return alf_data.walk_split(self._root, split)
 
     def seed_skill(self) -> str:
@@ -175,53 +187,46 @@ class AlfWorldBenchmark(Benchmark):
             self._games.release(game)
 
     async def _play(self, game: AlfWorldGame, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+        """One episode as the reference plays it: at most max_turns target calls, each reply's action played;
+        an LLM error propagates (the pool reports an infra error), it never becomes an action."""
         first = game.reset()
-        goal = task_text(first.observation)
+        goal = goal_text(first.observation)
         observation, admissible = first.observation, first.admissible
-        history: list[tuple[str, str]] = []
-        trajectory: list[dict[str, Any]] = [{"observation": first.observation}]
-        actions: list[str] = []
-        invalid = 0
-        won = False
-        turns = 0
-        for turn in range(ctx.max_turns):
-            turns = turn + 1
-            messages = build_messages(skill, goal, history[-ctx.history_window :] if ctx.history_window else [], observation, admissible)
-            fmt = await llm.response_format_for("target", action_schema(admissible), "action") if admissible else None
-            if fmt is not None and fmt.get("type") != "json_schema":
-                fmt = None  # tags are the protocol; only a schema-constrained backend gets a schema
-            reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{task.task_id}/t{turn}", fmt))
-            action = parse_action(reply.content)
-            if action is None:
-                invalid += 1
-                obs_text = "Nothing happens. (No action found: reply with one admissible action in <action></action> tags.)"
-                trajectory.append({"turn": turn, "reply": reply.content[:500], "action": None, "observation": obs_text, "valid": False})
-                history.append(("(no action)", obs_text))
-                observation = obs_text
-                actions.append("")
-                continue
-            valid = action in admissible
-            invalid += 0 if valid else 1
-            out = game.step(action)
-            actions.append(action)
-            trajectory.append({"turn": turn, "action": action, "observation": out.observation, "valid": valid})
-            history.append((action, out.observation))
+        ref = task.payload.get("game_ref") or alf_data.game_ref(game.gamefile)
+        memory: list[Record] = []
+        trajectory: list[dict[str, Any]] = []
+        won = done = False
+        format_errors = 0
+        for step in range(ctx.max_turns):
+            messages = build_messages(skill, goal, memory, observation, admissible, ctx.history_window)
+            fmt = None
+            if self.options.constrained and admissible:
+                fmt = await llm.response_format_for("target", action_schema(admissible), "action")
+                if fmt is not None and fmt.get("type") != "json_schema":
+                    fmt = None  # an enum needs a JSON schema; a bare json_object mode would only break the tags
+            reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{ref}/t{step}", fmt))
+            parsed: ParsedReply = parse_constrained_reply(reply.content) if fmt else parse_reply(reply.content)
+            format_errors += 0 if parsed.format_ok else 1
+            out = game.step(parsed.command)
+            won = out.won
+            done = out.done or out.won or (self.options.engine_step_limit > 0 and step + 1 >= self.options.engine_step_limit)
+            trajectory.append({
+                "step": step, "action": parsed.action, "reasoning": parsed.reasoning, "model_response": reply.content,
+                "env_feedback": out.observation, "reward": 1.0 if out.won else 0.0, "done": done, "format_ok": parsed.format_ok,
+            })
+            memory.append(Record(observation, parsed.command))
             observation, admissible = out.observation, out.admissible or admissible
-            if out.won:
-                won = True
-                break
-            if out.done:
+            if done:
                 break
         if won:
             reason = ""
-        elif invalid > turns / 2:
-            reason = "invalid_actions"
-        elif detect_loop(actions):
-            reason = "stuck_in_loop"
+        elif done:
+            reason = FAIL_NOT_COMPLETED
         else:
-            reason = "max_steps_reached"
+            reason = fail_timeout(ctx.max_turns)
         score = 1.0 if won else 0.0
         return EpisodeResult(
-            task.task_id, task.task_type, hard=score, soft=score, fail_reason=reason, n_turns=turns,
-            trajectory=[{"goal": goal, "invalid_actions": invalid}] + trajectory,
+            task.task_id, task.task_type, hard=score, soft=score, fail_reason=reason, n_turns=len(trajectory),
+            trajectory=trajectory, task_description=goal,
+            info={"gamefile": ref, "format_errors": format_errors},
         )

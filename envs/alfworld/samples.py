@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from envs.alfworld.data import TASK_TYPES
+from envs.alfworld.data import GAME_FOLDER_TYPES
 
 # room -> receptacles (type, openable)
 ROOMS = {
@@ -250,7 +250,7 @@ def generate_games(out_root: Path, per_type: dict[str, int], seed: int = 0) -> l
     written = []
     domain = _domain()
     for split, count in per_type.items():
-        for task_type in TASK_TYPES:
+        for task_type in GAME_FOLDER_TYPES:  # folder names as alfworld-download writes them
             made = 0
             attempt = 0
             while made < count:
