@@ -118,14 +118,14 @@ def check_keys(data: dict[str, Any]) -> None:
         if r["provider"] == "azure" and not r.get("azure_endpoint"):
             raise UsageError(f"Azure backend needs an endpoint: set AZURE_OPENAI_ENDPOINT or llm.{role}.azure_endpoint")
         has_url = r.get("base_url") or data["llm"].get("base_url")
+        if data["llm"]["backend"] == "compatible" and not has_url:  # before the key: the URL is what is missing
+            raise UsageError("llm=compatible needs a server URL: add llm.base_url=http://host:port/v1 (or set COMPATIBLE_BASE_URL)")
         env = r.get("api_key_env")
         token_env = r.get("azure_ad_token_env")
         if env and not os.environ.get(env) and not (token_env and os.environ.get(token_env)):
             if r["provider"] == "openai" and has_url and data["llm"]["backend"] == "compatible":
                 continue  # local OpenAI-compatible servers often need no key
             raise UsageError(f"missing API key for llm.{role} ({data['llm']['backend']}): set the environment variable {env}")
-        if data["llm"]["backend"] == "compatible" and not has_url:
-            raise UsageError("llm=compatible needs a server URL: add llm.base_url=http://host:port/v1 (or set COMPATIBLE_BASE_URL)")
 
 
 def start_ray(data: dict[str, Any]) -> None:

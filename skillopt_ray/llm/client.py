@@ -24,7 +24,18 @@ import openai
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
 
-PROBE_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 10.0  # the liveness probe's own timeout (shorter when silence_probe_s is shorter)
+
+
+def probe_timeout(role_cfg: LLMRoleConfig) -> float:
+    return min(PROBE_TIMEOUT_S, max(0.5, role_cfg.silence_probe_s))
+
+
+def silent_endpoint_named_after(role_cfg: LLMRoleConfig) -> float:
+    """At most how long an endpoint that accepts TCP and never answers takes to be named (seconds)."""
+    if role_cfg.silence_probe_s and role_cfg.silence_probe_s < role_cfg.timeout_s:
+        return role_cfg.silence_probe_s + probe_timeout(role_cfg)
+    return role_cfg.timeout_s
 
 
 def describe(role_cfg: LLMRoleConfig) -> str:
@@ -239,7 +250,7 @@ class RoleEndpoint:
 
     async def _probe_once(self) -> bool:
         try:
-            await self.client.with_options(timeout=PROBE_TIMEOUT_S, max_retries=0).models.list()
+            await self.client.with_options(timeout=probe_timeout(self.cfg), max_retries=0).models.list()
         except (openai.APITimeoutError, openai.APIConnectionError):
             return False
         except Exception:  # noqa: BLE001 - any HTTP answer (404, 401, a page) proves the server is alive
@@ -249,7 +260,7 @@ class RoleEndpoint:
 
     async def _alive(self) -> bool:
         """Whether the endpoint answers anything: a recent answer, else one probe shared by concurrent waiters."""
-        if time.monotonic() - self._last_answer < max(self.cfg.silence_probe_s, PROBE_TIMEOUT_S):
+        if time.monotonic() - self._last_answer < self.cfg.silence_probe_s + probe_timeout(self.cfg):
             return True
         if self._probe is None or self._probe.done():
             self._probe = asyncio.ensure_future(self._probe_once())
@@ -265,7 +276,7 @@ class RoleEndpoint:
                 with contextlib.suppress(BaseException):
                     await task
                 raise TransportFault("silent", f"connection accepted but nothing answered for {quiet:g}s, and a liveness probe "
-                                      f"(GET /models) got no answer in {PROBE_TIMEOUT_S:g}s either", retryable=False)
+                                      f"(GET /models) got no answer in {probe_timeout(self.cfg):g}s either", retryable=False)
         return await task
 
     async def send(self, req: ChatRequest, budget: Optional[int] = None) -> Completion:

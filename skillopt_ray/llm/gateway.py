@@ -6,11 +6,13 @@ async actor so the driver and every environment actor share its limits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Optional
 
 import ray
+from ray.exceptions import RayTaskError
 
 from skillopt_ray.config import LLMConfig, from_container
 from skillopt_ray.llm.cache import ResponseCache, request_key
@@ -243,6 +245,19 @@ class GatewayActor:
         await self.gw.close()
 
 
+@contextlib.contextmanager
+def _unwrapped():
+    """Re-raise an LLMError from the gateway actor as itself: Ray's wrapper matches `except LLMError` but its
+    str() is the remote trace (ANSI colours, pid, actor id); the original's str() is the one-line message."""
+    try:
+        yield
+    except RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, LLMError):
+            raise cause from None
+        raise
+
+
 class LLMHandle:
     """What stages and episodes hold: a thin async facade over a Gateway or a GatewayActor."""
 
@@ -253,12 +268,14 @@ class LLMHandle:
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         if self._remote:
-            return await self._t.chat.remote(req)
+            with _unwrapped():
+                return await self._t.chat.remote(req)
         return await self._t.chat(req)
 
     async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
         if self._remote:
-            return await self._t.chat_json.remote(req, schema, name)
+            with _unwrapped():
+                return await self._t.chat_json.remote(req, schema, name)
         return await self._t.chat_json(req, schema, name)
 
     async def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
