@@ -1,8 +1,12 @@
-"""SpreadsheetBench: the target writes one Python script per turn; it runs in the sandbox on every test case.
+"""SpreadsheetBench: the target writes a Python script per turn; it runs in the sandbox.
 
-Turn loop: an exception (bounded) is fed back; in training rollouts only, wrong cells are fed
-back with the values the code produced (never the expected ones); at evaluation the episode
-ends at the first script that runs. Scores follow the official rule (scoring.py).
+The reference's episode protocol (REFERENCE_SPEC 14.2): each turn's script runs on test case 1
+only; an error is fed back (its first 3000 characters); in training rollouts a script that ran
+is scored on case 1 and its wrong cells are fed back with the values it produced (never the
+expected ones); evaluation rollouts stop at the first script that runs. After the loop the last
+script is scored on every case - case 1 from the last prediction a turn wrote (QUIRK-18) - by the
+official rule (scoring.py), and a verification block closes the conversation for the analyst.
+Unlike the reference, every script (and the reading of its output) runs in the bubblewrap sandbox.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import json
 import re
 import shutil
 import tempfile
+import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -19,40 +25,38 @@ from typing import Any, Optional
 import openpyxl
 
 from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxUnavailable, head_and_tail
+from envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxUnavailable
 from envs.spreadsheetbench import data as sb_data
-from envs.spreadsheetbench import readcells
-from envs.spreadsheetbench.scoring import Area, CaseVerdict, PositionError, SheetValues, compare, parse_position
+from envs.spreadsheetbench import prompts, readcells
+from envs.spreadsheetbench.scoring import (Area, CaseVerdict, PositionError, SheetValues, case_report, cell_lines, compare,
+                                           exec_error_report, parse_position, verification_message, wrong_cells_from_report)
 from skillopt_ray.llm.types import ChatRequest
 
-SEED_SKILL = """# Spreadsheet manipulation skill
-
-## Goal
-Write one Python script that opens the workbook at INPUT_PATH, makes the requested change and saves it to OUTPUT_PATH.
-
-## How to work
-- Use openpyxl; keep every sheet that is not part of the answer unchanged.
-- Write values (not only formulas) into the answer cells when you can compute them in Python.
-"""
-
-_CODE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+SEED_SKILL = prompts.SEED_SKILL
 _READER = Path(readcells.__file__).read_text(encoding="utf-8")
+_PATH_ASSIGN = re.compile(r"^(INPUT_PATH|OUTPUT_PATH)\s*(?::[^=]*)?=(?!=).*$", re.M)
+_HEADER = 'import os as _skillopt_os; INPUT_PATH = _skillopt_os.environ["INPUT_PATH"]; OUTPUT_PATH = _skillopt_os.environ["OUTPUT_PATH"]'
+_FUTURE = re.compile(r"^from __future__ import[^\n]*$", re.M)
+
+warnings.filterwarnings("ignore", category=UserWarning, module="openpyxl")
 
 
 @dataclass
 class SheetOptions:
     sandbox: str = "bwrap"  # bwrap | none (explicit opt-out: model code runs without isolation)
-    cpu_s: int = 60
-    wall_s: float = 90.0
+    cpu_s: int = 120
+    wall_s: float = 120.0  # the reference's per-run timeout
     memory_mb: int = 2048
     processes: int = 32
     file_mb: int = 64
     env_allow: tuple[str, ...] = ()  # extra environment variables the script may see (never keys)
-    preview_rows: int = 12
-    preview_cols: int = 12
-    preview_chars: int = 4000
-    feedback_chars: int = 1500
-    wrong_cells_shown: int = 20
+    recalculate: bool = False  # compute formulas the script wrote (no cached value) with the `formulas` engine; off = official rule
+    max_completion_tokens: Optional[int] = 16384  # per target turn (the reference's); null = the role's llm max_tokens
+    deadline_s: float = 600.0  # whole-task deadline: no new turn starts with less than 10 s left
+    preview_rows: int = 5
+    preview_cols: int = 20
+    preview_value_chars: int = 40
+    error_chars: int = 3000  # of an execution error fed back to the target
     skip_missing_tasks: bool = False
     sample_dir: Optional[str] = None
 
@@ -65,50 +69,42 @@ class SheetOptions:
         return opts
 
 
-def extract_code(reply: str) -> Optional[str]:
-    """The last fenced code block (models often show a sketch before the final script)."""
-    blocks = _CODE.findall(reply or "")
-    return blocks[-1].strip() + "\n" if blocks and blocks[-1].strip() else None
+def extract_code(reply: str) -> str:
+    """The reference's rule: the text inside the first fence (its language tag ignored); a reply with no
+    fence, an unterminated fence or a fence with no newline after it is taken whole. "" = no code."""
+    text = reply or ""
+    start = text.find("```")
+    if start < 0:
+        return text.strip()
+    newline = text.find("\n", start + 3)
+    if newline < 0:
+        return text.strip()
+    end = text.find("```", newline + 1)
+    if end < 0:
+        return text.strip()
+    return text[newline + 1:end]
 
 
-def preview_workbook(path: str, rows: int, cols: int, limit: int) -> str:
-    """A bounded text view of every sheet: size, then the top-left cells as a grid."""
-    wb = openpyxl.load_workbook(path, data_only=True, read_only=True)
-    parts = []
-    for ws in wb.worksheets:
-        parts.append(f"Sheet '{ws.title}' (dimensions {ws.calculate_dimension() if hasattr(ws, 'calculate_dimension') else '?'}):")
-        for r_idx, row in enumerate(ws.iter_rows(max_row=rows, max_col=cols, values_only=True), start=1):
-            cells = ["" if v is None else str(v)[:30] for v in row]
-            if any(cells):
-                parts.append(f"  {r_idx}: " + " | ".join(cells))
-    wb.close()
-    text = "\n".join(parts)
-    return text if len(text) <= limit else text[:limit] + "\n  ... (preview truncated)"
+def prepare_script(code: str) -> str:
+    """The reference strips the script's own INPUT_PATH/OUTPUT_PATH assignments and injects the real
+    paths; here they come from the sandbox's environment (one header line; __future__ imports stay first)."""
+    body = _PATH_ASSIGN.sub("", code)
+    futures = _FUTURE.findall(body)
+    body = _FUTURE.sub("", body)
+    return "\n".join(futures + [_HEADER, body])
 
 
-def build_messages(skill: str, task: Task, preview: str) -> list[dict[str, str]]:
-    p = task.payload
-    system = ("You are an expert at automating spreadsheets with Python. Read the skill below and follow it.\n\n"
-              "=== SKILL ===\n" + skill.strip() + "\n=== END SKILL ===")
-    user = (f"Instruction: {p['instruction']}\nInstruction type: {p['instruction_type']}\nAnswer position: {p['answer_position']}\n\n"
-            f"Preview of the input workbook:\n{preview}\n\n"
-            "Write one Python script (openpyxl and pandas are available) that reads the workbook at the path in the "
-            "environment variable INPUT_PATH and saves the result to the path in OUTPUT_PATH. The same script is run on "
-            "several workbooks with this layout. Reply with the script in a ```python code block.")
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+def preview_workbook(path: str, rows: int = 5, cols: int = 20, width: int = 40) -> str:
+    return prompts.preview_workbook(path, rows, cols, width)
 
 
 @dataclass
-class Attempt:
-    """One script run on every test case."""
+class Run:
+    """One script run on one input."""
 
-    error: str = ""  # the script failed on some case (fed back)
-    verdicts: Optional[list[CaseVerdict]] = None
-    fail_reason: str = ""
-
-    @property
-    def passed(self) -> int:
-        return sum(v.passed for v in self.verdicts or [])
+    ok: bool
+    error: str = ""  # stdout + stderr (or why it failed), for feedback and reports
+    output: Optional[Path] = None  # the written workbook, kept even when the script failed after saving
 
 
 def _user_frames(traceback: str) -> str:
@@ -137,7 +133,8 @@ class SpreadsheetBenchmark(Benchmark):
         self.options = SheetOptions.parse(dict(env_cfg.get("options") or {}))
         o = self.options
         try:
-            self.sandbox = Sandbox(o.sandbox, Limits(o.cpu_s, o.wall_s, o.memory_mb, o.file_mb, o.processes, o.feedback_chars), o.env_allow)
+            limits = Limits(o.cpu_s, o.wall_s, o.memory_mb, o.file_mb, o.processes, max(8000, 2 * o.error_chars))
+            self.sandbox = Sandbox(o.sandbox, limits, o.env_allow)
         except SandboxUnavailable as e:
             raise DataError(str(e)) from None
         self._root = sb_data.resolve_root(env_cfg.get("data_dir"))
@@ -148,99 +145,187 @@ class SpreadsheetBenchmark(Benchmark):
 
             self._root = ensure_sample_tasks(o.sample_dir)
             self._manifest = self._manifest or str(self._root / "manifest")
+        self._loaded: Optional[tuple[list[Task], sb_data.SplitPlan]] = None
+
+    def _data(self) -> tuple[list[Task], sb_data.SplitPlan]:
+        if self._loaded is None:
+            assert self._root is not None
+            tasks = sb_data.load_dataset(self._root)
+            self._loaded = (tasks, sb_data.plan_splits(self._root, tasks, self._manifest, self.options.skip_missing_tasks))
+        return self._loaded
 
     def data_note(self) -> str:
+        from envs.spreadsheetbench.check import summary_note
+
         iso = "bubblewrap sandbox" if self.options.sandbox == "bwrap" else "NO sandbox isolation (env.options.sandbox=none)"
+        recalc = "formulas recalculated (env.options.recalculate=true)" if self.options.recalculate else "formulas scored by cached values"
+        assert self._root is not None
         if self._using_samples:
-            return f"SpreadsheetBench: no data configured (env.data_dir / SPREADSHEETBENCH_DATA) - using built-in sample tasks in {self._root}; {iso}"
-        return f"SpreadsheetBench: tasks from {self._root}; {iso}"
+            return (f"SpreadsheetBench: no data configured (env.data_dir / SPREADSHEETBENCH_DATA) - using built-in sample tasks in "
+                    f"{self._root}; {iso}; {recalc}")
+        try:
+            tasks, plan = self._data()
+            split_note = plan.describe()
+            defects = summary_note(self._root, tasks, plan)
+        except DataError as e:  # load_split reports it properly
+            split_note, defects = f"split: {e}", ""
+        return "; ".join(x for x in (f"SpreadsheetBench: tasks from {self._root}", split_note, defects, iso, recalc) if x)
 
     def load_split(self, split: str) -> list[Task]:
         assert self._root is not None
-        return sb_data.load_split(self._root, self._manifest, split, self.options.skip_missing_tasks)
+        tasks, plan = self._data()
+        return sb_data.select(self._root, tasks, plan, split)
 
     def seed_skill(self) -> str:
         return SEED_SKILL
 
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         p = task.payload
+        o = self.options
+        base = {"task_description": p["instruction"]}
         try:
             if p.get("problem"):
                 raise DataError(p["problem"])
-            areas = parse_position(p["answer_position"])
+            areas = parse_position(p["position"])
             expected = [_load_expected(ans, areas) for _, ans in p["cases"]]
-            preview = preview_workbook(p["cases"][0][0], self.options.preview_rows, self.options.preview_cols, self.options.preview_chars)
+            preview = preview_workbook(p["cases"][0][0], o.preview_rows, o.preview_cols, o.preview_value_chars)
         except (DataError, PositionError, OSError, KeyError, ValueError) as e:
-            return EpisodeResult(task.task_id, task.task_type, fail_reason="data_error", error=f"data: {str(e)[:300]}")
+            return EpisodeResult(task.task_id, task.task_type, fail_reason="data_error", error=f"data: {str(e)[:300]}", **base)
         except Exception as e:  # noqa: BLE001 - corrupt workbooks raise zipfile/XML errors of many kinds
-            return EpisodeResult(task.task_id, task.task_type, fail_reason="data_error", error=f"data: {type(e).__name__}: {str(e)[:300]}")
-        messages = build_messages(skill, task, preview)
+            return EpisodeResult(task.task_id, task.task_type, fail_reason="data_error", error=f"data: {type(e).__name__}: {str(e)[:300]}", **base)
+        system, user = prompts.system_prompt(skill), prompts.user_message(p, preview)
+        info: dict[str, Any] = {"target_system_prompt": system, "target_user_prompt": user, "spreadsheet_preview": preview,
+                                "instruction_type": p["instruction_type"], "answer_position": p["position"]}
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         trajectory: list[dict[str, Any]] = []
-        scored: Optional[Attempt] = None  # the latest attempt whose script ran on every case
-        last = Attempt(fail_reason="max_turns")
-        turns = 0
-        for turn in range(ctx.max_turns):
-            turns = turn + 1
-            reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{task.task_id}/t{turn}"))
-            code = extract_code(reply.content)
-            if code is None:
-                last = Attempt(error="no ```python code block found in the reply", fail_reason="no_code")
-            else:
-                last = await asyncio.to_thread(self._attempt, code, p["cases"], areas, expected)
-            feedback = self._feedback(last, ctx.training)
-            trajectory.append({"turn": turn, "code": (code or reply.content)[:3000], "error": last.error[:1000],
-                               "passed": last.passed, "cases": len(p["cases"]), "feedback": feedback[:2000]})
-            if last.verdicts is not None:
-                scored = last
-                if not ctx.training or last.passed == len(p["cases"]):
-                    break
-            messages = messages + [{"role": "assistant", "content": reply.content}, {"role": "user", "content": feedback}]
-        n = len(p["cases"])
-        soft = scored.passed / n if scored is not None else 0.0
-        hard = 1.0 if scored is not None and scored.passed == n else 0.0
-        reason = "" if hard else (scored or last).fail_reason
-        return EpisodeResult(task.task_id, task.task_type, hard=hard, soft=soft, fail_reason=reason, n_turns=turns,
-                             trajectory=[{"instruction": p["instruction"][:1500], "answer_position": p["answer_position"]}] + trajectory)
-
-    def _attempt(self, code: str, cases: list[list[str]], areas: list[Area], expected: list[tuple[SheetValues, str]]) -> Attempt:
-        """Run the script on every case, then read all outputs in one more fresh sandbox."""
-        verdicts: list[CaseVerdict] = []
         scratch = Path(tempfile.mkdtemp(prefix="skillopt-sheet-"))
         try:
-            outputs: list[Path] = []
-            for k, (inp, _) in enumerate(cases, start=1):
-                run = self.sandbox.run(code, {"input.xlsx": Path(inp)}, scratch / f"case{k}",
-                                       env={"INPUT_PATH": "{dir}/input.xlsx", "OUTPUT_PATH": "{dir}/output.xlsx"}, keep=("output.xlsx",))
-                if not run.ok:
-                    reason = "timeout" if run.timed_out else "code_error"
-                    tail = _user_frames(run.stderr.strip() or run.stdout.strip())
-                    return Attempt(error=f"test case {k}: {run.describe()}\n{tail}", fail_reason=reason)
-                if "output.xlsx" not in run.files:
-                    return Attempt(error=f"test case {k}: the script ran but wrote nothing to OUTPUT_PATH", fail_reason="no_output")
-                outputs.append(run.files["output.xlsx"])
-            read = self._read_outputs(outputs, areas, [first for _, first in expected], scratch / "read")
-            for k, ((actual, problem), (exp, first)) in enumerate(zip(read, expected), start=1):
-                if problem:
-                    return Attempt(error=f"test case {k}: {problem}", fail_reason="bad_output")
-                verdicts.append(compare(exp, first, actual, areas))
+            code, case1_pred, turns = await self._turns(task, messages, trajectory, areas, expected, scratch, llm, ctx)
+            if not code.strip():
+                return EpisodeResult(task.task_id, task.task_type, fail_reason="empty-code-block", n_turns=turns,
+                                     trajectory=trajectory, info={**info, "n_cases": len(p["cases"]), "n_pass": 0}, **base)
+            score = await asyncio.to_thread(self._score_all, code, case1_pred, p["cases"], areas, expected, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        ok = all(v.passed for v in verdicts)
-        return Attempt(verdicts=verdicts, fail_reason="" if ok else "wrong_values")
+        n_pass, reason, report = score
+        n = len(p["cases"])
+        hard = 1.0 if n and n_pass == n else 0.0
+        trajectory.append({"role": "system", "content": report})
+        info.update(n_cases=n, n_pass=n_pass)
+        return EpisodeResult(task.task_id, task.task_type, hard=hard, soft=n_pass / n if n else 0.0, fail_reason="" if hard else reason,
+                             n_turns=turns, trajectory=trajectory, info=info, **base)
 
-    def _read_outputs(self, workbooks: list[Path], areas: list[Area], firsts: list[str], out_dir: Path) -> list[tuple[SheetValues, str]]:
-        """(values, problem) per workbook; cells a failed recalculation left empty show up as wrong cells."""
+    async def _turns(self, task: Task, messages: list[dict[str, str]], trajectory: list[dict[str, Any]], areas: list[Area],
+                     expected: list[tuple[SheetValues, str]], scratch: Path, llm: LLM, ctx: EpisodeContext) -> tuple[str, Optional[Path], int]:
+        """The turn loop; returns (the last script, case 1's latest prediction, turns)."""
+        o = self.options
+        first_input = task.payload["cases"][0][0]
+        deadline = time.monotonic() + o.deadline_s
+        code, case1_pred, turns = "", None, 0
+        for turn in range(ctx.max_turns):
+            turns = turn + 1  # a turn abandoned at the deadline still counts (QUIRK-19)
+            if deadline - time.monotonic() < 10:
+                break
+            reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{task.task_id}/t{turn}",
+                                               max_tokens=o.max_completion_tokens))
+            content = reply.content or ""
+            code = extract_code(content)
+            trajectory.append({"role": "assistant", "content": content})
+            if not code.strip():
+                feedback = prompts.NO_CODE
+            else:
+                run = await asyncio.to_thread(self._run_script, code, first_input, scratch / f"turn{turn}")
+                if run.output is not None:
+                    case1_pred = run.output  # the last workbook written, even by a script that failed later (QUIRK-18)
+                if not run.ok:
+                    feedback = prompts.exec_error_feedback(run.error, o.error_chars)
+                elif not ctx.training:
+                    break  # evaluation: the first script that runs ends the episode
+                else:
+                    ((values, problem),) = await asyncio.to_thread(self._read, [run.output], [expected[0][1]], areas, scratch / f"read{turn}")
+                    if problem:
+                        feedback = prompts.exec_error_feedback(problem, o.error_chars)
+                    else:
+                        verdict = compare(expected[0][0], expected[0][1], values, areas)
+                        if verdict.passed:
+                            break
+                        feedback = prompts.wrong_cells_feedback(*wrong_cells_from_report(cell_lines(verdict)))
+            messages.append({"role": "assistant", "content": content})
+            messages.append({"role": "user", "content": feedback})
+            trajectory.append({"role": "user", "content": feedback})
+        return code, case1_pred, turns
+
+    def _run_script(self, code: str, input_path: str, out_dir: Path) -> Run:
+        r = self.sandbox.run(prepare_script(code), {"input.xlsx": Path(input_path)}, out_dir,
+                             env={"INPUT_PATH": "{dir}/input.xlsx", "OUTPUT_PATH": "{dir}/output.xlsx"}, keep=("output.xlsx",))
+        output = r.files.get("output.xlsx")
+        text = (r.stdout.strip() + "\n" + _user_frames(r.stderr).strip()).strip()
+        if r.timed_out or r.returncode < 0:
+            return Run(False, r.describe() + ("\n" + text if text else ""), output)
+        if r.returncode != 0:
+            return Run(False, text or r.describe(), output)
+        if output is None:
+            return Run(False, "The script finished but saved no workbook at OUTPUT_PATH.", None)
+        return Run(True, "", output)
+
+    def _score_all(self, code: str, case1_pred: Optional[Path], cases: list[list[str]], areas: list[Area],
+                   expected: list[tuple[SheetValues, str]], scratch: Path) -> tuple[int, str, str]:
+        """The final script on every case (case 1: the latest prediction, if any): (passed, fail_reason, verification)."""
+        preds: list[Optional[Path]] = []
+        errors: list[tuple[str, str]] = []  # (fail_reason, report part) of cases whose script failed
+        for k, (inp, _ans) in enumerate(cases):
+            if k == 0 and case1_pred is not None:
+                preds.append(case1_pred)
+                errors.append(("", ""))
+                continue
+            run = self._run_script(code, inp, scratch / f"final{k}")
+            no = sb_data.case_number(inp)
+            if run.ok:
+                preds.append(run.output)
+                errors.append(("", ""))
+            elif run.output is None and run.error.startswith("The script finished"):
+                preds.append(None)
+                errors.append(("output-not-found", exec_error_report(no, run.error)))
+            else:
+                preds.append(None)
+                last = (run.error.strip().splitlines() or [""])[-1][:200]
+                errors.append((f"exec-error: {last}", exec_error_report(no, run.error)))
+        written = [(k, p) for k, p in enumerate(preds) if p is not None]
+        read = self._read([p for _, p in written], [expected[k][1] for k, _ in written], areas, scratch / "read-final") if written else []
+        values = {k: r for (k, _), r in zip(written, read)}
+        passed, reason, parts = 0, "", []
+        for k, (inp, _ans) in enumerate(cases):
+            no = sb_data.case_number(inp)
+            if k not in values:
+                reason = reason or errors[k][0]
+                parts.append(errors[k][1])
+                continue
+            got, problem = values[k]
+            if problem:
+                reason = reason or f"output-unreadable: {problem[:200]}"
+                parts.append(f"## Eval Result (case {no}): FAIL\n{problem}")
+                continue
+            verdict = compare(expected[k][0], expected[k][1], got, areas)
+            passed += verdict.passed
+            if not verdict.passed:
+                reason = reason or f"eval-mismatch: {verdict.reason[:200]}"
+            parts.append(case_report(int(no) if no.isdigit() else k + 1, verdict))
+        return passed, reason, verification_message(parts)
+
+    def _read(self, workbooks: list[Path], firsts: list[str], areas: list[Area], out_dir: Path) -> list[tuple[SheetValues, str]]:
+        """(values, problem) per workbook, read in one fresh sandbox."""
         request: dict[str, dict[str, list[str]]] = {}
         for k, first in enumerate(firsts, start=1):
             cells: dict[str, list[str]] = {}
             for a in areas:
                 cells.setdefault(a.sheet if a.sheet is not None else first, []).extend(a.cells)
             request[f"case{k}.xlsx"] = cells
+        out_dir.mkdir(parents=True, exist_ok=True)
         req = out_dir.parent / f"{out_dir.name}-request.json"
         req.write_text(json.dumps(request))
         inputs = {f"case{k}.xlsx": wb for k, wb in enumerate(workbooks, start=1)}
-        run = self.sandbox.run(_READER, {**inputs, "request.json": req}, out_dir, keep=("values.json",),
-                               env={"SKILLOPT_ARGS": "request.json values.json"})
+        args = "request.json values.json" + (" --recalculate" if self.options.recalculate else "")
+        run = self.sandbox.run(_READER, {**inputs, "request.json": req}, out_dir, keep=("values.json",), env={"SKILLOPT_ARGS": args})
         if not run.ok or "values.json" not in run.files:
             problem = f"could not read the output workbook ({run.describe()}): {run.stderr.strip()[-300:]}"
             return [({}, problem)] * len(workbooks)
@@ -256,25 +341,3 @@ class SpreadsheetBenchmark(Benchmark):
                 values.setdefault(sheet, {})
             out.append((values, ""))
         return out
-
-    def _feedback(self, a: Attempt, training: bool) -> str:
-        limit = self.options.feedback_chars
-        if a.verdicts is None:
-            return f"Your script failed.\n{head_and_tail(a.error, limit)}\nFix it and reply with the whole corrected script in a ```python block."
-        n, passed = len(a.verdicts), a.passed
-        if passed == n or not training:
-            return f"Your script ran on all {n} test cases."
-        lines = [f"Your script ran, but {n - passed} of {n} test cases have wrong values in the answer cells."]
-        shown = 0
-        for k, v in enumerate(a.verdicts, start=1):
-            if v.passed:
-                continue
-            if v.problem:
-                lines.append(f"Test case {k}: {v.problem}.")
-            for cell, _expected, actual in v.wrong:
-                if shown >= self.options.wrong_cells_shown:
-                    break
-                lines.append(f"Test case {k}: {cell} is wrong; your script produced {actual!r}.")
-                shown += 1
-        lines.append("Fix the script and reply with the whole corrected script in a ```python block.")
-        return "\n".join(lines)

@@ -1,11 +1,13 @@
-"""Read cell values from a workbook, recalculating formulas that have no cached value.
+"""Read cell values from a workbook, optionally recalculating formulas that have no cached value.
 
 Self-contained (stdlib + openpyxl + formulas) because it runs inside the sandbox: the output
 workbook was written by model code, so parsing it (zip, XML, formulas) stays contained too.
-Usage: python readcells.py REQUEST.json OUT.json, where REQUEST is {workbook: {sheet: [cells]}};
-OUT holds one result per workbook (one sandbox start reads every test case's output).
-Openpyxl writes formulas without cached values, so `=SUM(A1:A3)` written by a script would
-read as None; the `formulas` engine computes it so it scores by its value.
+Usage: python readcells.py REQUEST.json OUT.json [--recalculate], where REQUEST is
+{workbook: {sheet: [cells]}}; OUT holds one result per workbook (one sandbox start reads every
+test case's output). Openpyxl writes formulas without cached values, so `=SUM(A1:A3)` written
+by a script reads as None, as in the official comparison; with --recalculate the `formulas`
+engine computes it so it scores by its value. Durations (`timedelta`) travel as durations, so
+both sides of the comparison see the same type.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def encode(v: Any) -> Any:
     if isinstance(v, dt.time):
         return {"t": "time", "v": v.isoformat()}
     if isinstance(v, dt.timedelta):
-        return v.total_seconds() / 86400.0
+        return {"t": "timedelta", "v": [v.days, v.seconds, v.microseconds]}
     item = getattr(v, "item", None)  # numpy scalars
     if callable(item):
         return encode(item())
@@ -47,6 +49,9 @@ def decode(v: Any) -> Any:
             return dt.date.fromisoformat(text)
         if kind == "time":
             return dt.time.fromisoformat(text)
+        if kind == "timedelta":
+            days, seconds, micro = text
+            return dt.timedelta(days=days, seconds=seconds, microseconds=micro)
     return v
 
 
@@ -143,28 +148,28 @@ def recalculate(path: str, cells: list[tuple[str, str]]) -> dict[tuple[str, str]
     return out
 
 
-def read(path: str, request: dict[str, list[str]]) -> dict[str, Any]:
+def read(path: str, request: dict[str, list[str]], recalculate_formulas: bool = True) -> dict[str, Any]:
     import openpyxl
 
     values_wb = openpyxl.load_workbook(path, data_only=True)
-    formulas_wb = openpyxl.load_workbook(path, data_only=False)
+    formulas_wb = openpyxl.load_workbook(path, data_only=False) if recalculate_formulas else None
     sheets: dict[str, dict[str, Any]] = {}
     uncached: list[tuple[str, str]] = []
     for sheet, cells in request.items():
         if sheet not in values_wb.sheetnames:
             continue
-        vs, fs = values_wb[sheet], formulas_wb[sheet]
+        vs, fs = values_wb[sheet], (formulas_wb[sheet] if formulas_wb is not None else None)
         got: dict[str, Any] = {}
         for cell in cells:
             v = vs[cell].value
-            f = fs[cell].value
+            f = fs[cell].value if fs is not None else None
             formula = getattr(f, "text", f)  # array formulas are objects with .text
             if v is None and isinstance(formula, str) and formula.startswith("="):
                 uncached.append((sheet, cell))
             got[cell] = v
         sheets[sheet] = got
     recalc_error = ""
-    if uncached:
+    if uncached and recalculate_formulas:
         try:
             computed = recalculate(path, uncached)
             for sheet, cell in uncached:
@@ -174,19 +179,20 @@ def read(path: str, request: dict[str, list[str]]) -> dict[str, Any]:
     return {
         "sheetnames": list(values_wb.sheetnames),
         "sheets": {s: {c: encode(v) for c, v in cells.items()} for s, cells in sheets.items()},
-        "recalculated": len(uncached),
+        "recalculated": len(uncached) if recalculate_formulas else 0,
         "recalc_error": recalc_error,
     }
 
 
 def main(argv: list[str]) -> int:
-    request_path, out_path = argv
+    recalc = "--recalculate" in argv
+    request_path, out_path = [a for a in argv if a != "--recalculate"]
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
     results = {}
     for workbook, cells in request.items():
         try:
-            results[workbook] = read(workbook, cells)
+            results[workbook] = read(workbook, cells, recalc)
         except Exception as e:  # noqa: BLE001 - an unreadable workbook is the agent's output problem
             results[workbook] = {"error": f"cannot read the output workbook: {type(e).__name__}: {str(e)[:300]}"}
     with open(out_path, "w", encoding="utf-8") as f:

@@ -142,13 +142,19 @@ SOLUTIONS = {
     "upper": _WRITE + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 2, ws.cell(r, 1).value.upper())\n" + _SAVE,
     "margin": _WRITE + "for r in range(2, ws.max_row + 1):\n    s, c = ws.cell(r, 2).value, ws.cell(r, 3).value\n"
               "    ws.cell(r, 4, round((s - c) / s, 2))\n" + _SAVE,
-    "count": _WRITE + "ws['E2'] = '=COUNTIF(B2:B%d,\">=50\")' % ws.max_row\n" + _SAVE,
+    "count": _WRITE + "ws['E2'] = sum(1 for r in range(2, ws.max_row + 1) if ws.cell(r, 2).value >= 50)\n" + _SAVE,
     "fullname": _WRITE + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, f'{ws.cell(r, 2).value}, {ws.cell(r, 1).value}')\n" + _SAVE,
-    "days": _WRITE + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, f'=B{r}-A{r}')\n" + _SAVE,
+    "days": _WRITE + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, (ws.cell(r, 2).value - ws.cell(r, 1).value).days)\n" + _SAVE,
     "north": _WRITE + "out = wb.create_sheet('North')\nrows = list(ws.iter_rows(values_only=True))\n"
              "for row in [rows[0]] + [r for r in rows[1:] if r[1] == 'North']:\n    out.append(list(row))\n" + _SAVE,
     "sort": _WRITE + "rows = sorted(ws.iter_rows(min_row=2, values_only=True), key=lambda r: r[1], reverse=True)\n"
             "for i, row in enumerate(rows, start=2):\n    for j, v in enumerate(row, start=1):\n        ws.cell(i, j, v)\n" + _SAVE,
+}
+# Scripts that write formulas instead of values: openpyxl stores no computed value for them, so under the official
+# rule (env.options.recalculate=false) their cells read as empty; with recalculation they score by their value.
+FORMULA_SOLUTIONS = {
+    "count": _WRITE + "ws['E2'] = '=COUNTIF(B2:B%d,\">=50\")' % ws.max_row\n" + _SAVE,
+    "days": _WRITE + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, f'=B{r}-A{r}')\n" + _SAVE,
 }
 # template -> split; a template's tasks differ only in seed, so splits share the skills to learn
 SAMPLE_SPLITS = {"train": 2, "val": 1, "test": 1}  # tasks per template per split
