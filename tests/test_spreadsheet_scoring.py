@@ -78,7 +78,8 @@ def test_rule_corner_cases():
 
 def test_positions_parse_like_the_official_script():
     a = parse_position("'Sheet 1'!A1:B2,C3")
-    assert a[0].sheet == "Sheet 1" and a[0].cells == ("A1", "B1", "A2", "B2") and a[1].sheet is None and a[1].cells == ("C3",)
+    assert a[0].sheet == "Sheet 1" and a[0].cells == ("A1", "A2", "B1", "B2") and a[1].sheet is None and a[1].cells == ("C3",)
+    assert parse_position("B2:A1")[0].cells == ()  # a reversed range holds no cells: it passes vacuously, as observed
     assert parse_position("Updated Data'!B5:B6")[0].sheet == "Updated Data"  # a missing opening quote, as in the data
     with pytest.raises(PositionError):
         parse_position("Sheet1!nonsense")
@@ -136,4 +137,88 @@ def test_both_release_layouts_and_int_or_string_ids(tmp_path):
     (tmp_path / "man" / "val").mkdir(parents=True)
     (tmp_path / "man" / "val" / "items.json").write_text(json.dumps([{"id": "59-7"}, {"id": 77}]))
     tasks = load_split(tmp_path, str(tmp_path / "man"), "val", skip_missing=False)
-    assert [(t.task_id, t.task_type, len(t.payload["cases"])) for t in tasks] == [("59-7", "sheet", 1), ("77", "cell", 2)]
+    assert [(t.task_id, t.task_type, len(t.payload["cases"])) for t in tasks] == [("59-7", "sheet_level", 1), ("77", "cell_level", 2)]
+
+
+def test_rule_follows_the_reference_for_dates_and_durations():
+    from envs.spreadsheetbench.scoring import transform
+
+    assert cells_equal("1.004", 1.0) and cells_equal(1, True) and not cells_equal(0, None)
+    assert not cells_equal(dt.date(2020, 1, 2), dt.datetime(2020, 1, 2))  # a date is left unchanged: types differ
+    assert cells_equal(dt.date(2020, 1, 2), dt.date(2020, 1, 2))
+    d = dt.timedelta(days=1, hours=3)
+    assert transform(d) is d and cells_equal(d, dt.timedelta(hours=27))
+    assert not cells_equal(d, dt.timedelta(hours=27, seconds=1))
+    assert not cells_equal(d, 1.125)  # a duration is not a number of days: the official rule compares types
+
+
+def test_durations_cross_the_sandbox_reader_as_durations(tmp_path):
+    """The old reader turned the output's durations into float days while the expected side kept timedelta."""
+    wb = openpyxl.Workbook()
+    wb.active["A1"] = dt.timedelta(hours=30, minutes=15)
+    wb.active["A2"] = "=A1*2"
+    wb.save(tmp_path / "d.xlsx")
+    got = readcells.read(str(tmp_path / "d.xlsx"), {"Sheet": ["A1", "A2"]}, recalculate_formulas=False)
+    back = {c: readcells.decode(json.loads(json.dumps(v))) for c, v in got["sheets"]["Sheet"].items()}
+    assert back == {"A1": dt.timedelta(days=1, seconds=22500), "A2": None} and got["recalculated"] == 0
+
+
+def test_answer_sheet_prefixes_only_the_first_range():
+    from envs.spreadsheetbench.scoring import effective_position
+
+    assert effective_position("B2:B5", "Result") == "Result!B2:B5"
+    assert effective_position("B2,C2", "Result") == "Result!B2,C2"  # QUIRK-17: C2 stays on the first sheet
+    assert [a.sheet for a in parse_position(effective_position("B2,C2", "Result"))] == ["Result", None]
+    assert effective_position("Data!A1", "Result") == "Data!A1" and effective_position("A1", "") == "A1"
+
+
+def test_verification_report_collapses_empty_cells_and_is_bounded():
+    from envs.spreadsheetbench.scoring import case_report, cell_lines, verification_message, wrong_cells_from_report
+
+    areas = parse_position("A1:A3,'My Sheet'!B1")
+    v = compare({"S": {"A1": 1, "A2": None, "A3": "x"}, "My Sheet": {"B1": 2}}, "S", {"S": {"A1": 1.0, "A2": "", "A3": "y"},
+                                                                                    "My Sheet": {"B1": 3}}, areas)
+    assert not v.passed and v.reason == "value@S!A3: gt='x' pred='y'"
+    assert case_report(2, v).splitlines() == [
+        "## Eval Result (case 2): FAIL", "value@S!A3: gt='x' pred='y'", "## Output Verification",
+        "  S!A1: got=1.0, expected=1 ✓", "  S!A3: got='y', expected='x' ✗", "  My Sheet!B1: got=3, expected=2 ✗",
+        "  (+1 empty cells correct, omitted)"]
+    # the training feedback parses these lines back; a sheet name with a space does not parse (QUIRK-19)
+    assert wrong_cells_from_report(cell_lines(v)) == ([("S!A3", "'y'")], 1)
+    missing = compare({"S": {"A1": 1}}, "S", {"Other": {}}, parse_position("A1"))
+    assert not missing.passed and "  Sheet 'S' NOT FOUND in output." in cell_lines(missing)
+    msg = verification_message([case_report(1, v), case_report(2, v)])
+    assert msg.startswith("[POST-EXECUTION VERIFICATION]\n## Eval Result (case 1)") and "\n\n---\n\n## Eval Result (case 2)" in msg
+    big = compare({"S": {}}, "S", {"S": {f"A{i}": i for i in range(1, 2001)}}, parse_position("A1:A2000"))
+    text = verification_message([case_report(1, big)])
+    assert len(text) < 12200 and text.startswith("[POST-EXECUTION VERIFICATION]") and text.endswith("expected=None ✗")
+    assert "the middle is omitted" in text
+
+
+def test_preview_shows_five_rows_twenty_columns_and_formula_text(tmp_path):
+    from envs.spreadsheetbench.prompts import preview_workbook
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "Data"
+    for r in range(1, 9):
+        for c in range(1, 23):
+            ws.cell(r, c, r * 100 + c)
+    ws["B1"] = "x" * 50
+    ws["C1"] = "=SUM(A2:A8)"
+    ws["D1"] = None
+    wb.create_sheet("Empty")
+    wb.save(tmp_path / "p.xlsx")
+    lines = preview_workbook(str(tmp_path / "p.xlsx")).split("\n")
+    assert lines[0] == "## Sheet: Data  (dim=A1:V8, max_row=8, max_col=22)"
+    assert lines[1].startswith("A1=101 | B1=" + "x" * 37 + "... | C1==SUM(A2:A8) | D1= | E1=105")
+    assert lines[1].endswith("T1=120") and len(lines[1].split(" | ")) == 20
+    assert lines[5].startswith("A5=501 |") and lines[6] == "... (3 more rows)" and lines[7] == ""
+    assert lines[8] == "## Sheet: Empty  (dim=A1:A1, max_row=1, max_col=1)" and lines[9] == "A1=" and lines[10] == ""
+
+
+def test_task_types_follow_the_reference():
+    from envs.spreadsheetbench.data import task_type_of
+
+    assert [task_type_of(k) for k in ("Cell-Level Manipulation", "Sheet-Level Manipulation", "cell", "Sheet", "", "Other")] == [
+        "cell_level", "sheet_level", "cell_level", "sheet_level", "other", "other"]

@@ -160,7 +160,7 @@ def plan_splits(root: Path, tasks: list[Task], manifest_dir: Optional[str], skip
         if plan.manifest is None:
             plan.sizes[s] = sum(1 for t in tasks if _hash_split(t.task_id) == s)
         else:
-            ids = manifest_ids(plan.manifest, s)
+            ids = manifest_ids(plan.manifest, s) if (plan.manifest / s / "items.json").is_file() else []  # select() reports it
             plan.listed[s] = len(ids)
             plan.sizes[s] = sum(1 for i in ids if i in have)
     return plan
