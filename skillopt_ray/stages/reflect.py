@@ -128,6 +128,8 @@ async def reflect(llm: Any, results: list[EpisodeResult], *, skill: str, mode: s
         d.update(source_type=kind, minibatch=i, minibatch_ids=[r.task_id for r in mb])
         if notes:
             d["appendix_notes"] = lapses
+        else:  # notes from an analyst that may not emit them (failure_only source, skill-aware off) never reach the appendix
+            d.pop("appendix_notes", None)
         return d
 
     done = await asyncio.gather(*(one(*j) for j in jobs))
