@@ -55,7 +55,7 @@ def test_spreadsheetbench_experiment_learns_on_sample_tasks(ray_cluster, tmp_pat
 def test_searchqa_experiment_learns_on_a_fixture(ray_cluster, tmp_path):
     answers = qa_fixture(tmp_path / "qa")
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
-        code, rd = _run(srv.base_url, tmp_path / "out", "searchqa", f"env.data_dir={tmp_path / 'qa'}")
+        code, rd = _run(srv.base_url, tmp_path / "out", "searchqa", f"env.data_dir={tmp_path / 'qa'}", "env.options.split_source=folders")
     assert code == 0
     summary = _check_learned(rd)
     assert summary["test"]["best"]["soft"] == 1.0
@@ -66,7 +66,8 @@ def test_an_already_running_embedded_server_is_used_instead_of_starting_one(ray_
     answers = qa_fixture(tmp_path / "qa")
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
         overrides = ["+experiment=searchqa", "+smoke=tiny", "llm=embedded", f"llm.embedded.server_url={srv.base_url}",
-                     f"output_dir={tmp_path / 'out'}", "debug.progress=off", f"env.data_dir={tmp_path / 'qa'}"]
+                     f"output_dir={tmp_path / 'out'}", "debug.progress=off", f"env.data_dir={tmp_path / 'qa'}",
+                     "env.options.split_source=folders"]  # fixture items, not the paper split's ids
         _obj, data = cli.typed(cli.compose(overrides))
         data = cli.resolve_paths(data)
         rd = cli.run_dir_for(data)  # before the run: execute() fills in the roles' base_url

@@ -71,7 +71,7 @@ def test_sweep_resumes_logs_parent_and_children_and_compares(ray_cluster, tmp_pa
     answers = qa_fixture(tmp_path / "qa")
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
         args = ["+experiment=searchqa", "+smoke=tiny", "llm=compatible", f"llm.base_url={srv.base_url}", f"output_dir={tmp_path / 'out'}",
-                f"env.data_dir={tmp_path / 'qa'}", "+sweep=lr", "sweep.params.optimizer.learning_rate=[2,4]", "seeds=2",
+                f"env.data_dir={tmp_path / 'qa'}", "env.options.split_source=folders", "+sweep=lr", "sweep.params.optimizer.learning_rate=[2,4]", "seeds=2",
                 "sweep.max_concurrent=1"]
         assert sweep.main(args + ["sweep.interrupt_after=1"]) == 3  # stopped: rerun to resume
         (sdir,) = (tmp_path / "out" / "sweeps").iterdir()

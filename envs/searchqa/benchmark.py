@@ -1,13 +1,16 @@
-"""SearchQA: one turn; the target reads the skill, the question and search snippets, and answers in <answer> tags.
+"""SearchQA as the reference runs it (REFERENCE_SPEC §14.3): one turn, no feedback to the target.
 
-Data is SkillOpt's materialised format: `<data_dir>/{train,val,test}/items.json`, each item
-`{id, question, context, answers}`. With `manifest_dir`, its id lists choose the items (looked
-up across all of data_dir's splits). Contexts are cut at document boundaries.
+The target reads the skill, the search-result context and the question, reasons, and ends with its
+answer in <answer> tags. The last tag wins; a reply without one is answered by its last non-empty
+line. hard = exact match, soft = token F1 (best over the gold answers); sub_em is logged beside them.
+
+Splits on real data: SkillOpt's paper split (400/200/1400 ids, shipped in envs/searchqa/splits) picks
+the items from `env.data_dir`; `env.manifest_dir` names other id manifests; with
+`env.options.split_source=folders` the data folder's own train/val/test items are the splits.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -15,21 +18,20 @@ from pathlib import Path
 from typing import Any, Optional
 
 from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from envs.searchqa.scoring import score
+from envs.searchqa import data as qa_data
+from envs.searchqa.prompts import system_prompt, user_prompt
+from envs.searchqa.scoring import score_answer
 from skillopt_ray.llm.types import ChatRequest
 
-SEED_SKILL = """# Search question answering skill
+# the reference starts from an empty skill: a title and a placeholder line
+SEED_SKILL = """# Skill: answering questions from search results
 
-## Goal
-Answer the question from the search results with a short answer: a name, a number or a short phrase.
-
-## How to answer
-- Put only the answer inside <answer></answer> tags.
+No rules have been learned yet; they will be added here as training finds them.
 """
 
-SPLITS = ("train", "val", "test")
-_ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL | re.IGNORECASE)
-_DOC = re.compile(r"(?=\[DOC\])")
+TASK_TYPE = "qa"
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_TRUNCATED = "\n...[truncated]"
 
 
 @dataclass
@@ -37,46 +39,48 @@ class QAOptions:
     max_context_chars: int = 6000
     skip_missing_items: bool = False
     sample_dir: Optional[str] = None
+    # which items make the splits on real data: `paper` (SkillOpt's id split, shipped) or `folders` (data_dir's own)
+    split_source: str = "paper"
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> "QAOptions":
-        return parse_options(QAOptions, raw, "searchqa")
+        opts = parse_options(QAOptions, raw, "searchqa")
+        if opts.split_source not in ("paper", "folders"):
+            raise DataError(f"env.options.split_source={opts.split_source!r}: use paper or folders")
+        if opts.max_context_chars < 1:
+            raise DataError(f"env.options.max_context_chars={opts.max_context_chars!r}: it must be >= 1")
+        return opts
 
 
-def split_documents(context: str) -> list[str]:
-    """`[DOC]`-marked documents when present, else blank-line separated paragraphs."""
-    if "[DOC]" in context:
-        return [d.strip() for d in _DOC.split(context) if d.strip()]
-    return [d.strip() for d in re.split(r"\n\s*\n", context) if d.strip()]
-
-
-def truncate_context(context: str, limit: int) -> str:
-    """Whole documents while they fit; a first document longer than the limit is cut."""
-    docs = split_documents(context)
-    kept: list[str] = []
-    used = 0
-    for d in docs:
-        if used + len(d) + 2 > limit:
-            if not kept:
-                kept.append(d[:limit])
+def truncate_context(context: str, limit: int = 6000) -> str:
+    """The reference's rule: a context within the limit is kept as it is. A longer one is split on the literal
+    `[DOC]`; pieces are added while the result stays within the limit, the first one bare and each later one
+    behind a `[DOC]` marker (so the first document loses its marker when the context starts with `[DOC]`).
+    If nothing fits, the first `limit` characters and a truncation mark."""
+    if len(context) <= limit:
+        return context
+    out = ""
+    for piece in context.split("[DOC]"):
+        nxt = out + "[DOC]" + piece if out else piece
+        if len(nxt) > limit:
             break
-        kept.append(d)
-        used += len(d) + 2
-    return "\n\n".join(kept)
+        out = nxt
+    return out if out else context[:limit] + _TRUNCATED
 
 
-def extract_answer(reply: str) -> Optional[str]:
-    found = _ANSWER.findall(reply or "")
-    return found[-1].strip() if found else None
+def extract_answer(reply: str) -> str:
+    """The last <answer>...</answer> (any case, across lines), else the last non-empty line, else the reply."""
+    reply = reply or ""
+    tagged = _ANSWER.findall(reply)
+    if tagged:
+        return tagged[-1].strip()
+    lines = [ln.strip() for ln in reply.splitlines() if ln.strip()]
+    return lines[-1] if lines else reply.strip()
 
 
-def _answers(item: dict[str, Any]) -> list[str]:
-    a = item.get("answers")
-    if isinstance(a, str):
-        return [a]
-    if isinstance(a, list):
-        return [str(x) for x in a]
-    raise DataError(f"item {item.get('id')!r} has no answers list")
+def evaluation_block(question: str, predicted: str, golds: list[str], em: int, f1: float) -> str:
+    return (f"[EVALUATION RESULT]\nQuestion: {question}\nPredicted answer: {predicted!r}\nGold answers: {golds!r}\n"
+            f"Exact Match: {em}\nF1: {f1:.4f}")
 
 
 class SearchQABenchmark(Benchmark):
@@ -87,74 +91,105 @@ class SearchQABenchmark(Benchmark):
         self.options = QAOptions.parse(dict(env_cfg.get("options") or {}))
         raw = env_cfg.get("data_dir") or os.environ.get("SEARCHQA_DATA")
         self._using_samples = not raw
+        self._pool: Optional[dict[str, dict[str, Any]]] = None
         if raw:
             self._root = Path(os.path.expandvars(os.path.expanduser(raw))).resolve()
             if not self._root.is_dir():
                 raise DataError(f"SearchQA data directory {self._root} does not exist; set env.data_dir or SEARCHQA_DATA "
-                                "to a folder with train/ val/ test/ items.json")
+                                "to a folder with train/ val/ test/ items.json (python -m envs.searchqa.materialize writes one)")
         else:
             from envs.searchqa.samples import ensure_sample_items
 
             self._root = ensure_sample_items(self.options.sample_dir)
 
+    # ---------- data ----------
+
+    def _manifest_dir(self) -> Optional[Path]:
+        """The id manifests that define the splits: env.manifest_dir, else the shipped paper split on real data;
+        None = the data folder's own splits (sample items, or split_source=folders)."""
+        if self.env_cfg.get("manifest_dir"):
+            return Path(os.path.expanduser(str(self.env_cfg["manifest_dir"])))
+        if self._using_samples or self.options.split_source == "folders":
+            return None
+        return qa_data.PAPER_SPLIT_DIR
+
+    def _items_pool(self) -> dict[str, dict[str, Any]]:
+        if self._pool is None:
+            self._pool = qa_data.load_pool(self._root)
+        return self._pool
+
     def data_note(self) -> str:
         if self._using_samples:
             return f"SearchQA: no data configured (env.data_dir / SEARCHQA_DATA) - using built-in sample items in {self._root}"
-        return f"SearchQA: items from {self._root}"
-
-    def _items(self, split: str) -> list[dict[str, Any]]:
-        path = self._root / split / "items.json"
-        if not path.is_file():
-            raise DataError(f"{path} not found; a SearchQA data directory holds train/ val/ test/ items.json")
-        try:
-            items = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as e:
-            raise DataError(f"{path} is not valid JSON: {e}") from None
-        for it in items:
-            if not all(k in it for k in ("id", "question", "context", "answers")):
-                raise DataError(f"{path}: item {str(it)[:80]} lacks one of id, question, context, answers "
-                                "(an id-only manifest goes in env.manifest_dir, with the items in env.data_dir)")
-        return items
+        paper = "/".join(str(qa_data.PAPER_COUNTS[s]) for s in qa_data.SPLITS)
+        manifests = self._manifest_dir()
+        if manifests is None:
+            sizes = [len(qa_data.read_items(p)) if (p := qa_data.split_file(self._root / s)) else 0 for s in qa_data.SPLITS]
+            same = sizes == [qa_data.PAPER_COUNTS[s] for s in qa_data.SPLITS]
+            return (f"SearchQA: items from {self._root}, its own split folders (env.options.split_source=folders), "
+                    f"{'/'.join(map(str, sizes))} train/val/test items"
+                    + ("" if same else f"; split sizes differ from the paper's {paper}"))
+        is_paper = manifests == qa_data.PAPER_SPLIT_DIR
+        which = "SkillOpt's paper split (shipped)" if is_paper else f"id manifests {manifests}"
+        presence = qa_data.manifest_presence(self._items_pool(), manifests)
+        sizes = "/".join(str(p.present) for p in presence)
+        missing = [p for p in presence if p.present < p.listed]
+        differs = [p.present for p in presence] != [qa_data.PAPER_COUNTS[p.split] for p in presence]
+        note = f"SearchQA: items from {self._root}; {which}"
+        if not missing:
+            return note + f", {sizes} train/val/test items" + ("; split sizes differ from the paper's " + paper if differs else " as in the paper")
+        listed = "/".join(str(p.listed) for p in presence)
+        gone = ", ".join(f"{p.listed - p.present} {p.split}" for p in missing)
+        action = ("they are skipped (env.options.skip_missing_items=true)" if self.options.skip_missing_items
+                  else "the run stops: materialise them (python -m envs.searchqa.materialize) or set env.options.skip_missing_items=true")
+        return (note + f": only {sizes} of its {listed} train/val/test items are in the data ({gone} missing) - {action}"
+                + (f"; split sizes differ from the paper's {paper}" if differs else ""))
 
     def load_split(self, split: str) -> list[Task]:
         if split == "all":
-            return [t for s in SPLITS for t in self.load_split(s)]
-        if split not in SPLITS:
-            raise DataError(f"unknown SearchQA split {split!r}; use train, val, test or all")
-        manifest = self.env_cfg.get("manifest_dir")
-        if manifest:
-            pool = {str(it["id"]): it for s in SPLITS if (self._root / s / "items.json").is_file() for it in self._items(s)}
-            path = Path(manifest).expanduser() / split / "items.json"
-            if not path.is_file():
-                raise DataError(f"manifest {path} not found; env.manifest_dir must hold train/ val/ test/ items.json")
-            ids = [str(x["id"]) for x in json.loads(path.read_text(encoding="utf-8"))]
+            return [t for s in qa_data.SPLITS for t in self.load_split(s)]
+        folder = qa_data.split_folder(split)
+        manifests = self._manifest_dir()
+        if manifests is not None:
+            pool = self._items_pool()
+            ids = qa_data.read_manifest(manifests, folder)
             missing = [i for i in ids if i not in pool]
             if missing and not self.options.skip_missing_items:
-                raise DataError(f"{len(missing)} of {len(ids)} ids in {path} have no item in {self._root} (first: {missing[0]}); "
-                                "materialise them or set env.options.skip_missing_items=true")
+                raise DataError(f"{len(missing)} of {len(ids)} ids of the {folder} split in {manifests} have no item in {self._root} "
+                                f"(first: {missing[0]}); materialise them (python -m envs.searchqa.materialize) "
+                                "or set env.options.skip_missing_items=true")
             items = [pool[i] for i in ids if i in pool]
         else:
-            items = self._items(split)
+            path = qa_data.split_file(self._root / folder)
+            if path is None:
+                raise DataError(f"{self._root / folder} holds no items.json; a SearchQA data directory holds train/ val/ test/ items.json")
+            items = qa_data.read_items(path)
         if not items:
-            raise DataError(f"the SearchQA {split} split is empty")
-        return [Task(str(it["id"]), "qa", {"question": it["question"], "context": it["context"], "answers": _answers(it)}) for it in items]
+            raise DataError(f"the SearchQA {folder} split is empty")
+        return [Task(str(it["id"]), TASK_TYPE, {"question": it["question"], "context": it["context"], "answers": list(it["answers"])})
+                for it in items]
 
     def seed_skill(self) -> str:
         return SEED_SKILL
 
+    # ---------- the episode ----------
+
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         p = task.payload
-        context = truncate_context(p["context"], self.options.max_context_chars)
-        messages = [
-            {"role": "system", "content": "You answer questions from search results. Read the skill below and follow it.\n\n"
-                                          "=== SKILL ===\n" + skill.strip() + "\n=== END SKILL ==="},
-            {"role": "user", "content": f"Search results:\n{context}\n\nQuestion: {p['question']}\n\n"
-                                        "Reply with the answer inside <answer></answer> tags."},
-        ]
+        question, golds = p["question"], list(p["answers"])
+        system = system_prompt(skill)
+        user = user_prompt(truncate_context(p["context"], self.options.max_context_chars), question)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{task.task_id}/t0"))
-        answer = extract_answer(reply.content)
-        hard, soft = score(answer, p["answers"]) if answer is not None else (0.0, 0.0)
-        reason = "" if hard else ("no_answer" if answer is None else "wrong_answer" if soft == 0 else "partial_answer")
-        return EpisodeResult(task.task_id, task.task_type, hard=hard, soft=soft, fail_reason=reason, n_turns=1,
-                             trajectory=[{"question": p["question"], "reply": reply.content[:1000], "answer": answer,
-                                          "gold": p["answers"][:3]}])
+        predicted = extract_answer(reply.content)
+        s = score_answer(predicted, golds)
+        fail = "" if s.em else f"EM=0: predicted '{predicted}' but expected {golds!r}"
+        return EpisodeResult(
+            task.task_id, task.task_type, hard=float(s.em), soft=s.f1, fail_reason=fail, n_turns=1,
+            trajectory=[{"type": "message", "turn": 1, "content": reply.content},
+                        {"role": "system", "content": evaluation_block(question, predicted, golds, s.em, s.f1)}],
+            # the reference's results carry no task text or type, so the analyst's header lines are empty (QUIRK-15)
+            task_description="",
+            info={"header_task_type": "", "target_system_prompt": system, "target_user_prompt": user,
+                  "predicted_answer": predicted, "gold_answers": golds, "em": s.em, "f1": s.f1, "sub_em": s.sub_em},
+        )

@@ -123,7 +123,10 @@ class Policies:
 
     def _opt_analyst(self, system: str, prompt: str) -> dict[str, Any]:
         failed = "## Failed Trajectories (" in prompt
-        types = sorted(set(re.findall(r"^Task type: (\S+)$", prompt, re.M)))
+        types = set(re.findall(r"^Task type: (\S+)$", prompt, re.M))
+        # SearchQA's header shows an empty task type (QUIRK-15): one-shot tasks take theirs from `answers`
+        types |= {self.answers[i][0] for i in re.findall(r"^### Trajectory \d+ \(id=(.+)\)$", prompt, re.M) if i in self.answers}
+        types = sorted(types)
         rules = [f"- RULE-{t}: plan the steps for {t} before acting." for t in types] if failed else []
         key = self._payload_key(system)
         if key == "skill_candidates":

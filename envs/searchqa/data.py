@@ -1,0 +1,117 @@
+"""SearchQA data: materialised items, id manifests (SkillOpt's paper split ships in `splits/`), split aliases.
+
+Items are SkillOpt's materialised format, `{id, question, context, answers}`, in
+`<data_dir>/{train,val,test}/` (the first `*.json` of each folder by name; SkillOpt names it
+`items.json`). A manifest folder has the same layout with `{id}` entries only; its ids choose the
+items, looked up across all of the data folder's splits, in manifest order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from envs.base import DataError
+
+SPLITS = ("train", "val", "test")
+# split names with the reference's aliases -> the folder
+SPLIT_ALIASES = {"train": "train", "val": "val", "valid_seen": "val", "selection": "val", "test": "test", "valid_unseen": "test"}
+# SkillOpt's SearchQA id split (400 train / 200 val / 1400 test), shipped with the project (see splits/LICENSE-SkillOpt)
+PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
+PAPER_COUNTS = {"train": 400, "val": 200, "test": 1400}
+ITEM_KEYS = ("id", "question", "context", "answers")
+
+
+def split_folder(split: str) -> str:
+    try:
+        return SPLIT_ALIASES[split]
+    except KeyError:
+        raise DataError(f"unknown SearchQA split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all") from None
+
+
+def split_file(folder: Path) -> Optional[Path]:
+    """The first *.json of a split folder, by name (the reference's rule); None if there is none."""
+    if not folder.is_dir():
+        return None
+    files = sorted(p for p in folder.glob("*.json") if p.is_file())
+    return files[0] if files else None
+
+
+def _read_list(path: Path) -> list[Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DataError(f"{path} is not a UTF-8 text file") from None
+    except ValueError as e:
+        raise DataError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(data, list):
+        raise DataError(f"{path} must hold a JSON list of items, found {type(data).__name__}")
+    return data
+
+
+def read_items(path: Path) -> list[dict[str, Any]]:
+    """Materialised items, each checked: id, question, context (strings) and answers (a list of strings, or one)."""
+    items = _read_list(path)
+    for n, it in enumerate(items):
+        if not isinstance(it, dict) or not all(k in it for k in ITEM_KEYS):
+            raise DataError(f"{path}: item {n} ({str(it)[:80]}) lacks one of id, question, context, answers "
+                            "(an id-only manifest goes in env.manifest_dir, with the items in env.data_dir)")
+        if not isinstance(it["question"], str) or not isinstance(it["context"], str):
+            raise DataError(f"{path}: item {it['id']!r} needs a string question and context")
+        a = it["answers"]
+        if isinstance(a, str):
+            it["answers"] = [a]
+        elif not isinstance(a, list) or not a or not all(isinstance(x, str) for x in a):
+            raise DataError(f"{path}: item {it['id']!r} needs answers as a non-empty list of strings")
+    return items
+
+
+def read_manifest(manifest_dir: Path, split: str) -> list[str]:
+    folder = manifest_dir / split_folder(split)
+    path = split_file(folder)
+    if path is None:
+        raise DataError(f"no manifest for the {split} split: {folder} holds no *.json (a manifest folder holds "
+                        "train/ val/ test/ items.json with {\"id\": ...} entries)")
+    ids = []
+    for n, x in enumerate(_read_list(path)):
+        if not isinstance(x, dict) or not isinstance(x.get("id"), (str, int)):
+            raise DataError(f"{path}: entry {n} ({str(x)[:80]}) is not an object with an id")
+        ids.append(str(x["id"]))
+    return ids
+
+
+def load_pool(root: Path) -> dict[str, dict[str, Any]]:
+    """Every item under root's split folders, by id (an id listed twice is an error)."""
+    pool: dict[str, dict[str, Any]] = {}
+    found = False
+    for s in SPLITS:
+        path = split_file(root / s)
+        if path is None:
+            continue
+        found = True
+        for it in read_items(path):
+            key = str(it["id"])
+            if key in pool:
+                raise DataError(f"{path}: item id {key!r} appears twice in {root}")
+            pool[key] = it
+    if not found:
+        raise DataError(f"no SearchQA items under {root}: a data folder holds train/ val/ test/ items.json "
+                        "(python -m envs.searchqa.materialize writes them)")
+    return pool
+
+
+@dataclass(frozen=True)
+class Presence:
+    split: str
+    listed: int
+    present: int
+
+
+def manifest_presence(pool: dict[str, Any], manifest_dir: Path) -> list[Presence]:
+    out = []
+    for s in SPLITS:
+        ids = read_manifest(manifest_dir, s)
+        out.append(Presence(s, len(ids), sum(i in pool for i in ids)))
+    return out
