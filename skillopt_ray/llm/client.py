@@ -146,11 +146,9 @@ def parse_completion(body: str, content_type: str) -> Completion:
     try:
         data = json.loads(stripped)
     except ValueError as e:
-        if stripped[:1] in "{[":
-            pos = getattr(e, "pos", 0)
-            if pos >= len(stripped) - 1:
-                raise TransportFault("truncated", f"HTTP 200 with a JSON body cut off after {n} bytes") from None
-            raise TransportFault("truncated", f"HTTP 200 with a broken JSON body ({n} bytes: {e.msg} at char {pos})") from None
+        if stripped[:1] in "{[":  # a cut can land anywhere (inside a string, an escape), so one name for both
+            raise TransportFault("truncated", f"HTTP 200 with a JSON body cut off or broken ({n} bytes; "
+                                              f"{getattr(e, 'msg', e)} at char {getattr(e, 'pos', '?')})") from None
         raise TransportFault("not_json", f"HTTP 200 with a body that is not JSON (content-type {content_type or 'none'}: "
                                 f"{_snippet(stripped)!r})") from None
     choices = data.get("choices") if isinstance(data, dict) else None
