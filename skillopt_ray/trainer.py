@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable, Optional
 
 from envs.base import EpisodeContext, EpisodeResult, Task
+from skillopt_ray import prompts, step_buffer
 from skillopt_ray.config import Config
 from skillopt_ray.epoch.meta_skill import write_meta_skill
 from skillopt_ray.epoch.slow_update import build_pairs, keep, sample_tasks, write_slow_update
@@ -25,7 +26,6 @@ from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.appendix import flush_notes
 from skillopt_ray.skill.document import (extract_slow_update_field, inject_empty_appendix_field, inject_empty_slow_update_field,
                                          replace_slow_update_field, skill_hash)
-from skillopt_ray import step_buffer
 from skillopt_ray.stages import gate as gate_stage
 from skillopt_ray.stages.aggregate import AggregateOutput, aggregate
 from skillopt_ray.stages.reflect import ReflectOutput, reflect
@@ -491,9 +491,10 @@ class Trainer:
 
         async def do_slow() -> dict[str, Any]:
             self._set_progress(stage="slow_update")
-            rec, guidance = await write_slow_update(self.llm, prev_skill=prev_skill, curr_skill=curr_skill,
-                                                    prev_guidance=extract_slow_update_field(curr_skill),
-                                                    comparison=comparison_text(pairs), key=f"slow/e{epoch}/write")
+            user = prompts.slow_update_user(prev_skill=prev_skill, curr_skill=curr_skill, prev_guidance=extract_slow_update_field(curr_skill),
+                                            comparison=comparison_text(pairs))
+            self.rd.write_text(f"{ed}/slow_update_prompt.md", user)  # what the optimizer was shown, for the record
+            rec, guidance = await write_slow_update(self.llm, user, f"slow/e{epoch}/write")
             if guidance is None:
                 return {**rec, "epoch": epoch}
             candidate = replace_slow_update_field(curr_skill, guidance)
@@ -528,9 +529,11 @@ class Trainer:
 
         async def do_meta() -> dict[str, Any]:
             self._set_progress(stage="meta_skill")
-            rec, _ = await write_meta_skill(self.llm, prev_skill=self.skill_text(st.epoch_start_version),
-                                            curr_skill=self.skill_text(st.epoch_last_step_version), prev_meta=st.meta_skill,
-                                            comparison=comparison_text(pairs), key=f"meta/e{epoch}")
+            user = prompts.meta_skill_user(prev_skill=self.skill_text(st.epoch_start_version),
+                                           curr_skill=self.skill_text(st.epoch_last_step_version), prev_meta=st.meta_skill,
+                                           comparison=comparison_text(pairs))
+            self.rd.write_text(f"{ed}/meta_skill_prompt.md", user)
+            rec, _ = await write_meta_skill(self.llm, user, f"meta/e{epoch}")
             return {**rec, "epoch": epoch}
 
         rec = await self._memo(f"{ed}/meta_skill_result.json", f"e{epoch}:meta_skill", do_meta)

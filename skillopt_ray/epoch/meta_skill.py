@@ -10,10 +10,9 @@ from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
 
 
-async def write_meta_skill(llm: Any, *, prev_skill: str, curr_skill: str, prev_meta: str, comparison: str,
-                           key: str) -> tuple[dict[str, Any], Optional[str]]:
-    """Returns (record, content); content None when the reply had none (the previous meta skill stays)."""
-    user = prompts.meta_skill_user(prev_skill=prev_skill, curr_skill=curr_skill, prev_meta=prev_meta, comparison=comparison)
+async def write_meta_skill(llm: Any, user: str, key: str) -> tuple[dict[str, Any], Optional[str]]:
+    """One call on the user message of `prompts.meta_skill_user`. Returns (record, content); content None
+    when the reply had none (the next epoch then runs without a meta skill, as the reference)."""
     try:
         res = await llm.chat_json(ChatRequest("optimizer", "meta_skill", prompts.messages(prompts.system_prompt("meta_skill"), user), key),
                                   prompts.META_SKILL_SCHEMA, "meta_skill")

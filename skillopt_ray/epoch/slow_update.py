@@ -60,10 +60,9 @@ def keep(pairs: list[dict[str, Any]], policy: str) -> list[dict[str, Any]]:
     return [p for p in pairs if p["category"] in POLICY[policy]]
 
 
-async def write_slow_update(llm: Any, *, prev_skill: str, curr_skill: str, prev_guidance: str, comparison: str,
-                            key: str) -> tuple[dict[str, Any], Optional[str]]:
-    """Returns (record, guidance); guidance None when the reply had no usable content (action no_content)."""
-    user = prompts.slow_update_user(prev_skill=prev_skill, curr_skill=curr_skill, prev_guidance=prev_guidance, comparison=comparison)
+async def write_slow_update(llm: Any, user: str, key: str) -> tuple[dict[str, Any], Optional[str]]:
+    """One call on the user message of `prompts.slow_update_user`. Returns (record, guidance); guidance
+    None when the reply had no usable content (action no_content)."""
     try:
         res = await llm.chat_json(ChatRequest("optimizer", "slow_update", prompts.messages(prompts.system_prompt("slow_update"), user), key),
                                   prompts.SLOW_UPDATE_SCHEMA, "slow_update")
