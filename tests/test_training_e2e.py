@@ -162,3 +162,38 @@ def test_missing_data_dir_is_one_line_exit_2(ray_cluster, scripted, tmp_path, ca
     err = capsys.readouterr().err
     assert code == cli.EXIT_CONFIG
     assert "error: ALFWorld data directory" in err and "does not exist" in err and "Traceback" not in err
+
+
+def test_three_epochs_slow_update_and_meta_skill_see_their_inputs(ray_cluster, scripted, alfworld_root, tmp_path):
+    """REFERENCE_SPEC §10-§11 through the real loop: the slow update sees the previous and current skill and
+    the previous guidance; the meta skill is written from epoch 2 on and shown to the optimizer the epoch after."""
+    code, rd = _run(scripted.base_url, tmp_path / "out", alfworld_root, "optimizer.epochs=3", "optimizer.slow_update_gate=false",
+                    "optimizer.slow_update_samples=4")
+    assert code == 0
+    slow2 = (rd / "epochs/e02/slow_update_prompt.md").read_text()
+    slow3 = (rd / "epochs/e03/slow_update_prompt.md").read_text()
+    for text in (slow2, slow3):
+        order = ["## Previous Epoch's Skill", "## Current Epoch's Skill", "## Previous Slow Update Guidance",
+                 "## Longitudinal Comparison (same 20 tasks, two skill versions)", "### Regressions (right→wrong) — HIGHEST PRIORITY",
+                 "### Persistent Failures (wrong→wrong)", "### Improvements (wrong→right)", "### Stable Successes (right→right)"]
+        assert [text.find(h) for h in order] == sorted(text.find(h) for h in order) and min(text.find(h) for h in order) >= 0
+    guidance = "Keep following the per-task-type rules"
+    assert "(none yet" in slow2.split("## Previous Slow Update Guidance", 1)[1].split("## Longitudinal", 1)[0]
+    assert guidance in slow3.split("## Previous Slow Update Guidance", 1)[1].split("## Longitudinal", 1)[0]  # force-injected in e2
+    assert guidance in slow3.split("## Previous Epoch's Skill", 1)[1].split("## Current Epoch's Skill", 1)[0]
+    assert json.loads((rd / "epochs/e02/slow_result.json").read_text())["action"] == "force_accept"
+    meta_content = "Appending one rule per failing task type"
+    assert json.loads((rd / "epochs/e01/meta_skill_result.json").read_text())["action"] == "skip_first_epoch"
+    meta2 = (rd / "epochs/e02/meta_skill_prompt.md").read_text()
+    meta3 = (rd / "epochs/e03/meta_skill_prompt.md").read_text()
+    assert "## Previous Epoch Last-Step Skill" in meta2 and "## Longitudinal Comparison (same tasks, two last-step skills)" in meta2
+    assert "(none yet" in meta2 and meta_content in meta3.split("## Previous Optimizer Meta Skill", 1)[1]
+    # the meta skill written at the end of epoch 2 reaches the optimizer's prompts in epoch 3 only
+    log = scripted.policies.optimizer_log
+    analysts = {k: msgs[-1]["content"] for stage, k, msgs in log if stage == "analyst"}
+    e2 = [t for k, t in analysts.items() if k.startswith("train/e2s")]
+    e3 = [t for k, t in analysts.items() if k.startswith("train/e3s")]
+    assert e2 and e3
+    assert not any("## Optimizer Meta Skill" in t for t in e2)
+    assert all("## Optimizer Meta Skill" in t and meta_content in t for t in e3)
+    assert not any("## Optimizer Meta Skill" in msgs[-1]["content"] for stage, _k, msgs in log if stage == "slow_update")
