@@ -73,7 +73,7 @@ def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Rec
         "wall_time_s": float(s.get("wall_time_s", 0.0)),
     }
     curve = [(0, float(s["selection"]["initial"]), 0.0)]
-    curve += [(h["global_step"], float(h["current_score"]), 1.0 if h["action"].startswith("accept") else 0.0) for h in history]
+    curve += [(h["step"], float(h["current_score"]), 1.0 if h["action"].startswith("accept") else 0.0) for h in history]
     return Record({k: str(v) for k, v in params.items()}, int(seed), metrics, curve)
 
 
