@@ -219,6 +219,9 @@ def validate(cfg: Config) -> Config:
     _at_least("optimizer.merge_batch_size", o.merge_batch_size, 2)
     _at_least("optimizer.learning_rate", o.learning_rate, 1)
     _at_least("optimizer.min_learning_rate", o.min_learning_rate, 1)
+    if o.min_learning_rate > o.learning_rate:  # the reference would clamp every budget up to the minimum
+        raise ConfigError(f"optimizer.min_learning_rate={o.min_learning_rate} is larger than optimizer.learning_rate={o.learning_rate}; "
+                          "the schedule decays from learning_rate down to min_learning_rate")
     _choice("optimizer.lr_schedule", o.lr_schedule, ("constant", "linear", "cosine", "autonomous"))
     _choice("optimizer.lr_control_mode", o.lr_control_mode, ("fixed", "none", "autonomous"))
     _choice("optimizer.skill_aware_appendix_source", o.skill_aware_appendix_source, ("both", "failure_only"))

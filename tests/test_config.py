@@ -96,3 +96,8 @@ def test_unimplemented_benchmark_is_a_clear_data_error():
 
     with pytest.raises(envs.DataError, match="unknown environment"):
         envs.make("chess", {})
+
+
+def test_min_learning_rate_above_learning_rate_is_named():
+    with pytest.raises(cli.UsageError, match="optimizer.min_learning_rate=3 is larger than optimizer.learning_rate=2"):
+        cli.typed(cli.compose(["+experiment=alfworld", "optimizer.learning_rate=2", "optimizer.min_learning_rate=3"]))
