@@ -71,10 +71,13 @@ class Policies:
         self.wander = wander
         # one-shot benchmarks (spreadsheets, QA): task_id -> (task_type, right reply, wrong reply)
         self.answers = answers or {}
+        self.optimizer_log: list[tuple[str, str, list[dict[str, Any]]]] = []  # (stage, sample key, messages)
 
     def answer(self, body: dict[str, Any], headers: dict[str, str]) -> str:
         role = headers.get("x-skillopt-role", "")
         stage = headers.get("x-skillopt-stage", "")
+        if role == "optimizer":  # what the optimizer was shown, for tests that check prompt contents
+            self.optimizer_log.append((stage, headers.get("x-skillopt-key", ""), body["messages"]))
         if role == "target":
             return self.target_reply(body, headers.get("x-skillopt-key", ""))
         return self.optimizer_reply(stage, body)
