@@ -28,7 +28,7 @@ from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, 
 from envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxUnavailable
 from envs.spreadsheetbench import data as sb_data
 from envs.spreadsheetbench import prompts, readcells
-from envs.spreadsheetbench.scoring import (Area, CaseVerdict, PositionError, SheetValues, case_report, cell_lines, compare,
+from envs.spreadsheetbench.scoring import (Area, PositionError, SheetValues, case_report, cell_lines, compare,
                                            exec_error_report, parse_position, verification_message, wrong_cells_from_report)
 from skillopt_ray.llm.types import ChatRequest
 

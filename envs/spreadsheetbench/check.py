@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ from typing import Any, Iterable, Optional
 from envs.base import DataError, Task
 from envs.spreadsheetbench import data as sb_data
 from envs.spreadsheetbench.scoring import PositionError, cells_equal, parse_position
+
+warnings.filterwarnings("ignore", category=UserWarning, module="openpyxl")  # unsupported extensions in real workbooks
 
 KINDS = ("unparsable-position", "missing-sheet", "no-test-cases", "unreadable-workbook", "conflicting-cases")
 _VERSION = 1
