@@ -37,7 +37,7 @@ def test_spreadsheetbench_experiment_learns_on_sample_tasks(ray_cluster, tmp_pat
     wrong = "import os, shutil\nshutil.copy(os.environ['INPUT_PATH'], os.environ['OUTPUT_PATH'])\n"
     answers = {}
     for t in TEMPLATES:
-        kind = "cell" if t.kind.startswith("Cell") else "sheet"
+        kind = "cell_level" if t.kind.startswith("Cell") else "sheet_level"
         for split, n in SAMPLE_SPLITS.items():
             for i in range(n):
                 answers[f"sample-{t.name}-{split}{i}"] = (kind, f"```python\n{SOLUTIONS[t.name]}```", f"```python\n{wrong}```")
@@ -47,7 +47,7 @@ def test_spreadsheetbench_experiment_learns_on_sample_tasks(ray_cluster, tmp_pat
     assert code == 0
     _check_learned(rd)
     rollout = json.loads((rd / "steps/e01_s001/rollout.json").read_text())
-    assert all(r["fail_reason"] == "wrong_values" and r["n_turns"] == 2 for r in rollout)  # training feedback, then max turns
+    assert all(r["fail_reason"].startswith("eval-mismatch: ") and r["n_turns"] == 2 for r in rollout)  # training feedback, then max turns
     captured = capsys.readouterr()
     assert "built-in sample tasks" in captured.out + captured.err
 
