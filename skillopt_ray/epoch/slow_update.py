@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from envs.base import EpisodeResult, Task
 from skillopt_ray import prompts
-from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.epoch import ask_for_text
 from skillopt_ray.prompts.render import conversation_text
 
 CATEGORIES = {(False, True): "improved", (True, False): "regressed", (False, False): "persistent_fail", (True, True): "stable_success"}
@@ -63,13 +63,4 @@ def keep(pairs: list[dict[str, Any]], policy: str) -> list[dict[str, Any]]:
 async def write_slow_update(llm: Any, user: str, key: str) -> tuple[dict[str, Any], Optional[str]]:
     """One call on the user message of `prompts.slow_update_user`. Returns (record, guidance); guidance
     None when the reply had no usable content (action no_content)."""
-    try:
-        res = await llm.chat_json(ChatRequest("optimizer", "slow_update", prompts.messages(prompts.system_prompt("slow_update"), user), key),
-                                  prompts.SLOW_UPDATE_SCHEMA, "slow_update")
-    except MalformedOutput as e:
-        return {"action": "no_content", "error": e.message}, None
-    content = str(res.data.get("slow_update_content") or "").strip()
-    rec = {"reasoning": str(res.data.get("reasoning") or "").strip(), "slow_update_content": content}
-    if not content:
-        return {**rec, "action": "no_content"}, None
-    return rec, content
+    return await ask_for_text(llm, "slow_update", user, prompts.SLOW_UPDATE_SCHEMA, "slow_update_content", key)

@@ -117,9 +117,13 @@ def describe_item(item: dict[str, Any], mode: str) -> str:
     return "  ".join(parts)
 
 
+def pool_lines(items: list[dict[str, Any]], mode: str) -> str:
+    return "\n".join(f"[{i}] {describe_item(it, mode)}" for i, it in enumerate(items))
+
+
 def ranking_user(*, meta_skill: str, skill: str, items: list[dict[str, Any]], budget: int, mode: str) -> str:
     _, label, title = PAYLOAD[mode]
-    lines = "\n".join(f"[{i}] {describe_item(it, mode)}" for i, it in enumerate(items))
+    lines = pool_lines(items, mode)
     body = (f"## Current Skill\n{skill}\n\n## {title} Pool ({len(items)} {label}, budget={budget})\n{lines}\n\n"
             f"Choose the {budget} most important {label} and list their zero-based indices in selected_indices, "
             "most important first.")
@@ -129,7 +133,7 @@ def ranking_user(*, meta_skill: str, skill: str, items: list[dict[str, Any]], bu
 def lr_user(*, meta_skill: str, skill: str, items: list[dict[str, Any]], mode: str, rollout_n: int, rollout_hard: float,
             rollout_soft: float, step_buffer: str) -> str:
     label = PAYLOAD[mode][1]
-    lines = "\n".join(f"[{i}] {describe_item(it, mode)}" for i, it in enumerate(items))
+    lines = pool_lines(items, mode)
     body = (f"## Current Skill\n{skill}\n\n## Current Step Evidence\nrollout_n={rollout_n}\nrollout_hard={rollout_hard:.6f}\n"
             f"rollout_soft={rollout_soft:.6f}\nproposed_update_items={len(items)}\nupdate_item_type={label}\n\n"
             f"## Proposed Update Items\n{lines}\n\nHow many of these {label} should be applied at this step?")
