@@ -128,6 +128,30 @@ def check_keys(data: dict[str, Any]) -> None:
             raise UsageError(f"missing API key for llm.{role} ({data['llm']['backend']}): set the environment variable {env}")
 
 
+def check_skill_files(data: dict[str, Any]) -> None:
+    """Skill documents the run will read: present, regular, UTF-8 text (checked before Ray starts)."""
+    keys = [("skill_init", data.get("skill_init"))]
+    if data["mode"] == "eval":
+        keys.append(("eval.skill_path", data["eval"].get("skill_path")))
+    for key, value in keys:
+        if not value:
+            continue
+        path = Path(value)
+        if not path.is_file():
+            raise UsageError(f"{key}={value!r} is not a file; give the path to a skill .md file")
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise UsageError(f"{key}={value!r} cannot be read ({e.strerror}); give the path to a skill .md file") from None
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{key}={value!r} is not UTF-8 text (byte {e.start} cannot be decoded: a binary file?); "
+                             "give the path to a skill .md file") from None
+        if b"\x00" in raw:
+            raise UsageError(f"{key}={value!r} contains NUL bytes (a binary file?); give the path to a skill .md file")
+
+
 def start_ray(data: dict[str, Any]) -> None:
     import ray
 
@@ -293,6 +317,7 @@ def execute(data: dict[str, Any]) -> dict[str, Any]:
     from skillopt_ray.driver import DriverActor
     from skillopt_ray.llm.embedded import NOTICE, EmbeddedServer, EmbeddedUnavailable
 
+    check_skill_files(data)
     run_dir = run_dir_for(data)
     check_output_dir(Path(data["output_dir"]))
     if run_dir.exists() and not data["resume"]:

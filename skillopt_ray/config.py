@@ -265,7 +265,33 @@ def validate(cfg: Config) -> Config:
     _choice("debug.progress", cfg.debug.progress, ("auto", "rich", "plain", "off"))
     if cfg.mode == "eval" and not cfg.eval.skill_path:
         raise ConfigError("mode=eval needs eval.skill_path=<path to a skill .md file>")
+    _cross_field(cfg)
     return cfg
+
+
+# An environment variable whose name looks like it holds a credential.
+_KEY_LIKE = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE)", re.IGNORECASE)
+
+
+def key_like_names(names: Any) -> list[str]:
+    """The names in `names` that look like credentials (never passed into model-run code)."""
+    return [str(n) for n in (names or []) if _KEY_LIKE.search(str(n))]
+
+
+def _cross_field(cfg: Config) -> None:
+    """Rules between keys (each names the keys and the fix)."""
+    import envs  # the benchmark registry (no benchmark module is imported)
+
+    if cfg.experiment in envs.names() and cfg.env.name != cfg.experiment:
+        raise ConfigError(f"+experiment={cfg.experiment} runs env={cfg.experiment}, but env={cfg.env.name} was given; "
+                          f"drop env={cfg.env.name} or use +experiment={cfg.env.name}")
+    allow = (cfg.env.options or {}).get("env_allow") if isinstance(cfg.env.options, dict) else None
+    if allow is not None and not isinstance(allow, (list, tuple)):
+        raise ConfigError(f"env.options.env_allow={allow!r} is invalid; give a list of environment variable names")
+    bad = key_like_names(allow)
+    if bad:
+        raise ConfigError(f"env.options.env_allow names {', '.join(bad)}, which look like credentials; model-written code never "
+                          "sees API keys, tokens, secrets or passwords: remove them from env.options.env_allow")
 
 
 _SECRET_KEY = re.compile(r"(^|_)(api_key|key|token|secret|password)$")

@@ -31,6 +31,10 @@ def test_smoke_overlay_and_overrides():
     assert obj.optimizer.batch_size == 4 and obj.optimizer.learning_rate == 6 and obj.seed == 3
 
 
+# Appended where a regression would otherwise start a whole run: it then fails in seconds on the unreachable address.
+FAST_FAIL = ["llm=compatible", "llm.base_url=http://127.0.0.1:9/v1", "ray.address=127.0.0.1:9"]
+
+
 def _main(capsys, *args, env=None, monkeypatch=None):
     code = cli.main(list(args))
     err = capsys.readouterr().err.strip()
@@ -47,6 +51,10 @@ def _main(capsys, *args, env=None, monkeypatch=None):
     (["+experiment=alfworld", "optimizer.gate_metric=median"], "allowed: hard, soft, mixed"),
     (["+experiment=alfworld", "optimizer.lr_schedule=step"], "allowed: constant, linear, cosine, autonomous"),
     (["+experiment=alfworld", "mode=eval"], "eval.skill_path"),
+    (["+experiment=alfworld", "optimizer.min_learning_rate=6", *FAST_FAIL], "optimizer.min_learning_rate=6 is larger than optimizer.learning_rate=4"),
+    (["+experiment=alfworld", "env=searchqa", *FAST_FAIL], "+experiment=alfworld runs env=alfworld, but env=searchqa was given"),
+    (["+experiment=spreadsheetbench", "env.options.env_allow=[LANG,OPENAI_API_KEY,HF_TOKEN]", *FAST_FAIL],
+     "env.options.env_allow names OPENAI_API_KEY, HF_TOKEN, which look like credentials"),
 ])
 def test_bad_input_one_line_exit_2(capsys, args, needle):
     code, err = _main(capsys, *args)
@@ -76,9 +84,27 @@ def test_unreachable_ray_address(capsys, tmp_path, monkeypatch):
 
 
 def test_cfg_job_prints_resolved_config_with_secrets_redacted(capsys):
-    code = cli.main(["+experiment=alfworld", "--cfg", "job"])
+    code = cli.main(["+experiment=alfworld", "--cfg", "job", "+tracking.tags.hf_token=hf-live-secret-123", "+tracking.tags.owner=ana"])
     out = capsys.readouterr().out
     assert code == 0 and "experiment: alfworld" in out and "learning_rate: 4\n" in out
+    assert "hf-live-secret-123" not in out and "hf_token: '***'" in out and "owner: ana" in out
+    assert "api_key_env:" in out  # names of variables are not secrets and stay readable
+
+
+def _binary_skill(tmp_path: Path) -> Path:
+    p = tmp_path / "best_skill.md"
+    p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    return p
+
+
+@pytest.mark.parametrize("key", ["eval.skill_path", "skill_init"])
+def test_binary_skill_file_is_named_before_ray_starts(capsys, tmp_path, monkeypatch, key):
+    monkeypatch.setattr(cli, "start_ray", lambda data: pytest.fail("Ray started before the skill file was checked"))
+    extra = ["mode=eval"] if key == "eval.skill_path" else []
+    code, err = _main(capsys, "+experiment=alfworld", *extra, f"{key}={_binary_skill(tmp_path)}", f"output_dir={tmp_path / 'out'}")
+    assert code == 2 and err.startswith(f"error: {key}=") and "\n" not in err
+    assert "is not UTF-8 text" in err and "best_skill.md" in err and "UnicodeDecodeError" not in err
+    assert not (tmp_path / "out" / "runs").exists()
 
 
 def test_redaction_and_run_identity():
