@@ -1,18 +1,25 @@
 """Run model-written Python where it cannot hurt the host.
 
 Each run gets a fresh directory holding only its inputs, an environment built from an
-explicit allow list (no API keys), and - with bubblewrap - its own mount, network, PID,
-IPC and UTS namespaces: the filesystem is read-only system and Python directories plus the
-run directory, there is no network, and every process dies with the sandbox. Rlimits cap
-CPU time, address space, file size and process count; a wall-clock timeout kills the whole
-process group. When started as root the code drops to an unprivileged uid first, because
-the kernel does not apply the process-count limit to root.
+explicit allow list (never key-like names), and - with bubblewrap - its own mount, network,
+PID, IPC and UTS namespaces: the filesystem is read-only system and Python directories plus
+the work directory, there is no network, and every process dies with the sandbox.
+
+The work directory is a private, size-capped tmpfs (`disk_mb`): nothing the script writes
+reaches the host disk. The inputs come in read-only and are copied onto it; the files the
+caller keeps go out through one inherited descriptor, written by the launcher after the
+script has ended (bounded by the file-size limit). Rlimits cap CPU time, address space,
+file size, open files and process count; a wall-clock timeout kills the whole process group;
+new user namespaces are refused inside (a seccomp filter, plus `--disable-userns` where
+bubblewrap runs in its own user namespace). When started as root the code drops to an
+unprivileged uid first, because the kernel does not apply the process-count limit to root.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +40,19 @@ class SandboxUnavailable(RuntimeError):
     """No isolation mechanism; the message names the fix and the explicit opt-out."""
 
 
+class SandboxConfigError(SandboxUnavailable):
+    """A sandbox setting that would weaken it (e.g. a key-like variable in the allow list)."""
+
+
+# An environment variable whose name looks like it holds a credential: never passed into model-run code.
+_KEY_LIKE = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE)", re.IGNORECASE)
+
+
+def key_like_names(names) -> list[str]:
+    """The names in `names` that look like credentials."""
+    return [str(n) for n in (names or []) if _KEY_LIKE.search(str(n))]
+
+
 @dataclass(frozen=True)
 class Limits:
     cpu_s: int = 60
@@ -41,6 +61,8 @@ class Limits:
     file_mb: int = 64  # largest file a process may write
     processes: int = 32
     output_chars: int = 4000  # stdout/stderr kept (head and tail)
+    disk_mb: int = 256  # size of the private tmpfs work directory (bwrap): all the script's files together
+    open_files: int = 256  # RLIMIT_NOFILE
 
 
 @dataclass
@@ -105,17 +127,54 @@ def _uid_process_count(uid: int) -> int:
     return n
 
 
-# Runs inside the sandbox before the user's script: rlimits, then (as root) drop to nobody.
+# Runs inside the sandbox (as `python -I -c`): copy the inputs onto the work directory, set the rlimits, drop root if
+# still root, then run the script in a child process. After the script has ended (the launcher is the parent), the
+# files the caller keeps are streamed out through the inherited descriptor: regular files only (no symlinks), each
+# at most the file-size limit. The launcher then ends the way the script did (same exit status or signal).
 _LAUNCHER = r"""
-import json, os, resource, runpy, sys
+import json, os, resource, runpy, shutil, signal, stat, sys
 cfg = json.loads(sys.argv[1])
 for name, value in cfg["rlimits"].items():
     resource.setrlimit(getattr(resource, name), tuple(value))
 if os.getuid() == 0 and cfg["drop_to"] is not None:
     os.setgroups([]); os.setgid(cfg["drop_to"]); os.setuid(cfg["drop_to"])
-sys.argv = [cfg["script"]]
-sys.path.insert(0, os.getcwd())
-runpy.run_path(cfg["script"], run_name="__main__")
+work = cfg["work"]
+os.makedirs(os.path.join(work, "tmp"), exist_ok=True)
+for name in os.listdir(cfg["stage"]):
+    shutil.copyfile(os.path.join(cfg["stage"], name), os.path.join(work, name))
+os.chdir(work)
+export_fd = cfg["export_fd"]
+pid = os.fork()
+if pid == 0:
+    os.close(export_fd)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["file_bytes"], cfg["file_bytes"]))
+    sys.argv = [cfg["script"]]
+    sys.path.insert(0, os.getcwd())
+    runpy.run_path(cfg["script"], run_name="__main__")
+else:
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    with os.fdopen(export_fd, "wb") as out:
+        for name in cfg["keep"]:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                data = f.read(cfg["file_bytes"] + 1)[: cfg["file_bytes"]]
+            out.write((json.dumps({"name": name, "size": len(data)}) + "\n").encode() + data)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 """
 
 
@@ -129,27 +188,94 @@ def _python_dirs() -> list[str]:
     return sorted(d for d in dirs if d and d != "/" and not d.startswith("/usr"))
 
 
+# A seccomp filter (classic BPF) that refuses new user namespaces: unshare/clone with CLONE_NEWUSER get EPERM,
+# clone3 gets ENOSYS (its flags sit in memory a filter cannot read; libc then falls back to clone), and any other
+# syscall ABI (i386, x32) is refused. bubblewrap installs it (--seccomp) after setting up the sandbox. Works for a
+# root caller too, where bubblewrap's own --disable-userns (which needs --unshare-user) cannot be used.
+_CLONE_NEWUSER = 0x10000000
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 56, 272, 435), "aarch64": (0xC00000B7, 220, 97, 435)}  # arch, clone, unshare, clone3
+
+
+def userns_filter() -> Optional[bytes]:
+    """The filter for this machine's architecture (None where we have no syscall table for it)."""
+    import platform
+    import struct
+
+    spec = _SECCOMP_ARCH.get(platform.machine())
+    if spec is None:
+        return None
+    arch, nr_clone, nr_unshare, nr_clone3 = spec
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    prog = [
+        (ld, 0, 0, 4),                      # 0: A = arch
+        (jeq, 1, 0, arch),                  # 1: native ABI? -> 3
+        (ret, 0, 0, eperm),                 # 2: other ABIs refused
+        (ld, 0, 0, 0),                      # 3: A = syscall number
+        (jge, 7, 0, 0x40000000),            # 4: x32 numbers -> 12 (eperm)
+        (jeq, 3, 0, nr_unshare),            # 5: -> 9
+        (jeq, 2, 0, nr_clone),              # 6: -> 9
+        (jeq, 5, 0, nr_clone3),             # 7: -> 13 (enosys)
+        (ret, 0, 0, allow),                 # 8
+        (ld, 0, 0, 16),                     # 9: A = low 32 bits of the first argument (the flags)
+        (jset, 1, 0, _CLONE_NEWUSER),       # 10: CLONE_NEWUSER set -> 12
+        (ret, 0, 0, allow),                 # 11
+        (ret, 0, 0, eperm),                 # 12
+        (ret, 0, 0, enosys),                # 13
+    ]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+
+
+def _read_export(path: Path, outdir: Path, keep: tuple[str, ...]) -> dict[str, Path]:
+    """Files the launcher streamed out: `{"name", "size"}` line, then that many bytes; only names asked for."""
+    files: dict[str, Path] = {}
+    try:
+        with open(path, "rb") as f:
+            while True:
+                header = f.readline()
+                if not header:
+                    break
+                meta = json.loads(header)
+                name, size = str(meta["name"]), int(meta["size"])
+                data = f.read(size)
+                if name in keep and "/" not in name and name not in (".", "..") and len(data) == size:
+                    (outdir / name).write_bytes(data)
+                    files[name] = outdir / name
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # cut short (the launcher was killed): what was whole is kept
+    return files
+
+
 class Sandbox:
     """Runs one script per call in a fresh directory; see the module docstring for the walls."""
 
     def __init__(self, isolation: str = "bwrap", limits: Limits = Limits(), env_allow: tuple[str, ...] = ()):
         if isolation not in ISOLATIONS:
             raise SandboxUnavailable(f"unknown sandbox isolation {isolation!r}; use one of {', '.join(ISOLATIONS)}")
+        bad = key_like_names(env_allow)
+        if bad:
+            raise SandboxConfigError(f"env.options.env_allow names {', '.join(bad)}, which look like credentials; model-written code "
+                                     "never sees API keys, tokens, secrets or passwords: remove them from env.options.env_allow")
         self.isolation = isolation
         self.limits = limits
         self.env_allow = env_allow
+        self.userns = os.geteuid() != 0  # unprivileged callers need a user namespace for bubblewrap
+        self.disable_userns = False  # bubblewrap's own --disable-userns (with --unshare-user)
+        self.seccomp = userns_filter() if isolation == "bwrap" else None
         if isolation == "bwrap":
             self._check_bwrap()
 
-    @staticmethod
-    def _check_bwrap() -> None:
+    def _check_bwrap(self) -> None:
         exe = bwrap_path()
         if exe is None:
             raise SandboxUnavailable(
                 "bubblewrap (bwrap) is not installed, and model-written code must not run unisolated: install it "
                 "(Debian/Ubuntu: apt-get install bubblewrap) or set env.options.sandbox=none to run it without isolation (unsafe)"
             )
-        probe = subprocess.run([exe, "--unshare-all", "--ro-bind", "/", "/", "true"], capture_output=True, text=True, timeout=30)
+        if self.userns and "--disable-userns" in subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30).stdout:
+            self.disable_userns = True
+        argv = [exe, "--unshare-all"] + (["--unshare-user"] if self.userns else []) + ["--ro-bind", "/", "/", "true"]
+        probe = subprocess.run(argv, capture_output=True, text=True, timeout=30)
         if probe.returncode != 0:
             raise SandboxUnavailable(
                 f"bubblewrap cannot create namespaces here ({probe.stderr.strip()[:200]}); enable unprivileged user namespaces "
@@ -164,24 +290,29 @@ class Sandbox:
         env.update(extra)
         return env
 
-    def _rlimits(self, as_root: bool) -> dict[str, list[int]]:
+    def _rlimits(self, uid: int) -> dict[str, list[int]]:
         lim = self.limits
-        nproc = lim.processes + (_uid_process_count(NOBODY) if as_root else _uid_process_count(os.getuid()))
+        nproc = lim.processes + _uid_process_count(uid)
         mb = 1024 * 1024
         return {
             "RLIMIT_CPU": [lim.cpu_s, lim.cpu_s + 1],
             "RLIMIT_AS": [lim.memory_mb * mb, lim.memory_mb * mb],
-            "RLIMIT_FSIZE": [lim.file_mb * mb, lim.file_mb * mb],
             "RLIMIT_NPROC": [nproc, nproc],
+            "RLIMIT_NOFILE": [lim.open_files, lim.open_files],
             "RLIMIT_CORE": [0, 0],
         }
 
-    def _bwrap_argv(self, workdir: Path, inner: str, env: dict[str, str], as_root: bool) -> list[str]:
+    def _bwrap_argv(self, stage: Path, inner: str, env: dict[str, str], fds: list[int]) -> list[str]:
+        """bubblewrap's arguments; the seccomp filter goes in through a descriptor added to `fds`."""
+        lim = self.limits
         argv = [bwrap_path() or "bwrap", "--die-with-parent", "--new-session", "--clearenv",
                 "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-        if not as_root:
+        if self.userns:
             argv.append("--unshare-user")
-        argv += ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
+        if self.disable_userns:
+            argv.append("--disable-userns")
+        argv += ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev",
+                 "--size", str(1024 * 1024), "--tmpfs", "/run", "--size", str(16 * 1024 * 1024), "--tmpfs", "/dev/shm"]
         for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(d):
                 argv += ["--symlink", os.readlink(d), d]
@@ -197,61 +328,76 @@ class Sandbox:
                     made.add(str(parent))
                     argv += ["--perms", "0755", "--dir", str(parent)]
             argv += ["--ro-bind", d, d]
-        argv += ["--bind", str(workdir), inner, "--chdir", inner]
+        argv += ["--ro-bind", str(stage / "in"), "/.inputs",
+                 "--size", str(lim.disk_mb * 1024 * 1024), "--perms", "0777", "--tmpfs", inner, "--chdir", "/"]
         for k, v in env.items():
             argv += ["--setenv", k, v]
+        if self.seccomp is not None:
+            r, w = os.pipe()
+            os.write(w, self.seccomp)  # a few hundred bytes: fits the pipe buffer
+            os.close(w)
+            fds.append(r)
+            argv += ["--seccomp", str(r)]
         return argv
 
     def run(self, script: str, inputs: dict[str, Path], out_dir: Path, env: Optional[dict[str, str]] = None,
             keep: tuple[str, ...] = ()) -> ExecResult:
         """Run `script` with `inputs` copied in by name; files named in `keep` are copied to `out_dir`.
 
-        `{dir}` in env values becomes the run directory as the script sees it."""
+        `{dir}` in env values becomes the work directory as the script sees it."""
         as_root = os.geteuid() == 0
-        workdir = Path(tempfile.mkdtemp(prefix="skillopt-sbx-"))
+        bwrap = self.isolation == "bwrap"
+        stage = Path(tempfile.mkdtemp(prefix="skillopt-sbx-"))
         outdir = Path(out_dir)
         outdir.mkdir(parents=True, exist_ok=True)
         try:
-            inner = "/sandbox" if self.isolation == "bwrap" else str(workdir)
-            (workdir / "tmp").mkdir()
+            (stage / "in").mkdir()
             for name, src in inputs.items():
-                shutil.copyfile(src, workdir / name)
-            (workdir / "main.py").write_text(script, encoding="utf-8")
+                shutil.copyfile(src, stage / "in" / name)
+            (stage / "in" / "main.py").write_text(script, encoding="utf-8")
+            inner = "/sandbox" if bwrap else str(stage / "work")
+            if not bwrap:
+                (stage / "work").mkdir()
             if as_root:
-                for p in [workdir, *workdir.rglob("*")]:
+                for p in [stage, *stage.rglob("*")]:
                     os.chown(p, NOBODY, NOBODY)
             env_vars = self._env({k: v.replace("{dir}", inner) for k, v in (env or {}).items()}, inner)
-            cfg = {"rlimits": self._rlimits(as_root), "drop_to": NOBODY if as_root else None, "script": "main.py"}
+            run_uid = NOBODY if as_root else os.getuid()
+            export_path = stage / "export"
+            export_fd = os.open(export_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            cfg = {"rlimits": self._rlimits(run_uid), "drop_to": NOBODY if as_root else None, "script": "main.py",
+                   "stage": "/.inputs" if bwrap else str(stage / "in"), "work": inner, "keep": list(keep),
+                   "export_fd": export_fd, "file_bytes": self.limits.file_mb * 1024 * 1024}
             cmd = [sys.executable, "-I", "-c", _LAUNCHER, json.dumps(cfg)]
-            if self.isolation == "bwrap":
-                cmd = self._bwrap_argv(workdir, inner, env_vars, as_root) + cmd
+            fds = [export_fd]
+            if bwrap:
+                cmd = self._bwrap_argv(stage, inner, env_vars, fds) + cmd
             out_path, err_path = outdir / "stdout", outdir / "stderr"
             t0 = time.monotonic()
-            with open(out_path, "wb") as out, open(err_path, "wb") as err:
-                proc = subprocess.Popen(cmd, cwd=workdir, env=env_vars if self.isolation == "none" else {}, stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=err, start_new_session=True)
-                timed_out = False
-                try:
-                    proc.wait(timeout=self.limits.wall_s)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                finally:
-                    self._kill_group(proc)
+            try:
+                with open(out_path, "wb") as out, open(err_path, "wb") as err:
+                    proc = subprocess.Popen(cmd, cwd=stage, env=env_vars if not bwrap else {}, stdin=subprocess.DEVNULL,
+                                            stdout=out, stderr=err, start_new_session=True, pass_fds=tuple(fds))
+                    timed_out = False
+                    try:
+                        proc.wait(timeout=self.limits.wall_s)
+                    except subprocess.TimeoutExpired:
+                        timed_out = True
+                    finally:
+                        self._kill_group(proc)
+            finally:
+                for fd in fds:
+                    os.close(fd)
             wall = time.monotonic() - t0
-            files = {}
-            for name in keep:
-                src = workdir / name
-                if src.is_file() and not src.is_symlink():
-                    shutil.copyfile(src, outdir / name)
-                    files[name] = outdir / name
+            files = _read_export(export_path, outdir, keep)
             limit = self.limits.output_chars
             rc = proc.returncode
-            if self.isolation == "bwrap" and rc > 128:
+            if bwrap and rc > 128:
                 rc = -(rc - 128)  # bwrap reports a child killed by signal N as 128 + N
             return ExecResult(rc if not timed_out else -signal.SIGKILL, _read_bounded(out_path, limit),
                               _read_bounded(err_path, limit), timed_out, wall, files)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(stage, ignore_errors=True)
 
     @staticmethod
     def _kill_group(proc: subprocess.Popen) -> None:

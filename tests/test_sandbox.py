@@ -5,20 +5,22 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from envs.sandbox import Limits, Sandbox, SandboxUnavailable
+from envs.sandbox import Limits, Sandbox, SandboxConfigError, SandboxUnavailable
 
 pytestmark = pytest.mark.usefixtures("needs_bwrap")
 
 
 @pytest.fixture(scope="module")
 def sandbox():
-    return Sandbox("bwrap", Limits(cpu_s=4, wall_s=8, memory_mb=1024, file_mb=8, processes=16, output_chars=2000))
+    return Sandbox("bwrap", Limits(cpu_s=4, wall_s=8, memory_mb=1024, file_mb=8, processes=16, output_chars=2000, disk_mb=24,
+                                   open_files=64))
 
 
 def run(sandbox, code: str, tmp_path: Path, **kw):
@@ -91,12 +93,51 @@ def test_no_network(sandbox, tmp_path):
         srv.close()
 
 
+def _descendants() -> set[int]:
+    """Processes below this test process (the sandbox's, on the host's side of its PID namespace)."""
+    me, found = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        for _ in range(12):
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                break
+            if fields[0] == "Z":
+                break
+            pid = int(fields[1])
+            if pid == me:
+                found.add(int(entry))
+                break
+            if pid <= 1:
+                break
+    return found
+
+
 def test_fork_bomb_is_capped(sandbox, tmp_path):
+    seen: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            seen.append(len(_descendants()))
+            time.sleep(0.05)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
     t0 = time.monotonic()
-    r = run(sandbox, "import os\nwhile True:\n    os.fork()", tmp_path)
+    try:
+        r = run(sandbox, "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.5); raise", tmp_path)
+    finally:
+        done.set()
+        t.join()
     assert not r.ok and time.monotonic() - t0 < 15
     assert "BlockingIOError" in r.stderr or "Resource temporarily unavailable" in r.stderr or r.timed_out
-    assert not _processes_named("while True:\n    os.fork()")
+    assert max(seen) > 3  # the sampler did see the bomb's processes while it ran (the check below is not vacuous)
+    assert max(seen) < 16 + 8  # capped at the process limit (plus bubblewrap and the launcher)
+    assert not _descendants()  # and none outlives the sandbox
 
 
 def test_allocating_ten_gigabytes_fails_inside(sandbox, tmp_path):
@@ -131,6 +172,69 @@ def test_background_processes_die_with_the_sandbox(sandbox, tmp_path):
     assert r.ok and "spawned" in r.stdout
     time.sleep(0.5)
     assert not _processes_named(marker)
+
+
+def test_writing_more_than_the_disk_cap_fails_and_nothing_reaches_the_host(sandbox, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "host-tmp"))
+    (tmp_path / "host-tmp").mkdir()
+    before = shutil.disk_usage(tmp_path).used
+    code = ("import os\nst = os.statvfs('.')\nprint('capacity', st.f_blocks * st.f_frsize)\nwritten = 0\n"
+            "try:\n    for i in range(100):\n        with open(f'f{i}', 'wb') as f:\n            f.write(b'x' * 4 * 1024 * 1024)\n"
+            "        written += 4\nexcept OSError as e:\n    print('stopped after', written, 'MB:', e.strerror)\n    raise")
+    r = run(sandbox, code, tmp_path)
+    assert not r.ok and "No space left on device" in r.stdout + r.stderr
+    assert f"capacity {24 * 1024 * 1024}" in r.stdout
+    assert int(r.stdout.split("stopped after ")[1].split()[0]) <= 24  # 100 x 4 MB asked; the 24 MB tmpfs took what fits
+    assert not os.listdir(tmp_path / "host-tmp")  # the run's staging directory is gone
+    assert shutil.disk_usage(tmp_path).used - before < 16 * 1024 * 1024  # the host disk did not take the writes
+
+
+def test_writes_outside_the_work_directory_and_symlinks_out_fail(sandbox, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("original")
+    code = """import os
+results = {}
+for target in ('/usr/evil', '/.inputs/in.txt', '/etc/evil', '/evil', '/proc/evil', os.path.expanduser('~/../evil')):
+    try:
+        open(target, 'w').write('x')
+        results[target] = 'written'
+    except OSError as e:
+        results[target] = type(e).__name__
+open('in.txt', 'w').write('changed inside')  # the work directory's own copy
+os.symlink('/etc/ld.so.cache', 'leak.bin')
+os.symlink('/.inputs/in.txt', 'back.txt')
+os.mkdir('d'); os.symlink('d', 'dirlink')
+print(results)
+"""
+    r = sandbox.run(code, {"in.txt": src}, tmp_path / "out", keep=("leak.bin", "back.txt", "dirlink", "in.txt"))
+    assert r.ok, r.stderr
+    results = eval(r.stdout.strip())  # noqa: S307 - the dict the script printed
+    assert "written" not in results.values(), results
+    assert src.read_text() == "original"  # the host's input is untouched
+    assert set(r.files) == {"in.txt"} and r.files["in.txt"].read_text() == "changed inside"  # symlinks are never followed out
+    assert not (tmp_path / "out" / "leak.bin").exists()
+
+
+def test_open_files_limit_is_the_configured_value(sandbox, tmp_path):
+    r = run(sandbox, "import resource, subprocess\nprint(resource.getrlimit(resource.RLIMIT_NOFILE))\n"
+                     "print(subprocess.run(['sh', '-c', 'ulimit -n'], capture_output=True, text=True).stdout.strip())", tmp_path)
+    assert r.ok and r.stdout.split() == ["(64,", "64)", "64"], r.stdout + r.stderr
+
+
+def test_nested_user_namespaces_are_refused(sandbox, tmp_path):
+    code = ("import ctypes, os, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "rc = libc.unshare(0x10000000)\nprint('unshare', rc, os.strerror(ctypes.get_errno()))\n"
+            "p = subprocess.run(['unshare', '--user', 'true'], capture_output=True, text=True)\nprint('tool', p.returncode)\n"
+            "print('fork ok', subprocess.run(['true']).returncode)")
+    r = run(sandbox, code, tmp_path)
+    assert r.ok, r.stderr
+    assert "unshare -1" in r.stdout and "tool 0" not in r.stdout and "fork ok 0" in r.stdout  # ordinary processes still start
+
+
+def test_key_like_variables_are_refused_in_the_allow_list():
+    with pytest.raises(SandboxConfigError, match="OPENAI_API_KEY.*look like credentials.*env.options.env_allow"):
+        Sandbox("none", env_allow=("LANG", "OPENAI_API_KEY"))
+    Sandbox("none", env_allow=("LANG", "TZ"))
 
 
 def test_unknown_isolation_is_refused():
