@@ -95,7 +95,7 @@ def test_json_reask_then_malformed(server, tmp_path, run):
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     server.inject(Fault(200, malformed=True))
     out = run(gw.chat_json(req(1), schema))
-    assert out.reasked and out.data == {"answer": "q1" if False else out.data["answer"]}
+    assert out.reasked and out.errors and set(out.data) == {"answer"}
     assert "could not be used" in out.data["answer"]  # the re-ask carried the error back
     server.inject(Fault(200, malformed=True), Fault(200, malformed=True))
     with pytest.raises(MalformedOutput):
