@@ -7,6 +7,7 @@ cost off the clock.
 
     python -m envs.alfworld.precompile                      # $ALFWORLD_DATA, or the built-in samples
     python -m envs.alfworld.precompile --data ~/alfworld --split all --workers 8
+    python -m envs.alfworld.precompile --data ~/alfworld --split paper   # only the paper split's 191 games
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None, help="folder holding json_2.1.1 (default: $ALFWORLD_DATA, else the built-in samples)")
-    ap.add_argument("--split", default="all", help="train, val, test or all (default)")
+    ap.add_argument("--split", default="all", help="train, val, test or all (default): every game under the split folders; "
+                    "paper: the games of SkillOpt's paper split (39/18/134) that the data holds")
     ap.add_argument("--cache", default="auto", help="compile cache directory (default: auto = ~/.cache/skillopt_ray/alfworld_compiled_v1)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args(argv)
@@ -67,7 +69,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             from envs.alfworld.samples import ensure_sample_games
 
             root = ensure_sample_games()
-        tasks = alf_data.walk_split(root, a.split)
+        if a.split == "paper":
+            tasks = alf_data.manifest_split(root, alf_data.PAPER_SPLIT_DIR, "all", skip_missing=True)
+        else:
+            tasks = alf_data.walk_split(root, a.split)
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
