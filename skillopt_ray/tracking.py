@@ -13,6 +13,7 @@ retries transient store errors and never starts a second run silently.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -92,12 +93,9 @@ def _pid_alive(pid: int) -> bool:
 
 def _drop_stale_builds(path: Path) -> None:
     """Private build files of processes that died mid-build (a kill during creation)."""
-    for p in path.parent.glob(f".{path.name}.building-*"):
-        try:
-            pid = int(p.name.rsplit("-", 2)[-2])
-        except ValueError:
-            continue
-        if not _pid_alive(pid):
+    for p in path.parent.glob(f".{path.name}.building-*"):  # the build file and sqlite's -journal/-wal beside it
+        m = re.search(r"\.building-(\d+)-", p.name)
+        if m and not _pid_alive(int(m.group(1))):
             p.unlink(missing_ok=True)
 
 

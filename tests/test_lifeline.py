@@ -25,6 +25,7 @@ def test_a_watcher_exits_within_a_second_of_its_owner_and_a_reused_pid_is_not_th
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     ident = identity(owner.pid)
     assert ident is not None and alive(ident)
+    ident["node"] = None  # the watcher runs outside Ray; this process may have joined a cluster in an earlier test
     import json
 
     w = subprocess.Popen([sys.executable, "-c", _WATCHER, json.dumps(ident)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
