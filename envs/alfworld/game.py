@@ -75,10 +75,3 @@ def read_walkthrough(gamefile: str | Path) -> list[str]:
     with open(gamefile, encoding="utf-8") as f:
         return list(json.load(f).get("walkthrough") or [])
 
-
-def task_text(observation: str) -> str:
-    """The 'Your task is to: ...' line of the first observation."""
-    for line in observation.splitlines():
-        if line.strip().lower().startswith("your task is to"):
-            return line.strip()
-    return ""
