@@ -8,6 +8,7 @@ already paid for — so a resumed run ends exactly where an uninterrupted one wo
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -64,6 +65,12 @@ def _limit(tasks: list[Task], n: int) -> list[Task]:
             if q and len(picked) < n:
                 picked.append(q.pop(0))
     return picked
+
+
+def skill_diff(old: str, new: str) -> str:
+    """Unified diff of two skill versions, as a Markdown code block."""
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), "current", "candidate")
+    return "```diff\n" + "".join(lines) + "```\n"
 
 
 def _results(data: list[dict[str, Any]]) -> list[EpisodeResult]:
@@ -301,6 +308,7 @@ class Trainer:
                                protect_regions=o.protect_regions_in_rewrites, key=key)
             if out.candidate is not None:
                 self.rd.write_text(f"{sd}/candidate.md", out.candidate)
+                self.rd.write_text(f"{sd}/diff.md", skill_diff(skill, out.candidate))
             return out.to_dict()
 
         upd = UpdateOutput.from_dict(await self._memo(f"{sd}/update.json", f"{label}:update", do_update))
@@ -312,7 +320,9 @@ class Trainer:
             eval_key, ev = await self.evaluate(upd.candidate, self.splits.selection, "selection")
             cand, cur, best, n = self.compare(ev)
             d = gate_stage.decide(cand, cur, best, o.use_gate)
-            return {**d.to_dict(), "eval_key": eval_key, "selection_hard": ev["hard"], "selection_soft": ev["soft"],
+            return {**d.to_dict(), "reason": gate_stage.reason(d.action, cand, cur, best, o.gate_metric, n),
+                    "flipped": gate_stage.flipped(ev, st.score_cache[st.current_eval]),
+                    "eval_key": eval_key, "selection_hard": ev["hard"], "selection_soft": ev["soft"],
                     "candidate_full_score": self.score_of(ev), "tasks_compared": n, "candidate_scored": ev["n_scored"],
                     "current_scored": st.score_cache.get(st.current_eval, {}).get("n_scored"), "gate_metric": o.gate_metric}
 
@@ -327,7 +337,8 @@ class Trainer:
         sd = self.rd.step_dir(epoch, step)
         action = gate["action"]
         if upd is not None and upd.candidate is not None:
-            self.tracker.log_artifact(self.rd.root / sd / "candidate.md", f"candidates/{sd.split('/', 1)[1]}")
+            for name in ("candidate.md", "diff.md"):
+                self.tracker.log_artifact(self.rd.root / sd / name, f"candidates/{sd.split('/', 1)[1]}")
         if gate_stage.is_accepted(action):
             st.current_version = self._new_version(upd.candidate)
             st.current_score, st.current_eval = gate["candidate_full_score"], gate["eval_key"]
@@ -509,6 +520,8 @@ class Trainer:
                 d = gate_stage.decide(cand, cur, best, True)
                 rec["action"] = d.action if o.slow_update_gate else gate_stage.FORCE_ACCEPT
                 rec["decision"] = d.to_dict()
+                rec["reason"] = gate_stage.reason(rec["action"], cand, cur, best, o.gate_metric, n_cmp)
+                rec["flipped"] = gate_stage.flipped(ev, st.score_cache[st.current_eval])
             else:  # the reference's force mode: injected with the stale score (QUIRK-1)
                 rec.update(action=gate_stage.FORCE_ACCEPT, eval_key=st.current_eval, candidate_full_score=st.current_score)
             return rec

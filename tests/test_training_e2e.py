@@ -54,6 +54,11 @@ def test_tiny_experiment_runs_all_stages_two_epochs(ray_cluster, scripted, alfwo
     assert len(rollout) == 4 and all(r["trajectory"] for r in rollout)
     gate = json.loads((rd / "steps/e01_s001/gate.json").read_text())
     assert gate["action"] == "accept_new_best"
+    # the decision explained: scores compared, the rule, the selection tasks that flipped, the diff
+    assert gate["reason"].startswith("candidate 1.0000 vs current 0.0000 (best 0.0000), hard score over 2 selection tasks: accepted")
+    assert len(gate["flipped"]["to_pass"]) == 2 and gate["flipped"]["to_fail"] == []
+    diff = (rd / "steps/e01_s001/diff.md").read_text()
+    assert diff.startswith("```diff\n--- current\n+++ candidate\n") and "+- RULE-" in diff
     assert "RULE-" in (rd / "best_skill.md").read_text()
     # epoch 1: the empty slow-update placeholder goes into current (unscored) and no meta skill is written
     assert json.loads((rd / "epochs/e01/slow_result.json").read_text())["action"] == "inject_placeholder"

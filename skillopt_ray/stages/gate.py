@@ -69,3 +69,24 @@ def like_for_like(candidate: dict, current: dict, metric: str, mixed_weight: flo
         return gate_score(hard, soft, metric, mixed_weight)
 
     return score(candidate), score(current), len(common)
+
+
+def reason(action: str, candidate: float, current: float, best: float, metric: str, n_tasks: int) -> str:
+    """One sentence a user can read: the scores compared, the rule, the outcome."""
+    compared = f"candidate {candidate:.4f} vs current {current:.4f} (best {best:.4f}), {metric} score over {n_tasks} selection tasks"
+    if action == FORCE_ACCEPT:
+        return f"{compared}: accepted without a gate (forced)"
+    if action in (ACCEPT, ACCEPT_NEW_BEST):
+        extra = " and the best so far" if action == ACCEPT_NEW_BEST else ", not above the best"
+        return f"{compared}: accepted, strictly above the current score{extra}"
+    if candidate == current:
+        return f"{compared}: rejected, a tie (only a strict improvement is accepted)"
+    return f"{compared}: rejected, below the current score"
+
+
+def flipped(candidate: dict, current: dict) -> dict[str, list[str]]:
+    """Selection tasks whose hard result changed between the current skill's evaluation and the candidate's."""
+    common = set(candidate["tasks"]) & set(current["tasks"])
+    won = lambda ev, t: bool(ev["tasks"][t][0])  # noqa: E731
+    return {"to_pass": sorted(t for t in common if won(candidate, t) and not won(current, t)),
+            "to_fail": sorted(t for t in common if won(current, t) and not won(candidate, t))}
