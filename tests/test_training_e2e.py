@@ -202,3 +202,42 @@ def test_three_epochs_slow_update_and_meta_skill_see_their_inputs(ray_cluster, s
     assert not any("## Optimizer Meta Skill" in t for t in e2)
     assert all("## Optimizer Meta Skill" in t and meta_content in t for t in e3)
     assert not any("## Optimizer Meta Skill" in msgs[-1]["content"] for stage, _k, msgs in log if stage == "slow_update")
+
+
+def test_unparseable_optimizer_replies_fall_back_and_the_run_finishes(ray_cluster, walkthroughs, alfworld_root, tmp_path):
+    """Merges and rankings that stay unparseable after the re-ask fall back (concatenation, first N), recorded."""
+    from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+
+    class Garbled(Policies):
+        def optimizer_reply(self, stage, body):
+            return "sorry, I cannot produce JSON today" if stage in ("merge", "ranking") else super().optimizer_reply(stage, body)
+
+    with ScriptedServer(Garbled(walkthroughs, "rule_gated")) as srv:
+        code, rd = _run(srv.base_url, tmp_path / "out", alfworld_root, "optimizer.epochs=1", "optimizer.learning_rate=2",
+                        "optimizer.min_learning_rate=1")
+        asked = srv.state.requests
+    assert code == 0
+    agg = json.loads((rd / "steps/e01_s001/aggregate.json").read_text())
+    sel = json.loads((rd / "steps/e01_s001/select.json").read_text())
+    assert agg["fallbacks"] and agg["merged"]["reasoning"] == "fallback concatenation"
+    assert sel["ranked"] and sel["fallback"] and "[fallback truncated" in sel["selected"]["reasoning"]
+    assert len(agg["merged"]["edits"]) > 2 and len(sel["selected"]["edits"]) == sel["budget"] == 2  # T=1: the maximum
+    assert asked[("optimizer", "merge")] == 2 * agg["calls"]  # each merge was re-asked once
+    summary = json.loads((rd / "summary.json").read_text())
+    assert summary["counts"]["merge_fallbacks"] == len(agg["fallbacks"]) and summary["counts"]["rank_fallbacks"] == 1
+
+
+def test_a_budget_stop_resumes_to_the_uninterrupted_result(ray_cluster, scripted, alfworld_root, tmp_path):
+    code, ref_dir = _run(scripted.base_url, tmp_path / "ref", alfworld_root)
+    assert code == 0
+    reference = _fingerprint(ref_dir)
+    calls = json.loads((ref_dir / "ledger.json").read_text())["totals"]["calls"]
+    code, rd = _run(scripted.base_url, tmp_path / "capped", alfworld_root, f"llm.budget.max_calls={calls // 2}")
+    assert code == cli.EXIT_STOPPED and not (rd / "summary.json").exists()
+    assert json.loads((rd / "ledger.json").read_text())["totals"]["calls"] <= calls // 2
+    code, rd2 = _run(scripted.base_url, tmp_path / "capped", alfworld_root, f"llm.budget.max_calls={calls // 2}")
+    assert code == cli.EXIT_STOPPED  # the cap still holds on a rerun
+    code, rd3 = _run(scripted.base_url, tmp_path / "capped", alfworld_root, f"llm.budget.max_calls={calls}")
+    assert code == 0 and rd3 == rd  # budgets are not part of a run's identity: the same run resumes
+    assert _fingerprint(rd) == reference
+    assert json.loads((rd / "ledger.json").read_text())["totals"]["calls"] == calls
