@@ -20,6 +20,7 @@ from skillopt_ray.envpool import EnvPool, PoolSettings
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
+from skillopt_ray.progress import EpisodePlan
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
 from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
@@ -68,6 +69,7 @@ class Run:
 
     def _setup(self) -> tuple[Any, LLMHandle]:
         cfg = self.cfg
+        self.set_progress(stage="loading the benchmark")
         bench = envs.make(cfg.env.name, self.cfg_dict["env"])
         note = bench.data_note()
         if note:
@@ -76,10 +78,12 @@ class Run:
         self.gateway = GatewayActor.remote(self.cfg_dict["llm"], str(self.rd.cache_path) if cfg.llm.cache_mode != "off" else None,
                                            str(self.rd.ledger_path), self.owners)
         llm = LLMHandle(self.gateway)
+        self.set_progress(stage="starting environment actors")
         self.pool = EnvPool(cfg.env.name, self.cfg_dict["env"], self.gateway, PoolSettings(
             cfg.ray.env_actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries),
             owners=self.owners)
         t = cfg.tracking
+        self.set_progress(stage="opening the MLflow store")
         uri = t.tracking_uri or default_tracking_uri(Path(cfg.output_dir))
         self.tracker = Tracker(t.mlflow, uri, t.experiment_name or cfg.experiment, Path(cfg.output_dir) / "mlflow-artifacts")
         self.notes.extend(self.tracker.notes)
@@ -106,10 +110,11 @@ class Run:
             if self.cfg.mode == "eval":
                 summary = await self._eval_only(bench)
             else:
+                self.set_progress(stage="loading the splits")
                 splits = load_splits(bench, self.cfg)
                 self.notes.append(f"tasks: {len(splits.train)} train / {len(splits.selection)} selection / {len(splits.test)} test")
                 self.trainer = Trainer(self.cfg, self.rd, llm, self.pool, self.tracker, splits,
-                                       self._initial_skill(bench), on_progress=self.progress.update)
+                                       self._initial_skill(bench), on_progress=self.set_progress)
                 summary = await self.trainer.run()
             if self.tracker:
                 self.tracker.finish("FINISHED")
@@ -184,8 +189,18 @@ class Run:
         if self.pool is not None:
             self.pool.shutdown()
 
+    def set_progress(self, kw: Optional[dict[str, Any]] = None, **more: Any) -> None:
+        """The trainer's progress calls; a new phase or step clears the stage it left behind."""
+        kw = {**(kw or {}), **more}
+        moved = any(k in kw and kw[k] != self.progress.get(k) for k in ("phase", "global_step"))
+        if moved and "stage" not in kw:
+            for k in ("stage", "done", "total"):
+                self.progress.pop(k, None)
+        self.progress.update(kw)
+
     def snapshot(self) -> dict[str, Any]:
         snap = dict(self.progress)
+        snap["notes"] = list(self.notes)
         if not plays_episodes(snap.get("stage", "")):
             # the last rollout's count would read as stuck
             snap.pop("done", None)
@@ -194,7 +209,12 @@ class Run:
             snap["done"], snap["total"] = self.pool.episodes_done, self.pool.episodes_total
         if self.trainer is not None:
             counts = self.trainer.state.counts
-            snap.update(accept=counts.accept, reject=counts.reject, skip=counts.skip)
+            snap.update(accept=counts.accept, reject=counts.reject, skip=counts.skip, epochs=self.cfg.optimizer.epochs)
+            try:  # the whole run's planned episodes, for the overall bar and ETA
+                plan = EpisodePlan.for_trainer(self.trainer)
+                snap["run_done"], snap["run_total"] = min(plan.done(self.trainer.state, snap), plan.total), plan.total
+            except Exception:  # noqa: BLE001 - progress is best effort
+                pass
         return snap
 
 
