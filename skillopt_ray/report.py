@@ -1,0 +1,470 @@
+"""A run's story, read from its run directory: what each step tried, what the gate decided and why.
+
+    python -m skillopt_ray.report RUN_DIR [--diffs] [--html FILE]
+
+Prints the skill versions (who made each one, at which step, with which selection score), then per
+epoch and step: the action, the edit budget, the edits merged, ranked, applied and skipped, the
+candidate's score against the current skill's (tasks compared), the gate's reason and the selection
+tasks that flipped, the epoch-boundary results (slow update, meta skill) and the final summary.
+`--diffs` adds each step's diff (current -> candidate); `--html FILE` writes the skill history with
+its diffs as one HTML page (the same page a run logs to MLflow as `skill_history.html`).
+
+Works on finished, unfinished and older run directories: files a run has not written (yet) are
+left out, and gate records without `reason` / `flipped` are shown without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import html
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+ACCEPTED = ("accept", "accept_new_best", "force_accept")
+
+
+def _read_json(path: Path) -> Optional[Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _read_text(path: Path) -> Optional[str]:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def load_history(root: Path) -> list[dict[str, Any]]:
+    """One record per step, newest source first: history.jsonl (appended per step), history.json, the step folders."""
+    records: dict[int, dict[str, Any]] = {}
+    lines = _read_text(root / "history.jsonl")
+    if lines:
+        for line in lines.splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a kill
+            if isinstance(rec, dict) and "step" in rec:
+                records[int(rec["step"])] = rec  # a step redone after a resume: the last record wins
+    for rec in _read_json(root / "history.json") or []:
+        if isinstance(rec, dict) and "step" in rec:
+            records.setdefault(int(rec["step"]), rec)
+    for path in sorted((root / "steps").glob("e*_s*/step_record.json")):
+        rec = _read_json(path)
+        if isinstance(rec, dict) and "step" in rec:
+            records.setdefault(int(rec["step"]), rec)
+    return [records[k] for k in sorted(records)]
+
+
+def step_dir(root: Path, rec: dict[str, Any]) -> Path:
+    return root / "steps" / f"e{int(rec['epoch']):02d}_s{int(rec.get('step_in_epoch') or rec['step']):03d}"
+
+
+def _strip_fence(text: str) -> str:
+    """diff.md holds the diff in a ```diff fence; the bare diff."""
+    m = re.match(r"^```[a-z]*\n(.*?)```\s*$", text, re.S)
+    return m.group(1) if m else text
+
+
+def diff_text(old: str, new: str, a: str = "current", b: str = "candidate") -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), a, b))
+
+
+@dataclass
+class Version:
+    number: int
+    made_by: str
+    step: Optional[int] = None
+    epoch: Optional[int] = None
+    score: Optional[float] = None
+    text: str = ""
+
+
+@dataclass
+class Story:
+    root: Path
+    history: list[dict[str, Any]]
+    gates: dict[int, dict[str, Any]]
+    diffs: dict[int, str]
+    versions: list[Version]
+    epochs: dict[int, dict[str, Any]]
+    summary: Optional[dict[str, Any]]
+    state: Optional[dict[str, Any]]
+    config: dict[str, Any] = field(default_factory=dict)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _config(root: Path) -> dict[str, Any]:
+    try:
+        import yaml
+
+        data = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except Exception:  # noqa: BLE001 - a story without its config is still a story
+        return {}
+
+
+def _versions(root: Path, history: list[dict[str, Any]], epochs: dict[int, dict[str, Any]], state: Optional[dict[str, Any]]) -> list[Version]:
+    """Every skill version on disk, with what made it: the initial skill, an accepted step, an epoch boundary, notes."""
+    files = sorted((root / "skills").glob("skill_v*.md"))
+    texts = {int(p.stem.rsplit("v", 1)[1]): (_read_text(p) or "") for p in files}
+    made: dict[int, Version] = {}
+    if 0 in texts:
+        score = (state or {}).get("initial_score")
+        made[0] = Version(0, "initial skill", 0, None, score)
+    prev_version, prev_epoch = 0, None
+    for rec in history:
+        v = rec.get("skill_version")
+        epoch = rec.get("epoch")
+        if v is None:
+            continue
+        if rec.get("action") in ACCEPTED and v not in made:
+            made[v] = Version(v, f"step {rec['step']} ({rec['action']})", rec["step"], epoch, rec.get("current_score"))
+        # other versions since the previous step: the epoch boundary between them (or appendix notes within an epoch)
+        for u in range(prev_version + 1, v + 1):
+            if u in texts and u not in made:
+                made[u] = _boundary_version(u, prev_epoch, epochs) if prev_epoch is not None and prev_epoch != epoch else \
+                    Version(u, "appendix notes" if prev_epoch is not None else "initial skill with appendix", rec["step"], epoch)
+        prev_version, prev_epoch = max(prev_version, v), epoch
+    for u in sorted(texts):
+        if u not in made:
+            made[u] = _boundary_version(u, prev_epoch, epochs) if prev_epoch is not None else Version(u, "initial skill with appendix")
+    out = []
+    for u in sorted(texts):
+        made[u].text = texts[u]
+        out.append(made[u])
+    return out
+
+
+def _boundary_version(v: int, epoch: Optional[int], epochs: dict[int, dict[str, Any]]) -> Version:
+    slow = (epochs.get(epoch or 0) or {}).get("slow") or {}
+    if slow.get("action") == "inject_placeholder":
+        return Version(v, f"epoch {epoch} boundary (empty slow-update block)", None, epoch)
+    score = slow.get("candidate_full_score") if slow.get("action") in ACCEPTED else None
+    return Version(v, f"epoch {epoch} boundary (slow update)", None, epoch, score)
+
+
+def load(run_dir: str | Path) -> Story:
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a run directory (no such folder)")
+    history = load_history(root)
+    gates, diffs = {}, {}
+    for rec in history:
+        sd = step_dir(root, rec)
+        gate = _read_json(sd / "gate.json")
+        if isinstance(gate, dict):
+            gates[rec["step"]] = gate
+        d = _read_text(sd / "diff.md")
+        if d is None:  # older runs: no diff.md; the candidate against the skill the step started from
+            cand = _read_text(sd / "candidate.md")
+            base = _skill_before(root, rec, history)
+            d = diff_text(base, cand) if cand is not None and base is not None else None
+        else:
+            d = _strip_fence(d)
+        if d is not None:
+            diffs[rec["step"]] = d
+    epochs: dict[int, dict[str, Any]] = {}
+    for ed in sorted((root / "epochs").glob("e*")):
+        m = re.match(r"e(\d+)$", ed.name)
+        if not m:
+            continue
+        epochs[int(m.group(1))] = {"slow": _read_json(ed / "slow_result.json"), "meta": _read_json(ed / "meta_skill_result.json"),
+                                   "meta_skill": _read_text(ed / "meta_skill.md")}
+    state = _read_json(root / "state.json")
+    sessions = _read_json(root / "sessions.json")
+    return Story(root, history, gates, diffs, _versions(root, history, epochs, state), epochs, _read_json(root / "summary.json"),
+                 state, _config(root), sessions if isinstance(sessions, list) else [])
+
+
+def _skill_before(root: Path, rec: dict[str, Any], history: list[dict[str, Any]]) -> Optional[str]:
+    """The current skill when `rec`'s step began (the previous step's version; v0 for the first step)."""
+    prev = [h for h in history if h["step"] < rec["step"] and h.get("skill_version") is not None]
+    v = prev[-1]["skill_version"] if prev else 0
+    return _read_text(root / "skills" / f"skill_v{v:04d}.md")
+
+
+# ---------------------------------------------------------------- text
+
+def _f(x: Any, digits: int = 3) -> str:
+    return "-" if x is None else (f"{x:.{digits}f}" if isinstance(x, (int, float)) else str(x))
+
+
+def _ids(ids: list[str], limit: int = 8) -> str:
+    if not ids:
+        return "none"
+    shown = ", ".join(ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def _diff_size(d: str) -> tuple[int, int]:
+    lines = d.splitlines()
+    plus = sum(1 for x in lines if x.startswith("+") and not x.startswith("+++"))
+    minus = sum(1 for x in lines if x.startswith("-") and not x.startswith("---"))
+    return plus, minus
+
+
+def _edits(rec: dict[str, Any]) -> str:
+    s = rec.get("edit_apply_summary") or {}
+    parts = [f"{rec.get('n_edits_merged', 0)} merged", f"{rec.get('n_edits_ranked', 0)} kept"]
+    if s:
+        parts.append(f"{s.get('applied', 0)} applied")
+        if s.get("skipped"):
+            parts.append(f"{s['skipped']} skipped")
+        if s.get("errors"):
+            parts.append(f"{s['errors']} failed")
+    return ", ".join(parts)
+
+
+def _skipped_reports(root: Path, rec: dict[str, Any]) -> list[str]:
+    upd = _read_json(step_dir(root, rec) / "update.json") or {}
+    out = []
+    for r in upd.get("reports") or []:
+        status = str(r.get("status", ""))
+        if status and not status.startswith("applied"):
+            target = (r.get("target") or r.get("content_preview") or "").strip().replace("\n", " ")
+            out.append(f"edit {r.get('index', '?')} ({r.get('op', '?')}): {status}" + (f" - {target[:60]!r}" if target else ""))
+    return out
+
+
+def story_text(s: Story, diffs: bool = False) -> str:
+    out: list[str] = []
+    cfg, o = s.config, s.config.get("optimizer", {}) if isinstance(s.config.get("optimizer"), dict) else {}
+    out.append(f"run {s.root.name}")
+    facts = [f"experiment {cfg.get('experiment', '?')}", f"seed {cfg.get('seed', '?')}"]
+    if o:
+        facts += [f"{o.get('epochs', '?')} epochs", f"batch {o.get('batch_size', '?')}", f"gate {o.get('gate_metric', '?')}",
+                  f"learning rate {o.get('lr_schedule', '?')} {o.get('learning_rate', '?')}->{o.get('min_learning_rate', '?')}"]
+    out.append("  " + ", ".join(facts))
+    if s.summary is None:
+        st = s.state or {}
+        out.append(f"  not finished: phase {st.get('phase', '?')}, epoch {st.get('epoch', '?')}, {st.get('global_step', len(s.history))} steps done")
+    out.append("")
+    out.append("skill versions")
+    for v in s.versions:
+        score = f"selection {_f(v.score)}" if v.score is not None else ""
+        out.append(f"  v{v.number:04d}  {v.made_by:<44} {len(v.text):>6} chars  {score}".rstrip())
+    out.append("")
+    initial = (s.state or {}).get("initial_score")
+    if initial is not None:
+        out.append(f"initial skill on selection: {_f(initial)}")
+    by_epoch: dict[int, list[dict[str, Any]]] = {}
+    for rec in s.history:
+        by_epoch.setdefault(int(rec.get("epoch", 0)), []).append(rec)
+    for epoch in sorted(set(by_epoch) | set(s.epochs)):
+        out.append("")
+        out.append(f"epoch {epoch}")
+        for rec in by_epoch.get(epoch, []):
+            out.extend(_step_lines(s, rec, diffs))
+        out.extend(_boundary_lines(s.epochs.get(epoch)))
+    out.append("")
+    out.extend(_final_lines(s))
+    return "\n".join(out)
+
+
+def _step_lines(s: Story, rec: dict[str, Any], diffs: bool) -> list[str]:
+    step, action = rec["step"], rec.get("action", "?")
+    gate = s.gates.get(step, {})
+    head = f"  step {step} (epoch {rec.get('epoch')}, step {rec.get('step_in_epoch', '?')}): {action}"
+    if action in ACCEPTED:
+        head += f" -> skill v{rec.get('skill_version', 0):04d}"
+    lines = [head]
+    lines.append(f"    rollout: hard {_f(rec.get('rollout_hard'))}, soft {_f(rec.get('rollout_soft'))} on {rec.get('rollout_n', '?')} tasks"
+                 + (f" ({rec['infra_errors']} infra errors)" if rec.get("infra_errors") else ""))
+    if action.startswith("skip"):
+        lines.append("    no candidate: " + {"skip_no_patches": "the analysts proposed no edits",
+                                                "skip_no_rewrite": "the update produced no new skill"}.get(action, action))
+        return lines
+    budget = rec.get("edit_budget")
+    lines.append(f"    edits: budget {budget if budget is not None else '-'}; {_edits(rec)}")
+    for r in _skipped_reports(s.root, rec):
+        lines.append(f"      {r}")
+    cand = gate.get("candidate_score", rec.get("candidate_gate_score"))
+    cur = gate.get("current_score")
+    n = gate.get("tasks_compared", rec.get("tasks_compared"))
+    metric = gate.get("gate_metric", rec.get("gate_metric", "gate"))
+    lines.append(f"    gate ({metric}): candidate {_f(cand)} vs current {_f(cur)} (best {_f(gate.get('best_score'))}), "
+                 f"{n if n is not None else '?'} tasks compared")
+    if gate.get("reason"):
+        lines.append(f"    reason: {gate['reason']}")
+    flipped = gate.get("flipped")
+    if isinstance(flipped, dict):
+        lines.append(f"    flipped to pass: {_ids(flipped.get('to_pass') or [])}; to fail: {_ids(flipped.get('to_fail') or [])}")
+    d = s.diffs.get(step)
+    if d is not None:
+        plus, minus = _diff_size(d)
+        lines.append(f"    diff: +{plus} -{minus} lines ({step_dir(s.root, rec).relative_to(s.root)}/diff.md)")
+        if diffs and d.strip():
+            lines.extend("      " + x for x in d.rstrip("\n").splitlines())
+    return lines
+
+
+def _boundary_lines(e: Optional[dict[str, Any]]) -> list[str]:
+    if not e:
+        return []
+    lines = []
+    slow = e.get("slow")
+    if isinstance(slow, dict):
+        action = slow.get("action", "?")
+        text = f"  epoch boundary, slow update: {action}"
+        if "candidate_full_score" in slow and action != "inject_placeholder":
+            dec = slow.get("decision") or {}
+            text += f" (candidate {_f(dec.get('candidate_score', slow.get('candidate_full_score')))} vs current {_f(dec.get('current_score'))})"
+        lines.append(text)
+        if slow.get("reason"):
+            lines.append(f"    reason: {slow['reason']}")
+        if isinstance(slow.get("flipped"), dict):
+            f = slow["flipped"]
+            lines.append(f"    flipped to pass: {_ids(f.get('to_pass') or [])}; to fail: {_ids(f.get('to_fail') or [])}")
+        if slow.get("error"):
+            lines.append(f"    error: {slow['error']}")
+    meta = e.get("meta")
+    if isinstance(meta, dict):
+        action = meta.get("action", "?")
+        text = f"  epoch boundary, meta skill: {action}"
+        content = (e.get("meta_skill") or "").strip()
+        if content:
+            first = content.splitlines()[0]
+            text += f" ({len(content)} chars: {first[:60]!r})"
+        lines.append(text)
+    return lines
+
+
+def _final_lines(s: Story) -> list[str]:
+    sm = s.summary
+    if not sm:
+        return ["final: not reached yet"]
+    if sm.get("mode") == "eval":
+        e = sm.get("eval", {})
+        return [f"evaluation of {sm.get('skill_path')} on {sm.get('split')}: hard {_f(e.get('hard'))}, soft {_f(e.get('soft'))} (n={e.get('n')})"]
+    lines = ["final (test split)", f"  {'skill':<8}{'version':>9}{'selection':>11}{'test hard':>11}{'test soft':>11}"]
+    versions, sel, test = sm.get("versions", {}), sm.get("selection", {}), sm.get("test", {})
+    for k in ("initial", "best", "final"):
+        t = test.get(k, {})
+        v = versions.get(k)
+        lines.append(f"  {k:<8}{('v%04d' % v) if v is not None else '-':>9}{_f(sel.get(k)):>11}{_f(t.get('hard')):>11}{_f(t.get('soft')):>11}")
+    c = sm.get("counts", {})
+    lines.append(f"  steps {sm.get('steps')}: {c.get('accept', 0)} accepted, {c.get('reject', 0)} rejected, {c.get('skip', 0)} skipped; "
+                 f"best from {sm.get('best_origin', '?')}" + (" (final skill promoted)" if sm.get("final_promoted") else ""))
+    tok = sm.get("tokens", {})
+    lines.append(f"  model calls {tok.get('calls', '?')}, tokens {tok.get('tokens', '?')}, cost ${float(tok.get('cost_usd') or 0):.4f}")
+    if s.sessions:
+        total = sum(float(x.get("wall_s", 0)) for x in s.sessions)
+        from skillopt_ray.progress import fmt_duration
+
+        lines.append(f"  time: {fmt_duration(total)} over {len(s.sessions)} command{'s' if len(s.sessions) > 1 else ''}")
+    return lines
+
+
+# ---------------------------------------------------------------- HTML
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.2em;color:#1f2328;font-size:14px}
+h1{font-size:1.3em;margin:0 0 .3em} h2{font-size:1.1em;margin:1.4em 0 .4em}
+table{border-collapse:collapse;margin:.4em 0} td,th{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.accept{color:#1a7f37;font-weight:600} .reject{color:#cf222e;font-weight:600} .skip{color:#6e7781}
+details{margin:.3em 0;border:1px solid #d0d7de;border-radius:6px;padding:.3em .6em} summary{cursor:pointer}
+pre.diff{background:#f6f8fa;padding:.5em;overflow-x:auto;font-size:12px;line-height:1.35;margin:.4em 0}
+pre.diff .add{background:#dafbe1;display:block} pre.diff .del{background:#ffebe9;display:block}
+pre.diff .hunk{color:#8250df;display:block} .muted{color:#6e7781}
+"""
+
+
+def _cls(action: str) -> str:
+    return "accept" if action in ACCEPTED else ("reject" if action == "reject" else "skip")
+
+
+def _diff_html(d: str) -> str:
+    rows = []
+    for line in d.splitlines():
+        e = html.escape(line)
+        if line.startswith("+++") or line.startswith("---"):
+            rows.append(f'<span class="muted">{e}</span>')
+        elif line.startswith("+"):
+            rows.append(f'<span class="add">{e}</span>')
+        elif line.startswith("-"):
+            rows.append(f'<span class="del">{e}</span>')
+        elif line.startswith("@@"):
+            rows.append(f'<span class="hunk">{e}</span>')
+        else:
+            rows.append(e)
+    body = "".join(r if r.endswith("</span>") and ('"add"' in r or '"del"' in r or '"hunk"' in r) else r + "\n" for r in rows)
+    return f'<pre class="diff">{body or "(no change)"}</pre>'
+
+
+def skill_history_html(run_dir: str | Path) -> str:
+    """One self-contained page: the versions of the current skill with the diff each made, and every step's decision."""
+    s = load(run_dir)
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>skill history - {e(s.root.name)}</title><style>{CSS}</style></head><body>",
+             f"<h1>Skill history</h1><div class='muted'>{e(s.root.name)}</div>"]
+    parts.append("<h2>Versions of the current skill</h2><table><tr><th>version</th><th>made by</th><th>epoch</th><th>step</th>"
+                 "<th>selection score</th><th>length</th></tr>")
+    for v in s.versions:
+        parts.append(f"<tr><td>v{v.number:04d}</td><td>{e(v.made_by)}</td><td class='num'>{v.epoch if v.epoch is not None else ''}</td>"
+                     f"<td class='num'>{v.step if v.step is not None else ''}</td><td class='num'>{_f(v.score) if v.score is not None else ''}</td>"
+                     f"<td class='num'>{len(v.text)}</td></tr>")
+    parts.append("</table>")
+    parts.append("<h2>Steps</h2>")
+    for rec in s.history:
+        step, action = rec["step"], rec.get("action", "?")
+        gate = s.gates.get(step, {})
+        title = (f"step {step} (epoch {rec.get('epoch')}, step {rec.get('step_in_epoch', '?')}): "
+                 f"<span class='{_cls(action)}'>{e(action)}</span>")
+        if "candidate_score" in gate:
+            title += f" &mdash; candidate {_f(gate.get('candidate_score'))} vs current {_f(gate.get('current_score'))}"
+        body = [f"<div>rollout hard {_f(rec.get('rollout_hard'))} on {rec.get('rollout_n', '?')} tasks; "
+                f"budget {rec.get('edit_budget') if rec.get('edit_budget') is not None else '-'}; edits {e(_edits(rec))}</div>"]
+        if gate.get("reason"):
+            body.append(f"<div>reason: {e(gate['reason'])}</div>")
+        if isinstance(gate.get("flipped"), dict):
+            f = gate["flipped"]
+            body.append(f"<div>flipped to pass: {e(_ids(f.get('to_pass') or [], 50))}; to fail: {e(_ids(f.get('to_fail') or [], 50))}</div>")
+        d = s.diffs.get(step)
+        if d is not None:
+            body.append(_diff_html(d))
+        opened = " open" if action in ACCEPTED else ""
+        parts.append(f"<details{opened}><summary>{title}</summary>{''.join(body)}</details>")
+    boundary = [(ep, x) for ep, x in sorted(s.epochs.items()) if isinstance(x.get("slow"), dict) and x["slow"].get("action") != "inject_placeholder"]
+    if boundary:
+        parts.append("<h2>Epoch boundaries</h2>")
+        for ep, x in boundary:
+            slow = x["slow"]
+            parts.append(f"<details><summary>epoch {ep}: slow update <span class='{_cls(slow.get('action', ''))}'>{e(slow.get('action', '?'))}</span>"
+                         f"</summary><div>{e(slow.get('reason', ''))}</div><pre class='diff'>{e(slow.get('slow_update_content', ''))}</pre></details>")
+    parts.append("<h2>Diffs between consecutive versions</h2>")
+    for prev, cur in zip(s.versions, s.versions[1:]):
+        d = diff_text(prev.text, cur.text, f"v{prev.number:04d}", f"v{cur.number:04d}")
+        parts.append(f"<details><summary>v{prev.number:04d} &rarr; v{cur.number:04d} ({e(cur.made_by)})</summary>{_diff_html(d)}</details>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m skillopt_ray.report", description="Print a run's story from its run directory.")
+    ap.add_argument("run_dir", help="outputs/runs/<run name>")
+    ap.add_argument("--diffs", action="store_true", help="print each step's diff (current -> candidate)")
+    ap.add_argument("--html", metavar="FILE", help="also write the skill history with diffs as an HTML page")
+    a = ap.parse_args(argv)
+    root = Path(a.run_dir)
+    if not (root / "config.yaml").exists() and not (root / "state.json").exists():
+        print(f"error: {root} is not a run directory (no config.yaml or state.json)", file=sys.stderr)
+        return 2
+    print(story_text(load(root), diffs=a.diffs))
+    if a.html:
+        Path(a.html).write_text(skill_history_html(root), encoding="utf-8")
+        print(f"skill history written to {a.html}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
