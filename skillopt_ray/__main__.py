@@ -1,5 +1,5 @@
 import sys
 
-from skillopt_ray.cli import main
+from skillopt_ray.cli.app import main
 
 sys.exit(main())

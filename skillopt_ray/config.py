@@ -324,14 +324,83 @@ def from_container(data: dict[str, Any]) -> Config:
 
 # Keys that do not change what a run computes: excluded from the run identity.
 _IDENTITY_EXCLUDE = {"ray", "debug", "resume", "run_name", "tracking", "output_dir"}
+# llm keys about transport, accounting and limits (how calls are made, not what they answer)
+_LLM_NOT_IDENTITY = ("budget", "max_retries", "retry_base_s", "retry_max_s", "retry_window_s", "embedded", "cache_mode", "prices")
+_ROLE_NOT_IDENTITY = ("timeout_s", "connect_timeout_s", "silence_probe_s", "max_concurrency", "requests_per_minute",
+                      "tokens_per_minute", "trace_headers", "api_key_env", "azure_ad_token_env")
 
 
-def run_identity(cfg_dict: dict[str, Any]) -> str:
-    """Stable hash of everything that determines a run's results."""
+def run_identity(cfg_dict: dict[str, Any], inputs: Optional[dict[str, Any]] = None) -> str:
+    """Stable hash of everything that determines a run's results.
+
+    `inputs` are what the config only points at: the content of the skill files, a fingerprint of the
+    benchmark data and the tool's version (see skillopt_ray.cli.identity), so that editing a skill file or
+    the data, or upgrading the tool, gives a new identity instead of the old results."""
     ident = {k: v for k, v in cfg_dict.items() if k not in _IDENTITY_EXCLUDE}
-    llm = dict(ident.get("llm", {}))
-    for k in ("budget", "max_retries", "retry_base_s", "retry_max_s", "retry_window_s", "embedded", "cache_mode"):
-        llm.pop(k, None)
+    llm = {k: v for k, v in dict(ident.get("llm", {})).items() if k not in _LLM_NOT_IDENTITY}
+    for role in ("target", "optimizer"):
+        if isinstance(llm.get(role), dict):
+            r = {k: v for k, v in llm[role].items() if k not in _ROLE_NOT_IDENTITY}
+            if r.get("provider") == "embedded":
+                r.pop("base_url", None)  # a local server on a free port, chosen at start
+            llm[role] = r
     ident["llm"] = llm
+    if inputs:
+        ident["_inputs"] = inputs
     blob = json.dumps(ident, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def schema_paths(node: Any = None, prefix: str = "") -> list[str]:
+    """Every key path the schema knows (`optimizer.learning_rate`, `llm.prices.<model>.input_per_mtok`, ...)."""
+    import dataclasses
+    import typing
+
+    node = Config if node is None else node
+    out: list[str] = []
+    hints = typing.get_type_hints(node)
+    for f in dataclasses.fields(node):
+        path = f"{prefix}{f.name}"
+        out.append(path)
+        tp = hints[f.name]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if dataclasses.is_dataclass(tp):
+            out.extend(schema_paths(tp, path + "."))
+        elif typing.get_origin(tp) is dict and args and dataclasses.is_dataclass(args[-1]):
+            out.extend(schema_paths(args[-1], path + ".<name>."))
+    return out
+
+
+def suggest_keys(key: str, limit: int = 3) -> list[str]:
+    """Schema key paths close to a mistyped one (difflib), best first."""
+    import difflib
+
+    paths = [p for p in schema_paths() if "<name>" not in p]
+    leaf = key.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(key, paths, n=limit, cutoff=0.75)
+    if not close:  # right leaf under a wrong or missing section: optimizer.learning_rate given as learning_rate
+        close = [p for p in paths if p.rsplit(".", 1)[-1] == leaf][:limit]
+    if not close:
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        siblings = [p for p in paths if (p.rsplit(".", 1)[0] if "." in p else "") == parent]
+        close = difflib.get_close_matches(key, siblings, n=limit, cutoff=0.6)
+    return close
+
+
+PRICE_FIELDS = tuple(f.name for f in __import__("dataclasses").fields(PriceConfig))
+
+
+def parse_price(model: str, field_name: str, raw: str) -> tuple[str, float]:
+    """One `llm.prices.<model>.<field>=<value>` override, checked: the field and a non-negative number."""
+    import difflib
+
+    if field_name not in PRICE_FIELDS:
+        near = difflib.get_close_matches(field_name, PRICE_FIELDS, n=1, cutoff=0.5)
+        hint = f"; did you mean llm.prices.{model}.{near[0]}?" if near else f"; a price has {' and '.join(PRICE_FIELDS)}"
+        raise ConfigError(f"unknown key llm.prices.{model}.{field_name}{hint}")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"llm.prices.{model}.{field_name}={raw!r} is invalid; give US dollars per million tokens, e.g. 0.15") from None
+    _at_least(f"llm.prices.{model}.{field_name}", value, 0)
+    return field_name, value

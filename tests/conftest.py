@@ -60,7 +60,7 @@ def alfworld_root() -> Path:
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024, log_to_driver=False,
              logging_level="ERROR", ignore_reinit_error=True)
     yield ray
     ray.shutdown()

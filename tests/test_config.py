@@ -44,7 +44,7 @@ def _main(capsys, *args, env=None, monkeypatch=None):
 @pytest.mark.parametrize("args,needle", [
     ([], "no experiment chosen"),
     (["+experiment=nope"], "unknown experiment"),
-    (["+experiment=alfworld", "optimizer.bogus=1"], "Key 'bogus' not in 'OptimizerConfig'"),
+    (["+experiment=alfworld", "optimizer.bogus=1"], "unknown key optimizer.bogus"),
     (["+experiment=alfworld", "optimizer.epochs=abc"], "could not be converted to Integer"),
     (["+experiment=alfworld", "optimizer.batch_size=-1"], "optimizer.batch_size=-1 is invalid"),
     (["+experiment=alfworld", "optimizer.merge_batch_size=1"], "merge_batch_size=1 is invalid; it must be >= 2"),
@@ -99,7 +99,9 @@ def _binary_skill(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("key", ["eval.skill_path", "skill_init"])
 def test_binary_skill_file_is_named_before_ray_starts(capsys, tmp_path, monkeypatch, key):
-    monkeypatch.setattr(cli, "start_ray", lambda data: pytest.fail("Ray started before the skill file was checked"))
+    from skillopt_ray.cli import launch
+
+    monkeypatch.setattr(launch, "start_ray", lambda data: pytest.fail("Ray started before the skill file was checked"))
     extra = ["mode=eval"] if key == "eval.skill_path" else []
     code, err = _main(capsys, "+experiment=alfworld", *extra, f"{key}={_binary_skill(tmp_path)}", f"output_dir={tmp_path / 'out'}")
     assert code == 2 and err.startswith(f"error: {key}=") and "\n" not in err

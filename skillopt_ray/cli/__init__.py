@@ -1,0 +1,31 @@
+"""The front door, one module per job:
+
+- `compose`     compose the config with Hydra and check it (schema, ranges, prices for any model)
+- `checks`      checks that need no cluster (output folder, keys, skill files)
+- `identity`    what a run's identity covers beyond its config, and the resume check
+- `ray_session` start a private Ray cluster or join one
+- `launch`      one run: its directory, the embedded server, Ray, the driver actor (`execute`)
+- `report`      what is printed when a run ends
+- `app`         the Hydra application (`python -m skillopt_ray`)
+
+The names below are the ones other modules and tests use.
+"""
+
+from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files
+from skillopt_ray.cli.compose import CONF_DIR, compose, experiments, load, resolve_paths, typed
+from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.cli.launch import execute, needs_embedded_server, run_dir_for, run_one
+from skillopt_ray.cli.ray_session import start_ray
+from skillopt_ray.cli.report import summary_table
+from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+
+
+def main(argv=None) -> int:
+    from skillopt_ray.cli.app import main as app_main
+
+    return app_main(argv)
+
+
+__all__ = ["CONF_DIR", "EXIT_CONFIG", "EXIT_ERROR", "EXIT_OK", "EXIT_STOPPED", "UsageError", "check_keys", "check_output_dir",
+           "check_skill_files", "compose", "execute", "experiments", "load", "main", "needs_embedded_server", "resolve_paths",
+           "run_dir_for", "run_one", "start_ray", "summary_table", "typed"]

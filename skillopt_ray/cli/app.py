@@ -1,0 +1,263 @@
+"""The command line: a Hydra application over `conf/`.
+
+    python -m skillopt_ray +experiment=alfworld [overrides...]
+    python -m skillopt_ray +experiment=alfworld -m seed=1,2,3 optimizer.learning_rate=range(2,7,2)
+    python -m skillopt_ray +experiment=alfworld --cfg job        # the resolved config (secrets masked)
+    python -m skillopt_ray --info | --help | -sc install=bash | --config-dir DIR | -cn NAME
+
+Everything Hydra offers works as Hydra documents it (`@hydra.main`, its launcher for `-m`, the full
+override grammar). What this module adds around it:
+- every job's config is composed and validated before the first one starts, so bad input is one
+  line and exit code 2, and an unknown key is answered with the schema's nearest keys;
+- `llm.prices.<model>.<field>=<value>` for any model name (see cli.compose);
+- where a run lives: `hydra.run.dir` (or `hydra.sweep.dir` + `hydra.sweep.subdir` under `-m`) given
+  explicitly is the run directory itself; otherwise the run directory is derived from the config
+  under `output_dir/runs/` (rerunning the same command resumes), and under `-m` each job's Hydra
+  folder gets a `run` link to it;
+- `--cfg job` prints the resolved, checked config with secrets masked; `--debug` (or HYDRA_FULL_ERROR=1)
+  shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from skillopt_ray.cli.compose import (CONF_DIR, CONFIG_NAME, PriceOverride, apply_prices, compose, explain, resolve_paths,
+                                      split_price_overrides, typed)
+from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+
+
+@dataclass
+class _Session:
+    """What main() hands to the task function (Hydra calls it with the composed config only)."""
+
+    prices: list[PriceOverride] = field(default_factory=list)
+    codes: list[int] = field(default_factory=list)
+    stopped: bool = False  # a job hit bad input (a missing key, Ray unreachable): the jobs after it would too
+
+
+_SESSION = _Session()
+
+
+@contextlib.contextmanager
+def _cwd(path: str) -> Iterator[None]:
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def hydra_run_dir(hc: Any, data: dict[str, Any]) -> Optional[Path]:
+    """The run directory Hydra's settings ask for, or None to derive one from the config."""
+    from hydra.types import RunMode
+
+    given = {o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.hydra}
+    if hc.mode == RunMode.MULTIRUN:
+        if given & {"hydra.sweep.dir", "hydra.sweep.subdir"}:
+            return Path(hc.runtime.output_dir)
+        return None
+    default = Path(data["output_dir"])
+    explicit = Path(hc.runtime.cwd, hc.run.dir).resolve()
+    return explicit if ("hydra.run.dir" in given or explicit != default) else None
+
+
+def task(cfg: Any) -> int:
+    """One job: the config Hydra composed -> a checked, absolute config -> a run."""
+    if _SESSION.stopped:
+        return EXIT_CONFIG
+    try:
+        code = _job(cfg)
+    except UsageError as e:  # worded here: raised, Hydra would log the job's overrides beside it
+        print(f"error: {e}", file=sys.stderr)
+        _SESSION.stopped, code = True, EXIT_CONFIG
+    _SESSION.codes.append(code)
+    return code
+
+
+def _job(cfg: Any) -> int:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from skillopt_ray.cli.launch import run_dir_for, run_one
+
+    hc = HydraConfig.get()
+    apply_prices(cfg, _SESSION.prices)
+    _obj, data = typed(cfg)
+    with _cwd(hc.runtime.cwd):  # hydra.job.chdir=true moved us into the job's folder; paths are the caller's
+        data = resolve_paths(data)
+    run_dir = hydra_run_dir(hc, data)
+    if run_dir is None and hc.mode == RunMode.MULTIRUN:
+        run_dir = run_dir_for(data)
+        link = Path(hc.runtime.output_dir) / "run"
+        with contextlib.suppress(OSError):
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(run_dir, target_is_directory=True)
+    return run_one(data, run_dir)
+
+
+def _hydra_args(argv: list[str]) -> Any:
+    from hydra._internal.utils import get_args_parser
+
+    try:  # flags may come anywhere (`... seed=1,2 -m`), as users write them
+        return get_args_parser().parse_intermixed_args(argv)
+    except SystemExit as e:  # argparse printed its usage line
+        raise _Exit(int(e.code or 0)) from None
+
+
+class _Exit(Exception):
+    def __init__(self, code: int):
+        self.code = code
+
+
+def _conf_dir(args: Any) -> Path:
+    return Path(args.config_path).resolve() if args.config_path else CONF_DIR
+
+
+def _search_dirs(args: Any) -> list[str]:
+    if not args.config_dir:
+        return []
+    if not Path(args.config_dir).is_dir():
+        raise UsageError(f"--config-dir {args.config_dir}: no such directory")
+    return [args.config_dir]
+
+
+def jobs_of(args: Any, overrides: list[str]) -> list[list[str]]:
+    """The jobs `-m` will launch, as Hydra's basic sweeper splits them (lists, range(), glob(), choice())."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    mine = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    if len(mine) != len([o for o in overrides if not o.startswith("hydra.")]):
+        return []  # another sweeper (hydra/sweeper=...) makes its own jobs; each is checked when it starts
+    from skillopt_ray.cli.compose import start_hydra
+
+    try:
+        start_hydra(_conf_dir(args), _search_dirs(args))  # glob() lists config groups through Hydra's loader
+        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        return BasicSweeper.split_arguments(parser.parse_overrides(mine), None)[0]
+    except HydraException as e:
+        raise UsageError(explain(e)) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> None:
+    """Compose and validate every job before any starts (one line and exit 2 for the first bad one)."""
+    from skillopt_ray.cli.checks import check_output_dir
+
+    jobs = jobs_of(args, overrides) if args.multirun else [[o for o in overrides if not o.startswith("hydra.")]]
+    swept = {o.split("=", 1)[0] for o in overrides if o not in (jobs[0] if jobs else [])}
+    for job in jobs:
+        try:
+            cfg = compose(job, config_dir=_conf_dir(args), config_name=args.config_name or CONFIG_NAME, search_dirs=_search_dirs(args))
+            apply_prices(cfg, prices)
+            _obj, data = typed(cfg)
+            check_output_dir(Path(resolve_paths(data)["output_dir"]))
+        except UsageError as e:
+            if not args.multirun:
+                raise
+            which = " ".join(o for o in job if o.split("=", 1)[0] in swept)
+            raise UsageError(f"{e} (in the job {which}; no job was started)") from None
+
+
+def show_job_config(args: Any, overrides: list[str], prices: list[PriceOverride]) -> None:
+    import yaml
+
+    from skillopt_ray.config import redact
+
+    cfg = compose([o for o in overrides if not o.startswith("hydra.")], config_dir=_conf_dir(args),
+                  config_name=args.config_name or CONFIG_NAME, search_dirs=_search_dirs(args))
+    apply_prices(cfg, prices)
+    data: Any = redact(resolve_paths(typed(cfg)[1]))
+    if args.package:
+        for part in args.package.split("."):
+            if not isinstance(data, dict) or part not in data:
+                raise UsageError(f"--package {args.package}: no such section in the config")
+            data = data[part]
+    print(yaml.safe_dump(data, sort_keys=False), end="")
+
+
+def _hydra_main() -> Any:
+    import hydra
+
+    return hydra.main(config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base="1.3")(task)
+
+
+def _run_hydra(argv: list[str]) -> None:
+    """Hand the command line to Hydra (errors raised, not printed: main() words them)."""
+    from skillopt_ray.config import register_schema
+
+    register_schema()
+    saved_argv, saved_err = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = [saved_argv[0] if saved_argv and saved_argv[0] else "skillopt_ray", *argv]
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _hydra_main()()
+    finally:
+        sys.argv = saved_argv
+        if saved_err is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_err
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    argv = [a for a in argv if a != "--debug"]
+    _SESSION.codes.clear()
+    _SESSION.stopped = False
+    try:
+        args = _hydra_args(argv)
+        overrides, _SESSION.prices = split_price_overrides(args.overrides)
+        flags = list(argv)
+        for o in args.overrides:
+            flags.remove(o)
+        passed = flags + overrides  # Hydra's parser wants its flags first; price overrides are applied by task()
+        if args.config_path:  # relative to where the command runs (Hydra would read it relative to this module)
+            passed = [str(_conf_dir(args)) if a == args.config_path else a for a in passed]
+        other = args.help or args.hydra_help or args.info or args.shell_completion or args.cfg not in (None, "job")
+        if args.cfg == "job" and not args.help:
+            show_job_config(args, overrides, _SESSION.prices)
+            return EXIT_OK
+        if not other:
+            preflight(args, overrides, _SESSION.prices)
+        _run_hydra(passed)
+        return max(_SESSION.codes, default=EXIT_OK)
+    except _Exit as e:
+        return e.code
+    except SystemExit as e:  # --help, --info and friends end this way
+        return int(e.code or 0) if isinstance(e.code, int) or e.code is None else EXIT_CONFIG
+    except UsageError as e:
+        if debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (HydraException, OmegaConfBaseException) as e:
+        if debug:
+            raise
+        print(f"error: {explain(e)}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume", file=sys.stderr)
+        return EXIT_STOPPED
+    except Exception as e:  # noqa: BLE001 - one line; --debug shows the traceback
+        if debug:
+            raise
+        print(f"error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''} (--debug shows the traceback)",
+              file=sys.stderr)
+        return EXIT_ERROR

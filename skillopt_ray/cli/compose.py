@@ -1,0 +1,202 @@
+"""Compose and validate the configuration: Hydra over `conf/` with the typed schema, errors as one line.
+
+`compose(overrides)` is the same composition the Hydra application does (same search path, same
+override grammar); `typed(cfg)` turns it into the checked dataclass and a plain dict; `resolve_paths`
+makes paths absolute before anything crosses into actors or Tune trials.
+
+Prices are set per model name (`llm.prices.<model>.input_per_mtok=0.15`), and model names such as
+`gpt-5.4-mini` or `Qwen/Qwen2.5-7B` are not keys Hydra's override grammar can spell, so those
+overrides are taken out before Hydra sees them (`split_price_overrides`) and put back into the
+composed config (`apply_prices`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from skillopt_ray.cli.errors import UsageError
+
+CONF_DIR = Path(os.environ.get("SKILLOPT_CONF_DIR", Path(__file__).resolve().parent.parent.parent / "conf"))
+CONFIG_NAME = "config"
+
+_PRICE = re.compile(r"^(?:\+{1,2}|~)?llm\.prices\.(?P<model>.+)\.(?P<field>[^.=]+)=(?P<value>.*)$")
+
+# maps whose entries are free (benchmark options, run tags): a new entry there does need `+`
+_FREE_MAPS = ("env.options", "tracking.tags")
+
+
+def experiments(conf_dir: Optional[Path] = None) -> list[str]:
+    return sorted(p.stem for p in ((conf_dir or CONF_DIR) / "experiment").glob("*.yaml"))
+
+
+PriceOverride = tuple[str, str, float]
+
+
+def split_price_overrides(overrides: Iterable[str]) -> tuple[list[str], list[PriceOverride]]:
+    """(the other overrides, [(model, field, value)]) with each price checked (unknown field, not a number)."""
+    from skillopt_ray.config import ConfigError, parse_price
+
+    rest: list[str] = []
+    prices: list[PriceOverride] = []
+    for o in overrides:
+        m = _PRICE.match(o)
+        if not m:
+            rest.append(o)
+            continue
+        try:
+            field, value = parse_price(m["model"], m["field"], m["value"].strip().strip("'\""))
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
+        prices.append((m["model"], field, value))
+    return rest, prices
+
+
+def apply_prices(cfg: Any, prices: list[PriceOverride]) -> None:
+    """Put price overrides into a composed config (a model the presets do not name gets a new entry)."""
+    from omegaconf import open_dict
+
+    from skillopt_ray.config import PriceConfig
+
+    with open_dict(cfg):
+        for model, field, value in prices:
+            if model not in cfg.llm.prices:
+                cfg.llm.prices[model] = PriceConfig()
+            cfg.llm.prices[model][field] = value
+
+
+def _flat(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def explain(exc: BaseException, conf_dir: Optional[Path] = None) -> str:
+    """A Hydra or OmegaConf composition error as one line that names the key and what to do."""
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    from skillopt_ray.config import suggest_keys
+
+    cause = exc.__cause__ or exc.__context__
+    unknown = (ConfigKeyError, ConfigAttributeError)
+    if isinstance(cause, unknown) or isinstance(exc, unknown):
+        err = cause if isinstance(cause, unknown) else exc
+        key = str(getattr(err, "full_key", "") or "")
+        if not key:
+            m = re.search(r"override '([^']+)'", str(exc))
+            key = m.group(1) if m else ""
+        if key and ("not in" in str(err) or "is not in struct" in str(err)):
+            for free in _FREE_MAPS:
+                if key.startswith(free + "."):
+                    return f"{key} is not set yet: {free} holds free entries, add one with +{key}=..."
+            near = suggest_keys(key)
+            hint = f"; did you mean {' or '.join(near)}?" if near else "; see --cfg job for the valid keys"
+            return f"unknown key {key}{hint}"
+    text = _flat(exc)
+    if isinstance(exc, MissingConfigException) or "Could not find" in text or "Could not load" in text:
+        m = re.search(r"Could not (?:find|load) '([^']+)/([^']+)'", text)
+        if m:
+            group, name = m.group(1), m.group(2)
+            options = sorted(p.stem for p in ((conf_dir or CONF_DIR) / group).glob("*.yaml"))
+            what = "experiment" if group == "experiment" else f"{group} preset"
+            return f"unknown {what}: {name}; available: {', '.join(options) or 'none'}"
+    if cause is not None and str(cause).strip():
+        text += ": " + _flat(cause).split(" full_key:")[0]
+    text = text.split(" Config search path")[0].split(" See https://hydra.cc")[0]
+    if "does not support sweep type" in text:
+        kind = text.rsplit(":", 1)[-1].strip().lower().replace("_sweep", "")
+        return (f"{kind}() needs a sweeper that samples (e.g. hydra-optuna-sweeper, hydra/sweeper=optuna) or python -m "
+                "skillopt_ray.sweep; Hydra's basic sweeper runs lists, range() and glob()")
+    if "Ambiguous value" in text or "sweep" in text.lower() and "--multirun" in text:
+        return f"{text}; add -m to run every combination"
+    return f"invalid configuration: {text[:400]}"
+
+
+def start_hydra(config_dir: Optional[Path] = None, search_dirs: Iterable[str] = ()) -> Any:
+    """Initialise Hydra with the search path the application has: conf/ (or -cp), then each --config-dir."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_automatic_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+
+    from skillopt_ray.config import register_schema
+
+    from hydra.version import setbase
+
+    setbase("1.3")  # as @hydra.main(version_base="1.3") does
+    register_schema()
+    path = create_automatic_config_search_path(None, None, str(Path(config_dir or CONF_DIR).resolve()))
+    for d in search_dirs:
+        path.prepend(provider="command-line", path=f"file://{Path(d).resolve()}", anchor=SearchPathQuery(provider="schema"))
+    GlobalHydra.instance().clear()
+    return Hydra.create_main_hydra2(task_name="app", config_search_path=path)
+
+
+def compose(overrides: list[str], config_dir: Optional[Path] = None, config_name: str = CONFIG_NAME,
+            search_dirs: Iterable[str] = ()) -> Any:
+    """Hydra composition with our strict schema; errors become one-line UsageErrors."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    rest, prices = split_price_overrides(overrides)
+    try:
+        hydra = start_hydra(config_dir, search_dirs)
+        cfg = hydra.compose_config(config_name=config_name, overrides=rest, run_mode=RunMode.RUN, from_shell=True,
+                                   with_log_configuration=False)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise UsageError(explain(e, config_dir)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        del cfg["hydra"]
+    apply_prices(cfg, prices)
+    check_experiment(cfg, config_dir)
+    return cfg
+
+
+def check_experiment(cfg: Any, conf_dir: Optional[Path] = None) -> None:
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_missing(cfg, "experiment") or cfg.experiment is None:
+        raise UsageError(f"no experiment chosen: add +experiment=<name> (one of {', '.join(experiments(conf_dir))})")
+
+
+def typed(cfg: Any) -> tuple[Any, dict[str, Any]]:
+    """(the checked Config dataclass, the same as a plain dict)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from skillopt_ray.config import ConfigError, from_container, validate
+
+    check_experiment(cfg)
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+        obj = from_container(data)  # strict: a key added with + that the schema lacks fails here, not in the driver
+        validate(obj)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    except OmegaConfBaseException as e:
+        raise UsageError(explain(e)) from None
+    return obj, data  # type: ignore[return-value]
+
+
+def resolve_paths(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy with absolute paths (actors and Tune trials run elsewhere or change their working directory)."""
+    data = copy.deepcopy(data)
+    data["output_dir"] = str(Path(data["output_dir"]).expanduser().resolve())
+    for sect, key in (("env", "data_dir"), ("env", "manifest_dir"), ("eval", "skill_path")):
+        if data[sect].get(key):
+            data[sect][key] = str(Path(os.path.expandvars(data[sect][key])).expanduser().resolve())
+    if data.get("skill_init"):
+        data["skill_init"] = str(Path(data["skill_init"]).expanduser().resolve())
+    return data
+
+
+def load(overrides: list[str], **kw: Any) -> dict[str, Any]:
+    """compose + typed + resolve_paths: the plain, checked, absolute config a run is launched with."""
+    return resolve_paths(typed(compose(overrides, **kw))[1])

@@ -1,0 +1,129 @@
+"""What a run's identity covers beyond its config, and the check that a resumed run still matches it.
+
+The config only names files; a run's results also depend on what is in them and on the code. So the
+identity also covers: the content of the skill files the run reads (`skill_init`, `eval.skill_path`),
+a fingerprint of the benchmark data (every file's path, size and modification time under the data and
+manifest folders: cheap, and any edit or replacement changes it) and the tool's version. A derived run
+directory name changes with any of them; a run directory named by hand (`run_name`, `hydra.run.dir`)
+records them in `identity.json` and refuses to resume when they changed, naming what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_ray.cli.errors import UsageError
+
+# where each benchmark reads its data when env.data_dir is not set
+DATA_ENV = {"alfworld": "ALFWORLD_DATA", "searchqa": "SEARCHQA_DATA", "spreadsheetbench": "SPREADSHEETBENCH_DATA"}
+_MAX_FILES = 200_000
+
+
+def tool_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("skillopt-ray")
+    except Exception:  # noqa: BLE001 - a source tree that is not installed
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        try:
+            return tomllib.loads(pyproject.read_text())["project"]["version"]
+        except (OSError, KeyError, ValueError):
+            return "unknown"
+
+
+def file_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def tree_fingerprint(root: Path) -> str:
+    """Hash of (relative path, size, mtime) of every file below root; 'missing' when there is none."""
+    if not root.exists():
+        return "missing"
+    if root.is_file():
+        st = root.stat()
+        return hashlib.sha256(f"{root.name}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    h = hashlib.sha256()
+    count = 0
+    stack = [root]
+    while stack and count < _MAX_FILES:
+        d = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=True):
+                stack.append(Path(e.path))
+            elif e.is_file(follow_symlinks=True):
+                st = e.stat()
+                h.update(f"{os.path.relpath(e.path, root)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+                count += 1
+    return h.hexdigest()[:16]
+
+
+def data_roots(data: dict[str, Any]) -> dict[str, str]:
+    env = data["env"]
+    roots = {}
+    raw = env.get("data_dir") or os.environ.get(DATA_ENV.get(env["name"], ""), "")
+    if raw:
+        roots["data"] = str(Path(os.path.expandvars(raw)).expanduser().resolve())
+    if env.get("manifest_dir"):
+        roots["manifests"] = env["manifest_dir"]
+    return roots
+
+
+def run_inputs(data: dict[str, Any]) -> dict[str, Any]:
+    """What the run reads besides its config: skill contents, data fingerprints, the tool's version."""
+    from skillopt_ray.cli.checks import skill_files
+
+    skills = {}
+    for key, path in skill_files(data):
+        try:
+            skills[key] = file_digest(path)
+        except OSError:
+            skills[key] = "unreadable"
+    data_fp = {name: tree_fingerprint(Path(root)) for name, root in data_roots(data).items()}
+    return {"skills": skills, "data": data_fp or "built-in samples", "version": tool_version()}
+
+
+def describe_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    said = []
+    if old.get("config") != new.get("config"):
+        said.append("the configuration changed")
+    o, n = old.get("inputs", {}), new.get("inputs", {})
+    for key in sorted(set(o.get("skills", {})) | set(n.get("skills", {}))):
+        if o.get("skills", {}).get(key) != n.get("skills", {}).get(key):
+            said.append(f"the content of {key} changed")
+    if o.get("data") != n.get("data"):
+        said.append("the benchmark data (or its split manifests) changed")
+    if o.get("version") != n.get("version"):
+        said.append(f"it was made by skillopt-ray {o.get('version')} and this is {n.get('version')}")
+    return said
+
+
+def check_or_record(run_dir: Path, record: dict[str, Any], resuming: bool) -> None:
+    """On resume, refuse a run directory made from other inputs; otherwise write identity.json."""
+    from skillopt_ray.utils.io import atomic_write_json, read_json
+
+    path = run_dir / "identity.json"
+    old: Optional[dict[str, Any]] = read_json(path) if path.is_file() else None
+    if resuming and old is not None and old.get("identity") != record["identity"]:
+        what = "; ".join(describe_change(old, record)) or "its identity differs"
+        raise UsageError(f"cannot resume {run_dir}: {what}. Its results would not be this run's: rerun with resume=false "
+                         "(the old run is moved aside) or choose another run_name")
+    if old != record:
+        atomic_write_json(path, record)
+
+
+def identity_record(data: dict[str, Any]) -> dict[str, Any]:
+    from skillopt_ray.config import run_identity
+
+    inputs = run_inputs(data)
+    return {"identity": run_identity(data, inputs), "config": run_identity(data), "inputs": inputs}

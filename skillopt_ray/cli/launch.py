@@ -1,0 +1,197 @@
+"""Launch one run: its directory, the embedded model server, Ray, the driver actor; wait and return the outcome.
+
+`execute(data)` is the one code path of a run, for the CLI and for every sweep trial. It never
+writes into the config it is given (the embedded server's URL goes into its own copy).
+Start-up overlaps what can overlap: the embedded llama.cpp server starts beside Ray, not after it.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files
+from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.cli.identity import check_or_record, identity_record
+from skillopt_ray.cli.ray_session import start_ray
+
+
+def run_dir_for(data: dict[str, Any], record: Optional[dict[str, Any]] = None) -> Path:
+    """`<output_dir>/runs/<experiment>-<mode>-seed<seed>-<identity>`, or `<output_dir>/runs/<run_name>`."""
+    name = data.get("run_name")
+    if not name:
+        prefix = "eval" if data["mode"] == "eval" else "train"
+        ident = (record or identity_record(data))["identity"]
+        name = f"{data['experiment']}-{prefix}-seed{data['seed']}-{ident}"
+    return Path(data["output_dir"]) / "runs" / name
+
+
+def needs_embedded_server(data: dict[str, Any]) -> bool:
+    """A role runs on the embedded model and calls will reach it (replay mode answers from the cache)."""
+    return any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer")) and data["llm"]["cache_mode"] != "replay"
+
+
+def job_submission_id() -> Optional[str]:
+    """The `ray job submit` submission id when we run as a job's entrypoint, else None."""
+    import json
+    import os
+
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if not raw:
+        return None
+    try:
+        return json.loads(raw).get("metadata", {}).get("job_submission_id")
+    except ValueError:
+        return None
+
+
+def record_job(run_dir: Path) -> None:
+    """Map the job to its run: every submission that worked on this run directory is listed in jobs.json."""
+    job = job_submission_id()
+    if not job:
+        return
+    from skillopt_ray.utils.io import atomic_write_json, read_json
+
+    path = run_dir / "jobs.json"
+    jobs = read_json(path) if path.exists() else []
+    jobs.append({"submission_id": job, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    atomic_write_json(path, jobs)
+    print(f"ray job {job} -> run directory {run_dir}", file=sys.stderr)
+
+
+def prepare_run_dir(run_dir: Path, data: dict[str, Any], record: dict[str, Any]) -> None:
+    """resume=false moves an old run aside; a resumed run must have been made from the same inputs."""
+    if run_dir.exists() and not data["resume"]:
+        backup = run_dir.with_name(run_dir.name + f".old-{int(time.time())}")
+        shutil.move(str(run_dir), str(backup))
+        print(f"resume=false: previous run moved to {backup}", file=sys.stderr)
+    elif (run_dir / "state.json").exists():
+        print(f"resuming run in {run_dir}", file=sys.stderr)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    check_or_record(run_dir, record, resuming=bool(data["resume"]))
+
+
+class EmbeddedStart:
+    """The embedded model server, started in a thread so that Ray starts at the same time."""
+
+    def __init__(self, data: dict[str, Any], run_dir: Path):
+        from skillopt_ray.llm.embedded import EmbeddedServer
+
+        e = data["llm"]["embedded"]
+        self.url: Optional[str] = e.get("server_url")  # a server that is already running (a sweep's)
+        self.server: Optional[EmbeddedServer] = None
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._future: Optional[Future] = None
+        if not self.url:
+            self.server = EmbeddedServer(e["model_path"], e["ctx_size"], e["threads"], e["parallel"], e["startup_timeout_s"],
+                                         run_dir / "embedded_server.log")
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="embedded-start")
+            self._future = self._pool.submit(self.server.start)
+
+    def wait(self) -> str:
+        from skillopt_ray.llm.embedded import EmbeddedUnavailable
+
+        if self._future is not None:
+            try:
+                self.url = self._future.result()
+            except EmbeddedUnavailable as err:
+                raise UsageError(str(err)) from None
+        assert self.url
+        return self.url
+
+    def stop(self) -> None:
+        if self._future is not None:
+            try:
+                self._future.result()  # let a start in progress finish, so that stop() finds the process
+            except Exception:  # noqa: BLE001 - its error was reported by wait(), or the run failed before
+                pass
+            self._pool.shutdown()  # type: ignore[union-attr]
+        if self.server is not None:
+            self.server.stop()
+
+
+def with_endpoint(data: dict[str, Any], url: str) -> dict[str, Any]:
+    """A copy of the config whose embedded roles call `url`."""
+    out = copy.deepcopy(data)
+    for r in ("target", "optimizer"):
+        if out["llm"][r]["provider"] == "embedded":
+            out["llm"][r]["base_url"] = url
+    return out
+
+
+def execute(data: dict[str, Any], run_dir: Optional[Path] = None) -> dict[str, Any]:
+    """One training (or eval) run through the driver actor; the outcome dict it returns says how it ended.
+
+    `run_dir`: where the run lives (default: derived from the config and its inputs, see run_dir_for).
+    Used by the CLI and by each sweep trial, so both run exactly the same code."""
+    import ray
+
+    from skillopt_ray.driver import DriverActor, driver_options
+    from skillopt_ray.progress import RunClock, make_display
+
+    check_skill_files(data)
+    record = identity_record(data)
+    run_dir = Path(run_dir) if run_dir else run_dir_for(data, record)
+    check_output_dir(Path(data["output_dir"]))
+    prepare_run_dir(run_dir, data, record)
+    record_job(run_dir)
+    check_keys(data)
+    clock = RunClock(run_dir).begin()
+    progress = make_display(data["debug"]["progress"], started_at=clock.started)
+    outcome: dict[str, Any] = {"status": "interrupted"}
+    embedded: Optional[EmbeddedStart] = None
+    try:
+        run_cfg = data
+        if needs_embedded_server(data):
+            from skillopt_ray.llm.embedded import NOTICE
+
+            print(f"note: {NOTICE}", file=sys.stderr)
+            embedded = EmbeddedStart(data, run_dir)
+        progress.update({"phase": "starting", "stage": "starting Ray" + (" and the embedded model server" if embedded else "")})
+        start_ray(data)
+        if embedded is not None:
+            run_cfg = with_endpoint(data, embedded.wait())
+        from skillopt_ray.lifeline import identity
+
+        # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)
+        driver = DriverActor.options(**driver_options(run_cfg)).remote(run_cfg, str(run_dir), identity())
+        ref = driver.run.remote()
+        print(f"run directory: {run_dir}", file=sys.stderr)
+        follow(driver, ref, progress, clock)
+        outcome = ray.get(ref)
+        ray.kill(driver, no_restart=True)
+    finally:
+        progress.close()
+        clock.end(outcome.get("status", "interrupted"))
+        if embedded is not None:
+            embedded.stop()
+    outcome["notes"] = progress.unshown(outcome.get("notes", []))  # the rest were printed when they appeared
+    outcome["timing"] = clock.timing()
+    return outcome
+
+
+def follow(driver: Any, ref: Any, progress: Any, clock: Any) -> None:
+    """Poll the driver's progress into the display until the run (`ref`) ends."""
+    import ray
+
+    while True:
+        ready, _ = ray.wait([ref], timeout=1.0)
+        if ready:
+            return
+        clock.tick()
+        try:
+            progress.update(ray.get(driver.progress.remote(), timeout=5))
+        except Exception:  # noqa: BLE001 - progress is best effort
+            pass
+
+
+def run_one(data: dict[str, Any], run_dir: Optional[Path] = None) -> int:
+    """Run a composed, validated config end to end and print how it ended; returns the exit code."""
+    from skillopt_ray.cli.report import report
+
+    return report(execute(data, run_dir))

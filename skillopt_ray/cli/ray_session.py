@@ -1,0 +1,53 @@
+"""Start a private local Ray cluster, or join one (`ray.address` / RAY_ADDRESS)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from skillopt_ray.cli.errors import UsageError, one_line
+
+# what every run's ray.init passes: no dashboard, actors' logs stay in their files, Ray's own log lines off
+COMMON_INIT = dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, logging_level="ERROR")
+
+
+def local_init_options(data: dict[str, Any]) -> dict[str, Any]:
+    """ray.init options for a private local cluster (also what scripts/bench_startup.py measures as the floor).
+
+    address="local": a new cluster of our own, even where `ray start` left one running (ray.init() would join it)."""
+    return dict(COMMON_INIT, address="local", num_cpus=data["ray"]["num_cpus"] or os.cpu_count(),
+                object_store_memory=data["ray"]["object_store_memory_mb"] * 1024 * 1024)
+
+
+def start_ray(data: dict[str, Any]) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = data["ray"]["address"] or os.environ.get("RAY_ADDRESS")
+    if address and address not in ("auto", "local"):
+        probe_address(address)  # a configured address that does not answer is an error even if Ray is already up here
+    if ray.is_initialized():
+        return
+    try:
+        if address:
+            ray.init(address=address, **COMMON_INIT)
+        else:
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            ray.init(**local_init_options(data))
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
+        raise UsageError(f"cannot reach Ray at {address or 'a new local cluster'}: {one_line(e)}; check ray.address / RAY_ADDRESS, "
+                         "or drop it to start locally") from None
+
+
+def probe_address(address: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds (not Ray's minutes of retries) when host:port does not answer."""
+    import socket
+
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot reach Ray at {address}: {getattr(e, 'strerror', None) or e}; check ray.address / RAY_ADDRESS, "
+                         "or drop it to start a local cluster") from None

@@ -1,0 +1,46 @@
+"""What the CLI prints when a run ends: notes, the summary table, the clock, where the run and its MLflow run are."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from skillopt_ray.exit_codes import EXIT_OK
+
+
+def summary_table(s: dict[str, Any]) -> str:
+    if s.get("mode") == "eval":
+        e = s["eval"]
+        rows = [f"eval on {s['split']}: hard {e['hard']:.3f}  soft {e['soft']:.3f}  (n={e['n']}, infra errors {e['infra_errors']}, data errors {e.get('data_errors', 0)})"]
+        rows += [f"  {t:<34} hard {v['hard']:.3f} soft {v['soft']:.3f} n={v['n']}" for t, v in e["per_type"].items()]
+        return "\n".join(rows)
+    rows = ["", f"{'skill':<9}{'selection':>11}{'test hard':>11}{'test soft':>11}"]
+    sel = s["selection"]
+    for k in ("initial", "best", "final"):
+        t = s["test"][k]
+        rows.append(f"{k:<9}{(sel[k] if sel[k] is not None else float('nan')):>11.3f}{t['hard']:>11.3f}{t['soft']:>11.3f}")
+    c = s["counts"]
+    rows.append(f"steps {s['steps']}: {c['accept']} accepted, {c['reject']} rejected, {c['skip']} skipped")
+    rows.append(f"test hard delta (best - initial) {s['delta_test_hard_best_vs_initial']:+.3f}")
+    tok = s["tokens"]
+    rows.append(f"model calls {tok['calls']} (+{tok['cache_hits']} from cache), tokens {tok['tokens']}, cost ${tok['cost_usd']:.4f}")
+    rows.append("per task type (test, best skill): " + ", ".join(f"{t} {v['hard']:.2f}" for t, v in s["test"]["best"]["per_type"].items()))
+    return "\n".join(rows)
+
+
+def report(outcome: dict[str, Any]) -> int:
+    """Print a run's outcome; returns the exit code."""
+    for note in outcome.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
+    if outcome["status"] != "ok":
+        print(f"error: {outcome['message']}", file=sys.stderr)
+        return int(outcome["exit"])
+    print(summary_table(outcome["summary"]))
+    from skillopt_ray.progress import time_line
+
+    print(time_line(outcome.get("timing")))
+    print(f"run directory: {outcome['run_dir']}")
+    ml = outcome.get("mlflow")
+    if ml:
+        print(f"mlflow run: {ml['run_id']} (tracking uri {ml['tracking_uri']}; view with: mlflow ui --backend-store-uri {ml['tracking_uri']} --host 127.0.0.1)")
+    return EXIT_OK

@@ -1,0 +1,157 @@
+"""The front door as a Hydra application: typos named with the schema's nearest keys, prices for any model,
+every -m job checked before the first starts, Hydra's own commands, run and sweep directories, and a run
+identity that follows the skill files, the data and the tool's version."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import qa_fixture
+from skillopt_ray import cli
+from skillopt_ray.cli import identity, launch
+from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+
+REPO = Path(__file__).resolve().parent.parent
+# appended where a regression would otherwise start a whole run: it then fails in seconds on the unreachable address
+FAST_FAIL = ["llm=compatible", "llm.base_url=http://127.0.0.1:9/v1", "ray.address=127.0.0.1:9"]
+
+
+def _main(capsys, *args):
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err.strip()
+
+
+@pytest.mark.parametrize("typo", ["optimizer.learning_rat=3", "+optimizer.learning_rat=3", "++optimizer.learning_rat=3"])
+def test_a_typo_is_named_with_the_nearest_key_never_turned_into_a_new_one(capsys, tmp_path, typo):
+    code, _, err = _main(capsys, "+experiment=alfworld", typo, f"output_dir={tmp_path}", *FAST_FAIL)
+    assert code == 2 and "\n" not in err
+    assert err == "error: unknown key optimizer.learning_rat; did you mean optimizer.learning_rate or optimizer.min_learning_rate?"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_section_and_a_free_map_get_the_right_advice(capsys):
+    code, _, err = _main(capsys, "+experiment=alfworld", "learning_rate=3")
+    assert code == 2 and "did you mean optimizer.learning_rate?" in err
+    code, _, err = _main(capsys, "+experiment=alfworld", "tracking.tags.owner=ana")
+    assert code == 2 and "add one with +tracking.tags.owner=" in err
+
+
+def test_prices_for_any_model_name(capsys):
+    cfg = cli.compose(["+experiment=searchqa", "llm=paper", "llm.prices.gpt-5.4-mini.input_per_mtok=0.75",
+                       "llm.prices.gpt-5.4-mini.output_per_mtok=4.5", "llm.prices.Qwen/Qwen2.5-7B-Instruct.input_per_mtok=0.1",
+                       "+llm.prices.my_model.output_per_mtok=2"])
+    obj, data = cli.typed(cfg)
+    assert obj.llm.prices["gpt-5.4-mini"].input_per_mtok == 0.75 and obj.llm.prices["gpt-5.4-mini"].output_per_mtok == 4.5
+    assert data["llm"]["prices"]["Qwen/Qwen2.5-7B-Instruct"] == {"input_per_mtok": 0.1, "output_per_mtok": 0.0}
+    assert data["llm"]["prices"]["my_model"]["output_per_mtok"] == 2.0
+    obj, _ = cli.typed(cli.compose(["+experiment=alfworld", "llm=openai", "llm.prices.gpt-4o.input_per_mtok=3"]))
+    assert (obj.llm.prices["gpt-4o"].input_per_mtok, obj.llm.prices["gpt-4o"].output_per_mtok) == (3.0, 10.0)  # the preset's other price kept
+    code, _, err = _main(capsys, "+experiment=alfworld", "llm.prices.gpt-5.4-mini.input_per_mtk=1", *FAST_FAIL)
+    assert code == 2 and err == "error: unknown key llm.prices.gpt-5.4-mini.input_per_mtk; did you mean llm.prices.gpt-5.4-mini.input_per_mtok?"
+    code, _, err = _main(capsys, "+experiment=alfworld", "llm.prices.m.input_per_mtok=cheap", *FAST_FAIL)
+    assert code == 2 and "llm.prices.m.input_per_mtok='cheap' is invalid" in err
+
+
+def test_every_multirun_job_is_checked_before_any_starts(capsys, tmp_path):
+    # range(1,5) makes learning rates 1..4; the job with 1 is below min_learning_rate=2
+    code, _, err = _main(capsys, "+experiment=alfworld", "-m", "optimizer.learning_rate=range(1,5)", "optimizer.min_learning_rate=2",
+                         f"output_dir={tmp_path}", *FAST_FAIL)
+    assert code == 2 and "\n" not in err
+    assert "optimizer.min_learning_rate=2 is larger than optimizer.learning_rate=1" in err and "in the job optimizer.learning_rate=1" in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "multirun").exists()
+    code, _, err = _main(capsys, "+experiment=alfworld", "-m", "optimizer.learning_rate=interval(1,5)", *FAST_FAIL)
+    assert code == 2 and "interval() needs a sweeper that samples" in err and "Traceback" not in err
+    code, _, err = _main(capsys, "+experiment=alfworld", "seed=1,2", *FAST_FAIL)  # a sweep without -m
+    assert code == 2 and "add -m to run every combination" in err
+
+
+def test_hydra_commands(capsys, tmp_path):
+    code, out, _ = _main(capsys, "--info", "searchpath")
+    assert code == 0 and "Config search path" in out and "conf" in out
+    code, out, _ = _main(capsys, "-sc", "install=bash")
+    assert code == 0 and "hydra_bash_completion" in out and "complete " in out
+    code, out, _ = _main(capsys, "--help")
+    assert code == 0 and "experiment: alfworld, searchqa, spreadsheetbench" in out
+    # --config-dir adds presets, -cn picks a primary config from it
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - override /env: searchqa\nexperiment: searchqa\nseed: 7\n")
+    (tmp_path / "lab.yaml").write_text("defaults:\n  - config\n  - _self_\nseed: 11\noptimizer:\n  learning_rate: 6\n")
+    code, out, _ = _main(capsys, "--config-dir", str(tmp_path), "+experiment=mine", "--cfg", "job")
+    assert code == 0 and "seed: 7\n" in out and "name: searchqa" in out
+    code, out, _ = _main(capsys, "--config-dir", str(tmp_path), "-cn", "lab", "+experiment=alfworld", "--cfg", "job", "-p", "optimizer")
+    assert code == 0 and "learning_rate: 6\n" in out
+
+
+def _qa_args(url: str, data: Path, out: Path) -> list[str]:
+    return ["+experiment=searchqa", "mode=eval", "eval.split=test", "llm=compatible", f"llm.base_url={url}", f"env.data_dir={data}",
+            "env.options.split_source=folders", "env.limit_test=2", "ray.env_actors=1", f"output_dir={out}", "debug.progress=off",
+            "tracking=none"]
+
+
+def test_hydra_run_dir_and_a_multirun_through_the_launcher(ray_cluster, tmp_path, capsys):
+    answers = qa_fixture(tmp_path / "qa")
+    skill = tmp_path / "skill.md"
+    skill.write_text("# answer briefly\n")
+    with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
+        args = _qa_args(srv.base_url, tmp_path / "qa", tmp_path / "out") + [f"eval.skill_path={skill}"]
+        code, out, err = _main(capsys, *args, f"hydra.run.dir={tmp_path / 'here'}")
+        assert code == 0, err
+        assert (tmp_path / "here" / "summary.json").is_file() and f"run directory: {tmp_path / 'here'}" in out
+        assert not (tmp_path / "out" / "runs").exists()
+        # -m through Hydra's launcher, in a fresh process; hydra.sweep.dir holds one run per job
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        p = subprocess.run([sys.executable, "-m", "skillopt_ray", *args, "-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+    assert "Launching 2 jobs locally" in p.stdout + p.stderr
+    assert (tmp_path / "sweep" / "multirun.yaml").is_file()
+    for job in ("0", "1"):
+        assert json.loads((tmp_path / "sweep" / job / "summary.json").read_text())["eval"]["n"] == 2
+
+
+def test_run_identity_follows_skill_content_data_and_version(tmp_path, monkeypatch):
+    data_dir = tmp_path / "qa"
+    qa_fixture(data_dir)
+    skill = tmp_path / "skill.md"
+    skill.write_text("v1\n")
+    base = ["+experiment=searchqa", f"env.data_dir={data_dir}", f"skill_init={skill}", f"output_dir={tmp_path / 'out'}"]
+    first = launch.run_dir_for(cli.load(base))
+    assert launch.run_dir_for(cli.load(base)) == first  # stable
+    # keys that change how calls are made, not their answers, keep the identity (and the resume)
+    same = cli.load([*base, "llm.target.timeout_s=999", "llm.optimizer.max_concurrency=1", "llm.prices.smollm2-135m.input_per_mtok=1"])
+    assert launch.run_dir_for(same) == first
+    skill.write_text("v2\n")
+    after_skill = launch.run_dir_for(cli.load(base))
+    assert after_skill != first
+    items = data_dir / "test" / "items.json"
+    items.write_text(items.read_text())  # same bytes, but replaced: a new modification time
+    os.utime(items, ns=(time.time_ns(), time.time_ns() + 10**9))
+    after_data = launch.run_dir_for(cli.load(base))
+    assert after_data not in (first, after_skill)
+    monkeypatch.setattr(identity, "tool_version", lambda: "99.0")
+    assert launch.run_dir_for(cli.load(base)) not in (first, after_skill, after_data)
+
+
+def test_a_named_run_whose_inputs_changed_refuses_to_resume(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPATIBLE_API_KEY", "x")
+    skill = tmp_path / "skill.md"
+    skill.write_text("v1\n")
+    args = ["+experiment=alfworld", f"skill_init={skill}", "run_name=mine", f"output_dir={tmp_path}", *FAST_FAIL]
+    code, _, err = _main(capsys, *args)
+    assert code == 2 and "cannot reach Ray" in err  # got as far as Ray: the run directory and its identity exist
+    assert json.loads((tmp_path / "runs" / "mine" / "identity.json").read_text())["inputs"]["skills"]["skill_init"]
+    skill.write_text("v2\n")
+    code, _, err = _main(capsys, *args)
+    assert code == 2 and "\n" not in err
+    assert err.startswith(f"error: cannot resume {tmp_path / 'runs' / 'mine'}: the content of skill_init changed")
+    assert "resume=false" in err
+    code, _, err = _main(capsys, *args, "resume=false")  # the old run moved aside, a fresh one begins
+    assert code == 2 and "cannot reach Ray" in err
