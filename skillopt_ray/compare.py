@@ -166,10 +166,12 @@ def _lookup(metrics: dict[str, float], name: str) -> float:
 
 
 def _history(client: Any, run_id: str, names: list[str]) -> dict[str, dict[int, float]]:
+    from skillopt_ray.tracking import metric_key
+
     out: dict[str, dict[int, float]] = {}
     for name in names:
         out[name] = {}
-        for candidate in (name, f"score/{name}"):
+        for candidate in (metric_key(name), name):  # the grouped name (score/..., counts/...), then a flat one from older runs
             hist = client.get_metric_history(run_id, candidate)
             if hist:
                 out[name] = {x.step: x.value for x in hist}

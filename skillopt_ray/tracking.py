@@ -23,6 +23,45 @@ from typing import Any, Callable, Optional, TypeVar
 
 T = TypeVar("T")
 RUN_UID_TAG = "skillopt.run_uid"
+# MLflow 3's UI opens an experiment by its kind: GenAI experiments on their traces page, model-development ones on
+# the runs table with metric charts. A skill-training run is the latter (the UI would otherwise guess from the contents).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+# Metric groups: every metric keeps the trainer's name under a group prefix, so MLflow's charts section shows one
+# group per prefix. The group of a name is the first rule that matches it; anything new lands in other/.
+METRIC_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("tokens", lambda n: n.startswith(("tokens", "cost_usd"))),
+    ("time", lambda n: n.endswith("_s") or n.startswith("time")),
+    ("skill", lambda n: n in ("skill_version", "skill_len", "candidate_skill_len")),
+    ("counts", lambda n: n in ("accepted", "slow_update_accepted", "rollout_n", "tasks_compared", "edit_budget")
+     or n.startswith("n_") or n.endswith(("_errors", "_count", "_fallbacks"))),
+    ("score", lambda n: n.endswith(("_score", "_hard", "_soft")) or n.startswith(("test_hard", "test_soft", "eval_hard", "eval_soft"))),
+)
+
+
+def metric_key(name: str) -> str:
+    """The MLflow key of a trainer metric: `current_score` -> `score/current_score`, `tokens.target.rollout` ->
+    `tokens/tokens.target.rollout`, `wall_time_s` -> `time/wall_time_s`, `accepted` -> `counts/accepted`. Names that
+    already carry a group (`x/y`) are kept."""
+    if "/" in name:
+        return name
+    for group, matches in METRIC_GROUPS:
+        if matches(name):
+            return f"{group}/{name}"
+    return f"other/{name}"
+
+
+def sweep_run_name(tags: dict[str, str], default: str) -> str:
+    """A sweep trial's run name from its swept values (`learning_rate=4 gate_metric=soft seed=43`); `default` otherwise."""
+    swept = {k[len("sweep.param."):]: v for k, v in tags.items() if k.startswith("sweep.param.")}
+    if not swept:
+        return default
+    short = {k: k.rsplit(".", 1)[-1] for k in swept}
+    clash = {s for s in short.values() if list(short.values()).count(s) > 1}
+    parts = [f"{k if short[k] in clash else short[k]}={v}" for k, v in sorted(swept.items())]
+    if "seed" in tags and "seed" not in short.values():
+        parts.append(f"seed={tags['seed']}")
+    return " ".join(parts)[:250]
 
 
 class TrackingError(RuntimeError):
@@ -210,6 +249,12 @@ class Tracker:
                 self.experiment_id = exp.experiment_id  # created by a concurrent run (sweep trials)
         else:
             self.experiment_id = exp.experiment_id
+        self.run_dir: Optional[Path] = None
+        if exp is None or EXPERIMENT_KIND_TAG not in (exp.tags or {}):
+            try:  # a store that refuses the tag still tracks; the UI then guesses the kind
+                self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+            except MlflowException:
+                pass
 
     def start(self, record: dict[str, Any], run_name: str, tags: dict[str, str], save: Callable[[dict[str, Any]], None]) -> Optional[str]:
         """Resume the MLflow run that `record` (the run directory's mlflow_run.json) names, else create one.
@@ -220,12 +265,15 @@ class Tracker:
             return None
         from mlflow.exceptions import MlflowException
 
+        self.run_dir = Path(tags["run_dir"]) if tags.get("run_dir") else None
+        run_name = sweep_run_name(tags, run_name)
         run_id = record.get("run_id")
         if run_id:
             try:
                 run = _retrying("read the run to resume", self.uri, lambda: self.client.get_run(run_id))
                 self.run_id = run.info.run_id
-                _retrying("mark the resumed run running", self.uri, lambda: self.client.update_run(self.run_id, status="RUNNING"))
+                _retrying("mark the resumed run running", self.uri, lambda: self.client.update_run(
+                    self.run_id, status="RUNNING", name=run_name if run.info.run_name != run_name else None))
                 return self.run_id
             except MlflowException as e:
                 if not _not_found(e):
@@ -264,9 +312,33 @@ class Tracker:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        ms = [Metric(k, float(v), ts, step) for k, v in metrics.items() if v is not None]
+        ms = [Metric(metric_key(k), float(v), ts, step) for k, v in metrics.items() if v is not None]
         if ms:
             self.client.log_batch(self.run_id, metrics=ms)
+        if "skill_version" in metrics or "test_hard_best" in metrics:  # a step or the run ended: the skill history moved
+            self.log_skill_history()
+
+    def log_skill_history(self) -> None:
+        """`skill_history.html` (versions, each step's decision and diff) and `skill_versions.json` (version, made by,
+        epoch, step, selection score, length), written into the run directory and logged as artifacts."""
+        if not self.enabled or self.run_dir is None or not (self.run_dir / "skills").is_dir():
+            return
+        import json
+
+        from skillopt_ray.report import load, skill_history_html
+
+        try:
+            story = load(self.run_dir)
+            rows = [{"version": v.number, "made_by": v.made_by, "epoch": v.epoch, "step": v.step, "selection_score": v.score,
+                     "length": len(v.text), "artifact": f"skills/skill_v{v.number:04d}.md"} for v in story.versions]
+            table = self.run_dir / "skill_versions.json"
+            table.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+            page = self.run_dir / "skill_history.html"
+            page.write_text(skill_history_html(self.run_dir), encoding="utf-8")
+            self.client.log_artifact(self.run_id, str(table))
+            self.client.log_artifact(self.run_id, str(page))
+        except Exception as e:  # noqa: BLE001 - a view of the history never stops a run
+            self.notes.append(f"skill history not logged to MLflow: {type(e).__name__}: {e}")
 
     def log_artifact(self, path: str | Path, artifact_path: Optional[str] = None) -> None:
         if self.enabled:

@@ -85,10 +85,10 @@ def test_tiny_experiment_runs_all_stages_two_epochs(ray_cluster, scripted, alfwo
     assert history[0]["action"] == "accept_new_best" and history[0]["edit_budget"] == 3
     assert [h["edit_budget"] for h in history if h["edit_budget"] is not None] == [3, 2][: sum(h["edit_budget"] is not None for h in history)]
     gated = [h for h in history if h["candidate_gate_score"] is not None]
-    assert len(client.get_metric_history(ml["run_id"], "candidate_gate_score")) == len(gated) >= 1
-    tokens = client.get_metric_history(ml["run_id"], "tokens_total")
+    assert len(client.get_metric_history(ml["run_id"], "score/candidate_gate_score")) == len(gated) >= 1
+    tokens = client.get_metric_history(ml["run_id"], "tokens/tokens_total")
     assert len(tokens) >= 2 and tokens[0].value > 0  # per-step ledger metrics (plus the final total)
-    assert client.get_metric_history(ml["run_id"], "tokens.target.rollout")
+    assert client.get_metric_history(ml["run_id"], "tokens/tokens.target.rollout")
     skills = {Path(a.path).name for a in client.list_artifacts(ml["run_id"], "skills")}
     assert {"skill_v0000.md", "skill_v0001.md"} <= skills
     assert {a.path for a in client.list_artifacts(ml["run_id"])} >= {"best_skill.md", "summary.json"}
