@@ -247,6 +247,10 @@ def validate(cfg: Config) -> Config:
         _at_least(f"llm.{role}.timeout_s", r.timeout_s, 0.1)
         _at_least(f"llm.{role}.requests_per_minute", r.requests_per_minute, 0)
         _at_least(f"llm.{role}.tokens_per_minute", r.tokens_per_minute, 0)
+        if r.silence_probe_s == 0 and cfg.llm.max_retries > 0 and r.timeout_s >= cfg.llm.retry_window_s:
+            raise ConfigError(f"llm.{role}.timeout_s={r.timeout_s:g} is not below llm.retry_window_s={cfg.llm.retry_window_s:g}: "
+                              f"with llm.{role}.silence_probe_s=0 a timed-out call would never be retried; raise llm.retry_window_s "
+                              f"above {2 * r.timeout_s:g} (two attempts) or lower the timeout")
         if r.temperature is not None and not 0.0 <= r.temperature <= 2.0:
             raise ConfigError(f"llm.{role}.temperature={r.temperature!r} is invalid; it must be between 0 and 2")
     _choice("llm.cache_mode", cfg.llm.cache_mode, ("record", "replay", "off"))

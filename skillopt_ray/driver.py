@@ -6,6 +6,7 @@ that names the problem (and exit non-zero) without a traceback.
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -64,7 +65,7 @@ class Run:
         self.pool: Optional[EnvPool] = None
         self.gateway: Any = None
         self.trainer: Optional[Trainer] = None
-        self.tracker: Optional[Tracker] = None
+        self.tracker: Optional[TrackerWhenReady] = None
         self.notes: list[str] = []
 
     def _setup(self) -> tuple[Any, LLMHandle]:
@@ -82,26 +83,33 @@ class Run:
         self.pool = EnvPool(cfg.env.name, self.cfg_dict["env"], self.gateway, PoolSettings(
             cfg.ray.env_actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries),
             owners=self.owners)
-        t = cfg.tracking
         self.set_progress(stage="opening the MLflow store")
+        # MLflow's import, store and run creation take seconds: they go on in a thread beside the first episodes;
+        # the first use of the tracker waits for them
+        self.tracker = TrackerWhenReady(self._open_tracker)
+        return bench, llm
+
+    def _open_tracker(self) -> Tracker:
+        cfg = self.cfg
+        t = cfg.tracking
         uri = t.tracking_uri or default_tracking_uri(Path(cfg.output_dir))
-        self.tracker = Tracker(t.mlflow, uri, t.experiment_name or cfg.experiment, Path(cfg.output_dir) / "mlflow-artifacts")
-        self.notes.extend(self.tracker.notes)
+        tracker = Tracker(t.mlflow, uri, t.experiment_name or cfg.experiment, Path(cfg.output_dir) / "mlflow-artifacts")
+        self.notes.extend(tracker.notes)
         run_info = self.rd.read_json("mlflow_run.json") or {}
         tags = {"experiment": cfg.experiment, "seed": str(cfg.seed), "mode": cfg.mode, "run_dir": str(self.rd.root), **t.tags}
         if t.parent_run_id:
             tags["mlflow.parentRunId"] = t.parent_run_id
-        self.tracker.notes.clear()
-        run_id = self.tracker.start(run_info, self.rd.root.name, tags, lambda rec: self.rd.write_json("mlflow_run.json", rec))
-        self.notes.extend(self.tracker.notes)
+        tracker.notes.clear()
+        run_id = tracker.start(run_info, self.rd.root.name, tags, lambda rec: self.rd.write_json("mlflow_run.json", rec))
+        self.notes.extend(tracker.notes)
         jobs = self.rd.read_json("jobs.json")
         if jobs:
-            self.tracker.set_tags({"ray_job_submission_id": jobs[-1]["submission_id"]})
+            tracker.set_tags({"ray_job_submission_id": jobs[-1]["submission_id"]})
         if run_id:
-            self.rd.write_json("mlflow_run.json", {"run_id": run_id, "tracking_uri": uri, "experiment_id": self.tracker.experiment_id,
+            self.rd.write_json("mlflow_run.json", {"run_id": run_id, "tracking_uri": uri, "experiment_id": tracker.experiment_id,
                                                    "run_uid": (self.rd.read_json("mlflow_run.json") or {}).get("run_uid")})
-            self.tracker.log_params(redact(self.cfg_dict))
-        return bench, llm
+            tracker.log_params(redact(self.cfg_dict))
+        return tracker
 
     async def execute(self) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -138,9 +146,10 @@ class Run:
             await self._close()
 
     def _fail(self, code: int, message: str) -> dict[str, Any]:
-        if self.tracker and self.tracker.run_id:
+        tracker = self.tracker.opened() if self.tracker else None
+        if tracker and tracker.run_id:
             try:
-                self.tracker.finish("KILLED" if code == EXIT_STOPPED else "FAILED")
+                tracker.finish("KILLED" if code == EXIT_STOPPED else "FAILED")
             except TrackingError as e:  # the run's own failure is the message; this one is a note beside it
                 self.notes.append(f"could not mark the MLflow run ended: {e}")
         return {"status": "error", "exit": code, "message": message, "notes": self.notes, "run_dir": str(self.rd.root)}
@@ -216,6 +225,44 @@ class Run:
             except Exception:  # noqa: BLE001 - progress is best effort
                 pass
         return snap
+
+
+class TrackerWhenReady:
+    """A Tracker being opened in a thread: any use waits until it is open, and raises what opening raised."""
+
+    def __init__(self, open_tracker: Any):
+        self._done = threading.Event()
+        self._tracker: Optional[Tracker] = None
+        self._error: Optional[BaseException] = None
+        threading.Thread(target=self._open, args=(open_tracker,), name="mlflow-open", daemon=True).start()
+
+    def _open(self, open_tracker: Any) -> None:
+        try:
+            self._tracker = open_tracker()
+        except BaseException as e:  # noqa: BLE001 - raised to whoever uses the tracker
+            self._error = e
+        finally:
+            self._done.set()
+
+    def get(self) -> Tracker:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._tracker is not None
+        return self._tracker
+
+    def opened(self) -> Optional[Tracker]:
+        """The tracker, or None when opening it failed (waits for the attempt)."""
+        self._done.wait()
+        return self._tracker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
+
+
+def plays_episodes(stage: str) -> bool:
+    """Stages whose progress is counted in episodes: rollout, validate:*, eval*, slow_update:rollout."""
+    return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
 
 
 def plays_episodes(stage: str) -> bool:

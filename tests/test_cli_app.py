@@ -126,7 +126,7 @@ def test_run_identity_follows_skill_content_data_and_version(tmp_path, monkeypat
     first = launch.run_dir_for(cli.load(base))
     assert launch.run_dir_for(cli.load(base)) == first  # stable
     # keys that change how calls are made, not their answers, keep the identity (and the resume)
-    same = cli.load([*base, "llm.target.timeout_s=999", "llm.optimizer.max_concurrency=1", "llm.prices.smollm2-135m.input_per_mtok=1"])
+    same = cli.load([*base, "llm.target.timeout_s=200", "llm.retry_window_s=900", "llm.optimizer.max_concurrency=1", "llm.prices.smollm2-135m.input_per_mtok=1"])
     assert launch.run_dir_for(same) == first
     skill.write_text("v2\n")
     after_skill = launch.run_dir_for(cli.load(base))
@@ -155,3 +155,34 @@ def test_a_named_run_whose_inputs_changed_refuses_to_resume(capsys, tmp_path, mo
     assert "resume=false" in err
     code, _, err = _main(capsys, *args, "resume=false")  # the old run moved aside, a fresh one begins
     assert code == 2 and "cannot reach Ray" in err
+
+
+def test_the_embedded_preset_retries_a_timed_out_call(capsys):
+    obj, _ = cli.typed(cli.compose(["+experiment=searchqa"]))  # the zero-config default
+    for r in (obj.llm.target, obj.llm.optimizer):
+        assert r.silence_probe_s == 0 and 2 * r.timeout_s <= obj.llm.retry_window_s  # a second attempt fits the window
+    code, _, err = _main(capsys, "+experiment=searchqa", "llm.optimizer.timeout_s=800", *FAST_FAIL[:0], "--cfg", "job")
+    assert code == 2 and err == ("error: llm.optimizer.timeout_s=800 is not below llm.retry_window_s=700: with "
+                                 "llm.optimizer.silence_probe_s=0 a timed-out call would never be retried; raise "
+                                 "llm.retry_window_s above 1600 (two attempts) or lower the timeout")
+
+
+def test_the_advice_when_retries_stop_names_what_stopped_them():
+    import asyncio
+
+    from skillopt_ray.config import LLMRoleConfig
+    from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint, TransportFault
+
+    async def advice(timeout_s: float, window_s: float, fault: TransportFault, attempt: int) -> str:
+        ep = RoleEndpoint("optimizer", LLMRoleConfig(base_url="http://127.0.0.1:9/v1", timeout_s=timeout_s), RetryPolicy(6, 1, 20, window_s))
+        try:
+            return ep._advice(fault, attempt)
+        finally:
+            await ep.close()
+
+    run = asyncio.run
+    said = run(advice(180, 50, TransportFault("read_timeout", "no answer"), 0))
+    assert "raise llm.optimizer.timeout_s" in said and "llm.retry_window_s (now 50, so a timed-out call is never retried)" in said
+    assert "retry_window_s" not in run(advice(60, 700, TransportFault("read_timeout", "no answer"), 1))
+    assert run(advice(60, 50, TransportFault("http", "HTTP 503"), 6)).endswith("raise llm.max_retries (now 6)")
+    assert run(advice(60, 50, TransportFault("http", "HTTP 503"), 2)).endswith("raise llm.retry_window_s (now 50)")

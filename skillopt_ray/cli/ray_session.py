@@ -28,6 +28,8 @@ def start_ray(data: dict[str, Any]) -> None:
         probe_address(address)  # a configured address that does not answer is an error even if Ray is already up here
     if ray.is_initialized():
         return
+    if address == "local":  # RAY_ADDRESS=local: a new cluster, as with no address
+        address = None
     try:
         if address:
             ray.init(address=address, **COMMON_INIT)

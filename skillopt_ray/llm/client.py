@@ -304,11 +304,25 @@ class RoleEndpoint:
                 if not fault.retryable or attempt >= self.retry.max_retries or elapsed + delay > self.retry.window_s:
                     raise LLMUnavailable(
                         f"{self.role} endpoint unavailable at {describe(self.cfg)}: {fault.detail} "
-                        f"({attempt + 1} attempt{'s' if attempt else ''} in {elapsed:.0f}s); {_FAULT_FIX.get(fault.kind, '')}"
+                        f"({attempt + 1} attempt{'s' if attempt else ''} in {elapsed:.0f}s); {self._advice(fault, attempt)}"
                     ) from None
                 attempt += 1
                 self.retries_done += 1
                 await asyncio.sleep(delay)
+
+    def _advice(self, fault: TransportFault, attempt: int) -> str:
+        """What to change, given why the retries stopped (the fault kind, the attempt cap or the window)."""
+        fix = _FAULT_FIX.get(fault.kind, "")
+        if fault.kind == "read_timeout":
+            fix = (f"the server answered nothing within llm.{self.role}.timeout_s={self.cfg.timeout_s:g}; check it, or raise "
+                   f"llm.{self.role}.timeout_s for slow models")
+            if self.cfg.timeout_s >= self.retry.window_s:
+                fix += f" and llm.retry_window_s (now {self.retry.window_s:g}, so a timed-out call is never retried) above it"
+        elif fault.kind == "http" and fault.retryable:
+            fix = "the server is failing or overloaded; retry later or raise " + (
+                f"llm.max_retries (now {self.retry.max_retries})" if attempt >= self.retry.max_retries
+                else f"llm.retry_window_s (now {self.retry.window_s:g})")
+        return fix
 
     def _rejected(self, exc: openai.APIStatusError) -> Exception:
         code = exc.status_code
