@@ -137,9 +137,36 @@ def run_finished(run_dir: Path) -> bool:
         return False
 
 
+def read_steps(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's step records so far, one per step in step order: history.jsonl (appended after every
+    step; a half-written last line is skipped; a step redone after a resume counts once, as last
+    written), else history.json (the whole list)."""
+    lines = run_dir / "history.jsonl"
+    records: list[dict[str, Any]] = []
+    if lines.exists():
+        try:
+            text = lines.read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        for line in text.splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and "step" in rec:
+                records.append(rec)
+    else:
+        try:
+            records = [r for r in json.loads((run_dir / "history.json").read_text()) if isinstance(r, dict) and "step" in r]
+        except (OSError, ValueError):
+            records = []
+    by_step = {int(r["step"]): r for r in records}
+    return [by_step[s] for s in sorted(by_step)]
+
+
 def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Record:
     s = json.loads((run_dir / "summary.json").read_text())
-    history = json.loads((run_dir / "history.json").read_text()) if (run_dir / "history.json").exists() else []
+    history = read_steps(run_dir)
     metrics = {
         "test_hard_best": s["test"]["best"]["hard"], "test_soft_best": s["test"]["best"]["soft"],
         "test_hard_initial": s["test"]["initial"]["hard"], "best_selection_score": s["selection"]["best"],
@@ -459,7 +486,8 @@ class Comparison:
         for x, epochs in sorted(boundaries.items()):
             for a in (ax, ax2):
                 a.axvline(x, color="grey", linestyle=":", linewidth=1)
-            ax.text(x + 0.05, 1.02, f"epoch {min(epochs)}", transform=ax.get_xaxis_transform(), fontsize=7, color="grey")
+            for a in (ax, ax2):
+                a.text(x + 0.04, 0.02, f"epoch {min(epochs)}", transform=a.get_xaxis_transform(), fontsize=7, color="grey", va="bottom")
         handles += [Patch(color="grey", alpha=0.25, label="95% t interval over seeds (clipped to [0, 1])"),
                     Line2D([], [], color="grey", marker="o", markerfacecolor="none", linestyle="none", label="candidate at the gate"),
                     Line2D([], [], color="grey", linestyle=":", label="epoch start")]

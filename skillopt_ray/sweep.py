@@ -43,7 +43,7 @@ from typing import Any, Iterator, Optional
 import yaml
 
 from skillopt_ray.cli import UsageError, check_output_dir, compose, needs_embedded_server, resolve_paths, run_dir_for, start_ray, typed
-from skillopt_ray.compare import norm_value, run_finished, sweep_comparison
+from skillopt_ray.compare import norm_value, read_steps, run_finished, sweep_comparison
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.utils.io import atomic_write_json
 
@@ -425,15 +425,8 @@ def _run_dir_lock(run_dir: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _read_history(run_dir: Path) -> list[dict[str, Any]]:
-    try:
-        return json.loads((run_dir / "history.json").read_text())
-    except (OSError, ValueError):  # not written yet
-        return []
-
-
 def step_report(h: dict[str, Any], key: str, run_dir: Path) -> dict[str, Any]:
-    """What a trial tells Tune after one training step (the step's record in history.json)."""
+    """What a trial tells Tune after one training step (the step's record in the run's history)."""
     cand = h.get("candidate_gate_score")
     return {"step": int(h["step"]), "epoch": int(h.get("epoch") or 0), METRIC: float(h["current_score"]),
             "candidate_score": float(cand) if cand is not None else math.nan, "best_selection_score": float(h["best_score"]),
@@ -453,8 +446,9 @@ def final_report(run_dir: Path, key: str, last: Optional[dict[str, Any]]) -> dic
 def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: dict[str, Any]) -> None:
     """One Tune trial = one training run (cli.execute, the CLI's own code path), reporting each step.
 
-    The run goes on in a thread; this one reads the run's step records (history.json, written after
-    every step) and hands each new one to Tune, so a scheduler can stop the trial between steps.
+    The run goes on in a thread; this one reads the run's step records (history.jsonl, appended after
+    every step; history.json from older runs) and hands each new one to Tune, so a scheduler can stop
+    the trial between steps.
     A stopped trial's process ends; the run's actors follow it within a second and the run directory
     resumes like any interrupted run."""
     from ray import tune
@@ -469,16 +463,16 @@ def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: di
         plan = {"data": prepare(data, ctx, params, key, int(config["seed"])), "key": key, "run_dir": str(run_dir_for(data))}
     run_dir, key = Path(plan["run_dir"]), plan["key"]
     with _run_dir_lock(run_dir):
-        reported = 0
+        reported = 0  # the last step handed to Tune
         last: Optional[dict[str, Any]] = None
 
         def report_new() -> None:
             nonlocal reported, last
-            history = _read_history(run_dir)
-            for h in history[reported:]:
-                last = step_report(h, key, run_dir)
-                tune.report(last)
-            reported = max(reported, len(history))
+            for h in read_steps(run_dir):
+                if int(h["step"]) > reported:
+                    last = step_report(h, key, run_dir)
+                    tune.report(last)
+                    reported = int(h["step"])
 
         if run_finished(run_dir) or (str(run_dir) in ctx["stopped"] and not ctx["resume_stopped"]):
             report_new()  # replay what the run recorded, so Tune's table and the scheduler see it
@@ -489,7 +483,7 @@ def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: di
 
         def run() -> None:
             try:
-                outcome.update(execute(copy.deepcopy(plan["data"])))
+                outcome.update(execute(copy.deepcopy(plan["data"]), run_dir))
             except BaseException as e:  # noqa: BLE001 - handed to the trial thread below
                 outcome.update(status="error", message=f"{type(e).__name__}: {e}")
 
@@ -771,8 +765,10 @@ def _fit(spec: SweepSpec, space: dict[str, Any], plans: dict[str, Any], ctx: dic
         tune.with_resources(fn, {"cpu": trial_cpus(first)}),
         param_space=space,
         tune_config=tune.TuneConfig(
-            metric=METRIC, mode="max", num_samples=spec.num_samples, max_concurrent_trials=limit, scheduler=scheduler,
-            search_alg=BasicVariantGenerator(random_state=seed), reuse_actors=False,
+            metric=METRIC, mode="max", num_samples=spec.num_samples, scheduler=scheduler, reuse_actors=False,
+            # our own generator (seeded, so a rerun draws the same values) carries the concurrency cap:
+            # Tune ignores max_concurrent_trials when given a generator
+            search_alg=BasicVariantGenerator(random_state=seed, max_concurrent=limit),
             trial_name_creator=lambda tr: ",".join(f"{_short(k)}={_brief(tr.config.get(k))}" for k in keys) + f",seed={tr.config.get('seed')}",
             trial_dirname_creator=lambda tr: f"trial_{tr.trial_id}"),
         run_config=tune.RunConfig(name=f"tune-{int(time.time())}", storage_path=str((sdir / "tune").resolve()),

@@ -141,6 +141,17 @@ def _metrics(sel: float, tokens: float = 100.0) -> dict:
             "tokens": tokens, "cost_usd": 0.0, "wall_time_s": 1.0}
 
 
+def test_step_records_come_from_history_jsonl_while_a_run_goes_on(tmp_path):
+    rows = [{"step": 1, "current_score": 0.5}, {"step": 2, "current_score": 0.25}, {"step": 2, "current_score": 0.75}]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "curr')
+    (tmp_path / "history.json").write_text(json.dumps(rows[:1]))  # written at epoch ends only: behind
+    steps = compare.read_steps(tmp_path)
+    assert [(h["step"], h["current_score"]) for h in steps] == [(1, 0.5), (2, 0.75)]  # redone step: last record; half line skipped
+    (tmp_path / "history.jsonl").unlink()
+    assert compare.read_steps(tmp_path) == rows[:1]  # runs from before history.jsonl
+    assert compare.read_steps(tmp_path / "missing") == []
+
+
 def test_ties_for_the_best_configuration_are_reported():
     recs = [compare.Record({"lr": "2"}, 0, _metrics(0.75, tokens=900)), compare.Record({"lr": "4"}, 0, _metrics(0.75, tokens=100)),
             compare.Record({"lr": "6"}, 0, _metrics(0.5, tokens=10))]
@@ -268,8 +279,8 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
         args = ["+experiment=searchqa", "+smoke=tiny", "llm=compatible", f"llm.base_url={srv.base_url}", f"output_dir={tmp_path / 'out'}",
                 f"env.data_dir={tmp_path / 'qa'}", "env.options.split_source=folders", "+sweep=lr", "sweep.params.optimizer.learning_rate=[2,4]", "seeds=2",
-                "sweep.max_concurrent=1", "sweep.report_every_s=1"]
-        assert sweep.main(args + ["sweep.interrupt_after=1"]) == 3  # stopped: rerun to resume
+                "sweep.report_every_s=1"]
+        assert sweep.main(args + ["sweep.max_concurrent=1", "sweep.interrupt_after=1"]) == 3  # stopped: rerun to resume
         (sdir,) = (tmp_path / "out" / "sweeps").iterdir()
         meta = json.loads((sdir / "sweep.json").read_text())
         done = [Path(t["run_dir"]) for t in meta["trials"] if (Path(t["run_dir"]) / "summary.json").exists()]
@@ -277,7 +288,7 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
         stamp = (done[0] / "summary.json").stat().st_mtime_ns
         calls_before = srv.state.attempts
         capsys.readouterr()
-        assert sweep.main(args) == 0
+        assert sweep.main(args + ["sweep.max_concurrent=2"]) == 0
         printed = capsys.readouterr().out
         assert (done[0] / "summary.json").stat().st_mtime_ns == stamp  # the finished trial was not rerun
         assert srv.state.attempts > calls_before
@@ -292,7 +303,7 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
     results = _tune_results(sdir)
     assert len(results) == 4
     for trial in results:
-        history = json.loads((Path(trial[0]["run_dir"]) / "history.json").read_text())
+        history = compare.read_steps(Path(trial[0]["run_dir"]))
         steps = [r for r in trial if not r["finished"]]
         assert [r["step"] for r in steps] == [h["step"] for h in history] and len(history) >= 2
         assert [r["selection_score"] for r in steps] == [h["current_score"] for h in history]
@@ -392,11 +403,11 @@ def test_asha_stops_a_trial_between_steps_and_its_run_resumes_when_asked(ray_clu
         (t,) = json.loads((sdir / "sweep.json").read_text())["trials"]
         rd = Path(t["run_dir"])
         assert t["status"] == "stopped" and t["stopped"]["by"] == "asha" and t["stopped"]["step"] == 1
-        history = json.loads((rd / "history.json").read_text())
+        history = compare.read_steps(rd)
         state = json.loads((rd / "state.json").read_text())
-        assert 1 <= len(history) < 2 and state["phase"] != "done" and not (rd / "summary.json").exists()
+        assert 1 <= len(history) <= 2 and state["phase"] != "done" and not (rd / "summary.json").exists()
         time.sleep(2)
-        assert json.loads((rd / "history.json").read_text()) == history  # the run's actors stopped with the trial
+        assert compare.read_steps(rd) == history  # the run's actors stopped with the trial
         from mlflow.tracking import MlflowClient
 
         info = json.loads((rd / "mlflow_run.json").read_text())
@@ -410,7 +421,7 @@ def test_asha_stops_a_trial_between_steps_and_its_run_resumes_when_asked(ray_clu
         assert sweep.main(args + ["sweep.resume_stopped=true"]) == 0
         (t,) = json.loads((sdir / "sweep.json").read_text())["trials"]
         assert t["status"] == "finished" and (rd / "summary.json").exists()
-        resumed = json.loads((rd / "history.json").read_text())
+        resumed = compare.read_steps(rd)
         assert resumed[: len(history)] == history and len(resumed) == 2
 
 
