@@ -51,6 +51,14 @@ def metric_key(name: str) -> str:
     return f"other/{name}"
 
 
+def ui_link(record: dict[str, Any], base: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI page of a run (mlflow_run.json's record), in the model-training view: MLflow 3's UI starts in its
+    GenAI view unless the link asks (`workflowType`, remembered by the browser once chosen)."""
+    exp, run = record.get("experiment_id"), record.get("run_id")
+    page = f"#/experiments/{exp}/runs/{run}" if exp and run else (f"#/experiments/{exp}" if exp else "#/experiments")
+    return f"{base}/{page}?workflowType=machine_learning"
+
+
 def sweep_run_name(tags: dict[str, str], default: str) -> str:
     """A sweep trial's run name from its swept values (`learning_rate=4 gate_metric=soft seed=43`); `default` otherwise."""
     swept = {k[len("sweep.param."):]: v for k, v in tags.items() if k.startswith("sweep.param.")}

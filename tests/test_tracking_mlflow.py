@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, metric_key, sweep_run_name
+from skillopt_ray.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, metric_key, sweep_run_name, ui_link
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,10 @@ def test_metric_groups():
          "counts/slow_update_accepted"]
     assert [metric_key(n) for n in ("skill_version", "skill_len")] == ["skill/skill_version", "skill/skill_len"]
     assert metric_key("something_new") == "other/something_new" and metric_key("score/x") == "score/x"
+
+
+def test_ui_link_opens_the_model_training_view():
+    assert ui_link({"experiment_id": "3", "run_id": "abc"}) == "http://127.0.0.1:5000/#/experiments/3/runs/abc?workflowType=machine_learning"
 
 
 def test_sweep_trial_names_show_swept_values():

@@ -42,5 +42,9 @@ def report(outcome: dict[str, Any]) -> int:
     print(f"run directory: {outcome['run_dir']}")
     ml = outcome.get("mlflow")
     if ml:
-        print(f"mlflow run: {ml['run_id']} (tracking uri {ml['tracking_uri']}; view with: mlflow ui --backend-store-uri {ml['tracking_uri']} --host 127.0.0.1)")
+        from skillopt_ray.tracking import ui_link
+
+        print(f"mlflow run: {ml['run_id']} in {ml['tracking_uri']}")
+        print(f"  view with: mlflow ui --backend-store-uri {ml['tracking_uri']} --host 127.0.0.1, then open {ui_link(ml)}")
+    print(f"the run's story: python -m skillopt_ray.report {outcome['run_dir']}")
     return EXIT_OK
