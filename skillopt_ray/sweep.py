@@ -45,6 +45,7 @@ import yaml
 from skillopt_ray.cli import UsageError, check_output_dir, compose, needs_embedded_server, resolve_paths, run_dir_for, start_ray, typed
 from skillopt_ray.compare import norm_value, read_steps, run_finished, sweep_comparison
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.tracking import TrackingError
 from skillopt_ray.utils.io import atomic_write_json
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
@@ -502,36 +503,29 @@ def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: di
 
 
 class _Parent:
-    """The sweep's MLflow parent run (MlflowClient with an explicit run id)."""
+    """The sweep's MLflow parent run, through the same Tracker as a training run (kill-safe store,
+    the experiment's kind, a run created once even across kills: its uid is saved first)."""
 
-    def __init__(self, data: dict[str, Any], name: str, existing: Optional[str]):
-        from mlflow.tracking import MlflowClient
-
-        from skillopt_ray.tracking import default_tracking_uri
+    def __init__(self, data: dict[str, Any], name: str, sdir: Path, existing: Optional[str]):
+        from skillopt_ray.tracking import Tracker, default_tracking_uri
 
         t = data["tracking"]
         self.enabled = bool(t["mlflow"])
         self.uri = t["tracking_uri"] or default_tracking_uri(data["output_dir"])
         self.run_id: Optional[str] = None
+        self.tracker = Tracker(self.enabled, self.uri, t["experiment_name"] or data["experiment"], Path(data["output_dir"]) / "mlflow-artifacts")
         if not self.enabled:
             return
-        self.client = MlflowClient(self.uri)
-        exp_name = t["experiment_name"] or data["experiment"]
-        exp = self.client.get_experiment_by_name(exp_name)
-        if exp is None:
-            root = Path(data["output_dir"]) / "mlflow-artifacts"
-            root.mkdir(parents=True, exist_ok=True)
-            self.experiment_id = self.client.create_experiment(exp_name, artifact_location=root.resolve().as_uri())
-        else:
-            self.experiment_id = exp.experiment_id
+        self.client = self.tracker.client
+        record_path = sdir / "mlflow_parent.json"
+        record = json.loads(record_path.read_text()) if record_path.exists() else {}
         if existing:
-            try:
-                self.run_id = self.client.get_run(existing).info.run_id
-                self.client.update_run(self.run_id, status="RUNNING")
-                return
-            except Exception:  # noqa: BLE001 - the store was wiped: start a new parent
-                pass
-        self.run_id = self.client.create_run(self.experiment_id, run_name=name, tags={"sweep": name, "sweep.role": "parent"}).info.run_id
+            record["run_id"] = existing
+        self.run_id = self.tracker.start(record, name, {"sweep": name, "sweep.role": "parent"},
+                                         lambda rec: atomic_write_json(record_path, rec))
+        atomic_write_json(record_path, {**record, "run_id": self.run_id, "tracking_uri": self.uri})
+        for note in self.tracker.notes:
+            print(f"note: {note}", file=sys.stderr)
 
 
 def _mark_child(run_dir: Path, status: str, tags: dict[str, str]) -> None:
@@ -598,7 +592,7 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
         return dry_run(spec, trials, name, sdir, previous)
     check_output_dir(out)
     sdir.mkdir(parents=True, exist_ok=True)
-    parent = _Parent(first, name, meta.get("parent_run_id"))
+    parent = _Parent(first, name, sdir, meta.get("parent_run_id"))
     for t in trials:
         t.status = _status(t, previous)
     stopped_before = {str(t.run_dir) for t in trials if t.status == "stopped"}
@@ -641,12 +635,12 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
             parent.client.set_tag(parent.run_id, "best_config", json.dumps(best["params"]))
             parent.client.set_tag(parent.run_id, "best_config_rule", best["rule"])
             parent.client.set_tag(parent.run_id, "best_config_tied", json.dumps(best["tied"]))
-            parent.client.log_metric(parent.run_id, "best_mean_selection_score", best["best_selection_score_mean"])
-            parent.client.log_metric(parent.run_id, "best_mean_test_hard", best["test_hard_best_mean"])
+            parent.tracker.log_metrics({"best_mean_selection_score": best["best_selection_score_mean"],
+                                        "best_mean_test_hard": best["test_hard_best_mean"]}, 0)
         for f in sorted((sdir / "comparison").iterdir()):
             parent.client.log_artifact(parent.run_id, str(f), "comparison")
         done = all(t.status in ("finished", "stopped") for t in trials)
-        parent.client.set_terminated(parent.run_id, "FAILED" if failed else "FINISHED" if done else "KILLED")
+        parent.tracker.finish("FAILED" if failed else "FINISHED" if done else "KILLED")
     print(report.markdown())
     print(f"sweep directory: {sdir}")
     if parent.enabled:
@@ -826,6 +820,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    except TrackingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":
