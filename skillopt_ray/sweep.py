@@ -310,14 +310,16 @@ def sample_seed(spec: SweepSpec, overrides: list[str]) -> int:
 
 
 def expand(space: dict[str, Any], num_samples: int, seed: int) -> list[dict[str, Any]]:
-    """The configs Tune's BasicVariantGenerator(random_state=seed) produces for this space, in order."""
+    """The configs Tune's BasicVariantGenerator(random_state=seed, constant_grid_search=True) produces
+    for this space, in order: each sample draws the sampled keys once and crosses them with every grid
+    value and seed, so the seeds of one draw form a group."""
     from ray.tune.search.sample import _BackwardsCompatibleNumpyRng
     from ray.tune.search.variant_generator import generate_variants
 
     rng = _BackwardsCompatibleNumpyRng(seed)
     out = []
     for _ in range(num_samples):
-        for _resolved, spec in generate_variants({"config": copy.deepcopy(space)}, random_state=rng):
+        for _resolved, spec in generate_variants({"config": copy.deepcopy(space)}, constant_grid_search=True, random_state=rng):
             out.append(dict(spec["config"]))
     return out
 
@@ -760,9 +762,9 @@ def _fit(spec: SweepSpec, space: dict[str, Any], plans: dict[str, Any], ctx: dic
         param_space=space,
         tune_config=tune.TuneConfig(
             metric=METRIC, mode="max", num_samples=spec.num_samples, scheduler=scheduler, reuse_actors=False,
-            # our own generator (seeded, so a rerun draws the same values) carries the concurrency cap:
-            # Tune ignores max_concurrent_trials when given a generator
-            search_alg=BasicVariantGenerator(random_state=seed, max_concurrent=limit),
+            # our own generator: seeded (a rerun draws the same values), one draw per sample across the
+            # grid and the seeds, and it carries the concurrency cap (Tune ignores max_concurrent_trials beside it)
+            search_alg=BasicVariantGenerator(random_state=seed, max_concurrent=limit, constant_grid_search=True),
             trial_name_creator=lambda tr: ",".join(f"{_short(k)}={_brief(tr.config.get(k))}" for k in keys) + f",seed={tr.config.get('seed')}",
             trial_dirname_creator=lambda tr: f"trial_{tr.trial_id}"),
         run_config=tune.RunConfig(name=f"tune-{int(time.time())}", storage_path=str((sdir / "tune").resolve()),

@@ -64,7 +64,10 @@ def test_search_space_is_per_key_with_grids_choices_and_ranges(tmp_path):
     assert configs == sweep.expand(space, spec.num_samples, seed=7)  # the same seed draws the same trials (resume)
     assert all(0.1 <= c["optimizer.mixed_weight"] <= 0.9 and c["optimizer.min_learning_rate"] in (1, 2) and 2 <= c["optimizer.batch_size"] <= 64
                for c in configs)
-    assert len({c["optimizer.mixed_weight"] for c in configs}) == len(configs)
+    # one draw per sample, the same for every grid value and seed: the seeds of a draw form one group
+    assert len({c["optimizer.mixed_weight"] for c in configs}) == 3
+    assert all(len({(c["optimizer.mixed_weight"], c["optimizer.gate_metric"], c["optimizer.min_learning_rate"]) for c in configs[i * 4:(i + 1) * 4]}) == 1
+               for i in range(3))
     for bad, msg in (("sweep.params.optimizer.mixed_weight=uniform(0.9,0.1)", "two numbers lo < hi"),
                      ("sweep.params.optimizer.mixed_weight=loguniform(0,1)", "lo > 0"),
                      ("sweep.params.optimizer.mixed_weight=gauss(0,1)", "unknown kind|two numbers"),
@@ -89,6 +92,7 @@ def test_dry_run_lists_the_trials_without_starting_ray(tmp_path, monkeypatch, ca
     rows = [line.split() for line in text.splitlines() if line.split() and line.split()[0] in ("2", "4")]
     assert len(rows) == 2 * 2 * 2  # 4 and 4.0 are one value: 2 rates x 2 samples x 2 seeds
     assert {r[0] for r in rows} == {"2", "4"} and {r[2] for r in rows} == {"42", "43"} and all(0.2 <= float(r[1]) <= 0.3 for r in rows)
+    assert len({r[1] for r in rows}) == 2  # one draw per sample, shared by its rates and seeds
     assert all(r[3] == "new" and r[4].startswith("searchqa-train-seed") for r in rows) and len({r[4] for r in rows}) == 8
     assert "uniform(0.2, 0.3)" in text and "8 trials: 8 new" in text
     assert not out.exists()  # nothing written
