@@ -2,7 +2,8 @@
 
     config.yaml            resolved config (secrets redacted)
     state.json             run state (the resume point)
-    history.jsonl-like     history.json: one record per step
+    history.jsonl          one record per step, appended (history.json: the same list, at epoch ends)
+    scores.jsonl           every evaluation of a skill on a split, appended (the score cache)
     skills/skill_vNNNN.md  every accepted skill version; best_skill.md
     steps/eEE_sSSS/        per-stage records of a step (rollout, reflect, aggregate, select, update, gate)
     epochs/eEE/            slow-update and meta-skill records

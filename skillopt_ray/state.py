@@ -1,6 +1,9 @@
 """The run state: everything a resumed run needs, as one typed, versioned record (state.json).
 
-It is committed after every gate and every epoch-boundary stage. Version 2 is the state of the
+It is committed after every gate and every epoch-boundary stage and stays small: the records that grow
+with the run (one history record per step, one evaluation per skill scored) are appended to their own
+JSON-lines files instead, so a step's bookkeeping costs the same at step 1 and step 1,000.
+Version 2 is the state of the
 reference-faithful optimizer (scheduler counter, origins, step buffer, the evaluations behind the
 current and best scores); a version-1 directory was written by an optimizer that decided
 differently, so it cannot be continued faithfully and the loader says so.
@@ -53,8 +56,6 @@ class RunState:
     boundary_done: list[str] = field(default_factory=list)  # boundary stages applied this epoch (idempotent resume)
     meta_skill: str = ""  # active in this epoch's optimizer prompts
     step_buffer: list[dict[str, Any]] = field(default_factory=list)
-    history: list[dict[str, Any]] = field(default_factory=list)
-    score_cache: dict[str, dict[str, Any]] = field(default_factory=dict)
     counts: Counts = field(default_factory=Counts)
     final_promoted: bool = False
     wall_time_s: float = 0.0

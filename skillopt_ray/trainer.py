@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import math
 import random
 import time
@@ -35,7 +34,10 @@ from skillopt_ray.stages.select import SelectOutput, autonomous_lr, rank_and_sel
 from skillopt_ray.stages.update import UpdateOutput, update
 from skillopt_ray.state import RunState
 from skillopt_ray.tracking import Tracker
+from skillopt_ray.utils.io import append_json_line, read_json_lines
 
+HISTORY_FILE = "history.jsonl"
+SCORES_FILE = "scores.jsonl"
 SKIP_NO_PATCHES = "skip_no_patches"
 SKIP_NO_REWRITE = "skip_no_rewrite"
 
@@ -90,6 +92,8 @@ class Trainer:
         self.seed_skill = seed_skill
         self._on_progress = on_progress
         self.state = RunState()
+        self.history: list[dict[str, Any]] = []  # one record per completed step (history.jsonl)
+        self.scores: dict[str, dict[str, Any]] = {}  # evaluation key -> stats (scores.jsonl): the score cache
         self._ledger: dict[str, Any] = {}  # last ledger snapshot from the gateway
         self._t0 = time.monotonic()
         self._wall_prior = 0.0
@@ -133,13 +137,13 @@ class Trainer:
     async def evaluate(self, skill: str, tasks: list[Task], what: str) -> tuple[str, dict[str, Any]]:
         """Score a skill on a split, cached by skill content hash and split signature (§9.3)."""
         key = f"{skill_hash(skill)}|{self._split_sig(tasks)}"
-        cache = self.state.score_cache
-        if key not in cache:
+        if key not in self.scores:
             self._set_progress(stage=f"validate:{what}", done=0, total=len(tasks))
             res = await rollout(self.runner, tasks, skill, self._ctx(f"eval/{skill_hash(skill)}", False),
                                 self.o.max_infra_failure_fraction, what)
-            cache[key] = summarize(res).to_dict()
-        return key, cache[key]
+            self.scores[key] = summarize(res).to_dict()
+            append_json_line(self.rd.root / SCORES_FILE, {"key": key, "eval": self.scores[key]})
+        return key, self.scores[key]
 
     def compare(self, cand: dict[str, Any]) -> tuple[float, float, float, int]:
         """(candidate, current, best) gate scores for a decision, and the number of tasks compared.
@@ -148,7 +152,7 @@ class Trainer:
         mean and the stored current and best scores. Otherwise each side is scored on the tasks both
         sides scored, so an infrastructure failure never moves a decision."""
         st = self.state
-        cur, best = st.score_cache.get(st.current_eval), st.score_cache.get(st.best_eval)
+        cur, best = self.scores.get(st.current_eval), self.scores.get(st.best_eval)
         n = len(self.splits.selection)
         if cur is None or (cand["n_scored"] == n and cur["n_scored"] == n and (best is None or best["n_scored"] == n)):
             return self.score_of(cand), st.current_score, st.best_score, cand["n_scored"]
@@ -197,6 +201,9 @@ class Trainer:
         if saved is not None:
             self.state = RunState.from_dict(saved)
             self._wall_prior = self.state.wall_time_s
+            by_step = {h["step"]: h for h in read_json_lines(self.rd.root / HISTORY_FILE)}  # a step redone after a kill: last wins
+            self.history = [by_step[s] for s in sorted(by_step) if s <= self.state.global_step]
+            self.scores = {r["key"]: r["eval"] for r in read_json_lines(self.rd.root / SCORES_FILE)}
             return
         self.state = RunState()
         self.rd.write_skill(0, self.seed_skill)
@@ -288,8 +295,7 @@ class Trainer:
                                                rollout_n=stats.n_scored, rollout_hard=stats.hard, rollout_soft=stats.soft,
                                                step_buffer=buffer_text, key=key)
                 budget = decision["learning_rate"]
-                with (self.rd.root / "lr_history.jsonl").open("a", encoding="utf-8") as f:
-                    f.write(json.dumps({"step": st.global_step + 1, "epoch": epoch, **decision}) + "\n")
+                append_json_line(self.rd.root / "lr_history.jsonl", {"step": st.global_step + 1, "epoch": epoch, **decision})
             else:
                 lr_step += 1
                 budget = scheduled_lr(o.lr_schedule, lr_step, self.total_steps(), o.learning_rate, o.min_learning_rate)
@@ -321,10 +327,10 @@ class Trainer:
             cand, cur, best, n = self.compare(ev)
             d = gate_stage.decide(cand, cur, best, o.use_gate)
             return {**d.to_dict(), "reason": gate_stage.reason(d.action, cand, cur, best, o.gate_metric, n),
-                    "flipped": gate_stage.flipped(ev, st.score_cache[st.current_eval]),
+                    "flipped": gate_stage.flipped(ev, self.scores[st.current_eval]),
                     "eval_key": eval_key, "selection_hard": ev["hard"], "selection_soft": ev["soft"],
                     "candidate_full_score": self.score_of(ev), "tasks_compared": n, "candidate_scored": ev["n_scored"],
-                    "current_scored": st.score_cache.get(st.current_eval, {}).get("n_scored"), "gate_metric": o.gate_metric}
+                    "current_scored": self.scores.get(st.current_eval, {}).get("n_scored"), "gate_metric": o.gate_metric}
 
         gate = await self._memo(f"{sd}/gate.json", f"{label}:gate", do_gate)
         return agg, sel, upd, gate
@@ -379,9 +385,9 @@ class Trainer:
             "current_origin": st.current_origin, "best_origin": st.best_origin, "skill_version": st.current_version,
             "skill_len": len(self.current), **notes_rec,
         }
-        st.history.append(record)
+        self.history.append(record)
+        append_json_line(self.rd.root / HISTORY_FILE, record)  # before the state commit: a rerun replaces it
         self._save()
-        self.rd.write_json("history.json", st.history)
         self.rd.write_json(f"{sd}/step_record.json", record)
         metrics = {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                    and v is not None and k not in ("epoch", "step", "step_in_epoch", "best_step")}
@@ -451,6 +457,7 @@ class Trainer:
                     pairs = await self._pairs(epoch, ed, "meta")
                 new_meta = await self._meta_skill(epoch, ed, pairs)
         st.meta_skill = new_meta
+        self.rd.write_json("history.json", self.history)  # the whole list, as the reference's file, once an epoch
         st.epoch_start_version = st.current_version
         st.step_buffer = []
         st.boundary_done = []
@@ -521,7 +528,7 @@ class Trainer:
                 rec["action"] = d.action if o.slow_update_gate else gate_stage.FORCE_ACCEPT
                 rec["decision"] = d.to_dict()
                 rec["reason"] = gate_stage.reason(rec["action"], cand, cur, best, o.gate_metric, n_cmp)
-                rec["flipped"] = gate_stage.flipped(ev, st.score_cache[st.current_eval])
+                rec["flipped"] = gate_stage.flipped(ev, self.scores[st.current_eval])
             else:  # the reference's force mode: injected with the stale score (QUIRK-1)
                 rec.update(action=gate_stage.FORCE_ACCEPT, eval_key=st.current_eval, candidate_full_score=st.current_score)
             return rec
@@ -580,7 +587,7 @@ class Trainer:
             test[name] = await self._memo(f"final/test_{name}.json", f"final:{name}", do_test)
         await self.refresh_ledger()
         ledger = self._ledger
-        actions = [h["action"] for h in st.history]
+        actions = [h["action"] for h in self.history]
         summary = {
             "experiment": self.cfg.experiment,
             "run_dir": str(self.rd.root),
@@ -600,6 +607,7 @@ class Trainer:
             "tokens": ledger["totals"],
             "wall_time_s": st.wall_time_s,
         }
+        self.rd.write_json("history.json", self.history)
         self.rd.write_json("final/evaluation.json", test)
         self.rd.write_json("summary.json", summary)
         st.phase = "done"

@@ -42,3 +42,28 @@ def _default(o: Any) -> Any:
 def read_json(path: str | Path) -> Any:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def append_json_line(path: str | Path, record: Any) -> None:
+    """Append one JSON record as one line, flushed to disk: a kill loses at most the line being written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False, default=_default) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_json_lines(path: str | Path) -> list[Any]:
+    """Records of a JSON-lines file; a last line cut by a kill mid-write is ignored."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
