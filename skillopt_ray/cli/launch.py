@@ -8,8 +8,10 @@ Start-up overlaps what can overlap: the embedded llama.cpp server starts beside 
 from __future__ import annotations
 
 import copy
+import importlib
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -131,7 +133,6 @@ def execute(data: dict[str, Any], run_dir: Optional[Path] = None) -> dict[str, A
     Used by the CLI and by each sweep trial, so both run exactly the same code."""
     import ray
 
-    from skillopt_ray.driver import DriverActor, driver_options
     from skillopt_ray.progress import RunClock, make_display
 
     check_skill_files(data)
@@ -153,9 +154,14 @@ def execute(data: dict[str, Any], run_dir: Optional[Path] = None) -> dict[str, A
             print(f"note: {NOTICE}", file=sys.stderr)
             embedded = EmbeddedStart(data, run_dir)
         progress.update({"phase": "starting", "stage": "starting Ray" + (" and the embedded model server" if embedded else "")})
+        # the driver's imports (the LLM client, the engine, the stages: about a second) load while Ray starts
+        loader = threading.Thread(target=importlib.import_module, args=("skillopt_ray.driver",), name="import-driver", daemon=True)
+        loader.start()
         start_ray(data)
         if embedded is not None:
             run_cfg = with_endpoint(data, embedded.wait())
+        loader.join()
+        from skillopt_ray.driver import DriverActor, driver_options
         from skillopt_ray.lifeline import identity
 
         # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)

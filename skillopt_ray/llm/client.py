@@ -19,10 +19,22 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import openai
-
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
+
+
+class _OpenAIOnFirstUse:
+    """`import openai` costs about 0.7 s of CPU. Processes that import this module only to pass LLM handles
+    around (the driver, env actors, the CLI) never use it; the gateway imports it at its first client."""
+
+    def __getattr__(self, name: str) -> Any:
+        import openai as module
+
+        globals()["openai"] = module
+        return getattr(module, name)
+
+
+openai: Any = _OpenAIOnFirstUse()
 
 PROBE_TIMEOUT_S = 10.0  # the liveness probe's own timeout (shorter when silence_probe_s is shorter)
 
