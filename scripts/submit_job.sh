@@ -1,10 +1,35 @@
 #!/usr/bin/env bash
-# Submit a training run to a Ray cluster:  RAY_ADDRESS=http://head:8265 scripts/submit_job.sh +experiment=alfworld llm=openai
+# Submit a run to a Ray cluster:  RAY_ADDRESS=http://head:8265 scripts/submit_job.sh +experiment=alfworld llm=openai
+# (a head of your own on free ports: eval "$(scripts/start_head.sh)")
 # The run directory name is derived from the config, so resubmitting the same overrides resumes the same run.
-# --submission-id makes the job id follow the run as well (resubmit after a failure with a new suffix).
+# The job is named after the experiment (skillopt-<experiment>-<hash of the overrides>-<time>), so the dashboard's
+# job list says what each one runs; a dashboard answers before its job agent is ready, so this waits for the agent
+# (up to SKILLOPT_AGENT_WAIT_S seconds, default 90) instead of failing with HTTP 500 "No available agent".
 set -euo pipefail
-: "${RAY_ADDRESS:?set RAY_ADDRESS to the cluster dashboard, e.g. http://127.0.0.1:8265}"
+: "${RAY_ADDRESS:?set RAY_ADDRESS to the cluster dashboard, e.g. http://127.0.0.1:8265 (or eval \"\$(scripts/start_head.sh)\")}"
 cd "$(dirname "$0")/.."
-ID="skillopt-$(echo "$*" | sha1sum | cut -c1-10)-$(date +%s)"
-exec ray job submit --submission-id "$ID" --runtime-env scripts/runtime_env.yaml --working-dir . -- \
+PY=${PYTHON:-python}
+EXP=$(printf '%s\n' "$@" | sed -n 's/^+\{0,2\}experiment=//p' | tail -1)
+ID="skillopt-${EXP:-run}-$(echo "$*" | sha1sum | cut -c1-10)-$(date +%s)"
+"$PY" - "$RAY_ADDRESS" "${SKILLOPT_AGENT_WAIT_S:-90}" <<'PYEOF'
+import sys, time
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+address, wait_s = sys.argv[1], float(sys.argv[2])
+deadline, last = time.monotonic() + wait_s, None
+while True:  # a no-op job: the one check that the job agent takes submissions
+    try:
+        client = JobSubmissionClient(address)
+        job = client.submit_job(entrypoint="true", metadata={"purpose": "skillopt submit_job.sh: job agent ready?"})
+        while client.get_job_status(job) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+            time.sleep(0.5)
+        break
+    except Exception as e:  # noqa: BLE001 - not ready yet
+        last = e
+        if time.monotonic() > deadline:
+            sys.exit(f"error: the Ray job agent at {address} did not take a job within {wait_s:.0f}s: {str(last).splitlines()[0][:300]}")
+        time.sleep(1.0)
+PYEOF
+exec ray job submit --submission-id "$ID" --metadata-json "{\"experiment\": \"${EXP:-}\", \"name\": \"$ID\"}" \
+  --runtime-env scripts/runtime_env.yaml --working-dir . -- \
   python -m skillopt_ray ray=cluster debug.progress=plain "$@"
