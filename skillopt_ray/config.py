@@ -147,6 +147,11 @@ class RayConfig:
     actor_num_cpus: float = 0.0
     episode_timeout_s: float = 900.0
     episode_retries: int = 2
+    # custom resource each env actor asks for: auto = skillopt_env_<benchmark> when a node advertises it; none = no resource
+    env_resource: Optional[str] = "auto"
+    env_resource_per_actor: float = 1.0
+    gateway_shards: int = 1  # >1: the gateway's HTTP sending in that many actors (cache, ledger, budgets stay in one)
+    driver_node: str = "local"  # local: the driver actor runs on the CLI's node (the run directory's); any: anywhere
 
 
 @dataclass
@@ -267,6 +272,11 @@ def validate(cfg: Config) -> Config:
     _at_least("ray.actor_num_cpus", cfg.ray.actor_num_cpus, 0)
     _at_least("ray.episode_retries", cfg.ray.episode_retries, 0)
     _at_least("ray.episode_timeout_s", cfg.ray.episode_timeout_s, 1)
+    _at_least("ray.gateway_shards", cfg.ray.gateway_shards, 1)
+    if cfg.ray.env_resource_per_actor <= 0:
+        raise ConfigError(f"ray.env_resource_per_actor={cfg.ray.env_resource_per_actor!r}: it must be > 0")
+    if cfg.ray.driver_node not in ("local", "any"):
+        raise ConfigError(f"ray.driver_node={cfg.ray.driver_node!r}: use local (the CLI's node) or any")
     _choice("eval.split", cfg.eval.split, SPLITS)
     _choice("debug.progress", cfg.debug.progress, ("auto", "rich", "plain", "off"))
     if cfg.mode == "eval" and not cfg.eval.skill_path:

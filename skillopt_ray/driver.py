@@ -77,14 +77,15 @@ class Run:
             self.notes.append(note)
         self.rd.write_config(redact(self.cfg_dict))
         self.gateway = GatewayActor.remote(self.cfg_dict["llm"], str(self.rd.cache_path) if cfg.llm.cache_mode != "off" else None,
-                                           str(self.rd.ledger_path), self.owners)
+                                           str(self.rd.ledger_path), self.owners, shards=cfg.ray.gateway_shards)
         llm = LLMHandle(self.gateway)
         self.set_progress(stage="starting environment actors")
         actors = cfg.ray.env_actors
         if cfg.mode == "eval":  # no more actors than the eval's tasks fill: each one started costs an engine import
             actors = max(1, min(actors, -(-len(self._eval_tasks(bench)) // cfg.ray.episodes_per_actor)))
         self.pool = EnvPool(cfg.env.name, self.cfg_dict["env"], self.gateway, PoolSettings(
-            actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries),
+            actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries,
+            cfg.ray.env_resource, cfg.ray.env_resource_per_actor),
             owners=self.owners)
         self.set_progress(stage="opening the MLflow store")
         # MLflow's import, store and run creation take seconds: they go on in a thread beside the first episodes;
@@ -273,9 +274,27 @@ def plays_episodes(stage: str) -> bool:
     return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
 
 
-def plays_episodes(stage: str) -> bool:
-    """Stages whose progress is counted in episodes: rollout, validate:*, eval*, slow_update:rollout."""
-    return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
+def driver_options(cfg_dict: dict[str, Any]) -> dict[str, Any]:
+    """Ray options for the driver actor. With ray.driver_node=local (the default) it runs on the calling
+    process's node, where that process has just made the run directory; `any` lets Ray place it (the run
+    directory must then be on a path every node mounts; the driver checks that it can see it)."""
+    opts: dict[str, Any] = {"num_cpus": 0}
+    if (cfg_dict.get("ray") or {}).get("driver_node", "local") == "local":
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return opts
+
+
+def run_dir_unseen(run_dir: str, owner: Optional[dict[str, Any]]) -> Optional[str]:
+    """Why this node cannot hold the run (the run directory, made before the driver starts, is not here), or None."""
+    if Path(run_dir).is_dir():
+        return None
+    here = ray.get_runtime_context().get_node_id()
+    made_on = f" on node {str(owner['node'])[:12]}" if owner and owner.get("node") and owner["node"] != here else ""
+    return (f"the driver actor on node {ray.util.get_node_ip_address()} ({here[:12]}) cannot see the run directory {run_dir} "
+            f"(made{made_on} by the command that started the run): put output_dir on a filesystem every node mounts at the "
+            "same path, or set ray.driver_node=local so the driver runs beside the run directory")
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)
@@ -284,13 +303,19 @@ class DriverActor:
         from skillopt_ray.lifeline import identity, watch
 
         watch([owner], "driver actor")
-        self._run = Run(cfg_dict, run_dir, [owner, identity()])
+        self._unseen = run_dir_unseen(run_dir, owner)  # checked before Run makes a stray directory on this node
+        self._run_dir = run_dir
+        self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()])
         self._ledger: dict[str, Any] = {}
 
     async def run(self) -> dict[str, Any]:
+        if self._run is None:
+            return {"status": "error", "exit": EXIT_CONFIG, "message": self._unseen, "notes": [], "run_dir": self._run_dir}
         return await self._run.execute()
 
     async def progress(self) -> dict[str, Any]:
+        if self._run is None:
+            return {"phase": "starting"}
         snap = self._run.snapshot()
         if self._run.gateway is not None:
             try:

@@ -4,6 +4,15 @@ Episodes run concurrently and independently (no lock-step): each takes a free
 slot, so one slow episode never holds the others. Dead or hung actors are
 replaced and their episodes re-run; after the retries an episode is reported
 as an infrastructure failure, never as a lost game.
+
+Placement: actors are spread over the cluster's nodes (SPREAD). On a cluster whose
+nodes advertise a per-benchmark custom resource (`skillopt_env_<benchmark>`, e.g.
+`ray start --resources '{"skillopt_env_alfworld": 8}'`), each actor asks for one unit
+of it, so env actors land only on the nodes that host that benchmark (its data, its
+sandbox) and at most as many per node as the node advertises. A node that loses its
+actors (killed, lost) costs their episodes one retry on the other nodes. An actor
+whose node cannot see the benchmark's data stops the run with an error naming the
+node, instead of failing every episode as an infrastructure error.
 """
 
 from __future__ import annotations
@@ -11,15 +20,57 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 import envs
-from envs.base import EpisodeContext, EpisodeResult, Task
+from envs.base import DataError, EpisodeContext, EpisodeResult, Task
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import LLMError
+
+
+class NodeDataError(DataError):
+    """An env actor's node cannot load the benchmark (its data is not there): fatal for the run, not retried."""
+
+
+def resource_name(env_name: str) -> str:
+    """The custom resource nodes advertise to host a benchmark's env actors."""
+    return f"skillopt_env_{env_name}"
+
+
+def resolve_env_resource(setting: Optional[str], env_name: str, cluster: dict[str, float]) -> Optional[str]:
+    """The custom resource each env actor asks for, from `ray.env_resource`: `auto` takes
+    skillopt_env_<benchmark> when some node advertises it (none otherwise: a local run is unchanged);
+    a name must be advertised; `none` (or empty) asks for none."""
+    from skillopt_ray.config import ConfigError
+
+    if setting is None or str(setting).strip().lower() in ("", "none", "off"):
+        return None
+    if setting == "auto":
+        name = resource_name(env_name)
+        return name if cluster.get(name, 0) > 0 else None
+    if cluster.get(setting, 0) <= 0:
+        raise ConfigError(f"ray.env_resource={setting}: no node of the cluster advertises that resource; start the nodes that "
+                          f"should host env actors with --resources '{{\"{setting}\": N}}', or set ray.env_resource=auto")
+    return setting
+
+
+def check_fits(s: "PoolSettings", resource: Optional[str], cluster: dict[str, float]) -> None:
+    """Env actors the cluster can never hold would wait forever with their episodes queued on them: say so now."""
+    from skillopt_ray.config import ConfigError
+
+    cpus = cluster.get("CPU", 0.0)
+    if s.actor_num_cpus > 0 and s.actors * s.actor_num_cpus > cpus + 1e-9:
+        raise ConfigError(f"ray.env_actors={s.actors} x ray.actor_num_cpus={s.actor_num_cpus:g} = {s.actors * s.actor_num_cpus:g} CPUs, "
+                          f"but the cluster has {cpus:g}: actors past the {int(cpus // s.actor_num_cpus)}th would never start; "
+                          "lower ray.env_actors or ray.actor_num_cpus")
+    if resource is not None and s.actors * s.env_resource_per_actor > cluster.get(resource, 0.0) + 1e-9:
+        raise ConfigError(f"ray.env_actors={s.actors} env actors need {s.actors * s.env_resource_per_actor:g} of the resource "
+                          f"{resource}, but the cluster's nodes advertise {cluster.get(resource, 0.0):g} in all; lower ray.env_actors "
+                          "or advertise more on the nodes (ray start --resources)")
 
 
 @ray.remote
@@ -28,13 +79,30 @@ class EnvActor:
         from skillopt_ray.lifeline import watch
 
         watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
-        self.bench = envs.make(env_name, env_cfg)
-        self.bench.warm_up()
         self.llm = LLMHandle(gateway)
+        self.bench: Any = None
+        self.data_error = ""  # this node cannot run the benchmark: every episode here says why
+        try:
+            missing = [f"env.{key}={env_cfg[key]}" for key in ("data_dir", "manifest_dir")
+                       if env_cfg.get(key) and not Path(str(env_cfg[key])).exists()]
+            if missing:
+                raise DataError(f"{' and '.join(missing)} does not exist there")
+            self.bench = envs.make(env_name, env_cfg)
+            self.bench.warm_up()
+        except DataError as e:
+            self.data_error = (f"the {env_name} env actor on node {ray.util.get_node_ip_address()} "
+                               f"({ray.get_runtime_context().get_node_id()[:12]}) cannot load the benchmark: {e}; every node that hosts "
+                               f"env actors must see the data at the same path (a shared filesystem), or advertise the resource "
+                               f"skillopt_env_{env_name} only on the nodes that have it")
 
     async def run(self, task: Task, skill: str, ctx: EpisodeContext) -> dict[str, Any]:
+        if self.data_error:
+            raise NodeDataError(self.data_error)
         result = await self.bench.run_episode(task, skill, self.llm, ctx)
         return result.to_dict()
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
     def pid(self) -> int:
         return os.getpid()
@@ -77,6 +145,8 @@ class PoolSettings:
     actor_num_cpus: float
     episode_timeout_s: float
     episode_retries: int
+    env_resource: Optional[str] = "auto"  # ray.env_resource (see resolve_env_resource)
+    env_resource_per_actor: float = 1.0
 
 
 class EnvPool:
@@ -87,6 +157,9 @@ class EnvPool:
         self.env_cfg = env_cfg
         self.gateway = gateway
         self.s = settings
+        cluster = ray.cluster_resources()
+        self.resource = resolve_env_resource(settings.env_resource, env_name, cluster)
+        check_fits(settings, self.resource, cluster)
         self.actors: list[Any] = [self._spawn() for _ in range(settings.actors)]
         self.generation = [0] * settings.actors
         self.replaced = 0
@@ -99,9 +172,9 @@ class EnvPool:
         self.episodes_total = 0
 
     def _spawn(self) -> Any:
-        return EnvActor.options(num_cpus=self.s.actor_num_cpus, max_concurrency=self.s.episodes_per_actor).remote(
-            self.env_name, self.env_cfg, self.gateway, self.owners
-        )
+        extra: dict[str, Any] = {"resources": {self.resource: self.s.env_resource_per_actor}} if self.resource else {}
+        return EnvActor.options(num_cpus=self.s.actor_num_cpus, max_concurrency=self.s.episodes_per_actor,
+                                scheduling_strategy="SPREAD", **extra).remote(self.env_name, self.env_cfg, self.gateway, self.owners)
 
     def _slot_pool(self) -> Slots:
         """Free slots, bound to the running event loop."""
@@ -141,6 +214,8 @@ class EnvPool:
                 if e.fatal:
                     raise  # endpoint down, budget, replay miss: the run must stop, not score zero
                 last_error = f"llm: {e}"
+            except NodeDataError as e:
+                raise DataError(str(getattr(e, "cause", None) or e).strip().splitlines()[-1]) from None
             except (asyncio.TimeoutError, GetTimeoutError):
                 last_error = f"episode timed out after {self.s.episode_timeout_s:.0f}s (actor replaced)"
                 self._replace(idx, gen)
@@ -164,6 +239,10 @@ class EnvPool:
             return r
 
         return list(await asyncio.gather(*(counted(t) for t in tasks)))
+
+    async def actor_nodes(self) -> list[str]:
+        """The Ray node id each actor runs on (in actor order)."""
+        return list(await asyncio.gather(*(a.node.remote() for a in self.actors)))
 
     async def actor_pids(self) -> list[int]:
         return list(await asyncio.gather(*(a.pid.remote() for a in self.actors)))

@@ -6,13 +6,14 @@ async actor so the driver and every environment actor share its limits.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from pathlib import Path
 from typing import Any, Optional
 
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import RayActorError, RayTaskError
 
 from skillopt_ray.config import LLMConfig, from_container
 from skillopt_ray.llm.cache import ResponseCache, request_key
@@ -34,17 +35,30 @@ def response_format(mode: str, schema: dict[str, Any], name: str) -> Optional[di
     return None
 
 
+def role_endpoints(cfg: LLMConfig) -> dict[str, RoleEndpoint]:
+    """One SDK client per role (a role without its own base_url takes llm.base_url)."""
+    retry = RetryPolicy.from_config(cfg)
+    out = {}
+    for i, role in enumerate(("target", "optimizer")):
+        rc = getattr(cfg, role)
+        if cfg.base_url and not rc.base_url:
+            rc.base_url = cfg.base_url
+        out[role] = RoleEndpoint(role, rc, retry, rng_seed=i)
+    return out
+
+
 class Gateway:
     def __init__(self, cfg: LLMConfig, cache_path: Optional[str], ledger_path: Optional[str] = None):
         self.cfg = cfg
-        retry = RetryPolicy.from_config(cfg)
-        self.endpoints: dict[str, RoleEndpoint] = {}
+        self.endpoints = role_endpoints(cfg)
         self.limiters: dict[str, EndpointLimiter] = {}
-        for i, role in enumerate(("target", "optimizer")):
-            rc = getattr(cfg, role)
-            if cfg.base_url and not rc.base_url:
-                rc.base_url = cfg.base_url
-            self.endpoints[role] = RoleEndpoint(role, rc, retry, rng_seed=i)
+        # shards of the HTTP sending (GatewayActor with shards > 1): they only send; cache, ledger, budgets and
+        # limits stay here, so they are exact whatever the number of shards
+        self.senders: list[Any] = []
+        self.respawn_sender: Optional[Any] = None  # () -> a new sender actor
+        self._next_sender = 0
+        for role in ("target", "optimizer"):
+            rc = self.endpoints[role].cfg
             ep_key = f"{rc.provider}|{rc.base_url or rc.azure_endpoint}|{rc.model}"
             if ep_key not in self.limiters:
                 self.limiters[ep_key] = EndpointLimiter(rc.max_concurrency, rc.requests_per_minute, rc.tokens_per_minute)
@@ -126,7 +140,7 @@ class Gateway:
         async with limiter:
             await limiter.acquire_window(est)
             try:
-                comp = await ep.send(req, budget)
+                comp = await (self._sharded_send(req, budget) if self.senders else ep.send(req, budget))
             except ReplyFiltered:
                 self.ledger.record_incomplete(req.role, req.stage, "filtered")
                 raise
@@ -135,6 +149,23 @@ class Gateway:
                 raise
         self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
         return comp
+
+    async def _sharded_send(self, req: ChatRequest, budget: Optional[int]) -> Completion:
+        """The HTTP part of a call on the next sender shard (round robin); a dead shard is replaced and the call
+        sent once more on another, so losing a shard (or its node) costs no call."""
+        for attempt in (0, 1):
+            i = self._next_sender % len(self.senders)
+            self._next_sender += 1
+            sender = self.senders[i]
+            try:
+                with _unwrapped():
+                    return await sender.send.remote(req, budget)
+            except RayActorError:
+                if self.senders[i] is sender and self.respawn_sender is not None:
+                    self.senders[i] = self.respawn_sender()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
     def structured_output_mode(self, role: str) -> str:
         self._check_role(role)
@@ -205,17 +236,66 @@ def _one_line(exc: Exception, req: ChatRequest) -> LLMError:
     return LLMInternalError(f"{req.role}/{req.stage} call failed in the LLM gateway: {type(exc).__name__}: {first}")
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000)
+@ray.remote(num_cpus=0, max_concurrency=4096)
+class SenderActor:
+    """One shard of the gateway's HTTP sending: its own SDK clients and retries, nothing else. The SDK's
+    per-call CPU (milliseconds, more with a thousand connections in one pool) is what one gateway process
+    runs out of first; shards spread it over processes and, placed with SPREAD, over nodes."""
+
+    def __init__(self, llm_cfg: dict[str, Any], owners: Optional[list[dict[str, Any]]] = None):
+        from skillopt_ray.lifeline import watch
+
+        watch(list(owners or []), "LLM sender")
+        self.endpoints = role_endpoints(from_container({"experiment": "_", "llm": llm_cfg}).llm)
+
+    async def send(self, req: ChatRequest, budget: Optional[int]) -> Completion:
+        try:
+            return await self.endpoints[req.role].send(req, budget)
+        except Exception as e:  # noqa: BLE001 - see _one_line
+            raise _one_line(e, req) from None
+
+    def stats(self) -> dict[str, Any]:
+        return {"retries": {r: ep.retries_done for r, ep in self.endpoints.items()},
+                "faults": {r: dict(ep.faults) for r, ep in self.endpoints.items()}}
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    async def close(self) -> None:
+        for ep in self.endpoints.values():
+            await ep.close()
+
+
+@ray.remote(num_cpus=0, max_concurrency=4096)
 class GatewayActor:
-    """Ray-hosted Gateway shared by the driver and the environment actors."""
+    """Ray-hosted Gateway shared by the driver and the environment actors.
+
+    `shards` > 1 moves the HTTP sending into that many SenderActors (spread over nodes); the cache, ledger,
+    budgets and rate/concurrency limits stay in this actor, so they are exact whatever the number of shards."""
 
     def __init__(self, llm_cfg: dict[str, Any], cache_path: Optional[str], ledger_path: Optional[str],
-                 owners: Optional[list[dict[str, Any]]] = None):
-        from skillopt_ray.lifeline import watch
+                 owners: Optional[list[dict[str, Any]]] = None, shards: int = 1):
+        from skillopt_ray.lifeline import identity, watch
 
         watch(list(owners or []), "LLM gateway")  # the run's owner gone: exit before another queued call is sent
         cfg = from_container({"experiment": "_", "llm": llm_cfg}).llm
         self.gw = Gateway(cfg, cache_path, ledger_path)
+        if shards > 1:
+            sender_owners = [*(owners or []), identity()]
+
+            def spawn() -> Any:
+                return SenderActor.options(scheduling_strategy="SPREAD").remote(llm_cfg, sender_owners)
+
+            self.gw.respawn_sender = spawn
+            self.gw.senders = [spawn() for _ in range(shards)]
+
+    async def pids(self) -> list[int]:
+        """This actor's pid, then its senders' (benchmarks read their CPU time)."""
+        import os
+
+        return [os.getpid(), *await asyncio.gather(*(s.pid.remote() for s in self.gw.senders))]
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         try:
@@ -238,11 +318,26 @@ class GatewayActor:
     def ledger_snapshot(self) -> dict[str, Any]:
         return self.gw.ledger_snapshot()
 
-    def stats(self) -> dict[str, Any]:
-        return self.gw.stats()
+    async def stats(self) -> dict[str, Any]:
+        out = self.gw.stats()
+        for st in await asyncio.gather(*(s.stats.remote() for s in self.gw.senders)):  # retries happen in the shards
+            for key in ("retries", "faults"):
+                for role, v in st[key].items():
+                    if key == "retries":
+                        out[key][role] += v
+                    else:
+                        for kind, n in v.items():
+                            out[key][role][kind] = out[key][role].get(kind, 0) + n
+        return out
 
     async def close(self) -> None:
         await self.gw.close()
+        for s in self.gw.senders:
+            try:
+                await s.close.remote()
+            except Exception:  # noqa: BLE001 - a shard already gone
+                pass
+            ray.kill(s, no_restart=True)
 
 
 @contextlib.contextmanager
