@@ -73,7 +73,7 @@ def cluster(tmp_path_factory):
         os.killpg(mlflow.pid, signal.SIGTERM)
         mlflow.wait(timeout=30)
         if had_session:  # as conftest's ray_cluster started it
-            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * MB, log_to_driver=False, logging_level="ERROR")
+            ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * MB, log_to_driver=False, logging_level="ERROR")
 
 
 def _echo_server(latency_s: float = 0.0) -> ScriptedServer:
