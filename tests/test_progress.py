@@ -261,7 +261,7 @@ def test_cli_run_on_an_80_column_terminal(alfworld_root, tmp_path):
     segs = _segments(raw)
     text = "\n".join(segs)
     assert "time: " in text, text[-3000:]
-    assert not [s for s in segs if _cells(s) > 80 and not s.startswith(("run directory:", "mlflow run:", "  view with:"))]
+    assert not [s for s in segs if _cells(s) > 80 and not s.startswith(("run directory:", "mlflow run:", "  view with:", "the run's story:"))]
     assert "start-up · starting Ray" in text and "training · epoch 1/2 · step 1/2" in text
     # the data note and the split sizes are printed once, at the start
     assert text.count("note: ALFWorld: games from") == 1 and text.count("note: tasks: 4 train") == 1
