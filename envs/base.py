@@ -18,6 +18,9 @@ class Task:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
+NOT_PLAYED = "not_played"
+
+
 @dataclass
 class EpisodeResult:
     """One episode, always one per task. `infra_error` marks failures that are not the agent's."""
@@ -46,6 +49,16 @@ class EpisodeResult:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "EpisodeResult":
         return EpisodeResult(**d)
+
+    @property
+    def not_played(self) -> bool:
+        """The runner cancelled the episode because its outcome could no longer change a decision."""
+        return self.fail_reason == NOT_PLAYED
+
+    @property
+    def scored(self) -> bool:
+        """Counts in a score: neither an infrastructure failure, broken task data, nor an episode not played."""
+        return not (self.infra_error or self.data_error or self.not_played)
 
     @property
     def data_error(self) -> bool:

@@ -125,6 +125,7 @@ class OptimizerConfig:
     gate_metric: str = "hard"  # hard | soft | mixed
     mixed_weight: float = 0.5  # mixed gate: (1 - w) * hard + w * soft
     use_gate: bool = True
+    gate_early_stop: bool = False  # hard gate: stop a candidate's selection episodes once it can no longer win (reference: off)
     slow_update: bool = True
     slow_update_samples: int = 20
     slow_update_gate: bool = True  # paper setting: gate the slow update on the selection split; False: force-inject

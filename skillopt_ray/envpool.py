@@ -21,13 +21,13 @@ import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 import envs
-from envs.base import DataError, EpisodeContext, EpisodeResult, Task
+from envs.base import NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import LLMError
 
@@ -207,13 +207,17 @@ class EnvPool:
             gen = self.generation[idx]
             try:
                 ref = self.actors[idx].run.remote(task, skill, ctx)
-                data = await asyncio.wait_for(ref, timeout=self.s.episode_timeout_s)
+                try:
+                    data = await asyncio.wait_for(ref, timeout=self.s.episode_timeout_s)
+                except asyncio.CancelledError:  # the caller no longer needs this episode: stop it on the actor too
+                    ray.cancel(ref)
+                    raise
                 self.home[task.task_id] = idx
                 return EpisodeResult.from_dict(data)
             except LLMError as e:
                 if e.fatal:
                     raise  # endpoint down, budget, replay miss: the run must stop, not score zero
-                last_error = f"llm: {e}"
+                last_error = f"llm: {e.message}"  # the message itself, not Ray's wrapper text
             except NodeDataError as e:
                 raise DataError(str(getattr(e, "cause", None) or e).strip().splitlines()[-1]) from None
             except (asyncio.TimeoutError, GetTimeoutError):
@@ -228,17 +232,36 @@ class EnvPool:
                 await slots.give(idx)
         return EpisodeResult(task.task_id, task.task_type, error=last_error, infra_error=True, fail_reason="infra_error")
 
-    async def run(self, tasks: list[Task], skill: str, ctx: EpisodeContext) -> list[EpisodeResult]:
-        """One result per task, in task order."""
+    async def run(self, tasks: list[Task], skill: str, ctx: EpisodeContext,
+                  stop: Optional[Callable[[EpisodeResult], bool]] = None) -> list[EpisodeResult]:
+        """One result per task, in task order. `stop(result)` is asked after each episode; once it says
+        True the episodes still running are cancelled on their actors and come back `not_played`."""
         self.episodes_total = len(tasks)
         self.episodes_done = 0
+        stopped = asyncio.Event()
 
         async def counted(t: Task) -> EpisodeResult:
             r = await self._run_one(t, skill, ctx)
             self.episodes_done += 1
+            if stop is not None and not stopped.is_set() and stop(r):
+                stopped.set()
             return r
 
-        return list(await asyncio.gather(*(counted(t) for t in tasks)))
+        jobs = [asyncio.ensure_future(counted(t)) for t in tasks]
+        if stop is None:
+            return list(await asyncio.gather(*jobs))
+        waiter = asyncio.ensure_future(stopped.wait())
+        try:
+            await asyncio.wait([asyncio.gather(*jobs), waiter], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        for j in jobs:
+            if not j.done():
+                j.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        return [j.result() if not j.cancelled() else
+                EpisodeResult(t.task_id, t.task_type, error="not played: the outcome was already decided", fail_reason=NOT_PLAYED)
+                for j, t in zip(jobs, tasks)]
 
     async def actor_nodes(self) -> list[str]:
         """The Ray node id each actor runs on (in actor order)."""

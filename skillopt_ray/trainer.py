@@ -134,14 +134,19 @@ class Trainer:
         blob = "|".join(t.task_id for t in tasks) + f"|{self.cfg.env.max_turns}|{self.cfg.env.history_window}"
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
-    async def evaluate(self, skill: str, tasks: list[Task], what: str) -> tuple[str, dict[str, Any]]:
-        """Score a skill on a split, cached by skill content hash and split signature (§9.3)."""
+    async def evaluate(self, skill: str, tasks: list[Task], what: str,
+                       stop: Optional[Callable[[EpisodeResult], bool]] = None) -> tuple[str, dict[str, Any]]:
+        """Score a skill on a split, cached by skill content hash and split signature (§9.3). With `stop`, the
+        episodes left once it says so are not played; such a partial evaluation is returned, never cached."""
         key = f"{skill_hash(skill)}|{self._split_sig(tasks)}"
         if key not in self.scores:
             self._set_progress(stage=f"validate:{what}", done=0, total=len(tasks))
             res = await rollout(self.runner, tasks, skill, self._ctx(f"eval/{skill_hash(skill)}", False),
-                                self.o.max_infra_failure_fraction, what)
-            self.scores[key] = summarize(res).to_dict()
+                                self.o.max_infra_failure_fraction, what, stop)
+            stats = summarize(res).to_dict()
+            if stats["not_played"]:
+                return key, stats
+            self.scores[key] = stats
             append_json_line(self.rd.root / SCORES_FILE, {"key": key, "eval": self.scores[key]})
         return key, self.scores[key]
 
@@ -159,6 +164,25 @@ class Trainer:
         c, cur_s, common = gate_stage.like_for_like(cand, cur, self.o.gate_metric, self.o.mixed_weight)
         best_s = gate_stage.like_for_like(cand, best, self.o.gate_metric, self.o.mixed_weight)[1] if best else st.best_score
         return c, cur_s, best_s, common
+
+    def certain_reject(self) -> Optional[Callable[[EpisodeResult], bool]]:
+        """With the hard gate and `optimizer.gate_early_stop`: a predicate that says when a candidate has lost
+        so many selection episodes that, winning all the rest, it still could not beat the current score
+        (ties reject). It counts only tasks the current skill's evaluation scored; a task dropped later for an
+        infrastructure failure removes at most one of the current skill's wins, so the verdict stands."""
+        o, st = self.o, self.state
+        if not (o.gate_early_stop and o.use_gate and o.gate_metric == "hard"):
+            return None
+        cur = self.scores[st.current_eval]["tasks"]
+        cur_wins = sum(v[0] for v in cur.values())
+        lost = [0.0]
+
+        def stop(r: EpisodeResult) -> bool:
+            if r.scored and r.task_id in cur:
+                lost[0] += 1.0 - r.hard
+            return len(cur) - lost[0] <= cur_wins
+
+        return stop
 
     def steps_per_epoch(self) -> int:
         return max(1, math.ceil(len(self.splits.train) / self.o.batch_size))
@@ -323,7 +347,17 @@ class Trainer:
             if upd.candidate is None:
                 return {"action": SKIP_NO_REWRITE}
             self._set_progress(stage="gate")
-            eval_key, ev = await self.evaluate(upd.candidate, self.splits.selection, "selection")
+            eval_key, ev = await self.evaluate(upd.candidate, self.splits.selection, "selection", self.certain_reject())
+            if ev["not_played"]:  # stopped early: rejected for certain, its full score never measured
+                cur_tasks = self.scores[st.current_eval]["tasks"]
+                lost = sum(1.0 - v[0] for t, v in ev["tasks"].items() if t in cur_tasks)
+                bound = (len(cur_tasks) - lost) / len(cur_tasks)
+                return {"action": gate_stage.REJECT, "candidate_score": bound, "current_score": st.current_score,
+                        "best_score": st.best_score, "eval_key": None, "early_stopped": True, "episodes_not_played": ev["not_played"],
+                        "reason": f"rejected early: after {ev['n_scored']} of {ev['n']} selection episodes the candidate could reach "
+                                  f"at most {bound:.4f}, not above the current {st.current_score:.4f} (hard gate; ties reject)",
+                        "selection_hard": None, "selection_soft": None, "candidate_full_score": None, "tasks_compared": ev["n_scored"],
+                        "gate_metric": o.gate_metric}
             cand, cur, best, n = self.compare(ev)
             d = gate_stage.decide(cand, cur, best, o.use_gate)
             return {**d.to_dict(), "reason": gate_stage.reason(d.action, cand, cur, best, o.gate_metric, n),

@@ -48,7 +48,7 @@ def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[Episode
     pairs = []
     for t in tasks:
         p, c = by_prev.get(t.task_id), by_curr.get(t.task_id)
-        if any(r is not None and (r.infra_error or r.data_error) for r in (p, c)):
+        if any(r is not None and not r.scored for r in (p, c)):
             continue
         cat = CATEGORIES[(bool(p and p.hard), bool(c and c.hard))]
         pairs.append({"id": t.task_id, "task": _task_text(t, c or p), "category": cat, "prev": _side(p), "curr": _side(c),

@@ -24,7 +24,7 @@ def is_success(r: EpisodeResult) -> bool:
 
 def scored(results: list[EpisodeResult]) -> list[EpisodeResult]:
     """Episodes whose score means something: infra and data errors are left out."""
-    return [r for r in results if not r.infra_error and not r.data_error]
+    return [r for r in results if r.scored]
 
 
 def split_minibatches(results: list[EpisodeResult], size: int, batch_seed: int,

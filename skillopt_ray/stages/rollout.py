@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from envs.base import EpisodeContext, EpisodeResult, Task
 
@@ -28,6 +28,7 @@ class RolloutStats:
     soft: float = 0.0
     infra_errors: int = 0
     data_errors: int = 0
+    not_played: int = 0
     per_type: dict[str, dict[str, float]] = field(default_factory=dict)
     tasks: dict[str, list[float]] = field(default_factory=dict)  # task_id -> [hard, soft], scored episodes only
 
@@ -40,7 +41,7 @@ def _means(rs: list[EpisodeResult]) -> tuple[float, float]:
 
 
 def summarize(results: list[EpisodeResult]) -> RolloutStats:
-    ok = [r for r in results if not r.infra_error and not r.data_error]
+    ok = [r for r in results if r.scored]
     by_type: dict[str, list[EpisodeResult]] = defaultdict(list)
     for r in ok:
         by_type[r.task_type].append(r)
@@ -48,6 +49,7 @@ def summarize(results: list[EpisodeResult]) -> RolloutStats:
     hard, soft = _means(ok)
     return RolloutStats(n=len(results), n_scored=len(ok), hard=hard, soft=soft,
                         infra_errors=sum(r.infra_error for r in results), data_errors=sum(r.data_error for r in results),
+                        not_played=sum(r.not_played for r in results),
                         per_type=per_type, tasks={r.task_id: [r.hard, r.soft] for r in ok})
 
 
@@ -60,8 +62,10 @@ def check_infra(results: list[EpisodeResult], max_fraction: float, what: str) ->
         )
 
 
-async def rollout(runner: EpisodeRunner, tasks: list[Task], skill: str, ctx: EpisodeContext, max_infra_fraction: float, what: str) -> list[EpisodeResult]:
-    results = await runner.run(tasks, skill, ctx)
+async def rollout(runner: EpisodeRunner, tasks: list[Task], skill: str, ctx: EpisodeContext, max_infra_fraction: float, what: str,
+                  stop: Optional[Callable[[EpisodeResult], bool]] = None) -> list[EpisodeResult]:
+    """Run the batch; with `stop`, the runner may cancel the episodes left once it says the outcome is decided."""
+    results = await (runner.run(tasks, skill, ctx, stop=stop) if stop is not None else runner.run(tasks, skill, ctx))
     if len(results) != len(tasks) or any(r.task_id != t.task_id for r, t in zip(results, tasks)):
         raise InfraFailure(f"{what}: results do not line up with their tasks; this is a bug in the environment pool")
     check_infra(results, max_infra_fraction, what)
