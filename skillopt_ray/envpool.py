@@ -251,8 +251,11 @@ class EnvPool:
         if stop is None:
             return list(await asyncio.gather(*jobs))
         waiter = asyncio.ensure_future(stopped.wait())
+        pending = set(jobs)
         try:
-            await asyncio.wait([asyncio.gather(*jobs), waiter], return_when=asyncio.FIRST_COMPLETED)
+            while pending and not stopped.is_set():
+                _, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
+                pending.discard(waiter)
         finally:
             waiter.cancel()
         for j in jobs:

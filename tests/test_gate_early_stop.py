@@ -85,3 +85,44 @@ def test_only_the_hard_gate_stops_early(tmp_path, metric):
     trainer = Trainer(cfg, RunDir(tmp_path).ensure(), Optimizer(), Runner(), Tracker(False, None, "e", tmp_path),
                       Splits([], [], []), "# s\n")
     assert trainer.certain_reject() is None
+
+
+def test_the_pool_cancels_the_episodes_left_on_their_actors(ray_cluster):
+    """Real env actors and gateway: once `stop` says so, episodes in flight are cancelled on the actors and come
+    back not_played, and no further model call is made for them."""
+    import time
+
+    import ray
+
+    from envs.base import EpisodeContext
+    from envs.synthetic.benchmark import SyntheticBenchmark
+    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.llm.gateway import GatewayActor
+    from tests.test_scale import _echo, _llm
+
+    env_cfg = {"options": {"tasks": 8, "calls": 4, "think_s": 0.5}}  # each episode: 4 calls, 0.5 s apart
+    tasks = SyntheticBenchmark(env_cfg).load_split("val")
+    with _echo() as srv:
+        gw = GatewayActor.remote(_llm(srv.base_url), None, None, None)
+        pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(2, 2, 0.0, 60.0, 1))  # 4 slots for 8 episodes
+        try:
+            seen: list[str] = []
+
+            def stop(r: EpisodeResult) -> bool:
+                seen.append(r.task_id)
+                return len(seen) >= 2
+
+            results = asyncio.run(pool.run(tasks, "# skill", EpisodeContext("cancel", False, 4, 0), stop=stop))
+            calls_at_return = srv.state.attempts
+            time.sleep(0.7)  # a call already on its way when the cancel landed may still arrive
+            settled = srv.state.attempts
+            time.sleep(1.5)  # a cancelled episode that kept running would make further calls by now (0.5 s apart)
+            assert srv.state.attempts == settled and settled - calls_at_return <= 4
+        finally:
+            pool.shutdown()
+            ray.kill(gw)
+    assert [r.task_id for r in results] == [t.task_id for t in tasks]
+    played = [r for r in results if not r.not_played]
+    assert {r.task_id for r in played} >= set(seen) and all(r.hard == 1.0 for r in played)
+    assert sum(r.not_played for r in results) >= 4  # at least the 4 episodes that never got a slot
+    assert calls_at_return < 8 * 4
