@@ -246,10 +246,15 @@ class Tracker:
         self.client = MlflowClient(tracking_uri=tracking_uri)
         exp = _retrying("read experiments", tracking_uri, lambda: self.client.get_experiment_by_name(experiment))
         if exp is None:
-            artifact_root.mkdir(parents=True, exist_ok=True)
+            # a tracking server keeps artifacts where it is configured to (they travel through it, whichever node
+            # logs them); a local store gets an absolute folder beside the run
+            remote = tracking_uri.startswith(("http://", "https://"))
+            location = None if remote else artifact_root.resolve().as_uri()
+            if not remote:
+                artifact_root.mkdir(parents=True, exist_ok=True)
             try:
                 self.experiment_id = _retrying("create the experiment", tracking_uri, lambda: self.client.create_experiment(
-                    experiment, artifact_location=artifact_root.resolve().as_uri()))
+                    experiment, artifact_location=location))
             except MlflowException as e:
                 if e.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise TrackingError(f"MLflow store {tracking_uri} refused experiment {experiment!r}: {str(e).splitlines()[0]}") from None
