@@ -33,6 +33,9 @@ class LLMRoleConfig:
     temperature: Optional[float] = None  # None: not sent (the provider's default; reasoning models accept no other)
     max_tokens: int = 512  # completion budget, sent as `max_tokens` unless max_completion_tokens is set
     max_completion_tokens: Optional[int] = None  # set: sent instead of max_tokens (reasoning models need it)
+    # a ceiling on every request's completion budget, also where a benchmark asks for more (SpreadsheetBench asks
+    # 16384 per turn): the embedded model rarely stops by itself, so its preset sets one. None: no ceiling
+    max_reply_tokens: Optional[int] = None
     reasoning_effort: Optional[str] = None  # none | minimal | low | medium | high | xhigh; sent only when set
     timeout_s: float = 120.0  # read timeout of one attempt
     connect_timeout_s: float = 10.0
@@ -247,6 +250,8 @@ def validate(cfg: Config) -> Config:
         _at_least(f"llm.{role}.max_tokens", r.max_tokens, 1)
         if r.max_completion_tokens is not None:
             _at_least(f"llm.{role}.max_completion_tokens", r.max_completion_tokens, 1)
+        if r.max_reply_tokens is not None:
+            _at_least(f"llm.{role}.max_reply_tokens", r.max_reply_tokens, 1)
         if r.reasoning_effort is not None:
             _choice(f"llm.{role}.reasoning_effort", r.reasoning_effort, ("none", "minimal", "low", "medium", "high", "xhigh"))
         _at_least(f"llm.{role}.connect_timeout_s", r.connect_timeout_s, 0.1)

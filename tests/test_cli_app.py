@@ -186,3 +186,26 @@ def test_the_advice_when_retries_stop_names_what_stopped_them():
     assert "retry_window_s" not in run(advice(60, 700, TransportFault("read_timeout", "no answer"), 1))
     assert run(advice(60, 50, TransportFault("http", "HTTP 503"), 6)).endswith("raise llm.max_retries (now 6)")
     assert run(advice(60, 50, TransportFault("http", "HTTP 503"), 2)).endswith("raise llm.retry_window_s (now 50)")
+
+
+def test_a_reply_ceiling_caps_what_a_benchmark_asks_for():
+    import asyncio
+
+    from skillopt_ray.config import LLMRoleConfig
+    from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint
+    from skillopt_ray.llm.types import ChatRequest
+
+    obj, _ = cli.typed(cli.compose(["+experiment=spreadsheetbench"]))  # zero config: the embedded model
+    assert obj.llm.target.max_reply_tokens == 256 and obj.env.options.get("max_completion_tokens", 16384) == 16384
+
+    async def sent(role: LLMRoleConfig, asked: int, budget=None) -> int:
+        ep = RoleEndpoint("target", role, RetryPolicy(0, 1, 1, 10))
+        try:
+            req = ChatRequest("target", "rollout", [{"role": "user", "content": "x"}], "k", None, asked, None)
+            return ep.request_kwargs(req, budget)["max_tokens"]
+        finally:
+            await ep.close()
+
+    capped = LLMRoleConfig(base_url="http://127.0.0.1:9/v1", max_tokens=96, max_reply_tokens=256)
+    assert asyncio.run(sent(capped, 16384)) == 256 and asyncio.run(sent(capped, 16384, budget=512)) == 256
+    assert asyncio.run(sent(LLMRoleConfig(base_url="http://127.0.0.1:9/v1"), 16384)) == 16384  # no ceiling: as asked

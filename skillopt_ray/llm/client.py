@@ -233,7 +233,8 @@ class RoleEndpoint:
         self._probe: Optional[asyncio.Future] = None
 
     def completion_budget(self, req: ChatRequest) -> int:
-        return req.max_tokens or self.cfg.max_completion_tokens or self.cfg.max_tokens
+        n = req.max_tokens or self.cfg.max_completion_tokens or self.cfg.max_tokens
+        return min(n, self.cfg.max_reply_tokens) if self.cfg.max_reply_tokens else n
 
     def request_kwargs(self, req: ChatRequest, budget: Optional[int] = None) -> dict[str, Any]:
         """The request body. temperature only when set; max_completion_tokens instead of max_tokens when configured."""
@@ -242,6 +243,8 @@ class RoleEndpoint:
         if temperature is not None:
             kw["temperature"] = temperature
         n = budget or self.completion_budget(req)
+        if self.cfg.max_reply_tokens:  # the ceiling holds for a retry with a doubled budget too
+            n = min(n, self.cfg.max_reply_tokens)
         if self.cfg.max_completion_tokens is not None:
             kw["max_completion_tokens"] = n
         else:
