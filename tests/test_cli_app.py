@@ -196,7 +196,7 @@ def test_a_reply_ceiling_caps_what_a_benchmark_asks_for():
     from skillopt_ray.llm.types import ChatRequest
 
     obj, _ = cli.typed(cli.compose(["+experiment=spreadsheetbench"]))  # zero config: the embedded model
-    assert obj.llm.target.max_reply_tokens == 256 and obj.env.options.get("max_completion_tokens", 16384) == 16384
+    assert obj.llm.target.max_reply_tokens == 160 and obj.env.options.get("max_completion_tokens", 16384) == 16384
 
     async def sent(role: LLMRoleConfig, asked: int, budget=None) -> int:
         ep = RoleEndpoint("target", role, RetryPolicy(0, 1, 1, 10))
