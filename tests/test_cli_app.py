@@ -209,3 +209,33 @@ def test_a_reply_ceiling_caps_what_a_benchmark_asks_for():
     capped = LLMRoleConfig(base_url="http://127.0.0.1:9/v1", max_tokens=96, max_reply_tokens=256)
     assert asyncio.run(sent(capped, 16384)) == 256 and asyncio.run(sent(capped, 16384, budget=512)) == 256
     assert asyncio.run(sent(LLMRoleConfig(base_url="http://127.0.0.1:9/v1"), 16384)) == 16384  # no ceiling: as asked
+
+
+def test_execute_leaves_the_callers_config_as_it_was(tmp_path, monkeypatch):
+    """The embedded server's URL reaches the driver in execute()'s own copy (the caller's dict is reused by sweeps)."""
+    import copy
+
+    import skillopt_ray.driver as driver_module
+
+    data = cli.load(["+experiment=searchqa", "llm.embedded.server_url=http://127.0.0.1:9/v1", f"output_dir={tmp_path}",
+                     "debug.progress=off"])
+    before = copy.deepcopy(data)
+    seen = {}
+
+    class FakeDriver:
+        @staticmethod
+        def options(**_kw):
+            return FakeDriver
+
+        @staticmethod
+        def remote(cfg, run_dir, owner):
+            seen["cfg"] = cfg
+            raise cli.UsageError("stopped by the test")
+
+    monkeypatch.setattr(launch, "start_ray", lambda d: None)
+    monkeypatch.setattr(driver_module, "DriverActor", FakeDriver)
+    monkeypatch.setattr(driver_module, "driver_options", lambda cfg: {})
+    with pytest.raises(cli.UsageError, match="stopped by the test"):
+        launch.execute(data)
+    assert data == before
+    assert seen["cfg"]["llm"]["target"]["base_url"] == seen["cfg"]["llm"]["optimizer"]["base_url"] == "http://127.0.0.1:9/v1"
