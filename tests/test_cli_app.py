@@ -239,3 +239,28 @@ def test_execute_leaves_the_callers_config_as_it_was(tmp_path, monkeypatch):
         launch.execute(data)
     assert data == before
     assert seen["cfg"]["llm"]["target"]["base_url"] == seen["cfg"]["llm"]["optimizer"]["base_url"] == "http://127.0.0.1:9/v1"
+
+
+def test_a_prompt_longer_than_the_context_gets_advice_about_the_context():
+    import asyncio
+
+    import httpx
+    import openai
+
+    from skillopt_ray.config import LLMRoleConfig
+    from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint
+
+    said = "request (9756 tokens) exceeds the available context size (4096 tokens), try increasing it"
+    exc = openai.BadRequestError(said, response=httpx.Response(400, request=httpx.Request("POST", "http://127.0.0.1:9/v1")),
+                                 body={"error": {"message": said}})
+
+    async def advice(provider: str) -> str:
+        ep = RoleEndpoint("optimizer", LLMRoleConfig(provider=provider, base_url="http://127.0.0.1:9/v1"), RetryPolicy(0, 1, 1, 10))
+        try:
+            return ep._rejected(exc).message
+        finally:
+            await ep.close()
+
+    embedded, remote = asyncio.run(advice("embedded")), asyncio.run(advice("openai"))
+    assert "raise llm.embedded.ctx_size" in embedded and "check the model supports these parameters" not in embedded
+    assert "longer context" in remote and "ctx_size" not in remote
