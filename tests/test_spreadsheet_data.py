@@ -62,7 +62,7 @@ def test_real_data_uses_the_paper_split_by_default_with_aliases(shared):
     note = bench.data_note()
     assert "SkillOpt's paper split, 3/1/13 train/val/test tasks - DIFFERS from the paper's 80/40/280: 383 of its ids" in note
     assert "1 of the 17 tasks in the splits are defective (0/0/1 train/val/test: unparsable-position 1)" in note
-    assert f"python -m envs.spreadsheetbench.check {shared}" in note and "formulas scored by cached values" in note
+    assert f"python -m envs.spreadsheetbench.check {shared.resolve()}" in note and "formulas scored by cached values" in note
     with pytest.raises(DataError, match="unknown SpreadsheetBench split"):
         bench.load_split("dev")
 
