@@ -398,7 +398,9 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
 @pytest.mark.slow
 def test_asha_stops_a_trial_between_steps_and_its_run_resumes_when_asked(ray_cluster, tmp_path, capsys):
     answers = qa_fixture(tmp_path / "qa")
-    with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
+    # model calls slow enough that the rest of the run (step 2, the epoch boundary, the tests) outlasts ASHA's
+    # decision after step 1; on a quiet machine an instant server let the run finish first
+    with ScriptedServer(Policies(target="rule_gated", answers=answers), latency_s=0.4) as srv:
         args = ["+experiment=searchqa", "+smoke=tiny", "llm=compatible", f"llm.base_url={srv.base_url}", f"output_dir={tmp_path / 'out'}",
                 f"env.data_dir={tmp_path / 'qa'}", "env.options.split_source=folders", "sweep.params.optimizer.learning_rate=[2]", "seeds=1"]
         # ASHA's max_t=1: every trial is stopped once it reports step 1 (a tiny run has 2 steps)
