@@ -20,23 +20,7 @@ from skillopt_ray.llm.types import (ChatRequest, LLMError, LLMRequestRejected, L
 from skillopt_ray.testing.scripted_server import Fault, ScriptedServer
 
 
-def _echo(body, headers):
-    return json.dumps({"answer": body["messages"][-1]["content"]})
-
-
-@pytest.fixture()
-def run():
-    loop = asyncio.new_event_loop()
-    yield loop.run_until_complete
-    loop.close()
-
-
-@pytest.fixture()
-def server():
-    srv = ScriptedServer(policy=_echo)
-    srv.start()
-    yield srv
-    srv.stop()
+from tests.test_llm_gateway import _echo, run, server  # noqa: E402,F401 - the echo server and loop fixtures, shared
 
 
 def role(url: str, **kw) -> LLMRoleConfig:
