@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import envs
 from envs.base import DataError, EpisodeContext
@@ -76,7 +77,10 @@ class Run:
         if note:
             self.notes.append(note)
         self.rd.write_config(redact(self.cfg_dict))
-        self.gateway = GatewayActor.remote(self.cfg_dict["llm"], str(self.rd.cache_path) if cfg.llm.cache_mode != "off" else None,
+        # on this (the driver's) node: it writes the ledger and cache into the run directory, and it must not die
+        # with a worker node
+        self.gateway = GatewayActor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False)).remote(self.cfg_dict["llm"], str(self.rd.cache_path) if cfg.llm.cache_mode != "off" else None,
                                            str(self.rd.ledger_path), self.owners, shards=cfg.ray.gateway_shards)
         llm = LLMHandle(self.gateway)
         self.set_progress(stage="starting environment actors")
@@ -280,8 +284,6 @@ def driver_options(cfg_dict: dict[str, Any]) -> dict[str, Any]:
     directory must then be on a path every node mounts; the driver checks that it can see it)."""
     opts: dict[str, Any] = {"num_cpus": 0}
     if (cfg_dict.get("ray") or {}).get("driver_node", "local") == "local":
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     return opts
 

@@ -10,7 +10,10 @@ nodes advertise a per-benchmark custom resource (`skillopt_env_<benchmark>`, e.g
 `ray start --resources '{"skillopt_env_alfworld": 8}'`), each actor asks for one unit
 of it, so env actors land only on the nodes that host that benchmark (its data, its
 sandbox) and at most as many per node as the node advertises. A node that loses its
-actors (killed, lost) costs their episodes one retry on the other nodes. An actor
+actors (killed, lost) costs their episodes one retry on the other nodes: until Ray
+itself declares the node dead (a few heartbeats later) it still looks alive, so a
+replacement avoids every node that lost an actor in the last minute, falling back to
+any node when no other can host it (a one-node cluster). An actor
 whose node cannot see the benchmark's data stops the run with an error naming the
 node, instead of failing every episode as an infrastructure error.
 """
@@ -19,17 +22,29 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 import envs
 from envs.base import NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 from skillopt_ray.llm.gateway import LLMHandle
-from skillopt_ray.llm.types import LLMError
+from skillopt_ray.llm.types import GatewayLost, LLMError
+
+
+NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node
+SUSPECT_NODE_S = 60.0  # how long a node that lost an actor is avoided by replacements
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of Ray's error text without its colour codes."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
 
 
 class NodeDataError(DataError):
@@ -160,7 +175,9 @@ class EnvPool:
         cluster = ray.cluster_resources()
         self.resource = resolve_env_resource(settings.env_resource, env_name, cluster)
         check_fits(settings, self.resource, cluster)
+        self.suspect_nodes: dict[str, float] = {}  # node id -> when it last lost an actor (monotonic)
         self.actors: list[Any] = [self._spawn() for _ in range(settings.actors)]
+        self.actor_node_refs: list[Any] = [a.node.remote() for a in self.actors]
         self.generation = [0] * settings.actors
         self.replaced = 0
         self.retried_episodes = 0
@@ -173,8 +190,25 @@ class EnvPool:
 
     def _spawn(self) -> Any:
         extra: dict[str, Any] = {"resources": {self.resource: self.s.env_resource_per_actor}} if self.resource else {}
+        recent = sorted(n for n, t in self.suspect_nodes.items() if time.monotonic() - t < SUSPECT_NODE_S)
+        if recent:  # prefer other nodes; any node (even a suspect one) when no other can host the actor
+            extra["label_selector"] = {NODE_LABEL: f"!in({','.join(recent)})"}
+            extra["fallback_strategy"] = [{"label_selector": {}}]
+        else:
+            extra["scheduling_strategy"] = "SPREAD"
         return EnvActor.options(num_cpus=self.s.actor_num_cpus, max_concurrency=self.s.episodes_per_actor,
-                                scheduling_strategy="SPREAD", **extra).remote(self.env_name, self.env_cfg, self.gateway, self.owners)
+                                **extra).remote(self.env_name, self.env_cfg, self.gateway, self.owners)
+
+    def _note_lost_node(self, idx: int) -> None:
+        """Remember the node of a lost actor, when it is known, so its replacement goes elsewhere."""
+        ref = self.actor_node_refs[idx]
+        ready, _ = ray.wait([ref], timeout=0)
+        if not ready:
+            return
+        try:
+            self.suspect_nodes[ray.get(ready[0])] = time.monotonic()
+        except Exception:  # noqa: BLE001 - the actor died before it could say where it ran
+            pass
 
     def _slot_pool(self) -> Slots:
         """Free slots, bound to the running event loop."""
@@ -191,7 +225,9 @@ class EnvPool:
             ray.kill(self.actors[idx], no_restart=True)
         except Exception:  # noqa: BLE001 - it may already be dead
             pass
+        self._note_lost_node(idx)
         self.actors[idx] = self._spawn()
+        self.actor_node_refs[idx] = self.actors[idx].node.remote()
         self.generation[idx] += 1
         self.replaced += 1
 
@@ -224,7 +260,10 @@ class EnvPool:
                 last_error = f"episode timed out after {self.s.episode_timeout_s:.0f}s (actor replaced)"
                 self._replace(idx, gen)
             except RayActorError as e:
-                last_error = f"environment actor died: {str(e).splitlines()[0][:200]}"
+                if isinstance(e, RayTaskError):  # raised inside the episode: the actor it called (the gateway) died
+                    raise GatewayLost(f"the LLM gateway actor died ({_first_line(e)}); no episode can reach the model: "
+                                      "rerun the same command to resume the run") from None
+                last_error = f"environment actor died: {_first_line(e)}"
                 self._replace(idx, gen)
             except Exception as e:  # noqa: BLE001 - environment code failed; retried, then reported
                 last_error = f"{type(e).__name__}: {str(e).splitlines()[-1][:300] if str(e) else ''}"

@@ -12,7 +12,7 @@ from envs.alfworld.data import walk_split
 from envs.base import EpisodeContext
 from skillopt_ray.envpool import EnvPool, PoolSettings
 from skillopt_ray.llm.gateway import GatewayActor
-from skillopt_ray.llm.types import LLMRequestRejected
+from skillopt_ray.llm.types import GatewayLost, LLMRequestRejected
 from skillopt_ray.testing.scripted_server import Fault, Policies, ScriptedServer
 
 
@@ -64,6 +64,27 @@ def test_fatal_llm_error_stops_the_rollout_instead_of_scoring_zero(ray_cluster, 
     with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(1, 2, 0.0, 60.0, 2), faults=faults) as pool:
         with pytest.raises(LLMRequestRejected, match="HTTP 401"):
             asyncio.run(pool.run(tasks, "# skill", EpisodeContext("fatal", False, 5, 2)))
+
+
+def test_a_dead_gateway_stops_the_rollout_instead_of_replacing_healthy_env_actors(ray_cluster, alfworld_root, walkthroughs):
+    import ray
+
+    tasks = walk_split(alfworld_root, "train")[:4]
+    with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(2, 2, 0.0, 120.0, 2), latency_s=1.0) as pool:
+        async def go():
+            run = asyncio.ensure_future(pool.run(tasks, "# skill", EpisodeContext("gwdead", False, 30, 4)))
+            await asyncio.sleep(1.5)  # every episode is waiting on a model call
+            ray.kill(pool.gateway, no_restart=True)
+            return await run
+
+        t0 = time.monotonic()
+        with pytest.raises(GatewayLost) as err:
+            asyncio.run(go())
+        assert time.monotonic() - t0 < 30
+        msg = str(err.value)
+        assert msg.startswith("the LLM gateway actor died") and "rerun the same command" in msg
+        assert "\x1b[" not in msg and "\n" not in msg  # one line, no colour codes
+        assert pool.replaced == 0 and pool.retried_episodes == 0  # the env actors were fine
 
 
 def test_hung_episode_times_out_and_is_reported_as_infra_failure(ray_cluster, alfworld_root, walkthroughs):

@@ -101,3 +101,7 @@ class ReplyFiltered(ReplyIncomplete):
 
 class LLMInternalError(LLMError):
     """An unexpected exception inside the gateway, turned into one line so no Ray trace reaches the user."""
+
+
+class GatewayLost(LLMError):
+    """The LLM gateway actor (or one of its sender shards) died, e.g. with its node: no episode can call the model."""
