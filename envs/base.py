@@ -34,6 +34,8 @@ class EpisodeResult:
     trajectory: list[dict[str, Any]] = field(default_factory=list)
     error: Optional[str] = None
     infra_error: bool = False
+    # For an infra error, what failed (INFRA_KINDS), so a summary can count each kind: never the model's failure
+    error_kind: str = ""
     # What the optimizer's analysts see (REFERENCE_SPEC §3.4): the task text for the trajectory header,
     # and benchmark extras. Keys the engine reads from `info`: target_system_prompt, target_user_prompt,
     # spreadsheet_preview (analyst sub-blocks), predicted_answer (slow-update comparison), header_task_type
@@ -68,6 +70,20 @@ class EpisodeResult:
     @property
     def success(self) -> bool:
         return self.hard >= 1.0
+
+
+# The kinds of infrastructure failure an episode can end with (EpisodeResult.error_kind)
+INFRA_KINDS = {
+    "timeout": "the episode ran past ray.episode_timeout_s (its actor was replaced)",
+    "actor_died": "the environment actor (or its node) died",
+    "llm": "the model endpoint failed a call after its retries",
+    "llm_truncated": "a reply was cut at the completion limit (finish_reason=length)",
+    "llm_filtered": "a reply was stopped by the provider's content filter",
+    "sandbox_start": "the code sandbox could not start",
+    "formula_engine": "the formula engine could not recalculate the output workbook (env.options.recalculate)",
+    "env": "the environment's own code raised an exception",
+    "game_missing": "a game file of the split is missing",
+}
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,13 @@ class SandboxUnavailable(RuntimeError):
     """No isolation mechanism; the message names the fix and the explicit opt-out."""
 
 
+class SandboxStartError(RuntimeError):
+    """The sandbox failed before the script could run (bubblewrap refused, the launcher never started): an
+    infrastructure failure, never the model's code error."""
+
+    kind = "sandbox_start"  # envs.base.INFRA_KINDS
+
+
 class SandboxConfigError(SandboxUnavailable):
     """A sandbox setting that would weaken it (e.g. a key-like variable in the allow list)."""
 
@@ -73,13 +80,17 @@ class ExecResult:
     timed_out: bool
     wall_s: float
     files: dict[str, Path] = field(default_factory=dict)  # outputs found in the run directory
+    started: bool = True  # False: the sandbox itself failed before the script could run (an infrastructure failure)
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and self.started
 
     def describe(self) -> str:
         """Why the run failed, in one line a model (or a person) can act on."""
+        if not self.started:
+            said = (self.stderr.strip().splitlines() or [f"exit status {self.returncode}"])[0][:300]
+            return f"the sandbox could not start ({said})"
         if self.timed_out:
             return "the script was killed: it ran past the wall-clock limit"
         if self.returncode < 0:
@@ -144,6 +155,7 @@ for name in os.listdir(cfg["stage"]):
     shutil.copyfile(os.path.join(cfg["stage"], name), os.path.join(work, name))
 os.chdir(work)
 export_fd = cfg["export_fd"]
+os.write(export_fd, b'{"started": true}\n')  # the sandbox is up: a failure from here on is the script's
 pid = os.fork()
 if pid == 0:
     os.close(export_fd)
@@ -226,9 +238,11 @@ def userns_filter() -> Optional[bytes]:
     return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
 
 
-def _read_export(path: Path, outdir: Path, keep: tuple[str, ...]) -> dict[str, Path]:
-    """Files the launcher streamed out: `{"name", "size"}` line, then that many bytes; only names asked for."""
+def _read_export(path: Path, outdir: Path, keep: tuple[str, ...]) -> tuple[dict[str, Path], bool]:
+    """Files the launcher streamed out (`{"name", "size"}` line, then that many bytes; only names asked for),
+    and whether the launcher started at all (its first line says so before the script runs)."""
     files: dict[str, Path] = {}
+    started = False
     try:
         with open(path, "rb") as f:
             while True:
@@ -236,14 +250,17 @@ def _read_export(path: Path, outdir: Path, keep: tuple[str, ...]) -> dict[str, P
                 if not header:
                     break
                 meta = json.loads(header)
+                if meta.get("started") is True and not started and not files:
+                    started = True
+                    continue
                 name, size = str(meta["name"]), int(meta["size"])
                 data = f.read(size)
                 if name in keep and "/" not in name and name not in (".", "..") and len(data) == size:
                     (outdir / name).write_bytes(data)
                     files[name] = outdir / name
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # cut short (the launcher was killed): what was whole is kept
-    return files
+    return files, started
 
 
 class Sandbox:
@@ -344,7 +361,16 @@ class Sandbox:
             keep: tuple[str, ...] = ()) -> ExecResult:
         """Run `script` with `inputs` copied in by name; files named in `keep` are copied to `out_dir`.
 
-        `{dir}` in env values becomes the work directory as the script sees it."""
+        `{dir}` in env values becomes the work directory as the script sees it. A sandbox that fails to start
+        (bubblewrap refused, the launcher never ran) is tried once more; the result then says `started=False`."""
+        r = self._run_once(script, inputs, out_dir, env, keep)
+        if not r.started and not r.timed_out:
+            time.sleep(0.5)
+            r = self._run_once(script, inputs, out_dir, env, keep)
+        return r
+
+    def _run_once(self, script: str, inputs: dict[str, Path], out_dir: Path, env: Optional[dict[str, str]],
+                  keep: tuple[str, ...]) -> ExecResult:
         as_root = os.geteuid() == 0
         bwrap = self.isolation == "bwrap"
         stage = Path(tempfile.mkdtemp(prefix="skillopt-sbx-"))
@@ -389,13 +415,13 @@ class Sandbox:
                 for fd in fds:
                     os.close(fd)
             wall = time.monotonic() - t0
-            files = _read_export(export_path, outdir, keep)
+            files, started = _read_export(export_path, outdir, keep)
             limit = self.limits.output_chars
             rc = proc.returncode
             if bwrap and rc > 128:
                 rc = -(rc - 128)  # bwrap reports a child killed by signal N as 128 + N
             return ExecResult(rc if not timed_out else -signal.SIGKILL, _read_bounded(out_path, limit),
-                              _read_bounded(err_path, limit), timed_out, wall, files)
+                              _read_bounded(err_path, limit), timed_out, wall, files, started)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 

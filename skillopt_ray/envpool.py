@@ -31,9 +31,9 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 import envs
-from envs.base import NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
+from envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 from skillopt_ray.llm.gateway import LLMHandle
-from skillopt_ray.llm.types import GatewayLost, LLMError
+from skillopt_ray.llm.types import GatewayLost, LLMError, ReplyIncomplete
 
 
 NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node
@@ -233,7 +233,7 @@ class EnvPool:
 
     async def _run_one(self, task: Task, skill: str, ctx: EpisodeContext) -> EpisodeResult:
         slots = self._slot_pool()
-        last_error = ""
+        last_error, kind = "", ""
         for attempt in range(self.s.episode_retries + 1):
             if attempt:
                 self.retried_episodes += 1
@@ -254,22 +254,26 @@ class EnvPool:
                 if e.fatal:
                     raise  # endpoint down, budget, replay miss: the run must stop, not score zero
                 last_error = f"llm: {e.message}"  # the message itself, not Ray's wrapper text
+                kind = "llm_" + e.kind if isinstance(e, ReplyIncomplete) and e.kind in ("truncated", "filtered") else "llm"
             except NodeDataError as e:
                 raise DataError(str(getattr(e, "cause", None) or e).strip().splitlines()[-1]) from None
             except (asyncio.TimeoutError, GetTimeoutError):
-                last_error = f"episode timed out after {self.s.episode_timeout_s:.0f}s (actor replaced)"
+                last_error, kind = f"episode timed out after {self.s.episode_timeout_s:.0f}s (actor replaced)", "timeout"
                 self._replace(idx, gen)
             except RayActorError as e:
                 if isinstance(e, RayTaskError):  # raised inside the episode: the actor it called (the gateway) died
                     raise GatewayLost(f"the LLM gateway actor died ({_first_line(e)}); no episode can reach the model: "
                                       "rerun the same command to resume the run") from None
-                last_error = f"environment actor died: {_first_line(e)}"
+                last_error, kind = f"environment actor died: {_first_line(e)}", "actor_died"
                 self._replace(idx, gen)
             except Exception as e:  # noqa: BLE001 - environment code failed; retried, then reported
-                last_error = f"{type(e).__name__}: {str(e).splitlines()[-1][:300] if str(e) else ''}"
+                cause = getattr(e, "cause", None) or e  # the environment's own exception, not Ray's wrapper
+                last_error = f"{type(cause).__name__}: {str(cause).splitlines()[-1][:300] if str(cause) else ''}"
+                kind = getattr(cause, "kind", "env") if getattr(cause, "kind", None) in INFRA_KINDS else "env"  # e.g. SandboxStartError
             finally:
                 await slots.give(idx)
-        return EpisodeResult(task.task_id, task.task_type, error=last_error, infra_error=True, fail_reason="infra_error")
+        return EpisodeResult(task.task_id, task.task_type, error=last_error, infra_error=True, fail_reason="infra_error",
+                             error_kind=kind)
 
     async def run(self, tasks: list[Task], skill: str, ctx: EpisodeContext,
                   stop: Optional[Callable[[EpisodeResult], bool]] = None) -> list[EpisodeResult]:

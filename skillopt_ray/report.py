@@ -28,6 +28,11 @@ from typing import Any, Optional
 ACCEPTED = ("accept", "accept_new_best", "force_accept")
 
 
+def kinds_text(kinds: Any) -> str:
+    """Infra errors by kind as text, e.g. ': sandbox_start 2, timeout 1'; empty when no kind is known."""
+    return (": " + ", ".join(f"{k} {n}" for k, n in kinds.items())) if isinstance(kinds, dict) and kinds else ""
+
+
 def _read_json(path: Path) -> Optional[Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -278,7 +283,7 @@ def _step_lines(s: Story, rec: dict[str, Any], diffs: bool) -> list[str]:
         head += f" -> skill v{rec.get('skill_version', 0):04d}"
     lines = [head]
     lines.append(f"    rollout: hard {_f(rec.get('rollout_hard'))}, soft {_f(rec.get('rollout_soft'))} on {rec.get('rollout_n', '?')} tasks"
-                 + (f" ({rec['infra_errors']} infra errors)" if rec.get("infra_errors") else ""))
+                 + (f" ({rec['infra_errors']} infra errors{kinds_text(rec.get('infra_kinds'))})" if rec.get("infra_errors") else ""))
     if action.startswith("skip"):
         lines.append("    no candidate: " + {"skip_no_patches": "the analysts proposed no edits",
                                                 "skip_no_rewrite": "the update produced no new skill"}.get(action, action))

@@ -404,7 +404,7 @@ class Trainer:
         record = {
             "step": gs, "epoch": epoch, "step_in_epoch": step, "action": action,
             "rollout_hard": stats.hard, "rollout_soft": stats.soft, "rollout_n": stats.n_scored,
-            "infra_errors": stats.infra_errors, "data_errors": stats.data_errors,
+            "infra_errors": stats.infra_errors, "infra_kinds": stats.infra_kinds, "data_errors": stats.data_errors,
             "n_patches": len(refl.failure_patches) + len(refl.success_patches), "n_failure_patches": len(refl.failure_patches),
             "n_success_patches": len(refl.success_patches), "n_edits_merged": len(agg.items(mode)) if agg else 0,
             "n_edits_ranked": len(selected), "edit_budget": sel.budget if sel and sel.budget >= 0 else None,

@@ -14,7 +14,7 @@ from envs.base import DataError
 from envs.spreadsheetbench import check
 from envs.spreadsheetbench import data as sb_data
 
-from conftest import SHARED
+from conftest import SHARED, need_shared_data
 
 SHEETS = SHARED / "spreadsheetbench"
 SHIPPED = Path(sb_data.__file__).parent / "splits"
@@ -27,8 +27,7 @@ def _private_check_cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def shared():
-    if not (SHEETS / "dataset.json").is_file():
-        pytest.skip(f"shared SpreadsheetBench data not found at {SHEETS}")
+    need_shared_data(SHEETS / "dataset.json", "SpreadsheetBench")
     return SHEETS
 
 

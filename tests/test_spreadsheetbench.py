@@ -21,9 +21,9 @@ from skillopt_ray.llm.gateway import Gateway, LLMHandle
 from skillopt_ray.stages.rollout import summarize
 from skillopt_ray.testing.scripted_server import ScriptedServer
 
-from conftest import SHARED
+from conftest import SHARED, need_shared_data
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh installs it)")
+pytestmark = pytest.mark.usefixtures("needs_bwrap")  # skips locally, fails under CI=true
 SHEETS = SHARED / "spreadsheetbench"
 VERIFY = "[POST-EXECUTION VERIFICATION]"
 
@@ -97,8 +97,7 @@ def roles(r) -> list[str]:
 
 @pytest.fixture(scope="module")
 def real_bench():
-    if not (SHEETS / "dataset.json").is_file():
-        pytest.skip(f"shared SpreadsheetBench data not found at {SHEETS}")
+    need_shared_data(SHEETS / "dataset.json", "SpreadsheetBench")
     return SpreadsheetBenchmark({"data_dir": str(SHEETS), "options": {"wall_s": 60}})
 
 
@@ -313,8 +312,7 @@ def test_durations_written_by_a_script_score_like_the_official_rule(tmp_path):
 
 
 def test_broken_tasks_are_per_task_errors_and_the_rest_still_run(tmp_path):
-    if not (SHEETS / "dataset.json").is_file():
-        pytest.skip(f"shared SpreadsheetBench data not found at {SHEETS}")
+    need_shared_data(SHEETS / "dataset.json", "SpreadsheetBench")
     root = tmp_path / "bench"
     shutil.copytree(SHEETS / "spreadsheet" / "37609", root / "spreadsheet" / "37609")
     shutil.copytree(SHEETS / "spreadsheet" / "39604", root / "spreadsheet" / "39604")

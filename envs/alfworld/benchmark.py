@@ -179,7 +179,8 @@ class AlfWorldBenchmark(Benchmark):
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         gamefile = task.payload["gamefile"]
         if not Path(gamefile).is_file():
-            return EpisodeResult(task.task_id, task.task_type, error=f"game file missing: {gamefile}", infra_error=True, fail_reason="infra_error")
+            return EpisodeResult(task.task_id, task.task_type, error=f"game file missing: {gamefile}", infra_error=True, fail_reason="infra_error",
+                                 error_kind="game_missing")
         game = self._games.acquire(gamefile)
         try:
             return await self._play(game, task, skill, llm, ctx)

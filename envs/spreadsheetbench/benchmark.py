@@ -25,7 +25,7 @@ from typing import Any, Optional
 import openpyxl
 
 from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxUnavailable
+from envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxStartError, SandboxUnavailable
 from envs.spreadsheetbench import data as sb_data
 from envs.spreadsheetbench import prompts, readcells
 from envs.spreadsheetbench.scoring import (Area, PositionError, SheetValues, case_report, cell_lines, compare,
@@ -125,6 +125,13 @@ def _load_expected(path: str, areas: list[Area]) -> tuple[SheetValues, str]:
     return values, first
 
 
+class FormulaEngineError(RuntimeError):
+    """Recalculation (env.options.recalculate=true) failed on an output workbook: the cells' true values are
+    unknown, so the episode is not scored (an infrastructure error of its own kind, not a wrong answer)."""
+
+    kind = "formula_engine"  # envs.base.INFRA_KINDS
+
+
 class SpreadsheetBenchmark(Benchmark):
     name = "spreadsheetbench"
 
@@ -205,6 +212,9 @@ class SpreadsheetBenchmark(Benchmark):
                 return EpisodeResult(task.task_id, task.task_type, fail_reason="empty-code-block", n_turns=turns,
                                      trajectory=trajectory, info={**info, "n_cases": len(p["cases"]), "n_pass": 0}, **base)
             score = await asyncio.to_thread(self._score_all, code, case1_pred, p["cases"], areas, expected, scratch)
+        except FormulaEngineError as e:  # deterministic: not retried, not scored, counted as its own kind
+            return EpisodeResult(task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=e.kind,
+                                 error=f"formula engine: {e}", trajectory=trajectory, info=info, **base)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         n_pass, reason, report = score
@@ -258,6 +268,8 @@ class SpreadsheetBenchmark(Benchmark):
     def _run_script(self, code: str, input_path: str, out_dir: Path) -> Run:
         r = self.sandbox.run(prepare_script(code), {"input.xlsx": Path(input_path)}, out_dir,
                              env={"INPUT_PATH": "{dir}/input.xlsx", "OUTPUT_PATH": "{dir}/output.xlsx"}, keep=("output.xlsx",))
+        if not r.started:  # the episode is retried on the pool, then counted as an infra error: never the model's code error
+            raise SandboxStartError(r.describe())
         output = r.files.get("output.xlsx")
         text = (r.stdout.strip() + "\n" + _user_frames(r.stderr).strip()).strip()
         if r.timed_out or r.returncode < 0:
@@ -326,6 +338,8 @@ class SpreadsheetBenchmark(Benchmark):
         inputs = {f"case{k}.xlsx": wb for k, wb in enumerate(workbooks, start=1)}
         args = "request.json values.json" + (" --recalculate" if self.options.recalculate else "")
         run = self.sandbox.run(_READER, {**inputs, "request.json": req}, out_dir, keep=("values.json",), env={"SKILLOPT_ARGS": args})
+        if not run.started:
+            raise SandboxStartError(run.describe())
         if not run.ok or "values.json" not in run.files:
             problem = f"could not read the output workbook ({run.describe()}): {run.stderr.strip()[-300:]}"
             return [({}, problem)] * len(workbooks)
@@ -336,6 +350,10 @@ class SpreadsheetBenchmark(Benchmark):
             if d.get("error"):
                 out.append(({}, d["error"]))
                 continue
+            if d.get("recalc_error"):
+                raise FormulaEngineError(f"could not recalculate {d.get('recalculated', 0)} formula cell(s) of an output workbook "
+                                         f"({d['recalc_error'][:200]}); the episode is not scored: set env.options.recalculate=false "
+                                         "to score cached values as the official rule does")
             values = {s: {c: readcells.decode(v) for c, v in cells.items()} for s, cells in d["sheets"].items()}
             for sheet in d["sheetnames"]:
                 values.setdefault(sheet, {})

@@ -148,6 +148,26 @@ def recalculate(path: str, cells: list[tuple[str, str]]) -> dict[tuple[str, str]
     return out
 
 
+def _invalid_formulas(values_wb: Any, formulas_wb: Any, limit: int = 10) -> list[str]:
+    """Formulas without a cached value (so written by the script, not by Excel) that do not parse."""
+    from formulas import Parser
+
+    bad: list[str] = []
+    for ws in formulas_wb.worksheets:
+        vs = values_wb[ws.title]
+        for row in ws.iter_rows():
+            for c in row:
+                text = getattr(c.value, "text", c.value)
+                if isinstance(text, str) and text.startswith("=") and vs[c.coordinate].value is None:
+                    try:
+                        Parser().ast(text)
+                    except Exception as e:  # noqa: BLE001 - the parser's errors have no common base
+                        bad.append(f"{ws.title}!{c.coordinate} {text[:80]!r}: {type(e).__name__}")
+                        if len(bad) >= limit:
+                            return bad
+    return bad
+
+
 def read(path: str, request: dict[str, list[str]], recalculate_formulas: bool = True) -> dict[str, Any]:
     import openpyxl
 
@@ -169,7 +189,10 @@ def read(path: str, request: dict[str, list[str]], recalculate_formulas: bool = 
             got[cell] = v
         sheets[sheet] = got
     recalc_error = ""
-    if uncached and recalculate_formulas:
+    invalid = _invalid_formulas(values_wb, formulas_wb) if uncached and formulas_wb is not None else []
+    # a formula the script wrote that is not even valid syntax is the script's fault: then nothing is recalculated
+    # and every uncached cell reads as the official rule reads it (empty); an engine failure on valid formulas is not
+    if uncached and recalculate_formulas and not invalid:
         try:
             computed = recalculate(path, uncached)
             for sheet, cell in uncached:
@@ -181,6 +204,7 @@ def read(path: str, request: dict[str, list[str]], recalculate_formulas: bool = 
         "sheets": {s: {c: encode(v) for c, v in cells.items()} for s, cells in sheets.items()},
         "recalculated": len(uncached) if recalculate_formulas else 0,
         "recalc_error": recalc_error,
+        "invalid_formulas": invalid,
     }
 
 

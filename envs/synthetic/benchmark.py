@@ -24,6 +24,7 @@ class SyntheticOptions:
     calls: int = 1  # target calls per episode
     prompt_chars: int = 200
     think_s: float = 0.0  # environment-side wait between calls (holds an episode in flight without CPU)
+    raise_error: str = ""  # tests: every episode raises; "sandbox_start" a SandboxStartError, anything else a RuntimeError
 
 
 class SyntheticBenchmark(Benchmark):
@@ -47,6 +48,12 @@ class SyntheticBenchmark(Benchmark):
         return "# Skill: synthetic\n\nNothing yet.\n"
 
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+        if self.options.raise_error == "sandbox_start":
+            from envs.sandbox import SandboxStartError
+
+            raise SandboxStartError("the sandbox could not start (synthetic)")
+        if self.options.raise_error:
+            raise RuntimeError(f"synthetic failure: {self.options.raise_error}")
         filler = "x" * self.options.prompt_chars
         hits, replies = 0, []
         for turn in range(self.options.calls):

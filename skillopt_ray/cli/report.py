@@ -6,12 +6,13 @@ import sys
 from typing import Any
 
 from skillopt_ray.exit_codes import EXIT_OK
+from skillopt_ray.report import kinds_text
 
 
 def summary_table(s: dict[str, Any]) -> str:
     if s.get("mode") == "eval":
         e = s["eval"]
-        rows = [f"eval on {s['split']}: hard {e['hard']:.3f}  soft {e['soft']:.3f}  (n={e['n']}, infra errors {e['infra_errors']}, data errors {e.get('data_errors', 0)})"]
+        rows = [f"eval on {s['split']}: hard {e['hard']:.3f}  soft {e['soft']:.3f}  (n={e['n']}, infra errors {e['infra_errors']}{kinds_text(e.get('infra_kinds'))}, data errors {e.get('data_errors', 0)})"]
         rows += [f"  {t:<34} hard {v['hard']:.3f} soft {v['soft']:.3f} n={v['n']}" for t, v in e["per_type"].items()]
         return "\n".join(rows)
     rows = ["", f"{'skill':<9}{'selection':>11}{'test hard':>11}{'test soft':>11}"]

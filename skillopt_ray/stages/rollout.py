@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
@@ -27,6 +27,7 @@ class RolloutStats:
     hard: float = 0.0
     soft: float = 0.0
     infra_errors: int = 0
+    infra_kinds: dict[str, int] = field(default_factory=dict)  # infra errors by kind (envs.base.INFRA_KINDS)
     data_errors: int = 0
     not_played: int = 0
     per_type: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -48,7 +49,9 @@ def summarize(results: list[EpisodeResult]) -> RolloutStats:
     per_type = {t: {"n": len(rs), "hard": _means(rs)[0], "soft": _means(rs)[1]} for t, rs in sorted(by_type.items())}
     hard, soft = _means(ok)
     return RolloutStats(n=len(results), n_scored=len(ok), hard=hard, soft=soft,
-                        infra_errors=sum(r.infra_error for r in results), data_errors=sum(r.data_error for r in results),
+                        infra_errors=sum(r.infra_error for r in results),
+                        infra_kinds=dict(sorted(Counter(r.error_kind or "unknown" for r in results if r.infra_error).items())),
+                        data_errors=sum(r.data_error for r in results),
                         not_played=sum(r.not_played for r in results),
                         per_type=per_type, tasks={r.task_id: [r.hard, r.soft] for r in ok})
 
