@@ -34,6 +34,7 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the scripted OpenAI-compatible server, a test double, lives with the tests
 
 import ray  # noqa: E402
 
@@ -44,7 +45,7 @@ from envs.base import EpisodeContext, Task  # noqa: E402
 from skillopt_ray.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
 from skillopt_ray.llm.types import ChatRequest  # noqa: E402
-from skillopt_ray.testing.scripted_server import Policies, ScriptedServer, alfworld_walkthroughs  # noqa: E402
+from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs  # noqa: E402
 
 SKILL = "# skill\nReply with one admissible action."
 

@@ -31,6 +31,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the scripted OpenAI-compatible server, a test double, lives with the tests
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -68,7 +69,7 @@ def serve(latency: float) -> None:
     import signal
     import threading
 
-    from skillopt_ray.testing.scripted_server import ScriptedServer
+    from scripted_server import ScriptedServer
 
     srv = ScriptedServer(policy=lambda body, headers: f"ok {headers.get('x-skillopt-key', '')}", latency_s=latency)
     srv.state.bodies = _Discard()  # a 10k-call run need not keep every body

@@ -7,7 +7,7 @@
 Each round runs, in fresh processes and in this order:
   floor  `ray.init()` with the options the CLI uses, then one remote task (command -> task result);
   run    a 4-game ALFWorld eval-only command against the scripted server
-         (`skillopt_ray.testing.scripted_server`, replaying each game's walkthrough):
+         (`tests/scripted_server.py`, replaying each game's walkthrough):
          command -> first model call, and command -> exit.
 One warm-up run comes first (not counted): it creates the MLflow store and fills the ALFWorld compile
 cache, as any earlier run on the machine would have. Medians are printed, with the ratios to the floor
@@ -30,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the scripted OpenAI-compatible server, a test double, lives with the tests
 
 FLOOR = r"""
 import json, os, sys, time
@@ -103,7 +104,7 @@ def main() -> None:
     repo = a.repo.resolve()
 
     import envs
-    from skillopt_ray.testing.scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
+    from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
 
     env_cfg = {"name": "alfworld", "data_dir": a.data, "manifest_dir": None, "options": {}}
     bench = envs.make("alfworld", env_cfg)

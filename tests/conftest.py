@@ -69,14 +69,14 @@ def ray_cluster():
 @pytest.fixture(scope="session")
 def walkthroughs(alfworld_root):
     from envs.alfworld.data import walk_split
-    from skillopt_ray.testing.scripted_server import alfworld_walkthroughs
+    from scripted_server import alfworld_walkthroughs
 
     return alfworld_walkthroughs(walk_split(alfworld_root, "all"))
 
 
 @pytest.fixture()
 def scripted(walkthroughs):
-    from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+    from scripted_server import Policies, ScriptedServer
 
     srv = ScriptedServer(Policies(walkthroughs, "rule_gated"))
     srv.start()

@@ -13,7 +13,7 @@ from envs.base import EpisodeContext
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway, LLMHandle
 from skillopt_ray.stages.rollout import summarize
-from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+from scripted_server import Policies, ScriptedServer
 
 
 def _gateway(url: str) -> Gateway:

@@ -184,7 +184,7 @@ def _gateway(url: str, structured: str = "none", retries: int = 6):
 
 def _episode(root: Path, task, policy, *, options=None, max_turns=50, structured="none", skill="# skill", retries=6):
     from skillopt_ray.llm.gateway import LLMHandle
-    from skillopt_ray.testing.scripted_server import ScriptedServer
+    from scripted_server import ScriptedServer
 
     bodies: list[dict] = []
 
@@ -280,7 +280,7 @@ def test_constrained_decoding_sends_the_admissible_enum(alfworld_root, game):
 
 def test_api_error_is_an_infra_error_never_an_action(alfworld_root, game):
     from skillopt_ray.llm.types import LLMError
-    from skillopt_ray.testing.scripted_server import Fault, ScriptedServer
+    from scripted_server import Fault, ScriptedServer
 
     task, _ = game
     srv = ScriptedServer(policy=lambda body, headers: "<action>look</action>")

@@ -16,7 +16,7 @@ import pytest
 from conftest import qa_fixture
 from skillopt_ray import cli
 from skillopt_ray.cli import identity, launch
-from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+from scripted_server import Policies, ScriptedServer
 
 REPO = Path(__file__).resolve().parent.parent
 # appended where a regression would otherwise start a whole run: it then fails in seconds on the unreachable address

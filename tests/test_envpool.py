@@ -13,7 +13,7 @@ from envs.base import EpisodeContext
 from skillopt_ray.envpool import EnvPool, PoolSettings
 from skillopt_ray.llm.gateway import GatewayActor
 from skillopt_ray.llm.types import GatewayLost, LLMRequestRejected
-from skillopt_ray.testing.scripted_server import Fault, Policies, ScriptedServer
+from scripted_server import Fault, Policies, ScriptedServer
 
 
 def _llm_cfg(url):

@@ -10,7 +10,7 @@ import pytest
 
 from envs.spreadsheetbench.samples import SAMPLE_SPLITS, SOLUTIONS, TEMPLATES
 from skillopt_ray import cli
-from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+from scripted_server import Policies, ScriptedServer
 
 from conftest import qa_fixture
 

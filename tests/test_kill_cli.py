@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+from scripted_server import Policies, ScriptedServer
 from skillopt_ray.tracking import store_state
 
 from conftest import qa_fixture

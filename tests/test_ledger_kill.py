@@ -16,7 +16,7 @@ from pathlib import Path
 
 from skillopt_ray.config import BudgetConfig
 from skillopt_ray.llm.ledger import Ledger, journal_path, read_journal
-from skillopt_ray.testing.scripted_server import ScriptedServer
+from scripted_server import ScriptedServer
 
 REPO = Path(__file__).resolve().parent.parent
 

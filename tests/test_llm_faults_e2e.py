@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import qa_fixture
 from skillopt_ray import cli
-from skillopt_ray.testing.scripted_server import Fault, Policies, ScriptedServer
+from scripted_server import Fault, Policies, ScriptedServer
 
 FAST_RETRIES = ["llm.retry_base_s=0.05", "llm.retry_max_s=0.2", "llm.retry_window_s=5"]
 

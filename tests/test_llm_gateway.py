@@ -11,7 +11,7 @@ import pytest
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway
 from skillopt_ray.llm.types import BudgetExceeded, CacheMiss, ChatRequest, LLMRequestRejected, LLMUnavailable, MalformedOutput
-from skillopt_ray.testing.scripted_server import Fault, ScriptedServer
+from scripted_server import Fault, ScriptedServer
 
 
 def _echo(body, headers):

@@ -17,7 +17,7 @@ from skillopt_ray.llm.client import parse_completion, silent_endpoint_named_afte
 from skillopt_ray.llm.gateway import Gateway
 from skillopt_ray.llm.types import (ChatRequest, LLMError, LLMRequestRejected, LLMUnavailable, MalformedOutput, ReplyFiltered,
                                     ReplyTruncated)
-from skillopt_ray.testing.scripted_server import Fault, ScriptedServer
+from scripted_server import Fault, ScriptedServer
 
 
 from tests.test_llm_gateway import _echo, run, server  # noqa: E402,F401 - the echo server and loop fixtures, shared

@@ -29,7 +29,7 @@ from envs.base import DataError, EpisodeContext
 from skillopt_ray.config import ConfigError
 from skillopt_ray.envpool import EnvPool, PoolSettings, check_fits
 from skillopt_ray.llm.gateway import GatewayActor
-from skillopt_ray.testing.scripted_server import ScriptedServer
+from scripted_server import ScriptedServer
 from conftest import qa_fixture
 
 REPO = Path(__file__).resolve().parent.parent
@@ -166,7 +166,7 @@ def test_a_node_that_cannot_see_the_data_stops_the_rollout_naming_the_node(clust
 
 def test_cli_in_cluster_mode_logs_to_a_real_mlflow_server(cluster, tmp_path):
     answers = qa_fixture(tmp_path / "qa")
-    from skillopt_ray.testing.scripted_server import Policies
+    from scripted_server import Policies
 
     skill = tmp_path / "skill.md"
     skill.write_text("# Skill\n" + "".join(f"RULE-{t}\n" for t in {a[0] for a in answers.values()}))

@@ -248,7 +248,7 @@ def test_durations_read_like_a_clock():
 @pytest.mark.slow
 def test_cli_run_on_an_80_column_terminal(alfworld_root, tmp_path):
     """The real command on a pseudo-terminal: live lines fit, the data note comes first, the summary's time is the clock's."""
-    from skillopt_ray.testing.scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
+    from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
     from envs.alfworld.data import walk_split
 
     with ScriptedServer(Policies(alfworld_walkthroughs(walk_split(alfworld_root, "all")), "rule_gated"), latency_s=0.02) as srv:

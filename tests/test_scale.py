@@ -10,7 +10,7 @@ from envs.base import EpisodeContext
 from skillopt_ray.envpool import EnvPool, PoolSettings
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, ChatRequest
-from skillopt_ray.testing.scripted_server import ScriptedServer
+from scripted_server import ScriptedServer
 
 
 def _llm(url: str, **extra):

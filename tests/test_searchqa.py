@@ -120,7 +120,7 @@ def test_seed_skill_is_empty_of_rules():
 def test_episode_over_real_http(tmp_path, run_loop):
     from skillopt_ray.config import LLMConfig, LLMRoleConfig
     from skillopt_ray.llm.gateway import Gateway, LLMHandle
-    from skillopt_ray.testing.scripted_server import ScriptedServer
+    from scripted_server import ScriptedServer
 
     b = SearchQABenchmark({"options": {"sample_dir": str(tmp_path / "s")}})
     task = _task(b)

@@ -19,7 +19,7 @@ from envs.spreadsheetbench.samples import FORMULA_SOLUTIONS, SOLUTIONS, template
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway, LLMHandle
 from skillopt_ray.stages.rollout import summarize
-from skillopt_ray.testing.scripted_server import ScriptedServer
+from scripted_server import ScriptedServer
 
 from conftest import SHARED, need_shared_data
 

@@ -22,7 +22,7 @@ from scipy import stats
 
 from skillopt_ray import compare, sweep
 from skillopt_ray.cli import UsageError
-from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+from scripted_server import Policies, ScriptedServer
 
 from conftest import qa_fixture
 

@@ -206,7 +206,7 @@ def test_three_epochs_slow_update_and_meta_skill_see_their_inputs(ray_cluster, s
 
 def test_unparseable_optimizer_replies_fall_back_and_the_run_finishes(ray_cluster, walkthroughs, alfworld_root, tmp_path):
     """Merges and rankings that stay unparseable after the re-ask fall back (concatenation, first N), recorded."""
-    from skillopt_ray.testing.scripted_server import Policies, ScriptedServer
+    from scripted_server import Policies, ScriptedServer
 
     class Garbled(Policies):
         def optimizer_reply(self, stage, body):
