@@ -14,6 +14,9 @@ cache, as any earlier run on the machine would have. Medians are printed, with t
 and the first call's distance from it (the target: within 2 s). With --baseline, each round also runs
 the same eval from that checkout (e.g. `git archive <commit> | tar -x -C /tmp/old`), right after this
 tree's, so both see the same machine load; the floor is measured once per round for both.
+The run's processes mark where they are (skillopt_ray/startup_trace.py, SKILLOPT_STARTUP_TRACE): the
+medians of those marks show where the seconds before the first call go. --override KEY=VALUE adds an
+override to this tree's eval command (to compare a setting against the floor).
 """
 
 from __future__ import annotations
@@ -75,22 +78,33 @@ def floor(repo: Path, opts: dict) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["task"] - t0
 
 
-def eval_run(repo: Path, srv, skill: Path, out_dir: Path, data: str | None) -> tuple[float, float]:
+# where the seconds go, in order (skillopt_ray/startup_trace.py; an older checkout may have none of them)
+MARKS = ("cli-started", "ray-starting", "ray-up", "driver-submitted", "driver-started", "benchmark-loaded", "env-actors-requested", "env-actor-started",
+         "env-actor-ready", "first-episode")
+
+
+def eval_run(repo: Path, srv, skill: Path, out_dir: Path, data: str | None,
+             overrides: tuple[str, ...] = ()) -> tuple[float, float, dict[str, float]]:
     args = [sys.executable, "-m", "skillopt_ray", "+experiment=alfworld", "mode=eval", f"eval.skill_path={skill}", "eval.split=test",
             "env.limit_test=4", "llm=compatible", f"llm.base_url={srv.base_url}", f"output_dir={out_dir}", "debug.progress=off",
-            "resume=false"]
+            "resume=false", *overrides]
     if data:
         args.append(f"env.data_dir={data}")
     before = len(srv.state.request_times)
-    t0 = time.monotonic()
-    p = subprocess.run(args, cwd=repo, env=child_env(repo), capture_output=True, text=True, timeout=600)
+    trace = out_dir.parent / f"{out_dir.name}-trace.txt"
+    trace.unlink(missing_ok=True)
+    env = dict(child_env(repo), SKILLOPT_STARTUP_TRACE=str(trace))
+    wall0, t0 = time.time(), time.monotonic()
+    p = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
     end = time.monotonic() - t0
     if p.returncode:
         raise SystemExit(f"eval run failed ({p.returncode}): {p.stderr[-3000:]}")
     times = list(srv.state.request_times)[before:]
     if not times:
         raise SystemExit("the eval run made no model call")
-    return times[0] - t0, end
+    from skillopt_ray.startup_trace import read
+
+    return times[0] - t0, end, read(str(trace), wall0)
 
 
 def main() -> None:
@@ -100,6 +114,8 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, default=None, help="an older checkout measured in the same rounds")
     ap.add_argument("--data", default=None, help="ALFWorld data folder (default: the built-in sample games)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra override for this tree's eval command (repeatable), e.g. ray.num_cpus=4")
     a = ap.parse_args()
     repo = a.repo.resolve()
 
@@ -118,11 +134,13 @@ def main() -> None:
     with ScriptedServer(Policies(alfworld_walkthroughs(tasks))) as srv:
         print(f"ray.init options {opts}", flush=True)
         for name, tree in trees.items():  # warm-up: MLflow store, compile cache
-            eval_run(tree, srv, skill, work / f"out-{name}", a.data)
+            eval_run(tree, srv, skill, work / f"out-{name}", a.data, tuple(a.override) if name == "this" else ())
+        marks: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
         for i in range(a.rounds):
             fl = floor(repo, opts)
             for name, tree in trees.items():
-                first, end = eval_run(tree, srv, skill, work / f"out-{name}", a.data)
+                first, end, seen = eval_run(tree, srv, skill, work / f"out-{name}", a.data, tuple(a.override) if name == "this" else ())
+                marks[name].append(seen)
                 rows[name].append({"floor_s": fl, "first_call_s": first, "end_s": end})
                 print(f"round {i + 1} {name:<8}: floor {fl:.2f}s  first model call {first:.2f}s  end {end:.2f}s", flush=True)
     print(f"\nmedians of {a.rounds} rounds (load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs):")
@@ -136,6 +154,15 @@ def main() -> None:
         print(f"  command -> first model call   {med['first_call_s']:6.2f} s   {ratio['first_call_s_over_floor']:.2f}x floor, "
               f"{med['first_call_s'] - med['floor_s']:+.2f} s")
         print(f"  command -> end (4 games)      {med['end_s']:6.2f} s   {ratio['end_s_over_floor']:.2f}x floor")
+        phases = {m: statistics.median(r[m] for r in marks[name]) for m in MARKS if all(m in r for r in marks[name])}
+        if phases:
+            print("  where the time to the first call goes (median seconds from the command; step from the previous mark):")
+            prev = 0.0
+            for m, at in phases.items():
+                print(f"    {m:<22} {at:6.2f} s   +{at - prev:.2f}")
+                prev = at
+            print(f"    {'first model call':<22} {med['first_call_s']:6.2f} s   +{med['first_call_s'] - prev:.2f}")
+        result[name]["phases_s"] = phases
     if a.json:
         a.json.write_text(json.dumps({"init_options": opts, **result}, indent=1))
 

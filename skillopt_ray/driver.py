@@ -28,6 +28,7 @@ from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
 from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
 from skillopt_ray.skill.document import normalize_markers
 from skillopt_ray.state import StateVersionError
+from skillopt_ray.startup_trace import mark
 from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, _limit
 
 
@@ -73,6 +74,7 @@ class Run:
         cfg = self.cfg
         self.set_progress(stage="loading the benchmark")
         bench = envs.make(cfg.env.name, self.cfg_dict["env"])
+        mark("benchmark-loaded")
         note = bench.data_note()
         if note:
             self.notes.append(note)
@@ -92,6 +94,7 @@ class Run:
             cfg.ray.env_resource, cfg.ray.env_resource_per_actor),
             owners=self.owners)
         self.set_progress(stage="opening the MLflow store")
+        mark("env-actors-requested")
         # MLflow's import, store and run creation take seconds: they go on in a thread beside the first episodes;
         # the first use of the tracker waits for them
         self.tracker = TrackerWhenReady(self._open_tracker)
@@ -305,6 +308,7 @@ class DriverActor:
         from skillopt_ray.lifeline import identity, watch
 
         watch([owner], "driver actor")
+        mark("driver-started")
         self._unseen = run_dir_unseen(run_dir, owner)  # checked before Run makes a stray directory on this node
         self._run_dir = run_dir
         self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()])

@@ -34,6 +34,7 @@ import envs
 from envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import GatewayLost, LLMError, ReplyIncomplete
+from skillopt_ray.startup_trace import mark
 
 
 NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node
@@ -94,6 +95,7 @@ class EnvActor:
         from skillopt_ray.lifeline import watch
 
         watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
+        mark("env-actor-started")
         self.llm = LLMHandle(gateway)
         self.bench: Any = None
         self.data_error = ""  # this node cannot run the benchmark: every episode here says why
@@ -104,6 +106,7 @@ class EnvActor:
                 raise DataError(f"{' and '.join(missing)} does not exist there")
             self.bench = envs.make(env_name, env_cfg)
             self.bench.warm_up()
+            mark("env-actor-ready")
         except DataError as e:
             self.data_error = (f"the {env_name} env actor on node {ray.util.get_node_ip_address()} "
                                f"({ray.get_runtime_context().get_node_id()[:12]}) cannot load the benchmark: {e}; every node that hosts "
@@ -111,6 +114,7 @@ class EnvActor:
                                f"skillopt_env_{env_name} only on the nodes that have it")
 
     async def run(self, task: Task, skill: str, ctx: EpisodeContext) -> dict[str, Any]:
+        mark("first-episode")
         if self.data_error:
             raise NodeDataError(self.data_error)
         result = await self.bench.run_episode(task, skill, self.llm, ctx)

@@ -31,6 +31,7 @@ from skillopt_ray.cli.compose import (CONF_DIR, CONFIG_NAME, PriceOverride, appl
                                       split_price_overrides, typed)
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.startup_trace import mark
 
 
 @dataclass
@@ -213,6 +214,7 @@ def _run_hydra(argv: list[str]) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    mark("cli-started")
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 

@@ -21,6 +21,7 @@ from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_fi
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record
 from skillopt_ray.cli.ray_session import start_ray
+from skillopt_ray.startup_trace import mark
 
 
 def run_dir_for(data: dict[str, Any], record: Optional[dict[str, Any]] = None) -> Path:
@@ -157,7 +158,9 @@ def execute(data: dict[str, Any], run_dir: Optional[Path] = None) -> dict[str, A
         # the driver's imports (the LLM client, the engine, the stages: about a second) load while Ray starts
         loader = threading.Thread(target=importlib.import_module, args=("skillopt_ray.driver",), name="import-driver", daemon=True)
         loader.start()
+        mark("ray-starting")
         start_ray(data)
+        mark("ray-up")
         if embedded is not None:
             run_cfg = with_endpoint(data, embedded.wait())
         loader.join()
@@ -167,6 +170,7 @@ def execute(data: dict[str, Any], run_dir: Optional[Path] = None) -> dict[str, A
         # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)
         driver = DriverActor.options(**driver_options(run_cfg)).remote(run_cfg, str(run_dir), identity())
         ref = driver.run.remote()
+        mark("driver-submitted")
         print(f"run directory: {run_dir}", file=sys.stderr)
         follow(driver, ref, progress, clock)
         outcome = ray.get(ref)

@@ -1,0 +1,29 @@
+"""The start-up marks that scripts/bench_startup.py reads: off by default, one line per mark from any process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from skillopt_ray import startup_trace
+
+
+def test_marks_are_written_only_when_asked_and_read_back_in_seconds(tmp_path, monkeypatch):
+    path = tmp_path / "trace.txt"
+    monkeypatch.delenv(startup_trace.ENV, raising=False)
+    startup_trace.mark("nothing")
+    assert not path.exists()
+    monkeypatch.setenv(startup_trace.ENV, str(path))
+    startup_trace.mark("ray-up")
+    code = "from skillopt_ray.startup_trace import mark; mark('env-actor-started'); mark('ray-up')"
+    subprocess.run([sys.executable, "-c", code], check=True)  # another process inherits the variable
+    lines = path.read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["ray-up", "env-actor-started", "ray-up"]
+    assert len({line.split()[2] for line in lines}) == 2  # two pids
+    t0 = float(lines[0].split()[1])
+    got = startup_trace.read(str(path), t0 - 1.0)
+    assert got["ray-up"] == pytest.approx(1.0)  # the first occurrence counts
+    assert 1.0 <= got["env-actor-started"] < 30
+    assert startup_trace.read(str(tmp_path / "missing.txt"), 0.0) == {}
