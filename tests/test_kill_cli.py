@@ -1,47 +1,139 @@
-"""Real SIGKILLs of the CLI: no paid call starts a second after one, and the rerun (same command) finishes.
+"""Real SIGKILLs of the CLI at seeded random points, then the same command again until it finishes.
 
-One subprocess test (each start costs Ray and MLflow imports): a kill while the run starts
-(MLflow store creation), then one in the middle of a rollout, then the run to its end."""
+One subprocess test (each CLI start costs Ray and MLflow imports, 10-20 s here):
+1. the run once without interruption (its own output_dir): the reference;
+2. the same command in another output_dir, killed three times: while the run starts (MLflow store
+   creation, plus a random delay), then twice once the endpoint has answered a random number of the
+   reference's calls (anywhere in rollouts, analyst, merge, slow-update and meta-skill calls); after a
+   kill no paid call may start and the run's actors must be gone within a second;
+3. the rerun finishes, and the run directory ends as the reference's: every skill version, history,
+   step, epoch and final record, the score cache and the response cache byte for byte or key for key;
+   only what names the command (paths, times, run ids) may differ. The ledger counts exactly the calls
+   and tokens the endpoint answered across all the processes, per role and stage, and no call was paid twice.
+
+Why answers are held before a kill: a reply the endpoint has sent but the gateway has not yet read when
+the kill lands is paid for yet cannot be counted (README: "the one call in flight at a kill may go
+unrecorded"). To compare the ledger with the endpoint exactly, the server here stops answering at the
+chosen point (requests still arrive, and wait), the run goes on for a random 0.2-0.8 s with what it has,
+the CLI is killed, and the waiting requests are refused once the run's processes are gone: the endpoint
+has answered exactly the calls the run could have read. SKILLOPT_KILL_SEED picks other kill points.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import difflib
 import json
 import os
 import random
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
+from aiohttp import web
 
-from scripted_server import Policies, ScriptedServer
+from scripted_server import Policies, ScriptedServer, ServerState
+from skillopt_ray.llm.ledger import journal_path, read_journal
 from skillopt_ray.tracking import store_state
 
 from conftest import qa_fixture
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
+LATENCY_S = 0.3
 
 
-def _cli(url: str, tmp_path: Path) -> subprocess.Popen:
+class HoldingServer(ScriptedServer):
+    """The scripted server with a switch in front of its answers.
+
+    `answer`: answer as usual; `hold`: requests wait before being answered (not counted as answered);
+    `refuse`: waiting and new requests get a 503, not counted. `hold_at=n` switches to `hold` as the n-th
+    answer (across every process since `reset`) is sent, in the server's own loop, so exactly n are answered.
+    Tokens are counted per (role, stage) beside the base server's per-(role, stage) request counts."""
+
+    def __init__(self, policies: Policies):
+        super().__init__(policies, latency_s=0.0)  # the latency is served here, before the switch
+        self.reset()
+
+    def reset(self) -> None:
+        self.state = ServerState()
+        self.mode = "answer"
+        self.hold_at: int | None = None
+        self.arrivals: list[float] = []
+        self.tokens: Counter = Counter()  # (role, stage, "prompt"|"completion") -> tokens answered
+        self.refused = 0
+        self.undecided = 0  # requests that arrived and were neither answered nor refused yet
+        self.last_answered = ""
+
+    @property
+    def answered(self) -> int:
+        return sum(self.state.requests.values())
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self.arrivals.append(time.monotonic())
+        self.undecided += 1
+        try:
+            await request.read()  # the body is cached: the base handler below runs without yielding to the loop
+            await asyncio.sleep(LATENCY_S)
+            while self.mode == "hold":
+                await asyncio.sleep(0.01)
+        finally:
+            self.undecided -= 1
+        if self.mode == "refuse":
+            self.refused += 1
+            return web.json_response({"error": {"message": "refused after a kill", "type": "test"}}, status=503)
+        st = self.state
+        before = (self.answered, st.prompt_tokens, st.completion_tokens)
+        resp = await super()._chat(request)
+        if self.answered > before[0]:
+            key = (request.headers.get("x-skillopt-role", ""), request.headers.get("x-skillopt-stage", ""))
+            self.tokens[(*key, "prompt")] += st.prompt_tokens - before[1]
+            self.tokens[(*key, "completion")] += st.completion_tokens - before[2]
+            self.last_answered = "/".join(key)
+            if self.hold_at is not None and self.answered >= self.hold_at:
+                self.mode, self.hold_at = "hold", None
+        return resp
+
+    def refuse_waiting(self) -> int:
+        """Once the run that sent them is gone: refuse every request still waiting, then answer again. Returns how many."""
+        self.mode, refused = "refuse", self.refused
+        deadline = time.monotonic() + 30
+        while self.undecided and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not self.undecided, f"{self.undecided} requests still undecided"
+        self.mode = "answer"
+        return self.refused - refused
+
+    def served(self) -> dict[str, dict[str, int]]:
+        """What the endpoint answered, in the ledger's terms: `role/stage` -> calls and tokens."""
+        return {f"{r}/{s}": {"calls": n, "prompt_tokens": self.tokens[(r, s, "prompt")], "completion_tokens": self.tokens[(r, s, "completion")]}
+                for (r, s), n in sorted(self.state.requests.items())}
+
+
+def _cli(url: str, tmp_path: Path, out: Path) -> subprocess.Popen:
     args = [sys.executable, "-m", "skillopt_ray", "+experiment=searchqa", "+smoke=tiny", "llm=compatible", f"llm.base_url={url}",
-            f"output_dir={tmp_path / 'out'}", f"env.data_dir={tmp_path / 'qa'}", "env.options.split_source=folders", "debug.progress=off"]
+            f"output_dir={out}", f"env.data_dir={tmp_path / 'qa'}", "env.options.split_source=folders", "debug.progress=off"]
     env = dict(os.environ, PYTHONPATH=str(REPO), RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     args.append("ray.episodes_per_actor=8")  # many calls in flight at the kill
     return subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _finish(url: str, tmp_path: Path) -> dict:
-    p = _cli(url, tmp_path)
-    out, err = p.communicate(timeout=300)
+def _finish(url: str, tmp_path: Path, out: Path, resumed: bool) -> Path:
+    p = _cli(url, tmp_path, out)
+    stdout, err = p.communicate(timeout=300)
     assert p.returncode == 0, err[-2000:]
-    assert "resuming run" in err
-    assert "half-made" not in err  # the kill left no broken store behind
-    run_dir = Path(out.split("run directory: ")[-1].splitlines()[0])
-    ml = json.loads((run_dir / "mlflow_run.json").read_text())
-    return {"summary": json.loads((run_dir / "summary.json").read_text()), "mlflow": ml, "run_dir": run_dir}
+    assert ("resuming run" in err) == resumed, err[-2000:]
+    assert "half-made" not in err  # no kill left a broken MLflow store behind
+    run_dir = Path(stdout.split("run directory: ")[-1].splitlines()[0])
+    assert json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    return run_dir
 
 
 def _ppid_and_state(pid: int) -> tuple[int, str]:
@@ -75,44 +167,144 @@ def _run_actors(cli_pid: int) -> set[int]:
     return found
 
 
-def _kill_when(p: subprocess.Popen, ready, what: str, delay_s: float = 0.0) -> float:
-    """SIGKILL the CLI `delay_s` after `ready()` first holds; returns when it was killed."""
-    deadline = time.monotonic() + 120
+def _running(pids: set[int]) -> list[int]:
+    return [a for a in pids if _ppid_and_state(a)[1] not in ("gone", "Z")]  # a zombie has exited
+
+
+def _kill_when(p: subprocess.Popen, ready: Callable[[], bool], what: str, delay_s: float, actors: set[int]) -> float:
+    """SIGKILL the CLI `delay_s` after `ready()` first holds, noting the run's actors; returns when it was killed."""
+    deadline = time.monotonic() + 180
     while not ready() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.01)
-    time.sleep(delay_s)
-    assert p.poll() is None, f"the CLI ended before {what}: " + p.communicate()[1][-2000:]
+        actors.update(_run_actors(p.pid))
+        time.sleep(0.02)
+    assert ready(), f"the CLI ended or timed out before {what}: " + (p.communicate()[1][-2000:] if p.poll() is not None else "")
+    end = time.monotonic() + delay_s
+    while time.monotonic() < end:
+        actors.update(_run_actors(p.pid))
+        time.sleep(0.02)
+    assert p.poll() is None, f"the CLI ended before the kill ({what}): " + p.communicate()[1][-2000:]
+    actors.update(_run_actors(p.pid))
     p.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     p.wait()
     return killed_at
 
 
-def test_sigkill_at_start_and_mid_rollout_then_the_rerun_finishes_and_no_paid_call_follows_a_kill(tmp_path):
+def _after_kill(srv: HoldingServer, actors: set[int], killed_at: float) -> None:
+    """No actor of the killed run still runs a second later, and no request reaches the endpoint after that;
+    then the requests held at the kill are refused (nobody is left to read them) and answering resumes."""
+    time.sleep(max(0.0, killed_at + 1.0 - time.monotonic()))
+    lingering = _running(actors)
+    assert not lingering, f"{len(lingering)} of the run's {len(actors)} actors still run 1 s after the kill"
+    time.sleep(4)  # Ray's own clean-up of a dead driver takes 2-5 s: look past it for late requests
+    late = [t - killed_at for t in list(srv.arrivals) if t > killed_at + 1.0]
+    assert not late, f"{len(late)} requests arrived more than 1 s after the kill (last {max(late):.1f} s after)"
+    srv.refuse_waiting()
+
+
+# Files that name the command rather than the run's results: normalised or left out of the comparison.
+_VOLATILE = {"identity.json", "mlflow_run.json", "sessions.json", "ledger.json", "ledger.journal.jsonl", "llm_cache.sqlite"}
+
+
+def _comparable(run_dir: Path) -> dict[str, Any]:
+    """Every file of the run directory as it should be whoever ran it and however often it was killed."""
+    out: dict[str, Any] = {}
+    for f in sorted(run_dir.rglob("*")):
+        rel = f.relative_to(run_dir).as_posix()
+        if not f.is_file() or rel in _VOLATILE or rel.startswith("llm_cache.sqlite"):
+            continue
+        text = f.read_text(encoding="utf-8").replace(str(run_dir.parent.parent), "<output_dir>").replace(run_dir.name, "<run>")
+        if rel == "config.yaml":
+            text = re.sub(r"(?m)^(\s*base_url:).*$", r"\1 <url>", text)
+        if rel in ("state.json", "summary.json"):
+            data = json.loads(text)
+            data.pop("wall_time_s")
+            if rel == "summary.json":
+                data["tokens"].pop("cache_hits")  # replays after a kill are hits; the paid part is checked against the endpoint
+            text = json.dumps(data, indent=1, sort_keys=True)
+        out[rel] = text
+    return out
+
+
+def _cache(run_dir: Path) -> dict[str, str]:
+    db = sqlite3.connect(f"file:{run_dir / 'llm_cache.sqlite'}?mode=ro", uri=True)
+    try:
+        return dict(db.execute("SELECT key, response FROM responses"))
+    finally:
+        db.close()
+
+
+def _ledger(run_dir: Path) -> dict[str, dict[str, int]]:
+    """The ledger's paid part per `role/stage`, from ledger.json, which must agree with its journal."""
+    saved = json.loads((run_dir / "ledger.json").read_text())["entries"]
+    journal = {k: v.__dict__ for k, v in read_journal(journal_path(str(run_dir / "ledger.json"))).items()}
+    assert saved == journal, "ledger.json and ledger.journal.jsonl disagree"
+    for k, e in saved.items():
+        assert e["errors"] == e["truncated"] == e["filtered"] == 0, (k, e)
+    return {k: {f: e[f] for f in ("calls", "prompt_tokens", "completion_tokens")} for k, e in saved.items() if e["calls"]}
+
+
+def _decisions(run_dir: Path) -> list[tuple]:
+    return [(h["step"], h["action"], h["skill_version"], h["candidate_hash"], h["candidate_gate_score"], h["current_score"], h["best_score"])
+            for h in map(json.loads, (run_dir / "history.jsonl").read_text().splitlines())]
+
+
+def test_sigkills_at_random_points_then_the_rerun_ends_as_an_uninterrupted_run_ledger_included(tmp_path):
     answers = qa_fixture(tmp_path / "qa")
-    rng = random.Random(int(os.environ.get("SKILLOPT_KILL_SEED", "14")))
-    out = tmp_path / "out"
-    with ScriptedServer(Policies(target="rule_gated", answers=answers), latency_s=0.3) as srv:
-        # 1. somewhere inside the first start's MLflow store creation (about 2 s of it)
-        p = _cli(srv.base_url, tmp_path)
-        _kill_when(p, lambda: bool(list(out.glob(".mlflow.db.building-*"))), "the MLflow store was made", rng.uniform(0.0, 1.5))
-        assert not (out / "mlflow.db").exists() or store_state(out / "mlflow.db")[0] == "ok"
-        # 2. the rerun starts from a whole store (or makes one); killed once paid calls are flowing
-        p = _cli(srv.base_url, tmp_path)
+    seed = int(os.environ.get("SKILLOPT_KILL_SEED", "14"))
+    rng = random.Random(seed)
+    with HoldingServer(Policies(target="rule_gated", answers=answers)) as srv:
+        # 1. the reference: one uninterrupted command
+        ref_dir = _finish(srv.base_url, tmp_path, tmp_path / "ref", resumed=False)
+        ref_served = srv.served()
+        total = srv.answered
+        assert _ledger(ref_dir) == ref_served
+        kill_points = sorted(rng.sample(range(1, total), 2))
+        startup_delay = rng.uniform(0.0, 1.5)
+        settles = [rng.uniform(0.2, 0.8) for _ in kill_points]
+        print(f"SKILLOPT_KILL_SEED={seed}: reference {total} calls; kills 1 at MLflow store creation +{startup_delay:.2f} s, then after "
+              + ", ".join(f"{n} answers +{s:.2f} s" for n, s in zip(kill_points, settles)))
+
+        # 2. the same command elsewhere, killed; the endpoint's counts start again from zero
+        srv.reset()
+        out = tmp_path / "out"
+        # while the run starts (no answer at all in this command: they wait for the kill)
+        srv.mode = "hold"
+        p = _cli(srv.base_url, tmp_path, out)
         actors: set[int] = set()
-
-        def calls_flowing() -> bool:
-            actors.update(_run_actors(p.pid))
-            return srv.state.attempts >= 6
-
-        killed_at = _kill_when(p, calls_flowing, "six model calls")
-        assert len(actors) >= 3, actors
+        killed_at = _kill_when(p, lambda: bool(list(out.glob(".mlflow.db.building-*"))), "the MLflow store was made", startup_delay, actors)
+        assert not (out / "mlflow.db").exists() or store_state(out / "mlflow.db")[0] == "ok"
         time.sleep(max(0.0, killed_at + 1.0 - time.monotonic()))
-        lingering = [a for a in actors if _ppid_and_state(a)[1] not in ("gone", "Z")]  # a zombie has exited
-        assert not lingering, f"{len(lingering)} of the run's {len(actors)} actors still run 1 s after the kill"
-        time.sleep(4)  # Ray's own clean-up of a dead driver takes 2-5 s: look past it for late requests
-        late = [t - killed_at for t in list(srv.state.request_times) if t > killed_at + 1.0]
-        assert not late, f"{len(late)} requests arrived more than 1 s after the kill (last {max(late):.1f} s after)"
+        assert not _running(actors), "actors of the run killed at start-up still run 1 s later"
+        print(f"  kill 1: {len(actors)} actors up, {srv.refuse_waiting()} requests waiting")
+        assert srv.answered == 0
+        # then at the chosen numbers of answers: the answers stop there, the run goes on a moment, the kill
+        for n, settle in zip(kill_points, settles):
+            srv.hold_at = n
+            p = _cli(srv.base_url, tmp_path, out)
+            actors = set()
+            killed_at = _kill_when(p, lambda: srv.mode == "hold", f"{n} answers", settle, actors)
+            assert srv.answered == n
+            assert len(actors) >= 3, actors
+            print(f"  kill after {n} answers (the last for {srv.last_answered}), {srv.undecided} requests waiting")
+            _after_kill(srv, actors, killed_at)
         # 3. the same command again finishes the run
-        done = _finish(srv.base_url, tmp_path)
-    assert done["summary"]["steps"] >= 1 and done["mlflow"]["run_id"]
+        run_dir = _finish(srv.base_url, tmp_path, out, resumed=True)
+        served = srv.served()
+
+    # the run's results, as the uninterrupted run's
+    assert _decisions(run_dir) == _decisions(ref_dir)
+    summary, ref_summary = (json.loads((d / "summary.json").read_text()) for d in (run_dir, ref_dir))
+    assert (summary["selection"], summary["test"], summary["versions"]) == (ref_summary["selection"], ref_summary["test"], ref_summary["versions"])
+    final = f"skills/skill_v{ref_summary['versions']['final']:04d}.md"
+    assert (run_dir / final).read_text() == (ref_dir / final).read_text()
+    # the ledger: exactly what the endpoint answered over the four commands, and nothing paid twice
+    assert _ledger(run_dir) == served
+    assert served == ref_served
+    # and the rest of the run directory
+    got, want = _comparable(run_dir), _comparable(ref_dir)
+    assert sorted(got) == sorted(want)
+    differ = [f for f in want if got[f] != want[f]]
+    assert not differ, f"{differ} differ from the uninterrupted run's; the first:\n" + "".join(
+        difflib.unified_diff(want[differ[0]].splitlines(True), got[differ[0]].splitlines(True), "uninterrupted", "killed", n=1))[:3000]
+    assert _cache(run_dir) == _cache(ref_dir)
