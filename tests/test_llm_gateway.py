@@ -152,6 +152,26 @@ def test_ledger_matches_server_token_counts_and_budget_caps(server, tmp_path, ru
     assert "max_calls" in str(e.value) and "resume" in str(e.value)
 
 
+def test_concurrent_calls_never_overshoot_max_calls(tmp_path, run):
+    """20 calls at once against a cap of 5: calls still in flight count, so exactly 5 reach the endpoint."""
+    srv = ScriptedServer(policy=_echo, latency_s=0.2)
+    srv.start()
+    try:
+        cfg = make_cfg(srv.base_url, conc=32)
+        cfg.budget.max_calls = 5
+        gw = Gateway(cfg, None)
+
+        async def many():
+            return await asyncio.gather(*(gw.chat(req(i)) for i in range(20)), return_exceptions=True)
+
+        out = run(many())
+        refused = [r for r in out if isinstance(r, BudgetExceeded)]
+        assert len(refused) == 15 and all("still in flight" in str(r) or "5 calls" in str(r) for r in refused)
+        assert srv.state.attempts == 5 and gw.ledger.totals()["calls"] == 5 and gw.ledger.in_flight == 0
+    finally:
+        srv.stop()
+
+
 def test_concurrency_limit_holds(tmp_path, run):
     srv = ScriptedServer(policy=_echo, latency_s=0.2)
     srv.start()

@@ -137,6 +137,13 @@ class Gateway:
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
         est = sum(len(m.get("content") or "") for m in req.messages) // 4 + (budget or ep.completion_budget(req))
+        self.ledger.in_flight += 1  # no await since the caller's check_budget(): the check and this count are one step
+        try:
+            return await self._send_counted(req, ep, limiter, est, budget)
+        finally:
+            self.ledger.in_flight -= 1
+
+    async def _send_counted(self, req: ChatRequest, ep: Any, limiter: Any, est: int, budget: Optional[int]) -> Completion:
         async with limiter:
             await limiter.acquire_window(est)
             try:

@@ -64,6 +64,7 @@ class Ledger:
         for k, v in (state or {}).get("entries", {}).items():
             self.entries[k] = _entry_from(v)
         self._journal_fd: Optional[int] = None
+        self.in_flight = 0  # calls sent and not yet answered: they count against max_calls before they land
         if journal:
             if Path(journal).exists():
                 self.entries = read_journal(journal)  # newer than ledger.json, which is written only at save points
@@ -137,12 +138,15 @@ class Ledger:
         return d
 
     def check_budget(self) -> None:
-        """Raise before a new network call if any cap is already reached."""
+        """Raise before a new network call if any cap is already reached. Calls in flight count toward max_calls,
+        so concurrent calls never overshoot it; tokens and cost are known only once answered."""
         t = self.totals()
         b = self.budget
         hint = "raise it (e.g. llm.budget.{k}=...) and rerun the same command to resume"
-        if b.max_calls and t["calls"] >= b.max_calls:
-            raise BudgetExceeded(f"budget cap hit: {t['calls']} calls >= llm.budget.max_calls={b.max_calls}; " + hint.format(k="max_calls"))
+        if b.max_calls and t["calls"] + self.in_flight >= b.max_calls:
+            held = f" ({self.in_flight} still in flight)" if self.in_flight else ""
+            raise BudgetExceeded(f"budget cap hit: {t['calls']} calls{held} >= llm.budget.max_calls={b.max_calls}; "
+                                 + hint.format(k="max_calls"))
         if b.max_tokens and t["tokens"] >= b.max_tokens:
             raise BudgetExceeded(f"budget cap hit: {t['tokens']} tokens >= llm.budget.max_tokens={b.max_tokens}; " + hint.format(k="max_tokens"))
         if b.max_cost_usd and t["cost_usd"] >= b.max_cost_usd:
