@@ -36,6 +36,10 @@ class LLMRoleConfig:
     # a ceiling on every request's completion budget, also where a benchmark asks for more (SpreadsheetBench asks
     # 16384 per turn): the embedded model rarely stops by itself, so its preset sets one. None: no ceiling
     max_reply_tokens: Optional[int] = None
+    # the endpoint's context window in tokens. Set, it turns on the length guard (skillopt_ray/prompts/length_guard.py):
+    # optimizer prompts that carry trajectories are cut, with a marker, so that they and the reply budget fit. None: nothing
+    # is cut (the paper protocol; the analysts see whole trajectories). The embedded preset sets 4096 (half its slot)
+    context_tokens: Optional[int] = None
     reasoning_effort: Optional[str] = None  # none | minimal | low | medium | high | xhigh; sent only when set
     timeout_s: float = 120.0  # read timeout of one attempt
     connect_timeout_s: float = 10.0
@@ -254,6 +258,12 @@ def validate(cfg: Config) -> Config:
             _at_least(f"llm.{role}.max_completion_tokens", r.max_completion_tokens, 1)
         if r.max_reply_tokens is not None:
             _at_least(f"llm.{role}.max_reply_tokens", r.max_reply_tokens, 1)
+        if r.context_tokens is not None:
+            _at_least(f"llm.{role}.context_tokens", r.context_tokens, 256)
+            reply = min(r.max_completion_tokens or r.max_tokens, r.max_reply_tokens or 1 << 62)
+            if r.context_tokens <= reply:
+                raise ConfigError(f"llm.{role}.context_tokens={r.context_tokens} leaves no room for a prompt beside the reply "
+                                  f"budget ({reply} tokens): give the model's real context window, or lower llm.{role}.max_reply_tokens")
         if r.reasoning_effort is not None:
             _choice(f"llm.{role}.reasoning_effort", r.reasoning_effort, ("none", "minimal", "low", "medium", "high", "xhigh"))
         _at_least(f"llm.{role}.connect_timeout_s", r.connect_timeout_s, 0.1)

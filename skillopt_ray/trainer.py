@@ -21,7 +21,8 @@ from skillopt_ray import prompts, step_buffer
 from skillopt_ray.config import Config
 from skillopt_ray.epoch.meta_skill import write_meta_skill
 from skillopt_ray.epoch.slow_update import build_pairs, keep, sample_tasks, write_slow_update
-from skillopt_ray.prompts.render import comparison_text, step_buffer_text
+from skillopt_ray.prompts.length_guard import LengthGuard
+from skillopt_ray.prompts.render import step_buffer_text
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.appendix import flush_notes
 from skillopt_ray.skill.document import (extract_slow_update_field, inject_empty_appendix_field, inject_empty_slow_update_field,
@@ -97,6 +98,7 @@ class Trainer:
         self._ledger: dict[str, Any] = {}  # last ledger snapshot from the gateway
         self._t0 = time.monotonic()
         self._wall_prior = 0.0
+        self.guard = LengthGuard.for_role(cfg.llm.optimizer)  # off unless llm.optimizer.context_tokens is set
 
     # ---------- helpers ----------
     def _set_progress(self, **kw: Any) -> None:
@@ -281,7 +283,7 @@ class Trainer:
             out = await reflect(self.llm, results, skill=skill, mode=mode, env=self.cfg.env.name, minibatch_size=o.minibatch_size,
                                 batch_seed=self._batch_seed(epoch, step), max_budget=o.learning_rate, step_buffer=buffer_text,
                                 meta_skill=st.meta_skill, failure_only=o.failure_only, skill_aware=o.skill_aware_reflection,
-                                appendix_source=o.skill_aware_appendix_source, key=key)
+                                appendix_source=o.skill_aware_appendix_source, key=key, guard=self.guard)
             return out.to_dict()
 
         refl = ReflectOutput.from_dict(await self._memo(f"{sd}/reflect.json", f"{label}:reflect", do_reflect))
@@ -543,8 +545,8 @@ class Trainer:
 
         async def do_slow() -> dict[str, Any]:
             self._set_progress(stage="slow_update")
-            user = prompts.slow_update_user(prev_skill=prev_skill, curr_skill=curr_skill, prev_guidance=extract_slow_update_field(curr_skill),
-                                            comparison=comparison_text(pairs))
+            user = self.guard.comparison_user(pairs, prompts.system_prompt("slow_update"), lambda c: prompts.slow_update_user(
+                prev_skill=prev_skill, curr_skill=curr_skill, prev_guidance=extract_slow_update_field(curr_skill), comparison=c))
             self.rd.write_text(f"{ed}/slow_update_prompt.md", user)  # what the optimizer was shown, for the record
             rec, guidance = await write_slow_update(self.llm, user, f"slow/e{epoch}/write")
             if guidance is None:
@@ -583,9 +585,9 @@ class Trainer:
 
         async def do_meta() -> dict[str, Any]:
             self._set_progress(stage="meta_skill")
-            user = prompts.meta_skill_user(prev_skill=self.skill_text(st.epoch_start_version),
-                                           curr_skill=self.skill_text(st.epoch_last_step_version), prev_meta=st.meta_skill,
-                                           comparison=comparison_text(pairs))
+            user = self.guard.comparison_user(pairs, prompts.system_prompt("meta_skill"), lambda c: prompts.meta_skill_user(
+                prev_skill=self.skill_text(st.epoch_start_version), curr_skill=self.skill_text(st.epoch_last_step_version),
+                prev_meta=st.meta_skill, comparison=c))
             self.rd.write_text(f"{ed}/meta_skill_prompt.md", user)
             rec, _ = await write_meta_skill(self.llm, user, f"meta/e{epoch}")
             return {**rec, "epoch": epoch}

@@ -262,5 +262,5 @@ def test_a_prompt_longer_than_the_context_gets_advice_about_the_context():
             await ep.close()
 
     embedded, remote = asyncio.run(advice("embedded")), asyncio.run(advice("openai"))
-    assert "raise llm.embedded.ctx_size" in embedded and "check the model supports these parameters" not in embedded
+    assert "llm.optimizer.context_tokens" in embedded and "check the model supports these parameters" not in embedded
     assert "longer context" in remote and "ctx_size" not in remote

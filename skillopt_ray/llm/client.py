@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
+from skillopt_ray.llm.context import context_advice, context_overflow
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
 
 
@@ -347,13 +348,9 @@ class RoleEndpoint:
         said = f" (server: {server_msg})" if server_msg else ""
         if code == 400 and "content_filter" in (str(err.get("code") or "") + str(err.get("type") or "")):
             return ReplyFiltered(f"{self.role} request refused by the content filter at {describe(self.cfg)}{said}")
-        low = server_msg.lower()
-        if code == 400 and "context" in low and any(w in low for w in ("exceed", "too long", "maximum context", "context length")):
-            fix = ("the prompt is longer than the model's context: raise llm.embedded.ctx_size (shared by the "
-                   "llm.embedded.parallel slots)" if self.cfg.provider == "embedded" else
-                   "the prompt is longer than the model's context: use a model with a longer context, or smaller minibatches "
-                   "(optimizer.minibatch_size) / fewer slow-update samples")
-            return LLMRequestRejected(f"{self.role} call rejected with HTTP 400 by {describe(self.cfg)}{said}: {fix}")
+        if context_overflow(code, err, server_msg):
+            return LLMRequestRejected(f"{self.role} call rejected with HTTP {code} by {describe(self.cfg)}{said}: "
+                                      f"{context_advice(self.role, self.cfg)}")
         return LLMRequestRejected(
             f"{self.role} call rejected with HTTP {code} by {describe(self.cfg)}{said}: {_FIX.get(code, 'see the provider documentation')}"
         )

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 NOTICE = ("embedded model (SmolLM2-135M on llama.cpp): exercises the pipeline end to end, but is far too small to "
-          "learn a skill; use llm=openai / azure / compatible for real results")
+          "learn a skill; use llm=openai / azure / compatible for real results. Its context is 8192 tokens: optimizer "
+          "prompts longer than that are cut to fit, marked where cut (llm.optimizer.context_tokens)")
 
 
 class EmbeddedUnavailable(RuntimeError):

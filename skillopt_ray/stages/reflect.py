@@ -11,6 +11,7 @@ from typing import Any, Optional
 from envs.base import EpisodeResult
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.prompts.length_guard import LengthGuard
 from skillopt_ray.prompts.render import minibatch_text
 
 
@@ -94,7 +95,7 @@ def normalise(analyses: list[dict[str, Any]], mode: str) -> tuple[list[dict[str,
 
 async def reflect(llm: Any, results: list[EpisodeResult], *, skill: str, mode: str, env: str, minibatch_size: int,
                   batch_seed: int, max_budget: int, step_buffer: str, meta_skill: str, failure_only: bool,
-                  skill_aware: bool, appendix_source: str, key: str) -> ReflectOutput:
+                  skill_aware: bool, appendix_source: str, key: str, guard: LengthGuard = LengthGuard()) -> ReflectOutput:
     fail_mbs, win_mbs = split_minibatches(results, minibatch_size, batch_seed, failure_only)
     jobs = [("failure", i, mb) for i, mb in enumerate(fail_mbs)] + [("success", i, mb) for i, mb in enumerate(win_mbs)]
     payload_key = prompts.PAYLOAD[mode][0]
@@ -106,8 +107,9 @@ async def reflect(llm: Any, results: list[EpisodeResult], *, skill: str, mode: s
             return None
         notes = skill_aware and mode != "full_rewrite_minibatch" and (kind == "failure" or appendix_source != "failure_only")
         system = prompts.analyst_system(kind, mode, env, skill_aware, appendix_source)
-        user = prompts.analyst_user(skill=skill, mode=mode, max_budget=max_budget, step_buffer=step_buffer,
-                                    meta_skill=meta_skill, kind=kind, trajectories=text, k=len(mb))
+        user = guard.analyst_user(mb, system, lambda t: prompts.analyst_user(  # the guard cuts only when it is on
+            skill=skill, mode=mode, max_budget=max_budget, step_buffer=step_buffer, meta_skill=meta_skill, kind=kind,
+            trajectories=t, k=len(mb)))
         out.calls += 1
         try:
             res = await llm.chat_json(ChatRequest("optimizer", "analyst", prompts.messages(system, user), f"{key}/analyst/{kind}{i}"),
