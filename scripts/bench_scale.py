@@ -94,6 +94,8 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2, help="measured passes after the warm-up pass")
     ap.add_argument("--gateway-shards", default="1", help="HTTP sender shards behind the gateway (ray.gateway_shards); "
                     "a comma list compares them in one run (same cluster, same server)")
+    ap.add_argument("--http-client", default="httpx", help="the SDK's HTTP transport (llm.<role>.http_client): httpx, aiohttp, "
+                    "or both, comma-separated, measured one after the other in this run")
     ap.add_argument("--cache", action="store_true", help="with the response cache (record mode) in a temp run dir")
     ap.add_argument("--json", default=None, help="write the figures here too")
     ap.add_argument("--serve", type=float, default=None, help=argparse.SUPPRESS)
@@ -119,10 +121,6 @@ def main() -> None:
     try:
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 1024 * 1024, log_to_driver=False, logging_level="ERROR")
         per_actor = -(-a.episodes // a.actors)
-        role = {"provider": "openai", "model": "scripted", "base_url": url, "structured_output": "none",
-                "max_concurrency": a.episodes + 8}
-        llm_cfg = {"backend": "compatible", "target": role, "optimizer": role,
-                   "cache_mode": "record" if a.cache else "off"}
         env_cfg = {"options": {"tasks": a.episodes, "calls": a.calls}}
         from envs.synthetic.benchmark import SyntheticBenchmark
 
@@ -130,7 +128,10 @@ def main() -> None:
         bound = a.calls * a.latency * max(1.0, a.episodes / (a.actors * per_actor))
         me = os.getpid()
         report = []
-        for shards in [int(x) for x in str(a.gateway_shards).split(",")]:
+        for shards, transport in [(int(x), h) for x in str(a.gateway_shards).split(",") for h in a.http_client.split(",")]:
+            role = {"provider": "openai", "model": "scripted", "base_url": url, "structured_output": "none",
+                    "max_concurrency": a.episodes + 8, "http_client": transport}
+            llm_cfg = {"backend": "compatible", "target": role, "optimizer": role, "cache_mode": "record" if a.cache else "off"}
             run_dir = Path(tempfile.mkdtemp(prefix=f"s{shards}.", dir=tmp))
             gw = gwmod.GatewayActor.remote(llm_cfg, str(run_dir / "llm_cache.sqlite") if a.cache else None,
                                            str(run_dir / "ledger.json"), [], shards=shards)
@@ -148,7 +149,7 @@ def main() -> None:
                 led = ray.get(gw.ledger_snapshot.remote())
                 after = {k: sum(cpu_s(x) for x in v) for k, v in groups.items()}
                 calls = led["totals"]["calls"] - led0["totals"]["calls"]
-                row = {"shards": shards, "pass": "warm-up" if p == 0 else p, "wall_s": round(wall, 3), "bound_s": bound,
+                row = {"shards": shards, "http_client": transport, "pass": "warm-up" if p == 0 else p, "wall_s": round(wall, 3), "bound_s": bound,
                        "bound_over_wall": round(bound / wall, 3), "calls": calls, "calls_per_s": round(calls / wall, 1),
                        "episodes_ok": sum(r.hard == 1.0 for r in results),
                        "aligned": all(r.task_id == t.task_id for r, t in zip(results, tasks)),
@@ -160,15 +161,15 @@ def main() -> None:
             ray.kill(gw)
             measured = rows[1:] or rows
             best = max(measured, key=lambda r: r["bound_over_wall"])
-            report.append({"shards": shards, "passes": rows, "best": best})
+            report.append({"shards": shards, "http_client": transport, "passes": rows, "best": best})
         print(f"\n{a.episodes} episodes x {a.calls} call(s) at {a.latency}s, {a.actors} actors x {per_actor} slots, "
               f"bound {bound:.2f}s, load average before {load[0]:.2f}")
-        print(f"{'shards':>6} {'wall s':>8} {'bound/wall':>10} {'calls/s':>8} {'driver':>7} {'gateway':>8} {'senders':>8} "
+        print(f"{'shards':>6} {'client':>8} {'wall s':>8} {'bound/wall':>10} {'calls/s':>8} {'driver':>7} {'gateway':>8} {'senders':>8} "
               f"{'env act':>8} {'server':>7} {'ray':>5}   (best measured pass; CPU seconds over the pass)")
         for r in report:
             b = r["best"]
             c = b["cpu_s"]
-            print(f"{r['shards']:>6} {b['wall_s']:>8.2f} {b['bound_over_wall']:>10.3f} {b['calls_per_s']:>8.0f} {c['driver']:>7.2f} "
+            print(f"{r['shards']:>6} {r['http_client']:>8} {b['wall_s']:>8.2f} {b['bound_over_wall']:>10.3f} {b['calls_per_s']:>8.0f} {c['driver']:>7.2f} "
                   f"{c['gateway']:>8.2f} {c['senders']:>8.2f} {c['env_actors']:>8.2f} {c['server']:>7.2f} {c['ray']:>5.2f}")
         if a.json:
             Path(a.json).write_text(json.dumps({"episodes": a.episodes, "calls_per_episode": a.calls, "latency_s": a.latency,

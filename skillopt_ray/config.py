@@ -51,6 +51,10 @@ class LLMRoleConfig:
     tokens_per_minute: int = 0
     structured_output: str = "json_schema"  # json_schema | json_object | none
     trace_headers: bool = True  # send X-SkillOpt-* headers (role, stage, sample key)
+    # the OpenAI SDK's HTTP transport: httpx (its default) or aiohttp (the SDK's DefaultAioHttpClient, with up to
+    # max_concurrency connections kept alive): about 1.4x the calls per CPU-second at 1,000 concurrent calls
+    # (scripts/bench_scale.py --http-client httpx,aiohttp); transport faults are retried and named alike
+    http_client: str = "httpx"
 
 
 @dataclass
@@ -253,6 +257,7 @@ def validate(cfg: Config) -> Config:
         r: LLMRoleConfig = getattr(cfg.llm, role)
         _choice(f"llm.{role}.provider", r.provider, ("openai", "azure", "embedded"))
         _choice(f"llm.{role}.structured_output", r.structured_output, ("json_schema", "json_object", "none"))
+        _choice(f"llm.{role}.http_client", r.http_client, ("httpx", "aiohttp"))
         _at_least(f"llm.{role}.max_tokens", r.max_tokens, 1)
         if r.max_completion_tokens is not None:
             _at_least(f"llm.{role}.max_completion_tokens", r.max_completion_tokens, 1)

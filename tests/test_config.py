@@ -53,6 +53,7 @@ def _main(capsys, *args, env=None, monkeypatch=None):
     (["+experiment=alfworld", "mode=eval"], "eval.skill_path"),
     (["+experiment=alfworld", "optimizer.min_learning_rate=6", *FAST_FAIL], "optimizer.min_learning_rate=6 is larger than optimizer.learning_rate=4"),
     (["+experiment=alfworld", "env=searchqa", *FAST_FAIL], "+experiment=alfworld runs env=alfworld, but env=searchqa was given"),
+    (["+experiment=alfworld", "llm.target.http_client=curl", *FAST_FAIL], "llm.target.http_client"),
     (["+experiment=spreadsheetbench", "env.options.env_allow=[LANG,OPENAI_API_KEY,HF_TOKEN]", *FAST_FAIL],
      "env.options.env_allow names OPENAI_API_KEY, HF_TOKEN, which look like credentials"),
 ])

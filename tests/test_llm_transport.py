@@ -111,12 +111,16 @@ def test_compatible_without_url_says_the_url_is_missing(capsys, monkeypatch, tmp
     (Fault(200, reset=True), "reset"),
     (Fault(502), "http"),
 ])
-def test_each_transport_fault_is_retried(server, run, fault, kind):
+@pytest.mark.parametrize("http_client", ["httpx", "aiohttp"])
+def test_each_transport_fault_is_retried(server, run, fault, kind, http_client):
     server.inject(fault)
-    gw = gateway(server.base_url)
-    assert json.loads(run(gw.chat(req(7))).content)["answer"] == "q7"
-    assert server.state.attempts == 2 and gw.stats()["faults"]["target"] == {kind: 1}
-    assert gw.ledger.totals()["calls"] == 1
+    gw = gateway(server.base_url, role={"http_client": http_client})
+    try:
+        assert json.loads(run(gw.chat(req(7))).content)["answer"] == "q7"
+        assert server.state.attempts == 2 and gw.stats()["faults"]["target"] == {kind: 1}
+        assert gw.ledger.totals()["calls"] == 1
+    finally:
+        run(gw.close())
 
 
 @pytest.mark.parametrize("fault,needle", [
@@ -125,15 +129,19 @@ def test_each_transport_fault_is_retried(server, run, fault, kind):
     (Fault(200, reset=True), "connection closed mid-response"),
     (Fault(200, malformed=True, finish_reason="stop"), None),  # well-formed JSON, unusable text: not a transport fault
 ])
-def test_a_fault_that_persists_ends_in_one_line_naming_endpoint_and_fault(server, run, fault, needle):
+@pytest.mark.parametrize("http_client", ["httpx", "aiohttp"])
+def test_a_fault_that_persists_ends_in_one_line_naming_endpoint_and_fault(server, run, fault, needle, http_client):
     server.inject(*[fault] * 20)
-    gw = gateway(server.base_url, window=1.0, retries=3)
-    if needle is None:
-        assert run(gw.chat(req())).content == "this is not JSON at all"
-        return
-    t0 = time.monotonic()
-    with pytest.raises(LLMUnavailable) as e:
-        run(gw.chat(req()))
+    gw = gateway(server.base_url, window=1.0, retries=3, role={"http_client": http_client})
+    try:
+        if needle is None:
+            assert run(gw.chat(req())).content == "this is not JSON at all"
+            return
+        t0 = time.monotonic()
+        with pytest.raises(LLMUnavailable) as e:
+            run(gw.chat(req()))
+    finally:
+        run(gw.close())
     msg = e.value.message
     assert time.monotonic() - t0 < 3 and server.state.attempts >= 2
     assert needle in msg and server.base_url in msg and "'m'" in msg and "\n" not in msg

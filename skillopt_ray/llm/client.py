@@ -56,13 +56,27 @@ def describe(role_cfg: LLMRoleConfig) -> str:
     return f"endpoint {where} model {role_cfg.model!r}"
 
 
+def _http_client(role_cfg: LLMRoleConfig, timeout: Any) -> Any:
+    """The SDK's own HTTP client. httpx keeps the SDK's connection limits: its pool scans its connections on every
+    request, so keeping more alive made 1,000 concurrent calls slower, not faster. aiohttp may open as many
+    connections as calls may be in flight (scripts/bench_scale.py measures both)."""
+    if role_cfg.http_client != "aiohttp":
+        return openai.DefaultAsyncHttpxClient(timeout=timeout)
+    from openai._constants import DEFAULT_CONNECTION_LIMITS  # an instance of the Limits class of the SDK's own httpx copy
+
+    n = max(1, role_cfg.max_concurrency)
+    limits = type(DEFAULT_CONNECTION_LIMITS)(max_connections=max(n, DEFAULT_CONNECTION_LIMITS.max_connections or n),
+                                             max_keepalive_connections=n, keepalive_expiry=30.0)
+    return openai.DefaultAioHttpClient(timeout=timeout, limits=limits)
+
+
 def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
     """Build the SDK client; keys come from the env var the config names."""
     key = None
     if role_cfg.api_key_env:
         key = os.environ.get(role_cfg.api_key_env)
     timeout = openai.Timeout(role_cfg.timeout_s, connect=min(role_cfg.connect_timeout_s, role_cfg.timeout_s))
-    common: dict[str, Any] = dict(max_retries=0, timeout=timeout)
+    common: dict[str, Any] = dict(max_retries=0, timeout=timeout, http_client=_http_client(role_cfg, timeout))
     if role_cfg.provider == "azure":
         if not role_cfg.azure_endpoint:
             raise LLMConfigError("Azure backend needs an endpoint: set AZURE_OPENAI_ENDPOINT or llm.<role>.azure_endpoint")
@@ -184,6 +198,17 @@ def parse_completion(body: str, content_type: str) -> Completion:
     )
 
 
+def _cause_names(exc: Optional[BaseException], depth: int = 4) -> set[str]:
+    """Class names of the exceptions below `exc` in its cause chain."""
+    names: set[str] = set()
+    while exc is not None and depth:
+        exc = exc.__cause__ or exc.__context__
+        if exc is not None:
+            names.update(c.__name__ for c in type(exc).__mro__)
+        depth -= 1
+    return names
+
+
 def classify(exc: BaseException, cfg: LLMRoleConfig) -> TransportFault:
     """A retryable Fault for a transport or server error the SDK raised."""
     if isinstance(exc, TransportFault):
@@ -194,6 +219,11 @@ def classify(exc: BaseException, cfg: LLMRoleConfig) -> TransportFault:
     cause = exc.__cause__ or exc.__context__
     # by class name: the SDK ships its own copy of httpx (httpx2 in openai 3.x)
     kinds = {c.__name__ for c in type(cause).__mro__} if cause is not None else set()
+    # under the aiohttp transport the SDK maps a server that hung up mid-answer to httpx's ConnectTimeout; the
+    # aiohttp error underneath says what happened
+    underneath = _cause_names(cause)
+    if underneath & {"ServerDisconnectedError", "ClientPayloadError", "ClientOSError"} and "ClientConnectorError" not in underneath:
+        return TransportFault("reset", f"connection closed mid-response ({_snippet(str(cause), 80)})")
     if isinstance(exc, openai.APITimeoutError) or "TimeoutException" in kinds:
         if kinds & {"ConnectTimeout", "PoolTimeout"}:
             return TransportFault("connect", f"connect timeout after {cfg.connect_timeout_s:g}s")
