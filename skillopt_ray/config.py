@@ -55,6 +55,11 @@ class LLMRoleConfig:
     # max_concurrency connections kept alive): about 1.4x the calls per CPU-second at 1,000 concurrent calls
     # (scripts/bench_scale.py --http-client httpx,aiohttp); transport faults are retried and named alike
     http_client: str = "httpx"
+    # bounds written into the JSON schema sent with structured output (never into the validation of the reply):
+    # the most items of any array, the most characters of any string. A small model under grammar-constrained
+    # decoding otherwise repeats list items until its completion budget cuts the JSON. None: unbounded (remote presets)
+    schema_max_items: Optional[int] = None
+    schema_max_chars: Optional[int] = None
 
 
 @dataclass
@@ -258,6 +263,9 @@ def validate(cfg: Config) -> Config:
         _choice(f"llm.{role}.provider", r.provider, ("openai", "azure", "embedded"))
         _choice(f"llm.{role}.structured_output", r.structured_output, ("json_schema", "json_object", "none"))
         _choice(f"llm.{role}.http_client", r.http_client, ("httpx", "aiohttp"))
+        for key in ("schema_max_items", "schema_max_chars"):
+            if getattr(r, key) is not None:
+                _at_least(f"llm.{role}.{key}", getattr(r, key), 1)
         _at_least(f"llm.{role}.max_tokens", r.max_tokens, 1)
         if r.max_completion_tokens is not None:
             _at_least(f"llm.{role}.max_completion_tokens", r.max_completion_tokens, 1)

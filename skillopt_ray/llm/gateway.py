@@ -35,6 +35,21 @@ def response_format(mode: str, schema: dict[str, Any], name: str) -> Optional[di
     return None
 
 
+def bounded_schema(schema: Any, max_items: Optional[int], max_chars: Optional[int]) -> Any:
+    """A copy of `schema` whose arrays hold at most `max_items` and whose strings at most `max_chars` characters
+    (existing tighter bounds kept), for constrained decoding; the reply is still validated against `schema`."""
+    if isinstance(schema, list):
+        return [bounded_schema(s, max_items, max_chars) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bounded_schema(v, max_items, max_chars) for k, v in schema.items()}
+    if out.get("type") == "array" and max_items:
+        out["maxItems"] = min(max_items, out.get("maxItems", max_items))
+    if out.get("type") == "string" and max_chars and "enum" not in out:
+        out["maxLength"] = min(max_chars, out.get("maxLength", max_chars))
+    return out
+
+
 def role_endpoints(cfg: LLMConfig) -> dict[str, RoleEndpoint]:
     """One SDK client per role (a role without its own base_url takes llm.base_url)."""
     retry = RetryPolicy.from_config(cfg)
@@ -179,6 +194,9 @@ class Gateway:
         return self.endpoints[role].cfg.structured_output
 
     def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
+        rc = self.endpoints[role].cfg if role in self.endpoints else None
+        if rc is not None and (rc.schema_max_items or rc.schema_max_chars):
+            schema = bounded_schema(schema, rc.schema_max_items, rc.schema_max_chars)
         return response_format(self.structured_output_mode(role), schema, name)
 
     async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
