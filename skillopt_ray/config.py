@@ -61,6 +61,11 @@ class LLMRoleConfig:
     schema_max_items: Optional[int] = None
     schema_max_chars: Optional[int] = None
 
+    def reply_budget(self, requested: Optional[int] = None) -> int:
+        """The completion budget a request asks for: its own (`requested`), else the role's, under max_reply_tokens."""
+        n = requested or self.max_completion_tokens or self.max_tokens
+        return min(n, self.max_reply_tokens) if self.max_reply_tokens else n
+
 
 @dataclass
 class PriceConfig:
@@ -273,7 +278,7 @@ def validate(cfg: Config) -> Config:
             _at_least(f"llm.{role}.max_reply_tokens", r.max_reply_tokens, 1)
         if r.context_tokens is not None:
             _at_least(f"llm.{role}.context_tokens", r.context_tokens, 256)
-            reply = min(r.max_completion_tokens or r.max_tokens, r.max_reply_tokens or 1 << 62)
+            reply = r.reply_budget()
             if r.context_tokens <= reply:
                 raise ConfigError(f"llm.{role}.context_tokens={r.context_tokens} leaves no room for a prompt beside the reply "
                                   f"budget ({reply} tokens): give the model's real context window, or lower llm.{role}.max_reply_tokens")

@@ -273,7 +273,8 @@ class EnvPool:
             except Exception as e:  # noqa: BLE001 - environment code failed; retried, then reported
                 cause = getattr(e, "cause", None) or e  # the environment's own exception, not Ray's wrapper
                 last_error = f"{type(cause).__name__}: {str(cause).splitlines()[-1][:300] if str(cause) else ''}"
-                kind = getattr(cause, "kind", "env") if getattr(cause, "kind", None) in INFRA_KINDS else "env"  # e.g. SandboxStartError
+                kind = getattr(cause, "kind", None)  # e.g. SandboxStartError's
+                kind = kind if kind in INFRA_KINDS else "env"
             finally:
                 await slots.give(idx)
         return EpisodeResult(task.task_id, task.task_type, error=last_error, infra_error=True, fail_reason="infra_error",
@@ -314,8 +315,8 @@ class EnvPool:
                 for j, t in zip(jobs, tasks)]
 
     async def actor_nodes(self) -> list[str]:
-        """The Ray node id each actor runs on (in actor order)."""
-        return list(await asyncio.gather(*(a.node.remote() for a in self.actors)))
+        """The Ray node id each actor runs on (in actor order): the answers each actor gave when it was spawned."""
+        return list(await asyncio.gather(*self.actor_node_refs))
 
     async def actor_pids(self) -> list[int]:
         return list(await asyncio.gather(*(a.pid.remote() for a in self.actors)))

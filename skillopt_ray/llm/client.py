@@ -264,8 +264,7 @@ class RoleEndpoint:
         self._probe: Optional[asyncio.Future] = None
 
     def completion_budget(self, req: ChatRequest) -> int:
-        n = req.max_tokens or self.cfg.max_completion_tokens or self.cfg.max_tokens
-        return min(n, self.cfg.max_reply_tokens) if self.cfg.max_reply_tokens else n
+        return self.cfg.reply_budget(req.max_tokens)
 
     def request_kwargs(self, req: ChatRequest, budget: Optional[int] = None) -> dict[str, Any]:
         """The request body. temperature only when set; max_completion_tokens instead of max_tokens when configured."""

@@ -154,23 +154,20 @@ class Gateway:
         est = sum(len(m.get("content") or "") for m in req.messages) // 4 + (budget or ep.completion_budget(req))
         self.ledger.in_flight += 1  # no await since the caller's check_budget(): the check and this count are one step
         try:
-            return await self._send_counted(req, ep, limiter, est, budget)
+            async with limiter:
+                await limiter.acquire_window(est)
+                try:
+                    comp = await (self._sharded_send(req, budget) if self.senders else ep.send(req, budget))
+                except ReplyFiltered:
+                    self.ledger.record_incomplete(req.role, req.stage, "filtered")
+                    raise
+                except Exception:
+                    self.ledger.record_error(req.role, req.stage)
+                    raise
+            self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
+            return comp
         finally:
             self.ledger.in_flight -= 1
-
-    async def _send_counted(self, req: ChatRequest, ep: Any, limiter: Any, est: int, budget: Optional[int]) -> Completion:
-        async with limiter:
-            await limiter.acquire_window(est)
-            try:
-                comp = await (self._sharded_send(req, budget) if self.senders else ep.send(req, budget))
-            except ReplyFiltered:
-                self.ledger.record_incomplete(req.role, req.stage, "filtered")
-                raise
-            except Exception:
-                self.ledger.record_error(req.role, req.stage)
-                raise
-        self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
-        return comp
 
     async def _sharded_send(self, req: ChatRequest, budget: Optional[int]) -> Completion:
         """The HTTP part of a call on the next sender shard (round robin); a dead shard is replaced and the call

@@ -57,12 +57,6 @@ def cut_middle(text: str, cap: int) -> str:
     return f"{text[:head]}\n[… {len(text) - cap:,} characters cut by the length guard …]\n{text[len(text) - tail:]}"
 
 
-def reply_budget(role: Any) -> int:
-    """The completion budget a request of this role asks for (as the client computes it, without a request's own)."""
-    n = role.max_completion_tokens or role.max_tokens
-    return min(n, role.max_reply_tokens) if role.max_reply_tokens else n
-
-
 # ---------- one trajectory, shrunk ----------
 
 def _is_verification(entry: Any) -> bool:
@@ -165,7 +159,7 @@ class LengthGuard:
         """The guard for an LLM role's config (LLMRoleConfig): off unless `context_tokens` is set."""
         if role.context_tokens is None:
             return LengthGuard()
-        return LengthGuard(max(int((role.context_tokens - reply_budget(role)) * SAFETY), 0))
+        return LengthGuard(max(int((role.context_tokens - role.reply_budget()) * SAFETY), 0))
 
     @property
     def enabled(self) -> bool:
