@@ -5,17 +5,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from envs.base import Benchmark, DataError, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import Benchmark, DataError, EpisodeContext, EpisodeResult, Task
 
 _REGISTRY = {
-    "alfworld": "envs.alfworld.benchmark:AlfWorldBenchmark",
-    "spreadsheetbench": "envs.spreadsheetbench.benchmark:SpreadsheetBenchmark",
-    "searchqa": "envs.searchqa.benchmark:SearchQABenchmark",
+    "alfworld": "skillopt_envs.alfworld.benchmark:AlfWorldBenchmark",
+    "spreadsheetbench": "skillopt_envs.spreadsheetbench.benchmark:SpreadsheetBenchmark",
+    "searchqa": "skillopt_envs.searchqa.benchmark:SearchQABenchmark",
 }
 # Made by name like the others (env actors look them up in their own processes), but not listed by
 # names(): no config presets, for tests and scripts/bench_scale.py only.
 _TESTING = {
-    "synthetic": "envs.synthetic.benchmark:SyntheticBenchmark",
+    "synthetic": "skillopt_envs.synthetic.benchmark:SyntheticBenchmark",
 }
 
 
@@ -31,7 +31,7 @@ def make(name: str, env_cfg: dict[str, Any]) -> Benchmark:
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("envs."):
+        if e.name and e.name.startswith("skillopt_envs."):
             raise DataError(f"environment {name!r} is registered but not implemented in this version") from None
         raise
     return getattr(mod, cls)(env_cfg)

@@ -38,7 +38,7 @@ class EpisodeResult:
     error_kind: str = ""
     # What the optimizer's analysts see (REFERENCE_SPEC §3.4): the task text for the trajectory header,
     # and benchmark extras. Keys the engine reads from `info`: target_system_prompt, target_user_prompt,
-    # spreadsheet_preview (analyst sub-blocks), predicted_answer (slow-update comparison), header_task_type
+    # analyst_blocks ([title, text] pairs: the benchmark's own sub-blocks for the analysts), predicted_answer (slow-update comparison), header_task_type
     # (overrides the "Task type:" line; SearchQA sets "" as the reference does). `trajectory` holds the
     # conversation entries in the reference's shapes: ALFWorld {step, action, reasoning, env_feedback, ...};
     # chat {role, content} ("system" = the verification block); {type: "message", content}.
@@ -49,7 +49,11 @@ class EpisodeResult:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "EpisodeResult":
+    def from_dict(d: dict[str, Any]) -> EpisodeResult:
+        info = d.get("info") or {}
+        if "spreadsheet_preview" in info and "analyst_blocks" not in info:
+            # episodes cached before analyst_blocks existed named their one extra block by key
+            d = {**d, "info": {**info, "analyst_blocks": [["Spreadsheet Preview", info["spreadsheet_preview"]]]}}
         return EpisodeResult(**d)
 
     @property
@@ -141,7 +145,9 @@ def parse_options(cls: type, raw: dict[str, Any], env_name: str) -> Any:
     allowed = {f.name for f in fields(cls)}
     unknown = set(raw) - allowed
     if unknown:
-        raise DataError(f"unknown env.options key(s) for {env_name}: {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
+        raise DataError(
+            f"unknown env.options key(s) for {env_name}: {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}"
+        )
     return cls(**raw)
 
 

@@ -32,8 +32,16 @@ from typing import Optional
 
 NOBODY = 65534
 ISOLATIONS = ("bwrap", "none")
-_BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
-             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+_BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -44,7 +52,7 @@ class SandboxStartError(RuntimeError):
     """The sandbox failed before the script could run (bubblewrap refused, the launcher never started): an
     infrastructure failure, never the model's code error."""
 
-    kind = "sandbox_start"  # envs.base.INFRA_KINDS
+    kind = "sandbox_start"  # skillopt_envs.base.INFRA_KINDS
 
 
 class SandboxConfigError(SandboxUnavailable):
@@ -95,8 +103,12 @@ class ExecResult:
             return "the script was killed: it ran past the wall-clock limit"
         if self.returncode < 0:
             sig = -self.returncode
-            why = {signal.SIGXCPU: "it used up its CPU-time limit", signal.SIGXFSZ: "it wrote a file larger than the file-size limit",
-                   signal.SIGKILL: "it was killed (CPU-time or memory limit)", signal.SIGSEGV: "it crashed (segmentation fault)"}
+            why = {
+                signal.SIGXCPU: "it used up its CPU-time limit",
+                signal.SIGXFSZ: "it wrote a file larger than the file-size limit",
+                signal.SIGKILL: "it was killed (CPU-time or memory limit)",
+                signal.SIGSEGV: "it crashed (segmentation fault)",
+            }
             return f"the script was killed by signal {signal.Signals(sig).name}: {why.get(sig, 'a resource limit or a crash')}"
         if self.returncode != 0:
             return f"the script exited with status {self.returncode}"
@@ -205,7 +217,10 @@ def _python_dirs() -> list[str]:
 # syscall ABI (i386, x32) is refused. bubblewrap installs it (--seccomp) after setting up the sandbox. Works for a
 # root caller too, where bubblewrap's own --disable-userns (which needs --unshare-user) cannot be used.
 _CLONE_NEWUSER = 0x10000000
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 56, 272, 435), "aarch64": (0xC00000B7, 220, 97, 435)}  # arch, clone, unshare, clone3
+_SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, 56, 272, 435),
+    "aarch64": (0xC00000B7, 220, 97, 435),
+}  # arch, clone, unshare, clone3
 
 
 def userns_filter() -> Optional[bytes]:
@@ -220,20 +235,20 @@ def userns_filter() -> Optional[bytes]:
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     prog = [
-        (ld, 0, 0, 4),                      # 0: A = arch
-        (jeq, 1, 0, arch),                  # 1: native ABI? -> 3
-        (ret, 0, 0, eperm),                 # 2: other ABIs refused
-        (ld, 0, 0, 0),                      # 3: A = syscall number
-        (jge, 7, 0, 0x40000000),            # 4: x32 numbers -> 12 (eperm)
-        (jeq, 3, 0, nr_unshare),            # 5: -> 9
-        (jeq, 2, 0, nr_clone),              # 6: -> 9
-        (jeq, 5, 0, nr_clone3),             # 7: -> 13 (enosys)
-        (ret, 0, 0, allow),                 # 8
-        (ld, 0, 0, 16),                     # 9: A = low 32 bits of the first argument (the flags)
-        (jset, 1, 0, _CLONE_NEWUSER),       # 10: CLONE_NEWUSER set -> 12
-        (ret, 0, 0, allow),                 # 11
-        (ret, 0, 0, eperm),                 # 12
-        (ret, 0, 0, enosys),                # 13
+        (ld, 0, 0, 4),  # 0: A = arch
+        (jeq, 1, 0, arch),  # 1: native ABI? -> 3
+        (ret, 0, 0, eperm),  # 2: other ABIs refused
+        (ld, 0, 0, 0),  # 3: A = syscall number
+        (jge, 7, 0, 0x40000000),  # 4: x32 numbers -> 12 (eperm)
+        (jeq, 3, 0, nr_unshare),  # 5: -> 9
+        (jeq, 2, 0, nr_clone),  # 6: -> 9
+        (jeq, 5, 0, nr_clone3),  # 7: -> 13 (enosys)
+        (ret, 0, 0, allow),  # 8
+        (ld, 0, 0, 16),  # 9: A = low 32 bits of the first argument (the flags)
+        (jset, 1, 0, _CLONE_NEWUSER),  # 10: CLONE_NEWUSER set -> 12
+        (ret, 0, 0, allow),  # 11
+        (ret, 0, 0, eperm),  # 12
+        (ret, 0, 0, enosys),  # 13
     ]
     return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
 
@@ -271,8 +286,10 @@ class Sandbox:
             raise SandboxUnavailable(f"unknown sandbox isolation {isolation!r}; use one of {', '.join(ISOLATIONS)}")
         bad = key_like_names(env_allow)
         if bad:
-            raise SandboxConfigError(f"env.options.env_allow names {', '.join(bad)}, which look like credentials; model-written code "
-                                     "never sees API keys, tokens, secrets or passwords: remove them from env.options.env_allow")
+            raise SandboxConfigError(
+                f"env.options.env_allow names {', '.join(bad)}, which look like credentials; model-written code "
+                "never sees API keys, tokens, secrets or passwords: remove them from env.options.env_allow"
+            )
         self.isolation = isolation
         self.limits = limits
         self.env_allow = env_allow
@@ -289,7 +306,10 @@ class Sandbox:
                 "bubblewrap (bwrap) is not installed, and model-written code must not run unisolated: install it "
                 "(Debian/Ubuntu: apt-get install bubblewrap) or set env.options.sandbox=none to run it without isolation (unsafe)"
             )
-        if self.userns and "--disable-userns" in subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30).stdout:
+        if (
+            self.userns
+            and "--disable-userns" in subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30).stdout
+        ):
             self.disable_userns = True
         argv = [exe, "--unshare-all"] + (["--unshare-user"] if self.userns else []) + ["--ro-bind", "/", "/", "true"]
         probe = subprocess.run(argv, capture_output=True, text=True, timeout=30)
@@ -322,14 +342,38 @@ class Sandbox:
     def _bwrap_argv(self, stage: Path, inner: str, env: dict[str, str], fds: list[int]) -> list[str]:
         """bubblewrap's arguments; the seccomp filter goes in through a descriptor added to `fds`."""
         lim = self.limits
-        argv = [bwrap_path() or "bwrap", "--die-with-parent", "--new-session", "--clearenv",
-                "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        argv = [
+            bwrap_path() or "bwrap",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
         if self.userns:
             argv.append("--unshare-user")
         if self.disable_userns:
             argv.append("--disable-userns")
-        argv += ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev",
-                 "--size", str(1024 * 1024), "--tmpfs", "/run", "--size", str(16 * 1024 * 1024), "--tmpfs", "/dev/shm"]
+        argv += [
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(1024 * 1024),
+            "--tmpfs",
+            "/run",
+            "--size",
+            str(16 * 1024 * 1024),
+            "--tmpfs",
+            "/dev/shm",
+        ]
         for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(d):
                 argv += ["--symlink", os.readlink(d), d]
@@ -345,8 +389,19 @@ class Sandbox:
                     made.add(str(parent))
                     argv += ["--perms", "0755", "--dir", str(parent)]
             argv += ["--ro-bind", d, d]
-        argv += ["--ro-bind", str(stage / "in"), "/.inputs",
-                 "--size", str(lim.disk_mb * 1024 * 1024), "--perms", "0777", "--tmpfs", inner, "--chdir", "/"]
+        argv += [
+            "--ro-bind",
+            str(stage / "in"),
+            "/.inputs",
+            "--size",
+            str(lim.disk_mb * 1024 * 1024),
+            "--perms",
+            "0777",
+            "--tmpfs",
+            inner,
+            "--chdir",
+            "/",
+        ]
         for k, v in env.items():
             argv += ["--setenv", k, v]
         if self.seccomp is not None:
@@ -357,8 +412,14 @@ class Sandbox:
             argv += ["--seccomp", str(r)]
         return argv
 
-    def run(self, script: str, inputs: dict[str, Path], out_dir: Path, env: Optional[dict[str, str]] = None,
-            keep: tuple[str, ...] = ()) -> ExecResult:
+    def run(
+        self,
+        script: str,
+        inputs: dict[str, Path],
+        out_dir: Path,
+        env: Optional[dict[str, str]] = None,
+        keep: tuple[str, ...] = (),
+    ) -> ExecResult:
         """Run `script` with `inputs` copied in by name; files named in `keep` are copied to `out_dir`.
 
         `{dir}` in env values becomes the work directory as the script sees it. A sandbox that fails to start
@@ -369,8 +430,9 @@ class Sandbox:
             r = self._run_once(script, inputs, out_dir, env, keep)
         return r
 
-    def _run_once(self, script: str, inputs: dict[str, Path], out_dir: Path, env: Optional[dict[str, str]],
-                  keep: tuple[str, ...]) -> ExecResult:
+    def _run_once(
+        self, script: str, inputs: dict[str, Path], out_dir: Path, env: Optional[dict[str, str]], keep: tuple[str, ...]
+    ) -> ExecResult:
         as_root = os.geteuid() == 0
         bwrap = self.isolation == "bwrap"
         stage = Path(tempfile.mkdtemp(prefix="skillopt-sbx-"))
@@ -391,9 +453,16 @@ class Sandbox:
             run_uid = NOBODY if as_root else os.getuid()
             export_path = stage / "export"
             export_fd = os.open(export_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            cfg = {"rlimits": self._rlimits(run_uid), "drop_to": NOBODY if as_root else None, "script": "main.py",
-                   "stage": "/.inputs" if bwrap else str(stage / "in"), "work": inner, "keep": list(keep),
-                   "export_fd": export_fd, "file_bytes": self.limits.file_mb * 1024 * 1024}
+            cfg = {
+                "rlimits": self._rlimits(run_uid),
+                "drop_to": NOBODY if as_root else None,
+                "script": "main.py",
+                "stage": "/.inputs" if bwrap else str(stage / "in"),
+                "work": inner,
+                "keep": list(keep),
+                "export_fd": export_fd,
+                "file_bytes": self.limits.file_mb * 1024 * 1024,
+            }
             cmd = [sys.executable, "-I", "-c", _LAUNCHER, json.dumps(cfg)]
             fds = [export_fd]
             if bwrap:
@@ -402,8 +471,16 @@ class Sandbox:
             t0 = time.monotonic()
             try:
                 with open(out_path, "wb") as out, open(err_path, "wb") as err:
-                    proc = subprocess.Popen(cmd, cwd=stage, env=env_vars if not bwrap else {}, stdin=subprocess.DEVNULL,
-                                            stdout=out, stderr=err, start_new_session=True, pass_fds=tuple(fds))
+                    proc = subprocess.Popen(
+                        cmd,
+                        cwd=stage,
+                        env=env_vars if not bwrap else {},
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                        start_new_session=True,
+                        pass_fds=tuple(fds),
+                    )
                     timed_out = False
                     try:
                         proc.wait(timeout=self.limits.wall_s)
@@ -420,8 +497,15 @@ class Sandbox:
             rc = proc.returncode
             if bwrap and rc > 128:
                 rc = -(rc - 128)  # bwrap reports a child killed by signal N as 128 + N
-            return ExecResult(rc if not timed_out else -signal.SIGKILL, _read_bounded(out_path, limit),
-                              _read_bounded(err_path, limit), timed_out, wall, files, started)
+            return ExecResult(
+                rc if not timed_out else -signal.SIGKILL,
+                _read_bounded(out_path, limit),
+                _read_bounded(err_path, limit),
+                timed_out,
+                wall,
+                files,
+                started,
+            )
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 

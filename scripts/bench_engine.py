@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 def play_all(tasks: list, compile_cache_dir: Path | None = None) -> tuple[float, str, int]:
     """CPU seconds per episode, a digest of every observation, and the number of games won."""
-    from envs.alfworld.game import AlfWorldGame
+    from skillopt_envs.alfworld.game import AlfWorldGame
 
     log, wins = [], 0
     t0 = time.process_time()
@@ -48,21 +48,23 @@ def play_all(tasks: list, compile_cache_dir: Path | None = None) -> tuple[float,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=os.environ.get("ALFWORLD_DATA") or str(REPO.parent / "shared" / "data" / "alfworld"))
+    ap.add_argument(
+        "--data", default=os.environ.get("ALFWORLD_DATA") or str(REPO.parent / "shared" / "data" / "alfworld")
+    )
     ap.add_argument("--games", type=int, default=12)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    from envs.alfworld.data import walk_split
+    from skillopt_envs.alfworld.data import walk_split
 
     root = Path(a.data)
     if not (root / "json_2.1.1").is_dir():
-        from envs.alfworld.samples import ensure_sample_games
+        from skillopt_envs.alfworld.samples import ensure_sample_games
 
         root = ensure_sample_games()
     tasks = walk_split(root, "all")[: a.games]
     play_all(tasks[:1])  # warm-up: imports and first-use costs stay out of every timing
     stock_cpu, stock_digest, stock_wins = play_all(tasks)
-    from envs.alfworld import speedups
+    from skillopt_envs.alfworld import speedups
 
     with tempfile.TemporaryDirectory() as tmp:
         cache_dir = Path(tmp) / "sas"
@@ -72,13 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         warm_cpu, warm_digest, warm_wins = play_all(tasks, cache_dir)
         disk = compiled.disk
         assert disk is not None
-    out = {"games": len(tasks), "stock_cpu_s_per_episode": round(stock_cpu, 3),
-           "speedups_cold_cache_cpu_s_per_episode": round(cold_cpu, 3),
-           "speedups_warm_cache_cpu_s_per_episode": round(warm_cpu, 3),
-           "cold_over_stock": round(cold_cpu / stock_cpu, 3), "warm_over_stock": round(warm_cpu / stock_cpu, 3),
-           "compiled": compiled.computed, "disk_cache_hits": disk.hits,
-           "identical_observations": stock_digest == cold_digest == warm_digest,
-           "won": [stock_wins, cold_wins, warm_wins]}
+    out = {
+        "games": len(tasks),
+        "stock_cpu_s_per_episode": round(stock_cpu, 3),
+        "speedups_cold_cache_cpu_s_per_episode": round(cold_cpu, 3),
+        "speedups_warm_cache_cpu_s_per_episode": round(warm_cpu, 3),
+        "cold_over_stock": round(cold_cpu / stock_cpu, 3),
+        "warm_over_stock": round(warm_cpu / stock_cpu, 3),
+        "compiled": compiled.computed,
+        "disk_cache_hits": disk.hits,
+        "identical_observations": stock_digest == cold_digest == warm_digest,
+        "won": [stock_wins, cold_wins, warm_wins],
+    }
     print(json.dumps(out, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))

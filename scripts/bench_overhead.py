@@ -19,7 +19,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from envs.base import EpisodeResult, Task  # noqa: E402
+from skillopt_envs.base import EpisodeResult, Task  # noqa: E402
+
 from skillopt_ray.config import Config, OptimizerConfig  # noqa: E402
 from skillopt_ray.llm.types import JsonResult  # noqa: E402
 from skillopt_ray.rundir import RunDir  # noqa: E402
@@ -32,9 +33,18 @@ class Runner:
 
     async def run(self, tasks: list[Task], skill: str, ctx: Any) -> list[EpisodeResult]:
         n = int(re.search(r"version: (\d+)", skill).group(1))  # type: ignore[union-attr]
-        return [EpisodeResult(t.task_id, "t", hard=float(not ctx.training and (n + i) % 3 == 0), n_turns=1, task_description="g",
-                              fail_reason="failed: x", trajectory=[{"step": 0, "action": "look", "reasoning": "", "env_feedback": "room"}])
-                for i, t in enumerate(tasks)]
+        return [
+            EpisodeResult(
+                t.task_id,
+                "t",
+                hard=float(not ctx.training and (n + i) % 3 == 0),
+                n_turns=1,
+                task_description="g",
+                fail_reason="failed: x",
+                trajectory=[{"step": 0, "action": "look", "reasoning": "", "env_feedback": "room"}],
+            )
+            for i, t in enumerate(tasks)
+        ]
 
 
 class Optimizer:
@@ -42,8 +52,11 @@ class Optimizer:
         if req.stage == "analyst":  # one replace edit: the skill keeps its size, so only bookkeeping can grow
             old = re.search(r"version: \d+", req.messages[1]["content"]).group(0)  # type: ignore[union-attr]
             new = f"version: {int(old.split()[1]) + 1:06d}"
-            data: dict[str, Any] = {"batch_size": 1, "failure_summary": [{"failure_type": "x", "count": 1, "description": "d"}],
-                                    "patch": {"reasoning": "r", "edits": [{"op": "replace", "target": old, "content": new}]}}
+            data: dict[str, Any] = {
+                "batch_size": 1,
+                "failure_summary": [{"failure_type": "x", "count": 1, "description": "d"}],
+                "patch": {"reasoning": "r", "edits": [{"op": "replace", "target": old, "content": new}]},
+            }
         else:
             raise AssertionError(req.stage)
         return JsonResult(data, json.dumps(data))
@@ -60,12 +73,16 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_overhead."))
     cfg = Config(experiment="overhead")
     # 10 steps an epoch: the step buffer (reset each epoch, rendered whole as the reference does) stays bounded
-    cfg.optimizer = OptimizerConfig(epochs=max(1, a.steps // 10), batch_size=1, minibatch_size=1, slow_update=False, meta_skill=False)
+    cfg.optimizer = OptimizerConfig(
+        epochs=max(1, a.steps // 10), batch_size=1, minibatch_size=1, slow_update=False, meta_skill=False
+    )
     rd = RunDir(tmp / "run").ensure()
     tracker = Tracker(a.mlflow, f"sqlite:///{tmp / 'mlflow.db'}" if a.mlflow else None, "overhead", tmp / "art")
     if a.mlflow:
         tracker.start({}, "overhead", {}, lambda rec: None)
-    splits = Splits([Task(f"tr{i}", "t") for i in range(10)], [Task(f"va{i}", "t") for i in range(6)], [Task("te0", "t")])
+    splits = Splits(
+        [Task(f"tr{i}", "t") for i in range(10)], [Task(f"va{i}", "t") for i in range(6)], [Task("te0", "t")]
+    )
     trainer = Trainer(cfg, rd, Optimizer(), Runner(), tracker, splits, "# seed\nversion: 000000\n")
     marks: list[float] = []
     commit = trainer._commit_step
@@ -90,10 +107,16 @@ def main() -> None:
     wall = time.perf_counter() - t0
     first, last = sum(steps[:10]) / 10, sum(steps[-10:]) / 10
     print(f"steps {len(steps)}, wall {wall:.1f} s, mlflow {'on' if a.mlflow else 'off'}")
-    print(f"whole step (fake model and episodes): first 10 {first * 1000:.1f} ms, last 10 {last * 1000:.1f} ms, ratio {last / first:.2f}")
-    print(f"state commit: first 10 {sum(marks[:10]) / 10 * 1000:.1f} ms, last 10 {sum(marks[-10:]) / 10 * 1000:.1f} ms, "
-          f"ratio {sum(marks[-10:]) / max(sum(marks[:10]), 1e-9):.2f}")
-    print(f"state.json {rd.state_path.stat().st_size // 1024} KB, history.json {(rd.root / 'history.json').stat().st_size // 1024} KB")
+    print(
+        f"whole step (fake model and episodes): first 10 {first * 1000:.1f} ms, last 10 {last * 1000:.1f} ms, ratio {last / first:.2f}"
+    )
+    print(
+        f"state commit: first 10 {sum(marks[:10]) / 10 * 1000:.1f} ms, last 10 {sum(marks[-10:]) / 10 * 1000:.1f} ms, "
+        f"ratio {sum(marks[-10:]) / max(sum(marks[:10]), 1e-9):.2f}"
+    )
+    print(
+        f"state.json {rd.state_path.stat().st_size // 1024} KB, history.json {(rd.root / 'history.json').stat().st_size // 1024} KB"
+    )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ Lock-step (the reference scheme): chunks of `--chunk` games, one process per gam
 chunk; each turn waits for every game's model call, then steps every game.
 
 `--compile-cache` sets the games' compile cache (SAS translations, grammars) for both schemes: `warm` (filled by
-`envs.alfworld.precompile` before the clock starts: every load after a game's first on a machine),
+`skillopt_envs.alfworld.precompile` before the clock starts: every load after a game's first on a machine),
 `cold` (empty, one per scheme: a game's first load) or `off`.
 
     python scripts/bench_rollout.py --games 32 --concurrency 16 --latency 0.1
@@ -37,15 +37,15 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the scripted OpenAI-compatible server, a test double, lives with the tests
 
 import ray  # noqa: E402
+from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs  # noqa: E402
+from skillopt_envs.alfworld.data import walk_split  # noqa: E402
+from skillopt_envs.alfworld.game import AlfWorldGame  # noqa: E402
+from skillopt_envs.alfworld.protocol import Record, build_messages, goal_text, parse_reply  # noqa: E402
+from skillopt_envs.base import EpisodeContext, Task  # noqa: E402
 
-from envs.alfworld.data import walk_split  # noqa: E402
-from envs.alfworld.game import AlfWorldGame  # noqa: E402
-from envs.alfworld.protocol import Record, build_messages, goal_text, parse_reply  # noqa: E402
-from envs.base import EpisodeContext, Task  # noqa: E402
 from skillopt_ray.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
 from skillopt_ray.llm.types import ChatRequest  # noqa: E402
-from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs  # noqa: E402
 
 SKILL = "# skill\nReply with one admissible action."
 
@@ -71,13 +71,17 @@ class LockstepGame:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int, compile_cache_dir: Optional[str]) -> tuple[list[bool], list[int], float]:
+async def lockstep(
+    tasks: list[Task], gw, chunk: int, max_turns: int, compile_cache_dir: Optional[str]
+) -> tuple[list[bool], list[int], float]:
     won_all: list[bool] = []
     calls_all: list[int] = []
     peak_mem = 0.0
     for start in range(0, len(tasks), chunk):
         group = tasks[start : start + chunk]
-        actors = [LockstepGame.remote(t.payload["gamefile"], compile_cache_dir) for t in group]  # processes rebuilt per chunk
+        actors = [
+            LockstepGame.remote(t.payload["gamefile"], compile_cache_dir) for t in group
+        ]  # processes rebuilt per chunk
         firsts = await asyncio.gather(*(a.reset.remote() for a in actors))
         goal = [goal_text(o) for o, _ in firsts]
         obs = [o for o, _ in firsts]
@@ -90,9 +94,19 @@ async def lockstep(tasks: list[Task], gw, chunk: int, max_turns: int, compile_ca
             idx = [i for i in range(len(group)) if active[i]]
             if not idx:
                 break
-            replies = await asyncio.gather(*(
-                gw.chat.remote(ChatRequest("target", "rollout", build_messages(SKILL, goal[i], hist[i], obs[i], adm[i], 2),
-                                           f"lockstep/{group[i].task_id}/t{turn}")) for i in idx))
+            replies = await asyncio.gather(
+                *(
+                    gw.chat.remote(
+                        ChatRequest(
+                            "target",
+                            "rollout",
+                            build_messages(SKILL, goal[i], hist[i], obs[i], adm[i], 2),
+                            f"lockstep/{group[i].task_id}/t{turn}",
+                        )
+                    )
+                    for i in idx
+                )
+            )
             for i in idx:
                 calls[i] += 1
             commands = {i: parse_reply(r.content).command for i, r in zip(idx, replies)}
@@ -125,7 +139,13 @@ def cpu_seconds_by_role() -> dict[str, float]:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        role = "driver+scripted_server" if int(entry) == os.getpid() else cmd.split(".")[0].split(":")[-1] if cmd.startswith("ray::") else None
+        role = (
+            "driver+scripted_server"
+            if int(entry) == os.getpid()
+            else cmd.split(".")[0].split(":")[-1]
+            if cmd.startswith("ray::")
+            else None
+        )
         if role:
             out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
@@ -133,7 +153,9 @@ def cpu_seconds_by_role() -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=os.environ.get("ALFWORLD_DATA") or str(REPO.parent / "shared" / "data" / "alfworld"))
+    ap.add_argument(
+        "--data", default=os.environ.get("ALFWORLD_DATA") or str(REPO.parent / "shared" / "data" / "alfworld")
+    )
     ap.add_argument("--games", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--actors", type=int, default=4)
@@ -141,16 +163,25 @@ def main() -> int:
     ap.add_argument("--wander", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--max-turns", type=int, default=50)
-    ap.add_argument("--passes", type=int, default=1, help="roll the same games out this many times (as every gate replays the selection split)")
-    ap.add_argument("--compile-cache", choices=("warm", "cold", "off"), default="warm",
-                    help="compile cache: warm (precompiled before the clock), cold (empty) or off")
+    ap.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="roll the same games out this many times (as every gate replays the selection split)",
+    )
+    ap.add_argument(
+        "--compile-cache",
+        choices=("warm", "cold", "off"),
+        default="warm",
+        help="compile cache: warm (precompiled before the clock), cold (empty) or off",
+    )
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
     a = ap.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="bench-compile-")
 
     root = Path(a.data)
     if not (root / "json_2.1.1").is_dir():
-        from envs.alfworld.samples import ensure_sample_games
+        from skillopt_envs.alfworld.samples import ensure_sample_games
 
         root = ensure_sample_games()
     tasks = walk_split(root, "all")
@@ -162,24 +193,39 @@ def main() -> int:
     if a.compile_cache != "off":
         caches = {k: str(Path(tmp.name) / k) for k in caches}
     if a.compile_cache == "warm":
-        from envs.alfworld.precompile import precompile
+        from skillopt_envs.alfworld.precompile import precompile
 
         caches["lockstep"] = caches["pool"]
         unique = sorted({t.payload["gamefile"] for t in tasks})
         print("precompiled:", precompile(unique, Path(caches["pool"]), os.cpu_count() or 1), file=sys.stderr)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             object_store_memory=200 * 1024 * 1024)
+    ray.init(
+        num_cpus=os.cpu_count(),
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+        object_store_memory=200 * 1024 * 1024,
+    )
     srv = ScriptedServer(Policies(walks, "walkthrough", wander=a.wander), latency_s=a.latency)
     srv.start()
-    role = {"provider": "openai", "model": "scripted", "base_url": srv.base_url, "structured_output": "none",
-            "max_concurrency": max(64, a.concurrency)}
+    role = {
+        "provider": "openai",
+        "model": "scripted",
+        "base_url": srv.base_url,
+        "structured_output": "none",
+        "max_concurrency": max(64, a.concurrency),
+    }
     gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)
     try:
         per_actor = max(1, a.concurrency // a.actors)
         options = {"compile_cache": caches["pool"] or "off"}
-        pool = EnvPool("alfworld", {"data_dir": str(root), "options": options}, gw, PoolSettings(a.actors, per_actor, 0.0, 600.0, 1))
+        pool = EnvPool(
+            "alfworld",
+            {"data_dir": str(root), "options": options},
+            gw,
+            PoolSettings(a.actors, per_actor, 0.0, 600.0, 1),
+        )
         ray.get([act.pid.remote() for act in pool.actors])  # actors up before the clock starts
         cpu0 = cpu_seconds_by_role()
         t0 = time.monotonic()
@@ -211,15 +257,32 @@ def main() -> int:
         tmp.cleanup()
 
     out = {
-        "games": len(tasks), "passes": a.passes, "concurrency": a.concurrency, "latency_s": a.latency, "wander": a.wander, "cpus": os.cpu_count(),
+        "games": len(tasks),
+        "passes": a.passes,
+        "concurrency": a.concurrency,
+        "latency_s": a.latency,
+        "wander": a.wander,
+        "cpus": os.cpu_count(),
         "compile_cache": a.compile_cache,
-        "pool": {"wall_s": round(pool_wall, 2), "episodes_per_s": round(len(results) / pool_wall, 3), "won": pool_won,
-                 "latency_bound_s": round(bound, 2), "bound_over_wall": round(bound / pool_wall, 3),
-                 "peak_mem_mb_per_actor": round(pool_mem, 1),
-                 "replays_on_their_previous_actor": affinity_hits, "replays": len(tasks) * (a.passes - 1),
-                 "cpu_s_by_process": pool_cpu, "model_calls": sum(pool_turns)},
-        "lockstep": {"wall_s": round(ls_wall, 2), "episodes_per_s": round(len(ls_won) / ls_wall, 3), "won": sum(ls_won),
-                     "chunk": a.chunk, "peak_mem_mb_per_process": round(ls_mem, 1)},
+        "pool": {
+            "wall_s": round(pool_wall, 2),
+            "episodes_per_s": round(len(results) / pool_wall, 3),
+            "won": pool_won,
+            "latency_bound_s": round(bound, 2),
+            "bound_over_wall": round(bound / pool_wall, 3),
+            "peak_mem_mb_per_actor": round(pool_mem, 1),
+            "replays_on_their_previous_actor": affinity_hits,
+            "replays": len(tasks) * (a.passes - 1),
+            "cpu_s_by_process": pool_cpu,
+            "model_calls": sum(pool_turns),
+        },
+        "lockstep": {
+            "wall_s": round(ls_wall, 2),
+            "episodes_per_s": round(len(ls_won) / ls_wall, 3),
+            "won": sum(ls_won),
+            "chunk": a.chunk,
+            "peak_mem_mb_per_process": round(ls_mem, 1),
+        },
         "speedup_pool_over_lockstep": round(ls_wall / pool_wall, 2),
     }
     print(json.dumps(out, indent=2))

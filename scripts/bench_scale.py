@@ -92,10 +92,18 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.5)
     ap.add_argument("--actors", type=int, default=8)
     ap.add_argument("--passes", type=int, default=2, help="measured passes after the warm-up pass")
-    ap.add_argument("--gateway-shards", default="1", help="HTTP sender shards behind the gateway (ray.gateway_shards); "
-                    "a comma list compares them in one run (same cluster, same server)")
-    ap.add_argument("--http-client", default="httpx", help="the SDK's HTTP transport (llm.<role>.http_client): httpx, aiohttp, "
-                    "or both, comma-separated, measured one after the other in this run")
+    ap.add_argument(
+        "--gateway-shards",
+        default="1",
+        help="HTTP sender shards behind the gateway (ray.gateway_shards); "
+        "a comma list compares them in one run (same cluster, same server)",
+    )
+    ap.add_argument(
+        "--http-client",
+        default="httpx",
+        help="the SDK's HTTP transport (llm.<role>.http_client): httpx, aiohttp, "
+        "or both, comma-separated, measured one after the other in this run",
+    )
     ap.add_argument("--cache", action="store_true", help="with the response cache (record mode) in a temp run dir")
     ap.add_argument("--json", default=None, help="write the figures here too")
     ap.add_argument("--serve", type=float, default=None, help=argparse.SUPPRESS)
@@ -109,8 +117,8 @@ def main() -> None:
     import tempfile
 
     import ray
+    from skillopt_envs.base import EpisodeContext
 
-    from envs.base import EpisodeContext
     from skillopt_ray.envpool import EnvPool, PoolSettings
     from skillopt_ray.llm import gateway as gwmod
 
@@ -119,41 +127,82 @@ def main() -> None:
     url = server.stdout.readline().strip()  # type: ignore[union-attr]
     tmp = tempfile.mkdtemp(prefix="bench_scale.")
     try:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 1024 * 1024, log_to_driver=False, logging_level="ERROR")
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=128 * 1024 * 1024,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
         per_actor = -(-a.episodes // a.actors)
         env_cfg = {"options": {"tasks": a.episodes, "calls": a.calls}}
-        from envs.synthetic.benchmark import SyntheticBenchmark
+        from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
         tasks = SyntheticBenchmark(env_cfg).load_split("train")
         bound = a.calls * a.latency * max(1.0, a.episodes / (a.actors * per_actor))
         me = os.getpid()
         report = []
-        for shards, transport in [(int(x), h) for x in str(a.gateway_shards).split(",") for h in a.http_client.split(",")]:
-            role = {"provider": "openai", "model": "scripted", "base_url": url, "structured_output": "none",
-                    "max_concurrency": a.episodes + 8, "http_client": transport}
-            llm_cfg = {"backend": "compatible", "target": role, "optimizer": role, "cache_mode": "record" if a.cache else "off"}
+        for shards, transport in [
+            (int(x), h) for x in str(a.gateway_shards).split(",") for h in a.http_client.split(",")
+        ]:
+            role = {
+                "provider": "openai",
+                "model": "scripted",
+                "base_url": url,
+                "structured_output": "none",
+                "max_concurrency": a.episodes + 8,
+                "http_client": transport,
+            }
+            llm_cfg = {
+                "backend": "compatible",
+                "target": role,
+                "optimizer": role,
+                "cache_mode": "record" if a.cache else "off",
+            }
             run_dir = Path(tempfile.mkdtemp(prefix=f"s{shards}.", dir=tmp))
-            gw = gwmod.GatewayActor.remote(llm_cfg, str(run_dir / "llm_cache.sqlite") if a.cache else None,
-                                           str(run_dir / "ledger.json"), [], shards=shards)
+            gw = gwmod.GatewayActor.remote(
+                llm_cfg,
+                str(run_dir / "llm_cache.sqlite") if a.cache else None,
+                str(run_dir / "ledger.json"),
+                [],
+                shards=shards,
+            )
             pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(a.actors, per_actor, 0.0, 600.0, 1))
             gw_pids = ray.get(gw.pids.remote())
-            groups = {"driver": [me], "gateway": gw_pids[:1], "senders": gw_pids[1:], "env_actors": asyncio.run(pool.actor_pids()),
-                      "server": [server.pid], "ray": ray_pids()}
+            groups = {
+                "driver": [me],
+                "gateway": gw_pids[:1],
+                "senders": gw_pids[1:],
+                "env_actors": asyncio.run(pool.actor_pids()),
+                "server": [server.pid],
+                "ray": ray_pids(),
+            }
             rows = []
             for p in range(a.passes + 1):
                 before = {k: sum(cpu_s(x) for x in v) for k, v in groups.items()}
                 led0 = ray.get(gw.ledger_snapshot.remote())
                 t0 = time.monotonic()
-                results = asyncio.run(pool.run(tasks, "# skill", EpisodeContext(f"scale/s{shards}/p{p}", False, a.calls, 1)))
+                results = asyncio.run(
+                    pool.run(tasks, "# skill", EpisodeContext(f"scale/s{shards}/p{p}", False, a.calls, 1))
+                )
                 wall = time.monotonic() - t0
                 led = ray.get(gw.ledger_snapshot.remote())
                 after = {k: sum(cpu_s(x) for x in v) for k, v in groups.items()}
                 calls = led["totals"]["calls"] - led0["totals"]["calls"]
-                row = {"shards": shards, "http_client": transport, "pass": "warm-up" if p == 0 else p, "wall_s": round(wall, 3), "bound_s": bound,
-                       "bound_over_wall": round(bound / wall, 3), "calls": calls, "calls_per_s": round(calls / wall, 1),
-                       "episodes_ok": sum(r.hard == 1.0 for r in results),
-                       "aligned": all(r.task_id == t.task_id for r, t in zip(results, tasks)),
-                       "cpu_s": {k: round(after[k] - before[k], 2) for k in after}, "loadavg_1m": round(os.getloadavg()[0], 2)}
+                row = {
+                    "shards": shards,
+                    "http_client": transport,
+                    "pass": "warm-up" if p == 0 else p,
+                    "wall_s": round(wall, 3),
+                    "bound_s": bound,
+                    "bound_over_wall": round(bound / wall, 3),
+                    "calls": calls,
+                    "calls_per_s": round(calls / wall, 1),
+                    "episodes_ok": sum(r.hard == 1.0 for r in results),
+                    "aligned": all(r.task_id == t.task_id for r, t in zip(results, tasks)),
+                    "cpu_s": {k: round(after[k] - before[k], 2) for k in after},
+                    "loadavg_1m": round(os.getloadavg()[0], 2),
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             pool.shutdown()
@@ -162,19 +211,37 @@ def main() -> None:
             measured = rows[1:] or rows
             best = max(measured, key=lambda r: r["bound_over_wall"])
             report.append({"shards": shards, "http_client": transport, "passes": rows, "best": best})
-        print(f"\n{a.episodes} episodes x {a.calls} call(s) at {a.latency}s, {a.actors} actors x {per_actor} slots, "
-              f"bound {bound:.2f}s, load average before {load[0]:.2f}")
-        print(f"{'shards':>6} {'client':>8} {'wall s':>8} {'bound/wall':>10} {'calls/s':>8} {'driver':>7} {'gateway':>8} {'senders':>8} "
-              f"{'env act':>8} {'server':>7} {'ray':>5}   (best measured pass; CPU seconds over the pass)")
+        print(
+            f"\n{a.episodes} episodes x {a.calls} call(s) at {a.latency}s, {a.actors} actors x {per_actor} slots, "
+            f"bound {bound:.2f}s, load average before {load[0]:.2f}"
+        )
+        print(
+            f"{'shards':>6} {'client':>8} {'wall s':>8} {'bound/wall':>10} {'calls/s':>8} {'driver':>7} {'gateway':>8} {'senders':>8} "
+            f"{'env act':>8} {'server':>7} {'ray':>5}   (best measured pass; CPU seconds over the pass)"
+        )
         for r in report:
             b = r["best"]
             c = b["cpu_s"]
-            print(f"{r['shards']:>6} {r['http_client']:>8} {b['wall_s']:>8.2f} {b['bound_over_wall']:>10.3f} {b['calls_per_s']:>8.0f} {c['driver']:>7.2f} "
-                  f"{c['gateway']:>8.2f} {c['senders']:>8.2f} {c['env_actors']:>8.2f} {c['server']:>7.2f} {c['ray']:>5.2f}")
+            print(
+                f"{r['shards']:>6} {r['http_client']:>8} {b['wall_s']:>8.2f} {b['bound_over_wall']:>10.3f} {b['calls_per_s']:>8.0f} {c['driver']:>7.2f} "
+                f"{c['gateway']:>8.2f} {c['senders']:>8.2f} {c['env_actors']:>8.2f} {c['server']:>7.2f} {c['ray']:>5.2f}"
+            )
         if a.json:
-            Path(a.json).write_text(json.dumps({"episodes": a.episodes, "calls_per_episode": a.calls, "latency_s": a.latency,
-                                                "actors": a.actors, "slots": a.actors * per_actor, "cache": a.cache,
-                                                "loadavg_before": [round(x, 2) for x in load], "runs": report}, indent=2))
+            Path(a.json).write_text(
+                json.dumps(
+                    {
+                        "episodes": a.episodes,
+                        "calls_per_episode": a.calls,
+                        "latency_s": a.latency,
+                        "actors": a.actors,
+                        "slots": a.actors * per_actor,
+                        "cache": a.cache,
+                        "loadavg_before": [round(x, 2) for x in load],
+                        "runs": report,
+                    },
+                    indent=2,
+                )
+            )
     finally:
         ray.shutdown()
         server.terminate()

@@ -52,42 +52,85 @@ ray.shutdown()
 
 def init_options(repo: Path) -> dict:
     """The ray.init options of the checkout under test (its own function when it has one)."""
-    code = ("import json; from skillopt_ray.cli.ray_session import local_init_options as f; "
-            "print(json.dumps(f({'ray': {'num_cpus': None, 'object_store_memory_mb': 256}})))")
+    code = (
+        "import json; from skillopt_ray.cli.ray_session import local_init_options as f; "
+        "print(json.dumps(f({'ray': {'num_cpus': None, 'object_store_memory_mb': 256}})))"
+    )
     env = dict(os.environ, PYTHONPATH=str(repo))
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True)
     if out.returncode == 0:
         return json.loads(out.stdout)
     # older checkouts: the options their cli.start_ray passed
-    return dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, logging_level="ERROR",
-                num_cpus=os.cpu_count(), object_store_memory=256 * 1024 * 1024)
+    return dict(
+        include_dashboard=False,
+        log_to_driver=False,
+        ignore_reinit_error=True,
+        logging_level="ERROR",
+        num_cpus=os.cpu_count(),
+        object_store_memory=256 * 1024 * 1024,
+    )
 
 
 def child_env(repo: Path) -> dict:
     # a Ray temp folder of our own: ray.init() in an older checkout would otherwise join a cluster `ray start` left
-    return dict(os.environ, PYTHONPATH=str(repo), RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
-                RAY_TMPDIR=f"/tmp/bsr{os.getpid()}")
+    return dict(
+        os.environ,
+        PYTHONPATH=str(repo),
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_TMPDIR=f"/tmp/bsr{os.getpid()}",
+    )
 
 
 def floor(repo: Path, opts: dict) -> float:
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", FLOOR, json.dumps(opts)], cwd=repo, env=child_env(repo),
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", FLOOR, json.dumps(opts)],
+        cwd=repo,
+        env=child_env(repo),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if out.returncode:
         raise SystemExit(f"floor failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])["task"] - t0
 
 
 # where the seconds go, in order (skillopt_ray/startup_trace.py; an older checkout may have none of them)
-MARKS = ("cli-started", "ray-starting", "ray-up", "driver-submitted", "driver-started", "benchmark-loaded", "env-actors-requested", "env-actor-started",
-         "env-actor-ready", "first-episode")
+MARKS = (
+    "cli-started",
+    "ray-starting",
+    "ray-up",
+    "driver-submitted",
+    "driver-started",
+    "benchmark-loaded",
+    "env-actors-requested",
+    "env-actor-started",
+    "env-actor-ready",
+    "first-episode",
+)
 
 
-def eval_run(repo: Path, srv, skill: Path, out_dir: Path, data: str | None,
-             overrides: tuple[str, ...] = ()) -> tuple[float, float, dict[str, float]]:
-    args = [sys.executable, "-m", "skillopt_ray", "+experiment=alfworld", "mode=eval", f"eval.skill_path={skill}", "eval.split=test",
-            "env.limit_test=4", "llm=compatible", f"llm.base_url={srv.base_url}", f"output_dir={out_dir}", "debug.progress=off",
-            "resume=false", *overrides]
+def eval_run(
+    repo: Path, srv, skill: Path, out_dir: Path, data: str | None, overrides: tuple[str, ...] = ()
+) -> tuple[float, float, dict[str, float]]:
+    args = [
+        sys.executable,
+        "-m",
+        "skillopt_ray",
+        "+experiment=alfworld",
+        "mode=eval",
+        f"eval.skill_path={skill}",
+        "eval.split=test",
+        "env.limit_test=4",
+        "llm=compatible",
+        f"llm.base_url={srv.base_url}",
+        f"output_dir={out_dir}",
+        "debug.progress=off",
+        "resume=false",
+        *overrides,
+    ]
     if data:
         args.append(f"env.data_dir={data}")
     before = len(srv.state.request_times)
@@ -114,16 +157,21 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, default=None, help="an older checkout measured in the same rounds")
     ap.add_argument("--data", default=None, help="ALFWorld data folder (default: the built-in sample games)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
-    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                    help="an extra override for this tree's eval command (repeatable), e.g. ray.num_cpus=4")
+    ap.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra override for this tree's eval command (repeatable), e.g. ray.num_cpus=4",
+    )
     a = ap.parse_args()
     repo = a.repo.resolve()
 
-    import envs
+    import skillopt_envs
     from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
 
     env_cfg = {"name": "alfworld", "data_dir": a.data, "manifest_dir": None, "options": {}}
-    bench = envs.make("alfworld", env_cfg)
+    bench = skillopt_envs.make("alfworld", env_cfg)
     tasks = bench.load_split("test")[:4]
     work = Path(tempfile.mkdtemp(prefix="bench_startup_"))
     skill = work / "skill.md"
@@ -139,24 +187,36 @@ def main() -> None:
         for i in range(a.rounds):
             fl = floor(repo, opts)
             for name, tree in trees.items():
-                first, end, seen = eval_run(tree, srv, skill, work / f"out-{name}", a.data, tuple(a.override) if name == "this" else ())
+                first, end, seen = eval_run(
+                    tree, srv, skill, work / f"out-{name}", a.data, tuple(a.override) if name == "this" else ()
+                )
                 marks[name].append(seen)
                 rows[name].append({"floor_s": fl, "first_call_s": first, "end_s": end})
-                print(f"round {i + 1} {name:<8}: floor {fl:.2f}s  first model call {first:.2f}s  end {end:.2f}s", flush=True)
+                print(
+                    f"round {i + 1} {name:<8}: floor {fl:.2f}s  first model call {first:.2f}s  end {end:.2f}s",
+                    flush=True,
+                )
     print(f"\nmedians of {a.rounds} rounds (load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs):")
     result = {}
     for name, tree in trees.items():
         med = {k: statistics.median(r[k] for r in rows[name]) for k in rows[name][0]}
-        ratio = {f"{k}_over_floor": statistics.median(r[k] / r["floor_s"] for r in rows[name]) for k in ("first_call_s", "end_s")}
+        ratio = {
+            f"{k}_over_floor": statistics.median(r[k] / r["floor_s"] for r in rows[name])
+            for k in ("first_call_s", "end_s")
+        }
         result[name] = {"repo": str(tree), "rounds": rows[name], "median": med, "ratios": ratio}
         print(f"{name} ({tree}):")
         print(f"  floor (ray.init + one task)   {med['floor_s']:6.2f} s")
-        print(f"  command -> first model call   {med['first_call_s']:6.2f} s   {ratio['first_call_s_over_floor']:.2f}x floor, "
-              f"{med['first_call_s'] - med['floor_s']:+.2f} s")
+        print(
+            f"  command -> first model call   {med['first_call_s']:6.2f} s   {ratio['first_call_s_over_floor']:.2f}x floor, "
+            f"{med['first_call_s'] - med['floor_s']:+.2f} s"
+        )
         print(f"  command -> end (4 games)      {med['end_s']:6.2f} s   {ratio['end_s_over_floor']:.2f}x floor")
         phases = {m: statistics.median(r[m] for r in marks[name]) for m in MARKS if all(m in r for r in marks[name])}
         if phases:
-            print("  where the time to the first call goes (median seconds from the command; step from the previous mark):")
+            print(
+                "  where the time to the first call goes (median seconds from the command; step from the previous mark):"
+            )
             prev = 0.0
             for m, at in phases.items():
                 print(f"    {m:<22} {at:6.2f} s   +{at - prev:.2f}")
@@ -165,6 +225,7 @@ def main() -> None:
         result[name]["phases_s"] = phases
     if a.json:
         a.json.write_text(json.dumps({"init_options": opts, **result}, indent=1))
+
 
 if __name__ == "__main__":
     main()

@@ -45,10 +45,22 @@ class Browser:
 
     def __init__(self, chromium: str, width: int, height: int):
         self.port = free_port()
-        self.proc = subprocess.Popen([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-                                      f"--window-size={width},{height}", f"--remote-debugging-port={self.port}",
-                                      "--remote-allow-origins=*", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                chromium,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--no-first-run",
+                f"--window-size={width},{height}",
+                f"--remote-debugging-port={self.port}",
+                "--remote-allow-origins=*",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def _page_ws(self) -> str:
         import json
@@ -75,6 +87,7 @@ class Browser:
         async def go() -> None:
             ids = itertools.count(1)
             async with aiohttp.ClientSession() as session, session.ws_connect(self._page_ws(), max_msg_size=0) as ws:
+
                 async def call(method: str, **params: object) -> dict:
                     i = next(ids)
                     await ws.send_json({"id": i, "method": method, "params": params})
@@ -130,8 +143,22 @@ def main(argv: list[str] | None = None) -> int:
     port = a.port or free_port()
     base = f"http://127.0.0.1:{port}"
     mlflow_bin = str(Path(sys.executable).with_name("mlflow"))
-    proc = subprocess.Popen([mlflow_bin, "server", "--backend-store-uri", a.tracking_uri, "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            mlflow_bin,
+            "server",
+            "--backend-store-uri",
+            a.tracking_uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_healthy(base, proc)
         ml = "?workflowType=machine_learning"  # MLflow 3's UI defaults to its GenAI view; this opens model training

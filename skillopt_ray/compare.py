@@ -38,8 +38,13 @@ METRICS = [  # (key, column label)
 
 # The range each metric can take; confidence intervals are clipped to it.
 METRIC_RANGE: dict[str, tuple[float, float]] = {
-    "test_hard_best": (0.0, 1.0), "test_soft_best": (0.0, 1.0), "best_selection_score": (0.0, 1.0),
-    "improvement_hard": (-1.0, 1.0), "tokens": (0.0, math.inf), "cost_usd": (0.0, math.inf), "wall_time_s": (0.0, math.inf),
+    "test_hard_best": (0.0, 1.0),
+    "test_soft_best": (0.0, 1.0),
+    "best_selection_score": (0.0, 1.0),
+    "improvement_hard": (-1.0, 1.0),
+    "tokens": (0.0, math.inf),
+    "cost_usd": (0.0, math.inf),
+    "wall_time_s": (0.0, math.inf),
 }
 SCORE_RANGE = (0.0, 1.0)
 OUTPUT_FILES = ("comparison.md", "comparison.csv", "paired.csv", "learning_curves.png", "accept_rate.png")
@@ -101,7 +106,14 @@ def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, mat
     """Mean, sample std and a two-sided 95% t interval (nan where n < 2), clipped to `bounds`
     ("clipped" says whether clipping changed it)."""
     n = len(values)
-    out: dict[str, Any] = {"n": n, "mean": math.nan, "std": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "clipped": False}
+    out: dict[str, Any] = {
+        "n": n,
+        "mean": math.nan,
+        "std": math.nan,
+        "ci_lo": math.nan,
+        "ci_hi": math.nan,
+        "clipped": False,
+    }
     if n == 0:
         return out
     mean = sum(values) / n
@@ -157,7 +169,9 @@ def read_steps(run_dir: Path) -> list[dict[str, Any]]:
                 records.append(rec)
     else:
         try:
-            records = [r for r in json.loads((run_dir / "history.json").read_text()) if isinstance(r, dict) and "step" in r]
+            records = [
+                r for r in json.loads((run_dir / "history.json").read_text()) if isinstance(r, dict) and "step" in r
+            ]
         except (OSError, ValueError):
             records = []
     by_step = {int(r["step"]): r for r in records}
@@ -168,16 +182,26 @@ def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Rec
     s = json.loads((run_dir / "summary.json").read_text())
     history = read_steps(run_dir)
     metrics = {
-        "test_hard_best": s["test"]["best"]["hard"], "test_soft_best": s["test"]["best"]["soft"],
-        "test_hard_initial": s["test"]["initial"]["hard"], "best_selection_score": s["selection"]["best"],
+        "test_hard_best": s["test"]["best"]["hard"],
+        "test_soft_best": s["test"]["best"]["soft"],
+        "test_hard_initial": s["test"]["initial"]["hard"],
+        "best_selection_score": s["selection"]["best"],
         "improvement_hard": s["test"]["best"]["hard"] - s["test"]["initial"]["hard"],
-        "tokens": float(s["tokens"].get("tokens", 0)), "cost_usd": float(s["tokens"].get("cost_usd", 0.0)),
+        "tokens": float(s["tokens"].get("tokens", 0)),
+        "cost_usd": float(s["tokens"].get("cost_usd", 0.0)),
         "wall_time_s": float(s.get("wall_time_s", 0.0)),
     }
     curve = [Point(0, 1, _num(s["selection"]["initial"]))]
     for h in history:
-        curve.append(Point(int(h["step"]), h.get("epoch"), _num(h.get("current_score")), _num(h.get("candidate_gate_score")),
-                           1.0 if str(h.get("action", "")).startswith(("accept", "force")) else 0.0))
+        curve.append(
+            Point(
+                int(h["step"]),
+                h.get("epoch"),
+                _num(h.get("current_score")),
+                _num(h.get("candidate_gate_score")),
+                1.0 if str(h.get("action", "")).startswith(("accept", "force")) else 0.0,
+            )
+        )
     test = {k: float(s["test"][k]["hard"]) for k in ("initial", "best", "final") if k in s["test"]}
     return Record(dict(params), int(seed), metrics, curve, str(run_dir), test)
 
@@ -198,7 +222,10 @@ def _history(client: Any, run_id: str, names: list[str]) -> dict[str, dict[int, 
     out: dict[str, dict[int, float]] = {}
     for name in names:
         out[name] = {}
-        for candidate in (metric_key(name), name):  # the grouped name (score/..., counts/...), then a flat one from older runs
+        for candidate in (
+            metric_key(name),
+            name,
+        ):  # the grouped name (score/..., counts/...), then a flat one from older runs
             hist = client.get_metric_history(run_id, candidate)
             if hist:
                 out[name] = {x.step: x.value for x in hist}
@@ -213,17 +240,33 @@ def _record_from_mlflow_run(client: Any, run: Any, values: dict[str, Any], seed:
         return record_from_run_dir(values, seed, Path(run_dir))
     h = _history(client, run.info.run_id, ["current_score", "candidate_gate_score", "accepted", "selection_score"])
     curve = [Point(0, None, h["selection_score"].get(0, math.nan))]
-    curve += [Point(s, None, v, h["candidate_gate_score"].get(s, math.nan), h["accepted"].get(s, 0.0))
-              for s, v in sorted(h["current_score"].items())]
+    curve += [
+        Point(s, None, v, h["candidate_gate_score"].get(s, math.nan), h["accepted"].get(s, 0.0))
+        for s, v in sorted(h["current_score"].items())
+    ]
     best, initial = _lookup(m, "test_hard_best"), _lookup(m, "test_hard_initial")
-    return Record(values, seed, {
-        "test_hard_best": best, "test_soft_best": _lookup(m, "test_soft_best"), "test_hard_initial": initial,
-        "best_selection_score": _lookup(m, "best_selection_score"), "improvement_hard": best - initial,
-        "tokens": _lookup(m, "tokens_total"), "cost_usd": _lookup(m, "cost_usd_total"), "wall_time_s": _lookup(m, "wall_time_s"),
-    }, curve, run_dir, {"initial": initial, "best": best, "final": _lookup(m, "test_hard_final")})
+    return Record(
+        values,
+        seed,
+        {
+            "test_hard_best": best,
+            "test_soft_best": _lookup(m, "test_soft_best"),
+            "test_hard_initial": initial,
+            "best_selection_score": _lookup(m, "best_selection_score"),
+            "improvement_hard": best - initial,
+            "tokens": _lookup(m, "tokens_total"),
+            "cost_usd": _lookup(m, "cost_usd_total"),
+            "wall_time_s": _lookup(m, "wall_time_s"),
+        },
+        curve,
+        run_dir,
+        {"initial": initial, "best": best, "final": _lookup(m, "test_hard_final")},
+    )
 
 
-def records_from_mlflow(tracking_uri: str, experiment: Optional[str], parent_run_id: Optional[str], group_by: list[str]) -> list[Record]:
+def records_from_mlflow(
+    tracking_uri: str, experiment: Optional[str], parent_run_id: Optional[str], group_by: list[str]
+) -> list[Record]:
     """Finished runs of an experiment (or the children of a sweep's parent run), one per run directory."""
     from mlflow.tracking import MlflowClient
 
@@ -293,7 +336,7 @@ def sweep_records(sweep_dir: Path) -> tuple[list[Record], list[str], dict[str, i
     return records, group_by, counts
 
 
-def sweep_comparison(sweep_dir: Path) -> "Comparison":
+def sweep_comparison(sweep_dir: Path) -> Comparison:
     records, group_by, counts = sweep_records(sweep_dir)
     return Comparison(records, group_by, counts)
 
@@ -305,7 +348,7 @@ class Comparison:
         self.counts = counts
 
     @staticmethod
-    def from_run_dirs(items: list[tuple[dict[str, Any], int, Path]], group_by: list[str]) -> "Comparison":
+    def from_run_dirs(items: list[tuple[dict[str, Any], int, Path]], group_by: list[str]) -> Comparison:
         return Comparison([record_from_run_dir(p, s, d) for p, s, d in items], group_by)
 
     def _key(self, r: Record) -> tuple[str, ...]:
@@ -330,9 +373,18 @@ class Comparison:
             row["n"] = len(recs)
             row["seeds"] = " ".join(str(r.seed) for r in recs)
             for m, _label in METRICS:
-                st = summarize([r.metrics[m] for r in recs if not math.isnan(r.metrics.get(m, math.nan))], METRIC_RANGE[m])
-                row.update({f"{m}_mean": st["mean"], f"{m}_std": st["std"], f"{m}_ci_lo": st["ci_lo"], f"{m}_ci_hi": st["ci_hi"],
-                            f"{m}_ci_clipped": int(st["clipped"])})
+                st = summarize(
+                    [r.metrics[m] for r in recs if not math.isnan(r.metrics.get(m, math.nan))], METRIC_RANGE[m]
+                )
+                row.update(
+                    {
+                        f"{m}_mean": st["mean"],
+                        f"{m}_std": st["std"],
+                        f"{m}_ci_lo": st["ci_lo"],
+                        f"{m}_ci_hi": st["ci_hi"],
+                        f"{m}_ci_clipped": int(st["clipped"]),
+                    }
+                )
             rows.append(row)
         return rows
 
@@ -345,14 +397,16 @@ class Comparison:
             return None
         top = max(r["best_selection_score_mean"] for r in rows)
         tied = [r for r in rows if math.isclose(r["best_selection_score_mean"], top, rel_tol=0, abs_tol=1e-9)]
-        tied.sort(key=lambda r: (r["tokens_mean"] if not math.isnan(r["tokens_mean"]) else math.inf))
+        tied.sort(key=lambda r: r["tokens_mean"] if not math.isnan(r["tokens_mean"]) else math.inf)
         chosen = tied[0]
         params = [{k: r[k] for k in self.group_by} for r in tied]
         if len(tied) == 1:
             rule = "highest mean best selection score"
         else:
-            rule = (f"highest mean best selection score ({_fmt(top)}), tied between {len(tied)} configurations; "
-                    "the one named first has the fewest mean tokens")
+            rule = (
+                f"highest mean best selection score ({_fmt(top)}), tied between {len(tied)} configurations; "
+                "the one named first has the fewest mean tokens"
+            )
         return {"params": params[0], "tied": params, "rule": rule, **chosen}
 
     def best_group(self) -> Optional[dict[str, Any]]:  # kept for callers of the old name
@@ -363,21 +417,34 @@ class Comparison:
         groups = self.groups()
         base_key = tuple(norm_value(baseline.get(k, "")) for k in self.group_by)
         if base_key not in groups:
-            raise ValueError(f"baseline {baseline} matches no group; groups: {[dict(zip(self.group_by, k)) for k in groups]}")
+            raise ValueError(
+                f"baseline {baseline} matches no group; groups: {[dict(zip(self.group_by, k)) for k in groups]}"
+            )
         base = {r.seed: r for r in groups[base_key]}
         out = []
         for key, recs in groups.items():
             if key == base_key:
                 continue
-            diffs = [r.metrics["test_hard_best"] - base[r.seed].metrics["test_hard_best"] for r in recs if r.seed in base]
+            diffs = [
+                r.metrics["test_hard_best"] - base[r.seed].metrics["test_hard_best"] for r in recs if r.seed in base
+            ]
             st = summarize(diffs, (-1.0, 1.0))
             p_value = math.nan
             if len(diffs) >= 2 and st["std"] > 0:
                 from scipy import stats
 
                 p_value = float(stats.ttest_1samp(diffs, 0.0).pvalue)
-            out.append({**dict(zip(self.group_by, key)), "pairs": len(diffs), "diff_mean": st["mean"], "diff_std": st["std"],
-                        "diff_ci_lo": st["ci_lo"], "diff_ci_hi": st["ci_hi"], "p_value": p_value})
+            out.append(
+                {
+                    **dict(zip(self.group_by, key)),
+                    "pairs": len(diffs),
+                    "diff_mean": st["mean"],
+                    "diff_std": st["std"],
+                    "diff_ci_lo": st["ci_lo"],
+                    "diff_ci_hi": st["ci_hi"],
+                    "p_value": p_value,
+                }
+            )
         return out
 
     def markdown(self, baseline: Optional[dict[str, str]] = None) -> str:
@@ -394,25 +461,48 @@ class Comparison:
                 ci = f" [{_fmt(lo, digits)}, {_fmt(hi, digits)}]{mark}" if not math.isnan(lo) else ""
                 cells.append(f"{_fmt(mean, digits)} ± {_fmt(row[f'{m}_std'], digits)}{ci}")
             lines.append("| " + " | ".join(cells) + " |")
-        intro = ["Mean ± std over seeds [95% t interval, clipped to the metric's range: scores in [0, 1], the test gain in "
-                 "[-1, 1], tokens, cost and time at 0 or more" + ("; * marks a clipped interval" if any_clipped else "") + "]. "
-                 "n counts runs (one per run directory); an interval needs n >= 2."]
+        intro = [
+            "Mean ± std over seeds [95% t interval, clipped to the metric's range: scores in [0, 1], the test gain in "
+            "[-1, 1], tokens, cost and time at 0 or more"
+            + ("; * marks a clipped interval" if any_clipped else "")
+            + "]. "
+            "n counts runs (one per run directory); an interval needs n >= 2."
+        ]
         if self.counts:
             c = self.counts
-            intro.append(f"Runs: {c['finished']} finished of {c['trials']} trials"
-                         + (f", {c['stopped']} stopped early by the scheduler (not counted)" if c.get("stopped") else "")
-                         + (f", {c['unfinished']} unfinished (not counted)" if c.get("unfinished") else "") + ".")
+            intro.append(
+                f"Runs: {c['finished']} finished of {c['trials']} trials"
+                + (f", {c['stopped']} stopped early by the scheduler (not counted)" if c.get("stopped") else "")
+                + (f", {c['unfinished']} unfinished (not counted)" if c.get("unfinished") else "")
+                + "."
+            )
         best = self.best()
         if best is not None:
-            intro.append(f"Best configuration: {_params_text(best['params'])} ({best['rule']}"
-                         + (f"; tied: {'; '.join(_params_text(p) for p in best['tied'])}" if len(best["tied"]) > 1 else "") + ").")
+            intro.append(
+                f"Best configuration: {_params_text(best['params'])} ({best['rule']}"
+                + (f"; tied: {'; '.join(_params_text(p) for p in best['tied'])}" if len(best["tied"]) > 1 else "")
+                + ")."
+            )
         text = "\n\n".join(intro) + "\n\n" + "\n".join(lines)
         if baseline:
-            pl = ["| " + " | ".join(self.group_by + ["pairs", "test hard diff vs baseline", "95% CI", "p"]) + " |",
-                  "|" + "---|" * (len(self.group_by) + 4)]
+            pl = [
+                "| " + " | ".join(self.group_by + ["pairs", "test hard diff vs baseline", "95% CI", "p"]) + " |",
+                "|" + "---|" * (len(self.group_by) + 4),
+            ]
             for p in self.paired(baseline):
-                pl.append("| " + " | ".join([str(p[k]) for k in self.group_by] + [str(p["pairs"]), _fmt(p["diff_mean"]),
-                          f"[{_fmt(p['diff_ci_lo'])}, {_fmt(p['diff_ci_hi'])}]", _fmt(p["p_value"])]) + " |")
+                pl.append(
+                    "| "
+                    + " | ".join(
+                        [str(p[k]) for k in self.group_by]
+                        + [
+                            str(p["pairs"]),
+                            _fmt(p["diff_mean"]),
+                            f"[{_fmt(p['diff_ci_lo'])}, {_fmt(p['diff_ci_hi'])}]",
+                            _fmt(p["p_value"]),
+                        ]
+                    )
+                    + " |"
+                )
             text += f"\n\nPaired by seed against the baseline {baseline}:\n\n" + "\n".join(pl)
         return text
 
@@ -455,11 +545,20 @@ class Comparison:
             xs = [c["step"] + dodge for c in cur]
             line = ax.plot(xs, [c["mean"] for c in cur], marker=mk, linestyle=ls, label=label)[0]
             color = line.get_color()
-            ax.fill_between(xs, [c["ci_lo"] for c in cur], [c["ci_hi"] for c in cur], color=color, alpha=0.15, linewidth=0)
+            ax.fill_between(
+                xs, [c["ci_lo"] for c in cur], [c["ci_hi"] for c in cur], color=color, alpha=0.15, linewidth=0
+            )
             cand = [c for c in self.curve_stats(recs, "candidate") if not math.isnan(c["mean"])]
             if cand:
-                ax.plot([c["step"] + dodge for c in cand], [c["mean"] for c in cand], marker=mk, linestyle="none",
-                        markerfacecolor="none", color=color, alpha=0.8)
+                ax.plot(
+                    [c["step"] + dodge for c in cand],
+                    [c["mean"] for c in cand],
+                    marker=mk,
+                    linestyle="none",
+                    markerfacecolor="none",
+                    color=color,
+                    alpha=0.8,
+                )
             handles.append(line)
             for r in recs:
                 prev = None
@@ -475,33 +574,69 @@ class Comparison:
                     continue
                 err = [[st["mean"] - st["ci_lo"]], [st["ci_hi"] - st["mean"]]] if not math.isnan(st["ci_lo"]) else None
                 axt.errorbar([j + dodge], [st["mean"]], yerr=err, marker=mk, color=color, capsize=3, linestyle="none")
-            tx = [j + dodge for j, w in enumerate(("initial", "best", "final")) if not math.isnan(_mean([r.test.get(w, math.nan) for r in recs]))]
+            tx = [
+                j + dodge
+                for j, w in enumerate(("initial", "best", "final"))
+                if not math.isnan(_mean([r.test.get(w, math.nan) for r in recs]))
+            ]
             ty = [_mean([r.test.get(w, math.nan) for r in recs]) for w in ("initial", "best", "final")]
             ty = [v for v in ty if not math.isnan(v)]
             if len(tx) == len(ty) and tx:
                 axt.plot(tx, ty, color=color, linestyle=ls, alpha=0.6)
             acc_steps = sorted({p.step for r in recs for p in r.curve if p.accepted is not None})
-            rates = [_mean([p.accepted for r in recs for p in r.curve if p.step == s and p.accepted is not None]) for s in acc_steps]
+            rates = [
+                _mean([p.accepted for r in recs for p in r.curve if p.step == s and p.accepted is not None])
+                for s in acc_steps
+            ]
             ax2.plot([s + dodge for s in acc_steps], rates, marker=mk, linestyle=ls, color=color, label=label)
         for x, epochs in sorted(boundaries.items()):
             for a in (ax, ax2):
                 a.axvline(x, color="grey", linestyle=":", linewidth=1)
             for a in (ax, ax2):
-                a.text(x + 0.04, 0.02, f"epoch {min(epochs)}", transform=a.get_xaxis_transform(), fontsize=7, color="grey", va="bottom")
-        handles += [Patch(color="grey", alpha=0.25, label="95% t interval over seeds (clipped to [0, 1])"),
-                    Line2D([], [], color="grey", marker="o", markerfacecolor="none", linestyle="none", label="candidate at the gate"),
-                    Line2D([], [], color="grey", linestyle=":", label="epoch start")]
-        ax.set(xlabel="step", ylabel="selection score",
-               title="Selection score of the current skill per step (mean over seeds)")
+                a.text(
+                    x + 0.04,
+                    0.02,
+                    f"epoch {min(epochs)}",
+                    transform=a.get_xaxis_transform(),
+                    fontsize=7,
+                    color="grey",
+                    va="bottom",
+                )
+        handles += [
+            Patch(color="grey", alpha=0.25, label="95% t interval over seeds (clipped to [0, 1])"),
+            Line2D(
+                [],
+                [],
+                color="grey",
+                marker="o",
+                markerfacecolor="none",
+                linestyle="none",
+                label="candidate at the gate",
+            ),
+            Line2D([], [], color="grey", linestyle=":", label="epoch start"),
+        ]
+        ax.set(
+            xlabel="step",
+            ylabel="selection score",
+            title="Selection score of the current skill per step (mean over seeds)",
+        )
         axt.set(ylabel="test hard score", title="Test: initial, best, final skill", ylim=(-0.05, 1.05))
         axt.set_xticks([0, 1, 2], ["initial", "best", "final"])
-        ax2.set(xlabel="step", ylabel="fraction of seeds accepting", ylim=(-0.05, 1.05),
-                title="Accepted (1) vs rejected/skipped (0) steps")
+        ax2.set(
+            xlabel="step",
+            ylabel="fraction of seeds accepting",
+            ylim=(-0.05, 1.05),
+            title="Accepted (1) vs rejected/skipped (0) steps",
+        )
         for a in (ax, ax2):
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(handles=handles, fontsize=7, loc="best")
-        ax2.legend(handles=ax2.get_legend_handles_labels()[0] + [Line2D([], [], color="grey", linestyle=":", label="epoch start")],
-                   fontsize=7, loc="best")
+        ax2.legend(
+            handles=ax2.get_legend_handles_labels()[0]
+            + [Line2D([], [], color="grey", linestyle=":", label="epoch start")],
+            fontsize=7,
+            loc="best",
+        )
         for a in (ax, axt, ax2):
             a.grid(alpha=0.3)
         for f in (fig, fig2):
@@ -522,7 +657,9 @@ class Comparison:
         """Write the comparison files; a folder that already holds them is refused unless `force`."""
         existing = [n for n in OUTPUT_FILES if (out_dir / n).exists()]
         if existing and not force:
-            raise FileExistsError(f"{out_dir} already holds {', '.join(existing)}; choose another --out or pass --force to replace them")
+            raise FileExistsError(
+                f"{out_dir} already holds {', '.join(existing)}; choose another --out or pass --force to replace them"
+            )
         out_dir.mkdir(parents=True, exist_ok=True)
         for n in existing:
             (out_dir / n).unlink()
@@ -573,7 +710,10 @@ def parse_baseline(text: Optional[str]) -> Optional[dict[str, str]]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m skillopt_ray.compare", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sweep-dir", help="a sweep directory (outputs/sweeps/<name>): the runs of its trials, as the sweep counts them")
+    ap.add_argument(
+        "--sweep-dir",
+        help="a sweep directory (outputs/sweeps/<name>): the runs of its trials, as the sweep counts them",
+    )
     ap.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///outputs/mlflow.db)")
     ap.add_argument("--experiment", help="MLflow experiment name (without --sweep-dir)")
     ap.add_argument("--group-by", default="", help="comma-separated config keys (default: the sweep's swept keys)")
@@ -588,7 +728,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if a.sweep_dir:
             sdir = Path(a.sweep_dir)
             if not (sdir / "sweep.json").is_file():
-                raise ValueError(f"{sdir / 'sweep.json'} not found: --sweep-dir must be a folder made by python -m skillopt_ray.sweep")
+                raise ValueError(
+                    f"{sdir / 'sweep.json'} not found: --sweep-dir must be a folder made by python -m skillopt_ray.sweep"
+                )
             records, swept, counts = sweep_records(sdir)
             comp = Comparison(records, group_by or swept, counts)
             meta = json.loads((sdir / "sweep.json").read_text())

@@ -148,7 +148,9 @@ class OptimizerConfig:
     gate_metric: str = "hard"  # hard | soft | mixed
     mixed_weight: float = 0.5  # mixed gate: (1 - w) * hard + w * soft
     use_gate: bool = True
-    gate_early_stop: bool = False  # hard gate: stop a candidate's selection episodes once it can no longer win (reference: off)
+    gate_early_stop: bool = (
+        False  # hard gate: stop a candidate's selection episodes once it can no longer win (reference: off)
+    )
     slow_update: bool = True
     slow_update_samples: int = 20
     slow_update_gate: bool = True  # paper setting: gate the slow update on the selection split; False: force-inject
@@ -251,8 +253,10 @@ def validate(cfg: Config) -> Config:
     _at_least("optimizer.learning_rate", o.learning_rate, 1)
     _at_least("optimizer.min_learning_rate", o.min_learning_rate, 1)
     if o.min_learning_rate > o.learning_rate:  # the reference would clamp every budget up to the minimum
-        raise ConfigError(f"optimizer.min_learning_rate={o.min_learning_rate} is larger than optimizer.learning_rate={o.learning_rate}; "
-                          "the schedule decays from learning_rate down to min_learning_rate")
+        raise ConfigError(
+            f"optimizer.min_learning_rate={o.min_learning_rate} is larger than optimizer.learning_rate={o.learning_rate}; "
+            "the schedule decays from learning_rate down to min_learning_rate"
+        )
     _choice("optimizer.lr_schedule", o.lr_schedule, ("constant", "linear", "cosine", "autonomous"))
     _choice("optimizer.lr_control_mode", o.lr_control_mode, ("fixed", "none", "autonomous"))
     _choice("optimizer.skill_aware_appendix_source", o.skill_aware_appendix_source, ("both", "failure_only"))
@@ -280,10 +284,16 @@ def validate(cfg: Config) -> Config:
             _at_least(f"llm.{role}.context_tokens", r.context_tokens, 256)
             reply = r.reply_budget()
             if r.context_tokens <= reply:
-                raise ConfigError(f"llm.{role}.context_tokens={r.context_tokens} leaves no room for a prompt beside the reply "
-                                  f"budget ({reply} tokens): give the model's real context window, or lower llm.{role}.max_reply_tokens")
+                raise ConfigError(
+                    f"llm.{role}.context_tokens={r.context_tokens} leaves no room for a prompt beside the reply "
+                    f"budget ({reply} tokens): give the model's real context window, or lower llm.{role}.max_reply_tokens"
+                )
         if r.reasoning_effort is not None:
-            _choice(f"llm.{role}.reasoning_effort", r.reasoning_effort, ("none", "minimal", "low", "medium", "high", "xhigh"))
+            _choice(
+                f"llm.{role}.reasoning_effort",
+                r.reasoning_effort,
+                ("none", "minimal", "low", "medium", "high", "xhigh"),
+            )
         _at_least(f"llm.{role}.connect_timeout_s", r.connect_timeout_s, 0.1)
         _at_least(f"llm.{role}.silence_probe_s", r.silence_probe_s, 0)
         _at_least(f"llm.{role}.max_concurrency", r.max_concurrency, 1)
@@ -291,9 +301,11 @@ def validate(cfg: Config) -> Config:
         _at_least(f"llm.{role}.requests_per_minute", r.requests_per_minute, 0)
         _at_least(f"llm.{role}.tokens_per_minute", r.tokens_per_minute, 0)
         if r.silence_probe_s == 0 and cfg.llm.max_retries > 0 and r.timeout_s >= cfg.llm.retry_window_s:
-            raise ConfigError(f"llm.{role}.timeout_s={r.timeout_s:g} is not below llm.retry_window_s={cfg.llm.retry_window_s:g}: "
-                              f"with llm.{role}.silence_probe_s=0 a timed-out call would never be retried; raise llm.retry_window_s "
-                              f"above {2 * r.timeout_s:g} (two attempts) or lower the timeout")
+            raise ConfigError(
+                f"llm.{role}.timeout_s={r.timeout_s:g} is not below llm.retry_window_s={cfg.llm.retry_window_s:g}: "
+                f"with llm.{role}.silence_probe_s=0 a timed-out call would never be retried; raise llm.retry_window_s "
+                f"above {2 * r.timeout_s:g} (two attempts) or lower the timeout"
+            )
         if r.temperature is not None and not 0.0 <= r.temperature <= 2.0:
             raise ConfigError(f"llm.{role}.temperature={r.temperature!r} is invalid; it must be between 0 and 2")
     _choice("llm.cache_mode", cfg.llm.cache_mode, ("record", "replay", "off"))
@@ -323,20 +335,24 @@ def validate(cfg: Config) -> Config:
 
 def _cross_field(cfg: Config) -> None:
     """Rules between keys (each names the keys and the fix)."""
-    import envs  # the benchmark registry (no benchmark module is imported)
+    import skillopt_envs  # the benchmark registry (no benchmark module is imported)
 
-    if cfg.experiment in envs.names() and cfg.env.name != cfg.experiment:
-        raise ConfigError(f"+experiment={cfg.experiment} runs env={cfg.experiment}, but env={cfg.env.name} was given; "
-                          f"drop env={cfg.env.name} or use +experiment={cfg.env.name}")
+    if cfg.experiment in skillopt_envs.names() and cfg.env.name != cfg.experiment:
+        raise ConfigError(
+            f"+experiment={cfg.experiment} runs env={cfg.experiment}, but env={cfg.env.name} was given; "
+            f"drop env={cfg.env.name} or use +experiment={cfg.env.name}"
+        )
     allow = (cfg.env.options or {}).get("env_allow") if isinstance(cfg.env.options, dict) else None
     if allow is not None and not isinstance(allow, (list, tuple)):
         raise ConfigError(f"env.options.env_allow={allow!r} is invalid; give a list of environment variable names")
-    from envs.sandbox import key_like_names  # the sandbox's own rule (it refuses them too)
+    from skillopt_envs.sandbox import key_like_names  # the sandbox's own rule (it refuses them too)
 
     bad = key_like_names(allow)
     if bad:
-        raise ConfigError(f"env.options.env_allow names {', '.join(bad)}, which look like credentials; model-written code never "
-                          "sees API keys, tokens, secrets or passwords: remove them from env.options.env_allow")
+        raise ConfigError(
+            f"env.options.env_allow names {', '.join(bad)}, which look like credentials; model-written code never "
+            "sees API keys, tokens, secrets or passwords: remove them from env.options.env_allow"
+        )
 
 
 _SECRET_KEY = re.compile(r"(^|_)(api_key|key|token|secret|password)$")
@@ -377,9 +393,27 @@ def from_container(data: dict[str, Any]) -> Config:
 # Keys that do not change what a run computes: excluded from the run identity.
 _IDENTITY_EXCLUDE = {"ray", "debug", "resume", "run_name", "tracking", "output_dir"}
 # llm keys about transport, accounting and limits (how calls are made, not what they answer)
-_LLM_NOT_IDENTITY = ("budget", "max_retries", "retry_base_s", "retry_max_s", "retry_window_s", "embedded", "cache_mode", "prices")
-_ROLE_NOT_IDENTITY = ("timeout_s", "connect_timeout_s", "silence_probe_s", "max_concurrency", "requests_per_minute",
-                      "tokens_per_minute", "trace_headers", "api_key_env", "azure_ad_token_env")
+_LLM_NOT_IDENTITY = (
+    "budget",
+    "max_retries",
+    "retry_base_s",
+    "retry_max_s",
+    "retry_window_s",
+    "embedded",
+    "cache_mode",
+    "prices",
+)
+_ROLE_NOT_IDENTITY = (
+    "timeout_s",
+    "connect_timeout_s",
+    "silence_probe_s",
+    "max_concurrency",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "trace_headers",
+    "api_key_env",
+    "azure_ad_token_env",
+)
 
 
 def run_identity(cfg_dict: dict[str, Any], inputs: Optional[dict[str, Any]] = None) -> str:
@@ -448,11 +482,15 @@ def parse_price(model: str, field_name: str, raw: str) -> tuple[str, float]:
 
     if field_name not in PRICE_FIELDS:
         near = difflib.get_close_matches(field_name, PRICE_FIELDS, n=1, cutoff=0.5)
-        hint = f"; did you mean llm.prices.{model}.{near[0]}?" if near else f"; a price has {' and '.join(PRICE_FIELDS)}"
+        hint = (
+            f"; did you mean llm.prices.{model}.{near[0]}?" if near else f"; a price has {' and '.join(PRICE_FIELDS)}"
+        )
         raise ConfigError(f"unknown key llm.prices.{model}.{field_name}{hint}")
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"llm.prices.{model}.{field_name}={raw!r} is invalid; give US dollars per million tokens, e.g. 0.15") from None
+        raise ConfigError(
+            f"llm.prices.{model}.{field_name}={raw!r} is invalid; give US dollars per million tokens, e.g. 0.15"
+        ) from None
     _at_least(f"llm.prices.{model}.{field_name}", value, 0)
     return field_name, value

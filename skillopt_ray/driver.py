@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import ray
+import skillopt_envs
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from skillopt_envs.base import DataError, EpisodeContext
 
-import envs
-from envs.base import DataError, EpisodeContext
 from skillopt_ray.config import ConfigError, from_container, redact, validate
 from skillopt_ray.envpool import EnvPool, PoolSettings
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
@@ -24,11 +24,11 @@ from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.progress import EpisodePlan
 from skillopt_ray.rundir import RunDir
-from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
-from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
 from skillopt_ray.skill.document import normalize_markers
-from skillopt_ray.state import StateVersionError
+from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
 from skillopt_ray.startup_trace import mark
+from skillopt_ray.state import StateVersionError
+from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
 from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, _limit
 
 
@@ -37,10 +37,14 @@ def read_skill_file(path: Path, key: str) -> str:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{key}={str(path)!r} is not a UTF-8 text file (byte {e.start} cannot be decoded); "
-                          "give the path to a skill .md file") from None
+        raise ConfigError(
+            f"{key}={str(path)!r} is not a UTF-8 text file (byte {e.start} cannot be decoded); "
+            "give the path to a skill .md file"
+        ) from None
     except OSError as e:
-        raise ConfigError(f"{key}={str(path)!r} cannot be read ({e.strerror}); give the path to a skill .md file") from None
+        raise ConfigError(
+            f"{key}={str(path)!r} cannot be read ({e.strerror}); give the path to a skill .md file"
+        ) from None
     if "\x00" in text:
         raise ConfigError(f"{key}={str(path)!r} contains NUL bytes (a binary file?); give the path to a skill .md file")
     return text
@@ -73,7 +77,7 @@ class Run:
     def _setup(self) -> tuple[Any, LLMHandle]:
         cfg = self.cfg
         self.set_progress(stage="loading the benchmark")
-        bench = envs.make(cfg.env.name, self.cfg_dict["env"])
+        bench = skillopt_envs.make(cfg.env.name, self.cfg_dict["env"])
         mark("benchmark-loaded")
         note = bench.data_note()
         if note:
@@ -81,18 +85,35 @@ class Run:
         self.rd.write_config(redact(self.cfg_dict))
         # on this (the driver's) node: it writes the ledger and cache into the run directory, and it must not die
         # with a worker node
-        self.gateway = GatewayActor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=False)).remote(self.cfg_dict["llm"], str(self.rd.cache_path) if cfg.llm.cache_mode != "off" else None,
-                                           str(self.rd.ledger_path), self.owners, shards=cfg.ray.gateway_shards)
+        self.gateway = GatewayActor.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        ).remote(
+            self.cfg_dict["llm"],
+            str(self.rd.cache_path) if cfg.llm.cache_mode != "off" else None,
+            str(self.rd.ledger_path),
+            self.owners,
+            shards=cfg.ray.gateway_shards,
+        )
         llm = LLMHandle(self.gateway)
         self.set_progress(stage="starting environment actors")
         actors = cfg.ray.env_actors
         if cfg.mode == "eval":  # no more actors than the eval's tasks fill: each one started costs an engine import
             actors = max(1, min(actors, -(-len(self._eval_tasks(bench)) // cfg.ray.episodes_per_actor)))
-        self.pool = EnvPool(cfg.env.name, self.cfg_dict["env"], self.gateway, PoolSettings(
-            actors, cfg.ray.episodes_per_actor, cfg.ray.actor_num_cpus, cfg.ray.episode_timeout_s, cfg.ray.episode_retries,
-            cfg.ray.env_resource, cfg.ray.env_resource_per_actor),
-            owners=self.owners)
+        self.pool = EnvPool(
+            cfg.env.name,
+            self.cfg_dict["env"],
+            self.gateway,
+            PoolSettings(
+                actors,
+                cfg.ray.episodes_per_actor,
+                cfg.ray.actor_num_cpus,
+                cfg.ray.episode_timeout_s,
+                cfg.ray.episode_retries,
+                cfg.ray.env_resource,
+                cfg.ray.env_resource_per_actor,
+            ),
+            owners=self.owners,
+        )
         self.set_progress(stage="opening the MLflow store")
         mark("env-actors-requested")
         # MLflow's import, store and run creation take seconds: they go on in a thread beside the first episodes;
@@ -107,18 +128,33 @@ class Run:
         tracker = Tracker(t.mlflow, uri, t.experiment_name or cfg.experiment, Path(cfg.output_dir) / "mlflow-artifacts")
         self.notes.extend(tracker.notes)
         run_info = self.rd.read_json("mlflow_run.json") or {}
-        tags = {"experiment": cfg.experiment, "seed": str(cfg.seed), "mode": cfg.mode, "run_dir": str(self.rd.root), **t.tags}
+        tags = {
+            "experiment": cfg.experiment,
+            "seed": str(cfg.seed),
+            "mode": cfg.mode,
+            "run_dir": str(self.rd.root),
+            **t.tags,
+        }
         if t.parent_run_id:
             tags["mlflow.parentRunId"] = t.parent_run_id
         tracker.notes.clear()
-        run_id = tracker.start(run_info, self.rd.root.name, tags, lambda rec: self.rd.write_json("mlflow_run.json", rec))
+        run_id = tracker.start(
+            run_info, self.rd.root.name, tags, lambda rec: self.rd.write_json("mlflow_run.json", rec)
+        )
         self.notes.extend(tracker.notes)
         jobs = self.rd.read_json("jobs.json")
         if jobs:
             tracker.set_tags({"ray_job_submission_id": jobs[-1]["submission_id"]})
         if run_id:
-            self.rd.write_json("mlflow_run.json", {"run_id": run_id, "tracking_uri": uri, "experiment_id": tracker.experiment_id,
-                                                   "run_uid": (self.rd.read_json("mlflow_run.json") or {}).get("run_uid")})
+            self.rd.write_json(
+                "mlflow_run.json",
+                {
+                    "run_id": run_id,
+                    "tracking_uri": uri,
+                    "experiment_id": tracker.experiment_id,
+                    "run_uid": (self.rd.read_json("mlflow_run.json") or {}).get("run_uid"),
+                },
+            )
             tracker.log_params(redact(self.cfg_dict))
         return tracker
 
@@ -131,14 +167,31 @@ class Run:
             else:
                 self.set_progress(stage="loading the splits")
                 splits = load_splits(bench, self.cfg)
-                self.notes.append(f"tasks: {len(splits.train)} train / {len(splits.selection)} selection / {len(splits.test)} test")
-                self.trainer = Trainer(self.cfg, self.rd, llm, self.pool, self.tracker, splits,
-                                       self._initial_skill(bench), on_progress=self.set_progress)
+                self.notes.append(
+                    f"tasks: {len(splits.train)} train / {len(splits.selection)} selection / {len(splits.test)} test"
+                )
+                self.trainer = Trainer(
+                    self.cfg,
+                    self.rd,
+                    llm,
+                    self.pool,
+                    self.tracker,
+                    splits,
+                    self._initial_skill(bench),
+                    on_progress=self.set_progress,
+                )
                 summary = await self.trainer.run()
             if self.tracker:
                 self.tracker.finish("FINISHED")
-            return {"status": "ok", "exit": EXIT_OK, "summary": summary, "notes": self.notes, "run_dir": str(self.rd.root),
-                    "mlflow": self.rd.read_json("mlflow_run.json"), "elapsed_s": time.monotonic() - t0}
+            return {
+                "status": "ok",
+                "exit": EXIT_OK,
+                "summary": summary,
+                "notes": self.notes,
+                "run_dir": str(self.rd.root),
+                "mlflow": self.rd.read_json("mlflow_run.json"),
+                "elapsed_s": time.monotonic() - t0,
+            }
         except (ConfigError, DataError, StateVersionError) as e:
             return self._fail(EXIT_CONFIG, str(e))
         except SimulatedInterrupt as e:
@@ -152,7 +205,10 @@ class Run:
         except Exception as e:  # noqa: BLE001 - report with traceback saved in the run dir
             tb = traceback.format_exc()
             self.rd.write_text("error.txt", tb)
-            return self._fail(EXIT_ERROR, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (traceback in {self.rd.root / 'error.txt'})")
+            return self._fail(
+                EXIT_ERROR,
+                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (traceback in {self.rd.root / 'error.txt'})",
+            )
         finally:
             await self._close()
 
@@ -169,35 +225,62 @@ class Run:
         if self.cfg.skill_init:
             p = Path(self.cfg.skill_init).expanduser()
             if not p.is_file():
-                raise ConfigError(f"skill_init={self.cfg.skill_init!r} is not a file; give the path to a skill .md file")
+                raise ConfigError(
+                    f"skill_init={self.cfg.skill_init!r} is not a file; give the path to a skill .md file"
+                )
             return normalize_markers(read_skill_file(p, "skill_init"))
         return bench.seed_skill()
 
     def _eval_tasks(self, bench: Any) -> list[Any]:
         cfg = self.cfg
         split = cfg.eval.split
-        limit = {"train": cfg.env.limit_train, "test": cfg.env.limit_test, "valid_unseen": cfg.env.limit_test}.get(split, cfg.env.limit_selection)
+        limit = {"train": cfg.env.limit_train, "test": cfg.env.limit_test, "valid_unseen": cfg.env.limit_test}.get(
+            split, cfg.env.limit_selection
+        )
         return _limit(bench.load_split(split), limit if split != "all" else 0)
 
     async def _eval_only(self, bench: Any) -> dict[str, Any]:
         cfg = self.cfg
         p = Path(cfg.eval.skill_path or "").expanduser()
         if not p.is_file():
-            raise ConfigError(f"eval.skill_path={cfg.eval.skill_path!r} is not a file; give the path to a skill .md file")
+            raise ConfigError(
+                f"eval.skill_path={cfg.eval.skill_path!r} is not a file; give the path to a skill .md file"
+            )
         skill = normalize_markers(read_skill_file(p, "eval.skill_path"))
         split = cfg.eval.split
         tasks = self._eval_tasks(bench)
         self.progress.update(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks))
-        res = await rollout(self.pool, tasks, skill, EpisodeContext(f"evalonly/{split}", False, cfg.env.max_turns, cfg.env.history_window),
-                            cfg.optimizer.max_infra_failure_fraction, f"eval:{split}")
+        res = await rollout(
+            self.pool,
+            tasks,
+            skill,
+            EpisodeContext(f"evalonly/{split}", False, cfg.env.max_turns, cfg.env.history_window),
+            cfg.optimizer.max_infra_failure_fraction,
+            f"eval:{split}",
+        )
         stats = summarize(res)
         self.rd.write_json(f"final/eval_{split}_results.json", [r.to_dict() for r in res])
         ledger = await LLMHandle(self.gateway).save_ledger()
-        summary = {"experiment": cfg.experiment, "mode": "eval", "skill_path": str(p), "split": split,
-                   "eval": stats.to_dict(), "tokens": ledger["totals"], "run_dir": str(self.rd.root)}
+        summary = {
+            "experiment": cfg.experiment,
+            "mode": "eval",
+            "skill_path": str(p),
+            "split": split,
+            "eval": stats.to_dict(),
+            "tokens": ledger["totals"],
+            "run_dir": str(self.rd.root),
+        }
         self.rd.write_json("summary.json", summary)
         if self.tracker:
-            self.tracker.log_metrics({"eval_hard": stats.hard, "eval_soft": stats.soft, "eval_infra_errors": stats.infra_errors, "eval_data_errors": stats.data_errors}, 0)
+            self.tracker.log_metrics(
+                {
+                    "eval_hard": stats.hard,
+                    "eval_soft": stats.soft,
+                    "eval_infra_errors": stats.infra_errors,
+                    "eval_data_errors": stats.data_errors,
+                },
+                0,
+            )
             for t, v in stats.per_type.items():
                 self.tracker.log_metrics({f"eval_hard.{t}": v["hard"], f"eval_soft.{t}": v["soft"]}, 0)
             self.tracker.log_artifact(p, "skills")
@@ -287,7 +370,9 @@ def driver_options(cfg_dict: dict[str, Any]) -> dict[str, Any]:
     directory must then be on a path every node mounts; the driver checks that it can see it)."""
     opts: dict[str, Any] = {"num_cpus": 0}
     if (cfg_dict.get("ray") or {}).get("driver_node", "local") == "local":
-        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        )
     return opts
 
 
@@ -297,9 +382,11 @@ def run_dir_unseen(run_dir: str, owner: Optional[dict[str, Any]]) -> Optional[st
         return None
     here = ray.get_runtime_context().get_node_id()
     made_on = f" on node {str(owner['node'])[:12]}" if owner and owner.get("node") and owner["node"] != here else ""
-    return (f"the driver actor on node {ray.util.get_node_ip_address()} ({here[:12]}) cannot see the run directory {run_dir} "
-            f"(made{made_on} by the command that started the run): put output_dir on a filesystem every node mounts at the "
-            "same path, or set ray.driver_node=local so the driver runs beside the run directory")
+    return (
+        f"the driver actor on node {ray.util.get_node_ip_address()} ({here[:12]}) cannot see the run directory {run_dir} "
+        f"(made{made_on} by the command that started the run): put output_dir on a filesystem every node mounts at the "
+        "same path, or set ray.driver_node=local so the driver runs beside the run directory"
+    )
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)
@@ -316,7 +403,13 @@ class DriverActor:
 
     async def run(self) -> dict[str, Any]:
         if self._run is None:
-            return {"status": "error", "exit": EXIT_CONFIG, "message": self._unseen, "notes": [], "run_dir": self._run_dir}
+            return {
+                "status": "error",
+                "exit": EXIT_CONFIG,
+                "message": self._unseen,
+                "notes": [],
+                "run_dir": self._run_dir,
+            }
         return await self._run.execute()
 
     async def progress(self) -> dict[str, Any]:

@@ -23,19 +23,19 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import ray
+import skillopt_envs
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 
-import envs
-from envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import GatewayLost, LLMError, ReplyIncomplete
 from skillopt_ray.startup_trace import mark
-
 
 NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node
 SUSPECT_NODE_S = 60.0  # how long a node that lost an actor is avoided by replacements
@@ -69,29 +69,37 @@ def resolve_env_resource(setting: Optional[str], env_name: str, cluster: dict[st
         name = resource_name(env_name)
         return name if cluster.get(name, 0) > 0 else None
     if cluster.get(setting, 0) <= 0:
-        raise ConfigError(f"ray.env_resource={setting}: no node of the cluster advertises that resource; start the nodes that "
-                          f"should host env actors with --resources '{{\"{setting}\": N}}', or set ray.env_resource=auto")
+        raise ConfigError(
+            f"ray.env_resource={setting}: no node of the cluster advertises that resource; start the nodes that "
+            f"should host env actors with --resources '{{\"{setting}\": N}}', or set ray.env_resource=auto"
+        )
     return setting
 
 
-def check_fits(s: "PoolSettings", resource: Optional[str], cluster: dict[str, float]) -> None:
+def check_fits(s: PoolSettings, resource: Optional[str], cluster: dict[str, float]) -> None:
     """Env actors the cluster can never hold would wait forever with their episodes queued on them: say so now."""
     from skillopt_ray.config import ConfigError
 
     cpus = cluster.get("CPU", 0.0)
     if s.actor_num_cpus > 0 and s.actors * s.actor_num_cpus > cpus + 1e-9:
-        raise ConfigError(f"ray.env_actors={s.actors} x ray.actor_num_cpus={s.actor_num_cpus:g} = {s.actors * s.actor_num_cpus:g} CPUs, "
-                          f"but the cluster has {cpus:g}: actors past the {int(cpus // s.actor_num_cpus)}th would never start; "
-                          "lower ray.env_actors or ray.actor_num_cpus")
+        raise ConfigError(
+            f"ray.env_actors={s.actors} x ray.actor_num_cpus={s.actor_num_cpus:g} = {s.actors * s.actor_num_cpus:g} CPUs, "
+            f"but the cluster has {cpus:g}: actors past the {int(cpus // s.actor_num_cpus)}th would never start; "
+            "lower ray.env_actors or ray.actor_num_cpus"
+        )
     if resource is not None and s.actors * s.env_resource_per_actor > cluster.get(resource, 0.0) + 1e-9:
-        raise ConfigError(f"ray.env_actors={s.actors} env actors need {s.actors * s.env_resource_per_actor:g} of the resource "
-                          f"{resource}, but the cluster's nodes advertise {cluster.get(resource, 0.0):g} in all; lower ray.env_actors "
-                          "or advertise more on the nodes (ray start --resources)")
+        raise ConfigError(
+            f"ray.env_actors={s.actors} env actors need {s.actors * s.env_resource_per_actor:g} of the resource "
+            f"{resource}, but the cluster's nodes advertise {cluster.get(resource, 0.0):g} in all; lower ray.env_actors "
+            "or advertise more on the nodes (ray start --resources)"
+        )
 
 
 @ray.remote
 class EnvActor:
-    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any, owners: Optional[list[dict[str, Any]]] = None):
+    def __init__(
+        self, env_name: str, env_cfg: dict[str, Any], gateway: Any, owners: Optional[list[dict[str, Any]]] = None
+    ):
         from skillopt_ray.lifeline import watch
 
         watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
@@ -100,18 +108,23 @@ class EnvActor:
         self.bench: Any = None
         self.data_error = ""  # this node cannot run the benchmark: every episode here says why
         try:
-            missing = [f"env.{key}={env_cfg[key]}" for key in ("data_dir", "manifest_dir")
-                       if env_cfg.get(key) and not Path(str(env_cfg[key])).exists()]
+            missing = [
+                f"env.{key}={env_cfg[key]}"
+                for key in ("data_dir", "manifest_dir")
+                if env_cfg.get(key) and not Path(str(env_cfg[key])).exists()
+            ]
             if missing:
                 raise DataError(f"{' and '.join(missing)} does not exist there")
-            self.bench = envs.make(env_name, env_cfg)
+            self.bench = skillopt_envs.make(env_name, env_cfg)
             self.bench.warm_up()
             mark("env-actor-ready")
         except DataError as e:
-            self.data_error = (f"the {env_name} env actor on node {ray.util.get_node_ip_address()} "
-                               f"({ray.get_runtime_context().get_node_id()[:12]}) cannot load the benchmark: {e}; every node that hosts "
-                               f"env actors must see the data at the same path (a shared filesystem), or advertise the resource "
-                               f"skillopt_env_{env_name} only on the nodes that have it")
+            self.data_error = (
+                f"the {env_name} env actor on node {ray.util.get_node_ip_address()} "
+                f"({ray.get_runtime_context().get_node_id()[:12]}) cannot load the benchmark: {e}; every node that hosts "
+                f"env actors must see the data at the same path (a shared filesystem), or advertise the resource "
+                f"skillopt_env_{env_name} only on the nodes that have it"
+            )
 
     async def run(self, task: Task, skill: str, ctx: EpisodeContext) -> dict[str, Any]:
         mark("first-episode")
@@ -169,8 +182,14 @@ class PoolSettings:
 
 
 class EnvPool:
-    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any, settings: PoolSettings,
-                 owners: Optional[list[dict[str, Any]]] = None):
+    def __init__(
+        self,
+        env_name: str,
+        env_cfg: dict[str, Any],
+        gateway: Any,
+        settings: PoolSettings,
+        owners: Optional[list[dict[str, Any]]] = None,
+    ):
         self.owners = list(owners or [])
         self.env_name = env_name
         self.env_cfg = env_cfg
@@ -200,8 +219,9 @@ class EnvPool:
             extra["fallback_strategy"] = [{"label_selector": {}}]
         else:
             extra["scheduling_strategy"] = "SPREAD"
-        return EnvActor.options(num_cpus=self.s.actor_num_cpus, max_concurrency=self.s.episodes_per_actor,
-                                **extra).remote(self.env_name, self.env_cfg, self.gateway, self.owners)
+        return EnvActor.options(
+            num_cpus=self.s.actor_num_cpus, max_concurrency=self.s.episodes_per_actor, **extra
+        ).remote(self.env_name, self.env_cfg, self.gateway, self.owners)
 
     def _note_lost_node(self, idx: int) -> None:
         """Remember the node of a lost actor, when it is known, so its replacement goes elsewhere."""
@@ -258,16 +278,23 @@ class EnvPool:
                 if e.fatal:
                     raise  # endpoint down, budget, replay miss: the run must stop, not score zero
                 last_error = f"llm: {e.message}"  # the message itself, not Ray's wrapper text
-                kind = "llm_" + e.kind if isinstance(e, ReplyIncomplete) and e.kind in ("truncated", "filtered") else "llm"
+                kind = (
+                    "llm_" + e.kind if isinstance(e, ReplyIncomplete) and e.kind in ("truncated", "filtered") else "llm"
+                )
             except NodeDataError as e:
                 raise DataError(str(getattr(e, "cause", None) or e).strip().splitlines()[-1]) from None
             except (asyncio.TimeoutError, GetTimeoutError):
-                last_error, kind = f"episode timed out after {self.s.episode_timeout_s:.0f}s (actor replaced)", "timeout"
+                last_error, kind = (
+                    f"episode timed out after {self.s.episode_timeout_s:.0f}s (actor replaced)",
+                    "timeout",
+                )
                 self._replace(idx, gen)
             except RayActorError as e:
                 if isinstance(e, RayTaskError):  # raised inside the episode: the actor it called (the gateway) died
-                    raise GatewayLost(f"the LLM gateway actor died ({_first_line(e)}); no episode can reach the model: "
-                                      "rerun the same command to resume the run") from None
+                    raise GatewayLost(
+                        f"the LLM gateway actor died ({_first_line(e)}); no episode can reach the model: "
+                        "rerun the same command to resume the run"
+                    ) from None
                 last_error, kind = f"environment actor died: {_first_line(e)}", "actor_died"
                 self._replace(idx, gen)
             except Exception as e:  # noqa: BLE001 - environment code failed; retried, then reported
@@ -277,11 +304,13 @@ class EnvPool:
                 kind = kind if kind in INFRA_KINDS else "env"
             finally:
                 await slots.give(idx)
-        return EpisodeResult(task.task_id, task.task_type, error=last_error, infra_error=True, fail_reason="infra_error",
-                             error_kind=kind)
+        return EpisodeResult(
+            task.task_id, task.task_type, error=last_error, infra_error=True, fail_reason="infra_error", error_kind=kind
+        )
 
-    async def run(self, tasks: list[Task], skill: str, ctx: EpisodeContext,
-                  stop: Optional[Callable[[EpisodeResult], bool]] = None) -> list[EpisodeResult]:
+    async def run(
+        self, tasks: list[Task], skill: str, ctx: EpisodeContext, stop: Optional[Callable[[EpisodeResult], bool]] = None
+    ) -> list[EpisodeResult]:
         """One result per task, in task order. `stop(result)` is asked after each episode; once it says
         True the episodes still running are cancelled on their actors and come back `not_played`."""
         self.episodes_total = len(tasks)
@@ -310,9 +339,14 @@ class EnvPool:
             if not j.done():
                 j.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
-        return [j.result() if not j.cancelled() else
-                EpisodeResult(t.task_id, t.task_type, error="not played: the outcome was already decided", fail_reason=NOT_PLAYED)
-                for j, t in zip(jobs, tasks)]
+        return [
+            j.result()
+            if not j.cancelled()
+            else EpisodeResult(
+                t.task_id, t.task_type, error="not played: the outcome was already decided", fail_reason=NOT_PLAYED
+            )
+            for j, t in zip(jobs, tasks)
+        ]
 
     async def actor_nodes(self) -> list[str]:
         """The Ray node id each actor runs on (in actor order): the answers each actor gave when it was spawned."""

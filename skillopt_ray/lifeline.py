@@ -80,7 +80,9 @@ def watch(owners: list[Optional[dict[str, Any]]], what: str, poll_s: float = POL
 
 def _exit(what: str, owner: dict[str, Any]) -> None:
     try:
-        sys.stderr.write(f"{what} (pid {os.getpid()}): owner process {owner['pid']} has ended; exiting so no new paid calls start\n")
+        sys.stderr.write(
+            f"{what} (pid {os.getpid()}): owner process {owner['pid']} has ended; exiting so no new paid calls start\n"
+        )
         sys.stderr.flush()
     finally:
         os._exit(EXIT_OWNER_GONE)

@@ -29,11 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-PHASES = {"starting": "start-up", "train": "training", "epoch_boundary": "epoch boundary", "final": "final evaluation",
-          "eval": "evaluation", "done": "done"}
+PHASES = {
+    "starting": "start-up",
+    "train": "training",
+    "epoch_boundary": "epoch boundary",
+    "final": "final evaluation",
+    "eval": "evaluation",
+    "done": "done",
+}
 
 
 # ---------------------------------------------------------------- formatting
+
 
 def fmt_duration(seconds: Optional[float]) -> str:
     """12s, 3m05s, 1h02m: what a person reads off a clock."""
@@ -124,6 +131,7 @@ class Eta:
 
 # ---------------------------------------------------------------- displays
 
+
 class _Base:
     def __init__(self, stream: Optional[TextIO] = None, clock: Any = time.monotonic, started: Optional[float] = None):
         self.stream = stream if stream is not None else sys.stderr
@@ -158,7 +166,7 @@ class _Base:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "_Base":
+    def __enter__(self) -> _Base:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -176,8 +184,13 @@ class NullDisplay(_Base):
 class PlainDisplay(_Base):
     """One log line per phase or stage change, and at most one per `every_s` seconds in between."""
 
-    def __init__(self, stream: Optional[TextIO] = None, clock: Any = time.monotonic, every_s: float = 30.0,
-                 started: Optional[float] = None):
+    def __init__(
+        self,
+        stream: Optional[TextIO] = None,
+        clock: Any = time.monotonic,
+        every_s: float = 30.0,
+        started: Optional[float] = None,
+    ):
         super().__init__(stream, clock, started)
         self.every_s = every_s
         self.last_key: Any = None
@@ -214,7 +227,7 @@ class PlainDisplay(_Base):
 class _Screen:
     """The live lines, laid out for the width rich gives at each redraw."""
 
-    def __init__(self, display: "RichDisplay"):
+    def __init__(self, display: RichDisplay):
         self.d = display
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
@@ -232,18 +245,32 @@ class _Screen:
 class RichDisplay(_Base):
     """Live lines on a terminal, cut to its width at every redraw (resizes included)."""
 
-    def __init__(self, stream: Optional[TextIO] = None, clock: Any = time.monotonic, force_terminal: Optional[bool] = None,
-                 width: Optional[int] = None, refresh_per_second: float = 4, started: Optional[float] = None):
+    def __init__(
+        self,
+        stream: Optional[TextIO] = None,
+        clock: Any = time.monotonic,
+        force_terminal: Optional[bool] = None,
+        width: Optional[int] = None,
+        refresh_per_second: float = 4,
+        started: Optional[float] = None,
+    ):
         from rich.console import Console
         from rich.live import Live
         from rich.spinner import Spinner
 
         super().__init__(stream, clock, started)
-        self.console = Console(file=self.stream, force_terminal=force_terminal, width=width, highlight=False,
-                               soft_wrap=False)
+        self.console = Console(
+            file=self.stream, force_terminal=force_terminal, width=width, highlight=False, soft_wrap=False
+        )
         self.spinner = Spinner("dots")
-        self.live = Live(_Screen(self), console=self.console, refresh_per_second=refresh_per_second, transient=True,
-                         redirect_stdout=False, redirect_stderr=True)
+        self.live = Live(
+            _Screen(self),
+            console=self.console,
+            refresh_per_second=refresh_per_second,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=True,
+        )
         self.live.start()
         self.closed = False
 
@@ -260,8 +287,11 @@ class RichDisplay(_Base):
         grid = Table.grid(padding=0)
         for w in (len(head), room, len(count) + len(tail)):
             grid.add_column(width=w, no_wrap=True)
-        grid.add_row(Text(head, style="bold"), ProgressBar(total=max(total, 1), completed=min(done, total), width=room),
-                     Text(count + tail))
+        grid.add_row(
+            Text(head, style="bold"),
+            ProgressBar(total=max(total, 1), completed=min(done, total), width=room),
+            Text(count + tail),
+        )
         return grid
 
     def lines(self, width: int) -> list[Any]:
@@ -274,8 +304,13 @@ class RichDisplay(_Base):
         room = width - len(clock) - 3
         if len(head) > room:
             head = head[: max(0, room - 1)] + "…"
-        top = Text.assemble(spin if isinstance(spin, Text) else Text(str(spin)), " ", (head, "bold"),
-                            " " * max(1, room - len(head)), (clock, "dim"))
+        top = Text.assemble(
+            spin if isinstance(spin, Text) else Text(str(spin)),
+            " ",
+            (head, "bold"),
+            " " * max(1, room - len(head)),
+            (clock, "dim"),
+        )
         out: list[Any] = [top]
         if p.get("total"):
             out.append(self._bar("stage", int(p.get("done", 0)), int(p["total"]), "", width))
@@ -300,9 +335,17 @@ class RichDisplay(_Base):
             return
         self.closed = True
         self.live.stop()
-        if self.snap and self.snap.get("phase") not in ("final", "done"):  # stopped early: say where (a summary follows otherwise)
-            self.console.print(f"stopped during: {headline(self.snap)} · {fmt_duration(self.elapsed())}", highlight=False,
-                               markup=False, overflow="ellipsis", no_wrap=True)
+        if self.snap and self.snap.get("phase") not in (
+            "final",
+            "done",
+        ):  # stopped early: say where (a summary follows otherwise)
+            self.console.print(
+                f"stopped during: {headline(self.snap)} · {fmt_duration(self.elapsed())}",
+                highlight=False,
+                markup=False,
+                overflow="ellipsis",
+                no_wrap=True,
+            )
 
 
 def make_display(mode: str, stream: Optional[TextIO] = None, started_at: Optional[float] = None) -> _Base:
@@ -322,6 +365,7 @@ def make_display(mode: str, stream: Optional[TextIO] = None, started_at: Optiona
 
 # ---------------------------------------------------------------- the run's planned episodes
 
+
 @dataclass
 class EpisodePlan:
     """Episodes a training run plays, as planned (an upper bound: skipped gates and cached scores play none).
@@ -340,10 +384,16 @@ class EpisodePlan:
     @property
     def total(self) -> int:
         steps = sum(self.batches) + len(self.batches) * self.selection
-        return self.selection + self.epochs * steps + max(0, self.epochs - 1) * self.boundary + self.selection + 3 * self.test
+        return (
+            self.selection
+            + self.epochs * steps
+            + max(0, self.epochs - 1) * self.boundary
+            + self.selection
+            + 3 * self.test
+        )
 
     @staticmethod
-    def for_trainer(trainer: Any) -> "EpisodePlan":
+    def for_trainer(trainer: Any) -> EpisodePlan:
         o, splits = trainer.cfg.optimizer, trainer.splits
         n_train, b = len(splits.train), o.batch_size
         per_epoch = trainer.steps_per_epoch()
@@ -395,6 +445,7 @@ class EpisodePlan:
 
 # ---------------------------------------------------------------- time on a run
 
+
 def _process_start() -> Optional[float]:
     """This process's start as a time.time() value (Linux), so a command's time includes its imports."""
     try:
@@ -437,14 +488,19 @@ class RunClock:
 
     FILE = "sessions.json"
 
-    def begin(self) -> "RunClock":
+    def begin(self) -> RunClock:
         path = Path(self.run_dir) / self.FILE
         try:
             self.sessions = [s for s in json.loads(path.read_text()) if isinstance(s, dict)]
         except (OSError, ValueError):
             self.sessions = []
-        self.sessions.append({"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)), "wall_s": 0.0,
-                              "status": "running"})
+        self.sessions.append(
+            {
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+                "wall_s": 0.0,
+                "status": "running",
+            }
+        )
         self._write()
         return self
 
@@ -480,7 +536,11 @@ class RunClock:
         return self.timing()
 
     def timing(self) -> dict[str, Any]:
-        return {"command_s": round(self.command_s, 1), "run_total_s": round(self.total_s, 1), "sessions": len(self.sessions)}
+        return {
+            "command_s": round(self.command_s, 1),
+            "run_total_s": round(self.total_s, 1),
+            "sessions": len(self.sessions),
+        }
 
 
 def time_line(timing: Optional[dict[str, Any]]) -> str:

@@ -117,7 +117,9 @@ def _config(root: Path) -> dict[str, Any]:
         return {}
 
 
-def _versions(root: Path, history: list[dict[str, Any]], epochs: dict[int, dict[str, Any]], state: Optional[dict[str, Any]]) -> list[Version]:
+def _versions(
+    root: Path, history: list[dict[str, Any]], epochs: dict[int, dict[str, Any]], state: Optional[dict[str, Any]]
+) -> list[Version]:
     """Every skill version on disk, with what made it: the initial skill, an accepted step, an epoch boundary, notes."""
     files = sorted((root / "skills").glob("skill_v*.md"))
     texts = {int(p.stem.rsplit("v", 1)[1]): (_read_text(p) or "") for p in files}
@@ -136,12 +138,24 @@ def _versions(root: Path, history: list[dict[str, Any]], epochs: dict[int, dict[
         # other versions since the previous step: the epoch boundary between them (or appendix notes within an epoch)
         for u in range(prev_version + 1, v + 1):
             if u in texts and u not in made:
-                made[u] = _boundary_version(u, prev_epoch, epochs) if prev_epoch is not None and prev_epoch != epoch else \
-                    Version(u, "appendix notes" if prev_epoch is not None else "initial skill with appendix", rec["step"], epoch)
+                made[u] = (
+                    _boundary_version(u, prev_epoch, epochs)
+                    if prev_epoch is not None and prev_epoch != epoch
+                    else Version(
+                        u,
+                        "appendix notes" if prev_epoch is not None else "initial skill with appendix",
+                        rec["step"],
+                        epoch,
+                    )
+                )
         prev_version, prev_epoch = max(prev_version, v), epoch
     for u in sorted(texts):
         if u not in made:
-            made[u] = _boundary_version(u, prev_epoch, epochs) if prev_epoch is not None else Version(u, "initial skill with appendix")
+            made[u] = (
+                _boundary_version(u, prev_epoch, epochs)
+                if prev_epoch is not None
+                else Version(u, "initial skill with appendix")
+            )
     out = []
     for u in sorted(texts):
         made[u].text = texts[u]
@@ -182,12 +196,25 @@ def load(run_dir: str | Path) -> Story:
         m = re.match(r"e(\d+)$", ed.name)
         if not m:
             continue
-        epochs[int(m.group(1))] = {"slow": _read_json(ed / "slow_result.json"), "meta": _read_json(ed / "meta_skill_result.json"),
-                                   "meta_skill": _read_text(ed / "meta_skill.md")}
+        epochs[int(m.group(1))] = {
+            "slow": _read_json(ed / "slow_result.json"),
+            "meta": _read_json(ed / "meta_skill_result.json"),
+            "meta_skill": _read_text(ed / "meta_skill.md"),
+        }
     state = _read_json(root / "state.json")
     sessions = _read_json(root / "sessions.json")
-    return Story(root, history, gates, diffs, _versions(root, history, epochs, state), epochs, _read_json(root / "summary.json"),
-                 state, _config(root), sessions if isinstance(sessions, list) else [])
+    return Story(
+        root,
+        history,
+        gates,
+        diffs,
+        _versions(root, history, epochs, state),
+        epochs,
+        _read_json(root / "summary.json"),
+        state,
+        _config(root),
+        sessions if isinstance(sessions, list) else [],
+    )
 
 
 def _skill_before(root: Path, rec: dict[str, Any], history: list[dict[str, Any]]) -> Optional[str]:
@@ -198,6 +225,7 @@ def _skill_before(root: Path, rec: dict[str, Any], history: list[dict[str, Any]]
 
 
 # ---------------------------------------------------------------- text
+
 
 def _f(x: Any, digits: int = 3) -> str:
     return "-" if x is None else (f"{x:.{digits}f}" if isinstance(x, (int, float)) else str(x))
@@ -236,7 +264,9 @@ def _skipped_reports(root: Path, rec: dict[str, Any]) -> list[str]:
         status = str(r.get("status", ""))
         if status and not status.startswith("applied"):
             target = (r.get("target") or r.get("content_preview") or "").strip().replace("\n", " ")
-            out.append(f"edit {r.get('index', '?')} ({r.get('op', '?')}): {status}" + (f" - {target[:60]!r}" if target else ""))
+            out.append(
+                f"edit {r.get('index', '?')} ({r.get('op', '?')}): {status}" + (f" - {target[:60]!r}" if target else "")
+            )
     return out
 
 
@@ -246,12 +276,18 @@ def story_text(s: Story, diffs: bool = False) -> str:
     out.append(f"run {s.root.name}")
     facts = [f"experiment {cfg.get('experiment', '?')}", f"seed {cfg.get('seed', '?')}"]
     if o:
-        facts += [f"{o.get('epochs', '?')} epochs", f"batch {o.get('batch_size', '?')}", f"gate {o.get('gate_metric', '?')}",
-                  f"learning rate {o.get('lr_schedule', '?')} {o.get('learning_rate', '?')}->{o.get('min_learning_rate', '?')}"]
+        facts += [
+            f"{o.get('epochs', '?')} epochs",
+            f"batch {o.get('batch_size', '?')}",
+            f"gate {o.get('gate_metric', '?')}",
+            f"learning rate {o.get('lr_schedule', '?')} {o.get('learning_rate', '?')}->{o.get('min_learning_rate', '?')}",
+        ]
     out.append("  " + ", ".join(facts))
     if s.summary is None:
         st = s.state or {}
-        out.append(f"  not finished: phase {st.get('phase', '?')}, epoch {st.get('epoch', '?')}, {st.get('global_step', len(s.history))} steps done")
+        out.append(
+            f"  not finished: phase {st.get('phase', '?')}, epoch {st.get('epoch', '?')}, {st.get('global_step', len(s.history))} steps done"
+        )
     out.append("")
     out.append("skill versions")
     for v in s.versions:
@@ -282,11 +318,22 @@ def _step_lines(s: Story, rec: dict[str, Any], diffs: bool) -> list[str]:
     if action in ACCEPTED:
         head += f" -> skill v{rec.get('skill_version', 0):04d}"
     lines = [head]
-    lines.append(f"    rollout: hard {_f(rec.get('rollout_hard'))}, soft {_f(rec.get('rollout_soft'))} on {rec.get('rollout_n', '?')} tasks"
-                 + (f" ({rec['infra_errors']} infra errors{kinds_text(rec.get('infra_kinds'))})" if rec.get("infra_errors") else ""))
+    lines.append(
+        f"    rollout: hard {_f(rec.get('rollout_hard'))}, soft {_f(rec.get('rollout_soft'))} on {rec.get('rollout_n', '?')} tasks"
+        + (
+            f" ({rec['infra_errors']} infra errors{kinds_text(rec.get('infra_kinds'))})"
+            if rec.get("infra_errors")
+            else ""
+        )
+    )
     if action.startswith("skip"):
-        lines.append("    no candidate: " + {"skip_no_patches": "the analysts proposed no edits",
-                                                "skip_no_rewrite": "the update produced no new skill"}.get(action, action))
+        lines.append(
+            "    no candidate: "
+            + {
+                "skip_no_patches": "the analysts proposed no edits",
+                "skip_no_rewrite": "the update produced no new skill",
+            }.get(action, action)
+        )
         return lines
     budget = rec.get("edit_budget")
     lines.append(f"    edits: budget {budget if budget is not None else '-'}; {_edits(rec)}")
@@ -296,13 +343,17 @@ def _step_lines(s: Story, rec: dict[str, Any], diffs: bool) -> list[str]:
     cur = gate.get("current_score")
     n = gate.get("tasks_compared", rec.get("tasks_compared"))
     metric = gate.get("gate_metric", rec.get("gate_metric", "gate"))
-    lines.append(f"    gate ({metric}): candidate {_f(cand)} vs current {_f(cur)} (best {_f(gate.get('best_score'))}), "
-                 f"{n if n is not None else '?'} tasks compared")
+    lines.append(
+        f"    gate ({metric}): candidate {_f(cand)} vs current {_f(cur)} (best {_f(gate.get('best_score'))}), "
+        f"{n if n is not None else '?'} tasks compared"
+    )
     if gate.get("reason"):
         lines.append(f"    reason: {gate['reason']}")
     flipped = gate.get("flipped")
     if isinstance(flipped, dict):
-        lines.append(f"    flipped to pass: {_ids(flipped.get('to_pass') or [])}; to fail: {_ids(flipped.get('to_fail') or [])}")
+        lines.append(
+            f"    flipped to pass: {_ids(flipped.get('to_pass') or [])}; to fail: {_ids(flipped.get('to_fail') or [])}"
+        )
     d = s.diffs.get(step)
     if d is not None:
         plus, minus = _diff_size(d)
@@ -328,7 +379,9 @@ def _boundary_lines(e: Optional[dict[str, Any]]) -> list[str]:
             lines.append(f"    reason: {slow['reason']}")
         if isinstance(slow.get("flipped"), dict):
             f = slow["flipped"]
-            lines.append(f"    flipped to pass: {_ids(f.get('to_pass') or [])}; to fail: {_ids(f.get('to_fail') or [])}")
+            lines.append(
+                f"    flipped to pass: {_ids(f.get('to_pass') or [])}; to fail: {_ids(f.get('to_fail') or [])}"
+            )
         if slow.get("error"):
             lines.append(f"    error: {slow['error']}")
     meta = e.get("meta")
@@ -349,23 +402,33 @@ def _final_lines(s: Story) -> list[str]:
         return ["final: not reached yet"]
     if sm.get("mode") == "eval":
         e = sm.get("eval", {})
-        return [f"evaluation of {sm.get('skill_path')} on {sm.get('split')}: hard {_f(e.get('hard'))}, soft {_f(e.get('soft'))} (n={e.get('n')})"]
+        return [
+            f"evaluation of {sm.get('skill_path')} on {sm.get('split')}: hard {_f(e.get('hard'))}, soft {_f(e.get('soft'))} (n={e.get('n')})"
+        ]
     lines = ["final (test split)", f"  {'skill':<8}{'version':>9}{'selection':>11}{'test hard':>11}{'test soft':>11}"]
     versions, sel, test = sm.get("versions", {}), sm.get("selection", {}), sm.get("test", {})
     for k in ("initial", "best", "final"):
         t = test.get(k, {})
         v = versions.get(k)
-        lines.append(f"  {k:<8}{('v%04d' % v) if v is not None else '-':>9}{_f(sel.get(k)):>11}{_f(t.get('hard')):>11}{_f(t.get('soft')):>11}")
+        lines.append(
+            f"  {k:<8}{('v%04d' % v) if v is not None else '-':>9}{_f(sel.get(k)):>11}{_f(t.get('hard')):>11}{_f(t.get('soft')):>11}"
+        )
     c = sm.get("counts", {})
-    lines.append(f"  steps {sm.get('steps')}: {c.get('accept', 0)} accepted, {c.get('reject', 0)} rejected, {c.get('skip', 0)} skipped; "
-                 f"best from {sm.get('best_origin', '?')}" + (" (final skill promoted)" if sm.get("final_promoted") else ""))
+    lines.append(
+        f"  steps {sm.get('steps')}: {c.get('accept', 0)} accepted, {c.get('reject', 0)} rejected, {c.get('skip', 0)} skipped; "
+        f"best from {sm.get('best_origin', '?')}" + (" (final skill promoted)" if sm.get("final_promoted") else "")
+    )
     tok = sm.get("tokens", {})
-    lines.append(f"  model calls {tok.get('calls', '?')}, tokens {tok.get('tokens', '?')}, cost ${float(tok.get('cost_usd') or 0):.4f}")
+    lines.append(
+        f"  model calls {tok.get('calls', '?')}, tokens {tok.get('tokens', '?')}, cost ${float(tok.get('cost_usd') or 0):.4f}"
+    )
     if s.sessions:
         total = sum(float(x.get("wall_s", 0)) for x in s.sessions)
         from skillopt_ray.progress import fmt_duration
 
-        lines.append(f"  time: {fmt_duration(total)} over {len(s.sessions)} command{'s' if len(s.sessions) > 1 else ''}")
+        lines.append(
+            f"  time: {fmt_duration(total)} over {len(s.sessions)} command{'s' if len(s.sessions) > 1 else ''}"
+        )
     return lines
 
 
@@ -402,7 +465,9 @@ def _diff_html(d: str) -> str:
             rows.append(f'<span class="hunk">{e}</span>')
         else:
             rows.append(e)
-    body = "".join(r if r.endswith("</span>") and ('"add"' in r or '"del"' in r or '"hunk"' in r) else r + "\n" for r in rows)
+    body = "".join(
+        r if r.endswith("</span>") and ('"add"' in r or '"del"' in r or '"hunk"' in r) else r + "\n" for r in rows
+    )
     return f'<pre class="diff">{body or "(no change)"}</pre>'
 
 
@@ -410,52 +475,74 @@ def skill_history_html(run_dir: str | Path) -> str:
     """One self-contained page: the versions of the current skill with the diff each made, and every step's decision."""
     s = load(run_dir)
     e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>skill history - {e(s.root.name)}</title><style>{CSS}</style></head><body>",
-             f"<h1>Skill history</h1><div class='muted'>{e(s.root.name)}</div>"]
-    parts.append("<h2>Versions of the current skill</h2><table><tr><th>version</th><th>made by</th><th>epoch</th><th>step</th>"
-                 "<th>selection score</th><th>length</th></tr>")
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>skill history - {e(s.root.name)}</title><style>{CSS}</style></head><body>",
+        f"<h1>Skill history</h1><div class='muted'>{e(s.root.name)}</div>",
+    ]
+    parts.append(
+        "<h2>Versions of the current skill</h2><table><tr><th>version</th><th>made by</th><th>epoch</th><th>step</th>"
+        "<th>selection score</th><th>length</th></tr>"
+    )
     for v in s.versions:
-        parts.append(f"<tr><td>v{v.number:04d}</td><td>{e(v.made_by)}</td><td class='num'>{v.epoch if v.epoch is not None else ''}</td>"
-                     f"<td class='num'>{v.step if v.step is not None else ''}</td><td class='num'>{_f(v.score) if v.score is not None else ''}</td>"
-                     f"<td class='num'>{len(v.text)}</td></tr>")
+        parts.append(
+            f"<tr><td>v{v.number:04d}</td><td>{e(v.made_by)}</td><td class='num'>{v.epoch if v.epoch is not None else ''}</td>"
+            f"<td class='num'>{v.step if v.step is not None else ''}</td><td class='num'>{_f(v.score) if v.score is not None else ''}</td>"
+            f"<td class='num'>{len(v.text)}</td></tr>"
+        )
     parts.append("</table>")
     parts.append("<h2>Steps</h2>")
     for rec in s.history:
         step, action = rec["step"], rec.get("action", "?")
         gate = s.gates.get(step, {})
-        title = (f"step {step} (epoch {rec.get('epoch')}, step {rec.get('step_in_epoch', '?')}): "
-                 f"<span class='{_cls(action)}'>{e(action)}</span>")
+        title = (
+            f"step {step} (epoch {rec.get('epoch')}, step {rec.get('step_in_epoch', '?')}): "
+            f"<span class='{_cls(action)}'>{e(action)}</span>"
+        )
         if "candidate_score" in gate:
             title += f" &mdash; candidate {_f(gate.get('candidate_score'))} vs current {_f(gate.get('current_score'))}"
-        body = [f"<div>rollout hard {_f(rec.get('rollout_hard'))} on {rec.get('rollout_n', '?')} tasks; "
-                f"budget {rec.get('edit_budget') if rec.get('edit_budget') is not None else '-'}; edits {e(_edits(rec))}</div>"]
+        body = [
+            f"<div>rollout hard {_f(rec.get('rollout_hard'))} on {rec.get('rollout_n', '?')} tasks; "
+            f"budget {rec.get('edit_budget') if rec.get('edit_budget') is not None else '-'}; edits {e(_edits(rec))}</div>"
+        ]
         if gate.get("reason"):
             body.append(f"<div>reason: {e(gate['reason'])}</div>")
         if isinstance(gate.get("flipped"), dict):
             f = gate["flipped"]
-            body.append(f"<div>flipped to pass: {e(_ids(f.get('to_pass') or [], 50))}; to fail: {e(_ids(f.get('to_fail') or [], 50))}</div>")
+            body.append(
+                f"<div>flipped to pass: {e(_ids(f.get('to_pass') or [], 50))}; to fail: {e(_ids(f.get('to_fail') or [], 50))}</div>"
+            )
         d = s.diffs.get(step)
         if d is not None:
             body.append(_diff_html(d))
         opened = " open" if action in ACCEPTED else ""
         parts.append(f"<details{opened}><summary>{title}</summary>{''.join(body)}</details>")
-    boundary = [(ep, x) for ep, x in sorted(s.epochs.items()) if isinstance(x.get("slow"), dict) and x["slow"].get("action") != "inject_placeholder"]
+    boundary = [
+        (ep, x)
+        for ep, x in sorted(s.epochs.items())
+        if isinstance(x.get("slow"), dict) and x["slow"].get("action") != "inject_placeholder"
+    ]
     if boundary:
         parts.append("<h2>Epoch boundaries</h2>")
         for ep, x in boundary:
             slow = x["slow"]
-            parts.append(f"<details><summary>epoch {ep}: slow update <span class='{_cls(slow.get('action', ''))}'>{e(slow.get('action', '?'))}</span>"
-                         f"</summary><div>{e(slow.get('reason', ''))}</div><pre class='diff'>{e(slow.get('slow_update_content', ''))}</pre></details>")
+            parts.append(
+                f"<details><summary>epoch {ep}: slow update <span class='{_cls(slow.get('action', ''))}'>{e(slow.get('action', '?'))}</span>"
+                f"</summary><div>{e(slow.get('reason', ''))}</div><pre class='diff'>{e(slow.get('slow_update_content', ''))}</pre></details>"
+            )
     parts.append("<h2>Diffs between consecutive versions</h2>")
     for prev, cur in zip(s.versions, s.versions[1:]):
         d = diff_text(prev.text, cur.text, f"v{prev.number:04d}", f"v{cur.number:04d}")
-        parts.append(f"<details><summary>v{prev.number:04d} &rarr; v{cur.number:04d} ({e(cur.made_by)})</summary>{_diff_html(d)}</details>")
+        parts.append(
+            f"<details><summary>v{prev.number:04d} &rarr; v{cur.number:04d} ({e(cur.made_by)})</summary>{_diff_html(d)}</details>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m skillopt_ray.report", description="Print a run's story from its run directory.")
+    ap = argparse.ArgumentParser(
+        prog="python -m skillopt_ray.report", description="Print a run's story from its run directory."
+    )
     ap.add_argument("run_dir", help="outputs/runs/<run name>")
     ap.add_argument("--diffs", action="store_true", help="print each step's diff (current -> candidate)")
     ap.add_argument("--html", metavar="FILE", help="also write the skill history with diffs as an HTML page")

@@ -1,14 +1,14 @@
 """The run directory: every file a run writes, written atomically, readable after a crash.
 
-    config.yaml            resolved config (secrets redacted)
-    state.json             run state (the resume point)
-    history.jsonl          one record per step, appended (history.json: the same list, at epoch ends)
-    scores.jsonl           every evaluation of a skill on a split, appended (the score cache)
-    skills/skill_vNNNN.md  every accepted skill version; best_skill.md
-    steps/eEE_sSSS/        per-stage records of a step (rollout, reflect, aggregate, select, update, gate)
-    epochs/eEE/            slow-update and meta-skill records
-    final/                 final evaluation; summary.json
-    llm_cache.sqlite       response cache; ledger.json token/cost ledger
+config.yaml            resolved config (secrets redacted)
+state.json             run state (the resume point)
+history.jsonl          one record per step, appended (history.json: the same list, at epoch ends)
+scores.jsonl           every evaluation of a skill on a split, appended (the score cache)
+skills/skill_vNNNN.md  every accepted skill version; best_skill.md
+steps/eEE_sSSS/        per-stage records of a step (rollout, reflect, aggregate, select, update, gate)
+epochs/eEE/            slow-update and meta-skill records
+final/                 final evaluation; summary.json
+llm_cache.sqlite       response cache; ledger.json token/cost ledger
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class RunDir:
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
-    def ensure(self) -> "RunDir":
+    def ensure(self) -> RunDir:
         for sub in ("skills", "steps", "epochs", "final"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         return self

@@ -64,17 +64,20 @@ class RunState:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "RunState":
+    def from_dict(d: dict[str, Any]) -> RunState:
         version = d.get("version")
         if version != STATE_VERSION:
             raise StateVersionError(
                 f"state.json has version {version}; this skillopt-ray writes version {STATE_VERSION} and its optimizer "
                 "decides differently, so the run cannot be continued faithfully: start a new run (resume=false moves "
-                "the old directory aside, or pick another run_name)")
+                "the old directory aside, or pick another run_name)"
+            )
         known = {f.name for f in fields(RunState)}
         unknown = set(d) - known
         if unknown:
-            raise StateVersionError(f"state.json has unknown fields {sorted(unknown)}; it was not written by this skillopt-ray")
+            raise StateVersionError(
+                f"state.json has unknown fields {sorted(unknown)}; it was not written by this skillopt-ray"
+            )
         data = dict(d)
         data["counts"] = Counts(**data.get("counts", {}))
         return RunState(**data)

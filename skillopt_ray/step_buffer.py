@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.base import EpisodeResult
+from skillopt_envs.base import EpisodeResult
+
 from skillopt_ray.stages.reflect import is_failure, scored
 
 
@@ -29,8 +30,10 @@ def failure_patterns(results: list[EpisodeResult], analyses: list[dict[str, Any]
             if isinstance(fs, dict):
                 ftype, desc = fs.get("failure_type", ""), fs.get("description", "")
                 labels.append(f"{ftype}: {desc}" if desc else str(ftype))
-    return [{"pattern": labels[j] if j < len(labels) else prefix, "count": len(ids), "task_ids": ids}
-            for j, (prefix, ids) in enumerate(groups.items())]
+    return [
+        {"pattern": labels[j] if j < len(labels) else prefix, "count": len(ids), "task_ids": ids}
+        for j, (prefix, ids) in enumerate(groups.items())
+    ]
 
 
 def rejected_summary(item: Any, mode: str) -> dict[str, Any]:
@@ -39,16 +42,41 @@ def rejected_summary(item: Any, mode: str) -> dict[str, Any]:
     if mode == "patch":
         return {"op": item.get("op", ""), "content": item.get("content", ""), "target": item.get("target", "")}
     if mode == "rewrite_from_suggestions":
-        return {"type": item.get("type", ""), "title": item.get("title", ""), "instruction": item.get("instruction", "")}
-    return {"title": item.get("title", ""), "change_summary": item.get("change_summary", []), "source_type": item.get("source_type", "")}
+        return {
+            "type": item.get("type", ""),
+            "title": item.get("title", ""),
+            "instruction": item.get("instruction", ""),
+        }
+    return {
+        "title": item.get("title", ""),
+        "change_summary": item.get("change_summary", []),
+        "source_type": item.get("source_type", ""),
+    }
 
 
-def entry(*, step: int, action: str, results: list[EpisodeResult], analyses: list[dict[str, Any]], mode: str,
-          selected: list[Any], score_before: float, score_after: float) -> dict[str, Any]:
+def entry(
+    *,
+    step: int,
+    action: str,
+    results: list[EpisodeResult],
+    analyses: list[dict[str, Any]],
+    mode: str,
+    selected: list[Any],
+    score_before: float,
+    score_after: float,
+) -> dict[str, Any]:
     ok = scored(results)
-    e: dict[str, Any] = {"step": step, "action": action, "n_total": len(ok) or 1, "n_fail": sum(is_failure(r) for r in ok),
-                         "failure_patterns": failure_patterns(results, analyses)}
+    e: dict[str, Any] = {
+        "step": step,
+        "action": action,
+        "n_total": len(ok) or 1,
+        "n_fail": sum(is_failure(r) for r in ok),
+        "failure_patterns": failure_patterns(results, analyses),
+    }
     if "reject" in action and selected:
-        e.update(score_before=score_before, score_after=score_after,
-                 rejected_edits=[rejected_summary(it, mode) for it in selected])
+        e.update(
+            score_before=score_before,
+            score_after=score_after,
+            rejected_edits=[rejected_summary(it, mode) for it in selected],
+        )
     return e

@@ -35,14 +35,24 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import yaml
 
-from skillopt_ray.cli import UsageError, check_output_dir, compose, needs_embedded_server, resolve_paths, run_dir_for, start_ray, typed
+from skillopt_ray.cli import (
+    UsageError,
+    check_output_dir,
+    compose,
+    needs_embedded_server,
+    resolve_paths,
+    run_dir_for,
+    start_ray,
+    typed,
+)
 from skillopt_ray.compare import norm_value, read_steps, run_finished, sweep_comparison
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.tracking import TrackingError
@@ -52,8 +62,13 @@ PRESETS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 SAMPLED = ("choice", "uniform", "loguniform", "randint")
 KINDS = ("grid",) + SAMPLED
 METRIC = "selection_score"  # what a scheduler compares: the current skill's selection score after each step
-REPORT_COLUMNS = {"step": "step", "selection_score": "selection", "candidate_score": "candidate",
-                  "best_selection_score": "best selection", "test_hard_best": "test hard"}
+REPORT_COLUMNS = {
+    "step": "step",
+    "selection_score": "selection",
+    "candidate_score": "candidate",
+    "best_selection_score": "best selection",
+    "test_hard_best": "test hard",
+}
 
 
 @dataclass
@@ -150,7 +165,11 @@ def parse_param(key: str, spec: Any, where: str) -> Param:
         for v in args:  # 4 and 4.0 are one value
             seen.setdefault(norm_value(v), v)
         return Param(key, kind, list(seen.values()))
-    if len(args) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in args) or not args[0] < args[1]:
+    if (
+        len(args) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in args)
+        or not args[0] < args[1]
+    ):
         raise UsageError(f"{where}: {key}: {kind} needs two numbers lo < hi, got {args!r}")
     if kind == "loguniform" and args[0] <= 0:
         raise UsageError(f"{where}: {key}: loguniform needs lo > 0, got {args[0]}")
@@ -171,7 +190,11 @@ def load_preset(name: str) -> tuple[dict[str, Param], dict[str, Any], int]:
     samples = doc.get("num_samples", 1)
     if not isinstance(samples, int) or samples < 1:
         raise UsageError(f"sweep preset {path}: num_samples must be an integer >= 1")
-    return {k: parse_param(k, v, f"sweep preset {path.name}") for k, v in params.items()}, dict(doc.get("fixed") or {}), samples
+    return (
+        {k: parse_param(k, v, f"sweep preset {path.name}") for k, v in params.items()},
+        dict(doc.get("fixed") or {}),
+        samples,
+    )
 
 
 def _value(text: str) -> Any:
@@ -218,7 +241,7 @@ def parse_args(argv: list[str]) -> tuple[SweepSpec, list[str]]:
         elif bare == "seeds":
             seeds = _value(val)
         elif bare.startswith("sweep.params."):
-            k = bare[len("sweep.params."):]
+            k = bare[len("sweep.params.") :]
             extra[k] = parse_param(k, val if _CALL.match(val) else _value(val), "command line")
         elif bare == "sweep.max_concurrent":
             opts["max_concurrent"] = _int_option(bare, val, 1)
@@ -262,12 +285,16 @@ def parse_args(argv: list[str]) -> tuple[SweepSpec, list[str]]:
         seed_list, count = list(dict.fromkeys(seeds)), len(set(seeds))
     else:
         raise UsageError(f"seeds must be a count (seeds=5) or a list (seeds=[1,2,3]), got {seeds!r}")
-    spec = SweepSpec(presets, params, fixed, seed_list or list(range(count)), seeds_are_offsets=seed_list is None, **opts)
+    spec = SweepSpec(
+        presets, params, fixed, seed_list or list(range(count)), seeds_are_offsets=seed_list is None, **opts
+    )
     spec.num_samples = samples if samples is not None else preset_samples
     spec.asha.update(asha)
     if spec.num_samples > 1 and not spec.sampled():
-        raise UsageError(f"sweep.num_samples={spec.num_samples} repeats random draws, but every swept key is a grid: "
-                         "the trials would repeat one another; use seeds=N for repeats")
+        raise UsageError(
+            f"sweep.num_samples={spec.num_samples} repeats random draws, but every swept key is a grid: "
+            "the trials would repeat one another; use seeds=N for repeats"
+        )
     return spec, overrides
 
 
@@ -319,13 +346,22 @@ def expand(space: dict[str, Any], num_samples: int, seed: int) -> list[dict[str,
     rng = _BackwardsCompatibleNumpyRng(seed)
     out = []
     for _ in range(num_samples):
-        for _resolved, spec in generate_variants({"config": copy.deepcopy(space)}, constant_grid_search=True, random_state=rng):
+        for _resolved, spec in generate_variants(
+            {"config": copy.deepcopy(space)}, constant_grid_search=True, random_state=rng
+        ):
             out.append(dict(spec["config"]))
     return out
 
 
-def compose_trial(overrides: list[str], fixed: dict[str, Any], values: dict[str, Any], keys: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    ovr = overrides + [_override(k, v) for k, v in fixed.items()] + [_override(k, values[k]) for k in keys] + [f"seed={int(values['seed'])}"]
+def compose_trial(
+    overrides: list[str], fixed: dict[str, Any], values: dict[str, Any], keys: list[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    ovr = (
+        overrides
+        + [_override(k, v) for k, v in fixed.items()]
+        + [_override(k, values[k]) for k in keys]
+        + [f"seed={int(values['seed'])}"]
+    )
     _obj, data = typed(compose(ovr))
     data = resolve_paths(data)
     return data, {k: norm_value(_get(data, k)) for k in keys}
@@ -344,7 +380,9 @@ def plan_trials(spec: SweepSpec, overrides: list[str]) -> list[Trial]:
         rd = run_dir_for(data)
         if rd in seen:  # two draws (or spellings) that make the same run: one trial
             continue
-        t = Trial(trial_key(params, int(values["seed"])), params, int(values["seed"]), data, rd, {k: values[k] for k in keys})
+        t = Trial(
+            trial_key(params, int(values["seed"])), params, int(values["seed"]), data, rd, {k: values[k] for k in keys}
+        )
         seen[rd] = t
         trials.append(t)
     return trials
@@ -395,8 +433,13 @@ def shared_embedded_settings(trials: list[dict[str, Any]], concurrent: int) -> O
         return None
     e = need[0]["llm"]["embedded"]
     n = max(1, concurrent)
-    return {"model_path": e["model_path"], "ctx_size": e["ctx_size"] * n, "threads": e["threads"], "parallel": e["parallel"] * n,
-            "startup_timeout_s": e["startup_timeout_s"]}
+    return {
+        "model_path": e["model_path"],
+        "ctx_size": e["ctx_size"] * n,
+        "threads": e["threads"],
+        "parallel": e["parallel"] * n,
+        "startup_timeout_s": e["startup_timeout_s"],
+    }
 
 
 def prepare(data: dict[str, Any], ctx: dict[str, Any], params: dict[str, str], key: str, seed: int) -> dict[str, Any]:
@@ -404,8 +447,13 @@ def prepare(data: dict[str, Any], ctx: dict[str, Any], params: dict[str, str], k
     reservation for actors (the trial's covers them), no progress line, the shared server."""
     data = copy.deepcopy(data)
     data["tracking"]["parent_run_id"] = ctx.get("parent_run_id")
-    data["tracking"]["tags"] = {**(data["tracking"].get("tags") or {}), "sweep": ctx["name"], "sweep.trial": key, "seed": str(seed),
-                                **{f"sweep.param.{k}": v for k, v in params.items()}}
+    data["tracking"]["tags"] = {
+        **(data["tracking"].get("tags") or {}),
+        "sweep": ctx["name"],
+        "sweep.trial": key,
+        "seed": str(seed),
+        **{f"sweep.param.{k}": v for k, v in params.items()},
+    }
     data["ray"]["actor_num_cpus"] = 0.0
     data["debug"]["progress"] = "off"
     if ctx.get("server_url") and needs_embedded_server(data):
@@ -431,19 +479,34 @@ def _run_dir_lock(run_dir: Path) -> Iterator[None]:
 def step_report(h: dict[str, Any], key: str, run_dir: Path) -> dict[str, Any]:
     """What a trial tells Tune after one training step (the step's record in the run's history)."""
     cand = h.get("candidate_gate_score")
-    return {"step": int(h["step"]), "epoch": int(h.get("epoch") or 0), METRIC: float(h["current_score"]),
-            "candidate_score": float(cand) if cand is not None else math.nan, "best_selection_score": float(h["best_score"]),
-            "accepted": 1 if str(h.get("action", "")).startswith(("accept", "force")) else 0, "action": str(h.get("action")),
-            "finished": 0, "trial": key, "run_dir": str(run_dir)}
+    return {
+        "step": int(h["step"]),
+        "epoch": int(h.get("epoch") or 0),
+        METRIC: float(h["current_score"]),
+        "candidate_score": float(cand) if cand is not None else math.nan,
+        "best_selection_score": float(h["best_score"]),
+        "accepted": 1 if str(h.get("action", "")).startswith(("accept", "force")) else 0,
+        "action": str(h.get("action")),
+        "finished": 0,
+        "trial": key,
+        "run_dir": str(run_dir),
+    }
 
 
 def final_report(run_dir: Path, key: str, last: Optional[dict[str, Any]]) -> dict[str, Any]:
     s = json.loads((run_dir / "summary.json").read_text())
     sel = s["selection"]
     final_sel = sel.get("final") if sel.get("final") is not None else (last or {}).get(METRIC, sel.get("best"))
-    return {**(last or {"step": 0, "epoch": 0, "candidate_score": math.nan, "accepted": 0, "action": "none"}),
-            METRIC: float(final_sel), "best_selection_score": float(sel["best"]), "test_hard_best": float(s["test"]["best"]["hard"]),
-            "test_soft_best": float(s["test"]["best"]["soft"]), "finished": 1, "trial": key, "run_dir": str(run_dir)}
+    return {
+        **(last or {"step": 0, "epoch": 0, "candidate_score": math.nan, "accepted": 0, "action": "none"}),
+        METRIC: float(final_sel),
+        "best_selection_score": float(sel["best"]),
+        "test_hard_best": float(s["test"]["best"]["hard"]),
+        "test_soft_best": float(s["test"]["best"]["soft"]),
+        "finished": 1,
+        "trial": key,
+        "run_dir": str(run_dir),
+    }
 
 
 def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: dict[str, Any]) -> None:
@@ -463,7 +526,11 @@ def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: di
     if plan is None:  # not planned (should not happen): compose it here the same way
         data, params = compose_trial(ctx["overrides"], ctx["fixed"], config, keys)
         key = trial_key(params, int(config["seed"]))
-        plan = {"data": prepare(data, ctx, params, key, int(config["seed"])), "key": key, "run_dir": str(run_dir_for(data))}
+        plan = {
+            "data": prepare(data, ctx, params, key, int(config["seed"])),
+            "key": key,
+            "run_dir": str(run_dir_for(data)),
+        }
     run_dir, key = Path(plan["run_dir"]), plan["key"]
     with _run_dir_lock(run_dir):
         reported = 0  # the last step handed to Tune
@@ -515,7 +582,12 @@ class _Parent:
         self.enabled = bool(t["mlflow"])
         self.uri = t["tracking_uri"] or default_tracking_uri(data["output_dir"])
         self.run_id: Optional[str] = None
-        self.tracker = Tracker(self.enabled, self.uri, t["experiment_name"] or data["experiment"], Path(data["output_dir"]) / "mlflow-artifacts")
+        self.tracker = Tracker(
+            self.enabled,
+            self.uri,
+            t["experiment_name"] or data["experiment"],
+            Path(data["output_dir"]) / "mlflow-artifacts",
+        )
         if not self.enabled:
             return
         self.client = self.tracker.client
@@ -523,8 +595,9 @@ class _Parent:
         record = json.loads(record_path.read_text()) if record_path.exists() else {}
         if existing:
             record["run_id"] = existing
-        self.run_id = self.tracker.start(record, name, {"sweep": name, "sweep.role": "parent"},
-                                         lambda rec: atomic_write_json(record_path, rec))
+        self.run_id = self.tracker.start(
+            record, name, {"sweep": name, "sweep.role": "parent"}, lambda rec: atomic_write_json(record_path, rec)
+        )
         atomic_write_json(record_path, {**record, "run_id": self.run_id, "tracking_uri": self.uri})
         for note in self.tracker.notes:
             print(f"note: {note}", file=sys.stderr)
@@ -564,8 +637,14 @@ def _status(t: Trial, previous: dict[str, dict[str, Any]]) -> str:
 
 def dry_run(spec: SweepSpec, trials: list[Trial], name: str, sdir: Path, previous: dict[str, dict[str, Any]]) -> int:
     print(f"sweep {name} (dry run: nothing started)")
-    print("search space: " + "; ".join([f"{k}: {spec.params[k].describe()}" for k in spec.keys] + [f"seed: grid {sorted({t.seed for t in trials})}"])
-          + (f"; {spec.num_samples} samples" if spec.num_samples > 1 else ""))
+    print(
+        "search space: "
+        + "; ".join(
+            [f"{k}: {spec.params[k].describe()}" for k in spec.keys]
+            + [f"seed: grid {sorted({t.seed for t in trials})}"]
+        )
+        + (f"; {spec.num_samples} samples" if spec.num_samples > 1 else "")
+    )
     if spec.fixed:
         print("fixed: " + ", ".join(f"{k}={v}" for k, v in spec.fixed.items()))
     if spec.scheduler != "none":
@@ -577,7 +656,9 @@ def dry_run(spec: SweepSpec, trials: list[Trial], name: str, sdir: Path, previou
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
     counts = {s: sum(1 for r in rows if r[-2] == s) for s in ("new", "unfinished", "finished", "stopped")}
-    print(f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; sweep directory {sdir}")
+    print(
+        f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; sweep directory {sdir}"
+    )
     return EXIT_OK
 
 
@@ -600,29 +681,64 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
     stopped_before = {str(t.run_dir) for t in trials if t.status == "stopped"}
 
     def write_meta() -> None:
-        atomic_write_json(meta_path, {
-            "name": name, "presets": spec.presets, "keys": spec.keys, "space": {k: p.describe() for k, p in spec.params.items()},
-            "grid": spec.grid, "fixed": spec.fixed, "num_samples": spec.num_samples, "seeds": sorted({t.seed for t in trials}),
-            "scheduler": spec.scheduler, "overrides": overrides, "parent_run_id": parent.run_id,
-            "tracking_uri": parent.uri if parent.enabled else None,
-            "trials": [{"key": t.key, "params": t.params, "seed": t.seed, "run_dir": str(t.run_dir), "status": t.status,
-                        **({"stopped": previous[str(t.run_dir)].get("stopped")} if t.status == "stopped" and str(t.run_dir) in previous else {})}
-                       for t in trials]})
+        atomic_write_json(
+            meta_path,
+            {
+                "name": name,
+                "presets": spec.presets,
+                "keys": spec.keys,
+                "space": {k: p.describe() for k, p in spec.params.items()},
+                "grid": spec.grid,
+                "fixed": spec.fixed,
+                "num_samples": spec.num_samples,
+                "seeds": sorted({t.seed for t in trials}),
+                "scheduler": spec.scheduler,
+                "overrides": overrides,
+                "parent_run_id": parent.run_id,
+                "tracking_uri": parent.uri if parent.enabled else None,
+                "trials": [
+                    {
+                        "key": t.key,
+                        "params": t.params,
+                        "seed": t.seed,
+                        "run_dir": str(t.run_dir),
+                        "status": t.status,
+                        **(
+                            {"stopped": previous[str(t.run_dir)].get("stopped")}
+                            if t.status == "stopped" and str(t.run_dir) in previous
+                            else {}
+                        ),
+                    }
+                    for t in trials
+                ],
+            },
+        )
 
     write_meta()
     if parent.enabled:
         existing = parent.client.get_run(parent.run_id).data.params
         params = {f"sweep.space.{k}": p.describe() for k, p in spec.params.items()}
         params.update({f"sweep.fixed.{k}": str(v) for k, v in spec.fixed.items()})
-        params.update({"sweep.seeds": json.dumps(sorted({t.seed for t in trials})), "sweep.trials": str(len(trials)),
-                       "sweep.num_samples": str(spec.num_samples), "sweep.scheduler": spec.scheduler})
+        params.update(
+            {
+                "sweep.seeds": json.dumps(sorted({t.seed for t in trials})),
+                "sweep.trials": str(len(trials)),
+                "sweep.num_samples": str(spec.num_samples),
+                "sweep.scheduler": spec.scheduler,
+            }
+        )
         for k, v in params.items():
             if k not in existing:
                 parent.client.log_param(parent.run_id, k, v)
-    runnable = [t for t in trials if t.status in ("new", "unfinished") or (t.status == "stopped" and spec.resume_stopped)]
-    print(f"sweep {name}: {len(trials)} trials ({sum(t.status == 'finished' for t in trials)} finished, "
-          f"{len(stopped_before)} stopped by a scheduler{' - resuming them' if spec.resume_stopped and stopped_before else ''}), "
-          f"directory {sdir}", file=sys.stderr)
+    runnable = [
+        t for t in trials if t.status in ("new", "unfinished") or (t.status == "stopped" and spec.resume_stopped)
+    ]
+    print(
+        f"sweep {name}: {len(trials)} trials ({sum(t.status == 'finished' for t in trials)} finished, "
+        f"{len(stopped_before)} stopped by a scheduler{' - resuming them' if spec.resume_stopped and stopped_before else ''}), "
+        f"directory {sdir}",
+        file=sys.stderr,
+    )
     failed: list[str] = []
     if runnable:
         failed = _run_tune(spec, trials, overrides, name, sdir, parent, previous)
@@ -637,8 +753,13 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
             parent.client.set_tag(parent.run_id, "best_config", json.dumps(best["params"]))
             parent.client.set_tag(parent.run_id, "best_config_rule", best["rule"])
             parent.client.set_tag(parent.run_id, "best_config_tied", json.dumps(best["tied"]))
-            parent.tracker.log_metrics({"best_mean_selection_score": best["best_selection_score_mean"],
-                                        "best_mean_test_hard": best["test_hard_best_mean"]}, 0)
+            parent.tracker.log_metrics(
+                {
+                    "best_mean_selection_score": best["best_selection_score_mean"],
+                    "best_mean_test_hard": best["test_hard_best_mean"],
+                },
+                0,
+            )
         for f in sorted((sdir / "comparison").iterdir()):
             parent.client.log_artifact(parent.run_id, str(f), "comparison")
         done = all(t.status in ("finished", "stopped") for t in trials)
@@ -649,20 +770,36 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
         print(f"mlflow parent run: {parent.run_id} (tracking uri {parent.uri})")
     stopped = [t for t in trials if t.status == "stopped"]
     if stopped:
-        print(f"{len(stopped)} trial(s) stopped early by the scheduler (run directories resumable; "
-              "rerun with sweep.resume_stopped=true to finish them)", file=sys.stderr)
+        print(
+            f"{len(stopped)} trial(s) stopped early by the scheduler (run directories resumable; "
+            "rerun with sweep.resume_stopped=true to finish them)",
+            file=sys.stderr,
+        )
     unfinished = [t for t in trials if t.status in ("new", "unfinished")]
     if unfinished and not failed:
-        print(f"sweep stopped with {len(unfinished)} of {len(trials)} trials unfinished; rerun the same command to resume", file=sys.stderr)
+        print(
+            f"sweep stopped with {len(unfinished)} of {len(trials)} trials unfinished; rerun the same command to resume",
+            file=sys.stderr,
+        )
         return EXIT_STOPPED
     if failed:
-        print(f"error: {len(failed)} trial(s) failed; rerun the same command to retry them. First: {failed[0]}", file=sys.stderr)
+        print(
+            f"error: {len(failed)} trial(s) failed; rerun the same command to retry them. First: {failed[0]}",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     return EXIT_OK
 
 
-def _run_tune(spec: SweepSpec, trials: list[Trial], overrides: list[str], name: str, sdir: Path, parent: _Parent,
-              previous: dict[str, dict[str, Any]]) -> list[str]:
+def _run_tune(
+    spec: SweepSpec,
+    trials: list[Trial],
+    overrides: list[str],
+    name: str,
+    sdir: Path,
+    parent: _Parent,
+    previous: dict[str, dict[str, Any]],
+) -> list[str]:
     """Run the search space on Tune; mark the trials a scheduler stopped. Returns failure lines."""
     import ray
 
@@ -672,18 +809,33 @@ def _run_tune(spec: SweepSpec, trials: list[Trial], overrides: list[str], name: 
     total = float(ray.cluster_resources().get("CPU", 1))
     limit = max_concurrent_trials(first, total, spec.max_concurrent)
     todo = [t for t in trials if t.status != "finished"]
-    print(f"sweep {name}: {len(todo)} trials to run, at most {limit} at a time, {trial_cpus(first)} CPU each", file=sys.stderr)
+    print(
+        f"sweep {name}: {len(todo)} trials to run, at most {limit} at a time, {trial_cpus(first)} CPU each",
+        file=sys.stderr,
+    )
     embedded, server_url = _start_shared_embedded([t.data for t in todo], limit, sdir)
-    ctx = {"name": name, "keys": spec.keys, "overrides": overrides, "fixed": spec.fixed, "parent_run_id": parent.run_id,
-           "server_url": server_url,
-           "stopped": sorted(str(t.run_dir) for t in trials if t.status == "stopped"), "resume_stopped": spec.resume_stopped}
+    ctx = {
+        "name": name,
+        "keys": spec.keys,
+        "overrides": overrides,
+        "fixed": spec.fixed,
+        "parent_run_id": parent.run_id,
+        "server_url": server_url,
+        "stopped": sorted(str(t.run_dir) for t in trials if t.status == "stopped"),
+        "resume_stopped": spec.resume_stopped,
+    }
     plans = {}
     for t in trials:
         plans[signature({**t.values, "seed": t.seed}, spec.keys)] = {
-            "data": prepare(t.data, ctx, t.params, t.key, t.seed), "key": t.key, "run_dir": str(t.run_dir)}
+            "data": prepare(t.data, ctx, t.params, t.key, t.seed),
+            "key": t.key,
+            "run_dir": str(t.run_dir),
+        }
     seeds = sorted({t.seed for t in trials}, key=[t.seed for t in trials].index)
     try:
-        results, stops = _fit(spec, search_space(spec, seeds), plans, ctx, first, limit, sdir, sample_seed(spec, overrides))
+        results, stops = _fit(
+            spec, search_space(spec, seeds), plans, ctx, first, limit, sdir, sample_seed(spec, overrides)
+        )
     finally:
         if embedded is not None:
             embedded.stop()
@@ -691,7 +843,9 @@ def _run_tune(spec: SweepSpec, trials: list[Trial], overrides: list[str], name: 
     failed = []
     for r in results:
         m = r.metrics or {}
-        t = by_dir.get(m.get("run_dir", "")) or by_dir.get(plans.get(signature(r.config, spec.keys), {}).get("run_dir", ""))
+        t = by_dir.get(m.get("run_dir", "")) or by_dir.get(
+            plans.get(signature(r.config, spec.keys), {}).get("run_dir", "")
+        )
         if r.error is not None:
             failed.append(f"{t.key if t else '?'}: {str(r.error).strip().splitlines()[-1][:300]}")
             continue
@@ -706,8 +860,15 @@ def _run_tune(spec: SweepSpec, trials: list[Trial], overrides: list[str], name: 
             record = {"by": spec.scheduler, "step": stop.get("step"), METRIC: stop.get(METRIC)}
             previous[str(t.run_dir)] = {**previous.get(str(t.run_dir), {}), "status": "stopped", "stopped": record}
             t.status = "stopped"
-            _mark_child(t.run_dir, "KILLED", {"sweep.status": "stopped", "sweep.stopped_by": spec.scheduler,
-                                              "sweep.stopped_at_step": str(stop.get("step"))})
+            _mark_child(
+                t.run_dir,
+                "KILLED",
+                {
+                    "sweep.status": "stopped",
+                    "sweep.stopped_by": spec.scheduler,
+                    "sweep.stopped_at_step": str(stop.get("step")),
+                },
+            )
         else:
             _mark_child(t.run_dir, "KILLED", {"sweep.status": "interrupted"})
     return failed
@@ -741,8 +902,17 @@ def _brief(value: Any) -> str:
     return norm_value(value)
 
 
-def _fit(spec: SweepSpec, space: dict[str, Any], plans: dict[str, Any], ctx: dict[str, Any], first: dict[str, Any], limit: int,
-         sdir: Path, seed: int, trainable: Any = None) -> tuple[Any, dict[str, dict[str, Any]]]:
+def _fit(
+    spec: SweepSpec,
+    space: dict[str, Any],
+    plans: dict[str, Any],
+    ctx: dict[str, Any],
+    first: dict[str, Any],
+    limit: int,
+    sdir: Path,
+    seed: int,
+    trainable: Any = None,
+) -> tuple[Any, dict[str, dict[str, Any]]]:
     """Tune over `space`; returns the result grid and {trial id: the result a scheduler stopped it on}."""
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # the classic reporter: a trial table with our columns
     from ray import tune
@@ -752,23 +922,40 @@ def _fit(spec: SweepSpec, space: dict[str, Any], plans: dict[str, Any], ctx: dic
     stops: dict[str, dict[str, Any]] = {}
     scheduler = _asha(spec, stops) if spec.scheduler == "asha" else None
     keys = spec.keys
-    reporter = CLIReporter(parameter_columns={**{k: _short(k) for k in keys}, "seed": "seed"}, metric_columns=dict(REPORT_COLUMNS),
-                           max_report_frequency=max(1, int(spec.report_every_s)), max_progress_rows=100, max_error_rows=20,
-                           sort_by_metric=False)
+    reporter = CLIReporter(
+        parameter_columns={**{k: _short(k) for k in keys}, "seed": "seed"},
+        metric_columns=dict(REPORT_COLUMNS),
+        max_report_frequency=max(1, int(spec.report_every_s)),
+        max_progress_rows=100,
+        max_error_rows=20,
+        sort_by_metric=False,
+    )
     stopper = _StopAfter(spec.interrupt_after) if spec.interrupt_after else None
     fn = trainable or tune.with_parameters(_trainable, plans=plans, ctx=ctx)
     tuner = tune.Tuner(
         tune.with_resources(fn, {"cpu": trial_cpus(first)}),
         param_space=space,
         tune_config=tune.TuneConfig(
-            metric=METRIC, mode="max", num_samples=spec.num_samples, scheduler=scheduler, reuse_actors=False,
+            metric=METRIC,
+            mode="max",
+            num_samples=spec.num_samples,
+            scheduler=scheduler,
+            reuse_actors=False,
             # our own generator: seeded (a rerun draws the same values), one draw per sample across the
             # grid and the seeds, and it carries the concurrency cap (Tune ignores max_concurrent_trials beside it)
             search_alg=BasicVariantGenerator(random_state=seed, max_concurrent=limit, constant_grid_search=True),
-            trial_name_creator=lambda tr: ",".join(f"{_short(k)}={_brief(tr.config.get(k))}" for k in keys) + f",seed={tr.config.get('seed')}",
-            trial_dirname_creator=lambda tr: f"trial_{tr.trial_id}"),
-        run_config=tune.RunConfig(name=f"tune-{int(time.time())}", storage_path=str((sdir / "tune").resolve()),
-                                  verbose=spec.verbose, progress_reporter=reporter if spec.verbose else None, stop=stopper),
+            trial_name_creator=lambda tr: (
+                ",".join(f"{_short(k)}={_brief(tr.config.get(k))}" for k in keys) + f",seed={tr.config.get('seed')}"
+            ),
+            trial_dirname_creator=lambda tr: f"trial_{tr.trial_id}",
+        ),
+        run_config=tune.RunConfig(
+            name=f"tune-{int(time.time())}",
+            storage_path=str((sdir / "tune").resolve()),
+            verbose=spec.verbose,
+            progress_reporter=reporter if spec.verbose else None,
+            stop=stopper,
+        ),
     )
     return tuner.fit(), stops
 
@@ -785,7 +972,9 @@ def _asha(spec: SweepSpec, stops: dict[str, dict[str, Any]]) -> Any:
             return action
 
     a = spec.asha
-    return RecordingASHA(time_attr="step", max_t=a["max_t"], grace_period=a["grace_period"], reduction_factor=a["reduction_factor"])
+    return RecordingASHA(
+        time_attr="step", max_t=a["max_t"], grace_period=a["grace_period"], reduction_factor=a["reduction_factor"]
+    )
 
 
 class _StopAfter:

@@ -18,8 +18,9 @@ import sqlite3
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
 T = TypeVar("T")
 RUN_UID_TAG = "skillopt.run_uid"
@@ -33,9 +34,21 @@ METRIC_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("tokens", lambda n: n.startswith(("tokens", "cost_usd"))),
     ("time", lambda n: n.endswith("_s") or n.startswith("time")),
     ("skill", lambda n: n in ("skill_version", "skill_len", "candidate_skill_len")),
-    ("counts", lambda n: n in ("accepted", "slow_update_accepted", "rollout_n", "tasks_compared", "edit_budget")
-     or n.startswith("n_") or n.endswith(("_errors", "_count", "_fallbacks"))),
-    ("score", lambda n: n.endswith(("_score", "_hard", "_soft")) or n.startswith(("test_hard", "test_soft", "eval_hard", "eval_soft"))),
+    (
+        "counts",
+        lambda n: (
+            n in ("accepted", "slow_update_accepted", "rollout_n", "tasks_compared", "edit_budget")
+            or n.startswith("n_")
+            or n.endswith(("_errors", "_count", "_fallbacks"))
+        ),
+    ),
+    (
+        "score",
+        lambda n: (
+            n.endswith(("_score", "_hard", "_soft"))
+            or n.startswith(("test_hard", "test_soft", "eval_hard", "eval_soft"))
+        ),
+    ),
 )
 
 
@@ -61,7 +74,7 @@ def ui_link(record: dict[str, Any], base: str = "http://127.0.0.1:5000") -> str:
 
 def sweep_run_name(tags: dict[str, str], default: str) -> str:
     """A sweep trial's run name from its swept values (`learning_rate=4 gate_metric=soft seed=43`); `default` otherwise."""
-    swept = {k[len("sweep.param."):]: v for k, v in tags.items() if k.startswith("sweep.param.")}
+    swept = {k[len("sweep.param.") :]: v for k, v in tags.items() if k.startswith("sweep.param.")}
     if not swept:
         return default
     short = {k: k.rsplit(".", 1)[-1] for k in swept}
@@ -84,7 +97,7 @@ def sqlite_path(uri: Optional[str]) -> Optional[Path]:
     """The file behind a `sqlite:///` URI (None for other stores and in-memory databases)."""
     if not uri or not uri.startswith("sqlite:///"):
         return None
-    raw = uri[len("sqlite:///"):].split("?", 1)[0]
+    raw = uri[len("sqlite:///") :].split("?", 1)[0]
     if not raw or raw == ":memory:":
         return None
     return Path(raw).expanduser().resolve()
@@ -168,7 +181,9 @@ def _build(path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def ensure_store(uri: Optional[str], log: Callable[[str], None] = lambda m: print(f"note: {m}", file=sys.stderr)) -> None:
+def ensure_store(
+    uri: Optional[str], log: Callable[[str], None] = lambda m: print(f"note: {m}", file=sys.stderr)
+) -> None:
     """Make sure a sqlite tracking store exists whole before MLflow opens it (no-op for other URIs)."""
     path = sqlite_path(uri)
     if path is None:
@@ -179,13 +194,17 @@ def ensure_store(uri: Optional[str], log: Callable[[str], None] = lambda m: prin
         if state == "ok":
             return
         if state == "outdated":
-            raise TrackingError(f"MLflow store {path} has runs but an old schema ({detail}): back it up, then run "
-                                f"`mlflow db upgrade sqlite:///{path}`, or set tracking.tracking_uri to another store")
+            raise TrackingError(
+                f"MLflow store {path} has runs but an old schema ({detail}): back it up, then run "
+                f"`mlflow db upgrade sqlite:///{path}`, or set tracking.tracking_uri to another store"
+            )
         aside = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
         try:
             os.replace(path, aside)
-            log(f"MLflow store {path} was left half-made by an interrupted start ({detail}; no runs in it): "
-                f"moved to {aside.name} and created again")
+            log(
+                f"MLflow store {path} was left half-made by an interrupted start ({detail}; no runs in it): "
+                f"moved to {aside.name} and created again"
+            )
         except FileNotFoundError:
             pass  # another process moved it aside first
     else:
@@ -253,12 +272,19 @@ class Tracker:
             if not remote:
                 artifact_root.mkdir(parents=True, exist_ok=True)
             try:
-                self.experiment_id = _retrying("create the experiment", tracking_uri, lambda: self.client.create_experiment(
-                    experiment, artifact_location=location))
+                self.experiment_id = _retrying(
+                    "create the experiment",
+                    tracking_uri,
+                    lambda: self.client.create_experiment(experiment, artifact_location=location),
+                )
             except MlflowException as e:
                 if e.error_code != "RESOURCE_ALREADY_EXISTS":
-                    raise TrackingError(f"MLflow store {tracking_uri} refused experiment {experiment!r}: {str(e).splitlines()[0]}") from None
-                exp = _retrying("read experiments", tracking_uri, lambda: self.client.get_experiment_by_name(experiment))
+                    raise TrackingError(
+                        f"MLflow store {tracking_uri} refused experiment {experiment!r}: {str(e).splitlines()[0]}"
+                    ) from None
+                exp = _retrying(
+                    "read experiments", tracking_uri, lambda: self.client.get_experiment_by_name(experiment)
+                )
                 self.experiment_id = exp.experiment_id  # created by a concurrent run (sweep trials)
         else:
             self.experiment_id = exp.experiment_id
@@ -269,7 +295,9 @@ class Tracker:
             except MlflowException:
                 pass
 
-    def start(self, record: dict[str, Any], run_name: str, tags: dict[str, str], save: Callable[[dict[str, Any]], None]) -> Optional[str]:
+    def start(
+        self, record: dict[str, Any], run_name: str, tags: dict[str, str], save: Callable[[dict[str, Any]], None]
+    ) -> Optional[str]:
         """Resume the MLflow run that `record` (the run directory's mlflow_run.json) names, else create one.
 
         Creation is made idempotent across kills: a run uid is saved (via `save`) before the run is created
@@ -285,26 +313,47 @@ class Tracker:
             try:
                 run = _retrying("read the run to resume", self.uri, lambda: self.client.get_run(run_id))
                 self.run_id = run.info.run_id
-                _retrying("mark the resumed run running", self.uri, lambda: self.client.update_run(
-                    self.run_id, status="RUNNING", name=run_name if run.info.run_name != run_name else None))
+                _retrying(
+                    "mark the resumed run running",
+                    self.uri,
+                    lambda: self.client.update_run(
+                        self.run_id, status="RUNNING", name=run_name if run.info.run_name != run_name else None
+                    ),
+                )
                 return self.run_id
             except MlflowException as e:
                 if not _not_found(e):
-                    raise TrackingError(f"MLflow store {self.uri} failed to read run {run_id}: {str(e).splitlines()[0][:300]}") from None
-                self.notes.append(f"MLflow run {run_id} is not in {self.uri} (store replaced or deleted): logging to a new run")
+                    raise TrackingError(
+                        f"MLflow store {self.uri} failed to read run {run_id}: {str(e).splitlines()[0][:300]}"
+                    ) from None
+                self.notes.append(
+                    f"MLflow run {run_id} is not in {self.uri} (store replaced or deleted): logging to a new run"
+                )
         uid = record.get("run_uid") if not run_id else None
         if uid:
             quoted = uid.replace("'", "")
-            found = _retrying("search for the interrupted run", self.uri, lambda: self.client.search_runs(
-                [self.experiment_id], filter_string=f"tags.`{RUN_UID_TAG}` = '{quoted}'", max_results=1))
+            found = _retrying(
+                "search for the interrupted run",
+                self.uri,
+                lambda: self.client.search_runs(
+                    [self.experiment_id], filter_string=f"tags.`{RUN_UID_TAG}` = '{quoted}'", max_results=1
+                ),
+            )
             if found:
                 self.run_id = found[0].info.run_id
-                _retrying("mark the resumed run running", self.uri, lambda: self.client.update_run(self.run_id, status="RUNNING"))
+                _retrying(
+                    "mark the resumed run running",
+                    self.uri,
+                    lambda: self.client.update_run(self.run_id, status="RUNNING"),
+                )
                 return self.run_id
         uid = uid or uuid.uuid4().hex
         save({"run_uid": uid, "tracking_uri": self.uri, "experiment_id": self.experiment_id})
-        run = _retrying("create the run", self.uri, lambda: self.client.create_run(
-            self.experiment_id, run_name=run_name, tags={**tags, RUN_UID_TAG: uid}))
+        run = _retrying(
+            "create the run",
+            self.uri,
+            lambda: self.client.create_run(self.experiment_id, run_name=run_name, tags={**tags, RUN_UID_TAG: uid}),
+        )
         self.run_id = run.info.run_id
         return self.run_id
 
@@ -328,7 +377,9 @@ class Tracker:
         ms = [Metric(metric_key(k), float(v), ts, step) for k, v in metrics.items() if v is not None]
         if ms:
             self.client.log_batch(self.run_id, metrics=ms)
-        if "skill_version" in metrics or "test_hard_best" in metrics:  # a step or the run ended: the skill history moved
+        if (
+            "skill_version" in metrics or "test_hard_best" in metrics
+        ):  # a step or the run ended: the skill history moved
             self.log_skill_history()
 
     def log_skill_history(self) -> None:
@@ -342,8 +393,18 @@ class Tracker:
 
         try:
             story = load(self.run_dir)
-            rows = [{"version": v.number, "made_by": v.made_by, "epoch": v.epoch, "step": v.step, "selection_score": v.score,
-                     "length": len(v.text), "artifact": f"skills/skill_v{v.number:04d}.md"} for v in story.versions]
+            rows = [
+                {
+                    "version": v.number,
+                    "made_by": v.made_by,
+                    "epoch": v.epoch,
+                    "step": v.step,
+                    "selection_score": v.score,
+                    "length": len(v.text),
+                    "artifact": f"skills/skill_v{v.number:04d}.md",
+                }
+                for v in story.versions
+            ]
             table = self.run_dir / "skill_versions.json"
             table.write_text(json.dumps(rows, indent=1), encoding="utf-8")
             page = self.run_dir / "skill_history.html"
@@ -364,4 +425,9 @@ class Tracker:
 
     def finish(self, status: str = "FINISHED") -> None:
         if self.enabled and self.run_id:
-            _retrying(f"mark the run {status}", self.uri, lambda: self.client.set_terminated(self.run_id, status=status), attempts=3)
+            _retrying(
+                f"mark the run {status}",
+                self.uri,
+                lambda: self.client.set_terminated(self.run_id, status=status),
+                attempts=3,
+            )

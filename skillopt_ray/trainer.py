@@ -13,10 +13,12 @@ import hashlib
 import math
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Optional
 
-from envs.base import EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import EpisodeContext, EpisodeResult, Task
+
 from skillopt_ray import prompts, step_buffer
 from skillopt_ray.config import Config
 from skillopt_ray.epoch.meta_skill import write_meta_skill
@@ -25,8 +27,13 @@ from skillopt_ray.prompts.length_guard import LengthGuard
 from skillopt_ray.prompts.render import step_buffer_text
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.appendix import flush_notes
-from skillopt_ray.skill.document import (extract_slow_update_field, inject_empty_appendix_field, inject_empty_slow_update_field,
-                                         replace_slow_update_field, skill_hash)
+from skillopt_ray.skill.document import (
+    extract_slow_update_field,
+    inject_empty_appendix_field,
+    inject_empty_slow_update_field,
+    replace_slow_update_field,
+    skill_hash,
+)
 from skillopt_ray.stages import gate as gate_stage
 from skillopt_ray.stages.aggregate import AggregateOutput, aggregate
 from skillopt_ray.stages.reflect import ReflectOutput, reflect
@@ -81,8 +88,17 @@ def _results(data: list[dict[str, Any]]) -> list[EpisodeResult]:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, rundir: RunDir, llm: Any, runner: Any, tracker: Tracker, splits: Splits, seed_skill: str,
-                 on_progress: Optional[Callable[[dict[str, Any]], None]] = None):
+    def __init__(
+        self,
+        cfg: Config,
+        rundir: RunDir,
+        llm: Any,
+        runner: Any,
+        tracker: Tracker,
+        splits: Splits,
+        seed_skill: str,
+        on_progress: Optional[Callable[[dict[str, Any]], None]] = None,
+    ):
         self.cfg = cfg
         self.o = cfg.optimizer
         self.rd = rundir
@@ -127,7 +143,9 @@ class Trainer:
         return self.skill_text(self.state.current_version)
 
     def _ctx(self, key: str, training: bool) -> EpisodeContext:
-        return EpisodeContext(key=key, training=training, max_turns=self.cfg.env.max_turns, history_window=self.cfg.env.history_window)
+        return EpisodeContext(
+            key=key, training=training, max_turns=self.cfg.env.max_turns, history_window=self.cfg.env.history_window
+        )
 
     def score_of(self, ev: dict[str, Any]) -> float:
         return gate_stage.gate_score(ev["hard"], ev["soft"], self.o.gate_metric, self.o.mixed_weight)
@@ -136,15 +154,23 @@ class Trainer:
         blob = "|".join(t.task_id for t in tasks) + f"|{self.cfg.env.max_turns}|{self.cfg.env.history_window}"
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
-    async def evaluate(self, skill: str, tasks: list[Task], what: str,
-                       stop: Optional[Callable[[EpisodeResult], bool]] = None) -> tuple[str, dict[str, Any]]:
+    async def evaluate(
+        self, skill: str, tasks: list[Task], what: str, stop: Optional[Callable[[EpisodeResult], bool]] = None
+    ) -> tuple[str, dict[str, Any]]:
         """Score a skill on a split, cached by skill content hash and split signature (§9.3). With `stop`, the
         episodes left once it says so are not played; such a partial evaluation is returned, never cached."""
         key = f"{skill_hash(skill)}|{self._split_sig(tasks)}"
         if key not in self.scores:
             self._set_progress(stage=f"validate:{what}", done=0, total=len(tasks))
-            res = await rollout(self.runner, tasks, skill, self._ctx(f"eval/{skill_hash(skill)}", False),
-                                self.o.max_infra_failure_fraction, what, stop)
+            res = await rollout(
+                self.runner,
+                tasks,
+                skill,
+                self._ctx(f"eval/{skill_hash(skill)}", False),
+                self.o.max_infra_failure_fraction,
+                what,
+                stop,
+            )
             stats = summarize(res).to_dict()
             if stats["not_played"]:
                 return key, stats
@@ -164,7 +190,9 @@ class Trainer:
         if cur is None or (cand["n_scored"] == n and cur["n_scored"] == n and (best is None or best["n_scored"] == n)):
             return self.score_of(cand), st.current_score, st.best_score, cand["n_scored"]
         c, cur_s, common = gate_stage.like_for_like(cand, cur, self.o.gate_metric, self.o.mixed_weight)
-        best_s = gate_stage.like_for_like(cand, best, self.o.gate_metric, self.o.mixed_weight)[1] if best else st.best_score
+        best_s = (
+            gate_stage.like_for_like(cand, best, self.o.gate_metric, self.o.mixed_weight)[1] if best else st.best_score
+        )
         return c, cur_s, best_s, common
 
     def certain_reject(self) -> Optional[Callable[[EpisodeResult], bool]]:
@@ -227,7 +255,9 @@ class Trainer:
         if saved is not None:
             self.state = RunState.from_dict(saved)
             self._wall_prior = self.state.wall_time_s
-            by_step = {h["step"]: h for h in read_json_lines(self.rd.root / HISTORY_FILE)}  # a step redone after a kill: last wins
+            by_step = {
+                h["step"]: h for h in read_json_lines(self.rd.root / HISTORY_FILE)
+            }  # a step redone after a kill: last wins
             self.history = [by_step[s] for s in sorted(by_step) if s <= self.state.global_step]
             self.scores = {r["key"]: r["eval"] for r in read_json_lines(self.rd.root / SCORES_FILE)}
             return
@@ -235,7 +265,9 @@ class Trainer:
         self.rd.write_skill(0, self.seed_skill)
         self.tracker.log_artifact(self.rd.skill_path(0), "skills")
         if self.o.skill_aware_reflection:  # the appendix goes into current only; S_0 stays the raw file (QUIRK-23)
-            self.state.current_version = self.state.epoch_start_version = self._new_version(inject_empty_appendix_field(self.seed_skill))
+            self.state.current_version = self.state.epoch_start_version = self._new_version(
+                inject_empty_appendix_field(self.seed_skill)
+            )
         self._save()
 
     async def run(self) -> dict[str, Any]:
@@ -271,7 +303,9 @@ class Trainer:
 
         async def do_rollout() -> list[dict[str, Any]]:
             self._set_progress(stage="rollout", done=0, total=len(tasks))
-            res = await rollout(self.runner, tasks, skill, self._ctx(key, True), o.max_infra_failure_fraction, "training")
+            res = await rollout(
+                self.runner, tasks, skill, self._ctx(key, True), o.max_infra_failure_fraction, "training"
+            )
             return [r.to_dict() for r in res]
 
         results = _results(await self._memo(f"{sd}/rollout.json", f"{label}:rollout", do_rollout))
@@ -280,10 +314,23 @@ class Trainer:
 
         async def do_reflect() -> dict[str, Any]:
             self._set_progress(stage="reflect")
-            out = await reflect(self.llm, results, skill=skill, mode=mode, env=self.cfg.env.name, minibatch_size=o.minibatch_size,
-                                batch_seed=self._batch_seed(epoch, step), max_budget=o.learning_rate, step_buffer=buffer_text,
-                                meta_skill=st.meta_skill, failure_only=o.failure_only, skill_aware=o.skill_aware_reflection,
-                                appendix_source=o.skill_aware_appendix_source, key=key, guard=self.guard)
+            out = await reflect(
+                self.llm,
+                results,
+                skill=skill,
+                mode=mode,
+                env=self.cfg.env.name,
+                minibatch_size=o.minibatch_size,
+                batch_seed=self._batch_seed(epoch, step),
+                max_budget=o.learning_rate,
+                step_buffer=buffer_text,
+                meta_skill=st.meta_skill,
+                failure_only=o.failure_only,
+                skill_aware=o.skill_aware_reflection,
+                appendix_source=o.skill_aware_appendix_source,
+                key=key,
+                guard=self.guard,
+            )
             return out.to_dict()
 
         refl = ReflectOutput.from_dict(await self._memo(f"{sd}/reflect.json", f"{label}:reflect", do_reflect))
@@ -296,16 +343,30 @@ class Trainer:
         await self.refresh_ledger()  # per-step token/cost metrics, and ledger.json current for budget resumes
         await self._commit_step(epoch, step, results, stats, refl, agg, sel, upd, gate)
 
-    async def _optimize(self, epoch: int, step: int, skill: str, stats: Any, refl: ReflectOutput,
-                        buffer_text: str) -> tuple[AggregateOutput, SelectOutput, UpdateOutput, dict[str, Any]]:
+    async def _optimize(
+        self, epoch: int, step: int, skill: str, stats: Any, refl: ReflectOutput, buffer_text: str
+    ) -> tuple[AggregateOutput, SelectOutput, UpdateOutput, dict[str, Any]]:
         """Aggregate, select, update and gate one step whose analysts proposed something."""
         st, o = self.state, self.o
-        sd, label, key, mode = self.rd.step_dir(epoch, step), f"e{epoch}s{step}", f"train/e{epoch}s{step}", o.update_mode
+        sd, label, key, mode = (
+            self.rd.step_dir(epoch, step),
+            f"e{epoch}s{step}",
+            f"train/e{epoch}s{step}",
+            o.update_mode,
+        )
 
         async def do_aggregate() -> dict[str, Any]:
             self._set_progress(stage="aggregate")
-            out = await aggregate(self.llm, refl.failure_patches, refl.success_patches, mode=mode, skill=skill,
-                                  meta_skill=st.meta_skill, merge_batch_size=o.merge_batch_size, key=key)
+            out = await aggregate(
+                self.llm,
+                refl.failure_patches,
+                refl.success_patches,
+                mode=mode,
+                skill=skill,
+                meta_skill=st.meta_skill,
+                merge_batch_size=o.merge_batch_size,
+                key=key,
+            )
             return out.to_dict()
 
         agg = AggregateOutput.from_dict(await self._memo(f"{sd}/aggregate.json", f"{label}:aggregate", do_aggregate))
@@ -317,16 +378,28 @@ class Trainer:
                 return {**SelectOutput(budget=-1, selected=agg.merged).to_dict(), "lr_step": st.lr_step}
             decision, lr_step = None, st.lr_step
             if o.lr_control_mode == "autonomous":
-                decision = await autonomous_lr(self.llm, skill=skill, items=items, mode=mode, meta_skill=st.meta_skill,
-                                               rollout_n=stats.n_scored, rollout_hard=stats.hard, rollout_soft=stats.soft,
-                                               step_buffer=buffer_text, key=key)
+                decision = await autonomous_lr(
+                    self.llm,
+                    skill=skill,
+                    items=items,
+                    mode=mode,
+                    meta_skill=st.meta_skill,
+                    rollout_n=stats.n_scored,
+                    rollout_hard=stats.hard,
+                    rollout_soft=stats.soft,
+                    step_buffer=buffer_text,
+                    key=key,
+                )
                 budget = decision["learning_rate"]
-                append_json_line(self.rd.root / "lr_history.jsonl", {"step": st.global_step + 1, "epoch": epoch, **decision})
+                append_json_line(
+                    self.rd.root / "lr_history.jsonl", {"step": st.global_step + 1, "epoch": epoch, **decision}
+                )
             else:
                 lr_step += 1
                 budget = scheduled_lr(o.lr_schedule, lr_step, self.total_steps(), o.learning_rate, o.min_learning_rate)
-            out = await rank_and_select(self.llm, skill=skill, merged=agg.merged, budget=budget, mode=mode,
-                                        meta_skill=st.meta_skill, key=key)
+            out = await rank_and_select(
+                self.llm, skill=skill, merged=agg.merged, budget=budget, mode=mode, meta_skill=st.meta_skill, key=key
+            )
             out.lr_decision = decision
             return {**out.to_dict(), "lr_step": lr_step}
 
@@ -336,8 +409,15 @@ class Trainer:
 
         async def do_update() -> dict[str, Any]:
             self._set_progress(stage="update")
-            out = await update(self.llm, skill, sel.items(mode), mode=mode, step_buffer=buffer_text,
-                               protect_regions=o.protect_regions_in_rewrites, key=key)
+            out = await update(
+                self.llm,
+                skill,
+                sel.items(mode),
+                mode=mode,
+                step_buffer=buffer_text,
+                protect_regions=o.protect_regions_in_rewrites,
+                key=key,
+            )
             if out.candidate is not None:
                 self.rd.write_text(f"{sd}/candidate.md", out.candidate)
                 self.rd.write_text(f"{sd}/diff.md", skill_diff(skill, out.candidate))
@@ -354,26 +434,53 @@ class Trainer:
                 cur_tasks = self.scores[st.current_eval]["tasks"]
                 lost = sum(1.0 - v[0] for t, v in ev["tasks"].items() if t in cur_tasks)
                 bound = (len(cur_tasks) - lost) / len(cur_tasks)
-                return {"action": gate_stage.REJECT, "candidate_score": bound, "current_score": st.current_score,
-                        "best_score": st.best_score, "eval_key": None, "early_stopped": True, "episodes_not_played": ev["not_played"],
-                        "reason": f"rejected early: after {ev['n_scored']} of {ev['n']} selection episodes the candidate could reach "
-                                  f"at most {bound:.4f}, not above the current {st.current_score:.4f} (hard gate; ties reject)",
-                        "selection_hard": None, "selection_soft": None, "candidate_full_score": None, "tasks_compared": ev["n_scored"],
-                        "gate_metric": o.gate_metric}
+                return {
+                    "action": gate_stage.REJECT,
+                    "candidate_score": bound,
+                    "current_score": st.current_score,
+                    "best_score": st.best_score,
+                    "eval_key": None,
+                    "early_stopped": True,
+                    "episodes_not_played": ev["not_played"],
+                    "reason": f"rejected early: after {ev['n_scored']} of {ev['n']} selection episodes the candidate could reach "
+                    f"at most {bound:.4f}, not above the current {st.current_score:.4f} (hard gate; ties reject)",
+                    "selection_hard": None,
+                    "selection_soft": None,
+                    "candidate_full_score": None,
+                    "tasks_compared": ev["n_scored"],
+                    "gate_metric": o.gate_metric,
+                }
             cand, cur, best, n = self.compare(ev)
             d = gate_stage.decide(cand, cur, best, o.use_gate)
-            return {**d.to_dict(), "reason": gate_stage.reason(d.action, cand, cur, best, o.gate_metric, n),
-                    "flipped": gate_stage.flipped(ev, self.scores[st.current_eval]),
-                    "eval_key": eval_key, "selection_hard": ev["hard"], "selection_soft": ev["soft"],
-                    "candidate_full_score": self.score_of(ev), "tasks_compared": n, "candidate_scored": ev["n_scored"],
-                    "current_scored": self.scores.get(st.current_eval, {}).get("n_scored"), "gate_metric": o.gate_metric}
+            return {
+                **d.to_dict(),
+                "reason": gate_stage.reason(d.action, cand, cur, best, o.gate_metric, n),
+                "flipped": gate_stage.flipped(ev, self.scores[st.current_eval]),
+                "eval_key": eval_key,
+                "selection_hard": ev["hard"],
+                "selection_soft": ev["soft"],
+                "candidate_full_score": self.score_of(ev),
+                "tasks_compared": n,
+                "candidate_scored": ev["n_scored"],
+                "current_scored": self.scores.get(st.current_eval, {}).get("n_scored"),
+                "gate_metric": o.gate_metric,
+            }
 
         gate = await self._memo(f"{sd}/gate.json", f"{label}:gate", do_gate)
         return agg, sel, upd, gate
 
-    async def _commit_step(self, epoch: int, step: int, results: list[EpisodeResult], stats: Any, refl: ReflectOutput,
-                           agg: Optional[AggregateOutput], sel: Optional[SelectOutput], upd: Optional[UpdateOutput],
-                           gate: dict[str, Any]) -> None:
+    async def _commit_step(
+        self,
+        epoch: int,
+        step: int,
+        results: list[EpisodeResult],
+        stats: Any,
+        refl: ReflectOutput,
+        agg: Optional[AggregateOutput],
+        sel: Optional[SelectOutput],
+        upd: Optional[UpdateOutput],
+        gate: dict[str, Any],
+    ) -> None:
         st, o, mode = self.state, self.o, self.o.update_mode
         gs = st.global_step + 1
         sd = self.rd.step_dir(epoch, step)
@@ -385,7 +492,9 @@ class Trainer:
             st.current_version = self._new_version(upd.candidate)
             st.current_score, st.current_eval = gate["candidate_full_score"], gate["eval_key"]
             st.current_origin = f"step_{gs:04d}"
-            if action == gate_stage.ACCEPT_NEW_BEST or (action == gate_stage.FORCE_ACCEPT and gate["candidate_score"] > gate["best_score"]):
+            if action == gate_stage.ACCEPT_NEW_BEST or (
+                action == gate_stage.FORCE_ACCEPT and gate["candidate_score"] > gate["best_score"]
+            ):
                 self._set_best(st.current_version, st.current_score, gate["eval_key"], gs)
             st.counts.accept += 1
         elif action == gate_stage.REJECT:
@@ -397,36 +506,71 @@ class Trainer:
         st.counts.rank_fallbacks += int(bool(sel and sel.fallback))
         notes_rec = await self._flush_notes(sd, refl)
         if action not in (SKIP_NO_PATCHES, SKIP_NO_REWRITE):
-            st.step_buffer.append(step_buffer.entry(step=gs, action=action, results=results, analyses=refl.analyses, mode=mode,
-                                                    selected=sel.items(mode) if sel else [], score_before=st.current_score,
-                                                    score_after=gate.get("candidate_score")))
+            st.step_buffer.append(
+                step_buffer.entry(
+                    step=gs,
+                    action=action,
+                    results=results,
+                    analyses=refl.analyses,
+                    mode=mode,
+                    selected=sel.items(mode) if sel else [],
+                    score_before=st.current_score,
+                    score_after=gate.get("candidate_score"),
+                )
+            )
         st.global_step = gs
         st.step = step + 1
         selected = sel.items(mode) if sel else []
         record = {
-            "step": gs, "epoch": epoch, "step_in_epoch": step, "action": action,
-            "rollout_hard": stats.hard, "rollout_soft": stats.soft, "rollout_n": stats.n_scored,
-            "infra_errors": stats.infra_errors, "infra_kinds": stats.infra_kinds, "data_errors": stats.data_errors,
-            "n_patches": len(refl.failure_patches) + len(refl.success_patches), "n_failure_patches": len(refl.failure_patches),
-            "n_success_patches": len(refl.success_patches), "n_edits_merged": len(agg.items(mode)) if agg else 0,
-            "n_edits_ranked": len(selected), "edit_budget": sel.budget if sel and sel.budget >= 0 else None,
-            "lr_control_mode": o.lr_control_mode, "lr_decision": sel.lr_decision if sel else None,
+            "step": gs,
+            "epoch": epoch,
+            "step_in_epoch": step,
+            "action": action,
+            "rollout_hard": stats.hard,
+            "rollout_soft": stats.soft,
+            "rollout_n": stats.n_scored,
+            "infra_errors": stats.infra_errors,
+            "infra_kinds": stats.infra_kinds,
+            "data_errors": stats.data_errors,
+            "n_patches": len(refl.failure_patches) + len(refl.success_patches),
+            "n_failure_patches": len(refl.failure_patches),
+            "n_success_patches": len(refl.success_patches),
+            "n_edits_merged": len(agg.items(mode)) if agg else 0,
+            "n_edits_ranked": len(selected),
+            "edit_budget": sel.budget if sel and sel.budget >= 0 else None,
+            "lr_control_mode": o.lr_control_mode,
+            "lr_decision": sel.lr_decision if sel else None,
             "support_counts": [it.get("support_count") for it in selected if isinstance(it, dict)],
             "candidate_hash": skill_hash(upd.candidate) if upd and upd.candidate is not None else None,
             "candidate_skill_len": len(upd.candidate) if upd and upd.candidate is not None else None,
-            "edit_apply_summary": upd.summary if upd else {}, "rewrite_change_summary": upd.change_summary if upd else [],
-            "selection_hard": gate.get("selection_hard"), "selection_soft": gate.get("selection_soft"), "gate_metric": o.gate_metric,
-            "candidate_gate_score": gate.get("candidate_score"), "tasks_compared": gate.get("tasks_compared"),
-            "current_score": st.current_score, "best_score": st.best_score, "best_step": st.best_step,
-            "current_origin": st.current_origin, "best_origin": st.best_origin, "skill_version": st.current_version,
-            "skill_len": len(self.current), **notes_rec,
+            "edit_apply_summary": upd.summary if upd else {},
+            "rewrite_change_summary": upd.change_summary if upd else [],
+            "selection_hard": gate.get("selection_hard"),
+            "selection_soft": gate.get("selection_soft"),
+            "gate_metric": o.gate_metric,
+            "candidate_gate_score": gate.get("candidate_score"),
+            "tasks_compared": gate.get("tasks_compared"),
+            "current_score": st.current_score,
+            "best_score": st.best_score,
+            "best_step": st.best_step,
+            "current_origin": st.current_origin,
+            "best_origin": st.best_origin,
+            "skill_version": st.current_version,
+            "skill_len": len(self.current),
+            **notes_rec,
         }
         self.history.append(record)
         append_json_line(self.rd.root / HISTORY_FILE, record)  # before the state commit: a rerun replaces it
         self._save()
         self.rd.write_json(f"{sd}/step_record.json", record)
-        metrics = {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                   and v is not None and k not in ("epoch", "step", "step_in_epoch", "best_step")}
+        metrics = {
+            k: float(v)
+            for k, v in record.items()
+            if isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and v is not None
+            and k not in ("epoch", "step", "step_in_epoch", "best_step")
+        }
         metrics["accepted"] = 1.0 if gate_stage.is_accepted(action) else 0.0
         metrics["wall_time_s"] = st.wall_time_s
         self._log_ledger_metrics(metrics)
@@ -440,13 +584,19 @@ class Trainer:
         st = self.state
 
         async def do_flush() -> dict[str, Any]:
-            res = await flush_notes(self.llm, self.current, refl.notes, self.o.skill_aware_consolidate_threshold, f"train/{sd}")
+            res = await flush_notes(
+                self.llm, self.current, refl.notes, self.o.skill_aware_consolidate_threshold, f"train/{sd}"
+            )
             return res.to_dict()
 
         rec = await self._memo(f"{sd}/appendix_notes.json", f"{sd}:appendix", do_flush)
         if rec["skill"] != self.current:
             st.current_version = self._new_version(rec["skill"])
-        out = {"n_execution_lapse_notes": len(rec["notes"]), "n_appendix_notes_added": rec["added"], "n_appendix_notes_total": rec["total"]}
+        out = {
+            "n_execution_lapse_notes": len(rec["notes"]),
+            "n_appendix_notes_added": rec["added"],
+            "n_appendix_notes_total": rec["total"],
+        }
         if rec["consolidated"]:
             out["n_appendix_notes_consolidated"] = rec["total"]
         return out
@@ -511,13 +661,30 @@ class Trainer:
     async def _pairs(self, epoch: int, ed: str, who: str) -> list[dict[str, Any]]:
         """The longitudinal comparison: last epoch's skill and the current one on the same train sample (§10.3)."""
         st, o = self.state, self.o
-        prev_skill, curr_skill = self.skill_text(st.epoch_start_version), self.skill_text(st.epoch_last_step_version if who == "meta" else st.current_version)
+        prev_skill, curr_skill = (
+            self.skill_text(st.epoch_start_version),
+            self.skill_text(st.epoch_last_step_version if who == "meta" else st.current_version),
+        )
         n = min(o.slow_update_samples, len(self.splits.train))
 
         async def play(tasks: list[Task], tag: str) -> list[dict[str, Any]]:
             self._set_progress(stage=f"{who}:rollout", done=0, total=2 * len(tasks))
-            prev = await rollout(self.runner, tasks, prev_skill, self._ctx(f"{who}/e{epoch}/{tag}prev", False), o.max_infra_failure_fraction, "slow-update")
-            curr = await rollout(self.runner, tasks, curr_skill, self._ctx(f"{who}/e{epoch}/{tag}curr", False), o.max_infra_failure_fraction, "slow-update")
+            prev = await rollout(
+                self.runner,
+                tasks,
+                prev_skill,
+                self._ctx(f"{who}/e{epoch}/{tag}prev", False),
+                o.max_infra_failure_fraction,
+                "slow-update",
+            )
+            curr = await rollout(
+                self.runner,
+                tasks,
+                curr_skill,
+                self._ctx(f"{who}/e{epoch}/{tag}curr", False),
+                o.max_infra_failure_fraction,
+                "slow-update",
+            )
             return build_pairs(tasks, prev, curr)
 
         async def do_pairs() -> list[dict[str, Any]]:
@@ -525,16 +692,22 @@ class Trainer:
             pairs = await play(tasks, "")
             kept = keep(pairs, o.slow_update_pairs)
             if o.slow_update_pairs == "changed":  # top up with further changed pairs, walking the same shuffle
-                rest = [t for t in sample_tasks(self.splits.train, self.cfg.seed, epoch, 0) if t.task_id not in {p["id"] for p in pairs}]
+                rest = [
+                    t
+                    for t in sample_tasks(self.splits.train, self.cfg.seed, epoch, 0)
+                    if t.task_id not in {p["id"] for p in pairs}
+                ]
                 while len(kept) < n and rest:
-                    chunk, rest = rest[: n - len(kept)], rest[n - len(kept):]
+                    chunk, rest = rest[: n - len(kept)], rest[n - len(kept) :]
                     kept += keep(await play(chunk, f"topup{len(kept)}/"), "changed")
                 kept = kept[:n]
             return kept
 
         pairs = await self._memo(f"{ed}/{who}_pairs.json", f"e{epoch}:{who}_pairs", do_pairs)
-        self.rd.write_json(f"{ed}/comparison_pairs.json",
-                           [{k: v for k, v in p.items() if not k.endswith("_trajectory")} for p in pairs])
+        self.rd.write_json(
+            f"{ed}/comparison_pairs.json",
+            [{k: v for k, v in p.items() if not k.endswith("_trajectory")} for p in pairs],
+        )
         return pairs
 
     async def _slow_update(self, epoch: int, ed: str, pairs: list[dict[str, Any]]) -> None:
@@ -545,49 +718,80 @@ class Trainer:
 
         async def do_slow() -> dict[str, Any]:
             self._set_progress(stage="slow_update")
-            user = self.guard.comparison_user(pairs, prompts.system_prompt("slow_update"), lambda c: prompts.slow_update_user(
-                prev_skill=prev_skill, curr_skill=curr_skill, prev_guidance=extract_slow_update_field(curr_skill), comparison=c))
+            user = self.guard.comparison_user(
+                pairs,
+                prompts.system_prompt("slow_update"),
+                lambda c: prompts.slow_update_user(
+                    prev_skill=prev_skill,
+                    curr_skill=curr_skill,
+                    prev_guidance=extract_slow_update_field(curr_skill),
+                    comparison=c,
+                ),
+            )
             self.rd.write_text(f"{ed}/slow_update_prompt.md", user)  # what the optimizer was shown, for the record
             rec, guidance = await write_slow_update(self.llm, user, f"slow/e{epoch}/write")
             if guidance is None:
                 return {**rec, "epoch": epoch}
             candidate = replace_slow_update_field(curr_skill, guidance)
             self.rd.write_text(f"{ed}/candidate_skill.md", candidate)
-            rec.update(epoch=epoch, candidate_hash=skill_hash(candidate), update_origin="slow_update_momentum",
-                       prev_hard=sum(bool(p["prev"]["hard"]) for p in pairs), curr_hard=sum(bool(p["curr"]["hard"]) for p in pairs))
+            rec.update(
+                epoch=epoch,
+                candidate_hash=skill_hash(candidate),
+                update_origin="slow_update_momentum",
+                prev_hard=sum(bool(p["prev"]["hard"]) for p in pairs),
+                curr_hard=sum(bool(p["curr"]["hard"]) for p in pairs),
+            )
             if o.slow_update_gate or o.slow_update_force_validate:
                 eval_key, ev = await self.evaluate(candidate, self.splits.selection, "selection")
                 cand, cur, best, n_cmp = self.compare(ev)
-                rec.update(eval_key=eval_key, selection_hard=ev["hard"], selection_soft=ev["soft"], candidate_full_score=self.score_of(ev),
-                           tasks_compared=n_cmp)
+                rec.update(
+                    eval_key=eval_key,
+                    selection_hard=ev["hard"],
+                    selection_soft=ev["soft"],
+                    candidate_full_score=self.score_of(ev),
+                    tasks_compared=n_cmp,
+                )
                 d = gate_stage.decide(cand, cur, best, True)
                 rec["action"] = d.action if o.slow_update_gate else gate_stage.FORCE_ACCEPT
                 rec["decision"] = d.to_dict()
                 rec["reason"] = gate_stage.reason(rec["action"], cand, cur, best, o.gate_metric, n_cmp)
                 rec["flipped"] = gate_stage.flipped(ev, self.scores[st.current_eval])
             else:  # the reference's force mode: injected with the stale score (QUIRK-1)
-                rec.update(action=gate_stage.FORCE_ACCEPT, eval_key=st.current_eval, candidate_full_score=st.current_score)
+                rec.update(
+                    action=gate_stage.FORCE_ACCEPT, eval_key=st.current_eval, candidate_full_score=st.current_score
+                )
             return rec
 
         rec = await self._memo(f"{ed}/slow_result.json", f"e{epoch}:slow_update", do_slow)
         if gate_stage.is_accepted(rec["action"]):
-            st.current_version = self._new_version(self.rd.root.joinpath(ed, "candidate_skill.md").read_text(encoding="utf-8"))
+            st.current_version = self._new_version(
+                self.rd.root.joinpath(ed, "candidate_skill.md").read_text(encoding="utf-8")
+            )
             st.current_score, st.current_eval = rec["candidate_full_score"], rec["eval_key"]
             st.current_origin = f"slow_update_epoch_{epoch:02d}"
             if rec.get("decision") and rec["decision"]["candidate_score"] > rec["decision"]["best_score"]:
                 self._set_best(st.current_version, st.current_score, rec["eval_key"], st.global_step)
             self.tracker.log_artifact(self.rd.root / ed / "candidate_skill.md", f"slow_update/e{epoch:02d}")
         st.counts.dropped_epoch_calls += int("error" in rec)
-        self.tracker.log_metrics({"slow_update_accepted": 1.0 if gate_stage.is_accepted(rec["action"]) else 0.0}, st.global_step)
+        self.tracker.log_metrics(
+            {"slow_update_accepted": 1.0 if gate_stage.is_accepted(rec["action"]) else 0.0}, st.global_step
+        )
 
     async def _meta_skill(self, epoch: int, ed: str, pairs: list[dict[str, Any]]) -> str:
         st = self.state
 
         async def do_meta() -> dict[str, Any]:
             self._set_progress(stage="meta_skill")
-            user = self.guard.comparison_user(pairs, prompts.system_prompt("meta_skill"), lambda c: prompts.meta_skill_user(
-                prev_skill=self.skill_text(st.epoch_start_version), curr_skill=self.skill_text(st.epoch_last_step_version),
-                prev_meta=st.meta_skill, comparison=c))
+            user = self.guard.comparison_user(
+                pairs,
+                prompts.system_prompt("meta_skill"),
+                lambda c: prompts.meta_skill_user(
+                    prev_skill=self.skill_text(st.epoch_start_version),
+                    curr_skill=self.skill_text(st.epoch_last_step_version),
+                    prev_meta=st.meta_skill,
+                    comparison=c,
+                ),
+            )
             self.rd.write_text(f"{ed}/meta_skill_prompt.md", user)
             rec, _ = await write_meta_skill(self.llm, user, f"meta/e{epoch}")
             return {**rec, "epoch": epoch}
@@ -617,6 +821,7 @@ class Trainer:
         versions = {"initial": 0, "best": st.best_version, "final": st.current_version}
         test: dict[str, Any] = {}
         for name, v in versions.items():
+
             async def do_test(v: int = v, name: str = name) -> dict[str, Any]:
                 return (await self.evaluate(self.skill_text(v), self.splits.test, f"test:{name}"))[1]
 
@@ -629,13 +834,17 @@ class Trainer:
             "run_dir": str(self.rd.root),
             "seed": self.cfg.seed,
             "selection": {"initial": st.initial_score, "best": st.best_score, "final": final_selection},
-            "test": {k: {kk: v[kk] for kk in ("hard", "soft", "per_type", "n", "n_scored", "infra_errors", "data_errors")}
-                     for k, v in test.items()},
+            "test": {
+                k: {kk: v[kk] for kk in ("hard", "soft", "per_type", "n", "n_scored", "infra_errors", "data_errors")}
+                for k, v in test.items()
+            },
             "delta_test_hard_best_vs_initial": test["best"]["hard"] - test["initial"]["hard"],
             "delta_test_soft_best_vs_initial": test["best"]["soft"] - test["initial"]["soft"],
             "delta_test_hard_final_vs_initial": test["final"]["hard"] - test["initial"]["hard"],
             "versions": versions,
-            "best_step": st.best_step, "current_origin": st.current_origin, "best_origin": st.best_origin,
+            "best_step": st.best_step,
+            "current_origin": st.current_origin,
+            "best_origin": st.best_origin,
             "final_promoted": st.final_promoted,
             "counts": asdict(st.counts),
             "actions": {a: actions.count(a) for a in sorted(set(actions))},
@@ -648,11 +857,20 @@ class Trainer:
         self.rd.write_json("summary.json", summary)
         st.phase = "done"
         self._save()
-        self.tracker.log_metrics({
-            "test_hard_initial": test["initial"]["hard"], "test_hard_best": test["best"]["hard"], "test_hard_final": test["final"]["hard"],
-            "test_soft_initial": test["initial"]["soft"], "test_soft_best": test["best"]["soft"], "test_soft_final": test["final"]["soft"],
-            "best_selection_score": st.best_score, "tokens_total": ledger["totals"]["tokens"], "cost_usd_total": ledger["totals"]["cost_usd"],
-        }, st.global_step)
+        self.tracker.log_metrics(
+            {
+                "test_hard_initial": test["initial"]["hard"],
+                "test_hard_best": test["best"]["hard"],
+                "test_hard_final": test["final"]["hard"],
+                "test_soft_initial": test["initial"]["soft"],
+                "test_soft_best": test["best"]["soft"],
+                "test_soft_final": test["final"]["soft"],
+                "best_selection_score": st.best_score,
+                "tokens_total": ledger["totals"]["tokens"],
+                "cost_usd_total": ledger["totals"]["cost_usd"],
+            },
+            st.global_step,
+        )
         for f in ("summary.json", "best_skill.md", "history.json", "ledger.json", "final/evaluation.json"):
             p = self.rd.root / f
             if p.exists():

@@ -39,8 +39,10 @@ def need_bwrap() -> str:
 def need_shared_data(path: Path, what: str = "") -> Path:
     """`path` (a file or folder of the shared benchmark data), or skip (locally) / fail (CI=true)."""
     if not Path(path).exists():
-        _missing(f"shared {what or 'benchmark'} data not found at {path}",
-                 "point SKILLOPT_SHARED_DATA at the folder that holds alfworld/ and spreadsheetbench/")
+        _missing(
+            f"shared {what or 'benchmark'} data not found at {path}",
+            "point SKILLOPT_SHARED_DATA at the folder that holds alfworld/ and spreadsheetbench/",
+        )
     return Path(path)
 
 
@@ -60,16 +62,23 @@ def alfworld_root() -> Path:
 def ray_cluster():
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024, log_to_driver=False,
-             logging_level="ERROR", ignore_reinit_error=True)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=200 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level="ERROR",
+        ignore_reinit_error=True,
+    )
     yield ray
     ray.shutdown()
 
 
 @pytest.fixture(scope="session")
 def walkthroughs(alfworld_root):
-    from envs.alfworld.data import walk_split
     from scripted_server import alfworld_walkthroughs
+    from skillopt_envs.alfworld.data import walk_split
 
     return alfworld_walkthroughs(walk_split(alfworld_root, "all"))
 
@@ -88,7 +97,7 @@ def qa_fixture(root: Path) -> dict:
     """SearchQA items in train/val/test folders under `root`; returns the scripted server's rule-gated answers."""
     import json
 
-    from envs.searchqa.samples import make_items
+    from skillopt_envs.searchqa.samples import make_items
 
     items = make_items(seed=3)
     for split, part in (("train", items[:8]), ("val", items[8:12]), ("test", items[12:16])):

@@ -14,8 +14,9 @@ import re
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from aiohttp import web
 
@@ -64,8 +65,13 @@ def _stage_task_id(key: str) -> tuple[str, int]:
 class Policies:
     """Deterministic role policies. `walkthroughs` maps task_id -> winning actions."""
 
-    def __init__(self, walkthroughs: Optional[dict[str, list[str]]] = None, target: str = "walkthrough", wander: int = 0,
-                 answers: Optional[dict[str, tuple[str, str, str]]] = None):
+    def __init__(
+        self,
+        walkthroughs: Optional[dict[str, list[str]]] = None,
+        target: str = "walkthrough",
+        wander: int = 0,
+        answers: Optional[dict[str, tuple[str, str, str]]] = None,
+    ):
         self.walkthroughs = walkthroughs or {}
         self.target = target  # walkthrough | rule_gated | nonsense
         self.wander = wander
@@ -94,7 +100,7 @@ class Policies:
         task_id, turn = _stage_task_id(key)
         if self.target == "rule_gated":
             # ALFWorld: the skill is in the user message; the type is the reference's name for the game's folder
-            from envs.alfworld.data import task_type_of
+            from skillopt_envs.alfworld.data import task_type_of
 
             task_type = task_type_of(task_id.split("/")[1]) if "/" in task_id else ""
             prompt = "\n".join(str(msg.get("content") or "") for msg in body["messages"])
@@ -128,21 +134,40 @@ class Policies:
         failed = "## Failed Trajectories (" in prompt
         types = set(re.findall(r"^Task type: (\S+)$", prompt, re.M))
         # SearchQA's header shows an empty task type (QUIRK-15): one-shot tasks take theirs from `answers`
-        types |= {self.answers[i][0] for i in re.findall(r"^### Trajectory \d+ \(id=(.+)\)$", prompt, re.M) if i in self.answers}
+        types |= {
+            self.answers[i][0]
+            for i in re.findall(r"^### Trajectory \d+ \(id=(.+)\)$", prompt, re.M)
+            if i in self.answers
+        }
         types = sorted(types)
         rules = [f"- RULE-{t}: plan the steps for {t} before acting." for t in types] if failed else []
         key = self._payload_key(system)
         if key == "skill_candidates":
             skill = prompt.split("## Current Skill\n", 1)[1].split("\n## Update Format", 1)[0].rstrip()
-            items: list[Any] = [{"title": "add rules", "change_summary": rules, "new_skill": skill + "\n" + "\n".join(rules)}] if rules else []
+            items: list[Any] = (
+                [{"title": "add rules", "change_summary": rules, "new_skill": skill + "\n" + "\n".join(rules)}]
+                if rules
+                else []
+            )
         elif key == "revise_suggestions":
-            items = [{"type": "add_rule", "title": r[2:20], "motivation": "failures", "instruction": r, "priority_hint": "high"} for r in rules]
+            items = [
+                {
+                    "type": "add_rule",
+                    "title": r[2:20],
+                    "motivation": "failures",
+                    "instruction": r,
+                    "priority_hint": "high",
+                }
+                for r in rules
+            ]
         else:
             items = [{"op": "append", "content": r} for r in rules]
         n = len(re.findall(r"^### Trajectory \d+ ", prompt, re.M))
         out: dict[str, Any] = {"batch_size": n, "patch": {"reasoning": "scripted", key: items}}
         if failed:
-            out["failure_summary"] = [{"failure_type": "rule_missing", "count": n, "description": f"no rule for {t}"} for t in types]
+            out["failure_summary"] = [
+                {"failure_type": "rule_missing", "count": n, "description": f"no rule for {t}"} for t in types
+            ]
         else:
             out["success_patterns"] = ["followed the rules"]
         if '"appendix_notes"' in system:
@@ -158,7 +183,10 @@ class Policies:
         merged, seen = [], set()
         for p in patches:
             for it in p.get(key, []):
-                k = json.dumps({f: it.get(f) for f in ("op", "target", "content", "title", "instruction", "new_skill")}, sort_keys=True)
+                k = json.dumps(
+                    {f: it.get(f) for f in ("op", "target", "content", "title", "instruction", "new_skill")},
+                    sort_keys=True,
+                )
                 if k not in seen:
                     seen.add(k)
                     merged.append({f: v for f, v in it.items() if f != "merge_level"})
@@ -178,17 +206,31 @@ class Policies:
     @staticmethod
     def _opt_rewrite(system: str, prompt: str) -> dict[str, Any]:
         skill = prompt.split("## Current Skill\n", 1)[1].split("\n\n## Selected Revise Suggestions", 1)[0]
-        sugg = json.loads(prompt.split("## Selected Revise Suggestions", 1)[1].split("\n", 1)[1].split("\n\n## ", 1)[0].split("\n\nReturn", 1)[0])
-        return {"reasoning": "scripted", "change_summary": ["rules added"],
-                "new_skill": skill.rstrip() + "\n" + "\n".join(s["instruction"] for s in sugg)}
+        sugg = json.loads(
+            prompt.split("## Selected Revise Suggestions", 1)[1]
+            .split("\n", 1)[1]
+            .split("\n\n## ", 1)[0]
+            .split("\n\nReturn", 1)[0]
+        )
+        return {
+            "reasoning": "scripted",
+            "change_summary": ["rules added"],
+            "new_skill": skill.rstrip() + "\n" + "\n".join(s["instruction"] for s in sugg),
+        }
 
     @staticmethod
     def _opt_slow_update(system: str, prompt: str) -> dict[str, Any]:
-        return {"reasoning": "scripted", "slow_update_content": "Keep following the per-task-type rules; they fixed earlier failures."}
+        return {
+            "reasoning": "scripted",
+            "slow_update_content": "Keep following the per-task-type rules; they fixed earlier failures.",
+        }
 
     @staticmethod
     def _opt_meta_skill(system: str, prompt: str) -> dict[str, Any]:
-        return {"reasoning": "scripted", "meta_skill_content": "Appending one rule per failing task type is accepted by the gate."}
+        return {
+            "reasoning": "scripted",
+            "meta_skill_content": "Appending one rule per failing task type is accepted by the gate.",
+        }
 
     @staticmethod
     def _opt_appendix_consolidate(system: str, prompt: str) -> dict[str, Any]:
@@ -200,8 +242,13 @@ class UnknownRequest(ValueError):
 
 
 class ScriptedServer:
-    def __init__(self, policies: Optional[Policies] = None, latency_s: float = 0.0, policy: Optional[Policy] = None,
-                 reasoning_model: bool = False):
+    def __init__(
+        self,
+        policies: Optional[Policies] = None,
+        latency_s: float = 0.0,
+        policy: Optional[Policy] = None,
+        reasoning_model: bool = False,
+    ):
         self.policies = policies or Policies()
         # answer as the real API does for reasoning models (gpt-5.x, o-series): 400 for max_tokens or a temperature other than 1
         self.reasoning_model = reasoning_model
@@ -238,10 +285,15 @@ class ScriptedServer:
                 request.transport.abort()  # type: ignore[union-attr]
                 raise asyncio.CancelledError()
             if f.html:
-                return web.Response(text="<html><head><title>Welcome</title></head><body>It works!</body></html>", content_type="text/html")
+                return web.Response(
+                    text="<html><head><title>Welcome</title></head><body>It works!</body></html>",
+                    content_type="text/html",
+                )
             if not (f.malformed or f.truncated or f.finish_reason):
                 h = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
-                return web.json_response({"error": {"message": f"injected {f.status}", "type": "injected"}}, status=f.status, headers=h)
+                return web.json_response(
+                    {"error": {"message": f"injected {f.status}", "type": "injected"}}, status=f.status, headers=h
+                )
         st.in_flight += 1
         st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
         st.request_times.append(time.monotonic())
@@ -254,12 +306,21 @@ class ScriptedServer:
                 try:
                     content = self.policy(body, headers) if self.policy else self.policies.answer(body, headers)
                 except UnknownRequest as e:
-                    return web.json_response({"error": {"message": str(e), "type": "invalid_request_error"}}, status=400)
+                    return web.json_response(
+                        {"error": {"message": str(e), "type": "invalid_request_error"}}, status=400
+                    )
         finally:
             st.in_flight -= 1
         if f is not None and f.truncated:  # cut before the usage: not counted as answered, as the client never sees it
-            text = json.dumps({"id": "chatcmpl-cut", "object": "chat.completion", "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]})
+            text = json.dumps(
+                {
+                    "id": "chatcmpl-cut",
+                    "object": "chat.completion",
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                    ],
+                }
+            )
             return web.Response(text=text[: len(text) // 2], content_type="application/json")
         pt = sum(count_tokens(m.get("content") or "") for m in body["messages"])
         ct = count_tokens(content)
@@ -268,7 +329,10 @@ class ScriptedServer:
         st.requests[(headers.get("x-skillopt-role", ""), headers.get("x-skillopt-stage", ""))] += 1
         finish = f.finish_reason if f is not None and f.finish_reason else "stop"
         reply = {
-            "id": f"chatcmpl-{st.attempts}", "object": "chat.completion", "created": int(time.time()), "model": body.get("model", "scripted"),
+            "id": f"chatcmpl-{st.attempts}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "scripted"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
         }
@@ -309,7 +373,7 @@ class ScriptedServer:
             self._thread.join(timeout=10)
         self._loop = None
 
-    def __enter__(self) -> "ScriptedServer":
+    def __enter__(self) -> ScriptedServer:
         self.start()
         return self
 
@@ -320,17 +384,25 @@ class ScriptedServer:
 def _reasoning_model_refusal(body: dict[str, Any]) -> Optional[dict[str, Any]]:
     """The error object the real API returns for parameters reasoning models do not take (None: accepted)."""
     if "max_tokens" in body:
-        return {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
-                "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}
+        return {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+            "code": "unsupported_parameter",
+        }
     t = body.get("temperature")
     if t is not None and t != 1:
-        return {"message": f"Unsupported value: 'temperature' does not support {t} with this model. Only the default (1) value is supported.",
-                "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}
+        return {
+            "message": f"Unsupported value: 'temperature' does not support {t} with this model. Only the default (1) value is supported.",
+            "type": "invalid_request_error",
+            "param": "temperature",
+            "code": "unsupported_value",
+        }
     return None
 
 
 def alfworld_walkthroughs(tasks: list[Any]) -> dict[str, list[str]]:
-    from envs.alfworld.game import read_walkthrough
+    from skillopt_envs.alfworld.game import read_walkthrough
 
     return {t.task_id: read_walkthrough(t.payload["gamefile"]) for t in tasks}
 
@@ -340,7 +412,7 @@ def main() -> None:
     import argparse
     import signal
 
-    from envs.alfworld.data import walk_split
+    from skillopt_envs.alfworld.data import walk_split
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--alfworld-root", default=None)

@@ -6,18 +6,20 @@ import asyncio
 import json
 
 import pytest
+from scripted_server import Policies, ScriptedServer
+from skillopt_envs.alfworld.benchmark import AlfWorldBenchmark, parse_action
+from skillopt_envs.alfworld.data import GAME_FOLDER_TYPES, TASK_TYPES, task_type_of, walk_split
+from skillopt_envs.base import EpisodeContext
 
-from envs.alfworld.benchmark import AlfWorldBenchmark, parse_action
-from envs.alfworld.data import GAME_FOLDER_TYPES, TASK_TYPES, task_type_of, walk_split
-from envs.base import EpisodeContext
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway, LLMHandle
 from skillopt_ray.stages.rollout import summarize
-from scripted_server import Policies, ScriptedServer
 
 
 def _gateway(url: str) -> Gateway:
-    role = LLMRoleConfig(provider="openai", model="scripted", base_url=url, structured_output="none", max_concurrency=16)
+    role = LLMRoleConfig(
+        provider="openai", model="scripted", base_url=url, structured_output="none", max_concurrency=16
+    )
     return Gateway(LLMConfig(backend="compatible", target=role, optimizer=role), None)
 
 
@@ -25,7 +27,9 @@ def _play_all(tasks, target: str, walkthroughs, max_turns: int):
     srv = ScriptedServer(Policies(walkthroughs, target))
     srv.start()
     try:
-        bench = AlfWorldBenchmark({"data_dir": str(tasks[0].payload["gamefile"]).split("/json_2.1.1")[0], "options": {}})
+        bench = AlfWorldBenchmark(
+            {"data_dir": str(tasks[0].payload["gamefile"]).split("/json_2.1.1")[0], "options": {}}
+        )
         gw = _gateway(srv.base_url)
         llm = LLMHandle(gw)
         ctx = EpisodeContext("test", False, max_turns, 2)
@@ -48,7 +52,9 @@ def test_walkthrough_target_wins_every_shared_game(alfworld_root, walkthroughs):
     assert len(tasks) == 54
     results = _play_all(tasks, "walkthrough", walkthroughs, max_turns=50)
     assert [r.task_id for r in results] == [t.task_id for t in tasks]
-    assert all(r.hard == 1.0 and r.soft == 1.0 and r.fail_reason == "" for r in results), [r.task_id for r in results if not r.hard]
+    assert all(r.hard == 1.0 and r.soft == 1.0 and r.fail_reason == "" for r in results), [
+        r.task_id for r in results if not r.hard
+    ]
     stats = summarize(results)
     assert set(stats.per_type) == set(TASK_TYPES)
     assert sum(v["n"] for v in stats.per_type.values()) == 54
@@ -63,13 +69,15 @@ def test_nonsense_target_plays_look_and_times_out(alfworld_root, walkthroughs):
     for r in results:
         assert r.hard == 0.0 and r.soft == 0.0 and r.n_turns == 4 and r.fail_reason == "Timeout after 4 steps"
         assert [s["step"] for s in r.trajectory] == [0, 1, 2, 3]
-        assert all(s["action"] == "look" and s["model_response"] == "I would rather talk about turtles." for s in r.trajectory)
+        assert all(
+            s["action"] == "look" and s["model_response"] == "I would rather talk about turtles." for s in r.trajectory
+        )
         assert all(s["done"] is False and s["reward"] == 0.0 for s in r.trajectory)
         assert r.trajectory[0]["env_feedback"].startswith("You are in the middle of a room")  # what `look` shows
 
 
 def test_per_type_reporting():
-    from envs.base import EpisodeResult
+    from skillopt_envs.base import EpisodeResult
 
     rs = [EpisodeResult("a", "x", 1, 1), EpisodeResult("b", "x", 0, 0), EpisodeResult("c", "y", 1, 1)]
     s = summarize(rs)
@@ -86,8 +94,8 @@ def test_parse_action_forms():
 
 
 def test_manifest_split_and_missing_games(alfworld_root):
-    from envs.alfworld.data import manifest_split
-    from envs.base import DataError
+    from skillopt_envs.alfworld.data import manifest_split
+    from skillopt_envs.base import DataError
 
     manifests = alfworld_root / "skillopt_alfworld_path_split"
     val = manifest_split(alfworld_root, str(manifests), "val", skip_missing=False)
@@ -98,7 +106,7 @@ def test_manifest_split_and_missing_games(alfworld_root):
 
 
 def test_missing_data_dir_is_a_clear_error(tmp_path):
-    from envs.base import DataError
+    from skillopt_envs.base import DataError
 
     with pytest.raises(DataError, match="does not exist"):
         AlfWorldBenchmark({"data_dir": str(tmp_path / "nope"), "options": {}})
@@ -107,7 +115,9 @@ def test_missing_data_dir_is_a_clear_error(tmp_path):
     with pytest.raises(DataError, match="39 of 39 games .* missing"):  # the paper split names the games it lacks
         b.load_split("train")
     with pytest.raises(DataError, match="none of the games"):
-        AlfWorldBenchmark({"data_dir": str(tmp_path / "empty"), "options": {"skip_missing_games": True}}).load_split("train")
+        AlfWorldBenchmark({"data_dir": str(tmp_path / "empty"), "options": {"skip_missing_games": True}}).load_split(
+            "train"
+        )
     b = AlfWorldBenchmark({"data_dir": str(tmp_path / "empty"), "options": {"split_source": "folders"}})
     with pytest.raises(DataError, match="no game.tw-pddl"):
         b.load_split("train")
@@ -115,7 +125,7 @@ def test_missing_data_dir_is_a_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_generated_sample_games_are_winnable(tmp_path):
-    from envs.alfworld.samples import generate_games, verify_game
+    from skillopt_envs.alfworld.samples import generate_games, verify_game
 
     games = generate_games(tmp_path, {"train": 1}, seed=7)
     assert len(games) == 6
@@ -135,6 +145,7 @@ def test_replayed_games_come_from_the_cache_and_play_identically(alfworld_root, 
     srv = ScriptedServer(Policies(walkthroughs, "walkthrough", wander=2))
     srv.start()
     try:
+
         async def go():
             gw = _gateway(srv.base_url)
             llm = LLMHandle(gw)
@@ -164,8 +175,12 @@ def test_engine_speedups_keep_every_observation_identical(alfworld_root, tmp_pat
 
     script = Path(__file__).resolve().parent.parent / "scripts" / "bench_engine.py"
     out = tmp_path / "engine.json"
-    proc = subprocess.run([sys.executable, str(script), "--data", str(alfworld_root), "--games", "4", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--data", str(alfworld_root), "--games", "4", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
     assert res["identical_observations"] and res["won"] == [4, 4, 4]
@@ -176,8 +191,7 @@ def test_engine_speedups_keep_every_observation_identical(alfworld_root, tmp_pat
 
 def test_actor_warm_up_plays_one_game_and_tolerates_a_broken_one(alfworld_root, tmp_path):
     import textworld.envs.pddl.textgen as textgen
-
-    from envs.alfworld import speedups
+    from skillopt_envs.alfworld import speedups
 
     speedups.install().memory.clear()  # as in a fresh actor: earlier tests may have loaded the same game
     bench = AlfWorldBenchmark({"data_dir": str(alfworld_root), "options": {"compile_cache": str(tmp_path / "cc")}})
@@ -193,7 +207,7 @@ def test_actor_warm_up_plays_one_game_and_tolerates_a_broken_one(alfworld_root, 
 def test_replanning_still_works_from_the_current_state(alfworld_root):
     """The replanning translation is made on the first replan, here two steps into the game: the plan
     starts from where the game is (shorter than one from the start) and wins."""
-    from envs.alfworld.game import AlfWorldGame, read_walkthrough
+    from skillopt_envs.alfworld.game import AlfWorldGame, read_walkthrough
 
     def replan(game):
         pddl = game.env.unwrapped

@@ -9,17 +9,20 @@ import re
 from pathlib import Path
 
 import pytest
+from skillopt_envs.alfworld import protocol
+from skillopt_envs.alfworld.benchmark import SEED_SKILL, AlfWorldBenchmark, AlfWorldOptions
+from skillopt_envs.alfworld.data import TASK_TYPES, task_type_of, walk_split
+from skillopt_envs.alfworld.protocol import Record, build_messages, goal_text, parse_constrained_reply, parse_reply
+from skillopt_envs.base import EpisodeContext
 
-from envs.alfworld import protocol
-from envs.alfworld.benchmark import SEED_SKILL, AlfWorldBenchmark, AlfWorldOptions
-from envs.alfworld.data import TASK_TYPES, task_type_of, walk_split
-from envs.alfworld.protocol import Record, build_messages, goal_text, parse_constrained_reply, parse_reply
-from envs.base import EpisodeContext
-
-FIRST_OBS = ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, you see "
-             "a desk 1, and a drawer 1.\n\nYour task is to: put a pencil in desk.")
+FIRST_OBS = (
+    "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, you see "
+    "a desk 1, and a drawer 1.\n\nYour task is to: put a pencil in desk."
+)
 ADMISSIBLE = ["go to desk 1", "go to drawer 1", "help", "inventory", "look"]
-LIST_NO_HELP = "['go to desk 1'\n 'go to drawer 1'\n 'inventory'\n 'look']"  # quoted, joined by newline+space, help gone
+LIST_NO_HELP = (
+    "['go to desk 1'\n 'go to drawer 1'\n 'inventory'\n 'look']"  # quoted, joined by newline+space, help gone
+)
 
 
 # ---------------------------------------------------------------- prompt layout
@@ -34,12 +37,12 @@ def test_first_step_prompt_layout():
     # skill section first: blank line, heading, intro sentence, blank line, the skill, newline; then "\n" + template
     m = re.match(r"\n\n## Skill Knowledge\n([^\n]+)\n\n# My skill\n- rule one\n\n\n", user)
     assert m, user[:200]
-    template = user[m.end():]
+    template = user[m.end() :]
     lines = template.split("\n")
     assert lines[0].strip() and "Your task is to" not in lines[0]  # the role line comes first on the first step
     assert template.index(FIRST_OBS) < template.index(LIST_NO_HELP)  # full first observation, then the actions
     assert "'help'" not in user
-    tail = template[template.index(LIST_NO_HELP) + len(LIST_NO_HELP):]
+    tail = template[template.index(LIST_NO_HELP) + len(LIST_NO_HELP) :]
     assert "<think>" in tail and "</think>" in tail and "<action>" in tail and "</action>" in tail  # instruction last
     assert tail.index("<think>") < tail.index("<action>")
     assert "Observation 1" not in user and "[Observation" not in user  # no history on the first step
@@ -52,8 +55,11 @@ def test_blank_skill_has_no_skill_section():
 
 
 def test_later_step_shows_two_most_recent_records_numbered_over_the_episode():
-    memory = [Record(FIRST_OBS, "go to drawer 1"), Record("The drawer 1 is closed.", "open drawer 1"),
-              Record("You open the drawer 1. In it, you see a pencil 2.", "take pencil 2 from drawer 1")]
+    memory = [
+        Record(FIRST_OBS, "go to drawer 1"),
+        Record("The drawer 1 is closed.", "open drawer 1"),
+        Record("You open the drawer 1. In it, you see a pencil 2.", "take pencil 2 from drawer 1"),
+    ]
     current = "You pick up the pencil 2 from the drawer 1."
     user = build_messages("S", "put a pencil in desk.", memory, current, ADMISSIBLE, 2)[1]["content"]
     template = user.split("\nS\n", 1)[1]
@@ -86,24 +92,37 @@ def test_goal_text_and_seed_skill():
     principles = SEED_SKILL.split("## General Principles", 1)[1].split("##", 1)[0]
     assert re.findall(r"^(\d+)\. ", principles, re.M) == [str(i) for i in range(1, 9)]  # eight numbered rules
     table = SEED_SKILL.split("## Task Types", 1)[1].split("##", 1)[0]
-    assert len([ln for ln in table.splitlines() if ln.startswith("|") and "->" in ln]) == 6  # six families with step chains
+    assert (
+        len([ln for ln in table.splitlines() if ln.startswith("|") and "->" in ln]) == 6
+    )  # six families with step chains
     assert "<think>" in SEED_SKILL and "<action>" in SEED_SKILL
 
 
 # ---------------------------------------------------------------- reply parsing
 
 
-@pytest.mark.parametrize("reply, command, action", [
-    ("<think>find it</think><action>go to desk 1</action>", "go to desk 1", "go to desk 1"),
-    ("<think>x</think><action>  Take Pencil 2 From Drawer 1 </action>", "take pencil 2 from drawer 1", "Take Pencil 2 From Drawer 1"),
-    ("<action>open drawer 1</action> then <action>go to desk 1</action>", "open drawer 1", "open drawer 1"),  # the first tag
-    ("I will go to the desk.", "look", "look"),  # no tag
-    ("go to desk 1", "look", "look"),  # a bare command is not an action
-    ("<ACTION>go to desk 1</ACTION>", "look", "look"),  # the tags are case-sensitive
-    ("", "look", "look"),  # empty reply
-    ("   \n", "look", "look"),
-    (None, "look", "look"),
-])
+@pytest.mark.parametrize(
+    "reply, command, action",
+    [
+        ("<think>find it</think><action>go to desk 1</action>", "go to desk 1", "go to desk 1"),
+        (
+            "<think>x</think><action>  Take Pencil 2 From Drawer 1 </action>",
+            "take pencil 2 from drawer 1",
+            "Take Pencil 2 From Drawer 1",
+        ),
+        (
+            "<action>open drawer 1</action> then <action>go to desk 1</action>",
+            "open drawer 1",
+            "open drawer 1",
+        ),  # the first tag
+        ("I will go to the desk.", "look", "look"),  # no tag
+        ("go to desk 1", "look", "look"),  # a bare command is not an action
+        ("<ACTION>go to desk 1</ACTION>", "look", "look"),  # the tags are case-sensitive
+        ("", "look", "look"),  # empty reply
+        ("   \n", "look", "look"),
+        (None, "look", "look"),
+    ],
+)
 def test_reply_parsing(reply, command, action):
     p = parse_reply(reply)
     assert (p.command, p.action) == (command, action)
@@ -152,22 +171,43 @@ def test_composed_config_follows_the_reference():
 # ---------------------------------------------------------------- task types
 
 
-@pytest.mark.parametrize("path, expected", [
-    ("json_2.1.1/train/pick_and_place_simple-Pencil-None-Desk-302/trial_T1/game.tw-pddl", "pick_and_place"),
-    ("json_2.1.1/valid_seen/pick_two_obj_and_place-Book-None-Desk-313/trial_T2/game.tw-pddl", "pick_two_obj_and_place"),
-    ("json_2.1.1/train/look_at_obj_in_light-CD-None-DeskLamp-320/t/game.tw-pddl", "look_at_obj_in_light"),
-    ("json_2.1.1/train/pick_heat_then_place_in_recep-Egg-None-CounterTop-12/t/game.tw-pddl", "pick_heat_then_place_in_recep"),
-    ("json_2.1.1/train/pick_cool_then_place_in_recep-Bread-None-CounterTop-1/t/game.tw-pddl", "pick_cool_then_place_in_recep"),
-    ("json_2.1.1/train/pick_clean_then_place_in_recep-Apple-None-DiningTable-4/t/game.tw-pddl", "pick_clean_then_place_in_recep"),
-    ("json_2.1.1/train/something_else-X/t/game.tw-pddl", "other"),
-])
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("json_2.1.1/train/pick_and_place_simple-Pencil-None-Desk-302/trial_T1/game.tw-pddl", "pick_and_place"),
+        (
+            "json_2.1.1/valid_seen/pick_two_obj_and_place-Book-None-Desk-313/trial_T2/game.tw-pddl",
+            "pick_two_obj_and_place",
+        ),
+        ("json_2.1.1/train/look_at_obj_in_light-CD-None-DeskLamp-320/t/game.tw-pddl", "look_at_obj_in_light"),
+        (
+            "json_2.1.1/train/pick_heat_then_place_in_recep-Egg-None-CounterTop-12/t/game.tw-pddl",
+            "pick_heat_then_place_in_recep",
+        ),
+        (
+            "json_2.1.1/train/pick_cool_then_place_in_recep-Bread-None-CounterTop-1/t/game.tw-pddl",
+            "pick_cool_then_place_in_recep",
+        ),
+        (
+            "json_2.1.1/train/pick_clean_then_place_in_recep-Apple-None-DiningTable-4/t/game.tw-pddl",
+            "pick_clean_then_place_in_recep",
+        ),
+        ("json_2.1.1/train/something_else-X/t/game.tw-pddl", "other"),
+    ],
+)
 def test_task_type_names_are_the_references(path, expected):
     assert task_type_of(path) == expected
 
 
 def test_declared_task_types():
-    assert TASK_TYPES == ("pick_and_place", "pick_two_obj_and_place", "look_at_obj_in_light", "pick_heat_then_place_in_recep",
-                          "pick_cool_then_place_in_recep", "pick_clean_then_place_in_recep")
+    assert TASK_TYPES == (
+        "pick_and_place",
+        "pick_two_obj_and_place",
+        "look_at_obj_in_light",
+        "pick_heat_then_place_in_recep",
+        "pick_cool_then_place_in_recep",
+        "pick_clean_then_place_in_recep",
+    )
 
 
 # ---------------------------------------------------------------- episodes on the real engine over HTTP
@@ -177,14 +217,27 @@ def _gateway(url: str, structured: str = "none", retries: int = 6):
     from skillopt_ray.config import LLMConfig, LLMRoleConfig
     from skillopt_ray.llm.gateway import Gateway
 
-    role = LLMRoleConfig(provider="openai", model="scripted", base_url=url, structured_output=structured, max_concurrency=4)
-    return Gateway(LLMConfig(backend="compatible", target=role, optimizer=role, max_retries=retries, retry_base_s=0.01,
-                             retry_max_s=0.02, retry_window_s=2.0), None)
+    role = LLMRoleConfig(
+        provider="openai", model="scripted", base_url=url, structured_output=structured, max_concurrency=4
+    )
+    return Gateway(
+        LLMConfig(
+            backend="compatible",
+            target=role,
+            optimizer=role,
+            max_retries=retries,
+            retry_base_s=0.01,
+            retry_max_s=0.02,
+            retry_window_s=2.0,
+        ),
+        None,
+    )
 
 
 def _episode(root: Path, task, policy, *, options=None, max_turns=50, structured="none", skill="# skill", retries=6):
-    from skillopt_ray.llm.gateway import LLMHandle
     from scripted_server import ScriptedServer
+
+    from skillopt_ray.llm.gateway import LLMHandle
 
     bodies: list[dict] = []
 
@@ -212,7 +265,7 @@ def _episode(root: Path, task, policy, *, options=None, max_turns=50, structured
 @pytest.fixture(scope="module")
 def game(alfworld_root):
     task = walk_split(alfworld_root, "train")[0]
-    from envs.alfworld.game import read_walkthrough
+    from skillopt_envs.alfworld.game import read_walkthrough
 
     return task, read_walkthrough(task.payload["gamefile"])
 
@@ -224,7 +277,9 @@ def test_episode_record_and_prompts_over_http(alfworld_root, game):
         return f"<think>step {i} of the plan</think>\n<action>{walk[i].upper()}</action>" if i < len(walk) else ""
 
     r, bodies, _ = _episode(alfworld_root, task, policy)
-    assert r.hard == 1.0 and r.soft == 1.0 and r.fail_reason == ""  # lowercased commands win (uppercase ones do nothing)
+    assert (
+        r.hard == 1.0 and r.soft == 1.0 and r.fail_reason == ""
+    )  # lowercased commands win (uppercase ones do nothing)
     assert r.n_turns == len(walk) == len(bodies) == len(r.trajectory)
     first_obs = bodies[0]["messages"][1]["content"]
     goal = first_obs.split("Your task is to: ", 1)[1].split("\n")[0].strip()
@@ -233,7 +288,9 @@ def test_episode_record_and_prompts_over_http(alfworld_root, game):
     for i, step in enumerate(r.trajectory):
         assert set(step) >= {"step", "action", "reasoning", "model_response", "env_feedback", "reward", "done"}
         assert step["step"] == i and step["action"] == walk[i].upper()  # as written, not lowercased
-        assert step["reasoning"] == f"step {i} of the plan" and step["model_response"].endswith(f"<action>{walk[i].upper()}</action>")
+        assert step["reasoning"] == f"step {i} of the plan" and step["model_response"].endswith(
+            f"<action>{walk[i].upper()}</action>"
+        )
         assert step["done"] == (i == len(walk) - 1)
     assert r.trajectory[-1]["reward"] == 1.0
     assert "target_system_prompt" not in r.info and "target_user_prompt" not in r.info  # no target prompts for ALFWorld
@@ -264,14 +321,21 @@ def test_engine_move_limit_ends_the_episode_as_the_reference_reports_it(alfworld
     r, _, _ = _episode(alfworld_root, task, lambda i, b: "<action>look</action>", max_turns=50)
     assert r.n_turns == 50 and r.fail_reason == "Episode ended without completing the task"
     assert r.trajectory[-1]["done"] is True and not any(s["done"] for s in r.trajectory[:-1])
-    r, _, _ = _episode(alfworld_root, task, lambda i, b: "<action>look</action>", max_turns=50, options={"engine_step_limit": 0})
+    r, _, _ = _episode(
+        alfworld_root, task, lambda i, b: "<action>look</action>", max_turns=50, options={"engine_step_limit": 0}
+    )
     assert r.n_turns == 50 and r.fail_reason == "Timeout after 50 steps"
 
 
 def test_constrained_decoding_sends_the_admissible_enum(alfworld_root, game):
     task, walk = game
-    r, bodies, _ = _episode(alfworld_root, task, lambda i, b: '{"action": "%s"}' % walk[i], structured="json_schema",
-                            options={"constrained_actions": "on"})
+    r, bodies, _ = _episode(
+        alfworld_root,
+        task,
+        lambda i, b: '{"action": "%s"}' % walk[i],
+        structured="json_schema",
+        options={"constrained_actions": "on"},
+    )
     assert r.hard == 1.0
     fmt = bodies[0]["response_format"]
     enum = fmt["json_schema"]["schema"]["properties"]["action"]["enum"]
@@ -279,8 +343,9 @@ def test_constrained_decoding_sends_the_admissible_enum(alfworld_root, game):
 
 
 def test_api_error_is_an_infra_error_never_an_action(alfworld_root, game):
-    from skillopt_ray.llm.types import LLMError
     from scripted_server import Fault, ScriptedServer
+
+    from skillopt_ray.llm.types import LLMError
 
     task, _ = game
     srv = ScriptedServer(policy=lambda body, headers: "<action>look</action>")

@@ -12,10 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from envs.alfworld.benchmark import AlfWorldBenchmark
-from envs.alfworld.data import PAPER_SPLIT_DIR, TASK_TYPES, task_type_of
-from envs.base import DataError
+from skillopt_envs.alfworld.benchmark import AlfWorldBenchmark
+from skillopt_envs.alfworld.data import PAPER_SPLIT_DIR, TASK_TYPES, task_type_of
+from skillopt_envs.base import DataError
 
 PAPER = {"train": 39, "val": 18, "test": 134}
 
@@ -32,8 +31,13 @@ def test_shipped_manifests_are_the_paper_split():
     assert {s: len(_items(s)) for s in PAPER} == PAPER
     # spec §14.1: train from json_2.1.1/train with 9 clean, 7 pick_and_place, 7 heat, 6 cool, 5 look, 5 pick_two
     assert Counter(task_type_of(it["gamefile"]) for it in _items("train")) == {
-        "pick_clean_then_place_in_recep": 9, "pick_and_place": 7, "pick_heat_then_place_in_recep": 7,
-        "pick_cool_then_place_in_recep": 6, "look_at_obj_in_light": 5, "pick_two_obj_and_place": 5}
+        "pick_clean_then_place_in_recep": 9,
+        "pick_and_place": 7,
+        "pick_heat_then_place_in_recep": 7,
+        "pick_cool_then_place_in_recep": 6,
+        "look_at_obj_in_light": 5,
+        "pick_two_obj_and_place": 5,
+    }
     for split, folder in (("train", "/train/"), ("val", "/valid_seen/"), ("test", "/valid_unseen/")):
         items = _items(split)
         assert all(folder in it["gamefile"] and it["gamefile"].startswith("json_2.1.1/") for it in items)
@@ -58,7 +62,9 @@ def test_paper_split_is_the_default_on_real_data(alfworld_root):
         assert [t.task_id for t in tasks] == [it["id"] for it in present], split
         assert all(t.task_type == task_type_of(it["gamefile"]) for t, it in zip(tasks, present))
     assert {s: len(t) for s, t in splits.items()} == {"train": 18, "val": 18, "test": 18}
-    assert {t.task_type for t in splits["val"]} == set(TASK_TYPES)  # reference names, pick_and_place_simple -> pick_and_place
+    assert {t.task_type for t in splits["val"]} == set(
+        TASK_TYPES
+    )  # reference names, pick_and_place_simple -> pick_and_place
     # aliases (spec §13.3): valid_seen / selection -> val, valid_unseen -> test
     ids = {s: [t.task_id for t in bench.load_split(s)] for s in ("valid_seen", "selection", "valid_unseen")}
     assert ids["valid_seen"] == ids["selection"] == [t.task_id for t in splits["val"]]

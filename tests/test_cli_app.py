@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import qa_fixture
+from scripted_server import Policies, ScriptedServer
+
 from skillopt_ray import cli
 from skillopt_ray.cli import identity, launch
-from scripted_server import Policies, ScriptedServer
 
 REPO = Path(__file__).resolve().parent.parent
 # appended where a regression would otherwise start a whole run: it then fails in seconds on the unreachable address
@@ -29,11 +29,16 @@ def _main(capsys, *args):
     return code, out, err.strip()
 
 
-@pytest.mark.parametrize("typo", ["optimizer.learning_rat=3", "+optimizer.learning_rat=3", "++optimizer.learning_rat=3"])
+@pytest.mark.parametrize(
+    "typo", ["optimizer.learning_rat=3", "+optimizer.learning_rat=3", "++optimizer.learning_rat=3"]
+)
 def test_a_typo_is_named_with_the_nearest_key_never_turned_into_a_new_one(capsys, tmp_path, typo):
     code, _, err = _main(capsys, "+experiment=alfworld", typo, f"output_dir={tmp_path}", *FAST_FAIL)
     assert code == 2 and "\n" not in err
-    assert err == "error: unknown key optimizer.learning_rat; did you mean optimizer.learning_rate or optimizer.min_learning_rate?"
+    assert (
+        err
+        == "error: unknown key optimizer.learning_rat; did you mean optimizer.learning_rate or optimizer.min_learning_rate?"
+    )
     assert not (tmp_path / "runs").exists()
 
 
@@ -45,27 +50,53 @@ def test_a_missing_section_and_a_free_map_get_the_right_advice(capsys):
 
 
 def test_prices_for_any_model_name(capsys):
-    cfg = cli.compose(["+experiment=searchqa", "llm=paper", "llm.prices.gpt-5.4-mini.input_per_mtok=0.75",
-                       "llm.prices.gpt-5.4-mini.output_per_mtok=4.5", "llm.prices.Qwen/Qwen2.5-7B-Instruct.input_per_mtok=0.1",
-                       "+llm.prices.my_model.output_per_mtok=2"])
+    cfg = cli.compose(
+        [
+            "+experiment=searchqa",
+            "llm=paper",
+            "llm.prices.gpt-5.4-mini.input_per_mtok=0.75",
+            "llm.prices.gpt-5.4-mini.output_per_mtok=4.5",
+            "llm.prices.Qwen/Qwen2.5-7B-Instruct.input_per_mtok=0.1",
+            "+llm.prices.my_model.output_per_mtok=2",
+        ]
+    )
     obj, data = cli.typed(cfg)
-    assert obj.llm.prices["gpt-5.4-mini"].input_per_mtok == 0.75 and obj.llm.prices["gpt-5.4-mini"].output_per_mtok == 4.5
+    assert (
+        obj.llm.prices["gpt-5.4-mini"].input_per_mtok == 0.75 and obj.llm.prices["gpt-5.4-mini"].output_per_mtok == 4.5
+    )
     assert data["llm"]["prices"]["Qwen/Qwen2.5-7B-Instruct"] == {"input_per_mtok": 0.1, "output_per_mtok": 0.0}
     assert data["llm"]["prices"]["my_model"]["output_per_mtok"] == 2.0
     obj, _ = cli.typed(cli.compose(["+experiment=alfworld", "llm=openai", "llm.prices.gpt-4o.input_per_mtok=3"]))
-    assert (obj.llm.prices["gpt-4o"].input_per_mtok, obj.llm.prices["gpt-4o"].output_per_mtok) == (3.0, 10.0)  # the preset's other price kept
+    assert (obj.llm.prices["gpt-4o"].input_per_mtok, obj.llm.prices["gpt-4o"].output_per_mtok) == (
+        3.0,
+        10.0,
+    )  # the preset's other price kept
     code, _, err = _main(capsys, "+experiment=alfworld", "llm.prices.gpt-5.4-mini.input_per_mtk=1", *FAST_FAIL)
-    assert code == 2 and err == "error: unknown key llm.prices.gpt-5.4-mini.input_per_mtk; did you mean llm.prices.gpt-5.4-mini.input_per_mtok?"
+    assert (
+        code == 2
+        and err
+        == "error: unknown key llm.prices.gpt-5.4-mini.input_per_mtk; did you mean llm.prices.gpt-5.4-mini.input_per_mtok?"
+    )
     code, _, err = _main(capsys, "+experiment=alfworld", "llm.prices.m.input_per_mtok=cheap", *FAST_FAIL)
     assert code == 2 and "llm.prices.m.input_per_mtok='cheap' is invalid" in err
 
 
 def test_every_multirun_job_is_checked_before_any_starts(capsys, tmp_path):
     # range(1,5) makes learning rates 1..4; the job with 1 is below min_learning_rate=2
-    code, _, err = _main(capsys, "+experiment=alfworld", "-m", "optimizer.learning_rate=range(1,5)", "optimizer.min_learning_rate=2",
-                         f"output_dir={tmp_path}", *FAST_FAIL)
+    code, _, err = _main(
+        capsys,
+        "+experiment=alfworld",
+        "-m",
+        "optimizer.learning_rate=range(1,5)",
+        "optimizer.min_learning_rate=2",
+        f"output_dir={tmp_path}",
+        *FAST_FAIL,
+    )
     assert code == 2 and "\n" not in err
-    assert "optimizer.min_learning_rate=2 is larger than optimizer.learning_rate=1" in err and "in the job optimizer.learning_rate=1" in err
+    assert (
+        "optimizer.min_learning_rate=2 is larger than optimizer.learning_rate=1" in err
+        and "in the job optimizer.learning_rate=1" in err
+    )
     assert not (tmp_path / "runs").exists() and not (tmp_path / "multirun").exists()
     code, _, err = _main(capsys, "+experiment=alfworld", "-m", "optimizer.learning_rate=interval(1,5)", *FAST_FAIL)
     assert code == 2 and "interval() needs a sweeper that samples" in err and "Traceback" not in err
@@ -82,18 +113,33 @@ def test_hydra_commands(capsys, tmp_path):
     assert code == 0 and "experiment: alfworld, searchqa, spreadsheetbench" in out
     # --config-dir adds presets, -cn picks a primary config from it
     (tmp_path / "experiment").mkdir()
-    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - override /env: searchqa\nexperiment: searchqa\nseed: 7\n")
+    (tmp_path / "experiment" / "mine.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /env: searchqa\nexperiment: searchqa\nseed: 7\n"
+    )
     (tmp_path / "lab.yaml").write_text("defaults:\n  - config\n  - _self_\nseed: 11\noptimizer:\n  learning_rate: 6\n")
     code, out, _ = _main(capsys, "--config-dir", str(tmp_path), "+experiment=mine", "--cfg", "job")
     assert code == 0 and "seed: 7\n" in out and "name: searchqa" in out
-    code, out, _ = _main(capsys, "--config-dir", str(tmp_path), "-cn", "lab", "+experiment=alfworld", "--cfg", "job", "-p", "optimizer")
+    code, out, _ = _main(
+        capsys, "--config-dir", str(tmp_path), "-cn", "lab", "+experiment=alfworld", "--cfg", "job", "-p", "optimizer"
+    )
     assert code == 0 and "learning_rate: 6\n" in out
 
 
 def _qa_args(url: str, data: Path, out: Path) -> list[str]:
-    return ["+experiment=searchqa", "mode=eval", "eval.split=test", "llm=compatible", f"llm.base_url={url}", f"env.data_dir={data}",
-            "env.options.split_source=folders", "env.limit_test=2", "ray.env_actors=1", f"output_dir={out}", "debug.progress=off",
-            "tracking=none"]
+    return [
+        "+experiment=searchqa",
+        "mode=eval",
+        "eval.split=test",
+        "llm=compatible",
+        f"llm.base_url={url}",
+        f"env.data_dir={data}",
+        "env.options.split_source=folders",
+        "env.limit_test=2",
+        "ray.env_actors=1",
+        f"output_dir={out}",
+        "debug.progress=off",
+        "tracking=none",
+    ]
 
 
 def test_hydra_run_dir_and_a_multirun_through_the_launcher(ray_cluster, tmp_path, capsys):
@@ -108,8 +154,14 @@ def test_hydra_run_dir_and_a_multirun_through_the_launcher(ray_cluster, tmp_path
         assert not (tmp_path / "out" / "runs").exists()
         # -m through Hydra's launcher, in a fresh process; hydra.sweep.dir holds one run per job
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        p = subprocess.run([sys.executable, "-m", "skillopt_ray", *args, "-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        p = subprocess.run(
+            [sys.executable, "-m", "skillopt_ray", *args, "-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
     assert "Launching 2 jobs locally" in p.stdout + p.stderr
     assert (tmp_path / "sweep" / "multirun.yaml").is_file()
@@ -126,7 +178,15 @@ def test_run_identity_follows_skill_content_data_and_version(tmp_path, monkeypat
     first = launch.run_dir_for(cli.load(base))
     assert launch.run_dir_for(cli.load(base)) == first  # stable
     # keys that change how calls are made, not their answers, keep the identity (and the resume)
-    same = cli.load([*base, "llm.target.timeout_s=200", "llm.retry_window_s=900", "llm.optimizer.max_concurrency=1", "llm.prices.smollm2-135m.input_per_mtok=1"])
+    same = cli.load(
+        [
+            *base,
+            "llm.target.timeout_s=200",
+            "llm.retry_window_s=900",
+            "llm.optimizer.max_concurrency=1",
+            "llm.prices.smollm2-135m.input_per_mtok=1",
+        ]
+    )
     assert launch.run_dir_for(same) == first
     skill.write_text("v2\n")
     after_skill = launch.run_dir_for(cli.load(base))
@@ -162,9 +222,11 @@ def test_the_embedded_preset_retries_a_timed_out_call(capsys):
     for r in (obj.llm.target, obj.llm.optimizer):
         assert r.silence_probe_s == 0 and 2 * r.timeout_s <= obj.llm.retry_window_s  # a second attempt fits the window
     code, _, err = _main(capsys, "+experiment=searchqa", "llm.optimizer.timeout_s=800", *FAST_FAIL[:0], "--cfg", "job")
-    assert code == 2 and err == ("error: llm.optimizer.timeout_s=800 is not below llm.retry_window_s=700: with "
-                                 "llm.optimizer.silence_probe_s=0 a timed-out call would never be retried; raise "
-                                 "llm.retry_window_s above 1600 (two attempts) or lower the timeout")
+    assert code == 2 and err == (
+        "error: llm.optimizer.timeout_s=800 is not below llm.retry_window_s=700: with "
+        "llm.optimizer.silence_probe_s=0 a timed-out call would never be retried; raise "
+        "llm.retry_window_s above 1600 (two attempts) or lower the timeout"
+    )
 
 
 def test_the_advice_when_retries_stop_names_what_stopped_them():
@@ -174,7 +236,11 @@ def test_the_advice_when_retries_stop_names_what_stopped_them():
     from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint, TransportFault
 
     async def advice(timeout_s: float, window_s: float, fault: TransportFault, attempt: int) -> str:
-        ep = RoleEndpoint("optimizer", LLMRoleConfig(base_url="http://127.0.0.1:9/v1", timeout_s=timeout_s), RetryPolicy(6, 1, 20, window_s))
+        ep = RoleEndpoint(
+            "optimizer",
+            LLMRoleConfig(base_url="http://127.0.0.1:9/v1", timeout_s=timeout_s),
+            RetryPolicy(6, 1, 20, window_s),
+        )
         try:
             return ep._advice(fault, attempt)
         finally:
@@ -182,7 +248,10 @@ def test_the_advice_when_retries_stop_names_what_stopped_them():
 
     run = asyncio.run
     said = run(advice(180, 50, TransportFault("read_timeout", "no answer"), 0))
-    assert "raise llm.optimizer.timeout_s" in said and "llm.retry_window_s (now 50, so a timed-out call is never retried)" in said
+    assert (
+        "raise llm.optimizer.timeout_s" in said
+        and "llm.retry_window_s (now 50, so a timed-out call is never retried)" in said
+    )
     assert "retry_window_s" not in run(advice(60, 700, TransportFault("read_timeout", "no answer"), 1))
     assert run(advice(60, 50, TransportFault("http", "HTTP 503"), 6)).endswith("raise llm.max_retries (now 6)")
     assert run(advice(60, 50, TransportFault("http", "HTTP 503"), 2)).endswith("raise llm.retry_window_s (now 50)")
@@ -217,8 +286,14 @@ def test_execute_leaves_the_callers_config_as_it_was(tmp_path, monkeypatch):
 
     import skillopt_ray.driver as driver_module
 
-    data = cli.load(["+experiment=searchqa", "llm.embedded.server_url=http://127.0.0.1:9/v1", f"output_dir={tmp_path}",
-                     "debug.progress=off"])
+    data = cli.load(
+        [
+            "+experiment=searchqa",
+            "llm.embedded.server_url=http://127.0.0.1:9/v1",
+            f"output_dir={tmp_path}",
+            "debug.progress=off",
+        ]
+    )
     before = copy.deepcopy(data)
     seen = {}
 
@@ -238,7 +313,11 @@ def test_execute_leaves_the_callers_config_as_it_was(tmp_path, monkeypatch):
     with pytest.raises(cli.UsageError, match="stopped by the test"):
         launch.execute(data)
     assert data == before
-    assert seen["cfg"]["llm"]["target"]["base_url"] == seen["cfg"]["llm"]["optimizer"]["base_url"] == "http://127.0.0.1:9/v1"
+    assert (
+        seen["cfg"]["llm"]["target"]["base_url"]
+        == seen["cfg"]["llm"]["optimizer"]["base_url"]
+        == "http://127.0.0.1:9/v1"
+    )
 
 
 def test_a_prompt_longer_than_the_context_gets_advice_about_the_context():
@@ -251,11 +330,16 @@ def test_a_prompt_longer_than_the_context_gets_advice_about_the_context():
     from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint
 
     said = "request (9756 tokens) exceeds the available context size (4096 tokens), try increasing it"
-    exc = openai.BadRequestError(said, response=httpx.Response(400, request=httpx.Request("POST", "http://127.0.0.1:9/v1")),
-                                 body={"error": {"message": said}})
+    exc = openai.BadRequestError(
+        said,
+        response=httpx.Response(400, request=httpx.Request("POST", "http://127.0.0.1:9/v1")),
+        body={"error": {"message": said}},
+    )
 
     async def advice(provider: str) -> str:
-        ep = RoleEndpoint("optimizer", LLMRoleConfig(provider=provider, base_url="http://127.0.0.1:9/v1"), RetryPolicy(0, 1, 1, 10))
+        ep = RoleEndpoint(
+            "optimizer", LLMRoleConfig(provider=provider, base_url="http://127.0.0.1:9/v1"), RetryPolicy(0, 1, 1, 10)
+        )
         try:
             return ep._rejected(exc).message
         finally:

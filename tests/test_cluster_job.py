@@ -95,14 +95,37 @@ def local_head():
     temp_dir = tempfile.mkdtemp(prefix="rh.", dir="/tmp")  # short: Ray's socket paths have a length limit
     # every port chosen free: Ray's default agent ports clash with other clusters on a busy machine
     gcs, dash, client, agent_http, agent_grpc, runtime_env, metrics = _free_ports(7)
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
-               PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    env = dict(
+        os.environ,
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+    )
     ray_bin = str(Path(sys.executable).parent / "ray")
-    subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}", f"--dashboard-port={dash}",
-                    "--dashboard-host=127.0.0.1", f"--ray-client-server-port={client}", f"--temp-dir={temp_dir}", "--num-cpus=2",
-                    "--include-dashboard=true", "--disable-usage-stats", f"--dashboard-agent-listen-port={agent_http}",
-                    f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={runtime_env}",
-                    f"--metrics-export-port={metrics}"], env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={gcs}",
+            f"--dashboard-port={dash}",
+            "--dashboard-host=127.0.0.1",
+            f"--ray-client-server-port={client}",
+            f"--temp-dir={temp_dir}",
+            "--num-cpus=2",
+            "--include-dashboard=true",
+            "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={agent_http}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={runtime_env}",
+            f"--metrics-export-port={metrics}",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         wait_for_job_api(f"http://127.0.0.1:{dash}")
         yield env, f"http://127.0.0.1:{dash}"
@@ -115,8 +138,16 @@ def test_submit_job_runs_and_a_resubmitted_job_resumes_its_run(local_head, scrip
     env, dashboard = local_head
     env = dict(env, RAY_ADDRESS=dashboard)
     out = tmp_path / "out"
-    overrides = ["+experiment=alfworld", "+smoke=tiny", "llm=compatible", f"llm.base_url={scripted.base_url}",
-                 f"env.data_dir={alfworld_root}", "env.options.skip_missing_games=true", f"output_dir={out}", "env.max_turns=10"]
+    overrides = [
+        "+experiment=alfworld",
+        "+smoke=tiny",
+        "llm=compatible",
+        f"llm.base_url={scripted.base_url}",
+        f"env.data_dir={alfworld_root}",
+        "env.options.skip_missing_games=true",
+        f"output_dir={out}",
+        "env.max_turns=10",
+    ]
     cmd = ["bash", str(REPO / "scripts" / "submit_job.sh"), *overrides]
     first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]

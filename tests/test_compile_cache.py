@@ -6,11 +6,9 @@ import os
 import sys
 
 import pytest
-
-from envs.alfworld import compile_cache
-from envs.alfworld.compile_cache import CompileDiskCache, decode, encode, resolve_dir
-from envs.alfworld import speedups
-from envs.alfworld.speedups import CompiledParts
+from skillopt_envs.alfworld import compile_cache, speedups
+from skillopt_envs.alfworld.compile_cache import CompileDiskCache, decode, encode, resolve_dir
+from skillopt_envs.alfworld.speedups import CompiledParts
 
 
 def test_encode_round_trip_and_keys(tmp_path):
@@ -87,13 +85,16 @@ def test_compiled_parts_layers(tmp_path):
 
 
 def test_precompile_fills_the_cache_once(alfworld_root, tmp_path):
-    from envs.alfworld.data import walk_split
-    from envs.alfworld.precompile import main, precompile
+    from skillopt_envs.alfworld.data import walk_split
+    from skillopt_envs.alfworld.precompile import main, precompile
 
     games = [t.payload["gamefile"] for t in walk_split(alfworld_root, "train")[:2]]
     first = precompile(games, tmp_path / "c", workers=1)
     assert first["compiled"] == 4 and first["already_cached"] == 0  # per game: a translation, a grammar
-    assert len(list((tmp_path / "c").glob("sas-*.pkl.z"))) == 2 and len(list((tmp_path / "c").glob("grammar-*.pkl.z"))) == 2
+    assert (
+        len(list((tmp_path / "c").glob("sas-*.pkl.z"))) == 2
+        and len(list((tmp_path / "c").glob("grammar-*.pkl.z"))) == 2
+    )
     again = precompile(games, tmp_path / "c", workers=1)
     assert again["compiled"] == 0 and again["already_cached"] == 4
     assert main(["--data", str(alfworld_root), "--cache", "off"]) == 2

@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+import skillopt_envs
 
 from skillopt_ray import cli
 from skillopt_ray.config import redact, run_identity
@@ -22,8 +23,19 @@ def test_every_config_composes_and_validates(exp, llm, ray):
     obj, data = cli.typed(cfg)
     assert obj.experiment == exp == data["env"]["name"]
     o = obj.optimizer  # the paper protocol
-    assert (o.epochs, o.batch_size, o.minibatch_size, o.merge_batch_size, o.learning_rate, o.min_learning_rate,
-            o.lr_schedule, o.gate_metric, o.slow_update, o.meta_skill, obj.seed) == (4, 40, 8, 8, 4, 2, "cosine", "hard", True, True, 42)
+    assert (
+        o.epochs,
+        o.batch_size,
+        o.minibatch_size,
+        o.merge_batch_size,
+        o.learning_rate,
+        o.min_learning_rate,
+        o.lr_schedule,
+        o.gate_metric,
+        o.slow_update,
+        o.meta_skill,
+        obj.seed,
+    ) == (4, 40, 8, 8, 4, 2, "cosine", "hard", True, True, 42)
 
 
 def test_smoke_overlay_and_overrides():
@@ -41,22 +53,33 @@ def _main(capsys, *args, env=None, monkeypatch=None):
     return code, err
 
 
-@pytest.mark.parametrize("args,needle", [
-    ([], "no experiment chosen"),
-    (["+experiment=nope"], "unknown experiment"),
-    (["+experiment=alfworld", "optimizer.bogus=1"], "unknown key optimizer.bogus"),
-    (["+experiment=alfworld", "optimizer.epochs=abc"], "could not be converted to Integer"),
-    (["+experiment=alfworld", "optimizer.batch_size=-1"], "optimizer.batch_size=-1 is invalid"),
-    (["+experiment=alfworld", "optimizer.merge_batch_size=1"], "merge_batch_size=1 is invalid; it must be >= 2"),
-    (["+experiment=alfworld", "optimizer.gate_metric=median"], "allowed: hard, soft, mixed"),
-    (["+experiment=alfworld", "optimizer.lr_schedule=step"], "allowed: constant, linear, cosine, autonomous"),
-    (["+experiment=alfworld", "mode=eval"], "eval.skill_path"),
-    (["+experiment=alfworld", "optimizer.min_learning_rate=6", *FAST_FAIL], "optimizer.min_learning_rate=6 is larger than optimizer.learning_rate=4"),
-    (["+experiment=alfworld", "env=searchqa", *FAST_FAIL], "+experiment=alfworld runs env=alfworld, but env=searchqa was given"),
-    (["+experiment=alfworld", "llm.target.http_client=curl", *FAST_FAIL], "llm.target.http_client"),
-    (["+experiment=spreadsheetbench", "env.options.env_allow=[LANG,OPENAI_API_KEY,HF_TOKEN]", *FAST_FAIL],
-     "env.options.env_allow names OPENAI_API_KEY, HF_TOKEN, which look like credentials"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ([], "no experiment chosen"),
+        (["+experiment=nope"], "unknown experiment"),
+        (["+experiment=alfworld", "optimizer.bogus=1"], "unknown key optimizer.bogus"),
+        (["+experiment=alfworld", "optimizer.epochs=abc"], "could not be converted to Integer"),
+        (["+experiment=alfworld", "optimizer.batch_size=-1"], "optimizer.batch_size=-1 is invalid"),
+        (["+experiment=alfworld", "optimizer.merge_batch_size=1"], "merge_batch_size=1 is invalid; it must be >= 2"),
+        (["+experiment=alfworld", "optimizer.gate_metric=median"], "allowed: hard, soft, mixed"),
+        (["+experiment=alfworld", "optimizer.lr_schedule=step"], "allowed: constant, linear, cosine, autonomous"),
+        (["+experiment=alfworld", "mode=eval"], "eval.skill_path"),
+        (
+            ["+experiment=alfworld", "optimizer.min_learning_rate=6", *FAST_FAIL],
+            "optimizer.min_learning_rate=6 is larger than optimizer.learning_rate=4",
+        ),
+        (
+            ["+experiment=alfworld", "env=searchqa", *FAST_FAIL],
+            "+experiment=alfworld runs env=alfworld, but env=searchqa was given",
+        ),
+        (["+experiment=alfworld", "llm.target.http_client=curl", *FAST_FAIL], "llm.target.http_client"),
+        (
+            ["+experiment=spreadsheetbench", "env.options.env_allow=[LANG,OPENAI_API_KEY,HF_TOKEN]", *FAST_FAIL],
+            "env.options.env_allow names OPENAI_API_KEY, HF_TOKEN, which look like credentials",
+        ),
+    ],
+)
 def test_bad_input_one_line_exit_2(capsys, args, needle):
     code, err = _main(capsys, *args)
     assert code == 2
@@ -79,13 +102,27 @@ def test_output_dir_not_writable(capsys, tmp_path):
 
 def test_unreachable_ray_address(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("COMPATIBLE_API_KEY", "x")
-    code, err = _main(capsys, "+experiment=alfworld", "llm=compatible", "llm.base_url=http://127.0.0.1:9/v1",
-                      "ray.address=127.0.0.1:9", f"output_dir={tmp_path}")
+    code, err = _main(
+        capsys,
+        "+experiment=alfworld",
+        "llm=compatible",
+        "llm.base_url=http://127.0.0.1:9/v1",
+        "ray.address=127.0.0.1:9",
+        f"output_dir={tmp_path}",
+    )
     assert code == 2 and "cannot reach Ray" in err
 
 
 def test_cfg_job_prints_resolved_config_with_secrets_redacted(capsys):
-    code = cli.main(["+experiment=alfworld", "--cfg", "job", "+tracking.tags.hf_token=hf-live-secret-123", "+tracking.tags.owner=ana"])
+    code = cli.main(
+        [
+            "+experiment=alfworld",
+            "--cfg",
+            "job",
+            "+tracking.tags.hf_token=hf-live-secret-123",
+            "+tracking.tags.owner=ana",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "experiment: alfworld" in out and "learning_rate: 4\n" in out
     assert "hf-live-secret-123" not in out and "hf_token: '***'" in out and "owner: ana" in out
@@ -104,7 +141,9 @@ def test_binary_skill_file_is_named_before_ray_starts(capsys, tmp_path, monkeypa
 
     monkeypatch.setattr(launch, "start_ray", lambda data: pytest.fail("Ray started before the skill file was checked"))
     extra = ["mode=eval"] if key == "eval.skill_path" else []
-    code, err = _main(capsys, "+experiment=alfworld", *extra, f"{key}={_binary_skill(tmp_path)}", f"output_dir={tmp_path / 'out'}")
+    code, err = _main(
+        capsys, "+experiment=alfworld", *extra, f"{key}={_binary_skill(tmp_path)}", f"output_dir={tmp_path / 'out'}"
+    )
     assert code == 2 and err.startswith(f"error: {key}=") and "\n" not in err
     assert "is not UTF-8 text" in err and "best_skill.md" in err and "UnicodeDecodeError" not in err
     assert not (tmp_path / "out" / "runs").exists()
@@ -121,10 +160,9 @@ def test_redaction_and_run_identity():
 
 
 def test_unimplemented_benchmark_is_a_clear_data_error():
-    import envs
 
-    with pytest.raises(envs.DataError, match="unknown environment"):
-        envs.make("chess", {})
+    with pytest.raises(skillopt_envs.DataError, match="unknown environment"):
+        skillopt_envs.make("chess", {})
 
 
 def test_min_learning_rate_above_learning_rate_is_named():

@@ -23,8 +23,8 @@ import re
 from typing import Any
 
 import pytest
+from skillopt_envs.base import EpisodeResult, Task
 
-from envs.base import EpisodeResult, Task
 from skillopt_ray.config import Config, OptimizerConfig
 from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.rundir import RunDir
@@ -64,10 +64,20 @@ class FakeRunner:
                 hard = 1.0 if (t.task_id in ("va0", "te0") and "GUIDE" in skill) else 0.0
             else:  # epoch-boundary rollouts on train tasks
                 hard = 1.0 if ("curr" in ctx.key and self.curr_passes(t.task_id)) else 0.0
-            out.append(EpisodeResult(t.task_id, t.task_type, hard=hard, soft=hard, n_turns=1, fail_reason="" if hard else FAIL,
-                                     task_description=f"goal of {t.task_id}",
-                                     trajectory=[{"step": 0, "action": "look", "reasoning": "start",
-                                                  "env_feedback": f"room of {t.task_id}"}]))
+            out.append(
+                EpisodeResult(
+                    t.task_id,
+                    t.task_type,
+                    hard=hard,
+                    soft=hard,
+                    n_turns=1,
+                    fail_reason="" if hard else FAIL,
+                    task_description=f"goal of {t.task_id}",
+                    trajectory=[
+                        {"step": 0, "action": "look", "reasoning": "start", "env_feedback": f"room of {t.task_id}"}
+                    ],
+                )
+            )
         return out
 
 
@@ -87,11 +97,19 @@ class ScriptedOptimizer:
         key, stage = req.key, req.stage
         if stage == "analyst":
             edits = [] if key.startswith(self.skip_keys) else [{"op": "append", "content": f"- tip from {key}"}]
-            return {"batch_size": 1, "failure_summary": [{"failure_type": "premature_stop", "count": 1, "description": "gave up"}],
-                    "patch": {"reasoning": "r", "edits": edits}}
+            return {
+                "batch_size": 1,
+                "failure_summary": [{"failure_type": "premature_stop", "count": 1, "description": "gave up"}],
+                "patch": {"reasoning": "r", "edits": edits},
+            }
         if stage == "merge":
-            return {"reasoning": "merged", "edits": [{"op": "append", "content": f"- merged {i}", "support_count": 2,
-                                                      "source_type": "failure"} for i in range(5)]}
+            return {
+                "reasoning": "merged",
+                "edits": [
+                    {"op": "append", "content": f"- merged {i}", "support_count": 2, "source_type": "failure"}
+                    for i in range(5)
+                ],
+            }
         if stage == "ranking":
             return {"reasoning": "rank", "selected_indices": [4, 3, 2, 1, 0]}
         epoch = re.search(r"/e(\d+)", key)
@@ -118,10 +136,21 @@ def tasks(prefix: str, n: int, ttype: str = "pick_and_place") -> list[Task]:
 def make_run(tmp_path, *, epochs=3, train_n=4, samples=3, pairs="mixed", runner=None, llm=None):
     cfg = Config(experiment="conformance")
     cfg.seed = SEED
-    cfg.optimizer = OptimizerConfig(epochs=epochs, batch_size=2, minibatch_size=1, merge_batch_size=8, learning_rate=4,
-                                    min_learning_rate=2, lr_schedule="cosine", lr_control_mode="fixed",
-                                    slow_update=True, slow_update_samples=samples, slow_update_gate=True,
-                                    slow_update_pairs=pairs, meta_skill=True)
+    cfg.optimizer = OptimizerConfig(
+        epochs=epochs,
+        batch_size=2,
+        minibatch_size=1,
+        merge_batch_size=8,
+        learning_rate=4,
+        min_learning_rate=2,
+        lr_schedule="cosine",
+        lr_control_mode="fixed",
+        slow_update=True,
+        slow_update_samples=samples,
+        slow_update_gate=True,
+        slow_update_pairs=pairs,
+        meta_skill=True,
+    )
     rd = RunDir(tmp_path / "run").ensure()
     runner = runner or FakeRunner()
     llm = llm or ScriptedOptimizer()
@@ -176,28 +205,38 @@ def test_step_buffer_is_per_epoch_and_skips_leave_no_entry(three_epochs):
     def buffer_of(prefix):
         texts = {llm.user(c) for c in llm.of("analyst", prefix)}
         assert texts
-        return [t.split("## Previous Steps in This Epoch\n", 1)[1].split("\n## ", 1)[0] if "## Previous Steps" in t else None
-                for t in texts]
+        return [
+            t.split("## Previous Steps in This Epoch\n", 1)[1].split("\n## ", 1)[0]
+            if "## Previous Steps" in t
+            else None
+            for t in texts
+        ]
 
     assert buffer_of("train/e1s1/") == [None, None]
     assert all("### Step 1 — REJECT (2/2 failed)" in b for b in buffer_of("train/e1s2/"))
     assert buffer_of("train/e2s1/") == [None, None]  # reset at the epoch start; the skipped step 2 left nothing
     for b in buffer_of("train/e2s2/"):
         assert "### Step 3 — REJECT (2/2 failed)" in b and "Step 1" not in b and "Step 2" not in b
-        assert f'  - "premature_stop: gave up" (×2, tasks: ' in b
+        assert '  - "premature_stop: gave up" (×2, tasks: ' in b
         assert "  Rejected edits (score 0.0 → 0.0):\n" in b
         assert '    1. [append] "- merged 4"' in b  # the ranked order
 
 
 def test_slow_update_inputs(three_epochs):
     trainer, rd, runner, llm, splits = three_epochs
-    assert json.loads((rd.root / "epochs/e01/slow_result.json").read_text()) == {"action": "inject_placeholder", "epoch": 1}
+    assert json.loads((rd.root / "epochs/e01/slow_result.json").read_text()) == {
+        "action": "inject_placeholder",
+        "epoch": 1,
+    }
     e2, e3 = llm.of("slow_update")
     assert [c.key for c in (e2, e3)] == ["slow/e2/write", "slow/e3/write"]
     u2, u3 = llm.user(e2), llm.user(e3)
     for u in (u2, u3):
         assert "## Optimizer Meta Skill" not in u
-        assert "## Longitudinal Comparison (same 20 tasks, two skill versions)\n## Longitudinal Comparison Summary\nTotal samples: 3\n" in u
+        assert (
+            "## Longitudinal Comparison (same 20 tasks, two skill versions)\n## Longitudinal Comparison Summary\nTotal samples: 3\n"
+            in u
+        )
     # epoch 2: the previous skill is epoch 1's end skill, with the empty placeholder; no earlier guidance
     prev2 = u2.split("## Previous Epoch's Skill\n", 1)[1].split("\n## Current Epoch's Skill", 1)[0]
     assert f"{SLOW_START}\n{SLOW_END}" in prev2 and "GUIDE" not in prev2
@@ -219,7 +258,9 @@ def test_slow_update_inputs(three_epochs):
         assert all(f"#### Task {tid}:" in u for tid in order[:3])
         assert "**Previous epoch trajectory:**\n```\n[step 0 think] start\n[step 0 action] look\n" in u
         assert "**Current epoch trajectory:**\n```\n" in u
-        assert u.index("### Regressions (right→wrong) — HIGHEST PRIORITY") < u.index("### Persistent Failures (wrong→wrong)")
+        assert u.index("### Regressions (right→wrong) — HIGHEST PRIORITY") < u.index(
+            "### Persistent Failures (wrong→wrong)"
+        )
     # the guidance is the one block at the very end of the final skill
     final = trainer.current
     assert final.count(SLOW_START) == 1 and final.endswith(f"{SLOW_START}\nGUIDE e2\n{SLOW_END}\n")
@@ -227,13 +268,19 @@ def test_slow_update_inputs(three_epochs):
 
 def test_meta_skill_timing(three_epochs):
     _, rd, runner, llm, _ = three_epochs
-    assert json.loads((rd.root / "epochs/e01/meta_skill_result.json").read_text()) == {"action": "skip_first_epoch", "epoch": 1}
+    assert json.loads((rd.root / "epochs/e01/meta_skill_result.json").read_text()) == {
+        "action": "skip_first_epoch",
+        "epoch": 1,
+    }
     m2, m3 = llm.of("meta_skill")
     assert [c.key for c in (m2, m3)] == ["meta/e2", "meta/e3"]
     prev_meta2 = llm.user(m2).split("## Previous Optimizer Meta Skill\n", 1)[1].split("## Longitudinal", 1)[0]
     prev_meta3 = llm.user(m3).split("## Previous Optimizer Meta Skill\n", 1)[1].split("## Longitudinal", 1)[0]
     assert "META-" not in prev_meta2 and "META-E2" in prev_meta3
-    assert "## Longitudinal Comparison (same tasks, two last-step skills)\n## Longitudinal Comparison Summary" in llm.user(m2)
+    assert (
+        "## Longitudinal Comparison (same tasks, two last-step skills)\n## Longitudinal Comparison Summary"
+        in llm.user(m2)
+    )
     # the meta skill reuses the slow update's pairs: no rollouts of its own
     assert not [c for c in runner.calls if c["key"].startswith("meta/")]
     # written at the end of epoch 2, used in epoch 3's analyst, merge and ranking prompts only
@@ -249,7 +296,11 @@ def test_meta_skill_timing(three_epochs):
     # analysts: after the step buffer, before the trajectories; merge and ranking: prepended
     for c in llm.of("analyst", "train/e3s2"):
         u = llm.user(c)
-        assert u.index("## Previous Steps in This Epoch") < u.index("## Optimizer Meta Skill") < u.index("## Failed Trajectories")
+        assert (
+            u.index("## Previous Steps in This Epoch")
+            < u.index("## Optimizer Meta Skill")
+            < u.index("## Failed Trajectories")
+        )
     for c in llm.of("merge", "train/e3") + llm.of("ranking", "train/e3"):
         assert llm.user(c).startswith("## Optimizer Meta Skill")
 
@@ -270,8 +321,9 @@ def test_changed_policy_tops_up_along_the_same_shuffle(tmp_path):
     random.Random(SEED + 2000 * 2).shuffle(order)
     changed = {order[1], order[4]}  # the first sample (order[:2]) holds one changed pair; the walk finds order[4]
     runner = FakeRunner(curr_passes=lambda tid: tid in changed)
-    trainer, rd, runner, llm, _ = make_run(tmp_path, epochs=2, train_n=6, samples=2, pairs="changed", runner=runner,
-                                           llm=ScriptedOptimizer(skip_keys=()))
+    trainer, rd, runner, llm, _ = make_run(
+        tmp_path, epochs=2, train_n=6, samples=2, pairs="changed", runner=runner, llm=ScriptedOptimizer(skip_keys=())
+    )
     kept = json.loads((rd.root / "epochs/e02/comparison_pairs.json").read_text())
     assert [p["id"] for p in kept] == [order[1], order[4]]
     assert all(p["category"] == "improved" for p in kept)
@@ -281,4 +333,6 @@ def test_changed_policy_tops_up_along_the_same_shuffle(tmp_path):
     boundary = [c for c in runner.calls if not c["training"] and c["key"].startswith("slow/e2/")]
     walked = [tid for c in boundary if "prev" in c["key"] for tid in c["ids"]]
     assert walked == order[: len(walked)] and order[4] in walked and order[5] not in walked
-    assert sorted(c["ids"] for c in boundary if "prev" in c["key"]) == sorted(c["ids"] for c in boundary if "curr" in c["key"])
+    assert sorted(c["ids"] for c in boundary if "prev" in c["key"]) == sorted(
+        c["ids"] for c in boundary if "curr" in c["key"]
+    )

@@ -20,13 +20,21 @@ def test_embedded_server_chat_and_schema_json_then_clean_shutdown(tmp_path):
     pid = srv.proc.pid
     try:
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=60)
-        r = client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "Say hello."}], max_tokens=16)
-        assert r.choices[0].message.content.strip() and r.usage.completion_tokens > 0
-        schema = {"type": "object", "properties": {"action": {"type": "string", "enum": ["go to desk 1", "look"]}},
-                  "required": ["action"]}
         r = client.chat.completions.create(
-            model="smollm2-135m", messages=[{"role": "user", "content": "Pick an action."}], max_tokens=32,
-            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+            model="smollm2-135m", messages=[{"role": "user", "content": "Say hello."}], max_tokens=16
+        )
+        assert r.choices[0].message.content.strip() and r.usage.completion_tokens > 0
+        schema = {
+            "type": "object",
+            "properties": {"action": {"type": "string", "enum": ["go to desk 1", "look"]}},
+            "required": ["action"],
+        }
+        r = client.chat.completions.create(
+            model="smollm2-135m",
+            messages=[{"role": "user", "content": "Pick an action."}],
+            max_tokens=32,
+            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+        )
         assert json.loads(r.choices[0].message.content)["action"] in ("go to desk 1", "look")
     finally:
         srv.stop()

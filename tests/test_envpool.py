@@ -7,17 +7,23 @@ import contextlib
 import time
 
 import pytest
+from scripted_server import Fault, Policies, ScriptedServer
+from skillopt_envs.alfworld.data import walk_split
+from skillopt_envs.base import EpisodeContext
 
-from envs.alfworld.data import walk_split
-from envs.base import EpisodeContext
 from skillopt_ray.envpool import EnvPool, PoolSettings
 from skillopt_ray.llm.gateway import GatewayActor
 from skillopt_ray.llm.types import GatewayLost, LLMRequestRejected
-from scripted_server import Fault, Policies, ScriptedServer
 
 
 def _llm_cfg(url):
-    role = {"provider": "openai", "model": "scripted", "base_url": url, "structured_output": "none", "max_concurrency": 16}
+    role = {
+        "provider": "openai",
+        "model": "scripted",
+        "base_url": url,
+        "structured_output": "none",
+        "max_concurrency": 16,
+    }
     return {"backend": "compatible", "target": role, "optimizer": role}
 
 
@@ -44,6 +50,7 @@ def test_killed_actor_episodes_are_rerun_and_results_stay_aligned(ray_cluster, a
 
     tasks = walk_split(alfworld_root, "train")[:6]
     with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(2, 3, 0.0, 120.0, 2), latency_s=1.0) as pool:
+
         async def go():
             run = asyncio.ensure_future(pool.run(tasks, "# skill", EpisodeContext("pooltest", False, 30, 4)))
             # every episode needs 4 calls (4 s): all six are still in flight on both actors
@@ -66,11 +73,14 @@ def test_fatal_llm_error_stops_the_rollout_instead_of_scoring_zero(ray_cluster, 
             asyncio.run(pool.run(tasks, "# skill", EpisodeContext("fatal", False, 5, 2)))
 
 
-def test_a_dead_gateway_stops_the_rollout_instead_of_replacing_healthy_env_actors(ray_cluster, alfworld_root, walkthroughs):
+def test_a_dead_gateway_stops_the_rollout_instead_of_replacing_healthy_env_actors(
+    ray_cluster, alfworld_root, walkthroughs
+):
     import ray
 
     tasks = walk_split(alfworld_root, "train")[:4]
     with pool_on_scripted(alfworld_root, walkthroughs, PoolSettings(2, 2, 0.0, 120.0, 2), latency_s=1.0) as pool:
+
         async def go():
             run = asyncio.ensure_future(pool.run(tasks, "# skill", EpisodeContext("gwdead", False, 30, 4)))
             await asyncio.sleep(1.5)  # every episode is waiting on a model call

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-
-from envs.base import INFRA_KINDS, EpisodeResult
-from envs.sandbox import ExecResult, Sandbox, SandboxStartError
-from envs.spreadsheetbench import readcells
-from envs.spreadsheetbench.benchmark import FormulaEngineError, SpreadsheetBenchmark
-from envs.spreadsheetbench.samples import SOLUTIONS, template_of
-from skillopt_ray.stages.rollout import summarize
-
 from conftest import need_bwrap
+from skillopt_envs.base import INFRA_KINDS, EpisodeResult
+from skillopt_envs.sandbox import Sandbox, SandboxStartError
+from skillopt_envs.spreadsheetbench import readcells
+from skillopt_envs.spreadsheetbench.benchmark import FormulaEngineError, SpreadsheetBenchmark
+from skillopt_envs.spreadsheetbench.samples import SOLUTIONS, template_of
+
+from skillopt_ray.stages.rollout import summarize
 
 FAKE_BWRAP = """#!/bin/sh
 echo run >> "{log}"
@@ -34,7 +33,7 @@ def _fake_bwrap(tmp_path: Path, monkeypatch) -> Path:
     exe = tmp_path / "bwrap"
     exe.write_text(FAKE_BWRAP.format(log=log))
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr("envs.sandbox.bwrap_path", lambda: str(exe))
+    monkeypatch.setattr("skillopt_envs.sandbox.bwrap_path", lambda: str(exe))
     return log
 
 
@@ -50,7 +49,9 @@ def test_a_sandbox_that_cannot_start_is_tried_twice_and_then_says_so(tmp_path, m
 
 def test_a_script_that_only_looks_like_a_sandbox_failure_is_the_scripts_error(tmp_path):
     need_bwrap()
-    r = Sandbox("bwrap").run("import sys\nsys.stderr.write('bwrap: not really\\n')\nsys.exit(1)\n", {}, tmp_path / "out")
+    r = Sandbox("bwrap").run(
+        "import sys\nsys.stderr.write('bwrap: not really\\n')\nsys.exit(1)\n", {}, tmp_path / "out"
+    )
     assert r.started and not r.ok and r.returncode == 1
     assert r.describe() == "the script exited with status 1"
 
@@ -68,7 +69,7 @@ def test_a_spreadsheet_episode_whose_sandbox_cannot_start_raises_a_named_infra_e
 
             return ChatResult(f"```python\n{SOLUTIONS[template_of(task.task_id)]}```", 10, 10, False, "stop")
 
-    from envs.base import EpisodeContext
+    from skillopt_envs.base import EpisodeContext
 
     with pytest.raises(SandboxStartError, match=r"^the sandbox could not start \(bwrap: setting up uid map") as err:
         asyncio.run(bench.run_episode(task, "# skill", Llm(), EpisodeContext("t", False, 2, 0)))
@@ -101,7 +102,9 @@ def test_a_formula_that_does_not_parse_is_the_scripts_fault_and_nothing_is_recal
     out = readcells.read(str(tmp_path / "bad.xlsx"), {"Sheet": ["B1"]}, True)
     assert called == [] and out["recalc_error"] == ""
     assert out["invalid_formulas"] == ["Sheet!B1 '=SUM(A1:A2': ParenthesesError"]
-    assert out["sheets"]["Sheet"]["B1"] is None  # read as the official rule reads it: the cell is wrong, the script's fault
+    assert (
+        out["sheets"]["Sheet"]["B1"] is None
+    )  # read as the official rule reads it: the cell is wrong, the script's fault
 
 
 def test_the_benchmark_turns_a_recalculation_failure_into_an_unscored_episode(tmp_path, monkeypatch):
@@ -127,32 +130,42 @@ def test_the_benchmark_turns_a_recalculation_failure_into_an_unscored_episode(tm
 
             return ChatResult(f"```python\n{SOLUTIONS[template_of(task.task_id)]}```", 10, 10, False, "stop")
 
-    from envs.base import EpisodeContext
+    from skillopt_envs.base import EpisodeContext
 
     r = asyncio.run(bench.run_episode(task, "# skill", Llm(), EpisodeContext("t", False, 2, 0)))
     assert r.infra_error and r.error_kind == "formula_engine" and not r.scored
-    assert r.error.startswith("formula engine: could not recalculate 2 formula cell(s) of an output workbook (KeyError: 'SHEET1')")
+    assert r.error.startswith(
+        "formula engine: could not recalculate 2 formula cell(s) of an output workbook (KeyError: 'SHEET1')"
+    )
     assert isinstance(FormulaEngineError("x"), RuntimeError)
 
 
 def test_summaries_count_infra_errors_by_kind_beside_the_means():
-    rs = [EpisodeResult("a", "t", hard=1.0, soft=1.0), EpisodeResult("b", "t", hard=0.0),
-          EpisodeResult("c", "t", infra_error=True, fail_reason="infra_error", error_kind="sandbox_start"),
-          EpisodeResult("d", "t", infra_error=True, fail_reason="infra_error", error_kind="formula_engine"),
-          EpisodeResult("e", "t", infra_error=True, fail_reason="infra_error", error_kind="sandbox_start")]
+    rs = [
+        EpisodeResult("a", "t", hard=1.0, soft=1.0),
+        EpisodeResult("b", "t", hard=0.0),
+        EpisodeResult("c", "t", infra_error=True, fail_reason="infra_error", error_kind="sandbox_start"),
+        EpisodeResult("d", "t", infra_error=True, fail_reason="infra_error", error_kind="formula_engine"),
+        EpisodeResult("e", "t", infra_error=True, fail_reason="infra_error", error_kind="sandbox_start"),
+    ]
     s = summarize(rs)
     assert (s.n, s.n_scored, s.hard, s.infra_errors) == (5, 2, 0.5, 3)
     assert s.infra_kinds == {"formula_engine": 1, "sandbox_start": 2}
     assert set(s.infra_kinds) <= set(INFRA_KINDS)
 
 
-@pytest.mark.parametrize("raise_error,kind,text", [("sandbox_start", "sandbox_start", "SandboxStartError: the sandbox could not start"),
-                                                   ("boom", "env", "RuntimeError: synthetic failure: boom")])
+@pytest.mark.parametrize(
+    "raise_error,kind,text",
+    [
+        ("sandbox_start", "sandbox_start", "SandboxStartError: the sandbox could not start"),
+        ("boom", "env", "RuntimeError: synthetic failure: boom"),
+    ],
+)
 def test_the_pool_keeps_the_kind_of_an_env_failure_through_real_actors(ray_cluster, raise_error, kind, text):
     import ray
+    from skillopt_envs.base import EpisodeContext
+    from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
-    from envs.base import EpisodeContext
-    from envs.synthetic.benchmark import SyntheticBenchmark
     from skillopt_ray.envpool import EnvPool, PoolSettings
     from skillopt_ray.llm.gateway import GatewayActor
 
@@ -167,7 +180,9 @@ def test_the_pool_keeps_the_kind_of_an_env_failure_through_real_actors(ray_clust
         pool.shutdown()
         ray.kill(gw)
     assert [r.task_id for r in results] == [t.task_id for t in tasks]
-    assert all(r.infra_error and r.error_kind == kind and r.error.startswith(text) for r in results), [(r.error_kind, r.error) for r in results]
+    assert all(r.infra_error and r.error_kind == kind and r.error.startswith(text) for r in results), [
+        (r.error_kind, r.error) for r in results
+    ]
     assert pool.retried_episodes == 2 and pool.replaced == 0
     assert summarize(results).infra_kinds == {kind: 2}
 
@@ -175,6 +190,15 @@ def test_the_pool_keeps_the_kind_of_an_env_failure_through_real_actors(ray_clust
 def test_the_eval_summary_line_names_the_kinds():
     from skillopt_ray.cli.report import summary_table
 
-    e = {"hard": 0.5, "soft": 0.5, "n": 4, "infra_errors": 2, "infra_kinds": {"sandbox_start": 1, "timeout": 1}, "data_errors": 0,
-         "per_type": {}}
-    assert "infra errors 2: sandbox_start 1, timeout 1, data errors 0" in summary_table({"mode": "eval", "split": "test", "eval": e})
+    e = {
+        "hard": 0.5,
+        "soft": 0.5,
+        "n": 4,
+        "infra_errors": 2,
+        "infra_kinds": {"sandbox_start": 1, "timeout": 1},
+        "data_errors": 0,
+        "per_type": {},
+    }
+    assert "infra errors 2: sandbox_start 1, timeout 1, data errors 0" in summary_table(
+        {"mode": "eval", "split": "test", "eval": e}
+    )

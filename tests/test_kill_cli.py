@@ -33,17 +33,17 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
-
+from conftest import qa_fixture
 from scripted_server import Policies, ScriptedServer, ServerState
+
 from skillopt_ray.llm.ledger import journal_path, read_journal
 from skillopt_ray.tracking import store_state
-
-from conftest import qa_fixture
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -113,13 +113,30 @@ class HoldingServer(ScriptedServer):
 
     def served(self) -> dict[str, dict[str, int]]:
         """What the endpoint answered, in the ledger's terms: `role/stage` -> calls and tokens."""
-        return {f"{r}/{s}": {"calls": n, "prompt_tokens": self.tokens[(r, s, "prompt")], "completion_tokens": self.tokens[(r, s, "completion")]}
-                for (r, s), n in sorted(self.state.requests.items())}
+        return {
+            f"{r}/{s}": {
+                "calls": n,
+                "prompt_tokens": self.tokens[(r, s, "prompt")],
+                "completion_tokens": self.tokens[(r, s, "completion")],
+            }
+            for (r, s), n in sorted(self.state.requests.items())
+        }
 
 
 def _cli(url: str, tmp_path: Path, out: Path) -> subprocess.Popen:
-    args = [sys.executable, "-m", "skillopt_ray", "+experiment=searchqa", "+smoke=tiny", "llm=compatible", f"llm.base_url={url}",
-            f"output_dir={out}", f"env.data_dir={tmp_path / 'qa'}", "env.options.split_source=folders", "debug.progress=off"]
+    args = [
+        sys.executable,
+        "-m",
+        "skillopt_ray",
+        "+experiment=searchqa",
+        "+smoke=tiny",
+        "llm=compatible",
+        f"llm.base_url={url}",
+        f"output_dir={out}",
+        f"env.data_dir={tmp_path / 'qa'}",
+        "env.options.split_source=folders",
+        "debug.progress=off",
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO), RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     args.append("ray.episodes_per_actor=8")  # many calls in flight at the kill
     return subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -177,7 +194,9 @@ def _kill_when(p: subprocess.Popen, ready: Callable[[], bool], what: str, delay_
     while not ready() and time.monotonic() < deadline and p.poll() is None:
         actors.update(_run_actors(p.pid))
         time.sleep(0.02)
-    assert ready(), f"the CLI ended or timed out before {what}: " + (p.communicate()[1][-2000:] if p.poll() is not None else "")
+    assert ready(), f"the CLI ended or timed out before {what}: " + (
+        p.communicate()[1][-2000:] if p.poll() is not None else ""
+    )
     end = time.monotonic() + delay_s
     while time.monotonic() < end:
         actors.update(_run_actors(p.pid))
@@ -203,7 +222,14 @@ def _after_kill(srv: HoldingServer, actors: set[int], killed_at: float) -> None:
 
 
 # Files that name the command rather than the run's results: normalised or left out of the comparison.
-_VOLATILE = {"identity.json", "mlflow_run.json", "sessions.json", "ledger.json", "ledger.journal.jsonl", "llm_cache.sqlite"}
+_VOLATILE = {
+    "identity.json",
+    "mlflow_run.json",
+    "sessions.json",
+    "ledger.json",
+    "ledger.journal.jsonl",
+    "llm_cache.sqlite",
+}
 
 
 def _comparable(run_dir: Path) -> dict[str, Any]:
@@ -213,14 +239,20 @@ def _comparable(run_dir: Path) -> dict[str, Any]:
         rel = f.relative_to(run_dir).as_posix()
         if not f.is_file() or rel in _VOLATILE or rel.startswith("llm_cache.sqlite"):
             continue
-        text = f.read_text(encoding="utf-8").replace(str(run_dir.parent.parent), "<output_dir>").replace(run_dir.name, "<run>")
+        text = (
+            f.read_text(encoding="utf-8")
+            .replace(str(run_dir.parent.parent), "<output_dir>")
+            .replace(run_dir.name, "<run>")
+        )
         if rel == "config.yaml":
             text = re.sub(r"(?m)^(\s*base_url:).*$", r"\1 <url>", text)
         if rel in ("state.json", "summary.json"):
             data = json.loads(text)
             data.pop("wall_time_s")
             if rel == "summary.json":
-                data["tokens"].pop("cache_hits")  # replays after a kill are hits; the paid part is checked against the endpoint
+                data["tokens"].pop(
+                    "cache_hits"
+                )  # replays after a kill are hits; the paid part is checked against the endpoint
             text = json.dumps(data, indent=1, sort_keys=True)
         out[rel] = text
     return out
@@ -241,12 +273,24 @@ def _ledger(run_dir: Path) -> dict[str, dict[str, int]]:
     assert saved == journal, "ledger.json and ledger.journal.jsonl disagree"
     for k, e in saved.items():
         assert e["errors"] == e["truncated"] == e["filtered"] == 0, (k, e)
-    return {k: {f: e[f] for f in ("calls", "prompt_tokens", "completion_tokens")} for k, e in saved.items() if e["calls"]}
+    return {
+        k: {f: e[f] for f in ("calls", "prompt_tokens", "completion_tokens")} for k, e in saved.items() if e["calls"]
+    }
 
 
 def _decisions(run_dir: Path) -> list[tuple]:
-    return [(h["step"], h["action"], h["skill_version"], h["candidate_hash"], h["candidate_gate_score"], h["current_score"], h["best_score"])
-            for h in map(json.loads, (run_dir / "history.jsonl").read_text().splitlines())]
+    return [
+        (
+            h["step"],
+            h["action"],
+            h["skill_version"],
+            h["candidate_hash"],
+            h["candidate_gate_score"],
+            h["current_score"],
+            h["best_score"],
+        )
+        for h in map(json.loads, (run_dir / "history.jsonl").read_text().splitlines())
+    ]
 
 
 def test_sigkills_at_random_points_then_the_rerun_ends_as_an_uninterrupted_run_ledger_included(tmp_path):
@@ -262,8 +306,10 @@ def test_sigkills_at_random_points_then_the_rerun_ends_as_an_uninterrupted_run_l
         kill_points = sorted(rng.sample(range(1, total), 2))
         startup_delay = rng.uniform(0.0, 1.5)
         settles = [rng.uniform(0.2, 0.8) for _ in kill_points]
-        print(f"SKILLOPT_KILL_SEED={seed}: reference {total} calls; kills 1 at MLflow store creation +{startup_delay:.2f} s, then after "
-              + ", ".join(f"{n} answers +{s:.2f} s" for n, s in zip(kill_points, settles)))
+        print(
+            f"SKILLOPT_KILL_SEED={seed}: reference {total} calls; kills 1 at MLflow store creation +{startup_delay:.2f} s, then after "
+            + ", ".join(f"{n} answers +{s:.2f} s" for n, s in zip(kill_points, settles))
+        )
 
         # 2. the same command elsewhere, killed; the endpoint's counts start again from zero
         srv.reset()
@@ -272,7 +318,9 @@ def test_sigkills_at_random_points_then_the_rerun_ends_as_an_uninterrupted_run_l
         srv.mode = "hold"
         p = _cli(srv.base_url, tmp_path, out)
         actors: set[int] = set()
-        killed_at = _kill_when(p, lambda: bool(list(out.glob(".mlflow.db.building-*"))), "the MLflow store was made", startup_delay, actors)
+        killed_at = _kill_when(
+            p, lambda: bool(list(out.glob(".mlflow.db.building-*"))), "the MLflow store was made", startup_delay, actors
+        )
         assert not (out / "mlflow.db").exists() or store_state(out / "mlflow.db")[0] == "ok"
         time.sleep(max(0.0, killed_at + 1.0 - time.monotonic()))
         assert not _running(actors), "actors of the run killed at start-up still run 1 s later"
@@ -295,7 +343,11 @@ def test_sigkills_at_random_points_then_the_rerun_ends_as_an_uninterrupted_run_l
     # the run's results, as the uninterrupted run's
     assert _decisions(run_dir) == _decisions(ref_dir)
     summary, ref_summary = (json.loads((d / "summary.json").read_text()) for d in (run_dir, ref_dir))
-    assert (summary["selection"], summary["test"], summary["versions"]) == (ref_summary["selection"], ref_summary["test"], ref_summary["versions"])
+    assert (summary["selection"], summary["test"], summary["versions"]) == (
+        ref_summary["selection"],
+        ref_summary["test"],
+        ref_summary["versions"],
+    )
     final = f"skills/skill_v{ref_summary['versions']['final']:04d}.md"
     assert (run_dir / final).read_text() == (ref_dir / final).read_text()
     # the ledger: exactly what the endpoint answered over the four commands, and nothing paid twice
@@ -305,6 +357,12 @@ def test_sigkills_at_random_points_then_the_rerun_ends_as_an_uninterrupted_run_l
     got, want = _comparable(run_dir), _comparable(ref_dir)
     assert sorted(got) == sorted(want)
     differ = [f for f in want if got[f] != want[f]]
-    assert not differ, f"{differ} differ from the uninterrupted run's; the first:\n" + "".join(
-        difflib.unified_diff(want[differ[0]].splitlines(True), got[differ[0]].splitlines(True), "uninterrupted", "killed", n=1))[:3000]
+    assert not differ, (
+        f"{differ} differ from the uninterrupted run's; the first:\n"
+        + "".join(
+            difflib.unified_diff(
+                want[differ[0]].splitlines(True), got[differ[0]].splitlines(True), "uninterrupted", "killed", n=1
+            )
+        )[:3000]
+    )
     assert _cache(run_dir) == _cache(ref_dir)

@@ -14,9 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from scripted_server import ScriptedServer
+
 from skillopt_ray.config import BudgetConfig
 from skillopt_ray.llm.ledger import Ledger, journal_path, read_journal
-from scripted_server import ScriptedServer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -50,7 +51,9 @@ def _echo(body, headers):
 
 def _start(url: str, d: Path, cap: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO), SKILLOPT_TEST_KEY="sk-test")
-    p = subprocess.Popen([sys.executable, "-c", _CLIENT, url, str(d), str(cap)], stdout=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-c", _CLIENT, url, str(d), str(cap)], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert p.stdout.readline().strip() == "ready"
     return p
 
@@ -86,7 +89,9 @@ def test_journal_survives_a_cut_last_line_and_an_old_ledger_json(tmp_path):
     ledger_json = tmp_path / "ledger.json"
     ledger_json.write_text(json.dumps({"entries": {"target/rollout": {"calls": 5, "prompt_tokens": 50}}}))
     j = journal_path(str(ledger_json))
-    led = Ledger({}, BudgetConfig(), json.loads(ledger_json.read_text()), journal=j)  # a run dir from before the journal
+    led = Ledger(
+        {}, BudgetConfig(), json.loads(ledger_json.read_text()), journal=j
+    )  # a run dir from before the journal
     led.record("target", "rollout", "m", 10, 1)
     led.close()
     with open(j, "a") as f:

@@ -9,8 +9,8 @@ import json
 import urllib.request
 
 import pytest
+from skillopt_envs.base import EpisodeResult
 
-from envs.base import EpisodeResult
 from skillopt_ray import cli, prompts
 from skillopt_ray.config import ConfigError, LLMRoleConfig, validate
 from skillopt_ray.llm.context import context_advice, context_overflow
@@ -27,32 +27,73 @@ def sheet_result(i: int, turns: int = 30, cells: int = 58) -> EpisodeResult:
     """A SpreadsheetBench-shaped failure at paper size: 30 turns of ~1.5k-character scripts and ~3k-character errors."""
     conv = []
     for t in range(turns):
-        conv.append({"role": "assistant", "content": f"```python\n# task {i} turn {t} START\n" + "ws['B2'] = 1\n" * 110 + f"# turn {t} END\n```"})
-        conv.append({"role": "user", "content": f"Execution error (turn {t}) HEAD\n" + "  File '/sandbox/s.py', line 3\n" * 100
-                                                + f"NameError: name 'x{t}' is not defined TAIL"})
-    verification = (f"[POST-EXECUTION VERIFICATION] task {i}\n## Eval Result (case 1): FAIL\n## Output Verification\n"
-                    + "".join(f"  Sheet1!B{r}: got=None, expected={r * 7.25} ✗\n" for r in range(2, 2 + cells)))
+        conv.append(
+            {
+                "role": "assistant",
+                "content": f"```python\n# task {i} turn {t} START\n" + "ws['B2'] = 1\n" * 110 + f"# turn {t} END\n```",
+            }
+        )
+        conv.append(
+            {
+                "role": "user",
+                "content": f"Execution error (turn {t}) HEAD\n"
+                + "  File '/sandbox/s.py', line 3\n" * 100
+                + f"NameError: name 'x{t}' is not defined TAIL",
+            }
+        )
+    verification = (
+        f"[POST-EXECUTION VERIFICATION] task {i}\n## Eval Result (case 1): FAIL\n## Output Verification\n"
+        + "".join(f"  Sheet1!B{r}: got=None, expected={r * 7.25} ✗\n" for r in range(2, 2 + cells))
+    )
     conv.append({"role": "system", "content": verification})
-    return EpisodeResult(task_id=f"sheet-{i}", task_type="cell_level", fail_reason=f"eval-mismatch: value@Sheet1!B2: gt=14.5 pred=None ({i})",
-                         n_turns=turns, trajectory=conv, task_description=f"Fill column B of Sheet1 (task {i})",
-                         info={"target_system_prompt": "You write Python for spreadsheets.\n" + SKILL * 20,
-                               "target_user_prompt": f"# Instruction\nFill column B (task {i})\n" + "context line\n" * 60,
-                               "spreadsheet_preview": "## Sheet: Sheet1\n" + "".join(f"| {r} | {r * 3.5} | x{r} |\n" for r in range(200))})
+    return EpisodeResult(
+        task_id=f"sheet-{i}",
+        task_type="cell_level",
+        fail_reason=f"eval-mismatch: value@Sheet1!B2: gt=14.5 pred=None ({i})",
+        n_turns=turns,
+        trajectory=conv,
+        task_description=f"Fill column B of Sheet1 (task {i})",
+        info={
+            "target_system_prompt": "You write Python for spreadsheets.\n" + SKILL * 20,
+            "target_user_prompt": f"# Instruction\nFill column B (task {i})\n" + "context line\n" * 60,
+            "analyst_blocks": [
+                [
+                    "Spreadsheet Preview",
+                    "## Sheet: Sheet1\n" + "".join(f"| {r} | {r * 3.5} | x{r} |\n" for r in range(200)),
+                ]
+            ],
+        },
+    )
 
 
 def alfworld_result(i: int, steps: int = 50) -> EpisodeResult:
-    conv = [{"step": s, "action": f"go to cabinet {s}", "reasoning": f"I should look in cabinet {s} for the mug (task {i}).",
-             "env_feedback": f"You arrive at cabinet {s}. On the cabinet {s}, you see a plate {s}, and a fork {s}."} for s in range(steps)]
-    return EpisodeResult(task_id=f"alf-{i}", task_type="pick_and_place", fail_reason="Timeout after 50 steps", n_turns=steps,
-                         trajectory=conv, task_description=f"put a mug in the coffeemachine ({i})")
+    conv = [
+        {
+            "step": s,
+            "action": f"go to cabinet {s}",
+            "reasoning": f"I should look in cabinet {s} for the mug (task {i}).",
+            "env_feedback": f"You arrive at cabinet {s}. On the cabinet {s}, you see a plate {s}, and a fork {s}.",
+        }
+        for s in range(steps)
+    ]
+    return EpisodeResult(
+        task_id=f"alf-{i}",
+        task_type="pick_and_place",
+        fail_reason="Timeout after 50 steps",
+        n_turns=steps,
+        trajectory=conv,
+        task_description=f"put a mug in the coffeemachine ({i})",
+    )
 
 
 def analyst_parts(kind: str = "failure", k: int = 8):
     system = prompts.analyst_system(kind, "patch", "spreadsheetbench", False, "both")
 
     def user_for(text: str) -> str:
-        return prompts.analyst_user(skill=SKILL, mode="patch", max_budget=4, step_buffer="", meta_skill="", kind=kind,
-                                    trajectories=text, k=k)
+        return prompts.analyst_user(
+            skill=SKILL, mode="patch", max_budget=4, step_buffer="", meta_skill="", kind=kind, trajectories=text, k=k
+        )
+
     return system, user_for
 
 
@@ -67,6 +108,7 @@ def guard_for(context_tokens: int) -> LengthGuard:
 
 
 # ---------- (a) off by default: a paper-size trajectory stays whole ----------
+
 
 @pytest.mark.parametrize("preset", ["paper", "openai", "azure", "compatible"])
 def test_remote_presets_leave_the_guard_off(preset):
@@ -89,9 +131,24 @@ def test_by_default_a_paper_size_minibatch_reaches_the_analyst_whole():
             seen.append(req.messages[1]["content"])
             return JsonResult({"batch_size": 8, "patch": {"reasoning": "r", "edits": []}}, "")
 
-    asyncio.run(reflect(FakeLLM(), results, skill=SKILL, mode="patch", env="spreadsheetbench", minibatch_size=8, batch_seed=1,
-                        max_budget=4, step_buffer="", meta_skill="", failure_only=False, skill_aware=False,
-                        appendix_source="both", key="t"))  # no guard given: the stage's default
+    asyncio.run(
+        reflect(
+            FakeLLM(),
+            results,
+            skill=SKILL,
+            mode="patch",
+            env="spreadsheetbench",
+            minibatch_size=8,
+            batch_seed=1,
+            max_budget=4,
+            step_buffer="",
+            meta_skill="",
+            failure_only=False,
+            skill_aware=False,
+            appendix_source="both",
+            key="t",
+        )
+    )  # no guard given: the stage's default
     assert len(seen) == 1 and CUT not in seen[0]
     for r in results:  # every turn of every trajectory, whole
         for e in r.trajectory:
@@ -106,13 +163,16 @@ def test_by_default_the_comparison_is_whole():
 
 # ---------- (b) on: the prompt fits, cut where it is marked ----------
 
+
 def test_the_embedded_preset_turns_the_guard_on_within_its_8192_token_slot():
     role = embedded_optimizer()
     assert role.context_tokens == 4096 and role.max_tokens == 512  # half the slot, for speed (conf/llm/embedded.yaml)
     assert LengthGuard.for_role(role).prompt_tokens == int((4096 - 512) * 0.9)
 
 
-@pytest.mark.parametrize("ctx,turns,cells", [(4096, 3, 8), (8192, 3, 58), (8192, 30, 58)])  # the smoke run's size; paper size
+@pytest.mark.parametrize(
+    "ctx,turns,cells", [(4096, 3, 8), (8192, 3, 58), (8192, 30, 58)]
+)  # the smoke run's size; paper size
 def test_the_guard_keeps_the_analyst_prompt_under_the_limit_and_marks_every_cut(ctx, turns, cells):
     guard, k = guard_for(ctx), 2  # the smoke run's minibatch
     results = [sheet_result(i, turns, cells) for i in range(k)]
@@ -120,7 +180,11 @@ def test_the_guard_keeps_the_analyst_prompt_under_the_limit_and_marks_every_cut(
     user = guard.analyst_user(results, system, user_for)
     assert estimate_tokens(system) + estimate_tokens(user) <= guard.prompt_tokens
     assert CUT in user
-    assert user.startswith(f"## Current Skill\n{SKILL}") and "## Edits Budget\nL=4" in user and f"## Failed Trajectories ({k} total)" in user
+    assert (
+        user.startswith(f"## Current Skill\n{SKILL}")
+        and "## Edits Budget\nL=4" in user
+        and f"## Failed Trajectories ({k} total)" in user
+    )
     for i, r in enumerate(results, start=1):
         assert f"### Trajectory {i} (id={r.task_id})" in user  # headers whole
         assert f"Failure reason: {r.fail_reason}" in user and f"Steps: {r.n_turns}" in user
@@ -152,7 +216,10 @@ def test_a_minibatch_too_big_for_any_cut_goes_as_small_as_it_gets():
     results = [sheet_result(i) for i in range(8)]
     system, user_for = analyst_parts(k=8)
     user = guard.analyst_user(results, system, user_for)
-    assert not guard.fits(system, user) and estimate_tokens(user) < estimate_tokens(user_for(minibatch_text(results))) // 20
+    assert (
+        not guard.fits(system, user)
+        and estimate_tokens(user) < estimate_tokens(user_for(minibatch_text(results))) // 20
+    )
     assert all(f"### Trajectory {i} (id=sheet-{i - 1})" in user for i in range(1, 9))
 
 
@@ -164,7 +231,9 @@ def test_many_short_steps_give_way_from_the_middle_with_a_count():
     user = guard.analyst_user(results, system, user_for)
     assert estimate_tokens(system) + estimate_tokens(user) <= guard.prompt_tokens
     assert "[length guard] [… " in user and "conversation entries cut by the length guard" in user
-    assert "[step 0 action] go to cabinet 0" in user and "[step 49 action] go to cabinet 49" in user  # first and last kept
+    assert (
+        "[step 0 action] go to cabinet 0" in user and "[step 49 action] go to cabinet 49" in user
+    )  # first and last kept
 
 
 def test_a_prompt_that_fits_is_not_touched():
@@ -172,7 +241,10 @@ def test_a_prompt_that_fits_is_not_touched():
     results = [sheet_result(i, turns=1) for i in range(2)]
     for r in results:
         r.info = {"target_user_prompt": "Fill column B"}
-        r.trajectory = [{"role": "assistant", "content": "ws['B2'] = 1"}, {"role": "system", "content": "[POST-EXECUTION VERIFICATION] FAIL"}]
+        r.trajectory = [
+            {"role": "assistant", "content": "ws['B2'] = 1"},
+            {"role": "system", "content": "[POST-EXECUTION VERIFICATION] FAIL"},
+        ]
     system, user_for = analyst_parts(k=2)
     assert guard.analyst_user(results, system, user_for) == user_for(minibatch_text(results))
 
@@ -182,8 +254,15 @@ def _pair(i: int, cells: int = 58) -> dict:
     from skillopt_ray.prompts.render import conversation_text
 
     side = {"hard": 0, "soft": 0.0, "predicted_answer": "N/A", "fail_reason": r.fail_reason}
-    return {"id": r.task_id, "task": r.task_description, "category": "persistent_fail", "prev": side, "curr": side,
-            "prev_trajectory": conversation_text(r.trajectory), "curr_trajectory": conversation_text(r.trajectory)}
+    return {
+        "id": r.task_id,
+        "task": r.task_description,
+        "category": "persistent_fail",
+        "prev": side,
+        "curr": side,
+        "prev_trajectory": conversation_text(r.trajectory),
+        "curr_trajectory": conversation_text(r.trajectory),
+    }
 
 
 @pytest.mark.parametrize("ctx,cells", [(4096, 8), (8192, 58)])
@@ -196,7 +275,7 @@ def test_the_guard_keeps_the_comparison_under_the_limit_and_the_verification_who
     assert estimate_tokens(system) + estimate_tokens(user) <= guard.prompt_tokens
     assert CUT in user and "## Longitudinal Comparison Summary" in user
     for p in pairs:
-        tail = p["curr_trajectory"][p["curr_trajectory"].index("[verification]"):]
+        tail = p["curr_trajectory"][p["curr_trajectory"].index("[verification]") :]
         assert user.count(tail) == 2  # previous and current trajectory: both verification blocks whole
         assert "turn 0 START" in user
 
@@ -217,6 +296,7 @@ def test_estimate_counts_digits_one_by_one():
 
 # ---------- config and the endpoint's error ----------
 
+
 def test_context_tokens_must_leave_room_for_the_reply():
     obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "llm=paper"]))
     obj.llm.optimizer.context_tokens = 16384  # llm=paper asks 16384 completion tokens
@@ -224,12 +304,23 @@ def test_context_tokens_must_leave_room_for_the_reply():
         validate(obj)
 
 
-@pytest.mark.parametrize("status,err,message", [
-    (400, {}, "request (9756 tokens) exceeds the available context size (8192 tokens), try increasing it"),
-    (400, {"code": "context_length_exceeded"}, "This model's maximum context length is 128000 tokens. However, your messages resulted in 130001 tokens."),
-    (400, {}, "The decoder prompt (length 5000) is longer than the maximum model length of 4096."),
-    (422, {}, "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and 512 `max_new_tokens`"),
-])
+@pytest.mark.parametrize(
+    "status,err,message",
+    [
+        (400, {}, "request (9756 tokens) exceeds the available context size (8192 tokens), try increasing it"),
+        (
+            400,
+            {"code": "context_length_exceeded"},
+            "This model's maximum context length is 128000 tokens. However, your messages resulted in 130001 tokens.",
+        ),
+        (400, {}, "The decoder prompt (length 5000) is longer than the maximum model length of 4096."),
+        (
+            422,
+            {},
+            "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and 512 `max_new_tokens`",
+        ),
+    ],
+)
 def test_prompt_too_long_is_recognised(status, err, message):
     assert context_overflow(status, err, message)
 
@@ -254,12 +345,18 @@ def test_an_endpoint_refusal_becomes_one_line_naming_the_fix():
     from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint
 
     said = "request (9756 tokens) exceeds the available context size (8192 tokens), try increasing it"
-    exc = openai.BadRequestError(said, response=httpx.Response(400, request=httpx.Request("POST", "http://127.0.0.1:9/v1")),
-                                 body={"error": {"message": said, "type": "exceed_context_size_error"}})
+    exc = openai.BadRequestError(
+        said,
+        response=httpx.Response(400, request=httpx.Request("POST", "http://127.0.0.1:9/v1")),
+        body={"error": {"message": said, "type": "exceed_context_size_error"}},
+    )
 
     async def message() -> str:
-        ep = RoleEndpoint("optimizer", LLMRoleConfig(provider="embedded", base_url="http://127.0.0.1:9/v1", context_tokens=8192),
-                          RetryPolicy(0, 1, 1, 10))
+        ep = RoleEndpoint(
+            "optimizer",
+            LLMRoleConfig(provider="embedded", base_url="http://127.0.0.1:9/v1", context_tokens=8192),
+            RetryPolicy(0, 1, 1, 10),
+        )
         try:
             return ep._rejected(exc).message
         finally:
@@ -271,14 +368,19 @@ def test_an_endpoint_refusal_becomes_one_line_naming_the_fix():
 
 # ---------- the real tokenizer ----------
 
+
 @pytest.mark.slow
 def test_a_guarded_prompt_fits_its_window_by_the_real_tokenizer(tmp_path):
     """The estimate is cautious enough: the embedded server's own count of a guarded prompt, plus the 512-token reply,
     stays within the window, for the preset's 4096 and for the whole 8192-token slot."""
     from skillopt_ray.llm.embedded import EmbeddedServer
 
-    cases = [[sheet_result(i, 3, 8) for i in range(2)], [sheet_result(i) for i in range(2)], [sheet_result(i) for i in range(8)],
-             [alfworld_result(i) for i in range(8)]]
+    cases = [
+        [sheet_result(i, 3, 8) for i in range(2)],
+        [sheet_result(i) for i in range(2)],
+        [sheet_result(i) for i in range(8)],
+        [alfworld_result(i) for i in range(8)],
+    ]
     srv = EmbeddedServer(ctx_size=2048, threads=1, parallel=1, log_path=tmp_path / "server.log")
     root = srv.start().rsplit("/v1", 1)[0]
     counts = {}
@@ -288,10 +390,15 @@ def test_a_guarded_prompt_fits_its_window_by_the_real_tokenizer(tmp_path):
                 system, user_for = analyst_parts(k=len(results))
                 guard = guard_for(ctx)
                 user = guard.analyst_user(results, system, user_for)
-                if not guard.fits(system, user):  # 8 paper-size trajectories in 4096: headers and verification alone pass it
+                if not guard.fits(
+                    system, user
+                ):  # 8 paper-size trajectories in 4096: headers and verification alone pass it
                     continue
-                req = urllib.request.Request(root + "/tokenize", data=json.dumps({"content": system + "\n" + user}).encode(),
-                                             headers={"Content-Type": "application/json"})
+                req = urllib.request.Request(
+                    root + "/tokenize",
+                    data=json.dumps({"content": system + "\n" + user}).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
                 with urllib.request.urlopen(req, timeout=60) as r:
                     counts[(ctx, n)] = len(json.load(r)["tokens"])
     finally:

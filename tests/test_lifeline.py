@@ -28,8 +28,13 @@ def test_a_watcher_exits_within_a_second_of_its_owner_and_a_reused_pid_is_not_th
     ident["node"] = None  # the watcher runs outside Ray; this process may have joined a cluster in an earlier test
     import json
 
-    w = subprocess.Popen([sys.executable, "-c", _WATCHER, json.dumps(ident)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    w = subprocess.Popen(
+        [sys.executable, "-c", _WATCHER, json.dumps(ident)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     try:
         assert w.stdout.readline().strip() == "True"
         owner.send_signal(signal.SIGKILL)

@@ -8,15 +8,26 @@ import json
 from pathlib import Path
 
 from conftest import qa_fixture
-from skillopt_ray import cli
 from scripted_server import Fault, Policies, ScriptedServer
+
+from skillopt_ray import cli
 
 FAST_RETRIES = ["llm.retry_base_s=0.05", "llm.retry_max_s=0.2", "llm.retry_window_s=5"]
 
 
 def _run(url: str, out: Path, data: Path, *extra: str) -> tuple[int, Path]:
-    overrides = ["+experiment=searchqa", "+smoke=tiny", "llm=compatible", f"llm.base_url={url}", f"output_dir={out}",
-                 "debug.progress=off", f"env.data_dir={data}", "env.options.split_source=folders", *FAST_RETRIES, *extra]
+    overrides = [
+        "+experiment=searchqa",
+        "+smoke=tiny",
+        "llm=compatible",
+        f"llm.base_url={url}",
+        f"output_dir={out}",
+        "debug.progress=off",
+        f"env.data_dir={data}",
+        "env.options.split_source=folders",
+        *FAST_RETRIES,
+        *extra,
+    ]
     _obj, cfg = cli.typed(cli.compose(overrides))
     cfg = cli.resolve_paths(cfg)
     return cli.run_one(cfg), cli.run_dir_for(cfg)
@@ -32,9 +43,18 @@ def test_faults_that_clear_leave_the_run_identical_to_a_clean_one(ray_cluster, t
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
         code, clean = _run(srv.base_url, tmp_path / "clean", tmp_path / "qa")
         assert code == 0
-        srv.inject(Fault(200, truncated=True), Fault(200, html=True), Fault(200, reset=True), Fault(500),
-                   Fault(429, retry_after=0.2), Fault(200, malformed=True, hang_s=3.0), Fault(503))
-        code, faulted = _run(srv.base_url, tmp_path / "faulted", tmp_path / "qa", "llm.target.timeout_s=1", "llm.optimizer.timeout_s=1")
+        srv.inject(
+            Fault(200, truncated=True),
+            Fault(200, html=True),
+            Fault(200, reset=True),
+            Fault(500),
+            Fault(429, retry_after=0.2),
+            Fault(200, malformed=True, hang_s=3.0),
+            Fault(503),
+        )
+        code, faulted = _run(
+            srv.base_url, tmp_path / "faulted", tmp_path / "qa", "llm.target.timeout_s=1", "llm.optimizer.timeout_s=1"
+        )
         assert code == 0 and not srv.state.faults  # every injected fault was hit
     assert _outcome(faulted) == _outcome(clean)
     ledger = json.loads((faulted / "ledger.json").read_text())

@@ -7,11 +7,18 @@ import json
 import time
 
 import pytest
+from scripted_server import Fault, ScriptedServer
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.types import BudgetExceeded, CacheMiss, ChatRequest, LLMRequestRejected, LLMUnavailable, MalformedOutput
-from scripted_server import Fault, ScriptedServer
+from skillopt_ray.llm.types import (
+    BudgetExceeded,
+    CacheMiss,
+    ChatRequest,
+    LLMRequestRejected,
+    LLMUnavailable,
+    MalformedOutput,
+)
 
 
 def _echo(body, headers):
@@ -27,9 +34,24 @@ def server():
 
 
 def make_cfg(url: str, **kw) -> LLMConfig:
-    role = dict(provider="openai", model="m", base_url=url, api_key_env="SKILLOPT_TEST_KEY", timeout_s=2.0, max_concurrency=kw.pop("conc", 8))
-    cfg = LLMConfig(backend="compatible", target=LLMRoleConfig(**role), optimizer=LLMRoleConfig(**role),
-                    retry_base_s=0.05, retry_max_s=0.2, retry_window_s=kw.pop("window", 10.0), max_retries=kw.pop("retries", 4), **kw)
+    role = dict(
+        provider="openai",
+        model="m",
+        base_url=url,
+        api_key_env="SKILLOPT_TEST_KEY",
+        timeout_s=2.0,
+        max_concurrency=kw.pop("conc", 8),
+    )
+    cfg = LLMConfig(
+        backend="compatible",
+        target=LLMRoleConfig(**role),
+        optimizer=LLMRoleConfig(**role),
+        retry_base_s=0.05,
+        retry_max_s=0.2,
+        retry_window_s=kw.pop("window", 10.0),
+        max_retries=kw.pop("retries", 4),
+        **kw,
+    )
     return cfg
 
 
@@ -211,7 +233,10 @@ def test_response_format_follows_the_role_mode_and_asks_a_remote_gateway_once(tm
     gw = Gateway(cfg, None)
     schema = {"type": "object"}
     local = LLMHandle(gw)
-    assert run(local.response_format_for("target", schema, "action")) == {"type": "json_schema", "json_schema": {"name": "action", "schema": schema}}
+    assert run(local.response_format_for("target", schema, "action")) == {
+        "type": "json_schema",
+        "json_schema": {"name": "action", "schema": schema},
+    }
     assert run(local.response_format_for("optimizer", schema, "x")) is None
 
     class Method:  # what a Ray actor method looks like to LLMHandle: `.remote(...)` returns an awaitable

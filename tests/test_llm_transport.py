@@ -10,16 +10,21 @@ import threading
 import time
 
 import pytest
+from scripted_server import Fault, ScriptedServer
 
 from skillopt_ray import cli
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
-from skillopt_ray.llm.client import parse_completion, silent_endpoint_named_after, TransportFault
+from skillopt_ray.llm.client import TransportFault, parse_completion, silent_endpoint_named_after
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.types import (ChatRequest, LLMError, LLMRequestRejected, LLMUnavailable, MalformedOutput, ReplyFiltered,
-                                    ReplyTruncated)
-from scripted_server import Fault, ScriptedServer
-
-
+from skillopt_ray.llm.types import (
+    ChatRequest,
+    LLMError,
+    LLMRequestRejected,
+    LLMUnavailable,
+    MalformedOutput,
+    ReplyFiltered,
+    ReplyTruncated,
+)
 from tests.test_llm_gateway import _echo, run, server  # noqa: E402,F401 - the echo server and loop fixtures, shared
 
 
@@ -31,8 +36,16 @@ def role(url: str, **kw) -> LLMRoleConfig:
 
 def gateway(url: str, cache=None, **kw) -> Gateway:
     r = role(url, **kw.pop("role", {}))
-    cfg = LLMConfig(backend="compatible", target=r, optimizer=LLMRoleConfig(**vars(r)), retry_base_s=0.05, retry_max_s=0.2,
-                    retry_window_s=kw.pop("window", 10.0), max_retries=kw.pop("retries", 4), **kw)
+    cfg = LLMConfig(
+        backend="compatible",
+        target=r,
+        optimizer=LLMRoleConfig(**vars(r)),
+        retry_base_s=0.05,
+        retry_max_s=0.2,
+        retry_window_s=kw.pop("window", 10.0),
+        max_retries=kw.pop("retries", 4),
+        **kw,
+    )
     return Gateway(cfg, cache)
 
 
@@ -72,7 +85,9 @@ def test_the_scripted_server_refuses_old_style_parameters_like_the_real_api(run)
             run(gw.chat(req()))
         gw = gateway(srv.base_url, role=dict(max_completion_tokens=100, temperature=None, reasoning_effort="low"))
         assert json.loads(run(gw.chat(req(5))).content)["answer"] == "q5"
-        assert srv.state.bodies[-1]["max_completion_tokens"] == 100 and srv.state.bodies[-1]["reasoning_effort"] == "low"
+        assert (
+            srv.state.bodies[-1]["max_completion_tokens"] == 100 and srv.state.bodies[-1]["reasoning_effort"] == "low"
+        )
         assert srv.state.attempts == 3  # a 400 is not retried
 
 
@@ -105,12 +120,15 @@ def test_compatible_without_url_says_the_url_is_missing(capsys, monkeypatch, tmp
 # --- transport faults ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fault,kind", [
-    (Fault(200, truncated=True), "truncated"),
-    (Fault(200, html=True), "html"),
-    (Fault(200, reset=True), "reset"),
-    (Fault(502), "http"),
-])
+@pytest.mark.parametrize(
+    "fault,kind",
+    [
+        (Fault(200, truncated=True), "truncated"),
+        (Fault(200, html=True), "html"),
+        (Fault(200, reset=True), "reset"),
+        (Fault(502), "http"),
+    ],
+)
 @pytest.mark.parametrize("http_client", ["httpx", "aiohttp"])
 def test_each_transport_fault_is_retried(server, run, fault, kind, http_client):
     server.inject(fault)
@@ -123,12 +141,18 @@ def test_each_transport_fault_is_retried(server, run, fault, kind, http_client):
         run(gw.close())
 
 
-@pytest.mark.parametrize("fault,needle", [
-    (Fault(200, truncated=True), "JSON body cut off"),
-    (Fault(200, html=True), "HTML page instead of JSON"),
-    (Fault(200, reset=True), "connection closed mid-response"),
-    (Fault(200, malformed=True, finish_reason="stop"), None),  # well-formed JSON, unusable text: not a transport fault
-])
+@pytest.mark.parametrize(
+    "fault,needle",
+    [
+        (Fault(200, truncated=True), "JSON body cut off"),
+        (Fault(200, html=True), "HTML page instead of JSON"),
+        (Fault(200, reset=True), "connection closed mid-response"),
+        (
+            Fault(200, malformed=True, finish_reason="stop"),
+            None,
+        ),  # well-formed JSON, unusable text: not a transport fault
+    ],
+)
 @pytest.mark.parametrize("http_client", ["httpx", "aiohttp"])
 def test_a_fault_that_persists_ends_in_one_line_naming_endpoint_and_fault(server, run, fault, needle, http_client):
     server.inject(*[fault] * 20)
@@ -155,7 +179,12 @@ def test_non_json_bodies_are_named():
     with pytest.raises(TransportFault) as e:
         parse_completion('{"error": {"message": "quota"}}', "application/json")
     assert e.value.kind == "not_completion" and "quota" in str(e.value)
-    assert parse_completion('{"choices": [{"message": {"content": "hi"}, "finish_reason": "length"}]}', "application/json").finish_reason == "length"
+    assert (
+        parse_completion(
+            '{"choices": [{"message": {"content": "hi"}, "finish_reason": "length"}]}', "application/json"
+        ).finish_reason
+        == "length"
+    )
 
 
 @pytest.fixture()
@@ -194,7 +223,9 @@ def test_a_silent_endpoint_is_named_quickly_and_within_60s_by_default(silent_por
     for preset in ("openai", "azure", "compatible", "paper"):  # what the defaults guarantee, per preset
         obj, _ = cli.typed(cli.compose(["+experiment=searchqa", f"llm={preset}"]))
         for r in (obj.llm.target, obj.llm.optimizer):
-            assert silent_endpoint_named_after(r) <= 60 and r.connect_timeout_s * 2 < obj.llm.retry_window_s <= 60, preset
+            assert silent_endpoint_named_after(r) <= 60 and r.connect_timeout_s * 2 < obj.llm.retry_window_s <= 60, (
+                preset
+            )
 
 
 def test_a_slow_endpoint_that_is_alive_is_waited_for(run):
@@ -257,8 +288,15 @@ def test_faults_cross_the_gateway_actor_as_one_line(ray_cluster, server):
     from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
     from skillopt_ray.llm.types import LLMInternalError
 
-    cfg = LLMConfig(backend="compatible", target=role(server.base_url), optimizer=role(server.base_url), retry_base_s=0.05,
-                    retry_max_s=0.1, retry_window_s=0.5, max_retries=2)
+    cfg = LLMConfig(
+        backend="compatible",
+        target=role(server.base_url),
+        optimizer=role(server.base_url),
+        retry_base_s=0.05,
+        retry_max_s=0.1,
+        retry_window_s=0.5,
+        max_retries=2,
+    )
     actor = GatewayActor.remote(to_container(__import__("dataclasses").asdict(cfg)), None, None)
     handle = LLMHandle(actor)
     server.inject(*[Fault(200, truncated=True)] * 10)

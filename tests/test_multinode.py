@@ -23,23 +23,30 @@ from pathlib import Path
 import pytest
 import ray
 import yaml
+from conftest import qa_fixture
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from scripted_server import ScriptedServer
+from skillopt_envs.base import DataError, EpisodeContext
 
-from envs.base import DataError, EpisodeContext
 from skillopt_ray.config import ConfigError
 from skillopt_ray.envpool import EnvPool, PoolSettings, check_fits
 from skillopt_ray.llm.gateway import GatewayActor
-from scripted_server import ScriptedServer
-from conftest import qa_fixture
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
 # node loss noticed in about 10 s instead of Ray's default tens of seconds, yet a node busy on a loaded 2-core
 # machine is not declared dead by mistake (a 1.2 s window did that to the surviving node); no idle workers started ahead
-SYSTEM = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000, "health_check_failure_threshold": 10,
-          "health_check_timeout_ms": 1000, "prestart_worker_first_driver": False, "enable_worker_prestart": False}
-WORKER = dict(num_cpus=1, object_store_memory=80 * MB,
-              resources={"skillopt_env_synthetic": 4, "skillopt_env_searchqa": 2})
+SYSTEM = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 1000,
+    "health_check_failure_threshold": 10,
+    "health_check_timeout_ms": 1000,
+    "prestart_worker_first_driver": False,
+    "enable_worker_prestart": False,
+}
+WORKER = dict(
+    num_cpus=1, object_store_memory=80 * MB, resources={"skillopt_env_synthetic": 4, "skillopt_env_searchqa": 2}
+)
 
 
 def _free_port() -> int:
@@ -59,24 +66,54 @@ def cluster(tmp_path_factory):
     store = tmp_path_factory.mktemp("mlflow")
     port = _free_port()
     # the MLflow server starts (schema migrations, workers) while the cluster does
-    mlflow = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
-                               f"sqlite:///{store / 'mlflow.db'}", "--default-artifact-root", str(store / "artifacts"),
-                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=2, object_store_memory=80 * MB, include_dashboard=False,
-                                                          _system_config=SYSTEM))
+    mlflow = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{store / 'mlflow.db'}",
+            "--default-artifact-root",
+            str(store / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    c = Cluster(
+        initialize_head=True,
+        head_node_args=dict(num_cpus=2, object_store_memory=80 * MB, include_dashboard=False, _system_config=SYSTEM),
+    )
     nodes = [c.add_node(**WORKER), c.add_node(**WORKER)]
     try:
         ray.init(address=c.address, log_to_driver=False, logging_level="ERROR")
         c.wait_for_nodes()
-        yield {"cluster": c, "head": c.head_node.node_id, "workers": nodes, "mlflow": f"http://127.0.0.1:{port}", "mlflow_proc": mlflow}
+        yield {
+            "cluster": c,
+            "head": c.head_node.node_id,
+            "workers": nodes,
+            "mlflow": f"http://127.0.0.1:{port}",
+            "mlflow_proc": mlflow,
+        }
     finally:
         ray.shutdown()
         c.shutdown()
         os.killpg(mlflow.pid, signal.SIGTERM)
         mlflow.wait(timeout=30)
         if had_session:  # as conftest's ray_cluster started it
-            ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * MB, log_to_driver=False, logging_level="ERROR")
+            ray.init(
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                object_store_memory=200 * MB,
+                log_to_driver=False,
+                logging_level="ERROR",
+            )
 
 
 def _echo_server(latency_s: float = 0.0) -> ScriptedServer:
@@ -85,9 +122,19 @@ def _echo_server(latency_s: float = 0.0) -> ScriptedServer:
 
 
 def _gateway(url: str):
-    role = {"provider": "openai", "model": "scripted", "base_url": url, "structured_output": "none", "max_concurrency": 64}
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)  # the head, as the driver pins it
-    return GatewayActor.options(scheduling_strategy=here).remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)
+    role = {
+        "provider": "openai",
+        "model": "scripted",
+        "base_url": url,
+        "structured_output": "none",
+        "max_concurrency": 64,
+    }
+    here = NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False
+    )  # the head, as the driver pins it
+    return GatewayActor.options(scheduling_strategy=here).remote(
+        {"backend": "compatible", "target": role, "optimizer": role}, None, None
+    )
 
 
 def test_cluster_preset_fits_a_two_cpu_head():
@@ -96,10 +143,14 @@ def test_cluster_preset_fits_a_two_cpu_head():
     check_fits(s, None, {"CPU": 2.0})  # the preset alone on a 2-CPU head
     assert preset["env_actors"] * preset["actor_num_cpus"] <= 2
     # the sizes it had (16 actors x 0.25 CPU) would leave 8 actors never starting, their episodes queued forever
-    with pytest.raises(ConfigError, match=r"ray.env_actors=16 x ray.actor_num_cpus=0.25 = 4 CPUs, but the cluster has 2"):
+    with pytest.raises(
+        ConfigError, match=r"ray.env_actors=16 x ray.actor_num_cpus=0.25 = 4 CPUs, but the cluster has 2"
+    ):
         check_fits(PoolSettings(16, 4, 0.25, 900.0, 2), None, {"CPU": 2.0})
     with pytest.raises(ConfigError, match="skillopt_env_alfworld"):
-        check_fits(PoolSettings(8, 4, 0.0, 900.0, 2), "skillopt_env_alfworld", {"CPU": 2.0, "skillopt_env_alfworld": 4.0})
+        check_fits(
+            PoolSettings(8, 4, 0.0, 900.0, 2), "skillopt_env_alfworld", {"CPU": 2.0, "skillopt_env_alfworld": 4.0}
+        )
 
 
 def test_driver_is_pinned_to_the_node_of_the_command_that_made_the_run_directory(cluster):
@@ -113,8 +164,11 @@ def test_driver_is_pinned_to_the_node_of_the_command_that_made_the_run_directory
     def options_from_here(driver_node: str):
         return ray.get_runtime_context().get_node_id(), driver_options({"ray": {"driver_node": driver_node}})
 
-    here, opts = ray.get(options_from_here.options(
-        scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_a, soft=False)).remote("local"))
+    here, opts = ray.get(
+        options_from_here.options(
+            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_a, soft=False)
+        ).remote("local")
+    )
     assert here == node_a
     assert opts["scheduling_strategy"].node_id == node_a and opts["scheduling_strategy"].soft is False
     _, free = ray.get(options_from_here.remote("any"))
@@ -131,8 +185,9 @@ def test_a_driver_on_a_node_without_the_run_directory_stops_with_one_error(clust
 
     node_b = cluster["workers"][1].node_id
     run_dir = tmp_path / "runs" / "not-on-this-node"  # as the driver's node sees it: not there
-    driver = DriverActor.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_b, soft=False)).remote(
-        {}, str(run_dir), identity())
+    driver = DriverActor.options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_b, soft=False)
+    ).remote({}, str(run_dir), identity())
     out = ray.get(driver.run.remote(), timeout=60)
     ray.kill(driver)
     assert out["status"] == "error" and out["exit"] == EXIT_CONFIG
@@ -142,7 +197,7 @@ def test_a_driver_on_a_node_without_the_run_directory_stops_with_one_error(clust
 
 
 def test_a_node_that_cannot_see_the_data_stops_the_rollout_naming_the_node(cluster, tmp_path):
-    from envs.searchqa.benchmark import SearchQABenchmark
+    from skillopt_envs.searchqa.benchmark import SearchQABenchmark
 
     qa_fixture(tmp_path / "qa")
     env_cfg = {"data_dir": str(tmp_path / "qa"), "options": {"split_source": "folders"}}
@@ -180,11 +235,27 @@ def test_cli_in_cluster_mode_logs_to_a_real_mlflow_server(cluster, tmp_path):
             assert cluster["mlflow_proc"].poll() is None and time.monotonic() < deadline, "mlflow server did not start"
             time.sleep(0.5)
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
-        env = dict(os.environ, RAY_ADDRESS=cluster["cluster"].address, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-        cmd = [sys.executable, "-m", "skillopt_ray", "+experiment=searchqa", "+smoke=tiny", "ray=cluster", "llm=compatible",
-               f"llm.base_url={srv.base_url}", f"env.data_dir={tmp_path / 'qa'}", "env.options.split_source=folders", "mode=eval",
-               f"eval.skill_path={skill}", "eval.split=test", f"output_dir={tmp_path / 'out'}", f"tracking.tracking_uri={base}",
-               "debug.progress=off"]
+        env = dict(
+            os.environ, RAY_ADDRESS=cluster["cluster"].address, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0"
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "skillopt_ray",
+            "+experiment=searchqa",
+            "+smoke=tiny",
+            "ray=cluster",
+            "llm=compatible",
+            f"llm.base_url={srv.base_url}",
+            f"env.data_dir={tmp_path / 'qa'}",
+            "env.options.split_source=folders",
+            "mode=eval",
+            f"eval.skill_path={skill}",
+            "eval.split=test",
+            f"output_dir={tmp_path / 'out'}",
+            f"tracking.tracking_uri={base}",
+            "debug.progress=off",
+        ]
         p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
     (run_dir,) = (tmp_path / "out" / "runs").iterdir()
@@ -205,8 +276,7 @@ def test_cli_in_cluster_mode_logs_to_a_real_mlflow_server(cluster, tmp_path):
 def test_env_actors_spread_over_the_advertising_nodes_and_a_lost_node_costs_no_episode(cluster):
     """Runs last: it removes a worker node."""
     import ray
-
-    from envs.synthetic.benchmark import SyntheticBenchmark
+    from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
     node_a, node_b = cluster["workers"]
     env_cfg = {"options": {"tasks": 16, "calls": 3}}
@@ -232,7 +302,9 @@ def test_env_actors_spread_over_the_advertising_nodes_and_a_lost_node_costs_no_e
             results = asyncio.run(rollout_losing_node_b())
             wall = time.monotonic() - t0
             assert [r.task_id for r in results] == [t.task_id for t in tasks]  # one result per task, in order
-            assert all(r.hard == 1.0 and not r.infra_error and r.error is None for r in results), [r.error for r in results]
+            assert all(r.hard == 1.0 and not r.infra_error and r.error is None for r in results), [
+                r.error for r in results
+            ]
             assert pool.replaced == 2 and pool.retried_episodes >= 2
             assert list(pool.suspect_nodes) == [node_b.node_id]  # the lost node, and only it, is avoided
             assert asyncio.run(pool.actor_nodes()) == [node_a.node_id] * 4  # replacements on the surviving node

@@ -3,6 +3,7 @@ for pipes and `ray job` logs, notes when they appear, the whole run's planned ep
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
@@ -16,7 +17,6 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import fcntl
 import pytest
 
 from skillopt_ray.driver import plays_episodes
@@ -122,17 +122,34 @@ def test_live_display_fits_an_80_column_terminal():
 
 
 def test_plain_lines_for_pipes():
-    out = subprocess.run([sys.executable, "-c", FEED, "auto"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
-                         cwd=REPO, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", FEED, "auto"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
-    assert "\x1b" not in out.stderr and "\r" not in out.stderr and all(line.isascii() for line in lines if not line.startswith("note:"))
+    assert (
+        "\x1b" not in out.stderr
+        and "\r" not in out.stderr
+        and all(line.isascii() for line in lines if not line.startswith("note:"))
+    )
     progress = [line for line in lines if line.startswith("[progress ")]
     # one line per phase or stage change (within a stage, at most one per 30 s)
     assert [re.sub(r"^\[progress \w+\] ", "", line).split(" | ")[0] for line in progress] == [
-        "start-up, starting Ray", "start-up, loading the splits", "start-up, selection evaluation",
-        "training, epoch 3/4, step 12/16, rollout", "epoch boundary, epoch 3/4, slow update: paired rollouts"]
-    assert "episodes 0/40 | run 900/1968 episodes | accepted 7, rejected 3, skipped 1, tokens 12.3M, $12.3456" in progress[3]
+        "start-up, starting Ray",
+        "start-up, loading the splits",
+        "start-up, selection evaluation",
+        "training, epoch 3/4, step 12/16, rollout",
+        "epoch boundary, epoch 3/4, slow update: paired rollouts",
+    ]
+    assert (
+        "episodes 0/40 | run 900/1968 episodes | accepted 7, rejected 3, skipped 1, tokens 12.3M, $12.3456"
+        in progress[3]
+    )
     assert lines.index("note: " + NOTE) == 1 and sum(line.startswith("note:") for line in lines) == 1
 
 
@@ -154,9 +171,13 @@ def test_plain_lines_within_a_stage_are_throttled():
 
 
 def test_headline_names_phase_step_and_stage():
-    assert headline({"phase": "final", "stage": "validate:test:best"}) == "final evaluation · test evaluation (best skill)"
-    assert headline({"phase": "train", "epoch": 2, "epochs": 4, "global_step": 5, "total_steps": 8, "stage": "gate"}) == \
-        "training · epoch 2/4 · step 5/8 · gate"
+    assert (
+        headline({"phase": "final", "stage": "validate:test:best"}) == "final evaluation · test evaluation (best skill)"
+    )
+    assert (
+        headline({"phase": "train", "epoch": 2, "epochs": 4, "global_step": 5, "total_steps": 8, "stage": "gate"})
+        == "training · epoch 2/4 · step 5/8 · gate"
+    )
     assert headline({"phase": "eval", "stage": "eval:test"}) == "evaluation · evaluation on test"
 
 
@@ -205,10 +226,20 @@ def _plan_run(plan: EpisodePlan, per_epoch: int) -> list[int]:
 
 def test_episode_plan_counts_the_whole_run():
     trainer = SimpleNamespace(
-        cfg=SimpleNamespace(optimizer=SimpleNamespace(batch_size=4, epochs=3, slow_update=True, meta_skill=True, slow_update_samples=2,
-                                                      slow_update_gate=True, slow_update_force_validate=True)),
+        cfg=SimpleNamespace(
+            optimizer=SimpleNamespace(
+                batch_size=4,
+                epochs=3,
+                slow_update=True,
+                meta_skill=True,
+                slow_update_samples=2,
+                slow_update_gate=True,
+                slow_update_force_validate=True,
+            )
+        ),
         splits=SimpleNamespace(train=list(range(10)), selection=list(range(3)), test=list(range(5))),
-        steps_per_epoch=lambda: 3)
+        steps_per_epoch=lambda: 3,
+    )
     plan = EpisodePlan.for_trainer(trainer)
     assert plan.batches == [4, 4, 2] and plan.boundary == 2 * 2 + 3
     # baseline 3 + 3 epochs x (10 rollouts + 3 gates x 3) + 2 boundaries x 7 + final 3 + 3 x 5 test
@@ -233,11 +264,18 @@ def test_run_clock_adds_up_commands(tmp_path):
 
 
 def test_command_clock_counts_from_the_process_start():
-    code = ("import time; time.sleep(1.5)\n"
-            "from skillopt_ray.progress import _process_start\n"
-            "print(time.time() - _process_start())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
-                         timeout=60)
+    code = (
+        "import time; time.sleep(1.5)\n"
+        "from skillopt_ray.progress import _process_start\n"
+        "print(time.time() - _process_start())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+    )
     assert 1.5 <= float(out.stdout) < 10
 
 
@@ -249,19 +287,36 @@ def test_durations_read_like_a_clock():
 def test_cli_run_on_an_80_column_terminal(alfworld_root, tmp_path):
     """The real command on a pseudo-terminal: live lines fit, the data note comes first, the summary's time is the clock's."""
     from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
-    from envs.alfworld.data import walk_split
+    from skillopt_envs.alfworld.data import walk_split
 
-    with ScriptedServer(Policies(alfworld_walkthroughs(walk_split(alfworld_root, "all")), "rule_gated"), latency_s=0.02) as srv:
-        argv = [sys.executable, "-m", "skillopt_ray", "+experiment=alfworld", "+smoke=tiny", "llm=compatible",
-                f"llm.base_url={srv.base_url}", f"env.data_dir={alfworld_root}", f"output_dir={tmp_path / 'out'}",
-                "env.options.skip_missing_games=true", "env.max_turns=10", "ray.num_cpus=2"]
+    with ScriptedServer(
+        Policies(alfworld_walkthroughs(walk_split(alfworld_root, "all")), "rule_gated"), latency_s=0.02
+    ) as srv:
+        argv = [
+            sys.executable,
+            "-m",
+            "skillopt_ray",
+            "+experiment=alfworld",
+            "+smoke=tiny",
+            "llm=compatible",
+            f"llm.base_url={srv.base_url}",
+            f"env.data_dir={alfworld_root}",
+            f"output_dir={tmp_path / 'out'}",
+            "env.options.skip_missing_games=true",
+            "env.max_turns=10",
+            "ray.num_cpus=2",
+        ]
         t0 = time.monotonic()
         raw = _on_pty(argv, env={"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}, timeout=420)
         wall = time.monotonic() - t0
     segs = _segments(raw)
     text = "\n".join(segs)
     assert "time: " in text, text[-3000:]
-    assert not [s for s in segs if _cells(s) > 80 and not s.startswith(("run directory:", "mlflow run:", "  view with:", "the run's story:"))]
+    assert not [
+        s
+        for s in segs
+        if _cells(s) > 80 and not s.startswith(("run directory:", "mlflow run:", "  view with:", "the run's story:"))
+    ]
     assert "start-up · starting Ray" in text and "training · epoch 1/2 · step 1/2" in text
     # the data note and the split sizes are printed once, at the start
     assert text.count("note: ALFWorld: games from") == 1 and text.count("note: tasks: 4 train") == 1

@@ -11,16 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
-
-from envs.sandbox import Limits, Sandbox, SandboxConfigError, SandboxUnavailable
+from skillopt_envs.sandbox import Limits, Sandbox, SandboxConfigError, SandboxUnavailable
 
 pytestmark = pytest.mark.usefixtures("needs_bwrap")
 
 
 @pytest.fixture(scope="module")
 def sandbox():
-    return Sandbox("bwrap", Limits(cpu_s=4, wall_s=8, memory_mb=1024, file_mb=8, processes=16, output_chars=2000, disk_mb=24,
-                                   open_files=64))
+    return Sandbox(
+        "bwrap",
+        Limits(
+            cpu_s=4, wall_s=8, memory_mb=1024, file_mb=8, processes=16, output_chars=2000, disk_mb=24, open_files=64
+        ),
+    )
 
 
 def run(sandbox, code: str, tmp_path: Path, **kw):
@@ -42,8 +45,13 @@ def _processes_named(word: str) -> list[int]:
 def test_a_normal_script_runs_with_its_inputs_and_keeps_its_output(sandbox, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("41")
-    r = sandbox.run("import os, openpyxl\nv = int(open(os.environ['INPUT_PATH']).read())\nopen('out.txt', 'w').write(str(v + 1))\nprint('done')",
-                    {"in.txt": src}, tmp_path / "out", env={"INPUT_PATH": "{dir}/in.txt"}, keep=("out.txt",))
+    r = sandbox.run(
+        "import os, openpyxl\nv = int(open(os.environ['INPUT_PATH']).read())\nopen('out.txt', 'w').write(str(v + 1))\nprint('done')",
+        {"in.txt": src},
+        tmp_path / "out",
+        env={"INPUT_PATH": "{dir}/in.txt"},
+        keep=("out.txt",),
+    )
     assert r.ok and r.stdout.strip() == "done"
     assert r.files["out.txt"].read_text() == "42"
 
@@ -60,7 +68,9 @@ def test_files_outside_the_run_directory_cannot_be_read(sandbox, tmp_path):
     try:
         r = run(sandbox, f"print(open({str(secret)!r}).read())", tmp_path)
         assert not r.ok and "top secret" not in r.stdout and "FileNotFoundError" in r.stderr
-        r = run(sandbox, "import os\nprint(os.listdir(os.path.expanduser('~')), os.path.exists('/etc/passwd'))", tmp_path)
+        r = run(
+            sandbox, "import os\nprint(os.listdir(os.path.expanduser('~')), os.path.exists('/etc/passwd'))", tmp_path
+        )
         assert "False" in r.stdout and secret.name not in r.stdout
     finally:
         secret.unlink()
@@ -130,7 +140,11 @@ def test_fork_bomb_is_capped(sandbox, tmp_path):
     t.start()
     t0 = time.monotonic()
     try:
-        r = run(sandbox, "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.5); raise", tmp_path)
+        r = run(
+            sandbox,
+            "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.5); raise",
+            tmp_path,
+        )
     finally:
         done.set()
         t.join()
@@ -169,7 +183,13 @@ def test_megabytes_of_output_are_bounded(sandbox, tmp_path):
 
 def test_background_processes_die_with_the_sandbox(sandbox, tmp_path):
     marker = f"skillopt-bg-{os.getpid()}"
-    r = run(sandbox, "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 300; echo " + marker + "'], start_new_session=True)\nprint('spawned')", tmp_path)
+    r = run(
+        sandbox,
+        "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 300; echo "
+        + marker
+        + "'], start_new_session=True)\nprint('spawned')",
+        tmp_path,
+    )
     assert r.ok and "spawned" in r.stdout
     time.sleep(0.5)
     assert not _processes_named(marker)
@@ -179,9 +199,11 @@ def test_writing_more_than_the_disk_cap_fails_and_nothing_reaches_the_host(sandb
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "host-tmp"))
     (tmp_path / "host-tmp").mkdir()
     before = shutil.disk_usage(tmp_path).used
-    code = ("import os\nst = os.statvfs('.')\nprint('capacity', st.f_blocks * st.f_frsize)\nwritten = 0\n"
-            "try:\n    for i in range(100):\n        with open(f'f{i}', 'wb') as f:\n            f.write(b'x' * 4 * 1024 * 1024)\n"
-            "        written += 4\nexcept OSError as e:\n    print('stopped after', written, 'MB:', e.strerror)\n    raise")
+    code = (
+        "import os\nst = os.statvfs('.')\nprint('capacity', st.f_blocks * st.f_frsize)\nwritten = 0\n"
+        "try:\n    for i in range(100):\n        with open(f'f{i}', 'wb') as f:\n            f.write(b'x' * 4 * 1024 * 1024)\n"
+        "        written += 4\nexcept OSError as e:\n    print('stopped after', written, 'MB:', e.strerror)\n    raise"
+    )
     r = run(sandbox, code, tmp_path)
     assert not r.ok and "No space left on device" in r.stdout + r.stderr
     assert f"capacity {24 * 1024 * 1024}" in r.stdout
@@ -212,24 +234,34 @@ print(results)
     results = eval(r.stdout.strip())  # noqa: S307 - the dict the script printed
     assert "written" not in results.values(), results
     assert src.read_text() == "original"  # the host's input is untouched
-    assert set(r.files) == {"in.txt"} and r.files["in.txt"].read_text() == "changed inside"  # symlinks are never followed out
+    assert (
+        set(r.files) == {"in.txt"} and r.files["in.txt"].read_text() == "changed inside"
+    )  # symlinks are never followed out
     assert not (tmp_path / "out" / "leak.bin").exists()
 
 
 def test_open_files_limit_is_the_configured_value(sandbox, tmp_path):
-    r = run(sandbox, "import resource, subprocess\nprint(resource.getrlimit(resource.RLIMIT_NOFILE))\n"
-                     "print(subprocess.run(['sh', '-c', 'ulimit -n'], capture_output=True, text=True).stdout.strip())", tmp_path)
+    r = run(
+        sandbox,
+        "import resource, subprocess\nprint(resource.getrlimit(resource.RLIMIT_NOFILE))\n"
+        "print(subprocess.run(['sh', '-c', 'ulimit -n'], capture_output=True, text=True).stdout.strip())",
+        tmp_path,
+    )
     assert r.ok and r.stdout.split() == ["(64,", "64)", "64"], r.stdout + r.stderr
 
 
 def test_nested_user_namespaces_are_refused(sandbox, tmp_path):
-    code = ("import ctypes, os, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-            "rc = libc.unshare(0x10000000)\nprint('unshare', rc, os.strerror(ctypes.get_errno()))\n"
-            "p = subprocess.run(['unshare', '--user', 'true'], capture_output=True, text=True)\nprint('tool', p.returncode)\n"
-            "print('fork ok', subprocess.run(['true']).returncode)")
+    code = (
+        "import ctypes, os, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "rc = libc.unshare(0x10000000)\nprint('unshare', rc, os.strerror(ctypes.get_errno()))\n"
+        "p = subprocess.run(['unshare', '--user', 'true'], capture_output=True, text=True)\nprint('tool', p.returncode)\n"
+        "print('fork ok', subprocess.run(['true']).returncode)"
+    )
     r = run(sandbox, code, tmp_path)
     assert r.ok, r.stderr
-    assert "unshare -1" in r.stdout and "tool 0" not in r.stdout and "fork ok 0" in r.stdout  # ordinary processes still start
+    assert (
+        "unshare -1" in r.stdout and "tool 0" not in r.stdout and "fork ok 0" in r.stdout
+    )  # ordinary processes still start
 
 
 def test_key_like_variables_are_refused_in_the_allow_list():
@@ -244,6 +276,6 @@ def test_unknown_isolation_is_refused():
 
 
 def test_missing_bubblewrap_names_the_fix_and_the_opt_out(monkeypatch):
-    monkeypatch.setattr("envs.sandbox.bwrap_path", lambda: None)
+    monkeypatch.setattr("skillopt_envs.sandbox.bwrap_path", lambda: None)
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap.*sandbox=none"):
         Sandbox("bwrap")

@@ -6,15 +6,22 @@ from __future__ import annotations
 import asyncio
 import json
 
-from envs.base import EpisodeContext
+from scripted_server import ScriptedServer
+from skillopt_envs.base import EpisodeContext
+
 from skillopt_ray.envpool import EnvPool, PoolSettings
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, ChatRequest
-from scripted_server import ScriptedServer
 
 
 def _llm(url: str, **extra):
-    role = {"provider": "openai", "model": "scripted", "base_url": url, "structured_output": "none", "max_concurrency": 8}
+    role = {
+        "provider": "openai",
+        "model": "scripted",
+        "base_url": url,
+        "structured_output": "none",
+        "max_concurrency": 8,
+    }
     return {"backend": "compatible", "target": role, "optimizer": role, **extra}
 
 
@@ -30,8 +37,13 @@ def test_sharded_gateway_keeps_ledger_cache_limits_and_answers_exact(ray_cluster
     import ray
 
     with _echo(latency_s=0.2) as srv:
-        gw = GatewayActor.remote(_llm(srv.base_url, cache_mode="record"), str(tmp_path / "cache.sqlite"), str(tmp_path / "ledger.json"),
-                                 None, shards=3)
+        gw = GatewayActor.remote(
+            _llm(srv.base_url, cache_mode="record"),
+            str(tmp_path / "cache.sqlite"),
+            str(tmp_path / "ledger.json"),
+            None,
+            shards=3,
+        )
         llm = LLMHandle(gw)
 
         async def go(tag: str):
@@ -59,8 +71,13 @@ def test_sharded_gateway_budget_stops_at_the_same_call_as_one_gateway(ray_cluste
     stops = {}
     for shards in (1, 3):
         with _echo() as srv:
-            gw = GatewayActor.remote(_llm(srv.base_url, budget={"max_calls": 5}), None, str(tmp_path / f"ledger{shards}.json"),
-                                     None, shards=shards)
+            gw = GatewayActor.remote(
+                _llm(srv.base_url, budget={"max_calls": 5}),
+                None,
+                str(tmp_path / f"ledger{shards}.json"),
+                None,
+                shards=shards,
+            )
             llm = LLMHandle(gw)
 
             async def one_by_one():
@@ -80,8 +97,7 @@ def test_sharded_gateway_budget_stops_at_the_same_call_as_one_gateway(ray_cluste
 
 def test_a_lost_shard_is_replaced_and_no_call_or_episode_is_lost(ray_cluster):
     import ray
-
-    from envs.synthetic.benchmark import SyntheticBenchmark
+    from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
     env_cfg = {"options": {"tasks": 12, "calls": 2}}
     tasks = SyntheticBenchmark(env_cfg).load_split("train")
@@ -90,6 +106,7 @@ def test_a_lost_shard_is_replaced_and_no_call_or_episode_is_lost(ray_cluster):
         pids = ray.get(gw.pids.remote())
         pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(2, 6, 0.0, 60.0, 2))
         try:
+
             async def go():
                 run = asyncio.ensure_future(pool.run(tasks, "# skill", EpisodeContext("shardloss", False, 2, 1)))
                 await asyncio.sleep(0.7)  # first calls answered, second calls in flight on both shards
@@ -113,7 +130,7 @@ def test_pool_reaches_its_slots_with_one_call_episodes(ray_cluster):
     """1 call per episode, 32 slots, 0.5 s per call: 64 episodes take two rounds of calls, not 64."""
     import time
 
-    from envs.synthetic.benchmark import SyntheticBenchmark
+    from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
     env_cfg = {"options": {"tasks": 64, "calls": 1}}
     tasks = SyntheticBenchmark(env_cfg).load_split("train")

@@ -12,8 +12,14 @@ from skillopt_ray.llm.gateway import Gateway, bounded_schema
 
 def _gateway(**role_kw) -> Gateway:
     role = LLMRoleConfig(provider="openai", model="m", base_url="http://127.0.0.1:9/v1", **role_kw)
-    return Gateway(LLMConfig(backend="compatible", target=LLMRoleConfig(provider="openai", model="m", base_url="http://127.0.0.1:9/v1"),
-                             optimizer=role), None)
+    return Gateway(
+        LLMConfig(
+            backend="compatible",
+            target=LLMRoleConfig(provider="openai", model="m", base_url="http://127.0.0.1:9/v1"),
+            optimizer=role,
+        ),
+        None,
+    )
 
 
 def test_every_array_and_string_of_the_analyst_schema_gets_its_bound():
@@ -21,7 +27,9 @@ def test_every_array_and_string_of_the_analyst_schema_gets_its_bound():
     out = bounded_schema(schema, 4, 400)
     edits = out["properties"]["patch"]["properties"]["edits"]
     assert edits["maxItems"] == 4 and edits["items"]["properties"]["content"]["maxLength"] == 400
-    assert out["properties"]["failure_summary"]["maxItems"] == 4 and out["properties"]["appendix_notes"]["maxItems"] == 4
+    assert (
+        out["properties"]["failure_summary"]["maxItems"] == 4 and out["properties"]["appendix_notes"]["maxItems"] == 4
+    )
     assert out["properties"]["batch_size"] == {"type": "integer"}  # other types untouched
     assert "maxItems" not in json.dumps(schema)  # the original (used to validate the reply) is unchanged
     tight = bounded_schema({"type": "array", "maxItems": 2, "items": {"type": "string", "enum": ["a", "b"]}}, 4, 400)
@@ -39,8 +47,9 @@ def test_bounds_reach_the_request_only_when_the_role_sets_them():
 
 
 def test_the_embedded_preset_bounds_the_optimizer_only():
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     preset = yaml.safe_load((Path(__file__).resolve().parent.parent / "conf" / "llm" / "embedded.yaml").read_text())
     assert preset["optimizer"]["schema_max_items"] >= 1 and preset["optimizer"]["schema_max_chars"] >= 1

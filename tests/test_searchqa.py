@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from skillopt_envs.base import DataError, EpisodeContext
+from skillopt_envs.searchqa import data as qa_data
+from skillopt_envs.searchqa.benchmark import SEED_SKILL, SearchQABenchmark, extract_answer, truncate_context
+from skillopt_envs.searchqa.scoring import normalize, score, score_answer, token_f1
 
-from envs.base import DataError, EpisodeContext
-from envs.searchqa import data as qa_data
-from envs.searchqa.benchmark import SEED_SKILL, SearchQABenchmark, extract_answer, truncate_context
-from envs.searchqa.scoring import normalize, score, score_answer, token_f1
 from skillopt_ray.llm.types import ChatResult
 
 SHIPPED = Path(__file__).resolve().parent.parent / "envs" / "searchqa" / "splits"
@@ -99,11 +99,24 @@ def test_prompt_and_what_the_analyst_sees(tmp_path):
     assert r.fail_reason == f"EM=0: predicted 'Nowhere Town' but expected {gold!r}"
     assert r.task_description == "" and r.info["header_task_type"] == ""
     assert r.info["target_system_prompt"] == system and r.info["target_user_prompt"] == user
-    assert (r.info["predicted_answer"], r.info["gold_answers"], r.info["em"], r.info["sub_em"]) == ("Nowhere Town", gold, 0, 0)
-    assert r.trajectory[0] == {"type": "message", "turn": 1, "content": "The passages agree.\nSo the answer is\nNowhere Town"}
-    assert r.trajectory[1] == {"role": "system", "content": (
-        f"[EVALUATION RESULT]\nQuestion: {task.payload['question']}\nPredicted answer: 'Nowhere Town'\n"
-        f"Gold answers: {gold!r}\nExact Match: 0\nF1: 0.0000")}
+    assert (r.info["predicted_answer"], r.info["gold_answers"], r.info["em"], r.info["sub_em"]) == (
+        "Nowhere Town",
+        gold,
+        0,
+        0,
+    )
+    assert r.trajectory[0] == {
+        "type": "message",
+        "turn": 1,
+        "content": "The passages agree.\nSo the answer is\nNowhere Town",
+    }
+    assert r.trajectory[1] == {
+        "role": "system",
+        "content": (
+            f"[EVALUATION RESULT]\nQuestion: {task.payload['question']}\nPredicted answer: 'Nowhere Town'\n"
+            f"Gold answers: {gold!r}\nExact Match: 0\nF1: 0.0000"
+        ),
+    }
     right = asyncio.run(b.run_episode(task, "", FakeLLM(f"thinking\n<answer>{gold[0].upper()}</answer>"), ctx))
     assert right.hard == 1.0 and right.fail_reason == "" and right.info["em"] == 1 and right.info["f1"] == 1.0
     assert "\nF1: 1.0000" in right.trajectory[1]["content"]
@@ -118,9 +131,10 @@ def test_seed_skill_is_empty_of_rules():
 
 
 def test_episode_over_real_http(tmp_path, run_loop):
+    from scripted_server import ScriptedServer
+
     from skillopt_ray.config import LLMConfig, LLMRoleConfig
     from skillopt_ray.llm.gateway import Gateway, LLMHandle
-    from scripted_server import ScriptedServer
 
     b = SearchQABenchmark({"options": {"sample_dir": str(tmp_path / "s")}})
     task = _task(b)
@@ -156,7 +170,10 @@ def _write_items(root: Path, ids_by_split: dict[str, list[str]]) -> None:
 
 def test_the_paper_split_ships_with_its_licence():
     assert {s: len(_ids(SHIPPED, s)) for s in qa_data.SPLITS} == {"train": 400, "val": 200, "test": 1400}
-    assert "MIT License" in (SHIPPED / "LICENSE-SkillOpt").read_text() and "microsoft/SkillOpt" in (SHIPPED / "LICENSE-SkillOpt").read_text()
+    assert (
+        "MIT License" in (SHIPPED / "LICENSE-SkillOpt").read_text()
+        and "microsoft/SkillOpt" in (SHIPPED / "LICENSE-SkillOpt").read_text()
+    )
     if SHARED.is_dir():  # the same ids as SkillOpt's manifests
         assert all(_ids(SHIPPED, s) == _ids(SHARED, s) for s in qa_data.SPLITS)
 
@@ -164,7 +181,10 @@ def test_the_paper_split_ships_with_its_licence():
 def test_real_data_uses_the_paper_split_by_default_with_aliases(tmp_path):
     ids = {s: _ids(SHIPPED, s) for s in qa_data.SPLITS}
     # the items sit in other folders than the paper's and there are extra ones: the manifest decides
-    _write_items(tmp_path / "d", {"train": ids["test"][:700] + ["extra-1"], "val": ids["train"] + ids["val"], "test": ids["test"][700:]})
+    _write_items(
+        tmp_path / "d",
+        {"train": ids["test"][:700] + ["extra-1"], "val": ids["train"] + ids["val"], "test": ids["test"][700:]},
+    )
     b = SearchQABenchmark({"data_dir": str(tmp_path / "d")})
     sizes = {s: len(b.load_split(s)) for s in ("train", "val", "valid_seen", "selection", "test", "valid_unseen")}
     assert sizes == {"train": 400, "val": 200, "valid_seen": 200, "selection": 200, "test": 1400, "valid_unseen": 1400}
@@ -204,12 +224,15 @@ def test_manifest_dir_overrides_and_samples_use_their_folders(tmp_path):
     assert len(samples.load_split("train")) == 12 and "built-in sample items" in samples.data_note()
 
 
-@pytest.mark.parametrize("content,needle", [
-    ("{not json", "is not valid JSON"),
-    ('{"id": 1}', "must hold a JSON list"),
-    ('[{"id": "x"}]', "lacks one of id, question, context, answers"),
-    ('[{"id": "x", "question": "q", "context": "c", "answers": 3}]', "answers as a non-empty list of strings"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("{not json", "is not valid JSON"),
+        ('{"id": 1}', "must hold a JSON list"),
+        ('[{"id": "x"}]', "lacks one of id, question, context, answers"),
+        ('[{"id": "x", "question": "q", "context": "c", "answers": 3}]', "answers as a non-empty list of strings"),
+    ],
+)
 def test_malformed_items_name_the_file(tmp_path, content, needle):
     _write_items(tmp_path / "d", {"train": ["a"], "val": ["b"]})
     (tmp_path / "d" / "test").mkdir()
@@ -234,12 +257,14 @@ def test_malformed_manifest_names_the_file(tmp_path):
 def test_materialize_from_dataset_files(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from envs.searchqa.materialize import main
+    from skillopt_envs.searchqa.materialize import main
 
     ids = {s: _ids(SHIPPED, s) for s in qa_data.SPLITS}
-    rows = [{"key": i, "question": f"q {i}", "context": f"[DOC] c {i}", "answers": [f"a {i}"], "labels": []}
-            for s in qa_data.SPLITS for i in ids[s]] + [{"key": "unused", "question": "q", "context": "c", "answers": ["a"], "labels": []}]
+    rows = [
+        {"key": i, "question": f"q {i}", "context": f"[DOC] c {i}", "answers": [f"a {i}"], "labels": []}
+        for s in qa_data.SPLITS
+        for i in ids[s]
+    ] + [{"key": "unused", "question": "q", "context": "c", "answers": ["a"], "labels": []}]
     src = tmp_path / "hf"
     src.mkdir()
     pq.write_table(pa.Table.from_pylist(rows[:1000]), src / "train-00000.parquet")

@@ -8,12 +8,10 @@ from pathlib import Path
 
 import openpyxl
 import pytest
-
-from envs.spreadsheetbench import readcells
-from envs.spreadsheetbench.data import load_dataset
-from envs.spreadsheetbench.scoring import PositionError, cells_equal, compare, parse_position
-
 from conftest import SHARED, need_shared_data
+from skillopt_envs.spreadsheetbench import readcells
+from skillopt_envs.spreadsheetbench.data import load_dataset
+from skillopt_envs.spreadsheetbench.scoring import PositionError, cells_equal, compare, parse_position
 
 SHEETS = SHARED / "spreadsheetbench"
 
@@ -78,7 +76,12 @@ def test_rule_corner_cases():
 
 def test_positions_parse_like_the_official_script():
     a = parse_position("'Sheet 1'!A1:B2,C3")
-    assert a[0].sheet == "Sheet 1" and a[0].cells == ("A1", "A2", "B1", "B2") and a[1].sheet is None and a[1].cells == ("C3",)
+    assert (
+        a[0].sheet == "Sheet 1"
+        and a[0].cells == ("A1", "A2", "B1", "B2")
+        and a[1].sheet is None
+        and a[1].cells == ("C3",)
+    )
     assert parse_position("B2:A1")[0].cells == ()  # a reversed range holds no cells: it passes vacuously, as observed
     assert parse_position("Updated Data'!B5:B6")[0].sheet == "Updated Data"  # a missing opening quote, as in the data
     with pytest.raises(PositionError):
@@ -119,10 +122,17 @@ def test_recalculation_reproduces_most_real_answers_after_an_openpyxl_round_trip
 
 
 def test_both_release_layouts_and_int_or_string_ids(tmp_path):
-    from envs.spreadsheetbench.data import find_cases, load_split
+    from skillopt_envs.spreadsheetbench.data import find_cases, load_split
 
-    for name in ("1_59-7_init.xlsx", "1_59-7_golden.xlsx", "2_77_input.xlsx", "2_77_answer.xlsx", "1_77_input.xlsx", "1_77_answer.xlsx",
-                 "3_77_input.xlsx"):  # a case without its answer is ignored
+    for name in (
+        "1_59-7_init.xlsx",
+        "1_59-7_golden.xlsx",
+        "2_77_input.xlsx",
+        "2_77_answer.xlsx",
+        "1_77_input.xlsx",
+        "1_77_answer.xlsx",
+        "3_77_input.xlsx",
+    ):  # a case without its answer is ignored
         folder = tmp_path / "spreadsheet" / name.split("_")[1]
         folder.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(b"")
@@ -130,18 +140,28 @@ def test_both_release_layouts_and_int_or_string_ids(tmp_path):
     assert [(Path(i).name, Path(a).name) for i, a in verified] == [("1_59-7_init.xlsx", "1_59-7_golden.xlsx")]
     original = find_cases(tmp_path / "spreadsheet" / "77", "77")
     assert [Path(i).name for i, _ in original] == ["1_77_input.xlsx", "2_77_input.xlsx"]
-    rows = [{"id": 77, "instruction": "i", "instruction_type": "Cell-Level Manipulation", "answer_position": "A1",
-             "spreadsheet_path": "spreadsheet/77"},
-            {"id": "59-7", "instruction": "j", "instruction_type": "Sheet-Level Manipulation", "answer_position": "A1"}]
+    rows = [
+        {
+            "id": 77,
+            "instruction": "i",
+            "instruction_type": "Cell-Level Manipulation",
+            "answer_position": "A1",
+            "spreadsheet_path": "spreadsheet/77",
+        },
+        {"id": "59-7", "instruction": "j", "instruction_type": "Sheet-Level Manipulation", "answer_position": "A1"},
+    ]
     (tmp_path / "dataset.json").write_text(json.dumps(rows))
     (tmp_path / "man" / "val").mkdir(parents=True)
     (tmp_path / "man" / "val" / "items.json").write_text(json.dumps([{"id": "59-7"}, {"id": 77}]))
     tasks = load_split(tmp_path, str(tmp_path / "man"), "val", skip_missing=False)
-    assert [(t.task_id, t.task_type, len(t.payload["cases"])) for t in tasks] == [("59-7", "sheet_level", 1), ("77", "cell_level", 2)]
+    assert [(t.task_id, t.task_type, len(t.payload["cases"])) for t in tasks] == [
+        ("59-7", "sheet_level", 1),
+        ("77", "cell_level", 2),
+    ]
 
 
 def test_rule_follows_the_reference_for_dates_and_durations():
-    from envs.spreadsheetbench.scoring import transform
+    from skillopt_envs.spreadsheetbench.scoring import transform
 
     assert cells_equal("1.004", 1.0) and cells_equal(1, True) and not cells_equal(0, None)
     assert not cells_equal(dt.date(2020, 1, 2), dt.datetime(2020, 1, 2))  # a date is left unchanged: types differ
@@ -164,7 +184,7 @@ def test_durations_cross_the_sandbox_reader_as_durations(tmp_path):
 
 
 def test_answer_sheet_prefixes_only_the_first_range():
-    from envs.spreadsheetbench.scoring import effective_position
+    from skillopt_envs.spreadsheetbench.scoring import effective_position
 
     assert effective_position("B2:B5", "Result") == "Result!B2:B5"
     assert effective_position("B2,C2", "Result") == "Result!B2,C2"  # QUIRK-17: C2 stays on the first sheet
@@ -173,22 +193,39 @@ def test_answer_sheet_prefixes_only_the_first_range():
 
 
 def test_verification_report_collapses_empty_cells_and_is_bounded():
-    from envs.spreadsheetbench.scoring import case_report, cell_lines, verification_message, wrong_cells_from_report
+    from skillopt_envs.spreadsheetbench.scoring import (
+        case_report,
+        cell_lines,
+        verification_message,
+        wrong_cells_from_report,
+    )
 
     areas = parse_position("A1:A3,'My Sheet'!B1")
-    v = compare({"S": {"A1": 1, "A2": None, "A3": "x"}, "My Sheet": {"B1": 2}}, "S", {"S": {"A1": 1.0, "A2": "", "A3": "y"},
-                                                                                    "My Sheet": {"B1": 3}}, areas)
+    v = compare(
+        {"S": {"A1": 1, "A2": None, "A3": "x"}, "My Sheet": {"B1": 2}},
+        "S",
+        {"S": {"A1": 1.0, "A2": "", "A3": "y"}, "My Sheet": {"B1": 3}},
+        areas,
+    )
     assert not v.passed and v.reason == "value@S!A3: gt='x' pred='y'"
     assert case_report(2, v).splitlines() == [
-        "## Eval Result (case 2): FAIL", "value@S!A3: gt='x' pred='y'", "## Output Verification",
-        "  S!A1: got=1.0, expected=1 ✓", "  S!A3: got='y', expected='x' ✗", "  My Sheet!B1: got=3, expected=2 ✗",
-        "  (+1 empty cells correct, omitted)"]
+        "## Eval Result (case 2): FAIL",
+        "value@S!A3: gt='x' pred='y'",
+        "## Output Verification",
+        "  S!A1: got=1.0, expected=1 ✓",
+        "  S!A3: got='y', expected='x' ✗",
+        "  My Sheet!B1: got=3, expected=2 ✗",
+        "  (+1 empty cells correct, omitted)",
+    ]
     # the training feedback parses these lines back; a sheet name with a space does not parse (QUIRK-19)
     assert wrong_cells_from_report(cell_lines(v)) == ([("S!A3", "'y'")], 1)
     missing = compare({"S": {"A1": 1}}, "S", {"Other": {}}, parse_position("A1"))
     assert not missing.passed and "  Sheet 'S' NOT FOUND in output." in cell_lines(missing)
     msg = verification_message([case_report(1, v), case_report(2, v)])
-    assert msg.startswith("[POST-EXECUTION VERIFICATION]\n## Eval Result (case 1)") and "\n\n---\n\n## Eval Result (case 2)" in msg
+    assert (
+        msg.startswith("[POST-EXECUTION VERIFICATION]\n## Eval Result (case 1)")
+        and "\n\n---\n\n## Eval Result (case 2)" in msg
+    )
     big = compare({"S": {}}, "S", {"S": {f"A{i}": i for i in range(1, 2001)}}, parse_position("A1:A2000"))
     text = verification_message([case_report(1, big)])
     assert len(text) < 12200 and text.startswith("[POST-EXECUTION VERIFICATION]") and text.endswith("expected=None ✗")
@@ -196,7 +233,7 @@ def test_verification_report_collapses_empty_cells_and_is_bounded():
 
 
 def test_preview_shows_five_rows_twenty_columns_and_formula_text(tmp_path):
-    from envs.spreadsheetbench.prompts import preview_workbook
+    from skillopt_envs.spreadsheetbench.prompts import preview_workbook
 
     wb = openpyxl.Workbook()
     ws = wb.active
@@ -218,7 +255,8 @@ def test_preview_shows_five_rows_twenty_columns_and_formula_text(tmp_path):
 
 
 def test_task_types_follow_the_reference():
-    from envs.spreadsheetbench.data import task_type_of
+    from skillopt_envs.spreadsheetbench.data import task_type_of
 
-    assert [task_type_of(k) for k in ("Cell-Level Manipulation", "Sheet-Level Manipulation", "cell", "Sheet", "", "Other")] == [
-        "cell_level", "sheet_level", "cell_level", "sheet_level", "other", "other"]
+    assert [
+        task_type_of(k) for k in ("Cell-Level Manipulation", "Sheet-Level Manipulation", "cell", "Sheet", "", "Other")
+    ] == ["cell_level", "sheet_level", "cell_level", "sheet_level", "other", "other"]

@@ -12,16 +12,15 @@ from pathlib import Path
 
 import openpyxl
 import pytest
+from conftest import SHARED, need_shared_data
+from scripted_server import ScriptedServer
+from skillopt_envs.base import DataError, EpisodeContext
+from skillopt_envs.spreadsheetbench.benchmark import SpreadsheetBenchmark, extract_code
+from skillopt_envs.spreadsheetbench.samples import FORMULA_SOLUTIONS, SOLUTIONS, template_of
 
-from envs.base import DataError, EpisodeContext
-from envs.spreadsheetbench.benchmark import SpreadsheetBenchmark, extract_code
-from envs.spreadsheetbench.samples import FORMULA_SOLUTIONS, SOLUTIONS, template_of
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway, LLMHandle
 from skillopt_ray.stages.rollout import summarize
-from scripted_server import ScriptedServer
-
-from conftest import SHARED, need_shared_data
 
 pytestmark = pytest.mark.usefixtures("needs_bwrap")  # skips locally, fails under CI=true
 SHEETS = SHARED / "spreadsheetbench"
@@ -59,7 +58,9 @@ def fenced(code: str) -> str:
 
 
 def _gateway(url: str) -> Gateway:
-    role = LLMRoleConfig(provider="openai", model="scripted", base_url=url, structured_output="none", max_concurrency=16)
+    role = LLMRoleConfig(
+        provider="openai", model="scripted", base_url=url, structured_output="none", max_concurrency=16
+    )
     return Gateway(LLMConfig(backend="compatible", target=role, optimizer=role), None)
 
 
@@ -112,32 +113,56 @@ def real_task(bench, tid):
 
 def test_correct_scripts_score_one_and_the_conversation_is_the_references(real_bench):
     tasks = [real_task(real_bench, tid) for tid in REAL_SOLUTIONS]
-    results = play(real_bench, tasks, lambda tid, turn, msgs: fenced(REAL_SOLUTIONS[tid]), training=False, skill="RULE-X: be careful")
-    assert [(r.hard, r.soft, r.n_turns, r.fail_reason) for r in results] == [(1.0, 1.0, 1, "")] * 3, [r.trajectory[-1] for r in results]
+    results = play(
+        real_bench,
+        tasks,
+        lambda tid, turn, msgs: fenced(REAL_SOLUTIONS[tid]),
+        training=False,
+        skill="RULE-X: be careful",
+    )
+    assert [(r.hard, r.soft, r.n_turns, r.fail_reason) for r in results] == [(1.0, 1.0, 1, "")] * 3, [
+        r.trajectory[-1] for r in results
+    ]
     r, t = results[0], tasks[0]
     assert r.task_type == "cell_level" and r.task_description == t.payload["instruction"]
-    assert roles(r) == ["assistant", "system"] and r.trajectory[0]["content"] == fenced(REAL_SOLUTIONS["37609"])  # reply untruncated
+    assert roles(r) == ["assistant", "system"] and r.trajectory[0]["content"] == fenced(
+        REAL_SOLUTIONS["37609"]
+    )  # reply untruncated
     report = r.trajectory[-1]["content"]
     assert report.startswith(VERIFY + "\n## Eval Result (case 1): PASS\n## Output Verification\n")
     assert report.count("## Eval Result (case ") == 3 and "\n\n---\n\n## Eval Result (case 2): PASS" in report
     assert "  Sheet2!C2: got='e', expected='e' ✓" in report
     # what the target was sent, and what the analyst will be shown
-    system, user = next(b["messages"][:2] for b in play.bodies if t.payload["instruction"] in b["messages"][1]["content"])
+    system, user = next(
+        b["messages"][:2] for b in play.bodies if t.payload["instruction"] in b["messages"][1]["content"]
+    )
     assert system["content"] == r.info["target_system_prompt"] and user["content"] == r.info["target_user_prompt"]
     assert system["content"].endswith("\n\n## Skill\nRULE-X: be careful")
     u = user["content"]
-    assert u.startswith("# Instruction\n" + t.payload["instruction"] + "\nInstruction type: Cell-Level Manipulation\n"
-                        "Expected answer position: C2:C11\n\n# Input spreadsheet preview\n## Sheet: ")
-    assert r.info["spreadsheet_preview"] in u and "\n# Task\n" in u and u.index("# Input spreadsheet preview") < u.index("# Task")
+    assert u.startswith(
+        "# Instruction\n" + t.payload["instruction"] + "\nInstruction type: Cell-Level Manipulation\n"
+        "Expected answer position: C2:C11\n\n# Input spreadsheet preview\n## Sheet: "
+    )
+    assert (
+        r.info["spreadsheet_preview"] in u
+        and "\n# Task\n" in u
+        and u.index("# Input spreadsheet preview") < u.index("# Task")
+    )
     b = play.bodies[0]
-    assert (b.get("max_completion_tokens") or b.get("max_tokens")) == 16384  # a completion budget that does not cut scripts
+    assert (
+        b.get("max_completion_tokens") or b.get("max_tokens")
+    ) == 16384  # a completion budget that does not cut scripts
 
 
 def test_an_error_is_fed_back_and_the_fixed_script_wins(real_bench):
     task = real_task(real_bench, "37609")
 
     def replies(tid, turn, msgs):
-        return fenced("import os\nraise KeyError('no column U' + 'x' * 5000)\n") if turn == 0 else fenced(REAL_SOLUTIONS[tid])
+        return (
+            fenced("import os\nraise KeyError('no column U' + 'x' * 5000)\n")
+            if turn == 0
+            else fenced(REAL_SOLUTIONS[tid])
+        )
 
     (r,) = play(real_bench, [task], replies, training=False)
     assert r.hard == 1.0 and r.n_turns == 2 and roles(r) == ["assistant", "user", "assistant", "system"]
@@ -145,8 +170,10 @@ def test_an_error_is_fed_back_and_the_fixed_script_wins(real_bench):
     assert "KeyError: 'no column U" in feedback and "main.py" in feedback and "runpy" not in feedback
     body = feedback.split("```\n", 1)[1].split("\n```", 1)[0]
     assert len(body) == 3000  # the first 3000 characters of the error text, in a plain fence
-    assert play.bodies[1]["messages"][2:] == [{"role": "assistant", "content": r.trajectory[0]["content"]},
-                                             {"role": "user", "content": feedback}]
+    assert play.bodies[1]["messages"][2:] == [
+        {"role": "assistant", "content": r.trajectory[0]["content"]},
+        {"role": "user", "content": feedback},
+    ]
 
 
 def test_training_feedback_names_wrong_cells_with_produced_values_only(real_bench):
@@ -164,7 +191,10 @@ def test_training_feedback_names_wrong_cells_with_produced_values_only(real_benc
     # evaluation rollouts end at the first script that runs, right or wrong
     (r,) = play(real_bench, [task], lambda *a: fenced(wrong), training=False, max_turns=3)
     assert r.n_turns == 1 and r.hard == 0.0 and roles(r) == ["assistant", "system"]
-    assert "## Eval Result (case 1): FAIL\nvalue@Sheet2!C2: gt='-' pred='e'\n## Output Verification" in r.trajectory[-1]["content"]
+    assert (
+        "## Eval Result (case 1): FAIL\nvalue@Sheet2!C2: gt='-' pred='e'\n## Output Verification"
+        in r.trajectory[-1]["content"]
+    )
     assert "  Sheet2!C2: got='e', expected='-' ✗" in r.trajectory[-1]["content"]
 
 
@@ -175,8 +205,10 @@ def test_turns_run_case_one_only_and_the_last_script_is_scored_on_every_case(rea
     grid = [[c.value for c in openpyxl.load_workbook(i).active["A2:B11"] for c in c] for i, _ in task.payload["cases"]]
     k = next(k for k in range(20) if grid[0][k] != grid[1][k] and grid[0][k] != grid[2][k])
     cell = ["A", "B"][k % 2] + str(2 + k // 2)
-    picky = (f"import openpyxl\nif openpyxl.load_workbook(INPUT_PATH).active[{cell!r}].value != {grid[0][k]!r}:\n"
-             "    raise ValueError('not the first case')\n") + REAL_SOLUTIONS["37609"]
+    picky = (
+        f"import openpyxl\nif openpyxl.load_workbook(INPUT_PATH).active[{cell!r}].value != {grid[0][k]!r}:\n"
+        "    raise ValueError('not the first case')\n"
+    ) + REAL_SOLUTIONS["37609"]
     (r,) = play(real_bench, [task], lambda *a: fenced(picky), training=True, max_turns=3)
     assert r.n_turns == 1 and r.soft == pytest.approx(1 / 3) and r.hard == 0.0
     assert r.fail_reason == "exec-error: ValueError: not the first case"
@@ -241,7 +273,9 @@ def test_formulas_a_script_writes_score_only_with_recalculation(tmp_path):
     reply = lambda tid, turn, msgs: fenced(FORMULA_SOLUTIONS[template_of(tid)])  # noqa: E731
     off = play(SpreadsheetBenchmark({"options": {"sample_dir": sample_dir}}), chosen, reply, training=False)
     assert [(r.hard, r.n_turns) for r in off] == [(0.0, 1), (0.0, 1)]
-    assert off[0].fail_reason.startswith("eval-mismatch: value@Sheet1!E2: gt=") and off[0].fail_reason.endswith("pred=None")
+    assert off[0].fail_reason.startswith("eval-mismatch: value@Sheet1!E2: gt=") and off[0].fail_reason.endswith(
+        "pred=None"
+    )
     on_bench = SpreadsheetBenchmark({"options": {"sample_dir": sample_dir, "recalculate": True}})
     assert [r.hard for r in play(on_bench, chosen, reply, training=False)] == [1.0, 1.0]
     assert "formulas recalculated" in on_bench.data_note()
@@ -270,17 +304,29 @@ def _dataset(root: Path, rows: list[dict], books: dict[str, list[tuple[dict, dic
 def test_answer_sheet_is_honoured_and_prefixes_only_the_first_range(tmp_path):
     inp = {"Data": {"A1": 2, "A2": 3}, "Result": {"A1": "sum"}}
     ans = {"Data": {"A1": 2, "A2": 3, "C2": "done"}, "Result": {"A1": "sum", "B2": 5}}
-    rows = [{"id": "as1", "instruction": "Put the sum of Data!A1:A2 in Result!B2 and 'done' in C2 of the first sheet.",
-             "instruction_type": "Cell-Level Manipulation", "answer_position": "B2,C2", "answer_sheet": "Result"}]
+    rows = [
+        {
+            "id": "as1",
+            "instruction": "Put the sum of Data!A1:A2 in Result!B2 and 'done' in C2 of the first sheet.",
+            "instruction_type": "Cell-Level Manipulation",
+            "answer_position": "B2,C2",
+            "answer_sheet": "Result",
+        }
+    ]
     _dataset(tmp_path, rows, {"as1": [(inp, ans)]})
     bench = SpreadsheetBenchmark({"data_dir": str(tmp_path)})
     (task,) = bench.load_split("all")
-    right = ("import openpyxl\nwb = openpyxl.load_workbook(INPUT_PATH)\nwb['Result']['B2'] = 5\nwb['Data']['C2'] = 'done'\n"
-             "wb.save(OUTPUT_PATH)\n")
+    right = (
+        "import openpyxl\nwb = openpyxl.load_workbook(INPUT_PATH)\nwb['Result']['B2'] = 5\nwb['Data']['C2'] = 'done'\n"
+        "wb.save(OUTPUT_PATH)\n"
+    )
     on_result = right.replace("wb['Data']['C2']", "wb['Result']['C2']")
     (r,) = play(bench, [task], lambda *a: fenced(right), training=False)
     assert r.hard == 1.0 and "Expected answer position: Result!B2,C2\n" in r.info["target_user_prompt"]
-    assert "  Result!B2: got=5, expected=5 ✓" in r.trajectory[-1]["content"] and "  Data!C2: got='done'" in r.trajectory[-1]["content"]
+    assert (
+        "  Result!B2: got=5, expected=5 ✓" in r.trajectory[-1]["content"]
+        and "  Data!C2: got='done'" in r.trajectory[-1]["content"]
+    )
     (r,) = play(bench, [task], lambda *a: fenced(on_result), training=False)
     assert r.hard == 0.0 and r.fail_reason == "eval-mismatch: value@Data!C2: gt='done' pred=None"  # QUIRK-17
 
@@ -290,22 +336,48 @@ def test_durations_written_by_a_script_score_like_the_official_rule(tmp_path):
     the same durations; a different duration, or the duration as a plain number of days, must not."""
     spans = [dt.timedelta(hours=1, minutes=30), dt.timedelta(days=1, hours=3), dt.timedelta(minutes=45, seconds=15)]
     starts = [dt.datetime(2024, 3, 1, 8, 0), dt.datetime(2024, 3, 2, 6, 0), dt.datetime(2024, 3, 3, 12, 0)]
-    inp = {"Log": {"A1": "start", "B1": "end", "C1": "duration",
-                   **{f"A{i}": s for i, s in enumerate(starts, 2)}, **{f"B{i}": s + d for i, (s, d) in enumerate(zip(starts, spans), 2)}}}
+    inp = {
+        "Log": {
+            "A1": "start",
+            "B1": "end",
+            "C1": "duration",
+            **{f"A{i}": s for i, s in enumerate(starts, 2)},
+            **{f"B{i}": s + d for i, (s, d) in enumerate(zip(starts, spans), 2)},
+        }
+    }
     ans = {"Log": {**inp["Log"], **{f"C{i}": d for i, d in enumerate(spans, 2)}}}
-    rows = [{"id": "dur", "instruction": "Fill C2:C4 with the duration end - start.", "instruction_type": "Cell-Level Manipulation",
-             "answer_position": "Log!C2:C4"}]
+    rows = [
+        {
+            "id": "dur",
+            "instruction": "Fill C2:C4 with the duration end - start.",
+            "instruction_type": "Cell-Level Manipulation",
+            "answer_position": "Log!C2:C4",
+        }
+    ]
     _dataset(tmp_path, rows, {"dur": [(inp, ans)]})
-    assert isinstance(openpyxl.load_workbook(tmp_path / "spreadsheet/dur/1_dur_answer.xlsx", data_only=True)["Log"]["C3"].value, dt.timedelta)
+    assert isinstance(
+        openpyxl.load_workbook(tmp_path / "spreadsheet/dur/1_dur_answer.xlsx", data_only=True)["Log"]["C3"].value,
+        dt.timedelta,
+    )
     bench = SpreadsheetBenchmark({"data_dir": str(tmp_path)})
     (task,) = bench.load_split("all")
-    script = ("import openpyxl\nwb = openpyxl.load_workbook(INPUT_PATH); ws = wb['Log']\n"
-              "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, ws.cell(r, 2).value - ws.cell(r, 1).value)\nwb.save(OUTPUT_PATH)\n")
+    script = (
+        "import openpyxl\nwb = openpyxl.load_workbook(INPUT_PATH); ws = wb['Log']\n"
+        "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, ws.cell(r, 2).value - ws.cell(r, 1).value)\nwb.save(OUTPUT_PATH)\n"
+    )
     (r,) = play(bench, [task], lambda *a: fenced(script), training=False)
     assert r.hard == 1.0, r.trajectory[-1]
-    assert "got=datetime.timedelta(days=1, seconds=10800), expected=datetime.timedelta(days=1, seconds=10800) ✓" in r.trajectory[-1]["content"]
-    off_by_a_second = script.replace("- ws.cell(r, 1).value)", "- ws.cell(r, 1).value + __import__('datetime').timedelta(seconds=1))")
-    as_days = script.replace("ws.cell(r, 2).value - ws.cell(r, 1).value", "(ws.cell(r, 2).value - ws.cell(r, 1).value).total_seconds() / 86400")
+    assert (
+        "got=datetime.timedelta(days=1, seconds=10800), expected=datetime.timedelta(days=1, seconds=10800) ✓"
+        in r.trajectory[-1]["content"]
+    )
+    off_by_a_second = script.replace(
+        "- ws.cell(r, 1).value)", "- ws.cell(r, 1).value + __import__('datetime').timedelta(seconds=1))"
+    )
+    as_days = script.replace(
+        "ws.cell(r, 2).value - ws.cell(r, 1).value",
+        "(ws.cell(r, 2).value - ws.cell(r, 1).value).total_seconds() / 86400",
+    )
     for wrong in (off_by_a_second, as_days):
         (r,) = play(bench, [task], lambda *a: fenced(wrong), training=False)
         assert r.hard == 0.0 and r.fail_reason.startswith("eval-mismatch: value@Log!C2"), r.fail_reason
@@ -332,7 +404,9 @@ def test_broken_tasks_are_per_task_errors_and_the_rest_still_run(tmp_path):
     by_id = {r.task_id: r for r in results}
     assert by_id["37609"].hard == 1.0
     for tid, words in (("corrupt", "data:"), ("39604", "NoSuchSheet"), ("absent", "no-test-cases")):
-        assert by_id[tid].fail_reason == "data_error" and words in by_id[tid].error and not by_id[tid].infra_error, by_id[tid]
+        assert by_id[tid].fail_reason == "data_error" and words in by_id[tid].error and not by_id[tid].infra_error, (
+            by_id[tid]
+        )
     stats = summarize(results)
     assert stats.data_errors == 3 and stats.infra_errors == 0
     note = bench.data_note()

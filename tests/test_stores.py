@@ -5,7 +5,6 @@ A kill while MLflow migrates a fresh store used to leave a file on which every r
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -63,8 +62,10 @@ def test_a_store_with_runs_and_an_old_schema_is_never_touched(tmp_path):
     half_made_store(db)
     con = sqlite3.connect(db)
     con.execute("INSERT INTO experiments (experiment_id, name, lifecycle_stage) VALUES (7, 'kept', 'active')")
-    con.execute("INSERT INTO runs (run_uuid, experiment_id, lifecycle_stage, status, start_time, source_type, source_name, "
-                "entry_point_name, user_id, artifact_uri) VALUES ('abc', 7, 'active', 'FINISHED', 0, 'LOCAL', '', '', '', '')")
+    con.execute(
+        "INSERT INTO runs (run_uuid, experiment_id, lifecycle_stage, status, start_time, source_type, source_name, "
+        "entry_point_name, user_id, artifact_uri) VALUES ('abc', 7, 'active', 'FINISHED', 0, 'LOCAL', '', '', '', '')"
+    )
     con.commit()
     con.close()
     before = db.read_bytes()
@@ -93,7 +94,9 @@ def test_kill_at_any_moment_of_store_creation_leaves_a_store_the_rerun_uses(tmp_
         out = tmp_path / f"o{i}"
         out.mkdir()
         uri = f"sqlite:///{out / 'mlflow.db'}"
-        proc = subprocess.Popen([sys.executable, "-c", _CREATE, uri, str(out / "art")], stdout=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CREATE, uri, str(out / "art")], stdout=subprocess.PIPE, text=True, env=env
+        )
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.0, 1.5))  # a fresh store takes about 2 s to make on this machine
         proc.send_signal(signal.SIGKILL)

@@ -45,8 +45,10 @@ SPEC: dict[str, tuple[set[str], tuple[str, ...]]] = {
     "merge_final.md": ({"reasoning"} | EDIT | STAMPS, OPS + ("failure", "success")),
     "merge_failure_rewrite.md": ({"reasoning"} | SUGGESTION | STAMPS, SUGGESTION_TYPES + PRIORITIES + ("failure",)),
     "merge_success_rewrite.md": ({"reasoning"} | SUGGESTION | STAMPS, SUGGESTION_TYPES + PRIORITIES + ("success",)),
-    "merge_final_rewrite.md": ({"reasoning"} | SUGGESTION | STAMPS,
-                               SUGGESTION_TYPES + PRIORITIES + ("failure", "success")),
+    "merge_final_rewrite.md": (
+        {"reasoning"} | SUGGESTION | STAMPS,
+        SUGGESTION_TYPES + PRIORITIES + ("failure", "success"),
+    ),
     "merge_failure_full_rewrite.md": ({"reasoning"} | CANDIDATE | STAMPS, ("failure",)),
     "merge_success_full_rewrite.md": ({"reasoning"} | CANDIDATE | STAMPS, ("success",)),
     "merge_final_full_rewrite.md": ({"reasoning"} | CANDIDATE | STAMPS, ("failure", "success", "mixed")),
@@ -57,27 +59,51 @@ SPEC: dict[str, tuple[set[str], tuple[str, ...]]] = {
     "slow_update.md": ({"reasoning", "slow_update_content"}, ()),
     "meta_skill.md": ({"reasoning", "meta_skill_content"}, ()),
     "skill_aware_failure_suffix.md": ({"patch", "appendix_notes"}, ("SKILL_DEFECT", "EXECUTION_LAPSE")),
-    "skill_aware_success_suffix.md": ({"patch", "reasoning", "edits", "op", "target", "content", "reflection_type",
-                                       "appendix_notes"}, ("DISCOVERY", "OPTIMIZATION")),
+    "skill_aware_success_suffix.md": (
+        {"patch", "reasoning", "edits", "op", "target", "content", "reflection_type", "appendix_notes"},
+        ("DISCOVERY", "OPTIMIZATION"),
+    ),
     "appendix_consolidate.md": ({"appendix_notes"}, ()),
 }
 
 # Files whose spec text carries the slow-update protected-section warning / keep-the-block rule (§4.1, 4.4-4.8,
 # 4.11). The env overrides omit it (QUIRK-28), as do the success rewrite analyst and the rewrite-mode merges.
 PROTECTED = {
-    "analyst_error.md", "analyst_success.md", "analyst_error_rewrite.md",
-    "analyst_error_full_rewrite.md", "analyst_success_full_rewrite.md",
-    "merge_failure.md", "merge_success.md", "merge_final.md",
-    "merge_failure_full_rewrite.md", "merge_success_full_rewrite.md", "merge_final_full_rewrite.md",
+    "analyst_error.md",
+    "analyst_success.md",
+    "analyst_error_rewrite.md",
+    "analyst_error_full_rewrite.md",
+    "analyst_success_full_rewrite.md",
+    "merge_failure.md",
+    "merge_success.md",
+    "merge_final.md",
+    "merge_failure_full_rewrite.md",
+    "merge_success_full_rewrite.md",
+    "merge_final_full_rewrite.md",
     "rewrite_skill.md",
 }
 ENV_OVERRIDES = [name for name in SPEC if "/" in name]
 
-ALFWORLD_TASK_TYPES = ("pick_and_place", "pick_two_obj_and_place", "look_at_obj_in_light",
-                       "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep",
-                       "pick_clean_then_place_in_recep")
-ALFWORLD_FAILURE_TYPES = ("navigation_loop", "missed_object", "wrong_sequence", "premature_stop", "action_loop",
-                          "appliance_error", "rule_missing", "rule_wrong", "rule_ignored", "other")
+ALFWORLD_TASK_TYPES = (
+    "pick_and_place",
+    "pick_two_obj_and_place",
+    "look_at_obj_in_light",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_clean_then_place_in_recep",
+)
+ALFWORLD_FAILURE_TYPES = (
+    "navigation_loop",
+    "missed_object",
+    "wrong_sequence",
+    "premature_stop",
+    "action_loop",
+    "appliance_error",
+    "rule_missing",
+    "rule_wrong",
+    "rule_ignored",
+    "other",
+)
 SEARCHQA_FAILURE_TYPES = ("rule_missing", "rule_wrong", "rule_ignored", "answer_format", "other")
 SPREADSHEET_FAILURE_TYPES = ("rule_missing", "rule_wrong", "rule_ignored", "data_exploration", "code_error", "other")
 
@@ -171,8 +197,13 @@ def test_generic_analysts_have_no_fixed_taxonomy_and_a_budget():
     err = _text("analyst_error.md")
     assert len(re.findall(r"^\d+\. ", _section(err, "Process"), re.M)) == 6
     assert not any(t in err for t in ("navigation_loop", "answer_format", "data_exploration"))
-    for name in ("analyst_error.md", "analyst_success.md", "analyst_error_rewrite.md", "analyst_success_rewrite.md",
-                 *ENV_OVERRIDES):
+    for name in (
+        "analyst_error.md",
+        "analyst_success.md",
+        "analyst_error_rewrite.md",
+        "analyst_success_rewrite.md",
+        *ENV_OVERRIDES,
+    ):
         assert "`L`" in _section(_text(name), "Budget"), name
     hints = {"alfworld": "appliance", "searchqa": "disambiguat", "spreadsheetbench": "explor"}
     for env, hint in hints.items():

@@ -26,26 +26,61 @@ def _tracker(tmp_path: Path, template: Path, experiment: str = "alfworld") -> Tr
 
 
 def test_metric_groups():
-    assert [metric_key(n) for n in ("current_score", "candidate_gate_score", "selection_score", "rollout_hard", "test_hard_best",
-                                    "best_selection_score", "eval_soft.pick_and_place")] == \
-        ["score/current_score", "score/candidate_gate_score", "score/selection_score", "score/rollout_hard", "score/test_hard_best",
-         "score/best_selection_score", "score/eval_soft.pick_and_place"]
-    assert [metric_key(n) for n in ("tokens_total", "tokens.target.rollout", "cost_usd_total")] == \
-        ["tokens/tokens_total", "tokens/tokens.target.rollout", "tokens/cost_usd_total"]
+    assert [
+        metric_key(n)
+        for n in (
+            "current_score",
+            "candidate_gate_score",
+            "selection_score",
+            "rollout_hard",
+            "test_hard_best",
+            "best_selection_score",
+            "eval_soft.pick_and_place",
+        )
+    ] == [
+        "score/current_score",
+        "score/candidate_gate_score",
+        "score/selection_score",
+        "score/rollout_hard",
+        "score/test_hard_best",
+        "score/best_selection_score",
+        "score/eval_soft.pick_and_place",
+    ]
+    assert [metric_key(n) for n in ("tokens_total", "tokens.target.rollout", "cost_usd_total")] == [
+        "tokens/tokens_total",
+        "tokens/tokens.target.rollout",
+        "tokens/cost_usd_total",
+    ]
     assert metric_key("wall_time_s") == "time/wall_time_s"
-    assert [metric_key(n) for n in ("accepted", "n_edits_merged", "edit_budget", "infra_errors", "tasks_compared", "slow_update_accepted")] == \
-        ["counts/accepted", "counts/n_edits_merged", "counts/edit_budget", "counts/infra_errors", "counts/tasks_compared",
-         "counts/slow_update_accepted"]
+    assert [
+        metric_key(n)
+        for n in ("accepted", "n_edits_merged", "edit_budget", "infra_errors", "tasks_compared", "slow_update_accepted")
+    ] == [
+        "counts/accepted",
+        "counts/n_edits_merged",
+        "counts/edit_budget",
+        "counts/infra_errors",
+        "counts/tasks_compared",
+        "counts/slow_update_accepted",
+    ]
     assert [metric_key(n) for n in ("skill_version", "skill_len")] == ["skill/skill_version", "skill/skill_len"]
     assert metric_key("something_new") == "other/something_new" and metric_key("score/x") == "score/x"
 
 
 def test_ui_link_opens_the_model_training_view():
-    assert ui_link({"experiment_id": "3", "run_id": "abc"}) == "http://127.0.0.1:5000/#/experiments/3/runs/abc?workflowType=machine_learning"
+    assert (
+        ui_link({"experiment_id": "3", "run_id": "abc"})
+        == "http://127.0.0.1:5000/#/experiments/3/runs/abc?workflowType=machine_learning"
+    )
 
 
 def test_sweep_trial_names_show_swept_values():
-    tags = {"sweep": "lr", "seed": "43", "sweep.param.optimizer.learning_rate": "4", "sweep.param.optimizer.gate_metric": "soft"}
+    tags = {
+        "sweep": "lr",
+        "seed": "43",
+        "sweep.param.optimizer.learning_rate": "4",
+        "sweep.param.optimizer.gate_metric": "soft",
+    }
     assert sweep_run_name(tags, "alfworld-train-seed43-abc") == "gate_metric=soft learning_rate=4 seed=43"
     clash = {"sweep.param.optimizer.x": "1", "sweep.param.env.x": "2", "seed": "1"}
     assert sweep_run_name(clash, "d") == "env.x=2 optimizer.x=1 seed=1"
@@ -62,8 +97,13 @@ def test_tracker_experiment_kind_names_and_groups(tmp_path, store_template):
     run = tr.client.get_run(run_id)
     assert run.info.run_name == "learning_rate=4 seed=43"
     tr.log_metrics({"current_score": 0.5, "accepted": 1.0, "tokens_total": 100, "wall_time_s": 3.0, "skill_len": 10}, 1)
-    assert set(tr.client.get_run(run_id).data.metrics) == {"score/current_score", "counts/accepted", "tokens/tokens_total",
-                                                           "time/wall_time_s", "skill/skill_len"}
+    assert set(tr.client.get_run(run_id).data.metrics) == {
+        "score/current_score",
+        "counts/accepted",
+        "tokens/tokens_total",
+        "time/wall_time_s",
+        "skill/skill_len",
+    }
     # a run resumed under an older name is renamed; an experiment made before the kind tag gets it
     tr.client.update_run(run_id, name="old-name")
     tr.client.delete_experiment_tag(tr.experiment_id, EXPERIMENT_KIND_TAG)
@@ -84,7 +124,12 @@ def test_skill_history_logged_with_each_step(tmp_path, store_template):
     assert {"skill_history.html", "skill_versions.json"} <= names
     local = Path(tr.client.download_artifacts(run_id, "skill_versions.json", str(tmp_path / "dl")))
     rows = json.loads(local.read_text())
-    assert [(r["version"], r["step"], r["selection_score"]) for r in rows] == [(0, 0, 0.25), (1, 1, 0.5), (2, None, None), (3, None, 0.75)]
+    assert [(r["version"], r["step"], r["selection_score"]) for r in rows] == [
+        (0, 0, 0.25),
+        (1, 1, 0.5),
+        (2, None, None),
+        (3, None, 0.75),
+    ]
     assert rows[1]["made_by"] == "step 1 (accept_new_best)" and rows[1]["artifact"] == "skills/skill_v0001.md"
     page = Path(tr.client.download_artifacts(run_id, "skill_history.html", str(tmp_path / "dl"))).read_text()
     assert '<span class="add">+- RULE-heat: use the microwave</span>' in page
@@ -97,8 +142,17 @@ def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
 
     from skillopt_ray import cli, compare, report
 
-    overrides = ["+experiment=alfworld", "+smoke=tiny", "llm=compatible", f"llm.base_url={scripted.base_url}", f"env.data_dir={alfworld_root}",
-                 f"output_dir={tmp_path / 'out'}", "env.max_turns=10", "debug.progress=off", "env.options.skip_missing_games=true"]
+    overrides = [
+        "+experiment=alfworld",
+        "+smoke=tiny",
+        "llm=compatible",
+        f"llm.base_url={scripted.base_url}",
+        f"env.data_dir={alfworld_root}",
+        f"output_dir={tmp_path / 'out'}",
+        "env.max_turns=10",
+        "debug.progress=off",
+        "env.options.skip_missing_games=true",
+    ]
     _obj, data = cli.typed(cli.compose(overrides))
     data = cli.resolve_paths(data)
     assert cli.run_one(data) == 0
@@ -108,19 +162,30 @@ def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
     run = client.get_run(ml["run_id"])
     assert client.get_experiment(run.info.experiment_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
     keys = set(run.data.metrics)
-    assert keys and all(k.split("/", 1)[0] in ("score", "tokens", "time", "counts", "skill") for k in keys), sorted(keys)
-    assert {"score/current_score", "score/test_hard_best", "counts/accepted", "tokens/tokens_total", "time/wall_time_s"} <= keys
+    assert keys and all(k.split("/", 1)[0] in ("score", "tokens", "time", "counts", "skill") for k in keys), sorted(
+        keys
+    )
+    assert {
+        "score/current_score",
+        "score/test_hard_best",
+        "counts/accepted",
+        "tokens/tokens_total",
+        "time/wall_time_s",
+    } <= keys
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "score/current_score")]
     assert steps == [1, 2]
     # compare reads the grouped names back (its MLflow path, not the run directory)
     rec = compare._record_from_mlflow_run(client, run, {}, 42)
     assert [p.step for p in rec.curve] == [0, 1, 2] and rec.curve[1].accepted == 1.0 and rec.metrics["tokens"] > 0
     # skill versions with their step and score, and the HTML history, as artifacts
-    versions = json.loads(Path(client.download_artifacts(run.info.run_id, "skill_versions.json", str(tmp_path / "dl"))).read_text())
+    versions = json.loads(
+        Path(client.download_artifacts(run.info.run_id, "skill_versions.json", str(tmp_path / "dl"))).read_text()
+    )
     history = json.loads((rd / "history.json").read_text())
     accepted = [h for h in history if h["action"].startswith("accept")]
-    assert [(v["step"], v["selection_score"]) for v in versions if v["made_by"].startswith("step")] == \
-        [(h["step"], h["current_score"]) for h in accepted]
+    assert [(v["step"], v["selection_score"]) for v in versions if v["made_by"].startswith("step")] == [
+        (h["step"], h["current_score"]) for h in accepted
+    ]
     page = Path(client.download_artifacts(run.info.run_id, "skill_history.html", str(tmp_path / "dl"))).read_text()
     assert "Versions of the current skill" in page and '<span class="add">' in page
     # the run's story from its directory

@@ -14,8 +14,18 @@ pytestmark = pytest.mark.slow
 
 
 def _data(url: str, out: Path, alfworld_root: Path, *extra: str) -> dict:
-    overrides = ["+experiment=alfworld", "+smoke=tiny", "llm=compatible", f"llm.base_url={url}", f"env.data_dir={alfworld_root}",
-                 f"output_dir={out}", "env.max_turns=10", "debug.progress=off", "env.options.skip_missing_games=true", *extra]
+    overrides = [
+        "+experiment=alfworld",
+        "+smoke=tiny",
+        "llm=compatible",
+        f"llm.base_url={url}",
+        f"env.data_dir={alfworld_root}",
+        f"output_dir={out}",
+        "env.max_turns=10",
+        "debug.progress=off",
+        "env.options.skip_missing_games=true",
+        *extra,
+    ]
     cfg = cli.compose(overrides)
     _obj, data = cli.typed(cfg)
     return cli.resolve_paths(data)
@@ -30,8 +40,13 @@ def _fingerprint(run_dir: Path) -> dict:
     skills = {p.name: p.read_text() for p in sorted((run_dir / "skills").glob("*.md"))}
     history = json.loads((run_dir / "history.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
-    return {"skills": skills, "history": history, "best": (run_dir / "best_skill.md").read_text(),
-            "test": summary["test"], "counts": summary["counts"]}
+    return {
+        "skills": skills,
+        "history": history,
+        "best": (run_dir / "best_skill.md").read_text(),
+        "test": summary["test"],
+        "counts": summary["counts"],
+    }
 
 
 def test_tiny_experiment_runs_all_stages_two_epochs(ray_cluster, scripted, alfworld_root, tmp_path, capsys):
@@ -42,20 +57,41 @@ def test_tiny_experiment_runs_all_stages_two_epochs(ray_cluster, scripted, alfwo
     assert summary["test"]["initial"]["hard"] == 0.0 and summary["test"]["best"]["hard"] == 1.0
     assert summary["counts"]["accept"] >= 1 and summary["steps"] == 2
     assert set(summary["test"]["best"]["per_type"]) and summary["tokens"]["calls"] > 0
-    for rel in ("config.yaml", "state.json", "history.json", "best_skill.md", "skills/skill_v0000.md", "skills/skill_v0001.md",
-                "steps/e01_s001/rollout.json", "steps/e01_s001/reflect.json", "steps/e01_s001/aggregate.json", "steps/e01_s001/select.json",
-                "steps/e01_s001/update.json", "steps/e01_s001/gate.json", "steps/e01_s001/candidate.md",
-                "steps/e01_s001/step_record.json", "epochs/e01/meta_skill_result.json", "epochs/e01/slow_result.json",
-                "epochs/e02/slow_result.json", "epochs/e02/slow_pairs.json", "epochs/e02/comparison_pairs.json",
-                "epochs/e02/slow_update_prompt.md", "epochs/e02/meta_skill_prompt.md", "epochs/e02/meta_skill_result.json",
-                "final/evaluation.json", "ledger.json"):
+    for rel in (
+        "config.yaml",
+        "state.json",
+        "history.json",
+        "best_skill.md",
+        "skills/skill_v0000.md",
+        "skills/skill_v0001.md",
+        "steps/e01_s001/rollout.json",
+        "steps/e01_s001/reflect.json",
+        "steps/e01_s001/aggregate.json",
+        "steps/e01_s001/select.json",
+        "steps/e01_s001/update.json",
+        "steps/e01_s001/gate.json",
+        "steps/e01_s001/candidate.md",
+        "steps/e01_s001/step_record.json",
+        "epochs/e01/meta_skill_result.json",
+        "epochs/e01/slow_result.json",
+        "epochs/e02/slow_result.json",
+        "epochs/e02/slow_pairs.json",
+        "epochs/e02/comparison_pairs.json",
+        "epochs/e02/slow_update_prompt.md",
+        "epochs/e02/meta_skill_prompt.md",
+        "epochs/e02/meta_skill_result.json",
+        "final/evaluation.json",
+        "ledger.json",
+    ):
         assert (rd / rel).exists(), rel
     rollout = json.loads((rd / "steps/e01_s001/rollout.json").read_text())
     assert len(rollout) == 4 and all(r["trajectory"] for r in rollout)
     gate = json.loads((rd / "steps/e01_s001/gate.json").read_text())
     assert gate["action"] == "accept_new_best"
     # the decision explained: scores compared, the rule, the selection tasks that flipped, the diff
-    assert gate["reason"].startswith("candidate 1.0000 vs current 0.0000 (best 0.0000), hard score over 2 selection tasks: accepted")
+    assert gate["reason"].startswith(
+        "candidate 1.0000 vs current 0.0000 (best 0.0000), hard score over 2 selection tasks: accepted"
+    )
     assert len(gate["flipped"]["to_pass"]) == 2 and gate["flipped"]["to_fail"] == []
     diff = (rd / "steps/e01_s001/diff.md").read_text()
     assert diff.startswith("```diff\n--- current\n+++ candidate\n") and "+- RULE-" in diff
@@ -69,7 +105,9 @@ def test_tiny_experiment_runs_all_stages_two_epochs(ray_cluster, scripted, alfwo
     assert "SLOW_UPDATE" not in (rd / "best_skill.md").read_text()
     state = json.loads((rd / "state.json").read_text())
     final_skill = (rd / "skills" / f"skill_v{state['current_version']:04d}.md").read_text()
-    assert final_skill.endswith("<!-- SLOW_UPDATE_START -->\n<!-- SLOW_UPDATE_END -->\n")  # the rejected block never landed
+    assert final_skill.endswith(
+        "<!-- SLOW_UPDATE_START -->\n<!-- SLOW_UPDATE_END -->\n"
+    )  # the rejected block never landed
     assert state["meta_skill"] and state["phase"] == "done" and state["version"] == 2
     # MLflow: one run with params, per-step metrics and every skill version as artifacts
     from mlflow.tracking import MlflowClient
@@ -83,7 +121,9 @@ def test_tiny_experiment_runs_all_stages_two_epochs(ray_cluster, scripted, alfwo
     history = json.loads((rd / "history.json").read_text())
     # cosine 4 -> 2 over T=2 steps is 3, 2 (REFERENCE_SPEC §2.1), and the schedule moves only on steps that reach select
     assert history[0]["action"] == "accept_new_best" and history[0]["edit_budget"] == 3
-    assert [h["edit_budget"] for h in history if h["edit_budget"] is not None] == [3, 2][: sum(h["edit_budget"] is not None for h in history)]
+    assert [h["edit_budget"] for h in history if h["edit_budget"] is not None] == [3, 2][
+        : sum(h["edit_budget"] is not None for h in history)
+    ]
     gated = [h for h in history if h["candidate_gate_score"] is not None]
     assert len(client.get_metric_history(ml["run_id"], "score/candidate_gate_score")) == len(gated) >= 1
     tokens = client.get_metric_history(ml["run_id"], "tokens/tokens_total")
@@ -136,8 +176,15 @@ def test_replay_reproduces_a_recorded_run_offline(ray_cluster, scripted, alfworl
 def test_eval_only_scores_a_skill_per_type(ray_cluster, scripted, alfworld_root, tmp_path):
     skill = tmp_path / "skill.md"
     skill.write_text("# skill\n- RULE-pick_and_place\n- RULE-look_at_obj_in_light\n")
-    code, rd = _run(scripted.base_url, tmp_path / "ev", alfworld_root, "mode=eval", f"eval.skill_path={skill}", "eval.split=val",
-                    "env.limit_selection=6")
+    code, rd = _run(
+        scripted.base_url,
+        tmp_path / "ev",
+        alfworld_root,
+        "mode=eval",
+        f"eval.skill_path={skill}",
+        "eval.split=val",
+        "env.limit_selection=6",
+    )
     assert code == 0
     s = json.loads((rd / "summary.json").read_text())
     per = s["eval"]["per_type"]
@@ -172,26 +219,46 @@ def test_missing_data_dir_is_one_line_exit_2(ray_cluster, scripted, tmp_path, ca
 def test_three_epochs_slow_update_and_meta_skill_see_their_inputs(ray_cluster, scripted, alfworld_root, tmp_path):
     """REFERENCE_SPEC §10-§11 through the real loop: the slow update sees the previous and current skill and
     the previous guidance; the meta skill is written from epoch 2 on and shown to the optimizer the epoch after."""
-    code, rd = _run(scripted.base_url, tmp_path / "out", alfworld_root, "optimizer.epochs=3", "optimizer.slow_update_gate=false",
-                    "optimizer.slow_update_samples=4")
+    code, rd = _run(
+        scripted.base_url,
+        tmp_path / "out",
+        alfworld_root,
+        "optimizer.epochs=3",
+        "optimizer.slow_update_gate=false",
+        "optimizer.slow_update_samples=4",
+    )
     assert code == 0
     slow2 = (rd / "epochs/e02/slow_update_prompt.md").read_text()
     slow3 = (rd / "epochs/e03/slow_update_prompt.md").read_text()
     for text in (slow2, slow3):
-        order = ["## Previous Epoch's Skill", "## Current Epoch's Skill", "## Previous Slow Update Guidance",
-                 "## Longitudinal Comparison (same 20 tasks, two skill versions)", "### Regressions (right→wrong) — HIGHEST PRIORITY",
-                 "### Persistent Failures (wrong→wrong)", "### Improvements (wrong→right)", "### Stable Successes (right→right)"]
-        assert [text.find(h) for h in order] == sorted(text.find(h) for h in order) and min(text.find(h) for h in order) >= 0
+        order = [
+            "## Previous Epoch's Skill",
+            "## Current Epoch's Skill",
+            "## Previous Slow Update Guidance",
+            "## Longitudinal Comparison (same 20 tasks, two skill versions)",
+            "### Regressions (right→wrong) — HIGHEST PRIORITY",
+            "### Persistent Failures (wrong→wrong)",
+            "### Improvements (wrong→right)",
+            "### Stable Successes (right→right)",
+        ]
+        assert [text.find(h) for h in order] == sorted(text.find(h) for h in order) and min(
+            text.find(h) for h in order
+        ) >= 0
     guidance = "Keep following the per-task-type rules"
     assert "(none yet" in slow2.split("## Previous Slow Update Guidance", 1)[1].split("## Longitudinal", 1)[0]
-    assert guidance in slow3.split("## Previous Slow Update Guidance", 1)[1].split("## Longitudinal", 1)[0]  # force-injected in e2
+    assert (
+        guidance in slow3.split("## Previous Slow Update Guidance", 1)[1].split("## Longitudinal", 1)[0]
+    )  # force-injected in e2
     assert guidance in slow3.split("## Previous Epoch's Skill", 1)[1].split("## Current Epoch's Skill", 1)[0]
     assert json.loads((rd / "epochs/e02/slow_result.json").read_text())["action"] == "force_accept"
     meta_content = "Appending one rule per failing task type"
     assert json.loads((rd / "epochs/e01/meta_skill_result.json").read_text())["action"] == "skip_first_epoch"
     meta2 = (rd / "epochs/e02/meta_skill_prompt.md").read_text()
     meta3 = (rd / "epochs/e03/meta_skill_prompt.md").read_text()
-    assert "## Previous Epoch Last-Step Skill" in meta2 and "## Longitudinal Comparison (same tasks, two last-step skills)" in meta2
+    assert (
+        "## Previous Epoch Last-Step Skill" in meta2
+        and "## Longitudinal Comparison (same tasks, two last-step skills)" in meta2
+    )
     assert "(none yet" in meta2 and meta_content in meta3.split("## Previous Optimizer Meta Skill", 1)[1]
     # the meta skill written at the end of epoch 2 reaches the optimizer's prompts in epoch 3 only
     log = scripted.policies.optimizer_log
@@ -201,20 +268,34 @@ def test_three_epochs_slow_update_and_meta_skill_see_their_inputs(ray_cluster, s
     assert e2 and e3
     assert not any("## Optimizer Meta Skill" in t for t in e2)
     assert all("## Optimizer Meta Skill" in t and meta_content in t for t in e3)
-    assert not any("## Optimizer Meta Skill" in msgs[-1]["content"] for stage, _k, msgs in log if stage == "slow_update")
+    assert not any(
+        "## Optimizer Meta Skill" in msgs[-1]["content"] for stage, _k, msgs in log if stage == "slow_update"
+    )
 
 
-def test_unparseable_optimizer_replies_fall_back_and_the_run_finishes(ray_cluster, walkthroughs, alfworld_root, tmp_path):
+def test_unparseable_optimizer_replies_fall_back_and_the_run_finishes(
+    ray_cluster, walkthroughs, alfworld_root, tmp_path
+):
     """Merges and rankings that stay unparseable after the re-ask fall back (concatenation, first N), recorded."""
     from scripted_server import Policies, ScriptedServer
 
     class Garbled(Policies):
         def optimizer_reply(self, stage, body):
-            return "sorry, I cannot produce JSON today" if stage in ("merge", "ranking") else super().optimizer_reply(stage, body)
+            return (
+                "sorry, I cannot produce JSON today"
+                if stage in ("merge", "ranking")
+                else super().optimizer_reply(stage, body)
+            )
 
     with ScriptedServer(Garbled(walkthroughs, "rule_gated")) as srv:
-        code, rd = _run(srv.base_url, tmp_path / "out", alfworld_root, "optimizer.epochs=1", "optimizer.learning_rate=2",
-                        "optimizer.min_learning_rate=1")
+        code, rd = _run(
+            srv.base_url,
+            tmp_path / "out",
+            alfworld_root,
+            "optimizer.epochs=1",
+            "optimizer.learning_rate=2",
+            "optimizer.min_learning_rate=1",
+        )
         asked = srv.state.requests
     assert code == 0
     agg = json.loads((rd / "steps/e01_s001/aggregate.json").read_text())

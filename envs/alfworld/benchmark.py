@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from envs.alfworld import data as alf_data
-from envs.alfworld.compile_cache import resolve_dir
-from envs.alfworld.game import AlfWorldGame
-from envs.alfworld.protocol import (
+from skillopt_envs.alfworld import data as alf_data
+from skillopt_envs.alfworld.compile_cache import resolve_dir
+from skillopt_envs.alfworld.game import AlfWorldGame
+from skillopt_envs.alfworld.protocol import (
     ParsedReply,
     Record,
     action_schema,
@@ -23,7 +23,8 @@ from envs.alfworld.protocol import (
     parse_constrained_reply,
     parse_reply,
 )
-from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+
 from skillopt_ray.llm.types import ChatRequest
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
@@ -38,7 +39,9 @@ def fail_timeout(max_steps: int) -> str:
 
 @dataclass
 class AlfWorldOptions:
-    skip_missing_games: bool = False  # games a manifest lists but the data lacks: skipped (true) or a clear error (false)
+    skip_missing_games: bool = (
+        False  # games a manifest lists but the data lacks: skipped (true) or a clear error (false)
+    )
     # which games make the splits on real data: `paper` (SkillOpt's 39/18/134 split, shipped) or `folders` (every game
     # under json_2.1.1/<split>/); env.manifest_dir, when set, wins over both. Sample games always use their folders.
     split_source: str = "paper"
@@ -54,7 +57,7 @@ class AlfWorldOptions:
     compile_cache: str = "auto"
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> "AlfWorldOptions":
+    def parse(raw: dict[str, Any]) -> AlfWorldOptions:
         opts = parse_options(AlfWorldOptions, raw, "alfworld")
         if opts.split_source not in ("paper", "folders"):
             raise DataError(f"env.options.split_source={opts.split_source!r}: use paper or folders")
@@ -110,7 +113,7 @@ class AlfWorldBenchmark(Benchmark):
         self._games = GameCache(self.options.cached_games, resolve_dir(self.options.compile_cache))
         self._using_samples = self._root is None
         if self._using_samples:
-            from envs.alfworld.samples import ensure_sample_games
+            from skillopt_envs.alfworld.samples import ensure_sample_games
 
             self._root = ensure_sample_games(self.options.sample_dir)
 
@@ -118,7 +121,7 @@ class AlfWorldBenchmark(Benchmark):
         """Importing and patching the engine takes about 0.6 CPU-s, and a process's first game
         another 0.1-0.2 s (text templates parsed, a planner library opened): paid here, once per
         actor, by one game's reset and a `look`."""
-        from envs.alfworld.game import import_engine
+        from skillopt_envs.alfworld.game import import_engine
 
         import_engine(self._games.compile_cache_dir)
         assert self._root is not None
@@ -161,10 +164,16 @@ class AlfWorldBenchmark(Benchmark):
             return note + f", {sizes} train/val/test games"
         listed = "/".join(str(p.listed) for p in presence)
         gone = ", ".join(f"{p.listed - p.present} {p.split}" for p in missing)
-        action = ("they are skipped (env.options.skip_missing_games=true)" if self.options.skip_missing_games
-                  else "the run stops: download them or set env.options.skip_missing_games=true")
+        action = (
+            "they are skipped (env.options.skip_missing_games=true)"
+            if self.options.skip_missing_games
+            else "the run stops: download them or set env.options.skip_missing_games=true"
+        )
         differs = "; split sizes differ from the paper's" if paper else ""
-        return note + f": only {sizes} of its {listed} train/val/test games are in the data ({gone} missing) - {action}{differs}"
+        return (
+            note
+            + f": only {sizes} of its {listed} train/val/test games are in the data ({gone} missing) - {action}{differs}"
+        )
 
     def load_split(self, split: str) -> list[Task]:
         assert self._root is not None
@@ -179,8 +188,14 @@ class AlfWorldBenchmark(Benchmark):
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         gamefile = task.payload["gamefile"]
         if not Path(gamefile).is_file():
-            return EpisodeResult(task.task_id, task.task_type, error=f"game file missing: {gamefile}", infra_error=True, fail_reason="infra_error",
-                                 error_kind="game_missing")
+            return EpisodeResult(
+                task.task_id,
+                task.task_type,
+                error=f"game file missing: {gamefile}",
+                infra_error=True,
+                fail_reason="infra_error",
+                error_kind="game_missing",
+            )
         game = self._games.acquire(gamefile)
         try:
             return await self._play(game, task, skill, llm, ctx)
@@ -210,11 +225,23 @@ class AlfWorldBenchmark(Benchmark):
             format_errors += 0 if parsed.format_ok else 1
             out = game.step(parsed.command)
             won = out.won
-            done = out.done or out.won or (self.options.engine_step_limit > 0 and step + 1 >= self.options.engine_step_limit)
-            trajectory.append({
-                "step": step, "action": parsed.action, "reasoning": parsed.reasoning, "model_response": reply.content,
-                "env_feedback": out.observation, "reward": 1.0 if out.won else 0.0, "done": done, "format_ok": parsed.format_ok,
-            })
+            done = (
+                out.done
+                or out.won
+                or (self.options.engine_step_limit > 0 and step + 1 >= self.options.engine_step_limit)
+            )
+            trajectory.append(
+                {
+                    "step": step,
+                    "action": parsed.action,
+                    "reasoning": parsed.reasoning,
+                    "model_response": reply.content,
+                    "env_feedback": out.observation,
+                    "reward": 1.0 if out.won else 0.0,
+                    "done": done,
+                    "format_ok": parsed.format_ok,
+                }
+            )
             memory.append(Record(observation, parsed.command))
             observation, admissible = out.observation, out.admissible or admissible
             if done:
@@ -227,7 +254,13 @@ class AlfWorldBenchmark(Benchmark):
             reason = fail_timeout(ctx.max_turns)
         score = 1.0 if won else 0.0
         return EpisodeResult(
-            task.task_id, task.task_type, hard=score, soft=score, fail_reason=reason, n_turns=len(trajectory),
-            trajectory=trajectory, task_description=goal,
+            task.task_id,
+            task.task_type,
+            hard=score,
+            soft=score,
+            fail_reason=reason,
+            n_turns=len(trajectory),
+            trajectory=trajectory,
+            task_description=goal,
             info={"gamefile": ref, "format_errors": format_errors},
         )

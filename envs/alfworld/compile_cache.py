@@ -76,7 +76,7 @@ class CompileDiskCache:
         self._salt = _versions()
 
     @classmethod
-    def open(cls, directory: Optional[Path]) -> Optional["CompileDiskCache"]:
+    def open(cls, directory: Optional[Path]) -> Optional[CompileDiskCache]:
         """The cache at `directory`, created private (0700); None (with a warning) if it cannot be
         created or is not safe to load pickles from."""
         if directory is None:
@@ -85,12 +85,17 @@ class CompileDiskCache:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             st = directory.stat()
         except OSError as e:
-            warnings.warn(f"ALFWorld compile cache disabled: cannot use {directory} ({e}); games load without it", stacklevel=2)
+            warnings.warn(
+                f"ALFWorld compile cache disabled: cannot use {directory} ({e}); games load without it", stacklevel=2
+            )
             return None
         if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            warnings.warn(f"ALFWorld compile cache disabled: {directory} is not private to this user "
-                          f"(owner uid {st.st_uid}, mode {oct(st.st_mode & 0o777)}); fix with chmod 700 or set "
-                          "env.options.compile_cache to another directory", stacklevel=2)
+            warnings.warn(
+                f"ALFWorld compile cache disabled: {directory} is not private to this user "
+                f"(owner uid {st.st_uid}, mode {oct(st.st_mode & 0o777)}); fix with chmod 700 or set "
+                "env.options.compile_cache to another directory",
+                stacklevel=2,
+            )
             return None
         return cls(directory)
 

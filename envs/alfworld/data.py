@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from envs.base import DataError, Task
+from skillopt_envs.base import DataError, Task
 
 # Task types as the reference reports them (REFERENCE_SPEC §13.2), in its matching order: a game's type is the
 # first of these found in its path, so `pick_and_place_simple-...` games are `pick_and_place`.
@@ -37,9 +37,22 @@ PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
 PAPER_COUNTS = {"train": 39, "val": 18, "test": 134}
 
 # split names (with the reference's aliases) -> the folder alfworld-download produces / the manifest folder
-SPLIT_DIRS = {"train": "train", "val": "valid_seen", "valid_seen": "valid_seen", "selection": "valid_seen",
-              "test": "valid_unseen", "valid_unseen": "valid_unseen"}
-MANIFEST_SPLITS = {"train": "train", "val": "val", "valid_seen": "val", "selection": "val", "test": "test", "valid_unseen": "test"}
+SPLIT_DIRS = {
+    "train": "train",
+    "val": "valid_seen",
+    "valid_seen": "valid_seen",
+    "selection": "valid_seen",
+    "test": "valid_unseen",
+    "valid_unseen": "valid_unseen",
+}
+MANIFEST_SPLITS = {
+    "train": "train",
+    "val": "val",
+    "valid_seen": "val",
+    "selection": "val",
+    "test": "test",
+    "valid_unseen": "test",
+}
 
 
 def task_type_of(path: str) -> str:
@@ -64,7 +77,9 @@ def resolve_root(data_dir: Optional[str]) -> Optional[Path]:
         return None
     root = Path(os.path.expandvars(os.path.expanduser(raw))).resolve()
     if not root.is_dir():
-        raise DataError(f"ALFWorld data directory {root} does not exist; set env.data_dir or ALFWORLD_DATA to the folder alfworld-download filled")
+        raise DataError(
+            f"ALFWorld data directory {root} does not exist; set env.data_dir or ALFWORLD_DATA to the folder alfworld-download filled"
+        )
     return root
 
 
@@ -73,7 +88,9 @@ def _json_dir(root: Path) -> Path:
         return root / "json_2.1.1"
     if any((root / d).is_dir() for d in ("train", "valid_seen", "valid_unseen")):
         return root
-    raise DataError(f"no json_2.1.1/ (or train/, valid_seen/, valid_unseen/) under {root}; point env.data_dir at ALFWorld's data folder")
+    raise DataError(
+        f"no json_2.1.1/ (or train/, valid_seen/, valid_unseen/) under {root}; point env.data_dir at ALFWorld's data folder"
+    )
 
 
 def walk_split(root: Path, split: str) -> list[Task]:
@@ -126,7 +143,9 @@ def manifest_split(root: Optional[Path], manifest_dir: str | Path, split: str, s
         return [t for s in ("train", "val", "test") for t in manifest_split(root, manifest_dir, s, skip_missing)]
     name = MANIFEST_SPLITS.get(split)
     if name is None:
-        raise DataError(f"unknown ALFWorld split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all")
+        raise DataError(
+            f"unknown ALFWorld split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all"
+        )
     if root is None:
         raise DataError("a manifest's gamefile paths are relative to ALFWORLD_DATA: set it or env.data_dir")
     path, items = _manifest_items(manifest_dir, name)
@@ -136,8 +155,13 @@ def manifest_split(root: Optional[Path], manifest_dir: str | Path, split: str, s
         if not game.is_file():
             missing.append(str(game))
             continue
-        tasks.append(Task(str(item.get("id") or item["gamefile"]), task_type_of(item["gamefile"]),
-                          {"gamefile": str(game), "game_ref": game_ref(game)}))
+        tasks.append(
+            Task(
+                str(item.get("id") or item["gamefile"]),
+                task_type_of(item["gamefile"]),
+                {"gamefile": str(game), "game_ref": game_ref(game)},
+            )
+        )
     if missing and not skip_missing:
         raise DataError(
             f"{len(missing)} of {len(items)} games in {path} are missing under {root} (first: {missing[0]}); "

@@ -22,7 +22,7 @@ def import_engine(compile_cache_dir: Optional[Path] = None) -> None:
     import textworld.envs.pddl  # noqa: F401
 
     if os.environ.get("SKILLOPT_TEXTWORLD_SPEEDUPS", "1") != "0":
-        from envs.alfworld import speedups
+        from skillopt_envs.alfworld import speedups
 
         speedups.install(compile_cache_dir)
 
@@ -66,7 +66,7 @@ class AlfWorldGame:
             env.close()
         except Exception:  # noqa: BLE001 - closing a finished game must not fail an episode
             pass
-        from envs.alfworld.speedups import release_planner
+        from skillopt_envs.alfworld.speedups import release_planner
 
         release_planner(env.unwrapped)
 
@@ -74,4 +74,3 @@ class AlfWorldGame:
 def read_walkthrough(gamefile: str | Path) -> list[str]:
     with open(gamefile, encoding="utf-8") as f:
         return list(json.load(f).get("walkthrough") or [])
-

@@ -54,7 +54,7 @@ def goal_text(first_observation: str) -> str:
     i = first_observation.find(marker)
     if i < 0:
         return ""
-    return first_observation[i + len(marker):].splitlines()[0].strip()
+    return first_observation[i + len(marker) :].splitlines()[0].strip()
 
 
 def format_admissible(actions: list[str]) -> str:
@@ -85,9 +85,15 @@ def observation_prompt(task: str, memory: list[Record], observation: str, admiss
         )
     shown = memory[-window:] if window > 0 else []
     first_k = len(memory) - len(shown) + 1
-    lines = [f"[Observation {first_k + i}: '{r.observation}', Action {first_k + i}: '{r.action}']" for i, r in enumerate(shown)]
-    recent = (f"The {len(shown)} most recent observations and the action you took after each:\n" + "\n".join(lines)) if shown else \
-        "No earlier observations are shown."
+    lines = [
+        f"[Observation {first_k + i}: '{r.observation}', Action {first_k + i}: '{r.action}']"
+        for i, r in enumerate(shown)
+    ]
+    recent = (
+        (f"The {len(shown)} most recent observations and the action you took after each:\n" + "\n".join(lines))
+        if shown
+        else "No earlier observations are shown."
+    )
     return (
         f"{ROLE_LINE} Your task is to: {task}\n"
         f"You have taken {len(memory)} step(s) so far. {recent}\n"
@@ -97,11 +103,15 @@ def observation_prompt(task: str, memory: list[Record], observation: str, admiss
     )
 
 
-def user_prompt(skill: str, task: str, memory: list[Record], observation: str, admissible: list[str], window: int) -> str:
+def user_prompt(
+    skill: str, task: str, memory: list[Record], observation: str, admissible: list[str], window: int
+) -> str:
     return skill_section(skill) + "\n" + observation_prompt(task, memory, observation, admissible, window)
 
 
-def build_messages(skill: str, task: str, memory: list[Record], observation: str, admissible: list[str], window: int = 2) -> list[dict[str, str]]:
+def build_messages(
+    skill: str, task: str, memory: list[Record], observation: str, admissible: list[str], window: int = 2
+) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": user_prompt(skill, task, memory, observation, admissible, window)},

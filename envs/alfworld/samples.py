@@ -14,17 +14,47 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from envs.alfworld.data import GAME_FOLDER_TYPES
+from skillopt_envs.alfworld.data import GAME_FOLDER_TYPES
 
 # room -> receptacles (type, openable)
 ROOMS = {
-    "kitchen": [("CounterTop", False), ("CounterTop", False), ("Cabinet", True), ("Cabinet", True), ("Drawer", True),
-                ("Fridge", True), ("Microwave", True), ("SinkBasin", False), ("StoveBurner", False), ("DiningTable", False),
-                ("GarbageCan", False), ("Shelf", False)],
-    "bedroom": [("Bed", False), ("Desk", False), ("Drawer", True), ("Drawer", True), ("Dresser", False), ("Shelf", False),
-                ("Shelf", False), ("SideTable", False), ("GarbageCan", False), ("Safe", True)],
-    "livingroom": [("Sofa", False), ("ArmChair", False), ("CoffeeTable", False), ("SideTable", False), ("Drawer", True),
-                   ("Shelf", False), ("TVStand", False), ("GarbageCan", False), ("Cabinet", True)],
+    "kitchen": [
+        ("CounterTop", False),
+        ("CounterTop", False),
+        ("Cabinet", True),
+        ("Cabinet", True),
+        ("Drawer", True),
+        ("Fridge", True),
+        ("Microwave", True),
+        ("SinkBasin", False),
+        ("StoveBurner", False),
+        ("DiningTable", False),
+        ("GarbageCan", False),
+        ("Shelf", False),
+    ],
+    "bedroom": [
+        ("Bed", False),
+        ("Desk", False),
+        ("Drawer", True),
+        ("Drawer", True),
+        ("Dresser", False),
+        ("Shelf", False),
+        ("Shelf", False),
+        ("SideTable", False),
+        ("GarbageCan", False),
+        ("Safe", True),
+    ],
+    "livingroom": [
+        ("Sofa", False),
+        ("ArmChair", False),
+        ("CoffeeTable", False),
+        ("SideTable", False),
+        ("Drawer", True),
+        ("Shelf", False),
+        ("TVStand", False),
+        ("GarbageCan", False),
+        ("Cabinet", True),
+    ],
 }
 KITCHEN_OBJECTS = ["Apple", "Bread", "Egg", "Mug", "Potato", "Tomato", "Cup", "Plate", "Lettuce", "Bowl"]
 ROOM_OBJECTS = {
@@ -32,18 +62,52 @@ ROOM_OBJECTS = {
     "livingroom": ["Book", "CellPhone", "KeyChain", "Newspaper", "RemoteControl", "Vase", "Statue", "CreditCard"],
     "kitchen": KITCHEN_OBJECTS + ["DishSponge", "Spatula", "Fork"],
 }
-CLEANABLE = {"Apple", "Bread", "Egg", "Mug", "Potato", "Tomato", "Cup", "Plate", "Lettuce", "Bowl", "DishSponge", "Spatula", "Fork"}
+CLEANABLE = {
+    "Apple",
+    "Bread",
+    "Egg",
+    "Mug",
+    "Potato",
+    "Tomato",
+    "Cup",
+    "Plate",
+    "Lettuce",
+    "Bowl",
+    "DishSponge",
+    "Spatula",
+    "Fork",
+}
 HEATABLE = {"Apple", "Bread", "Egg", "Mug", "Potato", "Tomato", "Cup", "Plate"}
 COOLABLE = HEATABLE | {"Lettuce", "Bowl"}
 
 # task type -> (room, object pool, destination pool)
 TASK_SPECS = {
-    "pick_and_place_simple": ("livingroom", ["Book", "CellPhone", "KeyChain", "Newspaper", "RemoteControl"], ["Sofa", "ArmChair", "CoffeeTable", "Shelf"]),
+    "pick_and_place_simple": (
+        "livingroom",
+        ["Book", "CellPhone", "KeyChain", "Newspaper", "RemoteControl"],
+        ["Sofa", "ArmChair", "CoffeeTable", "Shelf"],
+    ),
     "look_at_obj_in_light": ("bedroom", ["AlarmClock", "Book", "CD", "CellPhone", "Pencil"], []),
-    "pick_clean_then_place_in_recep": ("kitchen", ["Apple", "Mug", "Plate", "DishSponge", "Fork"], ["CounterTop", "DiningTable", "Shelf", "Cabinet"]),
-    "pick_heat_then_place_in_recep": ("kitchen", ["Apple", "Bread", "Egg", "Mug", "Potato"], ["CounterTop", "DiningTable", "Fridge"]),
-    "pick_cool_then_place_in_recep": ("kitchen", ["Apple", "Bread", "Lettuce", "Tomato", "Bowl"], ["CounterTop", "DiningTable", "Microwave"]),
-    "pick_two_obj_and_place": ("bedroom", ["CD", "KeyChain", "Pencil", "CellPhone", "CreditCard"], ["Drawer", "Desk", "Dresser", "Shelf"]),
+    "pick_clean_then_place_in_recep": (
+        "kitchen",
+        ["Apple", "Mug", "Plate", "DishSponge", "Fork"],
+        ["CounterTop", "DiningTable", "Shelf", "Cabinet"],
+    ),
+    "pick_heat_then_place_in_recep": (
+        "kitchen",
+        ["Apple", "Bread", "Egg", "Mug", "Potato"],
+        ["CounterTop", "DiningTable", "Fridge"],
+    ),
+    "pick_cool_then_place_in_recep": (
+        "kitchen",
+        ["Apple", "Bread", "Lettuce", "Tomato", "Bowl"],
+        ["CounterTop", "DiningTable", "Microwave"],
+    ),
+    "pick_two_obj_and_place": (
+        "bedroom",
+        ["CD", "KeyChain", "Pencil", "CellPhone", "CreditCard"],
+        ["Drawer", "Desk", "Dresser", "Shelf"],
+    ),
 }
 
 
@@ -66,7 +130,7 @@ class Thing:
     pid: str
     loc: str = ""
     openable: bool = False
-    holder: Optional["Thing"] = None
+    holder: Optional[Thing] = None
     name: str = ""  # demangled, filled after loading
 
 
@@ -85,7 +149,9 @@ def _build_scene(task_type: str, rng: random.Random) -> Scene:
     scene = Scene(task_type)
     for i, (kind, openable) in enumerate(ROOMS[room]):
         xyz = (round(rng.uniform(-3, 3), 2), round(0.1 * i, 2), round(rng.uniform(-3, 3), 2))
-        scene.receptacles.append(Thing(kind, _mangle(kind, xyz), f"loc_bar_{i + 1}_bar__minus_{i}_bar_1_bar_45", openable))
+        scene.receptacles.append(
+            Thing(kind, _mangle(kind, xyz), f"loc_bar_{i + 1}_bar__minus_{i}_bar_1_bar_45", openable)
+        )
     if task_type == "look_at_obj_in_light":
         side = next(r for r in scene.receptacles if r.kind in ("SideTable", "Desk"))
         scene.objects.append(Thing("DeskLamp", _mangle("DeskLamp", (1.11, 0.67, 1.35)), side.loc, holder=side))
@@ -95,7 +161,11 @@ def _build_scene(task_type: str, rng: random.Random) -> Scene:
     if dest_pool:
         scene.goal_recep = rng.choice([d for d in dest_pool if any(r.kind == d for r in scene.receptacles)])
     n_goal = 2 if task_type == "pick_two_obj_and_place" else 1
-    sources = [r for r in scene.receptacles if r.kind != scene.goal_recep and r.kind not in ("SinkBasin", "Microwave", "Fridge", "StoveBurner")]
+    sources = [
+        r
+        for r in scene.receptacles
+        if r.kind != scene.goal_recep and r.kind not in ("SinkBasin", "Microwave", "Fridge", "StoveBurner")
+    ]
     for k in range(n_goal):
         holder = rng.choice(sources)
         xyz = (round(rng.uniform(-3, 3), 2), round(0.5 + 0.1 * k, 2), round(rng.uniform(-3, 3), 2))
@@ -113,14 +183,21 @@ def _goal_pddl(scene: Scene) -> str:
     o, r = f"{scene.goal_obj}Type", f"{scene.goal_recep}Type"
     t = scene.task_type
     if t == "look_at_obj_in_light":
-        return (f"(and (exists (?ot - object ?r - receptacle ?a - agent ?l - location) (and (objectType ?ot {r}) (toggleable ?ot) "
-                f"(isToggled ?ot) (receptacleAtLocation ?r ?l) (atLocation ?a ?l) (inReceptacle ?ot ?r))) "
-                f"(exists (?o - object ?a - agent) (and (objectType ?o {o}) (holds ?a ?o))))")
+        return (
+            f"(and (exists (?ot - object ?r - receptacle ?a - agent ?l - location) (and (objectType ?ot {r}) (toggleable ?ot) "
+            f"(isToggled ?ot) (receptacleAtLocation ?r ?l) (atLocation ?a ?l) (inReceptacle ?ot ?r))) "
+            f"(exists (?o - object ?a - agent) (and (objectType ?o {o}) (holds ?a ?o))))"
+        )
     if t == "pick_two_obj_and_place":
-        return (f"(and (exists (?r - receptacle) (exists (?o1 - object) (and (objectType ?o1 {o}) (receptacleType ?r {r}) (inReceptacle ?o1 ?r) "
-                f"(exists (?o2 - object) (and (not (= ?o1 ?o2)) (objectType ?o2 {o}) (receptacleType ?r {r}) (inReceptacle ?o2 ?r)))))))")
-    extra = {"pick_clean_then_place_in_recep": "(cleanable ?o) (isClean ?o)", "pick_heat_then_place_in_recep": "(heatable ?o) (isHot ?o)",
-             "pick_cool_then_place_in_recep": "(coolable ?o) (isCool ?o)"}.get(t, "")
+        return (
+            f"(and (exists (?r - receptacle) (exists (?o1 - object) (and (objectType ?o1 {o}) (receptacleType ?r {r}) (inReceptacle ?o1 ?r) "
+            f"(exists (?o2 - object) (and (not (= ?o1 ?o2)) (objectType ?o2 {o}) (receptacleType ?r {r}) (inReceptacle ?o2 ?r)))))))"
+        )
+    extra = {
+        "pick_clean_then_place_in_recep": "(cleanable ?o) (isClean ?o)",
+        "pick_heat_then_place_in_recep": "(heatable ?o) (isHot ?o)",
+        "pick_cool_then_place_in_recep": "(coolable ?o) (isCool ?o)",
+    }.get(t, "")
     return f"(and (exists (?r - receptacle) (exists (?o - object) (and (inReceptacle ?o ?r) (objectType ?o {o}) (receptacleType ?r {r}) {extra}))))"
 
 
@@ -138,14 +215,25 @@ def _problem_pddl(scene: Scene, name: str) -> str:
             init.append(f"(openable {r.pid})")
     for o in scene.objects:
         assert o.holder is not None
-        init += [f"(objectType {o.pid} {o.kind}Type)", f"(inReceptacle {o.pid} {o.holder.pid})", f"(objectAtLocation {o.pid} {o.loc})"]
+        init += [
+            f"(objectType {o.pid} {o.kind}Type)",
+            f"(inReceptacle {o.pid} {o.holder.pid})",
+            f"(objectAtLocation {o.pid} {o.loc})",
+        ]
         init.append(f"(toggleable {o.pid})" if o.kind == "DeskLamp" else f"(pickupable {o.pid})")
         for pred, kinds in (("cleanable", CLEANABLE), ("heatable", HEATABLE), ("coolable", COOLABLE)):
             if o.kind in kinds:
                 init.append(f"({pred} {o.pid})")
     init += [f"(canContain {r}Type {o}Type)" for r in kinds_r for o in kinds_o if o != "DeskLamp"]
-    return (f"(define (problem {name})\n(:domain alfred)\n(:objects\n" + "\n".join(objs) + "\n)\n(:init\n"
-            + "\n".join(init) + "\n)\n(:goal\n" + _goal_pddl(scene) + "\n)\n)\n")
+    return (
+        f"(define (problem {name})\n(:domain alfred)\n(:objects\n"
+        + "\n".join(objs)
+        + "\n)\n(:init\n"
+        + "\n".join(init)
+        + "\n)\n(:goal\n"
+        + _goal_pddl(scene)
+        + "\n)\n)\n"
+    )
 
 
 def _task_desc(scene: Scene) -> str:
@@ -162,7 +250,7 @@ def _task_desc(scene: Scene) -> str:
 
 def _names(gamefile: Path) -> dict[str, str]:
     """Entity id -> the name the engine shows (via the real demangler)."""
-    from envs.alfworld.game import AlfWorldGame
+    from skillopt_envs.alfworld.game import AlfWorldGame
 
     game = AlfWorldGame(gamefile)
     env = game.env
@@ -204,8 +292,11 @@ def _walkthrough(scene: Scene, names: dict[str, str]) -> list[str]:
     dest = next(r for r in scene.receptacles if r.kind == scene.goal_recep)
     for o in goal_objs[: 2 if t == "pick_two_obj_and_place" else 1]:
         fetch(o)
-        tool = {"pick_clean_then_place_in_recep": ("clean", "SinkBasin"), "pick_heat_then_place_in_recep": ("heat", "Microwave"),
-                "pick_cool_then_place_in_recep": ("cool", "Fridge")}.get(t)
+        tool = {
+            "pick_clean_then_place_in_recep": ("clean", "SinkBasin"),
+            "pick_heat_then_place_in_recep": ("heat", "Microwave"),
+            "pick_cool_then_place_in_recep": ("cool", "Fridge"),
+        }.get(t)
         if tool:
             rec = next(r for r in scene.receptacles if r.kind == tool[1])
             steps.append(f"go to {n(rec)}")
@@ -230,7 +321,7 @@ def _domain() -> str:
 
 def verify_game(gamefile: str | Path) -> bool:
     """True when the real engine wins the game by playing its walkthrough."""
-    from envs.alfworld.game import AlfWorldGame, read_walkthrough
+    from skillopt_envs.alfworld.game import AlfWorldGame, read_walkthrough
 
     game = AlfWorldGame(gamefile)
     try:
@@ -259,10 +350,21 @@ def generate_games(out_root: Path, per_type: dict[str, int], seed: int = 0) -> l
                     raise RuntimeError(f"could not generate a winnable {task_type} game")
                 scene = _build_scene(task_type, rng)
                 trial = f"trial_sample_{split}_{made:03d}"
-                folder = out_root / "json_2.1.1" / split / f"{task_type}-{scene.goal_obj}-None-{scene.goal_recep}-{made + 1}" / trial
+                folder = (
+                    out_root
+                    / "json_2.1.1"
+                    / split
+                    / f"{task_type}-{scene.goal_obj}-None-{scene.goal_recep}-{made + 1}"
+                    / trial
+                )
                 folder.mkdir(parents=True, exist_ok=True)
-                game = {"pddl_domain": domain, "grammar": _grammar(_task_desc(scene)),
-                        "pddl_problem": _problem_pddl(scene, trial), "solvable": True, "walkthrough": []}
+                game = {
+                    "pddl_domain": domain,
+                    "grammar": _grammar(_task_desc(scene)),
+                    "pddl_problem": _problem_pddl(scene, trial),
+                    "solvable": True,
+                    "walkthrough": [],
+                }
                 path = folder / "game.tw-pddl"
                 path.write_text(json.dumps(game))
                 game["walkthrough"] = _walkthrough(scene, _names(path))
@@ -294,7 +396,7 @@ def ensure_sample_games(sample_dir: Optional[str] = None) -> Path:
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=str(root.parent), prefix=".samples-"))
     generate_games(tmp, SAMPLE_SPLITS, seed=1234)
-    (tmp / "COMPLETE").write_text("generated by skillopt_ray envs.alfworld.samples\n")
+    (tmp / "COMPLETE").write_text("generated by skillopt_ray skillopt_envs.alfworld.samples\n")
     if root.exists():
         shutil.rmtree(root)
     tmp.rename(root)

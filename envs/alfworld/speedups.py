@@ -8,19 +8,20 @@ We compile each game's plain translation and grammar once per machine (`compile_
 optimised translation only if a replan needs it, parse each template once per process (handing
 out copies where callers mutate what they get), copy the context dicts shallowly, keep the
 initial state from load for the first reset, and reuse closed games' planner libraries. Installed
-once per process by `envs.alfworld.game`; `scripts/bench_engine.py` measures it and checks that
+once per process by `skillopt_envs.alfworld.game`; `scripts/bench_engine.py` measures it and checks that
 every observation is identical.
 """
 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from envs.alfworld.compile_cache import CompileDiskCache, decode, encode
+from skillopt_envs.alfworld.compile_cache import CompileDiskCache, decode, encode
 
 _MAX_ENTRIES = 20000
 _MAX_COMPILED = 96  # parts in memory per process: a decoded translation is a few MB, a grammar 5 KB
@@ -67,8 +68,13 @@ def _copy_context(context: dict[str, Any]) -> dict[str, Any]:
     """textgen's copy_context deep-copies two dicts per symbol, though they are only ever updated
     at the top level (`.update`) and their values (logic variables, names) are never mutated:
     a shallow copy gives the same text (checked game by game in tests/test_alfworld.py)."""
-    return {"state": context["state"], "facts": context["facts"], "variables": dict(context["variables"]),
-            "mapping": dict(context["mapping"]), "entity_infos": context["entity_infos"]}
+    return {
+        "state": context["state"],
+        "facts": context["facts"],
+        "variables": dict(context["variables"]),
+        "mapping": dict(context["mapping"]),
+        "entity_infos": context["entity_infos"],
+    }
 
 
 @dataclass
@@ -108,9 +114,17 @@ class CompiledParts:
             if verbose:  # TW_PDDL_DEBUG: the caller wants the translator's own output
                 return translate(domain, problem, verbose=True, optimize=optimize)
             if optimize:  # only the planner's replanning reads it, and skillopt never replans: translate on first use
-                return None, DeferredSas(lambda: self.get("sas", (domain, problem, "optimize"),
-                                                          lambda: translate(domain, problem, verbose=False, optimize=True), shared=True)[1])
-            return self.get("sas", (domain, problem, "plain"), lambda: translate(domain, problem, verbose=False), shared=True)
+                return None, DeferredSas(
+                    lambda: self.get(
+                        "sas",
+                        (domain, problem, "optimize"),
+                        lambda: translate(domain, problem, verbose=False, optimize=True),
+                        shared=True,
+                    )[1]
+                )
+            return self.get(
+                "sas", (domain, problem, "plain"), lambda: translate(domain, problem, verbose=False), shared=True
+            )
 
         pddl2sas.__wrapped__ = translate  # type: ignore[attr-defined]
         return pddl2sas
@@ -165,7 +179,7 @@ class DeferredSas(str):
     Its `encode` defers; the library wrapper (`PlannerLibraries`) loads it on the first replan,
     which plans from the current state either way (checked plan for plan in tests/test_alfworld.py)."""
 
-    def __new__(cls, produce: Callable[[], str]) -> "DeferredSas":
+    def __new__(cls, produce: Callable[[], str]) -> DeferredSas:
         obj = super().__new__(cls, "")
         obj.produce = produce  # type: ignore[attr-defined]
         return obj

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from envs.searchqa import data as qa_data
-from envs.searchqa.prompts import system_prompt, user_prompt
-from envs.searchqa.scoring import score_answer
+from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.searchqa import data as qa_data
+from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
+from skillopt_envs.searchqa.scoring import score_answer
+
 from skillopt_ray.llm.types import ChatRequest
 
 # the reference starts from an empty skill: a title and a placeholder line
@@ -43,7 +44,7 @@ class QAOptions:
     split_source: str = "paper"
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> "QAOptions":
+    def parse(raw: dict[str, Any]) -> QAOptions:
         opts = parse_options(QAOptions, raw, "searchqa")
         if opts.split_source not in ("paper", "folders"):
             raise DataError(f"env.options.split_source={opts.split_source!r}: use paper or folders")
@@ -79,8 +80,10 @@ def extract_answer(reply: str) -> str:
 
 
 def evaluation_block(question: str, predicted: str, golds: list[str], em: int, f1: float) -> str:
-    return (f"[EVALUATION RESULT]\nQuestion: {question}\nPredicted answer: {predicted!r}\nGold answers: {golds!r}\n"
-            f"Exact Match: {em}\nF1: {f1:.4f}")
+    return (
+        f"[EVALUATION RESULT]\nQuestion: {question}\nPredicted answer: {predicted!r}\nGold answers: {golds!r}\n"
+        f"Exact Match: {em}\nF1: {f1:.4f}"
+    )
 
 
 class SearchQABenchmark(Benchmark):
@@ -95,10 +98,12 @@ class SearchQABenchmark(Benchmark):
         if raw:
             self._root = Path(os.path.expandvars(os.path.expanduser(raw))).resolve()
             if not self._root.is_dir():
-                raise DataError(f"SearchQA data directory {self._root} does not exist; set env.data_dir or SEARCHQA_DATA "
-                                "to a folder with train/ val/ test/ items.json (python -m envs.searchqa.materialize writes one)")
+                raise DataError(
+                    f"SearchQA data directory {self._root} does not exist; set env.data_dir or SEARCHQA_DATA "
+                    "to a folder with train/ val/ test/ items.json (python -m skillopt_envs.searchqa.materialize writes one)"
+                )
         else:
-            from envs.searchqa.samples import ensure_sample_items
+            from skillopt_envs.searchqa.samples import ensure_sample_items
 
             self._root = ensure_sample_items(self.options.sample_dir)
 
@@ -124,11 +129,15 @@ class SearchQABenchmark(Benchmark):
         paper = "/".join(str(qa_data.PAPER_COUNTS[s]) for s in qa_data.SPLITS)
         manifests = self._manifest_dir()
         if manifests is None:
-            sizes = [len(qa_data.read_items(p)) if (p := qa_data.split_file(self._root / s)) else 0 for s in qa_data.SPLITS]
+            sizes = [
+                len(qa_data.read_items(p)) if (p := qa_data.split_file(self._root / s)) else 0 for s in qa_data.SPLITS
+            ]
             same = sizes == [qa_data.PAPER_COUNTS[s] for s in qa_data.SPLITS]
-            return (f"SearchQA: items from {self._root}, its own split folders (env.options.split_source=folders), "
-                    f"{'/'.join(map(str, sizes))} train/val/test items"
-                    + ("" if same else f"; split sizes differ from the paper's {paper}"))
+            return (
+                f"SearchQA: items from {self._root}, its own split folders (env.options.split_source=folders), "
+                f"{'/'.join(map(str, sizes))} train/val/test items"
+                + ("" if same else f"; split sizes differ from the paper's {paper}")
+            )
         is_paper = manifests == qa_data.PAPER_SPLIT_DIR
         which = "SkillOpt's paper split (shipped)" if is_paper else f"id manifests {manifests}"
         presence = qa_data.manifest_presence(self._items_pool(), manifests)
@@ -137,13 +146,23 @@ class SearchQABenchmark(Benchmark):
         differs = [p.present for p in presence] != [qa_data.PAPER_COUNTS[p.split] for p in presence]
         note = f"SearchQA: items from {self._root}; {which}"
         if not missing:
-            return note + f", {sizes} train/val/test items" + ("; split sizes differ from the paper's " + paper if differs else " as in the paper")
+            return (
+                note
+                + f", {sizes} train/val/test items"
+                + ("; split sizes differ from the paper's " + paper if differs else " as in the paper")
+            )
         listed = "/".join(str(p.listed) for p in presence)
         gone = ", ".join(f"{p.listed - p.present} {p.split}" for p in missing)
-        action = ("they are skipped (env.options.skip_missing_items=true)" if self.options.skip_missing_items
-                  else "the run stops: materialise them (python -m envs.searchqa.materialize) or set env.options.skip_missing_items=true")
-        return (note + f": only {sizes} of its {listed} train/val/test items are in the data ({gone} missing) - {action}"
-                + (f"; split sizes differ from the paper's {paper}" if differs else ""))
+        action = (
+            "they are skipped (env.options.skip_missing_items=true)"
+            if self.options.skip_missing_items
+            else "the run stops: materialise them (python -m skillopt_envs.searchqa.materialize) or set env.options.skip_missing_items=true"
+        )
+        return (
+            note
+            + f": only {sizes} of its {listed} train/val/test items are in the data ({gone} missing) - {action}"
+            + (f"; split sizes differ from the paper's {paper}" if differs else "")
+        )
 
     def load_split(self, split: str) -> list[Task]:
         if split == "all":
@@ -155,19 +174,29 @@ class SearchQABenchmark(Benchmark):
             ids = qa_data.read_manifest(manifests, folder)
             missing = [i for i in ids if i not in pool]
             if missing and not self.options.skip_missing_items:
-                raise DataError(f"{len(missing)} of {len(ids)} ids of the {folder} split in {manifests} have no item in {self._root} "
-                                f"(first: {missing[0]}); materialise them (python -m envs.searchqa.materialize) "
-                                "or set env.options.skip_missing_items=true")
+                raise DataError(
+                    f"{len(missing)} of {len(ids)} ids of the {folder} split in {manifests} have no item in {self._root} "
+                    f"(first: {missing[0]}); materialise them (python -m skillopt_envs.searchqa.materialize) "
+                    "or set env.options.skip_missing_items=true"
+                )
             items = [pool[i] for i in ids if i in pool]
         else:
             path = qa_data.split_file(self._root / folder)
             if path is None:
-                raise DataError(f"{self._root / folder} holds no items.json; a SearchQA data directory holds train/ val/ test/ items.json")
+                raise DataError(
+                    f"{self._root / folder} holds no items.json; a SearchQA data directory holds train/ val/ test/ items.json"
+                )
             items = qa_data.read_items(path)
         if not items:
             raise DataError(f"the SearchQA {folder} split is empty")
-        return [Task(str(it["id"]), TASK_TYPE, {"question": it["question"], "context": it["context"], "answers": list(it["answers"])})
-                for it in items]
+        return [
+            Task(
+                str(it["id"]),
+                TASK_TYPE,
+                {"question": it["question"], "context": it["context"], "answers": list(it["answers"])},
+            )
+            for it in items
+        ]
 
     def seed_skill(self) -> str:
         return SEED_SKILL
@@ -185,11 +214,26 @@ class SearchQABenchmark(Benchmark):
         s = score_answer(predicted, golds)
         fail = "" if s.em else f"EM=0: predicted '{predicted}' but expected {golds!r}"
         return EpisodeResult(
-            task.task_id, task.task_type, hard=float(s.em), soft=s.f1, fail_reason=fail, n_turns=1,
-            trajectory=[{"type": "message", "turn": 1, "content": reply.content},
-                        {"role": "system", "content": evaluation_block(question, predicted, golds, s.em, s.f1)}],
+            task.task_id,
+            task.task_type,
+            hard=float(s.em),
+            soft=s.f1,
+            fail_reason=fail,
+            n_turns=1,
+            trajectory=[
+                {"type": "message", "turn": 1, "content": reply.content},
+                {"role": "system", "content": evaluation_block(question, predicted, golds, s.em, s.f1)},
+            ],
             # the reference's results carry no task text or type, so the analyst's header lines are empty (QUIRK-15)
             task_description="",
-            info={"header_task_type": "", "target_system_prompt": system, "target_user_prompt": user,
-                  "predicted_answer": predicted, "gold_answers": golds, "em": s.em, "f1": s.f1, "sub_em": s.sub_em},
+            info={
+                "header_task_type": "",
+                "target_system_prompt": system,
+                "target_user_prompt": user,
+                "predicted_answer": predicted,
+                "gold_answers": golds,
+                "em": s.em,
+                "f1": s.f1,
+                "sub_em": s.sub_em,
+            },
         )

@@ -13,11 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from envs.base import DataError
+from skillopt_envs.base import DataError
 
 SPLITS = ("train", "val", "test")
 # split names with the reference's aliases -> the folder
-SPLIT_ALIASES = {"train": "train", "val": "val", "valid_seen": "val", "selection": "val", "test": "test", "valid_unseen": "test"}
+SPLIT_ALIASES = {
+    "train": "train",
+    "val": "val",
+    "valid_seen": "val",
+    "selection": "val",
+    "test": "test",
+    "valid_unseen": "test",
+}
 # SkillOpt's SearchQA id split (400 train / 200 val / 1400 test), shipped with the project (see splits/LICENSE-SkillOpt)
 PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
 PAPER_COUNTS = {"train": 400, "val": 200, "test": 1400}
@@ -28,7 +35,9 @@ def split_folder(split: str) -> str:
     try:
         return SPLIT_ALIASES[split]
     except KeyError:
-        raise DataError(f"unknown SearchQA split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all") from None
+        raise DataError(
+            f"unknown SearchQA split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all"
+        ) from None
 
 
 def split_file(folder: Path) -> Optional[Path]:
@@ -56,8 +65,10 @@ def read_items(path: Path) -> list[dict[str, Any]]:
     items = _read_list(path)
     for n, it in enumerate(items):
         if not isinstance(it, dict) or not all(k in it for k in ITEM_KEYS):
-            raise DataError(f"{path}: item {n} ({str(it)[:80]}) lacks one of id, question, context, answers "
-                            "(an id-only manifest goes in env.manifest_dir, with the items in env.data_dir)")
+            raise DataError(
+                f"{path}: item {n} ({str(it)[:80]}) lacks one of id, question, context, answers "
+                "(an id-only manifest goes in env.manifest_dir, with the items in env.data_dir)"
+            )
         if not isinstance(it["question"], str) or not isinstance(it["context"], str):
             raise DataError(f"{path}: item {it['id']!r} needs a string question and context")
         a = it["answers"]
@@ -72,8 +83,10 @@ def read_manifest(manifest_dir: Path, split: str) -> list[str]:
     folder = manifest_dir / split_folder(split)
     path = split_file(folder)
     if path is None:
-        raise DataError(f"no manifest for the {split} split: {folder} holds no *.json (a manifest folder holds "
-                        "train/ val/ test/ items.json with {\"id\": ...} entries)")
+        raise DataError(
+            f"no manifest for the {split} split: {folder} holds no *.json (a manifest folder holds "
+            'train/ val/ test/ items.json with {"id": ...} entries)'
+        )
     ids = []
     for n, x in enumerate(_read_list(path)):
         if not isinstance(x, dict) or not isinstance(x.get("id"), (str, int)):
@@ -97,8 +110,10 @@ def load_pool(root: Path) -> dict[str, dict[str, Any]]:
                 raise DataError(f"{path}: item id {key!r} appears twice in {root}")
             pool[key] = it
     if not found:
-        raise DataError(f"no SearchQA items under {root}: a data folder holds train/ val/ test/ items.json "
-                        "(python -m envs.searchqa.materialize writes them)")
+        raise DataError(
+            f"no SearchQA items under {root}: a data folder holds train/ val/ test/ items.json "
+            "(python -m skillopt_envs.searchqa.materialize writes them)"
+        )
     return pool
 
 

@@ -1,4 +1,4 @@
-"""Write SearchQA items for an id split: `python -m envs.searchqa.materialize --source FILES... --out DIR`.
+"""Write SearchQA items for an id split: `python -m skillopt_envs.searchqa.materialize --source FILES... --out DIR`.
 
 The sources are the files of the Hugging Face dataset lucadiliello/searchqa (parquet, or a JSON / JSON Lines
 export), whose rows carry `key`, `question`, `context` and `answers`. The ids of the split manifests (by default
@@ -8,7 +8,7 @@ SkillOpt's paper split shipped in envs/searchqa/splits) are looked up by `key`; 
 are errors (exit 2), named with the file.
 
     huggingface-cli download lucadiliello/searchqa --repo-type dataset --local-dir ~/data/hf-searchqa
-    python -m envs.searchqa.materialize --source ~/data/hf-searchqa --out ~/data/searchqa
+    python -m skillopt_envs.searchqa.materialize --source ~/data/hf-searchqa --out ~/data/searchqa
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from envs.base import DataError
-from envs.searchqa import data as qa_data
+from skillopt_envs.base import DataError
+from skillopt_envs.searchqa import data as qa_data
 
 _FIELDS = ("key", "question", "context", "answers")
 
@@ -91,12 +92,18 @@ def materialize(sources: list[str], out: Path, manifest_dir: Path = qa_data.PAPE
             seen_in[key] = path
             if key in where:
                 answers = row.get("answers")
-                found[key] = {"id": key, "question": row.get("question"), "context": row.get("context"),
-                              "answers": list(answers) if isinstance(answers, (list, tuple)) else [answers]}
+                found[key] = {
+                    "id": key,
+                    "question": row.get("question"),
+                    "context": row.get("context"),
+                    "answers": list(answers) if isinstance(answers, (list, tuple)) else [answers],
+                }
     missing = [i for i in where if i not in found]
     if missing:
-        raise DataError(f"{len(missing)} of the {len(where)} ids of {manifest_dir} are not in the sources (first: {missing[0]}); "
-                        "give every file of lucadiliello/searchqa as --source")
+        raise DataError(
+            f"{len(missing)} of the {len(where)} ids of {manifest_dir} are not in the sources (first: {missing[0]}); "
+            "give every file of lucadiliello/searchqa as --source"
+        )
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
     for s, lst in ids.items():
@@ -106,26 +113,45 @@ def materialize(sources: list[str], out: Path, manifest_dir: Path = qa_data.PAPE
             json.dump([found[i] for i in lst], fh, ensure_ascii=False, indent=1)
         os.replace(tmp, out / s / "items.json")
         counts[s] = len(lst)
-    (out / "split_manifest.json").write_text(json.dumps({
-        "benchmark": "SearchQA", "source_dataset": "lucadiliello/searchqa", "id_field": "key",
-        "manifest_dir": str(manifest_dir), "sources": [str(p) for p in files], "counts": counts,
-        "item_fields": ["id", "question", "context", "answers"]}, indent=2) + "\n")
+    (out / "split_manifest.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "SearchQA",
+                "source_dataset": "lucadiliello/searchqa",
+                "id_field": "key",
+                "manifest_dir": str(manifest_dir),
+                "sources": [str(p) for p in files],
+                "counts": counts,
+                "item_fields": ["id", "question", "context", "answers"],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return counts
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m envs.searchqa.materialize", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--source", nargs="+", required=True, help="files or folders of lucadiliello/searchqa (.parquet/.jsonl/.json)")
+    ap = argparse.ArgumentParser(
+        prog="python -m skillopt_envs.searchqa.materialize", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument(
+        "--source", nargs="+", required=True, help="files or folders of lucadiliello/searchqa (.parquet/.jsonl/.json)"
+    )
     ap.add_argument("--out", required=True, help="the folder to write (use it as env.data_dir)")
-    ap.add_argument("--manifest", default=str(qa_data.PAPER_SPLIT_DIR), help="id manifests (default: SkillOpt's paper split)")
+    ap.add_argument(
+        "--manifest", default=str(qa_data.PAPER_SPLIT_DIR), help="id manifests (default: SkillOpt's paper split)"
+    )
     a = ap.parse_args(argv)
     try:
         counts = materialize(a.source, Path(a.out).expanduser(), Path(a.manifest).expanduser())
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {counts['train']}/{counts['val']}/{counts['test']} train/val/test items to {a.out}; "
-          f"run with env.data_dir={a.out}")
+    print(
+        f"wrote {counts['train']}/{counts['val']}/{counts['test']} train/val/test items to {a.out}; "
+        f"run with env.data_dir={a.out}"
+    )
     return 0
 
 

@@ -23,13 +23,23 @@ from pathlib import Path
 from typing import Any, Optional
 
 import openpyxl
+from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxStartError, SandboxUnavailable
+from skillopt_envs.spreadsheetbench import data as sb_data
+from skillopt_envs.spreadsheetbench import prompts, readcells
+from skillopt_envs.spreadsheetbench.scoring import (
+    Area,
+    PositionError,
+    SheetValues,
+    case_report,
+    cell_lines,
+    compare,
+    exec_error_report,
+    parse_position,
+    verification_message,
+    wrong_cells_from_report,
+)
 
-from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxStartError, SandboxUnavailable
-from envs.spreadsheetbench import data as sb_data
-from envs.spreadsheetbench import prompts, readcells
-from envs.spreadsheetbench.scoring import (Area, PositionError, SheetValues, case_report, cell_lines, compare,
-                                           exec_error_report, parse_position, verification_message, wrong_cells_from_report)
 from skillopt_ray.llm.types import ChatRequest
 
 SEED_SKILL = prompts.SEED_SKILL
@@ -50,7 +60,9 @@ class SheetOptions:
     processes: int = 32
     file_mb: int = 64
     env_allow: tuple[str, ...] = ()  # extra environment variables the script may see (never keys)
-    recalculate: bool = False  # compute formulas the script wrote (no cached value) with the `formulas` engine; off = official rule
+    recalculate: bool = (
+        False  # compute formulas the script wrote (no cached value) with the `formulas` engine; off = official rule
+    )
     max_completion_tokens: Optional[int] = 16384  # per target turn (the reference's); null = the role's llm max_tokens
     deadline_s: float = 600.0  # whole-task deadline: no new turn starts with less than 10 s left
     preview_rows: int = 5
@@ -61,7 +73,7 @@ class SheetOptions:
     sample_dir: Optional[str] = None
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> "SheetOptions":
+    def parse(raw: dict[str, Any]) -> SheetOptions:
         opts = parse_options(SheetOptions, raw, "spreadsheetbench")
         opts.env_allow = tuple(opts.env_allow or ())
         if opts.sandbox not in ISOLATIONS:
@@ -82,7 +94,7 @@ def extract_code(reply: str) -> str:
     end = text.find("```", newline + 1)
     if end < 0:
         return text.strip()
-    return text[newline + 1:end]
+    return text[newline + 1 : end]
 
 
 def prepare_script(code: str) -> str:
@@ -109,7 +121,9 @@ class Run:
 
 def _user_frames(traceback: str) -> str:
     """Drop the sandbox launcher's frames (they have no source lines) so the model sees its own script's."""
-    return "\n".join(l for l in traceback.splitlines() if not l.strip().startswith(('File "<string>"', 'File "<frozen runpy>"')))
+    return "\n".join(
+        l for l in traceback.splitlines() if not l.strip().startswith(('File "<string>"', 'File "<frozen runpy>"'))
+    )
 
 
 def _load_expected(path: str, areas: list[Area]) -> tuple[SheetValues, str]:
@@ -129,7 +143,7 @@ class FormulaEngineError(RuntimeError):
     """Recalculation (env.options.recalculate=true) failed on an output workbook: the cells' true values are
     unknown, so the episode is not scored (an infrastructure error of its own kind, not a wrong answer)."""
 
-    kind = "formula_engine"  # envs.base.INFRA_KINDS
+    kind = "formula_engine"  # skillopt_envs.base.INFRA_KINDS
 
 
 class SpreadsheetBenchmark(Benchmark):
@@ -148,7 +162,7 @@ class SpreadsheetBenchmark(Benchmark):
         self._manifest = env_cfg.get("manifest_dir")
         self._using_samples = self._root is None
         if self._using_samples:
-            from envs.spreadsheetbench.samples import ensure_sample_tasks
+            from skillopt_envs.spreadsheetbench.samples import ensure_sample_tasks
 
             self._root = ensure_sample_tasks(o.sample_dir)
             self._manifest = self._manifest or str(self._root / "manifest")
@@ -158,25 +172,40 @@ class SpreadsheetBenchmark(Benchmark):
         if self._loaded is None:
             assert self._root is not None
             tasks = sb_data.load_dataset(self._root)
-            self._loaded = (tasks, sb_data.plan_splits(self._root, tasks, self._manifest, self.options.skip_missing_tasks))
+            self._loaded = (
+                tasks,
+                sb_data.plan_splits(self._root, tasks, self._manifest, self.options.skip_missing_tasks),
+            )
         return self._loaded
 
     def data_note(self) -> str:
-        from envs.spreadsheetbench.check import summary_note
+        from skillopt_envs.spreadsheetbench.check import summary_note
 
-        iso = "bubblewrap sandbox" if self.options.sandbox == "bwrap" else "NO sandbox isolation (env.options.sandbox=none)"
-        recalc = "formulas recalculated (env.options.recalculate=true)" if self.options.recalculate else "formulas scored by cached values"
+        iso = (
+            "bubblewrap sandbox"
+            if self.options.sandbox == "bwrap"
+            else "NO sandbox isolation (env.options.sandbox=none)"
+        )
+        recalc = (
+            "formulas recalculated (env.options.recalculate=true)"
+            if self.options.recalculate
+            else "formulas scored by cached values"
+        )
         assert self._root is not None
         if self._using_samples:
-            return (f"SpreadsheetBench: no data configured (env.data_dir / SPREADSHEETBENCH_DATA) - using built-in sample tasks in "
-                    f"{self._root}; {iso}; {recalc}")
+            return (
+                f"SpreadsheetBench: no data configured (env.data_dir / SPREADSHEETBENCH_DATA) - using built-in sample tasks in "
+                f"{self._root}; {iso}; {recalc}"
+            )
         try:
             tasks, plan = self._data()
             split_note = plan.describe()
             defects = summary_note(self._root, tasks, plan)
         except DataError as e:  # load_split reports it properly
             split_note, defects = f"split: {e}", ""
-        return "; ".join(x for x in (f"SpreadsheetBench: tasks from {self._root}", split_note, defects, iso, recalc) if x)
+        return "; ".join(
+            x for x in (f"SpreadsheetBench: tasks from {self._root}", split_note, defects, iso, recalc) if x
+        )
 
     def load_split(self, split: str) -> list[Task]:
         assert self._root is not None
@@ -197,24 +226,54 @@ class SpreadsheetBenchmark(Benchmark):
             expected = [_load_expected(ans, areas) for _, ans in p["cases"]]
             preview = preview_workbook(p["cases"][0][0], o.preview_rows, o.preview_cols, o.preview_value_chars)
         except (DataError, PositionError, OSError, KeyError, ValueError) as e:
-            return EpisodeResult(task.task_id, task.task_type, fail_reason="data_error", error=f"data: {str(e)[:300]}", **base)
+            return EpisodeResult(
+                task.task_id, task.task_type, fail_reason="data_error", error=f"data: {str(e)[:300]}", **base
+            )
         except Exception as e:  # noqa: BLE001 - corrupt workbooks raise zipfile/XML errors of many kinds
-            return EpisodeResult(task.task_id, task.task_type, fail_reason="data_error", error=f"data: {type(e).__name__}: {str(e)[:300]}", **base)
+            return EpisodeResult(
+                task.task_id,
+                task.task_type,
+                fail_reason="data_error",
+                error=f"data: {type(e).__name__}: {str(e)[:300]}",
+                **base,
+            )
         system, user = prompts.system_prompt(skill), prompts.user_message(p, preview)
-        info: dict[str, Any] = {"target_system_prompt": system, "target_user_prompt": user, "spreadsheet_preview": preview,
-                                "instruction_type": p["instruction_type"], "answer_position": p["position"]}
+        info: dict[str, Any] = {
+            "target_system_prompt": system,
+            "target_user_prompt": user,
+            "spreadsheet_preview": preview,
+            "analyst_blocks": [["Spreadsheet Preview", preview]],
+            "instruction_type": p["instruction_type"],
+            "answer_position": p["position"],
+        }
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         trajectory: list[dict[str, Any]] = []
         scratch = Path(tempfile.mkdtemp(prefix="skillopt-sheet-"))
         try:
             code, case1_pred, turns = await self._turns(task, messages, trajectory, areas, expected, scratch, llm, ctx)
             if not code.strip():
-                return EpisodeResult(task.task_id, task.task_type, fail_reason="empty-code-block", n_turns=turns,
-                                     trajectory=trajectory, info={**info, "n_cases": len(p["cases"]), "n_pass": 0}, **base)
+                return EpisodeResult(
+                    task.task_id,
+                    task.task_type,
+                    fail_reason="empty-code-block",
+                    n_turns=turns,
+                    trajectory=trajectory,
+                    info={**info, "n_cases": len(p["cases"]), "n_pass": 0},
+                    **base,
+                )
             score = await asyncio.to_thread(self._score_all, code, case1_pred, p["cases"], areas, expected, scratch)
         except FormulaEngineError as e:  # deterministic: not retried, not scored, counted as its own kind
-            return EpisodeResult(task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=e.kind,
-                                 error=f"formula engine: {e}", trajectory=trajectory, info=info, **base)
+            return EpisodeResult(
+                task.task_id,
+                task.task_type,
+                fail_reason="infra_error",
+                infra_error=True,
+                error_kind=e.kind,
+                error=f"formula engine: {e}",
+                trajectory=trajectory,
+                info=info,
+                **base,
+            )
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         n_pass, reason, report = score
@@ -222,11 +281,29 @@ class SpreadsheetBenchmark(Benchmark):
         hard = 1.0 if n and n_pass == n else 0.0
         trajectory.append({"role": "system", "content": report})
         info.update(n_cases=n, n_pass=n_pass)
-        return EpisodeResult(task.task_id, task.task_type, hard=hard, soft=n_pass / n if n else 0.0, fail_reason="" if hard else reason,
-                             n_turns=turns, trajectory=trajectory, info=info, **base)
+        return EpisodeResult(
+            task.task_id,
+            task.task_type,
+            hard=hard,
+            soft=n_pass / n if n else 0.0,
+            fail_reason="" if hard else reason,
+            n_turns=turns,
+            trajectory=trajectory,
+            info=info,
+            **base,
+        )
 
-    async def _turns(self, task: Task, messages: list[dict[str, str]], trajectory: list[dict[str, Any]], areas: list[Area],
-                     expected: list[tuple[SheetValues, str]], scratch: Path, llm: LLM, ctx: EpisodeContext) -> tuple[str, Optional[Path], int]:
+    async def _turns(
+        self,
+        task: Task,
+        messages: list[dict[str, str]],
+        trajectory: list[dict[str, Any]],
+        areas: list[Area],
+        expected: list[tuple[SheetValues, str]],
+        scratch: Path,
+        llm: LLM,
+        ctx: EpisodeContext,
+    ) -> tuple[str, Optional[Path], int]:
         """The turn loop; returns (the last script, case 1's latest prediction, turns)."""
         o = self.options
         first_input = task.payload["cases"][0][0]
@@ -236,8 +313,15 @@ class SpreadsheetBenchmark(Benchmark):
             turns = turn + 1  # a turn abandoned at the deadline still counts (QUIRK-19)
             if deadline - time.monotonic() < 10:
                 break
-            reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{task.task_id}/t{turn}",
-                                               max_tokens=o.max_completion_tokens))
+            reply = await llm.chat(
+                ChatRequest(
+                    "target",
+                    "rollout",
+                    messages,
+                    f"{ctx.key}/{task.task_id}/t{turn}",
+                    max_tokens=o.max_completion_tokens,
+                )
+            )
             content = reply.content or ""
             code = extract_code(content)
             trajectory.append({"role": "assistant", "content": content})
@@ -252,7 +336,9 @@ class SpreadsheetBenchmark(Benchmark):
                 elif not ctx.training:
                     break  # evaluation: the first script that runs ends the episode
                 else:
-                    ((values, problem),) = await asyncio.to_thread(self._read, [run.output], [expected[0][1]], areas, scratch / f"read{turn}")
+                    ((values, problem),) = await asyncio.to_thread(
+                        self._read, [run.output], [expected[0][1]], areas, scratch / f"read{turn}"
+                    )
                     if problem:
                         feedback = prompts.exec_error_feedback(problem, o.error_chars)
                     else:
@@ -266,9 +352,16 @@ class SpreadsheetBenchmark(Benchmark):
         return code, case1_pred, turns
 
     def _run_script(self, code: str, input_path: str, out_dir: Path) -> Run:
-        r = self.sandbox.run(prepare_script(code), {"input.xlsx": Path(input_path)}, out_dir,
-                             env={"INPUT_PATH": "{dir}/input.xlsx", "OUTPUT_PATH": "{dir}/output.xlsx"}, keep=("output.xlsx",))
-        if not r.started:  # the episode is retried on the pool, then counted as an infra error: never the model's code error
+        r = self.sandbox.run(
+            prepare_script(code),
+            {"input.xlsx": Path(input_path)},
+            out_dir,
+            env={"INPUT_PATH": "{dir}/input.xlsx", "OUTPUT_PATH": "{dir}/output.xlsx"},
+            keep=("output.xlsx",),
+        )
+        if (
+            not r.started
+        ):  # the episode is retried on the pool, then counted as an infra error: never the model's code error
             raise SandboxStartError(r.describe())
         output = r.files.get("output.xlsx")
         text = (r.stdout.strip() + "\n" + _user_frames(r.stderr).strip()).strip()
@@ -280,8 +373,15 @@ class SpreadsheetBenchmark(Benchmark):
             return Run(False, "The script finished but saved no workbook at OUTPUT_PATH.", None)
         return Run(True, "", output)
 
-    def _score_all(self, code: str, case1_pred: Optional[Path], cases: list[list[str]], areas: list[Area],
-                   expected: list[tuple[SheetValues, str]], scratch: Path) -> tuple[int, str, str]:
+    def _score_all(
+        self,
+        code: str,
+        case1_pred: Optional[Path],
+        cases: list[list[str]],
+        areas: list[Area],
+        expected: list[tuple[SheetValues, str]],
+        scratch: Path,
+    ) -> tuple[int, str, str]:
         """The final script on every case (case 1: the latest prediction, if any): (passed, fail_reason, verification)."""
         preds: list[Optional[Path]] = []
         errors: list[tuple[str, str]] = []  # (fail_reason, report part) of cases whose script failed
@@ -303,7 +403,11 @@ class SpreadsheetBenchmark(Benchmark):
                 last = (run.error.strip().splitlines() or [""])[-1][:200]
                 errors.append((f"exec-error: {last}", exec_error_report(no, run.error)))
         written = [(k, p) for k, p in enumerate(preds) if p is not None]
-        read = self._read([p for _, p in written], [expected[k][1] for k, _ in written], areas, scratch / "read-final") if written else []
+        read = (
+            self._read([p for _, p in written], [expected[k][1] for k, _ in written], areas, scratch / "read-final")
+            if written
+            else []
+        )
         values = {k: r for (k, _), r in zip(written, read)}
         passed, reason, parts = 0, "", []
         for k, (inp, _ans) in enumerate(cases):
@@ -324,7 +428,9 @@ class SpreadsheetBenchmark(Benchmark):
             parts.append(case_report(int(no) if no.isdigit() else k + 1, verdict))
         return passed, reason, verification_message(parts)
 
-    def _read(self, workbooks: list[Path], firsts: list[str], areas: list[Area], out_dir: Path) -> list[tuple[SheetValues, str]]:
+    def _read(
+        self, workbooks: list[Path], firsts: list[str], areas: list[Area], out_dir: Path
+    ) -> list[tuple[SheetValues, str]]:
         """(values, problem) per workbook, read in one fresh sandbox."""
         request: dict[str, dict[str, list[str]]] = {}
         for k, first in enumerate(firsts, start=1):
@@ -337,7 +443,9 @@ class SpreadsheetBenchmark(Benchmark):
         req.write_text(json.dumps(request))
         inputs = {f"case{k}.xlsx": wb for k, wb in enumerate(workbooks, start=1)}
         args = "request.json values.json" + (" --recalculate" if self.options.recalculate else "")
-        run = self.sandbox.run(_READER, {**inputs, "request.json": req}, out_dir, keep=("values.json",), env={"SKILLOPT_ARGS": args})
+        run = self.sandbox.run(
+            _READER, {**inputs, "request.json": req}, out_dir, keep=("values.json",), env={"SKILLOPT_ARGS": args}
+        )
         if not run.started:
             raise SandboxStartError(run.describe())
         if not run.ok or "values.json" not in run.files:
@@ -351,9 +459,11 @@ class SpreadsheetBenchmark(Benchmark):
                 out.append(({}, d["error"]))
                 continue
             if d.get("recalc_error"):
-                raise FormulaEngineError(f"could not recalculate {d.get('recalculated', 0)} formula cell(s) of an output workbook "
-                                         f"({d['recalc_error'][:200]}); the episode is not scored: set env.options.recalculate=false "
-                                         "to score cached values as the official rule does")
+                raise FormulaEngineError(
+                    f"could not recalculate {d.get('recalculated', 0)} formula cell(s) of an output workbook "
+                    f"({d['recalc_error'][:200]}); the episode is not scored: set env.options.recalculate=false "
+                    "to score cached values as the official rule does"
+                )
             values = {s: {c: readcells.decode(v) for c, v in cells.items()} for s, cells in d["sheets"].items()}
             for sheet in d["sheetnames"]:
                 values.setdefault(sheet, {})

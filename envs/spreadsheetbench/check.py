@@ -1,6 +1,6 @@
 """Find SpreadsheetBench tasks that no script can pass, before a run spends money on them.
 
-    python -m envs.spreadsheetbench.check DATA_DIR [--manifest DIR] [--json]
+    python -m skillopt_envs.spreadsheetbench.check DATA_DIR [--manifest DIR] [--json]
 
 A task is defective when its answer position cannot be parsed, names a sheet its answer
 workbook lacks, it has no test-case files (or a workbook that cannot be opened), or two of its
@@ -22,13 +22,14 @@ import sys
 import tempfile
 import warnings
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
-from envs.base import DataError, Task
-from envs.spreadsheetbench import data as sb_data
-from envs.spreadsheetbench.scoring import PositionError, cells_equal, parse_position
+from skillopt_envs.base import DataError, Task
+from skillopt_envs.spreadsheetbench import data as sb_data
+from skillopt_envs.spreadsheetbench.scoring import PositionError, cells_equal, parse_position
 
 warnings.filterwarnings("ignore", category=UserWarning, module="openpyxl")  # unsupported extensions in real workbooks
 
@@ -44,7 +45,9 @@ class Defect:
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("SKILLOPT_CACHE_DIR", Path.home() / ".cache" / "skillopt_ray")) / "spreadsheetbench_check"
+    return (
+        Path(os.environ.get("SKILLOPT_CACHE_DIR", Path.home() / ".cache" / "skillopt_ray")) / "spreadsheetbench_check"
+    )
 
 
 def _task_key(task: Task) -> str:
@@ -118,7 +121,9 @@ def check_task(task: Task) -> Optional[Defect]:
         for a in areas:
             sheet = a.sheet if a.sheet is not None else first
             if sheet not in names:
-                return Defect(tid, "missing-sheet", f"{p['position']!r} names sheet {sheet!r}; {Path(ans).name} has {names}")
+                return Defect(
+                    tid, "missing-sheet", f"{p['position']!r} names sheet {sheet!r}; {Path(ans).name} has {names}"
+                )
             want[sheet] = want.get(sheet, ()) + a.cells
         answers.append(want)
     if len(p["cases"]) < 2:
@@ -139,7 +144,9 @@ def check_task(task: Task) -> Optional[Defect]:
                         if k not in contents:
                             contents[k] = _values(p["cases"][k][0], None)
                 except Exception as e:  # noqa: BLE001
-                    return Defect(tid, "unreadable-workbook", f"{Path(p['cases'][k][0]).name}: {type(e).__name__}: {str(e)[:120]}")
+                    return Defect(
+                        tid, "unreadable-workbook", f"{Path(p['cases'][k][0]).name}: {type(e).__name__}: {str(e)[:120]}"
+                    )
                 same = contents[i] == contents[j]
             if not same:
                 continue
@@ -147,8 +154,12 @@ def check_task(task: Task) -> Optional[Defect]:
             diff = [ref for ref in a if not cells_equal(a[ref], b.get(ref))]
             if diff:
                 ci, cj = sb_data.case_number(p["cases"][i][0]), sb_data.case_number(p["cases"][j][0])
-                return Defect(tid, "conflicting-cases", f"cases {ci} and {cj} have identical inputs but different answers "
-                                                        f"({len(diff)} cells, first {diff[0]}: {a[diff[0]]!r} vs {b.get(diff[0])!r})")
+                return Defect(
+                    tid,
+                    "conflicting-cases",
+                    f"cases {ci} and {cj} have identical inputs but different answers "
+                    f"({len(diff)} cells, first {diff[0]}: {a[diff[0]]!r} vs {b.get(diff[0])!r})",
+                )
     return None
 
 
@@ -182,7 +193,9 @@ def check_tasks(tasks: Iterable[Task], use_cache: bool = True) -> list[Defect]:
     return out
 
 
-def split_counts(root: Path, tasks: list[Task], plan: sb_data.SplitPlan, defects: list[Defect]) -> dict[str, tuple[int, int]]:
+def split_counts(
+    root: Path, tasks: list[Task], plan: sb_data.SplitPlan, defects: list[Defect]
+) -> dict[str, tuple[int, int]]:
     """split -> (defective, tasks) for the run's split plan."""
     bad = {d.task_id for d in defects}
     out = {}
@@ -204,9 +217,11 @@ def summary_note(root: Path, tasks: list[Task], plan: sb_data.SplitPlan) -> str:
     kinds = Counter(d.kind for d in defects)
     counts = split_counts(root, tasks, plan, defects)
     per = "/".join(str(counts[s][0]) for s in sb_data.SPLITS)
-    return (f"{len(defects)} of the {len(in_splits)} tasks in the splits are defective ({per} train/val/test: "
-            + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-            + f"); they score 0 or data_error - list them with python -m envs.spreadsheetbench.check {root}")
+    return (
+        f"{len(defects)} of the {len(in_splits)} tasks in the splits are defective ({per} train/val/test: "
+        + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        + f"); they score 0 or data_error - list them with python -m skillopt_envs.spreadsheetbench.check {root}"
+    )
 
 
 def _safe_select(root: Path, tasks: list[Task], plan: sb_data.SplitPlan, split: str) -> list[Task]:
@@ -217,9 +232,13 @@ def _safe_select(root: Path, tasks: list[Task], plan: sb_data.SplitPlan, split: 
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m envs.spreadsheetbench.check", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m skillopt_envs.spreadsheetbench.check", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("data_dir", help="the folder holding dataset.json and spreadsheet/")
-    ap.add_argument("--manifest", default=None, help="split manifest folder (as env.manifest_dir); default: the paper split")
+    ap.add_argument(
+        "--manifest", default=None, help="split manifest folder (as env.manifest_dir); default: the paper split"
+    )
     ap.add_argument("--json", action="store_true", help="print the defects as JSON")
     ap.add_argument("--no-cache", action="store_true", help="recheck every task")
     a = ap.parse_args(argv)
@@ -240,7 +259,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     for d in defects:
         print(f"  {d.task_id}\t{d.kind}\t{d.detail}")
     kinds = Counter(d.kind for d in defects)
-    print(f"defective: {len(defects)} of {len(tasks)} tasks" + (" (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")" if defects else ""))
+    print(
+        f"defective: {len(defects)} of {len(tasks)} tasks"
+        + (" (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")" if defects else "")
+    )
     print(plan.describe())
     for s, (bad, n) in split_counts(root, tasks, plan, defects).items():
         print(f"  {s}: {bad} of {n} tasks defective")

@@ -21,11 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from envs.base import DataError, Task
-from envs.spreadsheetbench.scoring import effective_position
+from skillopt_envs.base import DataError, Task
+from skillopt_envs.spreadsheetbench.scoring import effective_position
 
 SPLITS = ("train", "val", "test")
-ALIASES = {"train": "train", "val": "val", "valid_seen": "val", "selection": "val", "test": "test", "valid_unseen": "test"}
+ALIASES = {
+    "train": "train",
+    "val": "val",
+    "valid_seen": "val",
+    "selection": "val",
+    "test": "test",
+    "valid_unseen": "test",
+}
 PAPER_MANIFEST = Path(__file__).resolve().parent / "splits"
 PAPER_SIZES = {"train": 80, "val": 40, "test": 280}
 _PAIRS = (("_input.xlsx", "_answer.xlsx"), ("_init.xlsx", "_golden.xlsx"))
@@ -37,8 +44,10 @@ def resolve_root(data_dir: Optional[str]) -> Optional[Path]:
         return None
     root = Path(os.path.expandvars(os.path.expanduser(raw))).resolve()
     if not (root / "dataset.json").is_file():
-        raise DataError(f"SpreadsheetBench dataset {root / 'dataset.json'} not found; set env.data_dir or SPREADSHEETBENCH_DATA "
-                        "to the folder holding dataset.json and spreadsheet/")
+        raise DataError(
+            f"SpreadsheetBench dataset {root / 'dataset.json'} not found; set env.data_dir or SPREADSHEETBENCH_DATA "
+            "to the folder holding dataset.json and spreadsheet/"
+        )
     return root
 
 
@@ -82,10 +91,16 @@ def task_from_row(root: Path, row: dict[str, Any]) -> Task:
     problem = "" if cases else f"no-test-cases: no input/answer workbooks for task {task_id} in {folder}"
     kind = str(row.get("instruction_type") or "")
     sheet = row.get("answer_sheet")
-    payload = {"id": task_id, "instruction": row["instruction"], "instruction_type": kind,
-               "answer_position": str(row["answer_position"] or ""), "answer_sheet": str(sheet) if sheet else "",
-               "position": effective_position(str(row["answer_position"] or ""), sheet),
-               "cases": cases, "problem": problem}
+    payload = {
+        "id": task_id,
+        "instruction": row["instruction"],
+        "instruction_type": kind,
+        "answer_position": str(row["answer_position"] or ""),
+        "answer_sheet": str(sheet) if sheet else "",
+        "position": effective_position(str(row["answer_position"] or ""), sheet),
+        "cases": cases,
+        "problem": problem,
+    }
     return Task(task_id, task_type_of(kind), payload)
 
 
@@ -108,7 +123,9 @@ def _hash_split(task_id: str) -> str:
 def canonical_split(split: str) -> str:
     if split == "all" or split in ALIASES:
         return ALIASES.get(split, split)
-    raise DataError(f"unknown SpreadsheetBench split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all")
+    raise DataError(
+        f"unknown SpreadsheetBench split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all"
+    )
 
 
 def manifest_ids(manifest_dir: Path, split: str) -> list[str]:
@@ -134,15 +151,19 @@ class SplitPlan:
     def describe(self) -> str:
         got = "/".join(str(self.sizes.get(s, 0)) for s in SPLITS)
         if self.source == "hash":
-            return (f"split: stable 20/10/70 hash split ({got} train/val/test) - the data holds none of the ids of SkillOpt's "
-                    "paper split (80/40/280); give env.manifest_dir to choose tasks")
+            return (
+                f"split: stable 20/10/70 hash split ({got} train/val/test) - the data holds none of the ids of SkillOpt's "
+                "paper split (80/40/280); give env.manifest_dir to choose tasks"
+            )
         listed = "/".join(str(self.listed.get(s, 0)) for s in SPLITS)
         name = "SkillOpt's paper split" if self.source == "paper" else f"manifest {self.manifest}"
         text = f"split: {name}, {got} train/val/test tasks"
         if self.source == "paper" and self.sizes != PAPER_SIZES:
             missing = sum(self.listed.values()) - sum(self.sizes.values())
-            text += (f" - DIFFERS from the paper's 80/40/280: {missing} of its ids are not in the data, so scores are not "
-                     "comparable with the paper's")
+            text += (
+                f" - DIFFERS from the paper's 80/40/280: {missing} of its ids are not in the data, so scores are not "
+                "comparable with the paper's"
+            )
         elif self.sizes != self.listed:
             text += f" ({listed} listed; ids missing from the data are left out)"
         return text
@@ -160,7 +181,9 @@ def plan_splits(root: Path, tasks: list[Task], manifest_dir: Optional[str], skip
         if plan.manifest is None:
             plan.sizes[s] = sum(1 for t in tasks if _hash_split(t.task_id) == s)
         else:
-            ids = manifest_ids(plan.manifest, s) if (plan.manifest / s / "items.json").is_file() else []  # select() reports it
+            ids = (
+                manifest_ids(plan.manifest, s) if (plan.manifest / s / "items.json").is_file() else []
+            )  # select() reports it
             plan.listed[s] = len(ids)
             plan.sizes[s] = sum(1 for i in ids if i in have)
     return plan
@@ -180,11 +203,15 @@ def select(root: Path, tasks: list[Task], plan: SplitPlan, split: str) -> list[T
     ids = manifest_ids(plan.manifest, split)
     missing = [i for i in ids if i not in by_id]
     if missing and plan.strict:
-        raise DataError(f"{len(missing)} of {len(ids)} tasks in {path} are not in {root / 'dataset.json'} (first: {missing[0]}); "
-                        "use the matching release or set env.options.skip_missing_tasks=true")
+        raise DataError(
+            f"{len(missing)} of {len(ids)} tasks in {path} are not in {root / 'dataset.json'} (first: {missing[0]}); "
+            "use the matching release or set env.options.skip_missing_tasks=true"
+        )
     chosen = [by_id[i] for i in ids if i in by_id]
     if not chosen:
-        raise DataError(f"none of the tasks in {path} are in {root / 'dataset.json'}; give env.manifest_dir with a split of this data")
+        raise DataError(
+            f"none of the tasks in {path} are in {root / 'dataset.json'}; give env.manifest_dir with a split of this data"
+        )
     return chosen
 
 

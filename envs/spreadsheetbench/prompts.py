@@ -13,10 +13,12 @@ Rules for the script:
 - Print nothing and never call input().
 Your whole reply must be one ```python code block and nothing else."""
 
-TASK_PARAGRAPH = ("Write a Python script that loads the workbook at INPUT_PATH, performs the instruction above and saves the "
-                  "workbook to OUTPUT_PATH. Every cell the instruction does not ask you to change must keep its value. The "
-                  "preview shows only the first rows and columns: find the real extent of the data in the script and loop over "
-                  "all of its rows instead of relying on what the preview shows. Reply with the python code block only.")
+TASK_PARAGRAPH = (
+    "Write a Python script that loads the workbook at INPUT_PATH, performs the instruction above and saves the "
+    "workbook to OUTPUT_PATH. Every cell the instruction does not ask you to change must keep its value. The "
+    "preview shows only the first rows and columns: find the real extent of the data in the script and loop over "
+    "all of its rows instead of relying on what the preview shows. Reply with the python code block only."
+)
 
 SEED_SKILL = """# Spreadsheet task skill
 
@@ -55,7 +57,9 @@ wb.save(OUTPUT_PATH)
 - Leave sheets and cells the task does not mention exactly as they were.
 """
 
-NO_CODE = ("I could not find any Python code in your reply. Reply with the complete script in a single ```python code block.")
+NO_CODE = (
+    "I could not find any Python code in your reply. Reply with the complete script in a single ```python code block."
+)
 
 
 def system_prompt(skill: str) -> str:
@@ -73,8 +77,10 @@ def user_message(payload: dict[str, Any], preview: str) -> str:
 
 
 def exec_error_feedback(error: str, limit: int = 3000) -> str:
-    return ("Running your code failed with this error:\n```\n" + error[:limit] + "\n```\n"
-            "Fix the problem and reply with the complete corrected script in a ```python code block.")
+    return (
+        "Running your code failed with this error:\n```\n" + error[:limit] + "\n```\n"
+        "Fix the problem and reply with the complete corrected script in a ```python code block."
+    )
 
 
 def wrong_cells_feedback(wrong: list[tuple[str, str]], n_right: int) -> str:
@@ -83,8 +89,10 @@ def wrong_cells_feedback(wrong: list[tuple[str, str]], n_right: int) -> str:
     lines += [f"  {ref}: your output = {got} (WRONG)" for ref, got in wrong]
     if n_right > 0:
         lines.append(f"  ({n_right} other cells are correct.)")
-    lines.append("Work out what the instruction really asks for in these cells and reply with the complete corrected script "
-                 "in a ```python code block.")
+    lines.append(
+        "Work out what the instruction really asks for in these cells and reply with the complete corrected script "
+        "in a ```python code block."
+    )
     return "\n".join(lines)
 
 

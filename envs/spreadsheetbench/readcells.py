@@ -122,8 +122,10 @@ def recalculate(path: str, cells: list[tuple[str, str]]) -> dict[tuple[str, str]
         b = boxes.setdefault(sheet, [c, r, c, r])
         boxes[sheet] = [min(b[0], c), min(b[1], r), max(b[2], c), max(b[3], r)]
     book = _bounded_copy(path)
-    refs = ["'[%s]%s'!%s%d:%s%d" % (book, sheet.upper().replace("'", "''"), num_to_col(b[0]), b[1], num_to_col(b[2]), b[3])
-            for sheet, b in boxes.items()]
+    refs = [
+        "'[%s]%s'!%s%d:%s%d" % (book, sheet.upper().replace("'", "''"), num_to_col(b[0]), b[1], num_to_col(b[2]), b[3])
+        for sheet, b in boxes.items()
+    ]
     try:
         solution = formulas.ExcelModel().from_ranges(*refs).finish().calculate()
     finally:

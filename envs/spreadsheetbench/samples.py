@@ -13,9 +13,10 @@ import json
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import openpyxl
 
@@ -45,11 +46,14 @@ def _total(rng: random.Random):
 
 
 def _upper(rng: random.Random):
-    rows = [["Name", "Upper"]] + [[n.lower() + " " + rng.choice(["smith", "ng", "okoro"]), None] for n in _names(rng, N)]
+    rows = [["Name", "Upper"]] + [
+        [n.lower() + " " + rng.choice(["smith", "ng", "okoro"]), None] for n in _names(rng, N)
+    ]
 
     def fill(wb):
         for i, r in enumerate(rows[1:], start=2):
             wb.active.cell(i, 2, r[0].upper())
+
     return rows, fill
 
 
@@ -62,6 +66,7 @@ def _margin(rng: random.Random):
     def fill(wb):
         for i, r in enumerate(rows[1:], start=2):
             wb.active.cell(i, 4, round((r[1] - r[2]) / r[1], 2))
+
     return rows, fill
 
 
@@ -77,6 +82,7 @@ def _fullname(rng: random.Random):
     def fill(wb):
         for i, r in enumerate(rows[1:], start=2):
             wb.active.cell(i, 3, f"{r[1]}, {r[0]}")
+
     return rows, fill
 
 
@@ -89,11 +95,14 @@ def _days(rng: random.Random):
     def fill(wb):
         for i, r in enumerate(rows[1:], start=2):
             wb.active.cell(i, 3, (r[1] - r[0]).days)
+
     return rows, fill
 
 
 def _filter_region(rng: random.Random):
-    rows = [["Order", "Region", "Amount"]] + [[1000 + i, rng.choice(["North", "South", "East"]), rng.randint(5, 500)] for i in range(N)]
+    rows = [["Order", "Region", "Amount"]] + [
+        [1000 + i, rng.choice(["North", "South", "East"]), rng.randint(5, 500)] for i in range(N)
+    ]
 
     def fill(wb):
         ws = wb.create_sheet("North")
@@ -101,38 +110,87 @@ def _filter_region(rng: random.Random):
         for i, r in enumerate(kept, start=1):
             for j, v in enumerate(r, start=1):
                 ws.cell(i, j, v)
+
     return rows, fill
 
 
 def _sort_desc(rng: random.Random):
-    rows = [["City", "Population"]] + [[c, rng.randint(1000, 99999)] for c in rng.sample(
-        ["Oslo", "Lima", "Pune", "Kyiv", "Accra", "Quito", "Hanoi", "Porto", "Cork", "Riga", "Bern", "Doha"], N)]
+    rows = [["City", "Population"]] + [
+        [c, rng.randint(1000, 99999)]
+        for c in rng.sample(
+            ["Oslo", "Lima", "Pune", "Kyiv", "Accra", "Quito", "Hanoi", "Porto", "Cork", "Riga", "Bern", "Doha"], N
+        )
+    ]
 
     def fill(wb):
         ordered = sorted(rows[1:], key=lambda r: r[1], reverse=True)
         for i, r in enumerate(ordered, start=2):
             wb.active.cell(i, 1, r[0])
             wb.active.cell(i, 2, r[1])
+
     return rows, fill
 
 
 TEMPLATES = [
-    Template("total", "Cell-Level Manipulation", "Sheet1 lists parts in column A and quantities in column B (header in row 1). "
-             "Put the total quantity in cell D2.", "D2", _total),
-    Template("upper", "Cell-Level Manipulation", "Column A holds names (header in row 1). Write each name in upper case "
-             "in column B next to it.", f"B2:B{N + 1}", _upper),
-    Template("margin", "Cell-Level Manipulation", "Columns B and C hold sales and cost. In column D write the profit margin "
-             "(sales minus cost, divided by sales), rounded to 2 decimals.", f"D2:D{N + 1}", _margin),
-    Template("count", "Cell-Level Manipulation", "Column B holds scores. Put in cell E2 how many scores are 50 or more.", "E2",
-             _count_at_least),
-    Template("fullname", "Cell-Level Manipulation", "Column A has first names and column B last names. Fill column C with "
-             "'Last, First' for each row.", f"C2:C{N + 1}", _fullname),
-    Template("days", "Cell-Level Manipulation", "Columns A and B hold start and end dates. Fill column C with the number of "
-             "days from start to end.", f"C2:C{N + 1}", _days),
-    Template("north", "Sheet-Level Manipulation", "Copy the header and every row whose Region is 'North' to a new sheet named "
-             "'North', starting at A1, keeping the original order.", f"'North'!A1:C{N + 1}", _filter_region),
-    Template("sort", "Sheet-Level Manipulation", "Sort the table on the first sheet (header in row 1) by Population, largest "
-             "first, in place.", f"A2:B{N + 1}", _sort_desc),
+    Template(
+        "total",
+        "Cell-Level Manipulation",
+        "Sheet1 lists parts in column A and quantities in column B (header in row 1). "
+        "Put the total quantity in cell D2.",
+        "D2",
+        _total,
+    ),
+    Template(
+        "upper",
+        "Cell-Level Manipulation",
+        "Column A holds names (header in row 1). Write each name in upper case in column B next to it.",
+        f"B2:B{N + 1}",
+        _upper,
+    ),
+    Template(
+        "margin",
+        "Cell-Level Manipulation",
+        "Columns B and C hold sales and cost. In column D write the profit margin "
+        "(sales minus cost, divided by sales), rounded to 2 decimals.",
+        f"D2:D{N + 1}",
+        _margin,
+    ),
+    Template(
+        "count",
+        "Cell-Level Manipulation",
+        "Column B holds scores. Put in cell E2 how many scores are 50 or more.",
+        "E2",
+        _count_at_least,
+    ),
+    Template(
+        "fullname",
+        "Cell-Level Manipulation",
+        "Column A has first names and column B last names. Fill column C with 'Last, First' for each row.",
+        f"C2:C{N + 1}",
+        _fullname,
+    ),
+    Template(
+        "days",
+        "Cell-Level Manipulation",
+        "Columns A and B hold start and end dates. Fill column C with the number of days from start to end.",
+        f"C2:C{N + 1}",
+        _days,
+    ),
+    Template(
+        "north",
+        "Sheet-Level Manipulation",
+        "Copy the header and every row whose Region is 'North' to a new sheet named "
+        "'North', starting at A1, keeping the original order.",
+        f"'North'!A1:C{N + 1}",
+        _filter_region,
+    ),
+    Template(
+        "sort",
+        "Sheet-Level Manipulation",
+        "Sort the table on the first sheet (header in row 1) by Population, largest first, in place.",
+        f"A2:B{N + 1}",
+        _sort_desc,
+    ),
 ]
 
 _WRITE = "import os, openpyxl\nwb = openpyxl.load_workbook(os.environ['INPUT_PATH'])\nws = wb.active\n"
@@ -141,14 +199,19 @@ SOLUTIONS = {
     "total": _WRITE + "ws['D2'] = sum(ws.cell(r, 2).value for r in range(2, ws.max_row + 1))\n" + _SAVE,
     "upper": _WRITE + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 2, ws.cell(r, 1).value.upper())\n" + _SAVE,
     "margin": _WRITE + "for r in range(2, ws.max_row + 1):\n    s, c = ws.cell(r, 2).value, ws.cell(r, 3).value\n"
-              "    ws.cell(r, 4, round((s - c) / s, 2))\n" + _SAVE,
+    "    ws.cell(r, 4, round((s - c) / s, 2))\n" + _SAVE,
     "count": _WRITE + "ws['E2'] = sum(1 for r in range(2, ws.max_row + 1) if ws.cell(r, 2).value >= 50)\n" + _SAVE,
-    "fullname": _WRITE + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, f'{ws.cell(r, 2).value}, {ws.cell(r, 1).value}')\n" + _SAVE,
-    "days": _WRITE + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, (ws.cell(r, 2).value - ws.cell(r, 1).value).days)\n" + _SAVE,
+    "fullname": _WRITE
+    + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, f'{ws.cell(r, 2).value}, {ws.cell(r, 1).value}')\n"
+    + _SAVE,
+    "days": _WRITE
+    + "for r in range(2, ws.max_row + 1):\n    ws.cell(r, 3, (ws.cell(r, 2).value - ws.cell(r, 1).value).days)\n"
+    + _SAVE,
     "north": _WRITE + "out = wb.create_sheet('North')\nrows = list(ws.iter_rows(values_only=True))\n"
-             "for row in [rows[0]] + [r for r in rows[1:] if r[1] == 'North']:\n    out.append(list(row))\n" + _SAVE,
+    "for row in [rows[0]] + [r for r in rows[1:] if r[1] == 'North']:\n    out.append(list(row))\n" + _SAVE,
     "sort": _WRITE + "rows = sorted(ws.iter_rows(min_row=2, values_only=True), key=lambda r: r[1], reverse=True)\n"
-            "for i, row in enumerate(rows, start=2):\n    for j, v in enumerate(row, start=1):\n        ws.cell(i, j, v)\n" + _SAVE,
+    "for i, row in enumerate(rows, start=2):\n    for j, v in enumerate(row, start=1):\n        ws.cell(i, j, v)\n"
+    + _SAVE,
 }
 # Scripts that write formulas instead of values: openpyxl stores no computed value for them, so under the official
 # rule (env.options.recalculate=false) their cells read as empty; with recalculation they score by their value.
@@ -189,8 +252,15 @@ def generate(root: Path, seed: int = 7) -> None:
                     rows, fill = t.make(rng)
                     _write_book(rows, folder / f"{k}_{task_id}_input.xlsx", None)
                     _write_book(rows, folder / f"{k}_{task_id}_answer.xlsx", fill)
-                dataset.append({"id": task_id, "instruction": t.instruction, "instruction_type": t.kind,
-                                "answer_position": t.answer_position, "spreadsheet_path": f"spreadsheet/{task_id}"})
+                dataset.append(
+                    {
+                        "id": task_id,
+                        "instruction": t.instruction,
+                        "instruction_type": t.kind,
+                        "answer_position": t.answer_position,
+                        "spreadsheet_path": f"spreadsheet/{task_id}",
+                    }
+                )
                 manifest[split].append({"id": task_id})
     (root / "dataset.json").write_text(json.dumps(dataset, indent=1))
     for split, items in manifest.items():
@@ -210,7 +280,7 @@ def ensure_sample_tasks(sample_dir: Optional[str] = None) -> Path:
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=str(root.parent), prefix=".sheets-"))
     generate(tmp)
-    (tmp / "COMPLETE").write_text("generated by skillopt_ray envs.spreadsheetbench.samples\n")
+    (tmp / "COMPLETE").write_text("generated by skillopt_ray skillopt_envs.spreadsheetbench.samples\n")
     if root.exists():
         shutil.rmtree(root)
     tmp.rename(root)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
-from envs.spreadsheetbench.readcells import col_to_num, num_to_col
+from skillopt_envs.spreadsheetbench.readcells import col_to_num, num_to_col
 
 _EXCEL_EPOCH = dt.datetime(1899, 12, 30)
 _CELL = re.compile(r"^\$?([A-Za-z]{1,3})\$?(\d+)$")
@@ -132,7 +133,9 @@ class CaseVerdict:
     reason: str = ""  # the first mismatch: value@Sheet1!B3: gt=... pred=...
 
 
-def compare(expected: SheetValues, expected_first_sheet: str, actual: SheetValues, areas: Iterable[Area], max_wrong: int = 50) -> CaseVerdict:
+def compare(
+    expected: SheetValues, expected_first_sheet: str, actual: SheetValues, areas: Iterable[Area], max_wrong: int = 50
+) -> CaseVerdict:
     """Every cell of every area; a sheet the output lacks fails the case (the other areas are still listed)."""
     wrong: list[tuple[str, Any, Any]] = []
     checks: list[CellCheck] = []

@@ -1,4 +1,4 @@
-"""A synthetic benchmark for tests and benchmarks only (no `+experiment=`, not listed by `envs.names()`).
+"""A synthetic benchmark for tests and benchmarks only (no `+experiment=`, not listed by `skillopt_envs.names()`).
 
 Each episode makes `options.calls` target calls and nothing else, so what a run measures is the
 runner itself: the env-actor pool, the gateway, the endpoint. A reply that names the episode's own
@@ -12,7 +12,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+
 from skillopt_ray.llm.types import ChatRequest
 
 SPLITS = {"train": 0, "val": 1, "valid_seen": 1, "selection": 1, "test": 2, "valid_unseen": 2}
@@ -24,7 +25,9 @@ class SyntheticOptions:
     calls: int = 1  # target calls per episode
     prompt_chars: int = 200
     think_s: float = 0.0  # environment-side wait between calls (holds an episode in flight without CPU)
-    raise_error: str = ""  # tests: every episode raises; "sandbox_start" a SandboxStartError, anything else a RuntimeError
+    raise_error: str = (
+        ""  # tests: every episode raises; "sandbox_start" a SandboxStartError, anything else a RuntimeError
+    )
 
 
 class SyntheticBenchmark(Benchmark):
@@ -49,7 +52,7 @@ class SyntheticBenchmark(Benchmark):
 
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         if self.options.raise_error == "sandbox_start":
-            from envs.sandbox import SandboxStartError
+            from skillopt_envs.sandbox import SandboxStartError
 
             raise SandboxStartError("the sandbox could not start (synthetic)")
         if self.options.raise_error:
@@ -64,6 +67,12 @@ class SyntheticBenchmark(Benchmark):
             hits += task.task_id in reply.content
             replies.append(reply.content)
         hard = float(hits == self.options.calls)
-        return EpisodeResult(task.task_id, task.task_type, hard=hard, soft=hits / self.options.calls,
-                             fail_reason="" if hard else "reply did not name the task", n_turns=self.options.calls,
-                             trajectory=[{"type": "message", "turn": i + 1, "content": c} for i, c in enumerate(replies)])
+        return EpisodeResult(
+            task.task_id,
+            task.task_type,
+            hard=hard,
+            soft=hits / self.options.calls,
+            fail_reason="" if hard else "reply did not name the task",
+            n_turns=self.options.calls,
+            trajectory=[{"type": "message", "turn": i + 1, "content": c} for i, c in enumerate(replies)],
+        )

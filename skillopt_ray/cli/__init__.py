@@ -26,6 +26,26 @@ def main(argv=None) -> int:
     return app_main(argv)
 
 
-__all__ = ["CONF_DIR", "EXIT_CONFIG", "EXIT_ERROR", "EXIT_OK", "EXIT_STOPPED", "UsageError", "check_keys", "check_output_dir",
-           "check_skill_files", "compose", "execute", "experiments", "load", "main", "needs_embedded_server", "resolve_paths",
-           "run_dir_for", "run_one", "start_ray", "summary_table", "typed"]
+__all__ = [
+    "CONF_DIR",
+    "EXIT_CONFIG",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_STOPPED",
+    "UsageError",
+    "check_keys",
+    "check_output_dir",
+    "check_skill_files",
+    "compose",
+    "execute",
+    "experiments",
+    "load",
+    "main",
+    "needs_embedded_server",
+    "resolve_paths",
+    "run_dir_for",
+    "run_one",
+    "start_ray",
+    "summary_table",
+    "typed",
+]

@@ -23,12 +23,22 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-from skillopt_ray.cli.compose import (CONF_DIR, CONFIG_NAME, PriceOverride, apply_prices, compose, explain, resolve_paths,
-                                      split_price_overrides, typed)
+from skillopt_ray.cli.compose import (
+    CONF_DIR,
+    CONFIG_NAME,
+    PriceOverride,
+    apply_prices,
+    compose,
+    explain,
+    resolve_paths,
+    split_price_overrides,
+    typed,
+)
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.startup_trace import mark
@@ -161,7 +171,12 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> N
     swept = {o.split("=", 1)[0] for o in overrides if o not in (jobs[0] if jobs else [])}
     for job in jobs:
         try:
-            cfg = compose(job, config_dir=_conf_dir(args), config_name=args.config_name or CONFIG_NAME, search_dirs=_search_dirs(args))
+            cfg = compose(
+                job,
+                config_dir=_conf_dir(args),
+                config_name=args.config_name or CONFIG_NAME,
+                search_dirs=_search_dirs(args),
+            )
             apply_prices(cfg, prices)
             _obj, data = typed(cfg)
             check_output_dir(Path(resolve_paths(data)["output_dir"]))
@@ -177,8 +192,12 @@ def show_job_config(args: Any, overrides: list[str], prices: list[PriceOverride]
 
     from skillopt_ray.config import redact
 
-    cfg = compose([o for o in overrides if not o.startswith("hydra.")], config_dir=_conf_dir(args),
-                  config_name=args.config_name or CONFIG_NAME, search_dirs=_search_dirs(args))
+    cfg = compose(
+        [o for o in overrides if not o.startswith("hydra.")],
+        config_dir=_conf_dir(args),
+        config_name=args.config_name or CONFIG_NAME,
+        search_dirs=_search_dirs(args),
+    )
     apply_prices(cfg, prices)
     data: Any = redact(resolve_paths(typed(cfg)[1]))
     if args.package:
@@ -260,6 +279,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception as e:  # noqa: BLE001 - one line; --debug shows the traceback
         if debug:
             raise
-        print(f"error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''} (--debug shows the traceback)",
-              file=sys.stderr)
+        print(
+            f"error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''} (--debug shows the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR

@@ -15,8 +15,9 @@ from __future__ import annotations
 import copy
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from skillopt_ray.cli.errors import UsageError
 
@@ -107,8 +108,10 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None) -> str:
     text = text.split(" Config search path")[0].split(" See https://hydra.cc")[0]
     if "does not support sweep type" in text:
         kind = text.rsplit(":", 1)[-1].strip().lower().replace("_sweep", "")
-        return (f"{kind}() needs a sweeper that samples (e.g. hydra-optuna-sweeper, hydra/sweeper=optuna) or python -m "
-                "skillopt_ray.sweep; Hydra's basic sweeper runs lists, range() and glob()")
+        return (
+            f"{kind}() needs a sweeper that samples (e.g. hydra-optuna-sweeper, hydra/sweeper=optuna) or python -m "
+            "skillopt_ray.sweep; Hydra's basic sweeper runs lists, range() and glob()"
+        )
     if "Ambiguous value" in text or "sweep" in text.lower() and "--multirun" in text:
         return f"{text}; add -m to run every combination"
     return f"invalid configuration: {text[:400]}"
@@ -120,22 +123,27 @@ def start_hydra(config_dir: Optional[Path] = None, search_dirs: Iterable[str] = 
     from hydra._internal.utils import create_automatic_config_search_path
     from hydra.core.config_search_path import SearchPathQuery
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.version import setbase
 
     from skillopt_ray.config import register_schema
-
-    from hydra.version import setbase
 
     setbase("1.3")  # as @hydra.main(version_base="1.3") does
     register_schema()
     path = create_automatic_config_search_path(None, None, str(Path(config_dir or CONF_DIR).resolve()))
     for d in search_dirs:
-        path.prepend(provider="command-line", path=f"file://{Path(d).resolve()}", anchor=SearchPathQuery(provider="schema"))
+        path.prepend(
+            provider="command-line", path=f"file://{Path(d).resolve()}", anchor=SearchPathQuery(provider="schema")
+        )
     GlobalHydra.instance().clear()
     return Hydra.create_main_hydra2(task_name="app", config_search_path=path)
 
 
-def compose(overrides: list[str], config_dir: Optional[Path] = None, config_name: str = CONFIG_NAME,
-            search_dirs: Iterable[str] = ()) -> Any:
+def compose(
+    overrides: list[str],
+    config_dir: Optional[Path] = None,
+    config_name: str = CONFIG_NAME,
+    search_dirs: Iterable[str] = (),
+) -> Any:
     """Hydra composition with our strict schema; errors become one-line UsageErrors."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -146,8 +154,9 @@ def compose(overrides: list[str], config_dir: Optional[Path] = None, config_name
     rest, prices = split_price_overrides(overrides)
     try:
         hydra = start_hydra(config_dir, search_dirs)
-        cfg = hydra.compose_config(config_name=config_name, overrides=rest, run_mode=RunMode.RUN, from_shell=True,
-                                   with_log_configuration=False)
+        cfg = hydra.compose_config(
+            config_name=config_name, overrides=rest, run_mode=RunMode.RUN, from_shell=True, with_log_configuration=False
+        )
     except (HydraException, OmegaConfBaseException) as e:
         raise UsageError(explain(e, config_dir)) from None
     finally:

@@ -11,7 +11,6 @@ records them in `identity.json` and refuses to resume when they changed, naming 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any, Optional
@@ -116,8 +115,10 @@ def check_or_record(run_dir: Path, record: dict[str, Any], resuming: bool) -> No
     old: Optional[dict[str, Any]] = read_json(path) if path.is_file() else None
     if resuming and old is not None and old.get("identity") != record["identity"]:
         what = "; ".join(describe_change(old, record)) or "its identity differs"
-        raise UsageError(f"cannot resume {run_dir}: {what}. Its results would not be this run's: rerun with resume=false "
-                         "(the old run is moved aside) or choose another run_name")
+        raise UsageError(
+            f"cannot resume {run_dir}: {what}. Its results would not be this run's: rerun with resume=false "
+            "(the old run is moved aside) or choose another run_name"
+        )
     if old != record:
         atomic_write_json(path, record)
 

@@ -36,7 +36,10 @@ def run_dir_for(data: dict[str, Any], record: Optional[dict[str, Any]] = None) -
 
 def needs_embedded_server(data: dict[str, Any]) -> bool:
     """A role runs on the embedded model and calls will reach it (replay mode answers from the cache)."""
-    return any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer")) and data["llm"]["cache_mode"] != "replay"
+    return (
+        any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer"))
+        and data["llm"]["cache_mode"] != "replay"
+    )
 
 
 def job_submission_id() -> Optional[str]:
@@ -91,8 +94,14 @@ class EmbeddedStart:
         self._pool: Optional[ThreadPoolExecutor] = None
         self._future: Optional[Future] = None
         if not self.url:
-            self.server = EmbeddedServer(e["model_path"], e["ctx_size"], e["threads"], e["parallel"], e["startup_timeout_s"],
-                                         run_dir / "embedded_server.log")
+            self.server = EmbeddedServer(
+                e["model_path"],
+                e["ctx_size"],
+                e["threads"],
+                e["parallel"],
+                e["startup_timeout_s"],
+                run_dir / "embedded_server.log",
+            )
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="embedded-start")
             self._future = self._pool.submit(self.server.start)
 
@@ -154,9 +163,13 @@ def execute(data: dict[str, Any], run_dir: Optional[Path] = None) -> dict[str, A
 
             print(f"note: {NOTICE}", file=sys.stderr)
             embedded = EmbeddedStart(data, run_dir)
-        progress.update({"phase": "starting", "stage": "starting Ray" + (" and the embedded model server" if embedded else "")})
+        progress.update(
+            {"phase": "starting", "stage": "starting Ray" + (" and the embedded model server" if embedded else "")}
+        )
         # the driver's imports (the LLM client, the engine, the stages: about a second) load while Ray starts
-        loader = threading.Thread(target=importlib.import_module, args=("skillopt_ray.driver",), name="import-driver", daemon=True)
+        loader = threading.Thread(
+            target=importlib.import_module, args=("skillopt_ray.driver",), name="import-driver", daemon=True
+        )
         loader.start()
         mark("ray-starting")
         start_ray(data)

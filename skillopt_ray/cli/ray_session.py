@@ -15,8 +15,12 @@ def local_init_options(data: dict[str, Any]) -> dict[str, Any]:
     """ray.init options for a private local cluster (also what scripts/bench_startup.py measures as the floor).
 
     address="local": a new cluster of our own, even where `ray start` left one running (ray.init() would join it)."""
-    return dict(COMMON_INIT, address="local", num_cpus=data["ray"]["num_cpus"] or os.cpu_count(),
-                object_store_memory=data["ray"]["object_store_memory_mb"] * 1024 * 1024)
+    return dict(
+        COMMON_INIT,
+        address="local",
+        num_cpus=data["ray"]["num_cpus"] or os.cpu_count(),
+        object_store_memory=data["ray"]["object_store_memory_mb"] * 1024 * 1024,
+    )
 
 
 def start_ray(data: dict[str, Any]) -> None:
@@ -37,8 +41,10 @@ def start_ray(data: dict[str, Any]) -> None:
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             ray.init(**local_init_options(data))
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
-        raise UsageError(f"cannot reach Ray at {address or 'a new local cluster'}: {one_line(e)}; check ray.address / RAY_ADDRESS, "
-                         "or drop it to start locally") from None
+        raise UsageError(
+            f"cannot reach Ray at {address or 'a new local cluster'}: {one_line(e)}; check ray.address / RAY_ADDRESS, "
+            "or drop it to start locally"
+        ) from None
 
 
 def probe_address(address: str, timeout_s: float = 3.0) -> None:
@@ -51,5 +57,7 @@ def probe_address(address: str, timeout_s: float = 3.0) -> None:
         with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
             return
     except (OSError, ValueError) as e:
-        raise UsageError(f"cannot reach Ray at {address}: {getattr(e, 'strerror', None) or e}; check ray.address / RAY_ADDRESS, "
-                         "or drop it to start a local cluster") from None
+        raise UsageError(
+            f"cannot reach Ray at {address}: {getattr(e, 'strerror', None) or e}; check ray.address / RAY_ADDRESS, "
+            "or drop it to start a local cluster"
+        ) from None

@@ -12,20 +12,29 @@ from skillopt_ray.report import kinds_text
 def summary_table(s: dict[str, Any]) -> str:
     if s.get("mode") == "eval":
         e = s["eval"]
-        rows = [f"eval on {s['split']}: hard {e['hard']:.3f}  soft {e['soft']:.3f}  (n={e['n']}, infra errors {e['infra_errors']}{kinds_text(e.get('infra_kinds'))}, data errors {e.get('data_errors', 0)})"]
+        rows = [
+            f"eval on {s['split']}: hard {e['hard']:.3f}  soft {e['soft']:.3f}  (n={e['n']}, infra errors {e['infra_errors']}{kinds_text(e.get('infra_kinds'))}, data errors {e.get('data_errors', 0)})"
+        ]
         rows += [f"  {t:<34} hard {v['hard']:.3f} soft {v['soft']:.3f} n={v['n']}" for t, v in e["per_type"].items()]
         return "\n".join(rows)
     rows = ["", f"{'skill':<9}{'selection':>11}{'test hard':>11}{'test soft':>11}"]
     sel = s["selection"]
     for k in ("initial", "best", "final"):
         t = s["test"][k]
-        rows.append(f"{k:<9}{(sel[k] if sel[k] is not None else float('nan')):>11.3f}{t['hard']:>11.3f}{t['soft']:>11.3f}")
+        rows.append(
+            f"{k:<9}{(sel[k] if sel[k] is not None else float('nan')):>11.3f}{t['hard']:>11.3f}{t['soft']:>11.3f}"
+        )
     c = s["counts"]
     rows.append(f"steps {s['steps']}: {c['accept']} accepted, {c['reject']} rejected, {c['skip']} skipped")
     rows.append(f"test hard delta (best - initial) {s['delta_test_hard_best_vs_initial']:+.3f}")
     tok = s["tokens"]
-    rows.append(f"model calls {tok['calls']} (+{tok['cache_hits']} from cache), tokens {tok['tokens']}, cost ${tok['cost_usd']:.4f}")
-    rows.append("per task type (test, best skill): " + ", ".join(f"{t} {v['hard']:.2f}" for t, v in s["test"]["best"]["per_type"].items()))
+    rows.append(
+        f"model calls {tok['calls']} (+{tok['cache_hits']} from cache), tokens {tok['tokens']}, cost ${tok['cost_usd']:.4f}"
+    )
+    rows.append(
+        "per task type (test, best skill): "
+        + ", ".join(f"{t} {v['hard']:.2f}" for t, v in s["test"]["best"]["per_type"].items())
+    )
     return "\n".join(rows)
 
 
@@ -46,6 +55,8 @@ def report(outcome: dict[str, Any]) -> int:
         from skillopt_ray.tracking import ui_link
 
         print(f"mlflow run: {ml['run_id']} in {ml['tracking_uri']}")
-        print(f"  view with: mlflow ui --backend-store-uri {ml['tracking_uri']} --host 127.0.0.1, then open {ui_link(ml)}")
+        print(
+            f"  view with: mlflow ui --backend-store-uri {ml['tracking_uri']} --host 127.0.0.1, then open {ui_link(ml)}"
+        )
     print(f"the run's story: python -m skillopt_ray.report {outcome['run_dir']}")
     return EXIT_OK

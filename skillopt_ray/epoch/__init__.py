@@ -8,13 +8,17 @@ from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
 
 
-async def ask_for_text(llm: Any, stage: str, user: str, schema: dict[str, Any], field: str, key: str) -> tuple[dict[str, Any], Optional[str]]:
+async def ask_for_text(
+    llm: Any, stage: str, user: str, schema: dict[str, Any], field: str, key: str
+) -> tuple[dict[str, Any], Optional[str]]:
     """One optimizer call (system prompt named after the stage) whose reply carries one text field.
 
     Returns (record, text); text is None when the reply was unusable or the field empty, and the record
     then says action no_content."""
     try:
-        res = await llm.chat_json(ChatRequest("optimizer", stage, prompts.messages(prompts.system_prompt(stage), user), key), schema, stage)
+        res = await llm.chat_json(
+            ChatRequest("optimizer", stage, prompts.messages(prompts.system_prompt(stage), user), key), schema, stage
+        )
     except MalformedOutput as e:
         return {"action": "no_content", "error": e.message}, None
     text = str(res.data.get(field) or "").strip()

@@ -7,13 +7,23 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
-from envs.base import EpisodeResult, Task
+from skillopt_envs.base import EpisodeResult, Task
+
 from skillopt_ray import prompts
 from skillopt_ray.epoch import ask_for_text
 from skillopt_ray.prompts.render import conversation_text
 
-CATEGORIES = {(False, True): "improved", (True, False): "regressed", (False, False): "persistent_fail", (True, True): "stable_success"}
-POLICY = {"mixed": set(CATEGORIES.values()), "changed": {"improved", "regressed"}, "unchanged": {"persistent_fail", "stable_success"}}
+CATEGORIES = {
+    (False, True): "improved",
+    (True, False): "regressed",
+    (False, False): "persistent_fail",
+    (True, True): "stable_success",
+}
+POLICY = {
+    "mixed": set(CATEGORIES.values()),
+    "changed": {"improved", "regressed"},
+    "unchanged": {"persistent_fail", "stable_success"},
+}
 
 
 def sample_tasks(train: list[Task], seed: int, epoch: int, n: int) -> list[Task]:
@@ -31,7 +41,12 @@ def _task_text(task: Task, r: Optional[EpisodeResult]) -> str:
 def _side(r: Optional[EpisodeResult]) -> dict[str, Any]:
     if r is None:
         return {"hard": 0, "soft": 0.0, "predicted_answer": "N/A", "fail_reason": "no result"}
-    return {"hard": r.hard, "soft": r.soft, "predicted_answer": r.info.get("predicted_answer") or "N/A", "fail_reason": r.fail_reason}
+    return {
+        "hard": r.hard,
+        "soft": r.soft,
+        "predicted_answer": r.info.get("predicted_answer") or "N/A",
+        "fail_reason": r.fail_reason,
+    }
 
 
 def _trajectory(r: Optional[EpisodeResult]) -> str:
@@ -51,8 +66,17 @@ def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[Episode
         if any(r is not None and not r.scored for r in (p, c)):
             continue
         cat = CATEGORIES[(bool(p and p.hard), bool(c and c.hard))]
-        pairs.append({"id": t.task_id, "task": _task_text(t, c or p), "category": cat, "prev": _side(p), "curr": _side(c),
-                      "prev_trajectory": _trajectory(p), "curr_trajectory": _trajectory(c)})
+        pairs.append(
+            {
+                "id": t.task_id,
+                "task": _task_text(t, c or p),
+                "category": cat,
+                "prev": _side(p),
+                "curr": _side(c),
+                "prev_trajectory": _trajectory(p),
+                "curr_trajectory": _trajectory(c),
+            }
+        )
     return pairs
 
 

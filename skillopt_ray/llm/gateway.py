@@ -21,8 +21,18 @@ from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, descr
 from skillopt_ray.llm.jsonout import JsonExtractionError, parse_and_validate
 from skillopt_ray.llm.ledger import Ledger, journal_path
 from skillopt_ray.llm.ratelimit import EndpointLimiter
-from skillopt_ray.llm.types import (CacheMiss, ChatRequest, ChatResult, JsonResult, LLMConfigError, LLMError, LLMInternalError,
-                                    MalformedOutput, ReplyFiltered, ReplyTruncated)
+from skillopt_ray.llm.types import (
+    CacheMiss,
+    ChatRequest,
+    ChatResult,
+    JsonResult,
+    LLMConfigError,
+    LLMError,
+    LLMInternalError,
+    MalformedOutput,
+    ReplyFiltered,
+    ReplyTruncated,
+)
 from skillopt_ray.utils.io import atomic_write_json, read_json
 
 
@@ -76,14 +86,20 @@ class Gateway:
             rc = self.endpoints[role].cfg
             ep_key = f"{rc.provider}|{rc.base_url or rc.azure_endpoint}|{rc.model}"
             if ep_key not in self.limiters:
-                self.limiters[ep_key] = EndpointLimiter(rc.max_concurrency, rc.requests_per_minute, rc.tokens_per_minute)
+                self.limiters[ep_key] = EndpointLimiter(
+                    rc.max_concurrency, rc.requests_per_minute, rc.tokens_per_minute
+                )
             self.limiters[role] = self.limiters[ep_key]
         self.cache = ResponseCache(cache_path) if (cache_path and cfg.cache_mode != "off") else None
         if cfg.cache_mode == "replay" and self.cache is None:
-            raise LLMConfigError("llm.cache_mode=replay needs a response cache; point output_dir/run_name at a recorded run")
+            raise LLMConfigError(
+                "llm.cache_mode=replay needs a response cache; point output_dir/run_name at a recorded run"
+            )
         self.ledger_path = ledger_path
         prior = read_json(ledger_path) if ledger_path and Path(ledger_path).exists() else None
-        self.ledger = Ledger(cfg.prices, cfg.budget, prior, journal=journal_path(ledger_path))  # kill-safe: every paid call journaled
+        self.ledger = Ledger(
+            cfg.prices, cfg.budget, prior, journal=journal_path(ledger_path)
+        )  # kill-safe: every paid call journaled
 
     def _cache_payload(self, req: ChatRequest) -> dict[str, Any]:
         ep = self.endpoints[req.role]
@@ -113,7 +129,13 @@ class Gateway:
             hit = self.cache.get(key)
             if hit is not None:
                 self.ledger.record_hit(req.role, req.stage)
-                return ChatResult(hit["content"], hit.get("prompt_tokens", 0), hit.get("completion_tokens", 0), True, hit.get("finish_reason", ""))
+                return ChatResult(
+                    hit["content"],
+                    hit.get("prompt_tokens", 0),
+                    hit.get("completion_tokens", 0),
+                    True,
+                    hit.get("finish_reason", ""),
+                )
             if self.cfg.cache_mode == "replay":
                 raise CacheMiss(
                     f"replay mode: no recorded response for a {req.role}/{req.stage} call (key {key[:12]}); "
@@ -139,12 +161,22 @@ class Gateway:
                 )
         if comp.finish_reason == "content_filter":
             self.ledger.record_incomplete(req.role, req.stage, "filtered")
-            raise ReplyFiltered(f"{req.role}/{req.stage} reply stopped by the content filter (finish_reason=content_filter) "
-                                f"at {describe(ep.cfg)}")
+            raise ReplyFiltered(
+                f"{req.role}/{req.stage} reply stopped by the content filter (finish_reason=content_filter) "
+                f"at {describe(ep.cfg)}"
+            )
         result = ChatResult(comp.content, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason)
         if self.cache is not None:  # under the original request's key, so a resumed run replays a length retry too
-            self.cache.put(key, req.stage, {"content": result.content, "prompt_tokens": result.prompt_tokens,
-                                            "completion_tokens": result.completion_tokens, "finish_reason": result.finish_reason})
+            self.cache.put(
+                key,
+                req.stage,
+                {
+                    "content": result.content,
+                    "prompt_tokens": result.prompt_tokens,
+                    "completion_tokens": result.completion_tokens,
+                    "finish_reason": result.finish_reason,
+                },
+            )
         return result
 
     async def _send(self, req: ChatRequest, budget: Optional[int] = None) -> Completion:
@@ -277,8 +309,10 @@ class SenderActor:
             raise _one_line(e, req) from None
 
     def stats(self) -> dict[str, Any]:
-        return {"retries": {r: ep.retries_done for r, ep in self.endpoints.items()},
-                "faults": {r: dict(ep.faults) for r, ep in self.endpoints.items()}}
+        return {
+            "retries": {r: ep.retries_done for r, ep in self.endpoints.items()},
+            "faults": {r: dict(ep.faults) for r, ep in self.endpoints.items()},
+        }
 
     def pid(self) -> int:
         import os
@@ -297,8 +331,14 @@ class GatewayActor:
     `shards` > 1 moves the HTTP sending into that many SenderActors (spread over nodes); the cache, ledger,
     budgets and rate/concurrency limits stay in this actor, so they are exact whatever the number of shards."""
 
-    def __init__(self, llm_cfg: dict[str, Any], cache_path: Optional[str], ledger_path: Optional[str],
-                 owners: Optional[list[dict[str, Any]]] = None, shards: int = 1):
+    def __init__(
+        self,
+        llm_cfg: dict[str, Any],
+        cache_path: Optional[str],
+        ledger_path: Optional[str],
+        owners: Optional[list[dict[str, Any]]] = None,
+        shards: int = 1,
+    ):
         from skillopt_ray.lifeline import identity, watch
 
         watch(list(owners or []), "LLM gateway")  # the run's owner gone: exit before another queued call is sent
@@ -380,7 +420,7 @@ class LLMHandle:
 
     def __init__(self, target: Any):
         self._t = target
-        self._remote = hasattr(target, "chat") and hasattr(getattr(target, "chat"), "remote")
+        self._remote = hasattr(target, "chat") and hasattr(target.chat, "remote")
         self._modes: dict[str, str] = {}  # structured-output mode per role: static config, fetched once
 
     async def chat(self, req: ChatRequest) -> ChatResult:
@@ -398,7 +438,11 @@ class LLMHandle:
     async def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
         """Built here from the role's mode, so an episode turn costs one call to the gateway, not two."""
         if role not in self._modes:
-            self._modes[role] = await self._t.structured_output_mode.remote(role) if self._remote else self._t.structured_output_mode(role)
+            self._modes[role] = (
+                await self._t.structured_output_mode.remote(role)
+                if self._remote
+                else self._t.structured_output_mode(role)
+            )
         return response_format(self._modes[role], schema, name)
 
     async def ledger_snapshot(self) -> dict[str, Any]:

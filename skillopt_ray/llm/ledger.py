@@ -56,8 +56,13 @@ def read_journal(path: str | Path) -> dict[str, LedgerEntry]:
 
 
 class Ledger:
-    def __init__(self, prices: dict[str, PriceConfig], budget: BudgetConfig, state: dict[str, Any] | None = None,
-                 journal: Optional[str] = None):
+    def __init__(
+        self,
+        prices: dict[str, PriceConfig],
+        budget: BudgetConfig,
+        state: dict[str, Any] | None = None,
+        journal: Optional[str] = None,
+    ):
         self.prices = prices
         self.budget = budget
         self.entries: dict[str, LedgerEntry] = {}
@@ -145,13 +150,19 @@ class Ledger:
         hint = "raise it (e.g. llm.budget.{k}=...) and rerun the same command to resume"
         if b.max_calls and t["calls"] + self.in_flight >= b.max_calls:
             held = f" ({self.in_flight} still in flight)" if self.in_flight else ""
-            raise BudgetExceeded(f"budget cap hit: {t['calls']} calls{held} >= llm.budget.max_calls={b.max_calls}; "
-                                 + hint.format(k="max_calls"))
+            raise BudgetExceeded(
+                f"budget cap hit: {t['calls']} calls{held} >= llm.budget.max_calls={b.max_calls}; "
+                + hint.format(k="max_calls")
+            )
         if b.max_tokens and t["tokens"] >= b.max_tokens:
-            raise BudgetExceeded(f"budget cap hit: {t['tokens']} tokens >= llm.budget.max_tokens={b.max_tokens}; " + hint.format(k="max_tokens"))
+            raise BudgetExceeded(
+                f"budget cap hit: {t['tokens']} tokens >= llm.budget.max_tokens={b.max_tokens}; "
+                + hint.format(k="max_tokens")
+            )
         if b.max_cost_usd and t["cost_usd"] >= b.max_cost_usd:
             raise BudgetExceeded(
-                f"budget cap hit: ${t['cost_usd']:.4f} >= llm.budget.max_cost_usd={b.max_cost_usd}; " + hint.format(k="max_cost_usd")
+                f"budget cap hit: ${t['cost_usd']:.4f} >= llm.budget.max_cost_usd={b.max_cost_usd}; "
+                + hint.format(k="max_cost_usd")
             )
 
     def to_dict(self) -> dict[str, Any]:

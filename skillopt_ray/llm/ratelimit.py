@@ -43,7 +43,7 @@ class EndpointLimiter:
                     return
                 await asyncio.sleep(max(0.01, min(waits)))
 
-    async def __aenter__(self) -> "EndpointLimiter":
+    async def __aenter__(self) -> EndpointLimiter:
         await self.semaphore.acquire()
         return self
 

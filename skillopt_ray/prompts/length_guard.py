@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
-from envs.base import EpisodeResult
-from skillopt_ray.prompts.render import SUB_BLOCKS, comparison_text, minibatch_text
+from skillopt_envs.base import EpisodeResult
+
+from skillopt_ray.prompts.render import PROMPT_BLOCKS, comparison_text, minibatch_text, sub_blocks
 
 KEY = "llm.optimizer.context_tokens"
 FLOOR = 160  # the smallest length a part is cut to (characters)
@@ -54,10 +56,11 @@ def cut_middle(text: str, cap: int) -> str:
         return text
     head = cap // 2
     tail = cap - head
-    return f"{text[:head]}\n[… {len(text) - cap:,} characters cut by the length guard …]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[… {len(text) - cap:,} characters cut by the length guard …]\n{text[len(text) - tail :]}"
 
 
 # ---------- one trajectory, shrunk ----------
+
 
 def _is_verification(entry: Any) -> bool:
     return isinstance(entry, dict) and entry.get("role") == "system"
@@ -84,7 +87,7 @@ def _drop_middle(entries: list[Any], keep: int) -> list[Any]:
     movable = [i for i, e in enumerate(entries) if not _is_verification(e)]
     if len(movable) <= keep:
         return entries
-    kept = set(movable[: (keep + 1) // 2] + movable[len(movable) - keep // 2:] if keep else [])
+    kept = set(movable[: (keep + 1) // 2] + movable[len(movable) - keep // 2 :] if keep else [])
     dropped = len(movable) - len(kept)
     text = f"[… {dropped} conversation entries cut by the length guard ({KEY}) …]"
     marker: Optional[dict[str, str]] = {"role": "length guard", "content": text}
@@ -103,17 +106,24 @@ def shrink_result(r: EpisodeResult, cap: int, keep: Optional[int] = None, vcap: 
     conversation keeps at most that many of them; with `vcap`, whose verification entries are cut to that
     length too (else they stay whole)."""
     info = dict(r.info)
-    for _, key in SUB_BLOCKS:
+    for _, key in PROMPT_BLOCKS:
         if info.get(key):
             info[key] = cut_middle(str(info[key]).rstrip("\n"), cap)
-    entries = [(_cut_entry(e, vcap) if vcap is not None else e) if _is_verification(e) else _cut_entry(e, cap) for e in r.trajectory]
+    if info.get("analyst_blocks"):
+        info["analyst_blocks"] = [
+            [title, cut_middle(str(text).rstrip("\n"), cap)] for title, text in info["analyst_blocks"]
+        ]
+    entries = [
+        (_cut_entry(e, vcap) if vcap is not None else e) if _is_verification(e) else _cut_entry(e, cap)
+        for e in r.trajectory
+    ]
     if keep is not None:
         entries = _drop_middle(entries, keep)
     return dataclasses.replace(r, info=info, trajectory=entries)
 
 
 def _longest_part(results: list[EpisodeResult]) -> int:
-    sizes = [len(str(r.info.get(key) or "")) for r in results for _, key in SUB_BLOCKS]
+    sizes = [len(body) for r in results for _, body in sub_blocks(r.info)]
     for r in results:
         for e in r.trajectory:
             if isinstance(e, dict):
@@ -148,6 +158,7 @@ def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> Optional[int]:
 
 # ---------- the guard ----------
 
+
 @dataclasses.dataclass(frozen=True)
 class LengthGuard:
     """`prompt_tokens`: the estimated size a prompt (system + user message) may have; None = off."""
@@ -155,7 +166,7 @@ class LengthGuard:
     prompt_tokens: Optional[int] = None
 
     @staticmethod
-    def for_role(role: Any) -> "LengthGuard":
+    def for_role(role: Any) -> LengthGuard:
         """The guard for an LLM role's config (LLMRoleConfig): off unless `context_tokens` is set."""
         if role.context_tokens is None:
             return LengthGuard()
@@ -202,12 +213,17 @@ class LengthGuard:
         sides = ("prev_trajectory", "curr_trajectory")
 
         def at(cap: int, vcap: Optional[int] = None) -> str:
-            return user_for(comparison_text([{**p, **{k: cut_conversation(str(p[k]), cap, vcap) for k in sides if p.get(k)}}
-                                             for p in pairs]))
+            return user_for(
+                comparison_text(
+                    [{**p, **{k: cut_conversation(str(p[k]), cap, vcap) for k in sides if p.get(k)}} for p in pairs]
+                )
+            )
 
         longest = max((len(str(p.get(k) or "")) for p in pairs for k in sides), default=FLOOR)
         cap = _largest(FLOOR, longest, lambda c: self.fits(system, at(c)))
         if cap is not None:
             return at(cap)
-        vcap = _largest(FLOOR, longest, lambda v: self.fits(system, at(FLOOR, v)))  # the verification blocks last, as above
+        vcap = _largest(
+            FLOOR, longest, lambda v: self.fits(system, at(FLOOR, v))
+        )  # the verification blocks last, as above
         return at(FLOOR, vcap if vcap is not None else FLOOR)

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.base import EpisodeResult
+from skillopt_envs.base import EpisodeResult
 
-SUB_BLOCKS = (("Target System Prompt", "target_system_prompt"), ("Target User Prompt", "target_user_prompt"),
-              ("Spreadsheet Preview", "spreadsheet_preview"))
+# Sub-blocks every chat benchmark can fill; a benchmark adds its own as info["analyst_blocks"] ([title, text] pairs).
+PROMPT_BLOCKS = (("Target System Prompt", "target_system_prompt"), ("Target User Prompt", "target_user_prompt"))
+
+
+def sub_blocks(info: dict[str, Any]) -> list[tuple[str, str]]:
+    """The titled blocks shown under a trajectory's header, in order: the target's prompts, then the benchmark's own."""
+    blocks = [(title, str(info[key])) for title, key in PROMPT_BLOCKS if info.get(key)]
+    return blocks + [(str(title), str(text)) for title, text in info.get("analyst_blocks") or [] if text]
 
 
 def conversation_text(entries: list[Any]) -> str:
@@ -32,15 +38,17 @@ def conversation_text(entries: list[Any]) -> str:
 
 
 def trajectory_block(r: EpisodeResult, idx: int) -> str:
-    head = [f"### Trajectory {idx} (id={r.task_id})", f"Task: {r.task_description}",
-            f"Task type: {r.info.get('header_task_type', r.task_type)}"]
+    head = [
+        f"### Trajectory {idx} (id={r.task_id})",
+        f"Task: {r.task_description}",
+        f"Task type: {r.info.get('header_task_type', r.task_type)}",
+    ]
     if r.fail_reason:
         head.append(f"Failure reason: {r.fail_reason}")
     head.append(f"Steps: {r.n_turns}")
     text = "\n".join(head) + "\n"
-    for title, key in SUB_BLOCKS:
-        if r.info.get(key):
-            text += f"\n#### {title}\n{str(r.info[key]).rstrip(chr(10))}\n"
+    for title, body in sub_blocks(r.info):
+        text += f"\n#### {title}\n{body.rstrip(chr(10))}\n"
     return text + "\n" + conversation_text(r.trajectory)
 
 
@@ -52,8 +60,10 @@ def minibatch_text(results: list[EpisodeResult]) -> str:
 
 # ---------- step buffer (§9.4) ----------
 
-STEP_BUFFER_PREAMBLE = ("What follows summarises the earlier steps of this epoch: do not propose again edits that were "
-                        "rejected, and concentrate on the failure patterns that are still open.\n")
+STEP_BUFFER_PREAMBLE = (
+    "What follows summarises the earlier steps of this epoch: do not propose again edits that were "
+    "rejected, and concentrate on the failure patterns that are still open.\n"
+)
 
 
 def _rejected_line(i: int, item: dict[str, Any]) -> str:
@@ -80,20 +90,25 @@ def step_buffer_text(entries: list[dict[str, Any]]) -> str:
 
 # ---------- meta skill (§11.3) ----------
 
+
 def meta_skill_block(content: str) -> str:
     if not content:
         return ""
-    return ("## Optimizer Meta Skill\nThis is memory for the optimizer, learned in earlier epochs on this same environment. "
-            "Let it shape how you propose, merge and rank updates, and lean on it when the evidence is unclear — but not "
-            "against trajectories that clearly contradict it.\n\n" + content)
+    return (
+        "## Optimizer Meta Skill\nThis is memory for the optimizer, learned in earlier epochs on this same environment. "
+        "Let it shape how you propose, merge and rank updates, and lean on it when the evidence is unclear — but not "
+        "against trajectories that clearly contradict it.\n\n" + content
+    )
 
 
 # ---------- longitudinal comparison (§10.4) ----------
 
-SECTIONS = (("regressed", "### Regressions (right→wrong) — HIGHEST PRIORITY", True),
-            ("persistent_fail", "### Persistent Failures (wrong→wrong)", True),
-            ("improved", "### Improvements (wrong→right)", True),
-            ("stable_success", "### Stable Successes (right→right)", False))
+SECTIONS = (
+    ("regressed", "### Regressions (right→wrong) — HIGHEST PRIORITY", True),
+    ("persistent_fail", "### Persistent Failures (wrong→wrong)", True),
+    ("improved", "### Improvements (wrong→right)", True),
+    ("stable_success", "### Stable Successes (right→right)", False),
+)
 
 
 def _side(label: str, s: dict[str, Any]) -> str:
@@ -109,8 +124,14 @@ def _pair_entry(p: dict[str, Any], with_trajectories: bool) -> str:
         lines.append(f"- Prev fail reason: {p['prev']['fail_reason']}")
     text = "\n".join(lines)
     if with_trajectories:
-        blocks = [f"**{title}:**\n```\n{p[key]}\n```" for title, key in
-                  (("Previous epoch trajectory", "prev_trajectory"), ("Current epoch trajectory", "curr_trajectory")) if p.get(key)]
+        blocks = [
+            f"**{title}:**\n```\n{p[key]}\n```"
+            for title, key in (
+                ("Previous epoch trajectory", "prev_trajectory"),
+                ("Current epoch trajectory", "curr_trajectory"),
+            )
+            if p.get(key)
+        ]
         if blocks:
             text += "\n\n" + "\n".join(blocks)
     return text
@@ -118,12 +139,14 @@ def _pair_entry(p: dict[str, Any], with_trajectories: bool) -> str:
 
 def comparison_text(pairs: list[dict[str, Any]]) -> str:
     count = {c: sum(p["category"] == c for p in pairs) for c, _, _ in SECTIONS}
-    parts = ["## Longitudinal Comparison Summary\n"
-             f"Total samples: {len(pairs)}\n"
-             f"- Improved (wrong→right): {count['improved']}\n"
-             f"- Regressed (right→wrong): {count['regressed']}\n"
-             f"- Persistent failures (wrong→wrong): {count['persistent_fail']}\n"
-             f"- Stable successes (right→right): {count['stable_success']}"]
+    parts = [
+        "## Longitudinal Comparison Summary\n"
+        f"Total samples: {len(pairs)}\n"
+        f"- Improved (wrong→right): {count['improved']}\n"
+        f"- Regressed (right→wrong): {count['regressed']}\n"
+        f"- Persistent failures (wrong→wrong): {count['persistent_fail']}\n"
+        f"- Stable successes (right→right): {count['stable_success']}"
+    ]
     for cat, heading, with_traj in SECTIONS:
         entries = [_pair_entry(p, with_traj) for p in pairs if p["category"] == cat]
         parts.append(heading + "\n" + ("\n\n".join(entries) if entries else "(none)"))

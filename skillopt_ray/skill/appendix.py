@@ -32,9 +32,15 @@ async def flush_notes(llm: Any, skill: str, notes: list[str], threshold: int, ke
     if threshold > 0 and len(merged) > threshold:
         try:
             out = await llm.chat_json(
-                ChatRequest("optimizer", "appendix_consolidate",
-                            prompts.messages(prompts.system_prompt("appendix_consolidate"), prompts.consolidate_user(merged)), f"{key}/consolidate"),
-                prompts.CONSOLIDATE_SCHEMA, "appendix")
+                ChatRequest(
+                    "optimizer",
+                    "appendix_consolidate",
+                    prompts.messages(prompts.system_prompt("appendix_consolidate"), prompts.consolidate_user(merged)),
+                    f"{key}/consolidate",
+                ),
+                prompts.CONSOLIDATE_SCHEMA,
+                "appendix",
+            )
             shorter = [n.strip() for n in out.data["appendix_notes"] if isinstance(n, str) and n.strip()]
         except MalformedOutput:
             shorter = []

@@ -19,8 +19,10 @@ APPENDIX_HEADING = "## Execution Notes Appendix"
 
 # Markers written by skillopt-ray before it adopted the reference's: translated on load.
 _LEGACY = {
-    "<!-- SKILLOPT:SLOW_UPDATE:BEGIN -->": SLOW_START, "<!-- SKILLOPT:SLOW_UPDATE:END -->": SLOW_END,
-    "<!-- SKILLOPT:APPENDIX:BEGIN -->": APPENDIX_START, "<!-- SKILLOPT:APPENDIX:END -->": APPENDIX_END,
+    "<!-- SKILLOPT:SLOW_UPDATE:BEGIN -->": SLOW_START,
+    "<!-- SKILLOPT:SLOW_UPDATE:END -->": SLOW_END,
+    "<!-- SKILLOPT:APPENDIX:BEGIN -->": APPENDIX_START,
+    "<!-- SKILLOPT:APPENDIX:END -->": APPENDIX_END,
 }
 
 
@@ -83,6 +85,7 @@ def without_protected(text: str) -> str:
 
 # ---------- slow-update block (§10.1) ----------
 
+
 def inject_empty_slow_update_field(skill: str) -> str:
     if SLOW_START in skill and SLOW_END in skill:
         return skill
@@ -103,6 +106,7 @@ def replace_slow_update_field(skill: str, guidance: str) -> str:
 
 
 # ---------- appendix (§12) ----------
+
 
 def inject_empty_appendix_field(skill: str) -> str:
     if APPENDIX_START in skill and APPENDIX_END in skill:

@@ -23,8 +23,12 @@ class ApplyResult:
     def summary(self) -> dict[str, int]:
         """Counts as the reference's step record: statuses starting with applied / skipped, and errors."""
         st = [r["status"] for r in self.reports]
-        return {"total": len(st), "applied": sum(s.startswith("applied") for s in st),
-                "skipped": sum(s.startswith("skipped") for s in st), "errors": sum(s == "error" for s in st)}
+        return {
+            "total": len(st),
+            "applied": sum(s.startswith("applied") for s in st),
+            "skipped": sum(s.startswith("skipped") for s in st),
+            "errors": sum(s == "error" for s in st),
+        }
 
 
 def _in_protected(skill: str, target: str) -> bool:
@@ -68,7 +72,7 @@ def apply_edit(skill: str, edit: Any) -> tuple[str, str]:
         if i == -1:
             return skill, f"skipped_{op}_target_not_found"
         new = content if op == "replace" else ""
-        return skill[:i] + new + skill[i + len(target):], f"applied_{op}"
+        return skill[:i] + new + skill[i + len(target) :], f"applied_{op}"
     return skill, "skipped_unknown_op"
 
 
@@ -78,8 +82,11 @@ def apply_edits(skill: str, edits: list[Any]) -> ApplyResult:
     for i, edit in enumerate(edits, start=1):
         row: dict[str, Any] = {"index": i}
         try:
-            row.update(op=edit.get("op", ""), target=str(edit.get("target", ""))[:200],
-                       content_preview=str(edit.get("content", ""))[:200])
+            row.update(
+                op=edit.get("op", ""),
+                target=str(edit.get("target", ""))[:200],
+                content_preview=str(edit.get("content", ""))[:200],
+            )
             result.text, row["status"] = apply_edit(result.text, edit)
         except Exception as e:  # content: null, a bare string as an edit, ...
             row.setdefault("op", "")

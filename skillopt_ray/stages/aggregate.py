@@ -25,7 +25,7 @@ class AggregateOutput:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "AggregateOutput":
+    def from_dict(d: dict[str, Any]) -> AggregateOutput:
         return AggregateOutput(**d)
 
 
@@ -45,8 +45,11 @@ class _Merger:
     async def _ask(self, system: str, user: str, key: str) -> dict[str, Any] | None:
         self.out.calls += 1
         try:
-            res = await self.llm.chat_json(ChatRequest("optimizer", "merge", prompts.messages(system, user), key),
-                                           prompts.payload_schema(self.mode), "merge")
+            res = await self.llm.chat_json(
+                ChatRequest("optimizer", "merge", prompts.messages(system, user), key),
+                prompts.payload_schema(self.mode),
+                "merge",
+            )
         except MalformedOutput as e:
             self.out.fallbacks.append(f"{key}: {e.message}")
             return None
@@ -73,8 +76,11 @@ class _Merger:
         level, current = 1, patches
         while len(current) > 1:
             chunks = [current[i : i + batch] for i in range(0, len(current), batch)]
-            current = list(await asyncio.gather(*(
-                self.merge_chunk(kind, c, level, j) if len(c) > 1 else _same(c[0]) for j, c in enumerate(chunks))))
+            current = list(
+                await asyncio.gather(
+                    *(self.merge_chunk(kind, c, level, j) if len(c) > 1 else _same(c[0]) for j, c in enumerate(chunks))
+                )
+            )
             level += 1
         return current[0]
 
@@ -87,22 +93,39 @@ class _Merger:
         if not f_items:
             return success
         system = prompts.system_prompt(f"merge_final{prompts.MODE_SUFFIX[self.mode]}")
-        user = prompts.final_merge_user(meta_skill=self.meta_skill, skill=self.skill, mode=self.mode, failure=failure, success=success)
+        user = prompts.final_merge_user(
+            meta_skill=self.meta_skill, skill=self.skill, mode=self.mode, failure=failure, success=success
+        )
         data = await self._ask(system, user, f"{self.key}/merge/final")
-        return data if data is not None else {"reasoning": "fallback: failure first, then success", self.pk: f_items + s_items}
+        return (
+            data
+            if data is not None
+            else {"reasoning": "fallback: failure first, then success", self.pk: f_items + s_items}
+        )
 
 
 async def _same(x: dict[str, Any]) -> dict[str, Any]:
     return x
 
 
-async def aggregate(llm: Any, failure_patches: list[dict[str, Any]], success_patches: list[dict[str, Any]], *, mode: str,
-                    skill: str, meta_skill: str, merge_batch_size: int, key: str) -> AggregateOutput:
+async def aggregate(
+    llm: Any,
+    failure_patches: list[dict[str, Any]],
+    success_patches: list[dict[str, Any]],
+    *,
+    mode: str,
+    skill: str,
+    meta_skill: str,
+    merge_batch_size: int,
+    key: str,
+) -> AggregateOutput:
     if merge_batch_size < 2:
         raise ValueError("merge_batch_size must be >= 2")
     out = AggregateOutput()
     m = _Merger(llm, mode, skill, meta_skill, key, out)
-    f, s = await asyncio.gather(m.hierarchical("failure", failure_patches, merge_batch_size),
-                                m.hierarchical("success", success_patches, merge_batch_size))
+    f, s = await asyncio.gather(
+        m.hierarchical("failure", failure_patches, merge_batch_size),
+        m.hierarchical("success", success_patches, merge_batch_size),
+    )
     out.merged = await m.final(f, s)
     return out

@@ -88,5 +88,7 @@ def flipped(candidate: dict, current: dict) -> dict[str, list[str]]:
     """Selection tasks whose hard result changed between the current skill's evaluation and the candidate's."""
     common = set(candidate["tasks"]) & set(current["tasks"])
     won = lambda ev, t: bool(ev["tasks"][t][0])  # noqa: E731
-    return {"to_pass": sorted(t for t in common if won(candidate, t) and not won(current, t)),
-            "to_fail": sorted(t for t in common if won(current, t) and not won(candidate, t))}
+    return {
+        "to_pass": sorted(t for t in common if won(candidate, t) and not won(current, t)),
+        "to_fail": sorted(t for t in common if won(current, t) and not won(candidate, t)),
+    }

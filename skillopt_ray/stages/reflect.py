@@ -8,7 +8,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from envs.base import EpisodeResult
+from skillopt_envs.base import EpisodeResult
+
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
 from skillopt_ray.prompts.length_guard import LengthGuard
@@ -28,8 +29,9 @@ def scored(results: list[EpisodeResult]) -> list[EpisodeResult]:
     return [r for r in results if r.scored]
 
 
-def split_minibatches(results: list[EpisodeResult], size: int, batch_seed: int,
-                      failure_only: bool) -> tuple[list[list[EpisodeResult]], list[list[EpisodeResult]]]:
+def split_minibatches(
+    results: list[EpisodeResult], size: int, batch_seed: int, failure_only: bool
+) -> tuple[list[list[EpisodeResult]], list[list[EpisodeResult]]]:
     """Failures shuffled with Random(batch_seed), successes with Random(batch_seed + 1), cut into minibatches."""
     fails = [r for r in scored(results) if is_failure(r)]
     wins = [] if failure_only else [r for r in scored(results) if is_success(r)]
@@ -56,7 +58,9 @@ def appendix_notes_of(value: Any) -> list[str]:
 
 @dataclass
 class ReflectOutput:
-    analyses: list[dict[str, Any]] = field(default_factory=list)  # raw analyst JSON, stamped with source_type and minibatch
+    analyses: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # raw analyst JSON, stamped with source_type and minibatch
     failure_patches: list[dict[str, Any]] = field(default_factory=list)
     success_patches: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # skill-aware execution-lapse notes, in analysis order
@@ -67,7 +71,7 @@ class ReflectOutput:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "ReflectOutput":
+    def from_dict(d: dict[str, Any]) -> ReflectOutput:
         return ReflectOutput(**d)
 
 
@@ -93,9 +97,24 @@ def normalise(analyses: list[dict[str, Any]], mode: str) -> tuple[list[dict[str,
     return fails, wins
 
 
-async def reflect(llm: Any, results: list[EpisodeResult], *, skill: str, mode: str, env: str, minibatch_size: int,
-                  batch_seed: int, max_budget: int, step_buffer: str, meta_skill: str, failure_only: bool,
-                  skill_aware: bool, appendix_source: str, key: str, guard: LengthGuard = LengthGuard()) -> ReflectOutput:
+async def reflect(
+    llm: Any,
+    results: list[EpisodeResult],
+    *,
+    skill: str,
+    mode: str,
+    env: str,
+    minibatch_size: int,
+    batch_seed: int,
+    max_budget: int,
+    step_buffer: str,
+    meta_skill: str,
+    failure_only: bool,
+    skill_aware: bool,
+    appendix_source: str,
+    key: str,
+    guard: LengthGuard = LengthGuard(),
+) -> ReflectOutput:
     fail_mbs, win_mbs = split_minibatches(results, minibatch_size, batch_seed, failure_only)
     jobs = [("failure", i, mb) for i, mb in enumerate(fail_mbs)] + [("success", i, mb) for i, mb in enumerate(win_mbs)]
     payload_key = prompts.PAYLOAD[mode][0]
@@ -105,15 +124,33 @@ async def reflect(llm: Any, results: list[EpisodeResult], *, skill: str, mode: s
         text = minibatch_text(mb)
         if not text:  # no conversation to show: no call
             return None
-        notes = skill_aware and mode != "full_rewrite_minibatch" and (kind == "failure" or appendix_source != "failure_only")
+        notes = (
+            skill_aware
+            and mode != "full_rewrite_minibatch"
+            and (kind == "failure" or appendix_source != "failure_only")
+        )
         system = prompts.analyst_system(kind, mode, env, skill_aware, appendix_source)
-        user = guard.analyst_user(mb, system, lambda t: prompts.analyst_user(  # the guard cuts only when it is on
-            skill=skill, mode=mode, max_budget=max_budget, step_buffer=step_buffer, meta_skill=meta_skill, kind=kind,
-            trajectories=t, k=len(mb)))
+        user = guard.analyst_user(
+            mb,
+            system,
+            lambda t: prompts.analyst_user(  # the guard cuts only when it is on
+                skill=skill,
+                mode=mode,
+                max_budget=max_budget,
+                step_buffer=step_buffer,
+                meta_skill=meta_skill,
+                kind=kind,
+                trajectories=t,
+                k=len(mb),
+            ),
+        )
         out.calls += 1
         try:
-            res = await llm.chat_json(ChatRequest("optimizer", "analyst", prompts.messages(system, user), f"{key}/analyst/{kind}{i}"),
-                                      prompts.analyst_schema(kind, mode, notes), "analysis")
+            res = await llm.chat_json(
+                ChatRequest("optimizer", "analyst", prompts.messages(system, user), f"{key}/analyst/{kind}{i}"),
+                prompts.analyst_schema(kind, mode, notes),
+                "analysis",
+            )
         except MalformedOutput:
             out.dropped += 1
             return None

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Optional, Protocol
 
-from envs.base import EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import EpisodeContext, EpisodeResult, Task
 
 
 class InfraFailure(RuntimeError):
@@ -27,7 +28,7 @@ class RolloutStats:
     hard: float = 0.0
     soft: float = 0.0
     infra_errors: int = 0
-    infra_kinds: dict[str, int] = field(default_factory=dict)  # infra errors by kind (envs.base.INFRA_KINDS)
+    infra_kinds: dict[str, int] = field(default_factory=dict)  # infra errors by kind (skillopt_envs.base.INFRA_KINDS)
     data_errors: int = 0
     not_played: int = 0
     per_type: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -48,12 +49,18 @@ def summarize(results: list[EpisodeResult]) -> RolloutStats:
         by_type[r.task_type].append(r)
     per_type = {t: {"n": len(rs), "hard": _means(rs)[0], "soft": _means(rs)[1]} for t, rs in sorted(by_type.items())}
     hard, soft = _means(ok)
-    return RolloutStats(n=len(results), n_scored=len(ok), hard=hard, soft=soft,
-                        infra_errors=sum(r.infra_error for r in results),
-                        infra_kinds=dict(sorted(Counter(r.error_kind or "unknown" for r in results if r.infra_error).items())),
-                        data_errors=sum(r.data_error for r in results),
-                        not_played=sum(r.not_played for r in results),
-                        per_type=per_type, tasks={r.task_id: [r.hard, r.soft] for r in ok})
+    return RolloutStats(
+        n=len(results),
+        n_scored=len(ok),
+        hard=hard,
+        soft=soft,
+        infra_errors=sum(r.infra_error for r in results),
+        infra_kinds=dict(sorted(Counter(r.error_kind or "unknown" for r in results if r.infra_error).items())),
+        data_errors=sum(r.data_error for r in results),
+        not_played=sum(r.not_played for r in results),
+        per_type=per_type,
+        tasks={r.task_id: [r.hard, r.soft] for r in ok},
+    )
 
 
 def check_infra(results: list[EpisodeResult], max_fraction: float, what: str) -> None:
@@ -65,8 +72,15 @@ def check_infra(results: list[EpisodeResult], max_fraction: float, what: str) ->
         )
 
 
-async def rollout(runner: EpisodeRunner, tasks: list[Task], skill: str, ctx: EpisodeContext, max_infra_fraction: float, what: str,
-                  stop: Optional[Callable[[EpisodeResult], bool]] = None) -> list[EpisodeResult]:
+async def rollout(
+    runner: EpisodeRunner,
+    tasks: list[Task],
+    skill: str,
+    ctx: EpisodeContext,
+    max_infra_fraction: float,
+    what: str,
+    stop: Optional[Callable[[EpisodeResult], bool]] = None,
+) -> list[EpisodeResult]:
     """Run the batch; with `stop`, the runner may cancel the episodes left once it says the outcome is decided."""
     results = await (runner.run(tasks, skill, ctx, stop=stop) if stop is not None else runner.run(tasks, skill, ctx))
     if len(results) != len(tasks) or any(r.task_id != t.task_id for r, t in zip(results, tasks)):

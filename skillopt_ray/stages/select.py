@@ -57,26 +57,67 @@ class SelectOutput:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "SelectOutput":
+    def from_dict(d: dict[str, Any]) -> SelectOutput:
         return SelectOutput(**d)
 
 
-async def autonomous_lr(llm: Any, *, skill: str, items: list[Any], mode: str, meta_skill: str, rollout_n: int,
-                        rollout_hard: float, rollout_soft: float, step_buffer: str, key: str) -> dict[str, Any]:
+async def autonomous_lr(
+    llm: Any,
+    *,
+    skill: str,
+    items: list[Any],
+    mode: str,
+    meta_skill: str,
+    rollout_n: int,
+    rollout_hard: float,
+    rollout_soft: float,
+    step_buffer: str,
+    key: str,
+) -> dict[str, Any]:
     """lr_control_mode=autonomous: one call decides how many items to apply; 0 on an unusable reply."""
-    user = prompts.lr_user(meta_skill=meta_skill, skill=skill, items=items, mode=mode, rollout_n=rollout_n,
-                           rollout_hard=rollout_hard, rollout_soft=rollout_soft, step_buffer=step_buffer)
-    rec: dict[str, Any] = {"learning_rate": 0, "raw_learning_rate": None, "available_update_items": len(items), "clamped": False,
-                           "fallback": True, "reasoning": "", "confidence": "", "risk_notes": [], "raw_response": ""}
+    user = prompts.lr_user(
+        meta_skill=meta_skill,
+        skill=skill,
+        items=items,
+        mode=mode,
+        rollout_n=rollout_n,
+        rollout_hard=rollout_hard,
+        rollout_soft=rollout_soft,
+        step_buffer=step_buffer,
+    )
+    rec: dict[str, Any] = {
+        "learning_rate": 0,
+        "raw_learning_rate": None,
+        "available_update_items": len(items),
+        "clamped": False,
+        "fallback": True,
+        "reasoning": "",
+        "confidence": "",
+        "risk_notes": [],
+        "raw_response": "",
+    }
     try:
-        res = await llm.chat_json(ChatRequest("optimizer", "lr_autonomous", prompts.messages(prompts.system_prompt("lr_autonomous"), user),
-                                              f"{key}/lr"), prompts.LR_SCHEMA, "learning_rate")
+        res = await llm.chat_json(
+            ChatRequest(
+                "optimizer",
+                "lr_autonomous",
+                prompts.messages(prompts.system_prompt("lr_autonomous"), user),
+                f"{key}/lr",
+            ),
+            prompts.LR_SCHEMA,
+            "learning_rate",
+        )
     except MalformedOutput as e:
         rec["error"] = e.message
         return rec
     d = res.data
-    rec.update(raw_response=res.raw, raw_learning_rate=d.get("learning_rate"), reasoning=str(d.get("reasoning", "")),
-               confidence=str(d.get("confidence", "")), risk_notes=d.get("risk_notes") or [])
+    rec.update(
+        raw_response=res.raw,
+        raw_learning_rate=d.get("learning_rate"),
+        reasoning=str(d.get("reasoning", "")),
+        confidence=str(d.get("confidence", "")),
+        risk_notes=d.get("risk_notes") or [],
+    )
     n = coerce_nonnegative_int(d.get("learning_rate"))
     if n is not None:
         rec.update(learning_rate=min(n, len(items)), clamped=n > len(items), fallback=False)
@@ -96,8 +137,9 @@ def _pick(reply: Any, n_items: int, budget: int) -> list[int]:
     return picked
 
 
-async def rank_and_select(llm: Any, *, skill: str, merged: dict[str, Any], budget: int, mode: str, meta_skill: str,
-                          key: str) -> SelectOutput:
+async def rank_and_select(
+    llm: Any, *, skill: str, merged: dict[str, Any], budget: int, mode: str, meta_skill: str, key: str
+) -> SelectOutput:
     pk, label, _ = prompts.PAYLOAD[mode]
     items = list(merged.get(pk, []))
     out = SelectOutput(budget=budget, selected=merged)
@@ -108,16 +150,27 @@ async def rank_and_select(llm: Any, *, skill: str, merged: dict[str, Any], budge
     user = prompts.ranking_user(meta_skill=meta_skill, skill=skill, items=items, budget=budget, mode=mode)
     reply: Any = None
     try:
-        reply = (await llm.chat_json(ChatRequest("optimizer", "ranking", prompts.messages(system, user), f"{key}/rank"),
-                                     prompts.RANKING_SCHEMA, "ranking")).data
+        reply = (
+            await llm.chat_json(
+                ChatRequest("optimizer", "ranking", prompts.messages(system, user), f"{key}/rank"),
+                prompts.RANKING_SCHEMA,
+                "ranking",
+            )
+        ).data
     except MalformedOutput as e:
         out.fallback = e.message
     picked = _pick(reply, len(items), budget)
     reasoning = str(merged.get("reasoning", ""))
     if picked:
-        out.selected = {"reasoning": f"{reasoning} [optimizer-ranked: selected {len(picked)}/{len(items)} {label}]",
-                        pk: [items[i] for i in picked], "ranking_details": reply}
+        out.selected = {
+            "reasoning": f"{reasoning} [optimizer-ranked: selected {len(picked)}/{len(items)} {label}]",
+            pk: [items[i] for i in picked],
+            "ranking_details": reply,
+        }
     else:
         out.fallback = out.fallback or "the ranking named no usable index"
-        out.selected = {"reasoning": f"{reasoning} [fallback truncated {len(items)}->{budget} {label}]", pk: items[:budget]}
+        out.selected = {
+            "reasoning": f"{reasoning} [fallback truncated {len(items)}->{budget} {label}]",
+            pk: items[:budget],
+        }
     return out

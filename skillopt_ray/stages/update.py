@@ -29,7 +29,7 @@ class UpdateOutput:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "UpdateOutput":
+    def from_dict(d: dict[str, Any]) -> UpdateOutput:
         return UpdateOutput(**d)
 
 
@@ -38,8 +38,9 @@ def _finish(original: str, new_skill: str, protect: bool) -> str:
     return keep_protected_regions(original, text) if protect else text
 
 
-async def update(llm: Any, skill: str, items: list[Any], *, mode: str, step_buffer: str, protect_regions: bool,
-                 key: str) -> UpdateOutput:
+async def update(
+    llm: Any, skill: str, items: list[Any], *, mode: str, step_buffer: str, protect_regions: bool, key: str
+) -> UpdateOutput:
     if mode == "patch":
         res = apply_edits(skill, items)
         return UpdateOutput(res.text, res.reports, res.summary())
@@ -47,19 +48,29 @@ async def update(llm: Any, skill: str, items: list[Any], *, mode: str, step_buff
         for it in items:
             if isinstance(it, dict) and str(it.get("new_skill") or "").strip():
                 cs = it.get("change_summary") or []
-                return UpdateOutput(_finish(skill, str(it["new_skill"]), protect_regions),
-                                    change_summary=cs if isinstance(cs, list) else [str(cs)], note="full rewrite")
+                return UpdateOutput(
+                    _finish(skill, str(it["new_skill"]), protect_regions),
+                    change_summary=cs if isinstance(cs, list) else [str(cs)],
+                    note="full rewrite",
+                )
         return UpdateOutput(None, note="no merged candidate holds a new skill")
     if not items:
         return UpdateOutput(None, note="no suggestions")
     user = prompts.rewrite_user(skill=skill, suggestions=items, step_buffer=step_buffer)
     try:
-        res = await llm.chat_json(ChatRequest("optimizer", "rewrite", prompts.messages(prompts.system_prompt("rewrite_skill"), user),
-                                              f"{key}/rewrite"), prompts.REWRITE_SCHEMA, "rewrite")
+        res = await llm.chat_json(
+            ChatRequest(
+                "optimizer", "rewrite", prompts.messages(prompts.system_prompt("rewrite_skill"), user), f"{key}/rewrite"
+            ),
+            prompts.REWRITE_SCHEMA,
+            "rewrite",
+        )
     except MalformedOutput as e:
         return UpdateOutput(None, note=f"rewrite unusable: {e.message}")
     new = str(res.data.get("new_skill") or "")
     if not new.strip():
         return UpdateOutput(None, note="the rewrite returned an empty skill")
     cs = res.data.get("change_summary") or []
-    return UpdateOutput(_finish(skill, new, protect_regions), change_summary=cs if isinstance(cs, list) else [str(cs)], note="rewrite")
+    return UpdateOutput(
+        _finish(skill, new, protect_regions), change_summary=cs if isinstance(cs, list) else [str(cs)], note="rewrite"
+    )
