@@ -12,6 +12,13 @@ _REGISTRY = {
     "spreadsheetbench": "skillopt_envs.spreadsheetbench.benchmark:SpreadsheetBenchmark",
     "searchqa": "skillopt_envs.searchqa.benchmark:SearchQABenchmark",
 }
+# The environment variable each benchmark reads its data folder from when env.data_dir is unset; the CLI reads
+# this table (not the benchmark modules, which import heavy engines) to fingerprint a run's data.
+_DATA_ENV = {
+    "alfworld": "ALFWORLD_DATA",
+    "spreadsheetbench": "SPREADSHEETBENCH_DATA",
+    "searchqa": "SEARCHQA_DATA",
+}
 # Made by name like the others (env actors look them up in their own processes), but not listed by
 # names(): no config presets, for tests and scripts/bench_scale.py only.
 _TESTING = {
@@ -21,6 +28,11 @@ _TESTING = {
 
 def names() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def data_env_var(name: str) -> str:
+    """The environment variable naming the benchmark's data folder, or "" if it has none."""
+    return _DATA_ENV.get(name, "")
 
 
 def make(name: str, env_cfg: dict[str, Any]) -> Benchmark:
@@ -37,4 +49,4 @@ def make(name: str, env_cfg: dict[str, Any]) -> Benchmark:
     return getattr(mod, cls)(env_cfg)
 
 
-__all__ = ["Benchmark", "DataError", "EpisodeContext", "EpisodeResult", "Task", "make", "names"]
+__all__ = ["Benchmark", "DataError", "EpisodeContext", "EpisodeResult", "Task", "data_env_var", "make", "names"]

@@ -15,10 +15,11 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+import skillopt_envs
+
 from skillopt_ray.cli.errors import UsageError
 
 # where each benchmark reads its data when env.data_dir is not set
-DATA_ENV = {"alfworld": "ALFWORLD_DATA", "searchqa": "SEARCHQA_DATA", "spreadsheetbench": "SPREADSHEETBENCH_DATA"}
 _MAX_FILES = 200_000
 
 
@@ -70,7 +71,8 @@ def tree_fingerprint(root: Path) -> str:
 def data_roots(data: dict[str, Any]) -> dict[str, str]:
     env = data["env"]
     roots = {}
-    raw = env.get("data_dir") or os.environ.get(DATA_ENV.get(env["name"], ""), "")
+    var = skillopt_envs.data_env_var(env["name"])
+    raw = env.get("data_dir") or (os.environ.get(var, "") if var else "")
     if raw:
         roots["data"] = str(Path(os.path.expandvars(raw)).expanduser().resolve())
     if env.get("manifest_dir"):
