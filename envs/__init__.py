@@ -11,6 +11,7 @@ _REGISTRY = {
     "alfworld": "skillopt_envs.alfworld.benchmark:AlfWorldBenchmark",
     "spreadsheetbench": "skillopt_envs.spreadsheetbench.benchmark:SpreadsheetBenchmark",
     "searchqa": "skillopt_envs.searchqa.benchmark:SearchQABenchmark",
+    "docvqa": "skillopt_envs.docvqa.benchmark:DocVQABenchmark",
 }
 # The environment variable each benchmark reads its data folder from when env.data_dir is unset; the CLI reads
 # this table (not the benchmark modules, which import heavy engines) to fingerprint a run's data.
@@ -18,6 +19,7 @@ _DATA_ENV = {
     "alfworld": "ALFWORLD_DATA",
     "spreadsheetbench": "SPREADSHEETBENCH_DATA",
     "searchqa": "SEARCHQA_DATA",
+    "docvqa": "DOCVQA_DATA",
 }
 # Made by name like the others (env actors look them up in their own processes), but not listed by
 # names(): no config presets, for tests and scripts/bench_scale.py only.

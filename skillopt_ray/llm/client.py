@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -142,6 +143,20 @@ _FAULT_FIX = {
     "not_json": "the endpoint does not speak the OpenAI API: check llm.base_url",
     "not_completion": "the endpoint's reply is not a chat completion: check llm.base_url and the model name",
 }
+
+
+# how servers word a refusal of image content (OpenAI, vLLM, llama.cpp without a vision projector, ...)
+_IMAGE_REFUSAL = re.compile(r"image|vision|multimodal|mmproj|content part|image_url", re.IGNORECASE)
+
+
+def _has_image(messages: Optional[list[dict[str, Any]]]) -> bool:
+    """Whether a request carries an image content part (a refusal of it gets its own one-line error)."""
+    return any(
+        isinstance(p, dict) and p.get("type") in ("image_url", "input_image")
+        for m in messages or []
+        if isinstance(m.get("content"), list)
+        for p in m["content"]
+    )
 
 
 @dataclass
@@ -364,7 +379,7 @@ class RoleEndpoint:
                     self._last_answer = time.monotonic()
                 fault = classify(exc, self.cfg)
                 if isinstance(exc, openai.APIStatusError) and not fault.retryable:
-                    raise self._rejected(exc) from None
+                    raise self._rejected(exc, kw["messages"]) from None
                 self.faults[fault.kind] += 1
                 elapsed = time.monotonic() - start
                 delay = fault.retry_after
@@ -398,7 +413,7 @@ class RoleEndpoint:
             )
         return fix
 
-    def _rejected(self, exc: openai.APIStatusError) -> Exception:
+    def _rejected(self, exc: openai.APIStatusError, kw_messages: Optional[list[dict[str, Any]]] = None) -> Exception:
         code = exc.status_code
         body = exc.body if isinstance(exc.body, dict) else {}
         err = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
@@ -406,6 +421,11 @@ class RoleEndpoint:
         said = f" (server: {server_msg})" if server_msg else ""
         if code == 400 and "content_filter" in (str(err.get("code") or "") + str(err.get("type") or "")):
             return ReplyFiltered(f"{self.role} request refused by the content filter at {describe(self.cfg)}{said}")
+        if code in (400, 415, 422) and _has_image(kw_messages) and _IMAGE_REFUSAL.search(server_msg):
+            return LLMRequestRejected(
+                f"{self.role} model at {describe(self.cfg)} rejects image input (HTTP {code}){said}: use a model that "
+                "accepts images, or send DocVQA pages as their text layer (env.options.page_input=text)"
+            )
         if context_overflow(code, err, server_msg):
             return LLMRequestRejected(
                 f"{self.role} call rejected with HTTP {code} by {describe(self.cfg)}{said}: "

@@ -183,7 +183,7 @@ class Gateway:
         """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger."""
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
-        est = sum(len(m.get("content") or "") for m in req.messages) // 4 + (budget or ep.completion_budget(req))
+        est = req.prompt_chars() // 4 + (budget or ep.completion_budget(req))
         self.ledger.in_flight += 1  # no await since the caller's check_budget(): the check and this count are one step
         try:
             async with limiter:

@@ -1,0 +1,239 @@
+"""DocVQA as the reference runs it: one page image and one question per episode, scored by ANLS.
+
+The target gets one multimodal user message (the question, then the page as a `data:` URL image) under a
+system prompt holding the skill. A reply without <answer> tags is asked again, while turns remain
+(env.max_turns, 1 by default as in the reference). The last tag wins; an unclosed one falls back to the
+last non-empty line. hard = ANLS >= 0.999, soft = ANLS.
+
+Images stay with the env actors: a task carries its page's path, and the actor running the episode reads
+the file when it builds the request. A target that sees no images (the embedded model) gets the page's text
+layer instead (env.options.page_input; `auto` picks it for the embedded provider).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.docvqa import data as dv
+from skillopt_envs.docvqa import prompts
+from skillopt_envs.docvqa.scoring import evaluation_block, extract_answer, has_answer_tag, score_answer
+
+from skillopt_ray.llm.types import ChatRequest
+
+# the reference's seed skill, in this project's words: visual evidence and exact-answer discipline
+SEED_SKILL = """# Skill: answering questions about document pages
+
+## Visual Evidence Discipline
+- Read the page carefully before answering: find the region (field, cell, line) the question points to.
+- Answer with the smallest exact span that answers the question.
+- When strings look alike, decide between them by their labels and where they sit on the page.
+
+## Exact Answer Discipline
+- Copy names, numbers and dates exactly as printed.
+- Extract the answer from the page instead of paraphrasing it.
+- Before committing, compare the answer with the nearby alternatives.
+"""
+
+PAGE_INPUTS = ("auto", "image", "text")
+# the reference's item watchdog: an item gets max(exec_timeout, exec_timeout + SLACK) seconds from its start
+TIMEOUT_SLACK_S = 60.0
+
+
+@dataclass
+class DocVQAOptions:
+    sample_dir: Optional[str] = None
+    # relative image paths in the CSVs start here (the reference: the process's working directory); default: data_dir
+    image_root: Optional[str] = None
+    image_detail: str = "auto"  # sent as image_url.detail unless auto (or empty)
+    max_completion_tokens: int = 16384  # the completion budget each call asks for
+    exec_timeout: float = 120.0  # the reference's per-call timeout; the item watchdog is this plus 60 s
+    # image: the page image (the reference); text: the page's text layer (<image>.txt) instead, for a target that
+    # sees no images; auto: text for the embedded provider, image otherwise
+    page_input: str = "auto"
+    target_provider: str = ""  # filled from llm.target.provider by conf/env/docvqa.yaml, read by page_input=auto
+    check_images: bool = True  # load_split checks that every page image exists
+
+    @staticmethod
+    def parse(raw: dict[str, Any]) -> DocVQAOptions:
+        opts = parse_options(DocVQAOptions, raw, "docvqa")
+        if opts.page_input not in PAGE_INPUTS:
+            raise DataError(f"env.options.page_input={opts.page_input!r}: use auto, image or text")
+        if opts.max_completion_tokens < 1:
+            raise DataError(f"env.options.max_completion_tokens={opts.max_completion_tokens!r}: it must be >= 1")
+        return opts
+
+    @property
+    def sends_images(self) -> bool:
+        if self.page_input == "auto":
+            return self.target_provider != "embedded"
+        return self.page_input == "image"
+
+
+def task_timeout(exec_timeout: float) -> float:
+    """The reference's per-item budget: max(exec_timeout, exec_timeout + 60)."""
+    return max(exec_timeout, exec_timeout + TIMEOUT_SLACK_S)
+
+
+class DocVQABenchmark(Benchmark):
+    name = "docvqa"
+
+    def __init__(self, env_cfg: dict[str, Any]):
+        super().__init__(env_cfg)
+        self.options = DocVQAOptions.parse(dict(env_cfg.get("options") or {}))
+        raw = env_cfg.get("data_dir") or os.environ.get("DOCVQA_DATA")
+        self._using_samples = not raw
+        if raw:
+            self._root = Path(os.path.expandvars(os.path.expanduser(str(raw)))).resolve()
+            if not self._root.is_dir():
+                raise DataError(
+                    f"DocVQA data directory {self._root} does not exist; set env.data_dir or DOCVQA_DATA to a folder "
+                    "with train/ val/ test/ CSVs (python -m skillopt_envs.docvqa.materialize writes one)"
+                )
+        else:
+            from skillopt_envs.docvqa.samples import ensure_samples
+
+            self._root = ensure_samples(self.options.sample_dir)
+        root = self.options.image_root
+        self._image_root = Path(os.path.expanduser(root)).resolve() if root else self._root
+
+    # ---------- data ----------
+
+    def _items(self, split: str) -> list[dict[str, Any]]:
+        return dv.load_split_items(self._root, split, self._image_root)
+
+    def data_note(self) -> str:
+        sizes = dv.SplitSizes({s: len(self._items(s)) for s in dv.SPLITS})
+        paper = "/".join(str(dv.PAPER_COUNTS[s]) for s in dv.SPLITS)
+        if self._using_samples:
+            note = (
+                f"DocVQA: no data configured (env.data_dir / DOCVQA_DATA) - using built-in sample pages (rendered "
+                f"forms, tables and letters) in {self._root}, {sizes.text()} train/val/test questions"
+            )
+        else:
+            same = "as in the paper's split" if sizes.is_paper else f"the paper's split has {paper}"
+            note = f"DocVQA: questions from {self._root}, {sizes.text()} train/val/test ({same}, {dv.PAPER_SPLIT_NAME})"
+        if not self.options.sends_images:
+            why = (
+                "the embedded model sees no images"
+                if self.options.page_input == "auto"
+                else "env.options.page_input=text"
+            )
+            note += (
+                f"\nDocVQA: {why}: each page goes to the target as its text layer (<image>.txt beside the image) "
+                "instead of the image; scores are not comparable with the paper's"
+            )
+        return note
+
+    def load_split(self, split: str) -> list[Task]:
+        if split == "all":
+            return [t for s in dv.SPLITS for t in self.load_split(s)]
+        items = self._items(split)
+        if not items:
+            raise DataError(f"the DocVQA {dv.split_folder(split)} split in {self._root} is empty")
+        if self.options.check_images:
+            dv.check_images(items, dv.split_folder(split))
+        return [
+            Task(
+                it["id"],
+                it["task_type"],
+                {
+                    "question": it["question"],
+                    "answers": list(it["answers"]),
+                    "image_path": it["image_path"],  # a path: the env actor reads the image
+                    "docId": it["docId"],
+                },
+            )
+            for it in items
+        ]
+
+    def seed_skill(self) -> str:
+        return SEED_SKILL
+
+    # ---------- the episode ----------
+
+    def _page_part(self, image_path: str) -> dict[str, Any]:
+        if self.options.sends_images:
+            return prompts.image_part(image_path, self.options.image_detail)
+        layer = dv.text_layer_path(image_path)
+        return prompts.text_layer_part(layer.read_text(encoding="utf-8") if layer.is_file() else "")
+
+    async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+        limit = task_timeout(self.options.exec_timeout)
+        try:
+            return await asyncio.wait_for(self._episode(task, skill, llm, ctx), limit)
+        except asyncio.TimeoutError:
+            p = task.payload
+            return EpisodeResult(
+                task.task_id,
+                task.task_type,
+                fail_reason=f"task-timeout-{limit:.0f}s",
+                task_description=p["question"],
+                info={"phase": "timeout", "predicted_answer": "", "gold_answers": list(p["answers"])},
+            )
+
+    async def _episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+        p = task.payload
+        question, answers, image = p["question"], list(p["answers"]), p["image_path"]
+        system = prompts.system_prompt(skill)
+        text = prompts.user_text(question)
+        try:
+            page = self._page_part(image)
+        except OSError as e:
+            return EpisodeResult(
+                task.task_id,
+                task.task_type,
+                fail_reason="data_error",
+                error=f"cannot read the page image {image}: {e.strerror or e}; check env.data_dir / env.options.image_root",
+                task_description=question,
+            )
+        first = [{"role": "system", "content": system}, prompts.user_message(text, page)]
+        messages, replies = first, []
+        for turn in range(max(1, ctx.max_turns)):
+            req = ChatRequest(
+                "target",
+                "rollout",
+                messages,
+                f"{ctx.key}/{task.task_id}/t{turn}",
+                max_tokens=self.options.max_completion_tokens,
+            )
+            reply = (await llm.chat(req)).content
+            replies.append(reply)
+            if has_answer_tag(reply):
+                break
+            messages = first + [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": prompts.RETRY_TEXT},
+            ]
+        predicted = extract_answer(replies[-1])
+        s = score_answer(predicted, answers)
+        marker = f"[image] {os.path.basename(image)}"
+        if not self.options.sends_images:
+            marker += " (sent as its text layer)"
+        return EpisodeResult(
+            task.task_id,
+            task.task_type,
+            hard=float(s.hard),
+            soft=s.anls,
+            fail_reason=s.fail_reason,
+            n_turns=len(replies),
+            trajectory=[
+                {"role": "user", "content": f"{text}\n\n{marker}"},
+                *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
+                {"role": "system", "content": evaluation_block(question, predicted, answers, s.anls)},
+            ],
+            task_description=question,
+            info={
+                "target_system_prompt": system,
+                "target_user_prompt": text,
+                "predicted_answer": predicted,
+                "gold_answers": answers,
+                "anls": s.anls,
+                "image": os.path.basename(image),
+                "page_input": "image" if self.options.sends_images else "text",
+            },
+        )
