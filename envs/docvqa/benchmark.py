@@ -124,8 +124,8 @@ class DocVQABenchmark(Benchmark):
                 else "env.options.page_input=text"
             )
             note += (
-                f"\nDocVQA: {why}: each page goes to the target as its text layer (<image>.txt beside the image) "
-                "instead of the image; scores are not comparable with the paper's"
+                f"; {why}: each page goes to the target as its text layer (<image>.txt beside the image) instead of "
+                "the image, so scores are not comparable with the paper's"
             )
         return note
 

@@ -81,7 +81,7 @@ def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> dict[str, An
     uses the process's working directory; the benchmark passes env.options.image_root, else the data folder)."""
     qid = str(row.get("questionId") or row.get("id") or "").strip()
     question, fallback = split_question(str(row.get("question") or ""))
-    answer_cell = row["answer"] if "answer" in row else row.get("ground_truth")
+    answer_cell = row.get("answer") or row.get("ground_truth")  # an empty cell counts as absent
     answers = parse_answers(answer_cell)
     image = (row.get("image_path") or "").strip() or fallback
     if image and not os.path.isabs(image):

@@ -68,6 +68,8 @@ MONTHS = [
 class Line:
     text: str
     box: tuple[int, int, int, int]  # left, top, right, bottom in pixels
+    origin: tuple[int, int] = (0, 0)  # where it was drawn
+    size: int = 18  # font size
 
 
 @dataclass
@@ -116,7 +118,7 @@ class Canvas:
         font = self.fonts.setdefault(size, load_font(size))
         self.draw.text((x, y), text, fill=0, font=font)
         box = tuple(int(v) for v in self.draw.textbbox((x, y), text, font=font))
-        line = Line(text, box)  # type: ignore[arg-type]
+        line = Line(text, box, (x, y), size)  # type: ignore[arg-type]
         self.page.lines.append(line)
         return line
 
