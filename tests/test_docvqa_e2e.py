@@ -24,7 +24,7 @@ def test_docvqa_experiment_learns_and_sends_the_page_image(ray_cluster, tmp_path
     for split in dv.SPLITS:
         for it in dv.load_split_items(root, split, root):
             answers[it["id"]] = (it["task_type"], f"<answer>{it['answers'][0]}</answer>", "<answer>unknown</answer>")
-            images[it["question"]] = Path(it["image_path"]).read_bytes()
+            images.setdefault(it["question"], set()).add(Path(it["image_path"]).read_bytes())
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
         overrides = [
             "+experiment=docvqa",
@@ -51,7 +51,7 @@ def test_docvqa_experiment_learns_and_sends_the_page_image(ray_cluster, tmp_path
         url = image["image_url"]["url"]
         assert url.startswith("data:image/png;base64,")
         question = text["text"].split("\n\n")[0]
-        assert base64.b64decode(url.split(",", 1)[1]) == images[question]  # the page of that very question
+        assert base64.b64decode(url.split(",", 1)[1]) in images[question]  # a page this question is asked of
     summary = json.loads((rd / "summary.json").read_text())
     assert summary["test"]["initial"]["hard"] < 1.0 and summary["test"]["best"]["hard"] == 1.0, summary["test"]
     assert summary["counts"]["accept"] >= 1 and "RULE-" in (rd / "best_skill.md").read_text()
