@@ -9,7 +9,11 @@ as a base64 `data:` URL, read from disk by the env actor that runs it. Reports, 
 - bound / wall (1.0 = the run only waits on the model);
 - bytes of image sent per call, CPU seconds per process.
 
+`--scan-noise SIGMA` adds Gaussian noise to every page before the clock starts, so the PNGs weigh what scanned
+pages do (hundreds of KB instead of ~15 KB): the cost of moving real page images through the actors shows.
+
     python scripts/bench_docvqa_eval.py --latency 0.1 1.0
+    python scripts/bench_docvqa_eval.py --latency 0.1 1.0 --scan-noise 12
 """
 
 from __future__ import annotations
@@ -84,12 +88,28 @@ def run_once(env_cfg: dict, tasks: list, latency: float, actors: int, per_actor:
     }
 
 
+def add_scan_noise(paths: list[str], sigma: float) -> None:
+    """Each page with Gaussian grey-level noise, as a scanner leaves it (PNG no longer compresses it away)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for path in paths:
+        with Image.open(path) as im:
+            pixels = np.asarray(im, dtype=np.float32)
+        noisy = np.clip(pixels + rng.normal(0.0, sigma, pixels.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(noisy).save(path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--latency", type=float, nargs="+", default=[0.1, 1.0])
     ap.add_argument("--questions", type=int, default=374)
     ap.add_argument("--actors", type=int, default=4)
     ap.add_argument("--per-actor", type=int, default=4, help="episodes in flight per env actor")
+    ap.add_argument(
+        "--scan-noise", type=float, default=0.0, help="grey-level noise sigma added to every page (0: none)"
+    )
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
     a = ap.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="bench-docvqa-")
@@ -98,6 +118,8 @@ def main() -> int:
     made = time.monotonic() - t0
     env_cfg = {"data_dir": str(root), "options": {"target_provider": "openai"}}
     tasks = DocVQABenchmark(env_cfg).load_split("test")  # paths only: the driver reads no image
+    if a.scan_noise > 0:
+        add_scan_noise([t.payload["image_path"] for t in tasks], a.scan_noise)
     png_kb = sum(Path(t.payload["image_path"]).stat().st_size for t in tasks) / len(tasks) / 1024
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(
@@ -116,6 +138,7 @@ def main() -> int:
         "questions": len(tasks),
         "pages_generated_s": round(made, 1),
         "page_png_kb_avg": round(png_kb, 1),
+        "scan_noise": a.scan_noise,
         "cpus": os.cpu_count(),
         "runs": runs,
     }
