@@ -580,3 +580,70 @@ def test_materialize_from_the_original_json_with_ocr(tmp_path):
     (src / "documents" / "abc_1.png").unlink()
     with pytest.raises(DataError, match="abc_1.png of question 41 is missing"):
         materialize([src / "val_v1.0.json"], tmp_path / "ids", tmp_path / "out2")
+
+
+# --- content parts through the cache, the length guard and the presets ---------------------------------------------
+
+
+def test_response_cache_keys_multimodal_requests_by_their_image(sample_root, tmp_path):
+    """The same request is replayed from the cache; the same text with another page is a new call."""
+    from scripted_server import ScriptedServer
+
+    from skillopt_ray.config import LLMConfig, LLMRoleConfig
+    from skillopt_ray.llm.gateway import Gateway, LLMHandle
+
+    b = _bench(sample_root)
+    first, second = b.load_split("test")[:2]
+    ctx = EpisodeContext("eval/test", False, 1, 0)
+    with ScriptedServer(policy=lambda body, headers: "<answer>x</answer>") as srv:
+        r = LLMRoleConfig(provider="openai", model="m", base_url=srv.base_url, timeout_s=5)
+        gw = Gateway(LLMConfig(backend="compatible", target=r, optimizer=r), str(tmp_path / "cache.sqlite"))
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(b.run_episode(first, "", LLMHandle(gw), ctx))
+            loop.run_until_complete(b.run_episode(first, "", LLMHandle(gw), ctx))  # the same request: replayed
+            moved = type(second)(
+                first.task_id, first.task_type, {**first.payload, "image_path": second.payload["image_path"]}
+            )
+            loop.run_until_complete(b.run_episode(moved, "", LLMHandle(gw), ctx))  # same key and text, other page
+            totals = gw.ledger.totals()
+            loop.run_until_complete(gw.close())
+        finally:
+            loop.close()
+        assert srv.state.attempts == 2
+    assert (totals["calls"], totals["cache_hits"]) == (2, 1)  # the ledger counts both calls and the replay
+
+
+def test_length_guard_shows_content_parts_as_text_never_base64():
+    from skillopt_envs.base import EpisodeResult
+
+    from skillopt_ray.prompts.length_guard import shrink_result
+
+    url = "data:image/png;base64," + "QUJD" * 5000
+    parts = [{"type": "text", "text": "What is shown?"}, {"type": "image_url", "image_url": {"url": url}}]
+    r = EpisodeResult("1", "form", trajectory=[{"role": "user", "content": parts}, {"type": "message", "content": "a"}])
+    cut = shrink_result(r, 4000)
+    assert cut.trajectory[0]["content"] == "What is shown?\n[image]" and "base64" not in json.dumps(cut.trajectory)
+
+
+@pytest.mark.parametrize("llm,provider,sends", [("paper", "openai", True), ("embedded", "embedded", False)])
+def test_presets_pick_the_page_input_and_the_paper_parameters(llm, provider, sends):
+    from skillopt_ray import cli
+    from skillopt_ray.config import LLMRoleConfig
+    from skillopt_ray.llm.client import RoleEndpoint
+
+    _obj, data = cli.typed(cli.compose(["+experiment=docvqa", f"llm={llm}"]))
+    opts = bm.DocVQAOptions.parse(data["env"]["options"])
+    assert data["env"]["name"] == "docvqa" and data["env"]["max_turns"] == 1
+    assert opts.target_provider == provider and opts.sends_images is sends and opts.image_detail == "auto"
+    assert opts.max_completion_tokens == 16384 and task_timeout(opts.exec_timeout) == 180
+    if llm == "paper":
+        role = LLMRoleConfig(
+            **{k: v for k, v in data["llm"]["target"].items() if k != "base_url"}, base_url="http://x/v1"
+        )
+        kw = RoleEndpoint.request_kwargs(
+            type("E", (), {"cfg": role, "completion_budget": lambda self, req: role.reply_budget(req.max_tokens)})(),
+            ChatRequest("target", "rollout", [], max_tokens=opts.max_completion_tokens),
+        )
+        assert kw["max_completion_tokens"] == 16384 and kw["reasoning_effort"] == "medium"
+        assert "temperature" not in kw and "max_tokens" not in kw

@@ -60,3 +60,42 @@ def test_docvqa_experiment_learns_and_sends_the_page_image(ray_cluster, tmp_path
     assert any("gate" in n for n in gate), gate  # the first training step reached the validation gate
     analyst_prompts = (rd / "steps").rglob("*.json")
     assert not any("base64," in p.read_text(errors="ignore") for p in analyst_prompts)  # no image in run records
+
+
+def test_embedded_server_reads_text_parts_and_refuses_images_in_one_line(tmp_path):
+    """The real llama.cpp server: the text-layer request (two text parts) is answered; an image part is refused
+    (HTTP 500 there), which stops the episode at once with the line naming env.options.page_input=text."""
+    import asyncio
+
+    from skillopt_envs.base import EpisodeContext
+    from skillopt_envs.docvqa.benchmark import DocVQABenchmark
+
+    from skillopt_ray.config import LLMConfig, LLMRoleConfig
+    from skillopt_ray.llm.embedded import EmbeddedServer
+    from skillopt_ray.llm.gateway import Gateway, LLMHandle
+    from skillopt_ray.llm.types import LLMRequestRejected
+
+    root = ensure_samples(str(tmp_path / "samples"))
+    srv = EmbeddedServer(ctx_size=2048, threads=1, parallel=1, log_path=tmp_path / "server.log")
+    url = srv.start()
+    loop = asyncio.new_event_loop()
+    try:
+        role = LLMRoleConfig(provider="embedded", model="smollm2-135m", base_url=url, max_tokens=16, timeout_s=60)
+        gw = Gateway(LLMConfig(backend="embedded", target=role, optimizer=role, max_retries=3), None)
+        ctx = EpisodeContext("k", False, 1, 0)
+        text = DocVQABenchmark({"options": {"sample_dir": str(root), "target_provider": "embedded"}})
+        task = text.load_split("test")[0]
+        r = loop.run_until_complete(text.run_episode(task, "", LLMHandle(gw), ctx))
+        assert r.n_turns == 1 and r.error is None and r.trajectory[1]["content"].strip()
+        image = DocVQABenchmark(
+            {"options": {"sample_dir": str(root), "target_provider": "embedded", "page_input": "image"}}
+        )
+        with pytest.raises(LLMRequestRejected) as e:
+            loop.run_until_complete(image.run_episode(task, "", LLMHandle(gw), ctx))
+        assert gw.endpoints["target"].retries_done == 0  # refused at once, not retried
+        loop.run_until_complete(gw.close())
+    finally:
+        loop.close()
+        srv.stop()
+    msg = str(e.value)
+    assert "\n" not in msg and "rejects image input (HTTP 500)" in msg and "env.options.page_input=text" in msg

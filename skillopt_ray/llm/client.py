@@ -159,6 +159,20 @@ def _has_image(messages: Optional[list[dict[str, Any]]]) -> bool:
     )
 
 
+def _error_object(exc: Any) -> dict[str, Any]:
+    """The `error` object of an HTTP error's JSON body ({} when there is none)."""
+    body = exc.body if isinstance(getattr(exc, "body", None), dict) else {}
+    err = body.get("error", body)
+    return err if isinstance(err, dict) else {}
+
+
+def _refuses_image(exc: Any, messages: Optional[list[dict[str, Any]]]) -> bool:
+    """An HTTP error to a request with an image, whose message says the image is the problem."""
+    if getattr(exc, "status_code", 0) not in (400, 415, 422, 500) or not _has_image(messages):
+        return False
+    return bool(_IMAGE_REFUSAL.search(str(_error_object(exc).get("message") or "")))
+
+
 @dataclass
 class TransportFault(Exception):
     """A classified transport fault of one attempt."""
@@ -378,7 +392,9 @@ class RoleEndpoint:
                 if isinstance(exc, openai.APIStatusError):
                     self._last_answer = time.monotonic()
                 fault = classify(exc, self.cfg)
-                if isinstance(exc, openai.APIStatusError) and not fault.retryable:
+                if isinstance(exc, openai.APIStatusError) and (
+                    not fault.retryable or _refuses_image(exc, kw["messages"])
+                ):  # llama.cpp without a vision projector refuses an image with HTTP 500: retrying cannot help
                     raise self._rejected(exc, kw["messages"]) from None
                 self.faults[fault.kind] += 1
                 elapsed = time.monotonic() - start
@@ -415,13 +431,12 @@ class RoleEndpoint:
 
     def _rejected(self, exc: openai.APIStatusError, kw_messages: Optional[list[dict[str, Any]]] = None) -> Exception:
         code = exc.status_code
-        body = exc.body if isinstance(exc.body, dict) else {}
-        err = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
+        err = _error_object(exc)
         server_msg = _snippet(str(err.get("message") or ""), 200)
         said = f" (server: {server_msg})" if server_msg else ""
         if code == 400 and "content_filter" in (str(err.get("code") or "") + str(err.get("type") or "")):
             return ReplyFiltered(f"{self.role} request refused by the content filter at {describe(self.cfg)}{said}")
-        if code in (400, 415, 422) and _has_image(kw_messages) and _IMAGE_REFUSAL.search(server_msg):
+        if _refuses_image(exc, kw_messages):
             return LLMRequestRejected(
                 f"{self.role} model at {describe(self.cfg)} rejects image input (HTTP {code}){said}: use a model that "
                 "accepts images, or send DocVQA pages as their text layer (env.options.page_input=text)"

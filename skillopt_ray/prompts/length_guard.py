@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 from skillopt_envs.base import EpisodeResult
 
+from skillopt_ray.llm.types import content_text
 from skillopt_ray.prompts.render import PROMPT_BLOCKS, comparison_text, minibatch_text, sub_blocks
 
 KEY = "llm.optimizer.context_tokens"
@@ -77,8 +78,8 @@ def _cut_entry(entry: Any, cap: int) -> Any:
         fields = ("content",)
     out = dict(entry)
     for f in fields:
-        if out.get(f):
-            out[f] = cut_middle(str(out[f]), cap)
+        if out.get(f):  # content parts count as their text, an image as a marker (never its base64)
+            out[f] = cut_middle(content_text(out[f]) if isinstance(out[f], list) else str(out[f]), cap)
     return out
 
 
