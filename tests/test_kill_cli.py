@@ -229,6 +229,7 @@ _VOLATILE = {
     "ledger.json",
     "ledger.journal.jsonl",
     "llm_cache.sqlite",
+    "progress.json",  # the live progress record: times and counts of the command that wrote it last
 }
 
 

@@ -1,0 +1,151 @@
+"""The dashboard's HTTP side: a small Starlette app serving one page and the JSON it polls.
+
+Starlette and uvicorn already come with MLflow's server, so the page needs no new dependency, and the page itself
+is plain HTML, CSS and JavaScript shipped in `static/` (charts are drawn as SVG by the page): it works offline,
+which a cluster's login node often is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Optional
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.dashboard import views
+from skillopt_ray.dashboard.launcher import Launcher, form_schema
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+class Dashboard:
+    """The state of one dashboard server: which output folder it shows and the runs it launched."""
+
+    def __init__(self, outputs: Path, cwd: Path, ray_address: Optional[str] = None):
+        self.outputs = Path(outputs).resolve()
+        self.launcher = Launcher(cwd, ray_address)
+
+    def resolve(self, run_id: str) -> Path:
+        """A run id from the page, as a run directory under the output folder (never outside it)."""
+        path = (self.outputs / run_id).resolve()
+        if path != self.outputs and self.outputs not in path.parents:
+            raise KeyError(run_id)
+        if not views.is_run_dir(path):
+            for launch in self.launcher.launches.values():
+                if launch.run_dir and Path(launch.run_dir).name == run_id and views.is_run_dir(Path(launch.run_dir)):
+                    return Path(launch.run_dir)
+            raise KeyError(run_id)
+        return path
+
+    def runs(self) -> list[dict[str, Any]]:
+        paths = views.find_runs(self.outputs)
+        return views.compare_rows(self.outputs, paths, self.launcher.alive_run_dirs())
+
+
+def _error(message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def build_app(dash: Dashboard) -> Starlette:
+    def run_path(request: Request) -> Path:
+        return dash.resolve(request.query_params.get("id", ""))
+
+    async def index(_: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    async def schema(_: Request) -> Response:
+        return JSONResponse(await asyncio.to_thread(form_schema))
+
+    async def runs(_: Request) -> Response:
+        return JSONResponse({"outputs": str(dash.outputs), "runs": await asyncio.to_thread(dash.runs)})
+
+    async def run(request: Request) -> Response:
+        try:
+            path = run_path(request)
+        except KeyError:
+            return _error("no such run under the output folder", 404)
+        alive = str(path) in dash.launcher.alive_run_dirs()
+        return JSONResponse(await asyncio.to_thread(views.run_detail, dash.outputs, path, alive))
+
+    async def diff(request: Request) -> Response:
+        try:
+            text = views.step_diff(run_path(request), request.query_params.get("step", ""))
+        except (KeyError, ValueError):
+            return _error("no such run or step", 404)
+        return PlainTextResponse(text)
+
+    async def skill_diff(request: Request) -> Response:
+        try:
+            a = dash.resolve(request.query_params.get("a", ""))
+            b = dash.resolve(request.query_params.get("b", ""))
+        except KeyError:
+            return _error("pick two runs under the output folder", 404)
+        return PlainTextResponse(await asyncio.to_thread(views.skill_diff, a, b))
+
+    async def compare(request: Request) -> Response:
+        ids = [i for i in request.query_params.get("ids", "").split(",") if i]
+        try:
+            paths = [dash.resolve(i) for i in ids]
+        except KeyError as e:
+            return _error(f"no such run: {e.args[0]}", 404)
+        curves = {i: views.curve(views.RunDir(p)) for i, p in zip(ids, paths)}
+        return JSONResponse({"curves": curves})
+
+    async def check(request: Request) -> Response:
+        form = await request.json()
+        try:
+            overrides, _ = await asyncio.to_thread(dash.launcher.check, form)
+        except UsageError as e:
+            return _error(str(e))
+        from skillopt_ray.dashboard.launcher import display_command
+
+        return JSONResponse({"command": display_command(overrides)})
+
+    async def launch(request: Request) -> Response:
+        form = await request.json()
+        try:
+            started = await asyncio.to_thread(dash.launcher.launch, form)
+        except UsageError as e:
+            return _error(str(e))
+        return JSONResponse(started.to_dict())
+
+    async def stop(request: Request) -> Response:
+        body = await request.json()
+        try:
+            stopped = await asyncio.to_thread(dash.launcher.stop, str(body.get("id", "")))
+        except KeyError:
+            return _error("no such launch", 404)
+        return JSONResponse(stopped.to_dict())
+
+    async def launches(_: Request) -> Response:
+        return JSONResponse({"launches": await asyncio.to_thread(dash.launcher.list)})
+
+    routes = [
+        Route("/", index),
+        Route("/api/schema", schema),
+        Route("/api/runs", runs),
+        Route("/api/run", run),
+        Route("/api/diff", diff),
+        Route("/api/skill_diff", skill_diff),
+        Route("/api/compare", compare),
+        Route("/api/check", check, methods=["POST"]),
+        Route("/api/launch", launch, methods=["POST"]),
+        Route("/api/stop", stop, methods=["POST"]),
+        Route("/api/launches", launches),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        dash.launcher.close()  # runs started here stop with the page's server; rerunning their command resumes them
+
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -1,0 +1,327 @@
+"""What the dashboard shows, computed from run directories only.
+
+Every value here is read from a run's own files through `RunDir`; nothing re-runs or re-derives the loop's
+decisions (the gate's action and reason, flipped tasks, scores and costs are shown as the run recorded them). So
+the page works the same for a run started from the CLI, a sweep, `ray job submit` or the dashboard itself, and for
+a finished run of an older version.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from skillopt_ray.rundir import RunDir
+
+# The six stages of a training step, in order (the strip at the top of the watch view).
+STAGES = ("rollout", "reflect", "aggregate", "select", "update", "gate")
+# Stages of the epoch boundary and the final evaluation, shown beside the strip.
+EXTRA_STAGES = ("slow_update", "meta_skill", "final")
+# A run whose live progress record is older than this, with no process of ours alive, is not running any more.
+LIVE_WINDOW_S = 30.0
+# How deep under an output folder run directories are looked for (outputs/runs/<run>, sweeps/<sweep>/<trial>/...).
+MAX_DEPTH = 5
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "state.json").is_file() or (path / "config.yaml").is_file() and (path / "identity.json").is_file()
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Run directories under `root` (itself included), sorted by path."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found: list[Path] = []
+    stack = [(root, 0)]
+    while stack:
+        here, depth = stack.pop()
+        if is_run_dir(here):
+            found.append(here)
+            continue
+        if depth >= MAX_DEPTH:
+            continue
+        try:
+            children = sorted(p for p in here.iterdir() if p.is_dir() and not p.name.startswith("."))
+        except OSError:
+            continue
+        stack += [(c, depth + 1) for c in children]
+    return sorted(found)
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        out.update(_flatten(v, key) if isinstance(v, dict) else {key: v})
+    return out
+
+
+@dataclass
+class RunRow:
+    """One line of the comparison table."""
+
+    id: str
+    path: str
+    experiment: str = ""
+    seed: Optional[int] = None
+    status: str = "unknown"
+    steps: int = 0
+    best_selection: Optional[float] = None
+    test_initial: Optional[float] = None
+    test_best: Optional[float] = None
+    test_final: Optional[float] = None
+    cost_usd: float = 0.0
+    tokens: int = 0
+    swept: dict[str, Any] = field(default_factory=dict)
+
+
+def _run_id(root: Path, path: Path) -> str:
+    try:
+        rel = path.resolve().relative_to(root.resolve())
+        return str(rel) if str(rel) != "." else path.name
+    except ValueError:
+        return str(path)
+
+
+def status_of(rd: RunDir, alive: bool = False) -> str:
+    """running / finished / stopped / failed, from the run's own records (and whether our process still runs)."""
+    if alive:
+        return "running"
+    live = rd.read_json("progress.json")
+    if isinstance(live, dict) and time.time() - float(live.get("written_at", 0)) < LIVE_WINDOW_S:
+        if live.get("phase") != "done":
+            return "running"
+    if rd.summary() is not None:
+        return "finished"
+    sessions = rd.read_json("sessions.json") or []
+    last = sessions[-1].get("status") if sessions and isinstance(sessions[-1], dict) else None
+    if last in ("error", "failed"):
+        return "failed"
+    return "stopped" if sessions else "starting"
+
+
+def history(rd: RunDir) -> list[dict[str, Any]]:
+    """The step records in order (history.jsonl, appended as the run goes)."""
+    return _read_jsonl(rd, "history.jsonl")
+
+
+def _read_jsonl(rd: RunDir, rel: str) -> list[dict[str, Any]]:
+    path = rd.root / rel
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line being written
+    return out
+
+
+def _read_text(rd: RunDir, rel: str) -> Optional[str]:
+    path = rd.root / rel
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+
+
+def _read_config(rd: RunDir) -> dict[str, Any]:
+    text = _read_text(rd, "config.yaml")
+    return (yaml.safe_load(text) or {}) if text else {}
+
+
+def run_row(root: Path, path: Path, alive: bool = False) -> RunRow:
+    rd = RunDir(path)
+    cfg = _read_config(rd)
+    summary = rd.summary() or {}
+    state = rd.load_state() or {}
+    ledger = (rd.read_json("ledger.json") or {}).get("totals", {})
+    test = summary.get("test") or {}
+    sel = summary.get("selection") or {}
+    best_sel = sel.get("best", state.get("best_score"))
+    return RunRow(
+        id=_run_id(root, path),
+        path=str(path),
+        experiment=str(cfg.get("experiment") or summary.get("experiment") or ""),
+        seed=cfg.get("seed", summary.get("seed")),
+        status=status_of(rd, alive),
+        steps=int(state.get("global_step") or len(history(rd))),
+        best_selection=best_sel,
+        test_initial=(test.get("initial") or {}).get("hard"),
+        test_best=(test.get("best") or {}).get("hard"),
+        test_final=(test.get("final") or {}).get("hard"),
+        cost_usd=float(ledger.get("cost_usd") or 0.0),
+        tokens=int((ledger.get("prompt_tokens") or 0) + (ledger.get("completion_tokens") or 0)),
+    )
+
+
+def _incidental(key: str) -> bool:
+    """Keys that differ between runs without making them different experiments (the seed has its own column)."""
+    return key in ("seed", "output_dir", "run_name") or key.startswith(("debug.", "tracking."))
+
+
+def compare_rows(root: Path, paths: list[Path], alive: Optional[set[str]] = None) -> list[dict[str, Any]]:
+    """Table rows for runs, with the config keys whose values differ between them as the swept values."""
+    alive = alive or set()
+    rows = [run_row(root, p, str(p) in alive) for p in paths]
+    flat = [_flatten(_read_config(RunDir(p))) for p in paths]
+    keys = sorted(k for k in {k for f in flat for k in f} if not _incidental(k))
+    swept = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+    for row, f in zip(rows, flat):
+        row.swept = {k: f.get(k) for k in swept}
+    return [asdict(r) for r in rows]
+
+
+def curve(rd: RunDir) -> list[dict[str, Any]]:
+    """Scores per step: the current skill's, the candidate's and the best so far, as the run recorded them."""
+    state = rd.load_state() or {}
+    points = [{"step": 0, "current": state.get("initial_score"), "candidate": None, "best": state.get("initial_score")}]
+    for h in history(rd):
+        points.append(
+            {
+                "step": h.get("step"),
+                "epoch": h.get("epoch"),
+                "current": h.get("current_score"),
+                "candidate": h.get("candidate_gate_score"),
+                "best": h.get("best_score"),
+                "action": h.get("action"),
+            }
+        )
+    return points
+
+
+def _step_dirs(rd: RunDir) -> list[str]:
+    base = rd.root / "steps"
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
+def steps(rd: RunDir) -> list[dict[str, Any]]:
+    """Per step: what the gate decided and why, the tasks that flipped, the edits, and whether a diff exists."""
+    by_key = {(h.get("epoch"), h.get("step_in_epoch")): h for h in history(rd)}
+    out = []
+    for name in _step_dirs(rd):
+        epoch, step = int(name[1:3]), int(name.split("_s")[1])
+        gate = rd.read_json(f"steps/{name}/gate.json") or {}
+        rec = by_key.get((epoch, step)) or rd.read_json(f"steps/{name}/step_record.json") or {}
+        out.append(
+            {
+                "id": name,
+                "epoch": epoch,
+                "step": step,
+                "global_step": rec.get("step"),
+                "action": rec.get("action") or gate.get("action") or "(in progress)",
+                "edit_budget": rec.get("edit_budget"),
+                "edits": rec.get("edit_apply_summary") or {},
+                "rollout_hard": rec.get("rollout_hard"),
+                "current": gate.get("current_score"),
+                "candidate": gate.get("candidate_score"),
+                "best": gate.get("best_score"),
+                "reason": gate.get("reason", ""),
+                "flipped": gate.get("flipped") or {},
+                "has_diff": (rd.root / "steps" / name / "diff.md").is_file(),
+                "gate_test": gate.get("test"),
+            }
+        )
+    return out
+
+
+def epochs(rd: RunDir) -> list[dict[str, Any]]:
+    """The epoch boundary's blocks: the slow update (its text and gate decision) and the meta skill."""
+    base = rd.root / "epochs"
+    out = []
+    for name in sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []:
+        slow = rd.read_json(f"epochs/{name}/slow_result.json") or {}
+        meta = rd.read_json(f"epochs/{name}/meta_skill_result.json") or {}
+        out.append(
+            {
+                "epoch": int(name[1:]),
+                "slow_update": slow.get("slow_update_content", ""),
+                "slow_action": slow.get("action", ""),
+                "slow_reason": slow.get("reason", ""),
+                "meta_skill": meta.get("meta_skill_content", ""),
+                "meta_action": meta.get("action", ""),
+            }
+        )
+    return out
+
+
+def costs(rd: RunDir, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Tokens, calls and cost per role/stage, with the configured budget caps beside the totals."""
+    ledger = rd.read_json("ledger.json") or {}
+    budget = ((cfg.get("llm") or {}).get("budget")) or {}
+    return {"entries": ledger.get("entries", {}), "totals": ledger.get("totals", {}), "budget": budget}
+
+
+def errors(rd: RunDir) -> dict[str, Any]:
+    """Infra errors by kind and data errors, summed over the steps' rollouts."""
+    kinds: dict[str, int] = {}
+    data = 0
+    for h in history(rd):
+        for k, n in (h.get("infra_kinds") or {}).items():
+            kinds[k] = kinds.get(k, 0) + int(n)
+        data += int(h.get("data_errors") or 0)
+    return {"infra": kinds, "data": data}
+
+
+def current_skill(rd: RunDir) -> tuple[Optional[int], str]:
+    state = rd.load_state() or {}
+    version = state.get("current_version")
+    if version is None:
+        skills = sorted((rd.root / "skills").glob("skill_v*.md")) if (rd.root / "skills").is_dir() else []
+        if not skills:
+            return None, ""
+        version = int(skills[-1].stem.split("_v")[1])
+    return version, _read_text(rd, f"skills/skill_v{int(version):04d}.md") or ""
+
+
+def live(rd: RunDir) -> dict[str, Any]:
+    """The driver's latest progress snapshot (stage, epoch/step, episodes done, ETA), if the run writes one."""
+    snap = rd.read_json("progress.json")
+    return snap if isinstance(snap, dict) else {}
+
+
+def run_detail(root: Path, path: Path, alive: bool = False) -> dict[str, Any]:
+    rd = RunDir(path)
+    cfg = _read_config(rd)
+    version, skill = current_skill(rd)
+    return {
+        "row": asdict(run_row(root, path, alive)),
+        "stages": list(STAGES),
+        "extra_stages": list(EXTRA_STAGES),
+        "live": live(rd),
+        "curve": curve(rd),
+        "steps": steps(rd),
+        "epochs": epochs(rd),
+        "skill": {"version": version, "text": skill},
+        "costs": costs(rd, cfg),
+        "errors": errors(rd),
+        "summary": rd.summary(),
+    }
+
+
+def step_diff(path: Path, step_id: str) -> str:
+    if "/" in step_id or ".." in step_id:
+        raise ValueError(f"bad step id {step_id!r}")
+    return _read_text(RunDir(path), f"steps/{step_id}/diff.md") or ""
+
+
+def best_skill(path: Path) -> str:
+    rd = RunDir(path)
+    return _read_text(rd, "best_skill.md") or current_skill(rd)[1]
+
+
+def skill_diff(path_a: Path, path_b: Path) -> str:
+    """A unified diff of two runs' best skills (a's lines removed, b's added)."""
+    a, b = best_skill(path_a), best_skill(path_b)
+    return "".join(
+        difflib.unified_diff(
+            a.splitlines(keepends=True), b.splitlines(keepends=True), fromfile=str(path_a), tofile=str(path_b)
+        )
+    )
