@@ -379,6 +379,11 @@ def test_samples_are_real_pngs_in_the_reference_csv_format(sample_root):
         layer = dv.text_layer_path(t.payload["image_path"]).read_text()
         assert t.payload["answers"][0] in layer
     assert (sample_root / "train" / "train.csv").read_text().startswith("questionId,question,answer,image_path,topic")
+    import pickle
+
+    # tasks carry paths, not pages: what the driver holds and ships to env actors stays small
+    assert set(tasks[0].payload) == {"question", "answers", "image_path", "docId"}
+    assert len(pickle.dumps(tasks)) < 300 * len(tasks)
     assert "built-in sample pages" in b.data_note()
 
 
