@@ -269,3 +269,33 @@ def test_the_page_launches_watches_diffs_and_compares_in_a_real_browser(two_runs
             log, _ = server.communicate(timeout=30)
     assert "sk-secret-1" not in log
     assert (tmp_path / "watch.png").stat().st_size > 10_000 and (tmp_path / "compare.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_a_run_stopped_from_the_page_resumes_from_the_same_command(tmp_path):
+    answers = qa_fixture(tmp_path / "qa")
+    with ScriptedServer(Policies(target="rule_gated", answers=answers), latency_s=1.0) as srv:
+        launcher = Launcher(REPO)
+        form = {
+            "experiment": "searchqa",
+            "llm": "compatible",
+            "base_url": srv.base_url,
+            "smoke": "tiny",
+            "extra": f"env.data_dir={tmp_path / 'qa'} env.options.split_source=folders tracking=none "
+            f"output_dir={tmp_path / 'out'}",
+        }
+        first = launcher.launch(form)
+        run_dir = Path(first.run_dir)
+        deadline = time.monotonic() + 120
+        while not (run_dir / "steps").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert (run_dir / "steps").is_dir(), "\n".join(first.log)
+        launcher.stop(first.id)
+        first.process.wait(timeout=60)
+        assert first.status() == "stopped" and not (run_dir / "summary.json").exists()
+        second = launcher.launch(form)
+        assert second.run_dir == first.run_dir and second.command == first.command
+        second.process.wait(timeout=300)
+        assert second.status() == "finished", "\n".join(second.log)
+    sessions = json.loads((run_dir / "sessions.json").read_text())
+    assert len(sessions) == 2 and (run_dir / "summary.json").is_file()
