@@ -38,6 +38,11 @@ def data_env_var(name: str) -> str:
 
 
 def make(name: str, env_cfg: dict[str, Any]) -> Benchmark:
+    return benchmark_class(name)(env_cfg)
+
+
+def benchmark_class(name: str) -> type[Benchmark]:
+    """The benchmark's class (its module imported; no engine is loaded until an instance is made and used)."""
     where = _REGISTRY.get(name) or _TESTING.get(name)
     if where is None:
         raise DataError(f"unknown environment {name!r}; registered: {', '.join(names())}")
@@ -48,7 +53,7 @@ def make(name: str, env_cfg: dict[str, Any]) -> Benchmark:
         if e.name and e.name.startswith("skillopt_envs."):
             raise DataError(f"environment {name!r} is registered but not implemented in this version") from None
         raise
-    return getattr(mod, cls)(env_cfg)
+    return getattr(mod, cls)
 
 
-__all__ = ["Benchmark", "DataError", "EpisodeContext", "EpisodeResult", "Task", "data_env_var", "make", "names"]
+__all__ = ["Benchmark", "DataError", "EpisodeContext", "EpisodeResult", "Task", "benchmark_class", "data_env_var", "make", "names"]

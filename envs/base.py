@@ -6,9 +6,12 @@ become actions); the engine only ever sees Task and EpisodeResult records.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Optional, Protocol
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,23 @@ class Benchmark(ABC):
     """One benchmark: its data, its seed skill and its episode loop."""
 
     name: str = ""
+    # the typed `env.options` dataclass (with an optional `parse(raw)` adding its own range checks): lets the CLI
+    # check a benchmark's options before anything starts, without making the benchmark
+    options_class: ClassVar[Optional[type]] = None
+
+    @classmethod
+    def check_options(cls, raw: dict[str, Any]) -> None:
+        """Raise DataError for an unknown or invalid `env.options` entry (the same parse the constructor does)."""
+        oc = cls.options_class
+        if oc is None:
+            return
+        parse = getattr(oc, "parse", None)
+        parse(dict(raw)) if callable(parse) else parse_options(oc, dict(raw), cls.name)
+
+    def preflight(self, splits: Iterable[str]) -> None:
+        """Read every split the run will use, so that broken data is one line before any cluster starts."""
+        for split in dict.fromkeys(splits):
+            self.load_split(split)
 
     def __init__(self, env_cfg: dict[str, Any]):
         self.env_cfg = env_cfg
@@ -153,3 +173,62 @@ def parse_options(cls: type, raw: dict[str, Any], env_name: str) -> Any:
 
 class DataError(ValueError):
     """Missing or malformed benchmark data; the message names the path and the fix."""
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (a Python str was a JSON string)."""
+    names = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+    return names.get(type(value), "null" if value is None else type(value).__name__)
+
+
+def read_json_list(path: Path, fix: str) -> list[Any]:
+    """A JSON file holding a list, or DataError naming the file, what is wrong with it (with the line) and `fix`."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise DataError(f"{path} cannot be read ({e.strerror}); {fix}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text (byte {e.start} cannot be decoded); {fix}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        cut = e.msg.startswith("Unterminated") or e.pos >= len(text.rstrip())
+        what = "ends before its JSON is complete (a truncated file?)" if cut else "is not valid JSON"
+        raise DataError(f"{path} {what}: {e.msg} at line {e.lineno} column {e.colno}; {fix}") from None
+    if not isinstance(data, list):
+        raise DataError(f"{path} must hold a JSON list, found a JSON {json_type(data)}; {fix}")
+    return data
+
+
+def manifest_entries(path: Path, required: tuple[str, ...], fix: str) -> list[dict[str, Any]]:
+    """A split manifest: a JSON list of objects, each with the `required` keys, no id listed twice (the reference's
+    materialisers refuse repeated ids; a repeated id would be played and counted twice)."""
+    items = read_json_list(path, fix)
+    seen: dict[str, int] = {}
+    for n, it in enumerate(items):
+        if not isinstance(it, dict):
+            want = " and ".join(("an " if k[0] in "aeiou" else "a ") + k for k in required)
+            raise DataError(
+                f"{path}: entry {n} ({str(it)[:60]}) is a JSON {json_type(it)}, is not an object with {want}; {fix}"
+            )
+        lacking = [
+            k for k in required if it.get(k) in (None, "") or not isinstance(it[k], (str, int) if k == "id" else str)
+        ]
+        if lacking:
+            raise DataError(f"{path}: entry {n} ({str(it)[:80]}) lacks a text {', '.join(lacking)}; {fix}")
+        if "id" in it:
+            check_new_id(path, seen, it["id"], n)
+    return items
+
+
+def check_new_id(path: Path, seen: dict[str, int], item_id: Any, n: int) -> None:
+    """Record `item_id` as entry `n` of `path`; DataError if an earlier entry had it."""
+    key = str(item_id)
+    if key in seen:
+        raise DataError(
+            f"{path}: id {key!r} is listed twice (entries {seen[key]} and {n}); each task may appear once: "
+            "remove the repeated entry"
+        )
+    seen[key] = n

@@ -22,6 +22,22 @@ class ConfigError(ValueError):
 
 
 @dataclass
+class AgentConfig:
+    """How an agent harness target (llm.target.harness=codex|claude_code) runs each episode (skillopt_ray/harness)."""
+
+    prefix: Optional[str] = None  # npm prefix holding the CLIs (scripts/install_harnesses.sh); None: <repo>/.harnesses
+    timeout_s: float = 0.0  # wall-clock limit of one CLI run; 0: the benchmark's own (SearchQA 120 s)
+    memory_mb: int = 4096  # resident memory of the whole agent (CLI and the commands it runs)
+    empty_retries: int = 1  # extra attempts after an empty final message (the reference's EXEC_EMPTY_RESPONSE_RETRIES)
+    codex_sandbox: str = "workspace-write"  # Codex's own sandbox inside the jail: read-only | workspace-write | danger-full-access
+    codex_reasoning_effort: str = "none"  # sent as model_reasoning_effort, "none" included (as the reference does)
+    claude_effort: str = "medium"  # mapped: none/off/"" -> no flag, xhigh -> max, unknown -> medium
+    claude_max_thinking_tokens: int = 16384
+    trace_to_optimizer: bool = True  # the analysts see the Codex trace summary
+    jail: str = "bwrap"  # bwrap | none (none: no isolation, for debugging only)
+
+
+@dataclass
 class LLMRoleConfig:
     provider: str = "openai"  # openai | azure | embedded
     model: str = "smollm2-135m"
@@ -60,6 +76,9 @@ class LLMRoleConfig:
     # decoding otherwise repeats list items until its completion budget cuts the JSON. None: unbounded (remote presets)
     schema_max_items: Optional[int] = None
     schema_max_chars: Optional[int] = None
+    # target only: chat (a chat completion per turn) or an agent CLI run per episode (codex | claude_code)
+    harness: str = "chat"
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
     def reply_budget(self, requested: Optional[int] = None) -> int:
         """The completion budget a request asks for: its own (`requested`), else the role's, under max_reply_tokens."""
@@ -272,6 +291,9 @@ def validate(cfg: Config) -> Config:
         _choice(f"llm.{role}.provider", r.provider, ("openai", "azure", "embedded"))
         _choice(f"llm.{role}.structured_output", r.structured_output, ("json_schema", "json_object", "none"))
         _choice(f"llm.{role}.http_client", r.http_client, ("httpx", "aiohttp"))
+        _choice(f"llm.{role}.harness", r.harness, ("chat", "codex", "claude_code") if role == "target" else ("chat",))
+        _choice(f"llm.{role}.agent.codex_sandbox", r.agent.codex_sandbox, ("read-only", "workspace-write", "danger-full-access"))
+        _choice(f"llm.{role}.agent.jail", r.agent.jail, ("bwrap", "none"))
         for key in ("schema_max_items", "schema_max_chars"):
             if getattr(r, key) is not None:
                 _at_least(f"llm.{role}.{key}", getattr(r, key), 1)
@@ -308,6 +330,11 @@ def validate(cfg: Config) -> Config:
             )
         if r.temperature is not None and not 0.0 <= r.temperature <= 2.0:
             raise ConfigError(f"llm.{role}.temperature={r.temperature!r} is invalid; it must be between 0 and 2")
+    for key in ("max_cost_usd", "max_tokens", "max_calls"):  # a negative cap would stop the run at its first call
+        value = getattr(cfg.llm.budget, key)
+        if value < 0:
+            raise ConfigError(f"llm.budget.{key}={value!r} is invalid; give a cap >= 0 (0 = no cap)")
+    _check_urls(cfg)
     _choice("llm.cache_mode", cfg.llm.cache_mode, ("record", "replay", "off"))
     _choice("llm.truncated_reply", cfg.llm.truncated_reply, ("retry", "error", "keep"))
     _at_least("llm.max_retries", cfg.llm.max_retries, 0)
@@ -333,6 +360,44 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+def _check_url(key: str, url: Optional[str]) -> None:
+    from urllib.parse import urlsplit
+
+    if url is None or url == "":
+        return
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{key}={url!r} is not an http(s) URL; give the server's address, e.g. {key}=http://127.0.0.1:8000/v1"
+        )
+
+
+def _check_urls(cfg: Config) -> None:
+    """Endpoint URLs are http(s) with a host: anything else would be retried as a dropped connection."""
+    _check_url("llm.base_url", cfg.llm.base_url)
+    for role in ("target", "optimizer"):
+        r: LLMRoleConfig = getattr(cfg.llm, role)
+        _check_url(f"llm.{role}.base_url", r.base_url)
+        _check_url(f"llm.{role}.azure_endpoint", r.azure_endpoint)
+    _check_url("llm.embedded.server_url", cfg.llm.embedded.server_url)
+
+
+def _check_env_options(cfg: Config) -> None:
+    """The benchmark's own check of env.options (unknown keys, ranges), before anything starts."""
+    import skillopt_envs
+
+    try:
+        skillopt_envs.benchmark_class(cfg.env.name).check_options(dict(cfg.env.options or {}))
+    except skillopt_envs.DataError as e:
+        raise ConfigError(str(e)) from None
+    except TypeError as e:  # an option given a value of the wrong kind
+        raise ConfigError(f"env.options for {cfg.env.name}: {e}") from None
+
+
 def _cross_field(cfg: Config) -> None:
     """Rules between keys (each names the keys and the fix)."""
     import skillopt_envs  # the benchmark registry (no benchmark module is imported)
@@ -353,6 +418,7 @@ def _cross_field(cfg: Config) -> None:
             f"env.options.env_allow names {', '.join(bad)}, which look like credentials; model-written code never "
             "sees API keys, tokens, secrets or passwords: remove them from env.options.env_allow"
         )
+    _check_env_options(cfg)
 
 
 _SECRET_KEY = re.compile(r"(^|_)(api_key|key|token|secret|password)$")

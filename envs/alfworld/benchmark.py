@@ -105,6 +105,7 @@ def parse_action(reply: str) -> str:
 
 class AlfWorldBenchmark(Benchmark):
     name = "alfworld"
+    options_class = AlfWorldOptions
 
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)

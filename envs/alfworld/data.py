@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from skillopt_envs.base import DataError, Task
+from skillopt_envs.base import DataError, Task, check_new_id, manifest_entries
 
 # Task types as the reference reports them (REFERENCE_SPEC §13.2), in its matching order: a game's type is the
 # first of these found in its path, so `pick_and_place_simple-...` games are `pick_and_place`.
@@ -121,10 +120,8 @@ def _manifest_items(manifest_dir: str | Path, name: str) -> tuple[Path, list[dic
         if not found:
             raise DataError(f"manifest {path} not found; env.manifest_dir must hold train/ val/ test/ items.json")
         path = found[0]
-    items = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(items, list):
-        raise DataError(f"manifest {path} is not a JSON list of items")
-    return path, items
+    fix = 'an ALFWorld manifest is a JSON list of {"id": ..., "gamefile": "json_2.1.1/..."} objects'
+    return path, manifest_entries(path, ("gamefile",), fix)
 
 
 def _game_path(root: Path, gamefile: str) -> Path:
@@ -150,7 +147,9 @@ def manifest_split(root: Optional[Path], manifest_dir: str | Path, split: str, s
         raise DataError("a manifest's gamefile paths are relative to ALFWORLD_DATA: set it or env.data_dir")
     path, items = _manifest_items(manifest_dir, name)
     tasks, missing = [], []
-    for item in items:
+    seen: dict[str, int] = {}
+    for n, item in enumerate(items):
+        check_new_id(path, seen, item.get("id") or item["gamefile"], n)  # an item without an id is named by its game
         game = _game_path(root, item["gamefile"])
         if not game.is_file():
             missing.append(str(game))

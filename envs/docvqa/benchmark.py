@@ -81,6 +81,7 @@ def task_timeout(exec_timeout: float) -> float:
 
 class DocVQABenchmark(Benchmark):
     name = "docvqa"
+    options_class = DocVQAOptions
 
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)

@@ -88,6 +88,7 @@ def evaluation_block(question: str, predicted: str, golds: list[str], em: int, f
 
 class SearchQABenchmark(Benchmark):
     name = "searchqa"
+    options_class = QAOptions
 
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)

@@ -8,12 +8,11 @@ items, looked up across all of the data folder's splits, in manifest order.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import DataError
+from skillopt_envs.base import DataError, check_new_id, manifest_entries, read_json_list
 
 SPLITS = ("train", "val", "test")
 # split names with the reference's aliases -> the folder
@@ -48,27 +47,22 @@ def split_file(folder: Path) -> Optional[Path]:
     return files[0] if files else None
 
 
-def _read_list(path: Path) -> list[Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise DataError(f"{path} is not a UTF-8 text file") from None
-    except ValueError as e:
-        raise DataError(f"{path} is not valid JSON: {e}") from None
-    if not isinstance(data, list):
-        raise DataError(f"{path} must hold a JSON list of items, found {type(data).__name__}")
-    return data
+_ITEMS_FIX = "a SearchQA split file is a JSON list of {id, question, context, answers} objects (python -m skillopt_envs.searchqa.materialize writes one)"
+_MANIFEST_FIX = 'a SearchQA manifest is a JSON list of {"id": ...} objects'
 
 
 def read_items(path: Path) -> list[dict[str, Any]]:
-    """Materialised items, each checked: id, question, context (strings) and answers (a list of strings, or one)."""
-    items = _read_list(path)
+    """Materialised items, each checked: id, question, context (strings) and answers (a list of strings, or one);
+    an id listed twice is an error (it would be played and counted twice)."""
+    items = read_json_list(path, _ITEMS_FIX)
+    seen: dict[str, int] = {}
     for n, it in enumerate(items):
         if not isinstance(it, dict) or not all(k in it for k in ITEM_KEYS):
             raise DataError(
                 f"{path}: item {n} ({str(it)[:80]}) lacks one of id, question, context, answers "
                 "(an id-only manifest goes in env.manifest_dir, with the items in env.data_dir)"
             )
+        check_new_id(path, seen, it["id"], n)
         if not isinstance(it["question"], str) or not isinstance(it["context"], str):
             raise DataError(f"{path}: item {it['id']!r} needs a string question and context")
         a = it["answers"]
@@ -87,12 +81,7 @@ def read_manifest(manifest_dir: Path, split: str) -> list[str]:
             f"no manifest for the {split} split: {folder} holds no *.json (a manifest folder holds "
             'train/ val/ test/ items.json with {"id": ...} entries)'
         )
-    ids = []
-    for n, x in enumerate(_read_list(path)):
-        if not isinstance(x, dict) or not isinstance(x.get("id"), (str, int)):
-            raise DataError(f"{path}: entry {n} ({str(x)[:80]}) is not an object with an id")
-        ids.append(str(x["id"]))
-    return ids
+    return [str(x["id"]) for x in manifest_entries(path, ("id",), _MANIFEST_FIX)]
 
 
 def load_pool(root: Path) -> dict[str, dict[str, Any]]:

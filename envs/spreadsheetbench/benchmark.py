@@ -148,6 +148,7 @@ class FormulaEngineError(RuntimeError):
 
 class SpreadsheetBenchmark(Benchmark):
     name = "spreadsheetbench"
+    options_class = SheetOptions
 
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)

@@ -15,13 +15,12 @@ none of the paper's ids. `valid_seen`/`selection` mean val and `valid_unseen` me
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import DataError, Task
+from skillopt_envs.base import DataError, Task, manifest_entries, read_json_list
 from skillopt_envs.spreadsheetbench.scoring import effective_position
 
 SPLITS = ("train", "val", "test")
@@ -82,6 +81,11 @@ def task_type_of(instruction_type: str) -> str:
 
 
 def task_from_row(root: Path, row: dict[str, Any]) -> Task:
+    if not isinstance(row, dict):
+        raise DataError(
+            f"{root / 'dataset.json'}: a row is a JSON {type(row).__name__} ({str(row)[:60]}), not an object with "
+            "id, instruction, answer_position; point env.data_dir at a SpreadsheetBench release"
+        )
     for key in ("id", "instruction", "answer_position"):
         if key not in row:
             raise DataError(f"{root / 'dataset.json'}: a row lacks {key!r} (row: {str(row)[:120]})")
@@ -105,11 +109,8 @@ def task_from_row(root: Path, row: dict[str, Any]) -> Task:
 
 
 def load_dataset(root: Path) -> list[Task]:
-    try:
-        rows = json.loads((root / "dataset.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise DataError(f"cannot read {root / 'dataset.json'}: {e}") from None
-    if not isinstance(rows, list) or not rows:
+    rows = read_json_list(root / "dataset.json", "point env.data_dir at a SpreadsheetBench release")
+    if not rows:
         raise DataError(f"{root / 'dataset.json'} holds no tasks; point env.data_dir at a SpreadsheetBench release")
     return [task_from_row(root, r) for r in rows]
 
@@ -132,10 +133,8 @@ def manifest_ids(manifest_dir: Path, split: str) -> list[str]:
     path = manifest_dir / split / "items.json"
     if not path.is_file():
         raise DataError(f"manifest {path} not found; env.manifest_dir must hold train/ val/ test/ items.json")
-    try:
-        return [str(item["id"]) for item in json.loads(path.read_text(encoding="utf-8"))]
-    except (ValueError, KeyError, TypeError) as e:
-        raise DataError(f"manifest {path} is not a JSON list of items with an 'id': {e}") from None
+    fix = 'a SpreadsheetBench manifest is a JSON list of {"id": ...} objects'
+    return [str(item["id"]) for item in manifest_entries(path, ("id",), fix)]
 
 
 @dataclass

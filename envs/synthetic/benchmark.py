@@ -32,6 +32,7 @@ class SyntheticOptions:
 
 class SyntheticBenchmark(Benchmark):
     name = "synthetic"
+    options_class = SyntheticOptions
 
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)

@@ -116,10 +116,10 @@ def _job(cfg: Any) -> int:
 
 
 def _hydra_args(argv: list[str]) -> Any:
-    from hydra._internal.utils import get_args_parser
+    from skillopt_ray.private_apis import hydra_args_parser
 
     try:  # flags may come anywhere (`... seed=1,2 -m`), as users write them
-        return get_args_parser().parse_intermixed_args(argv)
+        return hydra_args_parser().parse_intermixed_args(argv)
     except SystemExit as e:  # argparse printed its usage line
         raise _Exit(int(e.code or 0)) from None
 
@@ -138,12 +138,14 @@ def _search_dirs(args: Any) -> list[str]:
         return []
     if not Path(args.config_dir).is_dir():
         raise UsageError(f"--config-dir {args.config_dir}: no such directory")
+    from skillopt_ray.cli.checks import check_config_dir
+
+    check_config_dir(Path(args.config_dir))
     return [args.config_dir]
 
 
 def jobs_of(args: Any, overrides: list[str]) -> list[list[str]]:
     """The jobs `-m` will launch, as Hydra's basic sweeper splits them (lists, range(), glob(), choice())."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -156,7 +158,9 @@ def jobs_of(args: Any, overrides: list[str]) -> list[list[str]]:
     try:
         start_hydra(_conf_dir(args), _search_dirs(args))  # glob() lists config groups through Hydra's loader
         parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-        return BasicSweeper.split_arguments(parser.parse_overrides(mine), None)[0]
+        from skillopt_ray.private_apis import hydra_split_jobs
+
+        return hydra_split_jobs(parser.parse_overrides(mine))
     except HydraException as e:
         raise UsageError(explain(e)) from None
     finally:
@@ -165,10 +169,13 @@ def jobs_of(args: Any, overrides: list[str]) -> list[list[str]]:
 
 def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> None:
     """Compose and validate every job before any starts (one line and exit 2 for the first bad one)."""
-    from skillopt_ray.cli.checks import check_output_dir
+    import json
+
+    from skillopt_ray.cli.checks import check_benchmark_data, check_output_dir, check_skill_files, run_splits
 
     jobs = jobs_of(args, overrides) if args.multirun else [[o for o in overrides if not o.startswith("hydra.")]]
     swept = {o.split("=", 1)[0] for o in overrides if o not in (jobs[0] if jobs else [])}
+    data_read: set[str] = set()  # jobs reading the same data and splits: read once
     for job in jobs:
         try:
             cfg = compose(
@@ -179,7 +186,13 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> N
             )
             apply_prices(cfg, prices)
             _obj, data = typed(cfg)
-            check_output_dir(Path(resolve_paths(data)["output_dir"]))
+            data = resolve_paths(data)
+            check_skill_files(data)
+            seen = json.dumps([data["env"], run_splits(data)], sort_keys=True, default=str)
+            if seen not in data_read:
+                check_benchmark_data(data)
+                data_read.add(seen)
+            check_output_dir(Path(data["output_dir"]))
         except UsageError as e:
             if not args.multirun:
                 raise
@@ -188,12 +201,23 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> N
 
 
 def show_job_config(args: Any, overrides: list[str], prices: list[PriceOverride]) -> None:
+    """`--cfg job`: the resolved config; under -m, each job's, headed by the values it sweeps."""
+    jobs = jobs_of(args, overrides) if args.multirun else [[o for o in overrides if not o.startswith("hydra.")]]
+    swept = {o.split("=", 1)[0] for o in overrides if o not in (jobs[0] if jobs else [])}
+    for n, job in enumerate(jobs):
+        if args.multirun:
+            which = " ".join(o for o in job if o.split("=", 1)[0] in swept)
+            print(f"{'' if n == 0 else chr(10)}# job {n + 1} of {len(jobs)}: {which}")
+        _show_one_config(args, job, prices)
+
+
+def _show_one_config(args: Any, overrides: list[str], prices: list[PriceOverride]) -> None:
     import yaml
 
     from skillopt_ray.config import redact
 
     cfg = compose(
-        [o for o in overrides if not o.startswith("hydra.")],
+        overrides,
         config_dir=_conf_dir(args),
         config_name=args.config_name or CONFIG_NAME,
         search_dirs=_search_dirs(args),

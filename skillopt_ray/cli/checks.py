@@ -73,3 +73,84 @@ def check_skill_files(data: dict[str, Any]) -> None:
             ) from None
         if b"\x00" in raw:
             raise UsageError(f"{key}={value!r} contains NUL bytes (a binary file?); give the path to a skill .md file")
+
+
+def skill_warnings(data: dict[str, Any]) -> list[str]:
+    """One line per skill file that is empty or blank (the run is allowed, but is rarely what was meant)."""
+    out = []
+    for key, value in skill_files(data):
+        try:
+            blank = not Path(value).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue  # check_skill_files names these
+        if blank:
+            fix = (
+                "drop skill_init to start from the benchmark's seed skill"
+                if key == "skill_init"
+                else "give eval.skill_path a skill with rules"
+            )
+            out.append(f"warning: {key}={value!r} is empty: the run uses a skill with no rules ({fix})")
+    return out
+
+
+def run_splits(data: dict[str, Any]) -> list[str]:
+    """The splits a run reads (the driver's: train, selection and test, or eval.split alone)."""
+    env = data["env"]
+    if data["mode"] == "eval":
+        return [data["eval"]["split"]]
+    return [env["train_split"], env["selection_split"], env["test_split"]]
+
+
+def data_configured(data: dict[str, Any]) -> bool:
+    """The run reads data or manifests the user pointed at (built-in samples are not checked here)."""
+    import skillopt_envs
+
+    env = data["env"]
+    var = skillopt_envs.data_env_var(env["name"])
+    return bool(env.get("data_dir") or env.get("manifest_dir") or (var and os.environ.get(var)))
+
+
+def check_benchmark_data(data: dict[str, Any]) -> None:
+    """Read every split the run uses (manifests, item files, dataset.json) so that broken or repeated entries are
+    one line naming the file before Ray starts; the driver reads them again, as they are then."""
+    import skillopt_envs
+
+    if not data_configured(data):
+        return
+    try:
+        bench = skillopt_envs.make(data["env"]["name"], data["env"])
+        try:
+            bench.preflight(run_splits(data))
+        finally:
+            bench.close()
+    except skillopt_envs.DataError as e:
+        raise UsageError(str(e)) from None
+
+
+def check_config_dir(folder: Path) -> None:
+    """Every YAML file under a --config-dir is UTF-8 and parses: a bad one is named with its line, instead of
+    Hydra's error about whatever config it was reading."""
+    import yaml
+
+    for path in sorted(Path(folder).rglob("*.yaml")) + sorted(Path(folder).rglob("*.yml")):
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise UsageError(f"--config-dir {folder}: {path} cannot be read ({e.strerror})") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = raw[: e.start].count(b"\n") + 1
+            raise UsageError(
+                f"{path}: line {line} is not UTF-8 text (byte {e.start}); save the file as UTF-8 or move it out of "
+                f"--config-dir {folder}"
+            ) from None
+        try:
+            yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+            where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "somewhere"
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise UsageError(
+                f"{path}: {where} does not parse as YAML ({problem}); fix the file or move it out of --config-dir {folder}"
+            ) from None

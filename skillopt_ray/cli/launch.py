@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files
+from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files, skill_warnings
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record
 from skillopt_ray.cli.ray_session import start_ray
@@ -146,6 +146,8 @@ def execute(data: dict[str, Any], run_dir: Optional[Path] = None) -> dict[str, A
     from skillopt_ray.progress import RunClock, make_display
 
     check_skill_files(data)
+    for line in skill_warnings(data):
+        print(line, file=sys.stderr)
     record = identity_record(data)
     run_dir = Path(run_dir) if run_dir else run_dir_for(data, record)
     check_output_dir(Path(data["output_dir"]))
