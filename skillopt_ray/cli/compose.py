@@ -100,6 +100,12 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None) -> str:
         m = re.search(r"Could not (?:find|load) '([^']+)/([^']+)'", text)
         if m:
             group, name = m.group(1), m.group(2)
+            if group.startswith("hydra/"):  # Hydra's own groups: plugins, not files of conf/
+                kind = group.split("/", 1)[1]
+                return (
+                    f"unknown {group}: {name}; installed: {', '.join(hydra_group_options(group)) or 'none'} "
+                    f"(another {kind} is a Hydra plugin to install first, e.g. pip install hydra-{name}-{kind})"
+                )
             options = sorted(p.stem for p in ((conf_dir or CONF_DIR) / group).glob("*.yaml"))
             what = "experiment" if group == "experiment" else f"{group} preset"
             return f"unknown {what}: {name}; available: {', '.join(options) or 'none'}"
@@ -115,6 +121,19 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None) -> str:
     if "Ambiguous value" in text or "sweep" in text.lower() and "--multirun" in text:
         return f"{text}; add -m to run every combination"
     return f"invalid configuration: {text[:400]}"
+
+
+def hydra_group_options(group: str) -> list[str]:
+    """The options Hydra knows for one of its own config groups (hydra/launcher: the installed launchers)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        start_hydra()
+        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+    except Exception:  # noqa: BLE001 - advice only: an empty list is said as "none"
+        return []
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def start_hydra(config_dir: Optional[Path] = None, search_dirs: Iterable[str] = ()) -> Any:
