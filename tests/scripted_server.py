@@ -20,7 +20,8 @@ from typing import Any, Optional
 
 from aiohttp import web
 
-Policy = Callable[[dict[str, Any], dict[str, str]], str]
+# a policy's reply: the content, or {"content": ..., "tool_calls": [{id, type, function: {name, arguments}}]}
+Policy = Callable[[dict[str, Any], dict[str, str]], Any]
 
 
 @dataclass
@@ -311,6 +312,10 @@ class ScriptedServer:
                     )
         finally:
             st.in_flight -= 1
+        tool_calls = None
+        if isinstance(content, dict):  # a reply that calls tools
+            tool_calls = content.get("tool_calls") or None
+            content = content.get("content") or ""
         if f is not None and f.truncated:  # cut before the usage: not counted as answered, as the client never sees it
             text = json.dumps(
                 {
@@ -327,13 +332,16 @@ class ScriptedServer:
         st.prompt_tokens += pt
         st.completion_tokens += ct
         st.requests[(headers.get("x-skillopt-role", ""), headers.get("x-skillopt-stage", ""))] += 1
-        finish = f.finish_reason if f is not None and f.finish_reason else "stop"
+        finish = f.finish_reason if f is not None and f.finish_reason else ("tool_calls" if tool_calls else "stop")
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
         reply = {
             "id": f"chatcmpl-{st.attempts}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
         }
         return web.json_response(reply)

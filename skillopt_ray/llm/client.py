@@ -17,7 +17,7 @@ import random
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
@@ -194,6 +194,7 @@ class Completion:
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _snippet(text: str, n: int = 60) -> str:
@@ -238,7 +239,28 @@ def parse_completion(body: str, content_type: str) -> Completion:
         finish_reason=str(choice.get("finish_reason") or ""),
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
         completion_tokens=int(usage.get("completion_tokens") or 0),
+        tool_calls=_tool_calls(message.get("tool_calls")),
     )
+
+
+def _tool_calls(raw: Any) -> list[dict[str, Any]]:
+    """A message's function tool calls as plain dicts {id, type, function: {name, arguments}} (arguments a string)."""
+    out: list[dict[str, Any]] = []
+    for i, call in enumerate(raw if isinstance(raw, list) else []):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        args = fn.get("arguments")
+        if not isinstance(args, str):  # some servers send an object
+            args = "" if args is None else json.dumps(args, ensure_ascii=False)
+        out.append(
+            {
+                "id": str(call.get("id") or f"call_{i}"),
+                "type": "function",
+                "function": {"name": str(fn.get("name") or ""), "arguments": args},
+            }
+        )
+    return out
 
 
 def _cause_names(exc: Optional[BaseException], depth: int = 4) -> set[str]:
@@ -329,10 +351,13 @@ class RoleEndpoint:
             kw["max_completion_tokens"] = n
         else:
             kw["max_tokens"] = n
-        if self.cfg.reasoning_effort:
+        if self.cfg.reasoning_effort and not req.tools:  # the reference sends no reasoning_effort with tools
             kw["reasoning_effort"] = self.cfg.reasoning_effort
         if req.response_format is not None:
             kw["response_format"] = req.response_format
+        if req.tools:
+            kw["tools"] = req.tools
+            kw["tool_choice"] = req.tool_choice or "auto"
         return kw
 
     async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:

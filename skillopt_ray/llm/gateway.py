@@ -116,6 +116,9 @@ class Gateway:
         }
         if "max_completion_tokens" in kw:  # only then, so keys recorded before this field existed stay valid
             payload["max_completion_tokens"] = kw["max_completion_tokens"]
+        if "tools" in kw:  # likewise: only requests that offer tools carry them in their key
+            payload["tools"] = kw["tools"]
+            payload["tool_choice"] = kw["tool_choice"]
         return payload
 
     def _check_role(self, role: str) -> None:
@@ -135,6 +138,7 @@ class Gateway:
                     hit.get("completion_tokens", 0),
                     True,
                     hit.get("finish_reason", ""),
+                    list(hit.get("tool_calls") or []),
                 )
             if self.cfg.cache_mode == "replay":
                 raise CacheMiss(
@@ -165,41 +169,48 @@ class Gateway:
                 f"{req.role}/{req.stage} reply stopped by the content filter (finish_reason=content_filter) "
                 f"at {describe(ep.cfg)}"
             )
-        result = ChatResult(comp.content, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason)
+        result = ChatResult(
+            comp.content, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason, list(comp.tool_calls)
+        )
         if self.cache is not None:  # under the original request's key, so a resumed run replays a length retry too
-            self.cache.put(
-                key,
-                req.stage,
-                {
-                    "content": result.content,
-                    "prompt_tokens": result.prompt_tokens,
-                    "completion_tokens": result.completion_tokens,
-                    "finish_reason": result.finish_reason,
-                },
-            )
+            entry: dict[str, Any] = {
+                "content": result.content,
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": result.completion_tokens,
+                "finish_reason": result.finish_reason,
+            }
+            if result.tool_calls:
+                entry["tool_calls"] = result.tool_calls
+            self.cache.put(key, req.stage, entry)
         return result
 
     async def _send(self, req: ChatRequest, budget: Optional[int] = None) -> Completion:
         """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger."""
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
-        est = req.prompt_chars() // 4 + (budget or ep.completion_budget(req))
+        completion_est = budget or ep.completion_budget(req)
+        est = req.prompt_chars() // 4 + completion_est
         self.ledger.in_flight += 1  # no await since the caller's check_budget(): the check and this count are one step
+        call = None
         try:
             async with limiter:
                 await limiter.acquire_window(est)
+                # journaled before it is sent: a kill from here on leaves it counted as lost, not forgotten
+                call = self.ledger.begin(req.role, req.stage, ep.cfg.model, req.prompt_chars() // 4, completion_est)
                 try:
                     comp = await (self._sharded_send(req, budget) if self.senders else ep.send(req, budget))
                 except ReplyFiltered:
-                    self.ledger.record_incomplete(req.role, req.stage, "filtered")
+                    self.ledger.record_incomplete(req.role, req.stage, "filtered", call)
                     raise
                 except Exception:
-                    self.ledger.record_error(req.role, req.stage)
+                    self.ledger.record_error(req.role, req.stage, call)
                     raise
-            self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
+            self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens, call)
             return comp
         finally:
             self.ledger.in_flight -= 1
+            if call is not None:
+                self.ledger.settle(call)  # cancelled by its caller: no outcome line was written
 
     async def _sharded_send(self, req: ChatRequest, budget: Optional[int]) -> Completion:
         """The HTTP part of a call on the next sender shard (round robin); a dead shard is replaced and the call
@@ -221,6 +232,19 @@ class Gateway:
     def structured_output_mode(self, role: str) -> str:
         self._check_role(role)
         return self.endpoints[role].cfg.structured_output
+
+    async def agent_chat(self, req: Any) -> Any:
+        """An agent CLI's model call (tools offered): skillopt_ray/llm/agent_calls.py."""
+        from skillopt_ray.llm.agent_calls import agent_chat
+
+        return await agent_chat(self, req)
+
+    def agent_settings(self, role: str = "target") -> dict[str, Any]:
+        """The role's harness (chat | codex | claude_code), model and agent settings, for the benchmarks."""
+        from skillopt_ray.llm.agent_calls import agent_settings
+
+        self._check_role(role)
+        return agent_settings(self.endpoints[role].cfg)
 
     def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
         rc = self.endpoints[role].cfg if role in self.endpoints else None
@@ -374,6 +398,15 @@ class GatewayActor:
     def structured_output_mode(self, role: str) -> str:
         return self.gw.structured_output_mode(role)
 
+    async def agent_chat(self, req: Any) -> Any:
+        try:
+            return await self.gw.agent_chat(req)
+        except Exception as e:  # noqa: BLE001 - see _one_line
+            raise _one_line(e, req) from None
+
+    def agent_settings(self, role: str = "target") -> dict[str, Any]:
+        return self.gw.agent_settings(role)
+
     def save_ledger(self) -> dict[str, Any]:
         return self.gw.save_ledger()
 
@@ -444,6 +477,17 @@ class LLMHandle:
                 else self._t.structured_output_mode(role)
             )
         return response_format(self._modes[role], schema, name)
+
+    async def agent_chat(self, req: Any) -> Any:
+        if self._remote:
+            with _unwrapped():
+                return await self._t.agent_chat.remote(req)
+        return await self._t.agent_chat(req)
+
+    async def agent_settings(self, role: str = "target") -> dict[str, Any]:
+        if self._remote:
+            return await self._t.agent_settings.remote(role)
+        return self._t.agent_settings(role)
 
     async def ledger_snapshot(self) -> dict[str, Any]:
         if self._remote:

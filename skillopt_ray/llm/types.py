@@ -20,6 +20,9 @@ class ChatRequest:
     response_format: Optional[dict[str, Any]] = None
     max_tokens: Optional[int] = None
     temperature: Optional[float] = None
+    # OpenAI function tools offered to the model (Chat Completions `tools`), and `tool_choice` ("auto", ...)
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[str] = None
 
     def prompt_chars(self) -> int:
         """The prompt's size in characters for estimates (rate limits): text as is, an image part as IMAGE_PART_CHARS."""
@@ -56,6 +59,8 @@ class ChatResult:
     completion_tokens: int = 0
     cached: bool = False
     finish_reason: str = ""
+    # the reply's tool calls as the API sends them: [{id, type: "function", function: {name, arguments}}]
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
