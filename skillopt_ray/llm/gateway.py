@@ -188,29 +188,23 @@ class Gateway:
         """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger."""
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
-        completion_est = budget or ep.completion_budget(req)
-        est = req.prompt_chars() // 4 + completion_est
+        est = req.prompt_chars() // 4 + (budget or ep.completion_budget(req))
         self.ledger.in_flight += 1  # no await since the caller's check_budget(): the check and this count are one step
-        call = None
         try:
             async with limiter:
                 await limiter.acquire_window(est)
-                # journaled before it is sent: a kill from here on leaves it counted as lost, not forgotten
-                call = self.ledger.begin(req.role, req.stage, ep.cfg.model, req.prompt_chars() // 4, completion_est)
                 try:
                     comp = await (self._sharded_send(req, budget) if self.senders else ep.send(req, budget))
                 except ReplyFiltered:
-                    self.ledger.record_incomplete(req.role, req.stage, "filtered", call)
+                    self.ledger.record_incomplete(req.role, req.stage, "filtered")
                     raise
                 except Exception:
-                    self.ledger.record_error(req.role, req.stage, call)
+                    self.ledger.record_error(req.role, req.stage)
                     raise
-            self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens, call)
+            self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
             return comp
         finally:
             self.ledger.in_flight -= 1
-            if call is not None:
-                self.ledger.settle(call)  # cancelled by its caller: no outcome line was written
 
     async def _sharded_send(self, req: ChatRequest, budget: Optional[int]) -> Completion:
         """The HTTP part of a call on the next sender shard (round robin); a dead shard is replaced and the call
@@ -232,19 +226,6 @@ class Gateway:
     def structured_output_mode(self, role: str) -> str:
         self._check_role(role)
         return self.endpoints[role].cfg.structured_output
-
-    async def agent_chat(self, req: Any) -> Any:
-        """An agent CLI's model call (tools offered): skillopt_ray/llm/agent_calls.py."""
-        from skillopt_ray.llm.agent_calls import agent_chat
-
-        return await agent_chat(self, req)
-
-    def agent_settings(self, role: str = "target") -> dict[str, Any]:
-        """The role's harness (chat | codex | claude_code), model and agent settings, for the benchmarks."""
-        from skillopt_ray.llm.agent_calls import agent_settings
-
-        self._check_role(role)
-        return agent_settings(self.endpoints[role].cfg)
 
     def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
         rc = self.endpoints[role].cfg if role in self.endpoints else None
@@ -398,15 +379,6 @@ class GatewayActor:
     def structured_output_mode(self, role: str) -> str:
         return self.gw.structured_output_mode(role)
 
-    async def agent_chat(self, req: Any) -> Any:
-        try:
-            return await self.gw.agent_chat(req)
-        except Exception as e:  # noqa: BLE001 - see _one_line
-            raise _one_line(e, req) from None
-
-    def agent_settings(self, role: str = "target") -> dict[str, Any]:
-        return self.gw.agent_settings(role)
-
     def save_ledger(self) -> dict[str, Any]:
         return self.gw.save_ledger()
 
@@ -477,17 +449,6 @@ class LLMHandle:
                 else self._t.structured_output_mode(role)
             )
         return response_format(self._modes[role], schema, name)
-
-    async def agent_chat(self, req: Any) -> Any:
-        if self._remote:
-            with _unwrapped():
-                return await self._t.agent_chat.remote(req)
-        return await self._t.agent_chat(req)
-
-    async def agent_settings(self, role: str = "target") -> dict[str, Any]:
-        if self._remote:
-            return await self._t.agent_settings.remote(role)
-        return self._t.agent_settings(role)
 
     async def ledger_snapshot(self) -> dict[str, Any]:
         if self._remote:
