@@ -31,11 +31,22 @@ def summary_table(s: dict[str, Any]) -> str:
     rows.append(
         f"model calls {tok['calls']} (+{tok['cache_hits']} from cache), tokens {tok['tokens']}, cost ${tok['cost_usd']:.4f}"
     )
+    if tok.get("lost"):
+        rows.append(lost_line(tok))
     rows.append(
         "per task type (test, best skill): "
         + ", ".join(f"{t} {v['hard']:.2f}" for t, v in s["test"]["best"]["per_type"].items())
     )
     return "\n".join(rows)
+
+
+def lost_line(tok: dict[str, Any]) -> str:
+    """The calls a killed session sent whose replies never came back (the ledger's journal knows them)."""
+    cost = f", ~${tok.get('lost_cost_usd_est', 0.0):.4f}" if tok.get("lost_cost_usd_est") else ""
+    return (
+        f"plus {tok['lost']} calls sent before a kill whose replies were lost (~{tok.get('lost_tokens_est', 0)} tokens "
+        f"estimated{cost}; maybe billed, asked again, counted by the budget caps)"
+    )
 
 
 def report(outcome: dict[str, Any]) -> int:

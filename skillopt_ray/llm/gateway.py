@@ -188,23 +188,29 @@ class Gateway:
         """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger."""
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
-        est = req.prompt_chars() // 4 + (budget or ep.completion_budget(req))
+        completion_est = budget or ep.completion_budget(req)
+        est = req.prompt_chars() // 4 + completion_est
         self.ledger.in_flight += 1  # no await since the caller's check_budget(): the check and this count are one step
+        call = None
         try:
             async with limiter:
                 await limiter.acquire_window(est)
+                # journaled before it is sent: a kill from here on leaves it counted as lost, not forgotten
+                call = self.ledger.begin(req.role, req.stage, ep.cfg.model, req.prompt_chars() // 4, completion_est)
                 try:
                     comp = await (self._sharded_send(req, budget) if self.senders else ep.send(req, budget))
                 except ReplyFiltered:
-                    self.ledger.record_incomplete(req.role, req.stage, "filtered")
+                    self.ledger.record_incomplete(req.role, req.stage, "filtered", call)
                     raise
                 except Exception:
-                    self.ledger.record_error(req.role, req.stage)
+                    self.ledger.record_error(req.role, req.stage, call)
                     raise
-            self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
+            self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens, call)
             return comp
         finally:
             self.ledger.in_flight -= 1
+            if call is not None:
+                self.ledger.settle(call)  # cancelled by its caller: no outcome line was written
 
     async def _sharded_send(self, req: ChatRequest, budget: Optional[int]) -> Completion:
         """The HTTP part of a call on the next sender shard (round robin); a dead shard is replaced and the call

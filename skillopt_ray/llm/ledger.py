@@ -2,14 +2,21 @@
 
 Kill-safe: with a journal path, every change to an entry is appended to the journal (one line,
 one write, before the caller goes on), so a run killed at any moment resumes with every paid
-call that returned already counted, and budget caps hold across any number of kills. The
-journal is replayed and compacted when the ledger opens; `ledger.json` stays the readable summary.
+call that returned already counted, and budget caps hold across any number of kills. Each call is
+journaled once more before it is sent (`begin`) and its outcome line names it: a call begun and never
+settled was sent by a process that died before the reply came, so the endpoint may have answered (and
+billed) it. The next open counts such calls as `lost`, with their estimated tokens and cost, and the
+budget caps count them. The journal is replayed and compacted when the ledger opens; `ledger.json`
+stays the readable summary. Journal lines carry their wall-clock time, so per-call durations can be read
+back from a run that was not resumed (scripts/bench_quickstart.py does).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
@@ -28,6 +35,9 @@ class LedgerEntry:
     errors: int = 0
     truncated: int = 0  # replies cut by the completion limit (finish_reason=length)
     filtered: int = 0  # replies or requests stopped by a content filter
+    lost: int = 0  # calls sent whose replies a kill lost: maybe answered and billed, never recorded
+    lost_tokens_est: int = 0  # their tokens as estimated before sending (prompt characters / 4 + completion budget)
+    lost_cost_usd_est: float = 0.0
 
 
 _FIELDS = {f.name for f in fields(LedgerEntry)}
@@ -43,16 +53,50 @@ def _entry_from(values: dict[str, Any]) -> LedgerEntry:
 
 
 def read_journal(path: str | Path) -> dict[str, LedgerEntry]:
-    """Entries as the journal last recorded them; a line cut by a kill mid-write is ignored."""
+    """Entries as the journal last recorded them, calls begun and never settled counted as `lost`; a line cut
+    by a kill mid-write is ignored."""
+    return _replay(path)[0]
+
+
+def _price(prices: dict[str, PriceConfig], model: str, prompt_tokens: int, completion_tokens: int) -> float:
+    p = prices.get(model)
+    if p is None:
+        return 0.0
+    return (prompt_tokens * p.input_per_mtok + completion_tokens * p.output_per_mtok) / 1e6
+
+
+def _replay(path: str | Path, prices: Optional[dict[str, PriceConfig]] = None) -> tuple[dict[str, LedgerEntry], int]:
+    """(entries, how many calls were begun and never settled in this journal); lost calls priced with `prices`."""
     entries: dict[str, LedgerEntry] = {}
+    pending: dict[str, dict[str, Any]] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
                 rec = json.loads(line)
-                entries[rec["k"]] = _entry_from(rec["v"])
-            except (ValueError, KeyError, TypeError):
+            except ValueError:
                 continue
-    return entries
+            if not isinstance(rec, dict):
+                continue
+            if "p" in rec:  # a call about to be sent
+                pending[str(rec["p"])] = rec
+                continue
+            if "d" in rec:  # that call's outcome came back (or it was cancelled)
+                pending.pop(str(rec["d"]), None)
+            try:
+                if "k" in rec:
+                    entries[rec["k"]] = _entry_from(rec["v"])
+            except (KeyError, TypeError):
+                continue
+    for rec in pending.values():
+        try:
+            e = entries.setdefault(str(rec["k"]), LedgerEntry())
+            pe, ce = int(rec.get("pe", 0)), int(rec.get("ce", 0))
+            e.lost += 1
+            e.lost_tokens_est += pe + ce
+            e.lost_cost_usd_est += _price(prices or {}, str(rec.get("m", "")), pe, ce)
+        except (KeyError, TypeError, ValueError):
+            continue
+    return entries, len(pending)
 
 
 class Ledger:
@@ -70,9 +114,14 @@ class Ledger:
             self.entries[k] = _entry_from(v)
         self._journal_fd: Optional[int] = None
         self.in_flight = 0  # calls sent and not yet answered: they count against max_calls before they land
+        self._ids = itertools.count(1)
+        self._session = f"{os.getpid()}.{int(time.time() * 1000) % 10**9}"  # call ids stay unique across sessions
+        self._open_calls: set[str] = set()
+        self.lost_at_open = 0  # calls a killed earlier session sent and never heard back from
         if journal:
             if Path(journal).exists():
-                self.entries = read_journal(journal)  # newer than ledger.json, which is written only at save points
+                # newer than ledger.json, which is written only at save points
+                self.entries, self.lost_at_open = _replay(journal, prices)
             self._open_journal(Path(journal))
 
     def _open_journal(self, path: Path) -> None:
@@ -86,10 +135,45 @@ class Ledger:
     def _line(self, key: str) -> str:
         return json.dumps({"k": key, "v": asdict(self.entries[key])}, separators=(",", ":")) + "\n"
 
-    def _persist(self, role: str, stage: str) -> None:
-        """Append the entry's new totals: one write() per change, so a kill leaves whole lines or a cut last one."""
+    def _write(self, rec: dict[str, Any]) -> None:
+        """One journal line in one write(), so a kill leaves whole lines or a cut last one."""
         if self._journal_fd is not None:
-            os.write(self._journal_fd, self._line(f"{role}/{stage}").encode("utf-8"))
+            rec["t"] = round(time.time(), 3)
+            os.write(self._journal_fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8"))
+
+    def _persist(self, role: str, stage: str, call: Optional[str] = None) -> None:
+        """Append the entry's new totals (and, with `call`, that this call is settled): one line, one write."""
+        if self._journal_fd is None:
+            return
+        key = f"{role}/{stage}"
+        rec: dict[str, Any] = {"k": key, "v": asdict(self.entries[key])}
+        if call is not None and call in self._open_calls:
+            self._open_calls.discard(call)
+            rec["d"] = call
+        self._write(rec)
+
+    def begin(self, role: str, stage: str, model: str, prompt_tokens_est: int, completion_tokens_est: int) -> str:
+        """Journal a call about to be sent; returns its id, which the call's outcome (record*, settle) names.
+        Until then a kill leaves it `lost` for the next session, with these estimates."""
+        call = f"{self._session}.{next(self._ids)}"
+        self._open_calls.add(call)
+        if self._journal_fd is not None:
+            self._write(
+                {
+                    "p": call,
+                    "k": f"{role}/{stage}",
+                    "m": model,
+                    "pe": prompt_tokens_est,
+                    "ce": completion_tokens_est,
+                }
+            )
+        return call
+
+    def settle(self, call: str) -> None:
+        """A begun call ended without an outcome line (cancelled by its caller): it is no longer pending."""
+        if call in self._open_calls:
+            self._open_calls.discard(call)
+            self._write({"d": call})
 
     def close(self) -> None:
         if self._journal_fd is not None:
@@ -100,32 +184,31 @@ class Ledger:
         return self.entries.setdefault(f"{role}/{stage}", LedgerEntry())
 
     def cost_of(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
-        p = self.prices.get(model)
-        if p is None:
-            return 0.0
-        return (prompt_tokens * p.input_per_mtok + completion_tokens * p.output_per_mtok) / 1e6
+        return _price(self.prices, model, prompt_tokens, completion_tokens)
 
-    def record(self, role: str, stage: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:
+    def record(
+        self, role: str, stage: str, model: str, prompt_tokens: int, completion_tokens: int, call: Optional[str] = None
+    ) -> None:
         e = self._entry(role, stage)
         e.calls += 1
         e.prompt_tokens += prompt_tokens
         e.completion_tokens += completion_tokens
         e.cost_usd += self.cost_of(model, prompt_tokens, completion_tokens)
-        self._persist(role, stage)
+        self._persist(role, stage, call)
 
     def record_hit(self, role: str, stage: str) -> None:
         self._entry(role, stage).cache_hits += 1
         self._persist(role, stage)
 
-    def record_error(self, role: str, stage: str) -> None:
+    def record_error(self, role: str, stage: str, call: Optional[str] = None) -> None:
         self._entry(role, stage).errors += 1
-        self._persist(role, stage)
+        self._persist(role, stage, call)
 
-    def record_incomplete(self, role: str, stage: str, kind: str) -> None:
+    def record_incomplete(self, role: str, stage: str, kind: str, call: Optional[str] = None) -> None:
         """A reply the endpoint ended itself: kind `truncated` (length) or `filtered` (content filter)."""
         e = self._entry(role, stage)
         setattr(e, kind, getattr(e, kind) + 1)
-        self._persist(role, stage)
+        self._persist(role, stage, call)
 
     def totals(self) -> dict[str, float]:
         t = LedgerEntry()
@@ -138,30 +221,44 @@ class Ledger:
             t.errors += e.errors
             t.truncated += e.truncated
             t.filtered += e.filtered
+            t.lost += e.lost
+            t.lost_tokens_est += e.lost_tokens_est
+            t.lost_cost_usd_est += e.lost_cost_usd_est
         d = asdict(t)
         d["tokens"] = t.prompt_tokens + t.completion_tokens
         return d
 
     def check_budget(self) -> None:
         """Raise before a new network call if any cap is already reached. Calls in flight count toward max_calls,
-        so concurrent calls never overshoot it; tokens and cost are known only once answered."""
+        so concurrent calls never overshoot it; tokens and cost are known only once answered. Calls whose replies
+        a kill lost count too, with their estimated tokens and cost (the endpoint may have billed them)."""
         t = self.totals()
         b = self.budget
         hint = "raise it (e.g. llm.budget.{k}=...) and rerun the same command to resume"
-        if b.max_calls and t["calls"] + self.in_flight >= b.max_calls:
+        lost = t["lost"]
+        lost_note = f" ({lost} of them sent before a kill, replies lost)" if lost else ""
+        if b.max_calls and t["calls"] + lost + self.in_flight >= b.max_calls:
             held = f" ({self.in_flight} still in flight)" if self.in_flight else ""
             raise BudgetExceeded(
-                f"budget cap hit: {t['calls']} calls{held} >= llm.budget.max_calls={b.max_calls}; "
+                f"budget cap hit: {t['calls'] + lost} calls{held} >= llm.budget.max_calls={b.max_calls}{lost_note}; "
                 + hint.format(k="max_calls")
             )
-        if b.max_tokens and t["tokens"] >= b.max_tokens:
+        tokens = t["tokens"] + t["lost_tokens_est"]
+        if b.max_tokens and tokens >= b.max_tokens:
+            est = f" (~{t['lost_tokens_est']} estimated for {lost} calls whose replies a kill lost)" if lost else ""
             raise BudgetExceeded(
-                f"budget cap hit: {t['tokens']} tokens >= llm.budget.max_tokens={b.max_tokens}; "
+                f"budget cap hit: {tokens} tokens >= llm.budget.max_tokens={b.max_tokens}{est}; "
                 + hint.format(k="max_tokens")
             )
-        if b.max_cost_usd and t["cost_usd"] >= b.max_cost_usd:
+        cost = t["cost_usd"] + t["lost_cost_usd_est"]
+        if b.max_cost_usd and cost >= b.max_cost_usd:
+            est = (
+                f" (~${t['lost_cost_usd_est']:.4f} estimated for {lost} calls whose replies a kill lost)"
+                if lost
+                else ""
+            )
             raise BudgetExceeded(
-                f"budget cap hit: ${t['cost_usd']:.4f} >= llm.budget.max_cost_usd={b.max_cost_usd}; "
+                f"budget cap hit: ${cost:.4f} >= llm.budget.max_cost_usd={b.max_cost_usd}{est}; "
                 + hint.format(k="max_cost_usd")
             )
 
