@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_ray.records import RecordError
+from skillopt_ray.rundir import RunDir
+
 METRICS = [  # (key, column label)
     ("test_hard_best", "test hard"),
     ("test_soft_best", "test soft"),
@@ -140,69 +143,42 @@ def _num(v: Any) -> float:
 
 
 def run_finished(run_dir: Path) -> bool:
-    state = run_dir / "state.json"
-    if not (run_dir / "summary.json").is_file() or not state.is_file():
-        return False
-    try:
-        return json.loads(state.read_text()).get("phase") == "done"
-    except ValueError:
-        return False
+    return RunDir(run_dir).finished()
 
 
 def read_steps(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's step records so far, one per step in step order: history.jsonl (appended after every
-    step; a half-written last line is skipped; a step redone after a resume counts once, as last
-    written), else history.json (the whole list)."""
-    lines = run_dir / "history.jsonl"
-    records: list[dict[str, Any]] = []
-    if lines.exists():
-        try:
-            text = lines.read_text(encoding="utf-8")
-        except OSError:
-            text = ""
-        for line in text.splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and "step" in rec:
-                records.append(rec)
-    else:
-        try:
-            records = [
-                r for r in json.loads((run_dir / "history.json").read_text()) if isinstance(r, dict) and "step" in r
-            ]
-        except (OSError, ValueError):
-            records = []
-    by_step = {int(r["step"]): r for r in records}
-    return [by_step[s] for s in sorted(by_step)]
+    """A run's step records so far, one per step in step order, as written (RunDir's one history reader)."""
+    return RunDir(run_dir).history_rows()
 
 
 def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Record:
-    s = json.loads((run_dir / "summary.json").read_text())
-    history = read_steps(run_dir)
+    rd = RunDir(run_dir)
+    s = rd.read_summary()
+    if s is None or not s.test or s.selection is None:
+        raise RecordError(f"{rd.summary_path} holds no training summary; the run has not finished")
+    tokens = s.tokens or {}
     metrics = {
-        "test_hard_best": s["test"]["best"]["hard"],
-        "test_soft_best": s["test"]["best"]["soft"],
-        "test_hard_initial": s["test"]["initial"]["hard"],
-        "best_selection_score": s["selection"]["best"],
-        "improvement_hard": s["test"]["best"]["hard"] - s["test"]["initial"]["hard"],
-        "tokens": float(s["tokens"].get("tokens", 0)),
-        "cost_usd": float(s["tokens"].get("cost_usd", 0.0)),
-        "wall_time_s": float(s.get("wall_time_s", 0.0)),
+        "test_hard_best": s.test["best"]["hard"],
+        "test_soft_best": s.test["best"]["soft"],
+        "test_hard_initial": s.test["initial"]["hard"],
+        "best_selection_score": s.selection["best"],
+        "improvement_hard": s.test["best"]["hard"] - s.test["initial"]["hard"],
+        "tokens": float(tokens.get("tokens", 0)),
+        "cost_usd": float(tokens.get("cost_usd", 0.0)),
+        "wall_time_s": float(s.wall_time_s or 0.0),
     }
-    curve = [Point(0, 1, _num(s["selection"]["initial"]))]
-    for h in history:
+    curve = [Point(0, 1, _num(s.selection["initial"]))]
+    for h in rd.history():
         curve.append(
             Point(
-                int(h["step"]),
-                h.get("epoch"),
-                _num(h.get("current_score")),
-                _num(h.get("candidate_gate_score")),
-                1.0 if str(h.get("action", "")).startswith(("accept", "force")) else 0.0,
+                h.step,
+                h.epoch,
+                _num(h.current_score),
+                _num(h.candidate_gate_score),
+                1.0 if h.accepted else 0.0,
             )
         )
-    test = {k: float(s["test"][k]["hard"]) for k in ("initial", "best", "final") if k in s["test"]}
+    test = {k: float(s.test[k]["hard"]) for k in ("initial", "best", "final") if k in s.test}
     return Record(dict(params), int(seed), metrics, curve, str(run_dir), test)
 
 
@@ -744,7 +720,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise ValueError("no finished runs found to compare")
         out = Path(a.out) if a.out else (Path(a.sweep_dir) / "compare" if a.sweep_dir else Path("comparison"))
         files = comp.write(out, baseline, force=a.force)
-    except (ValueError, FileExistsError) as e:
+    except (ValueError, FileExistsError, RecordError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if parent and uri:

@@ -18,59 +18,19 @@ from __future__ import annotations
 import argparse
 import difflib
 import html
-import json
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-ACCEPTED = ("accept", "accept_new_best", "force_accept")
+from skillopt_ray.records import EpochRecord, GateRecord, RecordError, StepRecord, Summary, is_accept
+from skillopt_ray.rundir import RunDir
 
 
 def kinds_text(kinds: Any) -> str:
     """Infra errors by kind as text, e.g. ': sandbox_start 2, timeout 1'; empty when no kind is known."""
     return (": " + ", ".join(f"{k} {n}" for k, n in kinds.items())) if isinstance(kinds, dict) and kinds else ""
-
-
-def _read_json(path: Path) -> Optional[Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _read_text(path: Path) -> Optional[str]:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-
-
-def load_history(root: Path) -> list[dict[str, Any]]:
-    """One record per step, newest source first: history.jsonl (appended per step), history.json, the step folders."""
-    records: dict[int, dict[str, Any]] = {}
-    lines = _read_text(root / "history.jsonl")
-    if lines:
-        for line in lines.splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # a line cut by a kill
-            if isinstance(rec, dict) and "step" in rec:
-                records[int(rec["step"])] = rec  # a step redone after a resume: the last record wins
-    for rec in _read_json(root / "history.json") or []:
-        if isinstance(rec, dict) and "step" in rec:
-            records.setdefault(int(rec["step"]), rec)
-    for path in sorted((root / "steps").glob("e*_s*/step_record.json")):
-        rec = _read_json(path)
-        if isinstance(rec, dict) and "step" in rec:
-            records.setdefault(int(rec["step"]), rec)
-    return [records[k] for k in sorted(records)]
-
-
-def step_dir(root: Path, rec: dict[str, Any]) -> Path:
-    return root / "steps" / f"e{int(rec['epoch']):02d}_s{int(rec.get('step_in_epoch') or rec['step']):03d}"
 
 
 def _strip_fence(text: str) -> str:
@@ -95,46 +55,37 @@ class Version:
 
 @dataclass
 class Story:
-    root: Path
-    history: list[dict[str, Any]]
-    gates: dict[int, dict[str, Any]]
+    rd: RunDir
+    history: list[StepRecord]
+    gates: dict[int, GateRecord]
     diffs: dict[int, str]
     versions: list[Version]
-    epochs: dict[int, dict[str, Any]]
-    summary: Optional[dict[str, Any]]
-    state: Optional[dict[str, Any]]
+    epochs: dict[int, EpochRecord]
+    summary: Optional[Summary]
+    state: dict[str, Any]  # state.json as written (older and partial states included)
     config: dict[str, Any] = field(default_factory=dict)
     sessions: list[dict[str, Any]] = field(default_factory=list)
 
-
-def _config(root: Path) -> dict[str, Any]:
-    try:
-        import yaml
-
-        data = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except Exception:  # noqa: BLE001 - a story without its config is still a story
-        return {}
+    @property
+    def root(self) -> Path:
+        return self.rd.root
 
 
 def _versions(
-    root: Path, history: list[dict[str, Any]], epochs: dict[int, dict[str, Any]], state: Optional[dict[str, Any]]
+    rd: RunDir, history: list[StepRecord], epochs: dict[int, EpochRecord], state: dict[str, Any]
 ) -> list[Version]:
     """Every skill version on disk, with what made it: the initial skill, an accepted step, an epoch boundary, notes."""
-    files = sorted((root / "skills").glob("skill_v*.md"))
-    texts = {int(p.stem.rsplit("v", 1)[1]): (_read_text(p) or "") for p in files}
+    texts = {v.version: v.text for v in rd.skill_versions()}
     made: dict[int, Version] = {}
     if 0 in texts:
-        score = (state or {}).get("initial_score")
-        made[0] = Version(0, "initial skill", 0, None, score)
+        made[0] = Version(0, "initial skill", 0, None, state.get("initial_score"))
     prev_version, prev_epoch = 0, None
     for rec in history:
-        v = rec.get("skill_version")
-        epoch = rec.get("epoch")
+        v, epoch = rec.skill_version, rec.epoch
         if v is None:
             continue
-        if rec.get("action") in ACCEPTED and v not in made:
-            made[v] = Version(v, f"step {rec['step']} ({rec['action']})", rec["step"], epoch, rec.get("current_score"))
+        if rec.accepted and v not in made:
+            made[v] = Version(v, f"step {rec.step} ({rec.action})", rec.step, epoch, rec.current_score)
         # other versions since the previous step: the epoch boundary between them (or appendix notes within an epoch)
         for u in range(prev_version + 1, v + 1):
             if u in texts and u not in made:
@@ -144,7 +95,7 @@ def _versions(
                     else Version(
                         u,
                         "appendix notes" if prev_epoch is not None else "initial skill with appendix",
-                        rec["step"],
+                        rec.step,
                         epoch,
                     )
                 )
@@ -163,65 +114,56 @@ def _versions(
     return out
 
 
-def _boundary_version(v: int, epoch: Optional[int], epochs: dict[int, dict[str, Any]]) -> Version:
-    slow = (epochs.get(epoch or 0) or {}).get("slow") or {}
-    if slow.get("action") == "inject_placeholder":
+def _boundary_version(v: int, epoch: Optional[int], epochs: dict[int, EpochRecord]) -> Version:
+    e = epochs.get(epoch or 0)
+    slow = e.slow if e else None
+    if slow is not None and slow.action == "inject_placeholder":
         return Version(v, f"epoch {epoch} boundary (empty slow-update block)", None, epoch)
-    score = slow.get("candidate_full_score") if slow.get("action") in ACCEPTED else None
+    score = slow.candidate_full_score if slow is not None and slow.accepted else None
     return Version(v, f"epoch {epoch} boundary (slow update)", None, epoch, score)
 
 
 def load(run_dir: str | Path) -> Story:
-    root = Path(run_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"{root} is not a run directory (no such folder)")
-    history = load_history(root)
+    rd = RunDir(run_dir)
+    if not rd.root.is_dir():
+        raise FileNotFoundError(f"{rd.root} is not a run directory (no such folder)")
+    history = rd.history()
     gates, diffs = {}, {}
     for rec in history:
-        sd = step_dir(root, rec)
-        gate = _read_json(sd / "gate.json")
-        if isinstance(gate, dict):
-            gates[rec["step"]] = gate
-        d = _read_text(sd / "diff.md")
+        gate = rd.read_gate(*rec.step_id)
+        if gate is not None:
+            gates[rec.step] = gate
+        d = rd.read_step_text(*rec.step_id, "diff.md")
         if d is None:  # older runs: no diff.md; the candidate against the skill the step started from
-            cand = _read_text(sd / "candidate.md")
-            base = _skill_before(root, rec, history)
+            cand = rd.read_step_text(*rec.step_id, "candidate.md")
+            base = _skill_before(rd, rec, history)
             d = diff_text(base, cand) if cand is not None and base is not None else None
         else:
             d = _strip_fence(d)
         if d is not None:
-            diffs[rec["step"]] = d
-    epochs: dict[int, dict[str, Any]] = {}
-    for ed in sorted((root / "epochs").glob("e*")):
-        m = re.match(r"e(\d+)$", ed.name)
-        if not m:
-            continue
-        epochs[int(m.group(1))] = {
-            "slow": _read_json(ed / "slow_result.json"),
-            "meta": _read_json(ed / "meta_skill_result.json"),
-            "meta_skill": _read_text(ed / "meta_skill.md"),
-        }
-    state = _read_json(root / "state.json")
-    sessions = _read_json(root / "sessions.json")
+            diffs[rec.step] = d
+    epochs = rd.epochs()
+    state = rd.load_state()
+    state = state if isinstance(state, dict) else {}
     return Story(
-        root,
+        rd,
         history,
         gates,
         diffs,
-        _versions(root, history, epochs, state),
+        _versions(rd, history, epochs, state),
         epochs,
-        _read_json(root / "summary.json"),
+        rd.read_summary(),
         state,
-        _config(root),
-        sessions if isinstance(sessions, list) else [],
+        rd.read_config(),
+        rd.read_sessions(),
     )
 
 
-def _skill_before(root: Path, rec: dict[str, Any], history: list[dict[str, Any]]) -> Optional[str]:
+def _skill_before(rd: RunDir, rec: StepRecord, history: list[StepRecord]) -> Optional[str]:
     """The current skill when `rec`'s step began (the previous step's version; v0 for the first step)."""
-    prev = [h for h in history if h["step"] < rec["step"] and h.get("skill_version") is not None]
-    v = prev[-1]["skill_version"] if prev else 0
-    return _read_text(root / "skills" / f"skill_v{v:04d}.md")
+    prev = [h for h in history if h.step < rec.step and h.skill_version is not None]
+    v = prev[-1].skill_version if prev else 0
+    return rd.read_text(rd.skill_path(v).relative_to(rd.root))
 
 
 # ---------------------------------------------------------------- text
@@ -245,9 +187,9 @@ def _diff_size(d: str) -> tuple[int, int]:
     return plus, minus
 
 
-def _edits(rec: dict[str, Any]) -> str:
-    s = rec.get("edit_apply_summary") or {}
-    parts = [f"{rec.get('n_edits_merged', 0)} merged", f"{rec.get('n_edits_ranked', 0)} kept"]
+def _edits(rec: StepRecord) -> str:
+    s = rec.edit_apply_summary or {}
+    parts = [f"{rec.n_edits_merged} merged", f"{rec.n_edits_ranked} kept"]
     if s:
         parts.append(f"{s.get('applied', 0)} applied")
         if s.get("skipped"):
@@ -257,8 +199,11 @@ def _edits(rec: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _skipped_reports(root: Path, rec: dict[str, Any]) -> list[str]:
-    upd = _read_json(step_dir(root, rec) / "update.json") or {}
+def _skipped_reports(rd: RunDir, rec: StepRecord) -> list[str]:
+    try:
+        upd = rd.read_stage(*rec.step_id, "update") or {}
+    except RecordError:
+        upd = {}
     out = []
     for r in upd.get("reports") or []:
         status = str(r.get("status", ""))
@@ -284,7 +229,7 @@ def story_text(s: Story, diffs: bool = False) -> str:
         ]
     out.append("  " + ", ".join(facts))
     if s.summary is None:
-        st = s.state or {}
+        st = s.state
         out.append(
             f"  not finished: phase {st.get('phase', '?')}, epoch {st.get('epoch', '?')}, {st.get('global_step', len(s.history))} steps done"
         )
@@ -294,12 +239,12 @@ def story_text(s: Story, diffs: bool = False) -> str:
         score = f"selection {_f(v.score)}" if v.score is not None else ""
         out.append(f"  v{v.number:04d}  {v.made_by:<44} {len(v.text):>6} chars  {score}".rstrip())
     out.append("")
-    initial = (s.state or {}).get("initial_score")
+    initial = s.state.get("initial_score")
     if initial is not None:
         out.append(f"initial skill on selection: {_f(initial)}")
-    by_epoch: dict[int, list[dict[str, Any]]] = {}
+    by_epoch: dict[int, list[StepRecord]] = {}
     for rec in s.history:
-        by_epoch.setdefault(int(rec.get("epoch", 0)), []).append(rec)
+        by_epoch.setdefault(rec.epoch, []).append(rec)
     for epoch in sorted(set(by_epoch) | set(s.epochs)):
         out.append("")
         out.append(f"epoch {epoch}")
@@ -311,20 +256,26 @@ def story_text(s: Story, diffs: bool = False) -> str:
     return "\n".join(out)
 
 
-def _step_lines(s: Story, rec: dict[str, Any], diffs: bool) -> list[str]:
-    step, action = rec["step"], rec.get("action", "?")
-    gate = s.gates.get(step, {})
-    head = f"  step {step} (epoch {rec.get('epoch')}, step {rec.get('step_in_epoch', '?')}): {action}"
-    if action in ACCEPTED:
-        head += f" -> skill v{rec.get('skill_version', 0):04d}"
+def _q(x: Any) -> Any:
+    return "?" if x is None else x
+
+
+def _flip_text(flipped: Any, limit: int = 8) -> Optional[str]:
+    if not isinstance(flipped, dict):
+        return None
+    return f"flipped to pass: {_ids(flipped.get('to_pass') or [], limit)}; to fail: {_ids(flipped.get('to_fail') or [], limit)}"
+
+
+def _step_lines(s: Story, rec: StepRecord, diffs: bool) -> list[str]:
+    step, action = rec.step, rec.action or "?"
+    gate = s.gates.get(step) or GateRecord(action=action)
+    head = f"  step {step} (epoch {rec.epoch}, step {_q(rec.step_in_epoch)}): {action}"
+    if rec.accepted:
+        head += f" -> skill v{rec.skill_version or 0:04d}"
     lines = [head]
     lines.append(
-        f"    rollout: hard {_f(rec.get('rollout_hard'))}, soft {_f(rec.get('rollout_soft'))} on {rec.get('rollout_n', '?')} tasks"
-        + (
-            f" ({rec['infra_errors']} infra errors{kinds_text(rec.get('infra_kinds'))})"
-            if rec.get("infra_errors")
-            else ""
-        )
+        f"    rollout: hard {_f(rec.rollout_hard)}, soft {_f(rec.rollout_soft)} on {_q(rec.rollout_n)} tasks"
+        + (f" ({rec.infra_errors} infra errors{kinds_text(rec.infra_kinds)})" if rec.infra_errors else "")
     )
     if action.startswith("skip"):
         lines.append(
@@ -335,60 +286,52 @@ def _step_lines(s: Story, rec: dict[str, Any], diffs: bool) -> list[str]:
             }.get(action, action)
         )
         return lines
-    budget = rec.get("edit_budget")
+    budget = rec.edit_budget
     lines.append(f"    edits: budget {budget if budget is not None else '-'}; {_edits(rec)}")
-    for r in _skipped_reports(s.root, rec):
+    for r in _skipped_reports(s.rd, rec):
         lines.append(f"      {r}")
-    cand = gate.get("candidate_score", rec.get("candidate_gate_score"))
-    cur = gate.get("current_score")
-    n = gate.get("tasks_compared", rec.get("tasks_compared"))
-    metric = gate.get("gate_metric", rec.get("gate_metric", "gate"))
+    cand = gate.candidate_score if gate.candidate_score is not None else rec.candidate_gate_score
+    n = gate.tasks_compared if gate.tasks_compared is not None else rec.tasks_compared
+    metric = gate.gate_metric or rec.gate_metric or "gate"
     lines.append(
-        f"    gate ({metric}): candidate {_f(cand)} vs current {_f(cur)} (best {_f(gate.get('best_score'))}), "
+        f"    gate ({metric}): candidate {_f(cand)} vs current {_f(gate.current_score)} (best {_f(gate.best_score)}), "
         f"{n if n is not None else '?'} tasks compared"
     )
-    if gate.get("reason"):
-        lines.append(f"    reason: {gate['reason']}")
-    flipped = gate.get("flipped")
-    if isinstance(flipped, dict):
-        lines.append(
-            f"    flipped to pass: {_ids(flipped.get('to_pass') or [])}; to fail: {_ids(flipped.get('to_fail') or [])}"
-        )
+    if gate.reason:
+        lines.append(f"    reason: {gate.reason}")
+    flips = _flip_text(gate.flipped)
+    if flips:
+        lines.append(f"    {flips}")
     d = s.diffs.get(step)
     if d is not None:
         plus, minus = _diff_size(d)
-        lines.append(f"    diff: +{plus} -{minus} lines ({step_dir(s.root, rec).relative_to(s.root)}/diff.md)")
+        lines.append(f"    diff: +{plus} -{minus} lines ({s.rd.step_dir(*rec.step_id)}/diff.md)")
         if diffs and d.strip():
             lines.extend("      " + x for x in d.rstrip("\n").splitlines())
     return lines
 
 
-def _boundary_lines(e: Optional[dict[str, Any]]) -> list[str]:
+def _boundary_lines(e: Optional[EpochRecord]) -> list[str]:
     if not e:
         return []
     lines = []
-    slow = e.get("slow")
-    if isinstance(slow, dict):
-        action = slow.get("action", "?")
-        text = f"  epoch boundary, slow update: {action}"
-        if "candidate_full_score" in slow and action != "inject_placeholder":
-            dec = slow.get("decision") or {}
-            text += f" (candidate {_f(dec.get('candidate_score', slow.get('candidate_full_score')))} vs current {_f(dec.get('current_score'))})"
+    slow = e.slow
+    if slow is not None:
+        text = f"  epoch boundary, slow update: {slow.action}"
+        if slow.candidate_full_score is not None and slow.action != "inject_placeholder":
+            dec = slow.decision or {}
+            text += f" (candidate {_f(dec.get('candidate_score', slow.candidate_full_score))} vs current {_f(dec.get('current_score'))})"
         lines.append(text)
-        if slow.get("reason"):
-            lines.append(f"    reason: {slow['reason']}")
-        if isinstance(slow.get("flipped"), dict):
-            f = slow["flipped"]
-            lines.append(
-                f"    flipped to pass: {_ids(f.get('to_pass') or [])}; to fail: {_ids(f.get('to_fail') or [])}"
-            )
-        if slow.get("error"):
-            lines.append(f"    error: {slow['error']}")
-    meta = e.get("meta")
-    if isinstance(meta, dict):
-        action = meta.get("action", "?")
-        text = f"  epoch boundary, meta skill: {action}"
-        content = (e.get("meta_skill") or "").strip()
+        if slow.reason:
+            lines.append(f"    reason: {slow.reason}")
+        flips = _flip_text(slow.flipped)
+        if flips:
+            lines.append(f"    {flips}")
+        if slow.error:
+            lines.append(f"    error: {slow.error}")
+    if e.meta is not None:
+        text = f"  epoch boundary, meta skill: {e.meta.action}"
+        content = (e.meta_skill or "").strip()
         if content:
             first = content.splitlines()[0]
             text += f" ({len(content)} chars: {first[:60]!r})"
@@ -400,25 +343,25 @@ def _final_lines(s: Story) -> list[str]:
     sm = s.summary
     if not sm:
         return ["final: not reached yet"]
-    if sm.get("mode") == "eval":
-        e = sm.get("eval", {})
+    if sm.mode == "eval":
+        e = sm.eval or {}
         return [
-            f"evaluation of {sm.get('skill_path')} on {sm.get('split')}: hard {_f(e.get('hard'))}, soft {_f(e.get('soft'))} (n={e.get('n')})"
+            f"evaluation of {sm.skill_path} on {sm.split}: hard {_f(e.get('hard'))}, soft {_f(e.get('soft'))} (n={e.get('n')})"
         ]
     lines = ["final (test split)", f"  {'skill':<8}{'version':>9}{'selection':>11}{'test hard':>11}{'test soft':>11}"]
-    versions, sel, test = sm.get("versions", {}), sm.get("selection", {}), sm.get("test", {})
+    versions, sel, test = sm.versions or {}, sm.selection or {}, sm.test or {}
     for k in ("initial", "best", "final"):
         t = test.get(k, {})
         v = versions.get(k)
         lines.append(
-            f"  {k:<8}{('v%04d' % v) if v is not None else '-':>9}{_f(sel.get(k)):>11}{_f(t.get('hard')):>11}{_f(t.get('soft')):>11}"
+            f"  {k:<8}{f'v{v:04d}' if v is not None else '-':>9}{_f(sel.get(k)):>11}{_f(t.get('hard')):>11}{_f(t.get('soft')):>11}"
         )
-    c = sm.get("counts", {})
+    c = sm.counts or {}
     lines.append(
-        f"  steps {sm.get('steps')}: {c.get('accept', 0)} accepted, {c.get('reject', 0)} rejected, {c.get('skip', 0)} skipped; "
-        f"best from {sm.get('best_origin', '?')}" + (" (final skill promoted)" if sm.get("final_promoted") else "")
+        f"  steps {sm.steps}: {c.get('accept', 0)} accepted, {c.get('reject', 0)} rejected, {c.get('skip', 0)} skipped; "
+        f"best from {sm.best_origin or '?'}" + (" (final skill promoted)" if sm.final_promoted else "")
     )
-    tok = sm.get("tokens", {})
+    tok = sm.tokens or {}
     lines.append(
         f"  model calls {tok.get('calls', '?')}, tokens {tok.get('tokens', '?')}, cost ${float(tok.get('cost_usd') or 0):.4f}"
     )
@@ -448,7 +391,7 @@ pre.diff .hunk{color:#8250df;display:block} .muted{color:#6e7781}
 
 
 def _cls(action: str) -> str:
-    return "accept" if action in ACCEPTED else ("reject" if action == "reject" else "skip")
+    return "accept" if is_accept(action) else ("reject" if action == "reject" else "skip")
 
 
 def _diff_html(d: str) -> str:
@@ -492,42 +435,36 @@ def skill_history_html(run_dir: str | Path) -> str:
     parts.append("</table>")
     parts.append("<h2>Steps</h2>")
     for rec in s.history:
-        step, action = rec["step"], rec.get("action", "?")
-        gate = s.gates.get(step, {})
-        title = (
-            f"step {step} (epoch {rec.get('epoch')}, step {rec.get('step_in_epoch', '?')}): "
-            f"<span class='{_cls(action)}'>{e(action)}</span>"
-        )
-        if "candidate_score" in gate:
-            title += f" &mdash; candidate {_f(gate.get('candidate_score'))} vs current {_f(gate.get('current_score'))}"
+        step, action = rec.step, rec.action or "?"
+        gate = s.gates.get(step) or GateRecord(action=action)
+        title = f"step {step} (epoch {rec.epoch}, step {_q(rec.step_in_epoch)}): <span class='{_cls(action)}'>{e(action)}</span>"
+        if gate.candidate_score is not None:
+            title += f" &mdash; candidate {_f(gate.candidate_score)} vs current {_f(gate.current_score)}"
+        budget = rec.edit_budget if rec.edit_budget is not None else "-"
         body = [
-            f"<div>rollout hard {_f(rec.get('rollout_hard'))} on {rec.get('rollout_n', '?')} tasks; "
-            f"budget {rec.get('edit_budget') if rec.get('edit_budget') is not None else '-'}; edits {e(_edits(rec))}</div>"
+            f"<div>rollout hard {_f(rec.rollout_hard)} on {_q(rec.rollout_n)} tasks; budget {budget}; edits {e(_edits(rec))}</div>"
         ]
-        if gate.get("reason"):
-            body.append(f"<div>reason: {e(gate['reason'])}</div>")
-        if isinstance(gate.get("flipped"), dict):
-            f = gate["flipped"]
-            body.append(
-                f"<div>flipped to pass: {e(_ids(f.get('to_pass') or [], 50))}; to fail: {e(_ids(f.get('to_fail') or [], 50))}</div>"
-            )
+        if gate.reason:
+            body.append(f"<div>reason: {e(gate.reason)}</div>")
+        flips = _flip_text(gate.flipped, 50)
+        if flips:
+            body.append(f"<div>{e(flips)}</div>")
         d = s.diffs.get(step)
         if d is not None:
             body.append(_diff_html(d))
-        opened = " open" if action in ACCEPTED else ""
+        opened = " open" if rec.accepted else ""
         parts.append(f"<details{opened}><summary>{title}</summary>{''.join(body)}</details>")
     boundary = [
-        (ep, x)
+        (ep, x.slow)
         for ep, x in sorted(s.epochs.items())
-        if isinstance(x.get("slow"), dict) and x["slow"].get("action") != "inject_placeholder"
+        if x.slow is not None and x.slow.action != "inject_placeholder"
     ]
     if boundary:
         parts.append("<h2>Epoch boundaries</h2>")
-        for ep, x in boundary:
-            slow = x["slow"]
+        for ep, slow in boundary:
             parts.append(
-                f"<details><summary>epoch {ep}: slow update <span class='{_cls(slow.get('action', ''))}'>{e(slow.get('action', '?'))}</span>"
-                f"</summary><div>{e(slow.get('reason', ''))}</div><pre class='diff'>{e(slow.get('slow_update_content', ''))}</pre></details>"
+                f"<details><summary>epoch {ep}: slow update <span class='{_cls(slow.action)}'>{e(slow.action)}</span>"
+                f"</summary><div>{e(slow.reason or '')}</div><pre class='diff'>{e(slow.slow_update_content or '')}</pre></details>"
             )
     parts.append("<h2>Diffs between consecutive versions</h2>")
     for prev, cur in zip(s.versions, s.versions[1:]):
@@ -547,13 +484,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--diffs", action="store_true", help="print each step's diff (current -> candidate)")
     ap.add_argument("--html", metavar="FILE", help="also write the skill history with diffs as an HTML page")
     a = ap.parse_args(argv)
-    root = Path(a.run_dir)
-    if not (root / "config.yaml").exists() and not (root / "state.json").exists():
-        print(f"error: {root} is not a run directory (no config.yaml or state.json)", file=sys.stderr)
+    try:
+        root = RunDir(a.run_dir).check().root
+        print(story_text(load(root), diffs=a.diffs))
+        page = skill_history_html(root) if a.html else None
+    except RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    print(story_text(load(root), diffs=a.diffs))
-    if a.html:
-        Path(a.html).write_text(skill_history_html(root), encoding="utf-8")
+    if a.html and page is not None:
+        Path(a.html).write_text(page, encoding="utf-8")
         print(f"skill history written to {a.html}")
     return 0
 

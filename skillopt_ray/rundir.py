@@ -1,25 +1,70 @@
 """The run directory: every file a run writes, written atomically, readable after a crash.
 
+`RunDir` is the only code that opens run-directory files; the records it reads and writes are the typed ones
+of skillopt_ray.records. Layout:
+
 config.yaml            resolved config (secrets redacted)
-state.json             run state (the resume point)
-history.jsonl          one record per step, appended (history.json: the same list, at epoch ends)
-scores.jsonl           every evaluation of a skill on a split, appended (the score cache)
-skills/skill_vNNNN.md  every accepted skill version; best_skill.md
-steps/eEE_sSSS/        per-stage records of a step (rollout, reflect, aggregate, select, update, gate)
-epochs/eEE/            slow-update and meta-skill records
-final/                 final evaluation; summary.json
+state.json             run state (the resume point)                          RunState
+history.jsonl          one record per step, appended (history.json: the same list, at epoch ends)   StepRecord
+scores.jsonl           every evaluation of a skill on a split, appended (the score cache)         ScoreEntry
+lr_history.jsonl       autonomous learning-rate decisions                    LrDecision
+skills/skill_vNNNN.md  every skill version; best_skill.md                    SkillVersion
+steps/eEE_sSSS/        per-stage records of a step (rollout, reflect, aggregate, select, update, gate, step_record)
+epochs/eEE/            slow-update and meta-skill records                   SlowUpdateRecord, MetaSkillRecord
+final/                 final evaluation (test_*.json, evaluation.json)      Evaluation
+summary.json           the run's summary                                    Summary
+sessions.json          wall time per command on this directory
 llm_cache.sqlite       response cache; ledger.json token/cost ledger
+
+Files other tools own (mlflow_run.json, jobs.json, identity.json, progress.json, provenance) go through the
+generic `read_json` / `write_json` until they get a record of their own.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import yaml
 
-from skillopt_ray.utils.io import atomic_write_json, atomic_write_text, read_json
+from skillopt_ray.records import (
+    EpochRecord,
+    Evaluation,
+    GateRecord,
+    LrDecision,
+    MetaSkillRecord,
+    RecordError,
+    ScoreEntry,
+    SkillVersion,
+    SlowUpdateRecord,
+    StepRecord,
+    Summary,
+)
+from skillopt_ray.state import RunState
+from skillopt_ray.utils.io import append_json_line, atomic_write_json, atomic_write_text, read_json_lines
+
+CONFIG = "config.yaml"
+STATE = "state.json"
+HISTORY = "history.jsonl"
+HISTORY_LIST = "history.json"
+SCORES = "scores.jsonl"
+LR_HISTORY = "lr_history.jsonl"
+SUMMARY = "summary.json"
+BEST_SKILL = "best_skill.md"
+SESSIONS = "sessions.json"
+LEDGER = "ledger.json"
+CACHE = "llm_cache.sqlite"
+ERROR = "error.txt"
+FINAL_EVALUATION = "final/evaluation.json"
+STEP_RECORD = "step_record.json"
+GATE = "gate.json"
+SLOW_RESULT = "slow_result.json"
+META_RESULT = "meta_skill_result.json"
+META_SKILL = "meta_skill.md"
+
+Rel = Union[str, Path]
 
 
 class RunDir:
@@ -31,18 +76,38 @@ class RunDir:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         return self
 
-    # paths
+    def is_run(self) -> bool:
+        """A run directory: a folder with a config or a state."""
+        return (self.root / CONFIG).is_file() or (self.root / STATE).is_file()
+
+    def check(self) -> RunDir:
+        """This folder as a run directory, or a one-line RecordError saying why it is not one."""
+        if not self.root.is_dir():
+            raise RecordError(f"{self.root} is not a run directory (no such folder)")
+        if not self.is_run():
+            raise RecordError(f"{self.root} is not a run directory (no {CONFIG} or {STATE})")
+        return self
+
+    # ---------------------------------------------------------------- paths
     @property
     def state_path(self) -> Path:
-        return self.root / "state.json"
+        return self.root / STATE
 
     @property
     def cache_path(self) -> Path:
-        return self.root / "llm_cache.sqlite"
+        return self.root / CACHE
 
     @property
     def ledger_path(self) -> Path:
-        return self.root / "ledger.json"
+        return self.root / LEDGER
+
+    @property
+    def summary_path(self) -> Path:
+        return self.root / SUMMARY
+
+    @property
+    def best_skill_path(self) -> Path:
+        return self.root / BEST_SKILL
 
     @staticmethod
     def step_dir(epoch: int, step: int) -> str:
@@ -57,35 +122,232 @@ class RunDir:
     def skill_path(self, version: int) -> Path:
         return self.root / "skills" / f"skill_v{version:04d}.md"
 
-    # io
-    def write_config(self, cfg: dict[str, Any]) -> None:
-        atomic_write_text(self.root / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
+    def path(self, rel: Rel) -> Path:
+        return self.root / rel
 
-    def write_json(self, rel: str | Path, data: Any) -> Path:
+    # ---------------------------------------------------------------- generic io
+    def write_json(self, rel: Rel, data: Any) -> Path:
         path = self.root / rel
         atomic_write_json(path, data)
         return path
 
-    def read_json(self, rel: str | Path) -> Optional[Any]:
+    def read_json(self, rel: Rel) -> Optional[Any]:
+        """A JSON file's content; None when it is missing; RecordError (one line) when it is not JSON."""
         path = self.root / rel
-        return read_json(path) if path.exists() else None
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise RecordError(f"{path} cannot be read as JSON ({e}); the file is damaged") from None
 
-    def write_text(self, rel: str | Path, text: str) -> Path:
+    def write_text(self, rel: Rel, text: str) -> Path:
         path = self.root / rel
         atomic_write_text(path, text)
         return path
 
+    def read_text(self, rel: Rel) -> Optional[str]:
+        path = self.root / rel
+        try:
+            return path.read_text(encoding="utf-8") if path.is_file() else None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def exists(self, rel: Rel) -> bool:
+        return (self.root / rel).exists()
+
+    def _record(self, cls: Any, rel: Rel) -> Any:
+        data = self.read_json(rel)
+        return None if data is None else cls.from_dict(data, str(self.root / rel))
+
+    # ---------------------------------------------------------------- config, state, errors
+    def write_config(self, cfg: dict[str, Any]) -> None:
+        atomic_write_text(self.root / CONFIG, yaml.safe_dump(cfg, sort_keys=False))
+
+    def read_config(self) -> dict[str, Any]:
+        """The resolved config as written ({} when missing or unreadable: a story without it is still a story)."""
+        try:
+            data = yaml.safe_load(self.read_text(CONFIG) or "")
+        except yaml.YAMLError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def read_state(self) -> Optional[RunState]:
+        """The resume point; StateVersionError (one line) when another optimizer version wrote it."""
+        data = self.read_json(STATE)
+        return None if data is None else RunState.from_dict(data)
+
+    def write_state(self, state: RunState) -> None:
+        atomic_write_json(self.state_path, state.to_dict())
+
     def load_state(self) -> Optional[dict[str, Any]]:
-        return read_json(self.state_path) if self.state_path.exists() else None
+        """state.json as a plain dict (for views that do not need the typed state)."""
+        return self.read_json(STATE)
 
-    def save_state(self, state: dict[str, Any]) -> None:
-        atomic_write_json(self.state_path, state)
+    def write_error(self, text: str) -> Path:
+        return self.write_text(ERROR, text)
 
+    # ---------------------------------------------------------------- skills
     def write_skill(self, version: int, text: str) -> Path:
         path = self.skill_path(version)
         atomic_write_text(path, text)
         return path
 
+    def read_skill(self, version: int) -> str:
+        return self.skill_path(version).read_text(encoding="utf-8")
+
+    def skill_versions(self) -> list[SkillVersion]:
+        """Every skill version on disk, in version order."""
+        out = []
+        for p in sorted((self.root / "skills").glob("skill_v*.md")):
+            m = re.fullmatch(r"skill_v(\d+)", p.stem)
+            if m:
+                out.append(SkillVersion(int(m.group(1)), self.read_text(p.relative_to(self.root)) or ""))
+        return out
+
+    def write_best_skill(self, text: str) -> Path:
+        return self.write_text(BEST_SKILL, text)
+
+    # ---------------------------------------------------------------- steps
+    def write_step_text(self, epoch: int, step: int, name: str, text: str) -> Path:
+        """A text file of a step (candidate.md, diff.md)."""
+        return self.write_text(f"{self.step_dir(epoch, step)}/{name}", text)
+
+    def read_step_text(self, epoch: int, step: int, name: str) -> Optional[str]:
+        return self.read_text(f"{self.step_dir(epoch, step)}/{name}")
+
+    def read_stage(self, epoch: int, step: int, stage: str) -> Optional[Any]:
+        """A stage's record of a step as written (rollout, reflect, aggregate, select, update, appendix_notes);
+        the stage's own output class decodes it."""
+        return self.read_json(f"{self.step_dir(epoch, step)}/{stage}.json")
+
+    def write_gate(self, epoch: int, step: int, gate: GateRecord) -> None:
+        self.write_json(f"{self.step_dir(epoch, step)}/{GATE}", gate.to_dict())
+
+    def read_gate(self, epoch: int, step: int) -> Optional[GateRecord]:
+        return self._record(GateRecord, f"{self.step_dir(epoch, step)}/{GATE}")
+
+    def commit_step(self, rec: StepRecord) -> None:
+        """Append a completed step to history.jsonl (before the state commit, so a rerun of the step replaces it)."""
+        append_json_line(self.root / HISTORY, rec.to_dict())
+
+    def write_step_record(self, rec: StepRecord) -> None:
+        epoch, step = rec.step_id
+        self.write_json(f"{self.step_dir(epoch, step)}/{STEP_RECORD}", rec.to_dict())
+
+    def write_history(self, history: list[StepRecord]) -> None:
+        """The whole list as one file (history.json), as the reference keeps it."""
+        self.write_json(HISTORY_LIST, [h.to_dict() for h in history])
+
+    def history_rows(self, upto: Optional[int] = None) -> list[dict[str, Any]]:
+        """The one history reader, as written: one dict per step in step order, up to global step `upto` if given.
+
+        history.jsonl first (a line cut by a kill is skipped; a step redone after a resume: the last line wins),
+        then history.json and the step folders' step_record.json for steps the lines lack (older runs)."""
+        found: dict[int, dict[str, Any]] = {}
+        for d in read_json_lines(self.root / HISTORY):
+            if isinstance(d, dict) and "step" in d:
+                found[int(d["step"])] = d
+        try:
+            listed = self.read_json(HISTORY_LIST) or []
+        except RecordError:
+            listed = []  # a damaged copy: the lines and the step folders still hold the steps
+        for d in listed if isinstance(listed, list) else []:
+            if isinstance(d, dict) and "step" in d:
+                found.setdefault(int(d["step"]), d)
+        for p in sorted((self.root / "steps").glob(f"e*_s*/{STEP_RECORD}")):
+            try:
+                d = self.read_json(p.relative_to(self.root))
+            except RecordError:
+                continue
+            if isinstance(d, dict) and "step" in d:
+                found.setdefault(int(d["step"]), d)
+        return [found[s] for s in sorted(found) if upto is None or s <= upto]
+
+    def history(self, upto: Optional[int] = None) -> list[StepRecord]:
+        """The step records (see `history_rows`), typed."""
+        return [StepRecord.from_dict(d, str(self.root / HISTORY)) for d in self.history_rows(upto)]
+
+    def append_lr_decision(self, rec: LrDecision) -> None:
+        append_json_line(self.root / LR_HISTORY, rec.to_dict())
+
+    def lr_decisions(self) -> list[LrDecision]:
+        return [LrDecision.from_dict(d, LR_HISTORY) for d in read_json_lines(self.root / LR_HISTORY)]
+
+    # ---------------------------------------------------------------- the score cache
+    def append_score(self, key: str, ev: Evaluation) -> None:
+        append_json_line(self.root / SCORES, ScoreEntry(key=key, eval=ev).to_dict())
+
+    def scores(self) -> dict[str, Evaluation]:
+        """The score cache: evaluation key -> Evaluation (a key evaluated twice: the last line wins)."""
+        out = {}
+        for d in read_json_lines(self.root / SCORES):
+            e = ScoreEntry.from_dict(d, str(self.root / SCORES))
+            out[e.key] = e.eval
+        return out
+
+    # ---------------------------------------------------------------- epoch boundaries
+    def write_slow_update(self, epoch: int, rec: SlowUpdateRecord) -> None:
+        self.write_json(f"{self.epoch_dir(epoch)}/{SLOW_RESULT}", rec.to_dict())
+
+    def read_slow_update(self, epoch: int) -> Optional[SlowUpdateRecord]:
+        return self._record(SlowUpdateRecord, f"{self.epoch_dir(epoch)}/{SLOW_RESULT}")
+
+    def write_meta_skill(self, epoch: int, rec: MetaSkillRecord) -> None:
+        self.write_json(f"{self.epoch_dir(epoch)}/{META_RESULT}", rec.to_dict())
+
+    def read_meta_skill(self, epoch: int) -> Optional[MetaSkillRecord]:
+        return self._record(MetaSkillRecord, f"{self.epoch_dir(epoch)}/{META_RESULT}")
+
+    def write_epoch_text(self, epoch: int, name: str, text: str) -> Path:
+        """A text file of an epoch boundary (prompts, candidate_skill.md, meta_skill.md)."""
+        return self.write_text(f"{self.epoch_dir(epoch)}/{name}", text)
+
+    def read_epoch_text(self, epoch: int, name: str) -> Optional[str]:
+        return self.read_text(f"{self.epoch_dir(epoch)}/{name}")
+
+    def epochs(self) -> dict[int, EpochRecord]:
+        """Every epoch boundary with a folder, by epoch number."""
+        out = {}
+        for ed in sorted((self.root / "epochs").glob("e*")):
+            m = re.fullmatch(r"e(\d+)", ed.name)
+            if m:
+                n = int(m.group(1))
+                out[n] = EpochRecord(
+                    n, self.read_slow_update(n), self.read_meta_skill(n), self.read_epoch_text(n, META_SKILL)
+                )
+        return out
+
+    # ---------------------------------------------------------------- the end of a run
+    def write_final_evaluation(self, test: dict[str, Evaluation]) -> None:
+        self.write_json(FINAL_EVALUATION, {k: v.to_dict() for k, v in test.items()})
+
+    def write_summary(self, summary: Summary) -> Path:
+        return self.write_json(SUMMARY, summary.to_dict())
+
+    def read_summary(self) -> Optional[Summary]:
+        return self._record(Summary, SUMMARY)
+
     def summary(self) -> Optional[dict[str, Any]]:
-        p = self.root / "summary.json"
-        return json.loads(p.read_text()) if p.exists() else None
+        """summary.json as a plain dict (for callers that hand it on as JSON)."""
+        s = self.read_summary()
+        return None if s is None else s.to_dict()
+
+    def finished(self) -> bool:
+        """The run ran to its end: a summary, and a state whose phase is done."""
+        try:
+            state = self.load_state()
+        except RecordError:
+            return False
+        return self.summary_path.is_file() and isinstance(state, dict) and state.get("phase") == "done"
+
+    # ---------------------------------------------------------------- time on the run
+    def read_sessions(self) -> list[dict[str, Any]]:
+        try:
+            data = self.read_json(SESSIONS)
+        except RecordError:
+            data = None
+        return [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
+
+    def write_sessions(self, sessions: list[dict[str, Any]]) -> None:
+        self.write_json(SESSIONS, sessions)

@@ -42,7 +42,7 @@ from skillopt_ray.stages.select import SelectOutput, autonomous_lr, rank_and_sel
 from skillopt_ray.stages.update import UpdateOutput, update
 from skillopt_ray.state import RunState
 from skillopt_ray.tracking import Tracker
-from skillopt_ray.utils.io import append_json_line, read_json_lines
+from skillopt_ray.utils.io import append_json_line
 
 HISTORY_FILE = "history.jsonl"
 SCORES_FILE = "scores.jsonl"
@@ -142,9 +142,14 @@ class Trainer:
     def current(self) -> str:
         return self.skill_text(self.state.current_version)
 
-    def _ctx(self, key: str, training: bool) -> EpisodeContext:
+    def _ctx(self, key: str, training: bool, seed: Optional[int] = None) -> EpisodeContext:
+        """Episode settings; `seed` is the batch's seed (a training batch's, or the epoch sample's), else the run's."""
         return EpisodeContext(
-            key=key, training=training, max_turns=self.cfg.env.max_turns, history_window=self.cfg.env.history_window
+            key=key,
+            training=training,
+            max_turns=self.cfg.env.max_turns,
+            history_window=self.cfg.env.history_window,
+            seed=self.cfg.seed if seed is None else seed,
         )
 
     def score_of(self, ev: dict[str, Any]) -> float:
@@ -247,19 +252,16 @@ class Trainer:
 
     def _save(self) -> None:
         self.state.wall_time_s = self._wall_prior + (time.monotonic() - self._t0)
-        self.rd.save_state(self.state.to_dict())
+        self.rd.write_state(self.state)
 
     # ---------- run ----------
     async def init_state(self) -> None:
-        saved = self.rd.load_state()
+        saved = self.rd.read_state()
         if saved is not None:
-            self.state = RunState.from_dict(saved)
+            self.state = saved
             self._wall_prior = self.state.wall_time_s
-            by_step = {
-                h["step"]: h for h in read_json_lines(self.rd.root / HISTORY_FILE)
-            }  # a step redone after a kill: last wins
-            self.history = [by_step[s] for s in sorted(by_step) if s <= self.state.global_step]
-            self.scores = {r["key"]: r["eval"] for r in read_json_lines(self.rd.root / SCORES_FILE)}
+            self.history = [h.to_dict() for h in self.rd.history(upto=self.state.global_step)]
+            self.scores = {k: v.to_dict() for k, v in self.rd.scores().items()}
             return
         self.state = RunState()
         self.rd.write_skill(0, self.seed_skill)
@@ -304,7 +306,12 @@ class Trainer:
         async def do_rollout() -> list[dict[str, Any]]:
             self._set_progress(stage="rollout", done=0, total=len(tasks))
             res = await rollout(
-                self.runner, tasks, skill, self._ctx(key, True), o.max_infra_failure_fraction, "training"
+                self.runner,
+                tasks,
+                skill,
+                self._ctx(key, True, self._batch_seed(epoch, step)),
+                o.max_infra_failure_fraction,
+                "training",
             )
             return [r.to_dict() for r in res]
 
@@ -673,7 +680,7 @@ class Trainer:
                 self.runner,
                 tasks,
                 prev_skill,
-                self._ctx(f"{who}/e{epoch}/{tag}prev", False),
+                self._ctx(f"{who}/e{epoch}/{tag}prev", False, self.cfg.seed + 2000 * epoch),
                 o.max_infra_failure_fraction,
                 "slow-update",
             )
@@ -681,7 +688,7 @@ class Trainer:
                 self.runner,
                 tasks,
                 curr_skill,
-                self._ctx(f"{who}/e{epoch}/{tag}curr", False),
+                self._ctx(f"{who}/e{epoch}/{tag}curr", False, self.cfg.seed + 2000 * epoch),
                 o.max_infra_failure_fraction,
                 "slow-update",
             )
