@@ -12,6 +12,7 @@ _REGISTRY = {
     "spreadsheetbench": "skillopt_envs.spreadsheetbench.benchmark:SpreadsheetBenchmark",
     "searchqa": "skillopt_envs.searchqa.benchmark:SearchQABenchmark",
     "docvqa": "skillopt_envs.docvqa.benchmark:DocVQABenchmark",
+    "livemathematicianbench": "skillopt_envs.livemathematicianbench.benchmark:LiveMathBenchmark",
 }
 # The environment variable each benchmark reads its data folder from when env.data_dir is unset; the CLI reads
 # this table (not the benchmark modules, which import heavy engines) to fingerprint a run's data.
@@ -20,6 +21,7 @@ _DATA_ENV = {
     "spreadsheetbench": "SPREADSHEETBENCH_DATA",
     "searchqa": "SEARCHQA_DATA",
     "docvqa": "DOCVQA_DATA",
+    "livemathematicianbench": "LIVEMATH_DATA",
 }
 # Made by name like the others (env actors look them up in their own processes), but not listed by
 # names(): no config presets, for tests and scripts/bench_scale.py only.

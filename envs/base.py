@@ -101,6 +101,9 @@ class EpisodeContext:
     training: bool  # rollouts may get training-only feedback; evaluation may not
     max_turns: int
     history_window: int
+    # the seed of the batch being played (training: the batch seed; evaluation: the run's seed); a benchmark that
+    # randomises what the target sees per batch (LiveMathematicianBench's choice order) reads it
+    seed: Optional[int] = None
 
 
 class LLM(Protocol):

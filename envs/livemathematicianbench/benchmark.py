@@ -1,0 +1,288 @@
+"""LiveMathematicianBench as the reference runs it: one multiple-choice question on research mathematics per episode.
+
+The target gets the question and its choices (shuffled per item: the evaluation seed for every evaluation, the batch
+seed in training), reasons, and puts one choice label in <answer> tags. The label is parsed in the reference's order
+(label, choice text, first token) and scored by exact match: hard = soft = 1 or 0. A reply without an <answer> tag
+is asked again while turns remain (env.max_turns, 1 by default as in the reference). An episode still running
+exec_timeout + 60 s after it started (360 s by default) scores 0 with `task-timeout-360s`.
+
+Splits: a data folder of normalised split files (the reference's runnable split, used as stored), or the upstream
+raw files (`qa_<YYYYMM>_final.json`) with an id manifest (env.manifest_dir, SkillOpt's paper split); with no data,
+built-in sample items in the raw format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.livemathematicianbench import data as lm
+from skillopt_envs.livemathematicianbench import prompts
+from skillopt_envs.livemathematicianbench.scoring import evaluation_block, has_answer_tag, score_reply
+from skillopt_envs.livemathematicianbench.shuffle import shuffle_choices
+
+from skillopt_ray.llm.types import ChatRequest
+
+# the reference's seed skill (about 1 KB), in this project's words
+SEED_SKILL = """# Skill: choosing the exact statement in research-mathematics multiple choice
+
+## Option Comparison
+- Read every option before choosing; they often differ in a single word or symbol.
+- The right option is usually the strongest statement that is still justified; distractors weaken it, overstate
+  it, or forget an equality case.
+- Track the quantifiers in each option (for all / there exists / for some) and check they match the question.
+
+## Theorem-Level Precision
+- Weakened options drop a characterisation, turn an equivalence into one direction, or lose a constant.
+- Overstated options upgrade regularity, lift a restriction, or turn an existential claim into a universal one.
+
+## Hypotheses
+- Check the assumptions and the domain each option states.
+- Check equality and extremal cases, and whether a claim covers the whole family or only a subfamily.
+
+## Final Answer
+- Put only the label of the chosen option inside the answer tags.
+"""
+
+# the reference's item watchdog: an item gets max(exec_timeout, exec_timeout + SLACK) seconds from its start
+TIMEOUT_SLACK_S = 60.0
+# the evaluation seed (the reference's train.seed) when the engine passes none
+DEFAULT_SEED = 42
+
+
+@dataclass
+class LiveMathOptions:
+    sample_dir: Optional[str] = None
+    max_completion_tokens: int = 16384  # the completion budget each call asks for
+    exec_timeout: float = 300.0  # the reference's per-call timeout; the item watchdog is this plus 60 s; <= 0: none
+    shuffle_choices: bool = True
+    use_theorem: bool = False  # append the item's theorem to the user message
+    use_sketch: bool = False  # append the item's proof sketch to the user message
+
+    @staticmethod
+    def parse(raw: dict[str, Any]) -> LiveMathOptions:
+        opts = parse_options(LiveMathOptions, raw, "livemathematicianbench")
+        if opts.max_completion_tokens < 1:
+            raise DataError(f"env.options.max_completion_tokens={opts.max_completion_tokens!r}: it must be >= 1")
+        return opts
+
+
+def task_timeout(exec_timeout: float) -> Optional[float]:
+    """The reference's per-item budget, max(exec_timeout, exec_timeout + 60); None (no watchdog) when exec_timeout <= 0."""
+    if exec_timeout <= 0:
+        return None
+    return max(exec_timeout, exec_timeout + TIMEOUT_SLACK_S)
+
+
+class LiveMathBenchmark(Benchmark):
+    name = "livemathematicianbench"
+    options_class = LiveMathOptions
+
+    def __init__(self, env_cfg: dict[str, Any]):
+        super().__init__(env_cfg)
+        self.options = LiveMathOptions.parse(dict(env_cfg.get("options") or {}))
+        raw = env_cfg.get("data_dir") or os.environ.get("LIVEMATH_DATA")
+        self._using_samples = not raw
+        if raw:
+            self._root = Path(os.path.expandvars(os.path.expanduser(str(raw)))).resolve()
+            if not self._root.exists():
+                raise DataError(
+                    f"LiveMathematicianBench data {self._root} does not exist; set env.data_dir or LIVEMATH_DATA to a "
+                    "folder with train/ val/ test/ item files, or to the upstream qa_*_final.json files (with "
+                    "env.manifest_dir naming the id split)"
+                )
+        else:
+            from skillopt_envs.livemathematicianbench.samples import ensure_samples
+
+            self._root = ensure_samples(self.options.sample_dir)
+        self._pool: Optional[dict[str, dict[str, Any]]] = None
+
+    # ---------- data ----------
+
+    def _manifest_dir(self) -> Optional[Path]:
+        if self.env_cfg.get("manifest_dir"):
+            return Path(os.path.expanduser(str(self.env_cfg["manifest_dir"]))).resolve()
+        if self._using_samples:
+            return self._root / "splits"
+        return None
+
+    def _split_folders(self) -> bool:
+        return self._root.is_dir() and lm.has_split_folders(self._root) and not self._using_samples
+
+    def _raw_pool(self) -> dict[str, dict[str, Any]]:
+        if self._pool is None:
+            source = self._root / "data" if self._using_samples else self._root
+            self._pool = {it["id"]: it for it in lm.load_raw_items(source)}
+        return self._pool
+
+    def _items(self, split: str) -> list[dict[str, Any]]:
+        folder = lm.split_folder(split)
+        manifests = self._manifest_dir()
+        if self._split_folders():
+            path = lm.split_file(self._root / folder)
+            if path is None:
+                raise DataError(
+                    f"{self._root / folder} holds no *.json; a LiveMathematicianBench data folder holds train/ val/ "
+                    "test/, each with a JSON list of normalised items"
+                )
+            items = lm.read_items(path)
+            if manifests is not None:  # a manifest picks from the folders' items
+                pool = {
+                    str(it["id"]): it
+                    for s in lm.SPLITS
+                    if (p := lm.split_file(self._root / s))
+                    for it in lm.read_items(p)
+                }
+                items = self._pick(pool, manifests, folder)
+            return items
+        if manifests is None:
+            raise DataError(
+                f"{self._root} holds raw LiveMathematicianBench files but no id split says which item goes where: "
+                "set env.manifest_dir to SkillOpt's data/livemathematicianbench_id_split (the paper's 35/17/125 ids "
+                "are not shipped with this project; see envs/livemathematicianbench/splits/NOTICE)"
+            )
+        pool = self._raw_pool()
+        if not pool:
+            raise DataError(
+                f"no qa_*_final.json rows under {self._root}; point env.data_dir (or LIVEMATH_DATA) at the upstream "
+                "data/<YYYYMM>/qa_<YYYYMM>_final.json files"
+            )
+        return self._pick(pool, manifests, folder)
+
+    @staticmethod
+    def _pick(pool: dict[str, dict[str, Any]], manifests: Path, folder: str) -> list[dict[str, Any]]:
+        ids = lm.read_manifest(manifests, folder)
+        missing = [i for i in ids if i not in pool]
+        if missing:
+            raise DataError(
+                f"{len(missing)} of {len(ids)} ids of the {folder} split in {manifests} have no item in the data "
+                f"(first: {missing[0]}); check that env.data_dir holds every month's qa_<YYYYMM>_final.json"
+            )
+        return [pool[i] for i in ids]
+
+    def data_note(self) -> str:
+        sizes = lm.SplitSizes({s: len(self._items(s)) for s in lm.SPLITS})
+        paper = "/".join(str(lm.PAPER_COUNTS[s]) for s in lm.SPLITS)
+        if self._using_samples:
+            return (
+                "LiveMathematicianBench: no data configured (env.data_dir / LIVEMATH_DATA) - using built-in sample "
+                f"items (raw format, four choices) in {self._root}, {sizes.text()} train/val/test"
+            )
+        same = "as in the paper's split" if sizes.is_paper else f"the paper's split has {paper}"
+        return f"LiveMathematicianBench: items from {self._root}, {sizes.text()} train/val/test ({same})"
+
+    def load_split(self, split: str) -> list[Task]:
+        if split == "all":
+            return [t for s in lm.SPLITS for t in self.load_split(s)]
+        items = self._items(split)
+        if not items:
+            raise DataError(f"the LiveMathematicianBench {lm.split_folder(split)} split in {self._root} is empty")
+        return [
+            Task(
+                str(it["id"]),
+                lm.task_type_of(it),
+                {
+                    "question": str(it["question"]),
+                    "choices": [dict(c) for c in it["choices"]],
+                    "correct_choice": dict(it["correct_choice"]),
+                    "theorem": str(it.get("theorem") or ""),
+                    "sketch": str(it.get("sketch") or ""),
+                },
+            )
+            for it in items
+        ]
+
+    def seed_skill(self) -> str:
+        return SEED_SKILL
+
+    # ---------- the episode ----------
+
+    def presented(self, task: Task, seed: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The choices and correct choice as the target sees them: shuffled with `seed` (the evaluation seed when
+        None), or as stored with env.options.shuffle_choices=false."""
+        p = task.payload
+        if not self.options.shuffle_choices:
+            return [dict(c) for c in p["choices"]], dict(p["correct_choice"])
+        return shuffle_choices(task.task_id, p["choices"], p["correct_choice"], DEFAULT_SEED if seed is None else seed)
+
+    async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+        limit = task_timeout(self.options.exec_timeout)
+        if limit is None:
+            return await self._episode(task, skill, llm, ctx)
+        try:
+            return await asyncio.wait_for(self._episode(task, skill, llm, ctx), limit)
+        except asyncio.TimeoutError:
+            choices, correct = self.presented(task, ctx.seed)
+            return EpisodeResult(
+                task.task_id,
+                task.task_type,
+                fail_reason=f"task-timeout-{limit:.0f}s",
+                task_description="",
+                info={
+                    "predicted_answer": "",
+                    "correct_label": str(correct.get("label", "")),
+                    "correct_text": str(correct.get("text", "")),
+                    "agent_ok": False,
+                },
+            )
+
+    async def _episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+        p = task.payload
+        choices, correct = self.presented(task, ctx.seed)
+        system = prompts.system_prompt(skill)
+        user = prompts.user_prompt(
+            p["question"],
+            choices,
+            theorem=p.get("theorem", ""),
+            sketch=p.get("sketch", ""),
+            use_theorem=self.options.use_theorem,
+            use_sketch=self.options.use_sketch,
+        )
+        replies: list[str] = []
+        message = user
+        for turn in range(max(1, ctx.max_turns)):
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": message}]
+            req = ChatRequest(
+                "target",
+                "rollout",
+                messages,
+                f"{ctx.key}/{task.task_id}/t{turn}",
+                max_tokens=self.options.max_completion_tokens,
+            )
+            reply = (await llm.chat(req)).content
+            replies.append(reply)
+            if has_answer_tag(reply):
+                break
+            message = prompts.retry_prompt(user, reply)  # no history: the next call is [system, this message]
+        s = score_reply(replies[-1], choices, correct)
+        return EpisodeResult(
+            task.task_id,
+            task.task_type,
+            hard=float(int(s.em)),
+            soft=s.em,
+            fail_reason=s.fail_reason,
+            n_turns=len(replies),
+            # the reference records the replies and the verification entry, no user entry
+            trajectory=[
+                *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
+                {"role": "system", "content": evaluation_block(p["question"], s)},
+            ],
+            # the reference's results carry no task text: the analysts' `Task:` line is empty
+            task_description="",
+            info={
+                "target_system_prompt": system,
+                "target_user_prompt": user,
+                "predicted_answer": s.predicted_answer,
+                "predicted_label": s.label,
+                "predicted_text": s.predicted_text,
+                "correct_label": s.correct_label,
+                "correct_text": s.correct_text,
+                "response": replies[-1],
+                "agent_ok": True,
+                "choice_seed": ctx.seed if self.options.shuffle_choices else None,
+            },
+        )

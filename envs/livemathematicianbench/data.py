@@ -1,0 +1,252 @@
+"""LiveMathematicianBench data: raw upstream rows and their normalisation, normalised split folders, id manifests.
+
+Two layouts are read:
+- a split folder (the reference's `split_dir` mode): `<data_dir>/{train,val,test}/`, the first `*.json` of each
+  (a JSON array) holding items already in the normalised shape, used exactly as stored;
+- raw upstream files (`qa_<YYYYMM>_final.json`, anywhere under `<data_dir>`), each row normalised as the
+  reference's ratio-mode loader does; an id manifest (`env.manifest_dir`, SkillOpt's
+  `data/livemathematicianbench_id_split`) then picks each split's items, in manifest order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_envs.base import DataError, check_new_id, manifest_entries, read_json_list
+
+SPLITS = ("train", "val", "test")
+SPLIT_ALIASES = {
+    "train": "train",
+    "val": "val",
+    "valid_seen": "val",
+    "selection": "val",
+    "test": "test",
+    "valid_unseen": "test",
+}
+# SkillOpt's paper split: 177 items of the four monthly files, split 35 / 17 / 125
+PAPER_COUNTS = {"train": 35, "val": 17, "test": 125}
+PAPER_MONTHS = {
+    "train": {"202602": 13, "202512": 10, "202601": 7, "202511": 5},
+    "val": {"202602": 3, "202512": 5, "202601": 7, "202511": 2},
+    "test": {"202602": 34, "202512": 37, "202601": 32, "202511": 22},
+}
+PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
+DEFAULT_TASK_TYPE = "math_mcq"
+LETTERS = "ABCDEFG"
+RAW_FILE = re.compile(r"^qa_(.*)_final\.json$")
+ITEM_KEYS = ("id", "question", "choices", "correct_choice")
+
+
+def split_folder(split: str) -> str:
+    try:
+        return SPLIT_ALIASES[split]
+    except KeyError:
+        raise DataError(
+            f"unknown LiveMathematicianBench split {split!r}; use train, val (valid_seen, selection), "
+            "test (valid_unseen) or all"
+        ) from None
+
+
+def split_file(folder: Path) -> Optional[Path]:
+    """The first *.json of a split folder by name (the reference's rule); None if there is none."""
+    if not folder.is_dir():
+        return None
+    files = sorted(p for p in folder.glob("*.json") if p.is_file())
+    return files[0] if files else None
+
+
+# ---------- normalisation (the reference's ratio-mode loader) ----------
+
+
+def normalize_label(value: Any) -> str:
+    """Strip, upper-case, then drop trailing `.`, `)` and `:` characters."""
+    return str(value if value is not None else "").strip().upper().rstrip(".):")
+
+
+def _letter(i: int) -> str:
+    return LETTERS[i] if i < len(LETTERS) else chr(ord("A") + i)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value).strip()
+
+
+def coerce_choices(raw: Any) -> list[dict[str, str]]:
+    """Choices as [{label, text}]: a list labels element i by its own `label` or else the i-th letter (a non-dict
+    element is its text); a dict's keys, sorted, are the labels. Entries with empty text are dropped after
+    labelling, so gaps in the labels are possible."""
+    out: list[dict[str, str]] = []
+    if isinstance(raw, dict):
+        for key in sorted(raw, key=str):
+            out.append({"label": normalize_label(key), "text": _text(raw[key])})
+    elif isinstance(raw, list):
+        for i, el in enumerate(raw):
+            if isinstance(el, dict):
+                label = normalize_label(el.get("label")) or _letter(i)
+                text = _text(el.get("text") or el.get("content"))
+            else:
+                label, text = _letter(i), _text(el)
+            out.append({"label": label, "text": text})
+    return [c for c in out if c["text"]]
+
+
+def _letter_order(choice: dict[str, str]) -> tuple[int, str]:
+    label = choice["label"]
+    return (LETTERS.index(label), "") if len(label) == 1 and label in LETTERS else (len(LETTERS), label)
+
+
+def coerce_correct(raw: Any, choices: list[dict[str, str]]) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The correct choice {label, text}, and the choices with it appended (re-sorted A..G) when it has text of its
+    own but its label is not among them. Missing text is taken from the choice with that label."""
+    if isinstance(raw, dict):
+        label, text = normalize_label(raw.get("label")), _text(raw.get("text"))
+    else:
+        label, text = normalize_label(raw), ""
+    by_label = {c["label"]: c["text"] for c in choices}
+    if not text:
+        text = by_label.get(label, "")
+    elif label and label not in by_label:
+        choices = sorted([*choices, {"label": label, "text": text}], key=_letter_order)
+    return {"label": label, "text": text}, choices
+
+
+def _theorem_types(raw: Any) -> list[str]:
+    values = raw if isinstance(raw, list) else [raw]
+    return [s for s in (_text(v) for v in values if v is not None) if s]
+
+
+def normalize_row(row: dict[str, Any], index: int, month: str = "") -> Optional[dict[str, Any]]:
+    """One raw upstream row in the normalised shape, or None when it lacks a question, choices or a correct label.
+
+    `index` is the row's position in its file (`no` defaults to index + 1); `month` is used when the row has none.
+    """
+    mcq = row.get("mcq") if isinstance(row.get("mcq"), dict) else row
+    question = _text(mcq.get("question"))
+    choices = coerce_choices(mcq.get("choices"))
+    correct, choices = coerce_correct(mcq.get("correct_choice"), choices)
+    if not (question and choices and correct["label"]):
+        return None
+    month = _text(row.get("month")) or month
+    no = row.get("no")
+    no = index + 1 if no in (None, "") else no
+    if isinstance(no, str) and no.strip().isdigit():
+        no = int(no.strip())
+    return {
+        "id": f"{month}:{no}" if month else str(no),
+        "question": question,
+        "choices": choices,
+        "correct_choice": correct,
+        "theorem_type": _theorem_types(row.get("theorem_type")),
+        "theorem": _text(row.get("theorem")),
+        "sketch": _text(row.get("sketch")),
+        "paper_link": _text(row.get("paper_link")),
+        "month": month,
+        "no": no,
+    }
+
+
+def raw_files(path: Path) -> list[Path]:
+    """A `qa_*_final.json` file, or every one under a folder (sorted, each once)."""
+    if path.is_file():
+        return [path]
+    return sorted({p.resolve() for p in path.rglob("qa_*_final.json") if p.is_file()})
+
+
+def month_of(path: Path) -> str:
+    """The month a raw file's name carries (`qa_202602_final.json` -> `202602`), for rows without a month."""
+    m = RAW_FILE.match(path.name)
+    return m.group(1) if m else ""
+
+
+_RAW_FIX = (
+    "a LiveMathematicianBench raw file is a JSON list of rows with question, choices and correct_choice (under mcq)"
+)
+
+
+def load_raw_items(path: Path) -> list[dict[str, Any]]:
+    """Every usable row of the raw files under `path`, normalised; an id seen twice is an error."""
+    items: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for f in raw_files(path):
+        for i, row in enumerate(read_json_list(f, _RAW_FIX)):
+            if not isinstance(row, dict):
+                raise DataError(f"{f}: row {i} is a JSON {type(row).__name__}, not an object; {_RAW_FIX}")
+            item = normalize_row(row, i, month_of(f))
+            if item is not None:
+                check_new_id(f, seen, item["id"], len(items))
+                items.append(item)
+    return items
+
+
+# ---------- normalised split folders ----------
+
+_ITEMS_FIX = (
+    "a LiveMathematicianBench split file is a JSON list of normalised items {id, question, choices: [{label, text}], "
+    "correct_choice: {label, text}, theorem_type, ...}; raw upstream files (qa_*_final.json) go in env.data_dir "
+    "with an id manifest in env.manifest_dir"
+)
+
+
+def check_item(path: Path, n: int, it: Any) -> dict[str, Any]:
+    """A stored item, checked for the fields an episode reads (it is otherwise used exactly as stored)."""
+    if not isinstance(it, dict) or not all(k in it for k in ITEM_KEYS):
+        raise DataError(f"{path}: item {n} ({str(it)[:80]}) lacks one of {', '.join(ITEM_KEYS)}; {_ITEMS_FIX}")
+    ch, cc = it["choices"], it["correct_choice"]
+    if not isinstance(ch, list) or not ch or not all(isinstance(c, dict) and "label" in c and "text" in c for c in ch):
+        raise DataError(f"{path}: item {it['id']!r} needs choices as a non-empty list of {{label, text}}; {_ITEMS_FIX}")
+    if not isinstance(cc, dict) or "label" not in cc:
+        raise DataError(f"{path}: item {it['id']!r} needs correct_choice as {{label, text}}; {_ITEMS_FIX}")
+    return it
+
+
+def read_items(path: Path) -> list[dict[str, Any]]:
+    items = read_json_list(path, _ITEMS_FIX)
+    seen: dict[str, int] = {}
+    for n, it in enumerate(items):
+        check_item(path, n, it)
+        check_new_id(path, seen, it["id"], n)
+    return items
+
+
+def has_split_folders(root: Path) -> bool:
+    return any(split_file(root / s) is not None for s in SPLITS)
+
+
+# ---------- id manifests ----------
+
+_MANIFEST_FIX = 'a LiveMathematicianBench manifest is a JSON list of {"id": "<month>:<no>", ...} objects'
+
+
+def read_manifest(manifest_dir: Path, split: str) -> list[str]:
+    folder = manifest_dir / split_folder(split)
+    path = split_file(folder)
+    if path is None:
+        raise DataError(
+            f"no manifest for the {split} split: {folder} holds no *.json (a manifest folder holds "
+            'train/ val/ test/ items.json with {"id": "<month>:<no>"} entries)'
+        )
+    return [str(x["id"]) for x in manifest_entries(path, ("id",), _MANIFEST_FIX)]
+
+
+@dataclass(frozen=True)
+class SplitSizes:
+    counts: dict[str, int]
+
+    def text(self) -> str:
+        return "/".join(str(self.counts.get(s, 0)) for s in SPLITS)
+
+    @property
+    def is_paper(self) -> bool:
+        return all(self.counts.get(s) == PAPER_COUNTS[s] for s in SPLITS)
+
+
+def task_type_of(item: dict[str, Any]) -> str:
+    """The item's first theorem type, else math_mcq."""
+    types = item.get("theorem_type") or []
+    if isinstance(types, str):
+        types = [types]
+    first = next((str(t) for t in types if str(t).strip()), "")
+    return first or DEFAULT_TASK_TYPE
