@@ -5,7 +5,8 @@ explicit allow list (never key-like names), and - with bubblewrap - its own moun
 PID, IPC and UTS namespaces: the filesystem is read-only system and Python directories plus
 the work directory, there is no network, and every process dies with the sandbox.
 
-The work directory is a private, size-capped tmpfs (`disk_mb`): nothing the script writes
+The work directory is a private tmpfs capped in bytes (`disk_mb`) and, started as root, in files (`disk_files`,
+its nr_inodes, which bubblewrap's own --tmpfs cannot set): nothing the script writes
 reaches the host disk. The inputs come in read-only and are copied onto it; the files the
 caller keeps go out through one inherited descriptor, written by the launcher after the
 script has ended (bounded by the file-size limit). Rlimits cap CPU time, address space,
@@ -78,6 +79,9 @@ class Limits:
     output_chars: int = 4000  # stdout/stderr kept (head and tail)
     disk_mb: int = 256  # size of the private tmpfs work directory (bwrap): all the script's files together
     open_files: int = 256  # RLIMIT_NOFILE
+    # files and folders the work directory may hold (the tmpfs's nr_inodes): empty files cost no bytes, but each costs
+    # kernel memory, so the byte cap alone let a script make hundreds of thousands
+    disk_files: int = 4096
 
 
 @dataclass
@@ -159,6 +163,12 @@ import json, os, resource, runpy, shutil, signal, stat, sys
 cfg = json.loads(sys.argv[1])
 for name, value in cfg["rlimits"].items():
     resource.setrlimit(getattr(resource, name), tuple(value))
+if cfg["work_mount"]:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"tmpfs", cfg["work"].encode(), b"tmpfs", 0, cfg["work_mount"].encode()) != 0:
+        sys.stderr.write("sandbox: cannot mount the work directory: " + os.strerror(ctypes.get_errno()) + "\n")
+        os._exit(125)
 if os.getuid() == 0 and cfg["drop_to"] is not None:
     os.setgroups([]); os.setgid(cfg["drop_to"]); os.setuid(cfg["drop_to"])
 work = cfg["work"]
@@ -296,6 +306,9 @@ class Sandbox:
         self.userns = os.geteuid() != 0  # unprivileged callers need a user namespace for bubblewrap
         self.disable_userns = False  # bubblewrap's own --disable-userns (with --unshare-user)
         self.seccomp = userns_filter() if isolation == "bwrap" else None
+        # the work directory's file count is capped where the launcher can mount it: started as root (it then drops
+        # to nobody). In an unprivileged user namespace bubblewrap keeps mounts out of reach; only bytes are capped
+        self.caps_inodes = isolation == "bwrap" and not self.userns
         if isolation == "bwrap":
             self._check_bwrap()
 
@@ -357,6 +370,10 @@ class Sandbox:
             argv.append("--unshare-user")
         if self.disable_userns:
             argv.append("--disable-userns")
+        if self.caps_inodes:
+            # bubblewrap's --tmpfs takes a size but no inode count: the launcher mounts the work directory itself
+            # (nr_inodes), then drops to an unprivileged uid, which clears this capability
+            argv += ["--cap-add", "CAP_SYS_ADMIN"]
         argv += [
             "--ro-bind",
             "/usr",
@@ -462,6 +479,11 @@ class Sandbox:
                 "keep": list(keep),
                 "export_fd": export_fd,
                 "file_bytes": self.limits.file_mb * 1024 * 1024,
+                "work_mount": (
+                    f"size={self.limits.disk_mb * 1024 * 1024},nr_inodes={self.limits.disk_files},mode=0777"
+                    if bwrap and self.caps_inodes
+                    else ""
+                ),
             }
             cmd = [sys.executable, "-I", "-c", _LAUNCHER, json.dumps(cfg)]
             fds = [export_fd]

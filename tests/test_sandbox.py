@@ -279,3 +279,30 @@ def test_missing_bubblewrap_names_the_fix_and_the_opt_out(monkeypatch):
     monkeypatch.setattr("skillopt_envs.sandbox.bwrap_path", lambda: None)
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap.*sandbox=none"):
         Sandbox("bwrap")
+
+
+def test_the_work_directory_caps_the_number_of_files(tmp_path):
+    """Empty files cost no bytes: the byte cap alone let a script make 300,000 of them in 3 s."""
+    if os.geteuid() != 0:
+        pytest.skip("the file cap needs the sandbox started as root (an unprivileged user namespace cannot mount)")
+    box = Sandbox("bwrap", Limits(cpu_s=10, wall_s=20, disk_mb=24, disk_files=500))
+    code = (
+        "import os\nst = os.statvfs('.')\nprint('inodes', st.f_files)\nmade = 0\n"
+        "try:\n    for i in range(300000):\n        open(f'e{i}', 'w').close()\n        made += 1\n"
+        "except OSError as e:\n    print('stopped after', made, 'files:', e.strerror)\n    raise"
+    )
+    r = box.run(code, {}, tmp_path / "out")
+    assert not r.ok and "No space left on device" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "inodes 500" in r.stdout
+    assert int(r.stdout.split("stopped after ")[1].split()[0]) < 500  # main.py, tmp/ and the root take some
+    assert r.wall_s < 10
+    # a script with the cap still runs, writes and cannot raise its own capabilities
+    ok = box.run(
+        "import os\nopen('a.txt', 'w').write('x')\nprint(open('/proc/self/status').read().split('CapEff:')[1].split()[0])",
+        {},
+        tmp_path / "out2",
+        keep=("a.txt",),
+    )
+    assert ok.ok, ok.stderr
+    assert ok.stdout.strip() == "0000000000000000"
+    assert "a.txt" in ok.files
