@@ -652,3 +652,15 @@ def test_presets_pick_the_page_input_and_the_paper_parameters(llm, provider, sen
         )
         assert kw["max_completion_tokens"] == 16384 and kw["reasoning_effort"] == "medium"
         assert "temperature" not in kw and "max_tokens" not in kw
+
+
+def test_docvqa_analyst_prompts_name_the_reference_categories():
+    from skillopt_ray import prompts
+
+    error = prompts.system_prompt("analyst_error", "docvqa")
+    for category in ("evidence_miss", "near_match_confusion", "normalization_error", "reading_error", "other"):
+        assert f"`{category}`" in error
+    assert '"failure_summary"' in error and '"edits"' in error and "never see the image" in error
+    success = prompts.system_prompt("analyst_success", "docvqa")
+    assert '"success_patterns"' in success and "exact span" in success
+    assert error != prompts.system_prompt("analyst_error", "searchqa")
