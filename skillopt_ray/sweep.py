@@ -1,37 +1,40 @@
 """Sweeps on Ray Tune: the swept config keys are Tune's search space, each trial one full training run
 through the same driver code as the CLI, reporting to Tune after every training step.
 
-    python -m skillopt_ray.sweep +experiment=alfworld +sweep=lr seeds=5 [hydra overrides ...]
-    python -m skillopt_ray.sweep +experiment=alfworld +sweep=[lr,gate] seeds=3 sweep.max_concurrent=2
-    python -m skillopt_ray.sweep +experiment=alfworld 'sweep.params.optimizer.mixed_weight=uniform(0.1,0.9)' sweep.num_samples=4
-    python -m skillopt_ray.sweep +experiment=alfworld +sweep=lr seeds=3 sweep.scheduler=asha
-    python -m skillopt_ray.sweep +experiment=alfworld +sweep=lr seeds=3 --dry-run
+    python -m skillopt_ray.sweep +experiment=alfworld +sweep=lr sweep.seeds=5 [hydra overrides ...]
+    python -m skillopt_ray.sweep +experiment=alfworld '+sweep=[lr,gate]' sweep.seeds=3 sweep.max_concurrent=2
+    python -m skillopt_ray.sweep +experiment=alfworld '+sweep.params.optimizer.mixed_weight={uniform:[0.1,0.9]}' sweep.num_samples=4
+    python -m skillopt_ray.sweep +experiment=alfworld +sweep=lr sweep.seeds=3 sweep.scheduler=asha
+    python -m skillopt_ray.sweep +experiment=alfworld +sweep=lr sweep.seeds=3 --dry-run   (or sweep.dry_run=true)
+    python -m skillopt_ray.sweep +experiment=alfworld +sweep=lr --cfg job                 (the composed sweep options)
 
-Search space: a list is a grid (`tune.grid_search`); `choice(a,b,...)`, `uniform(lo,hi)`,
-`loguniform(lo,hi)`, `randint(lo,hi)` (hi excluded, as in Tune) are sampled, `sweep.num_samples`
-times over the grid. Seeds are one more grid key. Sampling is seeded from the sweep's name, so a
-rerun draws the same values. Presets live in `sweeps/*.yaml` (see sweeps/README.md).
+Every `sweep.*` key is a Hydra override checked against a typed schema (skillopt_ray.sweep_spec.SweepOptions);
+presets are the config group conf/sweep/ (`--config-dir DIR` adds DIR/sweep/NAME.yaml). The other overrides
+compose each trial's run config, as `python -m skillopt_ray` does.
+
+Search space (`sweep.params.<config key>`): a list is a grid (`tune.grid_search`); `{choice: [a, b]}`,
+`{uniform: [lo, hi]}`, `{loguniform: [lo, hi]}`, `{randint: [lo, hi]}` (hi excluded, as in Tune) are sampled,
+`sweep.num_samples` times over the grid. Seeds are one more grid key. Sampling is seeded from the sweep's name,
+so a rerun draws the same values.
 
 Every trial's config is composed and its paths resolved here, before Tune starts (Tune changes
 trial working directories). The same command resumes: a trial whose run finished reports its
 recorded steps again and ends at once; unfinished ones resume their run directory and its cached
 model calls; trials a scheduler stopped stay stopped unless `sweep.resume_stopped=true`.
 
-Options: sweep.max_concurrent=N, sweep.num_samples=N, sweep.scheduler=none|asha (ASHA on the
-per-step selection score, mode max; sweep.asha.grace_period, .reduction_factor, .max_t),
-sweep.verbose=0..3 (Tune's live trial table at 1), sweep.dry_run=true or --dry-run (list the trials
-and exit without starting Ray), sweep.resume_stopped=true.
+Options: sweep.seeds=N|[...], sweep.max_concurrent=N, sweep.num_samples=N, sweep.scheduler=none|asha (ASHA on
+the per-step selection score, mode max; sweep.asha.grace_period, .reduction_factor, .max_t: default the run's
+number of training steps), sweep.verbose=0..3 (Tune's live trial table at 1), sweep.dry_run=true (list the
+trials and exit without starting Ray), sweep.resume_stopped=true.
 """
 
 from __future__ import annotations
 
 import copy
 import fcntl
-import hashlib
 import json
 import math
 import os
-import re
 import sys
 import threading
 import time
@@ -44,6 +47,7 @@ from typing import Any, Optional
 import yaml
 
 from skillopt_ray.cli import (
+    CONF_DIR,
     UsageError,
     check_output_dir,
     compose,
@@ -55,12 +59,19 @@ from skillopt_ray.cli import (
 )
 from skillopt_ray.compare import norm_value, read_steps, run_finished, sweep_comparison
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.sweep_spec import (
+    SweepSpec,
+    expand,
+    option_keys,
+    parse_args,
+    sample_seed,
+    search_space,
+    sweep_name,
+)
 from skillopt_ray.tracking import TrackingError
 from skillopt_ray.utils.io import atomic_write_json
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
-SAMPLED = ("choice", "uniform", "loguniform", "randint")
-KINDS = ("grid",) + SAMPLED
+PRESETS_DIR = CONF_DIR / "sweep"
 METRIC = "selection_score"  # what a scheduler compares: the current skill's selection score after each step
 REPORT_COLUMNS = {
     "step": "step",
@@ -69,59 +80,6 @@ REPORT_COLUMNS = {
     "best_selection_score": "best selection",
     "test_hard_best": "test hard",
 }
-
-
-@dataclass
-class Param:
-    """One swept key: a grid of values, or a distribution Tune samples from."""
-
-    key: str
-    kind: str  # grid | choice | uniform | loguniform | randint
-    values: list[Any]  # grid / choice: the values; ranges: [lo, hi]
-
-    def domain(self) -> Any:
-        from ray import tune
-
-        if self.kind == "grid":
-            return tune.grid_search(list(self.values))
-        if self.kind == "choice":
-            return tune.choice(list(self.values))
-        lo, hi = self.values
-        return {"uniform": tune.uniform, "loguniform": tune.loguniform, "randint": tune.randint}[self.kind](lo, hi)
-
-    def describe(self) -> str:
-        if self.kind == "grid":
-            return "grid [" + ", ".join(norm_value(v) for v in self.values) + "]"
-        return f"{self.kind}(" + ", ".join(norm_value(v) for v in self.values) + ")"
-
-
-@dataclass
-class SweepSpec:
-    presets: list[str]
-    params: dict[str, Param]
-    fixed: dict[str, Any]
-    seeds: list[int]
-    max_concurrent: Optional[int] = None
-    interrupt_after: Optional[int] = None
-    seeds_are_offsets: bool = False  # seeds=N means the config's seed, +1, ... +N-1
-    num_samples: int = 1
-    scheduler: str = "none"  # none | asha
-    asha: dict[str, int] = field(default_factory=lambda: {"grace_period": 1, "reduction_factor": 2, "max_t": 10_000})
-    verbose: int = 1
-    report_every_s: float = 10.0
-    dry_run: bool = False
-    resume_stopped: bool = False
-
-    @property
-    def grid(self) -> dict[str, list[Any]]:
-        return {k: p.values for k, p in self.params.items() if p.kind == "grid"}
-
-    @property
-    def keys(self) -> list[str]:
-        return sorted(self.params)
-
-    def sampled(self) -> bool:
-        return any(p.kind in SAMPLED for p in self.params.values())
 
 
 @dataclass
@@ -136,166 +94,6 @@ class Trial:
 
     def finished(self) -> bool:
         return run_finished(self.run_dir)
-
-
-# ---- parsing -------------------------------------------------------------------------------------
-
-_CALL = re.compile(r"^\s*([A-Za-z_]+)\s*\((.*)\)\s*$", re.S)  # kind(args); the kind is checked below
-
-
-def parse_param(key: str, spec: Any, where: str) -> Param:
-    """A swept key from a preset or the command line: a list (grid), `{kind: args}` or `kind(args)`."""
-    if isinstance(spec, str) and _CALL.match(spec):
-        kind, args = _CALL.match(spec).groups()  # type: ignore[union-attr]
-        spec = {kind: yaml.safe_load(f"[{args}]")}
-    if isinstance(spec, dict) and len(spec) == 1:
-        ((kind, args),) = spec.items()
-        if kind == "grid_search":
-            kind = "grid"
-    elif isinstance(spec, list):
-        kind, args = "grid", spec
-    else:
-        kind, args = "grid", [spec]
-    if kind not in KINDS:
-        raise UsageError(f"{where}: {key}: unknown kind {kind!r}; use a list (grid) or one of {', '.join(SAMPLED)}")
-    if not isinstance(args, list) or not args:
-        raise UsageError(f"{where}: {key}: {kind} needs a non-empty list of values")
-    if kind in ("grid", "choice"):
-        seen: dict[str, Any] = {}
-        for v in args:  # 4 and 4.0 are one value
-            seen.setdefault(norm_value(v), v)
-        return Param(key, kind, list(seen.values()))
-    if (
-        len(args) != 2
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in args)
-        or not args[0] < args[1]
-    ):
-        raise UsageError(f"{where}: {key}: {kind} needs two numbers lo < hi, got {args!r}")
-    if kind == "loguniform" and args[0] <= 0:
-        raise UsageError(f"{where}: {key}: loguniform needs lo > 0, got {args[0]}")
-    if kind == "randint" and not all(isinstance(v, int) for v in args):
-        raise UsageError(f"{where}: {key}: randint needs integers (lo included, hi excluded), got {args!r}")
-    return Param(key, kind, list(args))
-
-
-def load_preset(name: str) -> tuple[dict[str, Param], dict[str, Any], int]:
-    path = Path(name) if name.endswith((".yaml", ".yml")) else PRESETS_DIR / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
-        raise UsageError(f"unknown sweep preset {name!r}; available: {known} (or a path to a YAML file)")
-    doc = yaml.safe_load(path.read_text()) or {}
-    params = doc.get("params") or {}
-    if not isinstance(params, dict) or not params:
-        raise UsageError(f"sweep preset {path}: 'params' must map config keys to a list of values or a range")
-    samples = doc.get("num_samples", 1)
-    if not isinstance(samples, int) or samples < 1:
-        raise UsageError(f"sweep preset {path}: num_samples must be an integer >= 1")
-    return (
-        {k: parse_param(k, v, f"sweep preset {path.name}") for k, v in params.items()},
-        dict(doc.get("fixed") or {}),
-        samples,
-    )
-
-
-def _value(text: str) -> Any:
-    return yaml.safe_load(text)
-
-
-def _int_option(key: str, text: str, minimum: int) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise UsageError(f"{key} must be an integer, got {text!r}") from None
-    if v < minimum:
-        raise UsageError(f"{key} must be >= {minimum}, got {v}")
-    return v
-
-
-def _bool_option(key: str, text: str) -> bool:
-    v = _value(text)
-    if not isinstance(v, bool):
-        raise UsageError(f"{key} must be true or false, got {text!r}")
-    return v
-
-
-def parse_args(argv: list[str]) -> tuple[SweepSpec, list[str]]:
-    """Split sweep arguments from the Hydra overrides that every trial shares."""
-    presets: list[str] = []
-    extra: dict[str, Param] = {}
-    seeds: Any = 1
-    opts: dict[str, Any] = {}
-    asha: dict[str, int] = {}
-    samples: Optional[int] = None
-    overrides = []
-    for arg in argv:
-        if arg == "--dry-run":
-            opts["dry_run"] = True
-            continue
-        key, eq, val = arg.partition("=")
-        bare = key.lstrip("+")
-        if not eq or not (bare in ("sweep", "seeds") or bare.startswith("sweep.")):
-            overrides.append(arg)
-        elif bare == "sweep":
-            v = _value(val)
-            presets += [str(x) for x in (v if isinstance(v, list) else str(v).split(","))]
-        elif bare == "seeds":
-            seeds = _value(val)
-        elif bare.startswith("sweep.params."):
-            k = bare[len("sweep.params.") :]
-            extra[k] = parse_param(k, val if _CALL.match(val) else _value(val), "command line")
-        elif bare == "sweep.max_concurrent":
-            opts["max_concurrent"] = _int_option(bare, val, 1)
-        elif bare == "sweep.interrupt_after":  # test hook: stop once N trials have reported
-            opts["interrupt_after"] = _int_option(bare, val, 1)
-        elif bare == "sweep.num_samples":
-            samples = _int_option(bare, val, 1)
-        elif bare == "sweep.scheduler":
-            if val not in ("none", "asha"):
-                raise UsageError(f"sweep.scheduler must be none or asha, got {val!r}")
-            opts["scheduler"] = val
-        elif bare in ("sweep.asha.grace_period", "sweep.asha.reduction_factor", "sweep.asha.max_t"):
-            asha[bare.rsplit(".", 1)[1]] = _int_option(bare, val, 2 if bare.endswith("reduction_factor") else 1)
-        elif bare == "sweep.verbose":
-            opts["verbose"] = _int_option(bare, val, 0)
-        elif bare == "sweep.report_every_s":
-            opts["report_every_s"] = float(val)
-        elif bare in ("sweep.dry_run", "sweep.resume_stopped"):
-            opts[bare.split(".", 1)[1]] = _bool_option(bare, val)
-        else:
-            raise UsageError(f"unknown sweep option {bare!r}; see python -m skillopt_ray.sweep --help")
-    params: dict[str, Param] = {}
-    fixed: dict[str, Any] = {}
-    preset_samples = 1
-    for p in presets:
-        g, f, n = load_preset(p)
-        params.update(g)
-        fixed.update(f)
-        preset_samples = max(preset_samples, n)
-    params.update(extra)
-    if "seed" in params:
-        raise UsageError("sweep the seed with seeds=N or seeds=[...], not sweep.params.seed")
-    if not params and seeds == 1:
-        raise UsageError("nothing to sweep: give +sweep=<preset> (see sweeps/), sweep.params.<key>=[...] or seeds=N")
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        if seeds < 1:
-            raise UsageError(f"seeds must be >= 1, got {seeds}")
-        seed_list: Optional[list[int]] = None
-        count = seeds
-    elif isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds):
-        seed_list, count = list(dict.fromkeys(seeds)), len(set(seeds))
-    else:
-        raise UsageError(f"seeds must be a count (seeds=5) or a list (seeds=[1,2,3]), got {seeds!r}")
-    spec = SweepSpec(
-        presets, params, fixed, seed_list or list(range(count)), seeds_are_offsets=seed_list is None, **opts
-    )
-    spec.num_samples = samples if samples is not None else preset_samples
-    spec.asha.update(asha)
-    if spec.num_samples > 1 and not spec.sampled():
-        raise UsageError(
-            f"sweep.num_samples={spec.num_samples} repeats random draws, but every swept key is a grid: "
-            "the trials would repeat one another; use seeds=N for repeats"
-        )
-    return spec, overrides
 
 
 # ---- trials --------------------------------------------------------------------------------------
@@ -323,38 +121,12 @@ def trial_key(params: dict[str, str], seed: int) -> str:
     return ",".join([f"{k}={v}" for k, v in params.items()] + [f"seed={seed}"])
 
 
-def search_space(spec: SweepSpec, seeds: list[int]) -> dict[str, Any]:
-    """Tune's param_space: one entry per swept key, and the seeds as a grid."""
-    from ray import tune
-
-    space = {k: spec.params[k].domain() for k in spec.keys}
-    space["seed"] = tune.grid_search(list(seeds))
-    return space
-
-
-def sample_seed(spec: SweepSpec, overrides: list[str]) -> int:
-    return int(hashlib.sha256(_spec_blob(spec, overrides).encode()).hexdigest()[:8], 16)
-
-
-def expand(space: dict[str, Any], num_samples: int, seed: int) -> list[dict[str, Any]]:
-    """The configs Tune's BasicVariantGenerator(random_state=seed, constant_grid_search=True) produces
-    for this space, in order: each sample draws the sampled keys once and crosses them with every grid
-    value and seed, so the seeds of one draw form a group."""
-    from ray.tune.search.sample import _BackwardsCompatibleNumpyRng
-    from ray.tune.search.variant_generator import generate_variants
-
-    rng = _BackwardsCompatibleNumpyRng(seed)
-    out = []
-    for _ in range(num_samples):
-        for _resolved, spec in generate_variants(
-            {"config": copy.deepcopy(space)}, constant_grid_search=True, random_state=rng
-        ):
-            out.append(dict(spec["config"]))
-    return out
-
-
 def compose_trial(
-    overrides: list[str], fixed: dict[str, Any], values: dict[str, Any], keys: list[str]
+    overrides: list[str],
+    fixed: dict[str, Any],
+    values: dict[str, Any],
+    keys: list[str],
+    search_dirs: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], dict[str, str]]:
     ovr = (
         overrides
@@ -362,21 +134,22 @@ def compose_trial(
         + [_override(k, values[k]) for k in keys]
         + [f"seed={int(values['seed'])}"]
     )
-    _obj, data = typed(compose(ovr))
+    _obj, data = typed(compose(ovr, search_dirs=search_dirs))
     data = resolve_paths(data)
     return data, {k: norm_value(_get(data, k)) for k in keys}
 
 
 def plan_trials(spec: SweepSpec, overrides: list[str]) -> list[Trial]:
     """Every trial Tune will run, composed and resolved now (one per run directory)."""
-    base_data = resolve_paths(typed(compose(overrides))[1])
+    # the sweep's own keys are known here too, so `seeds=3` is answered with sweep.seeds
+    base_data = resolve_paths(typed(compose(overrides, search_dirs=spec.search_dirs, extra_keys=option_keys()))[1])
     base_seed = int(base_data["seed"])
     seeds = [base_seed + s for s in spec.seeds] if spec.seeds_are_offsets else spec.seeds
     keys = spec.keys
     trials: list[Trial] = []
     seen: dict[Path, Trial] = {}
     for values in expand(search_space(spec, seeds), spec.num_samples, sample_seed(spec, overrides)):
-        data, params = compose_trial(overrides, spec.fixed, values, keys)
+        data, params = compose_trial(overrides, spec.fixed, values, keys, spec.search_dirs)
         rd = run_dir_for(data)
         if rd in seen:  # two draws (or spellings) that make the same run: one trial
             continue
@@ -388,17 +161,15 @@ def plan_trials(spec: SweepSpec, overrides: list[str]) -> list[Trial]:
     return trials
 
 
-def _spec_blob(spec: SweepSpec, overrides: list[str]) -> str:
-    space = {k: p.describe() for k, p in sorted(spec.params.items())}
-    blob: dict[str, Any] = {"grid": space, "fixed": spec.fixed, "seeds": spec.seeds, "overrides": sorted(overrides)}
-    if spec.num_samples > 1:
-        blob["num_samples"] = spec.num_samples
-    return json.dumps(blob, sort_keys=True, default=str)
+def training_steps(data: dict[str, Any]) -> int:
+    """A run's number of training steps (epochs x steps per epoch), from its train split's size: ASHA's max_t."""
+    import skillopt_envs
 
-
-def sweep_name(spec: SweepSpec, overrides: list[str], experiment: str) -> str:
-    label = "+".join(Path(p).stem for p in spec.presets) or "custom"
-    return f"{experiment}-{label}-{hashlib.sha256(_spec_blob(spec, overrides).encode()).hexdigest()[:8]}"
+    env = data["env"]
+    n = len(skillopt_envs.make(env["name"], env).load_split(env["train_split"]))
+    if env.get("limit_train"):
+        n = min(n, int(env["limit_train"]))
+    return int(data["optimizer"]["epochs"]) * max(1, math.ceil(n / int(data["optimizer"]["batch_size"])))
 
 
 def trial_cpus(data: dict[str, Any]) -> float:
@@ -524,7 +295,7 @@ def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: di
     keys = ctx["keys"]
     plan = plans.get(signature(config, keys))
     if plan is None:  # not planned (should not happen): compose it here the same way
-        data, params = compose_trial(ctx["overrides"], ctx["fixed"], config, keys)
+        data, params = compose_trial(ctx["overrides"], ctx["fixed"], config, keys, tuple(ctx["search_dirs"]))
         key = trial_key(params, int(config["seed"]))
         plan = {
             "data": prepare(data, ctx, params, key, int(config["seed"])),
@@ -823,6 +594,7 @@ def _run_tune(
         "server_url": server_url,
         "stopped": sorted(str(t.run_dir) for t in trials if t.status == "stopped"),
         "resume_stopped": spec.resume_stopped,
+        "search_dirs": list(spec.search_dirs),
     }
     plans = {}
     for t in trials:
@@ -832,10 +604,11 @@ def _run_tune(
             "run_dir": str(t.run_dir),
         }
     seeds = sorted({t.seed for t in trials}, key=[t.seed for t in trials].index)
+    points = [{**t.values, "seed": t.seed} for t in trials]  # one per run directory, finished ones replay
+    if spec.scheduler == "asha" and spec.asha.get("max_t") is None:
+        spec.asha["max_t"] = max(training_steps(t.data) for t in trials)
     try:
-        results, stops = _fit(
-            spec, search_space(spec, seeds), plans, ctx, first, limit, sdir, sample_seed(spec, overrides)
-        )
+        results, stops = _fit(spec, search_space(spec, seeds), points, plans, ctx, first, limit, sdir)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -905,19 +678,20 @@ def _brief(value: Any) -> str:
 def _fit(
     spec: SweepSpec,
     space: dict[str, Any],
+    points: list[dict[str, Any]],
     plans: dict[str, Any],
     ctx: dict[str, Any],
     first: dict[str, Any],
     limit: int,
     sdir: Path,
-    seed: int,
     trainable: Any = None,
 ) -> tuple[Any, dict[str, dict[str, Any]]]:
-    """Tune over `space`; returns the result grid and {trial id: the result a scheduler stopped it on}."""
+    """Tune over `space`, one trial per point (the planned trials, each a whole config: Tune's public
+    `points_to_evaluate`); returns the result grid and {trial id: the result a scheduler stopped it on}."""
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # the classic reporter: a trial table with our columns
     from ray import tune
     from ray.tune import CLIReporter
-    from ray.tune.search.basic_variant import BasicVariantGenerator
+    from ray.tune.search import BasicVariantGenerator
 
     stops: dict[str, dict[str, Any]] = {}
     scheduler = _asha(spec, stops) if spec.scheduler == "asha" else None
@@ -938,12 +712,12 @@ def _fit(
         tune_config=tune.TuneConfig(
             metric=METRIC,
             mode="max",
-            num_samples=spec.num_samples,
+            num_samples=len(points),
             scheduler=scheduler,
             reuse_actors=False,
-            # our own generator: seeded (a rerun draws the same values), one draw per sample across the
-            # grid and the seeds, and it carries the concurrency cap (Tune ignores max_concurrent_trials beside it)
-            search_alg=BasicVariantGenerator(random_state=seed, max_concurrent=limit, constant_grid_search=True),
+            # each planned trial is one point (a whole config replaces one sample); the generator carries the
+            # concurrency cap (Tune ignores max_concurrent_trials beside it)
+            search_alg=BasicVariantGenerator(points_to_evaluate=[dict(p) for p in points], max_concurrent=limit),
             trial_name_creator=lambda tr: (
                 ",".join(f"{_short(k)}={_brief(tr.config.get(k))}" for k in keys) + f",seed={tr.config.get('seed')}"
             ),
@@ -999,16 +773,69 @@ class _StopAfter:
         return Impl()
 
 
+FLAGS = "--help, --dry-run, --cfg job, --config-dir DIR, --debug (everything else is a Hydra override)"
+
+
+def _flags(argv: list[str]) -> tuple[Any, list[str]]:
+    """The command's flags (anywhere on the line, as users write them); everything else is a Hydra override."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m skillopt_ray.sweep", add_help=False, exit_on_error=False)
+    ap.add_argument("-h", "--help", action="store_true")
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--cfg")
+    ap.add_argument("--config-dir", "-cd")
+    ap.add_argument("--debug", action="store_true")
+    try:
+        args, rest = ap.parse_known_args(argv)
+    except argparse.ArgumentError as e:
+        raise UsageError(f"{e}; the sweep command's flags: {FLAGS}") from None
+    if args.cfg not in (None, "job"):
+        raise UsageError(f"--cfg {args.cfg}: the sweep command prints its composed config with --cfg job")
+    unknown = [a for a in rest if a.startswith("-")]
+    if unknown:
+        raise UsageError(f"unknown flag {unknown[0]}; the sweep command's flags: {FLAGS}")
+    if args.config_dir and not Path(args.config_dir).is_dir():
+        raise UsageError(f"--config-dir {args.config_dir}: no such directory")
+    return args, rest
+
+
+def show_config(spec: SweepSpec, overrides: list[str]) -> None:
+    """--cfg job: the sweep's options as composed, and the trials' shared run config (secrets masked)."""
+    from skillopt_ray.config import redact
+
+    base = redact(resolve_paths(typed(compose(overrides, search_dirs=spec.search_dirs, extra_keys=option_keys()))[1]))
+    sweep = {
+        "presets": spec.presets,
+        "params": {k: p.describe() for k, p in spec.params.items()},
+        "fixed": spec.fixed,
+        "seeds": spec.seeds if not spec.seeds_are_offsets else f"{len(spec.seeds)} (the config's seed, +1, ...)",
+        "num_samples": spec.num_samples,
+        "max_concurrent": spec.max_concurrent,
+        "scheduler": spec.scheduler,
+        "asha": spec.asha,
+    }
+    print(yaml.safe_dump({"sweep": sweep, **base}, sort_keys=False), end="")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        print("presets: " + ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))))
-        return EXIT_OK
+    debug = "--debug" in argv
     try:
-        spec, overrides = parse_args(argv)
+        args, rest = _flags(argv)
+        if args.help:
+            print(__doc__)
+            print("presets: " + ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))))
+            return EXIT_OK
+        spec, overrides = parse_args(rest, (args.config_dir,) if args.config_dir else ())
+        spec.dry_run = spec.dry_run or args.dry_run
+        if args.cfg == "job":
+            show_config(spec, overrides)
+            return EXIT_OK
         return run_sweep(spec, overrides)
     except UsageError as e:
+        if debug:
+            raise
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     except TrackingError as e:

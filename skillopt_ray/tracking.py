@@ -104,9 +104,9 @@ def sqlite_path(uri: Optional[str]) -> Optional[Path]:
 
 
 def _head_revision() -> str:
-    from mlflow.store.db.utils import _get_latest_schema_revision
+    from skillopt_ray.private_apis import mlflow_schema_head
 
-    return _get_latest_schema_revision()
+    return mlflow_schema_head()
 
 
 def store_state(path: Path) -> tuple[str, str]:
@@ -161,16 +161,12 @@ def _drop_stale_builds(path: Path) -> None:
 
 def _build(path: Path) -> None:
     """Create and migrate a store privately, then link it into place (never over an existing one)."""
-    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+    from skillopt_ray.private_apis import mlflow_create_sqlite_store
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        engine = create_sqlalchemy_engine(f"sqlite:///{tmp}")
-        try:
-            _initialize_tables(engine)
-        finally:
-            engine.dispose()
+        mlflow_create_sqlite_store(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         try:

@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import qa_fixture
 from scipy import stats
 from scripted_server import Policies, ScriptedServer
@@ -28,43 +29,89 @@ from skillopt_ray.cli import UsageError
 
 def test_presets_combine_with_seeds_and_command_line_params():
     spec, rest = sweep.parse_args(
-        ["+experiment=alfworld", "+sweep=[lr,gate]", "seeds=3", "sweep.max_concurrent=2", "llm=openai"]
+        ["+experiment=alfworld", "+sweep=[lr,gate]", "sweep.seeds=3", "sweep.max_concurrent=2", "llm=openai"]
     )
     assert spec.grid == {"optimizer.learning_rate": [2, 4, 6], "optimizer.gate_metric": ["hard", "soft", "mixed"]}
     assert spec.seeds == [0, 1, 2] and spec.max_concurrent == 2 and rest == ["+experiment=alfworld", "llm=openai"]
-    spec, _ = sweep.parse_args(["+sweep=gate_mixed_weight", "seeds=[7,9]", "sweep.params.optimizer.batch_size=[8]"])
+    spec, _ = sweep.parse_args(
+        ["+sweep=gate_mixed_weight", "sweep.seeds=[7,9]", "+sweep.params.optimizer.batch_size=[8]"]
+    )
     assert (
         spec.fixed == {"optimizer.gate_metric": "mixed"}
         and spec.seeds == [7, 9]
         and spec.grid["optimizer.batch_size"] == [8]
     )
-    with pytest.raises(UsageError, match="unknown sweep preset 'nope'.*available: batch"):
+    # a preset's key is replaced by the same key on the command line (Hydra's override, no + needed)
+    spec, _ = sweep.parse_args(["+sweep=lr", "sweep.params.optimizer.learning_rate=[4,6]"])
+    assert spec.grid == {"optimizer.learning_rate": [4, 6]}
+    with pytest.raises(UsageError, match="unknown sweep preset: nope; available: batch"):
         sweep.parse_args(["+sweep=nope"])
     with pytest.raises(UsageError, match="nothing to sweep"):
         sweep.parse_args(["+experiment=alfworld"])
-    with pytest.raises(UsageError, match="seeds must be"):
-        sweep.parse_args(["+sweep=lr", "seeds=zero"])
-    with pytest.raises(UsageError, match="unknown sweep option 'sweep.max_concurent'"):
+    with pytest.raises(UsageError, match="sweep.seeds must be"):
+        sweep.parse_args(["+sweep=lr", "sweep.seeds=zero"])
+    # the sweep's options are keys of a schema: a misspelt one is answered with the nearest
+    with pytest.raises(UsageError, match="unknown key sweep.max_concurent; did you mean sweep.max_concurrent"):
         sweep.parse_args(["+sweep=lr", "sweep.max_concurent=2"])
+    with pytest.raises(UsageError, match=r"add one with \+sweep.params.optimizer.batch_size="):
+        sweep.parse_args(["+sweep=lr", "sweep.params.optimizer.batch_size=[8]"])
+    with pytest.raises(UsageError, match="sweep.scheduler must be none or asha"):
+        sweep.parse_args(["+sweep=lr", "sweep.scheduler=hyperband"])
+
+
+def test_sweep_bad_inputs_are_one_line_with_the_fix(tmp_path, capsys):
+    """--cfg job prints the composed sweep (it was handed to Hydra's lexer as an override); a misspelt option
+    names the right one; Hydra's function syntax for a distribution says how to write one; no run made."""
+    out = tmp_path / "out"
+    base = ["+experiment=searchqa", "+smoke=tiny", f"output_dir={out}", "+sweep=lr", "sweep.seeds=2"]
+    assert sweep.main(base + ["--cfg", "job"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert (
+        shown["sweep"]["params"] == {"optimizer.learning_rate": "grid [2, 4, 6]"} and shown["experiment"] == "searchqa"
+    )
+    for bad, said in (
+        (["sweep.max_concurent=2"], "did you mean sweep.max_concurrent"),
+        (["seeds=2"], "did you mean sweep.seeds"),
+        (["+sweep.params.optimizer.mixed_weight=uniform(0.1,0.9)"], "one-key map"),
+        (["+sweep.params.optimizer.mixed_weight=choice(0.1,0.9)"], "one-key map"),
+        (["--cfg", "all"], "--cfg job"),
+        (["--bogus"], "unknown flag --bogus"),
+    ):
+        assert sweep.main(base + bad) == 2, bad
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0] and "Traceback" not in err[0], (bad, err)
+    assert not out.exists()
+    # the run command points a sweep preset at the sweep command instead of guessing a key
+    from skillopt_ray.cli.app import main as run_main
+
+    assert run_main(["+experiment=searchqa", "+sweep=lr"]) == 2
+    assert "python -m skillopt_ray.sweep" in capsys.readouterr().err
+
+
+def test_presets_from_a_config_dir(tmp_path):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "mine.yaml").write_text("params:\n  optimizer:\n    batch_size: [4, 8]\n")
+    spec, _ = sweep.parse_args(["+sweep=mine"], (str(tmp_path),))
+    assert spec.grid == {"optimizer.batch_size": [4, 8]} and spec.search_dirs == (str(tmp_path),)
 
 
 def test_search_space_is_per_key_with_grids_choices_and_ranges(tmp_path):
     from ray.tune.search.sample import Categorical, Float, Integer
 
-    preset = tmp_path / "mine.yaml"
-    preset.write_text(
-        "params:\n  optimizer.mixed_weight: {uniform: [0.1, 0.9]}\n  optimizer.gate_metric: {choice: [hard, soft]}\n"
-        "fixed:\n  optimizer.lr_schedule: constant\nnum_samples: 3\n"
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "mine.yaml").write_text(
+        "params:\n  optimizer:\n    mixed_weight: {uniform: [0.1, 0.9]}\n    gate_metric: {choice: [hard, soft]}\n"
+        "fixed:\n  optimizer:\n    lr_schedule: constant\nnum_samples: 3\n"
     )
     spec, _ = sweep.parse_args(
         [
-            "+sweep=lr",
-            f"+sweep={preset}",
-            "seeds=2",
+            "+sweep=[lr,mine]",
+            "sweep.seeds=2",
             "sweep.params.optimizer.learning_rate=[4,4.0,6]",
-            "sweep.params.optimizer.min_learning_rate=randint(1,3)",
-            "sweep.params.optimizer.batch_size={loguniform: [2, 64]}",
-        ]
+            "+sweep.params.optimizer.min_learning_rate={randint:[1,3]}",
+            "+sweep.params.optimizer.batch_size={loguniform: [2, 64]}",
+        ],
+        (str(tmp_path),),
     )
     assert spec.num_samples == 3 and spec.fixed == {"optimizer.lr_schedule": "constant"}
     space = sweep.search_space(spec, [42, 43])
@@ -87,10 +134,12 @@ def test_search_space_is_per_key_with_grids_choices_and_ranges(tmp_path):
     configs = sweep.expand(space, spec.num_samples, seed=7)
     assert len(configs) == 3 * 2 * 2  # samples x learning-rate grid x seeds
     assert configs == sweep.expand(space, spec.num_samples, seed=7)  # the same seed draws the same trials (resume)
+    assert configs != sweep.expand(space, spec.num_samples, seed=8)
     assert all(
         0.1 <= c["optimizer.mixed_weight"] <= 0.9
         and c["optimizer.min_learning_rate"] in (1, 2)
         and 2 <= c["optimizer.batch_size"] <= 64
+        and type(c["optimizer.min_learning_rate"]) is int
         for c in configs
     )
     # one draw per sample, the same for every grid value and seed: the seeds of a draw form one group
@@ -106,9 +155,9 @@ def test_search_space_is_per_key_with_grids_choices_and_ranges(tmp_path):
         for i in range(3)
     )
     for bad, msg in (
-        ("sweep.params.optimizer.mixed_weight=uniform(0.9,0.1)", "two numbers lo < hi"),
-        ("sweep.params.optimizer.mixed_weight=loguniform(0,1)", "lo > 0"),
-        ("sweep.params.optimizer.mixed_weight=gauss(0,1)", "unknown kind|two numbers"),
+        ("+sweep.params.optimizer.mixed_weight={uniform:[0.9,0.1]}", "two numbers lo < hi"),
+        ("+sweep.params.optimizer.mixed_weight={loguniform:[0,1]}", "lo > 0"),
+        ("+sweep.params.optimizer.mixed_weight={gauss:[0,1]}", "unknown kind"),
         ("sweep.num_samples=3", "every swept key is a grid"),
     ):
         with pytest.raises(UsageError, match=msg):
@@ -130,9 +179,9 @@ def test_dry_run_lists_the_trials_without_starting_ray(tmp_path, monkeypatch, ca
         f"output_dir={out}",
         "+sweep=lr",
         "sweep.params.optimizer.learning_rate=[2,4,4.0]",
-        "sweep.params.optimizer.mixed_weight=uniform(0.2,0.3)",
+        "+sweep.params.optimizer.mixed_weight={uniform:[0.2,0.3]}",
         "sweep.num_samples=2",
-        "seeds=2",
+        "sweep.seeds=2",
     ]
     assert sweep.main(args + ["--dry-run"]) == 0
     text = capsys.readouterr().out
@@ -449,7 +498,7 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
             "env.options.split_source=folders",
             "+sweep=lr",
             "sweep.params.optimizer.learning_rate=[2,4]",
-            "seeds=2",
+            "sweep.seeds=2",
             "sweep.report_every_s=1",
         ]
         assert sweep.main(args + ["sweep.max_concurrent=1", "sweep.interrupt_after=1"]) == 3  # stopped: rerun to resume
@@ -623,8 +672,8 @@ def test_asha_stops_a_trial_between_steps_and_its_run_resumes_when_asked(ray_clu
             f"output_dir={tmp_path / 'out'}",
             f"env.data_dir={tmp_path / 'qa'}",
             "env.options.split_source=folders",
-            "sweep.params.optimizer.learning_rate=[2]",
-            "seeds=1",
+            "+sweep.params.optimizer.learning_rate=[2]",
+            "sweep.seeds=1",
         ]
         # ASHA's max_t=1: every trial is stopped once it reports step 1 (a tiny run has 2 steps)
         assert sweep.main(args + ["sweep.scheduler=asha", "sweep.asha.max_t=1"]) == 0

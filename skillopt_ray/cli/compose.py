@@ -26,8 +26,8 @@ CONFIG_NAME = "config"
 
 _PRICE = re.compile(r"^(?:\+{1,2}|~)?llm\.prices\.(?P<model>.+)\.(?P<field>[^.=]+)=(?P<value>.*)$")
 
-# maps whose entries are free (benchmark options, run tags): a new entry there does need `+`
-_FREE_MAPS = ("env.options", "tracking.tags")
+# maps whose entries are free (benchmark options, run tags, a sweep's keys): a new entry there does need `+`
+_FREE_MAPS = ("env.options", "tracking.tags", "sweep.params", "sweep.fixed")
 
 
 def experiments(conf_dir: Optional[Path] = None) -> list[str]:
@@ -73,8 +73,10 @@ def _flat(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def explain(exc: BaseException, conf_dir: Optional[Path] = None) -> str:
-    """A Hydra or OmegaConf composition error as one line that names the key and what to do."""
+def explain(exc: BaseException, conf_dir: Optional[Path] = None, extra_keys: Iterable[str] = ()) -> str:
+    """A Hydra or OmegaConf composition error as one line that names the key and what to do.
+
+    `extra_keys`: keys of a root config beyond the run schema (the sweep command's `sweep.*`), for did-you-mean."""
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
@@ -92,7 +94,12 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None) -> str:
             for free in _FREE_MAPS:
                 if key.startswith(free + "."):
                     return f"{key} is not set yet: {free} holds free entries, add one with +{key}=..."
-            near = suggest_keys(key)
+            if key.split(".", 1)[0] == "sweep" and not extra_keys:  # conf/sweep/ presets belong to the sweep command
+                return (
+                    f"{key} is an option of the sweep command: run python -m skillopt_ray.sweep with the same "
+                    "overrides (python -m skillopt_ray runs one configuration)"
+                )
+            near = _near_extra(key, list(extra_keys)) or suggest_keys(key)
             hint = f"; did you mean {' or '.join(near)}?" if near else "; see --cfg job for the valid keys"
             return f"unknown key {key}{hint}"
     text = _flat(exc)
@@ -123,6 +130,15 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None) -> str:
     return f"invalid configuration: {text[:400]}"
 
 
+def _near_extra(key: str, extra: list[str]) -> list[str]:
+    """Keys of the extra schema close to `key`: by spelling, or the same last part (`seeds` -> `sweep.seeds`)."""
+    import difflib
+
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in extra if k.rsplit(".", 1)[-1] == leaf]
+    return same_leaf or difflib.get_close_matches(key, extra, n=3, cutoff=0.6)
+
+
 def hydra_group_options(group: str) -> list[str]:
     """The options Hydra knows for one of its own config groups (hydra/launcher: the installed launchers)."""
     from hydra.core.global_hydra import GlobalHydra
@@ -138,23 +154,16 @@ def hydra_group_options(group: str) -> list[str]:
 
 def start_hydra(config_dir: Optional[Path] = None, search_dirs: Iterable[str] = ()) -> Any:
     """Initialise Hydra with the search path the application has: conf/ (or -cp), then each --config-dir."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_automatic_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
     from hydra.core.global_hydra import GlobalHydra
     from hydra.version import setbase
 
     from skillopt_ray.config import register_schema
+    from skillopt_ray.private_apis import hydra_create
 
     setbase("1.3")  # as @hydra.main(version_base="1.3") does
     register_schema()
-    path = create_automatic_config_search_path(None, None, str(Path(config_dir or CONF_DIR).resolve()))
-    for d in search_dirs:
-        path.prepend(
-            provider="command-line", path=f"file://{Path(d).resolve()}", anchor=SearchPathQuery(provider="schema")
-        )
     GlobalHydra.instance().clear()
-    return Hydra.create_main_hydra2(task_name="app", config_search_path=path)
+    return hydra_create(Path(config_dir or CONF_DIR), search_dirs)
 
 
 def compose(
@@ -162,8 +171,12 @@ def compose(
     config_dir: Optional[Path] = None,
     config_name: str = CONFIG_NAME,
     search_dirs: Iterable[str] = (),
+    require_experiment: bool = True,
+    extra_keys: Iterable[str] = (),
 ) -> Any:
-    """Hydra composition with our strict schema; errors become one-line UsageErrors."""
+    """Hydra composition with our strict schema; errors become one-line UsageErrors.
+
+    `config_name` is `config` (a run) or `sweep_config` (the sweep command: a run's config plus `sweep.*`)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from hydra.types import RunMode
@@ -177,13 +190,14 @@ def compose(
             config_name=config_name, overrides=rest, run_mode=RunMode.RUN, from_shell=True, with_log_configuration=False
         )
     except (HydraException, OmegaConfBaseException) as e:
-        raise UsageError(explain(e, config_dir)) from None
+        raise UsageError(explain(e, config_dir, extra_keys)) from None
     finally:
         GlobalHydra.instance().clear()
     with open_dict(cfg):
         del cfg["hydra"]
     apply_prices(cfg, prices)
-    check_experiment(cfg, config_dir)
+    if require_experiment:
+        check_experiment(cfg, config_dir)
     return cfg
 
 

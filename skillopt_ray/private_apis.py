@@ -1,0 +1,63 @@
+"""The one place that touches other projects' private or internal APIs (Hydra's and MLflow's), each for a
+job their public API does not offer. tests/test_private_apis.py calls every function here, so an upgrade
+that moves one fails that test by name instead of a run. Nothing else in the project imports a private name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+# ---- MLflow: build a sqlite store whole before MLflow opens it (kill safety, see tracking.ensure_store) ------------
+
+
+def mlflow_schema_head() -> str:
+    """The schema revision a store of this MLflow version is migrated to (MLflow has no public call for it)."""
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    return _get_latest_schema_revision()
+
+
+def mlflow_create_sqlite_store(path: Path) -> None:
+    """Create every table of MLflow's tracking schema in the sqlite file `path` (what MLflow does on first use,
+    done here in a private file that is linked into place only when whole)."""
+    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+
+    engine = create_sqlalchemy_engine(f"sqlite:///{path}")
+    try:
+        _initialize_tables(engine)
+    finally:
+        engine.dispose()
+
+
+# ---- Hydra: the application's own argv parser, its search path and the basic sweeper's job split -----------------
+
+
+def hydra_args_parser() -> Any:
+    """The argparse parser `@hydra.main` uses (so flags are read exactly as Hydra reads them)."""
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser()
+
+
+def hydra_create(config_dir: Path, search_dirs: Iterable[str] = ()) -> Any:
+    """A Hydra instance with the application's search path: `config_dir`, then each `--config-dir` ahead of it
+    (the public compose API cannot take the command line's search path and run mode)."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_automatic_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+
+    path = create_automatic_config_search_path(None, None, str(Path(config_dir).resolve()))
+    for d in search_dirs:
+        path.prepend(
+            provider="command-line", path=f"file://{Path(d).resolve()}", anchor=SearchPathQuery(provider="schema")
+        )
+    return Hydra.create_main_hydra2(task_name="app", config_search_path=path)
+
+
+def hydra_split_jobs(parsed_overrides: list[Any]) -> list[list[str]]:
+    """The jobs Hydra's basic sweeper launches for these parsed overrides (one list of overrides per job)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    return BasicSweeper.split_arguments(parsed_overrides, None)[0]

@@ -1,0 +1,69 @@
+"""The private APIs of Hydra and MLflow the project uses live in skillopt_ray.private_apis only; each is called
+here, so an upgrade that moves one fails this test by name (not a user's run)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import skillopt_ray
+from skillopt_ray import private_apis
+
+PRIVATE = re.compile(
+    r"^\s*(?:from|import)\s+(?:ray|mlflow|hydra|omegaconf)[\w.]*\._\w"  # a private module
+    r"|^\s*from\s+(?:ray|mlflow|hydra|omegaconf)\S*\s+import\s+\(?\s*_\w"  # a private name
+    r"|ray\._private|ray\.tune\.search\.variant_generator|^\s*(?:from|import)\s+mlflow\.store"
+)
+
+
+def test_no_private_import_outside_the_wrapper():
+    root = Path(skillopt_ray.__file__).resolve().parent
+    found = [
+        f"{f.relative_to(root)}:{i}: {line.strip()}"
+        for f in sorted(root.rglob("*.py"))
+        if f.name != "private_apis.py"
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if PRIVATE.search(line)
+    ]
+    assert found == []
+
+
+def test_mlflow_store_is_built_at_the_schema_head(tmp_path):
+    head = private_apis.mlflow_schema_head()
+    assert re.fullmatch(r"[0-9a-f]{8,}", head)
+    db = tmp_path / "m.db"
+    private_apis.mlflow_create_sqlite_store(db)
+    con = sqlite3.connect(db)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        (rev,) = con.execute("SELECT version_num FROM alembic_version").fetchone()
+    finally:
+        con.close()
+    assert {"runs", "experiments", "metrics", "params", "tags"} <= tables and rev == head
+
+
+def test_hydra_parser_search_path_and_job_split(tmp_path):
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+
+    from skillopt_ray.cli.compose import CONF_DIR
+    from skillopt_ray.config import register_schema
+
+    args = private_apis.hydra_args_parser().parse_intermixed_args(["seed=1,2", "-m", "--cfg", "job"])
+    assert args.multirun and args.cfg == "job" and args.overrides == ["seed=1,2"]
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nexperiment: mine\nseed: 7\n")
+    register_schema()
+    GlobalHydra.instance().clear()
+    try:
+        hydra = private_apis.hydra_create(CONF_DIR, [str(tmp_path)])
+        cfg = hydra.compose_config(
+            config_name="config", overrides=["+experiment=mine"], run_mode=RunMode.RUN, with_log_configuration=False
+        )
+        assert cfg.seed == 7 and cfg.experiment == "mine"  # the --config-dir entry is searched
+    finally:
+        GlobalHydra.instance().clear()
+    jobs = private_apis.hydra_split_jobs(OverridesParser.create().parse_overrides(["seed=1,2", "mode=train"]))
+    assert jobs == [["seed=1", "mode=train"], ["seed=2", "mode=train"]]
