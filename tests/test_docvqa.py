@@ -664,3 +664,99 @@ def test_docvqa_analyst_prompts_name_the_reference_categories():
     success = prompts.system_prompt("analyst_success", "docvqa")
     assert '"success_patterns"' in success and "exact span" in success
     assert error != prompts.system_prompt("analyst_error", "searchqa")
+
+
+# --- the public data read in place ----------------------------------------------------------------------------------
+
+
+def _parquet_data(tmp_path: Path, n: int = 5) -> tuple[Path, list[dict]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    recs = []
+    for i in range(n):
+        page, image = samples.make_page(i)
+        path = tmp_path / f"src{i}.png"
+        image.save(path)
+        recs.append(
+            {
+                "questionId": str(500 + i),
+                "question": page.question,
+                "question_types": ["form"] if i % 2 else ["table/list", "layout"],
+                "image": {"bytes": path.read_bytes(), "path": None},
+                "docId": 70 + i,
+                "answers": [page.answer],
+                "data_split": "validation",
+            }
+        )
+    root = tmp_path / "lmms-docvqa"
+    (root / "DocVQA").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(recs), root / "DocVQA" / "validation-00000-of-00001.parquet", row_group_size=2)
+    return root, recs
+
+
+def test_parquet_read_in_place_pages_written_out_by_the_episode(tmp_path, monkeypatch):
+    import pickle
+
+    from skillopt_envs.docvqa import upstream
+
+    monkeypatch.setattr(upstream, "PAGE_CACHE", tmp_path / "page-cache")
+    root, recs = _parquet_data(tmp_path)
+    with pytest.raises(DataError) as e:
+        DocVQABenchmark({"data_dir": str(root), "options": {"target_provider": "openai"}})
+    assert "\n" not in str(e.value) and "env.manifest_dir" in str(e.value) and "1 parquet file" in str(e.value)
+    ids = _manifest(tmp_path / "ids", {"train": ["503", "500"], "val": ["501"], "test": ["504"]})
+    b = DocVQABenchmark({"data_dir": str(root), "manifest_dir": str(ids), "options": {"target_provider": "openai"}})
+    assert "1 parquet file" in b.data_note() and str(ids) in b.data_note() and "2/1/1 train/val/test" in b.data_note()
+    train = b.load_split("train")
+    assert [t.task_id for t in train] == ["503", "500"] and train[1].task_type == "table/list|layout"
+    assert train[1].payload["page_source"]["row_group"] == 0 and train[0].payload["page_source"]["row_group"] == 1
+    assert len(pickle.dumps(train)) < 2000  # no page bytes in the tasks
+    assert not (tmp_path / "page-cache").exists()  # nothing written out before an episode needs it
+    llm = FakeLLM(f"<answer>{recs[0]['answers'][0]}</answer>")
+    r = asyncio.run(b.run_episode(train[1], "", llm, _ctx()))
+    url = llm.requests[0].messages[1]["content"][1]["image_url"]["url"]
+    assert base64.b64decode(url.split(",", 1)[1]) == recs[0]["image"]["bytes"] and r.hard == 1.0
+    assert "[image] q500_d70.png" in r.trajectory[0]["content"]
+    written = sorted(p.name for p in (tmp_path / "page-cache").rglob("q*.png"))
+    assert written == ["q500_d70.png", "q501_d71.png"]  # the episode's row group, once
+    with pytest.raises(DataError, match="not in"):
+        bad = _manifest(tmp_path / "ids-bad", {"train": ["999"], "val": [], "test": []})
+        DocVQABenchmark({"data_dir": str(root), "manifest_dir": str(bad)}).load_split("train")
+
+
+def test_original_json_read_in_place_with_its_ocr_as_the_text_layer(tmp_path):
+    src = tmp_path / "docvqa"
+    (src / "documents").mkdir(parents=True)
+    (src / "ocr").mkdir()
+    page, image = samples.make_page(2)
+    image.save(src / "documents" / "xyz_1.png")
+    lines = [{"text": ln.text} for ln in page.lines]
+    (src / "ocr" / "xyz_1.json").write_text(json.dumps({"recognitionResults": [{"lines": lines}]}))
+    rec = {"questionId": 8, "question": page.question, "question_types": ["layout"], "image": "documents/xyz_1.png"}
+    (src / "val_v1.0.json").write_text(
+        json.dumps({"dataset_split": "val", "data": [{**rec, "answers": [page.answer]}]})
+    )
+    ids = _manifest(tmp_path / "ids", {"train": [], "val": [], "test": ["8"]})
+    cfg = {"data_dir": str(src), "manifest_dir": str(ids)}
+    (task,) = DocVQABenchmark({**cfg, "options": {"target_provider": "embedded"}}).load_split("test")
+    llm = FakeLLM("<answer>x</answer>")
+    asyncio.run(DocVQABenchmark({**cfg, "options": {"target_provider": "embedded"}}).run_episode(task, "", llm, _ctx()))
+    assert page.answer in llm.requests[0].messages[1]["content"][1]["text"]  # the OCR lines stand in for the image
+    image_llm = FakeLLM("<answer>x</answer>")
+    asyncio.run(
+        DocVQABenchmark({**cfg, "options": {"target_provider": "openai"}}).run_episode(task, "", image_llm, _ctx())
+    )
+    url = image_llm.requests[0].messages[1]["content"][1]["image_url"]["url"]
+    assert base64.b64decode(url.split(",", 1)[1]) == (src / "documents" / "xyz_1.png").read_bytes()
+
+
+def test_manifest_dir_picks_ids_from_csv_folders_too(sample_root, tmp_path):
+    pool = {t.task_id: t for s in ("train", "val", "test") for t in _bench(sample_root).load_split(s)}
+    some = sorted(pool)[:3]
+    ids = _manifest(tmp_path / "ids", {"train": [some[2], some[0]], "val": [some[1]], "test": [some[1]]})
+    b = DocVQABenchmark(
+        {"manifest_dir": str(ids), "options": {"sample_dir": str(sample_root), "target_provider": "openai"}}
+    )
+    assert [t.task_id for t in b.load_split("train")] == [some[2], some[0]]
+    assert b.load_split("test")[0].payload == pool[some[1]].payload

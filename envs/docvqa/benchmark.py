@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_envs.docvqa import data as dv
-from skillopt_envs.docvqa import prompts
+from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import evaluation_block, extract_answer, has_answer_tag, score_answer
 
 from skillopt_ray.llm.types import ChatRequest
@@ -101,11 +101,44 @@ class DocVQABenchmark(Benchmark):
             self._root = ensure_samples(self.options.sample_dir)
         root = self.options.image_root
         self._image_root = Path(os.path.expanduser(root)).resolve() if root else self._root
+        # the public data read in place (parquet / JSON) when the folder holds no split CSVs
+        self._sources: Optional[upstream.Sources] = None
+        self._pool: Optional[dict[str, dict[str, Any]]] = None
+        self._manifest = Path(os.path.expanduser(str(env_cfg["manifest_dir"]))) if env_cfg.get("manifest_dir") else None
+        if raw and not any(dv.split_csv(self._root / s) for s in dv.SPLITS):
+            sources = upstream.find_sources(self._root)
+            if sources:
+                if self._manifest is None:
+                    raise DataError(
+                        f"{self._root} holds the public DocVQA data ({sources.describe()}) but no split CSVs: set "
+                        "env.manifest_dir to an id manifest folder (SkillOpt's data/docvqa_id_split), or write CSVs "
+                        "with python -m skillopt_envs.docvqa.materialize"
+                    )
+                self._sources = sources
 
     # ---------- data ----------
 
     def _items(self, split: str) -> list[dict[str, Any]]:
-        return dv.load_split_items(self._root, split, self._image_root)
+        if self._manifest is None:
+            return dv.load_split_items(self._root, split, self._image_root)
+        if self._pool is None:  # every question of the data, by id; the manifest picks the splits
+            if self._sources is not None:
+                self._pool = upstream.read_pool(self._sources)
+            else:
+                self._pool = {
+                    it["id"]: it
+                    for s in dv.SPLITS
+                    if dv.split_csv(self._root / s)
+                    for it in dv.load_split_items(self._root, s, self._image_root)
+                }
+        ids = upstream.read_id_manifest(self._manifest, dv.split_folder(split))
+        missing = [i for i in ids if i not in self._pool]
+        if missing:
+            raise DataError(
+                f"{len(missing)} of {len(ids)} question ids of the {dv.split_folder(split)} split in {self._manifest} "
+                f"are not in {self._root} (first: {missing[0]}); give every file of the DocVQA validation split"
+            )
+        return [self._pool[i] for i in ids]
 
     def data_note(self) -> str:
         sizes = dv.SplitSizes({s: len(self._items(s)) for s in dv.SPLITS})
@@ -117,7 +150,12 @@ class DocVQABenchmark(Benchmark):
             )
         else:
             same = "as in the paper's split" if sizes.is_paper else f"the paper's split has {paper}"
-            note = f"DocVQA: questions from {self._root}, {sizes.text()} train/val/test ({same}, {dv.PAPER_SPLIT_NAME})"
+            where = str(self._root)
+            if self._sources is not None:
+                where = f"{self._sources.describe()} in {self._root}, split by the ids in {self._manifest}"
+                if self._sources.parquets:
+                    where += f" (env actors write pages out to {upstream.PAGE_CACHE} on first use)"
+            note = f"DocVQA: questions from {where}, {sizes.text()} train/val/test ({same}, {dv.PAPER_SPLIT_NAME})"
         if not self.options.sends_images:
             why = (
                 "the embedded model sees no images"
@@ -137,29 +175,31 @@ class DocVQABenchmark(Benchmark):
         if not items:
             raise DataError(f"the DocVQA {dv.split_folder(split)} split in {self._root} is empty")
         if self.options.check_images:
-            dv.check_images(items, dv.split_folder(split))
-        return [
-            Task(
-                it["id"],
-                it["task_type"],
-                {
-                    "question": it["question"],
-                    "answers": list(it["answers"]),
-                    "image_path": it["image_path"],  # a path: the env actor reads the image
-                    "docId": it["docId"],
-                },
-            )
-            for it in items
-        ]
+            dv.check_images([it for it in items if not it.get("page_source")], dv.split_folder(split))
+        tasks = []
+        for it in items:
+            # a path (or where in a parquet file the page is): the env actor reads the image, never the driver
+            payload = {"question": it["question"], "answers": list(it["answers"]), "image_path": it["image_path"]}
+            payload["docId"] = it["docId"]
+            for key in ("page_source", "text_path"):
+                if it.get(key):
+                    payload[key] = it[key]
+            tasks.append(Task(it["id"], it["task_type"], payload))
+        return tasks
 
     def seed_skill(self) -> str:
         return SEED_SKILL
 
     # ---------- the episode ----------
 
-    def _page_part(self, image_path: str) -> dict[str, Any]:
+    async def _page_part(self, payload: dict[str, Any]) -> dict[str, Any]:
+        image_path = payload["image_path"]
         if self.options.sends_images:
+            if payload.get("page_source"):  # inside a parquet file: written out on this node on first use
+                image_path = str(await asyncio.to_thread(upstream.page_file, payload["page_source"], image_path))
             return prompts.image_part(image_path, self.options.image_detail)
+        if payload.get("text_path"):
+            return prompts.text_layer_part(upstream.ocr_text(Path(payload["text_path"])))
         layer = dv.text_layer_path(image_path)
         return prompts.text_layer_part(layer.read_text(encoding="utf-8") if layer.is_file() else "")
 
@@ -183,7 +223,7 @@ class DocVQABenchmark(Benchmark):
         system = prompts.system_prompt(skill)
         text = prompts.user_text(question)
         try:
-            page = self._page_part(image)
+            page = await self._page_part(p)
         except OSError as e:
             return EpisodeResult(
                 task.task_id,
