@@ -114,7 +114,7 @@ def test_prompt_and_what_the_analyst_sees(tmp_path):
         "role": "system",
         "content": (
             f"[EVALUATION RESULT]\nQuestion: {task.payload['question']}\nPredicted answer: 'Nowhere Town'\n"
-            f"Gold answers: {gold!r}\nExact Match: 0\nF1: 0.0000"
+            f"Gold answers: {gold!r}\nExact Match: 0.0\nF1: 0.0000"
         ),
     }
     right = asyncio.run(b.run_episode(task, "", FakeLLM(f"thinking\n<answer>{gold[0].upper()}</answer>"), ctx))

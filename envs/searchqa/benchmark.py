@@ -80,9 +80,10 @@ def extract_answer(reply: str) -> str:
 
 
 def evaluation_block(question: str, predicted: str, golds: list[str], em: int, f1: float) -> str:
+    # the reference keeps exact match as a float here, so the analysts read `Exact Match: 0.0` or `1.0`
     return (
         f"[EVALUATION RESULT]\nQuestion: {question}\nPredicted answer: {predicted!r}\nGold answers: {golds!r}\n"
-        f"Exact Match: {em}\nF1: {f1:.4f}"
+        f"Exact Match: {float(em)}\nF1: {f1:.4f}"
     )
 
 

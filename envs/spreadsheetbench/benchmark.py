@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import tempfile
+import textwrap
 import time
 import warnings
 from dataclasses import dataclass
@@ -99,8 +100,10 @@ def extract_code(reply: str) -> str:
 
 def prepare_script(code: str) -> str:
     """The reference strips the script's own INPUT_PATH/OUTPUT_PATH assignments and injects the real
-    paths; here they come from the sandbox's environment (one header line; __future__ imports stay first)."""
-    body = _PATH_ASSIGN.sub("", code)
+    paths; here they come from the sandbox's environment (one header line; __future__ imports stay first).
+    The reference runs the script's code inside a try block, so a script indented as a whole still runs:
+    its common indentation is removed here to the same effect."""
+    body = _PATH_ASSIGN.sub("", textwrap.dedent(code))
     futures = _FUTURE.findall(body)
     body = _FUTURE.sub("", body)
     return "\n".join(futures + [_HEADER, body])

@@ -126,14 +126,15 @@ async def autonomous_lr(
 
 def _pick(reply: Any, n_items: int, budget: int) -> list[int]:
     """Walk selected_indices: ints (True counts as 1) in range, first occurrence; stop once the budget is
-    reached — checked after appending, so a budget of 0 keeps one (QUIRK-7)."""
+    reached. The reference checks the budget after every entry, usable or not: with a budget of 0 a usable first
+    entry is kept (QUIRK-7) and an unusable one ends the walk with nothing kept."""
     raw = reply.get("selected_indices") if isinstance(reply, dict) else None
     picked: list[int] = []
     for idx in raw if isinstance(raw, list) else []:
         if isinstance(idx, int) and 0 <= idx < n_items and idx not in picked:
             picked.append(int(idx))
-            if len(picked) >= budget:
-                break
+        if len(picked) >= budget:
+            break
     return picked
 
 
