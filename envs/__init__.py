@@ -12,6 +12,7 @@ _REGISTRY = {
     "spreadsheetbench": "skillopt_envs.spreadsheetbench.benchmark:SpreadsheetBenchmark",
     "searchqa": "skillopt_envs.searchqa.benchmark:SearchQABenchmark",
     "docvqa": "skillopt_envs.docvqa.benchmark:DocVQABenchmark",
+    "officeqa": "skillopt_envs.officeqa.benchmark:OfficeQABenchmark",
     "livemathematicianbench": "skillopt_envs.livemathematicianbench.benchmark:LiveMathBenchmark",
 }
 # The environment variable each benchmark reads its data folder from when env.data_dir is unset; the CLI reads
@@ -21,6 +22,7 @@ _DATA_ENV = {
     "spreadsheetbench": "SPREADSHEETBENCH_DATA",
     "searchqa": "SEARCHQA_DATA",
     "docvqa": "DOCVQA_DATA",
+    "officeqa": "OFFICEQA_DATA",
     "livemathematicianbench": "LIVEMATH_DATA",
 }
 # Made by name like the others (env actors look them up in their own processes), but not listed by

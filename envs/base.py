@@ -90,6 +90,7 @@ INFRA_KINDS = {
     "formula_engine": "the formula engine could not recalculate the output workbook (env.options.recalculate)",
     "env": "the environment's own code raised an exception",
     "game_missing": "a game file of the split is missing",
+    "corpus_read": "an OfficeQA corpus file (a bulletin's text or its parsed page JSON) exists but cannot be read",
 }
 
 

@@ -1,0 +1,263 @@
+"""OfficeQA data: questions (a runnable split, or the public CSV with the shipped paper split) and the corpus roots.
+
+Questions come from `env.data_dir` (or $OFFICEQA_DATA), in either of two layouts:
+- the reference's runnable split: `train/ val/ test/`, each holding a CSV (the first `*.csv` by name, preferred)
+  or a JSON list (the first `*.json`), one row per question;
+- the public release: `officeqa_full.csv` (columns uid, question, answer, source_docs, source_files,
+  difficulty); the shipped manifest (`splits/`, SkillOpt's 50/24/172 paper split) picks each split's rows.
+
+The corpus (parsed U.S. Treasury Bulletins) is one or more document roots; a root with a `transformed/`
+folder uses that folder. Parsed page JSONs (for the oracle page context) sit in a `jsons/` folder beside it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_envs.base import DataError, check_new_id, read_json_list
+
+SPLITS = ("train", "val", "test")
+SPLIT_ALIASES = {
+    "train": "train",
+    "val": "val",
+    "valid_seen": "val",
+    "selection": "val",
+    "test": "test",
+    "valid_unseen": "test",
+}
+PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
+PAPER_COUNTS = {"train": 50, "val": 24, "test": 172}
+FULL_CSV = "officeqa_full.csv"
+DOCS_ENV = "OFFICEQA_DOCS_DIR"
+# the reference's fixed fallbacks outside the repository (its repo-relative ones are data_dir-relative here)
+HOME_FALLBACKS = ("~/officeqa-sparse/treasury_bulletins_parsed", "~/officeqa/treasury_bulletins_parsed")
+DATA_FALLBACKS = ("officeqa_docs_official", "treasury_bulletins_parsed", "officeqa_smoke_docs")
+
+
+def split_folder(split: str) -> str:
+    try:
+        return SPLIT_ALIASES[split]
+    except KeyError:
+        raise DataError(
+            f"unknown OfficeQA split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all"
+        ) from None
+
+
+def parse_list_field(value: Any) -> list[str]:
+    """The reference's list parsing of source_files / source_docs: a list as is; a JSON list; lines; commas unless
+    the text ends in .txt (so `a.txt, b.txt` stays one item); else one item. Items stripped, empties dropped."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(x).strip() for x in value if str(x).strip()]
+    text = str(value).strip()
+    if not text:
+        return []
+    try:
+        loaded = json.loads(text)
+    except ValueError:
+        loaded = None
+    if isinstance(loaded, list):
+        return [str(x).strip() for x in loaded if str(x).strip()]
+    if "\n" in text or "\r" in text:
+        parts = text.splitlines()
+    elif "," in text and not text.lower().endswith(".txt"):
+        parts = text.split(",")
+    else:
+        parts = [text]
+    return [p.strip() for p in parts if p.strip()]
+
+
+def row_to_item(row: dict[str, Any], split: str) -> dict[str, Any]:
+    """One question in the reference's item fields (id = uid, ground_truth, answers, task_type = category...)."""
+    uid = str(row.get("uid") or row.get("id") or "").strip()
+    gt = str(row.get("ground_truth") if row.get("ground_truth") not in (None, "") else row.get("answer") or "").strip()
+    task_type = str(row.get("category") or row.get("difficulty") or "").strip() or "officeqa"
+    return {
+        "id": uid,
+        "uid": uid,
+        "question": str(row.get("question") or ""),
+        "ground_truth": gt,
+        "answers": [gt] if gt else [],
+        "task_type": task_type,
+        "source_files": parse_list_field(row.get("source_files")),
+        "source_docs": parse_list_field(row.get("source_docs")),
+        "split": split,
+    }
+
+
+def read_csv_rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as e:
+        raise DataError(f"{path} cannot be read ({e.strerror}); check env.data_dir") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise DataError(f"{path} is not a readable UTF-8 CSV ({e}); check env.data_dir") from None
+
+
+def split_file(folder: Path) -> Optional[Path]:
+    """The reference's choice: the first *.csv of the folder by name, else the first *.json; None if neither."""
+    if not folder.is_dir():
+        return None
+    for ext in ("*.csv", "*.json"):
+        files = sorted(p for p in folder.glob(ext) if p.is_file())
+        if files:
+            return files[0]
+    return None
+
+
+_ROWS_FIX = (
+    "an OfficeQA split file is a CSV or a JSON list of {uid, question, answer|ground_truth, source_files, ...} rows"
+)
+
+
+def _checked(items: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    seen: dict[str, int] = {}
+    for n, it in enumerate(items):
+        if not it["id"] or not it["question"].strip():
+            raise DataError(f"{path}: row {n} has no uid/id or no question; {_ROWS_FIX}")
+        check_new_id(path, seen, it["id"], n)
+    return items
+
+
+def read_split_folder(folder: Path, split: str) -> list[dict[str, Any]]:
+    path = split_file(folder)
+    if path is None:
+        raise DataError(f"{folder} holds no *.csv or *.json; {_ROWS_FIX}")
+    if path.suffix == ".csv":
+        rows = read_csv_rows(path)
+    else:
+        rows = read_json_list(path, _ROWS_FIX)
+        bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise DataError(f"{path}: entry {bad} is not an object; {_ROWS_FIX}")
+    return _checked([row_to_item(r, split) for r in rows], path)
+
+
+def read_manifest(manifest_dir: Path, split: str) -> list[dict[str, Any]]:
+    """The manifest's entries of a split (id and, in the shipped one, category), in order."""
+    path = split_file(manifest_dir / split_folder(split))
+    if path is None:
+        raise DataError(f"no manifest for the {split} split in {manifest_dir} (train/ val/ test/ items.json expected)")
+    entries = read_json_list(path, 'an OfficeQA manifest is a JSON list of {"id": ...} objects')
+    seen: dict[str, int] = {}
+    for n, e in enumerate(entries):
+        if not isinstance(e, dict) or not (e.get("uid") or e.get("id")):
+            raise DataError(f"{path}: entry {n} has no id")
+        check_new_id(path, seen, e.get("uid") or e.get("id"), n)
+    return entries
+
+
+def items_from_full_csv(csv_path: Path, manifest_dir: Path, split: str) -> list[dict[str, Any]]:
+    """The split's questions from the public CSV, in manifest order; a manifest field (category, source_files,
+    source_docs) wins over the CSV's when present."""
+    by_uid = {str(r.get("uid") or r.get("id") or "").strip(): r for r in read_csv_rows(csv_path)}
+    folder = split_folder(split)
+    out, missing = [], []
+    for entry in read_manifest(manifest_dir, folder):
+        uid = str(entry.get("uid") or entry.get("id")).strip()
+        row = by_uid.get(uid)
+        if row is None:
+            missing.append(uid)
+            continue
+        merged = dict(row)
+        for key in ("category", "source_files", "source_docs"):
+            if entry.get(key):
+                merged[key] = entry[key]
+        out.append(row_to_item(merged, folder))
+    if missing:
+        raise DataError(
+            f"{len(missing)} ids of the {folder} split in {manifest_dir} are not in {csv_path} (first: {missing[0]}); "
+            "use the official officeqa_full.csv (databricks/officeqa, revision 8ecbf18) or set env.manifest_dir"
+        )
+    return out
+
+
+def task_types(items: list[dict[str, Any]]) -> list[str]:
+    """Distinct task types in first-appearance order, or ["officeqa"]."""
+    return list(dict.fromkeys(it["task_type"] for it in items)) or ["officeqa"]
+
+
+# ---------- the corpus ----------
+
+
+def _split_dirs(value: Any) -> list[str]:
+    """A list as is; a string split on os.pathsep, then on commas (the reference's rule)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [p.strip() for chunk in str(value).split(os.pathsep) for p in chunk.split(",") if p.strip()]
+
+
+def docs_candidates(docs_dirs: Any, data_dir: Optional[Path], environ: Optional[dict[str, str]] = None) -> list[Path]:
+    """Candidate corpus directories in the reference's order: the configured ones, $OFFICEQA_DOCS_DIR, then the
+    fallbacks. Relative paths start at the data folder (the reference: its repository root); `~` is expanded."""
+    env = os.environ if environ is None else environ
+    raw = _split_dirs(docs_dirs) + _split_dirs(env.get(DOCS_ENV))
+    base = data_dir if data_dir is not None else Path.cwd()
+    fallbacks = [str(base / name) for name in DATA_FALLBACKS] if data_dir is not None else []
+    out = []
+    for p in raw + fallbacks + list(HOME_FALLBACKS):
+        path = Path(os.path.expanduser(p))
+        out.append(path if path.is_absolute() else base / path)
+    return out
+
+
+def resolve_docs_roots(candidates: list[Path]) -> list[Path]:
+    """Every existing candidate becomes a root (its `transformed/` subfolder when it has one), as a real path,
+    duplicates dropped; no root at all is a DataError naming the places looked at."""
+    roots: list[Path] = []
+    for c in candidates:
+        if not c.is_dir():
+            continue
+        root = (c / "transformed") if (c / "transformed").is_dir() else c
+        real = Path(os.path.realpath(root))
+        if real not in roots:
+            roots.append(real)
+    if not roots:
+        looked = ", ".join(str(c) for c in candidates) or "(none configured)"
+        raise DataError(
+            f"no OfficeQA corpus directory found (looked at: {looked}); set env.options.docs_dirs or {DOCS_ENV} to the "
+            "parsed bulletins (treasury_bulletins_parsed/ with transformed/ and jsons/)"
+        )
+    return roots
+
+
+@dataclass
+class CorpusIndex:
+    """Every corpus file by basename, in walk order (built once per env actor: the reference walks per item)."""
+
+    roots: list[Path]
+    files: list[Path]
+    by_name: dict[str, list[Path]]
+
+    @staticmethod
+    def build(roots: list[Path]) -> CorpusIndex:
+        files: list[Path] = []
+        seen: set[Path] = set()
+        for root in roots:
+            for dirpath, dirnames, names in os.walk(root):
+                dirnames.sort()
+                for name in sorted(names):
+                    p = Path(os.path.realpath(os.path.join(dirpath, name)))
+                    if p not in seen:
+                        seen.add(p)
+                        files.append(p)
+        by_name: dict[str, list[Path]] = {}
+        for p in files:
+            by_name.setdefault(p.name, []).append(p)
+        return CorpusIndex(roots, files, by_name)
+
+    def candidates(self, source_files: list[str]) -> list[Path]:
+        """The files whose basename is one of `source_files` (all files when it is empty), in walk order."""
+        if not source_files:
+            return list(self.files)
+        wanted = set(source_files)
+        return [p for p in self.files if p.name in wanted]

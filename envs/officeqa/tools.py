@@ -1,0 +1,197 @@
+"""The local document tools (glob, read, grep) with the reference's semantics and limits.
+
+They run in the env actor that plays the episode, on that node's copy of the corpus. Access: a path is
+readable only when its real path lies under a document root and its basename is one of the item's allowed
+files (every file when the item names none). A tool's failure is the observation the model sees; only a
+corpus file that exists and cannot be read raises (CorpusReadError: an infrastructure fault, not a score).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MAX_GLOB = 50
+READ_LINES = 80
+READ_CHARS = 4000
+MAX_GREP = 20
+
+TOOL_SCHEMAS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "glob",
+            "description": "Find corpus documents whose file name or path relative to the corpus matches a glob pattern.",
+            "parameters": {
+                "type": "object",
+                "properties": {"pattern": {"type": "string", "description": "glob pattern, e.g. *1944_01*"}},
+                "required": ["pattern"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read",
+            "description": "Read a window of lines from a corpus document (80 lines and 4000 characters at most).",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "absolute path of the document"},
+                    "start": {"type": "integer", "description": "first line to read, from 1"},
+                    "limit": {"type": "integer", "description": "number of lines to read"},
+                },
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "grep",
+            "description": "Case-insensitive literal search in one document; returns up to 20 numbered matching lines.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "text to look for (not a regular expression)"},
+                    "path": {"type": "string", "description": "absolute path of the document"},
+                },
+                "required": ["pattern", "path"],
+            },
+        },
+    },
+]
+
+
+class CorpusReadError(Exception):
+    """A corpus file the item may read exists but cannot be read (permissions, I/O, not UTF-8)."""
+
+    kind = "corpus_read"  # skillopt_envs.base.INFRA_KINDS
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    command: str
+    output: str
+
+
+class ToolRuntime:
+    """The tools of one episode: the corpus roots and the item's allowed basenames (empty = every file)."""
+
+    def __init__(self, roots: list[Path], allowed_files: set[str]):
+        self.roots = [Path(os.path.realpath(r)) for r in roots]
+        self.allowed = set(allowed_files)
+
+    # ---------- access ----------
+
+    def is_allowed(self, path: str) -> bool:
+        """Under a root (a relative path starts at the working directory, as in the reference) and an allowed name."""
+        real = os.path.realpath(os.path.abspath(path))
+        inside = any(real == str(r) or real.startswith(str(r) + os.sep) for r in self.roots)
+        return inside and (not self.allowed or os.path.basename(real) in self.allowed)
+
+    def _text(self, path: str) -> str:
+        real = os.path.realpath(os.path.abspath(path))
+        try:
+            with open(real, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise
+        except (OSError, UnicodeDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise CorpusReadError(f"corpus file {real} cannot be read: {why}") from None
+
+    # ---------- the tools ----------
+
+    def glob(self, pattern: Any = None) -> ToolCall:
+        pattern = str(pattern) if pattern else "*"
+        hits: list[str] = []
+        for root in self.roots:
+            for dirpath, dirnames, names in os.walk(root):
+                dirnames.sort()
+                for name in sorted(names):
+                    if self.allowed and name not in self.allowed:
+                        continue
+                    full = os.path.join(dirpath, name)
+                    rel = os.path.relpath(full, root)
+                    if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(name, pattern):
+                        hits.append(full)
+                        if len(hits) >= MAX_GLOB:
+                            break
+                if len(hits) >= MAX_GLOB:
+                    break
+            if len(hits) >= MAX_GLOB:
+                break
+        return ToolCall(f"glob(pattern={pattern!r})", "\n".join(hits) if hits else "[no matches]")
+
+    def read(self, path: Any = None, start: Any = None, limit: Any = None) -> ToolCall:
+        if not path:
+            return ToolCall("read(path='')", "[read error: missing path]")
+        path = str(path)
+        try:
+            first = max(int(start or 1), 1)
+            count = max(int(limit or READ_LINES), 1)
+        except (TypeError, ValueError):
+            # the reference ends the episode with an error here; the model sees the mistake instead
+            return ToolCall(
+                f"read(path={path!r}, start={start!r}, limit={limit!r})",
+                "[read error: start and limit must be integers]",
+            )
+        cmd = f"read(path={path!r}, start={first}, limit={count})"
+        if not self.is_allowed(path):
+            return ToolCall(cmd, "[read error: path not allowed]")
+        try:
+            text = self._text(path)
+        except FileNotFoundError:
+            return ToolCall(cmd, "[read error: no such file]")
+        lines = io.StringIO(text).readlines()
+        out = "".join(lines[first - 1 : first - 1 + count])[:READ_CHARS]
+        return ToolCall(cmd, out if out else "[empty file]")
+
+    def grep(self, pattern: Any = None, path: Any = None) -> ToolCall:
+        needle = str(pattern or "").lower()
+        path = str(path or "")
+        cmd = f"grep(pattern={needle!r}, path={path!r})"
+        if not needle or not path:
+            return ToolCall(cmd, "[grep error: missing pattern or path]")
+        if not self.is_allowed(path):
+            return ToolCall(cmd, "[grep error: path not allowed]")
+        try:
+            text = self._text(path)
+        except FileNotFoundError:
+            return ToolCall(cmd, "[grep error: no such file]")
+        hits = []
+        for n, line in enumerate(io.StringIO(text), start=1):
+            if needle in line.lower():
+                hits.append(f"{n}: {line.rstrip()}")
+                if len(hits) >= MAX_GREP:
+                    break
+        return ToolCall(cmd, "\n".join(hits) if hits else "[no matches]")
+
+    def run(self, name: str, arguments: Any) -> ToolCall:
+        """One tool call by name with its JSON arguments (a string, as the API sends them, or a dict)."""
+        if isinstance(arguments, str):
+            if not arguments.strip():
+                args: Any = {}
+            else:
+                try:
+                    args = json.loads(arguments)
+                except ValueError as e:
+                    # the reference ends the episode with an error here; the model sees the mistake instead
+                    return ToolCall(f"{name}({arguments[:200]})", f"[tool error: arguments are not valid JSON: {e}]")
+        else:
+            args = arguments or {}
+        if not isinstance(args, dict):
+            return ToolCall(f"{name}({str(arguments)[:200]})", "[tool error: arguments must be a JSON object]")
+        if name == "glob":
+            return self.glob(args.get("pattern"))
+        if name == "read":
+            return self.read(args.get("path"), args.get("start"), args.get("limit"))
+        if name == "grep":
+            return self.grep(args.get("pattern"), args.get("path"))
+        return ToolCall(name, f"[tool error: unknown tool {name}]")
