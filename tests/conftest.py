@@ -36,6 +36,14 @@ def need_bwrap() -> str:
     return exe  # type: ignore[return-value]
 
 
+def need_harness(name: str) -> str:
+    """The agent CLI `codex` or `claude` from the project's npm prefix, or skip (locally) / fail (CI=true)."""
+    exe = REPO / ".harnesses" / "bin" / name
+    if not exe.exists():
+        _missing(f"the {name} agent CLI is not installed in .harnesses/", "run scripts/install_harnesses.sh")
+    return str(exe)
+
+
 def need_shared_data(path: Path, what: str = "") -> Path:
     """`path` (a file or folder of the shared benchmark data), or skip (locally) / fail (CI=true)."""
     if not Path(path).exists():

@@ -233,6 +233,19 @@ class Gateway:
         self._check_role(role)
         return self.endpoints[role].cfg.structured_output
 
+    async def agent_chat(self, req: Any) -> Any:
+        """An agent CLI's model call (tools offered): skillopt_ray/llm/agent_calls.py."""
+        from skillopt_ray.llm.agent_calls import agent_chat
+
+        return await agent_chat(self, req)
+
+    def agent_settings(self, role: str = "target") -> dict[str, Any]:
+        """The role's harness (chat | codex | claude_code), model and agent settings, for the benchmarks."""
+        from skillopt_ray.llm.agent_calls import agent_settings
+
+        self._check_role(role)
+        return agent_settings(self.endpoints[role].cfg)
+
     def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
         rc = self.endpoints[role].cfg if role in self.endpoints else None
         if rc is not None and (rc.schema_max_items or rc.schema_max_chars):
@@ -385,6 +398,15 @@ class GatewayActor:
     def structured_output_mode(self, role: str) -> str:
         return self.gw.structured_output_mode(role)
 
+    async def agent_chat(self, req: Any) -> Any:
+        try:
+            return await self.gw.agent_chat(req)
+        except Exception as e:  # noqa: BLE001 - see _one_line
+            raise _one_line(e, req) from None
+
+    def agent_settings(self, role: str = "target") -> dict[str, Any]:
+        return self.gw.agent_settings(role)
+
     def save_ledger(self) -> dict[str, Any]:
         return self.gw.save_ledger()
 
@@ -455,6 +477,17 @@ class LLMHandle:
                 else self._t.structured_output_mode(role)
             )
         return response_format(self._modes[role], schema, name)
+
+    async def agent_chat(self, req: Any) -> Any:
+        if self._remote:
+            with _unwrapped():
+                return await self._t.agent_chat.remote(req)
+        return await self._t.agent_chat(req)
+
+    async def agent_settings(self, role: str = "target") -> dict[str, Any]:
+        if self._remote:
+            return await self._t.agent_settings.remote(role)
+        return self._t.agent_settings(role)
 
     async def ledger_snapshot(self) -> dict[str, Any]:
         if self._remote:

@@ -1,0 +1,234 @@
+"""One agent episode: workspace, jail, the episode's model endpoint, the CLI run, the empty-reply retry, and
+what comes back (final message, raw transcript, summaries, usage, tool errors)."""
+
+from __future__ import annotations
+
+import glob
+import secrets
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_ray.harness import commands, trace
+from skillopt_ray.harness.jail import Jail, JailResult, default_prefix, jail_env
+from skillopt_ray.llm.agent_api import AgentAPIServer, CallRecord
+
+HARNESSES = ("codex", "claude_code")
+BIN = {"codex": "codex", "claude_code": "claude"}
+PREFIX = {"codex": "codex", "claude_code": "claude"}  # file prefix of the raw transcript and the summary
+
+
+class HarnessError(RuntimeError):
+    """The agent could not run properly (the jail, the CLI or its tools broke): an infra error, never a score."""
+
+    def __init__(self, message: str, kind: str = "env"):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class AgentRun:
+    final_message: str
+    raw: str
+    summary: str  # the reference's trace summary file text
+    trace: trace.AgentTrace
+    attempts: int
+    calls: list[CallRecord] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)  # collected workspace files (collect=...)
+    usage_warning: Optional[str] = None
+    wall_s: float = 0.0
+    first_call_s: Optional[float] = None
+
+    @property
+    def response(self) -> str:
+        """What the benchmark scores: the final message, else the raw transcript (as the reference does)."""
+        return self.final_message if self.final_message.strip() else self.raw
+
+
+@dataclass
+class AgentSettings:
+    harness: str
+    model: str
+    timeout_s: float
+    memory_mb: int = 4096
+    empty_retries: int = 1
+    codex_sandbox: str = "danger-full-access"
+    codex_reasoning_effort: str = "none"
+    claude_effort: str = "medium"
+    claude_max_thinking_tokens: int = 16384
+    prefix: Optional[str] = None
+    jail: str = "bwrap"
+
+    @staticmethod
+    def from_gateway(s: dict[str, Any], default_timeout_s: float) -> AgentSettings:
+        a = dict(s.get("agent") or {})
+        return AgentSettings(
+            harness=s["harness"],
+            model=s["model"],
+            timeout_s=float(a.get("timeout_s") or default_timeout_s),
+            memory_mb=int(a.get("memory_mb", 4096)),
+            empty_retries=int(a.get("empty_retries", 1)),
+            codex_sandbox=str(a.get("codex_sandbox", "danger-full-access")),
+            codex_reasoning_effort=str(a.get("codex_reasoning_effort", "none")),
+            claude_effort=str(a.get("claude_effort", "medium")),
+            claude_max_thinking_tokens=int(a.get("claude_max_thinking_tokens", 16384)),
+            prefix=a.get("prefix"),
+            jail=str(a.get("jail", "bwrap")),
+        )
+
+
+def cli_path(settings: AgentSettings) -> Path:
+    exe = default_prefix(settings.prefix) / "bin" / BIN[settings.harness]
+    if not exe.exists():
+        raise HarnessError(
+            f"the {settings.harness} CLI is not installed at {exe}; run scripts/install_harnesses.sh "
+            "(or point llm.target.agent.prefix at an npm prefix holding it)",
+            kind="sandbox_start",
+        )
+    return exe
+
+
+def _codex_extra(port: int) -> tuple[str, ...]:
+    """-c pairs: the episode's endpoint as Codex's model provider (no retries of its own: the gateway retries),
+    and its calls home switched off."""
+    provider = (
+        f'{{name="skillopt",base_url="http://127.0.0.1:{port}/v1",env_key="SKILLOPT_AGENT_KEY",'
+        'wire_api="responses",request_max_retries=0,stream_max_retries=0}'
+    )
+    return (
+        'model_provider="skillopt"',
+        f"model_providers.skillopt={provider}",
+        "analytics.enabled=false",
+        "feedback.enabled=false",
+        "check_for_update_on_startup=false",
+        'history.persistence="none"',
+    )
+
+
+def _session_events(home: Path, harness: str) -> list[dict[str, Any]]:
+    pattern = ".codex/sessions/**/*.jsonl" if harness == "codex" else ".claude/projects/**/*.jsonl"
+    events: list[dict[str, Any]] = []
+    for f in sorted(glob.glob(str(home / pattern), recursive=True)):
+        events += trace.read_jsonl(Path(f).read_text("utf-8", "replace"))
+    return events
+
+
+async def run_agent(
+    llm: Any,
+    settings: AgentSettings,
+    workspace: Path,
+    prompt: str,
+    key: str,
+    allow_file_edits: bool = False,
+    collect: tuple[str, ...] = (),
+) -> AgentRun:
+    """Run the CLI in `workspace` (already prepared) until it gives a non-empty final message or the empty
+    retries run out. A gateway error is re-raised as itself; a broken jail or broken tools raise HarnessError."""
+    exe = cli_path(settings)
+    root = Path(tempfile.mkdtemp(prefix="skillopt-agent-"))
+    raws: list[str] = []
+    all_calls: list[CallRecord] = []
+    t_all = trace.AgentTrace()
+    final = ""
+    attempts = 0
+    wall = 0.0
+    try:
+        for attempt in range(settings.empty_retries + 1):
+            attempts = attempt + 1
+            home = root / f"attempt{attempt}"
+            jail = Jail(home, exe.parent.parent, settings.jail)
+            ws_in = jail.workspace_path(workspace)
+            p = commands.retry_prompt(prompt) if attempt else prompt
+            token = secrets.token_hex(16)  # the only key the agent holds: it opens nothing but its own endpoint
+            extra: dict[str, str]
+            if settings.harness == "codex":
+                (home / "home" / ".codex").mkdir(parents=True, exist_ok=True)
+                cmd = commands.codex_argv(
+                    f"{jail.prefix_path()}/bin/codex",
+                    ws_in,
+                    p,
+                    settings.model,
+                    settings.codex_reasoning_effort,
+                    settings.codex_sandbox,
+                    extra_config=_codex_extra(jail.port),
+                )
+                extra = {"CODEX_HOME": f"{jail.home_path()}/.codex", "SKILLOPT_AGENT_KEY": token}
+            else:
+                cmd = commands.claude_argv(
+                    f"{jail.prefix_path()}/bin/claude",
+                    ws_in,
+                    commands.exec_prompt(p, allow_file_edits),
+                    settings.model,
+                    settings.claude_effort,
+                )
+                extra = {
+                    "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{jail.port}",
+                    "ANTHROPIC_API_KEY": token,
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                    "DISABLE_AUTOUPDATER": "1",
+                    "IS_SANDBOX": "1",
+                    "CLAUDE_CONFIG_DIR": f"{jail.home_path()}/.claude",
+                }
+                if settings.claude_max_thinking_tokens > 0:
+                    extra["MAX_THINKING_TOKENS"] = str(settings.claude_max_thinking_tokens)
+            env = jail_env(jail.home_path(), jail.prefix_path(), extra)
+            server = AgentAPIServer(llm, f"{key}/a{attempt}")
+            await server.start(jail.socket_path)
+            try:
+                res: JailResult = await jail.run(workspace, env, cmd, settings.timeout_s, settings.memory_mb)
+            finally:
+                await server.stop()
+            wall += res.wall_s
+            all_calls += server.calls
+            if server.errors:  # the model endpoint failed after the gateway's retries: as for a chat episode
+                raise server.errors[-1]
+            raw = res.stdout + (f"\n[stderr]\n{res.stderr}" if res.stderr.strip() else "")
+            raws.append(f"===== {PREFIX[settings.harness].upper()} CLI ATTEMPT {attempts} =====\n{raw}")
+            events = _session_events(home / "home", settings.harness)
+            t = trace.codex_session_trace(events) if settings.harness == "codex" else trace.claude_session_trace(events)
+            _merge(t_all, t)
+            if res.out_of_memory:
+                raise HarnessError(f"the {settings.harness} agent went past its memory limit ({settings.memory_mb} MB)")
+            if not server.calls and not res.timed_out:
+                said = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]
+                raise HarnessError(
+                    f"the {settings.harness} agent never called its model ({said})", kind="sandbox_start"
+                )
+            if t.tool_errors:
+                raise HarnessError(f"the {settings.harness} agent's tools failed: {t.tool_errors[0]}")
+            if settings.harness == "codex":
+                if res.timed_out:
+                    raise HarnessError(f"codex exec ran past its {settings.timeout_s:g} s limit", kind="timeout")
+                if res.returncode != 0:  # the reference raises here, with no retry
+                    raise HarnessError(f"codex exec failed with exit code {res.returncode}: {raw[:300]}")
+                last = workspace / commands.CODEX_LAST_MESSAGE
+                final = last.read_text("utf-8", "replace") if last.exists() else ""
+            else:  # a timeout or a failed run with nothing printed is an empty reply: retried
+                final = "" if res.timed_out or (res.returncode != 0 and not res.stdout.strip()) else res.stdout.strip()
+            if final.strip():
+                break
+        raw_all = "\n\n".join(raws)
+        if settings.harness == "codex":
+            summary = trace.codex_trace_summary(raw_all, final)
+        else:
+            summary = trace.claude_trace_summary(final, raw_all)
+        t_all.final_message = final
+        files = {name: (workspace / name).read_bytes() for name in collect if (workspace / name).is_file()}
+        ledger_in = sum(c.prompt_tokens for c in all_calls)
+        ledger_out = sum(c.completion_tokens for c in all_calls)
+        warning = trace.reconcile(t_all, len(all_calls), ledger_in, ledger_out)
+        return AgentRun(final, raw_all, summary, t_all, attempts, all_calls, files, warning, wall)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _merge(into: trace.AgentTrace, t: trace.AgentTrace) -> None:
+    into.commands += t.commands
+    into.files_read += t.files_read
+    into.tool_errors += t.tool_errors
+    into.input_tokens += t.input_tokens
+    into.output_tokens += t.output_tokens
+    into.usage_reports += t.usage_reports
+    into.final_message = t.final_message or into.final_message

@@ -1,0 +1,74 @@
+"""The agent's workspace for one episode, laid out as the reference lays it out, and the path guard."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from skillopt_ray.harness.skill_md import SKILL_PATH
+
+# folders holding gold answers: an agent must never be pointed at them
+DENIED_COMPONENTS = ("officeqa_split", "sealqa_split")
+
+
+def check_paths(paths: list[str | Path]) -> None:
+    """Raise ValueError when any path, resolved, has a component naming a gold-answer folder."""
+    for p in paths:
+        real = Path(os.path.realpath(str(p)))
+        bad = [c for c in real.parts if c in DENIED_COMPONENTS]
+        if bad:
+            raise ValueError(f"refusing to give an agent access to {real}: it lies under {bad[0]} (gold answers)")
+
+
+@dataclass
+class WorkspaceSpec:
+    """What goes into a workspace besides SKILL.md."""
+
+    task: str = ""
+    extra_files: dict[str, str] = field(default_factory=dict)  # relative path -> text
+    copy_files: dict[str, str] = field(default_factory=dict)  # relative path -> source file
+    link_dirs: dict[str, str] = field(default_factory=dict)  # relative path -> directory (symlinked)
+    images: list[str] = field(default_factory=list)
+
+
+def prepare_workspace(work_dir: str | Path, skill_md: str, spec: WorkspaceSpec) -> Path:
+    """Delete and recreate `work_dir`; write SKILL.md, task.md (when the task is not empty), the extras, and the
+    images as attachments/NN_<name> listed in ATTACHMENTS.md. Never AGENTS.md or CLAUDE.md."""
+    wd = Path(work_dir)
+    check_paths([wd, *spec.link_dirs.values(), *(Path(i).parent for i in spec.images)])
+    if wd.exists():
+        shutil.rmtree(wd)
+    wd.mkdir(parents=True)
+    skill = wd / SKILL_PATH
+    skill.parent.mkdir(parents=True)
+    skill.write_text(skill_md, encoding="utf-8")
+    if spec.task:
+        (wd / "task.md").write_text(spec.task, encoding="utf-8")
+    for rel, text in spec.extra_files.items():
+        (wd / rel).parent.mkdir(parents=True, exist_ok=True)
+        (wd / rel).write_text(text, encoding="utf-8")
+    for rel, src in spec.copy_files.items():
+        (wd / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, wd / rel)
+    for rel, src in spec.link_dirs.items():
+        (wd / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.realpath(src), wd / rel, target_is_directory=True)
+    if spec.images:
+        (wd / "attachments").mkdir()
+        lines = [
+            "# Attachments",
+            "",
+            "The files below are copies of the images that belong to this task; open them to inspect them.",
+            "",
+        ]
+        for n, img in enumerate(spec.images, 1):
+            src = Path(img)
+            if not src.is_file():
+                raise FileNotFoundError(f"attachment {src} does not exist")
+            rel = f"attachments/{n:02d}_{src.name}"
+            shutil.copyfile(src, wd / rel)
+            lines.append(f"- `{rel}` (source: `{src.resolve()}`)")
+        (wd / "ATTACHMENTS.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return wd
