@@ -57,6 +57,8 @@ class DocVQAOptions:
     page_input: str = "auto"
     target_provider: str = ""  # filled from llm.target.provider by conf/env/docvqa.yaml, read by page_input=auto
     check_images: bool = True  # load_split checks that every page image exists
+    # where env actors write out pages read from parquet files (a local disk on each node); default under ~/.cache
+    page_cache: Optional[str] = None
 
     @staticmethod
     def parse(raw: dict[str, Any]) -> DocVQAOptions:
@@ -154,7 +156,8 @@ class DocVQABenchmark(Benchmark):
             if self._sources is not None:
                 where = f"{self._sources.describe()} in {self._root}, split by the ids in {self._manifest}"
                 if self._sources.parquets:
-                    where += f" (env actors write pages out to {upstream.PAGE_CACHE} on first use)"
+                    cache = self.options.page_cache or upstream.PAGE_CACHE
+                    where += f" (env actors write pages out to {cache} on first use)"
             note = f"DocVQA: questions from {where}, {sizes.text()} train/val/test ({same}, {dv.PAPER_SPLIT_NAME})"
         if not self.options.sends_images:
             why = (
@@ -196,7 +199,8 @@ class DocVQABenchmark(Benchmark):
         image_path = payload["image_path"]
         if self.options.sends_images:
             if payload.get("page_source"):  # inside a parquet file: written out on this node on first use
-                image_path = str(await asyncio.to_thread(upstream.page_file, payload["page_source"], image_path))
+                cache = Path(os.path.expanduser(self.options.page_cache)) if self.options.page_cache else None
+                image_path = str(await asyncio.to_thread(upstream.page_file, payload["page_source"], image_path, cache))
             return prompts.image_part(image_path, self.options.image_detail)
         if payload.get("text_path"):
             return prompts.text_layer_part(upstream.ocr_text(Path(payload["text_path"])))
