@@ -14,6 +14,7 @@ epochs/eEE/            slow-update and meta-skill records                   Slow
 final/                 final evaluation (test_*.json, evaluation.json)      Evaluation
 summary.json           the run's summary                                    Summary
 sessions.json          wall time per command on this directory
+provenance.json        what made the run: each command's line, overrides, config, version, git commit, code hash
 llm_cache.sqlite       response cache; ledger.json token/cost ledger
 
 Files other tools own (mlflow_run.json, jobs.json, identity.json, progress.json, provenance) go through the
@@ -54,6 +55,7 @@ LR_HISTORY = "lr_history.jsonl"
 SUMMARY = "summary.json"
 BEST_SKILL = "best_skill.md"
 SESSIONS = "sessions.json"
+PROVENANCE = "provenance.json"
 LEDGER = "ledger.json"
 CACHE = "llm_cache.sqlite"
 ERROR = "error.txt"
@@ -351,3 +353,25 @@ class RunDir:
 
     def write_sessions(self, sessions: list[dict[str, Any]]) -> None:
         self.write_json(SESSIONS, sessions)
+
+    # ---------------------------------------------------------------- what made the run
+    def write_provenance(self, record: dict[str, Any]) -> None:
+        """Append one command's provenance (command line, overrides, resolved config, version, git commit and dirty
+        flag, code hash) to provenance.json: the first entry made the run, later ones resumed it."""
+        try:
+            entries = self.read_json(PROVENANCE)
+        except RecordError:
+            entries = None
+        entries = entries if isinstance(entries, list) else []
+        self.write_json(PROVENANCE, [*entries, record])
+
+    def read_provenance(self, which: int = 0) -> Optional[dict[str, Any]]:
+        """One command's provenance: the one that made the run (0, default) or the latest (-1); None before any."""
+        try:
+            entries = self.read_json(PROVENANCE)
+        except RecordError:
+            return None
+        if not isinstance(entries, list) or not entries:
+            return None
+        entry = entries[which]
+        return entry if isinstance(entry, dict) else None
