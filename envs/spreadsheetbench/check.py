@@ -3,10 +3,15 @@
     python -m skillopt_envs.spreadsheetbench.check DATA_DIR [--manifest DIR] [--json]
 
 A task is defective when its answer position cannot be parsed, names a sheet its answer
-workbook lacks, it has no test-case files (or a workbook that cannot be opened), or two of its
-test cases have identical inputs but different expected answers. Each defective task is listed
-with the reason, then counts per split of the split the run would use (the paper split by
-default, `--manifest` as `env.manifest_dir`). Exclude them with a manifest of your own.
+workbook lacks, it has no test-case files at all (or a workbook that cannot be opened), or two of
+its test cases have identical inputs (cached values, formulas, cell formats and merged ranges) but
+different expected answers. Each defective task is listed with the reason and the rule that makes
+it defective: `data` (no script can pass it under any scorer) or `reference` (the reference's
+scoring makes it unpassable: it puts `answer_sheet` in front of a position without `!`, which the
+official scorer does not do). Then the counts per split of the split the run would use (the paper
+split by default, `--manifest` as `env.manifest_dir`). Exclude them with a manifest of your own.
+Tasks of the original release with fewer than its 3 test cases (an input without its answer, say)
+can still be passed: they are listed after the defects, as notes.
 
 Results are cached per task under ~/.cache/skillopt_ray/spreadsheetbench_check (keyed by the
 files' sizes and modification times), so the run's start-up note costs little after the first time.
@@ -34,7 +39,15 @@ from skillopt_envs.spreadsheetbench.scoring import PositionError, cells_equal, p
 warnings.filterwarnings("ignore", category=UserWarning, module="openpyxl")  # unsupported extensions in real workbooks
 
 KINDS = ("unparsable-position", "missing-sheet", "no-test-cases", "unreadable-workbook", "conflicting-cases")
-_VERSION = 1
+# why a task is defective: its data (any scorer), or the reference's rule of putting answer_sheet in front of a
+# position without `!` (kept here as the reference does; the official SpreadsheetBench scorer does not)
+RULES = {
+    "data": "no script can pass it under any scorer",
+    "reference": "the reference's scoring, which puts answer_sheet in front of a position without '!', makes it "
+    "unpassable; the official scorer, which does not, may pass it",
+}
+_VERSION = 2
+_RELEASE_CASES = 3  # the original release's test cases per task (Verified-400 has one)
 
 
 @dataclass
@@ -42,6 +55,7 @@ class Defect:
     task_id: str
     kind: str  # one of KINDS
     detail: str
+    rule: str = "data"  # one of RULES
 
 
 def _cache_dir() -> Path:
@@ -85,6 +99,35 @@ def _values(path: str, sheets_cells: Optional[dict[str, tuple[str, ...]]]) -> tu
         wb.close()
 
 
+def _content(path: str) -> Any:
+    """What a script can read in an input workbook beyond cached values: sheet names, merged ranges, and per cell
+    its literal value or formula and its format (number format, font, fill, border, alignment, protection)."""
+    import openpyxl
+
+    wb = openpyxl.load_workbook(path, data_only=False)
+    try:
+        out = []
+        for ws in wb.worksheets:
+            cells = []
+            for row in ws.iter_rows():
+                for c in row:
+                    if c.value is None and not c.has_style:
+                        continue
+                    style = (
+                        (c.number_format, c.font, c.fill, c.border, c.alignment, c.protection) if c.has_style else ()
+                    )
+                    cells.append((c.coordinate, c.value, style))
+            out.append((ws.title, sorted(str(r) for r in ws.merged_cells.ranges), cells))
+        return out
+    finally:
+        wb.close()
+
+
+def _same_input(a: str, b: str) -> bool:
+    """Two input workbooks a script cannot tell apart: the same cached values, formulas and formats."""
+    return _values(a, None) == _values(b, None) and _content(a) == _content(b)
+
+
 def _sheetnames(path: str) -> list[str]:
     import openpyxl
 
@@ -106,10 +149,11 @@ def check_task(task: Task) -> Optional[Defect]:
     tid = task.task_id
     if not p["cases"]:
         return Defect(tid, "no-test-cases", p.get("problem") or "no input/answer workbooks")
+    prefixed = p["position"] != p.get("answer_position", p["position"])  # answer_sheet was put in front
     try:
         areas = parse_position(p["position"])
     except PositionError as e:
-        return Defect(tid, "unparsable-position", f"{p['position']!r}: {e}")
+        return Defect(tid, "unparsable-position", f"{p['position']!r}: {e}", _rule_of(p) if prefixed else "data")
     answers = []
     for _inp, ans in p["cases"]:
         try:
@@ -121,8 +165,12 @@ def check_task(task: Task) -> Optional[Defect]:
         for a in areas:
             sheet = a.sheet if a.sheet is not None else first
             if sheet not in names:
+                from_prefix = prefixed and a is areas[0] and sheet == p.get("answer_sheet")
                 return Defect(
-                    tid, "missing-sheet", f"{p['position']!r} names sheet {sheet!r}; {Path(ans).name} has {names}"
+                    tid,
+                    "missing-sheet",
+                    f"{p['position']!r} names sheet {sheet!r}; {Path(ans).name} has {names}",
+                    _rule_of(p) if from_prefix else "data",
                 )
             want[sheet] = want.get(sheet, ()) + a.cells
         answers.append(want)
@@ -134,20 +182,19 @@ def check_task(task: Task) -> Optional[Defect]:
             inputs.append(_digest(inp))
         except OSError as e:
             return Defect(tid, "unreadable-workbook", f"{Path(inp).name}: {e}")
-    contents: dict[int, Any] = {}
     for i in range(len(p["cases"])):
         for j in range(i + 1, len(p["cases"])):
             same = inputs[i] == inputs[j]
             if not same:
                 try:
-                    for k in (i, j):
-                        if k not in contents:
-                            contents[k] = _values(p["cases"][k][0], None)
+                    same = _same_input(p["cases"][i][0], p["cases"][j][0])
                 except Exception as e:  # noqa: BLE001
                     return Defect(
-                        tid, "unreadable-workbook", f"{Path(p['cases'][k][0]).name}: {type(e).__name__}: {str(e)[:120]}"
+                        tid,
+                        "unreadable-workbook",
+                        f"{Path(p['cases'][i][0]).name} or {Path(p['cases'][j][0]).name}: {type(e).__name__}: "
+                        f"{str(e)[:120]}",
                     )
-                same = contents[i] == contents[j]
             if not same:
                 continue
             (_, a), (_, b) = _values(p["cases"][i][1], answers[i]), _values(p["cases"][j][1], answers[j])
@@ -161,6 +208,33 @@ def check_task(task: Task) -> Optional[Defect]:
                     f"({len(diff)} cells, first {diff[0]}: {a[diff[0]]!r} vs {b.get(diff[0])!r})",
                 )
     return None
+
+
+def _rule_of(payload: dict[str, Any]) -> str:
+    """`reference` when the position read as given (without answer_sheet in front) parses; else `data`."""
+    try:
+        parse_position(payload.get("answer_position", ""))
+    except PositionError:
+        return "data"
+    return "reference"
+
+
+def case_notes(tasks: Iterable[Task]) -> list[str]:
+    """Tasks of the original release (`*_input.xlsx` / `*_answer.xlsx`) with fewer than its 3 test cases: still
+    passable, but scored on fewer cases (an input whose answer is missing is not a case)."""
+    out = []
+    for t in tasks:
+        cases = t.payload["cases"]
+        if cases and all(inp.endswith("_input.xlsx") for inp, _ in cases) and len(cases) < _RELEASE_CASES:
+            folder = Path(cases[0][0]).parent
+            unpaired = sorted(
+                f.name
+                for f in folder.glob("*.xlsx")
+                if f.name.endswith(("_input.xlsx", "_answer.xlsx")) and str(f) not in {x for c in cases for x in c}
+            )
+            extra = f"; unpaired: {', '.join(unpaired)}" if unpaired else ""
+            out.append(f"{t.task_id}: {len(cases)} of {_RELEASE_CASES} test cases{extra}")
+    return out
 
 
 def check_tasks(tasks: Iterable[Task], use_cache: bool = True) -> list[Defect]:
@@ -257,12 +331,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     n_cases = sum(len(t.payload["cases"]) for t in tasks)
     print(f"SpreadsheetBench data check: {root} ({len(tasks)} tasks, {n_cases} test cases)")
     for d in defects:
-        print(f"  {d.task_id}\t{d.kind}\t{d.detail}")
+        print(f"  {d.task_id}\t{d.kind}\t{d.detail}\t[rule: {d.rule}]")
     kinds = Counter(d.kind for d in defects)
     print(
         f"defective: {len(defects)} of {len(tasks)} tasks"
         + (" (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")" if defects else "")
     )
+    for rule, n in sorted(Counter(d.rule for d in defects).items()):
+        print(f"  rule {rule}: {n} ({RULES[rule]})")
+    notes = case_notes(tasks)
+    if notes:
+        print(f"fewer test cases than the release's {_RELEASE_CASES} (not defective, scored on the cases present):")
+        for line in notes:
+            print(f"  {line}")
     print(plan.describe())
     for s, (bad, n) in split_counts(root, tasks, plan, defects).items():
         print(f"  {s}: {bad} of {n} tasks defective")
