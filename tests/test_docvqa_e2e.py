@@ -99,3 +99,65 @@ def test_embedded_server_reads_text_parts_and_refuses_images_in_one_line(tmp_pat
         srv.stop()
     msg = str(e.value)
     assert "\n" not in msg and "rejects image input (HTTP 500)" in msg and "env.options.page_input=text" in msg
+
+
+def test_parquet_data_in_place_pages_read_by_the_env_actors(ray_cluster, tmp_path):
+    """The lmms-lab parquet files as env.data_dir with an id manifest: the CLI plans the splits from the questions
+    alone, and the env actors write the pages they need into env.options.page_cache and send them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from skillopt_envs.docvqa.samples import make_page
+
+    recs, answers = [], {}
+    for i in range(12):
+        page, image = make_page(i)
+        path = tmp_path / f"p{i}.png"
+        image.save(path)
+        qid = str(600 + i)
+        recs.append(
+            {
+                "questionId": qid,
+                "question": page.question,
+                "question_types": [page.topic],
+                "image": {"bytes": path.read_bytes(), "path": None},
+                "docId": i,
+                "answers": [page.answer],
+            }
+        )
+        answers[qid] = (page.topic, f"<answer>{page.answer}</answer>", "<answer>unknown</answer>")
+    data = tmp_path / "DocVQA"
+    data.mkdir()
+    pq.write_table(pa.Table.from_pylist(recs), data / "validation-00000-of-00001.parquet", row_group_size=4)
+    ids = tmp_path / "ids"
+    for split, qs in {"train": range(600, 606), "val": range(606, 609), "test": range(609, 612)}.items():
+        (ids / split).mkdir(parents=True)
+        (ids / split / "items.json").write_text(json.dumps([{"id": str(q)} for q in qs]))
+    with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
+        overrides = [
+            "+experiment=docvqa",
+            "+smoke=tiny",
+            "llm=compatible",
+            f"llm.base_url={srv.base_url}",
+            f"output_dir={tmp_path / 'out'}",
+            "debug.progress=off",
+            f"env.data_dir={data}",
+            f"env.manifest_dir={ids}",
+            f"env.options.page_cache={tmp_path / 'pages'}",
+            "optimizer.epochs=1",
+        ]
+        _obj, cfg = cli.typed(cli.compose(overrides))
+        cfg = cli.resolve_paths(cfg)
+        code = cli.run_one(cfg)
+        rd = cli.run_dir_for(cfg)
+        sent = [
+            base64.b64decode(b["messages"][1]["content"][1]["image_url"]["url"].split(",", 1)[1])
+            for b in srv.state.bodies
+            if len(b["messages"]) >= 2 and isinstance(b["messages"][1]["content"], list)
+        ]
+    assert code == 0
+    pages = {r["image"]["bytes"] for r in recs}
+    assert sent and all(s in pages for s in sent)
+    written = list((tmp_path / "pages").rglob("q*.png"))
+    assert written and all(p.read_bytes() in pages for p in written)
+    summary = json.loads((rd / "summary.json").read_text())
+    assert summary["test"]["best"]["hard"] >= summary["test"]["initial"]["hard"]
