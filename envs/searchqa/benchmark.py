@@ -89,6 +89,7 @@ def evaluation_block(question: str, predicted: str, golds: list[str], em: int, f
 
 class SearchQABenchmark(Benchmark):
     name = "searchqa"
+    agent_harness = True  # llm.target.harness=codex|claude_code runs each episode in an agent CLI
     options_class = QAOptions
 
     def __init__(self, env_cfg: dict[str, Any]):
@@ -206,13 +207,33 @@ class SearchQABenchmark(Benchmark):
     # ---------- the episode ----------
 
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+        from skillopt_ray.harness.episode import harness_settings
+
         p = task.payload
         question, golds = p["question"], list(p["answers"])
-        system = system_prompt(skill)
         user = user_prompt(truncate_context(p["context"], self.options.max_context_chars), question)
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{task.task_id}/t0"))
-        predicted = extract_answer(reply.content)
+        agent = await harness_settings(llm)
+        extra: dict[str, Any] = {}
+        if agent is not None:
+            outcome = await _agent_reply(task, skill, llm, ctx, agent, user)
+            if outcome.run is None:
+                return EpisodeResult(
+                    task.task_id,
+                    task.task_type,
+                    fail_reason="infra_error",
+                    infra_error=True,
+                    error_kind=outcome.error_kind,
+                    error=outcome.error,
+                    n_turns=1,
+                )
+            content, system = outcome.run.response, outcome.skill_md
+            extra = outcome.info(bool((agent.get("agent") or {}).get("trace_to_optimizer", True)))
+        else:
+            system = system_prompt(skill)
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{task.task_id}/t0"))
+            content = reply.content
+        predicted = extract_answer(content)
         s = score_answer(predicted, golds)
         fail = "" if s.em else f"EM=0: predicted '{predicted}' but expected {golds!r}"
         return EpisodeResult(
@@ -223,7 +244,7 @@ class SearchQABenchmark(Benchmark):
             fail_reason=fail,
             n_turns=1,
             trajectory=[
-                {"type": "message", "turn": 1, "content": reply.content},
+                {"type": "message", "turn": 1, "content": content},
                 {"role": "system", "content": evaluation_block(question, predicted, golds, s.em, s.f1)},
             ],
             # the reference's results carry no task text or type, so the analyst's header lines are empty (QUIRK-15)
@@ -237,5 +258,27 @@ class SearchQABenchmark(Benchmark):
                 "em": s.em,
                 "f1": s.f1,
                 "sub_em": s.sub_em,
+                **extra,
             },
         )
+
+
+# SKILL.md for an agent target: what the skill is for, and a preamble (the reference's exec pattern)
+AGENT_DESCRIPTION = "Answer a question from the search-result passages in task.md"
+AGENT_PREAMBLE = (
+    "Use this skill for the current SearchQA question.\n"
+    "Read the passages in task.md, find the ones that bear on the question, and give a short answer in <answer></answer> tags."
+)
+AGENT_PROMPT = (
+    "Use the `skillopt-target` skill in this workspace.\n"
+    "Read task.md and answer its question from the passages.\n"
+    "End with your final answer inside <answer></answer> tags."
+)
+AGENT_TIMEOUT_S = 120.0  # the benchmark's exec_timeout
+
+
+async def _agent_reply(task: Task, skill: str, llm: LLM, ctx: EpisodeContext, agent: dict[str, Any], user: str) -> Any:
+    from skillopt_ray.harness.episode import HarnessTask, run_harness_task
+
+    ht = HarnessTask(AGENT_DESCRIPTION, AGENT_PREAMBLE, user, AGENT_PROMPT, AGENT_TIMEOUT_S)
+    return await run_harness_task(llm, agent, task.task_id, skill, ht, f"{ctx.key}/{task.task_id}")

@@ -4,6 +4,7 @@ rate limits and retries as every other call (`Gateway.agent_chat` delegates here
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -74,13 +75,30 @@ def agent_endpoint(gw: Any, role: str) -> AgentEndpoint:
     return eps[role]
 
 
+# parts of a tool's output that differ between two runs of the same episode (Codex's output chunk id and the
+# command's wall time): left out of the cache key only, so a replayed episode finds its recorded replies
+_VOLATILE = (re.compile(r"Chunk ID: \S+"), re.compile(r"Wall time: [0-9.]+ seconds"))
+
+
+def stable_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for m in messages:
+        c = m.get("content")
+        if m.get("role") == "tool" and isinstance(c, str):
+            for pat in _VOLATILE:
+                c = pat.sub(pat.pattern.split(":")[0] + ": _", c)
+            m = {**m, "content": c}
+        out.append(m)
+    return out
+
+
 def cache_payload(ep: AgentEndpoint, req: AgentRequest) -> dict[str, Any]:
     kw = ep.request_kwargs(req)
     return {
         "agent": True,
         "provider": ep.cfg.provider,
         "model": kw["model"],
-        "messages": kw["messages"],
+        "messages": stable_messages(kw["messages"]),
         "tools": kw.get("tools"),
         "temperature": kw.get("temperature"),
         "max_tokens": kw.get("max_tokens", kw.get("max_completion_tokens")),

@@ -1,0 +1,95 @@
+"""The hook a benchmark uses to run its episode in an agent harness instead of a chat turn.
+
+A benchmark opts in with the class attribute `agent_harness = True` and, in `run_episode`, asks
+`harness_settings(llm)`; when it is not None it builds a `HarnessTask` (the SKILL.md description and preamble,
+task.md, the prompt, its timeout, files to collect) and calls `run_harness_task`, then scores the response."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_ray.harness.runner import AgentRun, AgentSettings, HarnessError, run_agent
+from skillopt_ray.harness.skill_md import render_skill_md
+from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+
+
+@dataclass
+class HarnessTask:
+    description: str  # SKILL.md front matter
+    preamble: str  # SKILL.md text before the learned guidance
+    task_md: str
+    prompt: str
+    timeout_s: float  # the benchmark's own per-call limit (llm.target.agent.timeout_s overrides it)
+    copy_files: dict[str, str] = field(default_factory=dict)
+    extra_files: dict[str, str] = field(default_factory=dict)
+    images: list[str] = field(default_factory=list)
+    allow_file_edits: bool = False
+    collect: tuple[str, ...] = ()
+
+
+@dataclass
+class HarnessOutcome:
+    run: Optional[AgentRun]
+    skill_md: str
+    error: str = ""
+    error_kind: str = ""
+
+    def info(self, trace_to_optimizer: bool = True) -> dict[str, Any]:
+        """What goes into the episode's info: the analysts' target prompts and the trace summary; never the
+        raw event stream."""
+        if self.run is None:
+            return {}
+        blocks = [["Agent Trace Summary", self.run.trace.render()]] if trace_to_optimizer else []
+        out: dict[str, Any] = {
+            "agent_summary": self.run.summary,
+            "agent_attempts": self.run.attempts,
+            "agent_calls": len(self.run.calls),
+            "agent_tokens": [
+                sum(c.prompt_tokens for c in self.run.calls),
+                sum(c.completion_tokens for c in self.run.calls),
+            ],
+            "agent_reported_tokens": [self.run.trace.input_tokens, self.run.trace.output_tokens],
+            "agent_wall_s": round(self.run.wall_s, 3),
+            "analyst_blocks": blocks,
+        }
+        if self.run.usage_warning:
+            out["usage_warning"] = self.run.usage_warning
+        return out
+
+
+async def harness_settings(llm: Any) -> Optional[dict[str, Any]]:
+    """The target's harness settings, or None for a chat target (or an LLM handle without harness support)."""
+    get = getattr(llm, "agent_settings", None)
+    if get is None:
+        return None
+    s = get("target")
+    if hasattr(s, "__await__"):
+        s = await s
+    return s if s and s.get("harness", "chat") != "chat" else None
+
+
+async def run_harness_task(
+    llm: Any, settings: dict[str, Any], task_id: str, skill: str, ht: HarnessTask, key: str
+) -> HarnessOutcome:
+    """Lay out the workspace (`predictions/<id>/codex_exec`, as the reference names it for every CLI), run the
+    agent, and hand back its run; a broken jail or broken tools come back as an error, a gateway error is raised."""
+    skill_md = render_skill_md(skill, ht.description, ht.preamble)
+    root = Path(tempfile.mkdtemp(prefix="skillopt-ws-"))
+    try:
+        wd = prepare_workspace(
+            root / "predictions" / task_id.replace("/", "_") / "codex_exec",
+            skill_md,
+            WorkspaceSpec(task=ht.task_md, extra_files=ht.extra_files, copy_files=ht.copy_files, images=ht.images),
+        )
+        s = AgentSettings.from_gateway(settings, ht.timeout_s)
+        try:
+            run = await run_agent(llm, s, wd, ht.prompt, key, allow_file_edits=ht.allow_file_edits, collect=ht.collect)
+        except HarnessError as e:
+            return HarnessOutcome(None, skill_md, str(e), e.kind)
+        return HarnessOutcome(run, skill_md)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

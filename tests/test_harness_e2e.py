@@ -1,0 +1,117 @@
+"""The real agent CLIs, jailed, against the scripted server through the gateway's agent endpoints: a SearchQA
+evaluation with each harness (the skill read from .agents/skills/skillopt-target/SKILL.md, the ledger equal to
+what the server answered, a replayed run making no upstream call), and a codex training run reaching the gate."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import need_bwrap, need_harness, qa_fixture
+from scripted_server import Policies, ScriptedServer
+
+SKILL_FILE = ".agents/skills/skillopt-target/SKILL.md"
+
+
+class AgentPolicy:
+    """Target: read SKILL.md first (through the harness's own shell tool), then answer right only if the skill
+    holds the rule for the task's type. Optimizer: the rule-gated scripted analysts."""
+
+    def __init__(self, answers: dict):
+        self.answers = answers
+        self.optimizer = Policies(target="rule_gated", answers=answers)
+        self.skill_reads: list[tuple[str, str]] = []  # (task id, path the skill was read from)
+        self.target_calls = 0
+
+    def __call__(self, body, headers):
+        if headers.get("x-skillopt-role") != "target":
+            return self.optimizer.answer(body, headers)
+        self.target_calls += 1
+        names = {t["function"]["name"] for t in body.get("tools") or []}
+        assert names, "an agent call offers tools"
+        tool_text = "\n".join(str(m.get("content")) for m in body["messages"] if m["role"] == "tool")
+        m = re.search(r"/([^/]+)/a\d+$", headers.get("x-skillopt-key", ""))
+        task_id = m.group(1) if m else ""
+        if 'name: "skillopt-target"' not in tool_text:
+            cmd = f"cat {SKILL_FILE}"
+            if "exec_command" in names:
+                call = {"name": "exec_command", "arguments": json.dumps({"cmd": cmd})}
+            else:
+                call = {"name": "Bash", "arguments": json.dumps({"command": cmd, "description": "read the skill"})}
+            return {
+                "content": "",
+                "tool_calls": [{"id": f"call-{self.target_calls}", "type": "function", "function": call}],
+            }
+        # the skill reached the model as the output of the command that read SKILL_FILE
+        assert "## Dynamic Guidance" in tool_text
+        self.skill_reads.append((task_id, SKILL_FILE))
+        task_type, right, wrong = self.answers[task_id]
+        return right if f"RULE-{task_type}" in tool_text else wrong
+
+
+def _gateway(url: str, harness: str, tmp: Path, mode: str = "record"):
+    from skillopt_ray.config import from_container
+    from skillopt_ray.llm.gateway import Gateway
+
+    llm = {
+        "backend": "compatible",
+        "base_url": url,
+        "cache_mode": mode,
+        "target": {"provider": "openai", "model": "scripted", "harness": harness, "max_tokens": 256},
+        "optimizer": {"provider": "openai", "model": "scripted"},
+    }
+    cfg = from_container({"experiment": "_", "llm": llm}).llm
+    return Gateway(cfg, str(tmp / "cache.sqlite"), str(tmp / "ledger.json"))
+
+
+async def _eval(gw, bench, tasks, skill):
+    from skillopt_envs.base import EpisodeContext
+
+    ctx = EpisodeContext("eval/test", False, 1, 8)
+    out = [await bench.run_episode(t, skill, gw, ctx) for t in tasks]
+    await gw.close()
+    return out
+
+
+@pytest.mark.parametrize("harness,cli", [("codex", "codex"), ("claude_code", "claude")])
+def test_searchqa_eval_in_each_harness_through_the_gateway(tmp_path, harness, cli):
+    need_bwrap()
+    need_harness(cli)
+    from skillopt_envs.searchqa.benchmark import SearchQABenchmark
+
+    answers = qa_fixture(tmp_path / "qa")
+    bench = SearchQABenchmark({"data_dir": str(tmp_path / "qa"), "options": {"split_source": "folders"}})
+    tasks = bench.load_split("test")[:2]
+    policy = AgentPolicy(answers)
+    with ScriptedServer(policy=policy) as srv:
+        res = asyncio.run(
+            _eval(_gateway(srv.base_url, harness, tmp_path / "rec"), bench, tasks, "RULE-qa: answer briefly")
+        )
+        assert [r.hard for r in res] == [1.0, 1.0], [r.error for r in res]
+        assert sorted(t for t, _ in policy.skill_reads) == sorted(t.task_id for t in tasks)
+        assert {p for _, p in policy.skill_reads} == {SKILL_FILE}
+        for r in res:
+            assert r.info["target_system_prompt"].startswith('---\nname: "skillopt-target"')
+            assert "RULE-qa" in r.info["target_system_prompt"]
+            assert r.info["agent_summary"] and "cat " + SKILL_FILE in r.info["analyst_blocks"][0][1]
+            assert "usage_warning" not in r.info, r.info.get("usage_warning")
+        ledger = json.loads((tmp_path / "rec" / "ledger.json").read_text())
+        entry = ledger["entries"]["target/rollout"]
+        st = srv.state
+        assert entry["calls"] == st.requests[("target", "rollout")] == policy.target_calls == 4
+        assert (entry["prompt_tokens"], entry["completion_tokens"]) == (st.prompt_tokens, st.completion_tokens)
+        attempts = st.attempts
+        # replay from the recorded cache: the same answers and not one request upstream
+        (tmp_path / "rep").mkdir()
+        (tmp_path / "rep" / "cache.sqlite").write_bytes((tmp_path / "rec" / "cache.sqlite").read_bytes())
+        again = asyncio.run(
+            _eval(_gateway(srv.base_url, harness, tmp_path / "rep", "replay"), bench, tasks, "RULE-qa: answer briefly")
+        )
+        assert [r.hard for r in again] == [1.0, 1.0], [r.error for r in again]
+        assert st.attempts == attempts
+        # without the rule the scripted model answers wrong: the score is the agent's
+        wrong = asyncio.run(_eval(_gateway(srv.base_url, harness, tmp_path / "w"), bench, tasks, ""))
+        assert [r.hard for r in wrong] == [0.0, 0.0] and not any(r.infra_error for r in wrong)
