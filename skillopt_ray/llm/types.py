@@ -92,10 +92,6 @@ class LLMRequestRejected(LLMError):
     """Non-retryable HTTP error (400/401/403/404)."""
 
 
-class LLMUnavailable(LLMError):
-    """Retries exhausted: the endpoint is down, overloaded or timing out."""
-
-
 class BudgetExceeded(LLMError):
     """A budget cap was hit; the run stops cleanly and can resume with a higher cap."""
 
@@ -105,9 +101,19 @@ class CacheMiss(LLMError):
 
 
 class MalformedOutput(LLMError):
-    """The model's reply could not be parsed/validated, even after one re-ask."""
+    """The model's reply could not be parsed/validated, even after one re-ask.
+
+    Not fatal, nor are its subclasses (a call that brought no usable reply): an optimizer stage takes its
+    fallback (an analyst's minibatch yields nothing, a merge concatenates, a ranking keeps the first N, a slow
+    update or meta skill is skipped, each with the error recorded); an episode is retried, then recorded as an
+    infra error of its kind, kept out of the means (the run stops past optimizer.max_infra_failure_fraction)."""
 
     fatal = False
+
+
+class LLMUnavailable(MalformedOutput):
+    """Retries exhausted: the endpoint is down, overloaded or timing out. One call's bad luck is not the run's:
+    a subclass of MalformedOutput so the stage falls back, or the episode is an infra error (kind `llm`)."""
 
 
 class ReplyIncomplete(MalformedOutput):

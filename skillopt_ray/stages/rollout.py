@@ -66,9 +66,15 @@ def summarize(results: list[EpisodeResult]) -> RolloutStats:
 def check_infra(results: list[EpisodeResult], max_fraction: float, what: str) -> None:
     bad = [r for r in results if r.infra_error]
     if results and len(bad) / len(results) > max_fraction:
+        fix = "fix the environment or raise optimizer.max_infra_failure_fraction"
+        if all((r.error_kind or "").startswith("llm") for r in bad):  # the model endpoint, not the environment
+            fix = (
+                "check the model endpoint (or raise optimizer.max_infra_failure_fraction), then rerun the same command "
+                "to resume"
+            )
         raise InfraFailure(
             f"{len(bad)} of {len(results)} {what} episodes failed for infrastructure reasons "
-            f"(first: {bad[0].task_id}: {bad[0].error}); fix the environment or raise optimizer.max_infra_failure_fraction"
+            f"(first: {bad[0].task_id}: {bad[0].error}); {fix}"
         )
 
 
