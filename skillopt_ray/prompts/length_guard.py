@@ -51,6 +51,37 @@ def estimate_tokens(text: str) -> int:
     return heavy + -(-(len(text) - heavy) // 4)
 
 
+def cut_lines(text: str, cap: int) -> str:
+    """A tool observation cut to about `cap` characters at line boundaries: whole first and last lines, one marker
+    counting the lines between (a table row or a numbered grep hit is never shown half); cut_middle when not even
+    one whole line fits at either end."""
+    if len(text) <= cap:
+        return text
+    lines = text.splitlines(keepends=True)
+    head: list[str] = []
+    used = 0
+    for ln in lines:
+        if used + len(ln) > cap // 2:
+            break
+        head.append(ln)
+        used += len(ln)
+    tail: list[str] = []
+    for ln in reversed(lines[len(head) :]):
+        if used + len(ln) > cap:
+            break
+        tail.insert(0, ln)
+        used += len(ln)
+    gone = lines[len(head) : len(lines) - len(tail)]
+    if not head:  # the first line alone is longer than half the room
+        return cut_middle(text, cap)
+    chars = sum(len(ln) for ln in gone)
+    marker = f"[… {len(gone):,} lines ({chars:,} characters) cut by the length guard …]\n"
+    return "".join(head) + marker + "".join(tail)
+
+
+COMMAND_KEEP = 400  # a tool call's command is kept whole up to this length, whatever the cap
+
+
 def cut_middle(text: str, cap: int) -> str:
     """`text` when it has at most `cap` characters; else its first and last cap/2 with a marker between."""
     if len(text) <= cap:
@@ -79,7 +110,11 @@ def _cut_entry(entry: Any, cap: int) -> Any:
     out = dict(entry)
     for f in fields:
         if out.get(f):  # content parts count as their text, an image as a marker (never its base64)
-            out[f] = cut_middle(content_text(out[f]) if isinstance(out[f], list) else str(out[f]), cap)
+            text = content_text(out[f]) if isinstance(out[f], list) else str(out[f])
+            if entry.get("type") == "tool_call":  # the call stays readable and its output is cut between lines
+                out[f] = cut_middle(text, max(cap, COMMAND_KEEP)) if f == "command" else cut_lines(text, cap)
+            else:
+                out[f] = cut_middle(text, cap)
     return out
 
 
