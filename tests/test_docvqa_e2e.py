@@ -34,6 +34,11 @@ def test_docvqa_experiment_learns_and_sends_the_page_image(ray_cluster, tmp_path
             f"output_dir={tmp_path / 'out'}",
             "debug.progress=off",
             f"env.options.sample_dir={root}",
+            # three train pages (a form, a table, a letter) in one minibatch, so one analyst call sees every type
+            "env.limit_train=3",
+            "optimizer.batch_size=3",
+            "optimizer.minibatch_size=3",
+            "env.limit_selection=2",
             "env.limit_test=4",
         ]
         _obj, data = cli.typed(cli.compose(overrides))
