@@ -359,6 +359,7 @@ def validate(cfg: Config) -> Config:
         if value < 0:
             raise ConfigError(f"llm.budget.{key}={value!r} is invalid; give a cap >= 0 (0 = no cap)")
     _check_urls(cfg)
+    _check_harness(cfg)
     _choice("llm.cache_mode", cfg.llm.cache_mode, ("record", "replay", "off"))
     _choice("llm.truncated_reply", cfg.llm.truncated_reply, ("retry", "error", "keep"))
     _at_least("llm.max_retries", cfg.llm.max_retries, 0)
@@ -420,6 +421,18 @@ def _check_env_options(cfg: Config) -> None:
         raise ConfigError(str(e)) from None
     except TypeError as e:  # an option given a value of the wrong kind
         raise ConfigError(f"env.options for {cfg.env.name}: {e}") from None
+
+
+def _check_harness(cfg: Config) -> None:
+    """An agent harness target runs only on benchmarks that support it (their `agent_harness` attribute)."""
+    import skillopt_envs
+
+    h = cfg.llm.target.harness
+    if h != "chat" and not getattr(skillopt_envs.benchmark_class(cfg.env.name), "agent_harness", False):
+        raise ConfigError(
+            f"llm.target.harness={h} is not supported by the {cfg.env.name} benchmark (no agent harness, as in the "
+            "reference); use llm.target.harness=chat or a benchmark that supports it (searchqa)"
+        )
 
 
 def _cross_field(cfg: Config) -> None:
