@@ -23,14 +23,15 @@ from skillopt_ray.envpool import EnvPool, PoolSettings
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
-from skillopt_ray.progress import EpisodePlan, Eta
+from skillopt_ray.progress import Eta
+from skillopt_ray.records import Summary
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import normalize_markers
 from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
 from skillopt_ray.startup_trace import mark
 from skillopt_ray.state import StateVersionError
 from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
-from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, _limit
+from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, limit_tasks
 
 
 def read_skill_file(path: Path, key: str) -> str:
@@ -54,9 +55,9 @@ def read_skill_file(path: Path, key: str) -> str:
 def load_splits(bench: Any, cfg: Any) -> Splits:
     e = cfg.env
     return Splits(
-        train=_limit(bench.load_split(e.train_split), e.limit_train),
-        selection=_limit(bench.load_split(e.selection_split), e.limit_selection),
-        test=_limit(bench.load_split(e.test_split), e.limit_test),
+        train=limit_tasks(bench.load_split(e.train_split), e.limit_train),
+        selection=limit_tasks(bench.load_split(e.selection_split), e.limit_selection),
+        test=limit_tasks(bench.load_split(e.test_split), e.limit_test),
     )
 
 
@@ -205,10 +206,10 @@ class Run:
             return self._fail(EXIT_ERROR, str(e))
         except Exception as e:  # noqa: BLE001 - report with traceback saved in the run dir
             tb = traceback.format_exc()
-            self.rd.write_text("error.txt", tb)
+            where = self.rd.write_error(tb)
             return self._fail(
                 EXIT_ERROR,
-                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (traceback in {self.rd.root / 'error.txt'})",
+                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (traceback in {where})",
             )
         finally:
             await self._close()
@@ -238,7 +239,7 @@ class Run:
         limit = {"train": cfg.env.limit_train, "test": cfg.env.limit_test, "valid_unseen": cfg.env.limit_test}.get(
             split, cfg.env.limit_selection
         )
-        return _limit(bench.load_split(split), limit if split != "all" else 0)
+        return limit_tasks(bench.load_split(split), limit if split != "all" else 0)
 
     async def _eval_only(self, bench: Any) -> dict[str, Any]:
         cfg = self.cfg
@@ -262,16 +263,16 @@ class Run:
         stats = summarize(res)
         self.rd.write_json(f"final/eval_{split}_results.json", [r.to_dict() for r in res])
         ledger = await LLMHandle(self.gateway).save_ledger()
-        summary = {
-            "experiment": cfg.experiment,
-            "mode": "eval",
-            "skill_path": str(p),
-            "split": split,
-            "eval": stats.to_dict(),
-            "tokens": ledger["totals"],
-            "run_dir": str(self.rd.root),
-        }
-        self.rd.write_json("summary.json", summary)
+        summary = Summary(
+            experiment=cfg.experiment,
+            mode="eval",
+            skill_path=str(p),
+            split=split,
+            eval=stats.to_dict(),
+            tokens=ledger["totals"],
+            run_dir=str(self.rd.root),
+        )
+        self.rd.write_summary(summary)
         if self.tracker:
             self.tracker.log_metrics(
                 {
@@ -285,8 +286,8 @@ class Run:
             for t, v in stats.per_type.items():
                 self.tracker.log_metrics({f"eval_hard.{t}": v["hard"], f"eval_soft.{t}": v["soft"]}, 0)
             self.tracker.log_artifact(p, "skills")
-            self.tracker.log_artifact(self.rd.root / "summary.json")
-        return summary
+            self.tracker.log_artifact(self.rd.summary_path)
+        return summary.to_dict()
 
     async def _close(self) -> None:
         if self.gateway is not None:
@@ -320,7 +321,7 @@ class Run:
             counts = self.trainer.state.counts
             snap.update(accept=counts.accept, reject=counts.reject, skip=counts.skip, epochs=self.cfg.optimizer.epochs)
             try:  # the whole run's planned episodes, for the overall bar and ETA
-                plan = EpisodePlan.for_trainer(self.trainer)
+                plan = self.trainer.schedule.plan()
                 snap["run_done"], snap["run_total"] = min(plan.done(self.trainer.state, snap), plan.total), plan.total
             except Exception:  # noqa: BLE001 - progress is best effort
                 pass

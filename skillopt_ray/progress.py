@@ -20,7 +20,6 @@ run took in all.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -28,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
+
+from skillopt_ray.rundir import RunDir
 
 PHASES = {
     "starting": "start-up",
@@ -363,86 +364,6 @@ def make_display(mode: str, stream: Optional[TextIO] = None, started_at: Optiona
     return NullDisplay(stream, started=started)
 
 
-# ---------------------------------------------------------------- the run's planned episodes
-
-
-@dataclass
-class EpisodePlan:
-    """Episodes a training run plays, as planned (an upper bound: skipped gates and cached scores play none).
-
-    baseline selection, then per step its batch and the gate's selection pass, at each epoch boundary
-    from epoch 2 the paired rollouts (and the slow update's selection pass), at the end the final
-    skill's selection pass and the initial, best and final skills on test."""
-
-    selection: int
-    test: int
-    batches: list[int]
-    epochs: int
-    boundary: int  # per epoch boundary from epoch 2
-    pairs: int = 0  # the boundary's paired rollouts (part of `boundary`)
-
-    @property
-    def total(self) -> int:
-        steps = sum(self.batches) + len(self.batches) * self.selection
-        return (
-            self.selection
-            + self.epochs * steps
-            + max(0, self.epochs - 1) * self.boundary
-            + self.selection
-            + 3 * self.test
-        )
-
-    @staticmethod
-    def for_trainer(trainer: Any) -> EpisodePlan:
-        o, splits = trainer.cfg.optimizer, trainer.splits
-        n_train, b = len(splits.train), o.batch_size
-        per_epoch = trainer.steps_per_epoch()
-        batches = [max(0, min(b, n_train - i * b)) for i in range(per_epoch)]
-        pairs = 2 * min(o.slow_update_samples, n_train) if (o.slow_update or o.meta_skill) else 0
-        gate = len(splits.selection) if o.slow_update and (o.slow_update_gate or o.slow_update_force_validate) else 0
-        return EpisodePlan(len(splits.selection), len(splits.test), batches, o.epochs, pairs + gate, pairs)
-
-    def done(self, state: Any, snap: dict[str, Any]) -> int:
-        """Planned episodes behind the run's position: `state` is the trainer's RunState, `snap` the live progress."""
-        stage = str(snap.get("stage") or "")
-        in_stage = int(snap.get("done") or 0)
-        sel, per_epoch = self.selection, len(self.batches)
-        if state.phase == "done":
-            return self.total
-        if state.initial_score is None:
-            return in_stage if stage.startswith("validate") else 0
-        n = sel
-        for i in range(state.global_step):
-            n += self.batches[i % per_epoch] + sel
-        boundaries_done = self.epochs if state.phase != "train" else state.epoch - 1
-        n += max(0, boundaries_done - 1) * self.boundary
-        if state.phase == "final":
-            if stage == "validate:selection":
-                return n + in_stage
-            order = ["validate:test:initial", "validate:test:best", "validate:test:final"]
-            if stage in order:
-                return n + sel + order.index(stage) * self.test + in_stage
-            return n
-        phase = snap.get("phase")
-        if phase == "epoch_boundary" and state.epoch >= 2:
-            if stage.endswith(":rollout"):
-                return n + min(in_stage, self.pairs)
-            if stage == "validate:selection":
-                return n + self.pairs + in_stage
-            if stage in ("slow_update", "meta_skill"):
-                return n + self.pairs
-            return n
-        if phase == "train" and state.step <= per_epoch:
-            batch = self.batches[state.step - 1]
-            if stage == "rollout":
-                return n + in_stage
-            if stage == "validate:selection":
-                return n + batch + in_stage
-            if stage in ("reflect", "aggregate", "select", "update", "gate"):
-                return n + batch
-        return n
-
-
 # ---------------------------------------------------------------- time on a run
 
 
@@ -486,14 +407,8 @@ class RunClock:
     sessions: list[dict[str, Any]] = field(default_factory=list)
     _last_write: float = 0.0
 
-    FILE = "sessions.json"
-
     def begin(self) -> RunClock:
-        path = Path(self.run_dir) / self.FILE
-        try:
-            self.sessions = [s for s in json.loads(path.read_text()) if isinstance(s, dict)]
-        except (OSError, ValueError):
-            self.sessions = []
+        self.sessions = RunDir(self.run_dir).read_sessions()
         self.sessions.append(
             {
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
@@ -516,11 +431,8 @@ class RunClock:
         if not self.sessions:
             return
         self.sessions[-1]["wall_s"] = round(self.command_s, 1)
-        path = Path(self.run_dir) / self.FILE
-        tmp = path.with_name(f".{self.FILE}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(self.sessions, indent=1))
-            os.replace(tmp, path)
+            RunDir(self.run_dir).write_sessions(self.sessions)
         except OSError:
             pass  # time keeping never stops a run
         self._last_write = time.monotonic()

@@ -15,10 +15,11 @@ Records (each a dataclass with `to_dict()` / `from_dict()`):
     SkillVersion      one skill version on disk (skills/skill_vNNNN.md)
     RunState          the resume point (state.json), in skillopt_ray.state, re-exported here
 
-Versioning: each record class has a `SCHEMA` number written as the `schema` key. A file without one was written
-before records were versioned (schema 0, the same layout) and reads as the current schema; a file with a schema
-newer than this code's is refused with `RecordError`, one line naming the file. Keys a record does not model are
-kept in `extra` and written back unchanged, so a newer writer's additions survive a round trip.
+Versioning: each record class has a `SCHEMA` number. Schema 1 is the layout run directories had before records
+were typed, so schema-1 files carry no `schema` key (files stay as they were); a record whose layout changes
+incompatibly bumps its SCHEMA and from then on writes it as the `schema` key. A file with a schema newer than this
+code reads is refused with `RecordError`, one line naming the file. Keys a record does not model are kept in
+`extra` and written back unchanged, so a newer writer's additions survive a round trip.
 
 "Is this action an accept?" has one answer: `is_accept(action)`.
 """
@@ -74,6 +75,7 @@ class RecordError(StateVersionError):
 
 
 R = TypeVar("R", bound="Record")
+BASE_SCHEMA = 1  # the layout of run directories written before records were versioned: no schema key
 
 
 @dataclass(kw_only=True)
@@ -97,7 +99,7 @@ class Record:
                 continue
             out[f.name] = v.to_dict() if isinstance(v, Record) else v
         out.update(self.extra)
-        if not self.NESTED:
+        if not self.NESTED and self.SCHEMA > BASE_SCHEMA:
             out["schema"] = self.SCHEMA
         return out
 
@@ -107,7 +109,7 @@ class Record:
         name, at = cls.__name__, f"{where}: " if where else ""
         if not isinstance(d, dict):
             raise RecordError(f"{at}expected a {name} object, found {type(d).__name__}")
-        schema = d.get("schema", 0)
+        schema = d.get("schema", BASE_SCHEMA)
         if not isinstance(schema, int) or schema > cls.SCHEMA:
             raise RecordError(
                 f"{at}{name} schema {schema!r} is newer than this skillopt-ray reads ({cls.SCHEMA}); "

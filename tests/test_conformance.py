@@ -41,6 +41,7 @@ from skillopt_ray.skill.document import (
 )
 from skillopt_ray.skill.edits import apply_edits
 from skillopt_ray.stages.aggregate import aggregate
+from skillopt_ray.stages.context import OptimizerContext
 from skillopt_ray.stages.reflect import appendix_notes_of, normalise, reflect, split_minibatches
 from skillopt_ray.stages.select import _pick, autonomous_lr, coerce_nonnegative_int, rank_and_select, scheduled_lr
 from skillopt_ray.stages.update import update
@@ -965,7 +966,12 @@ def _reflect(results, reply, **kw):
         key="k",
     )
     args.update(kw)
-    return run(reflect(llm, results, **args)), llm
+    return run(reflect(reflect_context(llm, **args), results)), llm
+
+
+def reflect_context(llm, *, guard=None, **args):
+    """The step context the reflect stage reads, from the names its parameters had before the context existed."""
+    return OptimizerContext(llm=llm, **args, **({"guard": guard} if guard is not None else {}))
 
 
 def test_analyst_user_message_sections_in_order():

@@ -114,7 +114,7 @@ def test_only_the_hard_gate_stops_early(tmp_path, metric):
         Splits([], [], []),
         "# s\n",
     )
-    assert trainer.certain_reject() is None
+    assert trainer.evaluator.certain_reject(trainer.state) is None
 
 
 def test_the_pool_cancels_the_episodes_left_on_their_actors(ray_cluster):

@@ -17,6 +17,7 @@ from skillopt_ray.llm.context import context_advice, context_overflow
 from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.prompts.length_guard import FLOOR, LengthGuard, estimate_tokens
 from skillopt_ray.prompts.render import comparison_text, minibatch_text
+from skillopt_ray.stages.context import OptimizerContext
 from skillopt_ray.stages.reflect import reflect
 
 SKILL = "# Spreadsheet skill\n\nUse openpyxl; write the answer cells as values.\n"
@@ -133,20 +134,22 @@ def test_by_default_a_paper_size_minibatch_reaches_the_analyst_whole():
 
     asyncio.run(
         reflect(
-            FakeLLM(),
+            OptimizerContext(
+                FakeLLM(),
+                skill=SKILL,
+                mode="patch",
+                env="spreadsheetbench",
+                minibatch_size=8,
+                batch_seed=1,
+                max_budget=4,
+                step_buffer="",
+                meta_skill="",
+                failure_only=False,
+                skill_aware=False,
+                appendix_source="both",
+                key="t",
+            ),
             results,
-            skill=SKILL,
-            mode="patch",
-            env="spreadsheetbench",
-            minibatch_size=8,
-            batch_seed=1,
-            max_budget=4,
-            step_buffer="",
-            meta_skill="",
-            failure_only=False,
-            skill_aware=False,
-            appendix_source="both",
-            key="t",
         )
     )  # no guard given: the stage's default
     assert len(seen) == 1 and CUT not in seen[0]

@@ -20,7 +20,8 @@ from types import SimpleNamespace
 import pytest
 
 from skillopt_ray.driver import plays_episodes
-from skillopt_ray.progress import EpisodePlan, PlainDisplay, RunClock, fmt_duration, headline, time_line
+from skillopt_ray.loop.schedule import EpisodePlan, Schedule
+from skillopt_ray.progress import PlainDisplay, RunClock, fmt_duration, headline, time_line
 
 REPO = Path(__file__).resolve().parent.parent
 NOTE = "ALFWorld: no data configured (env.data_dir / ALFWORLD_DATA) - using built-in sample games in /home/someone/.cache/skillopt_ray/alfworld_samples"
@@ -240,7 +241,7 @@ def test_episode_plan_counts_the_whole_run():
         splits=SimpleNamespace(train=list(range(10)), selection=list(range(3)), test=list(range(5))),
         steps_per_epoch=lambda: 3,
     )
-    plan = EpisodePlan.for_trainer(trainer)
+    plan = Schedule(trainer.cfg.optimizer, trainer.splits, 0).plan()
     assert plan.batches == [4, 4, 2] and plan.boundary == 2 * 2 + 3
     # baseline 3 + 3 epochs x (10 rollouts + 3 gates x 3) + 2 boundaries x 7 + final 3 + 3 x 5 test
     assert plan.total == 3 + 3 * 19 + 2 * 7 + 3 + 15 == 92

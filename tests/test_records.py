@@ -25,7 +25,7 @@ def test_a_legacy_run_directory_loads_as_typed_records():
     rd = RunDir(LEGACY / "finished").check()
     history = rd.history()
     lines = [json.loads(x) for x in (rd.root / "history.jsonl").read_text().splitlines()]
-    assert [_plain(h.to_dict()) for h in history] == lines  # every key kept, nothing added but the schema
+    assert [h.to_dict() for h in history] == lines  # every key kept, nothing added
     assert [h.action for h in history] == ["reject", "skip_no_patches", "reject", "reject"]
     state = rd.read_state()
     assert state.phase == "done" and state.global_step == 4
@@ -49,10 +49,10 @@ def test_a_legacy_run_directory_loads_as_typed_records():
 def test_records_round_trip_and_keep_keys_they_do_not_model():
     rec = StepRecord(step=3, epoch=1, step_in_epoch=3, action="accept", extra={"added_later": 7})
     back = StepRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
-    assert back == rec and back.extra == {"added_later": 7} and back.to_dict()["schema"] == StepRecord.SCHEMA
+    assert back == rec and back.extra == {"added_later": 7} and "schema" not in back.to_dict()  # schema 1: no key
     assert back.metrics()["added_later"] == 7.0 and back.metrics()["accepted"] == 1.0 and "step" not in back.metrics()
     skipped = GateRecord(action=records.SKIP_NO_REWRITE)
-    assert skipped.to_dict() == {"action": "skip_no_rewrite", "schema": GateRecord.SCHEMA}
+    assert skipped.to_dict() == {"action": "skip_no_rewrite"}
 
 
 def test_one_definition_of_an_accept():

@@ -1,21 +1,31 @@
-"""Stage 6 — gate: score the candidate on the selection split; accept only on strict improvement."""
+"""Stage 6 — gate: score the candidate on the selection split; accept only on strict improvement.
+
+`GatePolicy` is built once from the optimizer config and is the one reader of the gate metric: it turns an
+evaluation into a gate score, compares like for like, decides, and writes the decision as a `GateRecord`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any, Optional
 
-ACCEPT_NEW_BEST = "accept_new_best"
-ACCEPT = "accept"
-REJECT = "reject"
-FORCE_ACCEPT = "force_accept"
-SKIP = "skip"  # nothing changed: no validation needed
+from skillopt_envs.base import EpisodeResult
 
+from skillopt_ray.records import (
+    ACCEPT,
+    ACCEPT_NEW_BEST,
+    ACCEPTING,
+    FORCE_ACCEPT,
+    REJECT,
+    Evaluation,
+    GateRecord,
+    is_accept,
+)
 
-ACCEPTING = (ACCEPT, ACCEPT_NEW_BEST, FORCE_ACCEPT)
+__all__ = ["ACCEPT", "ACCEPTING", "ACCEPT_NEW_BEST", "FORCE_ACCEPT", "REJECT", "GateDecision", "GatePolicy"]
 
-
-def is_accepted(action: str) -> bool:
-    return action in ACCEPTING
+is_accepted = is_accept  # the records' one definition, under the stage's older name
 
 
 def gate_score(hard: float, soft: float, metric: str, mixed_weight: float) -> float:
@@ -37,9 +47,9 @@ class GateDecision:
 
     @property
     def accepted(self) -> bool:
-        return is_accepted(self.action)
+        return is_accept(self.action)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -53,42 +63,121 @@ def decide(candidate_score: float, current_score: float, best_score: float, use_
     return GateDecision(REJECT, candidate_score, current_score, best_score)
 
 
-def like_for_like(candidate: dict, current: dict, metric: str, mixed_weight: float) -> tuple[float, float, int]:
-    """Gate scores of candidate and current over the tasks both scored (`tasks`: id -> [hard, soft]).
-
-    With no infra or data errors on either side this is the plain mean over the whole split; an
-    episode that could not be scored on one side removes that task from both, so an infrastructure
-    failure never moves a decision. Returns (candidate score, current score, tasks compared)."""
-    common = sorted(set(candidate["tasks"]) & set(current["tasks"]))
-    if not common:
-        return 0.0, 0.0, 0
-
-    def score(ev: dict) -> float:
-        hard = sum(ev["tasks"][t][0] for t in common) / len(common)
-        soft = sum(ev["tasks"][t][1] for t in common) / len(common)
-        return gate_score(hard, soft, metric, mixed_weight)
-
-    return score(candidate), score(current), len(common)
-
-
-def reason(action: str, candidate: float, current: float, best: float, metric: str, n_tasks: int) -> str:
-    """One sentence a user can read: the scores compared, the rule, the outcome."""
-    compared = f"candidate {candidate:.4f} vs current {current:.4f} (best {best:.4f}), {metric} score over {n_tasks} selection tasks"
-    if action == FORCE_ACCEPT:
-        return f"{compared}: accepted without a gate (forced)"
-    if action in (ACCEPT, ACCEPT_NEW_BEST):
-        extra = " and the best so far" if action == ACCEPT_NEW_BEST else ", not above the best"
-        return f"{compared}: accepted, strictly above the current score{extra}"
-    if candidate == current:
-        return f"{compared}: rejected, a tie (only a strict improvement is accepted)"
-    return f"{compared}: rejected, below the current score"
-
-
-def flipped(candidate: dict, current: dict) -> dict[str, list[str]]:
+def flipped(candidate: Evaluation, current: Evaluation) -> dict[str, list[str]]:
     """Selection tasks whose hard result changed between the current skill's evaluation and the candidate's."""
-    common = set(candidate["tasks"]) & set(current["tasks"])
-    won = lambda ev, t: bool(ev["tasks"][t][0])  # noqa: E731
+    common = set(candidate.tasks) & set(current.tasks)
+    won = lambda ev, t: bool(ev.tasks[t][0])  # noqa: E731
     return {
         "to_pass": sorted(t for t in common if won(candidate, t) and not won(current, t)),
         "to_fail": sorted(t for t in common if won(current, t) and not won(candidate, t)),
     }
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    metric: str = "hard"  # optimizer.gate_metric: hard | soft | mixed
+    mixed_weight: float = 0.5
+    use_gate: bool = True  # False: every step's candidate is force-accepted
+    early_stop: bool = False  # optimizer.gate_early_stop
+
+    @staticmethod
+    def from_config(o: Any) -> GatePolicy:
+        return GatePolicy(o.gate_metric, o.mixed_weight, o.use_gate, o.gate_early_stop)
+
+    def score(self, ev: Evaluation) -> float:
+        return gate_score(ev.hard, ev.soft, self.metric, self.mixed_weight)
+
+    def like_for_like(self, candidate: Evaluation, current: Evaluation) -> tuple[float, float, int]:
+        """Gate scores of candidate and current over the tasks both scored, and how many tasks that is.
+
+        With no infra or data errors on either side this is the plain mean over the whole split; an
+        episode that could not be scored on one side removes that task from both, so an infrastructure
+        failure never moves a decision."""
+        common = sorted(set(candidate.tasks) & set(current.tasks))
+        if not common:
+            return 0.0, 0.0, 0
+
+        def score(ev: Evaluation) -> float:
+            hard = sum(ev.tasks[t][0] for t in common) / len(common)
+            soft = sum(ev.tasks[t][1] for t in common) / len(common)
+            return gate_score(hard, soft, self.metric, self.mixed_weight)
+
+        return score(candidate), score(current), len(common)
+
+    def reason(self, action: str, candidate: float, current: float, best: float, n_tasks: int) -> str:
+        """One sentence a user can read: the scores compared, the rule, the outcome."""
+        compared = (
+            f"candidate {candidate:.4f} vs current {current:.4f} (best {best:.4f}), "
+            f"{self.metric} score over {n_tasks} selection tasks"
+        )
+        if action == FORCE_ACCEPT:
+            return f"{compared}: accepted without a gate (forced)"
+        if action in (ACCEPT, ACCEPT_NEW_BEST):
+            extra = " and the best so far" if action == ACCEPT_NEW_BEST else ", not above the best"
+            return f"{compared}: accepted, strictly above the current score{extra}"
+        if candidate == current:
+            return f"{compared}: rejected, a tie (only a strict improvement is accepted)"
+        return f"{compared}: rejected, below the current score"
+
+    @property
+    def stops_early(self) -> bool:
+        """Only the hard gate can call a certain reject before every selection episode is played."""
+        return self.early_stop and self.use_gate and self.metric == "hard"
+
+    def certain_reject(self, current: Evaluation) -> Optional[Callable[[EpisodeResult], bool]]:
+        """With early stop: a predicate that says when a candidate has lost so many selection episodes that,
+        winning all the rest, it still could not beat the current score (ties reject). It counts only tasks the
+        current skill's evaluation scored; a task dropped later for an infrastructure failure removes at most
+        one of the current skill's wins, so the verdict stands."""
+        if not self.stops_early:
+            return None
+        cur = current.tasks
+        cur_wins = sum(v[0] for v in cur.values())
+        lost = [0.0]
+
+        def stop(r: EpisodeResult) -> bool:
+            if r.scored and r.task_id in cur:
+                lost[0] += 1.0 - r.hard
+            return len(cur) - lost[0] <= cur_wins
+
+        return stop
+
+    def step_record(
+        self, eval_key: str, ev: Evaluation, current: Evaluation, scores: tuple[float, float, float, int]
+    ) -> GateRecord:
+        """The gate's decision on a candidate evaluated on the whole selection split."""
+        cand, cur, best, n = scores
+        d = decide(cand, cur, best, self.use_gate)
+        return GateRecord(
+            action=d.action,
+            candidate_score=cand,
+            current_score=cur,
+            best_score=best,
+            reason=self.reason(d.action, cand, cur, best, n),
+            flipped=flipped(ev, current),
+            eval_key=eval_key,
+            selection_hard=ev.hard,
+            selection_soft=ev.soft,
+            candidate_full_score=self.score(ev),
+            tasks_compared=n,
+            candidate_scored=ev.n_scored,
+            current_scored=current.n_scored,
+            gate_metric=self.metric,
+        )
+
+    def early_record(self, ev: Evaluation, current: Evaluation, current_score: float, best_score: float) -> GateRecord:
+        """A candidate stopped early: rejected for certain; its bound is the score it could at most have reached."""
+        lost = sum(1.0 - v[0] for t, v in ev.tasks.items() if t in current.tasks)
+        bound = (len(current.tasks) - lost) / len(current.tasks)
+        return GateRecord(
+            action=REJECT,
+            candidate_score=bound,
+            current_score=current_score,
+            best_score=best_score,
+            early_stopped=True,
+            episodes_not_played=ev.not_played,
+            reason=f"rejected early: after {ev.n_scored} of {ev.n} selection episodes the candidate could reach "
+            f"at most {bound:.4f}, not above the current {current_score:.4f} (hard gate; ties reject)",
+            tasks_compared=ev.n_scored,
+            gate_metric=self.metric,
+        )

@@ -12,8 +12,8 @@ from skillopt_envs.base import EpisodeResult
 
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
-from skillopt_ray.prompts.length_guard import LengthGuard
 from skillopt_ray.prompts.render import minibatch_text
+from skillopt_ray.stages.context import OptimizerContext
 
 
 def is_failure(r: EpisodeResult) -> bool:
@@ -65,8 +65,7 @@ class ReflectOutput:
     success_patches: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # skill-aware execution-lapse notes, in analysis order
     calls: int = 0
-    dropped: int = 0  # minibatches whose reply stayed unusable after the re-ask (or whose call failed)
-    errors: list[str] = field(default_factory=list)  # why: one line per dropped minibatch whose call raised
+    dropped: int = 0  # minibatches whose reply stayed unusable after the re-ask
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,25 +97,11 @@ def normalise(analyses: list[dict[str, Any]], mode: str) -> tuple[list[dict[str,
     return fails, wins
 
 
-async def reflect(
-    llm: Any,
-    results: list[EpisodeResult],
-    *,
-    skill: str,
-    mode: str,
-    env: str,
-    minibatch_size: int,
-    batch_seed: int,
-    max_budget: int,
-    step_buffer: str,
-    meta_skill: str,
-    failure_only: bool,
-    skill_aware: bool,
-    appendix_source: str,
-    key: str,
-    guard: LengthGuard = LengthGuard(),
-) -> ReflectOutput:
-    fail_mbs, win_mbs = split_minibatches(results, minibatch_size, batch_seed, failure_only)
+async def reflect(ctx: OptimizerContext, results: list[EpisodeResult]) -> ReflectOutput:
+    """The step's analysts on its failure and success minibatches, in parallel; their patches normalised."""
+    mode, skill, max_budget = ctx.mode, ctx.skill, ctx.max_budget
+    skill_aware, appendix_source = ctx.skill_aware, ctx.appendix_source
+    fail_mbs, win_mbs = split_minibatches(results, ctx.minibatch_size, ctx.batch_seed, ctx.failure_only)
     jobs = [("failure", i, mb) for i, mb in enumerate(fail_mbs)] + [("success", i, mb) for i, mb in enumerate(win_mbs)]
     payload_key = prompts.PAYLOAD[mode][0]
     out = ReflectOutput()
@@ -130,16 +115,16 @@ async def reflect(
             and mode != "full_rewrite_minibatch"
             and (kind == "failure" or appendix_source != "failure_only")
         )
-        system = prompts.analyst_system(kind, mode, env, skill_aware, appendix_source)
-        user = guard.analyst_user(
+        system = prompts.analyst_system(kind, mode, ctx.env, skill_aware, appendix_source)
+        user = ctx.guard.analyst_user(
             mb,
             system,
             lambda t: prompts.analyst_user(  # the guard cuts only when it is on
                 skill=skill,
                 mode=mode,
                 max_budget=max_budget,
-                step_buffer=step_buffer,
-                meta_skill=meta_skill,
+                step_buffer=ctx.step_buffer,
+                meta_skill=ctx.meta_skill,
                 kind=kind,
                 trajectories=t,
                 k=len(mb),
@@ -147,14 +132,13 @@ async def reflect(
         )
         out.calls += 1
         try:
-            res = await llm.chat_json(
-                ChatRequest("optimizer", "analyst", prompts.messages(system, user), f"{key}/analyst/{kind}{i}"),
+            res = await ctx.llm.chat_json(
+                ChatRequest("optimizer", "analyst", prompts.messages(system, user), f"{ctx.key}/analyst/{kind}{i}"),
                 prompts.analyst_schema(kind, mode, notes),
                 "analysis",
             )
-        except MalformedOutput as e:  # also an endpoint out of retries: this minibatch yields nothing
+        except MalformedOutput:
             out.dropped += 1
-            out.errors.append(f"{kind} minibatch {i}: {e.message}")
             return None
         d = dict(res.data)
         lapses = appendix_notes_of(d.get("appendix_notes")) if notes else []

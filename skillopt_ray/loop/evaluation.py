@@ -1,0 +1,107 @@
+"""Evaluation: a skill scored on a split, cached by skill content and split signature (the score cache); the
+gate's comparisons of a candidate with the current and best skills; the gate's early stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, Optional
+
+from skillopt_envs.base import EpisodeContext, EpisodeResult, Task
+
+from skillopt_ray.records import SKIP_NO_REWRITE, Evaluation, GateRecord
+from skillopt_ray.rundir import RunDir
+from skillopt_ray.skill.document import skill_hash
+from skillopt_ray.stages.gate import GatePolicy
+from skillopt_ray.stages.rollout import rollout, summarize
+from skillopt_ray.state import RunState
+
+Progress = Callable[..., None]
+
+
+class Evaluator:
+    def __init__(
+        self, rd: RunDir, runner: Any, policy: GatePolicy, env: Any, max_infra_fraction: float, progress: Progress
+    ):
+        self.rd = rd
+        self.runner = runner
+        self.policy = policy
+        self.env = env  # the env config: max_turns, history_window
+        self.max_infra_fraction = max_infra_fraction
+        self.progress = progress
+        self.scores: dict[str, Evaluation] = {}  # evaluation key -> scores: the score cache
+
+    def load(self) -> None:
+        """The score cache of an earlier command on this run directory."""
+        self.scores = self.rd.scores()
+
+    def context(self, key: str, training: bool) -> EpisodeContext:
+        return EpisodeContext(
+            key=key, training=training, max_turns=self.env.max_turns, history_window=self.env.history_window
+        )
+
+    async def play(self, tasks: list[Task], skill: str, key: str, what: str, training: bool = False) -> list[Any]:
+        """Episodes of a skill on tasks, uncached (training rollouts and the epoch boundary's pairs)."""
+        return await rollout(self.runner, tasks, skill, self.context(key, training), self.max_infra_fraction, what)
+
+    def split_signature(self, tasks: list[Task]) -> str:
+        blob = "|".join(t.task_id for t in tasks) + f"|{self.env.max_turns}|{self.env.history_window}"
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    async def evaluate(
+        self, skill: str, tasks: list[Task], what: str, stop: Optional[Callable[[EpisodeResult], bool]] = None
+    ) -> tuple[str, Evaluation]:
+        """Score a skill on a split, cached by skill content hash and split signature. With `stop`, the episodes
+        left once it says so are not played; such a partial evaluation is returned, never cached."""
+        key = f"{skill_hash(skill)}|{self.split_signature(tasks)}"
+        if key not in self.scores:
+            self.progress(stage=f"validate:{what}", done=0, total=len(tasks))
+            res = await rollout(
+                self.runner,
+                tasks,
+                skill,
+                self.context(f"eval/{skill_hash(skill)}", False),
+                self.max_infra_fraction,
+                what,
+                stop,
+            )
+            stats = Evaluation.from_dict(summarize(res).to_dict())
+            if stats.not_played:
+                return key, stats
+            self.scores[key] = stats
+            self.rd.append_score(key, stats)
+        return key, self.scores[key]
+
+    def compare(self, cand: Evaluation, st: RunState, n_selection: int) -> tuple[float, float, float, int]:
+        """(candidate, current, best) gate scores for a decision, and the number of tasks compared.
+
+        Without infra or data errors on either side these are the reference's numbers: the candidate's
+        mean and the stored current and best scores. Otherwise each side is scored on the tasks both
+        sides scored, so an infrastructure failure never moves a decision."""
+        cur, best = self.scores.get(st.current_eval), self.scores.get(st.best_eval)
+        n = n_selection
+        full = cand.n_scored == n and cur is not None and cur.n_scored == n and (best is None or best.n_scored == n)
+        if cur is None or full:
+            return self.policy.score(cand), st.current_score, st.best_score, cand.n_scored
+        c, cur_s, common = self.policy.like_for_like(cand, cur)
+        best_s = self.policy.like_for_like(cand, best)[1] if best else st.best_score
+        return c, cur_s, best_s, common
+
+    def certain_reject(self, st: RunState) -> Optional[Callable[[EpisodeResult], bool]]:
+        """The gate's early-stop predicate against the current skill's evaluation (None when early stop is off)."""
+        if not self.policy.stops_early:
+            return None
+        return self.policy.certain_reject(self.scores[st.current_eval])
+
+    async def gate(self, candidate: Optional[str], st: RunState, selection: list[Task]) -> GateRecord:
+        """The gate on a step's candidate: evaluated on the selection split (stopped early when the reject is
+        certain) and compared with the current and best skills."""
+        if candidate is None:
+            return GateRecord(action=SKIP_NO_REWRITE)
+        self.progress(stage="gate")
+        eval_key, ev = await self.evaluate(candidate, selection, "selection", self.certain_reject(st))
+        current = self.scores[st.current_eval]
+        if ev.not_played:  # stopped early: rejected for certain, its full score never measured
+            return self.policy.early_record(ev, current, st.current_score, st.best_score)
+        return self.policy.step_record(eval_key, ev, current, self.compare(ev, st, len(selection)))

@@ -1,0 +1,141 @@
+"""The schedule: the splits, the order batches are drawn in, and the episodes a run plans to play.
+
+The train split is shuffled with Random(seed + 1000·epoch) and cut into consecutive batches; each step's
+minibatches are shuffled with its own batch seed. `EpisodePlan` counts what the schedule will play, for the
+progress display's overall bar and ETA.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from skillopt_envs.base import Task
+
+
+@dataclass
+class Splits:
+    train: list[Task]
+    selection: list[Task]
+    test: list[Task]
+
+
+def limit_tasks(tasks: list[Task], n: int) -> list[Task]:
+    """First n tasks taken round-robin over task types, so small limits still cover every type."""
+    if not n or n >= len(tasks):
+        return tasks
+    by_type: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_type.setdefault(t.task_type, []).append(t)
+    picked: list[Task] = []
+    queues = list(by_type.values())
+    while len(picked) < n:
+        for q in queues:
+            if q and len(picked) < n:
+                picked.append(q.pop(0))
+    return picked
+
+
+@dataclass(frozen=True)
+class Schedule:
+    o: Any  # the optimizer config (batch_size, epochs, slow update and meta skill settings)
+    splits: Splits
+    seed: int
+
+    def steps_per_epoch(self) -> int:
+        return max(1, math.ceil(len(self.splits.train) / self.o.batch_size))
+
+    def total_steps(self) -> int:
+        return self.o.epochs * self.steps_per_epoch()
+
+    def batch(self, epoch: int, step: int) -> list[Task]:
+        """The train split shuffled with Random(seed + 1000·epoch), cut into consecutive batches."""
+        order = list(self.splits.train)
+        random.Random(self.seed + 1000 * epoch).shuffle(order)
+        b = self.o.batch_size
+        return order[(step - 1) * b : step * b]
+
+    def batch_seed(self, epoch: int, step: int) -> int:
+        """Seeds the shuffle of a step's episodes into minibatches."""
+        return self.seed + 1000 * epoch + (step - 1) + 1
+
+    def boundary_samples(self) -> int:
+        """Train tasks each epoch boundary compares the previous and the current skill on."""
+        return min(self.o.slow_update_samples, len(self.splits.train))
+
+    def plan(self) -> EpisodePlan:
+        o, splits = self.o, self.splits
+        n_train, b = len(splits.train), o.batch_size
+        batches = [max(0, min(b, n_train - i * b)) for i in range(self.steps_per_epoch())]
+        pairs = 2 * self.boundary_samples() if (o.slow_update or o.meta_skill) else 0
+        gate = len(splits.selection) if o.slow_update and (o.slow_update_gate or o.slow_update_force_validate) else 0
+        return EpisodePlan(len(splits.selection), len(splits.test), batches, o.epochs, pairs + gate, pairs)
+
+
+@dataclass
+class EpisodePlan:
+    """Episodes a training run plays, as planned (an upper bound: skipped gates and cached scores play none).
+
+    baseline selection, then per step its batch and the gate's selection pass, at each epoch boundary
+    from epoch 2 the paired rollouts (and the slow update's selection pass), at the end the final
+    skill's selection pass and the initial, best and final skills on test."""
+
+    selection: int
+    test: int
+    batches: list[int]
+    epochs: int
+    boundary: int  # per epoch boundary from epoch 2
+    pairs: int = 0  # the boundary's paired rollouts (part of `boundary`)
+
+    @property
+    def total(self) -> int:
+        steps = sum(self.batches) + len(self.batches) * self.selection
+        return (
+            self.selection
+            + self.epochs * steps
+            + max(0, self.epochs - 1) * self.boundary
+            + self.selection
+            + 3 * self.test
+        )
+
+    def done(self, state: Any, snap: dict[str, Any]) -> int:
+        """Planned episodes behind the run's position: `state` is the trainer's RunState, `snap` the live progress."""
+        stage = str(snap.get("stage") or "")
+        in_stage = int(snap.get("done") or 0)
+        sel, per_epoch = self.selection, len(self.batches)
+        if state.phase == "done":
+            return self.total
+        if state.initial_score is None:
+            return in_stage if stage.startswith("validate") else 0
+        n = sel
+        for i in range(state.global_step):
+            n += self.batches[i % per_epoch] + sel
+        boundaries_done = self.epochs if state.phase != "train" else state.epoch - 1
+        n += max(0, boundaries_done - 1) * self.boundary
+        if state.phase == "final":
+            if stage == "validate:selection":
+                return n + in_stage
+            order = ["validate:test:initial", "validate:test:best", "validate:test:final"]
+            if stage in order:
+                return n + sel + order.index(stage) * self.test + in_stage
+            return n
+        phase = snap.get("phase")
+        if phase == "epoch_boundary" and state.epoch >= 2:
+            if stage.endswith(":rollout"):
+                return n + min(in_stage, self.pairs)
+            if stage == "validate:selection":
+                return n + self.pairs + in_stage
+            if stage in ("slow_update", "meta_skill"):
+                return n + self.pairs
+            return n
+        if phase == "train" and state.step <= per_epoch:
+            batch = self.batches[state.step - 1]
+            if stage == "rollout":
+                return n + in_stage
+            if stage == "validate:selection":
+                return n + batch + in_stage
+            if stage in ("reflect", "aggregate", "select", "update", "gate"):
+                return n + batch
+        return n
