@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -308,6 +309,10 @@ class Episode:
         self.error: Optional[str] = None
         self.error_kind = ""
         self.calls = 0
+        # where the episode's time goes (seconds): waiting on the model, in the tools (scripts/bench_officeqa_tools.py)
+        self.model_s = 0.0
+        self.tool_s = 0.0
+        self.started = time.perf_counter()
 
     @property
     def max_turns(self) -> int:
@@ -339,7 +344,9 @@ class Episode:
             tools=TOOL_SCHEMAS if tools else None,
             tool_choice="auto" if tools else None,
         )
+        t0 = time.perf_counter()
         reply = await self.llm.chat(req)
+        self.model_s += time.perf_counter() - t0
         self.finish_reason = getattr(reply, "finish_reason", "") or ""
         return reply
 
@@ -359,6 +366,7 @@ class Episode:
                 results = []
                 for call in calls:
                     fn = call.get("function") or {}
+                    t0 = time.perf_counter()
                     try:
                         done = await asyncio.to_thread(self.runtime.run, str(fn.get("name") or ""), fn.get("arguments"))
                     except CorpusReadError as e:
@@ -367,6 +375,7 @@ class Episode:
                             {"type": "tool_call", "command": fn.get("name", ""), "output": f"[{e}]"}
                         )
                         return
+                    self.tool_s += time.perf_counter() - t0
                     self.calls += 1
                     self.conversation.append({"type": "tool_call", "command": done.command, "output": done.output})
                     results.append((done.command, done.output))
@@ -407,6 +416,12 @@ class Episode:
             "tool_calls": self.calls,
             "last_finish_reason": self.finish_reason,
             "response": self.response,
+            "timing_s": {
+                "episode": round(time.perf_counter() - self.started, 6),
+                "model": round(self.model_s, 6),
+                "tools": round(self.tool_s, 6),
+                "model_calls": sum(e.get("type") == "message" for e in self.conversation),
+            },
             "gold_answers": [self.gold] if self.gold else [],
         }
         if self.opts.show_gold:
