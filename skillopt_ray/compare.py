@@ -214,11 +214,16 @@ def _record_from_mlflow_run(client: Any, run: Any, values: dict[str, Any], seed:
     run_dir = run.data.tags.get("run_dir")
     if run_dir and run_finished(Path(run_dir)):  # the run directory is the source of truth when it is here
         return record_from_run_dir(values, seed, Path(run_dir))
-    h = _history(client, run.info.run_id, ["current_score", "candidate_gate_score", "accepted", "selection_score"])
-    curve = [Point(0, None, h["selection_score"].get(0, math.nan))]
+    h = _history(client, run.info.run_id, ["current_score", "candidate_gate_score", "accepted"])
+    initial_score = h["current_score"].get(0)  # step 0 of current_score: the initial skill's score
+    for legacy in ("score/selection_score", "selection_score"):  # runs logged before it had that key
+        if initial_score is None:
+            initial_score = {x.step: x.value for x in client.get_metric_history(run.info.run_id, legacy)}.get(0)
+    curve = [Point(0, None, math.nan if initial_score is None else initial_score)]
     curve += [
         Point(s, None, v, h["candidate_gate_score"].get(s, math.nan), h["accepted"].get(s, 0.0))
         for s, v in sorted(h["current_score"].items())
+        if s > 0
     ]
     best, initial = _lookup(m, "test_hard_best"), _lookup(m, "test_hard_initial")
     return Record(

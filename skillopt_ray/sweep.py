@@ -324,7 +324,7 @@ def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: di
 
         def run() -> None:
             try:
-                outcome.update(execute(copy.deepcopy(plan["data"]), run_dir))
+                outcome.update(execute(copy.deepcopy(plan["data"]), run_dir, plan.get("origin")))
             except BaseException as e:  # noqa: BLE001 - handed to the trial thread below
                 outcome.update(status="error", message=f"{type(e).__name__}: {e}")
 
@@ -576,6 +576,11 @@ def _run_tune(
 
     first = trials[0].data
     os.environ["RAY_CHDIR_TO_TRIAL_DIR"] = "0"
+    # A sweep runs more Ray workers than the machine has cores (per trial: Tune's actor, the driver, the gateway,
+    # the env actors); the raylet warns each time workers reach 4x its start-up concurrency (the core count).
+    # Concurrent trials are capped below, so the expected count is known: let that many start without a warning.
+    workers = (spec.max_concurrent or os.cpu_count() or 1) * (int(first["ray"]["env_actors"]) + 3)
+    os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(max(os.cpu_count() or 1, workers // 2)))
     start_ray(first)
     total = float(ray.cluster_resources().get("CPU", 1))
     limit = max_concurrent_trials(first, total, spec.max_concurrent)
@@ -602,6 +607,16 @@ def _run_tune(
             "data": prepare(t.data, ctx, t.params, t.key, t.seed),
             "key": t.key,
             "run_dir": str(t.run_dir),
+            # the trial's provenance: the sweep's command line and the overrides that compose this trial
+            "origin": {
+                "argv": list(sys.argv),
+                "overrides": [
+                    *overrides,
+                    *(_override(k, v) for k, v in spec.fixed.items()),
+                    *(_override(k, t.values[k]) for k in spec.keys),
+                    f"seed={t.seed}",
+                ],
+            },
         }
     seeds = sorted({t.seed for t in trials}, key=[t.seed for t in trials].index)
     points = [{**t.values, "seed": t.seed} for t in trials]  # one per run directory, finished ones replay
@@ -688,22 +703,14 @@ def _fit(
 ) -> tuple[Any, dict[str, dict[str, Any]]]:
     """Tune over `space`, one trial per point (the planned trials, each a whole config: Tune's public
     `points_to_evaluate`); returns the result grid and {trial id: the result a scheduler stopped it on}."""
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # the classic reporter: a trial table with our columns
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # the classic output, which takes our own progress reporter
     from ray import tune
-    from ray.tune import CLIReporter
     from ray.tune.search import BasicVariantGenerator
 
     stops: dict[str, dict[str, Any]] = {}
     scheduler = _asha(spec, stops) if spec.scheduler == "asha" else None
     keys = spec.keys
-    reporter = CLIReporter(
-        parameter_columns={**{k: _short(k) for k in keys}, "seed": "seed"},
-        metric_columns=dict(REPORT_COLUMNS),
-        max_report_frequency=max(1, int(spec.report_every_s)),
-        max_progress_rows=100,
-        max_error_rows=20,
-        sort_by_metric=False,
-    )
+    reporter = _TrialTable(keys, len(points), spec.report_every_s)
     stopper = _StopAfter(spec.interrupt_after) if spec.interrupt_after else None
     fn = trainable or tune.with_parameters(_trainable, plans=plans, ctx=ctx)
     tuner = tune.Tuner(
@@ -732,6 +739,51 @@ def _fit(
         ),
     )
     return tuner.fit(), stops
+
+
+def _TrialTable(keys: list[str], total: int, every_s: float) -> Any:  # noqa: N802 - builds a Tune reporter lazily
+    """Tune's progress as one table of our columns: the swept values, the seed, the status and the per-step scores.
+    Tune's own reporter adds its staging folder in Ray's temp dir, resource counts and ASHA's rungs on every print."""
+    from ray.tune import ProgressReporter
+
+    class Table(ProgressReporter):
+        def __init__(self) -> None:
+            self._last = -math.inf
+
+        def should_report(self, trials: list, done: bool = False) -> bool:
+            return done or time.monotonic() - self._last >= every_s
+
+        def report(self, trials: list, done: bool, *sys_info: Any) -> None:
+            self._last = time.monotonic()
+            counts: dict[str, int] = {}
+            for t in trials:
+                counts[t.status] = counts.get(t.status, 0) + 1
+            cols = [_short(k) for k in keys] + ["seed", "status"] + list(REPORT_COLUMNS.values())
+            rows = []
+            for t in trials:
+                r = t.last_result or {}
+                rows.append(
+                    [_brief(t.config.get(k)) for k in keys]
+                    + [str(t.config.get("seed")), t.status]
+                    + [_cell(r.get(m)) for m in REPORT_COLUMNS]
+                )
+            widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+            lines = [
+                f"Number of trials: {len(trials)}/{total} ("
+                + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                + ")",
+                "  ".join(c.ljust(w) for c, w in zip(cols, widths)),
+                *("  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows),
+            ]
+            print("\n".join(lines) + "\n", flush=True)
+
+    return Table()
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _asha(spec: SweepSpec, stops: dict[str, dict[str, Any]]) -> Any:

@@ -52,12 +52,19 @@ METRIC_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
 )
 
 
+# One MLflow key per quantity: the trainer logs the initial skill's selection score as `selection_score` (step 0) and
+# the current skill's after every step as `current_score`; both are the current skill's score, so step 0 goes under
+# score/current_score and the chart starts at the initial skill.
+METRIC_RENAMES = {"selection_score": "current_score"}
+
+
 def metric_key(name: str) -> str:
     """The MLflow key of a trainer metric: `current_score` -> `score/current_score`, `tokens.target.rollout` ->
     `tokens/tokens.target.rollout`, `wall_time_s` -> `time/wall_time_s`, `accepted` -> `counts/accepted`. Names that
     already carry a group (`x/y`) are kept."""
     if "/" in name:
         return name
+    name = METRIC_RENAMES.get(name, name)
     for group, matches in METRIC_GROUPS:
         if matches(name):
             return f"{group}/{name}"
@@ -66,9 +73,16 @@ def metric_key(name: str) -> str:
 
 def ui_link(record: dict[str, Any], base: str = "http://127.0.0.1:5000") -> str:
     """The MLflow UI page of a run (mlflow_run.json's record), in the model-training view: MLflow 3's UI starts in its
-    GenAI view unless the link asks (`workflowType`, remembered by the browser once chosen)."""
+    GenAI view unless the link asks (`workflowType`, remembered by the browser once chosen). Without a run, the
+    experiment's runs table (`/runs`; the experiment's bare page opens its Traces tab), and without an experiment,
+    the experiments list in the same view."""
     exp, run = record.get("experiment_id"), record.get("run_id")
-    page = f"#/experiments/{exp}/runs/{run}" if exp and run else (f"#/experiments/{exp}" if exp else "#/experiments")
+    if exp and run:
+        page = f"#/experiments/{exp}/runs/{run}"
+    elif exp:
+        page = f"#/experiments/{exp}/runs"
+    else:
+        page = "#/experiments"
     return f"{base}/{page}?workflowType=machine_learning"
 
 
@@ -302,13 +316,18 @@ class Tracker:
             return None
         from mlflow.exceptions import MlflowException
 
+        from skillopt_ray.config import redact
+
+        tags = {k: str(v) for k, v in redact(dict(tags)).items()}  # a user's tag may hold a token: masked like params
         self.run_dir = Path(tags["run_dir"]) if tags.get("run_dir") else None
+        tags = {**source_tags(self.run_dir), **tags}
         run_name = sweep_run_name(tags, run_name)
         run_id = record.get("run_id")
         if run_id:
             try:
                 run = _retrying("read the run to resume", self.uri, lambda: self.client.get_run(run_id))
                 self.run_id = run.info.run_id
+                self.set_tags({k: v for k, v in tags.items() if k.startswith("mlflow.source.")})  # this command's
                 _retrying(
                     "mark the resumed run running",
                     self.uri,
@@ -348,17 +367,23 @@ class Tracker:
         run = _retrying(
             "create the run",
             self.uri,
-            lambda: self.client.create_run(self.experiment_id, run_name=run_name, tags={**tags, RUN_UID_TAG: uid}),
+            lambda: self.client.create_run(
+                self.experiment_id,
+                start_time=started_ms(self.run_dir),
+                run_name=run_name,
+                tags={**tags, RUN_UID_TAG: uid},
+            ),
         )
         self.run_id = run.info.run_id
         return self.run_id
 
     def log_params(self, params: dict[str, Any]) -> None:
+        """The run's config as params; `tracking.tags` are not params (the run carries them as tags)."""
         if not self.enabled:
             return
         from mlflow.entities import Param
 
-        flat = flatten(params)
+        flat = {k: v for k, v in flatten(params).items() if not k.startswith("tracking.tags.")}
         existing = self.client.get_run(self.run_id).data.params
         todo = [Param(k, v) for k, v in flat.items() if k not in existing]
         for i in range(0, len(todo), 100):
@@ -373,14 +398,11 @@ class Tracker:
         ms = [Metric(metric_key(k), float(v), ts, step) for k, v in metrics.items() if v is not None]
         if ms:
             self.client.log_batch(self.run_id, metrics=ms)
-        if (
-            "skill_version" in metrics or "test_hard_best" in metrics
-        ):  # a step or the run ended: the skill history moved
-            self.log_skill_history()
 
     def log_skill_history(self) -> None:
         """`skill_history.html` (versions, each step's decision and diff) and `skill_versions.json` (version, made by,
-        epoch, step, selection score, length), written into the run directory and logged as artifacts."""
+        epoch, step, selection score, length), written into the run directory and logged as artifacts. Called by
+        `finish` (every run ends with its history page) or by whoever wants it earlier; logging metrics never does."""
         if not self.enabled or self.run_dir is None or not (self.run_dir / "skills").is_dir():
             return
         import json
@@ -420,10 +442,56 @@ class Tracker:
                 self.client.set_tag(self.run_id, k, v)
 
     def finish(self, status: str = "FINISHED") -> None:
+        """End the run: log its skill history page, then mark it `status`."""
         if self.enabled and self.run_id:
+            self.log_skill_history()
             _retrying(
                 f"mark the run {status}",
                 self.uri,
                 lambda: self.client.set_terminated(self.run_id, status=status),
                 attempts=3,
             )
+
+
+def started_ms(run_dir: Optional[Path]) -> Optional[int]:
+    """When the run's first command began (its run directory's sessions), in ms: an MLflow run opened later (its
+    store opens beside the first episodes) still shows the run's whole duration."""
+    if run_dir is None:
+        return None
+    from skillopt_ray.rundir import RunDir
+
+    try:
+        sessions = RunDir(run_dir).read_sessions()
+        return int(time.mktime(time.strptime(sessions[0]["started"], "%Y-%m-%dT%H:%M:%S")) * 1000)
+    except Exception:  # noqa: BLE001 - no sessions yet (a run opened outside the CLI): MLflow's own start
+        return None
+
+
+def source_tags(run_dir: Optional[Path]) -> dict[str, str]:
+    """The tags MLflow's UI shows as a run's source, version and user, from the provenance the command that made
+    the run directory recorded (skillopt_ray.cli.provenance)."""
+    if run_dir is None:
+        return {}
+    from skillopt_ray.rundir import RunDir
+
+    try:
+        prov = RunDir(run_dir).read_provenance()
+    except Exception:  # noqa: BLE001 - a run directory from before provenance was kept
+        return {}
+    if not prov:
+        return {}
+    tags = {
+        "mlflow.source.name": prov.get("entry_point") or "",
+        "mlflow.source.type": "LOCAL",
+        "mlflow.user": prov.get("user") or "",
+        "skillopt.command": prov.get("command_line", "")[:5000],
+        "skillopt.version": prov.get("version") or "",
+        "skillopt.code_hash": prov.get("code_hash") or "",
+    }
+    git = prov.get("git") or {}
+    if git.get("commit"):
+        tags["mlflow.source.git.commit"] = git["commit"]
+        tags["skillopt.git_dirty"] = str(bool(git.get("dirty"))).lower()
+        if git.get("branch"):
+            tags["mlflow.source.git.branch"] = git["branch"]
+    return {k: v for k, v in tags.items() if v}

@@ -40,7 +40,7 @@ def test_metric_groups():
     ] == [
         "score/current_score",
         "score/candidate_gate_score",
-        "score/selection_score",
+        "score/current_score",  # the initial skill's selection score: step 0 of the current skill's
         "score/rollout_hard",
         "score/test_hard_best",
         "score/best_selection_score",
@@ -72,6 +72,9 @@ def test_ui_link_opens_the_model_training_view():
         ui_link({"experiment_id": "3", "run_id": "abc"})
         == "http://127.0.0.1:5000/#/experiments/3/runs/abc?workflowType=machine_learning"
     )
+    # the experiment's bare page opens its GenAI Traces tab: the plain link names the runs table
+    assert ui_link({"experiment_id": "3"}) == "http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning"
+    assert ui_link({}) == "http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
 
 
 def test_sweep_trial_names_show_swept_values():
@@ -113,13 +116,16 @@ def test_tracker_experiment_kind_names_and_groups(tmp_path, store_template):
     assert again.client.get_run(run_id).info.run_name == "learning_rate=4 seed=43"
 
 
-def test_skill_history_logged_with_each_step(tmp_path, store_template):
+def test_skill_history_logged_when_asked_and_when_the_run_ends_never_by_metrics(tmp_path, store_template):
     from test_report import make_run
 
     rd = make_run(tmp_path / "rd")
     tr = _tracker(tmp_path, store_template)
     run_id = tr.start({}, "r", {"run_dir": str(rd)}, lambda rec: None)
-    tr.log_metrics({"current_score": 0.5, "skill_version": 1}, 1)
+    tr.log_metrics({"current_score": 0.5, "skill_version": 1, "test_hard_best": 1.0}, 1)
+    assert tr.client.list_artifacts(run_id) == [] and not (rd / "skill_history.html").exists()  # no side effect
+    tr.finish("FINISHED")
+    assert tr.client.get_run(run_id).info.status == "FINISHED"
     names = {a.path for a in tr.client.list_artifacts(run_id)}
     assert {"skill_history.html", "skill_versions.json"} <= names
     local = Path(tr.client.download_artifacts(run_id, "skill_versions.json", str(tmp_path / "dl")))
@@ -173,7 +179,8 @@ def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
         "time/wall_time_s",
     } <= keys
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "score/current_score")]
-    assert steps == [1, 2]
+    assert steps == [0, 1, 2]  # the initial skill's score is step 0 of the same chart
+    assert "score/selection_score" not in keys
     # compare reads the grouped names back (its MLflow path, not the run directory)
     rec = compare._record_from_mlflow_run(client, run, {}, 42)
     assert [p.step for p in rec.curve] == [0, 1, 2] and rec.curve[1].accepted == 1.0 and rec.metrics["tokens"] > 0
@@ -193,3 +200,48 @@ def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
     assert "step 1 (epoch 1, step 1): accept_new_best -> skill v0001" in text
     assert "reason: candidate 1.0000 vs current 0.0000" in text and "flipped to pass: " in text
     assert "final (test split)" in text and "epoch boundary, meta skill: write_meta_skill" in text
+
+
+def test_initial_score_is_step_zero_of_current_score_and_tags_are_tags(tmp_path, store_template):
+    """The initial skill's score and every step's current score are one MLflow key; tracking.tags are tags (a
+    secret-looking one masked), not params; the source, commit and user tags MLflow's UI shows come from the run
+    directory's provenance; the run starts when its first command started."""
+    import time
+
+    from skillopt_ray.rundir import RunDir
+
+    rd = RunDir(tmp_path / "rd")
+    rd.root.mkdir()
+    rd.write_provenance(
+        {
+            "entry_point": "python -m skillopt_ray",
+            "command_line": "python -m skillopt_ray +experiment=alfworld",
+            "user": "ana",
+            "version": "0.1.0",
+            "code_hash": "abc123",
+            "git": {"commit": "f" * 40, "branch": "main", "dirty": True},
+        }
+    )
+    started = int(time.time()) - 50
+    rd.write_sessions([{"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)), "wall_s": 50.0}])
+    tr = _tracker(tmp_path, store_template)
+    tags = {"run_dir": str(rd.root), "owner": "bo", "hf_token": "hf-live-secret-123"}
+    run_id = tr.start({}, "r", tags, lambda rec: None)
+    tr.log_params({"optimizer": {"learning_rate": 4}, "tracking": {"tags": {"owner": "bo", "hf_token": "x"}}})
+    tr.log_metrics({"selection_score": 0.25}, 0)
+    tr.log_metrics({"current_score": 0.5}, 1)
+    tr.finish("FINISHED")
+    run = tr.client.get_run(run_id)
+    assert [(m.step, m.value) for m in tr.client.get_metric_history(run_id, "score/current_score")] == [
+        (0, 0.25),
+        (1, 0.5),
+    ]
+    assert set(run.data.params) == {"optimizer.learning_rate"}
+    assert run.data.tags["owner"] == "bo" and run.data.tags["hf_token"] == "***"
+    assert "hf-live-secret-123" not in json.dumps(run.data.tags)
+    t = run.data.tags
+    assert t["mlflow.source.name"] == "python -m skillopt_ray" and t["mlflow.source.type"] == "LOCAL"
+    assert t["mlflow.source.git.commit"] == "f" * 40 and t["mlflow.source.git.branch"] == "main"
+    assert t["mlflow.user"] == "ana" and t["skillopt.git_dirty"] == "true" and t["skillopt.code_hash"] == "abc123"
+    # Duration is the run's, from its first command's start, not from when MLflow was opened
+    assert run.info.start_time == started * 1000 and run.info.end_time - run.info.start_time >= 50_000

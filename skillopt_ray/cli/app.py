@@ -112,7 +112,7 @@ def _job(cfg: Any) -> int:
             if link.is_symlink():
                 link.unlink()
             link.symlink_to(run_dir, target_is_directory=True)
-    return run_one(data, run_dir)
+    return run_one(data, run_dir, [str(o) for o in hc.overrides.task])
 
 
 def _hydra_args(argv: list[str]) -> Any:

@@ -3,7 +3,8 @@
 The config only names files; a run's results also depend on what is in them and on the code. So the
 identity also covers: the content of the skill files the run reads (`skill_init`, `eval.skill_path`),
 a fingerprint of the benchmark data (every file's path, size and modification time under the data and
-manifest folders: cheap, and any edit or replacement changes it) and the tool's version. A derived run
+manifest folders: cheap, and any edit or replacement changes it), the tool's version and a content hash of the
+code and prompts (cli.provenance.code_hash: an edited prompt or module makes a new run). A derived run
 directory name changes with any of them; a run directory named by hand (`run_name`, `hydra.run.dir`)
 records them in `identity.json` and refuses to resume when they changed, naming what changed.
 """
@@ -90,8 +91,10 @@ def run_inputs(data: dict[str, Any]) -> dict[str, Any]:
             skills[key] = file_digest(path)
         except OSError:
             skills[key] = "unreadable"
+    from skillopt_ray.cli.provenance import code_hash
+
     data_fp = {name: tree_fingerprint(Path(root)) for name, root in data_roots(data).items()}
-    return {"skills": skills, "data": data_fp or "built-in samples", "version": tool_version()}
+    return {"skills": skills, "data": data_fp or "built-in samples", "version": tool_version(), "code": code_hash()}
 
 
 def describe_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -106,6 +109,8 @@ def describe_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         said.append("the benchmark data (or its split manifests) changed")
     if o.get("version") != n.get("version"):
         said.append(f"it was made by skillopt-ray {o.get('version')} and this is {n.get('version')}")
+    if o.get("code") != n.get("code"):
+        said.append(f"the code or prompts changed (code hash {o.get('code') or 'not recorded'} -> {n.get('code')})")
     return said
 
 

@@ -20,7 +20,9 @@ from typing import Any, Optional
 from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files, skill_warnings
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record
+from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
+from skillopt_ray.rundir import RunDir
 from skillopt_ray.startup_trace import mark
 
 
@@ -136,11 +138,14 @@ def with_endpoint(data: dict[str, Any], url: str) -> dict[str, Any]:
     return out
 
 
-def execute(data: dict[str, Any], run_dir: Optional[Path] = None) -> dict[str, Any]:
+def execute(
+    data: dict[str, Any], run_dir: Optional[Path] = None, origin: Optional[dict[str, Any]] = None
+) -> dict[str, Any]:
     """One training (or eval) run through the driver actor; the outcome dict it returns says how it ended.
 
     `run_dir`: where the run lives (default: derived from the config and its inputs, see run_dir_for).
-    Used by the CLI and by each sweep trial, so both run exactly the same code."""
+    `origin`: the command that asks for the run (`argv`, Hydra `overrides`; default this process's argv), kept
+    in the run directory's provenance. Used by the CLI and by each sweep trial, so both run exactly the same code."""
     import ray
 
     from skillopt_ray.progress import RunClock, make_display
@@ -152,6 +157,8 @@ def execute(data: dict[str, Any], run_dir: Optional[Path] = None) -> dict[str, A
     run_dir = Path(run_dir) if run_dir else run_dir_for(data, record)
     check_output_dir(Path(data["output_dir"]))
     prepare_run_dir(run_dir, data, record)
+    origin = origin or {}
+    RunDir(run_dir).write_provenance(collect(origin.get("overrides", []), data, origin.get("argv")))
     record_job(run_dir)
     check_keys(data)
     clock = RunClock(run_dir).begin()
@@ -215,8 +222,8 @@ def follow(driver: Any, ref: Any, progress: Any, clock: Any) -> None:
             pass
 
 
-def run_one(data: dict[str, Any], run_dir: Optional[Path] = None) -> int:
+def run_one(data: dict[str, Any], run_dir: Optional[Path] = None, overrides: Optional[list[str]] = None) -> int:
     """Run a composed, validated config end to end and print how it ended; returns the exit code."""
     from skillopt_ray.cli.report import report
 
-    return report(execute(data, run_dir))
+    return report(execute(data, run_dir, {"overrides": list(overrides or [])}))
