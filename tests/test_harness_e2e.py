@@ -115,3 +115,36 @@ def test_searchqa_eval_in_each_harness_through_the_gateway(tmp_path, harness, cl
         # without the rule the scripted model answers wrong: the score is the agent's
         wrong = asyncio.run(_eval(_gateway(srv.base_url, harness, tmp_path / "w"), bench, tasks, ""))
         assert [r.hard for r in wrong] == [0.0, 0.0] and not any(r.infra_error for r in wrong)
+
+
+@pytest.mark.slow
+def test_codex_target_training_step_reaches_the_gate(ray_cluster, tmp_path):
+    """`+experiment=searchqa llm=codex` through the CLI: the rule-gated target answers wrong until the analysts
+    write the rule into the skill, which the agent reads from SKILL.md; the gate accepts the step."""
+    need_bwrap()
+    need_harness("codex")
+    from skillopt_ray import cli
+
+    answers = qa_fixture(tmp_path / "qa")
+    policy = AgentPolicy(answers)
+    with ScriptedServer(policy=policy) as srv:
+        overrides = [
+            "+experiment=searchqa",
+            "+smoke=tiny",
+            "llm=codex",
+            f"llm.base_url={srv.base_url}",
+            f"output_dir={tmp_path / 'out'}",
+            "debug.progress=off",
+            f"env.data_dir={tmp_path / 'qa'}",
+            "env.options.split_source=folders",
+        ]
+        _obj, data = cli.typed(cli.compose(overrides))
+        data = cli.resolve_paths(data)
+        code, rd = cli.run_one(data), cli.run_dir_for(data)
+        assert code == 0
+        summary = json.loads((rd / "summary.json").read_text())
+        assert summary["test"]["initial"]["hard"] == 0.0 and summary["test"]["best"]["hard"] == 1.0, summary["test"]
+        assert summary["counts"]["accept"] >= 1 and "RULE-qa" in (rd / "best_skill.md").read_text()
+        assert policy.skill_reads and {p for _, p in policy.skill_reads} == {SKILL_FILE}
+        ledger = json.loads((rd / "ledger.json").read_text())
+        assert ledger["entries"]["target/rollout"]["calls"] == srv.state.requests[("target", "rollout")]

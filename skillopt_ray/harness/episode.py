@@ -54,6 +54,7 @@ class HarnessOutcome:
             ],
             "agent_reported_tokens": [self.run.trace.input_tokens, self.run.trace.output_tokens],
             "agent_wall_s": round(self.run.wall_s, 3),
+            "agent_first_call_s": round(self.run.first_call_s, 3) if self.run.first_call_s is not None else None,
             "analyst_blocks": blocks,
         }
         if self.run.usage_warning:

@@ -7,6 +7,7 @@ import glob
 import secrets
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -134,6 +135,7 @@ async def run_agent(
     final = ""
     attempts = 0
     wall = 0.0
+    first_call: Optional[float] = None
     try:
         for attempt in range(settings.empty_retries + 1):
             attempts = attempt + 1
@@ -176,11 +178,14 @@ async def run_agent(
             env = jail_env(jail.home_path(), jail.prefix_path(), extra)
             server = AgentAPIServer(llm, f"{key}/a{attempt}")
             await server.start(jail.socket_path)
+            t_launch = time.monotonic()
             try:
                 res: JailResult = await jail.run(workspace, env, cmd, settings.timeout_s, settings.memory_mb)
             finally:
                 await server.stop()
             wall += res.wall_s
+            if first_call is None and server.first_call_at is not None:
+                first_call = server.first_call_at - t_launch
             all_calls += server.calls
             if server.errors:  # the model endpoint failed after the gateway's retries: as for a chat episode
                 raise server.errors[-1]
@@ -219,7 +224,7 @@ async def run_agent(
         ledger_in = sum(c.prompt_tokens for c in all_calls)
         ledger_out = sum(c.completion_tokens for c in all_calls)
         warning = trace.reconcile(t_all, len(all_calls), ledger_in, ledger_out)
-        return AgentRun(final, raw_all, summary, t_all, attempts, all_calls, files, warning, wall)
+        return AgentRun(final, raw_all, summary, t_all, attempts, all_calls, files, warning, wall, first_call)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -457,6 +458,7 @@ class AgentAPIServer:
         self.errors: list[LLMError] = []  # what the gateway raised (the episode becomes an infra error)
         self.requests: list[dict[str, Any]] = []  # the translated chat requests, for tests and the trace
         self._runner: Optional[web.AppRunner] = None
+        self.first_call_at: Optional[float] = None  # monotonic time of the agent's first model call
 
     async def start(self, socket_path: str) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -488,6 +490,8 @@ class AgentAPIServer:
         return web.json_response({"input_tokens": max(1, len(json.dumps(messages)) // 4)})
 
     async def _call(self, protocol: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentReply:
+        if self.first_call_at is None:
+            self.first_call_at = time.monotonic()
         n = len(self.calls)
         self.requests.append({"messages": messages, "tools": tools})
         req = AgentRequest(
