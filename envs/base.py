@@ -158,6 +158,11 @@ class Benchmark(ABC):
         """One start-up line saying where the data comes from."""
         return ""
 
+    def turns_note(self, splits: dict[str, list[Task]], max_turns: int) -> str:
+        """One start-up line when `max_turns` leaves tasks of these splits that no target could win (a benchmark
+        that knows a task's shortest solution says so); empty when every task can be won."""
+        return ""
+
     def close(self) -> None:
         pass
 

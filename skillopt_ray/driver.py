@@ -172,6 +172,11 @@ class Run:
                 self.notes.append(
                     f"tasks: {len(splits.train)} train / {len(splits.selection)} selection / {len(splits.test)} test"
                 )
+                unwinnable = bench.turns_note(
+                    {"train": splits.train, "selection": splits.selection, "test": splits.test}, self.cfg.env.max_turns
+                )
+                if unwinnable:
+                    self.notes.append(unwinnable)
                 self.trainer = Trainer(
                     self.cfg,
                     self.rd,

@@ -252,6 +252,7 @@ def test_cli_in_cluster_mode_logs_to_a_real_mlflow_server(cluster, tmp_path):
             "mode=eval",
             f"eval.skill_path={skill}",
             "eval.split=test",
+            "env.limit_test=2",
             f"output_dir={tmp_path / 'out'}",
             f"tracking.tracking_uri={base}",
             "debug.progress=off",

@@ -24,6 +24,12 @@ def _data(url: str, out: Path, alfworld_root: Path, *extra: str) -> dict:
         "env.max_turns=10",
         "debug.progress=off",
         "env.options.skip_missing_games=true",
+        # this file's sizes (the smoke preset's were these before it shrank for the quickstart's sake)
+        "env.limit_train=4",
+        "env.limit_selection=2",
+        "env.limit_test=2",
+        "optimizer.batch_size=4",
+        "optimizer.slow_update_samples=2",
         *extra,
     ]
     cfg = cli.compose(overrides)

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from skillopt_envs.alfworld import data as alf_data
 from skillopt_envs.alfworld.compile_cache import resolve_dir
-from skillopt_envs.alfworld.game import AlfWorldGame
+from skillopt_envs.alfworld.game import AlfWorldGame, read_walkthrough
 from skillopt_envs.alfworld.protocol import (
     ParsedReply,
     Record,
@@ -98,6 +98,15 @@ class GameCache:
         self._free.setdefault(game.gamefile, []).append(game)
 
 
+def _walkthrough_length(task: Task) -> Optional[int]:
+    """Steps of the game's walkthrough, None when the game file carries none (or cannot be read)."""
+    try:
+        walk = read_walkthrough(task.payload["gamefile"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return len(walk) or None
+
+
 def parse_action(reply: str) -> str:
     """The command a tagged reply plays (`look` when it has none); see protocol.parse_reply."""
     return parse_reply(reply).command
@@ -174,6 +183,25 @@ class AlfWorldBenchmark(Benchmark):
         return (
             note
             + f": only {sizes} of its {listed} train/val/test games are in the data ({gone} missing) - {action}{differs}"
+        )
+
+    def turns_note(self, splits: dict[str, list[Task]], max_turns: int) -> str:
+        """Games whose walkthrough (the shortest known win, carried by the game file) is longer than max_turns can
+        never be won, whatever the target does: say so, per split, with the setting that fixes it."""
+        short: list[str] = []
+        need = 0
+        for name, tasks in splits.items():
+            lengths = [n for n in (_walkthrough_length(t) for t in tasks) if n is not None]
+            over = [n for n in lengths if n > max_turns]
+            if over:
+                need = max(need, *over)
+                what = "none" if len(over) == len(lengths) else f"{len(lengths) - len(over)} of {len(lengths)}"
+                short.append(f"{name}: {what} winnable (shortest walkthrough {min(lengths)} steps)")
+        if not short:
+            return ""
+        return (
+            f"ALFWorld: env.max_turns={max_turns} is below the walkthrough of some games, which no target can then "
+            f"win ({'; '.join(short)}); set env.max_turns={need} or more"
         )
 
     def load_split(self, split: str) -> list[Task]:
