@@ -427,3 +427,11 @@ def test_missing_corpus_is_one_line_naming_the_path(tmp_path):
     assert (
         "\n" not in str(e.value) and str(tmp_path / "nowhere") in str(e.value) and "OFFICEQA_DOCS_DIR" in str(e.value)
     )
+
+
+def test_show_gold_gives_the_analysts_a_gold_block(tmp_path):
+    _, r, _ = _play(tmp_path, lambda body, headers: "<answer>x</answer>", show_gold=True)
+    ((title, gold),) = r.info["analyst_blocks"]
+    assert title == "Gold Answer" and gold == r.info["gold_answers"][0] and gold in r.fail_reason
+    _, plain, _ = _play(tmp_path, lambda body, headers: "<answer>x</answer>")
+    assert "analyst_blocks" not in plain.info  # the reference's view: the gold only in a wrong answer's reason

@@ -90,3 +90,30 @@ def test_officeqa_experiment_uses_tools_over_turns_and_learns(ray_cluster, tmp_p
     analyst = "\n".join(m["content"] for stage, _k, msgs in optimizer.optimizer_log if stage == "analyst" for m in msgs)
     assert "[action] grep(pattern=" in analyst and "[action] read(path=" in analyst and "[obs]    " in analyst
     assert "but expected '" in analyst  # the gold reaches the analysts in the failure reason
+
+
+def test_a_node_without_the_corpus_stops_the_run_in_one_line(ray_cluster, tmp_path):
+    """The env actor resolves the corpus on its own node: none there stops the run with one line naming the node
+    and the paths it looked at (never an episode scored 0 or an infra error per episode)."""
+    import asyncio
+    import shutil
+
+    import ray
+    from skillopt_envs.base import DataError, EpisodeContext
+
+    from skillopt_ray.envpool import EnvPool, PoolSettings
+
+    sample = tmp_path / "samples"
+    bench = OfficeQABenchmark({"options": {"sample_dir": str(sample)}})
+    task = bench.load_split("test")[0]
+    shutil.rmtree(sample / "treasury_bulletins_parsed")  # the questions are here, the corpus is not
+    cfg = {"max_turns": 3, "options": {"sample_dir": str(sample), "docs_dirs": [str(tmp_path / "corpus_elsewhere")]}}
+    pool = EnvPool("officeqa", cfg, None, PoolSettings(1, 1, 0.0, 60.0, 1))
+    try:
+        with pytest.raises(DataError) as e:
+            asyncio.run(pool.run([task], "", EpisodeContext("k", False, 3, 0)))
+    finally:
+        pool.shutdown()
+    msg = str(e.value)
+    assert "\n" not in msg and ray.util.get_node_ip_address() in msg
+    assert str(tmp_path / "corpus_elsewhere") in msg and "no OfficeQA corpus directory found" in msg
