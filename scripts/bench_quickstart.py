@@ -11,9 +11,12 @@ with the time since the command started, samples the load average every 2 s, and
   - the ledger's journal (`ledger.journal.jsonl`: every call is journaled when sent and when answered): calls,
     seconds and tokens per role and stage, and the slowest call;
   - the start-up marks (skillopt_ray/startup_trace.py): seconds from the command to each mark;
-  - the run directory: which loop stages were reached at least once.
+  - the run directory: which loop stages were reached at least once;
+  - /proc, every 2 s: the CPU seconds of every process the command started (the embedded model's server, Ray's
+    own processes, each kind of actor), so the work can be told from the waiting.
 The machine's load is printed beside every figure: on a shared machine the minutes say as much about the
-other processes as about the run.
+other processes as about the run. The CPU seconds do not depend on the load: the embedded model runs one thread,
+so its CPU seconds are about the wall time its calls need on a quiet core.
 """
 
 from __future__ import annotations
@@ -40,27 +43,79 @@ STAGES = ("rollout", "reflect", "aggregate", "select", "update", "gate", "slow u
 
 @dataclass
 class Timed:
-    """One quickstart command: its output lines with their times, its exit code, the load while it ran."""
+    """One quickstart command: its output lines with their times, its exit code, the load while it ran, the CPU
+    seconds of its processes (pid -> (kind, seconds), the last sample of each)."""
 
     lines: list[tuple[float, str]] = field(default_factory=list)
     code: int = 0
     wall_s: float = 0.0
     loads: list[float] = field(default_factory=list)
+    cpu: dict[int, tuple[str, float]] = field(default_factory=dict)
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds so far) for every process /proc shows."""
+    out: dict[int, tuple[int, float]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        rest = stat[stat.rindex(")") + 2 :].split()  # fields after the command name, from the state on
+        out[int(d)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICK)
+    return out
+
+
+def _kind(pid: int) -> str:
+    """What a process of the run is, from its command line (Ray workers title themselves ray::<Actor>.<method>)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "gone"
+    if "embedded_server" in cmd:
+        return "embedded model server (llama.cpp, 1 thread)"
+    m = re.match(r"ray::(\w+)", cmd)
+    if m:
+        return f"ray actor {m.group(1)}" if m.group(1) not in ("IDLE",) else "ray idle workers"
+    if "skillopt_ray" in cmd and "-m" in cmd:
+        return "CLI"
+    return "ray system (gcs, raylet, dashboard, agents)"
+
+
+def sample_cpu(root: int, into: dict[int, tuple[str, float]]) -> None:
+    """Add the CPU seconds of `root` and all its descendants to `into` (kinds kept from the first sighting)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, _) in table.items():
+        children[ppid].append(pid)
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            kind = into[pid][0] if pid in into and into[pid][0] != "ray idle workers" else _kind(pid)
+            into[pid] = (kind, table[pid][1])
+        todo.extend(children.get(pid, []))
 
 
 def run_timed(cmd: list[str], env: dict[str, str], echo: bool) -> Timed:
     out = Timed()
     stop = threading.Event()
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def sample() -> None:
         while not stop.is_set():
             out.loads.append(os.getloadavg()[0])
+            sample_cpu(p.pid, out.cpu)
             stop.wait(2.0)
 
     sampler = threading.Thread(target=sample, daemon=True)
-    t0 = time.monotonic()
     sampler.start()
-    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert p.stdout is not None
     for line in p.stdout:
         t = time.monotonic() - t0
@@ -131,6 +186,13 @@ def call_stats(journal: Path) -> dict[str, CallStats]:
             s.prompt_tokens = rec["v"].get("prompt_tokens", 0)
             s.completion_tokens = rec["v"].get("completion_tokens", 0)
     return dict(stats)
+
+
+def cpu_by_kind(cpu: dict[int, tuple[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for kind, seconds in cpu.values():
+        out[kind] += seconds
+    return dict(out)
 
 
 def stages_reached(rd: Path) -> dict[str, bool]:
@@ -207,6 +269,7 @@ def bench(experiment: str, overrides: list[str], out_root: Path, echo: bool) -> 
             "max": max(loads),
         },
         "stages_s": stage_seconds(timed.lines, summary_at),
+        "cpu_s": cpu_by_kind(timed.cpu),
         "startup_s": startup_marks(trace, t0_wall),
         "run_dir": str(rd) if rd else None,
     }
@@ -232,6 +295,11 @@ def report(r: dict[str, Any]) -> None:
     total = sum(r["stages_s"].values()) or 1.0
     for label, s in sorted(r["stages_s"].items(), key=lambda kv: -kv[1]):
         print(f"  {s:7.1f} s {100 * s / total:5.1f}%  {label}")
+    cpu = r.get("cpu_s") or {}
+    if cpu:
+        print(f"\nCPU seconds of the command's processes ({sum(cpu.values()):.0f} s in all; sampled every 2 s):")
+        for kind, sec in sorted(cpu.items(), key=lambda kv: -kv[1]):
+            print(f"  {sec:7.1f} s  {kind}")
     calls = r.get("calls") or {}
     if calls:
         print("\nmodel calls (ledger journal; seconds from send to answer, concurrent calls overlap):")
