@@ -169,7 +169,8 @@ def test_a_fault_that_persists_ends_in_one_line_naming_endpoint_and_fault(server
     msg = e.value.message
     assert time.monotonic() - t0 < 3 and server.state.attempts >= 2
     assert needle in msg and server.base_url in msg and "'m'" in msg and "\n" not in msg
-    assert e.value.fatal
+    # one call's bad luck is not the run's end: an episode makes it an infra error, an optimizer stage falls back
+    assert not e.value.fatal and isinstance(e.value, MalformedOutput)
 
 
 def test_non_json_bodies_are_named():
