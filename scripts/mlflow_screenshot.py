@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             "experiment": f"{base}/#/experiments/{exp}{ml}",
             "run_metrics": f"{base}/#/experiments/{exp}/runs/{rid}/model-metrics{ml}",
             "skill_history": f"{base}/#/experiments/{exp}/runs/{rid}/artifacts/skill_history.html{ml}",
-            "experiment_plain_link": f"{base}/#/experiments/{exp}",
+            "experiment_runs": f"{base}/#/experiments/{exp}/runs{ml}",  # the link a run prints for its experiment
+            "experiments_list": f"{base}/#/experiments{ml}",
         }
         browser = Browser(a.chromium, a.width, a.height)
         try:

@@ -69,5 +69,7 @@ def report(outcome: dict[str, Any]) -> int:
         print(
             f"  view with: mlflow ui --backend-store-uri {ml['tracking_uri']} --host 127.0.0.1, then open {ui_link(ml)}"
         )
+        # the experiment's runs table: its bare link (and the UI's home page) open MLflow's GenAI Traces view
+        print(f"  all runs of the experiment: {ui_link({'experiment_id': ml.get('experiment_id')})}")
     print(f"the run's story: python -m skillopt_ray.report {outcome['run_dir']}")
     return EXIT_OK
