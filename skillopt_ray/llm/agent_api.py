@@ -469,7 +469,8 @@ class AgentAPIServer:
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None)
+        # the agent is gone when this stops: a call still in flight is not waited for
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         await web.UnixSite(self._runner, socket_path).start()
 
