@@ -95,8 +95,10 @@ def test_the_impossible_setting_line_appears_at_start_up(ray_cluster, tmp_path, 
     """Through the CLI against the scripted server, which plays each game's walkthrough."""
     from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
 
-    cfg, _bench, splits = _compose()
+    cfg, bench, splits = _compose()
     walks = alfworld_walkthroughs([*splits.train, *splits.selection, *splits.test])
+    # the sample games named as data (Ray's workers may have inherited an ALFWORLD_DATA set by an engine import)
+    samples = [f"env.data_dir={bench._root}", "env.options.split_source=folders"]
     with ScriptedServer(Policies(walkthroughs=walks)) as srv:
         overrides = [
             "+experiment=alfworld",
@@ -106,6 +108,7 @@ def test_the_impossible_setting_line_appears_at_start_up(ray_cluster, tmp_path, 
             f"output_dir={tmp_path}",
             "debug.progress=off",
             "tracking=none",
+            *samples,
         ]
         for turns, expect_note in ((cfg.env.max_turns, False), (3, True)):
             _obj, c = cli.typed(cli.compose([*overrides, f"env.max_turns={turns}"]))
