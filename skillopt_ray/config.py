@@ -431,7 +431,7 @@ def _check_harness(cfg: Config) -> None:
     if h != "chat" and not getattr(skillopt_envs.benchmark_class(cfg.env.name), "agent_harness", False):
         raise ConfigError(
             f"llm.target.harness={h} is not supported by the {cfg.env.name} benchmark (no agent harness, as in the "
-            "reference); use llm.target.harness=chat or a benchmark that supports it (searchqa)"
+            "reference); use llm.target.harness=chat or a benchmark that supports it (searchqa, spreadsheetbench)"
         )
 
 

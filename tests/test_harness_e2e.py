@@ -148,3 +148,56 @@ def test_codex_target_training_step_reaches_the_gate(ray_cluster, tmp_path):
         assert policy.skill_reads and {p for _, p in policy.skill_reads} == {SKILL_FILE}
         ledger = json.loads((rd / "ledger.json").read_text())
         assert ledger["entries"]["target/rollout"]["calls"] == srv.state.requests[("target", "rollout")]
+
+
+class SheetAgentPolicy:
+    """Target: read SKILL.md, then write solution.py (the right one only when the skill has the task type's rule)
+    and run it with run_solution.py, then say it is done."""
+
+    def __init__(self, solutions: dict):
+        self.solutions = solutions  # task id -> (task type, right code, wrong code)
+        self.ran: list[str] = []
+
+    def __call__(self, body, headers):
+        tool_text = "\n".join(str(m.get("content")) for m in body["messages"] if m["role"] == "tool")
+        m = re.search(r"/([^/]+)/a\d+$", headers.get("x-skillopt-key", ""))
+        task_type, right, wrong = self.solutions[m.group(1)]
+        n_tools = sum(1 for m in body["messages"] if m["role"] == "tool")
+        if n_tools == 0:
+            cmd = f"cat {SKILL_FILE}"
+        elif n_tools == 1:
+            code = right if f"RULE-{task_type}" in tool_text else wrong
+            cmd = f"cat > solution.py <<'PYEOF'\n{code}\nPYEOF\npython run_solution.py"
+        else:
+            self.ran.append(tool_text.rsplit("\n", 3)[-2:][0])
+            return "solution.py is written and tested."
+        call = {"name": "exec_command", "arguments": json.dumps({"cmd": cmd})}
+        return {"content": "", "tool_calls": [{"id": f"c{n_tools}", "type": "function", "function": call}]}
+
+
+def test_spreadsheetbench_single_mode_in_codex_collects_solution_py(tmp_path):
+    need_bwrap()
+    need_harness("codex")
+    from skillopt_envs.spreadsheetbench.benchmark import SpreadsheetBenchmark
+    from skillopt_envs.spreadsheetbench.samples import SOLUTIONS, TEMPLATES
+
+    wrong = "import shutil\nshutil.copy(INPUT_PATH, OUTPUT_PATH)\n"
+    solutions = {}
+    for t in TEMPLATES:
+        kind = "cell_level" if t.kind.startswith("Cell") else "sheet_level"
+        for split in ("train", "val", "test"):
+            for i in range(4):
+                solutions[f"sample-{t.name}-{split}{i}"] = (kind, SOLUTIONS[t.name], wrong)
+    bench = SpreadsheetBenchmark({"options": {"sample_dir": str(tmp_path / "samples")}})
+    task = bench.load_split("test")[0]
+    policy = SheetAgentPolicy(solutions)
+    with ScriptedServer(policy=policy) as srv:
+        (good,) = asyncio.run(
+            _eval(_gateway(srv.base_url, "codex", tmp_path / "a"), bench, [task], "RULE-cell_level RULE-sheet_level")
+        )
+        (bad,) = asyncio.run(_eval(_gateway(srv.base_url, "codex", tmp_path / "b"), bench, [task], ""))
+    assert good.hard == 1.0 and good.info["solution_file"] is True, (good.error, good.fail_reason)
+    assert "solution.py ran" in policy.ran[0]  # the agent ran the project's Python (openpyxl) inside its jail
+    assert bad.hard == 0.0 and not bad.infra_error and bad.fail_reason.startswith("eval-mismatch")
+    assert good.info["target_system_prompt"].startswith('---\nname: "skillopt-target"')
+    assert good.info["analyst_blocks"][0][0] == "Spreadsheet Preview"

@@ -152,6 +152,7 @@ class FormulaEngineError(RuntimeError):
 class SpreadsheetBenchmark(Benchmark):
     name = "spreadsheetbench"
     options_class = SheetOptions
+    agent_harness = True  # llm.target.harness=codex|claude_code: one agent run writes solution.py (single mode)
 
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)
@@ -250,6 +251,13 @@ class SpreadsheetBenchmark(Benchmark):
             "instruction_type": p["instruction_type"],
             "answer_position": p["position"],
         }
+        from skillopt_ray.harness.episode import harness_settings
+
+        agent = await harness_settings(llm)
+        if agent is not None:
+            from skillopt_ray.harness.spreadsheet import spreadsheet_agent_episode
+
+            return await spreadsheet_agent_episode(self, task, skill, llm, ctx, agent, user, info, base, areas, expected)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         trajectory: list[dict[str, Any]] = []
         scratch = Path(tempfile.mkdtemp(prefix="skillopt-sheet-"))

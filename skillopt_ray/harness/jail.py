@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from skillopt_envs.sandbox import bwrap_path, userns_filter
+from skillopt_envs.sandbox import _python_dirs, bwrap_path, userns_filter
 
 JAIL_WORKSPACE = "/workspace"
 JAIL_HOME = "/home/agent"
@@ -140,6 +141,13 @@ class Jail:
         ):
             if os.path.exists(f):
                 argv += ["--ro-bind", f, f]
+        made: set[str] = set()
+        for d in _python_dirs():  # the project's Python (openpyxl, pandas), read-only, for the agent's scripts
+            for parent in reversed(Path(d).parents):
+                if str(parent) != "/" and str(parent) not in made:
+                    made.add(str(parent))
+                    argv += ["--dir", str(parent)]
+            argv += ["--ro-bind", d, d]
         argv += ["--ro-bind", str(self.prefix), JAIL_PREFIX, "--ro-bind", str(self.root / "forwarder.js"), fwd]
         argv += ["--bind", str(self.root / "sock"), JAIL_SOCKET_DIR, "--bind", str(self.root / "home"), JAIL_HOME]
         argv += ["--bind", str(host_workspace), JAIL_WORKSPACE, "--chdir", JAIL_WORKSPACE]
@@ -217,9 +225,9 @@ class Jail:
 
 
 def jail_env(home: str, prefix: str, extra: dict[str, str]) -> dict[str, str]:
-    """The whole environment the agent sees: nothing inherited from the host."""
+    """The whole environment the agent sees: nothing inherited from the host. `python` is the project's."""
     env = {
-        "PATH": f"{prefix}/bin:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{prefix}/bin:{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
