@@ -110,3 +110,23 @@ def test_tasks_with_fewer_than_three_cases_are_listed_as_notes(tmp_path, capsys)
     head = out.index("fewer test cases than the release's 3 (not defective, scored on the cases present):")
     assert out[head + 1 :][:1] == ["  two: 2 of 3 test cases; unpaired: 3_two_input.xlsx"]
     assert not any(line.startswith("  full:") for line in out)
+
+
+def test_the_start_up_note_counts_the_defects_of_the_reference_rule(tmp_path):
+    from skillopt_envs.spreadsheetbench import data as sb_data
+
+    root = tmp_path / "data"
+    one = [({"A1": 1}, {"A1": 1, "B1": 2}, {})]
+    rows = [_task(root, "p", one, "B1", answer_sheet="Results"), _task(root, "d", one, "'Results'!B1")]
+    rows += [_task(root, f"ok{i}", one, "B1") for i in range(3)]
+    (root / "dataset.json").write_text(json.dumps(rows))
+    manifest = tmp_path / "m"
+    for split in sb_data.SPLITS:
+        (manifest / split).mkdir(parents=True)
+        (manifest / split / "items.json").write_text(json.dumps([{"id": r["id"]} for r in rows]))
+    tasks = sb_data.load_dataset(root)
+    note = check.summary_note(root, tasks, sb_data.plan_splits(root, tasks, str(manifest), skip_missing=False))
+    assert (
+        "2 of the 5 tasks in the splits are defective (2/2/2 train/val/test: missing-sheet 2), 1 of them only by the "
+        "reference's answer_sheet rule; they score 0" in note
+    )

@@ -291,10 +291,13 @@ def summary_note(root: Path, tasks: list[Task], plan: sb_data.SplitPlan) -> str:
     kinds = Counter(d.kind for d in defects)
     counts = split_counts(root, tasks, plan, defects)
     per = "/".join(str(counts[s][0]) for s in sb_data.SPLITS)
+    by_reference = sum(1 for d in defects if d.rule == "reference")
     return (
         f"{len(defects)} of the {len(in_splits)} tasks in the splits are defective ({per} train/val/test: "
         + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-        + f"); they score 0 or data_error - list them with python -m skillopt_envs.spreadsheetbench.check {root}"
+        + ")"
+        + (f", {by_reference} of them only by the reference's answer_sheet rule" if by_reference else "")
+        + f"; they score 0 or data_error - list them with python -m skillopt_envs.spreadsheetbench.check {root}"
     )
 
 
