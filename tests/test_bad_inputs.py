@@ -182,7 +182,9 @@ def test_an_unknown_benchmark_option_is_refused_by_cfg_job_and_before_ray(capsys
 )
 def test_an_endpoint_that_is_not_an_http_url_is_refused(capsys, tmp_path, override, key):
     out = tmp_path / "out"
-    code, _, err = _main(capsys, "+experiment=searchqa", "llm=compatible", override, f"output_dir={out}")
+    code, _, err = _main(
+        capsys, "+experiment=searchqa", "llm=compatible", override, f"output_dir={out}", "ray.address=127.0.0.1:9"
+    )
     _assert_refused(code, err, out, f"{key}=", "is not an http(s) URL", "http://127.0.0.1:8000/v1")
 
 
