@@ -165,7 +165,7 @@ def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Rec
         "improvement_hard": s.test["best"]["hard"] - s.test["initial"]["hard"],
         "tokens": float(tokens.get("tokens", 0)),
         "cost_usd": float(tokens.get("cost_usd", 0.0)),
-        "wall_time_s": float(s.wall_time_s or 0.0),
+        "wall_time_s": _run_wall_s(rd, float(s.wall_time_s or 0.0)),
     }
     curve = [Point(0, 1, _num(s.selection["initial"]))]
     for h in rd.history():
@@ -180,6 +180,14 @@ def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Rec
         )
     test = {k: float(s.test[k]["hard"]) for k in ("initial", "best", "final") if k in s.test}
     return Record(dict(params), int(seed), metrics, curve, str(run_dir), test)
+
+
+def _run_wall_s(rd: RunDir, loop_s: float) -> float:
+    """A run's wall time: every command's on its directory (start-up, Ray, actors, the loop, the final tests), as
+    sessions.json keeps it; the training loop's own time only for runs from before it was kept."""
+    sessions = rd.read_sessions()
+    total = sum(float(x.get("wall_s") or 0.0) for x in sessions)
+    return total if sessions and total > 0 else loop_s
 
 
 def _lookup(metrics: dict[str, float], name: str) -> float:
@@ -237,7 +245,10 @@ def _record_from_mlflow_run(client: Any, run: Any, values: dict[str, Any], seed:
             "improvement_hard": best - initial,
             "tokens": _lookup(m, "tokens_total"),
             "cost_usd": _lookup(m, "cost_usd_total"),
-            "wall_time_s": _lookup(m, "wall_time_s"),
+            # the run's own span (it starts with its first command), else the loop's time it logged
+            "wall_time_s": (run.info.end_time - run.info.start_time) / 1000
+            if run.info.end_time and run.info.start_time
+            else _lookup(m, "wall_time_s"),
         },
         curve,
         run_dir,
@@ -370,25 +381,42 @@ class Comparison:
         return rows
 
     def best(self) -> Optional[dict[str, Any]]:
-        """The group with the highest mean best-selection score (the signal training itself selects
-        on). Groups whose means are equal are all listed in `tied`; the one named first is chosen by
-        fewer mean tokens, and `rule` says so."""
+        """The group with the highest mean best-selection score (the signal training itself selects on).
+
+        When groups tie on it there is no winner on selection (`params` is None, `winner` False): the tied groups
+        are listed in `tied` with their test scores (`tied_test`), which are for reporting, not for choosing."""
         rows = [r for r in self.rows() if not math.isnan(r["best_selection_score_mean"])]
         if not rows:
             return None
         top = max(r["best_selection_score_mean"] for r in rows)
         tied = [r for r in rows if math.isclose(r["best_selection_score_mean"], top, rel_tol=0, abs_tol=1e-9)]
-        tied.sort(key=lambda r: r["tokens_mean"] if not math.isnan(r["tokens_mean"]) else math.inf)
-        chosen = tied[0]
         params = [{k: r[k] for k in self.group_by} for r in tied]
+        tied_test = [
+            {
+                "params": p,
+                "test_hard_best_mean": r["test_hard_best_mean"],
+                "test_hard_best_std": r["test_hard_best_std"],
+            }
+            for p, r in zip(params, tied)
+        ]
         if len(tied) == 1:
-            rule = "highest mean best selection score"
-        else:
-            rule = (
-                f"highest mean best selection score ({_fmt(top)}), tied between {len(tied)} configurations; "
-                "the one named first has the fewest mean tokens"
-            )
-        return {"params": params[0], "tied": params, "rule": rule, **chosen}
+            return {
+                "params": params[0],
+                "winner": True,
+                "tied": params,
+                "tied_test": tied_test,
+                "rule": "highest mean best selection score",
+                **tied[0],
+            }
+        return {
+            "params": None,
+            "winner": False,
+            "tied": params,
+            "tied_test": tied_test,
+            "rule": f"no winner on selection: {len(tied)} configurations tie at mean best selection score {_fmt(top)}",
+            "best_selection_score_mean": top,
+            "test_hard_best_mean": math.nan,
+        }
 
     def best_group(self) -> Optional[dict[str, Any]]:  # kept for callers of the old name
         return self.best()
@@ -423,6 +451,7 @@ class Comparison:
                     "diff_std": st["std"],
                     "diff_ci_lo": st["ci_lo"],
                     "diff_ci_hi": st["ci_hi"],
+                    "diff_ci_clipped": int(st["clipped"]),
                     "p_value": p_value,
                 }
             )
@@ -458,11 +487,17 @@ class Comparison:
                 + "."
             )
         best = self.best()
-        if best is not None:
+        if best is not None and best["winner"]:
+            intro.append(f"Best configuration: {_params_text(best['params'])} ({best['rule']}).")
+        elif best is not None:
+            tests = "; ".join(
+                f"{_params_text(t['params'])}: {_fmt(t['test_hard_best_mean'])}"
+                + ("" if math.isnan(t["test_hard_best_std"]) else f" ± {_fmt(t['test_hard_best_std'])}")
+                for t in best["tied_test"]
+            )
             intro.append(
-                f"Best configuration: {_params_text(best['params'])} ({best['rule']}"
-                + (f"; tied: {'; '.join(_params_text(p) for p in best['tied'])}" if len(best["tied"]) > 1 else "")
-                + ")."
+                f"Best configuration: none, {best['rule']}. Their test hard scores (for reporting, not for "
+                f"choosing): {tests}."
             )
         text = "\n\n".join(intro) + "\n\n" + "\n".join(lines)
         if baseline:
@@ -478,13 +513,17 @@ class Comparison:
                         + [
                             str(p["pairs"]),
                             _fmt(p["diff_mean"]),
-                            f"[{_fmt(p['diff_ci_lo'])}, {_fmt(p['diff_ci_hi'])}]",
+                            f"[{_fmt(p['diff_ci_lo'])}, {_fmt(p['diff_ci_hi'])}]"
+                            + ("*" if p["diff_ci_clipped"] else ""),
                             _fmt(p["p_value"]),
                         ]
                     )
                     + " |"
                 )
-            text += f"\n\nPaired by seed against the baseline {baseline}:\n\n" + "\n".join(pl)
+            text += (
+                f"\n\nPaired by seed against the baseline {baseline} (* marks an interval clipped to [-1, 1]):\n\n"
+                + "\n".join(pl)
+            )
         return text
 
     # ---- plots ---------------------------------------------------------------------------------

@@ -524,10 +524,14 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
             parent.client.set_tag(parent.run_id, "best_config", json.dumps(best["params"]))
             parent.client.set_tag(parent.run_id, "best_config_rule", best["rule"])
             parent.client.set_tag(parent.run_id, "best_config_tied", json.dumps(best["tied"]))
-            parent.tracker.log_metrics(
+            parent.tracker.log_metrics(  # a tie has no winner, so no winner's test score
                 {
-                    "best_mean_selection_score": best["best_selection_score_mean"],
-                    "best_mean_test_hard": best["test_hard_best_mean"],
+                    k: v
+                    for k, v in (
+                        ("best_mean_selection_score", best["best_selection_score_mean"]),
+                        ("best_mean_test_hard", best["test_hard_best_mean"]),
+                    )
+                    if not math.isnan(v)
                 },
                 0,
             )

@@ -301,13 +301,40 @@ def test_ties_for_the_best_configuration_are_reported():
         compare.Record({"lr": "4"}, 0, _metrics(0.75, tokens=100)),
         compare.Record({"lr": "6"}, 0, _metrics(0.5, tokens=10)),
     ]
+    recs[0].metrics["test_hard_best"], recs[1].metrics["test_hard_best"] = 0.9, 0.6
     comp = compare.Comparison(recs, ["lr"])
     best = comp.best()
-    assert best["params"] == {"lr": "4"} and best["tied"] == [{"lr": "4"}, {"lr": "2"}]
-    assert "tied between 2 configurations" in best["rule"] and "fewest mean tokens" in best["rule"]
-    assert "tied: lr=4; lr=2" in comp.markdown()
+    # a tie on selection has no winner: not the one with fewer tokens (which here has the lower test score)
+    assert best["params"] is None and not best["winner"] and best["tied"] == [{"lr": "2"}, {"lr": "4"}]
+    assert best["rule"] == "no winner on selection: 2 configurations tie at mean best selection score 0.750"
+    text = comp.markdown()
+    assert "Best configuration: none, no winner on selection" in text
+    assert "lr=2: 0.900; lr=4: 0.600." in text
     alone = compare.Comparison(recs[1:], ["lr"]).best()
-    assert alone["tied"] == [{"lr": "4"}] and "tied" not in alone["rule"]
+    assert alone["winner"] and alone["params"] == {"lr": "4"} and alone["rule"] == "highest mean best selection score"
+    assert (
+        "Best configuration: lr=4 (highest mean best selection score)."
+        in compare.Comparison(recs[1:], ["lr"]).markdown()
+    )
+
+
+def test_paired_clipped_interval_is_marked_and_wall_time_is_the_runs(tmp_path):
+    base = [compare.Record({"lr": "2"}, seed, _metrics(0.5)) for seed in (1, 2)]
+    other = [compare.Record({"lr": "4"}, seed, _metrics(0.5)) for seed in (1, 2)]
+    for r, v in zip(base, (0.0, 0.0)):
+        r.metrics["test_hard_best"] = v
+    for r, v in zip(other, (1.0, 0.9)):
+        r.metrics["test_hard_best"] = v
+    comp = compare.Comparison(base + other, ["lr"])
+    (p,) = comp.paired({"lr": "2"})
+    assert p["diff_ci_hi"] == 1.0 and p["diff_ci_clipped"] == 1  # the t interval passes 1: clipped there
+    assert "[0.315, 1.000]* |" in comp.markdown({"lr": "2"})
+    # "wall s" is the run's time over its commands (sessions.json), not the training loop's (summary's 3 s)
+    rd = _fake_run(tmp_path, "w", [0.5], [1], 0.5)
+    (rd / "sessions.json").write_text(json.dumps([{"wall_s": 40.0}, {"wall_s": 10.5}]))
+    assert compare.record_from_run_dir({}, 1, rd).metrics["wall_time_s"] == 50.5
+    (rd / "sessions.json").unlink()
+    assert compare.record_from_run_dir({}, 1, rd).metrics["wall_time_s"] == 3.0
 
 
 def _fake_run(root: Path, name: str, sel: list[float], epochs: list[int], test: float) -> Path:
@@ -544,9 +571,9 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
 
     client = MlflowClient(meta["tracking_uri"])
     parent = client.get_run(meta["parent_run_id"])
-    assert parent.info.status == "FINISHED" and json.loads(parent.data.tags["best_config"])
+    assert parent.info.status == "FINISHED" and "best_config" in parent.data.tags
     assert json.loads(parent.data.tags["best_config_tied"]) and parent.data.tags["best_config_rule"].startswith(
-        "highest mean best selection"
+        ("highest mean best selection", "no winner on selection")
     )
     assert parent.data.params["sweep.space.optimizer.learning_rate"] == "grid [2, 4]"
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
