@@ -102,12 +102,11 @@ def run_splits(data: dict[str, Any]) -> list[str]:
 
 
 def data_configured(data: dict[str, Any]) -> bool:
-    """The run reads data or manifests the user pointed at (built-in samples are not checked here)."""
-    import skillopt_envs
-
+    """The config points at data or manifests (env.data_dir, env.manifest_dir). Built-in samples are not checked
+    here, nor data named by an environment variable alone: importing the ALFWorld engine sets ALFWORLD_DATA in its
+    process, so in a process that played a game the variable may not be the user's; the driver reads such data."""
     env = data["env"]
-    var = skillopt_envs.data_env_var(env["name"])
-    return bool(env.get("data_dir") or env.get("manifest_dir") or (var and os.environ.get(var)))
+    return bool(env.get("data_dir") or env.get("manifest_dir"))
 
 
 def check_benchmark_data(data: dict[str, Any]) -> None:
