@@ -1,6 +1,7 @@
 """A run's story, read from its run directory: what each step tried, what the gate decided and why.
 
     python -m skillopt_ray.report RUN_DIR [--diffs] [--html FILE]
+    python -m skillopt_ray.report RUN_A --diff-skill RUN_B      # the two runs' best skills, diffed
 
 Prints the skill versions (who made each one, at which step, with which selection score), then per
 epoch and step: the action, the edit budget, the edits merged, ranked, applied and skipped, the
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.records import EpochRecord, GateRecord, RecordError, StepRecord, Summary, is_accept
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.rundir import BEST_SKILL, RunDir
 
 
 def kinds_text(kinds: Any) -> str:
@@ -476,14 +477,49 @@ def skill_history_html(run_dir: str | Path) -> str:
     return "\n".join(parts)
 
 
+def _best_skill(rd: RunDir) -> str:
+    text = rd.read_text(BEST_SKILL)
+    if text is None:
+        raise RecordError(f"{rd.root} has no best skill yet ({BEST_SKILL}): the run has not evaluated its first skill")
+    return text
+
+
+def _scores_line(rd: RunDir) -> str:
+    s = rd.read_summary()
+    if s is None or not s.test or s.selection is None:
+        return "unfinished"
+    return f"best selection {_f(s.selection.get('best'))}, test hard of the best skill {_f(s.test['best']['hard'])}"
+
+
+def skill_diff(run_a: str | Path, run_b: str | Path) -> str:
+    """The best skills of two runs side by side: each run's scores, then a unified diff (A's best -> B's best)."""
+    a, b = RunDir(run_a).check(), RunDir(run_b).check()
+    ta, tb = _best_skill(a), _best_skill(b)
+    head = [f"A: {a.root.name} ({_scores_line(a)})", f"B: {b.root.name} ({_scores_line(b)})"]
+    body = diff_text(ta, tb, f"A/{a.root.name}/{BEST_SKILL}", f"B/{b.root.name}/{BEST_SKILL}")
+    return "\n".join(head) + "\n\n" + (body or "the two best skills are identical\n")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m skillopt_ray.report", description="Print a run's story from its run directory."
     )
     ap.add_argument("run_dir", help="outputs/runs/<run name>")
+    ap.add_argument(
+        "--diff-skill",
+        metavar="OTHER_RUN_DIR",
+        help="instead of the story, diff this run's best skill against another run's (and print both runs' scores)",
+    )
     ap.add_argument("--diffs", action="store_true", help="print each step's diff (current -> candidate)")
     ap.add_argument("--html", metavar="FILE", help="also write the skill history with diffs as an HTML page")
     a = ap.parse_args(argv)
+    if a.diff_skill:
+        try:
+            print(skill_diff(a.run_dir, a.diff_skill), end="")
+        except RecordError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
     try:
         root = RunDir(a.run_dir).check().root
         print(story_text(load(root), diffs=a.diffs))

@@ -518,6 +518,7 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
     write_meta()
     report = sweep_comparison(sdir)
     report.write(sdir / "comparison", force=True)  # the sweep's own folder, rewritten on every rerun
+    write_skill_diffs(report.records, sdir / "comparison" / "skill_diffs.md")  # logged with the comparison
     if parent.enabled:
         best = report.best()
         if best is not None:
@@ -564,6 +565,36 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
         )
         return EXIT_ERROR
     return EXIT_OK
+
+
+def write_skill_diffs(records: list[Any], path: Path) -> Optional[Path]:
+    """Every finished trial's best skill diffed against the best skill of the trial with the highest best
+    selection score (the first such trial), one section per trial: where the runs' skills went apart."""
+    from skillopt_ray.records import RecordError
+    from skillopt_ray.report import skill_diff
+
+    recs = [r for r in records if r.run_dir]
+    if len(recs) < 2:
+        path.unlink(missing_ok=True)
+        return None
+
+    def label(r: Any) -> str:
+        return " ".join([f"{k}={v}" for k, v in r.params.items()] + [f"seed={r.seed}"])
+
+    ref = max(recs, key=lambda r: r.metrics.get("best_selection_score", -math.inf))
+    parts = [
+        f"# Best skills of the sweep's runs, each against {label(ref)}",
+        f"A is {label(ref)}: the run with the highest best selection score (the first of any tie).",
+    ]
+    for r in recs:
+        if r is ref:
+            continue
+        try:
+            parts.append(f"## {label(r)}\n\n```diff\n{skill_diff(ref.run_dir, r.run_dir)}```")
+        except RecordError as e:
+            parts.append(f"## {label(r)}\n\n{e}")
+    path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    return path
 
 
 def _run_tune(

@@ -593,6 +593,7 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
         "comparison.csv",
         "learning_curves.png",
         "accept_rate.png",
+        "skill_diffs.md",  # each trial's best skill against the top trial's
     }
 
     # compare over the sweep: the same n and numbers as the sweep's own table, checked against the runs
