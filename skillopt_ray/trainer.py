@@ -53,7 +53,7 @@ class Trainer:
         self.recorder = Recorder(rundir, tracker, cfg.debug.interrupt_after)
         self.policy = GatePolicy.from_config(o)
         self.evaluator = Evaluator(
-            rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress
+            rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed
         )
         parts = (cfg, llm, self.recorder, self.evaluator, self.schedule)
         self.steps = TrainStep(*parts, guard, self._set_progress)

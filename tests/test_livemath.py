@@ -112,21 +112,16 @@ def test_evaluation_uses_seed_42_and_training_the_batch_seed(tmp_path):
     assert "A. alpha\nB. beta\nC. gamma\nD. delta" in llm.requests[0].messages[1]["content"]
 
 
-def test_the_trainer_passes_batch_seeds_to_episodes():
-    """An episode context without a batch seed carries the run's seed; the first training batch's seed is 1043
-    (seed + 1000·epoch + step). The end-to-end test checks the seeds the episodes of a real run got."""
-    from skillopt_ray import trainer
+def test_episode_contexts_carry_the_batch_seed():
+    """Evaluations play with the run's seed, training batches with seed + 1000·epoch + step (1043 for the first
+    step at seed 42). The end-to-end test checks the orders the episodes of a real run showed."""
+    from skillopt_ray.loop.evaluation import Evaluator
+    from skillopt_ray.loop.schedule import Schedule
 
-    ctx = trainer.Trainer._ctx(type("T", (), {"cfg": _Cfg()})(), "eval/x", False)
-    assert ctx.seed == 42
-    assert trainer.Trainer._batch_seed(type("T", (), {"cfg": _Cfg()})(), 1, 1) == 1043
-
-
-class _Cfg:
-    seed = 42
-
-    class env:  # noqa: N801
-        max_turns, history_window = 1, 0
+    env = type("Env", (), {"max_turns": 1, "history_window": 0})()
+    ev = Evaluator(None, None, None, env, 0.1, lambda **kw: None, seed=43)
+    assert ev.context("eval/x", False).seed == 43 and ev.context("train/e1s1", True, 1044).seed == 1044
+    assert Schedule(None, None, 42).batch_seed(1, 1) == 1043 and Schedule(None, None, 42).batch_seed(2, 3) == 2045
 
 
 # --- raw rows -----------------------------------------------------------------------------------------------------

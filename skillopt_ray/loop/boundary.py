@@ -100,8 +100,9 @@ class EpochBoundary:
         prev_skill = self.rec.skill_text(st.epoch_start_version)
         curr_skill = self.rec.skill_text(st.epoch_last_step_version if who == "meta" else st.current_version)
         self.progress(stage=f"{who}:rollout", done=0, total=2 * len(tasks))
-        prev = await self.ev.play(tasks, prev_skill, f"{who}/e{epoch}/{tag}prev", "slow-update")
-        curr = await self.ev.play(tasks, curr_skill, f"{who}/e{epoch}/{tag}curr", "slow-update")
+        seed = self.cfg.seed + 2000 * epoch  # the epoch sample's seed (the reference's build_train_batch)
+        prev = await self.ev.play(tasks, prev_skill, f"{who}/e{epoch}/{tag}prev", "slow-update", seed=seed)
+        curr = await self.ev.play(tasks, curr_skill, f"{who}/e{epoch}/{tag}curr", "slow-update", seed=seed)
         return build_pairs(tasks, prev, curr)
 
     async def _pairs(self, epoch: int, who: str) -> Pairs:

@@ -22,7 +22,14 @@ Progress = Callable[..., None]
 
 class Evaluator:
     def __init__(
-        self, rd: RunDir, runner: Any, policy: GatePolicy, env: Any, max_infra_fraction: float, progress: Progress
+        self,
+        rd: RunDir,
+        runner: Any,
+        policy: GatePolicy,
+        env: Any,
+        max_infra_fraction: float,
+        progress: Progress,
+        seed: int = 42,
     ):
         self.rd = rd
         self.runner = runner
@@ -30,20 +37,29 @@ class Evaluator:
         self.env = env  # the env config: max_turns, history_window
         self.max_infra_fraction = max_infra_fraction
         self.progress = progress
+        self.seed = seed  # the run's seed: the batch seed of every evaluation (a benchmark may randomise by it)
         self.scores: dict[str, Evaluation] = {}  # evaluation key -> scores: the score cache
 
     def load(self) -> None:
         """The score cache of an earlier command on this run directory."""
         self.scores = self.rd.scores()
 
-    def context(self, key: str, training: bool) -> EpisodeContext:
+    def context(self, key: str, training: bool, seed: Optional[int] = None) -> EpisodeContext:
+        """Episode settings; `seed` is the batch's seed (a training batch's, an epoch sample's), else the run's."""
         return EpisodeContext(
-            key=key, training=training, max_turns=self.env.max_turns, history_window=self.env.history_window
+            key=key,
+            training=training,
+            max_turns=self.env.max_turns,
+            history_window=self.env.history_window,
+            seed=self.seed if seed is None else seed,
         )
 
-    async def play(self, tasks: list[Task], skill: str, key: str, what: str, training: bool = False) -> list[Any]:
+    async def play(
+        self, tasks: list[Task], skill: str, key: str, what: str, training: bool = False, seed: Optional[int] = None
+    ) -> list[Any]:
         """Episodes of a skill on tasks, uncached (training rollouts and the epoch boundary's pairs)."""
-        return await rollout(self.runner, tasks, skill, self.context(key, training), self.max_infra_fraction, what)
+        ctx = self.context(key, training, seed)
+        return await rollout(self.runner, tasks, skill, ctx, self.max_infra_fraction, what)
 
     def split_signature(self, tasks: list[Task]) -> str:
         blob = "|".join(t.task_id for t in tasks) + f"|{self.env.max_turns}|{self.env.history_window}"

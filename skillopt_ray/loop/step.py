@@ -91,7 +91,8 @@ class TrainStep:
 
         async def do_rollout() -> list[dict[str, Any]]:
             self.progress(stage="rollout", done=0, total=len(tasks))
-            res = await self.ev.play(tasks, skill, f"train/{label}", "training", training=True)
+            seed = self.schedule.batch_seed(epoch, step)
+            res = await self.ev.play(tasks, skill, f"train/{label}", "training", training=True, seed=seed)
             return [r.to_dict() for r in res]
 
         rel = f"{RunDir.step_dir(epoch, step)}/rollout.json"
