@@ -261,7 +261,7 @@ class Run:
             self.pool,
             tasks,
             skill,
-            EpisodeContext(f"evalonly/{split}", False, cfg.env.max_turns, cfg.env.history_window),
+            EpisodeContext(f"evalonly/{split}", False, cfg.env.max_turns, cfg.env.history_window, cfg.seed),
             cfg.optimizer.max_infra_failure_fraction,
             f"eval:{split}",
         )
