@@ -171,6 +171,10 @@ if cfg["work_mount"]:
         os._exit(125)
 if os.getuid() == 0 and cfg["drop_to"] is not None:
     os.setgroups([]); os.setgid(cfg["drop_to"]); os.setuid(cfg["drop_to"])
+if cfg["work_mount"]:  # bubblewrap's --cap-add also filled the inheritable set: empty every set (capset, version 3)
+    if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
+        sys.stderr.write("sandbox: cannot drop capabilities: " + os.strerror(ctypes.get_errno()) + "\n")
+        os._exit(125)
 work = cfg["work"]
 os.makedirs(os.path.join(work, "tmp"), exist_ok=True)
 for name in os.listdir(cfg["stage"]):
