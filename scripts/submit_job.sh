@@ -4,7 +4,9 @@
 # The run directory name is derived from the config, so resubmitting the same overrides resumes the same run.
 # The job is named after the experiment (skillopt-<experiment>-<hash of the overrides>-<time>), so the dashboard's
 # job list says what each one runs; a dashboard answers before its job agent is ready, so this waits for the agent
-# (up to SKILLOPT_AGENT_WAIT_S seconds, default 90) instead of failing with HTTP 500 "No available agent".
+# (up to SKILLOPT_AGENT_WAIT_S seconds, default 90) instead of failing with HTTP 500 "No available agent": the one
+# check Ray offers is a job taken, so a no-op job is submitted and deleted once it ended (`ray job list` keeps only
+# real runs). The working directory is scripts/runtime_env.yaml's (this repository).
 set -euo pipefail
 : "${RAY_ADDRESS:?set RAY_ADDRESS to the cluster dashboard, e.g. http://127.0.0.1:8265 (or eval \"\$(scripts/start_head.sh)\")}"
 cd "$(dirname "$0")/.."
@@ -29,7 +31,11 @@ while True:  # a no-op job: the one check that the job agent takes submissions
         if time.monotonic() > deadline:
             sys.exit(f"error: the Ray job agent at {address} did not take a job within {wait_s:.0f}s: {str(last).splitlines()[0][:300]}")
         time.sleep(1.0)
+try:
+    client.delete_job(job)  # the check is not a run: leave no trace of it in the job list
+except Exception as e:  # noqa: BLE001 - a leftover no-op job is harmless; say so and go on
+    print(f"note: could not delete the readiness-check job {job}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
 PYEOF
 exec ray job submit --submission-id "$ID" --metadata-json "{\"experiment\": \"${EXP:-}\", \"name\": \"$ID\"}" \
-  --runtime-env scripts/runtime_env.yaml --working-dir . -- \
+  --runtime-env scripts/runtime_env.yaml -- \
   python -m skillopt_ray ray=cluster debug.progress=plain "$@"
