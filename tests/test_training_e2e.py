@@ -30,6 +30,7 @@ def _data(url: str, out: Path, alfworld_root: Path, *extra: str) -> dict:
         "env.limit_test=2",
         "optimizer.batch_size=4",
         "optimizer.slow_update_samples=2",
+        "optimizer.lr_schedule=cosine",
         *extra,
     ]
     cfg = cli.compose(overrides)
