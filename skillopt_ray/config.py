@@ -29,22 +29,6 @@ class AgentConfig:
     timeout_s: float = 0.0  # wall-clock limit of one CLI run; 0: the benchmark's own (SearchQA 120 s)
     memory_mb: int = 4096  # resident memory of the whole agent (CLI and the commands it runs)
     empty_retries: int = 1  # extra attempts after an empty final message (the reference's EXEC_EMPTY_RESPONSE_RETRIES)
-    codex_sandbox: str = "workspace-write"  # Codex's own sandbox inside the jail: read-only | workspace-write | danger-full-access
-    codex_reasoning_effort: str = "none"  # sent as model_reasoning_effort, "none" included (as the reference does)
-    claude_effort: str = "medium"  # mapped: none/off/"" -> no flag, xhigh -> max, unknown -> medium
-    claude_max_thinking_tokens: int = 16384
-    trace_to_optimizer: bool = True  # the analysts see the Codex trace summary
-    jail: str = "bwrap"  # bwrap | none (none: no isolation, for debugging only)
-
-
-@dataclass
-class AgentConfig:
-    """How an agent harness target (llm.target.harness=codex|claude_code) runs each episode (skillopt_ray/harness)."""
-
-    prefix: Optional[str] = None  # npm prefix holding the CLIs (scripts/install_harnesses.sh); None: <repo>/.harnesses
-    timeout_s: float = 0.0  # wall-clock limit of one CLI run; 0: the benchmark's own (SearchQA 120 s)
-    memory_mb: int = 4096  # resident memory of the whole agent (CLI and the commands it runs)
-    empty_retries: int = 1  # extra attempts after an empty final message (the reference's EXEC_EMPTY_RESPONSE_RETRIES)
     # Codex's own sandbox: the reference uses workspace-write, which needs user namespaces; the jail refuses them and
     # confines the agent itself, so Codex runs in full-access mode inside it
     codex_sandbox: str = "danger-full-access"
@@ -57,7 +41,7 @@ class AgentConfig:
 
 @dataclass
 class LLMRoleConfig:
-    provider: str = "openai"  # openai | azure | embedded
+    provider: str = "openai"  # openai | azure | embedded | anthropic (the Messages API: llm/anthropic_backend.py)
     model: str = "smollm2-135m"
     base_url: Optional[str] = None
     api_key_env: Optional[str] = None  # NAME of the env var holding the key, never the key
@@ -94,9 +78,6 @@ class LLMRoleConfig:
     # decoding otherwise repeats list items until its completion budget cuts the JSON. None: unbounded (remote presets)
     schema_max_items: Optional[int] = None
     schema_max_chars: Optional[int] = None
-    # target only: chat (a chat completion per turn) or an agent CLI run per episode (codex | claude_code)
-    harness: str = "chat"
-    agent: AgentConfig = field(default_factory=AgentConfig)
     # target only: chat (a chat completion per turn) or an agent CLI run per episode (codex | claude_code)
     harness: str = "chat"
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -309,12 +290,9 @@ def validate(cfg: Config) -> Config:
     _fraction("optimizer.max_infra_failure_fraction", o.max_infra_failure_fraction)
     for role in ("target", "optimizer"):
         r: LLMRoleConfig = getattr(cfg.llm, role)
-        _choice(f"llm.{role}.provider", r.provider, ("openai", "azure", "embedded"))
+        _choice(f"llm.{role}.provider", r.provider, ("openai", "azure", "embedded", "anthropic"))
         _choice(f"llm.{role}.structured_output", r.structured_output, ("json_schema", "json_object", "none"))
         _choice(f"llm.{role}.http_client", r.http_client, ("httpx", "aiohttp"))
-        _choice(f"llm.{role}.harness", r.harness, ("chat", "codex", "claude_code") if role == "target" else ("chat",))
-        _choice(f"llm.{role}.agent.codex_sandbox", r.agent.codex_sandbox, ("read-only", "workspace-write", "danger-full-access"))
-        _choice(f"llm.{role}.agent.jail", r.agent.jail, ("bwrap", "none"))
         _choice(f"llm.{role}.harness", r.harness, ("chat", "codex", "claude_code") if role == "target" else ("chat",))
         _choice(f"llm.{role}.agent.codex_sandbox", r.agent.codex_sandbox, ("read-only", "workspace-write", "danger-full-access"))
         _choice(f"llm.{role}.agent.jail", r.agent.jail, ("bwrap", "none"))
@@ -431,7 +409,8 @@ def _check_harness(cfg: Config) -> None:
     if h != "chat" and not getattr(skillopt_envs.benchmark_class(cfg.env.name), "agent_harness", False):
         raise ConfigError(
             f"llm.target.harness={h} is not supported by the {cfg.env.name} benchmark (no agent harness, as in the "
-            "reference); use llm.target.harness=chat or a benchmark that supports it (searchqa, spreadsheetbench)"
+            f"reference); use llm.target.harness=chat or a benchmark that supports it "
+            f"({', '.join(skillopt_envs.with_agent_harness())})"
         )
 
 

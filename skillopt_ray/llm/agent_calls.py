@@ -66,13 +66,24 @@ class AgentEndpoint(RoleEndpoint):
         return AgentCompletion(comp.content, comp.finish_reason, comp.prompt_tokens, comp.completion_tokens, calls)
 
 
-def agent_endpoint(gw: Any, role: str) -> AgentEndpoint:
-    """The gateway's agent endpoint for `role`, made at its first agent call (chat-only runs never build one)."""
+def agent_endpoint(gw: Any, role: str) -> Any:
+    """The gateway's agent endpoint for `role`, made at its first agent call (chat-only runs never build one); an
+    Anthropic role's own endpoint already sends tools and reads tool calls."""
     eps = gw.__dict__.setdefault("agent_endpoints", {})
     if role not in eps:
         base = gw.endpoints[role]
-        eps[role] = AgentEndpoint(role, base.cfg, base.retry, rng_seed=7)
+        eps[role] = base if base.cfg.provider == "anthropic" else AgentEndpoint(role, base.cfg, base.retry, rng_seed=7)
     return eps[role]
+
+
+def flat_call(c: dict[str, Any]) -> dict[str, Any]:
+    """A tool call as {id, name, arguments}, from either that shape or the chat API's {id, function: {...}}."""
+    if "function" not in c:
+        return c
+    fn = c.get("function") or {}
+    args = fn.get("arguments")
+    return {"id": str(c.get("id") or ""), "name": str(fn.get("name") or ""),
+            "arguments": args if isinstance(args, str) else json.dumps(args or {})}  # fmt: skip
 
 
 # parts of a tool's output that differ between two runs of the same episode (Codex's output chunk id and the
@@ -92,7 +103,7 @@ def stable_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def cache_payload(ep: AgentEndpoint, req: AgentRequest) -> dict[str, Any]:
+def cache_payload(ep: Any, req: AgentRequest) -> dict[str, Any]:
     kw = ep.request_kwargs(req)
     return {
         "agent": True,
@@ -146,7 +157,7 @@ async def agent_chat(gw: Any, req: AgentRequest) -> AgentReply:
         gw.ledger.in_flight -= 1
     if comp.finish_reason == "length":
         gw.ledger.record_incomplete(req.role, req.stage, "truncated")
-    calls = list(getattr(comp, "tool_calls", []) or [])
+    calls = [flat_call(c) for c in getattr(comp, "tool_calls", []) or []]
     reply = AgentReply(comp.content, calls, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason)
     if gw.cache is not None:
         gw.cache.put(

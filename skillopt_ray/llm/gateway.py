@@ -68,7 +68,12 @@ def role_endpoints(cfg: LLMConfig) -> dict[str, RoleEndpoint]:
         rc = getattr(cfg, role)
         if cfg.base_url and not rc.base_url:
             rc.base_url = cfg.base_url
-        out[role] = RoleEndpoint(role, rc, retry, rng_seed=i)
+        if rc.provider == "anthropic":  # the Messages API through the anthropic SDK
+            from skillopt_ray.llm.anthropic_backend import AnthropicEndpoint
+
+            out[role] = AnthropicEndpoint(role, rc, retry, rng_seed=i)
+        else:
+            out[role] = RoleEndpoint(role, rc, retry, rng_seed=i)
     return out
 
 
