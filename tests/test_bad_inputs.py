@@ -214,3 +214,26 @@ def test_an_uninstalled_hydra_launcher_names_the_installed_ones(capsys, tmp_path
     code, _, err = _main(capsys, "+experiment=searchqa", "hydra/launcher=joblib", f"output_dir={out}", *FAST_FAIL)
     _assert_refused(code, err, out, "hydra/launcher: joblib", "installed: basic", "pip install hydra-joblib-launcher")
     assert "available: none" not in err
+
+
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        (TRUNCATED, ["ends before its JSON is complete"]),
+        (b'{"questionId": 1}', ["must hold a JSON list, found a JSON object"]),
+        (NOT_UTF8, ["is not UTF-8"]),
+        (b'[{"questionId": 7}, {"id": "8"}, {"questionId": " 7"}]', ["id '7' is listed twice (entries 0 and 2)"]),
+    ],
+    ids=["truncated", "object", "not-utf8", "repeated"],
+)
+def test_a_broken_docvqa_id_manifest_names_the_file(tmp_path, content, words):
+    from skillopt_envs.base import DataError
+    from skillopt_envs.docvqa.upstream import read_id_manifest
+
+    (tmp_path / "val").mkdir()
+    (tmp_path / "val" / "items.json").write_bytes(content)
+    with pytest.raises(DataError) as e:
+        read_id_manifest(tmp_path, "val")
+    assert str(tmp_path / "val" / "items.json") in str(e.value)
+    for w in words:
+        assert w in str(e.value)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import DataError
+from skillopt_envs.base import DataError, check_new_id, read_json_list
 
 PAGE_CACHE = Path.home() / ".cache" / "skillopt_ray" / "docvqa_pages"
 _EXTRACT_LOCK = threading.Lock()  # one row group written out at a time per process
@@ -122,15 +122,16 @@ def read_id_manifest(folder: Path, split: str) -> list[str]:
             f"{folder / split} holds no items.json; env.manifest_dir must hold train/ val/ test/ items.json "
             "with the question ids (SkillOpt's data/docvqa_id_split)"
         )
-    try:
-        entries = json.loads(files[0].read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise DataError(f"{files[0]} is not valid JSON: {e}") from None
-    ids = []
-    for n, e in enumerate(entries if isinstance(entries, list) else []):
+    entries = read_json_list(
+        files[0], 'a DocVQA id manifest is a JSON list of {"questionId": ...} (or {"id": ...}) objects'
+    )
+    ids: list[str] = []
+    seen: dict[str, int] = {}
+    for n, e in enumerate(entries):
         qid = e.get("questionId", e.get("id")) if isinstance(e, dict) else None
         if qid is None:
-            raise DataError(f"{files[0]}: entry {n} has no id or questionId")
+            raise DataError(f"{files[0]}: entry {n} ({str(e)[:60]}) has no id or questionId")
+        check_new_id(files[0], seen, str(qid).strip(), n)
         ids.append(str(qid).strip())
     return ids
 
