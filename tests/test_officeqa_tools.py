@@ -108,3 +108,34 @@ def test_unreadable_allowed_file_raises_corpus_read(corpus):
         (corpus / "b.txt").chmod(0)
         with pytest.raises(CorpusReadError):
             ToolRuntime([corpus], set()).grep("x", str(corpus / "b.txt"))
+
+
+def test_line_cache_gives_the_same_answers_and_sees_edits(corpus):
+    from skillopt_envs.officeqa.tools import LineCache
+
+    cache = LineCache(max_files=2)
+    cached, plain = ToolRuntime([corpus], set(), cache), ToolRuntime([corpus], set())
+    p = str(corpus / "a.txt")
+    for args in ((p, 5, 3), (p, 199, 80), (p, 0, None)):
+        assert cached.read(*args) == plain.read(*args)
+    assert cached.grep("gold", p) == plain.grep("gold", p)
+    assert len(cache._lines) == 1  # one file read once
+    (corpus / "a.txt").write_text("edited line\n")
+    assert cached.read(p).output == "edited line\n"  # size and mtime changed: read afresh
+    for name in ("b.txt", "sub/c.txt"):
+        cached.read(str(corpus / name))
+    assert len(cache._lines) == 2  # bounded
+    assert cached.read(str(corpus / "gone.txt")).output == "[read error: no such file]"
+
+
+def test_grep_by_offsets_equals_the_line_by_line_rule():
+    import random
+
+    from skillopt_envs.officeqa.tools import Doc
+
+    rng = random.Random(3)
+    for _ in range(2000):  # includes 'İ', whose lower-case form is longer (the line-by-line path then)
+        text = "".join(rng.choice("abcAB \n|İ1") for _ in range(rng.randint(0, 60)))
+        needle = "".join(rng.choice("abAB |1\n") for _ in range(rng.randint(1, 3))).lower()
+        doc = Doc(text)
+        assert doc.grep(needle, 5) == [i for i, ln in enumerate(doc.lines) if needle in ln.lower()][:5]

@@ -28,7 +28,7 @@ from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.oracle import OracleReadError, build_context
 from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
-from skillopt_envs.officeqa.tools import TOOL_SCHEMAS, CorpusReadError, ToolRuntime
+from skillopt_envs.officeqa.tools import TOOL_SCHEMAS, CorpusReadError, LineCache, ToolRuntime
 
 from skillopt_ray.llm.types import ChatRequest
 
@@ -121,6 +121,7 @@ class Corpus:
 
     roots: list[Path]
     index: oq.CorpusIndex
+    lines: LineCache = field(default_factory=LineCache)  # recently read files, shared by this actor's episodes
 
 
 class OfficeQABenchmark(Benchmark):
@@ -290,7 +291,7 @@ class Episode:
         self.oracle = oracle
         offline = opts.search_mode == "offline"
         # allowed files: the candidates' names; with no source_files the candidates are every corpus file
-        self.runtime = ToolRuntime(corpus.roots, {c.name for c in candidates})
+        self.runtime = ToolRuntime(corpus.roots, {c.name for c in candidates}, corpus.lines)
         self.system = prompts.system_prompt(skill, opts.use_local_tools, opts.text_protocol)
         if not offline:
             from skillopt_envs.officeqa.search import system_prompt as search_system

@@ -8,13 +8,16 @@ corpus file that exists and cannot be read raises (CorpusReadError: an infrastru
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import io
 import json
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 MAX_GLOB = 50
 READ_LINES = 80
@@ -74,6 +77,61 @@ class CorpusReadError(Exception):
     kind = "corpus_read"  # skillopt_envs.base.INFRA_KINDS
 
 
+class Doc:
+    """A corpus file read once: its lines (with their newlines) and, for grep, its lower-cased text with the offset
+    where each line starts (so a search costs the matches it finds, not a pass over every line)."""
+
+    def __init__(self, text: str):
+        self.lines = io.StringIO(text).readlines()
+        lower = text.lower()
+        # lower() can change a string's length (a few non-ASCII letters): then offsets no longer match lines
+        self.lower: Optional[str] = lower if len(lower) == len(text) else None
+        self.starts: list[int] = []
+        at = 0
+        for ln in self.lines:
+            self.starts.append(at)
+            at += len(ln)
+
+    def grep(self, needle: str, limit: int) -> list[int]:
+        """0-based indices of the first `limit` lines whose lower-cased text contains `needle` (already lower-cased)."""
+        if self.lower is None or "\n" in needle:
+            return [i for i, ln in enumerate(self.lines) if needle in ln.lower()][:limit]
+        hits: list[int] = []
+        at = self.lower.find(needle)
+        while at >= 0 and len(hits) < limit:
+            i = bisect.bisect_right(self.starts, at) - 1
+            hits.append(i)
+            nxt = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.lower)
+            at = self.lower.find(needle, nxt)
+        return hits
+
+
+class LineCache:
+    """The lines of recently read corpus files, shared by the episodes of one env actor: a 24-turn episode reads and
+    greps the same bulletin again and again. Keyed by real path, size and modification time, so an edited file is
+    read afresh; at most `max_files` files are kept."""
+
+    def __init__(self, max_files: int = 32):
+        self.max_files = max_files
+        self._lines: OrderedDict[tuple[str, int, int], Doc] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def doc(self, real: str, read: Any) -> Doc:
+        st = os.stat(real)  # FileNotFoundError for a file that is not there
+        key = (real, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            hit = self._lines.get(key)
+            if hit is not None:
+                self._lines.move_to_end(key)
+                return hit
+        doc = Doc(read(real))
+        with self._lock:
+            self._lines[key] = doc
+            while len(self._lines) > self.max_files:
+                self._lines.popitem(last=False)
+        return doc
+
+
 @dataclass(frozen=True)
 class ToolCall:
     command: str
@@ -83,9 +141,10 @@ class ToolCall:
 class ToolRuntime:
     """The tools of one episode: the corpus roots and the item's allowed basenames (empty = every file)."""
 
-    def __init__(self, roots: list[Path], allowed_files: set[str]):
+    def __init__(self, roots: list[Path], allowed_files: set[str], cache: Optional[LineCache] = None):
         self.roots = [Path(os.path.realpath(r)) for r in roots]
         self.allowed = set(allowed_files)
+        self.cache = cache
 
     # ---------- access ----------
 
@@ -95,8 +154,8 @@ class ToolRuntime:
         inside = any(real == str(r) or real.startswith(str(r) + os.sep) for r in self.roots)
         return inside and (not self.allowed or os.path.basename(real) in self.allowed)
 
-    def _text(self, path: str) -> str:
-        real = os.path.realpath(os.path.abspath(path))
+    @staticmethod
+    def _read(real: str) -> str:
         try:
             with open(real, encoding="utf-8") as f:
                 return f.read()
@@ -105,6 +164,13 @@ class ToolRuntime:
         except (OSError, UnicodeDecodeError) as e:
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise CorpusReadError(f"corpus file {real} cannot be read: {why}") from None
+
+    def _doc(self, path: str) -> Doc:
+        """The file (read whole as UTF-8, as the reference does), from the actor's cache when there is one."""
+        real = os.path.realpath(os.path.abspath(path))
+        if self.cache is None:
+            return Doc(self._read(real))
+        return self.cache.doc(real, self._read)
 
     # ---------- the tools ----------
 
@@ -146,10 +212,9 @@ class ToolRuntime:
         if not self.is_allowed(path):
             return ToolCall(cmd, "[read error: path not allowed]")
         try:
-            text = self._text(path)
+            lines = self._doc(path).lines
         except FileNotFoundError:
             return ToolCall(cmd, "[read error: no such file]")
-        lines = io.StringIO(text).readlines()
         out = "".join(lines[first - 1 : first - 1 + count])[:READ_CHARS]
         return ToolCall(cmd, out if out else "[empty file]")
 
@@ -162,15 +227,10 @@ class ToolRuntime:
         if not self.is_allowed(path):
             return ToolCall(cmd, "[grep error: path not allowed]")
         try:
-            text = self._text(path)
+            doc = self._doc(path)
         except FileNotFoundError:
             return ToolCall(cmd, "[grep error: no such file]")
-        hits = []
-        for n, line in enumerate(io.StringIO(text), start=1):
-            if needle in line.lower():
-                hits.append(f"{n}: {line.rstrip()}")
-                if len(hits) >= MAX_GREP:
-                    break
+        hits = [f"{i + 1}: {doc.lines[i].rstrip()}" for i in doc.grep(needle, MAX_GREP)]
         return ToolCall(cmd, "\n".join(hits) if hits else "[no matches]")
 
     def run(self, name: str, arguments: Any) -> ToolCall:
