@@ -104,6 +104,26 @@ def test_every_multirun_job_is_checked_before_any_starts(capsys, tmp_path):
     assert code == 2 and "add -m to run every combination" in err
 
 
+def test_shell_completion_of_the_installed_command():
+    """The README's completion recipe: bash completes the `skillopt-ray` command (the same application as
+    `python -m skillopt_ray`) through Hydra's query, with config groups and keys."""
+    import os
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).parent / "skillopt-ray"
+    assert exe.is_file(), "the package installs the skillopt-ray command"
+    for line, want in (
+        ("skillopt-ray +experiment=al", "+experiment=alfworld"),
+        ("skillopt-ray optimizer.learn", "optimizer.learning_rate="),
+    ):
+        env = dict(os.environ, COMP_LINE=line, COMP_POINT=str(len(line)))
+        out = subprocess.run([str(exe), "-sc", "query=bash"], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and want in out.stdout.split(), (line, out.stdout, out.stderr)
+    install = subprocess.run([str(exe), "-sc", "install=bash"], capture_output=True, text=True, timeout=120)
+    assert "complete -o nospace -o default -F hydra_bash_completion skillopt-ray" in install.stdout
+
+
 def test_hydra_commands(capsys, tmp_path):
     code, out, _ = _main(capsys, "--info", "searchpath")
     assert code == 0 and "Config search path" in out and "conf" in out
