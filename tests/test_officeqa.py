@@ -435,3 +435,55 @@ def test_show_gold_gives_the_analysts_a_gold_block(tmp_path):
     assert title == "Gold Answer" and gold == r.info["gold_answers"][0] and gold in r.fail_reason
     _, plain, _ = _play(tmp_path, lambda body, headers: "<answer>x</answer>")
     assert "analyst_blocks" not in plain.info  # the reference's view: the gold only in a wrong answer's reason
+
+
+def test_custom_search_loop_against_a_local_search_proxy(tmp_path, monkeypatch):
+    """custom_search: the controller runs the model's queries on the search proxy (raw token as Authorization) and
+    sends the results back with the next round's policy; the model answers on round 2."""
+    import http.server
+    import threading
+
+    seen = []
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server hook's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.headers["Authorization"], body))
+            out = {"results": [{"title": f"T {body['query']}", "link": "https://x", "snippet": "gold was 22.7"}]}
+            data = json.dumps(out).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.setenv("OFFICEQA_CUSTOM_SEARCH_AUTH", "tok-123")
+
+    def policy(body, headers):
+        if len(body["messages"]) == 2:
+            assert "## Round Policy\nThis is round 1/3." in body["messages"][1]["content"]
+            return '<search_queries>["gold 1944", "gold 1944", "stock"]</search_queries>'
+        last = body["messages"][-1]["content"]
+        assert last.startswith(
+            "## Search Results Round 1\n## Query 1\nQuery: gold 1944\n[1] T gold 1944\nURL: https://x"
+        )
+        assert "This is round 2/3." in last and "1 model rounds remain" in last
+        return "<answer>22.7</answer>"
+
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/search"
+    try:
+        _, r, bodies = _play(tmp_path, policy, max_turns=3, search_mode="custom", search_api_url=url)
+    finally:
+        httpd.shutdown()
+    assert [b["query"] for _, b in seen] == ["gold 1944", "stock"] and {a for a, _ in seen} == {"tok-123"}
+    assert seen[0][1]["max_num_results"] == 4 and seen[0][1]["provider"] == "duckduckgo"
+    assert "tools" not in bodies[0] and "## File Hints\n- treasury_bulletin_" in bodies[0]["messages"][1]["content"]
+    kinds = [e.get("type") or e.get("role") for e in r.trajectory]
+    assert kinds == ["user", "message", "tool_call", "user", "message"]
+    assert r.trajectory[2]["command"] == "custom_search(['gold 1944', 'stock'])"
+    assert r.info["predicted_answer"] == "22.7"
