@@ -84,6 +84,8 @@ def test_rule26_access_control(corpus, tmp_path, monkeypatch):
     every = ToolRuntime([corpus], set())
     assert every.read(str(corpus / "b.txt")).output == "short\n"  # empty source_files: every corpus file
     assert every.read("/etc/passwd").output == denied
+    assert every.read(str(corpus)).output == "[read error: not a file]"  # the root itself: a mistake, not infra
+    assert every.grep("x", str(corpus / "sub")).output == "[grep error: not a file]"
     assert every.read(str(corpus / "link.txt")).output == denied
 
 

@@ -159,7 +159,7 @@ class ToolRuntime:
         try:
             with open(real, encoding="utf-8") as f:
                 return f.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError):  # the model named something that is not a corpus file
             raise
         except (OSError, UnicodeDecodeError) as e:
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
@@ -215,6 +215,8 @@ class ToolRuntime:
             lines = self._doc(path).lines
         except FileNotFoundError:
             return ToolCall(cmd, "[read error: no such file]")
+        except IsADirectoryError:
+            return ToolCall(cmd, "[read error: not a file]")
         out = "".join(lines[first - 1 : first - 1 + count])[:READ_CHARS]
         return ToolCall(cmd, out if out else "[empty file]")
 
@@ -230,6 +232,8 @@ class ToolRuntime:
             doc = self._doc(path)
         except FileNotFoundError:
             return ToolCall(cmd, "[grep error: no such file]")
+        except IsADirectoryError:
+            return ToolCall(cmd, "[grep error: not a file]")
         hits = [f"{i + 1}: {doc.lines[i].rstrip()}" for i in doc.grep(needle, MAX_GREP)]
         return ToolCall(cmd, "\n".join(hits) if hits else "[no matches]")
 
