@@ -41,6 +41,18 @@ def data_env_var(name: str) -> str:
     return _DATA_ENV.get(name, "")
 
 
+def with_agent_harness() -> list[str]:
+    """Benchmarks whose episodes can run in an agent harness (their class's `agent_harness`); imports each module."""
+    out = []
+    for name in names():
+        try:
+            if getattr(benchmark_class(name), "agent_harness", False):
+                out.append(name)
+        except DataError:  # registered but not implemented here
+            continue
+    return out
+
+
 def make(name: str, env_cfg: dict[str, Any]) -> Benchmark:
     return benchmark_class(name)(env_cfg)
 
