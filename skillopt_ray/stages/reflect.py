@@ -99,66 +99,84 @@ def normalise(analyses: list[dict[str, Any]], mode: str) -> tuple[list[dict[str,
 
 async def reflect(ctx: OptimizerContext, results: list[EpisodeResult]) -> ReflectOutput:
     """The step's analysts on its failure and success minibatches, in parallel; their patches normalised."""
-    mode, skill, max_budget = ctx.mode, ctx.skill, ctx.max_budget
-    skill_aware, appendix_source = ctx.skill_aware, ctx.appendix_source
     fail_mbs, win_mbs = split_minibatches(results, ctx.minibatch_size, ctx.batch_seed, ctx.failure_only)
     jobs = [("failure", i, mb) for i, mb in enumerate(fail_mbs)] + [("success", i, mb) for i, mb in enumerate(win_mbs)]
-    payload_key = prompts.PAYLOAD[mode][0]
     out = ReflectOutput()
-
-    async def one(kind: str, i: int, mb: list[EpisodeResult]) -> Optional[dict[str, Any]]:
-        text = minibatch_text(mb)
-        if not text:  # no conversation to show: no call
-            return None
-        notes = (
-            skill_aware
-            and mode != "full_rewrite_minibatch"
-            and (kind == "failure" or appendix_source != "failure_only")
-        )
-        system = prompts.analyst_system(kind, mode, ctx.env, skill_aware, appendix_source)
-        user = ctx.guard.analyst_user(
-            mb,
-            system,
-            lambda t: prompts.analyst_user(  # the guard cuts only when it is on
-                skill=skill,
-                mode=mode,
-                max_budget=max_budget,
-                step_buffer=ctx.step_buffer,
-                meta_skill=ctx.meta_skill,
-                kind=kind,
-                trajectories=t,
-                k=len(mb),
-            ),
-        )
-        out.calls += 1
-        try:
-            res = await ctx.llm.chat_json(
-                ChatRequest("optimizer", "analyst", prompts.messages(system, user), f"{ctx.key}/analyst/{kind}{i}"),
-                prompts.analyst_schema(kind, mode, notes),
-                "analysis",
-            )
-        except MalformedOutput:
-            out.dropped += 1
-            return None
-        d = dict(res.data)
-        lapses = appendix_notes_of(d.get("appendix_notes")) if notes else []
-        if "patch" not in d:
-            if not (kind == "failure" and lapses):
-                out.dropped += 1
-                return None
-            d["patch"] = {"reasoning": "execution-lapse only", payload_key: []}
-        patch = d["patch"]
-        if mode != "full_rewrite_minibatch" and isinstance(patch, dict) and isinstance(patch.get(payload_key), list):
-            patch[payload_key] = patch[payload_key][:max_budget]  # at most L, the configured maximum (QUIRK-4)
-        d.update(source_type=kind, minibatch=i, minibatch_ids=[r.task_id for r in mb])
-        if notes:
-            d["appendix_notes"] = lapses
-        else:  # notes from an analyst that may not emit them (failure_only source, skill-aware off) never reach the appendix
-            d.pop("appendix_notes", None)
-        return d
-
-    done = await asyncio.gather(*(one(*j) for j in jobs))
+    done = await asyncio.gather(*(_analyse(ctx, out, *j) for j in jobs))
     out.analyses = [d for d in done if d is not None]  # failures then successes, by minibatch index (QUIRK-6 fixed)
-    out.failure_patches, out.success_patches = normalise(out.analyses, mode)
+    out.failure_patches, out.success_patches = normalise(out.analyses, ctx.mode)
     out.notes = [n for a in out.analyses for n in a.get("appendix_notes", [])]
     return out
+
+
+def _writes_notes(ctx: OptimizerContext, kind: str) -> bool:
+    """Skill-aware reflection: this analyst may also write execution-lapse notes for the appendix."""
+    return (
+        ctx.skill_aware
+        and ctx.mode != "full_rewrite_minibatch"
+        and (kind == "failure" or ctx.appendix_source != "failure_only")
+    )
+
+
+async def _analyse(
+    ctx: OptimizerContext, out: ReflectOutput, kind: str, i: int, mb: list[EpisodeResult]
+) -> Optional[dict[str, Any]]:
+    """One analyst call on one minibatch; None when there was nothing to show or the reply was unusable."""
+    mode = ctx.mode
+    if not minibatch_text(mb):  # no conversation to show: no call
+        return None
+    notes = _writes_notes(ctx, kind)
+    system = prompts.analyst_system(kind, mode, ctx.env, ctx.skill_aware, ctx.appendix_source)
+    user = ctx.guard.analyst_user(
+        mb,
+        system,
+        lambda t: prompts.analyst_user(  # the guard cuts only when it is on
+            skill=ctx.skill,
+            mode=mode,
+            max_budget=ctx.max_budget,
+            step_buffer=ctx.step_buffer,
+            meta_skill=ctx.meta_skill,
+            kind=kind,
+            trajectories=t,
+            k=len(mb),
+        ),
+    )
+    out.calls += 1
+    try:
+        res = await ctx.llm.chat_json(
+            ChatRequest("optimizer", "analyst", prompts.messages(system, user), f"{ctx.key}/analyst/{kind}{i}"),
+            prompts.analyst_schema(kind, mode, notes),
+            "analysis",
+        )
+    except MalformedOutput:
+        out.dropped += 1
+        return None
+    return _analysis(ctx, out, dict(res.data), kind, i, mb, notes)
+
+
+def _analysis(
+    ctx: OptimizerContext,
+    out: ReflectOutput,
+    d: dict[str, Any],
+    kind: str,
+    i: int,
+    mb: list[EpisodeResult],
+    notes: bool,
+) -> Optional[dict[str, Any]]:
+    """An analyst's reply as the step keeps it: the patch capped at the budget, its source, its notes."""
+    mode, payload_key = ctx.mode, prompts.PAYLOAD[ctx.mode][0]
+    lapses = appendix_notes_of(d.get("appendix_notes")) if notes else []
+    if "patch" not in d:
+        if not (kind == "failure" and lapses):
+            out.dropped += 1
+            return None
+        d["patch"] = {"reasoning": "execution-lapse only", payload_key: []}
+    patch = d["patch"]
+    if mode != "full_rewrite_minibatch" and isinstance(patch, dict) and isinstance(patch.get(payload_key), list):
+        patch[payload_key] = patch[payload_key][: ctx.max_budget]  # at most L, the configured maximum (QUIRK-4)
+    d.update(source_type=kind, minibatch=i, minibatch_ids=[r.task_id for r in mb])
+    if notes:
+        d["appendix_notes"] = lapses
+    else:  # notes from an analyst that may not emit them (failure_only source, skill-aware off) never reach the appendix
+        d.pop("appendix_notes", None)
+    return d
