@@ -86,6 +86,7 @@ def test_rule26_access_control(corpus, tmp_path, monkeypatch):
     assert every.read("/etc/passwd").output == denied
     assert every.read(str(corpus)).output == "[read error: not a file]"  # the root itself: a mistake, not infra
     assert every.grep("x", str(corpus / "sub")).output == "[grep error: not a file]"
+    assert every.read(str(corpus / ("n" * 5000))).output == "[read error: no such file]"  # a name too long
     assert every.read(str(corpus / "link.txt")).output == denied
 
 

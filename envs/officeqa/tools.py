@@ -71,6 +71,10 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
 ]
 
 
+class NotAFile(Exception):
+    """The model named a path that is no regular file (missing, a directory, an impossible name): its mistake."""
+
+
 class CorpusReadError(Exception):
     """A corpus file the item may read exists but cannot be read (permissions, I/O, not UTF-8)."""
 
@@ -117,7 +121,10 @@ class LineCache:
         self._lock = threading.Lock()
 
     def doc(self, real: str, read: Any) -> Doc:
-        st = os.stat(real)  # FileNotFoundError for a file that is not there
+        try:
+            st = os.stat(real)
+        except OSError as e:
+            raise CorpusReadError(f"corpus file {real} cannot be read: {e.strerror or e}") from None
         key = (real, st.st_size, st.st_mtime_ns)
         with self._lock:
             hit = self._lines.get(key)
@@ -159,8 +166,6 @@ class ToolRuntime:
         try:
             with open(real, encoding="utf-8") as f:
                 return f.read()
-        except (FileNotFoundError, IsADirectoryError):  # the model named something that is not a corpus file
-            raise
         except (OSError, UnicodeDecodeError) as e:
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise CorpusReadError(f"corpus file {real} cannot be read: {why}") from None
@@ -168,6 +173,8 @@ class ToolRuntime:
     def _doc(self, path: str) -> Doc:
         """The file (read whole as UTF-8, as the reference does), from the actor's cache when there is one."""
         real = os.path.realpath(os.path.abspath(path))
+        if not os.path.isfile(real):  # isfile never raises: a name too long or a missing file is simply not a file
+            raise NotAFile("not a file" if os.path.isdir(real) else "no such file")
         if self.cache is None:
             return Doc(self._read(real))
         return self.cache.doc(real, self._read)
@@ -213,10 +220,8 @@ class ToolRuntime:
             return ToolCall(cmd, "[read error: path not allowed]")
         try:
             lines = self._doc(path).lines
-        except FileNotFoundError:
-            return ToolCall(cmd, "[read error: no such file]")
-        except IsADirectoryError:
-            return ToolCall(cmd, "[read error: not a file]")
+        except NotAFile as e:
+            return ToolCall(cmd, f"[read error: {e}]")
         out = "".join(lines[first - 1 : first - 1 + count])[:READ_CHARS]
         return ToolCall(cmd, out if out else "[empty file]")
 
@@ -230,10 +235,8 @@ class ToolRuntime:
             return ToolCall(cmd, "[grep error: path not allowed]")
         try:
             doc = self._doc(path)
-        except FileNotFoundError:
-            return ToolCall(cmd, "[grep error: no such file]")
-        except IsADirectoryError:
-            return ToolCall(cmd, "[grep error: not a file]")
+        except NotAFile as e:
+            return ToolCall(cmd, f"[grep error: {e}]")
         hits = [f"{i + 1}: {doc.lines[i].rstrip()}" for i in doc.grep(needle, MAX_GREP)]
         return ToolCall(cmd, "\n".join(hits) if hits else "[no matches]")
 
