@@ -95,3 +95,28 @@ def test_a_run_killed_under_the_previous_code_resumes_exactly(tmp_path):
     assert a == b
     assert [v.text for v in resumed.skill_versions()] == [v.text for v in before.skill_versions()]
     assert resumed.read_skill(resumed.read_state().best_version) == before.best_skill_path.read_text()
+
+
+def test_a_bumped_schema_is_written_and_a_newer_one_refused():
+    from dataclasses import dataclass
+
+    @dataclass(kw_only=True)
+    class GateV2(GateRecord):
+        SCHEMA = 2
+
+    rec = GateV2(action="reject", candidate_score=0.5)
+    assert rec.to_dict() == {"action": "reject", "candidate_score": 0.5, "schema": 2}
+    assert GateV2.from_dict(rec.to_dict()) == rec and GateV2.from_dict({"action": "reject"}).action == "reject"
+    with pytest.raises(RecordError, match="GateRecord schema 2 is newer than this skillopt-ray reads \\(1\\)"):
+        GateRecord.from_dict(rec.to_dict(), "gate.json")
+
+
+def test_report_on_a_damaged_run_says_so_in_one_line(tmp_path, capsys):
+    from skillopt_ray import report
+
+    run = tmp_path / "run"
+    shutil.copytree(LEGACY / "finished", run)
+    (run / "steps/e01_s001/gate.json").write_text('{"action": "reject", "schema": 7}')
+    assert report.main([str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "gate.json" in err and "newer" in err and "\n" not in err
