@@ -172,6 +172,13 @@ def training_steps(data: dict[str, Any]) -> int:
     return int(data["optimizer"]["epochs"]) * max(1, math.ceil(n / int(data["optimizer"]["batch_size"])))
 
 
+def asha_max_t(trials: list[dict[str, Any]]) -> int:
+    """ASHA's max_t when not given: one past the longest run's last step. ASHA stops a trial whose step reaches
+    max_t, and a run at its last step still has its epoch boundary and final tests to do; the rungs are then
+    the runs' own steps (not 14 rungs up to 10,000)."""
+    return max(training_steps(d) for d in trials) + 1
+
+
 def trial_cpus(data: dict[str, Any]) -> float:
     """What a trial reserves: a quarter core per env actor (or what the config asks for); its actors then ask 0 CPUs."""
     r = data["ray"]
@@ -656,7 +663,7 @@ def _run_tune(
     seeds = sorted({t.seed for t in trials}, key=[t.seed for t in trials].index)
     points = [{**t.values, "seed": t.seed} for t in trials]  # one per run directory, finished ones replay
     if spec.scheduler == "asha" and spec.asha.get("max_t") is None:
-        spec.asha["max_t"] = max(training_steps(t.data) for t in trials)
+        spec.asha["max_t"] = asha_max_t([t.data for t in trials])
     try:
         results, stops = _fit(spec, search_space(spec, seeds), points, plans, ctx, first, limit, sdir)
     finally:
@@ -784,6 +791,7 @@ def _TrialTable(keys: list[str], total: int, every_s: float) -> Any:  # noqa: N8
     class Table(ProgressReporter):
         def __init__(self) -> None:
             self._last = -math.inf
+            self._shown = ""
 
         def should_report(self, trials: list, done: bool = False) -> bool:
             return done or time.monotonic() - self._last >= every_s
@@ -810,7 +818,10 @@ def _TrialTable(keys: list[str], total: int, every_s: float) -> Any:  # noqa: N8
                 "  ".join(c.ljust(w) for c, w in zip(cols, widths)),
                 *("  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows),
             ]
-            print("\n".join(lines) + "\n", flush=True)
+            text = "\n".join(lines) + "\n"
+            if text != self._shown or done:  # printed when something changed, not every few seconds
+                print(text, flush=True)
+                self._shown = text
 
     return Table()
 

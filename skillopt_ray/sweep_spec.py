@@ -33,7 +33,7 @@ SCHEDULERS = ("none", "asha")
 class AshaOptions:
     grace_period: int = 1
     reduction_factor: int = 2
-    max_t: Optional[int] = None  # None: the trials' number of training steps (epochs x steps per epoch)
+    max_t: Optional[int] = None  # None: one past the trials' last training step (epochs x steps per epoch + 1)
 
 
 @dataclass

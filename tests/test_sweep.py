@@ -201,6 +201,18 @@ def test_dry_run_lists_the_trials_without_starting_ray(tmp_path, monkeypatch, ca
     assert sweep.main(args + ["sweep.dry_run=true"]) == 0 and capsys.readouterr().out == text
 
 
+def test_asha_max_t_is_one_past_the_runs_last_step(tmp_path):
+    qa_fixture(tmp_path / "qa")  # 8 train items
+    base = ["+experiment=searchqa", f"env.data_dir={tmp_path / 'qa'}", "env.options.split_source=folders"]
+    from skillopt_ray.cli import load
+
+    runs = [load(base + [f"optimizer.batch_size={b}", "optimizer.epochs=2"]) for b in (3, 8)]
+    assert [sweep.training_steps(d) for d in runs] == [2 * 3, 2 * 1]  # epochs x ceil(8 / batch size)
+    assert sweep.asha_max_t(runs) == 7
+    limited = load(base + ["optimizer.batch_size=2", "optimizer.epochs=1", "env.limit_train=4"])
+    assert sweep.training_steps(limited) == 2
+
+
 def test_trial_resources_and_concurrency_follow_cpus_and_the_endpoint():
     data = {
         "ray": {"env_actors": 4, "episodes_per_actor": 4, "actor_num_cpus": 0.0},
