@@ -1,79 +1,16 @@
-"""Agent model calls inside the gateway: chat completions with tools, under the same cache, ledger, budgets,
-rate limits and retries as every other call (`Gateway.agent_chat` delegates here)."""
+"""Agent model calls inside the gateway: chat completions with tools, under the same cache, ledger (journaled),
+budgets, rate limits and retries as every other call (`Gateway.agent_chat` delegates here). Unlike a chat
+call, a reply cut at the completion limit goes back to the agent (counted as truncated): the CLI handles it."""
 
 from __future__ import annotations
 
 import json
 import re
-import time
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from skillopt_ray.llm.agent_api import AgentReply, AgentRequest
 from skillopt_ray.llm.cache import request_key
-from skillopt_ray.llm.client import Completion, RoleEndpoint, parse_completion
 from skillopt_ray.llm.types import CacheMiss
-
-
-@dataclass
-class AgentCompletion(Completion):
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-
-
-def tool_calls_of(body: str) -> list[dict[str, Any]]:
-    """The tool calls of a chat-completion body ({id, name, arguments}); [] when there are none."""
-    try:
-        msg = json.loads(body)["choices"][0].get("message") or {}
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return []
-    out = []
-    for c in msg.get("tool_calls") or []:
-        fn = c.get("function") or {}
-        args = fn.get("arguments")
-        out.append(
-            {
-                "id": str(c.get("id") or ""),
-                "name": str(fn.get("name") or ""),
-                "arguments": args if isinstance(args, str) else json.dumps(args or {}),
-            }
-        )
-    return out
-
-
-class AgentEndpoint(RoleEndpoint):
-    """A role's endpoint that also sends `tools` and reads `tool_calls`; retries and fault naming are the chat
-    endpoint's own."""
-
-    def request_kwargs(self, req: Any, budget: Optional[int] = None) -> dict[str, Any]:
-        kw = super().request_kwargs(req, budget)
-        kw.pop("response_format", None)
-        if getattr(req, "tools", None):
-            kw["tools"] = req.tools
-            kw["tool_choice"] = req.tool_choice or "auto"
-        return kw
-
-    async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
-        raw = await self.client.chat.completions.with_raw_response.create(**kw, extra_headers=headers or None)
-        self._last_answer = time.monotonic()
-        http = raw.http_response
-        calls = tool_calls_of(http.text)
-        try:
-            comp = parse_completion(http.text, http.headers.get("content-type", ""))
-        except Exception:
-            if not calls:
-                raise
-            comp = Completion("", "tool_calls", 0, 0)
-        return AgentCompletion(comp.content, comp.finish_reason, comp.prompt_tokens, comp.completion_tokens, calls)
-
-
-def agent_endpoint(gw: Any, role: str) -> Any:
-    """The gateway's agent endpoint for `role`, made at its first agent call (chat-only runs never build one); an
-    Anthropic role's own endpoint already sends tools and reads tool calls."""
-    eps = gw.__dict__.setdefault("agent_endpoints", {})
-    if role not in eps:
-        base = gw.endpoints[role]
-        eps[role] = base if base.cfg.provider == "anthropic" else AgentEndpoint(role, base.cfg, base.retry, rng_seed=7)
-    return eps[role]
 
 
 def flat_call(c: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +58,7 @@ def cache_payload(ep: Any, req: AgentRequest) -> dict[str, Any]:
 async def agent_chat(gw: Any, req: AgentRequest) -> AgentReply:
     """One agent call: cache (record/replay), budget check, limits, retries, ledger, as Gateway.chat does."""
     gw._check_role(req.role)
-    ep = agent_endpoint(gw, req.role)
+    ep = gw.endpoints[req.role]
     key = request_key(cache_payload(ep, req)) if gw.cache is not None else ""
     if gw.cache is not None:
         hit = gw.cache.get(key)
@@ -141,20 +78,7 @@ async def agent_chat(gw: Any, req: AgentRequest) -> AgentReply:
                 "rerun with llm.cache_mode=record to call the model"
             )
     gw.ledger.check_budget()
-    limiter = gw.limiters[req.role]
-    est = req.prompt_chars() // 4 + ep.completion_budget(req)
-    gw.ledger.in_flight += 1
-    try:
-        async with limiter:
-            await limiter.acquire_window(est)
-            try:
-                comp = await ep.send(req)
-            except Exception:
-                gw.ledger.record_error(req.role, req.stage)
-                raise
-        gw.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
-    finally:
-        gw.ledger.in_flight -= 1
+    comp = await gw._send(req)  # limits, journal, retries, ledger: the chat path's own paid call
     if comp.finish_reason == "length":
         gw.ledger.record_incomplete(req.role, req.stage, "truncated")
     calls = [flat_call(c) for c in getattr(comp, "tool_calls", []) or []]
