@@ -397,6 +397,14 @@ def test_split_folders_are_used_as_stored(tmp_path):
     assert str(tmp_path / "d" / "val" / "items.json") in str(e.value)
     with pytest.raises(DataError, match="does not exist"):
         bm.LiveMathBenchmark({"data_dir": str(tmp_path / "nowhere")})
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="holds neither train/ val/ test/ item files nor qa_"):
+        bm.LiveMathBenchmark({"data_dir": str(tmp_path / "empty")}).load_split("train")
+    # a manifest picks from the folders' items, whatever folder holds them
+    _manifest(tmp_path / "m", {"train": ["202601:4"], "val": [], "test": []})
+    picked = bm.LiveMathBenchmark({"data_dir": str(tmp_path / "d"), "manifest_dir": str(tmp_path / "m")})
+    (tmp_path / "d" / "val" / "items.json").unlink()
+    assert [t.task_id for t in picked.load_split("train")] == ["202601:4"]
 
 
 # --- built-in samples ---------------------------------------------------------------------------------------------

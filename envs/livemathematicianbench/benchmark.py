@@ -123,35 +123,34 @@ class LiveMathBenchmark(Benchmark):
         folder = lm.split_folder(split)
         manifests = self._manifest_dir()
         if self._split_folders():
-            path = lm.split_file(self._root / folder)
-            if path is None:
-                raise DataError(
-                    f"{self._root / folder} holds no *.json; a LiveMathematicianBench data folder holds train/ val/ "
-                    "test/, each with a JSON list of normalised items"
-                )
-            items = lm.read_items(path)
-            if manifests is not None:  # a manifest picks from the folders' items
+            if manifests is not None:  # a manifest picks from the items of all the folders
                 pool = {
                     str(it["id"]): it
                     for s in lm.SPLITS
                     if (p := lm.split_file(self._root / s))
                     for it in lm.read_items(p)
                 }
-                items = self._pick(pool, manifests, folder)
-            return items
+                return self._pick(pool, manifests, folder)
+            path = lm.split_file(self._root / folder)
+            if path is None:
+                raise DataError(
+                    f"{self._root / folder} holds no *.json; a LiveMathematicianBench data folder holds train/ val/ "
+                    "test/, each with a JSON list of normalised items"
+                )
+            return lm.read_items(path)
+        if not self._using_samples and not lm.raw_files(self._root):
+            raise DataError(
+                f"{self._root} holds neither train/ val/ test/ item files nor qa_*_final.json files; point "
+                "env.data_dir (or LIVEMATH_DATA) at the upstream data/<YYYYMM>/qa_<YYYYMM>_final.json files or at a "
+                "folder of normalised split files"
+            )
         if manifests is None:
             raise DataError(
                 f"{self._root} holds raw LiveMathematicianBench files but no id split says which item goes where: "
                 "set env.manifest_dir to SkillOpt's data/livemathematicianbench_id_split (the paper's 35/17/125 ids "
                 "are not shipped with this project; see envs/livemathematicianbench/splits/NOTICE)"
             )
-        pool = self._raw_pool()
-        if not pool:
-            raise DataError(
-                f"no qa_*_final.json rows under {self._root}; point env.data_dir (or LIVEMATH_DATA) at the upstream "
-                "data/<YYYYMM>/qa_<YYYYMM>_final.json files"
-            )
-        return self._pick(pool, manifests, folder)
+        return self._pick(self._raw_pool(), manifests, folder)
 
     @staticmethod
     def _pick(pool: dict[str, dict[str, Any]], manifests: Path, folder: str) -> list[dict[str, Any]]:
