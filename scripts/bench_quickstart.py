@@ -88,7 +88,7 @@ def _kind(pid: int) -> str:
 
 
 def sample_cpu(root: int, into: dict[int, tuple[str, float]]) -> None:
-    """Add the CPU seconds of `root` and all its descendants to `into` (kinds kept from the first sighting)."""
+    """Record the CPU seconds of `root` and all its descendants in `into`, with what each process is now."""
     table = _proc_table()
     children: dict[int, list[int]] = defaultdict(list)
     for pid, (ppid, _) in table.items():
@@ -97,7 +97,9 @@ def sample_cpu(root: int, into: dict[int, tuple[str, float]]) -> None:
     while todo:
         pid = todo.pop()
         if pid in table:
-            kind = into[pid][0] if pid in into and into[pid][0] != "ray idle workers" else _kind(pid)
+            kind = _kind(pid)  # asked again each time: a Ray worker takes its actor's title once it hosts one
+            if kind == "gone" and pid in into:
+                kind = into[pid][0]
             into[pid] = (kind, table[pid][1])
         todo.extend(children.get(pid, []))
 
