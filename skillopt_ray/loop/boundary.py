@@ -15,7 +15,7 @@ from skillopt_ray.epoch.meta_skill import write_meta_skill
 from skillopt_ray.epoch.slow_update import build_pairs, keep, sample_tasks, write_slow_update
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
-from skillopt_ray.loop.schedule import Schedule
+from skillopt_ray.loop.schedule import Schedule, Stage
 from skillopt_ray.records import FORCE_ACCEPT, MetaSkillRecord, SlowUpdateRecord
 from skillopt_ray.rundir import META_RESULT, META_SKILL, SLOW_RESULT, RunDir
 from skillopt_ray.skill.document import (
@@ -99,7 +99,7 @@ class EpochBoundary:
         st = self.rec.state
         prev_skill = self.rec.skill_text(st.epoch_start_version)
         curr_skill = self.rec.skill_text(st.epoch_last_step_version if who == "meta" else st.current_version)
-        self.progress(stage=f"{who}:rollout", done=0, total=2 * len(tasks))
+        self.progress(stage=Stage.pairs(who), done=0, total=2 * len(tasks))
         seed = self.cfg.seed + 2000 * epoch  # the epoch sample's seed (the reference's build_train_batch)
         prev = await self.ev.play(tasks, prev_skill, f"{who}/e{epoch}/{tag}prev", "slow-update", seed=seed)
         curr = await self.ev.play(tasks, curr_skill, f"{who}/e{epoch}/{tag}curr", "slow-update", seed=seed)
@@ -156,7 +156,7 @@ class EpochBoundary:
         """One optimizer call writes the guidance; the candidate carrying it is gated (or forced) on selection."""
         st, rd = self.rec.state, self.rec.rd
         prev_skill, curr_skill = self.rec.skill_text(st.epoch_start_version), self.rec.current
-        self.progress(stage="slow_update")
+        self.progress(stage=Stage.SLOW_UPDATE)
         user = self.guard.comparison_user(
             pairs,
             prompts.system_prompt("slow_update"),
@@ -201,7 +201,7 @@ class EpochBoundary:
         st, rd = self.rec.state, self.rec.rd
 
         async def do_meta() -> dict[str, Any]:
-            self.progress(stage="meta_skill")
+            self.progress(stage=Stage.META_SKILL)
             user = self.guard.comparison_user(
                 pairs,
                 prompts.system_prompt("meta_skill"),

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from skillopt_envs.base import EpisodeContext, EpisodeResult, Task
 
+from skillopt_ray.loop.schedule import Stage
 from skillopt_ray.records import SKIP_NO_REWRITE, Evaluation, GateRecord
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import skill_hash
@@ -72,7 +73,7 @@ class Evaluator:
         left once it says so are not played; such a partial evaluation is returned, never cached."""
         key = f"{skill_hash(skill)}|{self.split_signature(tasks)}"
         if key not in self.scores:
-            self.progress(stage=f"validate:{what}", done=0, total=len(tasks))
+            self.progress(stage=Stage.validate(what), done=0, total=len(tasks))
             res = await rollout(
                 self.runner,
                 tasks,

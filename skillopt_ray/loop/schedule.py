@@ -15,6 +15,32 @@ from typing import Any
 from skillopt_envs.base import Task
 
 
+class Stage:
+    """The loop's stages as the progress display sees them: one spelling, for the loop that reports them and the
+    episode plan that counts them."""
+
+    ROLLOUT = "rollout"  # a step's batch
+    OPTIMIZE = ("reflect", "aggregate", "select", "update", "gate")  # a step's optimizer stages
+    SELECTION = "validate:selection"  # a skill scored on the selection split
+    TESTS = ("validate:test:initial", "validate:test:best", "validate:test:final")  # the final skills on test
+    SLOW_UPDATE = "slow_update"
+    META_SKILL = "meta_skill"
+
+    @staticmethod
+    def validate(what: str) -> str:
+        """A skill scored on a split: `what` is 'selection' or 'test:<initial|best|final>'."""
+        return f"validate:{what}"
+
+    @staticmethod
+    def pairs(who: str) -> str:
+        """The epoch boundary's paired rollouts, played for the slow update ('slow') or the meta skill ('meta')."""
+        return f"{who}:rollout"
+
+    @staticmethod
+    def is_pairs(stage: str) -> bool:
+        return stage.endswith(":rollout")
+
+
 @dataclass
 class Splits:
     train: list[Task]
@@ -108,34 +134,33 @@ class EpisodePlan:
         if state.phase == "done":
             return self.total
         if state.initial_score is None:
-            return in_stage if stage.startswith("validate") else 0
+            return in_stage if stage == Stage.SELECTION else 0
         n = sel
         for i in range(state.global_step):
             n += self.batches[i % per_epoch] + sel
         boundaries_done = self.epochs if state.phase != "train" else state.epoch - 1
         n += max(0, boundaries_done - 1) * self.boundary
         if state.phase == "final":
-            if stage == "validate:selection":
+            if stage == Stage.SELECTION:
                 return n + in_stage
-            order = ["validate:test:initial", "validate:test:best", "validate:test:final"]
-            if stage in order:
-                return n + sel + order.index(stage) * self.test + in_stage
+            if stage in Stage.TESTS:
+                return n + sel + Stage.TESTS.index(stage) * self.test + in_stage
             return n
         phase = snap.get("phase")
         if phase == "epoch_boundary" and state.epoch >= 2:
-            if stage.endswith(":rollout"):
+            if Stage.is_pairs(stage):
                 return n + min(in_stage, self.pairs)
-            if stage == "validate:selection":
+            if stage == Stage.SELECTION:
                 return n + self.pairs + in_stage
-            if stage in ("slow_update", "meta_skill"):
+            if stage in (Stage.SLOW_UPDATE, Stage.META_SKILL):
                 return n + self.pairs
             return n
         if phase == "train" and state.step <= per_epoch:
             batch = self.batches[state.step - 1]
-            if stage == "rollout":
+            if stage == Stage.ROLLOUT:
                 return n + in_stage
-            if stage == "validate:selection":
+            if stage == Stage.SELECTION:
                 return n + batch + in_stage
-            if stage in ("reflect", "aggregate", "select", "update", "gate"):
+            if stage in Stage.OPTIMIZE:
                 return n + batch
         return n

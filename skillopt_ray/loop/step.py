@@ -18,7 +18,7 @@ from skillopt_envs.base import EpisodeResult
 from skillopt_ray import step_buffer
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
-from skillopt_ray.loop.schedule import Schedule
+from skillopt_ray.loop.schedule import Schedule, Stage
 from skillopt_ray.prompts.render import step_buffer_text
 from skillopt_ray.records import REJECT, SKIP_NO_PATCHES, SKIP_NO_REWRITE, GateRecord, LrDecision, StepRecord
 from skillopt_ray.rundir import RunDir
@@ -90,7 +90,7 @@ class TrainStep:
         self.progress(phase="train", epoch=epoch, step=step, global_step=gs, total_steps=self.schedule.total_steps())
 
         async def do_rollout() -> list[dict[str, Any]]:
-            self.progress(stage="rollout", done=0, total=len(tasks))
+            self.progress(stage=Stage.ROLLOUT, done=0, total=len(tasks))
             seed = self.schedule.batch_seed(epoch, step)
             res = await self.ev.play(tasks, skill, f"train/{label}", "training", training=True, seed=seed)
             return [r.to_dict() for r in res]
