@@ -63,6 +63,7 @@ def _gateway(url: str, harness: str, tmp: Path, mode: str = "record"):
         "cache_mode": mode,
         "target": {"provider": "openai", "model": "scripted", "harness": harness, "max_tokens": 256},
         "optimizer": {"provider": "openai", "model": "scripted"},
+        "prices": {"scripted": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}},
     }
     cfg = from_container({"experiment": "_", "llm": llm}).llm
     return Gateway(cfg, str(tmp / "cache.sqlite"), str(tmp / "ledger.json"))
@@ -104,6 +105,12 @@ def test_searchqa_eval_in_each_harness_through_the_gateway(tmp_path, harness, cl
         st = srv.state
         assert entry["calls"] == st.requests[("target", "rollout")] == policy.target_calls == 4
         assert (entry["prompt_tokens"], entry["completion_tokens"]) == (st.prompt_tokens, st.completion_tokens)
+        # per episode: the gateway's tokens and cost, the agent's own reports equal to them, in the summary
+        assert sum(r.info["agent_tokens"][0] for r in res) == entry["prompt_tokens"]
+        assert sum(r.info["agent_cost_usd"] for r in res) == pytest.approx(entry["cost_usd"]) and entry["cost_usd"] > 0
+        assert all(r.info["agent_reported_tokens"] == r.info["agent_tokens"] for r in res)
+        assert all("gateway usage: 2 calls (0 from the cache)" in r.info["agent_summary"] for r in res)
+        assert not any("WARNING" in r.info["agent_summary"] for r in res)
         attempts = st.attempts
         # replay from the recorded cache: the same answers and not one request upstream
         (tmp_path / "rep").mkdir()

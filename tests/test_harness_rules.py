@@ -211,3 +211,13 @@ def test_codex_all_empty_falls_back_to_raw(tmp_path):
     assert run.response == run.raw and "OpenAI Codex" in run.raw
     assert json.dumps(run.raw)  # a plain string
     assert Path(tmp_path).exists()
+
+
+def test_usage_reconciliation():
+    from skillopt_ray.harness.trace import AgentTrace, reconcile
+
+    same = AgentTrace(input_tokens=10, output_tokens=4, usage_reports=2)
+    assert reconcile(same, 2, 10, 4) is None
+    off = reconcile(AgentTrace(input_tokens=9, output_tokens=4, usage_reports=2), 2, 10, 4)
+    assert off is not None and "9+4" in off and "10+4" in off
+    assert "no usage" in reconcile(AgentTrace(), 1, 3, 1)

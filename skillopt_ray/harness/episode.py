@@ -53,6 +53,7 @@ class HarnessOutcome:
                 sum(c.completion_tokens for c in self.run.calls),
             ],
             "agent_reported_tokens": [self.run.trace.input_tokens, self.run.trace.output_tokens],
+            "agent_cost_usd": sum(c.cost_usd for c in self.run.calls),
             "agent_wall_s": round(self.run.wall_s, 3),
             "agent_first_call_s": round(self.run.first_call_s, 3) if self.run.first_call_s is not None else None,
             "analyst_blocks": blocks,

@@ -224,6 +224,13 @@ async def run_agent(
         ledger_in = sum(c.prompt_tokens for c in all_calls)
         ledger_out = sum(c.completion_tokens for c in all_calls)
         warning = trace.reconcile(t_all, len(all_calls), ledger_in, ledger_out)
+        cost = sum(c.cost_usd for c in all_calls)
+        summary += (
+            f"\n- gateway usage: {len(all_calls)} calls ({sum(c.cached for c in all_calls)} from the cache), "
+            f"{ledger_in}+{ledger_out} tokens, ${cost:.6f}"
+        )
+        if warning:
+            summary += f"\n- WARNING: usage mismatch: {warning}"
         return AgentRun(final, raw_all, summary, t_all, attempts, all_calls, files, warning, wall, first_call)
     finally:
         shutil.rmtree(root, ignore_errors=True)

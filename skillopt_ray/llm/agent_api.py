@@ -35,6 +35,7 @@ class AgentReply:
     completion_tokens: int = 0
     cached: bool = False
     finish_reason: str = ""
+    cost_usd: float = 0.0  # what the ledger charged for this call (0 for a cache hit)
 
 
 def _text_of(content: Any) -> str:
@@ -439,6 +440,7 @@ class CallRecord:
     cached: bool
     tool_calls: list[str]
     error: str = ""
+    cost_usd: float = 0.0
 
 
 def call_id(key: str, n: int, i: int) -> str:
@@ -515,6 +517,7 @@ class AgentAPIServer:
                 reply.completion_tokens,
                 reply.cached,
                 [c["name"] for c in reply.tool_calls],
+                cost_usd=reply.cost_usd,
             )
         )
         return reply

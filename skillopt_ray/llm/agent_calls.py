@@ -82,7 +82,8 @@ async def agent_chat(gw: Any, req: AgentRequest) -> AgentReply:
     if comp.finish_reason == "length":
         gw.ledger.record_incomplete(req.role, req.stage, "truncated")
     calls = [flat_call(c) for c in getattr(comp, "tool_calls", []) or []]
-    reply = AgentReply(comp.content, calls, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason)
+    cost = gw.ledger.cost_of(ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
+    reply = AgentReply(comp.content, calls, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason, cost)
     if gw.cache is not None:
         gw.cache.put(
             key,
