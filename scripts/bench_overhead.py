@@ -85,24 +85,24 @@ def main() -> None:
     )
     trainer = Trainer(cfg, rd, Optimizer(), Runner(), tracker, splits, "# seed\nversion: 000000\n")
     marks: list[float] = []
-    commit = trainer._commit_step
+    commit = trainer.steps._commit
 
     async def timed(*args: Any, **kw: Any) -> None:
         t0 = time.perf_counter()
         await commit(*args, **kw)
         marks.append(time.perf_counter() - t0)
 
-    trainer._commit_step = timed  # type: ignore[method-assign]
+    trainer.steps._commit = timed  # type: ignore[method-assign]
     t0 = time.perf_counter()
     steps: list[float] = []
-    orig = trainer.train_step
+    orig = trainer.steps.run
 
     async def step(*args: Any) -> None:
         s0 = time.perf_counter()
         await orig(*args)
         steps.append(time.perf_counter() - s0)
 
-    trainer.train_step = step  # type: ignore[method-assign]
+    trainer.steps.run = step  # type: ignore[method-assign]
     asyncio.run(trainer.run())
     wall = time.perf_counter() - t0
     first, last = sum(steps[:10]) / 10, sum(steps[-10:]) / 10
