@@ -20,6 +20,10 @@ RAYS = sorted(p.stem for p in (CONF / "ray").glob("*.yaml"))
 @pytest.mark.parametrize("exp,llm,ray", list(itertools.product(EXPERIMENTS, LLMS, RAYS)))
 def test_every_config_composes_and_validates(exp, llm, ray):
     cfg = cli.compose([f"+experiment={exp}", f"llm={llm}", f"ray={ray}"])
+    if llm in ("codex", "claude_code") and not getattr(skillopt_envs.benchmark_class(exp), "agent_harness", False):
+        with pytest.raises(Exception, match=f"llm.target.harness={llm} is not supported by the {exp} benchmark"):
+            cli.typed(cfg)  # an agent harness target on a benchmark without one: refused in one line
+        return
     obj, data = cli.typed(cfg)
     assert obj.experiment == exp == data["env"]["name"]
     o = obj.optimizer  # the paper protocol

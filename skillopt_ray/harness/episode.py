@@ -65,12 +65,18 @@ class HarnessOutcome:
 
 async def harness_settings(llm: Any) -> Optional[dict[str, Any]]:
     """The target's harness settings, or None for a chat target (or an LLM handle without harness support)."""
-    get = getattr(llm, "agent_settings", None)
-    if get is None:
-        return None
-    s = get("target")
-    if hasattr(s, "__await__"):
-        s = await s
+    s = getattr(llm, "_agent_settings_cache", None)  # static config: asked once per handle, not per episode
+    if s is None:
+        get = getattr(llm, "agent_settings", None)
+        if get is None:
+            return None
+        s = get("target")
+        if hasattr(s, "__await__"):
+            s = await s
+        try:
+            llm._agent_settings_cache = s
+        except AttributeError:
+            pass
     return s if s and s.get("harness", "chat") != "chat" else None
 
 
