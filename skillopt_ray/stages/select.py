@@ -96,16 +96,10 @@ async def autonomous_lr(
         "risk_notes": [],
         "raw_response": "",
     }
+    messages = prompts.messages(prompts.system_prompt("lr_autonomous"), user)
     try:
         res = await llm.chat_json(
-            ChatRequest(
-                "optimizer",
-                "lr_autonomous",
-                prompts.messages(prompts.system_prompt("lr_autonomous"), user),
-                f"{key}/lr",
-            ),
-            prompts.LR_SCHEMA,
-            "learning_rate",
+            ChatRequest("optimizer", "lr_autonomous", messages, f"{key}/lr"), prompts.LR_SCHEMA, "learning_rate"
         )
     except MalformedOutput as e:
         rec["error"] = e.message
