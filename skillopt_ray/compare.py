@@ -545,12 +545,7 @@ class Comparison:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
-        from matplotlib.ticker import MaxNLocator
 
-        markers = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">"]
-        styles = ["-", "--", "-.", ":"]
         groups = self.groups()
         count = max(1, len(groups))
         fig, (ax, axt) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [2.2, 1]})
@@ -559,109 +554,39 @@ class Comparison:
         boundaries: dict[float, set[int]] = {}
         for i, (key, recs) in enumerate(groups.items()):
             dodge = (i - (count - 1) / 2) * 0.08  # overlapping groups side by side
-            mk, ls = markers[i % len(markers)], styles[(i // len(markers) + i) % len(styles)]
+            style = {"marker": MARKERS[i % len(MARKERS)], "ls": STYLES[(i // len(MARKERS) + i) % len(STYLES)]}
             label = f"{self.label(key)} (n={len(recs)})"
-            cur = self.curve_stats(recs, "current")
-            xs = [c["step"] + dodge for c in cur]
-            line = ax.plot(xs, [c["mean"] for c in cur], marker=mk, linestyle=ls, label=label)[0]
-            color = line.get_color()
-            ax.fill_between(
-                xs, [c["ci_lo"] for c in cur], [c["ci_hi"] for c in cur], color=color, alpha=0.15, linewidth=0
-            )
-            cand = [c for c in self.curve_stats(recs, "candidate") if not math.isnan(c["mean"])]
-            if cand:
-                ax.plot(
-                    [c["step"] + dodge for c in cand],
-                    [c["mean"] for c in cand],
-                    marker=mk,
-                    linestyle="none",
-                    markerfacecolor="none",
-                    color=color,
-                    alpha=0.8,
-                )
+            line = self._plot_curves(ax, recs, dodge, style, label)
             handles.append(line)
-            for r in recs:
-                prev = None
-                for p in r.curve:
-                    if p.epoch is not None and prev is not None and p.epoch != prev:
-                        boundaries.setdefault(p.step - 0.5, set()).add(int(p.epoch))
-                    if p.epoch is not None and p.step > 0:
-                        prev = p.epoch
-            for j, what in enumerate(("initial", "best", "final")):
-                vals = [r.test[what] for r in recs if not math.isnan(r.test.get(what, math.nan))]
-                st = summarize(vals, SCORE_RANGE)
-                if math.isnan(st["mean"]):
-                    continue
-                err = [[st["mean"] - st["ci_lo"]], [st["ci_hi"] - st["mean"]]] if not math.isnan(st["ci_lo"]) else None
-                axt.errorbar([j + dodge], [st["mean"]], yerr=err, marker=mk, color=color, capsize=3, linestyle="none")
-            tx = [
-                j + dodge
-                for j, w in enumerate(("initial", "best", "final"))
-                if not math.isnan(_mean([r.test.get(w, math.nan) for r in recs]))
-            ]
-            ty = [_mean([r.test.get(w, math.nan) for r in recs]) for w in ("initial", "best", "final")]
-            ty = [v for v in ty if not math.isnan(v)]
-            if len(tx) == len(ty) and tx:
-                axt.plot(tx, ty, color=color, linestyle=ls, alpha=0.6)
-            acc_steps = sorted({p.step for r in recs for p in r.curve if p.accepted is not None})
-            rates = [
-                _mean([p.accepted for r in recs for p in r.curve if p.step == s and p.accepted is not None])
-                for s in acc_steps
-            ]
-            ax2.plot([s + dodge for s in acc_steps], rates, marker=mk, linestyle=ls, color=color, label=label)
-        for x, epochs in sorted(boundaries.items()):
-            for a in (ax, ax2):
-                a.axvline(x, color="grey", linestyle=":", linewidth=1)
-            for a in (ax, ax2):
-                a.text(
-                    x + 0.04,
-                    0.02,
-                    f"epoch {min(epochs)}",
-                    transform=a.get_xaxis_transform(),
-                    fontsize=7,
-                    color="grey",
-                    va="bottom",
-                )
-        handles += [
-            Patch(color="grey", alpha=0.25, label="95% t interval over seeds (clipped to [0, 1])"),
-            Line2D(
-                [],
-                [],
-                color="grey",
-                marker="o",
-                markerfacecolor="none",
-                linestyle="none",
-                label="candidate at the gate",
-            ),
-            Line2D([], [], color="grey", linestyle=":", label="epoch start"),
-        ]
-        ax.set(
-            xlabel="step",
-            ylabel="selection score",
-            title="Selection score of the current skill per step (mean over seeds)",
-        )
-        axt.set(ylabel="test hard score", title="Test: initial, best, final skill", ylim=(-0.05, 1.05))
-        axt.set_xticks([0, 1, 2], ["initial", "best", "final"])
-        ax2.set(
-            xlabel="step",
-            ylabel="fraction of seeds accepting",
-            ylim=(-0.05, 1.05),
-            title="Accepted (1) vs rejected/skipped (0) steps",
-        )
-        for a in (ax, ax2):
-            a.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(handles=handles, fontsize=7, loc="best")
-        ax2.legend(
-            handles=ax2.get_legend_handles_labels()[0]
-            + [Line2D([], [], color="grey", linestyle=":", label="epoch start")],
-            fontsize=7,
-            loc="best",
-        )
-        for a in (ax, axt, ax2):
-            a.grid(alpha=0.3)
+            _epoch_starts(recs, boundaries)
+            _plot_tests(axt, recs, dodge, style, line.get_color())
+            _plot_accepts(ax2, recs, dodge, style, line.get_color(), label)
+        _mark_epochs((ax, ax2), boundaries)
+        _label_axes(ax, axt, ax2, handles)
         for f in (fig, fig2):
             f.tight_layout()
         return {"learning_curves.png": fig, "accept_rate.png": fig2}
+
+    def _plot_curves(self, ax: Any, recs: list[Record], dodge: float, style: dict[str, str], label: str) -> Any:
+        """A group's mean selection score per step with its interval band, and its candidates at the gate."""
+        mk, ls = style["marker"], style["ls"]
+        cur = self.curve_stats(recs, "current")
+        xs = [c["step"] + dodge for c in cur]
+        line = ax.plot(xs, [c["mean"] for c in cur], marker=mk, linestyle=ls, label=label)[0]
+        color = line.get_color()
+        ax.fill_between(xs, [c["ci_lo"] for c in cur], [c["ci_hi"] for c in cur], color=color, alpha=0.15, linewidth=0)
+        cand = [c for c in self.curve_stats(recs, "candidate") if not math.isnan(c["mean"])]
+        if cand:
+            ax.plot(
+                [c["step"] + dodge for c in cand],
+                [c["mean"] for c in cand],
+                marker=mk,
+                linestyle="none",
+                markerfacecolor="none",
+                color=color,
+                alpha=0.8,
+            )
+        return line
 
     def plot(self, out_dir: Path) -> list[Path]:
         import matplotlib.pyplot as plt
@@ -700,6 +625,103 @@ class Comparison:
         if self.records:
             files += self.plot(out_dir)
         return files
+
+
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">"]
+STYLES = ["-", "--", "-.", ":"]
+TEST_SKILLS = ("initial", "best", "final")
+
+
+def _epoch_starts(recs: list[Record], boundaries: dict[float, set[int]]) -> None:
+    """Where an epoch starts on the step axis (half a step before its first step), by run."""
+    for r in recs:
+        prev = None
+        for p in r.curve:
+            if p.epoch is not None and prev is not None and p.epoch != prev:
+                boundaries.setdefault(p.step - 0.5, set()).add(int(p.epoch))
+            if p.epoch is not None and p.step > 0:
+                prev = p.epoch
+
+
+def _plot_tests(axt: Any, recs: list[Record], dodge: float, style: dict[str, str], color: Any) -> None:
+    """A group's test scores of the initial, best and final skills: means with intervals, joined."""
+    mk = style["marker"]
+    for j, what in enumerate(TEST_SKILLS):
+        vals = [r.test[what] for r in recs if not math.isnan(r.test.get(what, math.nan))]
+        st = summarize(vals, SCORE_RANGE)
+        if math.isnan(st["mean"]):
+            continue
+        err = [[st["mean"] - st["ci_lo"]], [st["ci_hi"] - st["mean"]]] if not math.isnan(st["ci_lo"]) else None
+        axt.errorbar([j + dodge], [st["mean"]], yerr=err, marker=mk, color=color, capsize=3, linestyle="none")
+    means = [_mean([r.test.get(w, math.nan) for r in recs]) for w in TEST_SKILLS]
+    tx = [j + dodge for j, m in enumerate(means) if not math.isnan(m)]
+    ty = [m for m in means if not math.isnan(m)]
+    if tx:
+        axt.plot(tx, ty, color=color, linestyle=style["ls"], alpha=0.6)
+
+
+def _plot_accepts(ax2: Any, recs: list[Record], dodge: float, style: dict[str, str], color: Any, label: str) -> None:
+    """A group's fraction of seeds accepting at each step."""
+    acc_steps = sorted({p.step for r in recs for p in r.curve if p.accepted is not None})
+    rates = [
+        _mean([p.accepted for r in recs for p in r.curve if p.step == s and p.accepted is not None]) for s in acc_steps
+    ]
+    ax2.plot(
+        [s + dodge for s in acc_steps], rates, marker=style["marker"], linestyle=style["ls"], color=color, label=label
+    )
+
+
+def _mark_epochs(axes: tuple[Any, ...], boundaries: dict[float, set[int]]) -> None:
+    for x, epochs in sorted(boundaries.items()):
+        for a in axes:
+            a.axvline(x, color="grey", linestyle=":", linewidth=1)
+        for a in axes:
+            a.text(
+                x + 0.04,
+                0.02,
+                f"epoch {min(epochs)}",
+                transform=a.get_xaxis_transform(),
+                fontsize=7,
+                color="grey",
+                va="bottom",
+            )
+
+
+def _label_axes(ax: Any, axt: Any, ax2: Any, handles: list[Any]) -> None:
+    """Titles, labels, integer step ticks, legends (the band, the candidate marker and the epoch line explained)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    epoch_line = Line2D([], [], color="grey", linestyle=":", label="epoch start")
+    handles = handles + [
+        Patch(color="grey", alpha=0.25, label="95% t interval over seeds (clipped to [0, 1])"),
+        Line2D(
+            [], [], color="grey", marker="o", markerfacecolor="none", linestyle="none", label="candidate at the gate"
+        ),
+        epoch_line,
+    ]
+    ax.set(
+        xlabel="step", ylabel="selection score", title="Selection score of the current skill per step (mean over seeds)"
+    )
+    axt.set(ylabel="test hard score", title="Test: initial, best, final skill", ylim=(-0.05, 1.05))
+    axt.set_xticks([0, 1, 2], list(TEST_SKILLS))
+    ax2.set(
+        xlabel="step",
+        ylabel="fraction of seeds accepting",
+        ylim=(-0.05, 1.05),
+        title="Accepted (1) vs rejected/skipped (0) steps",
+    )
+    for a in (ax, ax2):
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(handles=handles, fontsize=7, loc="best")
+    ax2.legend(
+        handles=ax2.get_legend_handles_labels()[0] + [Line2D([], [], color="grey", linestyle=":", label="epoch start")],
+        fontsize=7,
+        loc="best",
+    )
+    for a in (ax, axt, ax2):
+        a.grid(alpha=0.3)
 
 
 def _mean(values: list[Any]) -> float:
