@@ -120,6 +120,16 @@ def test_searchqa_eval_in_each_harness_through_the_gateway(tmp_path, harness, cl
         )
         assert [r.hard for r in again] == [1.0, 1.0], [r.error for r in again]
         assert st.attempts == attempts
+        # a rerun in record mode on the same cache (a killed run resumed) pays for nothing twice
+        (tmp_path / "res").mkdir()
+        (tmp_path / "res" / "cache.sqlite").write_bytes((tmp_path / "rec" / "cache.sqlite").read_bytes())
+        resumed = asyncio.run(
+            _eval(_gateway(srv.base_url, harness, tmp_path / "res"), bench, tasks, "RULE-qa: answer briefly")
+        )
+        assert [r.hard for r in resumed] == [1.0, 1.0] and st.attempts == attempts
+        assert (
+            json.loads((tmp_path / "res" / "ledger.json").read_text())["entries"]["target/rollout"]["cache_hits"] == 4
+        )
         # without the rule the scripted model answers wrong: the score is the agent's
         wrong = asyncio.run(_eval(_gateway(srv.base_url, harness, tmp_path / "w"), bench, tasks, ""))
         assert [r.hard for r in wrong] == [0.0, 0.0] and not any(r.infra_error for r in wrong)
