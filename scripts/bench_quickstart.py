@@ -77,6 +77,8 @@ def _kind(pid: int) -> str:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return "gone"
+    if not cmd.strip():  # a process that has exited (a zombie) shows no command line
+        return "gone"
     if "embedded_server" in cmd:
         return "embedded model server (llama.cpp, 1 thread)"
     m = re.match(r"ray::(\w+)", cmd)
