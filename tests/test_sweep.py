@@ -238,16 +238,19 @@ def test_statistics_match_hand_computed_values_and_intervals_stay_in_range():
     ]
     (p,) = compare.Comparison(recs, ["lr"]).paired({"lr": "4.0"})
     assert p["lr"] == "6" and p["pairs"] == 2 and p["diff_mean"] == pytest.approx(0.25)
+
     # scores near 1 and near 0: the t interval would leave [0, 1]; it is clipped there and marked
-    metrics = lambda hard: {
-        "test_hard_best": hard,
-        "test_soft_best": hard,
-        "best_selection_score": 1 - hard,
-        "improvement_hard": hard,
-        "tokens": 10.0,
-        "cost_usd": 0.0,
-        "wall_time_s": 1.0,
-    }
+    def metrics(hard: float) -> dict:
+        return {
+            "test_hard_best": hard,
+            "test_soft_best": hard,
+            "best_selection_score": 1 - hard,
+            "improvement_hard": hard,
+            "tokens": 10.0,
+            "cost_usd": 0.0,
+            "wall_time_s": 1.0,
+        }
+
     recs = [compare.Record({"lr": "4"}, s, metrics(v)) for s, v in enumerate([1.0, 0.8, 1.0])]
     comp = compare.Comparison(recs, ["lr"])
     (row,) = comp.rows()
@@ -599,7 +602,7 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
     for c in children:
         assert c.info.status == "FINISHED"
         assert "skill_v0000.md" in {Path(a.path).name for a in client.list_artifacts(c.info.run_id, "skills")}
-        assert len(_metric_named(client, c.info.run_id, "current_score")) == 2
+        assert [m.step for m in _metric_named(client, c.info.run_id, "current_score")] == [0, 1, 2]  # initial at 0
     assert {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "comparison")} >= {
         "comparison.md",
         "comparison.csv",
