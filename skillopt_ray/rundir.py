@@ -56,6 +56,9 @@ SUMMARY = "summary.json"
 BEST_SKILL = "best_skill.md"
 SESSIONS = "sessions.json"
 PROVENANCE = "provenance.json"
+MLFLOW_RUN = "mlflow_run.json"
+SKILL_VERSIONS = "skill_versions.json"
+SKILL_HISTORY = "skill_history.html"
 LEDGER = "ledger.json"
 CACHE = "llm_cache.sqlite"
 ERROR = "error.txt"
@@ -364,6 +367,19 @@ class RunDir:
             entries = None
         entries = entries if isinstance(entries, list) else []
         self.write_json(PROVENANCE, [*entries, record])
+
+    # ---------------------------------------------------------------- views for MLflow
+    def read_mlflow_run(self) -> Optional[dict[str, Any]]:
+        """The run's MLflow record (run id, tracking URI, experiment id), or None when it has none (yet)."""
+        try:
+            data = self.read_json(MLFLOW_RUN)
+        except RecordError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_skill_history(self, versions: list[dict[str, Any]], page: str) -> list[Path]:
+        """skill_versions.json (one row per skill version) and skill_history.html (the page with the diffs)."""
+        return [self.write_json(SKILL_VERSIONS, versions), self.write_text(SKILL_HISTORY, page)]
 
     def read_provenance(self, which: int = 0) -> Optional[dict[str, Any]]:
         """One command's provenance: the one that made the run (0, default) or the latest (-1); None before any."""

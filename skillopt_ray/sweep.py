@@ -23,9 +23,9 @@ recorded steps again and ends at once; unfinished ones resume their run director
 model calls; trials a scheduler stopped stay stopped unless `sweep.resume_stopped=true`.
 
 Options: sweep.seeds=N|[...], sweep.max_concurrent=N, sweep.num_samples=N, sweep.scheduler=none|asha (ASHA on
-the per-step selection score, mode max; sweep.asha.grace_period, .reduction_factor, .max_t: default the run's
-number of training steps), sweep.verbose=0..3 (Tune's live trial table at 1), sweep.dry_run=true (list the
-trials and exit without starting Ray), sweep.resume_stopped=true.
+the per-step selection score, mode max; sweep.asha.grace_period, .reduction_factor, .max_t: default one past
+the runs' last training step), sweep.verbose=0..3 (the trial table at 1), sweep.dry_run=true (list the trials
+and exit without starting Ray), sweep.resume_stopped=true.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from skillopt_ray.cli import (
 )
 from skillopt_ray.compare import norm_value, read_steps, run_finished, sweep_comparison
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.rundir import RunDir
 from skillopt_ray.sweep_spec import (
     SweepSpec,
     expand,
@@ -272,7 +273,10 @@ def step_report(h: dict[str, Any], key: str, run_dir: Path) -> dict[str, Any]:
 
 
 def final_report(run_dir: Path, key: str, last: Optional[dict[str, Any]]) -> dict[str, Any]:
-    s = json.loads((run_dir / "summary.json").read_text())
+    summary = RunDir(run_dir).read_summary()
+    if summary is None or summary.selection is None or not summary.test:
+        raise RuntimeError(f"{run_dir} holds no training summary")
+    s = {"selection": summary.selection, "test": summary.test}
     sel = s["selection"]
     final_sel = sel.get("final") if sel.get("final") is not None else (last or {}).get(METRIC, sel.get("best"))
     return {
@@ -383,11 +387,8 @@ class _Parent:
 
 def _mark_child(run_dir: Path, status: str, tags: dict[str, str]) -> None:
     """Set a trial's own MLflow run to `status` (its driver was ended with the trial) with `tags`."""
-    try:
-        info = json.loads((run_dir / "mlflow_run.json").read_text())
-    except (OSError, ValueError):
-        return
-    if not info.get("run_id") or not info.get("tracking_uri"):
+    info = RunDir(run_dir).read_mlflow_run()
+    if not info or not info.get("run_id") or not info.get("tracking_uri"):
         return
     from mlflow.tracking import MlflowClient
 
@@ -410,7 +411,7 @@ def _status(t: Trial, previous: dict[str, dict[str, Any]]) -> str:
     prev = previous.get(str(t.run_dir), {})
     if prev.get("status") == "stopped":
         return "stopped"
-    return "unfinished" if (t.run_dir / "state.json").exists() else "new"
+    return "unfinished" if RunDir(t.run_dir).state_path.exists() else "new"
 
 
 def dry_run(spec: SweepSpec, trials: list[Trial], name: str, sdir: Path, previous: dict[str, dict[str, Any]]) -> int:

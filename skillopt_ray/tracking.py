@@ -405,9 +405,9 @@ class Tracker:
         `finish` (every run ends with its history page) or by whoever wants it earlier; logging metrics never does."""
         if not self.enabled or self.run_dir is None or not (self.run_dir / "skills").is_dir():
             return
-        import json
 
         from skillopt_ray.report import load, skill_history_html
+        from skillopt_ray.rundir import RunDir
 
         try:
             story = load(self.run_dir)
@@ -423,12 +423,8 @@ class Tracker:
                 }
                 for v in story.versions
             ]
-            table = self.run_dir / "skill_versions.json"
-            table.write_text(json.dumps(rows, indent=1), encoding="utf-8")
-            page = self.run_dir / "skill_history.html"
-            page.write_text(skill_history_html(self.run_dir), encoding="utf-8")
-            self.client.log_artifact(self.run_id, str(table))
-            self.client.log_artifact(self.run_id, str(page))
+            for path in RunDir(self.run_dir).write_skill_history(rows, skill_history_html(self.run_dir)):
+                self.client.log_artifact(self.run_id, str(path))
         except Exception as e:  # noqa: BLE001 - a view of the history never stops a run
             self.notes.append(f"skill history not logged to MLflow: {type(e).__name__}: {e}")
 
