@@ -44,7 +44,7 @@ def test_every_config_composes_and_validates(exp, llm, ray):
 
 def test_smoke_overlay_and_overrides():
     obj, _ = cli.typed(cli.compose(["+experiment=alfworld", "+smoke=tiny", "optimizer.learning_rate=6", "seed=3"]))
-    assert obj.optimizer.batch_size == 2 and obj.optimizer.learning_rate == 6 and obj.seed == 3  # conf/smoke/tiny.yaml
+    assert obj.optimizer.batch_size == 1 and obj.optimizer.learning_rate == 6 and obj.seed == 3  # conf/smoke/tiny.yaml
 
 
 # Appended where a regression would otherwise start a whole run: it then fails in seconds on the unreachable address.

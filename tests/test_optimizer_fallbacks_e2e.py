@@ -75,6 +75,8 @@ def test_calls_out_of_retries_take_fallbacks_and_the_run_finishes(ray_cluster, t
             srv.base_url,
             tmp_path / "out",
             tmp_path / "qa",
+            "env.limit_train=2",
+            "optimizer.batch_size=2",
             "optimizer.minibatch_size=1",  # two analysts per step, so a merge call
             "optimizer.learning_rate=1",  # a budget below the merged edits, so a ranking call
             "optimizer.min_learning_rate=1",
