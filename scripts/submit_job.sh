@@ -31,8 +31,19 @@ while True:  # a no-op job: the one check that the job agent takes submissions
         if time.monotonic() > deadline:
             sys.exit(f"error: the Ray job agent at {address} did not take a job within {wait_s:.0f}s: {str(last).splitlines()[0][:300]}")
         time.sleep(1.0)
+# the check is not a run: leave no trace of it in the job list. The job's supervisor may write its record once
+# more as it exits, after the status reads SUCCEEDED, so a deleted record can come back: delete until it stays gone.
 try:
-    client.delete_job(job)  # the check is not a run: leave no trace of it in the job list
+    gone_since = None
+    for _ in range(40):
+        if job in {j.submission_id for j in client.list_jobs()}:
+            client.delete_job(job)
+            gone_since = None
+        elif gone_since is None:
+            gone_since = time.monotonic()
+        elif time.monotonic() - gone_since > 3.0:
+            break
+        time.sleep(0.5)
 except Exception as e:  # noqa: BLE001 - a leftover no-op job is harmless; say so and go on
     print(f"note: could not delete the readiness-check job {job}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
 PYEOF
