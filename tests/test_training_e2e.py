@@ -29,6 +29,7 @@ def _data(url: str, out: Path, alfworld_root: Path, *extra: str) -> dict:
         "env.limit_selection=2",
         "env.limit_test=2",
         "optimizer.batch_size=4",
+        "optimizer.minibatch_size=2",
         "optimizer.slow_update_samples=2",
         "optimizer.lr_schedule=cosine",
         *extra,

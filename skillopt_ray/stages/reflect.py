@@ -65,7 +65,8 @@ class ReflectOutput:
     success_patches: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # skill-aware execution-lapse notes, in analysis order
     calls: int = 0
-    dropped: int = 0  # minibatches whose reply stayed unusable after the re-ask
+    dropped: int = 0  # minibatches whose reply stayed unusable after the re-ask (or whose call failed)
+    errors: list[str] = field(default_factory=list)  # why: one line per dropped minibatch whose call raised
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,8 +149,9 @@ async def _analyse(
             prompts.analyst_schema(kind, mode, notes),
             "analysis",
         )
-    except MalformedOutput:
+    except MalformedOutput as e:  # also an endpoint out of retries: this minibatch yields nothing
         out.dropped += 1
+        out.errors.append(f"{kind} minibatch {i}: {e.message}")
         return None
     return _analysis(ctx, out, dict(res.data), kind, i, mb, notes)
 
