@@ -24,6 +24,14 @@ def _run(url: str, out: Path, experiment: str, *extra: str) -> tuple[int, Path]:
         f"llm.base_url={url}",
         f"output_dir={out}",
         "debug.progress=off",
+        # the sizes these tests were written for (the smoke preset's before it shrank for the quickstart): every task
+        # type in the train batch, so the optimizer can write each type's rule
+        "env.limit_train=4",
+        "env.limit_selection=2",
+        "optimizer.batch_size=4",
+        "optimizer.minibatch_size=2",
+        "optimizer.slow_update_samples=2",
+        "optimizer.lr_schedule=cosine",
         *extra,
     ]
     _obj, data = cli.typed(cli.compose(overrides))
