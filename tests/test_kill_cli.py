@@ -230,6 +230,7 @@ _VOLATILE = {
     "ledger.journal.jsonl",
     "llm_cache.sqlite",
     "progress.json",  # the live progress record: times and counts of the command that wrote it last
+    "provenance.json",  # one entry per command that ran: a killed run's reruns each add theirs
 }
 
 

@@ -316,7 +316,9 @@ def test_cli_run_on_an_80_column_terminal(alfworld_root, tmp_path):
     assert not [
         s
         for s in segs
-        if _cells(s) > 80 and not s.startswith(("run directory:", "mlflow run:", "  view with:", "the run's story:"))
+        if _cells(s) > 80 and not s.startswith(
+            ("run directory:", "mlflow run:", "  view with:", "  all runs of the experiment:", "the run's story:")
+        )
     ]
     assert "start-up · starting Ray" in text and "training · epoch 1/2 · step 1/2" in text
     # the data note and the split sizes (conf/smoke/tiny.yaml: limit_train 1) are printed once, at the start

@@ -36,6 +36,10 @@ SPEC: dict[str, tuple[set[str], tuple[str, ...]]] = {
     "searchqa/analyst_success.md": (SUCCESS_HEAD | EDIT, OPS),
     "spreadsheetbench/analyst_error.md": (FAILURE_HEAD | EDIT, OPS),
     "spreadsheetbench/analyst_success.md": (SUCCESS_HEAD | EDIT, OPS),
+    "docvqa/analyst_error.md": (FAILURE_HEAD | EDIT, OPS),
+    "docvqa/analyst_success.md": (SUCCESS_HEAD | EDIT, OPS),
+    "livemathematicianbench/analyst_error.md": (FAILURE_HEAD | EDIT, OPS),
+    "livemathematicianbench/analyst_success.md": (SUCCESS_HEAD | EDIT, OPS),
     "analyst_error_rewrite.md": (FAILURE_HEAD | SUGGESTION, SUGGESTION_TYPES + PRIORITIES),
     "analyst_success_rewrite.md": (SUCCESS_HEAD | SUGGESTION, SUGGESTION_TYPES + PRIORITIES),
     "analyst_error_full_rewrite.md": (FAILURE_HEAD | CANDIDATE, ()),
@@ -163,7 +167,7 @@ def test_protected_marker_exactly_where_the_spec_has_the_warning(name):
 
 
 def test_env_overrides_never_carry_the_protected_warning():
-    assert len(ENV_OVERRIDES) == 6
+    assert len(ENV_OVERRIDES) == 10  # two per benchmark that has its own analysts
     for name in ENV_OVERRIDES:
         assert "SLOW_UPDATE" not in _text(name) and "protected" not in _text(name).lower(), name
 
