@@ -72,4 +72,14 @@ def benchmark_class(name: str) -> type[Benchmark]:
     return getattr(mod, cls)
 
 
-__all__ = ["Benchmark", "DataError", "EpisodeContext", "EpisodeResult", "Task", "benchmark_class", "data_env_var", "make", "names"]
+__all__ = [
+    "Benchmark",
+    "DataError",
+    "EpisodeContext",
+    "EpisodeResult",
+    "Task",
+    "benchmark_class",
+    "data_env_var",
+    "make",
+    "names",
+]

@@ -150,7 +150,7 @@ class Benchmark(ABC):
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         """Play one task with the skill in the target's prompt."""
 
-    def warm_up(self) -> None:
+    def warm_up(self) -> None:  # noqa: B027 - an optional hook: most benchmarks have nothing to warm up
         """Called once in each env actor when it starts: one-time costs (engine imports) are paid
         there, not by the first episodes while other episodes wait on the same actor."""
 
@@ -163,8 +163,8 @@ class Benchmark(ABC):
         that knows a task's shortest solution says so); empty when every task can be won."""
         return ""
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027 - an optional hook: most benchmarks hold nothing to release
+        """Called when the env actor stops."""
 
 
 def parse_options(cls: type, raw: dict[str, Any], env_name: str) -> Any:

@@ -294,7 +294,11 @@ def validate(cfg: Config) -> Config:
         _choice(f"llm.{role}.structured_output", r.structured_output, ("json_schema", "json_object", "none"))
         _choice(f"llm.{role}.http_client", r.http_client, ("httpx", "aiohttp"))
         _choice(f"llm.{role}.harness", r.harness, ("chat", "codex", "claude_code") if role == "target" else ("chat",))
-        _choice(f"llm.{role}.agent.codex_sandbox", r.agent.codex_sandbox, ("read-only", "workspace-write", "danger-full-access"))
+        _choice(
+            f"llm.{role}.agent.codex_sandbox",
+            r.agent.codex_sandbox,
+            ("read-only", "workspace-write", "danger-full-access"),
+        )
         _choice(f"llm.{role}.agent.jail", r.agent.jail, ("bwrap", "none"))
         for key in ("schema_max_items", "schema_max_chars"):
             if getattr(r, key) is not None:

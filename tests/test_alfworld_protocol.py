@@ -5,6 +5,7 @@ infra errors. Expected values are computed from the spec, not read back from the
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -332,7 +333,7 @@ def test_constrained_decoding_sends_the_admissible_enum(alfworld_root, game):
     r, bodies, _ = _episode(
         alfworld_root,
         task,
-        lambda i, b: '{"action": "%s"}' % walk[i],
+        lambda i, b: json.dumps({"action": walk[i]}),
         structured="json_schema",
         options={"constrained_actions": "on"},
     )

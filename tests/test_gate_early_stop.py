@@ -28,7 +28,7 @@ class Runner:
 
     async def run(self, tasks: list[Task], skill: str, ctx: Any, stop=None) -> list[EpisodeResult]:
         out, stopped = [], False
-        for i, t in enumerate(tasks):
+        for t in tasks:
             if stopped:
                 out.append(EpisodeResult(t.task_id, t.task_type, fail_reason=NOT_PLAYED))
                 continue

@@ -65,8 +65,8 @@ def _run(tmp_path, inject: bool):
 
 def test_one_infra_error_in_the_gate_decides_as_the_clean_run(tmp_path):
     clean, injected = _run(tmp_path, False), _run(tmp_path, True)
-    decide = lambda root: (
-        [h["action"] for h in json.loads((root / "history.json").read_text())],  # noqa: E731
+    decide = lambda root: (  # noqa: E731
+        [h["action"] for h in json.loads((root / "history.json").read_text())],
         json.loads((root / "epochs/e02/slow_result.json").read_text())["action"],
     )
     assert decide(clean) == decide(injected)

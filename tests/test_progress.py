@@ -316,7 +316,8 @@ def test_cli_run_on_an_80_column_terminal(alfworld_root, tmp_path):
     assert not [
         s
         for s in segs
-        if _cells(s) > 80 and not s.startswith(
+        if _cells(s) > 80
+        and not s.startswith(
             ("run directory:", "mlflow run:", "  view with:", "  all runs of the experiment:", "the run's story:")
         )
     ]

@@ -80,7 +80,7 @@ def test_sharded_gateway_budget_stops_at_the_same_call_as_one_gateway(ray_cluste
             )
             llm = LLMHandle(gw)
 
-            async def one_by_one():
+            async def one_by_one(llm: LLMHandle = llm):
                 done = 0
                 for i in range(10):
                     try:

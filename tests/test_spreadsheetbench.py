@@ -183,9 +183,9 @@ def test_training_feedback_names_wrong_cells_with_produced_values_only(real_benc
     assert r.hard == 0.0 and r.n_turns == 2 and roles(r) == ["assistant", "user", "assistant", "user", "system"]
     feedback = r.trajectory[1]["content"]
     lines = feedback.splitlines()
-    wrong_lines = [l for l in lines if l.endswith("(WRONG)")]
+    wrong_lines = [line for line in lines if line.endswith("(WRONG)")]
     assert "  Sheet2!C2: your output = 'e' (WRONG)" in wrong_lines
-    assert all("'-'" not in l for l in lines)  # the expected '-' is never revealed
+    assert all("'-'" not in line for line in lines)  # the expected '-' is never revealed
     assert re.search(r"^  \((\d+) other cells are correct\.\)$", feedback, re.M)
     assert r.fail_reason.startswith("eval-mismatch: value@Sheet2!C2: gt='-' pred='e'")
     # evaluation rollouts end at the first script that runs, right or wrong
@@ -379,7 +379,7 @@ def test_durations_written_by_a_script_score_like_the_official_rule(tmp_path):
         "(ws.cell(r, 2).value - ws.cell(r, 1).value).total_seconds() / 86400",
     )
     for wrong in (off_by_a_second, as_days):
-        (r,) = play(bench, [task], lambda *a: fenced(wrong), training=False)
+        (r,) = play(bench, [task], lambda *a, wrong=wrong: fenced(wrong), training=False)
         assert r.hard == 0.0 and r.fail_reason.startswith("eval-mismatch: value@Log!C2"), r.fail_reason
 
 

@@ -207,7 +207,6 @@ def test_infra_failures_stop_the_run_with_a_clear_error(ray_cluster, scripted, a
 
     root = tmp_path / "data"
     shutil.copytree(alfworld_root / "json_2.1.1", root / "json_2.1.1")
-    code, rd = None, None
     data = _data(scripted.base_url, tmp_path / "o", root)
     for g in (root / "json_2.1.1" / "valid_seen").glob("*/*/game.tw-pddl"):
         g.write_text("{not json")  # present but unloadable: every selection episode is an infrastructure failure

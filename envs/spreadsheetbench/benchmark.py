@@ -125,7 +125,9 @@ class Run:
 def _user_frames(traceback: str) -> str:
     """Drop the sandbox launcher's frames (they have no source lines) so the model sees its own script's."""
     return "\n".join(
-        l for l in traceback.splitlines() if not l.strip().startswith(('File "<string>"', 'File "<frozen runpy>"'))
+        line
+        for line in traceback.splitlines()
+        if not line.strip().startswith(('File "<string>"', 'File "<frozen runpy>"'))
     )
 
 
@@ -257,7 +259,9 @@ class SpreadsheetBenchmark(Benchmark):
         if agent is not None:
             from skillopt_ray.harness.spreadsheet import spreadsheet_agent_episode
 
-            return await spreadsheet_agent_episode(self, task, skill, llm, ctx, agent, user, info, base, areas, expected)
+            return await spreadsheet_agent_episode(
+                self, task, skill, llm, ctx, agent, user, info, base, areas, expected
+            )
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         trajectory: list[dict[str, Any]] = []
         scratch = Path(tempfile.mkdtemp(prefix="skillopt-sheet-"))

@@ -62,6 +62,11 @@ def col_to_num(letters: str) -> int:
     return n
 
 
+def _quoted_sheet(sheet: str) -> str:
+    """A sheet name as it appears inside a quoted external reference: upper case, quotes doubled."""
+    return sheet.upper().replace("'", "''")
+
+
 def num_to_col(n: int) -> str:
     out = ""
     while n:
@@ -123,7 +128,7 @@ def recalculate(path: str, cells: list[tuple[str, str]]) -> dict[tuple[str, str]
         boxes[sheet] = [min(b[0], c), min(b[1], r), max(b[2], c), max(b[3], r)]
     book = _bounded_copy(path)
     refs = [
-        "'[%s]%s'!%s%d:%s%d" % (book, sheet.upper().replace("'", "''"), num_to_col(b[0]), b[1], num_to_col(b[2]), b[3])
+        f"'[{book}]{_quoted_sheet(sheet)}'!{num_to_col(b[0])}{b[1]}:{num_to_col(b[2])}{b[3]}"
         for sheet, b in boxes.items()
     ]
     try:
