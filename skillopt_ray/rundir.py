@@ -68,6 +68,11 @@ GATE = "gate.json"
 SLOW_RESULT = "slow_result.json"
 META_RESULT = "meta_skill_result.json"
 META_SKILL = "meta_skill.md"
+STEP_DIFF = "diff.md"
+STEP_CANDIDATE = "candidate.md"
+PROGRESS = "progress.json"
+IDENTITY = "identity.json"
+JOBS = "jobs.json"
 
 Rel = Union[str, Path]
 
@@ -84,6 +89,11 @@ class RunDir:
     def is_run(self) -> bool:
         """A run directory: a folder with a config or a state."""
         return (self.root / CONFIG).is_file() or (self.root / STATE).is_file()
+
+    def is_launched(self) -> bool:
+        """A run a command has launched: a state, or a config beside its identity (a lone config.yaml may be any
+        folder's). What the dashboard lists, including a run still starting."""
+        return (self.root / STATE).is_file() or (self.root / CONFIG).is_file() and (self.root / IDENTITY).is_file()
 
     def check(self) -> RunDir:
         """This folder as a run directory, or a one-line RecordError saying why it is not one."""
@@ -115,9 +125,20 @@ class RunDir:
         return self.root / BEST_SKILL
 
     @staticmethod
+    def step_name(epoch: int, step: int) -> str:
+        """A step's folder name (e01_s002): the id pages and tools use for a step."""
+        return f"e{epoch:02d}_s{step:03d}"
+
+    @staticmethod
+    def parse_step_name(name: str) -> Optional[tuple[int, int]]:
+        """(epoch, step in epoch) of a step folder name, None when `name` is not one."""
+        m = re.fullmatch(r"e(\d+)_s(\d+)", name)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+    @staticmethod
     def step_dir(epoch: int, step: int) -> str:
         """A step's record folder, relative to the run root."""
-        return f"steps/e{epoch:02d}_s{step:03d}"
+        return f"steps/{RunDir.step_name(epoch, step)}"
 
     @staticmethod
     def epoch_dir(epoch: int) -> str:
@@ -189,6 +210,22 @@ class RunDir:
         """state.json as a plain dict (for views that do not need the typed state)."""
         return self.read_json(STATE)
 
+    def read_progress(self) -> dict[str, Any]:
+        """The driver's latest live progress snapshot ({} when the run writes none or it cannot be read)."""
+        try:
+            data = self.read_json(PROGRESS)
+        except RecordError:
+            return {}  # a snapshot is rewritten every few seconds; a damaged one is as good as none
+        return data if isinstance(data, dict) else {}
+
+    def write_progress(self, snapshot: dict[str, Any]) -> None:
+        self.write_json(PROGRESS, snapshot)
+
+    def read_ledger(self) -> dict[str, Any]:
+        """The token/cost ledger as last saved (entries, totals); {} before the first save."""
+        data = self.read_json(LEDGER)
+        return data if isinstance(data, dict) else {}
+
     def write_error(self, text: str) -> Path:
         return self.write_text(ERROR, text)
 
@@ -200,6 +237,15 @@ class RunDir:
 
     def read_skill(self, version: int) -> str:
         return self.skill_path(version).read_text(encoding="utf-8")
+
+    def find_skill(self, version: int) -> Optional[str]:
+        """A skill version's text, None when that version is not on disk."""
+        return self.read_text(self.skill_path(version).relative_to(self.root))
+
+    def latest_skill_version(self) -> Optional[int]:
+        """The highest skill version on disk (None before the first)."""
+        found = [re.fullmatch(r"skill_v(\d+)", p.stem) for p in (self.root / "skills").glob("skill_v*.md")]
+        return max((int(m.group(1)) for m in found if m), default=None)
 
     def skill_versions(self) -> list[SkillVersion]:
         """Every skill version on disk, in version order."""
@@ -213,6 +259,9 @@ class RunDir:
     def write_best_skill(self, text: str) -> Path:
         return self.write_text(BEST_SKILL, text)
 
+    def read_best_skill(self) -> Optional[str]:
+        return self.read_text(BEST_SKILL)
+
     # ---------------------------------------------------------------- steps
     def write_step_text(self, epoch: int, step: int, name: str, text: str) -> Path:
         """A text file of a step (candidate.md, diff.md)."""
@@ -220,6 +269,14 @@ class RunDir:
 
     def read_step_text(self, epoch: int, step: int, name: str) -> Optional[str]:
         return self.read_text(f"{self.step_dir(epoch, step)}/{name}")
+
+    def step_ids(self) -> list[tuple[int, int]]:
+        """(epoch, step in epoch) of every step with a record folder, in order (a step in progress included)."""
+        found = [self.parse_step_name(p.name) for p in (self.root / "steps").glob("e*_s*") if p.is_dir()]
+        return sorted(f for f in found if f is not None)
+
+    def has_step_text(self, epoch: int, step: int, name: str) -> bool:
+        return (self.root / self.step_dir(epoch, step) / name).is_file()
 
     def read_stage(self, epoch: int, step: int, stage: str) -> Optional[Any]:
         """A stage's record of a step as written (rollout, reflect, aggregate, select, update, appendix_notes);

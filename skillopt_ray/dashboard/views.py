@@ -9,15 +9,12 @@ a finished run of an older version.
 from __future__ import annotations
 
 import difflib
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.rundir import STEP_DIFF, RunDir
 
 # The six stages of a training step, in order (the strip at the top of the watch view).
 STAGES = ("rollout", "reflect", "aggregate", "select", "update", "gate")
@@ -30,7 +27,7 @@ MAX_DEPTH = 5
 
 
 def is_run_dir(path: Path) -> bool:
-    return (path / "state.json").is_file() or (path / "config.yaml").is_file() and (path / "identity.json").is_file()
+    return RunDir(path).is_launched()
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -96,53 +93,30 @@ def status_of(rd: RunDir, alive: bool = False) -> str:
     """running / finished / stopped / failed, from the run's own records (and whether our process still runs)."""
     if alive:
         return "running"
-    live = rd.read_json("progress.json")
-    if isinstance(live, dict) and time.time() - float(live.get("written_at", 0)) < LIVE_WINDOW_S:
+    live = rd.read_progress()
+    if live and time.time() - float(live.get("written_at", 0)) < LIVE_WINDOW_S:
         if live.get("phase") != "done":
             return "running"
     if rd.summary() is not None:
         return "finished"
-    sessions = rd.read_json("sessions.json") or []
-    last = sessions[-1].get("status") if sessions and isinstance(sessions[-1], dict) else None
+    sessions = rd.read_sessions()
+    last = sessions[-1].get("status") if sessions else None
     if last in ("error", "failed"):
         return "failed"
     return "stopped" if sessions else "starting"
 
 
 def history(rd: RunDir) -> list[dict[str, Any]]:
-    """The step records in order (history.jsonl, appended as the run goes)."""
-    return _read_jsonl(rd, "history.jsonl")
-
-
-def _read_jsonl(rd: RunDir, rel: str) -> list[dict[str, Any]]:
-    path = rd.root / rel
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a line being written
-    return out
-
-
-def _read_text(rd: RunDir, rel: str) -> Optional[str]:
-    path = rd.root / rel
-    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
-
-
-def _read_config(rd: RunDir) -> dict[str, Any]:
-    text = _read_text(rd, "config.yaml")
-    return (yaml.safe_load(text) or {}) if text else {}
+    """The step records in step order, as the run wrote them (a step redone after a resume: its last record)."""
+    return rd.history_rows()
 
 
 def run_row(root: Path, path: Path, alive: bool = False) -> RunRow:
     rd = RunDir(path)
-    cfg = _read_config(rd)
+    cfg = rd.read_config()
     summary = rd.summary() or {}
     state = rd.load_state() or {}
-    ledger = (rd.read_json("ledger.json") or {}).get("totals", {})
+    ledger = rd.read_ledger().get("totals", {})
     test = summary.get("test") or {}
     sel = summary.get("selection") or {}
     best_sel = sel.get("best", state.get("best_score"))
@@ -171,7 +145,7 @@ def compare_rows(root: Path, paths: list[Path], alive: Optional[set[str]] = None
     """Table rows for runs, with the config keys whose values differ between them as the swept values."""
     alive = alive or set()
     rows = [run_row(root, p, str(p) in alive) for p in paths]
-    flat = [_flatten(_read_config(RunDir(p))) for p in paths]
+    flat = [_flatten(RunDir(p).read_config()) for p in paths]
     keys = sorted(k for k in {k for f in flat for k in f} if not _incidental(k))
     swept = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
     for row, f in zip(rows, flat):
@@ -197,22 +171,17 @@ def curve(rd: RunDir) -> list[dict[str, Any]]:
     return points
 
 
-def _step_dirs(rd: RunDir) -> list[str]:
-    base = rd.root / "steps"
-    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
-
-
 def steps(rd: RunDir) -> list[dict[str, Any]]:
     """Per step: what the gate decided and why, the tasks that flipped, the edits, and whether a diff exists."""
     by_key = {(h.get("epoch"), h.get("step_in_epoch")): h for h in history(rd)}
     out = []
-    for name in _step_dirs(rd):
-        epoch, step = int(name[1:3]), int(name.split("_s")[1])
-        gate = rd.read_json(f"steps/{name}/gate.json") or {}
-        rec = by_key.get((epoch, step)) or rd.read_json(f"steps/{name}/step_record.json") or {}
+    for epoch, step in rd.step_ids():
+        decision = rd.read_gate(epoch, step)
+        gate = decision.to_dict() if decision is not None else {}
+        rec = by_key.get((epoch, step)) or {}
         out.append(
             {
-                "id": name,
+                "id": RunDir.step_name(epoch, step),
                 "epoch": epoch,
                 "step": step,
                 "global_step": rec.get("step"),
@@ -225,7 +194,7 @@ def steps(rd: RunDir) -> list[dict[str, Any]]:
                 "best": gate.get("best_score"),
                 "reason": gate.get("reason", ""),
                 "flipped": gate.get("flipped") or {},
-                "has_diff": (rd.root / "steps" / name / "diff.md").is_file(),
+                "has_diff": rd.has_step_text(epoch, step, STEP_DIFF),
                 "gate_test": gate.get("test"),
             }
         )
@@ -234,14 +203,13 @@ def steps(rd: RunDir) -> list[dict[str, Any]]:
 
 def epochs(rd: RunDir) -> list[dict[str, Any]]:
     """The epoch boundary's blocks: the slow update (its text and gate decision) and the meta skill."""
-    base = rd.root / "epochs"
     out = []
-    for name in sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []:
-        slow = rd.read_json(f"epochs/{name}/slow_result.json") or {}
-        meta = rd.read_json(f"epochs/{name}/meta_skill_result.json") or {}
+    for epoch, rec in rd.epochs().items():
+        slow = rec.slow.to_dict() if rec.slow is not None else {}
+        meta = rec.meta.to_dict() if rec.meta is not None else {}
         out.append(
             {
-                "epoch": int(name[1:]),
+                "epoch": epoch,
                 "slow_update": slow.get("slow_update_content", ""),
                 "slow_action": slow.get("action", ""),
                 "slow_reason": slow.get("reason", ""),
@@ -254,7 +222,7 @@ def epochs(rd: RunDir) -> list[dict[str, Any]]:
 
 def costs(rd: RunDir, cfg: dict[str, Any]) -> dict[str, Any]:
     """Tokens, calls and cost per role/stage, with the configured budget caps beside the totals."""
-    ledger = rd.read_json("ledger.json") or {}
+    ledger = rd.read_ledger()
     budget = ((cfg.get("llm") or {}).get("budget")) or {}
     return {"entries": ledger.get("entries", {}), "totals": ledger.get("totals", {}), "budget": budget}
 
@@ -274,22 +242,20 @@ def current_skill(rd: RunDir) -> tuple[Optional[int], str]:
     state = rd.load_state() or {}
     version = state.get("current_version")
     if version is None:
-        skills = sorted((rd.root / "skills").glob("skill_v*.md")) if (rd.root / "skills").is_dir() else []
-        if not skills:
+        version = rd.latest_skill_version()
+        if version is None:
             return None, ""
-        version = int(skills[-1].stem.split("_v")[1])
-    return version, _read_text(rd, f"skills/skill_v{int(version):04d}.md") or ""
+    return version, rd.find_skill(int(version)) or ""
 
 
 def live(rd: RunDir) -> dict[str, Any]:
     """The driver's latest progress snapshot (stage, epoch/step, episodes done, ETA), if the run writes one."""
-    snap = rd.read_json("progress.json")
-    return snap if isinstance(snap, dict) else {}
+    return rd.read_progress()
 
 
 def run_detail(root: Path, path: Path, alive: bool = False) -> dict[str, Any]:
     rd = RunDir(path)
-    cfg = _read_config(rd)
+    cfg = rd.read_config()
     version, skill = current_skill(rd)
     return {
         "row": asdict(run_row(root, path, alive)),
@@ -307,14 +273,15 @@ def run_detail(root: Path, path: Path, alive: bool = False) -> dict[str, Any]:
 
 
 def step_diff(path: Path, step_id: str) -> str:
-    if "/" in step_id or ".." in step_id:
+    found = RunDir.parse_step_name(step_id)
+    if found is None:
         raise ValueError(f"bad step id {step_id!r}")
-    return _read_text(RunDir(path), f"steps/{step_id}/diff.md") or ""
+    return RunDir(path).read_step_text(*found, STEP_DIFF) or ""
 
 
 def best_skill(path: Path) -> str:
     rd = RunDir(path)
-    return _read_text(rd, "best_skill.md") or current_skill(rd)[1]
+    return rd.read_best_skill() or current_skill(rd)[1]
 
 
 def skill_diff(path_a: Path, path_b: Path) -> str:
