@@ -73,6 +73,7 @@ STEP_CANDIDATE = "candidate.md"
 PROGRESS = "progress.json"
 IDENTITY = "identity.json"
 JOBS = "jobs.json"
+EMBEDDED_LOG = "embedded_server.log"
 
 Rel = Union[str, Path]
 
@@ -123,6 +124,15 @@ class RunDir:
     @property
     def best_skill_path(self) -> Path:
         return self.root / BEST_SKILL
+
+    @property
+    def embedded_log_path(self) -> Path:
+        """Where the embedded model server started for this run logs."""
+        return self.root / EMBEDDED_LOG
+
+    def has_state(self) -> bool:
+        """A state was committed: the run has started and can resume."""
+        return self.state_path.exists()
 
     @staticmethod
     def step_name(epoch: int, step: int) -> str:
@@ -424,6 +434,23 @@ class RunDir:
             entries = None
         entries = entries if isinstance(entries, list) else []
         self.write_json(PROVENANCE, [*entries, record])
+
+    # ---------------------------------------------------------------- the inputs' identity and the jobs
+    def read_identity(self) -> Optional[dict[str, Any]]:
+        """The identity record of the inputs that made the run (identity.json), None before the first command."""
+        data = self.read_json(IDENTITY)
+        return data if isinstance(data, dict) else None
+
+    def write_identity(self, record: dict[str, Any]) -> None:
+        self.write_json(IDENTITY, record)
+
+    def read_jobs(self) -> list[dict[str, Any]]:
+        """The `ray job submit` submissions that worked on this run (jobs.json), oldest first."""
+        data = self.read_json(JOBS)
+        return [j for j in data if isinstance(j, dict)] if isinstance(data, list) else []
+
+    def add_job(self, entry: dict[str, Any]) -> None:
+        self.write_json(JOBS, [*self.read_jobs(), entry])
 
     # ---------------------------------------------------------------- views for MLflow
     def read_mlflow_run(self) -> Optional[dict[str, Any]]:

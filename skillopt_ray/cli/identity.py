@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import skillopt_envs
 
@@ -115,11 +115,11 @@ def describe_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def check_or_record(run_dir: Path, record: dict[str, Any], resuming: bool) -> None:
-    """On resume, refuse a run directory made from other inputs; otherwise write identity.json."""
-    from skillopt_ray.utils.io import atomic_write_json, read_json
+    """On resume, refuse a run directory made from other inputs; otherwise record the inputs' identity."""
+    from skillopt_ray.rundir import RunDir
 
-    path = run_dir / "identity.json"
-    old: Optional[dict[str, Any]] = read_json(path) if path.is_file() else None
+    rd = RunDir(run_dir)
+    old = rd.read_identity()
     if resuming and old is not None and old.get("identity") != record["identity"]:
         what = "; ".join(describe_change(old, record)) or "its identity differs"
         raise UsageError(
@@ -127,7 +127,7 @@ def check_or_record(run_dir: Path, record: dict[str, Any], resuming: bool) -> No
             "(the old run is moved aside) or choose another run_name"
         )
     if old != record:
-        atomic_write_json(path, record)
+        rd.write_identity(record)
 
 
 def identity_record(data: dict[str, Any]) -> dict[str, Any]:

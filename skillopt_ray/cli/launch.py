@@ -63,12 +63,7 @@ def record_job(run_dir: Path) -> None:
     job = job_submission_id()
     if not job:
         return
-    from skillopt_ray.utils.io import atomic_write_json, read_json
-
-    path = run_dir / "jobs.json"
-    jobs = read_json(path) if path.exists() else []
-    jobs.append({"submission_id": job, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    atomic_write_json(path, jobs)
+    RunDir(run_dir).add_job({"submission_id": job, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})
     print(f"ray job {job} -> run directory {run_dir}", file=sys.stderr)
 
 
@@ -78,7 +73,7 @@ def prepare_run_dir(run_dir: Path, data: dict[str, Any], record: dict[str, Any])
         backup = run_dir.with_name(run_dir.name + f".old-{int(time.time())}")
         shutil.move(str(run_dir), str(backup))
         print(f"resume=false: previous run moved to {backup}", file=sys.stderr)
-    elif (run_dir / "state.json").exists():
+    elif RunDir(run_dir).has_state():
         print(f"resuming run in {run_dir}", file=sys.stderr)
     run_dir.mkdir(parents=True, exist_ok=True)
     check_or_record(run_dir, record, resuming=bool(data["resume"]))
@@ -102,7 +97,7 @@ class EmbeddedStart:
                 e["threads"],
                 e["parallel"],
                 e["startup_timeout_s"],
-                run_dir / "embedded_server.log",
+                RunDir(run_dir).embedded_log_path,
             )
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="embedded-start")
             self._future = self._pool.submit(self.server.start)
@@ -190,7 +185,7 @@ def execute(
         from skillopt_ray.lifeline import identity
 
         # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)
-        driver = DriverActor.options(**driver_options(run_cfg)).remote(run_cfg, str(run_dir), identity())
+        driver = DriverActor.options(**driver_options(run_cfg)).remote(run_cfg, str(run_dir), identity())  # type: ignore[attr-defined]  # .options comes from @ray.remote
         ref = driver.run.remote()
         mark("driver-submitted")
         print(f"run directory: {run_dir}", file=sys.stderr)
