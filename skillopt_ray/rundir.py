@@ -155,8 +155,13 @@ class RunDir:
         """An epoch boundary's record folder, relative to the run root."""
         return f"epochs/e{epoch:02d}"
 
+    @staticmethod
+    def skill_rel(version: int) -> str:
+        """A skill version's file, relative to the run root (also its artifact name)."""
+        return f"skills/skill_v{version:04d}.md"
+
     def skill_path(self, version: int) -> Path:
-        return self.root / "skills" / f"skill_v{version:04d}.md"
+        return self.root / self.skill_rel(version)
 
     def path(self, rel: Rel) -> Path:
         return self.root / rel
@@ -391,6 +396,15 @@ class RunDir:
         return out
 
     # ---------------------------------------------------------------- the end of a run
+    def write_eval_results(self, split: str, rows: list[dict[str, Any]]) -> None:
+        """An eval-only run's per-episode results on `split`."""
+        self.write_json(f"final/eval_{split}_results.json", rows)
+
+    def read_eval_results(self, split: str) -> list[dict[str, Any]]:
+        """An eval-only run's per-episode results on `split` ([] when it wrote none)."""
+        data = self.read_json(f"final/eval_{split}_results.json")
+        return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+
     def write_final_evaluation(self, test: dict[str, Evaluation]) -> None:
         self.write_json(FINAL_EVALUATION, {k: v.to_dict() for k, v in test.items()})
 
@@ -460,6 +474,9 @@ class RunDir:
         except RecordError:
             return None
         return data if isinstance(data, dict) else None
+
+    def write_mlflow_run(self, record: dict[str, Any]) -> None:
+        self.write_json(MLFLOW_RUN, record)
 
     def write_skill_history(self, versions: list[dict[str, Any]], page: str) -> list[Path]:
         """skill_versions.json (one row per skill version) and skill_history.html (the page with the diffs)."""

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from skillopt_ray.rundir import RunDir
+
 HARNESSES = ("chat", "codex", "claude_code")
 
 
@@ -76,8 +78,7 @@ class Cell:
 
 def cell_from_run(skill: str, target: str, bench: str, run_dir: Path, split: str, code: int) -> Cell:
     """A cell's score from its run directory: the scored episodes' hard scores."""
-    path = run_dir / "final" / f"eval_{split}_results.json"
-    rows = json.loads(path.read_text()) if path.exists() else []
+    rows = RunDir(run_dir).read_eval_results(split)
     scored = [r for r in rows if not (r.get("infra_error") or r.get("fail_reason") in ("data_error", "not_played"))]
     k = sum(1 for r in scored if float(r.get("hard") or 0) >= 1.0)
     n = len(scored)
