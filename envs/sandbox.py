@@ -113,7 +113,7 @@ class ExecResult:
                 signal.SIGKILL: "it was killed (CPU-time or memory limit)",
                 signal.SIGSEGV: "it crashed (segmentation fault)",
             }
-            return f"the script was killed by signal {signal.Signals(sig).name}: {why.get(sig, 'a resource limit or a crash')}"
+            return f"the script was killed by signal {signal.Signals(sig).name}: {why.get(signal.Signals(sig), 'a resource limit or a crash')}"
         if self.returncode != 0:
             return f"the script exited with status {self.returncode}"
         return "ok"

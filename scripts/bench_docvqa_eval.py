@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -55,7 +56,7 @@ def run_once(env_cfg: dict, tasks: list, latency: float, actors: int, per_actor:
         "max_concurrency": max(24, concurrency),
         "max_completion_tokens": 16384,
     }
-    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)
+    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)  # type: ignore[attr-defined]  # .remote comes from @ray.remote
     try:
         pool = EnvPool("docvqa", env_cfg, gw, PoolSettings(actors, per_actor, 0.0, 600.0, 1))
         ray.get([act.pid.remote() for act in pool.actors])  # actors up before the clock starts
@@ -126,7 +127,7 @@ def main() -> int:
         num_cpus=os.cpu_count(),
         include_dashboard=False,
         log_to_driver=False,
-        logging_level="ERROR",
+        logging_level=logging.ERROR,
         object_store_memory=200 * 1024 * 1024,
     )
     try:

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import csv
 import json
+import logging
 import os
 import re
 import statistics
@@ -91,7 +92,7 @@ def policy(body: dict, headers: dict) -> object:
         return "<answer>1</answer>"
     kind = turn % 3
     if kind == 1:
-        calls = [("glob", {"pattern": f"*{Path(path).stem[-7:]}*"})]
+        calls: list[tuple[str, dict[str, object]]] = [("glob", {"pattern": f"*{Path(path).stem[-7:]}*"})]
     elif kind == 2:
         calls = [("grep", {"pattern": "Series 4", "path": path}), ("grep", {"pattern": "gold stock", "path": path})]
     else:
@@ -118,7 +119,7 @@ def run(a: argparse.Namespace, data: Path) -> dict:
         "max_concurrency": 64,
         "max_completion_tokens": 16384,
     }
-    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)
+    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)  # type: ignore[attr-defined]  # .remote comes from @ray.remote
     try:
         pool = EnvPool("officeqa", env_cfg, gw, PoolSettings(a.actors, a.per_actor, 0.0, 900.0, 0))
         ray.get([act.pid.remote() for act in pool.actors])  # actors (and their corpus index) up before the clock
@@ -184,7 +185,7 @@ def main() -> int:
         num_cpus=os.cpu_count(),
         include_dashboard=False,
         log_to_driver=False,
-        logging_level="ERROR",
+        logging_level=logging.ERROR,
         object_store_memory=200 * 1024 * 1024,
     )
     try:

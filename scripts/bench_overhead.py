@@ -77,7 +77,7 @@ def main() -> None:
         epochs=max(1, a.steps // 10), batch_size=1, minibatch_size=1, slow_update=False, meta_skill=False
     )
     rd = RunDir(tmp / "run").ensure()
-    tracker = Tracker(a.mlflow, f"sqlite:///{tmp / 'mlflow.db'}" if a.mlflow else None, "overhead", tmp / "art")
+    tracker = Tracker(a.mlflow, f"sqlite:///{tmp / 'mlflow.db'}", "overhead", tmp / "art")
     if a.mlflow:
         tracker.start({}, "overhead", {}, lambda rec: None)
     splits = Splits(
@@ -102,7 +102,7 @@ def main() -> None:
         await orig(*args)
         steps.append(time.perf_counter() - s0)
 
-    trainer.steps.run = step  # type: ignore[method-assign]
+    trainer.steps.run = step  # type: ignore[method-assign,assignment]
     asyncio.run(trainer.run())
     wall = time.perf_counter() - t0
     first, last = sum(steps[:10]) / 10, sum(steps[-10:]) / 10

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -79,9 +80,8 @@ async def lockstep(
     peak_mem = 0.0
     for start in range(0, len(tasks), chunk):
         group = tasks[start : start + chunk]
-        actors = [
-            LockstepGame.remote(t.payload["gamefile"], compile_cache_dir) for t in group
-        ]  # processes rebuilt per chunk
+        # processes rebuilt per chunk (.remote comes from @ray.remote)
+        actors = [LockstepGame.remote(t.payload["gamefile"], compile_cache_dir) for t in group]  # type: ignore[attr-defined]
         firsts = await asyncio.gather(*(a.reset.remote() for a in actors))
         goal = [goal_text(o) for o, _ in firsts]
         obs = [o for o, _ in firsts]
@@ -189,7 +189,7 @@ def main() -> int:
     # repeated games get distinct ids so every episode has its own script position
     tasks = [Task(f"{t.task_id}", t.task_type, t.payload) for t in tasks]
     walks = alfworld_walkthroughs(tasks)
-    caches = {"pool": None, "lockstep": None}
+    caches: dict[str, Optional[str]] = {"pool": None, "lockstep": None}
     if a.compile_cache != "off":
         caches = {k: str(Path(tmp.name) / k) for k in caches}
     if a.compile_cache == "warm":
@@ -197,14 +197,14 @@ def main() -> int:
 
         caches["lockstep"] = caches["pool"]
         unique = sorted({t.payload["gamefile"] for t in tasks})
-        print("precompiled:", precompile(unique, Path(caches["pool"]), os.cpu_count() or 1), file=sys.stderr)
+        print("precompiled:", precompile(unique, Path(caches["pool"] or ""), os.cpu_count() or 1), file=sys.stderr)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(
         num_cpus=os.cpu_count(),
         include_dashboard=False,
         log_to_driver=False,
-        logging_level="ERROR",
+        logging_level=logging.ERROR,
         object_store_memory=200 * 1024 * 1024,
     )
     srv = ScriptedServer(Policies(walks, "walkthrough", wander=a.wander), latency_s=a.latency)
@@ -216,7 +216,7 @@ def main() -> int:
         "structured_output": "none",
         "max_concurrency": max(64, a.concurrency),
     }
-    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)
+    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)  # type: ignore[attr-defined]  # .remote comes from @ray.remote
     try:
         per_actor = max(1, a.concurrency // a.actors)
         options = {"compile_cache": caches["pool"] or "off"}

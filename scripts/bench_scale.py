@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -132,7 +133,7 @@ def main() -> None:
             include_dashboard=False,
             object_store_memory=128 * 1024 * 1024,
             log_to_driver=False,
-            logging_level="ERROR",
+            logging_level=logging.ERROR,
         )
         per_actor = -(-a.episodes // a.actors)
         env_cfg = {"options": {"tasks": a.episodes, "calls": a.calls}}
@@ -160,7 +161,7 @@ def main() -> None:
                 "cache_mode": "record" if a.cache else "off",
             }
             run_dir = Path(tempfile.mkdtemp(prefix=f"s{shards}.", dir=tmp))
-            gw = gwmod.GatewayActor.remote(
+            gw = gwmod.GatewayActor.remote(  # type: ignore[attr-defined]  # .remote comes from @ray.remote
                 llm_cfg,
                 str(run_dir / "llm_cache.sqlite") if a.cache else None,
                 str(run_dir / "ledger.json"),

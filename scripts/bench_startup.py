@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -65,7 +66,7 @@ def init_options(repo: Path) -> dict:
         include_dashboard=False,
         log_to_driver=False,
         ignore_reinit_error=True,
-        logging_level="ERROR",
+        logging_level=logging.ERROR,
         num_cpus=os.cpu_count(),
         object_store_memory=256 * 1024 * 1024,
     )

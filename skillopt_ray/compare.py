@@ -178,7 +178,7 @@ def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Rec
                 1.0 if h.accepted else 0.0,
             )
         )
-    test = {k: float(s.test[k]["hard"]) for k in ("initial", "best", "final") if k in s.test}
+    test: dict[str, float] = {k: float(s.test[k]["hard"]) for k in ("initial", "best", "final") if k in s.test}
     return Record(dict(params), int(seed), metrics, curve, str(run_dir), test)
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import ray
 import skillopt_envs
@@ -87,7 +87,7 @@ class Run:
         self.rd.write_config(redact(self.cfg_dict))
         # on this (the driver's) node: it writes the ledger and cache into the run directory, and it must not die
         # with a worker node
-        self.gateway = GatewayActor.options(
+        self.gateway = GatewayActor.options(  # type: ignore[attr-defined]  # .options comes from @ray.remote
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         ).remote(
             self.cfg_dict["llm"],
@@ -182,7 +182,7 @@ class Run:
                     self.rd,
                     llm,
                     self.pool,
-                    self.tracker,
+                    cast(Tracker, self.tracker),  # a TrackerWhenReady forwards every Tracker call once it is open
                     splits,
                     self._initial_skill(bench),
                     on_progress=self.set_progress,
@@ -257,6 +257,7 @@ class Run:
         split = cfg.eval.split
         tasks = self._eval_tasks(bench)
         self.progress.update(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks))
+        assert self.pool is not None, "the env pool starts before evaluation"
         res = await rollout(
             self.pool,
             tasks,
@@ -400,7 +401,7 @@ def run_dir_unseen(run_dir: str, owner: Optional[dict[str, Any]]) -> Optional[st
     )
 
 
-@ray.remote(num_cpus=0, max_concurrency=8)
+@ray.remote(num_cpus=0, max_concurrency=8)  # type: ignore[call-overload]  # Ray's stubs omit actor options
 class DriverActor:
     def __init__(self, cfg_dict: dict[str, Any], run_dir: str, owner: Optional[dict[str, Any]] = None):
         from skillopt_ray.lifeline import identity, watch

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import ray
 import skillopt_envs
@@ -219,7 +219,7 @@ class EnvPool:
             extra["fallback_strategy"] = [{"label_selector": {}}]
         else:
             extra["scheduling_strategy"] = "SPREAD"
-        return EnvActor.options(
+        return EnvActor.options(  # type: ignore[attr-defined]  # .options comes from @ray.remote
             num_cpus=self.s.actor_num_cpus, max_concurrency=self.s.episodes_per_actor, **extra
         ).remote(self.env_name, self.env_cfg, self.gateway, self.owners)
 
@@ -300,8 +300,8 @@ class EnvPool:
             except Exception as e:  # noqa: BLE001 - environment code failed; retried, then reported
                 cause = getattr(e, "cause", None) or e  # the environment's own exception, not Ray's wrapper
                 last_error = f"{type(cause).__name__}: {str(cause).splitlines()[-1][:300] if str(cause) else ''}"
-                kind = getattr(cause, "kind", None)  # e.g. SandboxStartError's
-                kind = kind if kind in INFRA_KINDS else "env"
+                own_kind = getattr(cause, "kind", None)  # e.g. SandboxStartError's
+                kind = str(own_kind) if own_kind in INFRA_KINDS else "env"
             finally:
                 await slots.give(idx)
         return EpisodeResult(
@@ -309,22 +309,28 @@ class EnvPool:
         )
 
     async def run(
-        self, tasks: list[Task], skill: str, ctx: EpisodeContext, stop: Optional[Callable[[EpisodeResult], bool]] = None
+        self,
+        tasks: list[Task],
+        skill: str,
+        ctx: Union[EpisodeContext, list[EpisodeContext]],
+        stop: Optional[Callable[[EpisodeResult], bool]] = None,
     ) -> list[EpisodeResult]:
-        """One result per task, in task order. `stop(result)` is asked after each episode; once it says
+        """One result per task, in task order. `ctx` is one context for all, or one per task (repeated rollouts
+        of a task each have their own). `stop(result)` is asked after each episode; once it says
         True the episodes still running are cancelled on their actors and come back `not_played`."""
+        ctxs = ctx if isinstance(ctx, list) else [ctx] * len(tasks)
         self.episodes_total = len(tasks)
         self.episodes_done = 0
         stopped = asyncio.Event()
 
-        async def counted(t: Task) -> EpisodeResult:
-            r = await self._run_one(t, skill, ctx)
+        async def counted(t: Task, c: EpisodeContext) -> EpisodeResult:
+            r = await self._run_one(t, skill, c)
             self.episodes_done += 1
             if stop is not None and not stopped.is_set() and stop(r):
                 stopped.set()
             return r
 
-        jobs = [asyncio.ensure_future(counted(t)) for t in tasks]
+        jobs = [asyncio.ensure_future(counted(t, c)) for t, c in zip(tasks, ctxs)]
         if stop is None:
             return list(await asyncio.gather(*jobs))
         waiter = asyncio.ensure_future(stopped.wait())

@@ -162,8 +162,8 @@ def load(run_dir: str | Path) -> Story:
 
 def _skill_before(rd: RunDir, rec: StepRecord, history: list[StepRecord]) -> Optional[str]:
     """The current skill when `rec`'s step began (the previous step's version; v0 for the first step)."""
-    prev = [h for h in history if h.step < rec.step and h.skill_version is not None]
-    v = prev[-1].skill_version if prev else 0
+    prev = [h.skill_version for h in history if h.step < rec.step and h.skill_version is not None]
+    v = prev[-1] if prev else 0
     return rd.read_text(rd.skill_path(v).relative_to(rd.root))
 
 

@@ -276,15 +276,14 @@ def final_report(run_dir: Path, key: str, last: Optional[dict[str, Any]]) -> dic
     summary = RunDir(run_dir).read_summary()
     if summary is None or summary.selection is None or not summary.test:
         raise RuntimeError(f"{run_dir} holds no training summary")
-    s = {"selection": summary.selection, "test": summary.test}
-    sel = s["selection"]
+    sel, test = summary.selection, summary.test
     final_sel = sel.get("final") if sel.get("final") is not None else (last or {}).get(METRIC, sel.get("best"))
     return {
         **(last or {"step": 0, "epoch": 0, "candidate_score": math.nan, "accepted": 0, "action": "none"}),
-        METRIC: float(final_sel),
-        "best_selection_score": float(sel["best"]),
-        "test_hard_best": float(s["test"]["best"]["hard"]),
-        "test_soft_best": float(s["test"]["best"]["soft"]),
+        METRIC: float(final_sel if final_sel is not None else math.nan),
+        "best_selection_score": float(sel["best"] or math.nan),
+        "test_hard_best": float(test["best"]["hard"]),
+        "test_soft_best": float(test["best"]["soft"]),
         "finished": 1,
         "trial": key,
         "run_dir": str(run_dir),
@@ -495,6 +494,7 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
 
     write_meta()
     if parent.enabled:
+        assert parent.run_id is not None, "an enabled sweep tracker has opened its parent run"
         existing = parent.client.get_run(parent.run_id).data.params
         params = {f"sweep.space.{k}": p.describe() for k, p in spec.params.items()}
         params.update({f"sweep.fixed.{k}": str(v) for k, v in spec.fixed.items()})
@@ -528,6 +528,7 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
     report.write(sdir / "comparison", force=True)  # the sweep's own folder, rewritten on every rerun
     write_skill_diffs(report.records, sdir / "comparison" / "skill_diffs.md")  # logged with the comparison
     if parent.enabled:
+        assert parent.run_id is not None, "an enabled sweep tracker has opened its parent run"
         best = report.best()
         if best is not None:
             parent.client.set_tag(parent.run_id, "best_config", json.dumps(best["params"]))
@@ -644,7 +645,7 @@ def _run_tune(
         "resume_stopped": spec.resume_stopped,
         "search_dirs": list(spec.search_dirs),
     }
-    plans = {}
+    plans: dict[str, dict[str, Any]] = {}
     for t in trials:
         plans[signature({**t.values, "seed": t.seed}, spec.keys)] = {
             "data": prepare(t.data, ctx, t.params, t.key, t.seed),
@@ -674,15 +675,16 @@ def _run_tune(
     failed = []
     for r in results:
         m = r.metrics or {}
-        t = by_dir.get(m.get("run_dir", "")) or by_dir.get(
+        trial = by_dir.get(m.get("run_dir", "")) or by_dir.get(
             plans.get(signature(r.config, spec.keys), {}).get("run_dir", "")
         )
         if r.error is not None:
-            failed.append(f"{t.key if t else '?'}: {str(r.error).strip().splitlines()[-1][:300]}")
+            failed.append(f"{trial.key if trial else '?'}: {str(r.error).strip().splitlines()[-1][:300]}")
             continue
         stop = stops.get(m.get("trial_id", ""))
-        if t is None or t.finished():
+        if trial is None or trial.finished():
             continue
+        t = trial
         if t.status == "stopped" and not spec.resume_stopped:  # replayed only
             continue
         if stop is None and t.status == "stopped":  # resumed and not stopped again
@@ -778,7 +780,7 @@ def _fit(
             storage_path=str((sdir / "tune").resolve()),
             verbose=spec.verbose,
             progress_reporter=reporter if spec.verbose else None,
-            stop=stopper,
+            stop=stopper,  # type: ignore[arg-type]  # _StopAfter builds a tune.Stopper
         ),
     )
     return tuner.fit(), stops
@@ -844,9 +846,13 @@ def _asha(spec: SweepSpec, stops: dict[str, dict[str, Any]]) -> Any:
                 stops[trial.trial_id] = {"step": result.get("step"), METRIC: result.get(METRIC)}
             return action
 
-    a = spec.asha
+    max_t, grace, factor = spec.asha["max_t"], spec.asha["grace_period"], spec.asha["reduction_factor"]
+    assert max_t is not None and grace is not None and factor is not None, "ASHA's options are resolved before Tune"
     return RecordingASHA(
-        time_attr="step", max_t=a["max_t"], grace_period=a["grace_period"], reduction_factor=a["reduction_factor"]
+        time_attr="step",
+        max_t=max_t,
+        grace_period=grace,
+        reduction_factor=factor,
     )
 
 

@@ -260,7 +260,13 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
 class Tracker:
     """Logs one training run. A disabled tracker accepts every call and does nothing."""
 
-    def __init__(self, enabled: bool, tracking_uri: Optional[str], experiment: str, artifact_root: Path):
+    @property
+    def _rid(self) -> str:
+        """The open run's id (every logging call comes after start())."""
+        assert self.run_id is not None, "the MLflow run is not started"
+        return self.run_id
+
+    def __init__(self, enabled: bool, tracking_uri: str, experiment: str, artifact_root: Path):
         self.enabled = enabled
         self.run_id: Optional[str] = None
         self.notes: list[str] = []
@@ -295,6 +301,7 @@ class Tracker:
                 exp = _retrying(
                     "read experiments", tracking_uri, lambda: self.client.get_experiment_by_name(experiment)
                 )
+                assert exp is not None, "the experiment that already exists can be read"
                 self.experiment_id = exp.experiment_id  # created by a concurrent run (sweep trials)
         else:
             self.experiment_id = exp.experiment_id
@@ -306,7 +313,7 @@ class Tracker:
                 pass
 
     def start(
-        self, record: dict[str, Any], run_name: str, tags: dict[str, str], save: Callable[[dict[str, Any]], None]
+        self, record: dict[str, Any], run_name: str, tags: dict[str, str], save: Callable[[dict[str, Any]], object]
     ) -> Optional[str]:
         """Resume the MLflow run that `record` (the run directory's mlflow_run.json) names, else create one.
 
@@ -332,7 +339,7 @@ class Tracker:
                     "mark the resumed run running",
                     self.uri,
                     lambda: self.client.update_run(
-                        self.run_id, status="RUNNING", name=run_name if run.info.run_name != run_name else None
+                        self._rid, status="RUNNING", name=run_name if run.info.run_name != run_name else None
                     ),
                 )
                 return self.run_id
@@ -359,7 +366,7 @@ class Tracker:
                 _retrying(
                     "mark the resumed run running",
                     self.uri,
-                    lambda: self.client.update_run(self.run_id, status="RUNNING"),
+                    lambda: self.client.update_run(self._rid, status="RUNNING"),
                 )
                 return self.run_id
         uid = uid or uuid.uuid4().hex
@@ -384,10 +391,10 @@ class Tracker:
         from mlflow.entities import Param
 
         flat = {k: v for k, v in flatten(params).items() if not k.startswith("tracking.tags.")}
-        existing = self.client.get_run(self.run_id).data.params
+        existing = self.client.get_run(self._rid).data.params
         todo = [Param(k, v) for k, v in flat.items() if k not in existing]
         for i in range(0, len(todo), 100):
-            self.client.log_batch(self.run_id, params=todo[i : i + 100])
+            self.client.log_batch(self._rid, params=todo[i : i + 100])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled:
@@ -397,7 +404,7 @@ class Tracker:
         ts = int(time.time() * 1000)
         ms = [Metric(metric_key(k), float(v), ts, step) for k, v in metrics.items() if v is not None]
         if ms:
-            self.client.log_batch(self.run_id, metrics=ms)
+            self.client.log_batch(self._rid, metrics=ms)
 
     def log_skill_history(self) -> None:
         """`skill_history.html` (versions, each step's decision and diff) and `skill_versions.json` (version, made by,
@@ -424,18 +431,18 @@ class Tracker:
                 for v in story.versions
             ]
             for path in RunDir(self.run_dir).write_skill_history(rows, skill_history_html(self.run_dir)):
-                self.client.log_artifact(self.run_id, str(path))
+                self.client.log_artifact(self._rid, str(path))
         except Exception as e:  # noqa: BLE001 - a view of the history never stops a run
             self.notes.append(f"skill history not logged to MLflow: {type(e).__name__}: {e}")
 
     def log_artifact(self, path: str | Path, artifact_path: Optional[str] = None) -> None:
         if self.enabled:
-            self.client.log_artifact(self.run_id, str(path), artifact_path)
+            self.client.log_artifact(self._rid, str(path), artifact_path)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         if self.enabled:
             for k, v in tags.items():
-                self.client.set_tag(self.run_id, k, v)
+                self.client.set_tag(self._rid, k, v)
 
     def finish(self, status: str = "FINISHED") -> None:
         """End the run: log its skill history page, then mark it `status`."""
@@ -444,7 +451,7 @@ class Tracker:
             _retrying(
                 f"mark the run {status}",
                 self.uri,
-                lambda: self.client.set_terminated(self.run_id, status=status),
+                lambda: self.client.set_terminated(self._rid, status=status),
                 attempts=3,
             )
 

@@ -53,8 +53,8 @@ def read_id_manifest(folder: Path) -> dict[str, str]:
             entries = json.loads(files[0].read_text(encoding="utf-8"))
         except ValueError as e:
             raise DataError(f"{files[0]} is not valid JSON: {e}") from None
-        for n, e in enumerate(entries if isinstance(entries, list) else []):
-            qid = e.get("questionId", e.get("id")) if isinstance(e, dict) else None
+        for n, entry in enumerate(entries if isinstance(entries, list) else []):
+            qid = entry.get("questionId", entry.get("id")) if isinstance(entry, dict) else None
             if qid is None:
                 raise DataError(f"{files[0]}: entry {n} has no id or questionId")
             out[str(qid).strip()] = split

@@ -123,7 +123,8 @@ def normalize_row(row: dict[str, Any], index: int, month: str = "") -> Optional[
 
     `index` is the row's position in its file (`no` defaults to index + 1); `month` is used when the row has none.
     """
-    mcq = row.get("mcq") if isinstance(row.get("mcq"), dict) else row
+    nested = row.get("mcq")
+    mcq: dict[str, Any] = nested if isinstance(nested, dict) else row
     question = _text(mcq.get("question"))
     choices = coerce_choices(mcq.get("choices"))
     correct, choices = coerce_correct(mcq.get("correct_choice"), choices)

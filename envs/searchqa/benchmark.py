@@ -132,13 +132,13 @@ class SearchQABenchmark(Benchmark):
         paper = "/".join(str(qa_data.PAPER_COUNTS[s]) for s in qa_data.SPLITS)
         manifests = self._manifest_dir()
         if manifests is None:
-            sizes = [
+            counts = [
                 len(qa_data.read_items(p)) if (p := qa_data.split_file(self._root / s)) else 0 for s in qa_data.SPLITS
             ]
-            same = sizes == [qa_data.PAPER_COUNTS[s] for s in qa_data.SPLITS]
+            same = counts == [qa_data.PAPER_COUNTS[s] for s in qa_data.SPLITS]
             return (
                 f"SearchQA: items from {self._root}, its own split folders (env.options.split_source=folders), "
-                f"{'/'.join(map(str, sizes))} train/val/test items"
+                f"{'/'.join(map(str, counts))} train/val/test items"
                 + ("" if same else f"; split sizes differ from the paper's {paper}")
             )
         is_paper = manifests == qa_data.PAPER_SPLIT_DIR

@@ -352,6 +352,7 @@ class SpreadsheetBenchmark(Benchmark):
                 elif not ctx.training:
                     break  # evaluation: the first script that runs ends the episode
                 else:
+                    assert run.output is not None  # a script that ran ok saved its workbook (_run_script)
                     ((values, problem),) = await asyncio.to_thread(
                         self._read, [run.output], [expected[0][1]], areas, scratch / f"read{turn}"
                     )
@@ -468,7 +469,7 @@ class SpreadsheetBenchmark(Benchmark):
             problem = f"could not read the output workbook ({run.describe()}): {run.stderr.strip()[-300:]}"
             return [({}, problem)] * len(workbooks)
         data = json.loads(run.files["values.json"].read_text())
-        out = []
+        out: list[tuple[dict[str, Any], str]] = []
         for name in inputs:
             d = data[name]
             if d.get("error"):

@@ -123,6 +123,7 @@ def recalculate(path: str, cells: list[tuple[str, str]]) -> dict[tuple[str, str]
     boxes: dict[str, list[int]] = {}
     for sheet, cell in cells:
         m = re.match(r"([A-Z]+)(\d+)$", cell)
+        assert m, f"not a cell reference: {cell!r}"  # callers pass parsed A1 references
         c, r = col_to_num(m.group(1)), int(m.group(2))
         b = boxes.setdefault(sheet, [c, r, c, r])
         boxes[sheet] = [min(b[0], c), min(b[1], r), max(b[2], c), max(b[3], r)]

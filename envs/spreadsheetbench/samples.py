@@ -41,12 +41,12 @@ def _names(rng: random.Random, k: int) -> list[str]:
 
 
 def _total(rng: random.Random):
-    rows = [["Item", "Quantity"]] + [[f"Part-{i}", rng.randint(1, 90)] for i in range(N)]
+    rows: list[list[Any]] = [["Item", "Quantity"]] + [[f"Part-{i}", rng.randint(1, 90)] for i in range(N)]
     return rows, lambda wb: wb.active.cell(2, 4, sum(r[1] for r in rows[1:]))
 
 
 def _upper(rng: random.Random):
-    rows = [["Name", "Upper"]] + [
+    rows: list[list[Any]] = [["Name", "Upper"]] + [
         [n.lower() + " " + rng.choice(["smith", "ng", "okoro"]), None] for n in _names(rng, N)
     ]
 
@@ -58,7 +58,7 @@ def _upper(rng: random.Random):
 
 
 def _margin(rng: random.Random):
-    rows = [["Product", "Sales", "Cost", "Margin"]]
+    rows: list[list[Any]] = [["Product", "Sales", "Cost", "Margin"]]
     for i in range(N):
         sales = rng.randint(100, 999)
         rows.append([f"P{i}", sales, rng.randint(10, sales), None])
@@ -71,13 +71,13 @@ def _margin(rng: random.Random):
 
 
 def _count_at_least(rng: random.Random):
-    rows = [["Student", "Score"]] + [[n, rng.randint(20, 100)] for n in _names(rng, N)]
+    rows: list[list[Any]] = [["Student", "Score"]] + [[n, rng.randint(20, 100)] for n in _names(rng, N)]
     return rows, lambda wb: wb.active.cell(2, 5, sum(1 for r in rows[1:] if r[1] >= 50))
 
 
 def _fullname(rng: random.Random):
     last = ["Park", "Silva", "Haddad", "Novak", "Okafor", "Ito", "Rossi", "Berg", "Khan", "Lopez", "Moreau", "Singh"]
-    rows = [["First", "Last", "Full"]] + [[f, rng.choice(last), None] for f in _names(rng, N)]
+    rows: list[list[Any]] = [["First", "Last", "Full"]] + [[f, rng.choice(last), None] for f in _names(rng, N)]
 
     def fill(wb):
         for i, r in enumerate(rows[1:], start=2):
@@ -87,7 +87,7 @@ def _fullname(rng: random.Random):
 
 
 def _days(rng: random.Random):
-    rows = [["Start", "End", "Days"]]
+    rows: list[list[Any]] = [["Start", "End", "Days"]]
     for _ in range(N):
         start = dt.datetime(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 300))
         rows.append([start, start + dt.timedelta(days=rng.randint(1, 60)), None])
@@ -100,7 +100,7 @@ def _days(rng: random.Random):
 
 
 def _filter_region(rng: random.Random):
-    rows = [["Order", "Region", "Amount"]] + [
+    rows: list[list[Any]] = [["Order", "Region", "Amount"]] + [
         [1000 + i, rng.choice(["North", "South", "East"]), rng.randint(5, 500)] for i in range(N)
     ]
 
@@ -115,7 +115,7 @@ def _filter_region(rng: random.Random):
 
 
 def _sort_desc(rng: random.Random):
-    rows = [["City", "Population"]] + [
+    rows: list[list[Any]] = [["City", "Population"]] + [
         [c, rng.randint(1000, 99999)]
         for c in rng.sample(
             ["Oslo", "Lima", "Pune", "Kyiv", "Accra", "Quito", "Hanoi", "Porto", "Cork", "Riga", "Bern", "Doha"], N

@@ -229,11 +229,13 @@ def parse_completion(body: str, content_type: str) -> Completion:
             raise TransportFault("not_completion", f"HTTP 200 carrying an error object: {msg!r}")
         raise TransportFault("not_completion", "HTTP 200 with JSON that is not a chat completion (no choices)")
     choice = choices[0]
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    raw_message = choice.get("message")
+    message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
     content = message.get("content")
     if isinstance(content, list):  # some servers send content parts
         content = "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    raw_usage = data.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     return Completion(
         content=content if isinstance(content, str) else "",
         finish_reason=str(choice.get("finish_reason") or ""),

@@ -60,10 +60,11 @@ def bounded_schema(schema: Any, max_items: Optional[int], max_chars: Optional[in
     return out
 
 
-def role_endpoints(cfg: LLMConfig) -> dict[str, RoleEndpoint]:
-    """One SDK client per role (a role without its own base_url takes llm.base_url)."""
+def role_endpoints(cfg: LLMConfig) -> dict[str, Any]:
+    """One SDK client per role (a role without its own base_url takes llm.base_url): a RoleEndpoint, or an
+    AnthropicEndpoint with the same interface for provider=anthropic."""
     retry = RetryPolicy.from_config(cfg)
-    out = {}
+    out: dict[str, Any] = {}
     for i, role in enumerate(("target", "optimizer")):
         rc = getattr(cfg, role)
         if cfg.base_url and not rc.base_url:
@@ -319,7 +320,7 @@ def _one_line(exc: Exception, req: ChatRequest) -> LLMError:
     return LLMInternalError(f"{req.role}/{req.stage} call failed in the LLM gateway: {type(exc).__name__}: {first}")
 
 
-@ray.remote(num_cpus=0, max_concurrency=4096)
+@ray.remote(num_cpus=0, max_concurrency=4096)  # type: ignore[call-overload]  # Ray's stubs omit actor options
 class SenderActor:
     """One shard of the gateway's HTTP sending: its own SDK clients and retries, nothing else. The SDK's
     per-call CPU (milliseconds, more with a thousand connections in one pool) is what one gateway process
@@ -353,7 +354,7 @@ class SenderActor:
             await ep.close()
 
 
-@ray.remote(num_cpus=0, max_concurrency=4096)
+@ray.remote(num_cpus=0, max_concurrency=4096)  # type: ignore[call-overload]  # Ray's stubs omit actor options
 class GatewayActor:
     """Ray-hosted Gateway shared by the driver and the environment actors.
 
@@ -377,7 +378,7 @@ class GatewayActor:
             sender_owners = [*(owners or []), identity()]
 
             def spawn() -> Any:
-                return SenderActor.options(scheduling_strategy="SPREAD").remote(llm_cfg, sender_owners)
+                return SenderActor.options(scheduling_strategy="SPREAD").remote(llm_cfg, sender_owners)  # type: ignore[attr-defined]  # .options comes from @ray.remote
 
             self.gw.respawn_sender = spawn
             self.gw.senders = [spawn() for _ in range(shards)]

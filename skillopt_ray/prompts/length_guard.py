@@ -101,6 +101,7 @@ def _is_verification(entry: Any) -> bool:
 def _cut_entry(entry: Any, cap: int) -> Any:
     if not isinstance(entry, dict):
         return cut_middle(str(entry), cap)
+    fields: tuple[str, ...]
     if entry.get("type") == "tool_call":
         fields = ("command", "output")
     elif "action" in entry and "env_feedback" in entry:

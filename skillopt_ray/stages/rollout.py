@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Optional, Protocol
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Optional, Protocol, cast
 
 from skillopt_envs.base import EpisodeContext, EpisodeResult, Task
 
@@ -15,7 +15,16 @@ class InfraFailure(RuntimeError):
 
 
 class EpisodeRunner(Protocol):
-    async def run(self, tasks: list[Task], skill: str, ctx: EpisodeContext) -> list[EpisodeResult]: ...
+    async def run(
+        self,
+        tasks: list[Task],
+        skill: str,
+        ctx: EpisodeContext,
+        stop: Optional[Callable[[EpisodeResult], bool]] = None,
+    ) -> list[EpisodeResult]: ...
+
+
+REPEAT_SEED_STRIDE = 7919  # repeat r of a batch plays with seed + r·stride: apart from the batch seeds (1000 apart)
 
 
 @dataclass
@@ -33,16 +42,34 @@ class RolloutStats:
     not_played: int = 0
     per_type: dict[str, dict[str, float]] = field(default_factory=dict)
     tasks: dict[str, list[float]] = field(default_factory=dict)  # task_id -> [hard, soft], scored episodes only
+    repeats: Optional[int] = None  # repeated rollouts only: episodes per task
+    task_repeats: Optional[dict[str, list[list[float]]]] = None  # repeated rollouts: task_id -> each [hard, soft]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.repeats is None:  # a single-rollout batch keeps the keys it always had
+            d.pop("repeats")
+            d.pop("task_repeats")
+        return d
 
 
 def _means(rs: list[EpisodeResult]) -> tuple[float, float]:
     return (sum(r.hard for r in rs) / len(rs), sum(r.soft for r in rs) / len(rs)) if rs else (0.0, 0.0)
 
 
-def summarize(results: list[EpisodeResult]) -> RolloutStats:
+def repeat_context(ctx: EpisodeContext, r: int) -> EpisodeContext:
+    """The context of repeat r (0-based) of an episode: repeat 0 is the single rollout's own; a later repeat has
+    its own sample key (so its target calls are fresh calls and fresh response-cache entries) and its own seed."""
+    if r == 0:
+        return ctx
+    seed = None if ctx.seed is None else ctx.seed + REPEAT_SEED_STRIDE * r
+    return replace(ctx, key=f"{ctx.key}/r{r}", seed=seed)
+
+
+def summarize(results: list[EpisodeResult], repeats: int = 1) -> RolloutStats:
+    """Scores of a batch. With repeated rollouts a task's entry in `tasks` is the mean of its scored repeats
+    (`task_repeats` holds each); the overall means are over the scored episodes, which is the mean of the task
+    means when every repeat was scored."""
     ok = [r for r in results if r.scored]
     by_type: dict[str, list[EpisodeResult]] = defaultdict(list)
     for r in ok:
@@ -59,8 +86,22 @@ def summarize(results: list[EpisodeResult]) -> RolloutStats:
         data_errors=sum(r.data_error for r in results),
         not_played=sum(r.not_played for r in results),
         per_type=per_type,
-        tasks={r.task_id: [r.hard, r.soft] for r in ok},
+        tasks={r.task_id: [r.hard, r.soft] for r in ok} if repeats == 1 else _task_means(ok),
+        repeats=repeats if repeats > 1 else None,
+        task_repeats=_task_repeats(ok) if repeats > 1 else None,
     )
+
+
+def _task_repeats(ok: list[EpisodeResult]) -> dict[str, list[list[float]]]:
+    out: dict[str, list[list[float]]] = {}
+    for r in ok:
+        out.setdefault(r.task_id, []).append([r.hard, r.soft])
+    return out
+
+
+def _task_means(ok: list[EpisodeResult]) -> dict[str, list[float]]:
+    means = {t: [sum(x[0] for x in rs) / len(rs), sum(x[1] for x in rs) / len(rs)] for t, rs in _task_repeats(ok).items()}
+    return means
 
 
 def check_infra(results: list[EpisodeResult], max_fraction: float, what: str) -> None:
@@ -88,8 +129,35 @@ async def rollout(
     stop: Optional[Callable[[EpisodeResult], bool]] = None,
 ) -> list[EpisodeResult]:
     """Run the batch; with `stop`, the runner may cancel the episodes left once it says the outcome is decided."""
+    # runners without early stop (test doubles) are called without the keyword
     results = await (runner.run(tasks, skill, ctx, stop=stop) if stop is not None else runner.run(tasks, skill, ctx))
     if len(results) != len(tasks) or any(r.task_id != t.task_id for r, t in zip(results, tasks)):
         raise InfraFailure(f"{what}: results do not line up with their tasks; this is a bug in the environment pool")
+    check_infra(results, max_infra_fraction, what)
+    return results
+
+
+async def rollout_repeats(
+    runner: EpisodeRunner,
+    tasks: list[Task],
+    skill: str,
+    ctx: EpisodeContext,
+    repeats: int,
+    max_infra_fraction: float,
+    what: str,
+    stop: Optional[Callable[[EpisodeResult], bool]] = None,
+) -> list[EpisodeResult]:
+    """`repeats` episodes of every task, each a distinct sample (`repeat_context`), played together; the results
+    come task by task, a task's repeats side by side (the analysts see them together). One repeat is `rollout`."""
+    if repeats == 1:
+        return await rollout(runner, tasks, skill, ctx, max_infra_fraction, what, stop)
+    expanded = [t for t in tasks for _ in range(repeats)]
+    ctxs = [repeat_context(ctx, r) for _ in tasks for r in range(repeats)]
+    pool = cast(Any, runner)  # a runner that plays repeats takes one context per task (the environment pool does)
+    results = await (pool.run(expanded, skill, ctxs, stop=stop) if stop is not None else pool.run(expanded, skill, ctxs))
+    if len(results) != len(expanded) or any(r.task_id != t.task_id for r, t in zip(results, expanded)):
+        raise InfraFailure(f"{what}: results do not line up with their tasks; this is a bug in the environment pool")
+    for i, r in enumerate(results):
+        r.info = {**(r.info or {}), "repeat": i % repeats + 1, "repeats": repeats}
     check_infra(results, max_infra_fraction, what)
     return results
