@@ -83,6 +83,7 @@ def task_timeout(exec_timeout: float) -> float:
 
 class DocVQABenchmark(Benchmark):
     name = "docvqa"
+    agent_harness = True  # llm.target.harness=codex|claude_code: one agent run per turn, the page image attached
     options_class = DocVQAOptions
 
     def __init__(self, env_cfg: dict[str, Any]):
@@ -195,13 +196,18 @@ class DocVQABenchmark(Benchmark):
 
     # ---------- the episode ----------
 
+    async def _image_file(self, payload: dict[str, Any]) -> str:
+        """The page image's path on this node (a page inside a parquet file is written out on first use)."""
+        image_path = payload["image_path"]
+        if payload.get("page_source"):
+            cache = Path(os.path.expanduser(self.options.page_cache)) if self.options.page_cache else None
+            image_path = str(await asyncio.to_thread(upstream.page_file, payload["page_source"], image_path, cache))
+        return str(image_path)
+
     async def _page_part(self, payload: dict[str, Any]) -> dict[str, Any]:
         image_path = payload["image_path"]
         if self.options.sends_images:
-            if payload.get("page_source"):  # inside a parquet file: written out on this node on first use
-                cache = Path(os.path.expanduser(self.options.page_cache)) if self.options.page_cache else None
-                image_path = str(await asyncio.to_thread(upstream.page_file, payload["page_source"], image_path, cache))
-            return prompts.image_part(image_path, self.options.image_detail)
+            return prompts.image_part(await self._image_file(payload), self.options.image_detail)
         if payload.get("text_path"):
             return prompts.text_layer_part(upstream.ocr_text(Path(payload["text_path"])))
         layer = dv.text_layer_path(image_path)
@@ -224,6 +230,25 @@ class DocVQABenchmark(Benchmark):
     async def _episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         p = task.payload
         question, answers, image = p["question"], list(p["answers"]), p["image_path"]
+        from skillopt_ray.harness.episode import harness_settings
+
+        agent = await harness_settings(llm)
+        if agent is not None:  # the agent always gets the page image (page_input applies to chat targets)
+            from skillopt_envs.docvqa.agent import agent_episode
+
+            try:
+                image = await self._image_file(p)
+                if not os.path.isfile(image):
+                    raise FileNotFoundError(2, "no such file")
+            except OSError as e:
+                return EpisodeResult(
+                    task.task_id,
+                    task.task_type,
+                    fail_reason="data_error",
+                    error=f"cannot read the page image {image}: {e.strerror or e}; check env.data_dir / env.options.image_root",
+                    task_description=question,
+                )
+            return await agent_episode(task, skill, llm, ctx, agent, image, self.options.exec_timeout)
         system = prompts.system_prompt(skill)
         text = prompts.user_text(question)
         try:

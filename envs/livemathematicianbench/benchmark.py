@@ -80,6 +80,7 @@ def task_timeout(exec_timeout: float) -> Optional[float]:
 
 class LiveMathBenchmark(Benchmark):
     name = "livemathematicianbench"
+    agent_harness = True  # llm.target.harness=codex|claude_code: one agent run per turn, task.md the user message
     options_class = LiveMathOptions
 
     def __init__(self, env_cfg: dict[str, Any]):
@@ -241,6 +242,16 @@ class LiveMathBenchmark(Benchmark):
             use_theorem=self.options.use_theorem,
             use_sketch=self.options.use_sketch,
         )
+        from skillopt_ray.harness.episode import harness_settings
+
+        agent = await harness_settings(llm)
+        if agent is not None:
+            from skillopt_envs.livemathematicianbench.agent import agent_episode
+
+            res = await agent_episode(task, skill, llm, ctx, agent, user, choices, correct, self.options.exec_timeout)
+            if not res.infra_error:
+                res.info["choice_seed"] = ctx.seed if self.options.shuffle_choices else None
+            return res
         replies: list[str] = []
         message = user
         for turn in range(max(1, ctx.max_turns)):

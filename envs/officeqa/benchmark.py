@@ -79,6 +79,7 @@ class OfficeQAOptions:
     # function calling; auto: text for the embedded provider, function otherwise
     tool_protocol: str = "auto"
     target_provider: str = ""  # filled from llm.target.provider by conf/env/officeqa.yaml, read by tool_protocol=auto
+    target_harness: str = "chat"  # filled from llm.target.harness: an agent harness runs offline with local tools only
     show_gold: bool = False  # off = the reference: the gold reaches analysts only in a wrong answer's fail_reason
     max_queries_per_turn: int = 4
     search_api_url: str = ""
@@ -104,6 +105,12 @@ class OfficeQAOptions:
             raise DataError(
                 "env.options.search_mode=custom_search needs env.options.search_api_url (your search proxy's URL)"
             )
+        if opts.target_harness not in ("", "chat") and not (mode == "offline" and opts.use_local_tools):
+            raise DataError(
+                f"llm.target.harness={opts.target_harness} runs OfficeQA only offline with local tools (as in the "
+                "reference); set env.options.search_mode=offline and env.options.use_local_tools=true, or use "
+                "llm.target.harness=chat"
+            )
         if opts.max_completion_tokens < 1 or opts.max_queries_per_turn < 1:
             raise DataError("env.options.max_completion_tokens and max_queries_per_turn must be >= 1")
         return opts
@@ -126,6 +133,7 @@ class Corpus:
 
 class OfficeQABenchmark(Benchmark):
     name = "officeqa"
+    agent_harness = True  # llm.target.harness=codex|claude_code: the exec loop, offline with local tools only
     options_class = OfficeQAOptions
 
     def __init__(self, env_cfg: dict[str, Any]):
@@ -257,6 +265,13 @@ class OfficeQABenchmark(Benchmark):
                 error_kind="corpus_read",
                 **base,
             )
+        from skillopt_ray.harness.episode import harness_settings
+
+        agent = await harness_settings(llm)
+        if agent is not None:
+            return await self._agent_episode(
+                task, skill, llm, ctx, agent, corpus, candidates, oracle.text, oracle.pages
+            )
         episode = Episode(self.options, task, skill, llm, ctx, corpus, candidates, oracle.text)
         if not offline:
             from skillopt_envs.officeqa.search import run_custom_search
@@ -267,6 +282,40 @@ class OfficeQABenchmark(Benchmark):
         else:
             await episode.single_call()
         return episode.result(oracle.pages)
+
+    async def _agent_episode(
+        self,
+        task: Task,
+        skill: str,
+        llm: LLM,
+        ctx: EpisodeContext,
+        agent: dict[str, Any],
+        corpus: Corpus,
+        candidates: list[Path],
+        oracle: str,
+        oracle_pages: int,
+    ) -> EpisodeResult:
+        from skillopt_envs.officeqa.agent import agent_episode
+
+        if not (self.options.search_mode == "offline" and self.options.use_local_tools):
+            raise DataError(
+                "an agent harness target runs OfficeQA only offline with local tools (as in the reference); set "
+                "env.options.search_mode=offline and env.options.use_local_tools=true, or use llm.target.harness=chat"
+            )
+        p = task.payload
+        extra = {
+            "source_files": list(p["source_files"]),
+            "resolved_source_paths": [str(c) for c in candidates],
+            "oracle_parsed_pages_included": bool(oracle),
+            "oracle_parsed_pages_chars": len(oracle),
+            "oracle_pages": oracle_pages,
+            "use_local_tools": True,
+            "gold_answers": [p["ground_truth"]] if p["ground_truth"] else [],
+        }
+        res = await agent_episode(task, skill, llm, ctx, agent, corpus.roots, candidates, oracle, extra)
+        if self.options.show_gold:
+            res.info["analyst_blocks"] = [["Gold Answer", p["ground_truth"]], *res.info.get("analyst_blocks", [])]
+        return res
 
 
 class Episode:

@@ -6,6 +6,8 @@ task.md, the prompt, its timeout, files to collect) and calls `run_harness_task`
 
 from __future__ import annotations
 
+import math
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -27,8 +29,20 @@ class HarnessTask:
     copy_files: dict[str, str] = field(default_factory=dict)
     extra_files: dict[str, str] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)
+    link_dirs: dict[str, str] = field(default_factory=dict)  # workspace path -> directory (symlinked, read-only)
     allow_file_edits: bool = False
     collect: tuple[str, ...] = ()
+
+    def outside_paths(self) -> tuple[str, ...]:
+        """Host paths outside the workspace the agent may read (the jail mounts them read-only where they are):
+        the images (Codex gets them with -i) and the symlinked directories' targets."""
+        return tuple(os.path.realpath(p) for p in [*self.images, *self.link_dirs.values()])
+
+    def add_dirs(self) -> tuple[str, ...]:
+        """Claude Code's extra --add-dir folders, as the reference passes them: the data dirs, then the image dirs."""
+        dirs = [os.path.realpath(d) for d in self.link_dirs.values()]
+        dirs += [os.path.dirname(os.path.realpath(i)) for i in self.images]
+        return tuple(dict.fromkeys(dirs))
 
 
 @dataclass
@@ -63,6 +77,43 @@ class HarnessOutcome:
         return out
 
 
+TURN_BREAK = "\n\n===== TURN BREAK =====\n\n"
+
+
+def trace_to_optimizer(settings: dict[str, Any]) -> bool:
+    """Whether the analysts see the agent's trace summary (llm.target.agent.trace_to_optimizer)."""
+    return bool((settings.get("agent") or {}).get("trace_to_optimizer", True))
+
+
+def turns_info(outcomes: list[HarnessOutcome], show_trace: bool = True) -> dict[str, Any]:
+    """The episode's info over several agent runs (one per benchmark turn): summaries and traces joined with the
+    reference's turn-break line, calls, tokens, cost and time added up."""
+    infos = [o.info(show_trace) for o in outcomes if o.run is not None]
+    if len(infos) <= 1:
+        return infos[0] if infos else {}
+    runs = [o.run for o in outcomes if o.run is not None]
+    out: dict[str, Any] = {
+        "agent_summary": TURN_BREAK.join(i["agent_summary"] for i in infos),
+        "agent_attempts": sum(i["agent_attempts"] for i in infos),
+        "agent_calls": sum(i["agent_calls"] for i in infos),
+        "agent_tokens": [sum(i["agent_tokens"][k] for i in infos) for k in (0, 1)],
+        "agent_reported_tokens": [sum(i["agent_reported_tokens"][k] for i in infos) for k in (0, 1)],
+        "agent_cost_usd": sum(i["agent_cost_usd"] for i in infos),
+        "agent_wall_s": round(sum(i["agent_wall_s"] for i in infos), 3),
+        "agent_first_call_s": infos[0]["agent_first_call_s"],
+        "agent_turns": len(infos),
+        "analyst_blocks": (
+            [["Agent Trace Summary", TURN_BREAK.join(r.trace.render() for r in runs if r is not None)]]
+            if show_trace
+            else []
+        ),
+    }
+    warnings = [i["usage_warning"] for i in infos if i.get("usage_warning")]
+    if warnings:
+        out["usage_warning"] = "; ".join(warnings)
+    return out
+
+
 async def harness_settings(llm: Any) -> Optional[dict[str, Any]]:
     """The target's harness settings, or None for a chat target (or an LLM handle without harness support)."""
     s = getattr(llm, "_agent_settings_cache", None)  # static config: asked once per handle, not per episode
@@ -91,11 +142,28 @@ async def run_harness_task(
         wd = prepare_workspace(
             root / "predictions" / task_id.replace("/", "_") / "codex_exec",
             skill_md,
-            WorkspaceSpec(task=ht.task_md, extra_files=ht.extra_files, copy_files=ht.copy_files, images=ht.images),
+            WorkspaceSpec(
+                task=ht.task_md,
+                extra_files=ht.extra_files,
+                copy_files=ht.copy_files,
+                link_dirs=ht.link_dirs,
+                images=ht.images,
+            ),
         )
-        s = AgentSettings.from_gateway(settings, ht.timeout_s)
+        s = AgentSettings.from_gateway(settings, ht.timeout_s if ht.timeout_s > 0 else math.inf)
         try:
-            run = await run_agent(llm, s, wd, ht.prompt, key, allow_file_edits=ht.allow_file_edits, collect=ht.collect)
+            run = await run_agent(
+                llm,
+                s,
+                wd,
+                ht.prompt,
+                key,
+                allow_file_edits=ht.allow_file_edits,
+                collect=ht.collect,
+                images=tuple(os.path.realpath(i) for i in ht.images),
+                add_dirs=ht.add_dirs(),
+                read_only=ht.outside_paths(),
+            )
         except HarnessError as e:
             return HarnessOutcome(None, skill_md, str(e), e.kind)
         return HarnessOutcome(run, skill_md)

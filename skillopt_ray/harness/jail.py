@@ -80,10 +80,11 @@ def _tree_rss_kb(pid: int) -> int:
 class Jail:
     """One agent run's walls. `root` holds workspace/, home/ and sock/ on the host."""
 
-    def __init__(self, root: Path, prefix: Path, isolation: str = "bwrap"):
+    def __init__(self, root: Path, prefix: Path, isolation: str = "bwrap", read_only: tuple[str, ...] = ()):
         self.root = root
         self.prefix = prefix
         self.isolation = isolation
+        self.read_only = read_only  # host files or folders the agent may read, mounted at the same paths
         (root / "home").mkdir(parents=True, exist_ok=True)
         (root / "sock").mkdir(parents=True, exist_ok=True)
         (root / "forwarder.js").write_text(FORWARDER_JS)
@@ -151,6 +152,8 @@ class Jail:
         argv += ["--ro-bind", str(self.prefix), JAIL_PREFIX, "--ro-bind", str(self.root / "forwarder.js"), fwd]
         argv += ["--bind", str(self.root / "sock"), JAIL_SOCKET_DIR, "--bind", str(self.root / "home"), JAIL_HOME]
         argv += ["--bind", str(host_workspace), JAIL_WORKSPACE, "--chdir", JAIL_WORKSPACE]
+        for p in self.read_only:  # a page image, a corpus folder the workspace links to
+            argv += ["--ro-bind", p, p]
         for k, v in env.items():
             argv += ["--setenv", k, v]
         filt = userns_filter()

@@ -124,9 +124,14 @@ async def run_agent(
     key: str,
     allow_file_edits: bool = False,
     collect: tuple[str, ...] = (),
+    images: tuple[str, ...] = (),
+    add_dirs: tuple[str, ...] = (),
+    read_only: tuple[str, ...] = (),
 ) -> AgentRun:
     """Run the CLI in `workspace` (already prepared) until it gives a non-empty final message or the empty
-    retries run out. A gateway error is re-raised as itself; a broken jail or broken tools raise HarnessError."""
+    retries run out. `images` go to Codex as -i (their original paths, as the reference passes them), `add_dirs`
+    to Claude Code as --add-dir; `read_only` host paths are mounted read-only where they are. A gateway error is
+    re-raised as itself; a broken jail or broken tools raise HarnessError."""
     exe = cli_path(settings)
     root = Path(tempfile.mkdtemp(prefix="skillopt-agent-"))
     raws: list[str] = []
@@ -140,7 +145,7 @@ async def run_agent(
         for attempt in range(settings.empty_retries + 1):
             attempts = attempt + 1
             home = root / f"attempt{attempt}"
-            jail = Jail(home, exe.parent.parent, settings.jail)
+            jail = Jail(home, exe.parent.parent, settings.jail, read_only)
             ws_in = jail.workspace_path(workspace)
             p = commands.retry_prompt(prompt) if attempt else prompt
             token = secrets.token_hex(16)  # the only key the agent holds: it opens nothing but its own endpoint
@@ -154,6 +159,7 @@ async def run_agent(
                     settings.model,
                     settings.codex_reasoning_effort,
                     settings.codex_sandbox,
+                    images=images,
                     extra_config=_codex_extra(jail.port),
                 )
                 extra = {"CODEX_HOME": f"{jail.home_path()}/.codex", "SKILLOPT_AGENT_KEY": token}
@@ -164,6 +170,7 @@ async def run_agent(
                     commands.exec_prompt(p, allow_file_edits),
                     settings.model,
                     settings.claude_effort,
+                    add_dirs=add_dirs,
                 )
                 extra = {
                     "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{jail.port}",

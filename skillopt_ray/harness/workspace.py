@@ -64,11 +64,11 @@ def prepare_workspace(work_dir: str | Path, skill_md: str, spec: WorkspaceSpec) 
             "",
         ]
         for n, img in enumerate(spec.images, 1):
-            src = Path(img)
-            if not src.is_file():
-                raise FileNotFoundError(f"attachment {src} does not exist")
-            rel = f"attachments/{n:02d}_{src.name}"
-            shutil.copyfile(src, wd / rel)
-            lines.append(f"- `{rel}` (source: `{src.resolve()}`)")
+            image = Path(img)
+            if not image.is_file():
+                raise FileNotFoundError(f"attachment {image} does not exist")
+            rel = f"attachments/{n:02d}_{image.name}"
+            shutil.copyfile(image, wd / rel)
+            lines.append(f"- `{rel}` (source: `{image.resolve()}`)")
         (wd / "ATTACHMENTS.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return wd

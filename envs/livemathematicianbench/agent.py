@@ -1,0 +1,95 @@
+"""LiveMathematicianBench in an agent harness (llm.target.harness=codex|claude_code), as the reference runs its exec
+targets: each turn is one agent run whose task.md is the chat target's user message (the shuffled choices), with the
+previous attempt appended from turn 2 on; SKILL.md carries the skill. The final message (the raw transcript when it
+is empty) is scored as a chat reply, and the analysts see SKILL.md and task.md as the target prompts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skillopt_envs.base import LLM, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.livemathematicianbench.scoring import evaluation_block, has_answer_tag, score_reply
+
+DESCRIPTION = "Pick the single correct option of the research-mathematics multiple-choice question in task.md"
+PREAMBLE = (
+    "Use this skill for the current multiple-choice question.\n"
+    "Inspect the exact wording of every option, then output only the chosen label inside <answer></answer> tags."
+)
+PROMPT = (
+    "Use the `skillopt-target` skill in this workspace.\n"
+    "Read task.md and solve the question in it.\n"
+    "Output only the label of your choice inside <answer></answer> tags."
+)
+
+
+def task_md(user: str, previous: str = "") -> str:
+    """task.md: the user message, then (turn 2 on) the previous attempt and a request to re-check the options."""
+    if not previous:
+        return user
+    return (
+        f"{user}\n\n## Previous Attempt\n{previous}\n\n"
+        "Check the exact wording of each option once more and give only the label inside <answer></answer> tags."
+    )
+
+
+async def agent_episode(
+    task: Task,
+    skill: str,
+    llm: LLM,
+    ctx: EpisodeContext,
+    agent: dict[str, Any],
+    user: str,
+    choices: list[dict[str, Any]],
+    correct: dict[str, Any],
+    timeout_s: float,
+) -> EpisodeResult:
+    """One item played by the agent CLI, one run per turn (env.max_turns, 1 by default); timeout_s <= 0: no limit."""
+    from skillopt_ray.harness.episode import HarnessTask, run_harness_task, trace_to_optimizer, turns_info
+
+    outcomes: list[Any] = []
+    replies: list[str] = []
+    md = skill_md = ""
+    for turn in range(max(1, ctx.max_turns)):
+        md = task_md(user, replies[-1] if replies else "")
+        key = f"{ctx.key}/{task.task_id}" + (f"/t{turn}" if turn else "")
+        out = await run_harness_task(
+            llm, agent, task.task_id, skill, HarnessTask(DESCRIPTION, PREAMBLE, md, PROMPT, timeout_s), key
+        )
+        outcomes.append(out)
+        skill_md = out.skill_md
+        if out.run is None:
+            info = {"target_system_prompt": skill_md, "target_user_prompt": md, **turns_info(outcomes)}
+            return EpisodeResult(
+                task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
+                error=out.error, n_turns=len(replies) + 1, task_description="", info=info,
+            )  # fmt: skip
+        replies.append(out.run.response)
+        if has_answer_tag(replies[-1]):
+            break
+    s = score_reply(replies[-1], choices, correct)
+    return EpisodeResult(
+        task.task_id,
+        task.task_type,
+        hard=float(int(s.em)),
+        soft=s.em,
+        fail_reason=s.fail_reason,
+        n_turns=len(replies),
+        trajectory=[
+            *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
+            {"role": "system", "content": evaluation_block(task.payload["question"], s)},
+        ],
+        task_description="",
+        info={
+            "target_system_prompt": skill_md,
+            "target_user_prompt": md,
+            "predicted_answer": s.predicted_answer,
+            "predicted_label": s.label,
+            "predicted_text": s.predicted_text,
+            "correct_label": s.correct_label,
+            "correct_text": s.correct_text,
+            "response": replies[-1],
+            "agent_ok": True,
+            **turns_info(outcomes, trace_to_optimizer(agent)),
+        },
+    )
