@@ -172,6 +172,11 @@ class OptimizerConfig:
     gate_early_stop: bool = (
         False  # hard gate: stop a candidate's selection episodes once it can no longer win (reference: off)
     )
+    # episodes per task in training, selection and test (each its own sample); a task scores the mean (reference: 1)
+    rollouts_per_task: int = 1
+    # none: the reference's strict improvement; paired_bootstrap | sign: also a significant per-task improvement
+    gate_test: str = "none"
+    gate_alpha: float = 0.05  # the paired test's one-sided level
     slow_update: bool = True
     slow_update_samples: int = 20
     slow_update_gate: bool = True  # paper setting: gate the slow update on the selection split; False: force-inject
@@ -285,6 +290,10 @@ def validate(cfg: Config) -> Config:
     _choice("optimizer.update_mode", o.update_mode, ("patch", "rewrite_from_suggestions", "full_rewrite_minibatch"))
     _choice("optimizer.gate_metric", o.gate_metric, ("hard", "soft", "mixed"))
     _fraction("optimizer.mixed_weight", o.mixed_weight)
+    _at_least("optimizer.rollouts_per_task", o.rollouts_per_task, 1)
+    _choice("optimizer.gate_test", o.gate_test, ("none", "paired_bootstrap", "sign"))
+    if not 0.0 < o.gate_alpha < 0.5:
+        raise ConfigError(f"optimizer.gate_alpha={o.gate_alpha!r} is invalid; use a level between 0 and 0.5, e.g. 0.05")
     _at_least("optimizer.slow_update_samples", o.slow_update_samples, 1)
     _choice("optimizer.slow_update_pairs", o.slow_update_pairs, ("mixed", "changed", "unchanged"))
     _fraction("optimizer.max_infra_failure_fraction", o.max_infra_failure_fraction)

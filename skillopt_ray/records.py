@@ -30,6 +30,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Optional, TypeVar
 
 from skillopt_ray.state import Counts, RunState, StateVersionError
+from skillopt_ray.stats import Interval, mean_interval
 
 __all__ = [
     "ACCEPT",
@@ -149,11 +150,30 @@ class Evaluation(Record):
     not_played: int = 0
     per_type: dict[str, dict[str, float]] = field(default_factory=dict)
     tasks: dict[str, list[float]] = field(default_factory=dict)
+    # repeated rollouts only (optimizer.rollouts_per_task > 1): episodes per task, and each task's scored
+    # repeats as [hard, soft] (`tasks` then holds their means); absent from files of single-rollout runs
+    repeats: Optional[int] = None
+    task_repeats: Optional[dict[str, list[list[float]]]] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        for k in ("repeats", "task_repeats"):
+            if d.get(k) is None:
+                d.pop(k, None)
+        return d
+
+    def interval(self, metric: str = "hard") -> Interval:
+        """The score's 95% interval over tasks (a task's value is the mean of its repeats), with n = tasks."""
+        i = 0 if metric == "hard" else 1
+        return mean_interval([v[i] for v in self.tasks.values()])
 
     def brief(self) -> dict[str, Any]:
         """The fields a summary keeps of a test evaluation."""
         keys = ("hard", "soft", "per_type", "n", "n_scored", "infra_errors", "data_errors")
-        return {k: getattr(self, k) for k in keys}
+        out = {k: getattr(self, k) for k in keys}
+        if self.repeats is not None:
+            out["repeats"] = self.repeats
+        return out
 
 
 @dataclass(kw_only=True)
@@ -192,6 +212,9 @@ class GateRecord(Record):
     gate_metric: Optional[str] = None
     early_stopped: Optional[bool] = None
     episodes_not_played: Optional[int] = None
+    # optimizer.gate_test other than none: the paired test on per-task differences (skillopt_ray.stats.PairedTest:
+    # test, alpha, n, mean_diff, lo, hi, level, p_value, significant, n_better, n_worse)
+    gate_test: Optional[dict[str, Any]] = None
 
     @property
     def accepted(self) -> bool:
@@ -327,6 +350,7 @@ class SlowUpdateRecord(Record):
     decision: Optional[dict[str, Any]] = None  # action, candidate_score, current_score, best_score
     reason: Optional[str] = None
     flipped: Optional[dict[str, list[str]]] = None
+    gate_test: Optional[dict[str, Any]] = None  # the paired test, as in GateRecord (optimizer.gate_test)
 
     @property
     def accepted(self) -> bool:

@@ -24,7 +24,7 @@ from skillopt_ray.skill.document import (
     replace_slow_update_field,
     skill_hash,
 )
-from skillopt_ray.stages.gate import decide, flipped
+from skillopt_ray.stages.gate import flipped
 
 Pairs = list[dict[str, Any]]
 
@@ -190,11 +190,12 @@ class EpochBoundary:
         cand, cur, best, n = ev.compare(e, st, len(selection))
         rec.eval_key, rec.selection_hard, rec.selection_soft = eval_key, e.hard, e.soft
         rec.candidate_full_score, rec.tasks_compared = policy.score(e), n
-        d = decide(cand, cur, best, True)
+        d, test = policy.judge(e, ev.scores[st.current_eval], (cand, cur, best), use_gate=True)
         rec.action = d.action if self.o.slow_update_gate else FORCE_ACCEPT
         rec.decision = d.to_dict()
-        rec.reason = policy.reason(rec.action, cand, cur, best, n)
-        rec.flipped = flipped(e, ev.scores[st.current_eval])
+        rec.reason = policy.reason(rec.action, cand, cur, best, n, test if self.o.slow_update_gate else None)
+        rec.flipped = flipped(e, ev.scores[st.current_eval], ev.repeats)
+        rec.gate_test = test.to_dict() if test and self.o.slow_update_gate else None
 
     # ---------------------------------------------------------------- meta skill
     async def _meta_skill(self, epoch: int, pairs: Pairs) -> str:

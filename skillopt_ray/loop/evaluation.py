@@ -15,7 +15,7 @@ from skillopt_ray.records import SKIP_NO_REWRITE, Evaluation, GateRecord
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.gate import GatePolicy
-from skillopt_ray.stages.rollout import rollout, summarize
+from skillopt_ray.stages.rollout import rollout_repeats, summarize
 from skillopt_ray.state import RunState
 
 Progress = Callable[..., None]
@@ -56,34 +56,55 @@ class Evaluator:
         )
 
     async def play(
-        self, tasks: list[Task], skill: str, key: str, what: str, training: bool = False, seed: Optional[int] = None
+        self,
+        tasks: list[Task],
+        skill: str,
+        key: str,
+        what: str,
+        training: bool = False,
+        seed: Optional[int] = None,
+        repeats: int = 1,
     ) -> list[Any]:
-        """Episodes of a skill on tasks, uncached (training rollouts and the epoch boundary's pairs)."""
+        """Episodes of a skill on tasks, uncached (training rollouts and the epoch boundary's pairs); with
+        `repeats`, that many of each task, a task's repeats side by side."""
         ctx = self.context(key, training, seed)
-        return await rollout(self.runner, tasks, skill, ctx, self.max_infra_fraction, what)
+        return await rollout_repeats(self.runner, tasks, skill, ctx, repeats, self.max_infra_fraction, what)
+
+    @property
+    def repeats(self) -> int:
+        """Episodes per task (optimizer.rollouts_per_task)."""
+        return self.policy.repeats
 
     def split_signature(self, tasks: list[Task]) -> str:
+        """The split's part of a score-cache key; repeated rollouts are another measurement, so another key."""
         blob = "|".join(t.task_id for t in tasks) + f"|{self.env.max_turns}|{self.env.history_window}"
+        if self.repeats > 1:
+            blob += f"|repeats={self.repeats}"
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def key_for(self, skill: str, tasks: list[Task]) -> str:
+        """The score-cache key of a skill's evaluation on a split."""
+        return f"{skill_hash(skill)}|{self.split_signature(tasks)}"
 
     async def evaluate(
         self, skill: str, tasks: list[Task], what: str, stop: Optional[Callable[[EpisodeResult], bool]] = None
     ) -> tuple[str, Evaluation]:
         """Score a skill on a split, cached by skill content hash and split signature. With `stop`, the episodes
         left once it says so are not played; such a partial evaluation is returned, never cached."""
-        key = f"{skill_hash(skill)}|{self.split_signature(tasks)}"
+        key = self.key_for(skill, tasks)
         if key not in self.scores:
-            self.progress(stage=Stage.validate(what), done=0, total=len(tasks))
-            res = await rollout(
+            self.progress(stage=Stage.validate(what), done=0, total=len(tasks) * self.repeats)
+            res = await rollout_repeats(
                 self.runner,
                 tasks,
                 skill,
                 self.context(f"eval/{skill_hash(skill)}", False),
+                self.repeats,
                 self.max_infra_fraction,
                 what,
                 stop,
             )
-            stats = Evaluation.from_dict(summarize(res).to_dict())
+            stats = Evaluation.from_dict(summarize(res, self.repeats).to_dict())
             if stats.not_played:
                 return key, stats
             self.scores[key] = stats
@@ -97,10 +118,10 @@ class Evaluator:
         mean and the stored current and best scores. Otherwise each side is scored on the tasks both
         sides scored, so an infrastructure failure never moves a decision."""
         cur, best = self.scores.get(st.current_eval), self.scores.get(st.best_eval)
-        n = n_selection
+        n = n_selection * self.repeats  # episodes: every repeat of every task scored
         full = cand.n_scored == n and cur is not None and cur.n_scored == n and (best is None or best.n_scored == n)
         if cur is None or full:
-            return self.policy.score(cand), st.current_score, st.best_score, cand.n_scored
+            return self.policy.score(cand), st.current_score, st.best_score, cand.n_scored // self.repeats
         c, cur_s, common = self.policy.like_for_like(cand, cur)
         best_s = self.policy.like_for_like(cand, best)[1] if best else st.best_score
         return c, cur_s, best_s, common

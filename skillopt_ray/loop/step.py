@@ -90,9 +90,11 @@ class TrainStep:
         self.progress(phase="train", epoch=epoch, step=step, global_step=gs, total_steps=self.schedule.total_steps())
 
         async def do_rollout() -> list[dict[str, Any]]:
-            self.progress(stage=Stage.ROLLOUT, done=0, total=len(tasks))
+            self.progress(stage=Stage.ROLLOUT, done=0, total=len(tasks) * self.ev.repeats)
             seed = self.schedule.batch_seed(epoch, step)
-            res = await self.ev.play(tasks, skill, f"train/{label}", "training", training=True, seed=seed)
+            res = await self.ev.play(
+                tasks, skill, f"train/{label}", "training", training=True, seed=seed, repeats=self.ev.repeats
+            )
             return [r.to_dict() for r in res]
 
         rel = f"{RunDir.step_dir(epoch, step)}/rollout.json"
@@ -108,7 +110,8 @@ class TrainStep:
             batch_seed=self.schedule.batch_seed(epoch, step),
             guard=self.guard,
         )
-        out = StepOutcome(epoch, step, results, summarize(results), await self._reflect(ctx, epoch, step, results))
+        stats = summarize(results, self.ev.repeats)
+        out = StepOutcome(epoch, step, results, stats, await self._reflect(ctx, epoch, step, results))
         if out.refl.failure_patches or out.refl.success_patches:
             await self._optimize(ctx, out)
         self.rec.ledger = await self.llm.save_ledger()  # per-step token/cost metrics; ledger.json current for resumes

@@ -22,6 +22,7 @@ from skillopt_ray.records import (
     GateRecord,
     is_accept,
 )
+from skillopt_ray.stats import PairedTest, paired_test
 
 __all__ = ["ACCEPT", "ACCEPTING", "ACCEPT_NEW_BEST", "FORCE_ACCEPT", "REJECT", "GateDecision", "GatePolicy"]
 
@@ -63,9 +64,16 @@ def decide(candidate_score: float, current_score: float, best_score: float, use_
     return GateDecision(REJECT, candidate_score, current_score, best_score)
 
 
-def flipped(candidate: Evaluation, current: Evaluation) -> dict[str, list[str]]:
-    """Selection tasks whose hard result changed between the current skill's evaluation and the candidate's."""
+def flipped(candidate: Evaluation, current: Evaluation, repeats: int = 1) -> dict[str, list[str]]:
+    """Selection tasks whose hard result changed between the current skill's evaluation and the candidate's
+    (with repeated rollouts: whose mean hard score went up or down)."""
     common = set(candidate.tasks) & set(current.tasks)
+    if repeats > 1:
+        h = lambda ev, t: ev.tasks[t][0]  # noqa: E731
+        return {
+            "to_pass": sorted(t for t in common if h(candidate, t) > h(current, t)),
+            "to_fail": sorted(t for t in common if h(candidate, t) < h(current, t)),
+        }
     won = lambda ev, t: bool(ev.tasks[t][0])  # noqa: E731
     return {
         "to_pass": sorted(t for t in common if won(candidate, t) and not won(current, t)),
@@ -79,10 +87,55 @@ class GatePolicy:
     mixed_weight: float = 0.5
     use_gate: bool = True  # False: every step's candidate is force-accepted
     early_stop: bool = False  # optimizer.gate_early_stop
+    test: str = "none"  # optimizer.gate_test: none (strict improvement only) | paired_bootstrap | sign
+    alpha: float = 0.05  # optimizer.gate_alpha
+    repeats: int = 1  # optimizer.rollouts_per_task: episodes per task, a task's score is their mean
 
     @staticmethod
     def from_config(o: Any) -> GatePolicy:
-        return GatePolicy(o.gate_metric, o.mixed_weight, o.use_gate, o.gate_early_stop)
+        return GatePolicy(
+            o.gate_metric,
+            o.mixed_weight,
+            o.use_gate,
+            o.gate_early_stop,
+            getattr(o, "gate_test", "none"),
+            getattr(o, "gate_alpha", 0.05),
+            getattr(o, "rollouts_per_task", 1),
+        )
+
+    @property
+    def paired(self) -> bool:
+        """The gate also asks for a significant per-task improvement (an option; the reference does not)."""
+        return self.use_gate and self.test != "none"
+
+    def paired_test(self, candidate: Evaluation, current: Evaluation) -> PairedTest:
+        """The configured test on per-task gate-score differences (candidate minus current), tasks both scored."""
+        common = sorted(set(candidate.tasks) & set(current.tasks))
+
+        def per_task(ev: Evaluation, t: str) -> float:
+            return gate_score(ev.tasks[t][0], ev.tasks[t][1], self.metric, self.mixed_weight)
+
+        return paired_test(self.test, [per_task(candidate, t) - per_task(current, t) for t in common], self.alpha)
+
+    def judge(
+        self,
+        candidate: Evaluation,
+        current: Evaluation,
+        scores: tuple[float, float, float],
+        use_gate: Optional[bool] = None,
+    ) -> tuple[GateDecision, Optional[PairedTest]]:
+        """The decision on a fully evaluated candidate: the reference's strict improvement, and with a paired
+        test also a significant per-task improvement (an accept the test does not support becomes a reject).
+        `use_gate` overrides the step gate's setting (the slow update is gated by its own)."""
+        cand, cur, best = scores
+        gated = self.use_gate if use_gate is None else use_gate
+        d = decide(cand, cur, best, gated)
+        if not (gated and self.test != "none"):
+            return d, None
+        t = self.paired_test(candidate, current)
+        if d.accepted and not t.significant:
+            d = GateDecision(REJECT, cand, cur, best)
+        return d, t
 
     def score(self, ev: Evaluation) -> float:
         return gate_score(ev.hard, ev.soft, self.metric, self.mixed_weight)
@@ -104,8 +157,18 @@ class GatePolicy:
 
         return score(candidate), score(current), len(common)
 
-    def reason(self, action: str, candidate: float, current: float, best: float, n_tasks: int) -> str:
+    def reason(
+        self,
+        action: str,
+        candidate: float,
+        current: float,
+        best: float,
+        n_tasks: int,
+        test: Optional[PairedTest] = None,
+    ) -> str:
         """One sentence a user can read: the scores compared, the rule, the outcome."""
+        if test is not None:
+            return self._paired_reason(action, candidate, current, best, n_tasks, test)
         compared = (
             f"candidate {candidate:.4f} vs current {current:.4f} (best {best:.4f}), "
             f"{self.metric} score over {n_tasks} selection tasks"
@@ -119,6 +182,23 @@ class GatePolicy:
             return f"{compared}: rejected, a tie (only a strict improvement is accepted)"
         return f"{compared}: rejected, below the current score"
 
+    def _paired_reason(
+        self, action: str, candidate: float, current: float, best: float, n_tasks: int, t: PairedTest
+    ) -> str:
+        """The plain sentence with the paired test's numbers, and why a higher score may still be rejected."""
+        evidence = (
+            f"; {t.test} on {t.n} paired tasks: mean difference {t.mean_diff:+.4f}, "
+            f"{t.level:.0%} interval [{t.lo:+.4f}, {t.hi:+.4f}], p={t.p_value:.4f} "
+            f"({t.n_better} better, {t.n_worse} worse)"
+        )
+        if action == REJECT and candidate > current:
+            compared = self.reason(ACCEPT, candidate, current, best, n_tasks).split(": accepted", 1)[0]
+            return f"{compared}{evidence}: rejected, above the current score but not significant at alpha={self.alpha}"
+        head, outcome = self.reason(action, candidate, current, best, n_tasks).split(": ", 1)
+        if action in (ACCEPT, ACCEPT_NEW_BEST):
+            outcome = outcome.replace("accepted,", f"accepted, significant at alpha={self.alpha} and", 1)
+        return f"{head}{evidence}: {outcome}"
+
     @property
     def stops_early(self) -> bool:
         """Only the hard gate can call a certain reject before every selection episode is played."""
@@ -128,7 +208,8 @@ class GatePolicy:
         """With early stop: a predicate that says when a candidate has lost so many selection episodes that,
         winning all the rest, it still could not beat the current score (ties reject). It counts only tasks the
         current skill's evaluation scored; a task dropped later for an infrastructure failure removes at most
-        one of the current skill's wins, so the verdict stands."""
+        one of the current skill's wins, so the verdict stands. With repeated rollouts an episode lost costs
+        its task 1/repeats (a task scores the mean of its repeats)."""
         if not self.stops_early:
             return None
         cur = current.tasks
@@ -137,7 +218,7 @@ class GatePolicy:
 
         def stop(r: EpisodeResult) -> bool:
             if r.scored and r.task_id in cur:
-                lost[0] += 1.0 - r.hard
+                lost[0] += (1.0 - r.hard) / self.repeats
             return len(cur) - lost[0] <= cur_wins
 
         return stop
@@ -147,14 +228,14 @@ class GatePolicy:
     ) -> GateRecord:
         """The gate's decision on a candidate evaluated on the whole selection split."""
         cand, cur, best, n = scores
-        d = decide(cand, cur, best, self.use_gate)
+        d, test = self.judge(ev, current, (cand, cur, best))
         return GateRecord(
             action=d.action,
             candidate_score=cand,
             current_score=cur,
             best_score=best,
-            reason=self.reason(d.action, cand, cur, best, n),
-            flipped=flipped(ev, current),
+            reason=self.reason(d.action, cand, cur, best, n, test),
+            flipped=flipped(ev, current, self.repeats),
             eval_key=eval_key,
             selection_hard=ev.hard,
             selection_soft=ev.soft,
@@ -163,11 +244,15 @@ class GatePolicy:
             candidate_scored=ev.n_scored,
             current_scored=current.n_scored,
             gate_metric=self.metric,
+            gate_test=test.to_dict() if test else None,
         )
 
     def early_record(self, ev: Evaluation, current: Evaluation, current_score: float, best_score: float) -> GateRecord:
         """A candidate stopped early: rejected for certain; its bound is the score it could at most have reached."""
-        lost = sum(1.0 - v[0] for t, v in ev.tasks.items() if t in current.tasks)
+        if ev.task_repeats is not None:  # repeated rollouts: what the episodes played lost, 1/repeats each
+            lost = sum(1.0 - r[0] for t, rs in ev.task_repeats.items() if t in current.tasks for r in rs) / self.repeats
+        else:
+            lost = sum(1.0 - v[0] for t, v in ev.tasks.items() if t in current.tasks)
         bound = (len(current.tasks) - lost) / len(current.tasks)
         return GateRecord(
             action=REJECT,

@@ -32,13 +32,34 @@ def scored(results: list[EpisodeResult]) -> list[EpisodeResult]:
 def split_minibatches(
     results: list[EpisodeResult], size: int, batch_seed: int, failure_only: bool
 ) -> tuple[list[list[EpisodeResult]], list[list[EpisodeResult]]]:
-    """Failures shuffled with Random(batch_seed), successes with Random(batch_seed + 1), cut into minibatches."""
+    """Failures shuffled with Random(batch_seed), successes with Random(batch_seed + 1), cut into minibatches.
+    With repeated rollouts a task's repeats stay together (`grouped_minibatches`)."""
     fails = [r for r in scored(results) if is_failure(r)]
     wins = [] if failure_only else [r for r in scored(results) if is_success(r)]
+    if any(int((r.info or {}).get("repeats") or 1) > 1 for r in results):
+        return grouped_minibatches(fails, size, batch_seed), grouped_minibatches(wins, size, batch_seed + 1)
     random.Random(batch_seed).shuffle(fails)
     random.Random(batch_seed + 1).shuffle(wins)
     cut = lambda xs: [xs[i : i + size] for i in range(0, len(xs), size)]  # noqa: E731
     return cut(fails), cut(wins)
+
+
+def grouped_minibatches(results: list[EpisodeResult], size: int, seed: int) -> list[list[EpisodeResult]]:
+    """Repeated rollouts: each task's episodes as one group (in repeat order), the groups shuffled with
+    Random(seed) and packed whole into minibatches of at most `size` episodes (a larger group gets its own),
+    so an analyst sees a task's repeats side by side."""
+    groups: dict[str, list[EpisodeResult]] = {}
+    for r in results:
+        groups.setdefault(r.task_id, []).append(r)
+    order = list(groups.values())
+    random.Random(seed).shuffle(order)
+    out: list[list[EpisodeResult]] = []
+    for g in order:
+        if out and len(out[-1]) + len(g) <= size:
+            out[-1].extend(g)
+        else:
+            out.append(list(g))
+    return out
 
 
 def appendix_notes_of(value: Any) -> list[str]:

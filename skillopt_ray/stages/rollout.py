@@ -100,8 +100,8 @@ def _task_repeats(ok: list[EpisodeResult]) -> dict[str, list[list[float]]]:
 
 
 def _task_means(ok: list[EpisodeResult]) -> dict[str, list[float]]:
-    means = {t: [sum(x[0] for x in rs) / len(rs), sum(x[1] for x in rs) / len(rs)] for t, rs in _task_repeats(ok).items()}
-    return means
+    groups = _task_repeats(ok)
+    return {t: [sum(x[0] for x in rs) / len(rs), sum(x[1] for x in rs) / len(rs)] for t, rs in groups.items()}
 
 
 def check_infra(results: list[EpisodeResult], max_fraction: float, what: str) -> None:
@@ -154,7 +154,8 @@ async def rollout_repeats(
     expanded = [t for t in tasks for _ in range(repeats)]
     ctxs = [repeat_context(ctx, r) for _ in tasks for r in range(repeats)]
     pool = cast(Any, runner)  # a runner that plays repeats takes one context per task (the environment pool does)
-    results = await (pool.run(expanded, skill, ctxs, stop=stop) if stop is not None else pool.run(expanded, skill, ctxs))
+    run = pool.run(expanded, skill, ctxs, stop=stop) if stop is not None else pool.run(expanded, skill, ctxs)
+    results = await run
     if len(results) != len(expanded) or any(r.task_id != t.task_id for r, t in zip(results, expanded)):
         raise InfraFailure(f"{what}: results do not line up with their tasks; this is a bug in the environment pool")
     for i, r in enumerate(results):
