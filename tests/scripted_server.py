@@ -134,7 +134,8 @@ class Policies:
     def _opt_analyst(self, system: str, prompt: str) -> dict[str, Any]:
         failed = "## Failed Trajectories (" in prompt
         types = set(re.findall(r"^Task type: (\S+)$", prompt, re.M))
-        # SearchQA's header shows an empty task type (QUIRK-15): one-shot tasks take theirs from `answers`
+        # SearchQA's header shows an empty task type (quirk: searchqa-blank-header): one-shot tasks take theirs
+        # from `answers`
         types |= {
             self.answers[i][0]
             for i in re.findall(r"^### Trajectory \d+ \(id=(.+)\)$", prompt, re.M)

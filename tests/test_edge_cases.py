@@ -31,7 +31,7 @@ def test_searchqa_verification_prints_exact_match_as_a_float(em, shown):
     [
         ([99, 2], 0, []),  # the reference checks the budget after every entry: an unusable first one ends the walk
         (["a", 2], 0, []),
-        ([2, 3], 0, [2]),  # QUIRK-7: a usable first entry is kept with a budget of 0
+        ([2, 3], 0, [2]),  # quirk: zero-budget-keeps-one - a usable first entry is kept with a budget of 0
         ([99, 2, 1], 2, [2, 1]),  # with a budget above 0 unusable entries are only skipped
         ([True, 2.0, "3", 3], 2, [1, 3]),
     ],

@@ -74,7 +74,7 @@ def test_rule20_first_answer_tag_wins():
 
 def test_rule29_list_parsing():
     assert oq.parse_list_field("a.txt\r\nb.txt") == ["a.txt", "b.txt"]
-    assert oq.parse_list_field("a.txt, b.txt") == ["a.txt, b.txt"]  # QUIRK-45
+    assert oq.parse_list_field("a.txt, b.txt") == ["a.txt, b.txt"]  # quirk: officeqa-txt-list
     assert oq.parse_list_field("a.csv, b.csv") == ["a.csv", "b.csv"]
     assert oq.parse_list_field('["x", " ", "y "]') == ["x", "y"]
     assert oq.parse_list_field([" p ", ""]) == ["p"]
@@ -234,7 +234,7 @@ def test_rule30_query_extraction():
     assert q('\n- treasury 1944\n- "gold stock"\n') == ["treasury 1944", "gold stock"]
     assert q("a; b, c") == ["a", "b", "c"]
     assert extract_queries("no tag here") == []
-    assert q("[]") == ["[]"]  # QUIRK-46 kept
+    assert q("[]") == ["[]"]  # quirk: empty-query-list kept
 
 
 def test_rule31_round_policy():

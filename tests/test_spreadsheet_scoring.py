@@ -187,7 +187,8 @@ def test_answer_sheet_prefixes_only_the_first_range():
     from skillopt_envs.spreadsheetbench.scoring import effective_position
 
     assert effective_position("B2:B5", "Result") == "Result!B2:B5"
-    assert effective_position("B2,C2", "Result") == "Result!B2,C2"  # QUIRK-17: C2 stays on the first sheet
+    # quirk: answer-sheet-first-range - C2 stays on the first sheet
+    assert effective_position("B2,C2", "Result") == "Result!B2,C2"
     assert [a.sheet for a in parse_position(effective_position("B2,C2", "Result"))] == ["Result", None]
     assert effective_position("Data!A1", "Result") == "Data!A1" and effective_position("A1", "") == "A1"
 
@@ -217,7 +218,8 @@ def test_verification_report_collapses_empty_cells_and_is_bounded():
         "  My Sheet!B1: got=3, expected=2 ✗",
         "  (+1 empty cells correct, omitted)",
     ]
-    # the training feedback parses these lines back; a sheet name with a space does not parse (QUIRK-19)
+    # the training feedback parses these lines back; a sheet name with a space does not parse
+    # (quirk: spreadsheet-feedback-details)
     assert wrong_cells_from_report(cell_lines(v)) == ([("S!A3", "'y'")], 1)
     missing = compare({"S": {"A1": 1}}, "S", {"Other": {}}, parse_position("A1"))
     assert not missing.passed and "  Sheet 'S' NOT FOUND in output." in cell_lines(missing)

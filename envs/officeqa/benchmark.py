@@ -5,8 +5,8 @@ function tools and plays up to env.max_turns (the reference's max_tool_turns, 24
 with tool calls runs them (in order) and the loop goes on, even when the reply also holds an answer; a
 reply without tool calls but with <answer> ends the episode with the FIRST tag's text; anything else
 ends it as "neither" (or, on the last turn, as an exceeded budget). A last turn spent on tool calls ends
-with no answer and no process failure (QUIRK-41). Scored by the reference's normalised EM (hard) and token
-F1 (soft).
+with no answer and no process failure (quirk: officeqa-last-turn-tools). Scored by the reference's
+normalised EM (hard) and token F1 (soft).
 
 The tools run here, in the env actor playing the episode, on this node's copy of the corpus; the driver
 and the gateway hold only ids, questions and file names. Options: no tools (one call over the oracle
@@ -441,7 +441,7 @@ class Episode:
                 return
             self.fail = BUDGET_FAIL.format(n=self.max_turns) if turn == self.max_turns else NEITHER_FAIL
             return
-        # the last turn made tool calls: no answer and no process failure (QUIRK-41)
+        # the last turn made tool calls: no answer and no process failure (quirk: officeqa-last-turn-tools)
 
     async def single_call(self) -> None:
         reply = await self.call(1, tools=False)
