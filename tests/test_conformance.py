@@ -1,9 +1,9 @@
-"""Conformance with SkillOpt's reference (../shared/REFERENCE_SPEC.md), optimizer side.
+"""Conformance with SkillOpt's reference implementation, optimizer side (docs/reference-behaviours.md).
 
-Every expected value below is computed from the spec (its formulas, tables and the observed values
-of Appendix A), never copied from what this code prints. Prompt wording is the project's own (the
-spec paraphrases); what is pinned is each message's sections, their order, the numbers and lines the
-spec gives exactly. LLM calls go to a recording fake optimizer. Pure Python, no Ray.
+Every expected value below is computed from the reference's rules (its formulas, and the values its own
+functions return), never copied from what this code prints. Prompt wording is the project's own; what is
+pinned is each message's sections, their order, and the numbers and lines the reference writes exactly. LLM
+calls go to a recording fake optimizer. Pure Python, no Ray.
 
 The trainer-level rules (scheduler counter, batch order, meta-skill timing, slow-update inputs, the
 `changed` top-up) are in test_conformance_loop.py.
@@ -96,11 +96,11 @@ def in_order(text: str, *parts: str) -> list[int]:
     return out
 
 
-# ================================================================ §2.1 schedules
+# ================================================================ edit-budget schedules
 
 
 def ref_lr(mode: str, k: int, T: int, mx: int, mn: int) -> int:
-    """§2.1's table, transcribed."""
+    """The reference's budget formulas: 1-indexed counter, floored at the minimum only, T <= 1 gives the maximum."""
     if mode == "autonomous":
         return 999
     if mode == "constant" or T <= 1:
@@ -111,7 +111,7 @@ def ref_lr(mode: str, k: int, T: int, mx: int, mn: int) -> int:
     return max(mn, round(mn + 0.5 * (mx - mn) * (1 + math.cos(math.pi * t))))
 
 
-SCHEDULE_TABLE = [  # (mode, max, min, T, calls, observed sequence) — §2.1 "Example sequences (observed)"
+SCHEDULE_TABLE = [  # (mode, max, min, T, calls, sequence the reference's scheduler returns)
     ("cosine", 4, 2, 4, 4, [4, 3, 2, 2]),
     ("linear", 4, 2, 4, 4, [4, 3, 2, 2]),
     ("cosine", 4, 2, 8, 8, [4, 4, 3, 3, 3, 2, 2, 2]),
@@ -145,14 +145,14 @@ def test_schedule_table(mode, mx, mn, T, calls, expected):
 
 
 def test_paper_budgets_per_benchmark():
-    """§15.1 derived step counts: ALFWorld T=4, SpreadsheetBench T=8, SearchQA T=40 (cosine 4 -> 2)."""
+    """The paper protocol's step counts: ALFWorld T=4, SpreadsheetBench T=8, SearchQA T=40 (cosine 4 -> 2)."""
     seq = lambda T: [scheduled_lr("cosine", k, T, 4, 2) for k in range(1, T + 1)]  # noqa: E731
     assert seq(4) == [4, 3, 2, 2]
     assert seq(8) == [4, 4, 3, 3, 3, 2, 2, 2]
     assert seq(40) == [4] * 13 + [3] * 13 + [2] * 14
 
 
-# ================================================================ §2.3 coercion and autonomous LR
+# ================================================================ coercion and autonomous LR
 
 
 @pytest.mark.parametrize(
@@ -241,8 +241,8 @@ def test_autonomous_lr_exception_falls_back_to_zero_with_error():
 
 
 def test_autonomous_lr_user_message():
-    """§2.3: meta block, Current Skill, Current Step Evidence (exact lines), Proposed Update Items, closing
-    question, then the step buffer."""
+    """The autonomous-budget message: meta block, Current Skill, Current Step Evidence (exact lines), Proposed
+    Update Items, closing question, then the step buffer."""
     _, llm = _lr({"learning_rate": 1}, EDITS5[:2], meta_skill="META-CONTENT", step_buffer="BUFFER-TEXT")
     u = user_of(llm.calls[0])
     evidence = (
@@ -274,15 +274,15 @@ def test_autonomous_lr_label_follows_mode():
     assert "[0] type=add_rule  title='T'  instruction='I'  support=2" in user_of(llm.calls[0])
 
 
-# ================================================================ §6 select
+# ================================================================ select
 
 
 @pytest.mark.parametrize(
     "indices,n,budget,expected",
     [
-        ([5, 5, 11, 2, 0, 3], 7, 3, [5, 2, 0]),  # §6 example
+        ([5, 5, 11, 2, 0, 3], 7, 3, [5, 2, 0]),  # the reference's worked example
         ([True, 2.0, "3", 5], 7, 3, [1, 5]),  # Appendix A: True counts as 1; floats and strings rejected
-        ([2, 3], 4, 0, [2]),  # QUIRK-7: budget 0 keeps one
+        ([2, 3], 4, 0, [2]),  # quirk: zero-budget-keeps-one
         ([-1, 4, 1], 4, 2, [1]),  # out of range dropped
         ([], 4, 2, []),
     ],
@@ -330,13 +330,14 @@ def test_rank_fallback_is_the_first_budget_items(reply):
 
 def test_rank_budget_zero():
     out, items, llm = _rank({"selected_indices": [2, 3]}, n_items=4, budget=0)
-    assert len(llm.calls) == 1 and out.selected["edits"] == [items[2]]  # QUIRK-7
+    assert len(llm.calls) == 1 and out.selected["edits"] == [items[2]]  # quirk: zero-budget-keeps-one
     out, items, _ = _rank(MalformedOutput("garbage"), n_items=4, budget=0)
     assert out.selected["edits"] == []
 
 
 def test_ranking_user_message():
-    """§6: meta block, Current Skill, `## Edits Pool (N edits, budget=b)`, one `[i] description` line per item."""
+    """The ranking message: meta block, Current Skill, `## Edits Pool (N edits, budget=b)`, one `[i] description`
+    line per item."""
     _, _, llm = _rank({"selected_indices": [0]}, n_items=4, budget=2, meta="META")
     req = llm.calls[0]
     u = user_of(req)
@@ -381,7 +382,7 @@ def test_ranking_rewrite_mode_uses_its_prompt_and_labels():
 
 
 def test_describe_item():
-    """§6 item descriptions: two-space joins, repr values, nothing cut."""
+    """Ranking item descriptions: two-space joins, repr values, nothing cut."""
     assert (
         prompts.describe_item(
             {"op": "insert_after", "target": "## Tips", "content": "- use X\n- use Y", "support_count": 3}, "patch"
@@ -404,7 +405,7 @@ def test_describe_item():
     )
 
 
-# ================================================================ §7.1 edit application
+# ================================================================ edit application
 
 S = "# Guide\n## Steps\nopen the box carefully\nclose it\n"
 
@@ -417,7 +418,7 @@ def one(skill, edit):
 @pytest.mark.parametrize(
     "edit,expected_text,status",
     [
-        # §7.1 observed table
+        # what the reference's edit function returns for each case
         (
             {"op": "insert_after", "target": "open the box", "content": "- NEW"},
             "# Guide\n## Steps\nopen the box carefully\n\n- NEW\nclose it\n",
@@ -427,7 +428,7 @@ def one(skill, edit):
             {"op": "insert_after", "target": "open the box carefully\n", "content": "- NEW"},
             "# Guide\n## Steps\nopen the box carefully\nclose it\n\n- NEW\n",
             "applied_insert_after",
-        ),  # QUIRK-9
+        ),  # quirk: insert-after-newline-target
         (
             {"op": "insert_after", "target": "missing", "content": "- NEW"},
             "# Guide\n## Steps\nopen the box carefully\nclose it\n\n- NEW\n",
@@ -453,14 +454,15 @@ def one(skill, edit):
             {"op": "append", "content": ""},
             "# Guide\n## Steps\nopen the box carefully\nclose it\n\n\n",
             "applied_append",
-        ),  # QUIRK-11
+        ),  # quirk: empty-edits-apply
         ({"op": "append"}, "# Guide\n## Steps\nopen the box carefully\nclose it\n\n\n", "applied_append"),
         (
             {"op": "replace", "target": "close it", "content": "shut it"},
             "# Guide\n## Steps\nopen the box carefully\nshut it\n",
             "applied_replace",
         ),
-        ({"op": "replace", "target": "close it", "content": "close it"}, S, "applied_replace"),  # QUIRK-11
+        # quirk: empty-edits-apply
+        ({"op": "replace", "target": "close it", "content": "close it"}, S, "applied_replace"),
         ({"op": "replace", "target": "", "content": "x"}, S, "skipped_replace_missing_target"),
         ({"op": "replace", "content": "x"}, S, "skipped_replace_missing_target"),
         ({"op": "replace", "target": "nowhere", "content": "x"}, S, "skipped_replace_target_not_found"),
@@ -583,7 +585,7 @@ def test_edits_apply_in_order_with_report_rows():
 
 
 def test_patch_update_is_the_edited_text_without_normalisation():
-    """§7.2: the candidate is the edited text, no re-strip; all edits skipped -> the current skill."""
+    """The update's output: the candidate is the edited text, no re-strip; all edits skipped -> the current skill."""
     out = run(
         update(
             FakeOptimizer(),
@@ -610,7 +612,7 @@ def test_patch_update_is_the_edited_text_without_normalisation():
     assert out.candidate == S
 
 
-# ================================================================ §10.1 slow block helpers
+# ================================================================ slow-update block helpers
 
 
 def test_inject_empty_slow_update_field():
@@ -648,7 +650,7 @@ def test_slow_block_goes_after_an_appendix():
     assert out.index(AE) < out.index(SS) and out.endswith(f"{SS}\nG\n{SE}\n")
 
 
-# ================================================================ §12 appendix
+# ================================================================ appendix (skill-aware reflection)
 
 
 def test_dedupe_example():
@@ -717,7 +719,7 @@ def test_consolidation_only_past_the_threshold_and_only_when_strictly_shorter():
     assert appendix_notes(res.skill) == ["a", "b", "c"] and not res.consolidated
 
 
-# ================================================================ §3.4 trajectory rendering
+# ================================================================ trajectory rendering
 
 
 def alf_result(tid="train:0001", hard=0.0) -> EpisodeResult:
@@ -794,7 +796,8 @@ def sqa_result(tid="q1") -> EpisodeResult:
 
 
 def test_searchqa_trajectory_block():
-    """Empty Task / Task type lines (QUIRK-15), both target prompts, the reply as [agent], the scoring block as [verification]."""
+    """Empty Task / Task type lines (quirk: searchqa-blank-header), both target prompts, the reply as [agent], the
+    scoring block as [verification]."""
     assert minibatch_text([sqa_result()]) == (
         "### Trajectory 1 (id=q1)\n"
         "Task: \n"
@@ -862,7 +865,7 @@ def test_minibatch_joins_blocks_and_counts_skipped_items():
     assert minibatch_text([no_conv]) == ""
 
 
-# ================================================================ §3.1 split and minibatches
+# ================================================================ split and minibatches
 
 
 def fails(n, prefix="f"):
@@ -895,7 +898,7 @@ def test_split_minibatches_sizes_and_shuffles():
     assert wmb == [] and [len(m) for m in fmb] == [8, 8, 3]
 
 
-# ================================================================ §3.7 normalisation
+# ================================================================ patch normalisation
 
 
 def test_normalise():
@@ -937,7 +940,7 @@ def test_normalise():
     ]
 
 
-# ================================================================ §3.3 / §3.5 analysts
+# ================================================================ analysts: message and post-processing
 
 
 def analyst_reply(n_edits=2, batch_size=2, **extra):
@@ -995,7 +998,8 @@ def test_analyst_user_message_sections_in_order():
 
 
 def test_analyst_is_told_the_configured_max_and_truncated_to_it():
-    """QUIRK-4: L is the configured maximum (the trainer passes optimizer.learning_rate), output cut to L."""
+    """quirk: analysts-told-max-budget - L is the configured maximum (the trainer passes
+    optimizer.learning_rate), output cut to L."""
     out, llm = _reflect([alf_result()], analyst_reply(n_edits=6), max_budget=3)
     assert re.search(r"^L=3 edits", user_of(llm.calls[0]), re.M)
     assert [e["content"] for e in out.failure_patches[0]["edits"]] == ["e0", "e1", "e2"]
@@ -1096,7 +1100,7 @@ def test_rewrite_modes_use_generic_analyst_prompts():
 
 
 def test_skill_aware_lapse_only_carrier():
-    """§3.5: a failure reply without `patch` but with notes carries the notes and no body patch."""
+    """Skill-aware reflection: a failure reply without `patch` but with notes carries the notes and no body patch."""
     out, llm = _reflect([alf_result()], {"batch_size": 1, "appendix_notes": ["Re-read rule 2.", " "]}, skill_aware=True)
     assert out.failure_patches == [] and out.notes == ["Re-read rule 2."]
     assert out.analyses[0]["patch"] == {"reasoning": "execution-lapse only", "edits": []}
@@ -1125,7 +1129,7 @@ def test_unusable_analyst_reply_contributes_nothing():
     assert out.analyses == [] and out.failure_patches == []
 
 
-# ================================================================ §5 aggregate
+# ================================================================ aggregate
 
 
 def patches(n, kind="failure"):
@@ -1275,7 +1279,7 @@ def test_final_merge_in_rewrite_modes():
     )
     u = user_of(llm.calls[0])
     assert system_of(llm.calls[0]) == prompts.system_prompt("merge_final_rewrite")
-    assert "Group 1 (failure-driven, HIGH priority): 1 edits" in u  # "edits" is literal (§5.2)
+    assert "Group 1 (failure-driven, HIGH priority): 1 edits" in u  # "edits" is literal, as the reference writes it
     cand = lambda k: [{"reasoning": k, "skill_candidates": [{"title": k, "new_skill": "# x"}]}]  # noqa: E731
     llm = FakeOptimizer(lambda req: {"reasoning": "f", "skill_candidates": []})
     run(
@@ -1318,7 +1322,7 @@ def test_failure_and_success_are_merged_apart_with_their_prompts():
     assert systems[-1] == prompts.system_prompt("merge_final")
 
 
-# ================================================================ §8 rewrite modes (update)
+# ================================================================ rewrite modes (update)
 
 
 def test_rewrite_message_and_result():
@@ -1410,7 +1414,7 @@ def test_full_rewrite_takes_the_first_non_blank_candidate():
     assert out.candidate is None
 
 
-# ================================================================ §9.4 step buffer
+# ================================================================ step buffer
 
 
 def test_failure_patterns_zip_by_position_with_unknown():
@@ -1441,7 +1445,8 @@ def test_failure_patterns_zip_by_position_with_unknown():
     ]
     assert step_buffer.failure_patterns(results, analyses) == [
         {"pattern": "answer_format: extra words", "count": 2, "task_ids": ["t1", "t3"]},
-        {"pattern": "rule_missing", "count": 1, "task_ids": ["t2"]},  # the `unknown` group gets the 2nd label (QUIRK-3)
+        # the `unknown` group gets the 2nd label (quirk: buffer-labels-by-position)
+        {"pattern": "rule_missing", "count": 1, "task_ids": ["t2"]},
         {"pattern": "Timeout after 50 steps", "count": 1, "task_ids": ["t4"]},  # no label left: the prefix
         {"pattern": "exec-error", "count": 1, "task_ids": ["t5"]},
     ]
@@ -1537,7 +1542,7 @@ def test_step_buffer_rendering():
     assert step_buffer_text([]) == ""
 
 
-# ================================================================ §10.3 / §10.4 pairs and comparison
+# ================================================================ slow-update pairs and comparison text
 
 
 def qa_task(i):
@@ -1643,7 +1648,7 @@ def test_comparison_text():
     assert empty.count("(none)") == 4 and "Total samples: 0" in empty
 
 
-# ================================================================ §10.3 / §11 epoch-boundary prompts
+# ================================================================ epoch-boundary prompts
 
 
 def slow_user(prev, curr, guidance, comparison):
@@ -1670,7 +1675,7 @@ def test_slow_update_message_and_result():
         "OLD-GUIDE",
         "## Longitudinal Comparison (same 20 tasks, two skill versions)\nCOMPARISON-TEXT",
     )
-    assert "## Optimizer Meta Skill" not in u  # §11.3: not given to the slow update
+    assert "## Optimizer Meta Skill" not in u  # the meta skill is not given to the slow update
     assert guidance == "Do X." and rec["slow_update_content"] == "Do X." and rec["reasoning"] == "why"
     assert "slow_update_content" in system_of(req)
     # no earlier guidance: a parenthetical note instead
