@@ -1,16 +1,16 @@
-"""Conformance of the training loop with SkillOpt's reference (../shared/REFERENCE_SPEC.md §1.2, §2.2,
-§3.3, §9.4, §10, §11): a scripted 3-epoch run through the real Trainer with a fake episode runner and a
-recording fake optimizer. No Ray, no network; expected values are computed from the spec.
+"""Conformance of the training loop with SkillOpt's reference (docs/reference-behaviours.md: the training loop,
+the step buffer, the epoch boundary): a scripted 3-epoch run through the real Trainer with a fake episode runner
+and a recording fake optimizer. No Ray, no network; expected values are computed from the reference's rules.
 
-- the scheduler counter advances only on steps that reach select (§2.2), budgets 1-indexed cosine (§2.1)
-- analysts are told the configured maximum L whatever the step's budget (§3.3, QUIRK-4)
-- epoch batches: the train split shuffled with Random(seed + 1000·e), consecutive batches (§1.2)
-- the step buffer: per epoch, skips excluded (§9.4)
+- the scheduler counter advances only on steps that reach select, budgets 1-indexed cosine
+- analysts are told the configured maximum L whatever the step's budget (quirk: analysts-told-max-budget)
+- epoch batches: the train split shuffled with Random(seed + 1000·e), consecutive batches
+- the step buffer: per epoch, skips excluded
 - slow update: epoch-1 placeholder; from epoch 2 the previous skill, current skill, previous guidance and
-  comparison of Random(seed + 2000·e) samples (§10.2, §10.3)
+  comparison of Random(seed + 2000·e) samples
 - meta skill: none in epoch 1, written from epoch 2, used in the analyst, merge and ranking prompts of the
-  following epoch only (§11)
-- the `changed` pair policy tops up along the same shuffle (§10.3 step 5)
+  following epoch only
+- the `changed` pair policy tops up along the same shuffle
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ FAIL = "Episode ended without completing the task"
 
 
 def cosine(k: int, T: int, mx: int, mn: int) -> int:
-    """§2.1, transcribed."""
+    """The reference's cosine budget: 1-indexed, floored at the minimum only."""
     if T <= 1:
         return mx
     t = min(k, T) / T
@@ -314,7 +314,7 @@ def test_merge_sees_the_current_skill(three_epochs):
 
 
 def test_changed_policy_tops_up_along_the_same_shuffle(tmp_path):
-    """§10.3 step 5: keep improved + regressed, then walk the rest of the Random(seed + 2000·e) shuffle
+    """The `changed` policy: keep improved + regressed, then walk the rest of the Random(seed + 2000·e) shuffle
     until n changed pairs are kept."""
     train = [f"tr{i}" for i in range(6)]
     order = list(train)
