@@ -1,5 +1,5 @@
 """Optimizer prompts: system prompts (Markdown files under system/), the user messages each call
-receives in the reference's section order (REFERENCE_SPEC §3.3, §4, §5, §6, §8, §10, §11, §12), and
+receives in the reference's section order (reflect, aggregate, select, update, epoch boundary), and
 the JSON schemas their replies are checked against."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _with_meta(meta_skill: str, rest: str) -> str:
     return f"{block}\n\n{rest}" if block else rest
 
 
-# ---------- reflect (§3.3) ----------
+# ---------- reflect ----------
 
 
 def analyst_user(
@@ -75,7 +75,7 @@ def analyst_system(kind: str, mode: str, env: str, skill_aware: bool, appendix_s
     return text
 
 
-# ---------- aggregate (§4.7, §5) ----------
+# ---------- aggregate ----------
 
 
 def merge_user(*, meta_skill: str, skill: str, patches: list[dict[str, Any]], level: int) -> str:
@@ -105,7 +105,7 @@ def final_merge_user(
     return _with_meta(meta_skill, body)
 
 
-# ---------- select (§6, §2.3) ----------
+# ---------- select (ranking; autonomous budget) ----------
 
 
 def describe_item(item: dict[str, Any], mode: str) -> str:
@@ -177,7 +177,7 @@ def lr_user(
     return _with_meta(meta_skill, body)
 
 
-# ---------- update (§8.1) ----------
+# ---------- update (rewrite from suggestions) ----------
 
 
 def rewrite_user(*, skill: str, suggestions: list[dict[str, Any]], step_buffer: str) -> str:
@@ -189,7 +189,7 @@ def rewrite_user(*, skill: str, suggestions: list[dict[str, Any]], step_buffer: 
     return body + "\n\nReturn the whole rewritten skill document in new_skill."
 
 
-# ---------- epoch boundary (§10.3, §11.2) ----------
+# ---------- epoch boundary (slow update, meta skill) ----------
 
 
 def slow_update_user(*, prev_skill: str, curr_skill: str, prev_guidance: str, comparison: str) -> str:
@@ -262,7 +262,7 @@ def analyst_schema(kind: str, mode: str, notes: bool) -> dict[str, Any]:
     props: dict[str, Any] = {"batch_size": {"type": "integer"}, **summary, "patch": payload_schema(mode)}
     if notes:
         props["appendix_notes"] = {"type": "array"}
-    # a skill-aware failure analyst may answer with execution-lapse notes alone (§3.5)
+    # a skill-aware failure analyst may answer with execution-lapse notes alone, as in the reference
     required = [] if notes and kind == "failure" else ["patch"]
     return {"type": "object", "properties": props, "required": required}
 

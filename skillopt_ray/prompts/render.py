@@ -1,5 +1,5 @@
-"""Text the optimizer reads: trajectories (REFERENCE_SPEC §3.4), the step buffer (§9.4), the
-longitudinal comparison (§10.4) and the meta-skill block (§11.3). Nothing is truncated."""
+"""Text the optimizer reads, laid out as the reference lays it out: trajectories, the step buffer, the
+longitudinal comparison and the meta-skill block. Nothing is truncated."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def minibatch_text(results: list[EpisodeResult]) -> str:
     return "\n\n---\n\n".join(blocks)
 
 
-# ---------- step buffer (§9.4) ----------
+# ---------- step buffer ----------
 
 STEP_BUFFER_PREAMBLE = (
     "What follows summarises the earlier steps of this epoch: do not propose again edits that were "
@@ -88,7 +88,7 @@ def step_buffer_text(entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-# ---------- meta skill (§11.3) ----------
+# ---------- meta skill ----------
 
 
 def meta_skill_block(content: str) -> str:
@@ -101,7 +101,7 @@ def meta_skill_block(content: str) -> str:
     )
 
 
-# ---------- longitudinal comparison (§10.4) ----------
+# ---------- longitudinal comparison ----------
 
 SECTIONS = (
     ("regressed", "### Regressions (right→wrong) — HIGHEST PRIORITY", True),

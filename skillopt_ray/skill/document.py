@@ -1,9 +1,9 @@
 """The skill document: Markdown text with protected regions that step edits never touch.
 
 Two protected regions exist, delimited by the same HTML-comment markers SkillOpt's reference
-implementation writes (REFERENCE_SPEC §0), so a skill saved by either tool loads with its blocks
-protected in the other: the slow-update block (written at epoch boundaries, §10) and the appendix
-(execution-lapse notes from skill-aware reflection, §12).
+implementation writes, so a skill saved by either tool loads with its blocks protected in the other: the
+slow-update block (written at epoch boundaries) and the appendix (execution-lapse notes from skill-aware
+reflection). See docs/reference-behaviours.md, "Protected blocks".
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def normalize_markers(text: str) -> str:
 
 def protected_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of each protected region: the first start marker through the end of the first
-    end marker of its pair. A pair with a missing marker protects nothing (§7.1)."""
+    end marker of its pair. A pair with a missing marker protects nothing (as in the reference)."""
     spans = []
     for start_m, end_m in MARKER_PAIRS:
         s, e = text.find(start_m), text.find(end_m)
@@ -83,7 +83,7 @@ def without_protected(text: str) -> str:
     return text
 
 
-# ---------- slow-update block (§10.1) ----------
+# ---------- slow-update block ----------
 
 
 def inject_empty_slow_update_field(skill: str) -> str:
@@ -105,7 +105,7 @@ def replace_slow_update_field(skill: str, guidance: str) -> str:
     return body + f"\n\n{SLOW_START}\n{guidance.strip()}\n{SLOW_END}\n"
 
 
-# ---------- appendix (§12) ----------
+# ---------- appendix ----------
 
 
 def inject_empty_appendix_field(skill: str) -> str:
@@ -153,7 +153,7 @@ def append_to_appendix_field(skill: str, new_notes: list[str]) -> str:
 
 def keep_protected_regions(original: str, rewritten: str) -> str:
     """Rewrite modes: the rewritten body with the original's protected regions re-attached verbatim
-    (the reference relies on the prompt alone, QUIRK-31). With no marker on either side there is nothing to
+    (the reference relies on the prompt alone: quirk: rewrite-protection-by-prompt). With no marker on either side there is nothing to
     protect, and the model's text is kept as it is, blank lines included, as the reference keeps it."""
     if not any(m in original or m in rewritten for m in ALL_MARKERS):
         return rewritten
