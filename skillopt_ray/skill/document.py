@@ -153,8 +153,9 @@ def append_to_appendix_field(skill: str, new_notes: list[str]) -> str:
 
 def keep_protected_regions(original: str, rewritten: str) -> str:
     """Rewrite modes: the rewritten body with the original's protected regions re-attached verbatim
-    (the reference relies on the prompt alone: quirk: rewrite-protection-by-prompt). With no marker on either side there is nothing to
-    protect, and the model's text is kept as it is, blank lines included, as the reference keeps it."""
+    (the reference relies on the prompt alone: quirk: rewrite-protection-by-prompt). With no marker on either
+    side there is nothing to protect, and the model's text is kept as it is, blank lines included, as the
+    reference keeps it."""
     if not any(m in original or m in rewritten for m in ALL_MARKERS):
         return rewritten
     out = _tidy(without_protected(rewritten)) + "\n"
