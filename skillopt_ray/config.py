@@ -153,7 +153,7 @@ class EnvConfig:
 
 @dataclass
 class OptimizerConfig:
-    """SkillOpt's optimizer settings; defaults are the paper protocol (REFERENCE_SPEC §15)."""
+    """SkillOpt's optimizer settings; defaults are the paper protocol (the settings of the paper's runs)."""
 
     epochs: int = 4
     batch_size: int = 40
