@@ -39,7 +39,7 @@ class RunState:
     epoch: int = 1
     step: int = 1  # next step within the epoch, 1-based
     global_step: int = 0  # steps completed
-    lr_step: int = 0  # scheduler counter: advances only on steps that reach select (§2.2)
+    lr_step: int = 0  # scheduler counter: advances only on steps that reach select, as in the reference
     next_version: int = 1
     current_version: int = 0
     best_version: int = 0

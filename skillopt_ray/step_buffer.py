@@ -1,5 +1,5 @@
 """The step buffer: what earlier steps of this epoch found and which edits the gate rejected
-(REFERENCE_SPEC §9.4). One entry per step that reaches the gate; reset at each epoch start; kept in
+(laid out as the reference's). One entry per step that reaches the gate; reset at each epoch start; kept in
 the run state, so a resumed run shows the analysts the same buffer (the reference loses it)."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ def _prefix(reason: str) -> str:
 
 def failure_patterns(results: list[EpisodeResult], analyses: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Failed episodes grouped by fail-reason prefix (first-seen order), labelled positionally with the
-    failure analysts' `failure_summary` entries in minibatch order (QUIRK-3: a zip, not a match)."""
+    failure analysts' `failure_summary` entries in minibatch order (quirk: buffer-labels-by-position: a zip,
+    not a match)."""
     groups: dict[str, list[str]] = {}
     for r in scored(results):
         if is_failure(r):

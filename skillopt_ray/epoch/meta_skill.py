@@ -1,4 +1,4 @@
-"""Meta skill (REFERENCE_SPEC §11): optimizer-facing memory written from epoch 2 on, from the same
+"""Meta skill (the reference's epoch-boundary memory): optimizer-facing memory written from epoch 2 on, from the same
 longitudinal comparison as the slow update, and used in the analyst, merge, ranking and
 autonomous-LR prompts of the following epoch."""
 

@@ -1,6 +1,6 @@
-"""Slow update (REFERENCE_SPEC §10): the previous epoch's skill and the current one play the same
-train sample; the pairs, with both trajectories, go to one optimizer call that writes target-facing
-guidance into the protected block at the end of the skill."""
+"""Slow update (at each epoch boundary, as the reference does it): the previous epoch's skill and the
+current one play the same train sample; the pairs, with both trajectories, go to one optimizer call that
+writes target-facing guidance into the protected block at the end of the skill."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The length guard: an opt-in limit on the optimizer prompts that carry trajectories.
 
-The reference shows analysts whole trajectories (REFERENCE_SPEC §3.4), and so does this project by
+The reference shows analysts whole trajectories, never truncated, and so does this project by
 default. A model with a small context window (the embedded SmolLM2: 8192 tokens per llama.cpp slot)
 cannot read them whole; its endpoint refuses the prompt and the run stops. Setting
 `llm.optimizer.context_tokens` turns the guard on: the analyst prompts and the slow-update / meta-skill

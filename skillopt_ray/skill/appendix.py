@@ -1,4 +1,4 @@
-"""Skill-aware reflection's appendix (REFERENCE_SPEC §12): execution-lapse notes go into a protected
+"""Skill-aware reflection's appendix, as the reference keeps it: execution-lapse notes go into a protected
 block of the post-gate current skill, deduplicated, ungated; one call compacts them once they pass
 `optimizer.skill_aware_consolidate_threshold` (0 = never). A failed consolidation keeps every note."""
 

@@ -1,4 +1,4 @@
-"""Edit operations on a skill document with the reference's semantics (REFERENCE_SPEC §7.1).
+"""Edit operations on a skill document with the reference's semantics (docs/reference-behaviours.md, 'Update').
 
 Edits are the JSON objects the optimizer returns ({op, target?, content?} plus stamps such as
 source_type, support_count, merge_level), applied in order, each to the previous result, with a
@@ -32,7 +32,7 @@ class ApplyResult:
 
 
 def _in_protected(skill: str, target: str) -> bool:
-    """Only the first occurrence of the target counts (QUIRK-10)."""
+    """Only the first occurrence of the target counts (quirk: first-occurrence-protection)."""
     pos = skill.find(target)
     return pos != -1 and any(s <= pos < e for s, e in protected_spans(skill))
 

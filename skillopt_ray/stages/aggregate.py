@@ -1,5 +1,5 @@
 """Stage 3 — aggregate: hierarchical merge of patches, failures and successes apart, then one final
-merge where failure items win conflicts (REFERENCE_SPEC §5). A merge whose reply is unusable falls
+merge where failure items win conflicts, as in the reference. A merge whose reply is unusable falls
 back to concatenation, and the fallback is recorded."""
 
 from __future__ import annotations

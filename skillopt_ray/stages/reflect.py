@@ -1,5 +1,5 @@
 """Stage 2 — reflect: analysts read failure and success minibatches in parallel and propose patches
-(REFERENCE_SPEC §3). Episodes that failed for infrastructure or data reasons are never shown."""
+as the reference does. Episodes that failed for infrastructure or data reasons are never shown."""
 
 from __future__ import annotations
 
@@ -98,7 +98,8 @@ class ReflectOutput:
 
 
 def normalise(analyses: list[dict[str, Any]], mode: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """§3.7: the inner patch of each analysis, stamped, split by source; empty payloads dropped."""
+    """The reference's normalisation: the inner patch of each analysis, stamped, split by source; empty
+    payloads dropped."""
     key = prompts.PAYLOAD[mode][0]
     fails: list[dict[str, Any]] = []
     wins: list[dict[str, Any]] = []
@@ -108,7 +109,7 @@ def normalise(analyses: list[dict[str, Any]], mode: str) -> tuple[list[dict[str,
         if not items or not isinstance(items, list):
             continue
         try:
-            support = max(int(a.get("batch_size") or 0), 1)  # the analyst's own count (QUIRK-5)
+            support = max(int(a.get("batch_size") or 0), 1)  # the analyst's own count (quirk: reported-support)
         except (TypeError, ValueError):
             support = 1
         for it in items:
@@ -125,7 +126,8 @@ async def reflect(ctx: OptimizerContext, results: list[EpisodeResult]) -> Reflec
     jobs = [("failure", i, mb) for i, mb in enumerate(fail_mbs)] + [("success", i, mb) for i, mb in enumerate(win_mbs)]
     out = ReflectOutput()
     done = await asyncio.gather(*(_analyse(ctx, out, *j) for j in jobs))
-    out.analyses = [d for d in done if d is not None]  # failures then successes, by minibatch index (QUIRK-6 fixed)
+    # failures then successes, by minibatch index (fixes quirk: completion-order-patches)
+    out.analyses = [d for d in done if d is not None]
     out.failure_patches, out.success_patches = normalise(out.analyses, ctx.mode)
     out.notes = [n for a in out.analyses for n in a.get("appendix_notes", [])]
     return out
@@ -196,7 +198,8 @@ def _analysis(
         d["patch"] = {"reasoning": "execution-lapse only", payload_key: []}
     patch = d["patch"]
     if mode != "full_rewrite_minibatch" and isinstance(patch, dict) and isinstance(patch.get(payload_key), list):
-        patch[payload_key] = patch[payload_key][: ctx.max_budget]  # at most L, the configured maximum (QUIRK-4)
+        # at most L, the configured maximum (quirk: analysts-told-max-budget)
+        patch[payload_key] = patch[payload_key][: ctx.max_budget]
     d.update(source_type=kind, minibatch=i, minibatch_ids=[r.task_id for r in mb])
     if notes:
         d["appendix_notes"] = lapses

@@ -1,5 +1,5 @@
 """Stage 4 — select: this step's edit budget (the learning rate) and, when the merged pool is larger,
-one ranking call that keeps the most important items (REFERENCE_SPEC §2, §6)."""
+one ranking call that keeps the most important items, as the reference does."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ async def autonomous_lr(
 def _pick(reply: Any, n_items: int, budget: int) -> list[int]:
     """Walk selected_indices: ints (True counts as 1) in range, first occurrence; stop once the budget is
     reached. The reference checks the budget after every entry, usable or not: with a budget of 0 a usable first
-    entry is kept (QUIRK-7) and an unusable one ends the walk with nothing kept."""
+    entry is kept (quirk: zero-budget-keeps-one) and an unusable one ends the walk with nothing kept."""
     raw = reply.get("selected_indices") if isinstance(reply, dict) else None
     picked: list[int] = []
     for idx in raw if isinstance(raw, list) else []:

@@ -1,9 +1,10 @@
-"""Stage 5 — update: build the candidate skill from the selected items (REFERENCE_SPEC §7, §8).
+"""Stage 5 — update: build the candidate skill from the selected items (edits or a rewrite).
 
 patch: the edits applied in order with a per-edit report. rewrite_from_suggestions: one call rewrites
 the whole document from the selected suggestions. full_rewrite_minibatch: the first merged candidate.
 In the rewrite modes the protected regions are re-attached verbatim unless
-`optimizer.protect_regions_in_rewrites=false` (the reference relies on the prompt alone, QUIRK-31).
+`optimizer.protect_regions_in_rewrites=false` (the reference relies on the prompt alone:
+quirk: rewrite-protection-by-prompt).
 """
 
 from __future__ import annotations
