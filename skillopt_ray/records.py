@@ -238,6 +238,8 @@ APPENDIX_FIELDS = (
     "n_appendix_notes_total",
     "n_appendix_notes_consolidated",
 )
+# the paired gate's numbers on a step (optimizer.gate_test other than none): written only when there was a test
+PAIRED_FIELDS = ("gate_diff", "gate_diff_lo", "gate_diff_hi", "gate_p_value")
 
 
 @dataclass(kw_only=True)
@@ -246,7 +248,8 @@ class StepRecord(Record):
     run's position after it (current/best scores and origins, skill version)."""
 
     OMIT_NONE = False  # a step record keeps every key, null when the step had no value for it
-    OMITTED_WHEN_NONE: ClassVar[tuple[str, ...]] = APPENDIX_FIELDS  # only skill-aware runs write these
+    # written only by runs that have them (skill-aware reflection, a paired gate)
+    OMITTED_WHEN_NONE: ClassVar[tuple[str, ...]] = APPENDIX_FIELDS + PAIRED_FIELDS
     NOT_METRICS: ClassVar[frozenset[str]] = frozenset({"epoch", "step", "step_in_epoch", "best_step"})
 
     step: int
@@ -288,6 +291,10 @@ class StepRecord(Record):
     n_appendix_notes_added: Optional[int] = None
     n_appendix_notes_total: Optional[int] = None
     n_appendix_notes_consolidated: Optional[int] = None
+    gate_diff: Optional[float] = None  # the paired test's mean per-task difference, candidate minus current
+    gate_diff_lo: Optional[float] = None
+    gate_diff_hi: Optional[float] = None
+    gate_p_value: Optional[float] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -426,6 +433,17 @@ class Summary(Record):
     steps: Optional[int] = None
     tokens: Optional[dict[str, Any]] = None
     wall_time_s: Optional[float] = None
+    # 95% intervals with their n (skillopt_ray.stats.Interval dicts): selection -> initial|best|final -> gate-score
+    # interval over the selection tasks; test -> initial|best|final -> hard|soft -> interval over the test tasks
+    intervals: Optional[dict[str, dict[str, Any]]] = None
+    rollouts_per_task: Optional[int] = None  # written when above 1
+
+    def interval(self, split: str, which: str, metric: str = "hard") -> Optional[dict[str, Any]]:
+        """A score's interval dict (mean, lo, hi, n, ...), or None for runs written before intervals existed."""
+        part = ((self.intervals or {}).get(split) or {}).get(which)
+        if split == "test" and isinstance(part, dict):
+            part = part.get(metric)
+        return part if isinstance(part, dict) else None
 
     def test_score(self, which: str, metric: str = "hard") -> Optional[float]:
         """A test score of the initial, best or final skill (None for eval-only runs)."""

@@ -89,10 +89,16 @@ def test_a_run_killed_under_the_previous_code_resumes_exactly(tmp_path):
     make_run(tmp_path / "resumed", epochs=2, train_n=4, samples=2)
     resumed, before = RunDir(tmp_path / "resumed" / "run"), RunDir(LEGACY / "finished")
     assert [_plain(h.to_dict()) for h in resumed.history()] == [_plain(h.to_dict()) for h in before.history()]
-    skip = {"run_dir", "wall_time_s", "schema"}
+    skip = {"run_dir", "wall_time_s", "schema", "intervals"}  # the previous code wrote no intervals
     a = {k: v for k, v in resumed.read_summary().to_dict().items() if k not in skip}
     b = {k: v for k, v in before.read_summary().to_dict().items() if k not in skip}
     assert a == b
+    summary = resumed.read_summary()
+    for which in ("initial", "best", "final"):  # the intervals are around the scores the summary reports
+        iv = summary.interval("test", which)
+        assert iv is not None and iv["mean"] == pytest.approx(summary.test_score(which))
+        assert iv["lo"] <= iv["mean"] <= iv["hi"] and iv["n"] == summary.test[which]["n_scored"]
+    assert before.read_summary().interval("test", "best") is None  # an old summary reads without them
     assert [v.text for v in resumed.skill_versions()] == [v.text for v in before.skill_versions()]
     assert resumed.read_skill(resumed.read_state().best_version) == before.best_skill_path.read_text()
 

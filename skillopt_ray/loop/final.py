@@ -85,11 +85,31 @@ class FinalEvaluation:
             steps=st.global_step,
             tokens=self.rec.ledger["totals"],
             wall_time_s=st.wall_time_s,
+            intervals=self._intervals(test),
+            rollouts_per_task=self.ev.repeats if self.ev.repeats > 1 else None,
         )
+
+    def _intervals(self, test: dict[str, Evaluation]) -> dict[str, dict[str, Any]]:
+        """95% intervals with n: each selection score over the selection tasks (the gate metric), each test
+        score over the test tasks (hard and soft); a task's value is the mean of its repeats."""
+        st, rec, ev = self.rec.state, self.rec, self.ev
+        selection = self.schedule.splits.selection
+        keys = {
+            "initial": ev.key_for(rec.skill_text(0), selection),
+            "best": st.best_eval,
+            "final": ev.key_for(rec.current, selection),
+        }
+        sel = {k: ev.policy.interval(ev.scores[key]).to_dict() for k, key in keys.items() if key in ev.scores}
+        tst = {k: {m: e.interval(m).to_dict() for m in ("hard", "soft")} for k, e in test.items()}
+        return {"selection": sel, "test": tst}
 
     def _log(self, test: dict[str, Evaluation]) -> None:
         totals = self.rec.ledger["totals"]
         metrics = {f"test_{m}_{k}": getattr(test[k], m) for m in ("hard", "soft") for k in ("initial", "best", "final")}
+        for k, e in test.items():  # the test scores' 95% intervals over the test tasks
+            iv = e.interval("hard")
+            metrics.update({f"test_hard_{k}_ci_lo": iv.lo, f"test_hard_{k}_ci_hi": iv.hi})
+        metrics["test_n_tasks"] = float(len(test["best"].tasks))
         metrics.update(
             best_selection_score=self.rec.state.best_score,
             tokens_total=totals["tokens"],

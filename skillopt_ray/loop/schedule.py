@@ -94,10 +94,12 @@ class Schedule:
     def plan(self) -> EpisodePlan:
         o, splits = self.o, self.splits
         n_train, b = len(splits.train), o.batch_size
-        batches = [max(0, min(b, n_train - i * b)) for i in range(self.steps_per_epoch())]
+        r = getattr(o, "rollouts_per_task", 1)  # every task's episodes but the boundary's pairs are repeated
+        batches = [r * max(0, min(b, n_train - i * b)) for i in range(self.steps_per_epoch())]
         pairs = 2 * self.boundary_samples() if (o.slow_update or o.meta_skill) else 0
-        gate = len(splits.selection) if o.slow_update and (o.slow_update_gate or o.slow_update_force_validate) else 0
-        return EpisodePlan(len(splits.selection), len(splits.test), batches, o.epochs, pairs + gate, pairs)
+        sel = r * len(splits.selection)
+        gate = sel if o.slow_update and (o.slow_update_gate or o.slow_update_force_validate) else 0
+        return EpisodePlan(sel, r * len(splits.test), batches, o.epochs, pairs + gate, pairs)
 
 
 @dataclass

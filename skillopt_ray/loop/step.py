@@ -32,6 +32,18 @@ from skillopt_ray.stages.select import SelectOutput, autonomous_lr, rank_and_sel
 from skillopt_ray.stages.update import UpdateOutput, update
 
 
+def paired_fields(test: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The paired gate's numbers for the step record (and so the tracker): none without a test."""
+    if not test:
+        return {}
+    return {
+        "gate_diff": test["mean_diff"],
+        "gate_diff_lo": test["lo"],
+        "gate_diff_hi": test["hi"],
+        "gate_p_value": test["p_value"],
+    }
+
+
 def skill_diff(old: str, new: str) -> str:
     """Unified diff of two skill versions, as a Markdown code block."""
     lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), "current", "candidate")
@@ -335,4 +347,5 @@ class TrainStep:
             skill_version=st.current_version,
             skill_len=len(self.rec.current),
             **notes,
+            **paired_fields(gate.gate_test),
         )

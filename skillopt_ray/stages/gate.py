@@ -22,7 +22,7 @@ from skillopt_ray.records import (
     GateRecord,
     is_accept,
 )
-from skillopt_ray.stats import PairedTest, paired_test
+from skillopt_ray.stats import Interval, PairedTest, mean_interval, paired_test
 
 __all__ = ["ACCEPT", "ACCEPTING", "ACCEPT_NEW_BEST", "FORCE_ACCEPT", "REJECT", "GateDecision", "GatePolicy"]
 
@@ -139,6 +139,10 @@ class GatePolicy:
 
     def score(self, ev: Evaluation) -> float:
         return gate_score(ev.hard, ev.soft, self.metric, self.mixed_weight)
+
+    def interval(self, ev: Evaluation) -> Interval:
+        """95% interval of the gate score over the tasks scored (each task the mean of its repeats), n = tasks."""
+        return mean_interval([gate_score(h, s, self.metric, self.mixed_weight) for h, s in ev.tasks.values()])
 
     def like_for_like(self, candidate: Evaluation, current: Evaluation) -> tuple[float, float, int]:
         """Gate scores of candidate and current over the tasks both scored, and how many tasks that is.
