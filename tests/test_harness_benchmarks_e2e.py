@@ -166,3 +166,41 @@ def test_officeqa_eval_searches_the_linked_corpus(tmp_path, harness, cli):
         assert "## Document Corpus\n" in md and "- docs/root_1/treasury_bulletin_" in md
         assert "## Document Corpus" not in r.trajectory[0]["content"] and r.trajectory[0]["role"] == "user"
         assert [e.get("turn") for e in r.trajectory[1:]] == [1] and r.n_turns == 2
+
+
+def test_linked_corpus_and_page_are_read_only_and_their_neighbours_hidden(tmp_path):
+    """The jail mounts only the corpus roots and the page image (read-only): the agent reads them through the
+    workspace's docs/ link and the image's own path, cannot write there, and sees nothing beside them."""
+    need_bwrap()
+    need_harness("codex")
+    from test_harness_sandbox import EscapingModel
+
+    from skillopt_ray.harness.episode import HarnessTask, run_harness_task
+
+    corpus = tmp_path / "data" / "corpus"
+    corpus.mkdir(parents=True)
+    (corpus / "bulletin.txt").write_text("CORPUS-LINE\n")
+    (tmp_path / "data" / "gold.csv").write_text("GOLD-ANSWER\n")
+    page = tmp_path / "pages" / "p1.png"
+    page.parent.mkdir()
+    page.write_bytes(b"PAGE-BYTES")
+    (tmp_path / "pages" / "p2.png").write_bytes(b"OTHER-PAGE")
+    script = "; ".join(
+        [
+            "cat docs/root_1/bulletin.txt",
+            "echo x > docs/root_1/new.txt || echo CORPUS-WRITE-FAILED",
+            f"cat {tmp_path / 'data' / 'gold.csv'} || echo GOLD-UNREADABLE",
+            f"cat {page}; echo",
+            f"cat {tmp_path / 'pages' / 'p2.png'} || echo NEIGHBOUR-UNREADABLE",
+            "cat attachments/01_p1.png; echo",
+        ]
+    )
+    model = EscapingModel(script)
+    settings = {"harness": "codex", "model": "m", "agent": {"timeout_s": 60}}
+    ht = HarnessTask("D", "", "t", "go", 60.0, images=[str(page)], link_dirs={"docs/root_1": str(corpus)})
+    out = asyncio.run(run_harness_task(model, settings, "t1", "", ht, "k"))
+    assert out.run is not None, out.error
+    o = model.output
+    assert "CORPUS-LINE" in o and "CORPUS-WRITE-FAILED" in o and not (corpus / "new.txt").exists()
+    assert "GOLD-ANSWER" not in o and "GOLD-UNREADABLE" in o
+    assert o.count("PAGE-BYTES") == 2 and "OTHER-PAGE" not in o and "NEIGHBOUR-UNREADABLE" in o
