@@ -39,7 +39,7 @@ class EpisodeResult:
     infra_error: bool = False
     # For an infra error, what failed (INFRA_KINDS), so a summary can count each kind: never the model's failure
     error_kind: str = ""
-    # What the optimizer's analysts see (REFERENCE_SPEC §3.4): the task text for the trajectory header,
+    # What the optimizer's analysts see, as the reference renders it: the task text for the trajectory header,
     # and benchmark extras. Keys the engine reads from `info`: target_system_prompt, target_user_prompt,
     # analyst_blocks ([title, text] pairs: the benchmark's own sub-blocks for the analysts), predicted_answer (slow-update comparison), header_task_type
     # (overrides the "Task type:" line; SearchQA sets "" as the reference does). `trajectory` holds the

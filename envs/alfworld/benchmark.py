@@ -1,4 +1,4 @@
-"""ALFWorld: the reference's episode protocol (REFERENCE_SPEC §14.1) on the real engine.
+"""ALFWorld: the reference's episode protocol on the real engine.
 
 Each step the target gets the skill, the task, the two most recent steps and the admissible actions
 (envs/alfworld/protocol.py) and replies with reasoning and one action; the lowercased action is played.
@@ -45,7 +45,8 @@ class AlfWorldOptions:
     # which games make the splits on real data: `paper` (SkillOpt's 39/18/134 split, shipped) or `folders` (every game
     # under json_2.1.1/<split>/); env.manifest_dir, when set, wins over both. Sample games always use their folders.
     split_source: str = "paper"
-    # the engine's own move limit: the reference's TextWorld env sets `done` on the 50th action (QUIRK-14); 0 = none
+    # the engine's own move limit: the reference's TextWorld env sets `done` on the 50th action
+    # (quirk: textworld-move-limit); 0 = none
     engine_step_limit: int = 50
     # constrain the target's reply to a JSON enum of the admissible actions: auto (only for the embedded llama.cpp
     # model, provider "embedded"), on, off

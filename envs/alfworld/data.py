@@ -9,7 +9,7 @@ from typing import Optional
 
 from skillopt_envs.base import DataError, Task, check_new_id, manifest_entries
 
-# Task types as the reference reports them (REFERENCE_SPEC §13.2), in its matching order: a game's type is the
+# Task types as the reference reports them, in its matching order: a game's type is the
 # first of these found in its path, so `pick_and_place_simple-...` games are `pick_and_place`.
 TASK_TYPES = (
     "pick_and_place",
@@ -135,7 +135,7 @@ def _game_path(root: Path, gamefile: str) -> Path:
 
 
 def manifest_split(root: Optional[Path], manifest_dir: str | Path, split: str, skip_missing: bool) -> list[Task]:
-    """A manifest's items in its order; ids are the manifest ids, types come from the game path (§13.2)."""
+    """A manifest's items in its order; ids are the manifest ids, types come from the game path (TASK_TYPES)."""
     if split == "all":
         return [t for s in ("train", "val", "test") for t in manifest_split(root, manifest_dir, s, skip_missing)]
     name = MANIFEST_SPLITS.get(split)

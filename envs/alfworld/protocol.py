@@ -1,4 +1,4 @@
-"""The ALFWorld target protocol (REFERENCE_SPEC §14.1): what the target reads each step and how its reply
+"""The ALFWorld target protocol, as the reference's: what the target reads each step and how its reply
 becomes a game command.
 
 Prompt: a one-line system prompt; the user message is the skill section followed by the observation

@@ -1,4 +1,4 @@
-"""SearchQA as the reference runs it (REFERENCE_SPEC §14.3): one turn, no feedback to the target.
+"""SearchQA as the reference runs it: one turn, no feedback to the target.
 
 The target reads the skill, the search-result context and the question, reasons, and ends with its
 answer in <answer> tags. The last tag wins; a reply without one is answered by its last non-empty
@@ -247,7 +247,8 @@ class SearchQABenchmark(Benchmark):
                 {"type": "message", "turn": 1, "content": content},
                 {"role": "system", "content": evaluation_block(question, predicted, golds, s.em, s.f1)},
             ],
-            # the reference's results carry no task text or type, so the analyst's header lines are empty (QUIRK-15)
+            # the reference's results carry no task text or type, so the analyst's header lines are empty
+            # (quirk: searchqa-blank-header)
             task_description="",
             info={
                 "header_task_type": "",

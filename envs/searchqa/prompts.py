@@ -1,4 +1,4 @@
-"""The target's prompt for SearchQA (REFERENCE_SPEC §14.3), in this project's words.
+"""The target's prompt for SearchQA, laid out as the reference's, in this project's words.
 
 System: a one-line role, the skill section (left out when the skill is blank), the task format and the
 answer format (reason step by step first, then a short answer in <answer> tags). User: the context, then

@@ -1,4 +1,4 @@
-"""SearchQA scoring as the reference does it (REFERENCE_SPEC §14.3), with SQuAD normalisation.
+"""SearchQA scoring as the reference does it, with SQuAD normalisation.
 
 hard = exact match, soft = token F1, both the best over the gold answers; sub_em (one normalised
 string contains the other) is logged beside them and scores nothing.

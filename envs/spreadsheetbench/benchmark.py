@@ -1,10 +1,10 @@
 """SpreadsheetBench: the target writes a Python script per turn; it runs in the sandbox.
 
-The reference's episode protocol (REFERENCE_SPEC 14.2): each turn's script runs on test case 1
+The reference's episode protocol: each turn's script runs on test case 1
 only; an error is fed back (its first 3000 characters); in training rollouts a script that ran
 is scored on case 1 and its wrong cells are fed back with the values it produced (never the
 expected ones); evaluation rollouts stop at the first script that runs. After the loop the last
-script is scored on every case - case 1 from the last prediction a turn wrote (QUIRK-18) - by the
+script is scored on every case - case 1 from the last prediction a turn wrote (quirk: case1-last-written) - by the
 official rule (scoring.py), and a verification block closes the conversation for the analyst.
 Unlike the reference, every script (and the reading of its output) runs in the bubblewrap sandbox.
 """
@@ -326,7 +326,7 @@ class SpreadsheetBenchmark(Benchmark):
         deadline = time.monotonic() + o.deadline_s
         code, case1_pred, turns = "", None, 0
         for turn in range(ctx.max_turns):
-            turns = turn + 1  # a turn abandoned at the deadline still counts (QUIRK-19)
+            turns = turn + 1  # a turn abandoned at the deadline still counts (quirk: spreadsheet-feedback-details)
             if deadline - time.monotonic() < 10:
                 break
             reply = await llm.chat(
@@ -346,7 +346,8 @@ class SpreadsheetBenchmark(Benchmark):
             else:
                 run = await asyncio.to_thread(self._run_script, code, first_input, scratch / f"turn{turn}")
                 if run.output is not None:
-                    case1_pred = run.output  # the last workbook written, even by a script that failed later (QUIRK-18)
+                    # the last workbook written, even by a script that failed later (quirk: case1-last-written)
+                    case1_pred = run.output
                 if not run.ok:
                     feedback = prompts.exec_error_feedback(run.error, o.error_chars)
                 elif not ctx.training:

@@ -6,7 +6,7 @@ several test cases) and the Verified-400 layout SkillOpt uses (`{k}_{id}_init.xl
 ints or strings. A task whose workbooks are missing is still returned, carrying a `problem`
 that its episode reports: one broken task must not stop a run.
 
-Splits (REFERENCE_SPEC 13.3): `env.manifest_dir` (train/ val/ test/ items.json) wins; otherwise,
+Splits: `env.manifest_dir` (train/ val/ test/ items.json) wins; otherwise,
 on real data, SkillOpt's paper split (80/40/280 Verified-400 ids, shipped in `splits/`), with
 ids the data lacks left out and reported; a stable 20/10/70 hash split only for data that holds
 none of the paper's ids. `valid_seen`/`selection` mean val and `valid_unseen` means test.
@@ -75,7 +75,7 @@ def case_number(path: str) -> str:
 
 
 def task_type_of(instruction_type: str) -> str:
-    """REFERENCE_SPEC 13.2: lower-cased, contains "cell" -> cell_level, else "sheet" -> sheet_level, else other."""
+    """The reference's rule: lower-cased, contains "cell" -> cell_level, else "sheet" -> sheet_level, else other."""
     low = (instruction_type or "").lower()
     return "cell_level" if "cell" in low else "sheet_level" if "sheet" in low else "other"
 

@@ -1,5 +1,5 @@
 """What the SpreadsheetBench target reads: system prompt, user message, workbook preview, feedback
-messages and the seed skill. The layout follows REFERENCE_SPEC 14.2; the wording is this project's."""
+messages and the seed skill. The layout follows the reference's; the wording is this project's."""
 
 from __future__ import annotations
 

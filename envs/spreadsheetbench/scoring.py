@@ -7,7 +7,7 @@ times as `HH:MM` strings; dates and durations (`timedelta`) are left as they are
 both sides; empty string equals None; otherwise types must match. Formatting is ignored.
 A task's soft score is the fraction of its test cases passed and its hard score is 1 only
 when all pass. `verification_report` renders one case the way the reference shows it to the
-analyst (REFERENCE_SPEC 14.2).
+analyst.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def parse_position(answer_position: str) -> list[Area]:
 
 def effective_position(answer_position: str, answer_sheet: Optional[str]) -> str:
     """The position used for scoring and shown to the target: without a `!`, a non-empty
-    `answer_sheet` is prefixed - to the first comma-separated range only (QUIRK-17, kept)."""
+    `answer_sheet` is prefixed - to the first comma-separated range only (quirk: answer-sheet-first-range, kept)."""
     pos = str(answer_position or "")
     if "!" not in pos and answer_sheet and str(answer_sheet).strip():
         return f"{answer_sheet}!{pos}"
@@ -201,7 +201,8 @@ _REPORT_LINE = re.compile(r"^\s*(\S+!?\w+): got=(.*), expected=(.*) (✓|✗)$")
 
 def wrong_cells_from_report(lines: Iterable[str]) -> tuple[list[tuple[str, str]], int]:
     """(wrong cells as (ref, got repr), number of correct cells) parsed back from report lines, as the
-    reference's feedback builder does: cells on sheets whose names hold spaces do not match (QUIRK-19, kept)."""
+    reference's feedback builder does: cells on sheets whose names hold spaces do not match
+    (quirk: spreadsheet-feedback-details, kept)."""
     wrong, right = [], 0
     for line in lines:
         m = _REPORT_LINE.match(line)
