@@ -62,7 +62,7 @@ def test_walkthrough_target_wins_every_shared_game(alfworld_root, walkthroughs):
 
 
 def test_nonsense_target_plays_look_and_times_out(alfworld_root, walkthroughs):
-    """A reply with no <action> tag plays `look` (REFERENCE_SPEC §14.1); with no `done` from the engine before the
+    """A reply with no <action> tag plays `look` (as in the reference); with no `done` from the engine before the
     loop's limit the failure is the reference's timeout text."""
     tasks = walk_split(alfworld_root, "train")[:2]
     results = _play_all(tasks, "nonsense", walkthroughs, max_turns=4)

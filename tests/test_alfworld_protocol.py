@@ -1,6 +1,6 @@
-"""The ALFWorld target protocol as REFERENCE_SPEC §14.1 describes it: prompt layout, reply parsing, history of 2,
-what an episode records, step limits, constrained decoding only for the embedded model, and API errors that stay
-infra errors. Expected values are computed from the spec, not read back from the code."""
+"""The ALFWorld target protocol as the reference runs it: prompt layout, reply parsing, history of 2, what an
+episode records, step limits, constrained decoding only for the embedded model, and API errors that stay infra
+errors. Expected values are computed from the reference's rules, not read back from the code."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_history_window_is_configurable():
 def test_goal_text_and_seed_skill():
     assert goal_text(FIRST_OBS) == "put a pencil in desk."
     assert goal_text("no task here") == ""
-    # seed skill: the reference's initial SOP substance (spec §14.1 "Initial skill")
+    # seed skill: the substance of the reference's initial procedure (its sections), in this project's words
     for heading in ("## Overview", "## Task Types", "## General Principles", "## Common Mistakes"):
         assert heading in SEED_SKILL
     principles = SEED_SKILL.split("## General Principles", 1)[1].split("##", 1)[0]
@@ -317,7 +317,8 @@ def test_empty_and_untagged_replies_play_look(alfworld_root, game):
 
 
 def test_engine_move_limit_ends_the_episode_as_the_reference_reports_it(alfworld_root, game):
-    """QUIRK-14: TextWorld's own 50-move limit sets `done` on the 50th action, before the loop's timeout check."""
+    """quirk: textworld-move-limit - TextWorld's own 50-move limit sets `done` on the 50th action, before the
+    loop's timeout check."""
     task, _ = game
     r, _, _ = _episode(alfworld_root, task, lambda i, b: "<action>look</action>", max_turns=50)
     assert r.n_turns == 50 and r.fail_reason == "Episode ended without completing the task"

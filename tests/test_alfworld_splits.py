@@ -29,7 +29,8 @@ def _present(root: Path, split: str) -> list[dict]:
 
 def test_shipped_manifests_are_the_paper_split():
     assert {s: len(_items(s)) for s in PAPER} == PAPER
-    # spec §14.1: train from json_2.1.1/train with 9 clean, 7 pick_and_place, 7 heat, 6 cool, 5 look, 5 pick_two
+    # the reference's manifest: train from json_2.1.1/train with 9 clean, 7 pick_and_place, 7 heat, 6 cool,
+    # 5 look, 5 pick_two
     assert Counter(task_type_of(it["gamefile"]) for it in _items("train")) == {
         "pick_clean_then_place_in_recep": 9,
         "pick_and_place": 7,
@@ -65,7 +66,7 @@ def test_paper_split_is_the_default_on_real_data(alfworld_root):
     assert {t.task_type for t in splits["val"]} == set(
         TASK_TYPES
     )  # reference names, pick_and_place_simple -> pick_and_place
-    # aliases (spec §13.3): valid_seen / selection -> val, valid_unseen -> test
+    # the reference's split aliases: valid_seen / selection -> val, valid_unseen -> test
     ids = {s: [t.task_id for t in bench.load_split(s)] for s in ("valid_seen", "selection", "valid_unseen")}
     assert ids["valid_seen"] == ids["selection"] == [t.task_id for t in splits["val"]]
     assert ids["valid_unseen"] == [t.task_id for t in splits["test"]]

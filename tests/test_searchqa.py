@@ -1,4 +1,4 @@
-"""SearchQA as the reference (REFERENCE_SPEC §14.3): answer extraction, scoring, context truncation, the target
+"""SearchQA as the reference runs it: answer extraction, scoring, context truncation, the target
 prompt, what the analyst sees, the shipped paper split with its aliases, and item materialisation."""
 
 from __future__ import annotations

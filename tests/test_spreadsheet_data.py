@@ -29,7 +29,7 @@ def shared():
 
 
 def test_the_paper_split_ships_with_its_licence():
-    """REFERENCE_SPEC 14.2: train 80 (53 cell / 27 sheet), val 40 (29 / 11), test 280 (193 / 87), disjoint."""
+    """The paper split: train 80 (53 cell / 27 sheet), val 40 (29 / 11), test 280 (193 / 87), disjoint."""
     sizes = {}
     for split in sb_data.SPLITS:
         items = json.loads((SHIPPED / split / "items.json").read_text())

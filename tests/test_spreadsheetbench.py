@@ -1,5 +1,5 @@
-"""SpreadsheetBench episodes with the reference's protocol (REFERENCE_SPEC 14.2): a scripted target over real HTTP
-writes scripts that run in the sandbox; what the target and the analyst see is checked against the spec."""
+"""SpreadsheetBench episodes with the reference's protocol: a scripted target over real HTTP writes scripts that
+run in the sandbox; what the target and the analyst see is checked against the reference's layout."""
 
 from __future__ import annotations
 
@@ -216,8 +216,8 @@ def test_turns_run_case_one_only_and_the_last_script_is_scored_on_every_case(rea
 
 
 def test_case_one_is_scored_from_the_last_written_prediction(real_bench):
-    """QUIRK-18: turn 1 saves a right workbook and then crashes; turn 2 crashes before saving. The last script fails
-    everywhere, yet case 1 passes from turn 1's file."""
+    """quirk: case1-last-written - turn 1 saves a right workbook and then crashes; turn 2 crashes before
+    saving. The last script fails everywhere, yet case 1 passes from turn 1's file."""
     task = real_task(real_bench, "37609")
 
     def replies(tid, turn, msgs):
@@ -328,7 +328,8 @@ def test_answer_sheet_is_honoured_and_prefixes_only_the_first_range(tmp_path):
         and "  Data!C2: got='done'" in r.trajectory[-1]["content"]
     )
     (r,) = play(bench, [task], lambda *a: fenced(on_result), training=False)
-    assert r.hard == 0.0 and r.fail_reason == "eval-mismatch: value@Data!C2: gt='done' pred=None"  # QUIRK-17
+    # quirk: answer-sheet-first-range
+    assert r.hard == 0.0 and r.fail_reason == "eval-mismatch: value@Data!C2: gt='done' pred=None"
 
 
 def test_durations_written_by_a_script_score_like_the_official_rule(tmp_path):

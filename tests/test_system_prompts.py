@@ -1,5 +1,6 @@
 """The optimizer's system prompts (skillopt_ray/prompts/system/): present, complete, and asking for the
-exact JSON fields of REFERENCE_SPEC §3.6/§4/§12. Pure file checks; no Ray, no LLM."""
+exact JSON fields the reference's replies carry (analysts, merges, ranking, rewrites, epoch boundary,
+appendix). Pure file checks; no Ray, no LLM."""
 
 from __future__ import annotations
 
@@ -70,8 +71,9 @@ SPEC: dict[str, tuple[set[str], tuple[str, ...]]] = {
     "appendix_consolidate.md": ({"appendix_notes"}, ()),
 }
 
-# Files whose spec text carries the slow-update protected-section warning / keep-the-block rule (§4.1, 4.4-4.8,
-# 4.11). The env overrides omit it (QUIRK-28), as do the success rewrite analyst and the rewrite-mode merges.
+# Files whose reference prompt carries the slow-update protected-section warning / keep-the-block rule (the
+# generic analysts, merges and the rewrite prompt). The env overrides omit it (quirk: env-analysts-no-block-warning),
+# as do the success rewrite analyst and the rewrite-mode merges.
 PROTECTED = {
     "analyst_error.md",
     "analyst_success.md",
@@ -230,7 +232,7 @@ def test_ranking_criteria_order_and_budget():
 
 def test_slow_update_keeps_the_hardcoded_twenty_and_the_priorities():
     text = _text("slow_update.md")
-    assert "the same 20 training tasks" in text  # QUIRK-27
+    assert "the same 20 training tasks" in text  # quirk: twenty-tasks-heading
     order = [text.index(p) for p in ("prevent regressions", "fix persistent failures", "reinforce")]
     assert order == sorted(order)
 

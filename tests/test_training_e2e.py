@@ -127,7 +127,7 @@ def test_tiny_experiment_runs_all_stages_two_epochs(ray_cluster, scripted, alfwo
     assert run.data.params["optimizer.learning_rate"] == "4"
     assert "llm.target.api_key_env" in run.data.params
     history = json.loads((rd / "history.json").read_text())
-    # cosine 4 -> 2 over T=2 steps is 3, 2 (REFERENCE_SPEC §2.1), and the schedule moves only on steps that reach select
+    # the reference's cosine 4 -> 2 over T=2 steps is 3, 2, and the schedule moves only on steps that reach select
     assert history[0]["action"] == "accept_new_best" and history[0]["edit_budget"] == 3
     assert [h["edit_budget"] for h in history if h["edit_budget"] is not None] == [3, 2][
         : sum(h["edit_budget"] is not None for h in history)
@@ -224,8 +224,9 @@ def test_missing_data_dir_is_one_line_exit_2(ray_cluster, scripted, tmp_path, ca
 
 
 def test_three_epochs_slow_update_and_meta_skill_see_their_inputs(ray_cluster, scripted, alfworld_root, tmp_path):
-    """REFERENCE_SPEC §10-§11 through the real loop: the slow update sees the previous and current skill and
-    the previous guidance; the meta skill is written from epoch 2 on and shown to the optimizer the epoch after."""
+    """The reference's epoch boundary (slow update, meta skill) through the real loop: the slow update sees the
+    previous and current skill and the previous guidance; the meta skill is written from epoch 2 on and shown to
+    the optimizer the epoch after."""
     code, rd = _run(
         scripted.base_url,
         tmp_path / "out",
