@@ -8,7 +8,9 @@ from typing import Any
 from skillopt_ray.cli.errors import UsageError, one_line
 
 # what every run's ray.init passes: no dashboard, actors' logs stay in their files, Ray's own log lines off
-COMMON_INIT: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, logging_level="ERROR")
+COMMON_INIT: dict[str, Any] = dict(
+    include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, logging_level="ERROR"
+)
 
 
 def local_init_options(data: dict[str, Any]) -> dict[str, Any]:
