@@ -298,3 +298,63 @@ def test_officeqa_harness_only_offline_with_tools(overrides):
     assert data["env"]["options"]["target_harness"] == "codex"
     _obj, data = cli.typed(cli.compose(["+experiment=officeqa", "llm=compatible", *overrides]))
     assert data["env"]["options"]["target_harness"] == "chat"
+
+
+# ---------------------------------------------------------------- images a tool returns
+
+
+def test_images_a_tool_returns_reach_the_model_after_the_tool_messages():
+    """Chat tool messages hold text only: an image a tool returned (Claude Code's Read of the page, Codex's
+    view_image) follows the turn's tool messages as a user message, so the model behind the agent sees the page."""
+    from skillopt_ray.llm.agent_api import NO_TEXT, TOOL_IMAGES_TEXT, messages_to_chat, responses_to_chat
+
+    png = {"type": "image_url", "image_url": {"url": "data:image/png;base64,UE5H"}}
+    body = {
+        "messages": [
+            {"role": "user", "content": "q"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/workspace/a.png"}},
+                    {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "ls"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "UE5H"}}
+                        ],
+                    },
+                    {"type": "tool_result", "tool_use_id": "t2", "content": "a.png"},
+                ],
+            },
+        ]
+    }
+    msgs, _ = messages_to_chat(body)
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "tool", "user"]
+    assert msgs[2]["content"] == NO_TEXT and msgs[3]["content"] == "a.png"
+    assert msgs[4]["content"] == [{"type": "text", "text": TOOL_IMAGES_TEXT}, png]
+    resp = {
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q"}]},
+            {"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": "{}"},
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "output": [{"type": "input_image", "image_url": png["image_url"]["url"]}],
+            },
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]},
+        ]
+    }
+    msgs, _, _ = responses_to_chat(resp)
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "user", "user"]
+    assert msgs[3]["content"] == [{"type": "text", "text": TOOL_IMAGES_TEXT}, png] and msgs[4]["content"] == "go on"
+    # text-only tool output: nothing added (recorded caches of text-only episodes keep their keys)
+    plain, _ = messages_to_chat(
+        {"messages": body["messages"][:2] + [{"role": "user", "content": [body["messages"][2]["content"][1]]}]}
+    )
+    assert [m["role"] for m in plain] == ["user", "assistant", "tool"]

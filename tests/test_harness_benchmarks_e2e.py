@@ -204,3 +204,40 @@ def test_linked_corpus_and_page_are_read_only_and_their_neighbours_hidden(tmp_pa
     assert "CORPUS-LINE" in o and "CORPUS-WRITE-FAILED" in o and not (corpus / "new.txt").exists()
     assert "GOLD-ANSWER" not in o and "GOLD-UNREADABLE" in o
     assert o.count("PAGE-BYTES") == 2 and "OTHER-PAGE" not in o and "NEIGHBOUR-UNREADABLE" in o
+
+
+def test_docvqa_eval_in_claude_code_reads_the_page_with_its_read_tool(tmp_path):
+    """Claude Code gets no -i: the model asks its Read tool for attachments/01_<page>, and the page reaches the model
+    behind it as an image after the tool result."""
+    need_bwrap()
+    need_harness("claude")
+    from skillopt_envs.docvqa.benchmark import DocVQABenchmark
+
+    bench = DocVQABenchmark({"options": {"sample_dir": str(tmp_path / "samples")}})
+    (task,) = bench.load_split("test")[:1]
+    page = Path(task.payload["image_path"]).read_bytes()
+    seen: list[bytes] = []
+
+    def policy(body, headers):
+        msgs = body["messages"]
+        tools = [m for m in msgs if m["role"] == "tool"]
+        if not tools:
+            return _tool_call(0, {"Bash"}, f"cat {SKILL_FILE}")
+        if len(tools) == 1:
+            name = Path(task.payload["image_path"]).name
+            call = {"name": "Read", "arguments": json.dumps({"file_path": f"/workspace/attachments/01_{name}"})}
+            return {"content": "", "tool_calls": [{"id": "call-1", "type": "function", "function": call}]}
+        for m in msgs:
+            if m["role"] == "user" and isinstance(m["content"], list):
+                seen.extend(
+                    base64.b64decode(p["image_url"]["url"].split(",", 1)[1])
+                    for p in m["content"]
+                    if p.get("type") == "image_url"
+                )
+        assert "## Dynamic Guidance" in str(tools[0]["content"])
+        return f"<answer>{task.payload['answers'][0] if seen else 'no page seen'}</answer>"
+
+    with ScriptedServer(policy=policy) as srv:
+        (r,) = asyncio.run(_eval(_gateway(srv.base_url, "claude_code", tmp_path / "a"), bench, [task], "R"))
+    assert r.hard == 1.0, (r.error, r.fail_reason, r.trajectory)
+    assert seen == [page]

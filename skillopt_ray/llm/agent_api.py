@@ -81,6 +81,23 @@ def _parts(content: Any) -> Any:
     return parts
 
 
+def _images_of(content: Any) -> list[dict[str, Any]]:
+    """The image parts (as chat image_url parts) of a tool output's content, e.g. Claude Code's Read of a PNG."""
+    parts = _parts(content) if isinstance(content, list) else None
+    return [p for p in parts if p["type"] == "image_url"] if isinstance(parts, list) else []
+
+
+# chat tool messages carry text only: images a tool returned follow the turn's tool messages as a user message
+TOOL_IMAGES_TEXT = "The tool calls above returned these images:"
+NO_TEXT = "[an image: it follows in the next message]"
+
+
+def _flush_images(out: list[dict[str, Any]], images: list[dict[str, Any]]) -> None:
+    if images:
+        out.append({"role": "user", "content": [{"type": "text", "text": TOOL_IMAGES_TEXT}, *images], "_closed": True})
+        images.clear()
+
+
 def _merge_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Adjacent system messages joined into one (many chat templates allow only one at a time)."""
     out: list[dict[str, Any]] = []
@@ -126,8 +143,11 @@ def responses_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[
     items = body.get("input")
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]
+    images: list[dict[str, Any]] = []
     for it in items or []:
         t = it.get("type", "message")
+        if t not in ("function_call_output", "custom_tool_call_output"):
+            _flush_images(out, images)
         if t == "message":
             role = {"developer": "system", "system": "system"}.get(it.get("role"), it.get("role") or "user")
             out.append({"role": role, "content": _parts(it.get("content"))})
@@ -142,7 +162,11 @@ def responses_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[
                 },
             )
         elif t in ("function_call_output", "custom_tool_call_output"):
-            out.append({"role": "tool", "tool_call_id": it.get("call_id"), "content": _text_of(it.get("output"))})
+            shown = _images_of(it.get("output"))
+            text = _text_of(it.get("output")) or (NO_TEXT if shown else "")
+            out.append({"role": "tool", "tool_call_id": it.get("call_id"), "content": text})
+            images += shown
+    _flush_images(out, images)
     tools, custom = [], set()
     for tl in body.get("tools") or []:
         if tl.get("type") == "function":
@@ -312,9 +336,11 @@ def messages_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
             out.append(msg)
             continue
         rest = []
+        images: list[dict[str, Any]] = []
         for b in content or []:
             if b.get("type") == "tool_result":
-                text = _text_of(b.get("content"))
+                shown = _images_of(b.get("content"))
+                text = _text_of(b.get("content")) or (NO_TEXT if shown else "")
                 out.append(
                     {
                         "role": "tool",
@@ -322,8 +348,10 @@ def messages_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
                         "content": ("[error] " if b.get("is_error") else "") + text,
                     }
                 )
+                images += shown
             else:
                 rest.append(b)
+        _flush_images(out, images)
         if rest:
             out.append({"role": "user", "content": _parts(rest), "_closed": True})
     tools = [
