@@ -281,7 +281,7 @@ def test_autonomous_lr_label_follows_mode():
     "indices,n,budget,expected",
     [
         ([5, 5, 11, 2, 0, 3], 7, 3, [5, 2, 0]),  # the reference's worked example
-        ([True, 2.0, "3", 5], 7, 3, [1, 5]),  # Appendix A: True counts as 1; floats and strings rejected
+        ([True, 2.0, "3", 5], 7, 3, [1, 5]),  # the reference's parser: True counts as 1; floats and strings rejected
         ([2, 3], 4, 0, [2]),  # quirk: zero-budget-keeps-one
         ([-1, 4, 1], 4, 2, [1]),  # out of range dropped
         ([], 4, 2, []),
@@ -523,7 +523,8 @@ def test_insert_after_fallback_before_protected_region():
 
 
 def test_append_goes_before_the_earliest_block_appendix_first():
-    """Appendix A: appending into a skill with appendix and slow blocks lands before the appendix."""
+    """As the reference's edit function does: appending into a skill with appendix and slow blocks lands before
+    the appendix."""
     skill = f"# T\nbody\n\n{AS}\n## Execution Notes Appendix\n- n1\n{AE}\n\n{SS}\ng\n{SE}\n"
     text, status = one(skill, {"op": "append", "content": "X"})
     assert status == "applied_append_before_protected_region"

@@ -29,7 +29,7 @@ def _reply_score(reply: str, golds):
     return score_answer(extract_answer(reply), golds)
 
 
-# --- the evaluator (the spec's DocVQA rules 1-7 and the observed values) ------------------------------------------
+# --- the evaluator (the reference's DocVQA scoring rules and the values its evaluator returns) --------------------
 
 
 def test_anls_value_partial_credit_has_no_fail_reason():
@@ -193,6 +193,34 @@ def test_paper_split_facts_ship_with_the_licence_notice():
     assert manifest["source_revision"] == "539088ef8a8ada01ac8e2e6d4e372586748a265e"
     notice = (SHIPPED / "NOTICE").read_text()
     assert "Apache" in notice and "MIT" in notice and "ids" in notice
+
+
+def _shipped_ids(split: str) -> list[str]:
+    return [it["questionId"] for it in json.loads((SHIPPED / split / "items.json").read_text())]
+
+
+def test_the_paper_split_ids_ship_107_53_374_unique_and_disjoint():
+    from skillopt_envs.docvqa import upstream
+
+    manifest = json.loads((SHIPPED / "split_manifest.json").read_text())
+    assert manifest["ids_included"] is True and dv.PAPER_SPLIT_DIR == SHIPPED
+    ids = {s: _shipped_ids(s) for s in dv.SPLITS}
+    assert {s: len(v) for s, v in ids.items()} == {"train": 107, "val": 53, "test": 374} == manifest["counts"]
+    every = [q for s in dv.SPLITS for q in ids[s]]
+    assert len(set(every)) == len(every) == 534  # unique within each split and disjoint across them
+    for s in dv.SPLITS:
+        items = json.loads((SHIPPED / s / "items.json").read_text())
+        assert all(
+            it["id"] == it["questionId"] and it["questionId"].isdigit() and it["docId"].isdigit() for it in items
+        )
+        assert all(it["topic"] and it["ucsf_document_id"] and it["ucsf_document_page_no"] for it in items)
+        assert upstream.read_id_manifest(SHIPPED, s) == ids[s]  # the runner reads them in SkillOpt's order
+    # SkillOpt's order, pinned at both ends of each file
+    assert (ids["train"][0], ids["train"][-1]) == ("50877", "59502")
+    assert (ids["val"][0], ids["val"][-1]) == ("62409", "58687")
+    assert (ids["test"][0], ids["test"][-1]) == ("63180", "63537")
+    notice = (SHIPPED / "NOTICE").read_text()
+    assert "abe36315a419416d68bf99941ea348967103901c" in notice and "Copyright (c) 2026 Microsoft" in notice
 
 
 # --- the episode ----------------------------------------------------------------------------------------------------
@@ -702,9 +730,6 @@ def test_parquet_read_in_place_pages_written_out_by_the_episode(tmp_path, monkey
 
     monkeypatch.setattr(upstream, "PAGE_CACHE", tmp_path / "page-cache")
     root, recs = _parquet_data(tmp_path)
-    with pytest.raises(DataError) as e:
-        DocVQABenchmark({"data_dir": str(root), "options": {"target_provider": "openai"}})
-    assert "\n" not in str(e.value) and "env.manifest_dir" in str(e.value) and "1 parquet file" in str(e.value)
     ids = _manifest(tmp_path / "ids", {"train": ["503", "500"], "val": ["501"], "test": ["504"]})
     b = DocVQABenchmark({"data_dir": str(root), "manifest_dir": str(ids), "options": {"target_provider": "openai"}})
     assert "1 parquet file" in b.data_note() and str(ids) in b.data_note() and "2/1/1 train/val/test" in b.data_note()
@@ -749,6 +774,82 @@ def test_original_json_read_in_place_with_its_ocr_as_the_text_layer(tmp_path):
     )
     url = image_llm.requests[0].messages[1]["content"][1]["image_url"]["url"]
     assert base64.b64decode(url.split(",", 1)[1]) == (src / "documents" / "xyz_1.png").read_bytes()
+
+
+def _json_pool(root: Path, ids: list[str]) -> Path:
+    """The original DocVQA JSON layout holding the given question ids, every one on the same small page."""
+    (root / "documents").mkdir(parents=True)
+    page, image = samples.make_page(0)
+    image.save(root / "documents" / "page.png")
+    recs = [
+        {
+            "questionId": int(q),
+            "question": f"q{q}?",
+            "question_types": ["form"],
+            "image": "documents/page.png",
+            "docId": 9,
+            "answers": [f"a{q}"],
+        }
+        for q in ids
+    ]
+    (root / "val_v1.0.json").write_text(json.dumps({"dataset_split": "val", "data": recs}))
+    return root
+
+
+def test_public_data_without_manifest_dir_is_split_by_the_shipped_paper_ids(tmp_path):
+    every = [q for s in dv.SPLITS for q in _shipped_ids(s)]
+    root = _json_pool(tmp_path / "docvqa", ["7", *reversed(every), "8"])  # extra questions and another order
+    b = DocVQABenchmark({"data_dir": str(root), "options": {"target_provider": "openai"}})
+    note = b.data_note()
+    assert "107/53/374 train/val/test" in note and "as in the paper's split" in note and "paper's ids" in note
+    for s in dv.SPLITS:
+        assert [t.task_id for t in b.load_split(s)] == _shipped_ids(s)
+    task = b.load_split("valid_unseen")[0]
+    assert task.task_id == "63180" and task.payload["answers"] == ["a63180"]
+    llm = FakeLLM("<answer>a63180</answer>")
+    r = asyncio.run(b.run_episode(task, "", llm, _ctx()))
+    url = llm.requests[0].messages[1]["content"][1]["image_url"]["url"]
+    assert base64.b64decode(url.split(",", 1)[1]) == (root / "documents" / "page.png").read_bytes() and r.hard == 1.0
+    # env.manifest_dir still overrides the shipped split
+    ids = _manifest(tmp_path / "ids", {"train": ["8"], "val": ["7"], "test": ["50877"]})
+    other = DocVQABenchmark({"data_dir": str(root), "manifest_dir": str(ids), "options": {"target_provider": "openai"}})
+    assert [t.task_id for t in other.load_split("train")] == ["8"] and "1/1/1 train/val/test" in other.data_note()
+
+
+def test_public_data_missing_shipped_ids_is_one_line_naming_the_fix(tmp_path):
+    train = _shipped_ids("train")
+    root, _ = _parquet_data(tmp_path)  # questions 500-504, none of the paper's
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # a pool holding only the first three of the paper's train ids
+    rows = pq.read_table(root / "DocVQA" / "validation-00000-of-00001.parquet").to_pylist()[:3]
+    for row, q in zip(rows, train[:3]):
+        row["questionId"] = q
+    pq.write_table(pa.Table.from_pylist(rows), root / "DocVQA" / "validation-00000-of-00001.parquet")
+    b = DocVQABenchmark(
+        {"data_dir": str(root), "options": {"target_provider": "openai"}}
+    )  # no manifest_dir: no error yet
+    with pytest.raises(DataError) as e:
+        b.load_split("train")
+    msg = str(e.value)
+    assert "\n" not in msg and f"104 of 107 question ids of the train split in {SHIPPED}" in msg
+    assert "the paper's split" in msg and f"(first: {train[3]})" in msg and "env.manifest_dir" in msg
+
+
+def test_materialize_defaults_to_the_shipped_paper_split(tmp_path):
+    import csv as _csv
+
+    from skillopt_envs.docvqa import materialize
+
+    every = [q for s in dv.SPLITS for q in _shipped_ids(s)]
+    root = _json_pool(tmp_path / "docvqa", sorted(every))
+    out = tmp_path / "out"
+    assert materialize.main(["--source", str(root / "val_v1.0.json"), "--out", str(out)]) == 0
+    for s in dv.SPLITS:
+        with (out / s / f"{s}.csv").open(newline="", encoding="utf-8") as f:
+            assert [r["questionId"] for r in _csv.DictReader(f)] == _shipped_ids(s)
+    assert len(list((out / "images").iterdir())) == 534
 
 
 def test_manifest_dir_picks_ids_from_csv_folders_too(sample_root, tmp_path):

@@ -1,7 +1,7 @@
 """LiveMathematicianBench as the reference runs it: raw-row normalisation, the seeded choice shuffle, the user message,
 label parsing and scoring, the verification entry, the analysts' header, the item watchdog, the data layouts, the
-built-in samples and the paper's model parameters. Expected values are the reference's (observed where the spec
-says so)."""
+built-in samples and the paper's model parameters. Expected values are the reference's (the values its own
+functions return, where known)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The OfficeQA tool runtime on a real corpus folder: the reference's access rule, limits and command strings
-(rules 24-26), and that nothing outside the allowed files can be read."""
+"""The OfficeQA tool runtime on a real corpus folder: the reference's access rule, limits and command strings,
+and that nothing outside the allowed files can be read."""
 
 from __future__ import annotations
 
