@@ -1,6 +1,6 @@
 """The reference's exec-target rules for DocVQA, LiveMathematicianBench and OfficeQA, pinned without the CLIs: the
 agent run is replaced by a recorder that keeps what the harness laid out (the workspace, the prompt, the limits, the
-paths it would mount) and answers with scripted final messages. Expected values are the spec's."""
+paths it would mount) and answers with scripted final messages. Expected values are the reference's."""
 
 from __future__ import annotations
 
@@ -238,7 +238,8 @@ def test_officeqa_workspace_links_the_corpus_and_lists_relative_candidates(offic
     assert "## Source Hints\n- " + task.payload["source_docs"][0] in md
     assert files[SKILL_FILE].decode() == render_skill_md("", oq_agent.DESCRIPTION, oq_agent.PREAMBLE)
     assert len(run["prompt"].splitlines()) == 4
-    # the first tag is the answer (QUIRK-40); the conversation starts with the chat path's user message
+    # the first tag is the answer (quirk: officeqa-first-answer-tag); the conversation starts with the chat
+    # path's user message
     assert r.info["predicted_answer"] == "A"
     assert r.trajectory[0]["role"] == "user" and f"- {root / src}" in r.trajectory[0]["content"]
     assert "## Document Corpus" not in r.trajectory[0]["content"]
