@@ -228,7 +228,8 @@ def test_the_paper_split_ids_ship_107_53_374_unique_and_disjoint():
 
 class FakeLLM:
     def __init__(self, *replies: str, delay: float = 0.0):
-        self.replies, self.requests, self.delay = list(replies), [], delay
+        self.replies, self.delay = list(replies), delay
+        self.requests: list[ChatRequest] = []
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         self.requests.append(req)

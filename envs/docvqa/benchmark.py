@@ -111,12 +111,8 @@ class DocVQABenchmark(Benchmark):
         if raw and not any(dv.split_csv(self._root / s) for s in dv.SPLITS):
             sources = upstream.find_sources(self._root)
             if sources:
-                if self._manifest is None:
-                    raise DataError(
-                        f"{self._root} holds the public DocVQA data ({sources.describe()}) but no split CSVs: set "
-                        "env.manifest_dir to an id manifest folder (SkillOpt's data/docvqa_id_split), or write CSVs "
-                        "with python -m skillopt_envs.docvqa.materialize"
-                    )
+                if self._manifest is None:  # the public data without CSVs: the paper's split, as the reference runs
+                    self._manifest = dv.PAPER_SPLIT_DIR
                 self._sources = sources
 
     # ---------- data ----------
@@ -137,9 +133,11 @@ class DocVQABenchmark(Benchmark):
         ids = upstream.read_id_manifest(self._manifest, dv.split_folder(split))
         missing = [i for i in ids if i not in self._pool]
         if missing:
+            which = "the paper's split" if self._manifest == dv.PAPER_SPLIT_DIR else "the manifest"
             raise DataError(
                 f"{len(missing)} of {len(ids)} question ids of the {dv.split_folder(split)} split in {self._manifest} "
-                f"are not in {self._root} (first: {missing[0]}); give every file of the DocVQA validation split"
+                f"({which}) are not in {self._root} (first: {missing[0]}); give every file of the DocVQA validation "
+                "split (lmms-lab/DocVQA, config DocVQA), or set env.manifest_dir to ids your data holds"
             )
         return [self._pool[i] for i in ids]
 
@@ -155,7 +153,12 @@ class DocVQABenchmark(Benchmark):
             same = "as in the paper's split" if sizes.is_paper else f"the paper's split has {paper}"
             where = str(self._root)
             if self._sources is not None:
-                where = f"{self._sources.describe()} in {self._root}, split by the ids in {self._manifest}"
+                ids = (
+                    f"the paper's ids shipped in {self._manifest}"
+                    if self._manifest == dv.PAPER_SPLIT_DIR
+                    else f"the ids in {self._manifest}"
+                )
+                where = f"{self._sources.describe()} in {self._root}, split by {ids}"
                 if self._sources.parquets:
                     cache = self.options.page_cache or upstream.PAGE_CACHE
                     where += f" (env actors write pages out to {cache} on first use)"

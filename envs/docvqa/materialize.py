@@ -7,10 +7,11 @@ Sources, as downloaded by the user (this command fetches nothing):
   folder); the images are copied, and an `ocr/<image stem>.json` beside them becomes the page's text layer.
 
 The splits come from an id manifest (`--manifest`): a folder with train/ val/ test/ items.json listing
-`{"id": ...}` (or `questionId`) entries, such as SkillOpt's data/docvqa_id_split. The CSVs use the columns the
-reference reads, with image paths relative to the output folder.
+`{"id": ...}` (or `questionId`) entries; by default the paper's split shipped with this package (`splits/`,
+SkillOpt's data/docvqa_id_split, 107/53/374). The CSVs use the columns the reference reads, with image paths
+relative to the output folder.
 
-    python -m skillopt_envs.docvqa.materialize --source DocVQA/validation-*.parquet --manifest docvqa_id_split --out data/docvqa
+    python -m skillopt_envs.docvqa.materialize --source DocVQA/validation-*.parquet --out data/docvqa
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from skillopt_envs.base import DataError
-from skillopt_envs.docvqa.data import SPLITS, TEXT_LAYER_SUFFIX
+from skillopt_envs.docvqa.data import PAPER_SPLIT_DIR, SPLITS, TEXT_LAYER_SUFFIX
 
 COLUMNS = (
     "questionId",
@@ -186,7 +187,12 @@ def materialize(sources: list[Path], manifest: Path, out: Path) -> dict[str, int
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", nargs="+", required=True, type=Path, help="parquet files and/or val_v1.0.json")
-    ap.add_argument("--manifest", required=True, type=Path, help="id manifest folder with train/ val/ test/ items.json")
+    ap.add_argument(
+        "--manifest",
+        default=PAPER_SPLIT_DIR,
+        type=Path,
+        help="id manifest folder with train/ val/ test/ items.json (default: the paper's split, shipped)",
+    )
     ap.add_argument("--out", required=True, type=Path, help="the data folder to write (env.data_dir / DOCVQA_DATA)")
     a = ap.parse_args(argv)
     try:

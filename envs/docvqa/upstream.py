@@ -4,8 +4,8 @@ The questions are read where the split is planned (the driver): from parquet, ev
 from JSON, the records. A task then names where its page is, never its bytes. For parquet the page is inside
 the file: the env actor that first needs a page writes out the pages of its row group into a local cache
 (`~/.cache/skillopt_ray/docvqa_pages/`), once per node, and reads the file from there. Which questions form
-the splits comes from an id manifest folder (env.manifest_dir: train/ val/ test/ items.json with `id` or
-`questionId` entries, such as SkillOpt's data/docvqa_id_split).
+the splits comes from an id manifest folder (train/ val/ test/ items.json with `id` or `questionId` entries):
+the paper's split shipped in `splits/` (SkillOpt's data/docvqa_id_split), or env.manifest_dir.
 """
 
 from __future__ import annotations
