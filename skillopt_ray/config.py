@@ -270,8 +270,23 @@ SPLITS = ("train", "val", "valid_seen", "test", "valid_unseen", "all")
 
 def validate(cfg: Config) -> Config:
     """Range and enumeration checks that the type system cannot express."""
-    o = cfg.optimizer
     _choice("mode", cfg.mode, ("train", "eval"))
+    _validate_optimizer(cfg.optimizer)
+    for role in ("target", "optimizer"):
+        _validate_role(cfg, role, getattr(cfg.llm, role))
+    for key in ("max_cost_usd", "max_tokens", "max_calls"):  # a negative cap would stop the run at its first call
+        value = getattr(cfg.llm.budget, key)
+        if value < 0:
+            raise ConfigError(f"llm.budget.{key}={value!r} is invalid; give a cap >= 0 (0 = no cap)")
+    _check_urls(cfg)
+    _check_harness(cfg)
+    _validate_runtime(cfg)
+    _cross_field(cfg)
+    return cfg
+
+
+def _validate_optimizer(o: OptimizerConfig) -> None:
+    """The optimizer's enumerations, counts and rates."""
     _at_least("optimizer.epochs", o.epochs, 1)
     _at_least("optimizer.batch_size", o.batch_size, 1)
     _at_least("optimizer.minibatch_size", o.minibatch_size, 1)
@@ -297,60 +312,60 @@ def validate(cfg: Config) -> Config:
     _at_least("optimizer.slow_update_samples", o.slow_update_samples, 1)
     _choice("optimizer.slow_update_pairs", o.slow_update_pairs, ("mixed", "changed", "unchanged"))
     _fraction("optimizer.max_infra_failure_fraction", o.max_infra_failure_fraction)
-    for role in ("target", "optimizer"):
-        r: LLMRoleConfig = getattr(cfg.llm, role)
-        _choice(f"llm.{role}.provider", r.provider, ("openai", "azure", "embedded", "anthropic"))
-        _choice(f"llm.{role}.structured_output", r.structured_output, ("json_schema", "json_object", "none"))
-        _choice(f"llm.{role}.http_client", r.http_client, ("httpx", "aiohttp"))
-        _choice(f"llm.{role}.harness", r.harness, ("chat", "codex", "claude_code") if role == "target" else ("chat",))
-        _choice(
-            f"llm.{role}.agent.codex_sandbox",
-            r.agent.codex_sandbox,
-            ("read-only", "workspace-write", "danger-full-access"),
-        )
-        _choice(f"llm.{role}.agent.jail", r.agent.jail, ("bwrap", "none"))
-        for key in ("schema_max_items", "schema_max_chars"):
-            if getattr(r, key) is not None:
-                _at_least(f"llm.{role}.{key}", getattr(r, key), 1)
-        _at_least(f"llm.{role}.max_tokens", r.max_tokens, 1)
-        if r.max_completion_tokens is not None:
-            _at_least(f"llm.{role}.max_completion_tokens", r.max_completion_tokens, 1)
-        if r.max_reply_tokens is not None:
-            _at_least(f"llm.{role}.max_reply_tokens", r.max_reply_tokens, 1)
-        if r.context_tokens is not None:
-            _at_least(f"llm.{role}.context_tokens", r.context_tokens, 256)
-            reply = r.reply_budget()
-            if r.context_tokens <= reply:
-                raise ConfigError(
-                    f"llm.{role}.context_tokens={r.context_tokens} leaves no room for a prompt beside the reply "
-                    f"budget ({reply} tokens): give the model's real context window, or lower llm.{role}.max_reply_tokens"
-                )
-        if r.reasoning_effort is not None:
-            _choice(
-                f"llm.{role}.reasoning_effort",
-                r.reasoning_effort,
-                ("none", "minimal", "low", "medium", "high", "xhigh"),
-            )
-        _at_least(f"llm.{role}.connect_timeout_s", r.connect_timeout_s, 0.1)
-        _at_least(f"llm.{role}.silence_probe_s", r.silence_probe_s, 0)
-        _at_least(f"llm.{role}.max_concurrency", r.max_concurrency, 1)
-        _at_least(f"llm.{role}.timeout_s", r.timeout_s, 0.1)
-        _at_least(f"llm.{role}.requests_per_minute", r.requests_per_minute, 0)
-        _at_least(f"llm.{role}.tokens_per_minute", r.tokens_per_minute, 0)
-        if r.silence_probe_s == 0 and cfg.llm.max_retries > 0 and r.timeout_s >= cfg.llm.retry_window_s:
+
+
+def _validate_role(cfg: Config, role: str, r: LLMRoleConfig) -> None:
+    """One model role's provider, token budgets, timeouts and rate limits."""
+    _choice(f"llm.{role}.provider", r.provider, ("openai", "azure", "embedded", "anthropic"))
+    _choice(f"llm.{role}.structured_output", r.structured_output, ("json_schema", "json_object", "none"))
+    _choice(f"llm.{role}.http_client", r.http_client, ("httpx", "aiohttp"))
+    _choice(f"llm.{role}.harness", r.harness, ("chat", "codex", "claude_code") if role == "target" else ("chat",))
+    _choice(
+        f"llm.{role}.agent.codex_sandbox",
+        r.agent.codex_sandbox,
+        ("read-only", "workspace-write", "danger-full-access"),
+    )
+    _choice(f"llm.{role}.agent.jail", r.agent.jail, ("bwrap", "none"))
+    for key in ("schema_max_items", "schema_max_chars"):
+        if getattr(r, key) is not None:
+            _at_least(f"llm.{role}.{key}", getattr(r, key), 1)
+    _at_least(f"llm.{role}.max_tokens", r.max_tokens, 1)
+    if r.max_completion_tokens is not None:
+        _at_least(f"llm.{role}.max_completion_tokens", r.max_completion_tokens, 1)
+    if r.max_reply_tokens is not None:
+        _at_least(f"llm.{role}.max_reply_tokens", r.max_reply_tokens, 1)
+    if r.context_tokens is not None:
+        _at_least(f"llm.{role}.context_tokens", r.context_tokens, 256)
+        reply = r.reply_budget()
+        if r.context_tokens <= reply:
             raise ConfigError(
-                f"llm.{role}.timeout_s={r.timeout_s:g} is not below llm.retry_window_s={cfg.llm.retry_window_s:g}: "
-                f"with llm.{role}.silence_probe_s=0 a timed-out call would never be retried; raise llm.retry_window_s "
-                f"above {2 * r.timeout_s:g} (two attempts) or lower the timeout"
+                f"llm.{role}.context_tokens={r.context_tokens} leaves no room for a prompt beside the reply "
+                f"budget ({reply} tokens): give the model's real context window, or lower llm.{role}.max_reply_tokens"
             )
-        if r.temperature is not None and not 0.0 <= r.temperature <= 2.0:
-            raise ConfigError(f"llm.{role}.temperature={r.temperature!r} is invalid; it must be between 0 and 2")
-    for key in ("max_cost_usd", "max_tokens", "max_calls"):  # a negative cap would stop the run at its first call
-        value = getattr(cfg.llm.budget, key)
-        if value < 0:
-            raise ConfigError(f"llm.budget.{key}={value!r} is invalid; give a cap >= 0 (0 = no cap)")
-    _check_urls(cfg)
-    _check_harness(cfg)
+    if r.reasoning_effort is not None:
+        _choice(
+            f"llm.{role}.reasoning_effort",
+            r.reasoning_effort,
+            ("none", "minimal", "low", "medium", "high", "xhigh"),
+        )
+    _at_least(f"llm.{role}.connect_timeout_s", r.connect_timeout_s, 0.1)
+    _at_least(f"llm.{role}.silence_probe_s", r.silence_probe_s, 0)
+    _at_least(f"llm.{role}.max_concurrency", r.max_concurrency, 1)
+    _at_least(f"llm.{role}.timeout_s", r.timeout_s, 0.1)
+    _at_least(f"llm.{role}.requests_per_minute", r.requests_per_minute, 0)
+    _at_least(f"llm.{role}.tokens_per_minute", r.tokens_per_minute, 0)
+    if r.silence_probe_s == 0 and cfg.llm.max_retries > 0 and r.timeout_s >= cfg.llm.retry_window_s:
+        raise ConfigError(
+            f"llm.{role}.timeout_s={r.timeout_s:g} is not below llm.retry_window_s={cfg.llm.retry_window_s:g}: "
+            f"with llm.{role}.silence_probe_s=0 a timed-out call would never be retried; raise llm.retry_window_s "
+            f"above {2 * r.timeout_s:g} (two attempts) or lower the timeout"
+        )
+    if r.temperature is not None and not 0.0 <= r.temperature <= 2.0:
+        raise ConfigError(f"llm.{role}.temperature={r.temperature!r} is invalid; it must be between 0 and 2")
+
+
+def _validate_runtime(cfg: Config) -> None:
+    """The model client's modes, the environment's limits, Ray's resources, evaluation and progress display."""
     _choice("llm.cache_mode", cfg.llm.cache_mode, ("record", "replay", "off"))
     _choice("llm.truncated_reply", cfg.llm.truncated_reply, ("retry", "error", "keep"))
     _at_least("llm.max_retries", cfg.llm.max_retries, 0)
@@ -372,8 +387,6 @@ def validate(cfg: Config) -> Config:
     _choice("debug.progress", cfg.debug.progress, ("auto", "rich", "plain", "off"))
     if cfg.mode == "eval" and not cfg.eval.skill_path:
         raise ConfigError("mode=eval needs eval.skill_path=<path to a skill .md file>")
-    _cross_field(cfg)
-    return cfg
 
 
 def _check_url(key: str, url: Optional[str]) -> None:
