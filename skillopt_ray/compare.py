@@ -167,6 +167,10 @@ def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Rec
         "cost_usd": float(tokens.get("cost_usd", 0.0)),
         "wall_time_s": _run_wall_s(rd, float(s.wall_time_s or 0.0)),
     }
+    iv = s.interval("test", "best")  # the run's own 95% interval over its test tasks (runs since intervals exist)
+    if iv is not None:
+        metrics["test_hard_best_task_halfwidth"] = (float(iv["hi"]) - float(iv["lo"])) / 2
+        metrics["test_tasks"] = float(iv["n"])
     curve = [Point(0, 1, _num(s.selection["initial"]))]
     for h in rd.history():
         curve.append(
@@ -457,6 +461,23 @@ class Comparison:
             )
         return out
 
+    def within_run(self) -> str:
+        """The noise inside one run, beside the spread across seeds: the best skill's test-hard interval over its
+        test tasks (each task the mean of its repeats), averaged over the runs that recorded one."""
+        hw = [
+            r.metrics["test_hard_best_task_halfwidth"]
+            for r in self.records
+            if "test_hard_best_task_halfwidth" in r.metrics
+        ]
+        if not hw:
+            return ""
+        tasks = sorted({int(r.metrics["test_tasks"]) for r in self.records if "test_tasks" in r.metrics})
+        return (
+            f"Within one run, the best skill's test hard score has a 95% interval of ± {_fmt(sum(hw) / len(hw))} on "
+            f"average over its n = {'/'.join(map(str, tasks))} test tasks ({len(hw)} runs); differences between "
+            "configurations smaller than that are within one run's noise."
+        )
+
     def markdown(self, baseline: Optional[dict[str, str]] = None) -> str:
         head = self.group_by + ["n"] + [label for _m, label in METRICS]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -478,6 +499,9 @@ class Comparison:
             + "]. "
             "n counts runs (one per run directory); an interval needs n >= 2."
         ]
+        within = self.within_run()
+        if within:
+            intro.append(within)
         if self.counts:
             c = self.counts
             intro.append(

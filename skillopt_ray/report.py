@@ -267,6 +267,23 @@ def _flip_text(flipped: Any, limit: int = 8) -> Optional[str]:
     return f"flipped to pass: {_ids(flipped.get('to_pass') or [], limit)}; to fail: {_ids(flipped.get('to_fail') or [], limit)}"
 
 
+def paired_text(t: dict[str, Any]) -> str:
+    """The paired gate's test in one line: the difference, its interval, p and the verdict."""
+    verdict = "significant" if t.get("significant") else "not significant"
+    return (
+        f"paired test ({t.get('test')}, alpha {t.get('alpha')}): difference {_f(t.get('mean_diff'), 4)} "
+        f"[{_f(t.get('lo'), 4)}, {_f(t.get('hi'), 4)}] ({float(t.get('level') or 0):.0%} interval) over "
+        f"{t.get('n')} tasks, p={_f(t.get('p_value'), 4)}: {verdict}"
+    )
+
+
+def interval_text(iv: Optional[dict[str, Any]]) -> str:
+    """'0.556 [0.337, 0.754] n=18', or '-' for a run written before intervals existed."""
+    if not iv:
+        return "-"
+    return f"{_f(iv.get('mean'))} [{_f(iv.get('lo'))}, {_f(iv.get('hi'))}] n={iv.get('n')}"
+
+
 def _step_lines(s: Story, rec: StepRecord, diffs: bool) -> list[str]:
     step, action = rec.step, rec.action or "?"
     gate = s.gates.get(step) or GateRecord(action=action)
@@ -298,6 +315,8 @@ def _step_lines(s: Story, rec: StepRecord, diffs: bool) -> list[str]:
         f"    gate ({metric}): candidate {_f(cand)} vs current {_f(gate.current_score)} (best {_f(gate.best_score)}), "
         f"{n if n is not None else '?'} tasks compared"
     )
+    if gate.gate_test:
+        lines.append(f"    {paired_text(gate.gate_test)}")
     if gate.reason:
         lines.append(f"    reason: {gate.reason}")
     flips = _flip_text(gate.flipped)
@@ -323,6 +342,8 @@ def _boundary_lines(e: Optional[EpochRecord]) -> list[str]:
             dec = slow.decision or {}
             text += f" (candidate {_f(dec.get('candidate_score', slow.candidate_full_score))} vs current {_f(dec.get('current_score'))})"
         lines.append(text)
+        if slow.gate_test:
+            lines.append(f"    {paired_text(slow.gate_test)}")
         if slow.reason:
             lines.append(f"    reason: {slow.reason}")
         flips = _flip_text(slow.flipped)
@@ -357,6 +378,14 @@ def _final_lines(s: Story) -> list[str]:
         lines.append(
             f"  {k:<8}{f'v{v:04d}' if v is not None else '-':>9}{_f(sel.get(k)):>11}{_f(t.get('hard')):>11}{_f(t.get('soft')):>11}"
         )
+    if sm.intervals:
+        reps = f", {sm.rollouts_per_task} rollouts per task" if sm.rollouts_per_task else ""
+        lines.append(f"  95% intervals over tasks (n = tasks{reps}):")
+        for k in ("initial", "best", "final"):
+            lines.append(
+                f"    {k:<8}selection {interval_text(sm.interval('selection', k))}; "
+                f"test hard {interval_text(sm.interval('test', k))}"
+            )
     c = sm.counts or {}
     lines.append(
         f"  steps {sm.steps}: {c.get('accept', 0)} accepted, {c.get('reject', 0)} rejected, {c.get('skip', 0)} skipped; "

@@ -5,7 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from skillopt_envs.base import EpisodeContext, EpisodeResult
 
+from skillopt_ray.records import ACCEPT_NEW_BEST, REJECT, Evaluation, GateRecord
+from skillopt_ray.stages.gate import GatePolicy
+from skillopt_ray.stages.reflect import split_minibatches
+from skillopt_ray.stages.rollout import repeat_context, summarize
 from skillopt_ray.stats import (
     mean_interval,
     paired_bootstrap,
@@ -102,3 +107,98 @@ def test_paired_bootstrap_is_deterministic():
     assert paired_test("sign", diffs, 0.05) == sign_test(diffs, 0.05)
     with pytest.raises(ValueError):
         paired_test("t", diffs, 0.05)
+
+
+# ---------------------------------------------------------------- the gate and the repeats that use them
+
+
+def _ev(tasks: dict[str, float], repeats: int | None = None) -> Evaluation:
+    n = len(tasks)
+    return Evaluation(n=n, n_scored=n, hard=sum(tasks.values()) / n, soft=sum(tasks.values()) / n,
+                      tasks={t: [v, v] for t, v in tasks.items()}, repeats=repeats)  # fmt: skip
+
+
+def test_the_default_gate_is_the_strict_improvement_and_writes_no_test():
+    policy = GatePolicy()
+    cur, cand = _ev({"a": 0, "b": 0, "c": 1}), _ev({"a": 1, "b": 0, "c": 1})
+    rec = policy.step_record("k", cand, cur, (2 / 3, 1 / 3, 1 / 3, 3))
+    assert rec.action == ACCEPT_NEW_BEST and "gate_test" not in rec.to_dict()
+    assert "paired" not in (rec.reason or "")
+
+
+def test_the_sign_gate_refuses_an_improvement_it_cannot_tell_from_noise():
+    policy = GatePolicy(test="sign", alpha=0.05)
+    tasks = [f"t{i}" for i in range(18)]
+    cur = _ev({t: 0.0 for t in tasks})
+    four = _ev({t: float(i < 4) for i, t in enumerate(tasks)})  # 4 better, none worse: p = 1/16
+    rec = policy.step_record("k", four, cur, (4 / 18, 0.0, 0.0, 18))
+    assert rec.action == REJECT and rec.gate_test is not None
+    assert rec.gate_test["p_value"] == pytest.approx(1 / 16) and rec.gate_test["n_better"] == 4
+    assert "not significant at alpha=0.05" in (rec.reason or "")
+    five = _ev({t: float(i < 5) for i, t in enumerate(tasks)})  # p = 1/32
+    rec = policy.step_record("k", five, cur, (5 / 18, 0.0, 0.0, 18))
+    assert rec.action == ACCEPT_NEW_BEST and rec.gate_test["significant"]
+    assert GateRecord.from_dict(rec.to_dict()).gate_test == rec.gate_test  # gate.json round trip
+    assert "significant at alpha=0.05" in (rec.reason or "")
+    worse = _ev({t: 0.0 for t in tasks})  # a tie stays a reject, with or without the test
+    assert policy.step_record("k", worse, cur, (0.0, 0.0, 0.0, 18)).action == REJECT
+
+
+def test_the_paired_gate_compares_the_tasks_both_scored():
+    policy = GatePolicy(test="paired_bootstrap")
+    cur = _ev({"a": 0.0, "b": 1.0, "c": 0.0})
+    cand = _ev({"a": 1.0, "c": 1.0, "d": 1.0})  # b was not scored on the candidate's side, d not on the current's
+    t = policy.paired_test(cand, cur)
+    assert t.n == 2 and t.mean_diff == 1.0
+
+
+def test_a_repeat_is_its_own_sample_and_a_task_scores_their_mean():
+    ctx = EpisodeContext(key="eval/abc", training=False, max_turns=5, history_window=2, seed=42)
+    assert repeat_context(ctx, 0) is ctx  # the single rollout's key and seed, as before
+    r1, r2 = repeat_context(ctx, 1), repeat_context(ctx, 2)
+    assert (r1.key, r2.key) == ("eval/abc/r1", "eval/abc/r2")
+    assert len({ctx.seed, r1.seed, r2.seed}) == 3
+    res = [
+        EpisodeResult("a", "x", hard=1.0, soft=1.0),
+        EpisodeResult("a", "x", hard=0.0, soft=0.5),
+        EpisodeResult("a", "x", hard=1.0, soft=1.0),
+        EpisodeResult("b", "x", hard=0.0, soft=0.0),
+        EpisodeResult("b", "x", error="boom", infra_error=True),
+        EpisodeResult("b", "x", hard=1.0, soft=1.0),
+    ]
+    st = summarize(res, 3)
+    assert st.tasks == {"a": [pytest.approx(2 / 3), pytest.approx(2.5 / 3)], "b": [0.5, 0.5]}
+    assert st.task_repeats == {"a": [[1.0, 1.0], [0.0, 0.5], [1.0, 1.0]], "b": [[0.0, 0.0], [1.0, 1.0]]}
+    assert (st.n, st.n_scored, st.repeats) == (6, 5, 3)
+    assert "repeats" not in summarize(res[:1]).to_dict()  # a single rollout's record keeps its old keys
+
+
+def test_the_analysts_see_a_tasks_repeats_together():
+    res = [EpisodeResult(t, "x", hard=0.0, info={"repeat": r + 1, "repeats": 3}) for t in "abcd" for r in range(3)]
+    fails, wins = split_minibatches(res, 6, batch_seed=7, failure_only=False)
+    assert wins == [] and [len(mb) for mb in fails] == [6, 6]
+    for mb in fails:
+        ids = [r.task_id for r in mb]
+        assert ids[:3] == [ids[0]] * 3 and ids[3:] == [ids[3]] * 3
+        assert [r.info["repeat"] for r in mb] == [1, 2, 3, 1, 2, 3]
+
+
+def test_early_stop_counts_a_lost_repeat_as_a_third_of_a_task():
+    policy = GatePolicy(early_stop=True, repeats=3)
+    cur = _ev({"a": 1.0, "b": 0.0})  # the current skill won 1 of 2 tasks
+    stop = policy.certain_reject(cur)
+    assert stop is not None
+    lose = EpisodeResult("a", "x", hard=0.0)
+    assert not stop(lose) and not stop(lose)  # 2/3 of a task lost: the candidate could still reach 4/3 > 1
+    assert stop(lose)  # a whole task lost: at most 1, a tie at best
+
+
+def test_the_report_prints_the_paired_test_and_the_intervals():
+    from skillopt_ray.report import interval_text, paired_text
+
+    t = sign_test([1.0] * 5 + [0.0] * 13, 0.05).to_dict()
+    line = paired_text(t)
+    assert line.startswith("paired test (sign, alpha 0.05): difference 0.2778 [") and "over 18 tasks" in line
+    assert line.endswith("p=0.0312: significant")
+    assert interval_text(mean_interval([1, 0, 1, 1]).to_dict()).endswith("n=4")
+    assert interval_text(None) == "-"

@@ -195,7 +195,7 @@ def steps(rd: RunDir) -> list[dict[str, Any]]:
                 "reason": gate.get("reason", ""),
                 "flipped": gate.get("flipped") or {},
                 "has_diff": rd.has_step_text(epoch, step, STEP_DIFF),
-                "gate_test": gate.get("test"),
+                "gate_test": gate.get("gate_test"),  # the paired gate's test (optimizer.gate_test), when one ran
             }
         )
     return out

@@ -122,6 +122,12 @@ function fmtDuration(s) {
   return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }
 
+// the paired gate's test in one line: the per-task difference, its interval, p and the verdict
+function pairedText(t) {
+  const level = Math.round(100 * Number(t.level || 0));
+  return `${t.test} (alpha ${t.alpha}): difference ${num(t.mean_diff, 4)} [${num(t.lo, 4)}, ${num(t.hi, 4)}] (${level}%) over ${t.n} tasks, p=${num(t.p_value, 4)}: ${t.significant ? "significant" : "not significant"}`;
+}
+
 function drawSteps(detail) {
   const rows = detail.steps.map((s) => {
     const flipped = [
@@ -129,7 +135,7 @@ function drawSteps(detail) {
       ...(s.flipped.to_fail || []).map((t) => `−${t}`),
     ].join(" ");
     const edits = s.edits && s.edits.total !== undefined ? `${s.edits.applied}/${s.edits.total} applied` : "";
-    const test = s.gate_test ? `<br><span class="muted">${esc(JSON.stringify(s.gate_test))}</span>` : "";
+    const test = s.gate_test ? `<br><span class="muted paired-test">${esc(pairedText(s.gate_test))}</span>` : "";
     return `<tr class="clickable ${state.diffStep === s.id ? "selected" : ""}" data-step="${esc(s.id)}" data-action="${esc(s.action)}" data-diff="${s.has_diff}">
       <td>e${s.epoch} s${s.step}</td><td class="${esc(s.action)}">${esc(s.action)}</td><td>${esc(s.edit_budget ?? "")}</td><td>${esc(edits)}</td>
       <td>${num(s.candidate)}</td><td>${num(s.current)}</td><td>${num(s.best)}</td>

@@ -1,0 +1,208 @@
+"""How often does the gate decide wrongly? A simulation on the synthetic benchmark with known true qualities.
+
+Each simulated training starts from a skill of true quality 0 (logit scale) and proposes `--steps` candidates;
+a candidate's true quality is the current one's plus an effect drawn from {-e, 0, +e}. A task i has a fixed
+difficulty d_i ~ N(0, spread²), and an episode of skill v on task i is won with probability sigmoid(theta_v - d_i):
+a small spread makes every task a near coin flip (a noisy target), a large one makes most tasks always won or always
+lost (a near-deterministic target). The episodes are the synthetic benchmark's own (`SyntheticBenchmark.run_episode`),
+played through the runner's repeat contexts and scored by the runner's `summarize`; the simulated target answers
+with the task id (a win) with the probability above, drawn from a seed fixed by the training, the skill and the
+sample key, so a skill's episode is the same whichever gate asks. Each gate decides with the runner's
+`GatePolicy`: the candidate's fresh evaluation against the current skill's stored one, as the loop does.
+
+Counted per gate, over every step of every training: how often a worse candidate (effect -e) was accepted and a
+better one (+e) refused, how often an equal one (0) was accepted, and the true quality gained by the end of the
+training (in success-rate points over the task population). Gates compared at equal paid episodes: the paper's
+gate and the paired gates play the same `rollouts_per_task` episodes per selection task.
+
+    .venv/bin/python scripts/bench_gate.py            # the README's table (about 2-4 minutes on one core)
+    .venv/bin/python scripts/bench_gate.py --trainings 50 --tasks 18 --spreads 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import math
+import random
+import statistics
+import sys
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from skillopt_envs.base import EpisodeContext, EpisodeResult, Task  # noqa: E402
+from skillopt_envs.synthetic.benchmark import SyntheticBenchmark  # noqa: E402
+
+from skillopt_ray.llm.types import ChatRequest  # noqa: E402
+from skillopt_ray.records import Evaluation  # noqa: E402
+from skillopt_ray.stages.gate import GatePolicy  # noqa: E402
+from skillopt_ray.stages.rollout import rollout_repeats, summarize  # noqa: E402
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+@dataclass
+class Reply:
+    content: str
+
+
+class SimulatedTarget:
+    """The target model of the simulation: wins task i with skill v with probability sigmoid(theta_v - d_i)."""
+
+    def __init__(self, theta: dict[str, float], difficulty: dict[str, float], seed: int):
+        self.theta, self.difficulty, self.seed = theta, difficulty, seed
+
+    async def chat(self, req: ChatRequest) -> Reply:
+        skill, user = req.messages[0]["content"], req.messages[1]["content"]
+        task_id = user.split(" ", 1)[0]
+        p = sigmoid(self.theta[skill] - self.difficulty[task_id])
+        draw = random.Random(f"{self.seed}|{req.key}").random()
+        return Reply(task_id if draw < p else "no")
+
+    async def chat_json(self, req: Any, schema: Any, name: str = "reply") -> Any:
+        raise NotImplementedError("the simulated target only plays episodes")
+
+    async def response_format_for(self, role: str, schema: dict, name: str) -> Any:
+        return None
+
+
+class InProcessRunner:
+    """Plays episodes in this process (one context per task, as the environment pool takes them)."""
+
+    def __init__(self, bench: SyntheticBenchmark, llm: SimulatedTarget):
+        self.bench, self.llm = bench, llm
+
+    async def run(self, tasks: list[Task], skill: str, ctx: Any, stop: Any = None) -> list[EpisodeResult]:
+        ctxs = ctx if isinstance(ctx, list) else [ctx] * len(tasks)
+        return [await self.bench.run_episode(t, skill, self.llm, c) for t, c in zip(tasks, ctxs)]
+
+
+@dataclass
+class Tally:
+    worse: int = 0
+    worse_accepted: int = 0
+    better: int = 0
+    better_refused: int = 0
+    equal: int = 0
+    equal_accepted: int = 0
+    gains: list[float] | None = None
+
+    def rate(self, k: int, n: int) -> str:
+        return f"{k / n:.3f}" if n else "-"
+
+
+def true_quality(theta: float, difficulty: dict[str, float]) -> float:
+    """A skill's expected success rate over the tasks."""
+    return sum(sigmoid(theta - d) for d in difficulty.values()) / len(difficulty)
+
+
+async def evaluate(runner: InProcessRunner, skill: str, tasks: list[Task], repeats: int) -> Evaluation:
+    ctx = EpisodeContext(key=f"eval/{hashlib.sha256(skill.encode()).hexdigest()[:12]}", training=False,
+                         max_turns=1, history_window=1, seed=0)  # fmt: skip
+    res = await rollout_repeats(runner, tasks, skill, ctx, repeats, 1.0, "selection")
+    return Evaluation.from_dict(summarize(res, repeats).to_dict())
+
+
+async def training(
+    seed: int, n_tasks: int, spread: float, effect: float, steps: int, repeats: int, policy: GatePolicy, t: Tally
+) -> None:
+    rng = random.Random(seed)
+    bench = SyntheticBenchmark({"options": {"tasks": n_tasks, "prompt_chars": 0}})
+    tasks = bench.load_split("selection")
+    difficulty = {task.task_id: rng.gauss(0.0, spread) for task in tasks}
+    effects = [rng.choice((-effect, 0.0, effect)) for _ in range(steps)]  # the same proposals for every gate
+    theta = {"# Skill v0\n": 0.0}
+    runner = InProcessRunner(bench, SimulatedTarget(theta, difficulty, seed))
+    current, cur_theta = "# Skill v0\n", 0.0
+    cur_ev = await evaluate(runner, current, tasks, repeats)
+    cur_score = best_score = policy.score(cur_ev)
+    for step, delta in enumerate(effects, start=1):
+        cand = f"# Skill v{step}\n"  # proposed from the current skill: its quality is the current one's + delta
+        theta[cand] = cur_theta + delta
+        ev = await evaluate(runner, cand, tasks, repeats)
+        rec = policy.step_record("k", ev, cur_ev, (policy.score(ev), cur_score, best_score, len(ev.tasks)))
+        accepted = rec.accepted
+        if delta < 0:
+            t.worse += 1
+            t.worse_accepted += accepted
+        elif delta > 0:
+            t.better += 1
+            t.better_refused += not accepted
+        else:
+            t.equal += 1
+            t.equal_accepted += accepted
+        if accepted:
+            current, cur_theta, cur_ev, cur_score = cand, theta[cand], ev, rec.candidate_full_score or 0.0
+            best_score = max(best_score, cur_score)
+    assert t.gains is not None
+    t.gains.append(100 * (true_quality(cur_theta, difficulty) - true_quality(0.0, difficulty)))
+
+
+def flip_rate(spread: float, n: int = 20000) -> float:
+    """How often two episodes of the same skill on the same task disagree, averaged over tasks (2·p·(1-p))."""
+    rng = random.Random(7)
+    ps = [sigmoid(-rng.gauss(0.0, spread)) for _ in range(n)]
+    return sum(2 * p * (1 - p) for p in ps) / n
+
+
+GATES = {
+    "paper": dict(test="none"),
+    "paired_bootstrap": dict(test="paired_bootstrap"),
+    "sign": dict(test="sign"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trainings", type=int, default=200, help="seeded trainings per setting and gate")
+    ap.add_argument("--steps", type=int, default=8, help="candidates proposed per training")
+    ap.add_argument("--tasks", type=int, nargs="+", default=[18, 100], help="selection tasks (18: paper's ALFWorld)")
+    ap.add_argument("--spreads", type=float, nargs="+", default=[0.5, 3.0],
+                    help="task difficulty spread (logit sd): 0.5 a noisy target, 3.0 a near-deterministic one")  # fmt: skip
+    ap.add_argument(
+        "--effects", type=float, nargs="+", default=[0.4, 1.0], help="a candidate's true effect, +-e (logits)"
+    )
+    ap.add_argument("--repeats", type=int, nargs="+", default=[1, 3], help="optimizer.rollouts_per_task")
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--gates", nargs="+", default=list(GATES), choices=list(GATES))
+    a = ap.parse_args(argv)
+    print(
+        f"{a.trainings} trainings x {a.steps} candidates per row; a candidate's effect is +-e logit or 0 "
+        f"(1/3 each); alpha={a.alpha}; hard gate"
+    )
+    head = (
+        "| tasks | spread (flip rate) | effect e | repeats | gate | worse accepted | better refused | equal accepted "
+        "| true gain, points (mean ± sd) | episodes/gate |"
+    )
+    print(head)
+    print("|" + "---|" * 10)
+    for n, spread, effect, r in product(a.tasks, a.spreads, a.effects, a.repeats):
+        for gate in a.gates:
+            policy = GatePolicy("hard", 0.5, True, False, GATES[gate]["test"], a.alpha, r)
+            t = Tally(gains=[])
+
+            async def run_all(policy: GatePolicy = policy, t: Tally = t, n: int = n, spread: float = spread,
+                              effect: float = effect, r: int = r) -> None:  # fmt: skip
+                for s in range(a.trainings):
+                    await training(1000 + s, n, spread, effect, a.steps, r, policy, t)
+
+            asyncio.run(run_all())
+            gains = t.gains or [0.0]
+            print(
+                f"| {n} | {spread} ({flip_rate(spread):.2f}) | {effect} | {r} | {gate} | {t.rate(t.worse_accepted, t.worse)} "
+                f"| {t.rate(t.better_refused, t.better)} | {t.rate(t.equal_accepted, t.equal)} "
+                f"| {statistics.mean(gains):+.1f} ± {statistics.pstdev(gains):.1f} | {n * r} |",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
