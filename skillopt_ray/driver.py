@@ -129,7 +129,7 @@ class Run:
         uri = t.tracking_uri or default_tracking_uri(Path(cfg.output_dir))
         tracker = Tracker(t.mlflow, uri, t.experiment_name or cfg.experiment, Path(cfg.output_dir) / "mlflow-artifacts")
         self.notes.extend(tracker.notes)
-        run_info = self.rd.read_json("mlflow_run.json") or {}
+        run_info = self.rd.read_mlflow_run() or {}
         tags = {
             "experiment": cfg.experiment,
             "seed": str(cfg.seed),
@@ -140,21 +140,18 @@ class Run:
         if t.parent_run_id:
             tags["mlflow.parentRunId"] = t.parent_run_id
         tracker.notes.clear()
-        run_id = tracker.start(
-            run_info, self.rd.root.name, tags, lambda rec: self.rd.write_json("mlflow_run.json", rec)
-        )
+        run_id = tracker.start(run_info, self.rd.root.name, tags, self.rd.write_mlflow_run)
         self.notes.extend(tracker.notes)
-        jobs = self.rd.read_json("jobs.json")
+        jobs = self.rd.read_jobs()
         if jobs:
             tracker.set_tags({"ray_job_submission_id": jobs[-1]["submission_id"]})
         if run_id:
-            self.rd.write_json(
-                "mlflow_run.json",
+            self.rd.write_mlflow_run(
                 {
                     "run_id": run_id,
                     "tracking_uri": uri,
                     "experiment_id": tracker.experiment_id,
-                    "run_uid": (self.rd.read_json("mlflow_run.json") or {}).get("run_uid"),
+                    "run_uid": (self.rd.read_mlflow_run() or {}).get("run_uid"),
                 },
             )
             tracker.log_params(redact(self.cfg_dict))
@@ -196,7 +193,7 @@ class Run:
                 "summary": summary,
                 "notes": self.notes,
                 "run_dir": str(self.rd.root),
-                "mlflow": self.rd.read_json("mlflow_run.json"),
+                "mlflow": self.rd.read_mlflow_run(),
                 "elapsed_s": time.monotonic() - t0,
             }
         except (ConfigError, DataError, StateVersionError) as e:
@@ -267,7 +264,7 @@ class Run:
             f"eval:{split}",
         )
         stats = summarize(res)
-        self.rd.write_json(f"final/eval_{split}_results.json", [r.to_dict() for r in res])
+        self.rd.write_eval_results(split, [r.to_dict() for r in res])
         ledger = await LLMHandle(self.gateway).save_ledger()
         summary = Summary(
             experiment=cfg.experiment,
@@ -444,7 +441,7 @@ class DriverActor:
             if final:
                 snap["phase"] = "done" if snap.get("phase") in ("done", "final") else snap.get("phase")
             snap["written_at"] = time.time()
-            RunDir(self._run_dir).write_json("progress.json", snap)
+            RunDir(self._run_dir).write_progress(snap)
         except Exception:  # noqa: BLE001 - the live record is best effort; the run's own records are not
             pass
 

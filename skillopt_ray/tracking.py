@@ -426,7 +426,7 @@ class Tracker:
                     "step": v.step,
                     "selection_score": v.score,
                     "length": len(v.text),
-                    "artifact": f"skills/skill_v{v.number:04d}.md",
+                    "artifact": RunDir.skill_rel(v.number),
                 }
                 for v in story.versions
             ]
