@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.records import EpochRecord, GateRecord, RecordError, StepRecord, Summary, is_accept
-from skillopt_ray.rundir import BEST_SKILL, RunDir
+from skillopt_ray.rundir import BEST_SKILL, STEP_CANDIDATE, STEP_DIFF, RunDir
 
 
 def kinds_text(kinds: Any) -> str:
@@ -134,9 +134,9 @@ def load(run_dir: str | Path) -> Story:
         gate = rd.read_gate(*rec.step_id)
         if gate is not None:
             gates[rec.step] = gate
-        d = rd.read_step_text(*rec.step_id, "diff.md")
+        d = rd.read_step_text(*rec.step_id, STEP_DIFF)
         if d is None:  # older runs: no diff.md; the candidate against the skill the step started from
-            cand = rd.read_step_text(*rec.step_id, "candidate.md")
+            cand = rd.read_step_text(*rec.step_id, STEP_CANDIDATE)
             base = _skill_before(rd, rec, history)
             d = diff_text(base, cand) if cand is not None and base is not None else None
         else:
@@ -325,7 +325,7 @@ def _step_lines(s: Story, rec: StepRecord, diffs: bool) -> list[str]:
     d = s.diffs.get(step)
     if d is not None:
         plus, minus = _diff_size(d)
-        lines.append(f"    diff: +{plus} -{minus} lines ({s.rd.step_dir(*rec.step_id)}/diff.md)")
+        lines.append(f"    diff: +{plus} -{minus} lines ({s.rd.step_dir(*rec.step_id)}/{STEP_DIFF})")
         if diffs and d.strip():
             lines.extend("      " + x for x in d.rstrip("\n").splitlines())
     return lines
