@@ -54,7 +54,9 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def build_app(dash: Dashboard) -> Starlette:
+def _view_routes(dash: Dashboard) -> list[Route]:
+    """The page and the read-only JSON it polls: the runs, one run, a step's diff, two skills' diff, curves."""
+
     def run_path(request: Request) -> Path:
         return dash.resolve(request.query_params.get("id", ""))
 
@@ -99,6 +101,20 @@ def build_app(dash: Dashboard) -> Starlette:
         curves = {i: views.curve(views.RunDir(p)) for i, p in zip(ids, paths)}
         return JSONResponse({"curves": curves})
 
+    return [
+        Route("/", index),
+        Route("/api/schema", schema),
+        Route("/api/runs", runs),
+        Route("/api/run", run),
+        Route("/api/diff", diff),
+        Route("/api/skill_diff", skill_diff),
+        Route("/api/compare", compare),
+    ]
+
+
+def _launch_routes(dash: Dashboard) -> list[Route]:
+    """The launcher's JSON: check a form's command, launch it, stop a launch, list the launches."""
+
     async def check(request: Request) -> Response:
         form = await request.json()
         try:
@@ -128,18 +144,18 @@ def build_app(dash: Dashboard) -> Starlette:
     async def launches(_: Request) -> Response:
         return JSONResponse({"launches": await asyncio.to_thread(dash.launcher.list)})
 
-    routes = [
-        Route("/", index),
-        Route("/api/schema", schema),
-        Route("/api/runs", runs),
-        Route("/api/run", run),
-        Route("/api/diff", diff),
-        Route("/api/skill_diff", skill_diff),
-        Route("/api/compare", compare),
+    return [
         Route("/api/check", check, methods=["POST"]),
         Route("/api/launch", launch, methods=["POST"]),
         Route("/api/stop", stop, methods=["POST"]),
         Route("/api/launches", launches),
+    ]
+
+
+def build_app(dash: Dashboard) -> Starlette:
+    routes = [
+        *_view_routes(dash),
+        *_launch_routes(dash),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 
