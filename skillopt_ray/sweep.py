@@ -440,119 +440,92 @@ def dry_run(spec: SweepSpec, trials: list[Trial], name: str, sdir: Path, previou
     return EXIT_OK
 
 
-def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
-    trials = plan_trials(spec, overrides)
-    first = trials[0].data
-    name = sweep_name(spec, overrides, first["experiment"])
-    out = Path(first["output_dir"])
-    sdir = out / "sweeps" / name
-    meta_path = sdir / "sweep.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    previous = {t["run_dir"]: t for t in meta.get("trials", [])}
-    if spec.dry_run:
-        return dry_run(spec, trials, name, sdir, previous)
-    check_output_dir(out)
-    sdir.mkdir(parents=True, exist_ok=True)
-    parent = _Parent(first, name, sdir, meta.get("parent_run_id"))
-    for t in trials:
-        t.status = _status(t, previous)
-    stopped_before = {str(t.run_dir) for t in trials if t.status == "stopped"}
-
-    def write_meta() -> None:
-        atomic_write_json(
-            meta_path,
+def _sweep_meta(
+    name: str,
+    spec: SweepSpec,
+    trials: list[Trial],
+    overrides: list[str],
+    parent: _Parent,
+    previous: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The sweep's own record (sweep.json): its space, its parent run and each trial's status."""
+    return {
+        "name": name,
+        "presets": spec.presets,
+        "keys": spec.keys,
+        "space": {k: p.describe() for k, p in spec.params.items()},
+        "grid": spec.grid,
+        "fixed": spec.fixed,
+        "num_samples": spec.num_samples,
+        "seeds": sorted({t.seed for t in trials}),
+        "scheduler": spec.scheduler,
+        "overrides": overrides,
+        "parent_run_id": parent.run_id,
+        "tracking_uri": parent.uri if parent.enabled else None,
+        "trials": [
             {
-                "name": name,
-                "presets": spec.presets,
-                "keys": spec.keys,
-                "space": {k: p.describe() for k, p in spec.params.items()},
-                "grid": spec.grid,
-                "fixed": spec.fixed,
-                "num_samples": spec.num_samples,
-                "seeds": sorted({t.seed for t in trials}),
-                "scheduler": spec.scheduler,
-                "overrides": overrides,
-                "parent_run_id": parent.run_id,
-                "tracking_uri": parent.uri if parent.enabled else None,
-                "trials": [
-                    {
-                        "key": t.key,
-                        "params": t.params,
-                        "seed": t.seed,
-                        "run_dir": str(t.run_dir),
-                        "status": t.status,
-                        **(
-                            {"stopped": previous[str(t.run_dir)].get("stopped")}
-                            if t.status == "stopped" and str(t.run_dir) in previous
-                            else {}
-                        ),
-                    }
-                    for t in trials
-                ],
-            },
-        )
-
-    write_meta()
-    if parent.enabled:
-        assert parent.run_id is not None, "an enabled sweep tracker has opened its parent run"
-        existing = parent.client.get_run(parent.run_id).data.params
-        params = {f"sweep.space.{k}": p.describe() for k, p in spec.params.items()}
-        params.update({f"sweep.fixed.{k}": str(v) for k, v in spec.fixed.items()})
-        params.update(
-            {
-                "sweep.seeds": json.dumps(sorted({t.seed for t in trials})),
-                "sweep.trials": str(len(trials)),
-                "sweep.num_samples": str(spec.num_samples),
-                "sweep.scheduler": spec.scheduler,
+                "key": t.key,
+                "params": t.params,
+                "seed": t.seed,
+                "run_dir": str(t.run_dir),
+                "status": t.status,
+                **(
+                    {"stopped": previous[str(t.run_dir)].get("stopped")}
+                    if t.status == "stopped" and str(t.run_dir) in previous
+                    else {}
+                ),
             }
-        )
-        for k, v in params.items():
-            if k not in existing:
-                parent.client.log_param(parent.run_id, k, v)
-    runnable = [
-        t for t in trials if t.status in ("new", "unfinished") or (t.status == "stopped" and spec.resume_stopped)
-    ]
-    print(
-        f"sweep {name}: {len(trials)} trials ({sum(t.status == 'finished' for t in trials)} finished, "
-        f"{len(stopped_before)} stopped by a scheduler{' - resuming them' if spec.resume_stopped and stopped_before else ''}), "
-        f"directory {sdir}",
-        file=sys.stderr,
+            for t in trials
+        ],
+    }
+
+
+def _log_sweep_params(parent: _Parent, spec: SweepSpec, trials: list[Trial]) -> None:
+    """The search space, seeds and scheduler as the parent run's params (ones it already has are kept)."""
+    assert parent.run_id is not None, "an enabled sweep tracker has opened its parent run"
+    existing = parent.client.get_run(parent.run_id).data.params
+    params = {f"sweep.space.{k}": p.describe() for k, p in spec.params.items()}
+    params.update({f"sweep.fixed.{k}": str(v) for k, v in spec.fixed.items()})
+    params.update(
+        {
+            "sweep.seeds": json.dumps(sorted({t.seed for t in trials})),
+            "sweep.trials": str(len(trials)),
+            "sweep.num_samples": str(spec.num_samples),
+            "sweep.scheduler": spec.scheduler,
+        }
     )
-    failed: list[str] = []
-    if runnable:
-        failed = _run_tune(spec, trials, overrides, name, sdir, parent, previous)
-    for t in trials:
-        t.status = _status(t, previous)
-    write_meta()
-    report = sweep_comparison(sdir)
-    report.write(sdir / "comparison", force=True)  # the sweep's own folder, rewritten on every rerun
-    write_skill_diffs(report.records, sdir / "comparison" / "skill_diffs.md")  # logged with the comparison
-    if parent.enabled:
-        assert parent.run_id is not None, "an enabled sweep tracker has opened its parent run"
-        best = report.best()
-        if best is not None:
-            parent.client.set_tag(parent.run_id, "best_config", json.dumps(best["params"]))
-            parent.client.set_tag(parent.run_id, "best_config_rule", best["rule"])
-            parent.client.set_tag(parent.run_id, "best_config_tied", json.dumps(best["tied"]))
-            parent.tracker.log_metrics(  # a tie has no winner, so no winner's test score
-                {
-                    k: v
-                    for k, v in (
-                        ("best_mean_selection_score", best["best_selection_score_mean"]),
-                        ("best_mean_test_hard", best["test_hard_best_mean"]),
-                    )
-                    if not math.isnan(v)
-                },
-                0,
-            )
-        for f in sorted((sdir / "comparison").iterdir()):
-            parent.client.log_artifact(parent.run_id, str(f), "comparison")
-        done = all(t.status in ("finished", "stopped") for t in trials)
-        parent.tracker.finish("FAILED" if failed else "FINISHED" if done else "KILLED")
-    print(report.markdown())
-    print(f"sweep directory: {sdir}")
-    if parent.enabled:
-        print(f"mlflow parent run: {parent.run_id} (tracking uri {parent.uri})")
+    for k, v in params.items():
+        if k not in existing:
+            parent.client.log_param(parent.run_id, k, v)
+
+
+def _finish_parent(parent: _Parent, report: Any, sdir: Path, trials: list[Trial], failed: list[str]) -> None:
+    """Tag the parent run with the best config, log the comparison to it and end it with the sweep's outcome."""
+    assert parent.run_id is not None, "an enabled sweep tracker has opened its parent run"
+    best = report.best()
+    if best is not None:
+        parent.client.set_tag(parent.run_id, "best_config", json.dumps(best["params"]))
+        parent.client.set_tag(parent.run_id, "best_config_rule", best["rule"])
+        parent.client.set_tag(parent.run_id, "best_config_tied", json.dumps(best["tied"]))
+        parent.tracker.log_metrics(  # a tie has no winner, so no winner's test score
+            {
+                k: v
+                for k, v in (
+                    ("best_mean_selection_score", best["best_selection_score_mean"]),
+                    ("best_mean_test_hard", best["test_hard_best_mean"]),
+                )
+                if not math.isnan(v)
+            },
+            0,
+        )
+    for f in sorted((sdir / "comparison").iterdir()):
+        parent.client.log_artifact(parent.run_id, str(f), "comparison")
+    done = all(t.status in ("finished", "stopped") for t in trials)
+    parent.tracker.finish("FAILED" if failed else "FINISHED" if done else "KILLED")
+
+
+def _sweep_exit(trials: list[Trial], failed: list[str]) -> int:
+    """Say what is left to do (stopped, unfinished or failed trials) and return the sweep's exit code."""
     stopped = [t for t in trials if t.status == "stopped"]
     if stopped:
         print(
@@ -574,6 +547,53 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
         )
         return EXIT_ERROR
     return EXIT_OK
+
+
+def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
+    trials = plan_trials(spec, overrides)
+    first = trials[0].data
+    name = sweep_name(spec, overrides, first["experiment"])
+    out = Path(first["output_dir"])
+    sdir = out / "sweeps" / name
+    meta_path = sdir / "sweep.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    previous = {t["run_dir"]: t for t in meta.get("trials", [])}
+    if spec.dry_run:
+        return dry_run(spec, trials, name, sdir, previous)
+    check_output_dir(out)
+    sdir.mkdir(parents=True, exist_ok=True)
+    parent = _Parent(first, name, sdir, meta.get("parent_run_id"))
+    for t in trials:
+        t.status = _status(t, previous)
+    stopped_before = {str(t.run_dir) for t in trials if t.status == "stopped"}
+    atomic_write_json(meta_path, _sweep_meta(name, spec, trials, overrides, parent, previous))
+    if parent.enabled:
+        _log_sweep_params(parent, spec, trials)
+    runnable = [
+        t for t in trials if t.status in ("new", "unfinished") or (t.status == "stopped" and spec.resume_stopped)
+    ]
+    print(
+        f"sweep {name}: {len(trials)} trials ({sum(t.status == 'finished' for t in trials)} finished, "
+        f"{len(stopped_before)} stopped by a scheduler{' - resuming them' if spec.resume_stopped and stopped_before else ''}), "
+        f"directory {sdir}",
+        file=sys.stderr,
+    )
+    failed: list[str] = []
+    if runnable:
+        failed = _run_tune(spec, trials, overrides, name, sdir, parent, previous)
+    for t in trials:
+        t.status = _status(t, previous)
+    atomic_write_json(meta_path, _sweep_meta(name, spec, trials, overrides, parent, previous))
+    report = sweep_comparison(sdir)
+    report.write(sdir / "comparison", force=True)  # the sweep's own folder, rewritten on every rerun
+    write_skill_diffs(report.records, sdir / "comparison" / "skill_diffs.md")  # logged with the comparison
+    if parent.enabled:
+        _finish_parent(parent, report, sdir, trials, failed)
+    print(report.markdown())
+    print(f"sweep directory: {sdir}")
+    if parent.enabled:
+        print(f"mlflow parent run: {parent.run_id} (tracking uri {parent.uri})")
+    return _sweep_exit(trials, failed)
 
 
 def write_skill_diffs(records: list[Any], path: Path) -> Optional[Path]:
@@ -606,45 +626,20 @@ def write_skill_diffs(records: list[Any], path: Path) -> Optional[Path]:
     return path
 
 
-def _run_tune(
-    spec: SweepSpec,
-    trials: list[Trial],
-    overrides: list[str],
-    name: str,
-    sdir: Path,
-    parent: _Parent,
-    previous: dict[str, dict[str, Any]],
-) -> list[str]:
-    """Run the search space on Tune; mark the trials a scheduler stopped. Returns failure lines."""
-    import ray
-
-    first = trials[0].data
+def _allow_trial_workers(spec: SweepSpec, first: dict[str, Any]) -> None:
+    """Keep trials in the driver's working directory and raise the raylet's worker warning to the count expected."""
     os.environ["RAY_CHDIR_TO_TRIAL_DIR"] = "0"
     # A sweep runs more Ray workers than the machine has cores (per trial: Tune's actor, the driver, the gateway,
     # the env actors); the raylet warns each time workers reach 4x its start-up concurrency (the core count).
     # Concurrent trials are capped below, so the expected count is known: let that many start without a warning.
     workers = (spec.max_concurrent or os.cpu_count() or 1) * (int(first["ray"]["env_actors"]) + 3)
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(max(os.cpu_count() or 1, workers // 2)))
-    start_ray(first)
-    total = float(ray.cluster_resources().get("CPU", 1))
-    limit = max_concurrent_trials(first, total, spec.max_concurrent)
-    todo = [t for t in trials if t.status != "finished"]
-    print(
-        f"sweep {name}: {len(todo)} trials to run, at most {limit} at a time, {trial_cpus(first)} CPU each",
-        file=sys.stderr,
-    )
-    embedded, server_url = _start_shared_embedded([t.data for t in todo], limit, sdir)
-    ctx = {
-        "name": name,
-        "keys": spec.keys,
-        "overrides": overrides,
-        "fixed": spec.fixed,
-        "parent_run_id": parent.run_id,
-        "server_url": server_url,
-        "stopped": sorted(str(t.run_dir) for t in trials if t.status == "stopped"),
-        "resume_stopped": spec.resume_stopped,
-        "search_dirs": list(spec.search_dirs),
-    }
+
+
+def _trial_plans(
+    spec: SweepSpec, trials: list[Trial], overrides: list[str], ctx: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Each trial's prepared config, key, run directory and provenance, keyed by its point in the search space."""
     plans: dict[str, dict[str, Any]] = {}
     for t in trials:
         plans[signature({**t.values, "seed": t.seed}, spec.keys)] = {
@@ -662,15 +657,18 @@ def _run_tune(
                 ],
             },
         }
-    seeds = sorted({t.seed for t in trials}, key=[t.seed for t in trials].index)
-    points = [{**t.values, "seed": t.seed} for t in trials]  # one per run directory, finished ones replay
-    if spec.scheduler == "asha" and spec.asha.get("max_t") is None:
-        spec.asha["max_t"] = asha_max_t([t.data for t in trials])
-    try:
-        results, stops = _fit(spec, search_space(spec, seeds), points, plans, ctx, first, limit, sdir)
-    finally:
-        if embedded is not None:
-            embedded.stop()
+    return plans
+
+
+def _record_results(
+    results: Any,
+    stops: dict[str, dict[str, Any]],
+    spec: SweepSpec,
+    trials: list[Trial],
+    plans: dict[str, dict[str, Any]],
+    previous: dict[str, dict[str, Any]],
+) -> list[str]:
+    """Mark each trial Tune ended early as stopped (by the scheduler) or interrupted. Returns failure lines."""
     by_dir = {str(t.run_dir): t for t in trials}
     failed = []
     for r in results:
@@ -705,6 +703,53 @@ def _run_tune(
         else:
             _mark_child(t.run_dir, "KILLED", {"sweep.status": "interrupted"})
     return failed
+
+
+def _run_tune(
+    spec: SweepSpec,
+    trials: list[Trial],
+    overrides: list[str],
+    name: str,
+    sdir: Path,
+    parent: _Parent,
+    previous: dict[str, dict[str, Any]],
+) -> list[str]:
+    """Run the search space on Tune; mark the trials a scheduler stopped. Returns failure lines."""
+    import ray
+
+    first = trials[0].data
+    _allow_trial_workers(spec, first)
+    start_ray(first)
+    total = float(ray.cluster_resources().get("CPU", 1))
+    limit = max_concurrent_trials(first, total, spec.max_concurrent)
+    todo = [t for t in trials if t.status != "finished"]
+    print(
+        f"sweep {name}: {len(todo)} trials to run, at most {limit} at a time, {trial_cpus(first)} CPU each",
+        file=sys.stderr,
+    )
+    embedded, server_url = _start_shared_embedded([t.data for t in todo], limit, sdir)
+    ctx = {
+        "name": name,
+        "keys": spec.keys,
+        "overrides": overrides,
+        "fixed": spec.fixed,
+        "parent_run_id": parent.run_id,
+        "server_url": server_url,
+        "stopped": sorted(str(t.run_dir) for t in trials if t.status == "stopped"),
+        "resume_stopped": spec.resume_stopped,
+        "search_dirs": list(spec.search_dirs),
+    }
+    plans = _trial_plans(spec, trials, overrides, ctx)
+    seeds = sorted({t.seed for t in trials}, key=[t.seed for t in trials].index)
+    points = [{**t.values, "seed": t.seed} for t in trials]  # one per run directory, finished ones replay
+    if spec.scheduler == "asha" and spec.asha.get("max_t") is None:
+        spec.asha["max_t"] = asha_max_t([t.data for t in trials])
+    try:
+        results, stops = _fit(spec, search_space(spec, seeds), points, plans, ctx, first, limit, sdir)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    return _record_results(results, stops, spec, trials, plans, previous)
 
 
 def _start_shared_embedded(todo: list[dict[str, Any]], concurrent: int, sdir: Path) -> Any:
