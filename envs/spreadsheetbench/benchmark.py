@@ -224,26 +224,11 @@ class SpreadsheetBenchmark(Benchmark):
 
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         p = task.payload
-        o = self.options
         base = {"task_description": p["instruction"]}
-        try:
-            if p.get("problem"):
-                raise DataError(p["problem"])
-            areas = parse_position(p["position"])
-            expected = [_load_expected(ans, areas) for _, ans in p["cases"]]
-            preview = preview_workbook(p["cases"][0][0], o.preview_rows, o.preview_cols, o.preview_value_chars)
-        except (DataError, PositionError, OSError, KeyError, ValueError) as e:
-            return EpisodeResult(
-                task.task_id, task.task_type, fail_reason="data_error", error=f"data: {str(e)[:300]}", **base
-            )
-        except Exception as e:  # noqa: BLE001 - corrupt workbooks raise zipfile/XML errors of many kinds
-            return EpisodeResult(
-                task.task_id,
-                task.task_type,
-                fail_reason="data_error",
-                error=f"data: {type(e).__name__}: {str(e)[:300]}",
-                **base,
-            )
+        loaded = self._load_inputs(task, base)
+        if isinstance(loaded, EpisodeResult):
+            return loaded
+        areas, expected, preview = loaded
         system, user = prompts.system_prompt(skill), prompts.user_message(p, preview)
         info: dict[str, Any] = {
             "target_system_prompt": system,
@@ -262,6 +247,49 @@ class SpreadsheetBenchmark(Benchmark):
             return await spreadsheet_agent_episode(
                 self, task, skill, llm, ctx, agent, user, info, base, areas, expected
             )
+        return await self._chat_episode(task, system, user, info, base, areas, expected, llm, ctx)
+
+    def _load_inputs(
+        self, task: Task, base: dict[str, Any]
+    ) -> tuple[list[Area], list[tuple[SheetValues, str]], str] | EpisodeResult:
+        """The answer areas, each case's expected values and the first workbook's preview; a data_error
+        result when the task's files or answer position cannot be read (the model is never called)."""
+        p = task.payload
+        o = self.options
+        try:
+            if p.get("problem"):
+                raise DataError(p["problem"])
+            areas = parse_position(p["position"])
+            expected = [_load_expected(ans, areas) for _, ans in p["cases"]]
+            preview = preview_workbook(p["cases"][0][0], o.preview_rows, o.preview_cols, o.preview_value_chars)
+        except (DataError, PositionError, OSError, KeyError, ValueError) as e:
+            return EpisodeResult(
+                task.task_id, task.task_type, fail_reason="data_error", error=f"data: {str(e)[:300]}", **base
+            )
+        except Exception as e:  # noqa: BLE001 - corrupt workbooks raise zipfile/XML errors of many kinds
+            return EpisodeResult(
+                task.task_id,
+                task.task_type,
+                fail_reason="data_error",
+                error=f"data: {type(e).__name__}: {str(e)[:300]}",
+                **base,
+            )
+        return areas, expected, preview
+
+    async def _chat_episode(
+        self,
+        task: Task,
+        system: str,
+        user: str,
+        info: dict[str, Any],
+        base: dict[str, Any],
+        areas: list[Area],
+        expected: list[tuple[SheetValues, str]],
+        llm: LLM,
+        ctx: EpisodeContext,
+    ) -> EpisodeResult:
+        """The chat protocol: the turn loop in a scratch folder, then the last script scored on every case."""
+        p = task.payload
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         trajectory: list[dict[str, Any]] = []
         scratch = Path(tempfile.mkdtemp(prefix="skillopt-sheet-"))
