@@ -241,3 +241,53 @@ def test_docvqa_eval_in_claude_code_reads_the_page_with_its_read_tool(tmp_path):
         (r,) = asyncio.run(_eval(_gateway(srv.base_url, "claude_code", tmp_path / "a"), bench, [task], "R"))
     assert r.hard == 1.0, (r.error, r.fail_reason, r.trajectory)
     assert seen == [page]
+
+
+def test_transfer_runs_the_three_benchmarks_in_codex_on_ray(ray_cluster, tmp_path, capsys):
+    """The transfer command (one Ray job, env actors) with a Codex target on DocVQA, LiveMathematicianBench and
+    OfficeQA (their built-in samples): the skill with the rules scores every item, the plain one none."""
+    need_bwrap()
+    need_harness("codex")
+    from skillopt_envs.docvqa.benchmark import DocVQABenchmark
+    from skillopt_envs.livemathematicianbench.benchmark import LiveMathBenchmark
+    from skillopt_envs.officeqa.benchmark import OfficeQABenchmark
+
+    from skillopt_ray.transfer import main
+
+    tasks = {
+        t.task_id: (b.name, t)
+        for b in (DocVQABenchmark({}), LiveMathBenchmark({}), OfficeQABenchmark({}))
+        for t in b.load_split("test")
+    }
+
+    def answer(task_id, tools):
+        name, t = tasks[task_id]
+        p = t.payload
+        if name == "docvqa":
+            right, wrong = p["answers"][0], "none"
+        elif name == "officeqa":
+            right, wrong = p["ground_truth"], "0"
+        else:
+            right = re.search(rf"^([A-Z])\. {re.escape(p['correct_choice']['text'])}$", tools, re.M).group(1)
+            wrong = next(ln[0] for ln in re.findall(r"^[A-Z]\. .*$", tools, re.M) if ln[0] != right)
+        return f"<answer>{right if f'RULE-{t.task_type}' in tools else wrong}</answer>"
+
+    agent = ShellAgent(lambda _t: ["cat task.md"], answer)
+    ruled, plain = tmp_path / "ruled.md", tmp_path / "plain.md"
+    ruled.write_text(" ".join(sorted({f"RULE-{t.task_type}" for _n, t in tasks.values()})) + "\n")
+    plain.write_text("Be careful.\n")
+    with ScriptedServer(policy=agent) as srv:
+        code = main(
+            ["--skills", f"{ruled},{plain}", "--targets", "codex",
+             "--benchmarks", "docvqa,livemathematicianbench,officeqa", "--out", str(tmp_path / "out"), "--",
+             "llm=compatible", f"llm.base_url={srv.base_url}", "env.limit_test=2", "debug.progress=off",
+             "ray.env_actors=1"]
+        )  # fmt: skip
+    capsys.readouterr()
+    assert code == 0
+    table = (tmp_path / "out" / "transfer.md").read_text().splitlines()
+    cols = ["codex / docvqa", "codex / livemathematicianbench", "codex / officeqa"]
+    assert table[0] == "| skill | " + " | ".join(cols) + " |"
+    assert table[2] == "| ruled | " + " | ".join(["1.000 (n=2, 0.34-1.00)"] * 3) + " |"
+    assert table[3] == "| plain | " + " | ".join(["0.000 (n=2, 0.00-0.66)"] * 3) + " |"
+    assert len(set(agent.skill_reads)) == 6  # 2 items of each benchmark, each read the skill
