@@ -29,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 NOBODY = 65534
 ISOLATIONS = ("bwrap", "none")
@@ -292,6 +292,65 @@ def _read_export(path: Path, outdir: Path, keep: tuple[str, ...]) -> tuple[dict[
     return files, started
 
 
+def _system_mounts() -> list[str]:
+    """The host's /usr, system library folders and a few /etc files read-only; fresh /proc, /dev, /run, /dev/shm."""
+    argv = [
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(1024 * 1024),
+        "--tmpfs",
+        "/run",
+        "--size",
+        str(16 * 1024 * 1024),
+        "--tmpfs",
+        "/dev/shm",
+    ]
+    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(d):
+            argv += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            argv += ["--ro-bind", d, d]
+    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
+        if os.path.exists(f):
+            argv += ["--ro-bind", f, f]
+    return argv
+
+
+def _python_mounts() -> list[str]:
+    """The interpreter's folders read-only, each one's parent folders created readable first."""
+    argv: list[str] = []
+    made: set[str] = set()
+    for d in _python_dirs():
+        for parent in reversed(Path(d).parents):  # bwrap would create them 0700: unreadable once we drop root
+            if str(parent) != "/" and str(parent) not in made:
+                made.add(str(parent))
+                argv += ["--perms", "0755", "--dir", str(parent)]
+        argv += ["--ro-bind", d, d]
+    return argv
+
+
+def _stage_inputs(stage: Path, script: str, inputs: dict[str, Path], bwrap: bool, as_root: bool) -> str:
+    """Copy the inputs and the script into `stage`/in (owned by nobody when running as root); returns the
+    work directory as the script sees it."""
+    (stage / "in").mkdir()
+    for name, src in inputs.items():
+        shutil.copyfile(src, stage / "in" / name)
+    (stage / "in" / "main.py").write_text(script, encoding="utf-8")
+    inner = "/sandbox" if bwrap else str(stage / "work")
+    if not bwrap:
+        (stage / "work").mkdir()
+    if as_root:
+        for p in [stage, *stage.rglob("*")]:
+            os.chown(p, NOBODY, NOBODY)
+    return inner
+
+
 class Sandbox:
     """Runs one script per call in a fresh directory; see the module docstring for the walls."""
 
@@ -359,57 +418,7 @@ class Sandbox:
     def _bwrap_argv(self, stage: Path, inner: str, env: dict[str, str], fds: list[int]) -> list[str]:
         """bubblewrap's arguments; the seccomp filter goes in through a descriptor added to `fds`."""
         lim = self.limits
-        argv = [
-            bwrap_path() or "bwrap",
-            "--die-with-parent",
-            "--new-session",
-            "--clearenv",
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-        ]
-        if self.userns:
-            argv.append("--unshare-user")
-        if self.disable_userns:
-            argv.append("--disable-userns")
-        if self.caps_inodes:
-            # bubblewrap's --tmpfs takes a size but no inode count: the launcher mounts the work directory itself
-            # (nr_inodes), then drops to an unprivileged uid, which clears this capability
-            argv += ["--cap-add", "CAP_SYS_ADMIN"]
-        argv += [
-            "--ro-bind",
-            "/usr",
-            "/usr",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--size",
-            str(1024 * 1024),
-            "--tmpfs",
-            "/run",
-            "--size",
-            str(16 * 1024 * 1024),
-            "--tmpfs",
-            "/dev/shm",
-        ]
-        for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-            if os.path.islink(d):
-                argv += ["--symlink", os.readlink(d), d]
-            elif os.path.isdir(d):
-                argv += ["--ro-bind", d, d]
-        for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
-            if os.path.exists(f):
-                argv += ["--ro-bind", f, f]
-        made: set[str] = set()
-        for d in _python_dirs():
-            for parent in reversed(Path(d).parents):  # bwrap would create them 0700: unreadable once we drop root
-                if str(parent) != "/" and str(parent) not in made:
-                    made.add(str(parent))
-                    argv += ["--perms", "0755", "--dir", str(parent)]
-            argv += ["--ro-bind", d, d]
+        argv = self._bwrap_namespaces() + _system_mounts() + _python_mounts()
         argv += [
             "--ro-bind",
             str(stage / "in"),
@@ -431,6 +440,29 @@ class Sandbox:
             os.close(w)
             fds.append(r)
             argv += ["--seccomp", str(r)]
+        return argv
+
+    def _bwrap_namespaces(self) -> list[str]:
+        """The bubblewrap binary and the namespaces it gives the script (and the capability the launcher needs)."""
+        argv = [
+            bwrap_path() or "bwrap",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
+        if self.userns:
+            argv.append("--unshare-user")
+        if self.disable_userns:
+            argv.append("--disable-userns")
+        if self.caps_inodes:
+            # bubblewrap's --tmpfs takes a size but no inode count: the launcher mounts the work directory itself
+            # (nr_inodes), then drops to an unprivileged uid, which clears this capability
+            argv += ["--cap-add", "CAP_SYS_ADMIN"]
         return argv
 
     def run(
@@ -460,35 +492,11 @@ class Sandbox:
         outdir = Path(out_dir)
         outdir.mkdir(parents=True, exist_ok=True)
         try:
-            (stage / "in").mkdir()
-            for name, src in inputs.items():
-                shutil.copyfile(src, stage / "in" / name)
-            (stage / "in" / "main.py").write_text(script, encoding="utf-8")
-            inner = "/sandbox" if bwrap else str(stage / "work")
-            if not bwrap:
-                (stage / "work").mkdir()
-            if as_root:
-                for p in [stage, *stage.rglob("*")]:
-                    os.chown(p, NOBODY, NOBODY)
+            inner = _stage_inputs(stage, script, inputs, bwrap, as_root)
             env_vars = self._env({k: v.replace("{dir}", inner) for k, v in (env or {}).items()}, inner)
-            run_uid = NOBODY if as_root else os.getuid()
             export_path = stage / "export"
             export_fd = os.open(export_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            cfg = {
-                "rlimits": self._rlimits(run_uid),
-                "drop_to": NOBODY if as_root else None,
-                "script": "main.py",
-                "stage": "/.inputs" if bwrap else str(stage / "in"),
-                "work": inner,
-                "keep": list(keep),
-                "export_fd": export_fd,
-                "file_bytes": self.limits.file_mb * 1024 * 1024,
-                "work_mount": (
-                    f"size={self.limits.disk_mb * 1024 * 1024},nr_inodes={self.limits.disk_files},mode=0777"
-                    if bwrap and self.caps_inodes
-                    else ""
-                ),
-            }
+            cfg = self._launcher_config(stage, inner, keep, export_fd, bwrap, as_root)
             cmd = [sys.executable, "-I", "-c", _LAUNCHER, json.dumps(cfg)]
             fds = [export_fd]
             if bwrap:
@@ -496,31 +504,13 @@ class Sandbox:
             out_path, err_path = outdir / "stdout", outdir / "stderr"
             t0 = time.monotonic()
             try:
-                with open(out_path, "wb") as out, open(err_path, "wb") as err:
-                    proc = subprocess.Popen(
-                        cmd,
-                        cwd=stage,
-                        env=env_vars if not bwrap else {},
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=err,
-                        start_new_session=True,
-                        pass_fds=tuple(fds),
-                    )
-                    timed_out = False
-                    try:
-                        proc.wait(timeout=self.limits.wall_s)
-                    except subprocess.TimeoutExpired:
-                        timed_out = True
-                    finally:
-                        self._kill_group(proc)
+                rc, timed_out = self._spawn(cmd, stage, env_vars if not bwrap else {}, fds, out_path, err_path)
             finally:
                 for fd in fds:
                     os.close(fd)
             wall = time.monotonic() - t0
             files, started = _read_export(export_path, outdir, keep)
             limit = self.limits.output_chars
-            rc = proc.returncode
             if bwrap and rc > 128:
                 rc = -(rc - 128)  # bwrap reports a child killed by signal N as 128 + N
             return ExecResult(
@@ -534,6 +524,51 @@ class Sandbox:
             )
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+
+    def _launcher_config(
+        self, stage: Path, inner: str, keep: tuple[str, ...], export_fd: int, bwrap: bool, as_root: bool
+    ) -> dict[str, Any]:
+        """What the launcher inside the sandbox is told: limits, the uid to drop to, the folders, what to export."""
+        return {
+            "rlimits": self._rlimits(NOBODY if as_root else os.getuid()),
+            "drop_to": NOBODY if as_root else None,
+            "script": "main.py",
+            "stage": "/.inputs" if bwrap else str(stage / "in"),
+            "work": inner,
+            "keep": list(keep),
+            "export_fd": export_fd,
+            "file_bytes": self.limits.file_mb * 1024 * 1024,
+            "work_mount": (
+                f"size={self.limits.disk_mb * 1024 * 1024},nr_inodes={self.limits.disk_files},mode=0777"
+                if bwrap and self.caps_inodes
+                else ""
+            ),
+        }
+
+    def _spawn(
+        self, cmd: list[str], stage: Path, env: dict[str, str], fds: list[int], out_path: Path, err_path: Path
+    ) -> tuple[int, bool]:
+        """Start the sandbox in its own process group, wait up to the wall limit, kill the group.
+        Returns (return code, timed out)."""
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=stage,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                pass_fds=tuple(fds),
+            )
+            timed_out = False
+            try:
+                proc.wait(timeout=self.limits.wall_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                self._kill_group(proc)
+        return proc.returncode, timed_out
 
     @staticmethod
     def _kill_group(proc: subprocess.Popen) -> None:
