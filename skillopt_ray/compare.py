@@ -479,19 +479,7 @@ class Comparison:
         )
 
     def markdown(self, baseline: Optional[dict[str, str]] = None) -> str:
-        head = self.group_by + ["n"] + [label for _m, label in METRICS]
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        any_clipped = False
-        for row in self.rows():
-            cells = [str(row[k]) for k in self.group_by] + [str(row["n"])]
-            for m, _label in METRICS:
-                digits = 0 if m in ("tokens", "wall_time_s") else 3
-                mean, lo, hi = row[f"{m}_mean"], row[f"{m}_ci_lo"], row[f"{m}_ci_hi"]
-                mark = "*" if row[f"{m}_ci_clipped"] else ""
-                any_clipped |= bool(mark)
-                ci = f" [{_fmt(lo, digits)}, {_fmt(hi, digits)}]{mark}" if not math.isnan(lo) else ""
-                cells.append(f"{_fmt(mean, digits)} ± {_fmt(row[f'{m}_std'], digits)}{ci}")
-            lines.append("| " + " | ".join(cells) + " |")
+        lines, any_clipped = self._table_lines()
         intro = [
             "Mean ± std over seeds [95% t interval, clipped to the metric's range: scores in [0, 1], the test gain in "
             "[-1, 1], tokens, cost and time at 0 or more"
@@ -510,45 +498,72 @@ class Comparison:
                 + (f", {c['unfinished']} unfinished (not counted)" if c.get("unfinished") else "")
                 + "."
             )
+        best = self._best_line()
+        if best:
+            intro.append(best)
+        text = "\n\n".join(intro) + "\n\n" + "\n".join(lines)
+        if baseline:
+            text += self._paired_markdown(baseline)
+        return text
+
+    def _table_lines(self) -> tuple[list[str], bool]:
+        """The per-configuration table's lines (mean ± std [interval] per metric) and whether any interval is clipped."""
+        head = self.group_by + ["n"] + [label for _m, label in METRICS]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        any_clipped = False
+        for row in self.rows():
+            cells = [str(row[k]) for k in self.group_by] + [str(row["n"])]
+            for m, _label in METRICS:
+                digits = 0 if m in ("tokens", "wall_time_s") else 3
+                mean, lo, hi = row[f"{m}_mean"], row[f"{m}_ci_lo"], row[f"{m}_ci_hi"]
+                mark = "*" if row[f"{m}_ci_clipped"] else ""
+                any_clipped |= bool(mark)
+                ci = f" [{_fmt(lo, digits)}, {_fmt(hi, digits)}]{mark}" if not math.isnan(lo) else ""
+                cells.append(f"{_fmt(mean, digits)} ± {_fmt(row[f'{m}_std'], digits)}{ci}")
+            lines.append("| " + " | ".join(cells) + " |")
+        return lines, any_clipped
+
+    def _best_line(self) -> str:
+        """The best configuration in a sentence, or the tie and the tied configurations' test scores ("" if none)."""
         best = self.best()
         if best is not None and best["winner"]:
-            intro.append(f"Best configuration: {_params_text(best['params'])} ({best['rule']}).")
-        elif best is not None:
+            return f"Best configuration: {_params_text(best['params'])} ({best['rule']})."
+        if best is not None:
             tests = "; ".join(
                 f"{_params_text(t['params'])}: {_fmt(t['test_hard_best_mean'])}"
                 + ("" if math.isnan(t["test_hard_best_std"]) else f" ± {_fmt(t['test_hard_best_std'])}")
                 for t in best["tied_test"]
             )
-            intro.append(
+            return (
                 f"Best configuration: none, {best['rule']}. Their test hard scores (for reporting, not for "
                 f"choosing): {tests}."
             )
-        text = "\n\n".join(intro) + "\n\n" + "\n".join(lines)
-        if baseline:
-            pl = [
-                "| " + " | ".join(self.group_by + ["pairs", "test hard diff vs baseline", "95% CI", "p"]) + " |",
-                "|" + "---|" * (len(self.group_by) + 4),
-            ]
-            for p in self.paired(baseline):
-                pl.append(
-                    "| "
-                    + " | ".join(
-                        [str(p[k]) for k in self.group_by]
-                        + [
-                            str(p["pairs"]),
-                            _fmt(p["diff_mean"]),
-                            f"[{_fmt(p['diff_ci_lo'])}, {_fmt(p['diff_ci_hi'])}]"
-                            + ("*" if p["diff_ci_clipped"] else ""),
-                            _fmt(p["p_value"]),
-                        ]
-                    )
-                    + " |"
+        return ""
+
+    def _paired_markdown(self, baseline: dict[str, str]) -> str:
+        """The table of test-hard differences to the baseline, paired by seed, with its heading."""
+        pl = [
+            "| " + " | ".join(self.group_by + ["pairs", "test hard diff vs baseline", "95% CI", "p"]) + " |",
+            "|" + "---|" * (len(self.group_by) + 4),
+        ]
+        for p in self.paired(baseline):
+            pl.append(
+                "| "
+                + " | ".join(
+                    [str(p[k]) for k in self.group_by]
+                    + [
+                        str(p["pairs"]),
+                        _fmt(p["diff_mean"]),
+                        f"[{_fmt(p['diff_ci_lo'])}, {_fmt(p['diff_ci_hi'])}]" + ("*" if p["diff_ci_clipped"] else ""),
+                        _fmt(p["p_value"]),
+                    ]
                 )
-            text += (
-                f"\n\nPaired by seed against the baseline {baseline} (* marks an interval clipped to [-1, 1]):\n\n"
-                + "\n".join(pl)
+                + " |"
             )
-        return text
+        return (
+            f"\n\nPaired by seed against the baseline {baseline} (* marks an interval clipped to [-1, 1]):\n\n"
+            + "\n".join(pl)
+        )
 
     # ---- plots ---------------------------------------------------------------------------------
 
