@@ -292,9 +292,9 @@ def test_officeqa_refuses_a_corpus_under_a_gold_answer_folder(tmp_path, recorder
     [["env.options.use_local_tools=false"], ["env.options.search_mode=custom_search", "env.options.search_api_url=x"]],
 )
 def test_officeqa_harness_only_offline_with_tools(overrides):
-    for llm in ("llm=codex", "llm=claude_code"):
+    for llm in (["llm=codex"], ["llm=claude_code"], ["llm=compatible", "llm.target.harness=codex"]):
         with pytest.raises(Exception, match="runs OfficeQA only offline with local tools"):
-            cli.typed(cli.compose(["+experiment=officeqa", llm, *overrides]))
+            cli.typed(cli.compose(["+experiment=officeqa", *llm, *overrides]))
     obj, data = cli.typed(cli.compose(["+experiment=officeqa", "llm=codex"]))
     assert data["env"]["options"]["target_harness"] == "codex"
     _obj, data = cli.typed(cli.compose(["+experiment=officeqa", "llm=compatible", *overrides]))
