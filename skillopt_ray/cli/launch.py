@@ -141,10 +141,32 @@ def execute(
     `run_dir`: where the run lives (default: derived from the config and its inputs, see run_dir_for).
     `origin`: the command that asks for the run (`argv`, Hydra `overrides`; default this process's argv), kept
     in the run directory's provenance. Used by the CLI and by each sweep trial, so both run exactly the same code."""
-    import ray
-
     from skillopt_ray.progress import RunClock, make_display
 
+    run_dir = _open_run(data, run_dir, origin)
+    clock = RunClock(run_dir).begin()
+    progress = make_display(data["debug"]["progress"], started_at=clock.started)
+    outcome: dict[str, Any] = {"status": "interrupted"}
+    embedded: Optional[EmbeddedStart] = None
+    try:
+        if needs_embedded_server(data):
+            from skillopt_ray.llm.embedded import NOTICE
+
+            print(f"note: {NOTICE}", file=sys.stderr)
+            embedded = EmbeddedStart(data, run_dir)
+        outcome = _drive(data, run_dir, embedded, progress, clock)
+    finally:
+        progress.close()
+        clock.end(outcome.get("status", "interrupted"))
+        if embedded is not None:
+            embedded.stop()
+    outcome["notes"] = progress.unshown(outcome.get("notes", []))  # the rest were printed when they appeared
+    outcome["timing"] = clock.timing()
+    return outcome
+
+
+def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[dict[str, Any]]) -> Path:
+    """Check the run's inputs and prepare its run directory (identity, provenance, the job's record); returns it."""
     check_skill_files(data)
     for line in skill_warnings(data):
         print(line, file=sys.stderr)
@@ -156,49 +178,41 @@ def execute(
     RunDir(run_dir).write_provenance(collect(origin.get("overrides", []), data, origin.get("argv")))
     record_job(run_dir)
     check_keys(data)
-    clock = RunClock(run_dir).begin()
-    progress = make_display(data["debug"]["progress"], started_at=clock.started)
-    outcome: dict[str, Any] = {"status": "interrupted"}
-    embedded: Optional[EmbeddedStart] = None
-    try:
-        run_cfg = data
-        if needs_embedded_server(data):
-            from skillopt_ray.llm.embedded import NOTICE
+    return run_dir
 
-            print(f"note: {NOTICE}", file=sys.stderr)
-            embedded = EmbeddedStart(data, run_dir)
-        progress.update(
-            {"phase": "starting", "stage": "starting Ray" + (" and the embedded model server" if embedded else "")}
-        )
-        # the driver's imports (the LLM client, the engine, the stages: about a second) load while Ray starts
-        loader = threading.Thread(
-            target=importlib.import_module, args=("skillopt_ray.driver",), name="import-driver", daemon=True
-        )
-        loader.start()
-        mark("ray-starting")
-        start_ray(data)
-        mark("ray-up")
-        if embedded is not None:
-            run_cfg = with_endpoint(data, embedded.wait())
-        loader.join()
-        from skillopt_ray.driver import DriverActor, driver_options
-        from skillopt_ray.lifeline import identity
 
-        # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)
-        driver = DriverActor.options(**driver_options(run_cfg)).remote(run_cfg, str(run_dir), identity())  # type: ignore[attr-defined]  # .options comes from @ray.remote
-        ref = driver.run.remote()
-        mark("driver-submitted")
-        print(f"run directory: {run_dir}", file=sys.stderr)
-        follow(driver, ref, progress, clock)
-        outcome = ray.get(ref)
-        ray.kill(driver, no_restart=True)
-    finally:
-        progress.close()
-        clock.end(outcome.get("status", "interrupted"))
-        if embedded is not None:
-            embedded.stop()
-    outcome["notes"] = progress.unshown(outcome.get("notes", []))  # the rest were printed when they appeared
-    outcome["timing"] = clock.timing()
+def _drive(
+    data: dict[str, Any], run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any
+) -> dict[str, Any]:
+    """Start Ray (and wait for the embedded server, if any), run the driver actor and follow it to its outcome."""
+    import ray
+
+    run_cfg = data
+    progress.update(
+        {"phase": "starting", "stage": "starting Ray" + (" and the embedded model server" if embedded else "")}
+    )
+    # the driver's imports (the LLM client, the engine, the stages: about a second) load while Ray starts
+    loader = threading.Thread(
+        target=importlib.import_module, args=("skillopt_ray.driver",), name="import-driver", daemon=True
+    )
+    loader.start()
+    mark("ray-starting")
+    start_ray(data)
+    mark("ray-up")
+    if embedded is not None:
+        run_cfg = with_endpoint(data, embedded.wait())
+    loader.join()
+    from skillopt_ray.driver import DriverActor, driver_options
+    from skillopt_ray.lifeline import identity
+
+    # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)
+    driver = DriverActor.options(**driver_options(run_cfg)).remote(run_cfg, str(run_dir), identity())  # type: ignore[attr-defined]  # .options comes from @ray.remote
+    ref = driver.run.remote()
+    mark("driver-submitted")
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    follow(driver, ref, progress, clock)
+    outcome: dict[str, Any] = ray.get(ref)
+    ray.kill(driver, no_restart=True)
     return outcome
 
 
