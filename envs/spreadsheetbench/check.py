@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 from skillopt_envs.base import DataError, Task
 from skillopt_envs.spreadsheetbench import data as sb_data
-from skillopt_envs.spreadsheetbench.scoring import PositionError, cells_equal, parse_position
+from skillopt_envs.spreadsheetbench.scoring import Area, PositionError, cells_equal, parse_position
 
 warnings.filterwarnings("ignore", category=UserWarning, module="openpyxl")  # unsupported extensions in real workbooks
 
@@ -154,6 +154,18 @@ def check_task(task: Task) -> Optional[Defect]:
         areas = parse_position(p["position"])
     except PositionError as e:
         return Defect(tid, "unparsable-position", f"{p['position']!r}: {e}", _rule_of(p) if prefixed else "data")
+    answers = _answer_cells(tid, p, areas, prefixed)
+    if isinstance(answers, Defect):
+        return answers
+    if len(p["cases"]) < 2:
+        return None
+    return _conflicting_cases(tid, p, answers)
+
+
+def _answer_cells(
+    tid: str, p: dict[str, Any], areas: list[Area], prefixed: bool
+) -> list[dict[str, tuple[str, ...]]] | Defect:
+    """Per case, the answer cells by sheet; a defect when an answer workbook is unreadable or lacks a named sheet."""
     answers = []
     for _inp, ans in p["cases"]:
         try:
@@ -174,8 +186,11 @@ def check_task(task: Task) -> Optional[Defect]:
                 )
             want[sheet] = want.get(sheet, ()) + a.cells
         answers.append(want)
-    if len(p["cases"]) < 2:
-        return None
+    return answers
+
+
+def _conflicting_cases(tid: str, p: dict[str, Any], answers: list[dict[str, tuple[str, ...]]]) -> Optional[Defect]:
+    """Two cases whose inputs a script cannot tell apart but whose answers differ (or an unreadable input)."""
     inputs: list[Optional[str]] = []
     for inp, _ans in p["cases"]:
         try:
