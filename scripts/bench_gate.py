@@ -111,13 +111,22 @@ async def evaluate(runner: InProcessRunner, skill: str, tasks: list[Task], repea
 
 
 async def training(
-    seed: int, n_tasks: int, spread: float, effect: float, steps: int, repeats: int, policy: GatePolicy, t: Tally
+    seed: int,
+    n_tasks: int,
+    spread: float,
+    effect: float,
+    steps: int,
+    repeats: int,
+    policy: GatePolicy,
+    t: Tally,
+    mix: tuple[float, float, float] = (1.0, 1.0, 1.0),
 ) -> None:
     rng = random.Random(seed)
     bench = SyntheticBenchmark({"options": {"tasks": n_tasks, "prompt_chars": 0}})
     tasks = bench.load_split("selection")
     difficulty = {task.task_id: rng.gauss(0.0, spread) for task in tasks}
-    effects = [rng.choice((-effect, 0.0, effect)) for _ in range(steps)]  # the same proposals for every gate
+    # the same proposals for every gate: worse, equal and better in the proportions of `mix`
+    effects = rng.choices((-effect, 0.0, effect), weights=mix, k=steps)
     theta = {"# Skill v0\n": 0.0}
     runner = InProcessRunner(bench, SimulatedTarget(theta, difficulty, seed))
     current, cur_theta = "# Skill v0\n", 0.0
@@ -171,11 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--repeats", type=int, nargs="+", default=[1, 3], help="optimizer.rollouts_per_task")
     ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--mix", type=float, nargs=3, default=[1.0, 1.0, 1.0], metavar=("WORSE", "EQUAL", "BETTER"),
+                    help="how often a candidate is worse, equal, better (weights)")  # fmt: skip
     ap.add_argument("--gates", nargs="+", default=list(GATES), choices=list(GATES))
     a = ap.parse_args(argv)
     print(
-        f"{a.trainings} trainings x {a.steps} candidates per row; a candidate's effect is +-e logit or 0 "
-        f"(1/3 each); alpha={a.alpha}; hard gate"
+        f"{a.trainings} trainings x {a.steps} candidates per row; a candidate's effect is -e, 0 or +e logit "
+        f"(weights {' : '.join(f'{w:g}' for w in a.mix)}); alpha={a.alpha}; hard gate"
     )
     head = (
         "| tasks | spread (flip rate) | effect e | repeats | gate | worse accepted | better refused | equal accepted "
@@ -191,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             async def run_all(policy: GatePolicy = policy, t: Tally = t, n: int = n, spread: float = spread,
                               effect: float = effect, r: int = r) -> None:  # fmt: skip
                 for s in range(a.trainings):
-                    await training(1000 + s, n, spread, effect, a.steps, r, policy, t)
+                    await training(1000 + s, n, spread, effect, a.steps, r, policy, t, tuple(a.mix))  # type: ignore[arg-type]
 
             asyncio.run(run_all())
             gains = t.gains or [0.0]

@@ -110,6 +110,10 @@ class FinalEvaluation:
             iv = e.interval("hard")
             metrics.update({f"test_hard_{k}_ci_lo": iv.lo, f"test_hard_{k}_ci_hi": iv.hi})
         metrics["test_n_tasks"] = float(len(test["best"].tasks))
+        best = self.ev.scores.get(self.rec.state.best_eval)
+        if best is not None:  # the best selection score's interval over the selection tasks
+            iv = self.ev.policy.interval(best)
+            metrics.update(best_selection_ci_lo=iv.lo, best_selection_ci_hi=iv.hi, selection_n_tasks=float(iv.n))
         metrics.update(
             best_selection_score=self.rec.state.best_score,
             tokens_total=totals["tokens"],
