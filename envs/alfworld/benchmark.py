@@ -113,6 +113,37 @@ def parse_action(reply: str) -> str:
     return parse_reply(reply).command
 
 
+def _episode_result(
+    task: Task,
+    goal: str,
+    ref: str,
+    won: bool,
+    done: bool,
+    trajectory: list[dict[str, Any]],
+    format_errors: int,
+    max_turns: int,
+) -> EpisodeResult:
+    """The played episode as a result: won scores 1, else the game ended (not completed) or the turns ran out."""
+    if won:
+        reason = ""
+    elif done:
+        reason = FAIL_NOT_COMPLETED
+    else:
+        reason = fail_timeout(max_turns)
+    score = 1.0 if won else 0.0
+    return EpisodeResult(
+        task.task_id,
+        task.task_type,
+        hard=score,
+        soft=score,
+        fail_reason=reason,
+        n_turns=len(trajectory),
+        trajectory=trajectory,
+        task_description=goal,
+        info={"gamefile": ref, "format_errors": format_errors},
+    )
+
+
 class AlfWorldBenchmark(Benchmark):
     name = "alfworld"
     options_class = AlfWorldOptions
@@ -245,11 +276,7 @@ class AlfWorldBenchmark(Benchmark):
         format_errors = 0
         for step in range(ctx.max_turns):
             messages = build_messages(skill, goal, memory, observation, admissible, ctx.history_window)
-            fmt = None
-            if self.options.constrained and admissible:
-                fmt = await llm.response_format_for("target", action_schema(admissible), "action")
-                if fmt is not None and fmt.get("type") != "json_schema":
-                    fmt = None  # an enum needs a JSON schema; a bare json_object mode would only break the tags
+            fmt = await self._action_format(llm, admissible)
             reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{ref}/t{step}", fmt))
             parsed: ParsedReply = parse_constrained_reply(reply.content) if fmt else parse_reply(reply.content)
             format_errors += 0 if parsed.format_ok else 1
@@ -276,21 +303,13 @@ class AlfWorldBenchmark(Benchmark):
             observation, admissible = out.observation, out.admissible or admissible
             if done:
                 break
-        if won:
-            reason = ""
-        elif done:
-            reason = FAIL_NOT_COMPLETED
-        else:
-            reason = fail_timeout(ctx.max_turns)
-        score = 1.0 if won else 0.0
-        return EpisodeResult(
-            task.task_id,
-            task.task_type,
-            hard=score,
-            soft=score,
-            fail_reason=reason,
-            n_turns=len(trajectory),
-            trajectory=trajectory,
-            task_description=goal,
-            info={"gamefile": ref, "format_errors": format_errors},
-        )
+        return _episode_result(task, goal, ref, won, done, trajectory, format_errors, ctx.max_turns)
+
+    async def _action_format(self, llm: LLM, admissible: list[str]) -> Optional[dict[str, Any]]:
+        """The JSON schema that limits the reply's action to the admissible commands (constrained mode), or None."""
+        if not (self.options.constrained and admissible):
+            return None
+        fmt = await llm.response_format_for("target", action_schema(admissible), "action")
+        if fmt is not None and fmt.get("type") != "json_schema":
+            return None  # an enum needs a JSON schema; a bare json_object mode would only break the tags
+        return fmt
