@@ -6,6 +6,9 @@ episode, the time from launch to the agent's first model call, and the jail floo
 starting `true`).
 
     .venv/bin/python scripts/bench_harness.py --episodes 5
+
+`--benchmarks docvqa,livemathematicianbench,officeqa` also times the agent targets on those benchmarks' built-in
+samples (three model calls per episode: read SKILL.md, read task.md, answer; the answer is not scored here).
 """
 
 from __future__ import annotations
@@ -38,10 +41,39 @@ async def _jail_floor(n: int) -> float:
     return statistics.median(times)
 
 
+def _other_benchmarks(
+    names: list[str], targets: list[str], episodes: int, tmp: Path
+) -> list[tuple[str, str, float, float]]:
+    """(benchmark, target, median episode s, median launch-to-first-call s) on each benchmark's sample items."""
+    import skillopt_envs
+    from scripted_server import ScriptedServer
+    from test_harness_benchmarks_e2e import ShellAgent
+    from test_harness_e2e import _eval, _gateway
+
+    rows = []
+    for name in names:
+        bench = skillopt_envs.make(name, {})
+        tasks = (bench.load_split("test") * episodes)[:episodes]
+        agent = ShellAgent(lambda _t: ["cat task.md"], lambda _t, _tools: "<answer>A</answer>")
+        with ScriptedServer(policy=agent) as srv:
+            for target in targets:
+                walls, firsts = [], []
+                for i, t in enumerate(tasks):
+                    gw = _gateway(srv.base_url, target, tmp / f"{name}-{target}{i}", "off")
+                    t0 = time.monotonic()
+                    (res,) = asyncio.run(_eval(gw, bench, [t], "RULE: read the task"))
+                    walls.append(time.monotonic() - t0)
+                    assert not res.infra_error, (name, target, res.error)
+                    firsts.append(res.info["agent_first_call_s"])
+                rows.append((name, target, statistics.median(walls), statistics.median(firsts)))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=5)
     ap.add_argument("--targets", default="chat,codex,claude_code")
+    ap.add_argument("--benchmarks", default="", help="also time the agent targets on these benchmarks (comma list)")
     args = ap.parse_args()
     from conftest import qa_fixture
     from scripted_server import ScriptedServer
@@ -83,6 +115,11 @@ def main() -> None:
         f = f"{first:.2f}" if first is not None else "-"
         print(f"{target:<12} {wall:>19.2f} {f:>21} {wall - chat:>19.2f}")
     print(f"jail floor (bwrap + forwarder running `true`): {floor:.2f} s median of {args.episodes}")
+    if args.benchmarks:
+        agents = [t for t in args.targets.split(",") if t != "chat"]
+        print(f"\n{'benchmark':<24} {'target':<12} {'episode s (median)':>19} {'launch -> 1st call s':>21}")
+        for name, target, wall, first in _other_benchmarks(args.benchmarks.split(","), agents, args.episodes, tmp):
+            print(f"{name:<24} {target:<12} {wall:>19.2f} {first:>21.2f}")
 
 
 if __name__ == "__main__":
