@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from skillopt_envs.base import EpisodeContext
+from skillopt_envs.base import DataError, EpisodeContext
 
 from skillopt_ray import cli
 from skillopt_ray.harness import episode as harness_episode
@@ -282,9 +282,16 @@ def test_officeqa_refuses_a_corpus_under_a_gold_answer_folder(tmp_path, recorder
     bench = OfficeQABenchmark({"options": {"sample_dir": str(src), "docs_dirs": [str(bad)]}})
     task = bench.load_split("test")[0]
     rec = recorder(["<answer>1</answer>"])
-    with pytest.raises(ValueError, match="officeqa_split"):
+    with pytest.raises(DataError, match="officeqa_split.*docs_dirs"):
         asyncio.run(bench.run_episode(task, "", FakeLLM(), _ctx()))
     assert rec.runs == []  # refused before any launch
+    # with a harness configured, an env actor refuses it when it loads the corpus, before any episode
+    agent_bench = OfficeQABenchmark(
+        {"options": {"sample_dir": str(src), "docs_dirs": [str(bad)], "target_harness": "codex"}}
+    )
+    with pytest.raises(DataError, match="officeqa_split"):
+        agent_bench.warm_up()
+    OfficeQABenchmark({"options": {"sample_dir": str(src), "target_harness": "codex"}}).warm_up()  # the samples pass
 
 
 @pytest.mark.parametrize(

@@ -235,7 +235,19 @@ class OfficeQABenchmark(Benchmark):
         return self._corpus
 
     def warm_up(self) -> None:
-        self.corpus()
+        corpus = self.corpus()
+        if self.options.target_harness not in ("", "chat"):  # checked where the corpus is, before any episode
+            self._check_agent_paths(corpus)
+
+    @staticmethod
+    def _check_agent_paths(corpus: Corpus) -> None:
+        """The reference refuses to show an agent a folder of gold answers; here that stops the run in one line."""
+        from skillopt_ray.harness.workspace import check_paths
+
+        try:
+            check_paths(list(corpus.roots))
+        except ValueError as e:
+            raise DataError(f"{e}; point env.options.docs_dirs at the corpus alone") from None
 
     # ---------- the episode ----------
 
@@ -302,6 +314,7 @@ class OfficeQABenchmark(Benchmark):
                 "an agent harness target runs OfficeQA only offline with local tools (as in the reference); set "
                 "env.options.search_mode=offline and env.options.use_local_tools=true, or use llm.target.harness=chat"
             )
+        self._check_agent_paths(corpus)
         p = task.payload
         extra = {
             "source_files": list(p["source_files"]),
