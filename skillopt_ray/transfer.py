@@ -20,9 +20,12 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from skillopt_ray.rundir import RunDir
+
+if TYPE_CHECKING:
+    from skillopt_ray.tracking import Tracker
 
 HARNESSES = ("chat", "codex", "claude_code")
 
@@ -102,8 +105,8 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The tool's options, and the Hydra overrides after `--` that every cell's run gets."""
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
@@ -116,7 +119,58 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--benchmarks", default="searchqa", help="comma-separated experiment presets (conf/experiment)")
     ap.add_argument("--split", default="test")
     ap.add_argument("--out", default="outputs/transfer", help="output_dir of every cell's run")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv), extra
+
+
+def _run_cells(
+    args: argparse.Namespace,
+    extra: list[str],
+    skills: list[Path],
+    names: list[str],
+    targets: list[Target],
+    benches: list[str],
+    out: Path,
+    tracker: Tracker,
+    parent: Optional[str],
+) -> Optional[list[Cell]]:
+    """One eval run per benchmark, target and skill; None after a bad override (reported in one line)."""
+    from skillopt_ray import cli
+
+    cells: list[Cell] = []
+    for bench in benches:
+        for t in targets:
+            for name, skill in zip(names, skills):
+                overrides = [
+                    f"+experiment={bench}", *extra, *t.overrides(), "mode=eval", f"eval.skill_path={skill.resolve()}",
+                    f"eval.split={args.split}", f"output_dir={out}", f"run_name=transfer-{_slug(name)}-{_slug(t.label)}-{bench}",
+                    "tracking.experiment_name=transfer", *([f"tracking.parent_run_id={parent}"] if parent else []),
+                ]  # fmt: skip
+                try:
+                    _obj, data = cli.typed(cli.compose(overrides))
+                except Exception as e:  # noqa: BLE001 - a bad override: one line, then stop
+                    print(f"error: {t.label} / {bench}: {e}", file=sys.stderr)
+                    return None
+                data = cli.resolve_paths(data)
+                code = cli.run_one(data)
+                cells.append(cell_from_run(name, t.label, bench, cli.run_dir_for(data), args.split, code))
+    return cells
+
+
+def _publish(cells: list[Cell], names: list[str], columns: list[tuple[str, str]], out: Path, tracker: Tracker) -> None:
+    """Print the table, write transfer.md and transfer.json, and log both and each cell's score to MLflow."""
+    text = table(cells, names, columns)
+    print(text)
+    (out / "transfer.md").write_text(text + "\n")
+    (out / "transfer.json").write_text(json.dumps([c.__dict__ for c in cells], indent=2))
+    for c in cells:
+        key = f"transfer/hard.{_slug(c.skill)}.{_slug(c.target)}.{c.benchmark}"  # a grouped key is logged as is
+        tracker.log_metrics({key: c.hard, key + ".n": float(c.n), key + ".lo": c.lo, key + ".hi": c.hi}, 0)
+    tracker.log_artifact(out / "transfer.md")
+    tracker.log_artifact(out / "transfer.json")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args, extra = _parse_args(list(sys.argv[1:] if argv is None else argv))
     skills = [Path(s).expanduser() for s in args.skills.split(",") if s]
     missing = [str(s) for s in skills if not s.is_file()]
     if missing:
@@ -134,41 +188,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     if len(set(names)) != len(names):
         names = [f"{i + 1}-{s.stem}" for i, s in enumerate(skills)]
 
-    from skillopt_ray import cli
     from skillopt_ray.tracking import Tracker, default_tracking_uri
 
     tracker = Tracker(True, default_tracking_uri(out), "transfer", out / "mlflow-artifacts")
     parent = tracker.start({}, "transfer", {"skills": args.skills, "targets": args.targets}, lambda _r: None)
     tracker.log_params({"skills": args.skills, "targets": args.targets, "benchmarks": args.benchmarks,
                         "split": args.split, "overrides": " ".join(extra)})  # fmt: skip
-    cells: list[Cell] = []
-    for bench in benches:
-        for t in targets:
-            for name, skill in zip(names, skills):
-                overrides = [
-                    f"+experiment={bench}", *extra, *t.overrides(), "mode=eval", f"eval.skill_path={skill.resolve()}",
-                    f"eval.split={args.split}", f"output_dir={out}", f"run_name=transfer-{_slug(name)}-{_slug(t.label)}-{bench}",
-                    "tracking.experiment_name=transfer", *([f"tracking.parent_run_id={parent}"] if parent else []),
-                ]  # fmt: skip
-                try:
-                    _obj, data = cli.typed(cli.compose(overrides))
-                except Exception as e:  # noqa: BLE001 - a bad override: one line, then stop
-                    print(f"error: {t.label} / {bench}: {e}", file=sys.stderr)
-                    tracker.finish("FAILED")
-                    return 2
-                data = cli.resolve_paths(data)
-                code = cli.run_one(data)
-                cells.append(cell_from_run(name, t.label, bench, cli.run_dir_for(data), args.split, code))
-    columns = [(t.label, b) for b in benches for t in targets]
-    text = table(cells, names, columns)
-    print(text)
-    (out / "transfer.md").write_text(text + "\n")
-    (out / "transfer.json").write_text(json.dumps([c.__dict__ for c in cells], indent=2))
-    for c in cells:
-        key = f"transfer/hard.{_slug(c.skill)}.{_slug(c.target)}.{c.benchmark}"  # a grouped key is logged as is
-        tracker.log_metrics({key: c.hard, key + ".n": float(c.n), key + ".lo": c.lo, key + ".hi": c.hi}, 0)
-    tracker.log_artifact(out / "transfer.md")
-    tracker.log_artifact(out / "transfer.json")
+    cells = _run_cells(args, extra, skills, names, targets, benches, out, tracker, parent)
+    if cells is None:
+        tracker.finish("FAILED")
+        return 2
+    _publish(cells, names, [(t.label, b) for b in benches for t in targets], out, tracker)
     failed = [c for c in cells if c.exit_code != 0]
     tracker.finish("FAILED" if failed else "FINISHED")
     return 1 if failed else 0
