@@ -11,7 +11,7 @@ from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule
 from skillopt_ray.records import Evaluation, Summary
-from skillopt_ray.rundir import FINAL_EVALUATION, HISTORY_LIST, LEDGER, SUMMARY
+from skillopt_ray.rundir import BEST_SKILL, FINAL_EVALUATION, HISTORY_LIST, LEDGER, SUMMARY
 from skillopt_ray.skill.document import skill_hash
 
 
@@ -120,6 +120,6 @@ class FinalEvaluation:
             cost_usd_total=totals["cost_usd"],
         )
         self.rec.log_metrics(metrics)
-        for f in (SUMMARY, "best_skill.md", HISTORY_LIST, LEDGER, FINAL_EVALUATION):
+        for f in (SUMMARY, BEST_SKILL, HISTORY_LIST, LEDGER, FINAL_EVALUATION):
             if self.rec.rd.exists(f):
                 self.rec.log_artifact(f)

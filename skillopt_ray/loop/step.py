@@ -21,7 +21,7 @@ from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule, Stage
 from skillopt_ray.prompts.render import step_buffer_text
 from skillopt_ray.records import REJECT, SKIP_NO_PATCHES, SKIP_NO_REWRITE, GateRecord, LrDecision, StepRecord
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.rundir import STEP_CANDIDATE, STEP_DIFF, RunDir
 from skillopt_ray.skill.appendix import flush_notes
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.aggregate import AggregateOutput, aggregate
@@ -231,8 +231,8 @@ class TrainStep:
                 key=ctx.key,
             )
             if res.candidate is not None:
-                self.rec.rd.write_step_text(out.epoch, out.step, "candidate.md", res.candidate)
-                self.rec.rd.write_step_text(out.epoch, out.step, "diff.md", skill_diff(ctx.skill, res.candidate))
+                self.rec.rd.write_step_text(out.epoch, out.step, STEP_CANDIDATE, res.candidate)
+                self.rec.rd.write_step_text(out.epoch, out.step, STEP_DIFF, skill_diff(ctx.skill, res.candidate))
             return res.to_dict()
 
         return UpdateOutput.from_dict(await self.rec.memo(out.stage("update"), f"{out.label}:update", do_update))
@@ -242,7 +242,7 @@ class TrainStep:
         st, rec = self.rec.state, self.rec
         gs = st.global_step + 1
         if out.upd is not None and out.upd.candidate is not None:
-            for name in ("candidate.md", "diff.md"):
+            for name in (STEP_CANDIDATE, STEP_DIFF):
                 rec.log_artifact(f"{out.folder}/{name}", f"candidates/{out.folder.split('/', 1)[1]}")
         self._apply_gate(out, gs)
         st.counts.dropped_analyses += out.refl.dropped
