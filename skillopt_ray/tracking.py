@@ -39,13 +39,13 @@ METRIC_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
         lambda n: (
             n in ("accepted", "slow_update_accepted", "rollout_n", "tasks_compared", "edit_budget")
             or n.startswith("n_")
-            or n.endswith(("_errors", "_count", "_fallbacks"))
+            or n.endswith(("_errors", "_count", "_fallbacks", "_n_tasks"))
         ),
     ),
     (
         "score",
         lambda n: (
-            n.endswith(("_score", "_hard", "_soft"))
+            n.endswith(("_score", "_hard", "_soft", "_ci_lo", "_ci_hi"))
             or n.startswith(("test_hard", "test_soft", "eval_hard", "eval_soft"))
         ),
     ),

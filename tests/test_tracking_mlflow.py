@@ -64,6 +64,12 @@ def test_metric_groups():
         "counts/slow_update_accepted",
     ]
     assert [metric_key(n) for n in ("skill_version", "skill_len")] == ["skill/skill_version", "skill/skill_len"]
+    # the scores' intervals sit with the scores, the number of tasks behind them with the counts
+    assert [metric_key(n) for n in ("best_selection_ci_lo", "test_hard_best_ci_hi", "test_n_tasks")] == [
+        "score/best_selection_ci_lo",
+        "score/test_hard_best_ci_hi",
+        "counts/test_n_tasks",
+    ]
     assert metric_key("something_new") == "other/something_new" and metric_key("score/x") == "score/x"
 
 
