@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from skillopt_envs.base import EpisodeContext, EpisodeResult, Task
 
@@ -118,12 +118,13 @@ class Evaluator:
         mean and the stored current and best scores. Otherwise each side is scored on the tasks both
         sides scored, so an infrastructure failure never moves a decision."""
         cur, best = self.scores.get(st.current_eval), self.scores.get(st.best_eval)
+        cur_score, best_score = cast(float, st.current_score), cast(float, st.best_score)  # set by the baseline
         n = n_selection * self.repeats  # episodes: every repeat of every task scored
         full = cand.n_scored == n and cur is not None and cur.n_scored == n and (best is None or best.n_scored == n)
         if cur is None or full:
-            return self.policy.score(cand), st.current_score, st.best_score, cand.n_scored // self.repeats
+            return self.policy.score(cand), cur_score, best_score, cand.n_scored // self.repeats
         c, cur_s, common = self.policy.like_for_like(cand, cur)
-        best_s = self.policy.like_for_like(cand, best)[1] if best else st.best_score
+        best_s = self.policy.like_for_like(cand, best)[1] if best else best_score
         return c, cur_s, best_s, common
 
     def certain_reject(self, st: RunState) -> Optional[Callable[[EpisodeResult], bool]]:
@@ -141,5 +142,5 @@ class Evaluator:
         eval_key, ev = await self.evaluate(candidate, selection, "selection", self.certain_reject(st))
         current = self.scores[st.current_eval]
         if ev.not_played:  # stopped early: rejected for certain, its full score never measured
-            return self.policy.early_record(ev, current, st.current_score, st.best_score)
+            return self.policy.early_record(ev, current, cast(float, st.current_score), cast(float, st.best_score))
         return self.policy.step_record(eval_key, ev, current, self.compare(ev, st, len(selection)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from skillopt_envs.base import EpisodeResult
 
@@ -164,6 +164,7 @@ class TrainStep:
         out.upd = await self._update(ctx, out)
 
         async def do_gate() -> dict[str, Any]:
+            assert out.upd is not None  # the update ran just before
             return (await self.ev.gate(out.upd.candidate, self.rec.state, self.schedule.splits.selection)).to_dict()
 
         out.gate = GateRecord.from_dict(await self.rec.memo(out.stage("gate"), f"{label}:gate", do_gate))
@@ -171,6 +172,7 @@ class TrainStep:
     async def _select(self, ctx: OptimizerContext, out: StepOutcome) -> SelectOutput:
         """The step's edit budget (scheduled, or decided by the optimizer) and the ranked edits within it."""
         st, o, agg = self.rec.state, self.o, out.agg
+        assert agg is not None  # select runs after aggregate
 
         async def do_select() -> dict[str, Any]:
             self.progress(stage="select")
@@ -205,7 +207,7 @@ class TrainStep:
         decision = await autonomous_lr(
             ctx.llm,
             skill=ctx.skill,
-            items=out.agg.items(ctx.mode),
+            items=out.agg.items(ctx.mode) if out.agg else [],
             mode=ctx.mode,
             meta_skill=ctx.meta_skill,
             rollout_n=out.stats.n_scored,
@@ -224,7 +226,7 @@ class TrainStep:
             res = await update(
                 ctx.llm,
                 ctx.skill,
-                out.sel.items(ctx.mode),
+                out.sel.items(ctx.mode) if out.sel else [],
                 mode=ctx.mode,
                 step_buffer=ctx.step_buffer,
                 protect_regions=ctx.protect_regions,
@@ -259,8 +261,8 @@ class TrainStep:
                     analyses=out.refl.analyses,
                     mode=ctx.mode,
                     selected=selected,
-                    score_before=st.current_score,
-                    score_after=out.gate.candidate_score,
+                    score_before=cast(float, st.current_score),
+                    score_after=cast(float, out.gate.candidate_score),
                 )
             )
         st.global_step = gs
@@ -272,7 +274,7 @@ class TrainStep:
         """The gate's decision on the run's position: a new current (and maybe best) skill, and the counts."""
         st, gate = self.rec.state, out.gate
         if gate.accepted:
-            st.current_version = self.rec.new_version(out.upd.candidate)
+            st.current_version = self.rec.new_version(cast(str, out.upd.candidate if out.upd else None))
             st.current_score, st.current_eval = gate.candidate_full_score, gate.eval_key or ""
             st.current_origin = f"step_{gs:04d}"
             if gate.new_best:
