@@ -202,3 +202,19 @@ def test_the_report_prints_the_paired_test_and_the_intervals():
     assert line.endswith("p=0.0312: significant")
     assert interval_text(mean_interval([1, 0, 1, 1]).to_dict()).endswith("n=4")
     assert interval_text(None) == "-"
+
+
+@pytest.mark.parametrize(
+    "arg,needle",
+    [
+        ("optimizer.rollouts_per_task=0", "optimizer.rollouts_per_task=0 is invalid; it must be >= 1"),
+        ("optimizer.gate_test=ttest", "allowed: none, paired_bootstrap, sign"),
+        ("optimizer.gate_alpha=0.7", "optimizer.gate_alpha=0.7 is invalid"),
+    ],
+)
+def test_bad_noise_options_are_one_line_errors(capsys, arg, needle):
+    from skillopt_ray import cli
+
+    code = cli.main(["+experiment=alfworld", arg])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: ") and "\n" not in err and needle in err
