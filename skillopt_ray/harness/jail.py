@@ -77,6 +77,49 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
+def _system_mounts() -> list[str]:
+    """bwrap arguments that give the jail the host's system files read-only: /usr, the /bin and /lib folders (or
+    their symlinks), the few /etc files programs look up, and the project's Python for the agent's scripts."""
+    argv = ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(d):
+            argv += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            argv += ["--ro-bind", d, d]
+    for f in (
+        "/etc/ld.so.cache",
+        "/etc/localtime",
+        "/etc/alternatives",
+        "/etc/passwd",
+        "/etc/group",
+        "/etc/nsswitch.conf",
+    ):
+        if os.path.exists(f):
+            argv += ["--ro-bind", f, f]
+    made: set[str] = set()
+    for d in _python_dirs():  # the project's Python (openpyxl, pandas), read-only, for the agent's scripts
+        for parent in reversed(Path(d).parents):
+            if str(parent) != "/" and str(parent) not in made:
+                made.add(str(parent))
+                argv += ["--dir", str(parent)]
+        argv += ["--ro-bind", d, d]
+    return argv
+
+
+def _seccomp_args(fds: list[int]) -> list[str]:
+    """bwrap's --seccomp with a pipe holding the filter that forbids new user namespaces inside (Codex's own
+    sandbox therefore runs in full-access mode); the pipe's read end is added to `fds` for the child to inherit.
+    Nothing when no filter can be built here."""
+    filt = userns_filter()
+    if filt is None:
+        return []
+    r, w = os.pipe()
+    os.write(w, filt)
+    os.close(w)
+    fds.append(r)
+    return ["--seccomp", str(r)]
+
+
 class Jail:
     """One agent run's walls. `root` holds workspace/, home/ and sock/ on the host."""
 
@@ -126,29 +169,7 @@ class Jail:
             "--unshare-cgroup-try",
         ]
         argv += ["--cap-drop", "ALL"] if os.geteuid() == 0 else ["--unshare-user"]
-        argv += ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
-        for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-            if os.path.islink(d):
-                argv += ["--symlink", os.readlink(d), d]
-            elif os.path.isdir(d):
-                argv += ["--ro-bind", d, d]
-        for f in (
-            "/etc/ld.so.cache",
-            "/etc/localtime",
-            "/etc/alternatives",
-            "/etc/passwd",
-            "/etc/group",
-            "/etc/nsswitch.conf",
-        ):
-            if os.path.exists(f):
-                argv += ["--ro-bind", f, f]
-        made: set[str] = set()
-        for d in _python_dirs():  # the project's Python (openpyxl, pandas), read-only, for the agent's scripts
-            for parent in reversed(Path(d).parents):
-                if str(parent) != "/" and str(parent) not in made:
-                    made.add(str(parent))
-                    argv += ["--dir", str(parent)]
-            argv += ["--ro-bind", d, d]
+        argv += _system_mounts()
         argv += ["--ro-bind", str(self.prefix), JAIL_PREFIX, "--ro-bind", str(self.root / "forwarder.js"), fwd]
         argv += ["--bind", str(self.root / "sock"), JAIL_SOCKET_DIR, "--bind", str(self.root / "home"), JAIL_HOME]
         argv += ["--bind", str(host_workspace), JAIL_WORKSPACE, "--chdir", JAIL_WORKSPACE]
@@ -156,13 +177,7 @@ class Jail:
             argv += ["--ro-bind", p, p]
         for k, v in env.items():
             argv += ["--setenv", k, v]
-        filt = userns_filter()
-        if filt is not None:  # no new user namespaces inside (Codex's own sandbox therefore runs in full-access mode)
-            r, w = os.pipe()
-            os.write(w, filt)
-            os.close(w)
-            fds.append(r)
-            argv += ["--seccomp", str(r)]
+        argv += _seccomp_args(fds)
         return argv + inner
 
     async def run(
