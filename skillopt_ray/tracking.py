@@ -321,8 +321,6 @@ class Tracker:
         and tagged on it, so a rerun after a kill between the two finds that run instead of forking a second."""
         if not self.enabled:
             return None
-        from mlflow.exceptions import MlflowException
-
         from skillopt_ray.config import redact
 
         tags = {k: str(v) for k, v in redact(dict(tags)).items()}  # a user's tag may hold a token: masked like params
@@ -331,46 +329,67 @@ class Tracker:
         run_name = sweep_run_name(tags, run_name)
         run_id = record.get("run_id")
         if run_id:
-            try:
-                run = _retrying("read the run to resume", self.uri, lambda: self.client.get_run(run_id))
-                self.run_id = run.info.run_id
-                self.set_tags({k: v for k, v in tags.items() if k.startswith("mlflow.source.")})  # this command's
-                _retrying(
-                    "mark the resumed run running",
-                    self.uri,
-                    lambda: self.client.update_run(
-                        self._rid, status="RUNNING", name=run_name if run.info.run_name != run_name else None
-                    ),
-                )
-                return self.run_id
-            except MlflowException as e:
-                if not _not_found(e):
-                    raise TrackingError(
-                        f"MLflow store {self.uri} failed to read run {run_id}: {str(e).splitlines()[0][:300]}"
-                    ) from None
-                self.notes.append(
-                    f"MLflow run {run_id} is not in {self.uri} (store replaced or deleted): logging to a new run"
-                )
+            resumed = self._resume_run(run_id, tags, run_name)
+            if resumed:
+                return resumed
         uid = record.get("run_uid") if not run_id else None
         if uid:
-            quoted = uid.replace("'", "")
-            found = _retrying(
-                "search for the interrupted run",
-                self.uri,
-                lambda: self.client.search_runs(
-                    [self.experiment_id], filter_string=f"tags.`{RUN_UID_TAG}` = '{quoted}'", max_results=1
-                ),
-            )
+            found = self._resume_interrupted_run(uid)
             if found:
-                self.run_id = found[0].info.run_id
-                _retrying(
-                    "mark the resumed run running",
-                    self.uri,
-                    lambda: self.client.update_run(self._rid, status="RUNNING"),
-                )
-                return self.run_id
+                return found
         uid = uid or uuid.uuid4().hex
         save({"run_uid": uid, "tracking_uri": self.uri, "experiment_id": self.experiment_id})
+        return self._create_run(uid, tags, run_name)
+
+    def _resume_run(self, run_id: str, tags: dict[str, str], run_name: str) -> Optional[str]:
+        """Reopen the run the record names, with this command's source tags and name; None (with a note) when the
+        store no longer holds it."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = _retrying("read the run to resume", self.uri, lambda: self.client.get_run(run_id))
+            self.run_id = run.info.run_id
+            self.set_tags({k: v for k, v in tags.items() if k.startswith("mlflow.source.")})  # this command's
+            _retrying(
+                "mark the resumed run running",
+                self.uri,
+                lambda: self.client.update_run(
+                    self._rid, status="RUNNING", name=run_name if run.info.run_name != run_name else None
+                ),
+            )
+            return self.run_id
+        except MlflowException as e:
+            if not _not_found(e):
+                raise TrackingError(
+                    f"MLflow store {self.uri} failed to read run {run_id}: {str(e).splitlines()[0][:300]}"
+                ) from None
+            self.notes.append(
+                f"MLflow run {run_id} is not in {self.uri} (store replaced or deleted): logging to a new run"
+            )
+        return None
+
+    def _resume_interrupted_run(self, uid: str) -> Optional[str]:
+        """The run tagged with `uid` if a killed start created it after saving the uid, marked running again."""
+        quoted = uid.replace("'", "")
+        found = _retrying(
+            "search for the interrupted run",
+            self.uri,
+            lambda: self.client.search_runs(
+                [self.experiment_id], filter_string=f"tags.`{RUN_UID_TAG}` = '{quoted}'", max_results=1
+            ),
+        )
+        if not found:
+            return None
+        self.run_id = found[0].info.run_id
+        _retrying(
+            "mark the resumed run running",
+            self.uri,
+            lambda: self.client.update_run(self._rid, status="RUNNING"),
+        )
+        return self.run_id
+
+    def _create_run(self, uid: str, tags: dict[str, str], run_name: str) -> str:
+        """A new run tagged with `uid`, started when the run directory was."""
         run = _retrying(
             "create the run",
             self.uri,
@@ -381,8 +400,9 @@ class Tracker:
                 tags={**tags, RUN_UID_TAG: uid},
             ),
         )
-        self.run_id = run.info.run_id
-        return self.run_id
+        new_id: str = run.info.run_id
+        self.run_id = new_id
+        return new_id
 
     def log_params(self, params: dict[str, Any]) -> None:
         """The run's config as params; `tracking.tags` are not params (the run carries them as tags)."""

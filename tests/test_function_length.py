@@ -17,7 +17,6 @@ ALLOWED = {
     ("skillopt_ray/harness/runner.py", "run_agent"),
     ("skillopt_ray/llm/agent_api.py", "responses_events"),
     ("skillopt_ray/llm/agent_api.py", "messages_to_chat"),
-    ("skillopt_ray/tracking.py", "Tracker.start"),
     ("envs/docvqa/benchmark.py", "DocVQABenchmark._episode"),
     ("envs/officeqa/agent.py", "agent_episode"),
     ("envs/livemathematicianbench/benchmark.py", "LiveMathBenchmark._episode"),
