@@ -116,6 +116,27 @@ def _session_events(home: Path, harness: str) -> list[dict[str, Any]]:
     return events
 
 
+@dataclass(frozen=True)
+class _CliOptions:
+    """What an episode asks of the CLI beyond its prompt (see run_agent)."""
+
+    allow_file_edits: bool = False
+    images: tuple[str, ...] = ()
+    add_dirs: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
+
+
+@dataclass
+class _Attempt:
+    """One CLI run: what it returned, its model calls and its session trace."""
+
+    result: JailResult
+    raw: str
+    calls: list[CallRecord]
+    trace: trace.AgentTrace
+    first_call_s: Optional[float]
+
+
 async def run_agent(
     llm: Any,
     settings: AgentSettings,
@@ -133,114 +154,149 @@ async def run_agent(
     to Claude Code as --add-dir; `read_only` host paths are mounted read-only where they are. A gateway error is
     re-raised as itself; a broken jail or broken tools raise HarnessError."""
     exe = cli_path(settings)
+    options = _CliOptions(allow_file_edits, images, add_dirs, read_only)
     root = Path(tempfile.mkdtemp(prefix="skillopt-agent-"))
-    raws: list[str] = []
-    all_calls: list[CallRecord] = []
-    t_all = trace.AgentTrace()
+    attempts: list[_Attempt] = []
     final = ""
-    attempts = 0
-    wall = 0.0
-    first_call: Optional[float] = None
     try:
         for attempt in range(settings.empty_retries + 1):
-            attempts = attempt + 1
-            home = root / f"attempt{attempt}"
-            jail = Jail(home, exe.parent.parent, settings.jail, read_only)
-            ws_in = jail.workspace_path(workspace)
             p = commands.retry_prompt(prompt) if attempt else prompt
-            token = secrets.token_hex(16)  # the only key the agent holds: it opens nothing but its own endpoint
-            extra: dict[str, str]
-            if settings.harness == "codex":
-                (home / "home" / ".codex").mkdir(parents=True, exist_ok=True)
-                cmd = commands.codex_argv(
-                    f"{jail.prefix_path()}/bin/codex",
-                    ws_in,
-                    p,
-                    settings.model,
-                    settings.codex_reasoning_effort,
-                    settings.codex_sandbox,
-                    images=images,
-                    extra_config=_codex_extra(jail.port),
-                )
-                extra = {"CODEX_HOME": f"{jail.home_path()}/.codex", "SKILLOPT_AGENT_KEY": token}
-            else:
-                cmd = commands.claude_argv(
-                    f"{jail.prefix_path()}/bin/claude",
-                    ws_in,
-                    commands.exec_prompt(p, allow_file_edits),
-                    settings.model,
-                    settings.claude_effort,
-                    add_dirs=add_dirs,
-                )
-                extra = {
-                    "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{jail.port}",
-                    "ANTHROPIC_API_KEY": token,
-                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                    "DISABLE_AUTOUPDATER": "1",
-                    "IS_SANDBOX": "1",
-                    "CLAUDE_CONFIG_DIR": f"{jail.home_path()}/.claude",
-                }
-                if settings.claude_max_thinking_tokens > 0:
-                    extra["MAX_THINKING_TOKENS"] = str(settings.claude_max_thinking_tokens)
-            env = jail_env(jail.home_path(), jail.prefix_path(), extra)
-            server = AgentAPIServer(llm, f"{key}/a{attempt}")
-            await server.start(jail.socket_path)
-            t_launch = time.monotonic()
-            try:
-                res: JailResult = await jail.run(workspace, env, cmd, settings.timeout_s, settings.memory_mb)
-            finally:
-                await server.stop()
-            wall += res.wall_s
-            if first_call is None and server.first_call_at is not None:
-                first_call = server.first_call_at - t_launch
-            all_calls += server.calls
-            if server.errors:  # the model endpoint failed after the gateway's retries: as for a chat episode
-                raise server.errors[-1]
-            raw = res.stdout + (f"\n[stderr]\n{res.stderr}" if res.stderr.strip() else "")
-            raws.append(f"===== {PREFIX[settings.harness].upper()} CLI ATTEMPT {attempts} =====\n{raw}")
-            events = _session_events(home / "home", settings.harness)
-            t = trace.codex_session_trace(events) if settings.harness == "codex" else trace.claude_session_trace(events)
-            _merge(t_all, t)
-            if res.out_of_memory:
-                raise HarnessError(f"the {settings.harness} agent went past its memory limit ({settings.memory_mb} MB)")
-            if not server.calls and not res.timed_out:
-                said = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]
-                raise HarnessError(
-                    f"the {settings.harness} agent never called its model ({said})", kind="sandbox_start"
-                )
-            if t.tool_errors:
-                raise HarnessError(f"the {settings.harness} agent's tools failed: {t.tool_errors[0]}")
-            if settings.harness == "codex":
-                if res.timed_out:
-                    raise HarnessError(f"codex exec ran past its {settings.timeout_s:g} s limit", kind="timeout")
-                if res.returncode != 0:  # the reference raises here, with no retry
-                    raise HarnessError(f"codex exec failed with exit code {res.returncode}: {raw[:300]}")
-                last = workspace / commands.CODEX_LAST_MESSAGE
-                final = last.read_text("utf-8", "replace") if last.exists() else ""
-            else:  # a timeout or a failed run with nothing printed is an empty reply: retried
-                final = "" if res.timed_out or (res.returncode != 0 and not res.stdout.strip()) else res.stdout.strip()
+            home = root / f"attempt{attempt}"
+            run = await _run_attempt(llm, settings, exe, home, workspace, p, f"{key}/a{attempt}", options)
+            attempts.append(run)
+            final = _final_message(settings, run, workspace)
             if final.strip():
                 break
-        raw_all = "\n\n".join(raws)
-        if settings.harness == "codex":
-            summary = trace.codex_trace_summary(raw_all, final)
-        else:
-            summary = trace.claude_trace_summary(final, raw_all)
-        t_all.final_message = final
-        files = {name: (workspace / name).read_bytes() for name in collect if (workspace / name).is_file()}
-        ledger_in = sum(c.prompt_tokens for c in all_calls)
-        ledger_out = sum(c.completion_tokens for c in all_calls)
-        warning = trace.reconcile(t_all, len(all_calls), ledger_in, ledger_out)
-        cost = sum(c.cost_usd for c in all_calls)
-        summary += (
-            f"\n- gateway usage: {len(all_calls)} calls ({sum(c.cached for c in all_calls)} from the cache), "
-            f"{ledger_in}+{ledger_out} tokens, ${cost:.6f}"
-        )
-        if warning:
-            summary += f"\n- WARNING: usage mismatch: {warning}"
-        return AgentRun(final, raw_all, summary, t_all, attempts, all_calls, files, warning, wall, first_call)
+        return _agent_run(settings, attempts, final, workspace, collect)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _cli_launch(
+    settings: AgentSettings, jail: Jail, home: Path, workspace: Path, prompt: str, token: str, options: _CliOptions
+) -> tuple[list[str], dict[str, str]]:
+    """The CLI's argv (paths as the jail sees them) and its own environment variables: the episode's endpoint
+    and `token`, the only key the agent holds."""
+    ws_in = jail.workspace_path(workspace)
+    if settings.harness == "codex":
+        (home / "home" / ".codex").mkdir(parents=True, exist_ok=True)
+        cmd = commands.codex_argv(
+            f"{jail.prefix_path()}/bin/codex",
+            ws_in,
+            prompt,
+            settings.model,
+            settings.codex_reasoning_effort,
+            settings.codex_sandbox,
+            images=options.images,
+            extra_config=_codex_extra(jail.port),
+        )
+        return cmd, {"CODEX_HOME": f"{jail.home_path()}/.codex", "SKILLOPT_AGENT_KEY": token}
+    cmd = commands.claude_argv(
+        f"{jail.prefix_path()}/bin/claude",
+        ws_in,
+        commands.exec_prompt(prompt, options.allow_file_edits),
+        settings.model,
+        settings.claude_effort,
+        add_dirs=options.add_dirs,
+    )
+    extra = {
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{jail.port}",
+        "ANTHROPIC_API_KEY": token,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "IS_SANDBOX": "1",
+        "CLAUDE_CONFIG_DIR": f"{jail.home_path()}/.claude",
+    }
+    if settings.claude_max_thinking_tokens > 0:
+        extra["MAX_THINKING_TOKENS"] = str(settings.claude_max_thinking_tokens)
+    return cmd, extra
+
+
+async def _run_attempt(
+    llm: Any,
+    settings: AgentSettings,
+    exe: Path,
+    home: Path,
+    workspace: Path,
+    prompt: str,
+    key: str,
+    options: _CliOptions,
+) -> _Attempt:
+    """One CLI run in a fresh jail with its own model endpoint (re-raising the endpoint's gateway error)."""
+    jail = Jail(home, exe.parent.parent, settings.jail, options.read_only)
+    token = secrets.token_hex(16)  # the only key the agent holds: it opens nothing but its own endpoint
+    cmd, extra = _cli_launch(settings, jail, home, workspace, prompt, token, options)
+    env = jail_env(jail.home_path(), jail.prefix_path(), extra)
+    server = AgentAPIServer(llm, key)
+    await server.start(jail.socket_path)
+    t_launch = time.monotonic()
+    try:
+        res: JailResult = await jail.run(workspace, env, cmd, settings.timeout_s, settings.memory_mb)
+    finally:
+        await server.stop()
+    if server.errors:  # the model endpoint failed after the gateway's retries: as for a chat episode
+        raise server.errors[-1]
+    raw = res.stdout + (f"\n[stderr]\n{res.stderr}" if res.stderr.strip() else "")
+    events = _session_events(home / "home", settings.harness)
+    t = trace.codex_session_trace(events) if settings.harness == "codex" else trace.claude_session_trace(events)
+    first = None if server.first_call_at is None else server.first_call_at - t_launch
+    return _Attempt(res, raw, list(server.calls), t, first)
+
+
+def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> str:
+    """The attempt's final message ("" asks for a retry), or HarnessError when the jail, the CLI or its tools
+    broke."""
+    res, harness = run.result, settings.harness
+    if res.out_of_memory:
+        raise HarnessError(f"the {harness} agent went past its memory limit ({settings.memory_mb} MB)")
+    if not run.calls and not res.timed_out:
+        said = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]
+        raise HarnessError(f"the {harness} agent never called its model ({said})", kind="sandbox_start")
+    if run.trace.tool_errors:
+        raise HarnessError(f"the {harness} agent's tools failed: {run.trace.tool_errors[0]}")
+    if harness == "codex":
+        if res.timed_out:
+            raise HarnessError(f"codex exec ran past its {settings.timeout_s:g} s limit", kind="timeout")
+        if res.returncode != 0:  # the reference raises here, with no retry
+            raise HarnessError(f"codex exec failed with exit code {res.returncode}: {run.raw[:300]}")
+        last = workspace / commands.CODEX_LAST_MESSAGE
+        return last.read_text("utf-8", "replace") if last.exists() else ""
+    # a timeout or a failed run with nothing printed is an empty reply: retried
+    return "" if res.timed_out or (res.returncode != 0 and not res.stdout.strip()) else res.stdout.strip()
+
+
+def _agent_run(
+    settings: AgentSettings, attempts: list[_Attempt], final: str, workspace: Path, collect: tuple[str, ...]
+) -> AgentRun:
+    """The episode's outcome over all attempts: transcripts joined, traces merged, the trace summary with the
+    gateway's usage (and a warning when the CLI's own count disagrees), the collected workspace files."""
+    raws = [
+        f"===== {PREFIX[settings.harness].upper()} CLI ATTEMPT {i} =====\n{a.raw}" for i, a in enumerate(attempts, 1)
+    ]
+    raw_all = "\n\n".join(raws)
+    if settings.harness == "codex":
+        summary = trace.codex_trace_summary(raw_all, final)
+    else:
+        summary = trace.claude_trace_summary(final, raw_all)
+    t_all = trace.AgentTrace()
+    for a in attempts:
+        _merge(t_all, a.trace)
+    t_all.final_message = final
+    all_calls = [c for a in attempts for c in a.calls]
+    files = {name: (workspace / name).read_bytes() for name in collect if (workspace / name).is_file()}
+    ledger_in = sum(c.prompt_tokens for c in all_calls)
+    ledger_out = sum(c.completion_tokens for c in all_calls)
+    warning = trace.reconcile(t_all, len(all_calls), ledger_in, ledger_out)
+    cost = sum(c.cost_usd for c in all_calls)
+    summary += (
+        f"\n- gateway usage: {len(all_calls)} calls ({sum(c.cached for c in all_calls)} from the cache), "
+        f"{ledger_in}+{ledger_out} tokens, ${cost:.6f}"
+    )
+    if warning:
+        summary += f"\n- WARNING: usage mismatch: {warning}"
+    wall = sum(a.result.wall_s for a in attempts)
+    first_call = next((a.first_call_s for a in attempts if a.first_call_s is not None), None)
+    return AgentRun(final, raw_all, summary, t_all, len(attempts), all_calls, files, warning, wall, first_call)
 
 
 def _merge(into: trace.AgentTrace, t: trace.AgentTrace) -> None:
