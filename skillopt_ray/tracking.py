@@ -34,6 +34,7 @@ METRIC_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("tokens", lambda n: n.startswith(("tokens", "cost_usd"))),
     ("time", lambda n: n.endswith("_s") or n.startswith("time")),
     ("skill", lambda n: n in ("skill_version", "skill_len", "candidate_skill_len")),
+    ("gate", lambda n: n.startswith("gate_")),  # the paired gate's difference, interval and p (optimizer.gate_test)
     (
         "counts",
         lambda n: (

@@ -132,6 +132,20 @@ def test_repeated_rollouts_and_the_paired_gate_resume_after_a_kill_exactly(walkt
         assert (g["action"] in ("accept", "accept_new_best")) == (
             t["significant"] and g["candidate_score"] > g["current_score"]
         )
+    for f in sorted(ref_dir.glob("epochs/*/slow_result.json")):  # a gated slow update carries the test too
+        slow = json.loads(f.read_text())
+        if slow.get("eval_key") and slow["action"] in ("accept", "accept_new_best", "reject"):
+            assert slow["gate_test"]["test"] == "paired_bootstrap", f
+    # the report and MLflow show the test and the intervals
+    from mlflow.tracking import MlflowClient
+
+    from skillopt_ray import report
+
+    text = report.story_text(report.load(ref_dir))
+    assert "paired test (paired_bootstrap, alpha 0.05): difference" in text and "95% intervals over tasks" in text
+    ml = json.loads((ref_dir / "mlflow_run.json").read_text())
+    metrics = MlflowClient(ml["tracking_uri"]).get_run(ml["run_id"]).data.metrics
+    assert {"score/test_hard_best_ci_lo", "score/best_selection_ci_hi", "gate/gate_p_value"} <= set(metrics)
     # every repeat was its own call: train, selection and test keys carry /r1 and /r2 beside the plain one
     rollout = json.loads(next(iter(sorted(ref_dir.glob("steps/*/rollout.json")))).read_text())
     assert len(rollout) == REPEATS * 4 and [r["info"]["repeat"] for r in rollout[:REPEATS]] == [1, 2, 3]
