@@ -208,63 +208,11 @@ def responses_events(reply: AgentReply, rid: str, model: str, custom: set[str]) 
     ]
     output: list[dict[str, Any]] = []
     if reply.content:
-        mid = f"msg_{rid}"
-        item = {
-            "type": "message",
-            "id": mid,
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": reply.content, "annotations": []}],
-        }
-        ev.append(
-            _sse(
-                "response.output_item.added",
-                {
-                    "type": "response.output_item.added",
-                    "output_index": 0,
-                    "item": {**item, "status": "in_progress", "content": []},
-                },
-            )
-        )
-        ev.append(
-            _sse(
-                "response.output_text.delta",
-                {
-                    "type": "response.output_text.delta",
-                    "item_id": mid,
-                    "output_index": 0,
-                    "content_index": 0,
-                    "delta": reply.content,
-                },
-            )
-        )
-        ev.append(
-            _sse("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item})
-        )
+        item = _output_message(reply.content, rid)
+        ev += _output_message_events(item, reply.content)
         output.append(item)
     for call in reply.tool_calls:
-        if call["name"] in custom:
-            try:
-                text = json.loads(call["arguments"]).get("input", "")
-            except (ValueError, AttributeError):
-                text = call["arguments"]
-            item = {
-                "type": "custom_tool_call",
-                "id": f"ctc_{call['id']}",
-                "call_id": call["id"],
-                "name": call["name"],
-                "input": text,
-                "status": "completed",
-            }
-        else:
-            item = {
-                "type": "function_call",
-                "id": f"fc_{call['id']}",
-                "call_id": call["id"],
-                "name": call["name"],
-                "arguments": call["arguments"],
-                "status": "completed",
-            }
+        item = _output_tool_call(call, custom)
         ev.append(
             _sse(
                 "response.output_item.done",
@@ -272,6 +220,74 @@ def responses_events(reply: AgentReply, rid: str, model: str, custom: set[str]) 
             )
         )
         output.append(item)
+    ev.append(_response_completed(reply, rid, model, output))
+    return ev
+
+
+def _output_message(text: str, rid: str) -> dict[str, Any]:
+    """The reply's text as a completed Responses message item."""
+    return {
+        "type": "message",
+        "id": f"msg_{rid}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def _output_message_events(item: dict[str, Any], text: str) -> list[bytes]:
+    """The message item streamed as the first output: added (empty), its text in one delta, done."""
+    return [
+        _sse(
+            "response.output_item.added",
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {**item, "status": "in_progress", "content": []},
+            },
+        ),
+        _sse(
+            "response.output_text.delta",
+            {
+                "type": "response.output_text.delta",
+                "item_id": item["id"],
+                "output_index": 0,
+                "content_index": 0,
+                "delta": text,
+            },
+        ),
+        _sse("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
+    ]
+
+
+def _output_tool_call(call: dict[str, Any], custom: set[str]) -> dict[str, Any]:
+    """A chat tool call as a Responses item: a custom tool's call carries its raw input text (the `input` the
+    chat side wrapped it in), any other a function call with its JSON arguments."""
+    if call["name"] in custom:
+        try:
+            text = json.loads(call["arguments"]).get("input", "")
+        except (ValueError, AttributeError):
+            text = call["arguments"]
+        return {
+            "type": "custom_tool_call",
+            "id": f"ctc_{call['id']}",
+            "call_id": call["id"],
+            "name": call["name"],
+            "input": text,
+            "status": "completed",
+        }
+    return {
+        "type": "function_call",
+        "id": f"fc_{call['id']}",
+        "call_id": call["id"],
+        "name": call["name"],
+        "arguments": call["arguments"],
+        "status": "completed",
+    }
+
+
+def _response_completed(reply: AgentReply, rid: str, model: str, output: list[dict[str, Any]]) -> bytes:
+    """The closing event: the whole response with its output items and the reply's token usage."""
     usage = {
         "input_tokens": reply.prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0},
@@ -279,23 +295,20 @@ def responses_events(reply: AgentReply, rid: str, model: str, custom: set[str]) 
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": reply.prompt_tokens + reply.completion_tokens,
     }
-    ev.append(
-        _sse(
-            "response.completed",
-            {
-                "type": "response.completed",
-                "response": {
-                    "id": rid,
-                    "object": "response",
-                    "status": "completed",
-                    "model": model,
-                    "output": output,
-                    "usage": usage,
-                },
+    return _sse(
+        "response.completed",
+        {
+            "type": "response.completed",
+            "response": {
+                "id": rid,
+                "object": "response",
+                "status": "completed",
+                "model": model,
+                "output": output,
+                "usage": usage,
             },
-        )
+        },
     )
-    return ev
 
 
 # ---------- Anthropic Messages (Claude Code) ----------
@@ -305,55 +318,17 @@ def messages_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
     """(chat messages, chat tools) of a Messages request. `role: "system"` entries inside `messages` are kept as
     system messages; the per-run billing line Claude Code puts first in `system` is dropped (it varies per run)."""
     out: list[dict[str, Any]] = []
-    system = body.get("system")
-    if isinstance(system, list):
-        system = "\n\n".join(
-            str(b.get("text") or "")
-            for b in system
-            if isinstance(b, dict) and not str(b.get("text") or "").startswith("x-anthropic-billing-header")
-        )
+    system = _system_text(body.get("system"))
     if system:
-        out.append({"role": "system", "content": str(system)})
+        out.append({"role": "system", "content": system})
     for m in body.get("messages") or []:
         role, content = m.get("role"), m.get("content")
         if isinstance(content, str) or role == "system":
             out.append({"role": role, "content": _text_of(content), "_closed": True})
-            continue
-        if role == "assistant":
-            text = "\n".join(str(b.get("text") or "") for b in content or [] if b.get("type") == "text")
-            calls = [
-                {
-                    "id": b.get("id"),
-                    "type": "function",
-                    "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})},
-                }
-                for b in content or []
-                if b.get("type") == "tool_use"
-            ]
-            msg: dict[str, Any] = {"role": "assistant", "content": text or None, "_closed": True}
-            if calls:
-                msg["tool_calls"] = calls
-            out.append(msg)
-            continue
-        rest = []
-        images: list[dict[str, Any]] = []
-        for b in content or []:
-            if b.get("type") == "tool_result":
-                shown = _images_of(b.get("content"))
-                text = _text_of(b.get("content")) or (NO_TEXT if shown else "")
-                out.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": b.get("tool_use_id"),
-                        "content": ("[error] " if b.get("is_error") else "") + text,
-                    }
-                )
-                images += shown
-            else:
-                rest.append(b)
-        _flush_images(out, images)
-        if rest:
-            out.append({"role": "user", "content": _parts(rest), "_closed": True})
+        elif role == "assistant":
+            out.append(_assistant_message(content or []))
+        else:
+            _add_user_blocks(out, content or [])
     tools = [
         {
             "type": "function",
@@ -367,6 +342,59 @@ def messages_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
         if t.get("name")
     ]
     return _clean(out), tools
+
+
+def _system_text(system: Any) -> str:
+    """The request's `system` as one text ("" when absent), its text blocks joined without the billing line."""
+    if isinstance(system, list):
+        system = "\n\n".join(
+            str(b.get("text") or "")
+            for b in system
+            if isinstance(b, dict) and not str(b.get("text") or "").startswith("x-anthropic-billing-header")
+        )
+    return str(system) if system else ""
+
+
+def _assistant_message(content: list[dict[str, Any]]) -> dict[str, Any]:
+    """An assistant turn's blocks as one chat message: its text blocks joined, its tool_use blocks as calls."""
+    text = "\n".join(str(b.get("text") or "") for b in content if b.get("type") == "text")
+    calls = [
+        {
+            "id": b.get("id"),
+            "type": "function",
+            "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})},
+        }
+        for b in content
+        if b.get("type") == "tool_use"
+    ]
+    msg: dict[str, Any] = {"role": "assistant", "content": text or None, "_closed": True}
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _add_user_blocks(out: list[dict[str, Any]], content: list[dict[str, Any]]) -> None:
+    """A user turn's blocks onto `out`: each tool_result as a tool message (marked when it is an error), the
+    images they returned in one user message after them, then the other blocks as one user message."""
+    rest = []
+    images: list[dict[str, Any]] = []
+    for b in content:
+        if b.get("type") == "tool_result":
+            shown = _images_of(b.get("content"))
+            text = _text_of(b.get("content")) or (NO_TEXT if shown else "")
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": b.get("tool_use_id"),
+                    "content": ("[error] " if b.get("is_error") else "") + text,
+                }
+            )
+            images += shown
+        else:
+            rest.append(b)
+    _flush_images(out, images)
+    if rest:
+        out.append({"role": "user", "content": _parts(rest), "_closed": True})
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
