@@ -27,9 +27,10 @@ from skillopt_ray.progress import Eta
 from skillopt_ray.records import Summary
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import normalize_markers
-from skillopt_ray.stages.rollout import InfraFailure, rollout, summarize
+from skillopt_ray.stages.rollout import InfraFailure, rollout_repeats, summarize
 from skillopt_ray.startup_trace import mark
 from skillopt_ray.state import StateVersionError
+from skillopt_ray.stats import mean_interval
 from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
 from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, limit_tasks
 
@@ -253,17 +254,20 @@ class Run:
         skill = normalize_markers(read_skill_file(p, "eval.skill_path"))
         split = cfg.eval.split
         tasks = self._eval_tasks(bench)
-        self.progress.update(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks))
+        reps = cfg.optimizer.rollouts_per_task  # each task played that many times, scored by their mean
+        self.progress.update(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks) * reps)
         assert self.pool is not None, "the env pool starts before evaluation"
-        res = await rollout(
+        res = await rollout_repeats(
             self.pool,
             tasks,
             skill,
             EpisodeContext(f"evalonly/{split}", False, cfg.env.max_turns, cfg.env.history_window, cfg.seed),
+            reps,
             cfg.optimizer.max_infra_failure_fraction,
             f"eval:{split}",
         )
-        stats = summarize(res)
+        stats = summarize(res, reps)
+        task_scores = list(stats.tasks.values())  # the score's 95% interval over the tasks, with n
         self.rd.write_eval_results(split, [r.to_dict() for r in res])
         ledger = await LLMHandle(self.gateway).save_ledger()
         summary = Summary(
@@ -274,6 +278,12 @@ class Run:
             eval=stats.to_dict(),
             tokens=ledger["totals"],
             run_dir=str(self.rd.root),
+            intervals={
+                "eval": {
+                    m: mean_interval([v[i] for v in task_scores]).to_dict() for i, m in enumerate(("hard", "soft"))
+                }
+            },
+            rollouts_per_task=reps if reps > 1 else None,
         )
         self.rd.write_summary(summary)
         if self.tracker:

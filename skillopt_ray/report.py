@@ -367,8 +367,10 @@ def _final_lines(s: Story) -> list[str]:
         return ["final: not reached yet"]
     if sm.mode == "eval":
         e = sm.eval or {}
+        iv = ((sm.intervals or {}).get("eval") or {}).get("hard")
         return [
             f"evaluation of {sm.skill_path} on {sm.split}: hard {_f(e.get('hard'))}, soft {_f(e.get('soft'))} (n={e.get('n')})"
+            + (f"; hard 95% interval over tasks {interval_text(iv)}" if iv else "")
         ]
     lines = ["final (test split)", f"  {'skill':<8}{'version':>9}{'selection':>11}{'test hard':>11}{'test soft':>11}"]
     versions, sel, test = sm.versions or {}, sm.selection or {}, sm.test or {}

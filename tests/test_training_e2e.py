@@ -199,6 +199,8 @@ def test_eval_only_scores_a_skill_per_type(ray_cluster, scripted, alfworld_root,
     assert s["eval"]["n"] == 6 and len(per) == 6
     assert per["pick_and_place"]["hard"] == 1.0 and per["pick_heat_then_place_in_recep"]["hard"] == 0.0
     assert abs(s["eval"]["hard"] - 2 / 6) < 1e-9
+    iv = s["intervals"]["eval"]["hard"]  # the score's 95% interval over the 6 tasks (Wilson: 0/1 task scores)
+    assert iv["n"] == 6 and iv["method"] == "wilson" and iv["lo"] < 2 / 6 < iv["hi"]
 
 
 def test_infra_failures_stop_the_run_with_a_clear_error(ray_cluster, scripted, alfworld_root, tmp_path, capsys):
