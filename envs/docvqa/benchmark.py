@@ -237,34 +237,34 @@ class DocVQABenchmark(Benchmark):
 
         agent = await harness_settings(llm)
         if agent is not None:  # the agent always gets the page image (page_input applies to chat targets)
-            from skillopt_envs.docvqa.agent import agent_episode
-
-            try:
-                image = await self._image_file(p)
-                if not os.path.isfile(image):
-                    raise FileNotFoundError(2, "no such file")
-            except OSError as e:
-                return EpisodeResult(
-                    task.task_id,
-                    task.task_type,
-                    fail_reason="data_error",
-                    error=f"cannot read the page image {image}: {e.strerror or e}; check env.data_dir / env.options.image_root",
-                    task_description=question,
-                )
-            return await agent_episode(task, skill, llm, ctx, agent, image, self.options.exec_timeout)
+            return await self._agent_episode(task, skill, llm, ctx, agent)
         system = prompts.system_prompt(skill)
         text = prompts.user_text(question)
         try:
             page = await self._page_part(p)
         except OSError as e:
-            return EpisodeResult(
-                task.task_id,
-                task.task_type,
-                fail_reason="data_error",
-                error=f"cannot read the page image {image}: {e.strerror or e}; check env.data_dir / env.options.image_root",
-                task_description=question,
-            )
+            return _data_error(task, image, e)
         first = [{"role": "system", "content": system}, prompts.user_message(text, page)]
+        replies = await self._chat_turns(task, llm, ctx, first)
+        return self._chat_result(task, question, answers, image, system, text, replies)
+
+    async def _agent_episode(
+        self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext, agent: dict[str, Any]
+    ) -> EpisodeResult:
+        """The episode for an agent target, which reads the page image from a file (a data error without it)."""
+        from skillopt_envs.docvqa.agent import agent_episode
+
+        image = task.payload["image_path"]
+        try:
+            image = await self._image_file(task.payload)
+            if not os.path.isfile(image):
+                raise FileNotFoundError(2, "no such file")
+        except OSError as e:
+            return _data_error(task, image, e)
+        return await agent_episode(task, skill, llm, ctx, agent, image, self.options.exec_timeout)
+
+    async def _chat_turns(self, task: Task, llm: LLM, ctx: EpisodeContext, first: list[dict[str, Any]]) -> list[str]:
+        """The chat target's replies: each turn without an answer tag is asked again, up to the turn limit."""
         messages, replies = first, []
         for turn in range(max(1, ctx.max_turns)):
             req = ChatRequest(
@@ -282,6 +282,19 @@ class DocVQABenchmark(Benchmark):
                 {"role": "assistant", "content": reply},
                 {"role": "user", "content": prompts.RETRY_TEXT},
             ]
+        return replies
+
+    def _chat_result(
+        self,
+        task: Task,
+        question: str,
+        answers: list[str],
+        image: str,
+        system: str,
+        text: str,
+        replies: list[str],
+    ) -> EpisodeResult:
+        """The last reply's answer scored (ANLS), with the trajectory and prompts the optimizer reads."""
         predicted = extract_answer(replies[-1])
         s = score_answer(predicted, answers)
         marker = f"[image] {os.path.basename(image)}"
@@ -310,3 +323,14 @@ class DocVQABenchmark(Benchmark):
                 "page_input": "image" if self.options.sends_images else "text",
             },
         )
+
+
+def _data_error(task: Task, image: str, e: OSError) -> EpisodeResult:
+    """The page image cannot be read: a data error naming the file and the settings that place it, never a score."""
+    return EpisodeResult(
+        task.task_id,
+        task.task_type,
+        fail_reason="data_error",
+        error=f"cannot read the page image {image}: {e.strerror or e}; check env.data_dir / env.options.image_root",
+        task_description=task.payload["question"],
+    )
