@@ -75,7 +75,7 @@ async def agent_episode(
     """Run the exec loop and score it as the chat loop's outcome is (normalised EM and token F1 of the first tag's
     text); `extra` is the benchmark's own info (source files, oracle pages). An agent that could not run is an
     infra error, never a score."""
-    from skillopt_ray.harness.episode import HarnessTask, run_harness_task, trace_to_optimizer, turns_info
+    from skillopt_ray.harness.episode import HarnessTask, run_harness_task
 
     p = task.payload
     question, docs, files = p["question"], list(p["source_docs"]), list(p["source_files"])
@@ -98,12 +98,8 @@ async def agent_episode(
         outcomes.append(out)
         skill_md = out.skill_md
         if out.run is None:
-            info = {**extra, "target_system_prompt": skill_md, "target_user_prompt": md, **turns_info(outcomes)}
-            return EpisodeResult(
-                task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
-                error=out.error, n_turns=len(conversation), trajectory=conversation, task_description=question,
-                info={**info, "predicted_answer": "", "agent_ok": False},
-            )  # fmt: skip
+            prompts_info = {**extra, "target_system_prompt": skill_md, "target_user_prompt": md}
+            return _infra_result(task, out, conversation, outcomes, prompts_info)
         response = out.run.response
         conversation.append({"type": "message", "turn": turn, "content": response})
         if has_answer_tag(response):
@@ -111,7 +107,38 @@ async def agent_episode(
             break
     else:
         fail = BUDGET_FAIL.format(n=n)
-    s = score(final, p["ground_truth"], fail)
+    prompts_info = {**extra, "target_system_prompt": skill_md, "target_user_prompt": md}
+    return _scored_result(task, final, fail, response, conversation, outcomes, agent, prompts_info)
+
+
+def _infra_result(
+    task: Task, out: Any, conversation: list[dict[str, Any]], outcomes: list[Any], prompts_info: dict[str, Any]
+) -> EpisodeResult:
+    """The agent could not run (`out` is the failed call's outcome): an infra error row, never a score."""
+    from skillopt_ray.harness.episode import turns_info
+
+    info = {**prompts_info, **turns_info(outcomes)}
+    return EpisodeResult(
+        task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
+        error=out.error, n_turns=len(conversation), trajectory=conversation, task_description=task.payload["question"],
+        info={**info, "predicted_answer": "", "agent_ok": False},
+    )  # fmt: skip
+
+
+def _scored_result(
+    task: Task,
+    final: str,
+    fail: str,
+    response: str,
+    conversation: list[dict[str, Any]],
+    outcomes: list[Any],
+    agent: dict[str, Any],
+    prompts_info: dict[str, Any],
+) -> EpisodeResult:
+    """The loop's answer (or its failure) scored against the ground truth, with each call's usage."""
+    from skillopt_ray.harness.episode import trace_to_optimizer, turns_info
+
+    s = score(final, task.payload["ground_truth"], fail)
     return EpisodeResult(
         task.task_id,
         task.task_type,
@@ -120,11 +147,9 @@ async def agent_episode(
         fail_reason=s.fail_reason,
         n_turns=len(conversation),
         trajectory=conversation,
-        task_description=question,
+        task_description=task.payload["question"],
         info={
-            **extra,
-            "target_system_prompt": skill_md,
-            "target_user_prompt": md,
+            **prompts_info,
             "response": response,
             "predicted_answer": s.predicted,
             "agent_ok": s.agent_ok,
