@@ -252,6 +252,12 @@ class LiveMathBenchmark(Benchmark):
             if not res.infra_error:
                 res.info["choice_seed"] = ctx.seed if self.options.shuffle_choices else None
             return res
+        replies = await self._chat_turns(task, llm, ctx, system, user)
+        return self._chat_result(task, ctx, system, user, choices, correct, replies)
+
+    async def _chat_turns(self, task: Task, llm: LLM, ctx: EpisodeContext, system: str, user: str) -> list[str]:
+        """The chat target's replies: a reply without an answer tag is followed by one retry prompt, up to the turn
+        limit."""
         replies: list[str] = []
         message = user
         for turn in range(max(1, ctx.max_turns)):
@@ -268,6 +274,19 @@ class LiveMathBenchmark(Benchmark):
             if has_answer_tag(reply):
                 break
             message = prompts.retry_prompt(user, reply)  # no history: the next call is [system, this message]
+        return replies
+
+    def _chat_result(
+        self,
+        task: Task,
+        ctx: EpisodeContext,
+        system: str,
+        user: str,
+        choices: list[dict[str, Any]],
+        correct: dict[str, Any],
+        replies: list[str],
+    ) -> EpisodeResult:
+        """The last reply's choice scored (exact match), with the trajectory and prompts the optimizer reads."""
         s = score_reply(replies[-1], choices, correct)
         return EpisodeResult(
             task.task_id,
@@ -279,7 +298,7 @@ class LiveMathBenchmark(Benchmark):
             # the reference records the replies and the verification entry, no user entry
             trajectory=[
                 *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
-                {"role": "system", "content": evaluation_block(p["question"], s)},
+                {"role": "system", "content": evaluation_block(task.payload["question"], s)},
             ],
             # the reference's results carry no task text: the analysts' `Task:` line is empty
             task_description="",
