@@ -103,11 +103,6 @@ class GatePolicy:
             getattr(o, "rollouts_per_task", 1),
         )
 
-    @property
-    def paired(self) -> bool:
-        """The gate also asks for a significant per-task improvement (an option; the reference does not)."""
-        return self.use_gate and self.test != "none"
-
     def paired_test(self, candidate: Evaluation, current: Evaluation) -> PairedTest:
         """The configured test on per-task gate-score differences (candidate minus current), tasks both scored."""
         common = sorted(set(candidate.tasks) & set(current.tasks))
