@@ -284,6 +284,12 @@ def interval_text(iv: Optional[dict[str, Any]]) -> str:
     return f"{_f(iv.get('mean'))} [{_f(iv.get('lo'))}, {_f(iv.get('hi'))}] n={iv.get('n')}"
 
 
+def _played(s: Story) -> str:
+    """What a step's rollout count counts: tasks, or episodes when each task is played more than once."""
+    repeats = (s.config.get("optimizer") or {}).get("rollouts_per_task") or 1
+    return f"episodes ({repeats} per task)" if repeats > 1 else "tasks"
+
+
 def _step_lines(s: Story, rec: StepRecord, diffs: bool) -> list[str]:
     step, action = rec.step, rec.action or "?"
     gate = s.gates.get(step) or GateRecord(action=action)
@@ -292,7 +298,7 @@ def _step_lines(s: Story, rec: StepRecord, diffs: bool) -> list[str]:
         head += f" -> skill v{rec.skill_version or 0:04d}"
     lines = [head]
     lines.append(
-        f"    rollout: hard {_f(rec.rollout_hard)}, soft {_f(rec.rollout_soft)} on {_q(rec.rollout_n)} tasks"
+        f"    rollout: hard {_f(rec.rollout_hard)}, soft {_f(rec.rollout_soft)} on {_q(rec.rollout_n)} {_played(s)}"
         + (f" ({rec.infra_errors} infra errors{kinds_text(rec.infra_kinds)})" if rec.infra_errors else "")
     )
     if action.startswith("skip"):

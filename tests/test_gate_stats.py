@@ -181,6 +181,13 @@ def test_the_analysts_see_a_tasks_repeats_together():
         ids = [r.task_id for r in mb]
         assert ids[:3] == [ids[0]] * 3 and ids[3:] == [ids[3]] * 3
         assert [r.info["repeat"] for r in mb] == [1, 2, 3, 1, 2, 3]
+    # and each trajectory says which attempt it is; a single rollout's header is unchanged
+    from skillopt_ray.prompts.render import minibatch_text
+
+    traj = [{"role": "assistant", "content": "go"}]
+    text = minibatch_text([EpisodeResult("a", "x", hard=0.0, trajectory=traj, info={"repeat": 2, "repeats": 3})])
+    assert "Attempt: 2 of 3 independent attempts at this task" in text
+    assert "Attempt:" not in minibatch_text([EpisodeResult("a", "x", hard=0.0, trajectory=traj)])
 
 
 def test_early_stop_counts_a_lost_repeat_as_a_third_of_a_task():

@@ -143,6 +143,7 @@ def test_repeated_rollouts_and_the_paired_gate_resume_after_a_kill_exactly(walkt
 
     text = report.story_text(report.load(ref_dir))
     assert "paired test (paired_bootstrap, alpha 0.05): difference" in text and "95% intervals over tasks" in text
+    assert f"episodes ({REPEATS} per task)" in text  # a step's rollout count is episodes, not tasks
     ml = json.loads((ref_dir / "mlflow_run.json").read_text())
     metrics = MlflowClient(ml["tracking_uri"]).get_run(ml["run_id"]).data.metrics
     assert {"score/test_hard_best_ci_lo", "score/best_selection_ci_hi", "gate/gate_p_value"} <= set(metrics)

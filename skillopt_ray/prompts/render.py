@@ -43,6 +43,11 @@ def trajectory_block(r: EpisodeResult, idx: int) -> str:
         f"Task: {r.task_description}",
         f"Task type: {r.info.get('header_task_type', r.task_type)}",
     ]
+    repeats = int(r.info.get("repeats") or 1)
+    if repeats > 1:  # optimizer.rollouts_per_task > 1: say which attempt this is (the reference plays one)
+        head.append(
+            f"Attempt: {r.info.get('repeat')} of {repeats} independent attempts at this task with the same skill"
+        )
     if r.fail_reason:
         head.append(f"Failure reason: {r.fail_reason}")
     head.append(f"Steps: {r.n_turns}")
