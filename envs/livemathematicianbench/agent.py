@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from skillopt_envs.base import LLM, EpisodeContext, EpisodeResult, Task
-from skillopt_envs.livemathematicianbench.scoring import evaluation_block, has_answer_tag, score_reply
+from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
 
 DESCRIPTION = "Pick the single correct option of the research-mathematics multiple-choice question in task.md"
 PREAMBLE = (
@@ -67,29 +67,6 @@ async def agent_episode(
         replies.append(out.run.response)
         if has_answer_tag(replies[-1]):
             break
-    s = score_reply(replies[-1], choices, correct)
-    return EpisodeResult(
-        task.task_id,
-        task.task_type,
-        hard=float(int(s.em)),
-        soft=s.em,
-        fail_reason=s.fail_reason,
-        n_turns=len(replies),
-        trajectory=[
-            *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
-            {"role": "system", "content": evaluation_block(task.payload["question"], s)},
-        ],
-        task_description="",
-        info={
-            "target_system_prompt": skill_md,
-            "target_user_prompt": md,
-            "predicted_answer": s.predicted_answer,
-            "predicted_label": s.label,
-            "predicted_text": s.predicted_text,
-            "correct_label": s.correct_label,
-            "correct_text": s.correct_text,
-            "response": replies[-1],
-            "agent_ok": True,
-            **turns_info(outcomes, trace_to_optimizer(agent)),
-        },
+    return scored_episode(
+        task, skill_md, md, choices, correct, replies, **turns_info(outcomes, trace_to_optimizer(agent))
     )

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_envs.livemathematicianbench import data as lm
 from skillopt_envs.livemathematicianbench import prompts
-from skillopt_envs.livemathematicianbench.scoring import evaluation_block, has_answer_tag, score_reply
+from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
 from skillopt_envs.livemathematicianbench.shuffle import shuffle_choices
 
 from skillopt_ray.llm.types import ChatRequest
@@ -253,7 +253,8 @@ class LiveMathBenchmark(Benchmark):
                 res.info["choice_seed"] = ctx.seed if self.options.shuffle_choices else None
             return res
         replies = await self._chat_turns(task, llm, ctx, system, user)
-        return self._chat_result(task, ctx, system, user, choices, correct, replies)
+        seed = ctx.seed if self.options.shuffle_choices else None
+        return scored_episode(task, system, user, choices, correct, replies, choice_seed=seed)
 
     async def _chat_turns(self, task: Task, llm: LLM, ctx: EpisodeContext, system: str, user: str) -> list[str]:
         """The chat target's replies: a reply without an answer tag is followed by one retry prompt, up to the turn
@@ -275,43 +276,3 @@ class LiveMathBenchmark(Benchmark):
                 break
             message = prompts.retry_prompt(user, reply)  # no history: the next call is [system, this message]
         return replies
-
-    def _chat_result(
-        self,
-        task: Task,
-        ctx: EpisodeContext,
-        system: str,
-        user: str,
-        choices: list[dict[str, Any]],
-        correct: dict[str, Any],
-        replies: list[str],
-    ) -> EpisodeResult:
-        """The last reply's choice scored (exact match), with the trajectory and prompts the optimizer reads."""
-        s = score_reply(replies[-1], choices, correct)
-        return EpisodeResult(
-            task.task_id,
-            task.task_type,
-            hard=float(int(s.em)),
-            soft=s.em,
-            fail_reason=s.fail_reason,
-            n_turns=len(replies),
-            # the reference records the replies and the verification entry, no user entry
-            trajectory=[
-                *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
-                {"role": "system", "content": evaluation_block(task.payload["question"], s)},
-            ],
-            # the reference's results carry no task text: the analysts' `Task:` line is empty
-            task_description="",
-            info={
-                "target_system_prompt": system,
-                "target_user_prompt": user,
-                "predicted_answer": s.predicted_answer,
-                "predicted_label": s.label,
-                "predicted_text": s.predicted_text,
-                "correct_label": s.correct_label,
-                "correct_text": s.correct_text,
-                "response": replies[-1],
-                "agent_ok": True,
-                "choice_seed": ctx.seed if self.options.shuffle_choices else None,
-            },
-        )

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from skillopt_envs.base import EpisodeResult, Task
 from skillopt_envs.livemathematicianbench.data import normalize_label
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
@@ -98,4 +99,45 @@ def evaluation_block(question: str, s: MCQScore) -> str:
             f"Correct text: {s.correct_text!r}",
             f"Exact Match: {s.em}",
         ]
+    )
+
+
+def scored_episode(
+    task: Task,
+    system: str,
+    user: str,
+    choices: list[dict[str, Any]],
+    correct: dict[str, Any],
+    replies: list[str],
+    **info: Any,
+) -> EpisodeResult:
+    """The last reply's choice scored (exact match), with the trajectory and prompts the optimizer reads; `info`
+    adds what the target's protocol knows (the chat target's choice seed, an agent's turns)."""
+    s = score_reply(replies[-1], choices, correct)
+    return EpisodeResult(
+        task.task_id,
+        task.task_type,
+        hard=float(int(s.em)),
+        soft=s.em,
+        fail_reason=s.fail_reason,
+        n_turns=len(replies),
+        # the reference records the replies and the verification entry, no user entry
+        trajectory=[
+            *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
+            {"role": "system", "content": evaluation_block(task.payload["question"], s)},
+        ],
+        # the reference's results carry no task text: the analysts' `Task:` line is empty
+        task_description="",
+        info={
+            "target_system_prompt": system,
+            "target_user_prompt": user,
+            "predicted_answer": s.predicted_answer,
+            "predicted_label": s.label,
+            "predicted_text": s.predicted_text,
+            "correct_label": s.correct_label,
+            "correct_text": s.correct_text,
+            "response": replies[-1],
+            "agent_ok": True,
+            **info,
+        },
     )
