@@ -14,7 +14,7 @@ from typing import Any
 
 from skillopt_envs.base import LLM, EpisodeContext, EpisodeResult, Task
 from skillopt_envs.docvqa import prompts
-from skillopt_envs.docvqa.scoring import evaluation_block, extract_answer, has_answer_tag, score_answer
+from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
 
 DESCRIPTION = "Answer the DocVQA question in task.md from the attached document image"
 PREAMBLE = (
@@ -73,30 +73,8 @@ async def agent_episode(
         replies.append(out.run.response)
         if has_answer_tag(replies[-1]):
             break
-    predicted = extract_answer(replies[-1])
-    s = score_answer(predicted, answers)
-    return EpisodeResult(
-        task.task_id,
-        task.task_type,
-        hard=float(s.hard),
-        soft=s.anls,
-        fail_reason=s.fail_reason,
-        n_turns=len(replies),
-        trajectory=[
-            # the reference's exec path records the bare question here (no answer-format sentence)
-            {"role": "user", "content": f"{question}\n\n[image] {os.path.basename(image)}"},
-            *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
-            {"role": "system", "content": evaluation_block(question, predicted, answers, s.anls)},
-        ],
-        task_description=question,
-        info={
-            "target_system_prompt": skill_md,
-            "target_user_prompt": md,
-            "predicted_answer": predicted,
-            "gold_answers": answers,
-            "anls": s.anls,
-            "image": os.path.basename(image),
-            "page_input": "image",
-            **turns_info(outcomes, trace_to_optimizer(agent)),
-        },
-    )
+    name = os.path.basename(image)
+    # the reference's exec path records the bare question here (no answer-format sentence)
+    shown = f"{question}\n\n[image] {name}"
+    trace = turns_info(outcomes, trace_to_optimizer(agent))
+    return scored_episode(task, question, answers, replies, shown, skill_md, md, name, "image", **trace)

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
-from skillopt_envs.docvqa.scoring import evaluation_block, extract_answer, has_answer_tag, score_answer
+from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
 
 from skillopt_ray.llm.types import ChatRequest
 
@@ -294,34 +294,14 @@ class DocVQABenchmark(Benchmark):
         text: str,
         replies: list[str],
     ) -> EpisodeResult:
-        """The last reply's answer scored (ANLS), with the trajectory and prompts the optimizer reads."""
-        predicted = extract_answer(replies[-1])
-        s = score_answer(predicted, answers)
+        """The last reply's answer scored (ANLS); the trajectory's image marker says when the page went as text."""
         marker = f"[image] {os.path.basename(image)}"
         if not self.options.sends_images:
             marker += " (sent as its text layer)"
-        return EpisodeResult(
-            task.task_id,
-            task.task_type,
-            hard=float(s.hard),
-            soft=s.anls,
-            fail_reason=s.fail_reason,
-            n_turns=len(replies),
-            trajectory=[
-                {"role": "user", "content": f"{text}\n\n{marker}"},
-                *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
-                {"role": "system", "content": evaluation_block(question, predicted, answers, s.anls)},
-            ],
-            task_description=question,
-            info={
-                "target_system_prompt": system,
-                "target_user_prompt": text,
-                "predicted_answer": predicted,
-                "gold_answers": answers,
-                "anls": s.anls,
-                "image": os.path.basename(image),
-                "page_input": "image" if self.options.sends_images else "text",
-            },
+        page_input = "image" if self.options.sends_images else "text"
+        shown = f"{text}\n\n{marker}"
+        return scored_episode(
+            task, question, answers, replies, shown, system, text, os.path.basename(image), page_input
         )
 
 

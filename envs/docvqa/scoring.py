@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from skillopt_envs.base import EpisodeResult, Task
+
 HARD_AT = 0.999  # the reference counts an answer right at this ANLS (in practice: equal after normalisation)
 THRESHOLD = 0.5  # a normalised distance at or above this scores 0
 _OPEN, _CLOSE = "<answer>", "</answer>"
@@ -123,4 +125,47 @@ def evaluation_block(question: str, predicted: str, answers: Any, value: float) 
     return (
         f"[EVALUATION RESULT]\nQuestion: {question}\nPredicted answer: {predicted!r}\n"
         f"Gold answers: {answers!r}\nANLS: {value:.4f}"
+    )
+
+
+def scored_episode(
+    task: Task,
+    question: str,
+    answers: list[str],
+    replies: list[str],
+    shown_user: str,
+    system: str,
+    user: str,
+    image_name: str,
+    page_input: str,
+    **info: Any,
+) -> EpisodeResult:
+    """The last reply's answer scored (ANLS), with the trajectory and prompts the optimizer reads. `shown_user` is
+    the trajectory's user entry (what the target was asked, with the image marker); `info` adds what the target's
+    protocol knows (an agent's turns)."""
+    predicted = extract_answer(replies[-1])
+    s = score_answer(predicted, answers)
+    return EpisodeResult(
+        task.task_id,
+        task.task_type,
+        hard=float(s.hard),
+        soft=s.anls,
+        fail_reason=s.fail_reason,
+        n_turns=len(replies),
+        trajectory=[
+            {"role": "user", "content": shown_user},
+            *({"type": "message", "turn": k, "content": r} for k, r in enumerate(replies, start=1)),
+            {"role": "system", "content": evaluation_block(question, predicted, answers, s.anls)},
+        ],
+        task_description=question,
+        info={
+            "target_system_prompt": system,
+            "target_user_prompt": user,
+            "predicted_answer": predicted,
+            "gold_answers": answers,
+            "anls": s.anls,
+            "image": image_name,
+            "page_input": page_input,
+            **info,
+        },
     )
