@@ -216,6 +216,20 @@ else:
 """
 
 
+# bubblewrap's isolation for any jailed process: dies with its parent, its own session, an empty environment, and
+# its own IPC, PID, network, hostname and (where the kernel allows) cgroup namespaces
+BWRAP_ISOLATION = (
+    "--die-with-parent",
+    "--new-session",
+    "--clearenv",
+    "--unshare-ipc",
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+)
+
+
 def bwrap_path() -> Optional[str]:
     return shutil.which("bwrap")
 
@@ -444,17 +458,7 @@ class Sandbox:
 
     def _bwrap_namespaces(self) -> list[str]:
         """The bubblewrap binary and the namespaces it gives the script (and the capability the launcher needs)."""
-        argv = [
-            bwrap_path() or "bwrap",
-            "--die-with-parent",
-            "--new-session",
-            "--clearenv",
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-        ]
+        argv = [bwrap_path() or "bwrap", *BWRAP_ISOLATION]
         if self.userns:
             argv.append("--unshare-user")
         if self.disable_userns:

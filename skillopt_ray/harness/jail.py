@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from skillopt_envs.sandbox import _python_dirs, bwrap_path, userns_filter
+from skillopt_envs.sandbox import BWRAP_ISOLATION, _python_dirs, bwrap_path, userns_filter
 
 JAIL_WORKSPACE = "/workspace"
 JAIL_HOME = "/home/agent"
@@ -157,17 +157,7 @@ class Jail:
             raise RuntimeError(
                 "bubblewrap (bwrap) is not installed: apt-get install bubblewrap, or llm.target.agent.jail=none (unsafe)"
             )
-        argv = [
-            exe,
-            "--die-with-parent",
-            "--new-session",
-            "--clearenv",
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-        ]
+        argv = [exe, *BWRAP_ISOLATION]
         argv += ["--cap-drop", "ALL"] if os.geteuid() == 0 else ["--unshare-user"]
         argv += _system_mounts()
         argv += ["--ro-bind", str(self.prefix), JAIL_PREFIX, "--ro-bind", str(self.root / "forwarder.js"), fwd]
