@@ -9,8 +9,8 @@ through the same driver code as the CLI, reporting to Tune after every training 
     python -m skillopt_ray.sweep +experiment=alfworld +sweep=lr --cfg job                 (the composed sweep options)
 
 Every `sweep.*` key is a Hydra override checked against a typed schema (skillopt_ray.sweep_spec.SweepOptions);
-presets are the config group conf/sweep/ (`--config-dir DIR` adds DIR/sweep/NAME.yaml). The other overrides
-compose each trial's run config, as `python -m skillopt_ray` does.
+presets are the config group `sweep` in the top-level sweeps/ folder (`--config-dir DIR` adds
+DIR/sweep/NAME.yaml). The other overrides compose each trial's run config, as `python -m skillopt_ray` does.
 
 Search space (`sweep.params.<config key>`): a list is a grid (`tune.grid_search`); `{choice: [a, b]}`,
 `{uniform: [lo, hi]}`, `{loguniform: [lo, hi]}`, `{randint: [lo, hi]}` (hi excluded, as in Tune) are sampled,
@@ -47,7 +47,6 @@ from typing import Any, Optional
 import yaml
 
 from skillopt_ray.cli import (
-    CONF_DIR,
     UsageError,
     check_output_dir,
     compose,
@@ -65,6 +64,7 @@ from skillopt_ray.sweep_spec import (
     expand,
     option_keys,
     parse_args,
+    preset_names,
     sample_seed,
     search_space,
     sweep_name,
@@ -72,7 +72,6 @@ from skillopt_ray.sweep_spec import (
 from skillopt_ray.tracking import TrackingError
 from skillopt_ray.utils.io import atomic_write_json
 
-PRESETS_DIR = CONF_DIR / "sweep"
 METRIC = "selection_score"  # what a scheduler compares: the current skill's selection score after each step
 REPORT_COLUMNS = {
     "step": "step",
@@ -975,7 +974,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         args, rest = _flags(argv)
         if args.help:
             print(__doc__)
-            print("presets: " + ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))))
+            print("presets: " + ", ".join(preset_names((args.config_dir,) if args.config_dir else ())))
             return EXIT_OK
         spec, overrides = parse_args(rest, (args.config_dir,) if args.config_dir else ())
         spec.dry_run = spec.dry_run or args.dry_run

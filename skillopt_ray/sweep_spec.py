@@ -2,8 +2,10 @@
 domains, and the list of trials drawn from that space.
 
 The sweep command composes `conf/sweep_config.yaml` (the `sweep` node below) from the `sweep*` overrides, and
-each trial's run config from the others, as the run command does. Presets are the Hydra config group `conf/sweep/` (`+sweep=lr`, `+sweep=[lr,gate]`), and every `sweep.*` key is
-an ordinary Hydra override checked against the schema, so a misspelt option is an unknown key with the
+each trial's run config from the others, as the run command does. Presets are the Hydra config group `sweep`,
+found in the top-level `sweeps/` folder (a config directory on the sweep command's search path, laid out as a
+`--config-dir` is: `sweeps/sweep/NAME.yaml`) and in each `--config-dir`; `+sweep=lr`, `+sweep=[lr,gate]`. Every
+`sweep.*` key is an ordinary Hydra override checked against the schema, so a misspelt option is an unknown key with the
 nearest names. Swept keys live under `sweep.params` as nested config keys; a leaf is a list (every value:
 a grid), a single value, or a one-key map `{choice|uniform|loguniform|randint: [...]}` (sampled).
 """
@@ -13,12 +15,17 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional  # noqa: UP035 - OmegaConf's structured configs want typing.Dict
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.compare import norm_value
+
+# The project's sweep definitions: a config directory whose `sweep/` group the sweep command searches after the
+# user's --config-dir folders (so a user's preset of the same name wins).
+SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 
 SAMPLED = ("choice", "uniform", "loguniform", "randint")
 KINDS = ("grid",) + SAMPLED
@@ -38,7 +45,8 @@ class AshaOptions:
 
 @dataclass
 class SweepOptions:
-    """The `sweep` node. Presets in conf/sweep/ set description, params, fixed and num_samples."""
+    """The `sweep` node. Presets (sweeps/sweep/NAME.yaml) set any of it: description, params, fixed, num_samples,
+    seeds, the scheduler."""
 
     description: str = ""
     params: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
@@ -227,6 +235,20 @@ def _sampling_hint(message: str) -> str:
     return message
 
 
+def preset_names(search_dirs: tuple[str, ...] = ()) -> list[str]:
+    """Every preset `+sweep=NAME` can compose: the project's sweeps/ and each --config-dir's sweep/ folder."""
+    folders = [Path(d) / "sweep" for d in search_dirs] + [SWEEPS_DIR / "sweep"]
+    return sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
+
+
+def _preset_hint(message: str, search_dirs: tuple[str, ...]) -> str:
+    """An unknown preset is answered with every preset the search path holds (Hydra's loader only names conf/)."""
+    m = re.match(r"unknown sweep preset: ([^;]+);", message)
+    if not m:
+        return message
+    return f"unknown sweep preset: {m.group(1)}; available: {', '.join(preset_names(search_dirs)) or 'none'}"
+
+
 def compose_sweep(overrides: list[str], search_dirs: tuple[str, ...] = ()) -> dict[str, Any]:
     """The `sweep` node composed by Hydra from the sweep's own overrides, as plain data."""
     from omegaconf import OmegaConf
@@ -238,12 +260,12 @@ def compose_sweep(overrides: list[str], search_dirs: tuple[str, ...] = ()) -> di
         cfg = compose(
             overrides,
             config_name=SWEEP_CONFIG,
-            search_dirs=search_dirs,
+            search_dirs=(*search_dirs, str(SWEEPS_DIR)),
             require_experiment=False,
             extra_keys=option_keys(),
         )
     except UsageError as e:
-        raise UsageError(_sampling_hint(str(e))) from None
+        raise UsageError(_preset_hint(_sampling_hint(str(e)), search_dirs)) from None
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
@@ -262,7 +284,7 @@ def parse_args(argv: list[str], search_dirs: tuple[str, ...] = ()) -> tuple[Swee
         raise UsageError("sweep the seed with sweep.seeds=N or sweep.seeds=[...], not sweep.params.seed")
     if not params and seeds == 1:
         raise UsageError(
-            "nothing to sweep: give +sweep=<preset> (conf/sweep/), +sweep.params.<key>=[...] or sweep.seeds=N"
+            "nothing to sweep: give +sweep=<preset> (sweeps/sweep/), +sweep.params.<key>=[...] or sweep.seeds=N"
         )
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         if seeds < 1:

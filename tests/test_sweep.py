@@ -23,7 +23,7 @@ from conftest import qa_fixture
 from scipy import stats
 from scripted_server import Policies, ScriptedServer
 
-from skillopt_ray import compare, sweep
+from skillopt_ray import compare, sweep, sweep_spec
 from skillopt_ray.cli import UsageError
 
 
@@ -44,7 +44,7 @@ def test_presets_combine_with_seeds_and_command_line_params():
     # a preset's key is replaced by the same key on the command line (Hydra's override, no + needed)
     spec, _ = sweep.parse_args(["+sweep=lr", "sweep.params.optimizer.learning_rate=[4,6]"])
     assert spec.grid == {"optimizer.learning_rate": [4, 6]}
-    with pytest.raises(UsageError, match="unknown sweep preset: nope; available: batch"):
+    with pytest.raises(UsageError, match="unknown sweep preset: nope; available: asha, batch"):
         sweep.parse_args(["+sweep=nope"])
     with pytest.raises(UsageError, match="nothing to sweep"):
         sweep.parse_args(["+experiment=alfworld"])
@@ -93,6 +93,24 @@ def test_presets_from_a_config_dir(tmp_path):
     (tmp_path / "sweep" / "mine.yaml").write_text("params:\n  optimizer:\n    batch_size: [4, 8]\n")
     spec, _ = sweep.parse_args(["+sweep=mine"], (str(tmp_path),))
     assert spec.grid == {"optimizer.batch_size": [4, 8]} and spec.search_dirs == (str(tmp_path),)
+
+
+def test_sweep_definitions_live_in_the_top_level_sweeps_folder(tmp_path):
+    """+sweep=NAME composes the project's sweeps/ folder (a Hydra search path entry), never conf/; the
+    multi-seed and ASHA definitions are presets like the others; a --config-dir preset of the same name wins."""
+    root = Path(__file__).resolve().parent.parent
+    assert sweep_spec.SWEEPS_DIR == root / "sweeps" and not (root / "conf" / "sweep").exists()
+    assert {"lr", "gate", "batch", "seeds", "asha"} <= set(sweep.preset_names())
+    spec, _ = sweep.parse_args(["+sweep=lr"])
+    assert spec.grid == {"optimizer.learning_rate": [2, 4, 6]} and spec.presets == ["lr"]
+    spec, _ = sweep.parse_args(["+sweep=[lr,seeds,asha]"])
+    assert spec.seeds == [0, 1, 2, 3, 4] and spec.scheduler == "asha" and spec.asha["grace_period"] == 1
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "lr.yaml").write_text("params:\n  optimizer:\n    learning_rate: [3, 5]\n")
+    spec, _ = sweep.parse_args(["+sweep=lr"], (str(tmp_path),))
+    assert spec.grid == {"optimizer.learning_rate": [3, 5]}
+    with pytest.raises(UsageError, match=r"unknown sweep preset: nope; available: asha, batch, .*seeds"):
+        sweep.parse_args(["+sweep=nope"])
 
 
 def test_search_space_is_per_key_with_grids_choices_and_ranges(tmp_path):
