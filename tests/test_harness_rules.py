@@ -82,7 +82,9 @@ def test_claude_argv_and_effort_mapping():
     assert commands.claude_effort("xhigh") == "max"
     assert commands.claude_effort("none") == ""
     assert commands.claude_effort("off") == ""
-    assert commands.claude_effort("") == ""
+    assert commands.claude_effort("") == "medium"  # empty or missing: the reference's default, not no flag
+    assert commands.claude_effort(None) == "medium" and commands.claude_effort("  ") == "medium"
+    assert commands.claude_effort(" XHigh ") == "max" and commands.claude_effort(" Off ") == ""
     assert commands.claude_effort("bogus") == "medium"
     assert [commands.claude_effort(v) for v in ("low", "medium", "high", "max")] == ["low", "medium", "high", "max"]
     assert (commands.sdk_mode("yes"), commands.sdk_mode("cli"), commands.sdk_mode("whatever")) == ("sdk", "cli", "auto")
@@ -93,9 +95,24 @@ def test_claude_argv_and_effort_mapping():
     ]  # fmt: skip
     assert argv[12:] == ["--model", "claude-sonnet-4-6", "--effort", "max", "--", "P"]
     assert "--effort" not in commands.claude_argv("claude", "/wd", "P", effort="none")
+    assert commands.claude_argv("claude", "/wd", "P", effort="")[-4:] == ["--effort", "medium", "--", "P"]
     ep = commands.exec_prompt("Use the `skillopt-target` skill in this workspace.\nSolve it.")
     assert ".agents/skills/skillopt-target/SKILL.md" in ep and ep.endswith("Solve it.")
     assert "Skill tool" in ep.split("\n\n", 1)[1]  # the use-the-skill line became a read-the-file line
+
+
+@pytest.mark.parametrize("agent", [{}, {"claude_effort": None}, {"claude_effort": ""}, {"claude_effort": " "}])
+def test_claude_code_launch_sends_medium_when_the_effort_is_empty_or_missing(tmp_path, agent):
+    """The argv the runner hands the jail, from the gateway's settings: an empty or missing effort is medium."""
+    from skillopt_ray.harness.jail import Jail
+    from skillopt_ray.harness.runner import AgentSettings, _cli_launch, _CliOptions
+
+    s = AgentSettings.from_gateway({"harness": "claude_code", "model": "m", "agent": agent}, 60.0)
+    jail = Jail(tmp_path / "j", tmp_path / "prefix", "none")
+    argv, _env = _cli_launch(s, jail, tmp_path / "j", tmp_path / "ws", "P", "tok", _CliOptions())
+    assert argv[argv.index("--effort") + 1] == "medium"
+    off = AgentSettings.from_gateway({"harness": "claude_code", "model": "m", "agent": {"claude_effort": "off"}}, 60)
+    assert "--effort" not in _cli_launch(off, jail, tmp_path / "j", tmp_path / "ws", "P", "tok", _CliOptions())[0]
 
 
 def test_codex_trace_summary():

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from skillopt_ray.harness.skill_md import SKILL_PATH
 
 CODEX_LAST_MESSAGE = "codex_last_message.txt"
 CLAUDE_TOOLS = "Read,Bash"
 
 
-def claude_effort(value: str) -> str:
-    """The --effort value for Claude Code ("" = no flag): none/off/empty send none, xhigh becomes max, the four
-    known levels pass, anything else becomes medium."""
+def claude_effort(value: Optional[str]) -> str:
+    """The --effort value for Claude Code ("" = no flag): none/off send no flag, an empty or missing value is the
+    default medium (what the reference's code sends), xhigh becomes max, the four known levels pass, anything
+    else becomes medium."""
     v = (value or "").strip().lower()
-    if v in ("", "none", "off"):
+    if v in ("none", "off"):
         return ""
+    if not v:
+        return "medium"
     if v == "xhigh":
         return "max"
     return v if v in ("low", "medium", "high", "max") else "medium"

@@ -73,7 +73,7 @@ class AgentSettings:
             empty_retries=int(a.get("empty_retries", 1)),
             codex_sandbox=str(a.get("codex_sandbox", "danger-full-access")),
             codex_reasoning_effort=str(a.get("codex_reasoning_effort", "none")),
-            claude_effort=str(a.get("claude_effort", "medium")),
+            claude_effort=str(a.get("claude_effort") or ""),  # empty or missing: the default medium
             claude_max_thinking_tokens=int(a.get("claude_max_thinking_tokens", 16384)),
             prefix=a.get("prefix"),
             jail=str(a.get("jail", "bwrap")),
