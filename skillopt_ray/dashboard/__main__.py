@@ -1,4 +1,5 @@
-"""`python -m skillopt_ray.dashboard [--port 8765] [--host 127.0.0.1] [--outputs outputs] [--ray-address URL]`"""
+"""`python -m skillopt_ray.dashboard [--port 8765] [--host 127.0.0.1] [--outputs outputs] [--ray-address URL]
+[--token T] [--allowed-hosts a,b] [--allow-path DIR ...]`"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from skillopt_ray.dashboard.security import WILDCARD, Guard, is_loopback
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK
 
 
@@ -24,7 +26,7 @@ def _port_free(host: str, port: int) -> Optional[str]:
     return None
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m skillopt_ray.dashboard",
         description="A web page to launch, watch and compare skill-training runs (read from their run directories).",
@@ -37,8 +39,40 @@ def main(argv: Optional[list[str]] = None) -> int:
         default=None,
         help="a Ray cluster's dashboard address (http://head:8265): runs are submitted as Ray jobs there",
     )
-    a = ap.parse_args(argv)
-    problem = _port_free(a.host, a.port)
+    ap.add_argument("--token", default=None, help="the access token (default: a new random one each start)")
+    ap.add_argument(
+        "--allowed-hosts",
+        default="",
+        help="comma-separated host names the page may be reached by, besides 127.0.0.1, localhost, ::1 and --host",
+    )
+    ap.add_argument(
+        "--allow-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder the launch form's paths may point into, besides this folder and --outputs (repeatable)",
+    )
+    return ap
+
+
+def _problem(a: argparse.Namespace) -> Optional[str]:
+    """Bad arguments as one line naming the fix, else None."""
+    if a.token is not None and not a.token.strip():
+        return "--token is empty; give a token or leave --token out for a random one"
+    for d in a.allow_path:
+        if not Path(d).expanduser().is_dir():
+            return f"--allow-path {d}: no such directory"
+    return _port_free(a.host, a.port)
+
+
+def _url(host: str, port: int, token: str) -> str:
+    shown = "127.0.0.1" if host in WILDCARD else (f"[{host}]" if ":" in host else host)
+    return f"http://{shown}:{port}/?token={token}"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    a = _parser().parse_args(argv)
+    problem = _problem(a)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_CONFIG
@@ -46,8 +80,17 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from skillopt_ray.dashboard.server import Dashboard, build_app
 
-    dash = Dashboard(Path(a.outputs), Path.cwd(), a.ray_address)
-    print(f"dashboard: http://{a.host}:{a.port}/  (runs under {dash.outputs}; Ctrl-C stops it)", flush=True)
+    guard = Guard.make(a.token, a.host, a.allowed_hosts.split(","))
+    allow = tuple(Path(d).expanduser() for d in a.allow_path)
+    dash = Dashboard(Path(a.outputs), Path.cwd(), a.ray_address, guard, allow)
+    if not is_loopback(a.host):
+        print(
+            f"warning: --host {a.host} makes the dashboard reachable from other machines; the token is then the "
+            "only guard (anyone with the URL can launch runs with your keys): share it with no one",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(f"dashboard: {_url(a.host, a.port, guard.token)}  (runs under {dash.outputs}; Ctrl-C stops it)", flush=True)
     uvicorn.run(build_app(dash), host=a.host, port=a.port, log_level="warning", access_log=False)
     return EXIT_OK
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.dashboard.limits import PathPolicy, check_choice, refuse_from_page, refuse_unsafe_overrides
 
 # The form: name -> (override key, kind). Kinds: choice lists come from the config tree (see `form_schema`).
 FIELDS: dict[str, tuple[str, str]] = {
@@ -88,7 +89,9 @@ def overrides_from_form(form: dict[str, Any]) -> list[str]:
         value = form.get(name)
         if value is None or value == "":
             continue
-        if kind == "bool":
+        if kind == "choice":
+            check_choice(name, str(value))
+        elif kind == "bool":
             if str(value).lower() not in ("true", "false"):
                 raise UsageError(f"{name}={value!r}: use true or false")
             value = str(value).lower()
@@ -107,12 +110,17 @@ def overrides_from_form(form: dict[str, Any]) -> list[str]:
     return out
 
 
-def validate(overrides: list[str], lock: threading.Lock) -> dict[str, Any]:
+def validate(overrides: list[str], lock: threading.Lock, policy: Optional[PathPolicy] = None) -> dict[str, Any]:
     """The CLI's checks before anything starts: compose with Hydra, the typed schema, the output folder, the keys
-    and the skill files. Returns the resolved config; raises UsageError with the CLI's one-line message."""
+    and the skill files. Returns the resolved config; raises UsageError with the CLI's one-line message.
+
+    With a `policy` (a form that came over HTTP), overrides that reach past plain values are refused before Hydra
+    sees them, and the resolved paths are checked before any file they name is read."""
     from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files
     from skillopt_ray.cli.compose import compose, resolve_paths, split_price_overrides, typed
 
+    if policy is not None:
+        refuse_unsafe_overrides(overrides)
     plain, prices = split_price_overrides(overrides)
     with lock:  # Hydra's composition uses process-wide state
         cfg = compose(plain)
@@ -122,6 +130,8 @@ def validate(overrides: list[str], lock: threading.Lock) -> dict[str, Any]:
             apply_prices(cfg, prices)
         _obj, data = typed(cfg)
     data = resolve_paths(data)
+    if policy is not None:
+        refuse_from_page(data, policy)
     check_output_dir(Path(data["output_dir"]))
     check_keys(data)
     check_skill_files(data)
@@ -175,9 +185,10 @@ class Launch:
 class Launcher:
     """The runs this dashboard started. One per server; nothing global."""
 
-    def __init__(self, cwd: Path, ray_address: Optional[str] = None):
+    def __init__(self, cwd: Path, ray_address: Optional[str] = None, policy: Optional[PathPolicy] = None):
         self.cwd = Path(cwd)
         self.ray_address = ray_address
+        self.policy = policy  # set for forms that arrive over HTTP (the dashboard); None: the caller's own input
         self.launches: dict[str, Launch] = {}
         self._hydra_lock = threading.Lock()
         self._jobs: Any = None
@@ -191,7 +202,7 @@ class Launcher:
 
     def check(self, form: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         overrides = overrides_from_form(form)
-        return overrides, validate(overrides, self._hydra_lock)
+        return overrides, validate(overrides, self._hydra_lock, self.policy)
 
     def launch(self, form: dict[str, Any]) -> Launch:
         from skillopt_ray.cli.launch import run_dir_for

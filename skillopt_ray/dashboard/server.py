@@ -22,16 +22,26 @@ from starlette.staticfiles import StaticFiles
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.dashboard import views
 from skillopt_ray.dashboard.launcher import Launcher, form_schema
+from skillopt_ray.dashboard.limits import PathPolicy
+from skillopt_ray.dashboard.security import Guard, GuardMiddleware
 
 STATIC = Path(__file__).resolve().parent / "static"
 
 
 class Dashboard:
-    """The state of one dashboard server: which output folder it shows and the runs it launched."""
+    """The state of one dashboard server: which output folder it shows, who may use it, and the runs it launched."""
 
-    def __init__(self, outputs: Path, cwd: Path, ray_address: Optional[str] = None):
+    def __init__(
+        self,
+        outputs: Path,
+        cwd: Path,
+        ray_address: Optional[str] = None,
+        guard: Optional[Guard] = None,
+        allow_paths: tuple[Path, ...] = (),
+    ):
         self.outputs = Path(outputs).resolve()
-        self.launcher = Launcher(cwd, ray_address)
+        self.guard = guard or Guard.make(None, "127.0.0.1")
+        self.launcher = Launcher(cwd, ray_address, PathPolicy.make(Path(cwd), self.outputs, allow_paths))
 
     def resolve(self, run_id: str) -> Path:
         """A run id from the page, as a run directory under the output folder (never outside it)."""
@@ -52,6 +62,17 @@ class Dashboard:
 
 def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    """The POST's JSON object; UsageError (a 400) for anything else."""
+    try:
+        body = await request.json()
+    except ValueError:
+        raise UsageError("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise UsageError("the request body must be a JSON object of the form's fields")
+    return body
 
 
 def _view_routes(dash: Dashboard) -> list[Route]:
@@ -116,8 +137,8 @@ def _launch_routes(dash: Dashboard) -> list[Route]:
     """The launcher's JSON: check a form's command, launch it, stop a launch, list the launches."""
 
     async def check(request: Request) -> Response:
-        form = await request.json()
         try:
+            form = await _body(request)
             overrides, _ = await asyncio.to_thread(dash.launcher.check, form)
         except UsageError as e:
             return _error(str(e))
@@ -126,15 +147,18 @@ def _launch_routes(dash: Dashboard) -> list[Route]:
         return JSONResponse({"command": display_command(overrides)})
 
     async def launch(request: Request) -> Response:
-        form = await request.json()
         try:
+            form = await _body(request)
             started = await asyncio.to_thread(dash.launcher.launch, form)
         except UsageError as e:
             return _error(str(e))
         return JSONResponse(started.to_dict())
 
     async def stop(request: Request) -> Response:
-        body = await request.json()
+        try:
+            body = await _body(request)
+        except UsageError as e:
+            return _error(str(e))
         try:
             stopped = await asyncio.to_thread(dash.launcher.stop, str(body.get("id", "")))
         except KeyError:
@@ -164,4 +188,6 @@ def build_app(dash: Dashboard) -> Starlette:
         yield
         dash.launcher.close()  # runs started here stop with the page's server; rerunning their command resumes them
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(GuardMiddleware, guard=dash.guard)
+    return app

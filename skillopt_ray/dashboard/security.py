@@ -1,0 +1,177 @@
+"""Who may talk to the dashboard: a token, a Host allow-list, and same-origin JSON for anything that changes state.
+
+A page on any other site can make the user's browser send requests to 127.0.0.1, and a DNS name that rebinds to
+127.0.0.1 reaches it too, so listening on loopback alone protects nothing. Like Jupyter's and MLflow's servers, every
+request must name an allowed Host, every `/api/*` call must carry the token printed at start-up (an
+`Authorization: Bearer` header, or the HttpOnly cookie the page URL's `?token=` sets), and a POST must be JSON sent
+from the page's own origin (a cross-site form can only send `text/plain`, urlencoded or multipart bodies).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from typing import Any, Optional
+from urllib.parse import parse_qs, urlsplit
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD = ("0.0.0.0", "::", "")
+COOKIE_PREFIX = "skillopt_dashboard_"
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def is_loopback(host: str) -> bool:
+    return host.strip("[]").lower() in LOOPBACK or host.startswith("127.")
+
+
+def host_name(value: str) -> str:
+    """The name part of a Host header or netloc (`[::1]:8765` -> `::1`, `Example:80` -> `example`)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The dashboard's access rules: its token and the host names it answers to."""
+
+    token: str
+    hosts: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def make(cls, token: Optional[str], bind_host: str, allowed: Iterable[str] = ()) -> Guard:
+        names = {*LOOPBACK, *(host_name(h) for h in allowed if h.strip())}
+        if bind_host not in WILDCARD:
+            names.add(host_name(bind_host))
+        return cls(token or new_token(), frozenset(names))
+
+    def host_ok(self, host_header: str) -> bool:
+        return bool(host_header) and host_name(host_header) in self.hosts
+
+    def token_ok(self, given: Optional[str]) -> bool:
+        return bool(given) and hmac.compare_digest(str(given).encode(), self.token.encode())
+
+    def origin_ok(self, origin: str, scheme: str, host_header: str, port: int) -> bool:
+        """The page's own origin, or an allowed host name on the port this server answers on."""
+        if origin == f"{scheme}://{host_header}":
+            return True
+        try:
+            parts = urlsplit(origin)
+            origin_port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return False
+        return parts.scheme == scheme and (parts.hostname or "") in self.hosts and origin_port == port
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def cookie_name(port: int) -> str:
+    """Per port: browsers share cookies between ports of one host, and two dashboards must not overwrite each other."""
+    return f"{COOKIE_PREFIX}{port}"
+
+
+def _bearer(headers: dict[str, str]) -> Optional[str]:
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth[:7].lower() == "bearer " else None
+
+
+def _cookie(headers: dict[str, str], name: str) -> Optional[str]:
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(headers.get("cookie", ""))
+    except Exception:  # noqa: BLE001 - a malformed Cookie header is the same as none
+        return None
+    return jar[name].value if name in jar else None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int
+    message: str
+
+
+class GuardMiddleware:
+    """ASGI middleware applying a Guard to every HTTP request before the app sees it."""
+
+    def __init__(self, app: ASGIApp, guard: Guard):
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        port = int((scope.get("server") or ("", 0))[1] or 0)
+        refusal = self.refusal(scope, headers, port)
+        if refusal is not None:
+            await _send_json(send, refusal.status, {"error": refusal.message})
+            return
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        page_token = (query.get("token") or [None])[0]
+        if scope["path"] == "/" and self.guard.token_ok(page_token):
+            await self.app(scope, receive, _with_cookie(send, cookie_name(port), self.guard.token))
+            return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: Scope, headers: dict[str, str], port: int) -> Optional[Refusal]:
+        """Why this request is refused (status and a one-line reason), or None to let it through."""
+        g = self.guard
+        host = headers.get("host", "")
+        if not g.host_ok(host):
+            return Refusal(
+                403, f"Host {host!r} is not allowed; start the dashboard with --allowed-hosts NAME to add it"
+            )
+        origin = headers.get("origin")
+        if origin is not None and not g.origin_ok(origin, scope.get("scheme", "http"), host, port):
+            return Refusal(403, f"requests from origin {origin!r} are refused; use the dashboard's own page")
+        if scope["method"] == "POST":
+            site = headers.get("sec-fetch-site", "same-origin")
+            if site not in ("same-origin", "none"):
+                return Refusal(403, f"a {site} request is refused; use the dashboard's own page")
+            ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if ctype != "application/json":
+                return Refusal(415, "send the body as JSON with Content-Type: application/json")
+        if scope["path"].startswith("/api/"):
+            given = _bearer(headers) or _cookie(headers, cookie_name(port))
+            if not g.token_ok(given):
+                return Refusal(
+                    401, "missing or wrong token: open the URL the dashboard printed (it ends in ?token=...)"
+                )
+        return None
+
+
+def _with_cookie(send: Send, name: str, token: str) -> Send:
+    """`send` that adds the token cookie to the response start: HttpOnly (no script reads it) and SameSite=Strict."""
+    cookie = f"{name}={token}; Path=/; HttpOnly; SameSite=Strict"
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = dict(message)
+            message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie.encode("latin-1"))]
+        await send(message)
+
+    return wrapped
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
