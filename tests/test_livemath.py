@@ -333,7 +333,7 @@ def test_paper_split_facts_ship_with_the_licence_notice():
     facts = json.loads((SHIPPED / "split_manifest.json").read_text())
     assert facts["counts"] == lm.PAPER_COUNTS == {"train": 35, "val": 17, "test": 125}
     assert {s: sum(m.values()) for s, m in facts["months"].items()} == lm.PAPER_COUNTS
-    assert facts["months"] == lm.PAPER_MONTHS and facts["ids_included"] is False
+    assert facts["months"] == lm.PAPER_MONTHS and facts["ids_included"] is True
     notice = (SHIPPED / "NOTICE").read_text()
     assert "MIT License" in notice and "microsoft/SkillOpt" in notice and "ships none of it" in notice
 

@@ -7,8 +7,9 @@ is asked again while turns remain (env.max_turns, 1 by default as in the referen
 exec_timeout + 60 s after it started (360 s by default) scores 0 with `task-timeout-360s`.
 
 Splits: a data folder of normalised split files (the reference's runnable split, used as stored), or the upstream
-raw files (`qa_<YYYYMM>_final.json`) with an id manifest (env.manifest_dir, SkillOpt's paper split); with no data,
-built-in sample items in the raw format.
+raw files (`qa_<YYYYMM>_final.json`) split by an id manifest (the paper's split shipped in `splits/`, or
+env.manifest_dir); with no data, built-in sample items in the raw format. An item with broken choices is a data error
+(see data.item_defect).
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ class LiveMathBenchmark(Benchmark):
         raw = env_cfg.get("data_dir") or os.environ.get("LIVEMATH_DATA")
         self._using_samples = not raw
         if raw:
-            self._root = Path(os.path.expandvars(os.path.expanduser(str(raw)))).resolve()
+            given = Path(os.path.expandvars(os.path.expanduser(str(raw))))
+            lm.check_followable(given)
+            self._root = given.resolve()
             if not self._root.exists():
                 raise DataError(
                     f"LiveMathematicianBench data {self._root} does not exist; set env.data_dir or LIVEMATH_DATA to a "
@@ -105,11 +108,18 @@ class LiveMathBenchmark(Benchmark):
     # ---------- data ----------
 
     def _manifest_dir(self) -> Optional[Path]:
+        """The id split env.manifest_dir names (the samples' own for the samples); None: none was given."""
         if self.env_cfg.get("manifest_dir"):
-            return Path(os.path.expanduser(str(self.env_cfg["manifest_dir"]))).resolve()
+            given = Path(os.path.expanduser(str(self.env_cfg["manifest_dir"])))
+            lm.check_followable(given)
+            return given.resolve()
         if self._using_samples:
             return self._root / "splits"
         return None
+
+    def _raw_manifest_dir(self) -> Path:
+        """The ids that split raw files: env.manifest_dir, else the paper's split shipped with the package."""
+        return self._manifest_dir() or lm.PAPER_SPLIT_DIR
 
     def _split_folders(self) -> bool:
         return self._root.is_dir() and lm.has_split_folders(self._root) and not self._using_samples
@@ -121,7 +131,15 @@ class LiveMathBenchmark(Benchmark):
         return self._pool
 
     def _items(self, split: str) -> list[dict[str, Any]]:
-        folder = lm.split_folder(split)
+        try:
+            return self._read_items(lm.split_folder(split))
+        except OSError as e:  # whatever the checks above did not foresee: still one line naming the file
+            where = e.filename or self._root
+            raise DataError(
+                f"{where} cannot be read ({e.strerror or e}); check the files under env.data_dir / LIVEMATH_DATA"
+            ) from None
+
+    def _read_items(self, folder: str) -> list[dict[str, Any]]:
         manifests = self._manifest_dir()
         if self._split_folders():
             if manifests is not None:  # a manifest picks from the items of all the folders
@@ -145,35 +163,58 @@ class LiveMathBenchmark(Benchmark):
                 "env.data_dir (or LIVEMATH_DATA) at the upstream data/<YYYYMM>/qa_<YYYYMM>_final.json files or at a "
                 "folder of normalised split files"
             )
-        if manifests is None:
-            raise DataError(
-                f"{self._root} holds raw LiveMathematicianBench files but no id split says which item goes where: "
-                "set env.manifest_dir to SkillOpt's data/livemathematicianbench_id_split (the paper's 35/17/125 ids "
-                "are not shipped with this project; see envs/livemathematicianbench/splits/NOTICE)"
-            )
-        return self._pick(self._raw_pool(), manifests, folder)
+        return self._pick(self._raw_pool(), self._raw_manifest_dir(), folder)
 
-    @staticmethod
-    def _pick(pool: dict[str, dict[str, Any]], manifests: Path, folder: str) -> list[dict[str, Any]]:
+    def _pick(self, pool: dict[str, dict[str, Any]], manifests: Path, folder: str) -> list[dict[str, Any]]:
         ids = lm.read_manifest(manifests, folder)
         missing = [i for i in ids if i not in pool]
         if missing:
+            which = " (the paper's split, shipped with this project)" if manifests == lm.PAPER_SPLIT_DIR else ""
+            month = missing[0].split(":", 1)[0] if ":" in missing[0] else "<YYYYMM>"
             raise DataError(
-                f"{len(missing)} of {len(ids)} ids of the {folder} split in {manifests} have no item in the data "
-                f"(first: {missing[0]}); check that env.data_dir holds every month's qa_<YYYYMM>_final.json"
+                f"{len(missing)} of {len(ids)} ids of the {folder} split in {manifests}{which} have no item in "
+                f"{self._root} (first: {missing[0]}), which qa_{month}_final.json should hold; give env.data_dir every "
+                "month's qa_<YYYYMM>_final.json, or set env.manifest_dir to an id split your data holds"
             )
         return [pool[i] for i in ids]
 
+    def _where(self) -> str:
+        """Where the start-up line says the items come from and which ids split them."""
+        if self._split_folders() and self._manifest_dir() is None:
+            return f"the split files in {self._root}"
+        manifests = self._manifest_dir() if self._split_folders() else self._raw_manifest_dir()
+        pool = "the split files" if self._split_folders() else f"{len(self._raw_pool())} items of the raw files"
+        ids = "the paper's ids shipped in" if manifests == lm.PAPER_SPLIT_DIR else "the ids in"
+        return f"{pool} in {self._root}, split by {ids} {manifests}"
+
+    def _sizes_note(self, sizes: lm.SplitSizes) -> str:
+        """The split sizes found, against what the manifest states and the paper's split."""
+        paper = lm.SplitSizes(lm.PAPER_COUNTS).text()
+        manifests = self._manifest_dir() if self._split_folders() else self._raw_manifest_dir()
+        stated = lm.stated_counts(manifests) if manifests is not None else None
+        notes = []
+        if stated is not None and stated != sizes.counts:
+            notes.append(f"its split_manifest.json states {lm.SplitSizes(stated).text()}")
+        notes.append("as in the paper's split" if sizes.is_paper else f"the paper's split has {paper}")
+        return f"{sizes.text()} train/val/test ({'; '.join(notes)})"
+
+    def _defects_note(self) -> str:
+        broken = [d for s in lm.SPLITS for t in self.load_split(s) if (d := t.payload.get("data_error"))]
+        if not broken:
+            return ""
+        return (
+            f"; {len(broken)} item(s) with broken choices count as data errors, unscored, where the reference would "
+            f"score them (first: {broken[0]})"
+        )
+
     def data_note(self) -> str:
         sizes = lm.SplitSizes({s: len(self._items(s)) for s in lm.SPLITS})
-        paper = "/".join(str(lm.PAPER_COUNTS[s]) for s in lm.SPLITS)
         if self._using_samples:
             return (
                 "LiveMathematicianBench: no data configured (env.data_dir / LIVEMATH_DATA) - using built-in sample "
                 f"items (raw format, four choices) in {self._root}, {sizes.text()} train/val/test"
             )
-        same = "as in the paper's split" if sizes.is_paper else f"the paper's split has {paper}"
-        return f"LiveMathematicianBench: items from {self._root}, {sizes.text()} train/val/test ({same})"
+        return f"LiveMathematicianBench: {self._where()}, {self._sizes_note(sizes)}{self._defects_note()}"
 
     def load_split(self, split: str) -> list[Task]:
         if split == "all":
@@ -181,20 +222,7 @@ class LiveMathBenchmark(Benchmark):
         items = self._items(split)
         if not items:
             raise DataError(f"the LiveMathematicianBench {lm.split_folder(split)} split in {self._root} is empty")
-        return [
-            Task(
-                str(it["id"]),
-                lm.task_type_of(it),
-                {
-                    "question": str(it["question"]),
-                    "choices": [dict(c) for c in it["choices"]],
-                    "correct_choice": dict(it["correct_choice"]),
-                    "theorem": str(it.get("theorem") or ""),
-                    "sketch": str(it.get("sketch") or ""),
-                },
-            )
-            for it in items
-        ]
+        return [Task(str(it["id"]), lm.task_type_of(it), _payload(it)) for it in items]
 
     def seed_skill(self) -> str:
         return SEED_SKILL
@@ -210,6 +238,8 @@ class LiveMathBenchmark(Benchmark):
         return shuffle_choices(task.task_id, p["choices"], p["correct_choice"], DEFAULT_SEED if seed is None else seed)
 
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+        if task.payload.get("data_error"):
+            return _data_error(task)
         limit = task_timeout(self.options.exec_timeout)
         if limit is None:
             return await self._episode(task, skill, llm, ctx)
@@ -276,3 +306,29 @@ class LiveMathBenchmark(Benchmark):
                 break
             message = prompts.retry_prompt(user, reply)  # no history: the next call is [system, this message]
         return replies
+
+
+def _payload(item: dict[str, Any]) -> dict[str, Any]:
+    """What an episode reads of an item; an item whose choices are broken carries the line that says why."""
+    payload = {
+        "question": str(item["question"]),
+        "choices": [dict(c) for c in item["choices"]],
+        "correct_choice": dict(item["correct_choice"]),
+        "theorem": str(item.get("theorem") or ""),
+        "sketch": str(item.get("sketch") or ""),
+    }
+    defect = lm.item_defect(item)
+    if defect:
+        payload["data_error"] = f"{item.get(lm.LOADED_FROM, '?')}: item {item['id']}: {defect}"
+    return payload
+
+
+def _data_error(task: Task) -> EpisodeResult:
+    """An item whose choices cannot be scored fairly: counted as a data error, never asked or scored."""
+    return EpisodeResult(
+        task.task_id,
+        task.task_type,
+        fail_reason="data_error",
+        error=f"data: {task.payload['data_error']}; fix the item (or leave it out of the split)",
+        info={"predicted_answer": "", "correct_label": str(task.payload["correct_choice"].get("label", ""))},
+    )

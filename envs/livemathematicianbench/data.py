@@ -4,12 +4,18 @@ Two layouts are read:
 - a split folder (the reference's `split_dir` mode): `<data_dir>/{train,val,test}/`, the first `*.json` of each
   (a JSON array) holding items already in the normalised shape, used exactly as stored;
 - raw upstream files (`qa_<YYYYMM>_final.json`, anywhere under `<data_dir>`), each row normalised as the
-  reference's ratio-mode loader does; an id manifest (`env.manifest_dir`, SkillOpt's
-  `data/livemathematicianbench_id_split`) then picks each split's items, in manifest order.
+  reference's ratio-mode loader does; an id manifest then picks each split's items, in manifest order: the paper's
+  split shipped in `splits/` (SkillOpt's `data/livemathematicianbench_id_split`), or `env.manifest_dir`.
+
+An item whose choices cannot tell a right answer from a wrong one (fewer than two choices, a label or a text given
+twice, a correct label that is none of the choices) is still scored by the reference; here `item_defect` names the
+problem and the episode is a data error, counted and unscored.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +44,7 @@ DEFAULT_TASK_TYPE = "math_mcq"
 LETTERS = "ABCDEFG"
 RAW_FILE = re.compile(r"^qa_(.*)_final\.json$")
 ITEM_KEYS = ("id", "question", "choices", "correct_choice")
+LOADED_FROM = "loaded_from"  # the file an item was read from, added on reading (for messages naming it)
 
 
 def split_folder(split: str) -> str:
@@ -50,11 +57,35 @@ def split_folder(split: str) -> str:
         ) from None
 
 
+def unfollowable(path: Path) -> str:
+    """Why a name in a data folder cannot be opened though it is listed: a symlink loop or a link to nothing;
+    '' when it can be followed (or does not exist at all)."""
+    try:
+        path.stat()
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symlink loop"
+        if path.is_symlink():
+            return "a symlink to nothing (its target does not exist)"
+    return ""
+
+
+def check_followable(path: Path) -> None:
+    why = unfollowable(path)
+    if why:
+        raise DataError(f"{path} is {why}; point it at the file or folder it should name, or remove it")
+
+
 def split_file(folder: Path) -> Optional[Path]:
-    """The first *.json of a split folder by name (the reference's rule); None if there is none."""
+    """The first *.json of a split folder by name (the reference's rule); None if there is none. A listed name
+    that cannot be followed is a DataError (the reference would fail opening it), never skipped."""
+    check_followable(folder)
     if not folder.is_dir():
         return None
-    files = sorted(p for p in folder.glob("*.json") if p.is_file())
+    names = sorted(folder.glob("*.json"))
+    for p in names:
+        check_followable(p)
+    files = [p for p in names if p.is_file()]
     return files[0] if files else None
 
 
@@ -75,13 +106,14 @@ def _text(value: Any) -> str:
 
 
 def coerce_choices(raw: Any) -> list[dict[str, str]]:
-    """Choices as [{label, text}]: a list labels element i by its own `label` or else the i-th letter (a non-dict
-    element is its text); a dict's keys, sorted, are the labels. Entries with empty text are dropped after
-    labelling, so gaps in the labels are possible."""
+    """Choices as [{label, text}]: a list labels element i by its own `label` (normalised) or else the i-th letter
+    (a non-dict element is its text); a dict's keys, sorted, are the labels exactly as given (the reference does not
+    normalise them: `a` stays lower-case). Entries with empty text are dropped after labelling, so gaps in the
+    labels are possible."""
     out: list[dict[str, str]] = []
     if isinstance(raw, dict):
         for key in sorted(raw, key=str):
-            out.append({"label": normalize_label(key), "text": _text(raw[key])})
+            out.append({"label": str(key), "text": _text(raw[key])})
     elif isinstance(raw, list):
         for i, el in enumerate(raw):
             if isinstance(el, dict):
@@ -150,10 +182,16 @@ def normalize_row(row: dict[str, Any], index: int, month: str = "") -> Optional[
 
 
 def raw_files(path: Path) -> list[Path]:
-    """A `qa_*_final.json` file, or every one under a folder (sorted, each once)."""
+    """A `qa_*_final.json` file, or every one under a folder (sorted, each once); one that cannot be followed (a
+    symlink loop, a link to nothing) is a DataError naming it, never silently left out."""
     if path.is_file():
         return [path]
-    return sorted({p.resolve() for p in path.rglob("qa_*_final.json") if p.is_file()})
+    found: set[Path] = set()
+    for p in path.rglob("qa_*_final.json"):
+        check_followable(p)
+        if p.is_file():
+            found.add(p.resolve())
+    return sorted(found)
 
 
 def month_of(path: Path) -> str:
@@ -178,7 +216,7 @@ def load_raw_items(path: Path) -> list[dict[str, Any]]:
             item = normalize_row(row, i, month_of(f))
             if item is not None:
                 check_new_id(f, seen, item["id"], len(items))
-                items.append(item)
+                items.append({**item, LOADED_FROM: str(f)})
     return items
 
 
@@ -204,12 +242,13 @@ def check_item(path: Path, n: int, it: Any) -> dict[str, Any]:
 
 
 def read_items(path: Path) -> list[dict[str, Any]]:
+    """A split file's items as stored, each with the file it came from added (LOADED_FROM)."""
     items = read_json_list(path, _ITEMS_FIX)
     seen: dict[str, int] = {}
     for n, it in enumerate(items):
         check_item(path, n, it)
         check_new_id(path, seen, it["id"], n)
-    return items
+    return [{**it, LOADED_FROM: str(path)} for it in items]
 
 
 def has_split_folders(root: Path) -> bool:
@@ -232,6 +271,19 @@ def read_manifest(manifest_dir: Path, split: str) -> list[str]:
     return [str(x["id"]) for x in manifest_entries(path, ("id",), _MANIFEST_FIX)]
 
 
+def stated_counts(manifest_dir: Path) -> Optional[dict[str, int]]:
+    """The split sizes a manifest folder's split_manifest.json states (`counts`), or None when it states none."""
+    path = manifest_dir / "split_manifest.json"
+    try:
+        facts = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    counts = facts.get("counts") if isinstance(facts, dict) else None
+    if not isinstance(counts, dict) or not all(isinstance(counts.get(s), int) for s in SPLITS):
+        return None
+    return {s: int(counts[s]) for s in SPLITS}
+
+
 @dataclass(frozen=True)
 class SplitSizes:
     counts: dict[str, int]
@@ -242,6 +294,39 @@ class SplitSizes:
     @property
     def is_paper(self) -> bool:
         return all(self.counts.get(s) == PAPER_COUNTS[s] for s in SPLITS)
+
+
+def _first_repeat(values: list[str]) -> str:
+    seen: set[str] = set()
+    for v in values:
+        if v in seen:
+            return v
+        seen.add(v)
+    return ""
+
+
+def item_defect(item: dict[str, Any]) -> str:
+    """What keeps an item from being a fair multiple-choice question, or '' for a sound one. Labels are compared
+    normalised and texts ignoring case, as the scorer compares them."""
+    choices = [c for c in item.get("choices") or [] if isinstance(c, dict)]
+    labels = [normalize_label(c.get("label")) for c in choices]
+    if len(choices) < 2:
+        return (
+            f"it has {len(choices)} choice{'' if len(choices) == 1 else 's'}; a multiple-choice item needs two or more"
+        )
+    if len(set(labels)) == 1:
+        return f"every choice is labelled {labels[0]!r}"
+    label = _first_repeat(labels)
+    if label:
+        return f"the label {label!r} is given to {labels.count(label)} choices"
+    text = _first_repeat([_text(c.get("text")).lower() for c in choices])
+    if text:
+        return f"two choices have the same text ({text[:60]!r})"
+    cc = item.get("correct_choice")
+    correct = normalize_label(cc.get("label") if isinstance(cc, dict) else cc)
+    if correct not in labels:
+        return f"its correct label {correct!r} is none of its choices' labels ({', '.join(labels)})"
+    return ""
 
 
 def task_type_of(item: dict[str, Any]) -> str:
