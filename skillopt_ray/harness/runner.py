@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_envs.sandbox import userns_filter
+
 from skillopt_ray.harness import commands, trace
-from skillopt_ray.harness.jail import Jail, JailResult, default_prefix, jail_env
+from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
 from skillopt_ray.llm.agent_api import AgentAPIServer, CallRecord
 
 HARNESSES = ("codex", "claude_code")
@@ -61,6 +63,7 @@ class AgentSettings:
     claude_max_thinking_tokens: int = 16384
     prefix: Optional[str] = None
     jail: str = "bwrap"
+    limits: JailLimits = JailLimits()  # processes, disk bytes and files, file size (llm.target.agent.*)
 
     @staticmethod
     def from_gateway(s: dict[str, Any], default_timeout_s: float) -> AgentSettings:
@@ -77,6 +80,7 @@ class AgentSettings:
             claude_max_thinking_tokens=int(a.get("claude_max_thinking_tokens", 16384)),
             prefix=a.get("prefix"),
             jail=str(a.get("jail", "bwrap")),
+            limits=JailLimits.from_agent(a),
         )
 
 
@@ -89,6 +93,22 @@ def cli_path(settings: AgentSettings) -> Path:
             kind="sandbox_start",
         )
     return exe
+
+
+def codex_sandbox_problem(settings: AgentSettings) -> Optional[str]:
+    """Why Codex's own sandbox cannot run its shell tool here, or None. Inside the bubblewrap jail a seccomp filter
+    refuses new user namespaces, which every Codex sandbox mode but danger-full-access needs: each command would
+    come back as bwrap's refusal, exit 1, a run that looks like the model's failure. Known from the settings and
+    the jail before anything starts."""
+    if settings.harness != "codex" or settings.jail != "bwrap" or settings.codex_sandbox == "danger-full-access":
+        return None
+    if userns_filter() is None:  # no filter on this architecture: the jail does not refuse them
+        return None
+    return (
+        f"llm.target.agent.codex_sandbox={settings.codex_sandbox} cannot run commands inside the bubblewrap jail "
+        "(it refuses the user namespaces Codex's own sandbox needs); use llm.target.agent.codex_sandbox="
+        "danger-full-access (the jail is the sandbox)"
+    )
 
 
 def _codex_extra(port: int) -> tuple[str, ...]:
@@ -135,6 +155,7 @@ class _Attempt:
     calls: list[CallRecord]
     trace: trace.AgentTrace
     first_call_s: Optional[float]
+    started: bool = True  # the CLI wrote its session log: the jail did start it
 
 
 async def run_agent(
@@ -154,6 +175,9 @@ async def run_agent(
     to Claude Code as --add-dir; `read_only` host paths are mounted read-only where they are. A gateway error is
     re-raised as itself; a broken jail or broken tools raise HarnessError."""
     exe = cli_path(settings)
+    problem = codex_sandbox_problem(settings)
+    if problem:
+        raise HarnessError(problem, kind="sandbox_start")
     options = _CliOptions(allow_file_edits, images, add_dirs, read_only)
     root = Path(tempfile.mkdtemp(prefix="skillopt-agent-"))
     attempts: list[_Attempt] = []
@@ -223,7 +247,7 @@ async def _run_attempt(
     options: _CliOptions,
 ) -> _Attempt:
     """One CLI run in a fresh jail with its own model endpoint (re-raising the endpoint's gateway error)."""
-    jail = Jail(home, exe.parent.parent, settings.jail, options.read_only)
+    jail = Jail(home, exe.parent.parent, settings.jail, options.read_only, settings.limits)
     token = secrets.token_hex(16)  # the only key the agent holds: it opens nothing but its own endpoint
     cmd, extra = _cli_launch(settings, jail, home, workspace, prompt, token, options)
     env = jail_env(jail.home_path(), jail.prefix_path(), extra)
@@ -238,31 +262,48 @@ async def _run_attempt(
         raise server.errors[-1]
     raw = res.stdout + (f"\n[stderr]\n{res.stderr}" if res.stderr.strip() else "")
     events = _session_events(home / "home", settings.harness)
-    t = trace.codex_session_trace(events) if settings.harness == "codex" else trace.claude_session_trace(events)
+    if settings.harness == "codex":
+        t = trace.codex_session_trace(events, jail.workspace_path(workspace))
+    else:
+        t = trace.claude_session_trace(events)
     first = None if server.first_call_at is None else server.first_call_at - t_launch
-    return _Attempt(res, raw, list(server.calls), t, first)
+    return _Attempt(res, raw, list(server.calls), t, first, started=bool(events))
 
 
 def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> str:
     """The attempt's final message ("" asks for a retry), or HarnessError when the jail, the CLI or its tools
-    broke."""
+    broke, judged from structure only: the jail's and the CLI's exit status, the time and memory limits, whether
+    the CLI started (its session log) and reached its model (the endpoint's calls), the CLI's own error events and
+    whether its shell tool could ever start a process. What a command printed, or its exit code, is the model's
+    observation, never a reason to drop the episode."""
     res, harness = run.result, settings.harness
     if res.out_of_memory:
         raise HarnessError(f"the {harness} agent went past its memory limit ({settings.memory_mb} MB)")
     if not run.calls and not res.timed_out:
         said = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]
-        raise HarnessError(f"the {harness} agent never called its model ({said})", kind="sandbox_start")
-    if run.trace.tool_errors:
-        raise HarnessError(f"the {harness} agent's tools failed: {run.trace.tool_errors[0]}")
+        if not run.started:
+            raise HarnessError(f"the jail did not start the {harness} CLI ({said})", kind="sandbox_start")
+        raise HarnessError(f"the {harness} CLI started but never called its model ({said})", kind="env")
+    broken = trace.broken_tools(run.trace)
+    if broken:
+        raise HarnessError(f"the {harness} agent's tools were broken: {broken}")
     if harness == "codex":
-        if res.timed_out:
-            raise HarnessError(f"codex exec ran past its {settings.timeout_s:g} s limit", kind="timeout")
-        if res.returncode != 0:  # the reference raises here, with no retry
-            raise HarnessError(f"codex exec failed with exit code {res.returncode}: {run.raw[:300]}")
-        last = workspace / commands.CODEX_LAST_MESSAGE
-        return last.read_text("utf-8", "replace") if last.exists() else ""
+        return _codex_final(settings, run, workspace)
     # a timeout or a failed run with nothing printed is an empty reply: retried
     return "" if res.timed_out or (res.returncode != 0 and not res.stdout.strip()) else res.stdout.strip()
+
+
+def _codex_final(settings: AgentSettings, run: _Attempt, workspace: Path) -> str:
+    """Codex's last message file; a timeout or a non-zero exit (the reference raises there, with no retry) is a
+    HarnessError naming the CLI's own error event when it wrote one."""
+    res = run.result
+    if res.timed_out:
+        raise HarnessError(f"codex exec ran past its {settings.timeout_s:g} s limit", kind="timeout")
+    if res.returncode != 0:
+        said = run.trace.cli_errors[0] if run.trace.cli_errors else run.raw[:300]
+        raise HarnessError(f"codex exec failed with exit code {res.returncode}: {said}")
+    last = workspace / commands.CODEX_LAST_MESSAGE
+    return last.read_text("utf-8", "replace") if last.exists() else ""
 
 
 def _agent_run(
@@ -303,6 +344,8 @@ def _merge(into: trace.AgentTrace, t: trace.AgentTrace) -> None:
     into.commands += t.commands
     into.files_read += t.files_read
     into.tool_errors += t.tool_errors
+    into.processes_started += t.processes_started
+    into.cli_errors += t.cli_errors
     into.input_tokens += t.input_tokens
     into.output_tokens += t.output_tokens
     into.usage_reports += t.usage_reports

@@ -69,11 +69,16 @@ def claude_trace_summary(reply: str, transcript: str) -> str:
 
 @dataclass
 class AgentTrace:
-    """An agent run read from its own session log: the commands it ran, files it read, tool errors, usage."""
+    """An agent run read from its own session log: the commands it ran, files it read, usage, and the structured
+    signs of broken machinery (never words inside a tool's output: those are what the model saw)."""
 
     commands: list[str] = field(default_factory=list)
     files_read: list[str] = field(default_factory=list)
-    tool_errors: list[str] = field(default_factory=list)  # a tool the harness could not run (not a command's exit 1)
+    # shell calls for which the harness could not create a process at all (Codex: a command item without a
+    # process id, exit code -1); a command that ran and exited non-zero is not one
+    tool_errors: list[str] = field(default_factory=list)
+    processes_started: int = 0  # shell calls that got a process (whatever it printed or returned)
+    cli_errors: list[str] = field(default_factory=list)  # the CLI's own error events (Codex: event_msg `error`)
     final_message: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
@@ -104,90 +109,109 @@ def _files_of(cmd: str) -> list[str]:
     return [m.group(1).strip("'\"")] if m else []
 
 
-def codex_session_trace(events: list[dict[str, Any]]) -> AgentTrace:
-    """Read Codex's rollout log (`sessions/**/rollout-*.jsonl` under CODEX_HOME)."""
+def codex_session_trace(events: list[dict[str, Any]], workspace: str = "") -> AgentTrace:
+    """Read Codex's rollout log (`sessions/**/rollout-*.jsonl` under CODEX_HOME) by its event kinds. `workspace`
+    is the agent's working folder as the CLI sees it (see _codex_item)."""
     t = AgentTrace()
-    names: dict[str, str] = {}
     for ev in events:
         p = ev.get("payload") or {}
-        kind = ev.get("type")
-        if kind == "response_item" and p.get("type") == "function_call":
-            names[p.get("call_id", "")] = p.get("name", "")
-            try:
-                args = json.loads(p.get("arguments") or "{}")
-            except ValueError:
-                args = {}
-            cmd = args.get("cmd") or args.get("command")
-            if isinstance(cmd, list):
-                cmd = " ".join(map(str, cmd))
-            if cmd:
-                t.commands.append(str(cmd))
-                t.files_read += _files_of(str(cmd))
-        elif kind == "response_item" and p.get("type") == "function_call_output":
-            out = p.get("output")
-            text = out if isinstance(out, str) else json.dumps(out)
-            if _tool_failed(text):
-                t.tool_errors.append(f"{names.get(p.get('call_id', ''), 'tool')}: {text.strip()[:200]}")
-        elif kind == "event_msg" and p.get("type") == "token_count":
-            info = p.get("info") or {}
-            last = info.get("last_token_usage") or {}
+        kind, sub = ev.get("type"), p.get("type")
+        if kind == "response_item" and sub == "function_call":
+            _codex_command(t, p)
+        elif kind == "event_msg" and sub == "item_completed":
+            _codex_item(t, p.get("item") or {}, workspace)
+        elif kind == "event_msg" and sub == "error":
+            t.cli_errors.append(str(p.get("message") or "error event")[:300])
+        elif kind == "event_msg" and sub == "token_count":
+            last = (p.get("info") or {}).get("last_token_usage") or {}
             if last:
                 t.usage_reports += 1
                 t.input_tokens += int(last.get("input_tokens") or 0)
                 t.output_tokens += int(last.get("output_tokens") or 0)
-        elif kind == "event_msg" and p.get("type") == "agent_message":
+        elif kind == "event_msg" and sub == "agent_message":
             t.final_message = str(p.get("message") or "")
     return t
 
 
+def _codex_command(t: AgentTrace, call: dict[str, Any]) -> None:
+    """A shell call's command line (and the file it reads, if any) from a function_call item."""
+    try:
+        args = json.loads(call.get("arguments") or "{}")
+    except ValueError:
+        args = {}
+    cmd = args.get("cmd") or args.get("command") if isinstance(args, dict) else None
+    if isinstance(cmd, list):
+        cmd = " ".join(map(str, cmd))
+    if cmd:
+        t.commands.append(str(cmd))
+        t.files_read += _files_of(str(cmd))
+
+
+def _codex_item(t: AgentTrace, item: dict[str, Any], workspace: str) -> None:
+    """A finished command item: a process was started (any exit code), or the harness never created one. A
+    process that could not start in a folder the model chose (one that does not exist, say) is the model's own
+    observation; in the workspace, which the runner made, it is the tool that is broken."""
+    if item.get("type") != "CommandExecution":
+        return
+    if item.get("process_id") is not None or item.get("exit_code") != -1:
+        t.processes_started += 1
+        return
+    cwd = str(item.get("cwd") or "").removeprefix("file://").rstrip("/")
+    if workspace and cwd and cwd != workspace.rstrip("/"):
+        return
+    said = str(item.get("aggregated_output") or "no process was created").strip()
+    t.tool_errors.append(f"{_shown_command(item)}: {said[:200]}")
+
+
+def _shown_command(item: dict[str, Any]) -> str:
+    cmd = item.get("command")
+    return " ".join(map(str, cmd))[:120] if isinstance(cmd, list) else str(cmd or "command")[:120]
+
+
 def claude_session_trace(events: list[dict[str, Any]]) -> AgentTrace:
-    """Read Claude Code's session log (`projects/*/<session>.jsonl` under its config dir)."""
+    """Read Claude Code's session log (`projects/*/<session>.jsonl` under its config dir). Its tool results are
+    observations only: an `is_error` result is a command that exited non-zero or a refused tool input, which the
+    model sees and answers to; a Claude Code that cannot run its tools does not reach its model (the runner's
+    own markers and the CLI's exit status say so)."""
     t = AgentTrace()
-    names: dict[str, str] = {}
     seen_usage: set[str] = set()
     for ev in events:
         msg = ev.get("message") or {}
         content = msg.get("content")
-        if ev.get("type") == "assistant":
-            mid = str(msg.get("id") or "")
-            usage = msg.get("usage") or {}
-            if usage and mid not in seen_usage:  # one message is logged once per content block
-                seen_usage.add(mid)
-                t.usage_reports += 1
-                t.input_tokens += int(usage.get("input_tokens") or 0)
-                t.output_tokens += int(usage.get("output_tokens") or 0)
-            for b in content if isinstance(content, list) else []:
-                if b.get("type") == "tool_use":
-                    names[b.get("id", "")] = b.get("name", "")
-                    inp = b.get("input") or {}
-                    if b.get("name") == "Bash" and inp.get("command"):
-                        t.commands.append(str(inp["command"]))
-                        t.files_read += _files_of(str(inp["command"]))
-                    elif b.get("name") == "Read" and inp.get("file_path"):
-                        t.files_read.append(str(inp["file_path"]))
-                elif b.get("type") == "text" and b.get("text"):
-                    t.final_message = str(b["text"])
-        elif ev.get("type") == "user":
-            for b in content if isinstance(content, list) else []:
-                if b.get("type") == "tool_result" and b.get("is_error"):
-                    text = b.get("content")
-                    text = text if isinstance(text, str) else json.dumps(text)
-                    if _tool_failed(text, is_error=True):
-                        t.tool_errors.append(f"{names.get(b.get('tool_use_id', ''), 'tool')}: {text.strip()[:200]}")
+        if ev.get("type") != "assistant":
+            continue
+        mid = str(msg.get("id") or "")
+        usage = msg.get("usage") or {}
+        if usage and mid not in seen_usage:  # one message is logged once per content block
+            seen_usage.add(mid)
+            t.usage_reports += 1
+            t.input_tokens += int(usage.get("input_tokens") or 0)
+            t.output_tokens += int(usage.get("output_tokens") or 0)
+        for b in content if isinstance(content, list) else []:
+            _claude_block(t, b)
     return t
 
 
-# tool outputs that say the harness could not run the tool at all (a sandbox refusing to start, a missing
-# shell): a command that ran and exited non-zero is the agent's business, these are infrastructure
-_BROKEN_TOOL = re.compile(
-    r"(sandbox (?:error|denied|failed)|failed to (?:spawn|create|start|exec)|bwrap:|landlock|seccomp|"
-    r"No such file or directory \(os error 2\)|Operation not permitted \(os error 1\)|execution error)",
-    re.IGNORECASE,
-)
+def _claude_block(t: AgentTrace, b: dict[str, Any]) -> None:
+    """One block of an assistant message: a Bash or Read call (commands, files read), or text (final message)."""
+    if b.get("type") == "tool_use":
+        inp = b.get("input") or {}
+        if b.get("name") == "Bash" and inp.get("command"):
+            t.commands.append(str(inp["command"]))
+            t.files_read += _files_of(str(inp["command"]))
+        elif b.get("name") == "Read" and inp.get("file_path"):
+            t.files_read.append(str(inp["file_path"]))
+    elif b.get("type") == "text" and b.get("text"):
+        t.final_message = str(b["text"])
 
 
-def _tool_failed(text: str, is_error: bool = False) -> bool:
-    return bool(_BROKEN_TOOL.search(text or ""))
+def broken_tools(t: AgentTrace) -> Optional[str]:
+    """Why the agent's tools were broken, from structure alone, or None. Broken means the shell tool was called
+    and not once could the harness create a process for it; one call that got a process proves the tools work
+    (a later call refused for the model's own reasons, a bad working folder or a process limit, is what it sees)."""
+    if t.tool_errors and t.processes_started == 0:
+        return f"no shell command could start a process ({len(t.tool_errors)} tried; first: {t.tool_errors[0]})"
+    return None
 
 
 def read_jsonl(text: str) -> list[dict[str, Any]]:
