@@ -92,7 +92,9 @@ class DocVQABenchmark(Benchmark):
         raw = env_cfg.get("data_dir") or os.environ.get("DOCVQA_DATA")
         self._using_samples = not raw
         if raw:
-            self._root = Path(os.path.expandvars(os.path.expanduser(str(raw)))).resolve()
+            given = Path(os.path.expandvars(os.path.expanduser(str(raw))))
+            dv.check_followable(given)
+            self._root = given.resolve()
             if not self._root.is_dir():
                 raise DataError(
                     f"DocVQA data directory {self._root} does not exist; set env.data_dir or DOCVQA_DATA to a folder "
@@ -103,6 +105,8 @@ class DocVQABenchmark(Benchmark):
 
             self._root = ensure_samples(self.options.sample_dir)
         root = self.options.image_root
+        if root:
+            dv.check_followable(Path(os.path.expanduser(root)))
         self._image_root = Path(os.path.expanduser(root)).resolve() if root else self._root
         # the public data read in place (parquet / JSON) when the folder holds no split CSVs
         self._sources: Optional[upstream.Sources] = None
@@ -118,6 +122,15 @@ class DocVQABenchmark(Benchmark):
     # ---------- data ----------
 
     def _items(self, split: str) -> list[dict[str, Any]]:
+        try:
+            return self._read_items(split)
+        except OSError as e:  # whatever the checks did not foresee: still one line naming the file
+            where = e.filename or self._root
+            raise DataError(
+                f"{where} cannot be read ({e.strerror or e}); check the files under env.data_dir / DOCVQA_DATA"
+            ) from None
+
+    def _read_items(self, split: str) -> list[dict[str, Any]]:
         if self._manifest is None:
             return dv.load_split_items(self._root, split, self._image_root)
         if self._pool is None:  # every question of the data, by id; the manifest picks the splits
@@ -210,7 +223,9 @@ class DocVQABenchmark(Benchmark):
     async def _page_part(self, payload: dict[str, Any]) -> dict[str, Any]:
         image_path = payload["image_path"]
         if self.options.sends_images:
-            return prompts.image_part(await self._image_file(payload), self.options.image_detail)
+            image_file = await self._image_file(payload)
+            dv.check_page_image(image_file)
+            return prompts.image_part(image_file, self.options.image_detail)
         if payload.get("text_path"):
             return prompts.text_layer_part(upstream.ocr_text(Path(payload["text_path"])))
         layer = dv.text_layer_path(image_path)
@@ -259,6 +274,7 @@ class DocVQABenchmark(Benchmark):
             image = await self._image_file(task.payload)
             if not os.path.isfile(image):
                 raise FileNotFoundError(2, "no such file")
+            dv.check_page_image(image)
         except OSError as e:
             return _data_error(task, image, e)
         return await agent_episode(task, skill, llm, ctx, agent, image, self.options.exec_timeout)
@@ -306,11 +322,15 @@ class DocVQABenchmark(Benchmark):
 
 
 def _data_error(task: Task, image: str, e: OSError) -> EpisodeResult:
-    """The page image cannot be read: a data error naming the file and the settings that place it, never a score."""
+    """The page image cannot be read or decoded: a data error naming the file and the fix, never a score."""
+    if isinstance(e, dv.PageImageError):
+        fix = "replace the file with the page's image (python -m skillopt_envs.docvqa.materialize writes them)"
+    else:
+        fix = "check env.data_dir / env.options.image_root"
     return EpisodeResult(
         task.task_id,
         task.task_type,
         fail_reason="data_error",
-        error=f"cannot read the page image {image}: {e.strerror or e}; check env.data_dir / env.options.image_root",
+        error=f"cannot read the page image {image}: {e.strerror or e}; {fix}",
         task_description=task.payload["question"],
     )

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ast
 import csv
+import errno
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -45,17 +47,41 @@ def split_folder(split: str) -> str:
         ) from None
 
 
+def unfollowable(path: Path) -> str:
+    """Why a listed name cannot be opened: a symlink loop or a link to nothing; '' when it can be followed (or does
+    not exist at all)."""
+    try:
+        path.stat()
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symlink loop"
+        if path.is_symlink():
+            return "a symlink to nothing (its target does not exist)"
+    return ""
+
+
+def check_followable(path: Path) -> None:
+    why = unfollowable(path)
+    if why:
+        raise DataError(f"{path} is {why}; point it at the file or folder it should name, or remove it")
+
+
 def split_csv(folder: Path) -> Optional[Path]:
-    """The first *.csv of a split folder by name (the reference's rule); None if there is none."""
+    """The first *.csv of a split folder by name (the reference's rule); None if there is none. A listed name that
+    cannot be followed is a DataError (the reference would fail opening it), never skipped."""
+    check_followable(folder)
     if not folder.is_dir():
         return None
-    files = sorted(p for p in folder.glob("*.csv") if p.is_file())
+    names = sorted(folder.glob("*.csv"))
+    for p in names:
+        check_followable(p)
+    files = [p for p in names if p.is_file()]
     return files[0] if files else None
 
 
 def parse_answers(cell: Optional[str]) -> list[str]:
-    """A CSV answer cell: a Python list literal -> its stripped non-empty elements; another literal -> one
-    element; unparsable text -> [the raw text]; an empty cell -> []."""
+    """A CSV answer cell: a Python list literal -> its stripped non-empty elements; any other literal (a tuple too:
+    the reference splits lists only) -> one element, its str(); unparsable text -> [the raw text]; empty -> []."""
     raw = (cell or "").strip()
     if not raw:
         return []
@@ -63,7 +89,7 @@ def parse_answers(cell: Optional[str]) -> list[str]:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return [raw]
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list):
         return [s for s in (str(v).strip() for v in value) if s]
     return [str(value)]
 
@@ -107,6 +133,8 @@ def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[dict[str, Any
             rows = list(csv.DictReader(f))
     except UnicodeDecodeError:
         raise DataError(f"{path} is not a UTF-8 CSV file") from None
+    except OSError as e:
+        raise DataError(f"{path} cannot be read ({e.strerror or e}); check the file's permissions") from None
     except csv.Error as e:
         raise DataError(f"{path} is not a readable CSV file: {e}") from None
     items = []
@@ -135,6 +163,8 @@ def load_split_items(root: Path, split: str, cwd: Optional[Path] = None) -> list
 
 def check_images(items: list[dict[str, Any]], split: str) -> None:
     """Every image exists, else one line naming the first missing path, the count and the fix."""
+    for it in items:
+        check_followable(Path(it["image_path"]))
     missing = [it["image_path"] for it in items if not os.path.isfile(it["image_path"])]
     if missing:
         raise DataError(
@@ -142,6 +172,34 @@ def check_images(items: list[dict[str, Any]], split: str) -> None:
             "write them with python -m skillopt_envs.docvqa.materialize, or run from the folder the CSV's relative "
             "image paths start from (env.options.image_root names it)"
         )
+
+
+class PageImageError(OSError):
+    """A page image file that is there but does not decode as an image."""
+
+
+# what Pillow raises for bytes that are not a well-formed image (its PNG reader reports bad chunks as SyntaxError)
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, struct.error)
+
+
+def check_page_image(path: str) -> None:
+    """Decode the page's header and check its structure (a PNG's chunk checksums) before the page is sent: a corrupt
+    page is a data error naming the file, never a wrong answer no target could get right. A file that cannot be
+    read at all raises its own OSError."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            width, height = im.size
+            im.verify()
+    except Image.DecompressionBombError:
+        raise PageImageError("too many pixels to decode safely") from None
+    except _DECODE_ERRORS as e:
+        if isinstance(e, OSError) and e.errno is not None:
+            raise  # missing or unreadable: not a decoding problem
+        raise PageImageError(f"not a readable image ({type(e).__name__}: {e})") from None
+    if width < 1 or height < 1:
+        raise PageImageError(f"an image of {width} x {height} pixels")
 
 
 def task_types(items: list[dict[str, Any]]) -> list[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
+from skillopt_envs.docvqa.data import check_followable
 
 PAGE_CACHE = Path.home() / ".cache" / "skillopt_ray" / "docvqa_pages"
 _EXTRACT_LOCK = threading.Lock()  # one row group written out at a time per process
@@ -43,17 +44,21 @@ class Sources:
 
 
 def _is_docvqa_json(path: Path) -> bool:
+    """The file starts like a DocVQA JSON file; one that cannot be read is one line naming it, never passed over."""
+    check_followable(path)
     try:
-        with path.open(encoding="utf-8") as f:
+        with path.open(encoding="utf-8", errors="replace") as f:
             head = f.read(4096)
-    except OSError:
-        return False
+    except OSError as e:
+        raise DataError(f"{path} cannot be read ({e.strerror or e}); check the file's permissions") from None
     return '"data"' in head and "questionId" in head
 
 
 def find_sources(root: Path) -> Sources:
     """Parquet files anywhere under root; DocVQA JSON files ({"data": [...]} records) at its top level."""
     parquets = tuple(sorted(root.rglob("*.parquet")))
+    for p in parquets:
+        check_followable(p)
     jsons = tuple(p for p in sorted(root.glob("*.json")) if _is_docvqa_json(p))
     return Sources(parquets, jsons)
 
@@ -87,6 +92,24 @@ def _item(rec: dict[str, Any], image_path: str, page: Optional[dict[str, Any]], 
     }
 
 
+def _parquet_file(pq: Any, path: Path) -> Any:
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError, its IO errors are OSErrors
+        raise DataError(
+            f"{path} is not a readable parquet file ({str(e).strip().splitlines()[0][:160]}); download it again"
+        ) from None
+
+
+def _json_doc(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise DataError(f"{path} cannot be read ({e.strerror or e}); check the file's permissions") from None
+    except ValueError as e:  # invalid JSON or UTF-8
+        raise DataError(f"{path} is not a readable DocVQA JSON file ({str(e)[:160]}); download it again") from None
+
+
 def read_pool(sources: Sources) -> dict[str, dict[str, Any]]:
     """Every question of the sources by questionId, without image bytes."""
     pool: dict[str, dict[str, Any]] = {}
@@ -96,7 +119,7 @@ def read_pool(sources: Sources) -> dict[str, dict[str, Any]]:
         except ImportError:
             raise DataError("reading the DocVQA parquet files needs pyarrow: pip install pyarrow") from None
         for path in sources.parquets:
-            f = pq.ParquetFile(path)
+            f = _parquet_file(pq, path)
             cols = [c for c in f.schema_arrow.names if c != "image"]
             if "questionId" not in cols or "image" not in f.schema_arrow.names:
                 raise DataError(f"{path} is not a DocVQA parquet file (it needs questionId and image columns)")
@@ -107,7 +130,7 @@ def read_pool(sources: Sources) -> dict[str, dict[str, Any]]:
                     it["image_path"] = f"q{it['id']}_d{it['docId']}.png"  # its name once written out
                     pool[it["id"]] = it
     for path in sources.jsons:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = _json_doc(path)
         for rec in doc.get("data", []) if isinstance(doc, dict) else []:
             image = path.parent / str(rec.get("image") or "")
             ocr = path.parent / "ocr" / f"{image.stem}.json"
