@@ -229,10 +229,17 @@ class OfficeQABenchmark(Benchmark):
     def corpus(self) -> Corpus:
         """The document roots and file index on this node (DataError naming the paths when there is none)."""
         if self._corpus is None:
+            oq.check_named_dirs(self.options.docs_dirs, self._root)
             cands = oq.docs_candidates(self.options.docs_dirs, self._root)
             roots = oq.resolve_docs_roots(cands)
             self._corpus = Corpus(roots, oq.CorpusIndex.build(roots))
         return self._corpus
+
+    def preflight(self, splits: Any) -> None:
+        """The splits, and the corpus when this process can see it: a docs_dirs folder that does not exist or a
+        link loop in the corpus is one line before Ray starts (the env actors check it again on their nodes)."""
+        super().preflight(splits)
+        self.corpus()
 
     def warm_up(self) -> None:
         corpus = self.corpus()

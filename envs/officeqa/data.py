@@ -13,8 +13,10 @@ folder uses that folder. Parsed page JSONs (for the oracle page context) sit in 
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -74,17 +76,19 @@ def parse_list_field(value: Any) -> list[str]:
 
 
 def row_to_item(row: dict[str, Any], split: str) -> dict[str, Any]:
-    """One question in the reference's item fields (id = uid, ground_truth, answers, task_type = category...)."""
+    """One question in the reference's item fields (id = uid, the question stripped, ground_truth, answers,
+    task_type and category: the row's category or difficulty...)."""
     uid = str(row.get("uid") or row.get("id") or "").strip()
     gt = str(row.get("ground_truth") if row.get("ground_truth") not in (None, "") else row.get("answer") or "").strip()
     task_type = str(row.get("category") or row.get("difficulty") or "").strip() or "officeqa"
     return {
         "id": uid,
         "uid": uid,
-        "question": str(row.get("question") or ""),
+        "question": str(row.get("question") or "").strip(),
         "ground_truth": gt,
         "answers": [gt] if gt else [],
         "task_type": task_type,
+        "category": task_type,
         "source_files": parse_list_field(row.get("source_files")),
         "source_docs": parse_list_field(row.get("source_docs")),
         "split": split,
@@ -172,11 +176,18 @@ def items_from_full_csv(csv_path: Path, manifest_dir: Path, split: str) -> list[
                 merged[key] = entry[key]
         out.append(row_to_item(merged, folder))
     if missing:
-        raise DataError(
-            f"{len(missing)} ids of the {folder} split in {manifest_dir} are not in {csv_path} (first: {missing[0]}); "
-            "use the official officeqa_full.csv (databricks/officeqa, revision 8ecbf18) or set env.manifest_dir"
-        )
+        raise DataError(missing_ids_message(missing, folder, manifest_dir, csv_path))
     return out
+
+
+def missing_ids_message(missing: list[str], split: str, manifest_dir: Path, csv_path: Path) -> str:
+    """The manifest names questions the given CSV does not have: say which (a few) and how many."""
+    few = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    return (
+        f"{len(missing)} ids of the {split} split in the manifests {manifest_dir} are missing from the given data "
+        f"{csv_path} ({few}); give a CSV that holds them (officeqa_full.csv of databricks/officeqa holds every id "
+        "of the shipped split) or manifests of your own ids with env.manifest_dir"
+    )
 
 
 def task_types(items: list[dict[str, Any]]) -> list[str]:
@@ -210,6 +221,21 @@ def docs_candidates(docs_dirs: Any, data_dir: Optional[Path], environ: Optional[
     return out
 
 
+def check_named_dirs(docs_dirs: Any, data_dir: Optional[Path]) -> None:
+    """A folder the user named in env.options.docs_dirs must exist: it is never silently skipped (the other
+    candidates, the environment variable's and the fallbacks, are looked for and used when they exist)."""
+    base = data_dir if data_dir is not None else Path.cwd()
+    for raw in _split_dirs(docs_dirs):
+        path = Path(os.path.expanduser(raw))
+        path = path if path.is_absolute() else base / path
+        if not path.is_dir():
+            what = "is not a folder" if path.exists() else "does not exist"
+            raise DataError(
+                f"env.options.docs_dirs names {path}, which {what}; fix the path (relative paths start at "
+                f"env.data_dir {base}) or drop it from docs_dirs"
+            )
+
+
 def resolve_docs_roots(candidates: list[Path]) -> list[Path]:
     """Every existing candidate becomes a root (its `transformed/` subfolder when it has one), as a real path,
     duplicates dropped; no root at all is a DataError naming the places looked at."""
@@ -240,14 +266,17 @@ class CorpusIndex:
 
     @staticmethod
     def build(roots: list[Path]) -> CorpusIndex:
+        """Walk every root (links to folders are not followed, as in the reference). A file is kept only when its
+        real path is a regular file inside a root: a link out of the corpus (to /etc/passwd, to a gold-answer file)
+        is never listed. A link loop is a DataError naming it."""
         files: list[Path] = []
         seen: set[Path] = set()
         for root in roots:
             for dirpath, dirnames, names in os.walk(root):
                 dirnames.sort()
                 for name in sorted(names):
-                    p = Path(os.path.realpath(os.path.join(dirpath, name)))
-                    if p not in seen:
+                    p = _corpus_file(Path(dirpath) / name, roots)
+                    if p is not None and p not in seen:
                         seen.add(p)
                         files.append(p)
         by_name: dict[str, list[Path]] = {}
@@ -261,3 +290,25 @@ class CorpusIndex:
             return list(self.files)
         wanted = set(source_files)
         return [p for p in self.files if p.name in wanted]
+
+
+def inside(real: Path, roots: list[Path]) -> bool:
+    """Whether a real path is one of the (real) roots or lies below one."""
+    return any(real == r or str(real).startswith(str(r) + os.sep) for r in roots)
+
+
+def _corpus_file(path: Path, roots: list[Path]) -> Optional[Path]:
+    """The real path of a corpus entry when it is a regular file inside a root; None otherwise (a dangling link,
+    a link out of the corpus, a socket)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise DataError(
+                f"{path}: a symbolic link loop in the OfficeQA corpus ({e.strerror}); remove or fix that link"
+            ) from None
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    real = Path(os.path.realpath(path))
+    return real if inside(real, roots) else None

@@ -38,17 +38,23 @@ class OracleReadError(OSError):
 
 
 def page_of(url: str) -> Optional[int]:
-    """The page a source URL points at: the first integer `page`, `pagenum` or `page_id` query value, else a
-    `page=N` at the start or after ? or &; a `#page=7` fragment does not count."""
+    """The page a source URL points at: the first `page`, `pagenum` or `page_id` query value that reads as an
+    integer (a negative one included, as the reference's int() reads it), else a `page=N` at the start or after ?
+    or & anywhere in the text; `#page=7` does not count."""
+    text = str(url or "").strip()
+    if not text:
+        return None
     try:
-        query = parse_qs(urlparse(url).query)
+        query = parse_qs(urlparse(text).query)
     except ValueError:
         query = {}
     for key in ("page", "pagenum", "page_id"):
         for v in query.get(key, []):
-            if v.strip().isdigit():
+            try:
                 return int(v.strip())
-    m = _PAGE_RE.search(url.split("#", 1)[0])
+            except ValueError:
+                continue
+    m = _PAGE_RE.search(text)
     return int(m.group(1)) if m else None
 
 

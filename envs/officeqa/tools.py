@@ -4,6 +4,11 @@ They run in the env actor that plays the episode, on that node's copy of the cor
 readable only when its real path lies under a document root and its basename is one of the item's allowed
 files (every file when the item names none). A tool's failure is the observation the model sees; only a
 corpus file that exists and cannot be read raises (CorpusReadError: an infrastructure fault, not a score).
+
+Memory and output stay bounded whatever the corpus holds: a file up to WHOLE_FILE_BYTES is read whole (and
+kept in the actor's cache, itself capped in bytes); a larger one is streamed line by line in pieces, so a
+2 GB file or a 10 MB line costs a few MB. A grep hit's line is cut at GREP_LINE_CHARS and the whole grep
+output at GREP_CHARS, each cut said in the output; `read` keeps the reference's silent 4,000-character cut.
 """
 
 from __future__ import annotations
@@ -15,14 +20,20 @@ import json
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TextIO
 
 MAX_GLOB = 50
 READ_LINES = 80
 READ_CHARS = 4000
 MAX_GREP = 20
+GREP_LINE_CHARS = 2000  # a grep hit's line past this is cut, with a note (the reference returns it whole)
+GREP_CHARS = 20_000  # the grep output past this is cut, with a note
+WHOLE_FILE_BYTES = 8 << 20  # larger files are streamed, never held whole
+CACHE_BYTES = 32 << 20  # an actor's cache of whole files holds at most this many file bytes
+PIECE_CHARS = 1 << 20  # a streamed line is read in pieces of at most this many characters
 
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -115,16 +126,13 @@ class LineCache:
     greps the same bulletin again and again. Keyed by real path, size and modification time, so an edited file is
     read afresh; at most `max_files` files are kept."""
 
-    def __init__(self, max_files: int = 32):
+    def __init__(self, max_files: int = 32, max_bytes: int = CACHE_BYTES):
         self.max_files = max_files
+        self.max_bytes = max_bytes
         self._lines: OrderedDict[tuple[str, int, int], Doc] = OrderedDict()
         self._lock = threading.Lock()
 
-    def doc(self, real: str, read: Any) -> Doc:
-        try:
-            st = os.stat(real)
-        except OSError as e:
-            raise CorpusReadError(f"corpus file {real} cannot be read: {e.strerror or e}") from None
+    def doc(self, real: str, st: os.stat_result, read: Any) -> Doc:
         key = (real, st.st_size, st.st_mtime_ns)
         with self._lock:
             hit = self._lines.get(key)
@@ -134,7 +142,9 @@ class LineCache:
         doc = Doc(read(real))
         with self._lock:
             self._lines[key] = doc
-            while len(self._lines) > self.max_files:
+            while len(self._lines) > self.max_files or (
+                len(self._lines) > 1 and sum(k[1] for k in self._lines) > self.max_bytes
+            ):
                 self._lines.popitem(last=False)
         return doc
 
@@ -143,6 +153,65 @@ class LineCache:
 class ToolCall:
     command: str
     output: str
+
+
+@dataclass(frozen=True)
+class ScannedLine:
+    """One line of a streamed file: its first characters (with the newline when it fits), the length of the whole
+    line without trailing whitespace, and whether the searched text occurs in it."""
+
+    head: str
+    length: int
+    matched: bool
+
+
+def scan_lines(f: TextIO, keep: int, needle: str = "") -> Iterator[ScannedLine]:
+    """The lines of a text file read in pieces of at most PIECE_CHARS, so a line of any length costs bounded
+    memory. `needle` (lower-cased) is looked for in each lower-cased line, across piece boundaries."""
+    k = len(needle)
+    while True:
+        piece = f.readline(PIECE_CHARS)
+        if not piece:
+            return
+        head, seen, length, tail, matched = piece[:keep], 0, 0, "", False
+        while True:
+            if k and not matched:
+                low = tail + piece.lower()
+                matched = needle in low
+                tail = low[len(low) - k + 1 :] if k > 1 else ""
+            body = piece.rstrip()
+            if body:
+                length = seen + len(body)
+            seen += len(piece)
+            if piece.endswith("\n"):
+                break
+            piece = f.readline(PIECE_CHARS)
+            if not piece:
+                break
+            if len(head) < keep:
+                head += piece[: keep - len(head)]
+        yield ScannedLine(head, length, matched)
+
+
+def grep_output(hits: list[tuple[int, str, int]]) -> str:
+    """Hits as `<n>: <line>` (the reference's form), each line cut at GREP_LINE_CHARS and the whole at GREP_CHARS,
+    saying so where a cut applies. A hit: (line number, the line without trailing whitespace or its first
+    characters, the whole line's length without trailing whitespace)."""
+    rows: list[str] = []
+    used = 0
+    for n, text, length in hits:
+        row = f"{n}: {text[:GREP_LINE_CHARS].rstrip()}"
+        if length > GREP_LINE_CHARS:
+            row += f" [... line cut: {GREP_LINE_CHARS} of its {length} characters shown]"
+        if used + len(row) > GREP_CHARS:
+            rows.append(
+                f"[... grep output cut at {GREP_CHARS} characters: {len(rows)} of {len(hits)} matching lines shown; "
+                "use a more specific pattern]"
+            )
+            break
+        rows.append(row)
+        used += len(row) + 1
+    return "\n".join(rows) if rows else "[no matches]"
 
 
 class ToolRuntime:
@@ -170,14 +239,59 @@ class ToolRuntime:
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise CorpusReadError(f"corpus file {real} cannot be read: {why}") from None
 
-    def _doc(self, path: str) -> Doc:
-        """The file (read whole as UTF-8, as the reference does), from the actor's cache when there is one."""
+    @staticmethod
+    def _file(path: str) -> tuple[str, os.stat_result]:
+        """The real path of a regular file and its stat; NotAFile for anything else (the model's mistake)."""
         real = os.path.realpath(os.path.abspath(path))
         if not os.path.isfile(real):  # isfile never raises: a name too long or a missing file is simply not a file
             raise NotAFile("not a file" if os.path.isdir(real) else "no such file")
+        try:
+            return real, os.stat(real)
+        except OSError as e:
+            raise CorpusReadError(f"corpus file {real} cannot be read: {e.strerror or e}") from None
+
+    def _doc(self, real: str, st: os.stat_result) -> Optional[Doc]:
+        """The file read whole as UTF-8 (as the reference does), from the actor's cache when there is one; None
+        for a file too large to hold (it is streamed instead)."""
+        if st.st_size > WHOLE_FILE_BYTES:
+            return None
         if self.cache is None:
             return Doc(self._read(real))
-        return self.cache.doc(real, self._read)
+        return self.cache.doc(real, st, self._read)
+
+    @staticmethod
+    def _stream(real: str, use: Any) -> Any:
+        """`use(f)` on the open text file (UTF-8, universal newlines, as the reference reads it)."""
+        try:
+            with open(real, encoding="utf-8") as f:
+                return use(f)
+        except (OSError, UnicodeDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise CorpusReadError(f"corpus file {real} cannot be read: {why}") from None
+
+    @staticmethod
+    def _window(f: TextIO, first: int, count: int) -> str:
+        """Lines first .. first+count-1 of a streamed file joined with their newlines, cut at READ_CHARS."""
+        out: list[str] = []
+        size = 0
+        for i, line in enumerate(scan_lines(f, READ_CHARS), start=1):
+            if i < first:
+                continue
+            if i >= first + count or size >= READ_CHARS:
+                break
+            out.append(line.head)
+            size += len(line.head)
+        return "".join(out)[:READ_CHARS]
+
+    @staticmethod
+    def _stream_hits(f: TextIO, needle: str) -> list[tuple[int, str, int]]:
+        hits = []
+        for i, line in enumerate(scan_lines(f, GREP_LINE_CHARS, needle), start=1):
+            if line.matched:
+                hits.append((i, line.head, line.length))
+                if len(hits) >= MAX_GREP:
+                    break
+        return hits
 
     # ---------- the tools ----------
 
@@ -206,6 +320,8 @@ class ToolRuntime:
         if not path:
             return ToolCall("read(path='')", "[read error: missing path]")
         path = str(path)
+        if not self.is_allowed(path):  # the reference shows only the path here, before reading the window
+            return ToolCall(f"read(path={path!r})", "[read error: path not allowed]")
         try:
             first = max(int(start or 1), 1)
             count = max(int(limit or READ_LINES), 1)
@@ -216,13 +332,15 @@ class ToolRuntime:
                 "[read error: start and limit must be integers]",
             )
         cmd = f"read(path={path!r}, start={first}, limit={count})"
-        if not self.is_allowed(path):
-            return ToolCall(cmd, "[read error: path not allowed]")
         try:
-            lines = self._doc(path).lines
+            real, st = self._file(path)
         except NotAFile as e:
             return ToolCall(cmd, f"[read error: {e}]")
-        out = "".join(lines[first - 1 : first - 1 + count])[:READ_CHARS]
+        doc = self._doc(real, st)
+        if doc is None:
+            out = self._stream(real, lambda f: self._window(f, first, count))
+        else:
+            out = "".join(doc.lines[first - 1 : first - 1 + count])[:READ_CHARS]
         return ToolCall(cmd, out if out else "[empty file]")
 
     def grep(self, pattern: Any = None, path: Any = None) -> ToolCall:
@@ -234,11 +352,16 @@ class ToolRuntime:
         if not self.is_allowed(path):
             return ToolCall(cmd, "[grep error: path not allowed]")
         try:
-            doc = self._doc(path)
+            real, st = self._file(path)
         except NotAFile as e:
             return ToolCall(cmd, f"[grep error: {e}]")
-        hits = [f"{i + 1}: {doc.lines[i].rstrip()}" for i in doc.grep(needle, MAX_GREP)]
-        return ToolCall(cmd, "\n".join(hits) if hits else "[no matches]")
+        doc = self._doc(real, st)
+        if doc is None:
+            hits = self._stream(real, lambda f: self._stream_hits(f, needle))
+        else:
+            found = [(i + 1, doc.lines[i].rstrip()) for i in doc.grep(needle, MAX_GREP)]
+            hits = [(n, ln, len(ln)) for n, ln in found]
+        return ToolCall(cmd, grep_output(hits))
 
     def run(self, name: str, arguments: Any) -> ToolCall:
         """One tool call by name with its JSON arguments (a string, as the API sends them, or a dict)."""

@@ -11,6 +11,7 @@ records them in `identity.json` and refuses to resume when they changed, naming 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -43,8 +44,28 @@ def file_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
+def _loop_error(path: str, e: OSError) -> UsageError:
+    return UsageError(
+        f"{path}: {e.strerror or e} (a symbolic link loop in the data folder); remove or fix that link, or point "
+        "env.data_dir elsewhere"
+    )
+
+
+def _entry_kind(e: os.DirEntry) -> str:
+    """'dir', 'file' or '' (anything else, a dangling link), following links; a link loop is a UsageError."""
+    try:
+        if e.is_dir(follow_symlinks=True):
+            return "dir"
+        return "file" if e.is_file(follow_symlinks=True) else ""
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise _loop_error(e.path, err) from None
+        return ""  # vanished or unreadable while we looked: not part of the data
+
+
 def tree_fingerprint(root: Path) -> str:
-    """Hash of (relative path, size, mtime) of every file below root; 'missing' when there is none."""
+    """Hash of (relative path, size, mtime) of every file below root; 'missing' when there is none. Linked folders
+    are followed once each (a link back to an ancestor is not walked again); a link loop is a UsageError."""
     if not root.exists():
         return "missing"
     if root.is_file():
@@ -53,20 +74,36 @@ def tree_fingerprint(root: Path) -> str:
     h = hashlib.sha256()
     count = 0
     stack = [root]
+    seen: set[tuple[int, int]] = set()
     while stack and count < _MAX_FILES:
         d = stack.pop()
         try:
+            st = d.stat()
             entries = sorted(os.scandir(d), key=lambda e: e.name)
         except OSError:
             continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
         for e in entries:
-            if e.is_dir(follow_symlinks=True):
+            kind = _entry_kind(e)
+            if kind == "dir":
                 stack.append(Path(e.path))
-            elif e.is_file(follow_symlinks=True):
-                st = e.stat()
+            elif kind == "file":
+                try:
+                    st = e.stat()
+                except OSError:
+                    continue
                 h.update(f"{os.path.relpath(e.path, root)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
                 count += 1
     return h.hexdigest()[:16]
+
+
+def _resolved(raw: str, key: str) -> str:
+    try:
+        return str(Path(os.path.expandvars(raw)).expanduser().resolve())
+    except (OSError, RuntimeError) as e:  # Path.resolve raises RuntimeError on a link loop (Python < 3.13)
+        raise UsageError(f"{key}={raw}: {e} (a symbolic link loop); remove or fix that link") from None
 
 
 def data_roots(data: dict[str, Any]) -> dict[str, str]:
@@ -75,7 +112,7 @@ def data_roots(data: dict[str, Any]) -> dict[str, str]:
     var = skillopt_envs.data_env_var(env["name"])
     raw = env.get("data_dir") or (os.environ.get(var, "") if var else "")
     if raw:
-        roots["data"] = str(Path(os.path.expandvars(raw)).expanduser().resolve())
+        roots["data"] = _resolved(raw, "env.data_dir" if env.get("data_dir") else str(var))
     if env.get("manifest_dir"):
         roots["manifests"] = env["manifest_dir"]
     return roots
