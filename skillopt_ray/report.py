@@ -216,6 +216,19 @@ def _skipped_reports(rd: RunDir, rec: StepRecord) -> list[str]:
     return out
 
 
+def lr_text(o: dict[str, Any]) -> str:
+    """The edit budget as the schedule makes it, in words: a constant budget has no minimum to reach, so it is not
+    written as a change (`constant 4->2` read as a decay from 4 to 2)."""
+    top, low, kind = o.get("learning_rate", "?"), o.get("min_learning_rate", "?"), o.get("lr_schedule", "?")
+    if o.get("lr_control_mode") == "autonomous":
+        return "learning rate chosen by the optimizer each step (autonomous control, up to the merged edits)"
+    if kind == "constant":
+        return f"learning rate {top} every step (constant)"
+    if kind == "autonomous":
+        return "learning rate unlimited (autonomous schedule: every merged edit kept)"
+    return f"learning rate {top} decaying to {low} ({kind})"
+
+
 def story_text(s: Story, diffs: bool = False) -> str:
     out: list[str] = []
     cfg, o = s.config, s.config.get("optimizer", {}) if isinstance(s.config.get("optimizer"), dict) else {}
@@ -226,7 +239,7 @@ def story_text(s: Story, diffs: bool = False) -> str:
             f"{o.get('epochs', '?')} epochs",
             f"batch {o.get('batch_size', '?')}",
             f"gate {o.get('gate_metric', '?')}",
-            f"learning rate {o.get('lr_schedule', '?')} {o.get('learning_rate', '?')}->{o.get('min_learning_rate', '?')}",
+            lr_text(o),
         ]
     out.append("  " + ", ".join(facts))
     if s.summary is None:

@@ -104,31 +104,50 @@ def test_every_multirun_job_is_checked_before_any_starts(capsys, tmp_path):
     assert code == 2 and "add -m to run every combination" in err
 
 
-def test_shell_completion_of_the_installed_command():
-    """The README's completion recipe: bash completes the `skillopt-ray` command (the same application as
-    `python -m skillopt_ray`) through Hydra's query, with config groups and keys."""
-    import os
-    import subprocess
-    import sys
+def _complete(install: str, line: str) -> list[str]:
+    """What bash offers at the end of `line` once `install` (the printed completion script) is evaluated."""
+    import shutil
 
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed")
+    script = (
+        f"{install}\n"
+        "words=($COMP_LINE); COMP_CWORD=$((${#words[@]}-1)); COMP_POINT=${#COMP_LINE}\n"
+        '_skillopt_ray_completion; printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    env = dict(os.environ, COMP_LINE=line, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_shell_completion_for_what_users_type():
+    """`eval "$(python -m skillopt_ray -sc install=bash)"` completes `python -m skillopt_ray ...` (with any
+    interpreter path) and the installed `skillopt-ray` command: config groups, presets and keys."""
     exe = Path(sys.executable).parent / "skillopt-ray"
     assert exe.is_file(), "the package installs the skillopt-ray command"
-    for line, want in (
-        ("skillopt-ray +experiment=al", "+experiment=alfworld"),
-        ("skillopt-ray optimizer.learn", "optimizer.learning_rate="),
-    ):
-        env = dict(os.environ, COMP_LINE=line, COMP_POINT=str(len(line)))
-        out = subprocess.run([str(exe), "-sc", "query=bash"], env=env, capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0 and want in out.stdout.split(), (line, out.stdout, out.stderr)
-    install = subprocess.run([str(exe), "-sc", "install=bash"], capture_output=True, text=True, timeout=120)
-    assert "complete -o nospace -o default -F hydra_bash_completion skillopt-ray" in install.stdout
+    install = subprocess.run(
+        [sys.executable, "-m", "skillopt_ray", "-sc", "install=bash"], capture_output=True, text=True, timeout=120
+    ).stdout
+    assert "complete -o nospace -o default -F _skillopt_ray_completion python python3 skillopt-ray" in install
+    assert _complete(install, "python -m skillopt_ray +experiment=al") == ["+experiment=alfworld"]
+    assert "optimizer.learning_rate=" in _complete(install, f"{sys.executable} -m skillopt_ray optimizer.learn")
+    assert _complete(install, "skillopt-ray +experiment=alfworld llm=op") == ["llm=openai"]
+    assert _complete(install, "python other_script.py --fl") == []  # other python commands are left alone
+    # the installed command prints the same script; Hydra's query answers it directly too
+    assert (
+        subprocess.run([str(exe), "-sc", "install=bash"], capture_output=True, text=True, timeout=120).stdout == install
+    )
+    env = dict(os.environ, COMP_LINE="skillopt-ray +experiment=al", COMP_POINT="27")
+    out = subprocess.run([str(exe), "-sc", "query=bash"], env=env, capture_output=True, text=True, timeout=120)
+    assert "+experiment=alfworld" in out.stdout.split()
 
 
 def test_hydra_commands(capsys, tmp_path):
     code, out, _ = _main(capsys, "--info", "searchpath")
     assert code == 0 and "Config search path" in out and "conf" in out
     code, out, _ = _main(capsys, "-sc", "install=bash")
-    assert code == 0 and "hydra_bash_completion" in out and "complete " in out
+    assert code == 0 and "_skillopt_ray_completion" in out and "complete " in out
     code, out, _ = _main(capsys, "--help")
     presets = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "experiment").glob("*.yaml"))
     assert code == 0 and f"experiment: {', '.join(presets)}" in out and "searchqa" in presets

@@ -147,7 +147,7 @@ def test_story_of_a_run(tmp_path):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     lines = [x.strip() for x in text.splitlines()]
-    assert "experiment alfworld, seed 7, 2 epochs, batch 4, gate hard, learning rate cosine 4->2" in text
+    assert "experiment alfworld, seed 7, 2 epochs, batch 4, gate hard, learning rate 4 decaying to 2 (cosine)" in text
     # every version with what made it, at which step and with which selection score
     versions = [x for x in lines if x.startswith("v000")]
     assert [x.split("  ")[0] for x in versions] == ["v0000", "v0001", "v0002", "v0003"]

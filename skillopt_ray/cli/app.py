@@ -279,6 +279,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.cfg == "job" and not args.help:
             show_job_config(args, overrides, _SESSION.prices)
             return EXIT_OK
+        from skillopt_ray.cli import completion  # bash: `python -m skillopt_ray` too, not only the installed command
+
+        if args.shell_completion and completion.handle(args.overrides, lambda: _run_hydra(passed)):
+            return EXIT_OK
         if not other:
             preflight(args, overrides, _SESSION.prices)
         _run_hydra(passed)

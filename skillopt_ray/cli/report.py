@@ -63,13 +63,26 @@ def report(outcome: dict[str, Any]) -> int:
     print(f"run directory: {outcome['run_dir']}")
     ml = outcome.get("mlflow")
     if ml:
-        from skillopt_ray.tracking import ui_link
-
-        print(f"mlflow run: {ml['run_id']} in {ml['tracking_uri']}")
-        print(
-            f"  view with: mlflow ui --backend-store-uri {ml['tracking_uri']} --host 127.0.0.1, then open {ui_link(ml)}"
-        )
-        # the experiment's runs table: its bare link (and the UI's home page) open MLflow's GenAI Traces view
-        print(f"  all runs of the experiment: {ui_link({'experiment_id': ml.get('experiment_id')})}")
+        print("\n".join(mlflow_lines(ml)))
     print(f"the run's story: python -m skillopt_ray.report {outcome['run_dir']}")
     return EXIT_OK
+
+
+def mlflow_lines(ml: dict[str, Any]) -> list[str]:
+    """Where the run's MLflow record is and how to look at it, each said once: the command that serves a local
+    store (the light `mlflow server --workers 1`, as the docs say) or the server already holding it, the run's
+    page, and its experiment's runs table (the bare experiment link opens MLflow's GenAI Traces view)."""
+    from skillopt_ray.tracking import ui_link
+
+    uri = str(ml["tracking_uri"])
+    if uri.startswith(("http://", "https://")):
+        base = uri.rstrip("/")
+        how = f"  view with: the MLflow server at {base}, open {ui_link(ml, base)}"
+    else:
+        base = "http://127.0.0.1:5000"
+        how = (
+            f"  view with: mlflow server --backend-store-uri {uri} --host 127.0.0.1 --port 5000 --workers 1, "
+            f"then open {ui_link(ml, base)}"
+        )
+    experiment = ui_link({"experiment_id": ml.get("experiment_id")}, base)
+    return [f"mlflow run: {ml['run_id']} in {uri}", how, f"  all runs of the experiment: {experiment}"]
