@@ -69,10 +69,10 @@ def _gateway(url: str, harness: str, tmp: Path, mode: str = "record"):
     return Gateway(cfg, str(tmp / "cache.sqlite"), str(tmp / "ledger.json"))
 
 
-async def _eval(gw, bench, tasks, skill):
+async def _eval(gw, bench, tasks, skill, key="eval/test"):
     from skillopt_envs.base import EpisodeContext
 
-    ctx = EpisodeContext("eval/test", False, 1, 8)
+    ctx = EpisodeContext(key, False, 1, 8)
     out = [await bench.run_episode(t, skill, gw, ctx) for t in tasks]
     await gw.close()
     return out
@@ -101,9 +101,10 @@ def test_searchqa_eval_in_each_harness_through_the_gateway(tmp_path, harness, cl
             assert r.info["agent_summary"] and "cat " + SKILL_FILE in r.info["analyst_blocks"][0][1]
             assert "usage_warning" not in r.info, r.info.get("usage_warning")
         ledger = json.loads((tmp_path / "rec" / "ledger.json").read_text())
-        entry = ledger["entries"]["target/rollout"]
+        assert "target/rollout" not in ledger["entries"]  # an evaluation's agent calls are not training calls
+        entry = ledger["entries"]["target/validate"]
         st = srv.state
-        assert entry["calls"] == st.requests[("target", "rollout")] == policy.target_calls == 4
+        assert entry["calls"] == st.requests[("target", "validate")] == policy.target_calls == 4
         assert (entry["prompt_tokens"], entry["completion_tokens"]) == (st.prompt_tokens, st.completion_tokens)
         # per episode: the gateway's tokens and cost, the agent's own reports equal to them, in the summary
         assert sum(r.info["agent_tokens"][0] for r in res) == entry["prompt_tokens"]
@@ -128,11 +129,97 @@ def test_searchqa_eval_in_each_harness_through_the_gateway(tmp_path, harness, cl
         )
         assert [r.hard for r in resumed] == [1.0, 1.0] and st.attempts == attempts
         assert (
-            json.loads((tmp_path / "res" / "ledger.json").read_text())["entries"]["target/rollout"]["cache_hits"] == 4
+            json.loads((tmp_path / "res" / "ledger.json").read_text())["entries"]["target/validate"]["cache_hits"] == 4
         )
         # without the rule the scripted model answers wrong: the score is the agent's
         wrong = asyncio.run(_eval(_gateway(srv.base_url, harness, tmp_path / "w"), bench, tasks, ""))
         assert [r.hard for r in wrong] == [0.0, 0.0] and not any(r.infra_error for r in wrong)
+
+
+# the last one is what voided Claude Code episodes: the words and a non-zero exit together
+NOISY = (
+    "ps aux",
+    'echo "seccomp bwrap: execution error"',
+    "false",
+    'echo "bwrap: seccomp execution error" >&2; exit 3',
+)
+
+
+class NoisyCommandsPolicy:
+    """Target: run `ps aux` (its output shows the jail's own --seccomp flag), echo the words a word list once took
+    for broken tools, run `false` (exit 1), print them and exit 3, then answer right. Records what each command's
+    output looked like."""
+
+    def __init__(self, answers: dict):
+        self.answers = answers
+        self.outputs: list[str] = []  # the last tool output the model saw, per call after the first
+
+    def __call__(self, body, headers):
+        tool_msgs = [str(m.get("content")) for m in body["messages"] if m["role"] == "tool"]
+        if tool_msgs:
+            self.outputs.append(tool_msgs[-1])
+        if len(tool_msgs) < len(NOISY):
+            cmd = NOISY[len(tool_msgs)]
+            names = {t["function"]["name"] for t in body["tools"]}
+            if "exec_command" in names:
+                call = {"name": "exec_command", "arguments": json.dumps({"cmd": cmd})}
+            else:
+                call = {"name": "Bash", "arguments": json.dumps({"command": cmd, "description": "look around"})}
+            return {"content": "", "tool_calls": [{"id": f"n{len(tool_msgs)}", "type": "function", "function": call}]}
+        m = re.search(r"/([^/]+)/a\d+$", headers.get("x-skillopt-key", ""))
+        return self.answers[m.group(1)][1]  # the right answer
+
+
+@pytest.mark.parametrize("harness,cli", [("codex", "codex"), ("claude_code", "claude")])
+def test_commands_that_print_alarming_words_or_exit_non_zero_leave_the_episode_scored(tmp_path, harness, cli):
+    """Issue 29: a correct answer was voided as an infra error because `ps aux` printed `--seccomp`. With both
+    real CLIs in their jail: the three commands run, the model sees their output, and the answer is scored."""
+    need_bwrap()
+    need_harness(cli)
+    from skillopt_envs.searchqa.benchmark import SearchQABenchmark
+
+    answers = qa_fixture(tmp_path / "qa")
+    bench = SearchQABenchmark({"data_dir": str(tmp_path / "qa"), "options": {"split_source": "folders"}})
+    tasks = bench.load_split("val")[:1]
+    policy = NoisyCommandsPolicy(answers)
+    with ScriptedServer(policy=policy) as srv:
+        gw = _gateway(srv.base_url, harness, tmp_path / "rec")
+        (res,) = asyncio.run(_eval(gw, bench, tasks, "RULE-qa", key="eval/0123abcd"))
+        requests = dict(srv.state.requests)
+    assert not res.infra_error and res.hard == 1.0, (res.error, res.fail_reason)
+    assert len(policy.outputs) == 4
+    assert "--seccomp" in policy.outputs[0]  # ps aux showed the jail's own flag to the model
+    assert "seccomp bwrap: execution error" in policy.outputs[1]
+    assert ("exited with code 1" if harness == "codex" else "Exit code 1") in policy.outputs[2]
+    assert ("exited with code 3" if harness == "codex" else "Exit code 3") in policy.outputs[3]
+    assert "bwrap: seccomp execution error" in policy.outputs[3]
+    assert all(cmd in res.info["analyst_blocks"][0][1] for cmd in NOISY)
+    assert "- tool errors: none" in res.info["analyst_blocks"][0][1]
+    # an evaluation episode (the gate's selection split, the final test split): its agent calls are booked there
+    ledger = json.loads((tmp_path / "rec" / "ledger.json").read_text())["entries"]
+    assert ledger["target/validate"]["calls"] == requests[("target", "validate")] == 5
+    assert "target/rollout" not in ledger
+
+
+@pytest.mark.parametrize("key,stage", [("train/e1s2", "rollout"), ("slow/e2/prev", "slow:rollout")])
+def test_agent_calls_are_booked_under_the_stage_the_episode_runs_in(tmp_path, key, stage):
+    """A training batch's agent episode is booked under rollout, an epoch boundary's paired rollout under its own
+    stage, as the server saw each call (the X-SkillOpt-Stage header) and the ledger counted it."""
+    need_bwrap()
+    need_harness("codex")
+    from skillopt_envs.searchqa.benchmark import SearchQABenchmark
+
+    answers = qa_fixture(tmp_path / "qa")
+    bench = SearchQABenchmark({"data_dir": str(tmp_path / "qa"), "options": {"split_source": "folders"}})
+    policy = AgentPolicy(answers)
+    with ScriptedServer(policy=policy) as srv:
+        gw = _gateway(srv.base_url, "codex", tmp_path / "rec")
+        (res,) = asyncio.run(_eval(gw, bench, bench.load_split("train")[:1], "RULE-qa", key=key))
+        requests = dict(srv.state.requests)
+    assert res.hard == 1.0, res.error
+    ledger = json.loads((tmp_path / "rec" / "ledger.json").read_text())["entries"]
+    assert {k for k in ledger if k.startswith("target/")} == {f"target/{stage}"}
+    assert ledger[f"target/{stage}"]["calls"] == requests[("target", stage)] == 2
 
 
 @pytest.mark.slow

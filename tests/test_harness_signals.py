@@ -209,3 +209,17 @@ def test_codex_own_sandbox_inside_the_jail_is_refused_before_it_runs():
     assert codex_sandbox_problem(_settings("codex")) is None  # danger-full-access: the jail is the sandbox
     assert codex_sandbox_problem(_settings("codex", codex_sandbox="workspace-write", jail="none")) is None
     assert codex_sandbox_problem(_settings("claude_code", codex_sandbox="read-only")) is None
+
+
+# ---------- the stage an agent episode's calls are booked under ----------
+
+
+def test_agent_stage_names_the_loop_stage_from_the_episode_key():
+    from skillopt_ray.harness.runner import agent_stage
+
+    assert agent_stage("train/e1s2/r1/task-3") == "rollout"
+    assert agent_stage("eval/0123abcd/task-3/t1") == "validate"  # the gate's selection split, the test split
+    assert agent_stage("slow/e2/prev/task-3") == "slow:rollout"
+    assert agent_stage("meta/e2/topup4/curr/task-3") == "meta:rollout"
+    assert agent_stage("evalonly/test/task-3") == "eval:test"
+    assert agent_stage("my-own-key") == "rollout"

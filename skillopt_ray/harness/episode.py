@@ -132,10 +132,17 @@ async def harness_settings(llm: Any) -> Optional[dict[str, Any]]:
 
 
 async def run_harness_task(
-    llm: Any, settings: dict[str, Any], task_id: str, skill: str, ht: HarnessTask, key: str
+    llm: Any,
+    settings: dict[str, Any],
+    task_id: str,
+    skill: str,
+    ht: HarnessTask,
+    key: str,
+    stage: Optional[str] = None,
 ) -> HarnessOutcome:
     """Lay out the workspace (`predictions/<id>/codex_exec`, as the reference names it for every CLI), run the
-    agent, and hand back its run; a broken jail or broken tools come back as an error, a gateway error is raised."""
+    agent, and hand back its run; a broken jail or broken tools come back as an error, a gateway error is raised.
+    The agent's calls are booked under `stage`, else the stage the episode key names (runner.agent_stage)."""
     skill_md = render_skill_md(skill, ht.description, ht.preamble)
     root = Path(tempfile.mkdtemp(prefix="skillopt-ws-"))
     try:
@@ -163,6 +170,7 @@ async def run_harness_task(
                 images=tuple(os.path.realpath(i) for i in ht.images),
                 add_dirs=ht.add_dirs(),
                 read_only=ht.outside_paths(),
+                stage=stage,
             )
         except HarnessError as e:
             return HarnessOutcome(None, skill_md, str(e), e.kind)

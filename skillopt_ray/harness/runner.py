@@ -169,10 +169,12 @@ async def run_agent(
     images: tuple[str, ...] = (),
     add_dirs: tuple[str, ...] = (),
     read_only: tuple[str, ...] = (),
+    stage: Optional[str] = None,
 ) -> AgentRun:
     """Run the CLI in `workspace` (already prepared) until it gives a non-empty final message or the empty
     retries run out. `images` go to Codex as -i (their original paths, as the reference passes them), `add_dirs`
-    to Claude Code as --add-dir; `read_only` host paths are mounted read-only where they are. A gateway error is
+    to Claude Code as --add-dir; `read_only` host paths are mounted read-only where they are. The agent's model
+    calls are booked under `stage` (by default the loop stage its key names, see agent_stage). A gateway error is
     re-raised as itself; a broken jail or broken tools raise HarnessError."""
     exe = cli_path(settings)
     problem = codex_sandbox_problem(settings)
@@ -186,7 +188,8 @@ async def run_agent(
         for attempt in range(settings.empty_retries + 1):
             p = commands.retry_prompt(prompt) if attempt else prompt
             home = root / f"attempt{attempt}"
-            run = await _run_attempt(llm, settings, exe, home, workspace, p, f"{key}/a{attempt}", options)
+            where = (f"{key}/a{attempt}", stage or agent_stage(key))
+            run = await _run_attempt(llm, settings, exe, home, workspace, p, where, options)
             attempts.append(run)
             final = _final_message(settings, run, workspace)
             if final.strip():
@@ -194,6 +197,22 @@ async def run_agent(
         return _agent_run(settings, attempts, final, workspace, collect)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# the first part of an episode key, as the loop names its episodes, and the stage their calls are booked under
+_KEY_STAGES = {"train": "rollout", "eval": "validate", "slow": "slow:rollout", "meta": "meta:rollout"}
+
+
+def agent_stage(key: str) -> str:
+    """The ledger stage of an agent episode from its key, so that agent calls are booked by the stage they ran in
+    and not all under rollout: training batches `train/...` -> rollout, skill evaluations `eval/...` (the gate's
+    selection split and the final test split; the key does not say which) -> validate, the epoch boundary's
+    paired rollouts `slow/...` or `meta/...` -> slow:rollout or meta:rollout, an eval-only run
+    `evalonly/<split>/...` -> eval:<split>. Keys of any other shape stay rollout."""
+    head, _, rest = key.partition("/")
+    if head == "evalonly":
+        return f"eval:{rest.split('/', 1)[0]}" if rest else "eval"
+    return _KEY_STAGES.get(head, "rollout")
 
 
 def _cli_launch(
@@ -243,7 +262,7 @@ async def _run_attempt(
     home: Path,
     workspace: Path,
     prompt: str,
-    key: str,
+    where: tuple[str, str],
     options: _CliOptions,
 ) -> _Attempt:
     """One CLI run in a fresh jail with its own model endpoint (re-raising the endpoint's gateway error)."""
@@ -251,7 +270,7 @@ async def _run_attempt(
     token = secrets.token_hex(16)  # the only key the agent holds: it opens nothing but its own endpoint
     cmd, extra = _cli_launch(settings, jail, home, workspace, prompt, token, options)
     env = jail_env(jail.home_path(), jail.prefix_path(), extra)
-    server = AgentAPIServer(llm, key)
+    server = AgentAPIServer(llm, where[0], stage=where[1])
     await server.start(jail.socket_path)
     t_launch = time.monotonic()
     try:
