@@ -1,19 +1,31 @@
 """The bubblewrap jail an agent CLI runs in: no network but the model endpoint, no keys but the episode's own
-token, writes only to its workspace (and a private home discarded after the episode), time and memory limits.
+token, and limits on time, memory, processes, disk bytes, file count and file size.
 
 The model endpoint is a Unix socket bind-mounted into the jail; a small Node forwarder inside listens on the
-jail's own loopback and starts the CLI once it listens (the jail has no route to the host's 127.0.0.1)."""
+jail's own loopback and starts the CLI once it listens (the jail has no route to the host's 127.0.0.1).
+
+Everything the agent can write (its workspace, its home, /tmp and /dev/shm) lives on one tmpfs inside the jail,
+capped in bytes and in files: nothing it writes reaches the host disk while it runs, and its /tmp counts against
+its limits (and against its memory, since a tmpfs is memory). A launcher inside the jail mounts that tmpfs, copies
+the prepared workspace and home onto it, sets the process limit, and drops to an unprivileged uid (a fresh one per
+jail when started as root: the kernel never applies the process limit to root, and a uid of its own keeps other
+jails' processes out of its count). When the CLI ends or its time is up, the launcher kills whatever the agent
+left running and streams the workspace and home back through an inherited descriptor as a tar archive (regular
+files and folders only); the host unpacks it, checked, into the workspace and home the episode reads."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import random
 import signal
 import sys
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from skillopt_envs.sandbox import BWRAP_ISOLATION, _python_dirs, bwrap_path, userns_filter
 
@@ -21,7 +33,9 @@ JAIL_WORKSPACE = "/workspace"
 JAIL_HOME = "/home/agent"
 JAIL_PREFIX = "/opt/harness"
 JAIL_SOCKET_DIR = "/run/skillopt"
+JAIL_AREA = "/run/jail-disk"  # the capped tmpfs; the workspace, home, /tmp and /dev/shm are folders of it
 JAIL_PORT = 38080
+EXPORT_GRACE_S = 20.0  # after the launcher's own deadline: time to end the agent and send its files back
 
 FORWARDER_JS = r"""
 const net = require('net'), cp = require('child_process'), os = require('os');
@@ -38,6 +52,154 @@ srv.listen(Number(port), '127.0.0.1', () => {
 });
 """
 
+# Runs inside the jail (python -I -c), started by bubblewrap with the capabilities to mount and change uid; see the
+# module docstring. Exit status 125 with a `skillopt-jail:` line on stderr: the jail could not be set up.
+LAUNCHER_PY = r"""
+import ctypes, io, json, os, resource, shutil, signal, stat, sys, tarfile, time
+cfg, cmd = json.loads(sys.argv[1]), sys.argv[2:]
+libc = ctypes.CDLL(None, use_errno=True)
+MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
+
+def die(msg):
+    sys.stderr.write("skillopt-jail: " + msg + "\n")
+    os._exit(125)
+
+def mount(src, dst, fstype, flags, data):
+    enc = lambda s: s.encode() if s else None
+    if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
+        die("cannot mount " + dst + ": " + os.strerror(ctypes.get_errno()))
+
+def chown_tree(top, uid, gid):
+    for parent, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.lchown(os.path.join(parent, name), uid, gid)
+    os.lchown(top, uid, gid)
+
+def set_up(area, uid):
+    opts = "size=%d,nr_inodes=%d,mode=0755" % (cfg["disk_bytes"], cfg["disk_files"])
+    mount("tmpfs", area, "tmpfs", MS_NOSUID | MS_NODEV, opts)
+    for name, (seed, target, mode) in cfg["dirs"].items():
+        inside = os.path.join(area, name)
+        os.mkdir(inside)
+        try:
+            if seed:
+                shutil.copytree(seed, inside, symlinks=True, dirs_exist_ok=True)
+        except (OSError, shutil.Error) as e:
+            die("the agent's %s does not fit the jail's disk limit (%d MB, %d files): raise llm.target.agent.disk_mb "
+                "or llm.target.agent.disk_files (%s)" % (name, cfg["disk_bytes"] >> 20, cfg["disk_files"], str(e)[:200]))
+        os.chmod(inside, mode)
+        chown_tree(inside, uid, cfg["gid"])
+        mount(inside, target, None, MS_BIND, None)
+
+def drop(uid):
+    for name, value in cfg["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    if os.getuid() != uid:
+        os.setgroups([])
+        os.setgid(cfg["gid"])
+        os.setuid(uid)
+    if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
+        die("cannot drop capabilities: " + os.strerror(ctypes.get_errno()))
+    libc.prctl(4, 0, 0, 0, 0)  # not dumpable: the agent's processes can neither trace this one nor open its descriptors
+
+def run_cli(export):
+    pid = os.fork()
+    if pid == 0:
+        export.close()
+        fsize = min(cfg["file_bytes"], cfg["export_bytes"])  # a limit is never raised again
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        try:
+            os.execvp(cmd[0], cmd)
+        finally:
+            os._exit(127)
+    deadline, timed_out = time.monotonic() + cfg["deadline_s"], False
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status, timed_out
+        if time.monotonic() > deadline and not timed_out:
+            timed_out = True
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+def end_leftovers():
+    stop = time.monotonic() + 10
+    while time.monotonic() < stop:
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process of this uid in the jail but this one and bwrap's init
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+
+def add_tree(tar, top, arc, counts):
+    for parent, dirs, files in os.walk(top):
+        rel = os.path.relpath(parent, top)
+        for name in sorted(dirs + files):
+            path, arcname = os.path.join(parent, name), os.path.normpath(os.path.join(arc, rel, name))
+            try:
+                st = os.lstat(path)
+                if stat.S_ISDIR(st.st_mode):
+                    os.chmod(path, 0o700)
+                    tar.addfile(dir_info(arcname))
+                elif stat.S_ISREG(st.st_mode):
+                    os.chmod(path, 0o600)
+                    with open(path, "rb") as f:
+                        info = tarfile.TarInfo(arcname)
+                        info.size = os.fstat(f.fileno()).st_size
+                        tar.addfile(info, f)
+                else:
+                    counts["skipped"] += 1
+            except OSError:
+                counts["skipped"] += 1
+
+def dir_info(name):
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, 0o755
+    return info
+
+def export_files(export, area, timed_out):
+    counts = {"skipped": 0}
+    with tarfile.open(fileobj=export, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for name in cfg["export"]:
+            add_tree(tar, os.path.join(area, name), name, counts)
+        note = json.dumps({"timed_out": timed_out, "skipped": counts["skipped"]}).encode()
+        info = tarfile.TarInfo(".status.json")
+        info.size = len(note)
+        tar.addfile(info, io.BytesIO(note))
+    export.close()
+
+set_up(cfg["area"], cfg["uid"])
+drop(cfg["uid"])
+export = os.fdopen(cfg["export_fd"], "wb")
+resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["export_bytes"], cfg["export_bytes"]))
+os.chdir(cfg["cwd"])
+status, timed_out = run_cli(export)
+end_leftovers()
+export_files(export, cfg["area"], timed_out)
+os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+"""
+
+
+@dataclass(frozen=True)
+class JailLimits:
+    """What one agent run may use besides time and memory (llm.target.agent.*); see the README's harness section."""
+
+    processes: int = 512  # processes and threads of the jail's uid together (Codex alone runs about 45 on 2 cores)
+    disk_mb: int = 1024  # the workspace, home, /tmp and /dev/shm together (one tmpfs: memory, counted as such)
+    disk_files: int = 20000  # files and folders on that tmpfs (its inode count)
+    file_mb: int = 256  # the largest file any process may write, the CLI's stdout and stderr included
+
+    @staticmethod
+    def from_agent(agent: dict[str, Any]) -> JailLimits:
+        """The limits from a role's `agent` settings (missing keys: the defaults)."""
+        d = JailLimits()
+        return JailLimits(
+            processes=int(agent.get("processes", d.processes)),
+            disk_mb=int(agent.get("disk_mb", d.disk_mb)),
+            disk_files=int(agent.get("disk_files", d.disk_files)),
+            file_mb=int(agent.get("file_mb", d.file_mb)),
+        )
+
 
 @dataclass
 class JailResult:
@@ -47,7 +209,10 @@ class JailResult:
     timed_out: bool
     out_of_memory: bool
     wall_s: float
-    peak_rss_mb: float
+    peak_rss_mb: float  # the process tree's resident memory plus the jail's tmpfs, at its highest
+    peak_disk_mb: float = 0.0  # the jail's tmpfs alone, at its highest
+    exported: bool = True  # the agent's files came back whole (False: the launcher was killed or never started)
+    skipped: int = 0  # what the agent left that was not sent back: symlinks, devices, unreadable files
 
 
 def _free_port() -> int:
@@ -58,42 +223,86 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _tree_rss_kb(pid: int) -> int:
-    """Resident memory of a process and all its descendants (from /proc)."""
-    total, todo, seen = 0, [pid], set()
+def _tree_pids(pid: int) -> list[int]:
+    """A process and all its descendants (from /proc)."""
+    found, todo, seen = [], [pid], set()
     while todo:
         p = todo.pop()
         if p in seen:
             continue
         seen.add(p)
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo += [int(c) for c in f.read().split()]
         except (OSError, ValueError):
             continue
+        found.append(p)
+    return found
+
+
+def _rss_kb(pids: list[int]) -> int:
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+        except (OSError, ValueError, IndexError):
+            continue
     return total
+
+
+def _tree_rss_kb(pid: int) -> int:
+    """Resident memory of a process and all its descendants (from /proc)."""
+    return _rss_kb(_tree_pids(pid))
+
+
+def _area_used_kb(pids: list[int]) -> int:
+    """Bytes on the jail's tmpfs (through a jailed process's view of the filesystem), 0 while it is not up."""
+    for p in pids[1:]:  # the first is bubblewrap's outer process, on the host's filesystem
+        try:
+            st = os.statvfs(f"/proc/{p}/root{JAIL_AREA}")
+        except OSError:
+            continue
+        if st.f_files and st.f_blocks:
+            return (st.f_blocks - st.f_bfree) * st.f_frsize // 1024
+    return 0
+
+
+def pick_uid() -> int:
+    """The uid the jail's processes run as: the caller's own (it then owns a user namespace, in which the kernel
+    counts processes per jail), or, for root, a random unused high uid, so that the count is this jail's alone."""
+    if os.geteuid() != 0:
+        return os.getuid()
+    rng = random.SystemRandom()
+    for _ in range(100):
+        uid = rng.randrange(200_000, 1_200_000)
+        if not any(_owner(e) == uid for e in os.listdir("/proc") if e.isdigit()):
+            return uid
+    raise RuntimeError("no free uid for the agent jail in 200000-1200000")
+
+
+def _owner(pid: str) -> int:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return -1
 
 
 def _system_mounts() -> list[str]:
     """bwrap arguments that give the jail the host's system files read-only: /usr, the /bin and /lib folders (or
-    their symlinks), the few /etc files programs look up, and the project's Python for the agent's scripts."""
-    argv = ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    their symlinks), the few /etc files programs look up, and the project's Python for the agent's scripts. /run
+    is a small tmpfs holding the mount points the launcher fills."""
+    argv = ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "0755", "--size", str(1024 * 1024), "--tmpfs", "/run"]
+    for d in ("/etc", "/opt", "/opt/skillopt", "/home", JAIL_SOCKET_DIR, "/run/seed", JAIL_AREA):
+        argv += ["--perms", "0755", "--dir", d]  # bubblewrap makes the folders it needs 0700 (root's only)
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(d):
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             argv += ["--ro-bind", d, d]
-    for f in (
-        "/etc/ld.so.cache",
-        "/etc/localtime",
-        "/etc/alternatives",
-        "/etc/passwd",
-        "/etc/group",
-        "/etc/nsswitch.conf",
-    ):
+    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives", "/etc/nsswitch.conf"):
         if os.path.exists(f):
             argv += ["--ro-bind", f, f]
     made: set[str] = set()
@@ -101,7 +310,7 @@ def _system_mounts() -> list[str]:
         for parent in reversed(Path(d).parents):
             if str(parent) != "/" and str(parent) not in made:
                 made.add(str(parent))
-                argv += ["--dir", str(parent)]
+                argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", d, d]
     return argv
 
@@ -120,14 +329,91 @@ def _seccomp_args(fds: list[int]) -> list[str]:
     return ["--seccomp", str(r)]
 
 
-class Jail:
-    """One agent run's walls. `root` holds workspace/, home/ and sock/ on the host."""
+def _user_files(root: Path, uid: int) -> None:
+    """The jail's /etc/passwd and /etc/group: root, the agent (its uid, home /home/agent) and nobody, nothing of the
+    host's accounts (a CLI asking who it is gets an answer)."""
+    (root / "passwd").write_text(
+        f"root:x:0:0:root:/root:/bin/sh\nagent:x:{uid}:{uid}:agent:{JAIL_HOME}:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+    (root / "group").write_text(f"root:x:0:\nagent:x:{uid}:\nnogroup:x:65534:\n")
 
-    def __init__(self, root: Path, prefix: Path, isolation: str = "bwrap", read_only: tuple[str, ...] = ()):
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> bytes:
+    f = tar.extractfile(member)
+    return f.read(limit) if f is not None else b""
+
+
+def _target(dests: dict[str, Path], name: str) -> Optional[Path]:
+    """Where an archive member goes on the host: under the destination its first component names, never through
+    a symlink or out of it; None when it has no such place."""
+    top, _, rel = name.partition("/")
+    dest = dests.get(top)
+    parts = Path(rel).parts
+    if dest is None or not rel or rel.startswith("/") or ".." in parts:
+        return None
+    target = dest.joinpath(*parts)
+    real_dest, real_parent = os.path.realpath(dest), os.path.realpath(target.parent)
+    if real_parent != real_dest and not real_parent.startswith(real_dest + os.sep):
+        return None
+    return None if target.is_symlink() else target
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> bool:
+    """One regular file or folder of the archive written at `target` (never following a symlink there)."""
+    if member.isdir():
+        target.mkdir(exist_ok=True)
+        return True
+    if not member.isfile():
+        return False
+    src = tar.extractfile(member)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        while src is not None and (chunk := src.read(1 << 20)):
+            out.write(chunk)
+    return True
+
+
+def unpack_export(path: Path, dests: dict[str, Path]) -> tuple[bool, dict[str, Any]]:
+    """Unpack the launcher's archive into `dests` (archive top folder -> host folder), member by member: regular
+    files and folders only, each checked to land inside its destination. Returns whether the archive was whole
+    (its closing status note came through) and that note."""
+    note: dict[str, Any] = {}
+    try:
+        with tarfile.open(path, mode="r:") as tar:
+            for member in tar:
+                if member.name == ".status.json" and member.isfile():
+                    note = json.loads(_read_member(tar, member, 4096) or b"{}")
+                    continue
+                target = _target(dests, member.name)
+                if target is None:
+                    continue
+                try:
+                    _write_member(tar, member, target)
+                except OSError:
+                    continue  # e.g. a file where the host holds a folder: the host's stays
+    except (OSError, tarfile.TarError, ValueError):
+        pass  # cut short (the launcher was killed): what came through whole is kept
+    return bool(note), note
+
+
+class Jail:
+    """One agent run's walls. `root` holds home/ (the home's seed, then what came back), the socket folder, the
+    jail's own passwd and group files and the export archive on the host."""
+
+    def __init__(
+        self,
+        root: Path,
+        prefix: Path,
+        isolation: str = "bwrap",
+        read_only: tuple[str, ...] = (),
+        limits: JailLimits = JailLimits(),
+    ):
         self.root = root
         self.prefix = prefix
         self.isolation = isolation
         self.read_only = read_only  # host files or folders the agent may read, mounted at the same paths
+        self.limits = limits
         (root / "home").mkdir(parents=True, exist_ok=True)
         (root / "sock").mkdir(parents=True, exist_ok=True)
         (root / "forwarder.js").write_text(FORWARDER_JS)
@@ -146,7 +432,11 @@ class Jail:
     def prefix_path(self) -> str:
         return JAIL_PREFIX if self.isolation == "bwrap" else str(self.prefix)
 
-    def argv(self, host_workspace: Path, env: dict[str, str], cmd: list[str], fds: list[int]) -> list[str]:
+    def argv(
+        self, host_workspace: Path, env: dict[str, str], cmd: list[str], fds: list[int], timeout_s: float = 3600.0
+    ) -> list[str]:
+        """The whole command line; with bwrap, the export archive's descriptor (and the seccomp pipe's) are added
+        to `fds` for the jail to inherit."""
         inner_sock = f"{JAIL_SOCKET_DIR}/api.sock" if self.isolation == "bwrap" else self.socket_path
         fwd = "/opt/skillopt/forwarder.js" if self.isolation == "bwrap" else str(self.root / "forwarder.js")
         inner = ["node", fwd, inner_sock, str(self.port), *cmd]
@@ -157,29 +447,86 @@ class Jail:
             raise RuntimeError(
                 "bubblewrap (bwrap) is not installed: apt-get install bubblewrap, or llm.target.agent.jail=none (unsafe)"
             )
-        argv = [exe, *BWRAP_ISOLATION]
-        argv += ["--cap-drop", "ALL"] if os.geteuid() == 0 else ["--unshare-user"]
-        argv += _system_mounts()
+        uid = pick_uid()
+        _user_files(self.root, uid)
+        argv = [exe, *BWRAP_ISOLATION, *self._identity_args(uid), *_system_mounts()]
+        argv += [
+            "--ro-bind",
+            str(self.root / "passwd"),
+            "/etc/passwd",
+            "--ro-bind",
+            str(self.root / "group"),
+            "/etc/group",
+        ]
         argv += ["--ro-bind", str(self.prefix), JAIL_PREFIX, "--ro-bind", str(self.root / "forwarder.js"), fwd]
-        argv += ["--bind", str(self.root / "sock"), JAIL_SOCKET_DIR, "--bind", str(self.root / "home"), JAIL_HOME]
-        argv += ["--bind", str(host_workspace), JAIL_WORKSPACE, "--chdir", JAIL_WORKSPACE]
+        argv += ["--ro-bind-try", self.socket_path, inner_sock]
+        argv += [
+            "--ro-bind",
+            str(host_workspace),
+            "/run/seed/workspace",
+            "--ro-bind",
+            str(self.root / "home"),
+            "/run/seed/home",
+        ]
+        argv += ["--dir", JAIL_WORKSPACE, "--dir", JAIL_HOME, "--dir", "/tmp"]
         for p in self.read_only:  # a page image, a corpus folder the workspace links to
             argv += ["--ro-bind", p, p]
         for k, v in env.items():
             argv += ["--setenv", k, v]
         argv += _seccomp_args(fds)
-        return argv + inner
+        cfg = self._launcher_config(uid, self._open_export(fds), timeout_s)
+        return argv + [sys.executable, "-I", "-c", LAUNCHER_PY, json.dumps(cfg), *inner]
+
+    @staticmethod
+    def _identity_args(uid: int) -> list[str]:
+        """Who the launcher starts as: root without a user namespace (it then drops to `uid`), or the caller in a
+        user namespace of its own; either way with only the capabilities it needs to set the jail up."""
+        caps = ["CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_CHOWN"] if os.geteuid() == 0 else ["CAP_SYS_ADMIN"]
+        argv = ["--cap-drop", "ALL"]
+        for cap in caps:
+            argv += ["--cap-add", cap]
+        return argv if os.geteuid() == 0 else ["--unshare-user", "--uid", str(uid), "--gid", str(os.getgid()), *argv]
+
+    def _open_export(self, fds: list[int]) -> int:
+        fd = os.open(self.root / "export.tar", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fds.append(fd)
+        return fd
+
+    def _launcher_config(self, uid: int, export_fd: int, timeout_s: float) -> dict[str, Any]:
+        lim, mb = self.limits, 1024 * 1024
+        return {
+            "uid": uid,
+            "gid": uid if os.geteuid() == 0 else os.getgid(),
+            "area": JAIL_AREA,
+            "disk_bytes": lim.disk_mb * mb,
+            "disk_files": lim.disk_files,
+            "file_bytes": lim.file_mb * mb,
+            # the archive holds at most the tmpfs's bytes plus a header per file; the launcher cannot write more
+            "export_bytes": lim.disk_mb * mb + lim.disk_files * 2048 + mb,
+            "rlimits": {"RLIMIT_NPROC": lim.processes, "RLIMIT_CORE": 0},
+            "dirs": {
+                "workspace": ["/run/seed/workspace", JAIL_WORKSPACE, 0o700],
+                "home": ["/run/seed/home", JAIL_HOME, 0o700],
+                "tmp": [None, "/tmp", 0o1777],
+                "shm": [None, "/dev/shm", 0o1777],
+            },
+            "export": ["workspace", "home"],
+            "export_fd": export_fd,
+            "deadline_s": timeout_s if timeout_s != float("inf") else 10.0**9,
+            "cwd": JAIL_WORKSPACE,
+        }
 
     async def run(
         self, host_workspace: Path, env: dict[str, str], cmd: list[str], timeout_s: float, memory_mb: int
     ) -> JailResult:
-        """Run `cmd` (the CLI's argv, paths as the jail sees them) to its end, the time or the memory limit."""
+        """Run `cmd` (the CLI's argv, paths as the jail sees them) to its end, the time or the memory limit; with
+        bwrap, the agent's workspace and home then come back into `host_workspace` and `root`/home."""
         fds: list[int] = []
-        argv = self.argv(host_workspace, env, cmd, fds)
+        argv = self.argv(host_workspace, env, cmd, fds, timeout_s)
+        if self.isolation == "bwrap" and os.path.exists(self.socket_path):
+            os.chmod(self.socket_path, 0o777)  # the jail's uid connects; the folder around it stays the caller's
         out_path, err_path = self.root / "stdout.txt", self.root / "stderr.txt"
         t0 = time.monotonic()
-        peak = 0
-        timed_out = oom = False
         base_env = (
             env
             if self.isolation == "bwrap"
@@ -200,36 +547,69 @@ class Jail:
             finally:
                 for fd in fds:
                     os.close(fd)
-            try:
-                while True:
-                    try:
-                        await asyncio.wait_for(proc.wait(), timeout=0.2)
-                        break
-                    except asyncio.TimeoutError:
-                        pass
-                    rss = _tree_rss_kb(proc.pid)
-                    peak = max(peak, rss)
-                    if rss > memory_mb * 1024:
-                        oom = True
-                        break
-                    if time.monotonic() - t0 > timeout_s:
-                        timed_out = True
-                        break
-            finally:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                await proc.wait()
-        return JailResult(
+            watch = await self._watch(proc, t0, timeout_s, memory_mb)
+        result = JailResult(
             proc.returncode if proc.returncode is not None else -9,
             out_path.read_text("utf-8", "replace"),
             err_path.read_text("utf-8", "replace"),
-            timed_out,
-            oom,
+            watch.timed_out,
+            watch.out_of_memory,
             time.monotonic() - t0,
-            peak / 1024,
+            watch.peak_kb / 1024,
+            watch.peak_disk_kb / 1024,
         )
+        return self._take_back(result, host_workspace) if self.isolation == "bwrap" else result
+
+    async def _watch(self, proc: Any, t0: float, timeout_s: float, memory_mb: int) -> _Watch:
+        """Wait for the jail to end, killing its whole process group past the memory limit (resident memory plus
+        the jail's tmpfs) or the time limit (with bwrap, the launcher ends the agent itself at `timeout_s` and
+        sends its files back; this is the backstop)."""
+        w = _Watch()
+        limit_s = timeout_s + (EXPORT_GRACE_S if self.isolation == "bwrap" else 0.0)
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(proc.wait(), timeout=0.2)
+                    break
+                except asyncio.TimeoutError:
+                    pass
+                pids = _tree_pids(proc.pid)
+                disk = _area_used_kb(pids) if self.isolation == "bwrap" else 0
+                w.peak_kb, w.peak_disk_kb = max(w.peak_kb, _rss_kb(pids) + disk), max(w.peak_disk_kb, disk)
+                if _rss_kb(pids) + disk > memory_mb * 1024:
+                    w.out_of_memory = True
+                    break
+                if time.monotonic() - t0 > limit_s:
+                    w.timed_out = True
+                    break
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            await proc.wait()
+        return w
+
+    def _take_back(self, result: JailResult, host_workspace: Path) -> JailResult:
+        """Unpack what the launcher sent back (the workspace into `host_workspace`, the home into root/home) and
+        note whether it came whole and whether the launcher hit its own deadline."""
+        export = self.root / "export.tar"
+        whole, note = unpack_export(export, {"workspace": host_workspace, "home": self.root / "home"})
+        export.unlink(missing_ok=True)
+        result.exported = whole
+        result.skipped = int(note.get("skipped", 0))
+        result.timed_out = result.timed_out or bool(note.get("timed_out"))
+        return result
+
+
+@dataclass
+class _Watch:
+    """What watching a jail found."""
+
+    timed_out: bool = False
+    out_of_memory: bool = False
+    peak_kb: int = 0
+    peak_disk_kb: int = 0
 
 
 def jail_env(home: str, prefix: str, extra: dict[str, str]) -> dict[str, str]:
