@@ -66,6 +66,14 @@ class LLMRoleConfig:
     # is cut (the paper protocol; the analysts see whole trajectories). The embedded preset sets 4096 (half its slot)
     context_tokens: Optional[int] = None
     reasoning_effort: Optional[str] = None  # none | minimal | low | medium | high | xhigh; sent only when set
+    # the OpenAI API that carries the role's calls: chat (Chat Completions), responses (the Responses API), or auto:
+    # the Responses API for the models the reference sends there (skillopt_ray/llm/responses.py), chat otherwise
+    api: str = "auto"
+    reasoning_summary: Optional[str] = None  # Responses API only: auto | concise | detailed; None: not asked for
+    # a server's own reasoning switch: server_default (nothing sent) | enabled | disabled, sent as thinking_wire
+    # says: none | chat_template_kwargs (vLLM's Qwen chat template) | minimax (MiniMax's `thinking` object)
+    thinking: str = "server_default"
+    thinking_wire: str = "none"
     timeout_s: float = 120.0  # read timeout of one attempt
     connect_timeout_s: float = 10.0
     # an attempt silent this long triggers a cheap liveness probe of the endpoint (GET /models); no answer to
@@ -99,6 +107,7 @@ class LLMRoleConfig:
 class PriceConfig:
     input_per_mtok: float = 0.0
     output_per_mtok: float = 0.0
+    cached_input_per_mtok: Optional[float] = None  # prompt tokens the provider served from its cache; None: input price
 
 
 @dataclass
@@ -145,6 +154,8 @@ class LLMConfig:
 @dataclass
 class EnvConfig:
     name: str = "alfworld"
+    # a benchmark outside the package: module:Class or an entry point of skillopt_ray.benchmarks (wins over name)
+    benchmark: Optional[str] = None
     data_dir: Optional[str] = None  # None: the benchmark's env var, else built-in samples
     manifest_dir: Optional[str] = None  # SkillOpt-style split manifests (items.json)
     train_split: str = "train"
@@ -371,6 +382,52 @@ def _validate_role(cfg: Config, role: str, r: LLMRoleConfig) -> None:
         )
     if r.temperature is not None and not 0.0 <= r.temperature <= 2.0:
         raise ConfigError(f"llm.{role}.temperature={r.temperature!r} is invalid; it must be between 0 and 2")
+    _validate_api(role, r)
+
+
+def _validate_api(role: str, r: LLMRoleConfig) -> None:
+    """Which API the role speaks, and the settings only one API (or one server) takes."""
+    from skillopt_ray.llm.responses import RESPONSES_PROVIDERS, resolved_api
+
+    _choice(f"llm.{role}.api", r.api, ("auto", "chat", "responses"))
+    if r.reasoning_summary is not None:
+        _choice(f"llm.{role}.reasoning_summary", r.reasoning_summary, ("auto", "concise", "detailed"))
+    _choice(f"llm.{role}.thinking", r.thinking, ("server_default", "enabled", "disabled"))
+    _choice(f"llm.{role}.thinking_wire", r.thinking_wire, ("none", "chat_template_kwargs", "minimax"))
+    api = resolved_api(r.provider, r.api, r.model)
+    if api == "responses" and r.provider not in RESPONSES_PROVIDERS:
+        raise ConfigError(
+            f"llm.{role}.api=responses needs provider openai or azure (llm.{role}.provider={r.provider}); use api=chat"
+        )
+    if r.reasoning_summary is not None and api != "responses":
+        raise ConfigError(
+            f"llm.{role}.reasoning_summary is sent by the Responses API only, and model {r.model!r} goes through Chat "
+            f"Completions; set llm.{role}.api=responses or drop reasoning_summary"
+        )
+    if r.thinking != "server_default" and r.thinking_wire == "none":
+        raise ConfigError(
+            f"llm.{role}.thinking={r.thinking} needs llm.{role}.thinking_wire (how the server takes it): use llm=qwen "
+            "or llm=minimax, or set thinking_wire=chat_template_kwargs|minimax"
+        )
+    if r.thinking_wire != "none" and api == "responses":
+        raise ConfigError(
+            f"llm.{role}.thinking_wire={r.thinking_wire} is a Chat Completions field; set llm.{role}.api=chat"
+        )
+    if r.thinking_wire == "minimax" and r.thinking == "disabled" and r.model.startswith("MiniMax-M2"):
+        raise ConfigError(
+            f"llm.{role}.thinking=disabled: MiniMax-M2 models always think; use thinking=server_default or another model"
+        )
+    version = r.azure_api_version or ""
+    if (
+        api == "responses"
+        and r.provider == "azure"
+        and re.match(r"\d{4}-\d{2}-\d{2}", version)
+        and version < "2025-03-01"
+    ):
+        raise ConfigError(
+            f"llm.{role}.azure_api_version={version} predates Azure's Responses API (model {r.model!r} goes through "
+            f"it); set llm.{role}.azure_api_version=2025-04-01-preview or later"
+        )
 
 
 def _validate_runtime(cfg: Config) -> None:
@@ -429,7 +486,10 @@ def _check_env_options(cfg: Config) -> None:
     import skillopt_envs
 
     try:
-        skillopt_envs.benchmark_class(cfg.env.name).check_options(dict(cfg.env.options or {}))
+        cls = skillopt_envs.benchmark_class(cfg.env.name, cfg.env.benchmark)
+        cls.check_options(dict(cfg.env.options or {}))
+        if getattr(cls, "requires_data_dir", False) and not cfg.env.data_dir:
+            raise skillopt_envs.DataError(f"env={cfg.env.name} needs env.data_dir=<its tasks file or folder>")
     except skillopt_envs.DataError as e:
         raise ConfigError(str(e)) from None
     except TypeError as e:  # an option given a value of the wrong kind
@@ -441,7 +501,9 @@ def _check_harness(cfg: Config) -> None:
     import skillopt_envs
 
     h = cfg.llm.target.harness
-    if h != "chat" and not getattr(skillopt_envs.benchmark_class(cfg.env.name), "agent_harness", False):
+    if h != "chat" and not getattr(
+        skillopt_envs.benchmark_class(cfg.env.name, cfg.env.benchmark), "agent_harness", False
+    ):
         raise ConfigError(
             f"llm.target.harness={h} is not supported by the {cfg.env.name} benchmark (no agent harness, as in the "
             f"reference); use llm.target.harness=chat or a benchmark that supports it "

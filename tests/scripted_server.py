@@ -47,6 +47,7 @@ class ServerState:
     request_times: list[float] = field(default_factory=list)
     faults: deque = field(default_factory=deque)
     bodies: deque = field(default_factory=lambda: deque(maxlen=50))  # the last request bodies, as sent
+    paths: deque = field(default_factory=lambda: deque(maxlen=50))  # their paths with the query string
 
 
 def count_tokens(text: str) -> int:
@@ -256,6 +257,8 @@ class ScriptedServer:
         self.reasoning_model = reasoning_model
         self.policy = policy
         self.latency_s = latency_s
+        self.reasoning_tokens = 8  # Responses replies: reasoning tokens added to the output when an effort is sent
+        self.cached_tokens = 0  # Responses replies: prompt tokens reported as served from the prompt cache
         self.state = ServerState()
         self.port = 0
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -270,10 +273,19 @@ class ScriptedServer:
         self.state.faults.extend(faults)
 
     async def _chat(self, request: web.Request) -> web.Response:
+        return await self._serve(request, "chat")
+
+    async def _responses(self, request: web.Request) -> web.Response:
+        """POST /v1/responses: the same policies and faults, asked and answered in the Responses shape."""
+        return await self._serve(request, "responses")
+
+    async def _serve(self, request: web.Request, api: str) -> web.Response:
         st = self.state
         st.attempts += 1
         body = await request.json()
         st.bodies.append(body)
+        st.paths.append(request.path_qs)
+        chat_body = body if api == "chat" else {**body, "messages": responses_messages(body)}
         headers = {k.lower(): v for k, v in request.headers.items()}
         if self.reasoning_model:
             refused = _reasoning_model_refusal(body)
@@ -281,21 +293,9 @@ class ScriptedServer:
                 return web.json_response({"error": refused}, status=400)
         f: Optional[Fault] = st.faults.popleft() if st.faults else None
         if f is not None:
-            if f.hang_s:
-                await asyncio.sleep(f.hang_s)
-            if f.reset:
-                request.transport.abort()  # type: ignore[union-attr]
-                raise asyncio.CancelledError()
-            if f.html:
-                return web.Response(
-                    text="<html><head><title>Welcome</title></head><body>It works!</body></html>",
-                    content_type="text/html",
-                )
-            if not (f.malformed or f.truncated or f.finish_reason):
-                h = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
-                return web.json_response(
-                    {"error": {"message": f"injected {f.status}", "type": "injected"}}, status=f.status, headers=h
-                )
+            early = await self._fault_response(request, f)
+            if early is not None:
+                return early
         st.in_flight += 1
         st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
         st.request_times.append(time.monotonic())
@@ -306,7 +306,9 @@ class ScriptedServer:
                 content = "this is not JSON at all"
             else:
                 try:
-                    content = self.policy(body, headers) if self.policy else self.policies.answer(body, headers)
+                    content = (
+                        self.policy(chat_body, headers) if self.policy else self.policies.answer(chat_body, headers)
+                    )
                 except UnknownRequest as e:
                     return web.json_response(
                         {"error": {"message": str(e), "type": "invalid_request_error"}}, status=400
@@ -328,12 +330,14 @@ class ScriptedServer:
                 }
             )
             return web.Response(text=text[: len(text) // 2], content_type="application/json")
-        pt = sum(count_tokens(m.get("content") or "") for m in body["messages"])
+        pt = sum(count_tokens(m.get("content") or "") for m in chat_body["messages"])
         ct = count_tokens(content)
         st.prompt_tokens += pt
         st.completion_tokens += ct
         st.requests[(headers.get("x-skillopt-role", ""), headers.get("x-skillopt-stage", ""))] += 1
         finish = f.finish_reason if f is not None and f.finish_reason else ("tool_calls" if tool_calls else "stop")
+        if api == "responses":
+            return web.json_response(self._responses_reply(body, content, tool_calls, finish, pt, ct))
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
@@ -347,6 +351,78 @@ class ScriptedServer:
         }
         return web.json_response(reply)
 
+    async def _fault_response(self, request: web.Request, f: Fault) -> Optional[web.Response]:
+        """What an injected fault answers before any policy runs (None: the fault shapes the reply instead)."""
+        if f.hang_s:
+            await asyncio.sleep(f.hang_s)
+        if f.reset:
+            request.transport.abort()  # type: ignore[union-attr]
+            raise asyncio.CancelledError()
+        if f.html:
+            return web.Response(
+                text="<html><head><title>Welcome</title></head><body>It works!</body></html>",
+                content_type="text/html",
+            )
+        if not (f.malformed or f.truncated or f.finish_reason):
+            h = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
+            return web.json_response(
+                {"error": {"message": f"injected {f.status}", "type": "injected"}}, status=f.status, headers=h
+            )
+        return None
+
+    def _responses_reply(
+        self, body: dict[str, Any], content: str, tool_calls: Any, finish: str, pt: int, ct: int
+    ) -> dict[str, Any]:
+        """A Responses reply: a reasoning item when a summary was asked, the message, function_call items; usage
+        with `reasoning_tokens` (of the output, when an effort was sent) and `cached_tokens` (this server's knob)."""
+        reasoning = body.get("reasoning") or {}
+        output: list[dict[str, Any]] = []
+        if reasoning.get("summary"):
+            output.append(
+                {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "scripted reasoning"}]}
+            )
+        if content or not tool_calls:
+            output.append(
+                {
+                    "type": "message",
+                    "id": "msg_1",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": content, "annotations": []}],
+                }
+            )
+        for i, c in enumerate(tool_calls or []):
+            fn = c.get("function") or {}
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{i}",
+                    "call_id": c.get("id") or f"call_{i}",
+                    "name": fn.get("name"),
+                    "arguments": fn.get("arguments") or "{}",
+                    "status": "completed",
+                }
+            )
+        rt = self.reasoning_tokens if reasoning.get("effort") else 0
+        self.state.completion_tokens += rt
+        incomplete = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(finish)
+        return {
+            "id": f"resp_{self.state.attempts}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": body.get("model", "scripted"),
+            "status": "incomplete" if incomplete else "completed",
+            "incomplete_details": {"reason": incomplete} if incomplete else None,
+            "output": output,
+            "usage": {
+                "input_tokens": pt,
+                "input_tokens_details": {"cached_tokens": min(self.cached_tokens, pt)},
+                "output_tokens": ct + rt,
+                "output_tokens_details": {"reasoning_tokens": rt},
+                "total_tokens": pt + ct + rt,
+            },
+        }
+
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
 
@@ -359,6 +435,8 @@ class ScriptedServer:
             asyncio.set_event_loop(loop)
             app = web.Application(client_max_size=64 * 1024 * 1024)
             app.router.add_post("/v1/chat/completions", self._chat)
+            app.router.add_post("/v1/responses", self._responses)
+            app.router.add_post("/openai/responses", self._responses)  # Azure OpenAI's path for it
             app.router.add_get("/v1/models", self._models)
             self._runner = web.AppRunner(app, access_log=None)
             loop.run_until_complete(self._runner.setup())
@@ -388,6 +466,42 @@ class ScriptedServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _chat_part(part: Any) -> Any:
+    """A Responses content part as the chat part a policy reads."""
+    if isinstance(part, dict) and part.get("type") in ("input_text", "output_text"):
+        return {"type": "text", "text": part.get("text", "")}
+    if isinstance(part, dict) and part.get("type") == "input_image":
+        return {"type": "image_url", "image_url": {"url": part.get("image_url"), "detail": part.get("detail")}}
+    return part
+
+
+def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses request's input as chat messages, so the chat policies answer both APIs alike."""
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    out: list[dict[str, Any]] = []
+    if body.get("instructions"):
+        out.append({"role": "system", "content": body["instructions"]})
+    for it in items or []:
+        kind = it.get("type", "message")
+        if kind == "function_call":
+            if not out or out[-1]["role"] != "assistant":
+                out.append({"role": "assistant", "content": ""})
+            call = {
+                "id": it["call_id"],
+                "type": "function",
+                "function": {"name": it["name"], "arguments": it["arguments"]},
+            }
+            out[-1].setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "tool_call_id": it["call_id"], "content": it["output"]})
+        else:
+            c = it.get("content")
+            out.append({"role": it["role"], "content": c if isinstance(c, str) else [_chat_part(p) for p in c]})
+    return out
 
 
 def _reasoning_model_refusal(body: dict[str, Any]) -> Optional[dict[str, Any]]:

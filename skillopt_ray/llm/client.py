@@ -94,9 +94,13 @@ def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
                 f"missing API key: set the environment variable {role_cfg.api_key_env or 'AZURE_OPENAI_API_KEY'}"
                 " (or llm.<role>.azure_ad_token_env for Entra ID)"
             )
+        from skillopt_ray.llm.responses import resolved_api
+
+        # Azure's Responses API came with the 2025-03-01-preview version; chat keeps the long-standing default
+        responses = resolved_api(role_cfg.provider, role_cfg.api, role_cfg.model) == "responses"
         return openai.AsyncAzureOpenAI(
             azure_endpoint=role_cfg.azure_endpoint,
-            api_version=role_cfg.azure_api_version or "2024-10-21",
+            api_version=role_cfg.azure_api_version or ("2025-04-01-preview" if responses else "2024-10-21"),
             api_key=key or None,
             azure_ad_token=token if not key else None,
             **common,
@@ -195,14 +199,23 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # parts of the counts above the endpoint reported: reasoning tokens (billed as output) and prompt tokens
+    # served from the provider's prompt cache (billed at llm.prices.<model>.cached_input_per_mtok when set)
+    reasoning_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_summary: str = ""  # the Responses API's reasoning summary, when one was asked for
 
 
-def _snippet(text: str, n: int = 60) -> str:
+def snippet(text: str, n: int = 60) -> str:
     return " ".join(text.split())[:n]
 
 
-def parse_completion(body: str, content_type: str) -> Completion:
-    """The completion in an HTTP 200 body, or the Fault that describes what came instead."""
+_snippet = snippet
+
+
+def decode_json_body(body: str, content_type: str) -> Any:
+    """The JSON value of an HTTP 200 body, or the TransportFault that names what came instead (an empty body, a
+    web page, text, JSON cut off): the same checks for every API the endpoints speak."""
     stripped = body.strip()
     n = len(body.encode("utf-8", "replace"))
     if not stripped:
@@ -222,6 +235,17 @@ def parse_completion(body: str, content_type: str) -> Completion:
             "not_json",
             f"HTTP 200 with a body that is not JSON (content-type {content_type or 'none'}: {_snippet(stripped)!r})",
         ) from None
+    return data
+
+
+def _usage_detail(usage: dict[str, Any], group: str, key: str) -> int:
+    details = usage.get(group)
+    return int(details.get(key) or 0) if isinstance(details, dict) else 0
+
+
+def parse_completion(body: str, content_type: str) -> Completion:
+    """The completion in an HTTP 200 body, or the Fault that describes what came instead."""
+    data = decode_json_body(body, content_type)
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
@@ -242,6 +266,8 @@ def parse_completion(body: str, content_type: str) -> Completion:
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
         completion_tokens=int(usage.get("completion_tokens") or 0),
         tool_calls=_tool_calls(message.get("tool_calls")),
+        reasoning_tokens=_usage_detail(usage, "completion_tokens_details", "reasoning_tokens"),
+        cached_tokens=_usage_detail(usage, "prompt_tokens_details", "cached_tokens"),
     )
 
 
@@ -323,8 +349,22 @@ class RetryPolicy:
         return RetryPolicy(cfg.max_retries, cfg.retry_base_s, cfg.retry_max_s, cfg.retry_window_s)
 
 
+def thinking_fields(cfg: LLMRoleConfig) -> dict[str, Any]:
+    """The body fields of a server's own reasoning switch (llm.<role>.thinking, sent as thinking_wire says): vLLM's
+    chat-template switch for Qwen, omitted at server_default; MiniMax's `thinking` object, which its M2 models
+    always have adaptive (they cannot turn it off) and the others disabled unless asked."""
+    if cfg.thinking_wire == "chat_template_kwargs" and cfg.thinking != "server_default":
+        return {"chat_template_kwargs": {"enable_thinking": cfg.thinking == "enabled"}}
+    if cfg.thinking_wire == "minimax":
+        on = cfg.thinking == "enabled" or cfg.model.startswith("MiniMax-M2")
+        return {"thinking": {"type": "adaptive" if on else "disabled"}}
+    return {}
+
+
 class RoleEndpoint:
     """Sends chat completions for one role."""
+
+    api = "chat"  # the OpenAI API it speaks (ResponsesEndpoint: responses)
 
     def __init__(self, role: str, role_cfg: LLMRoleConfig, retry: RetryPolicy, rng_seed: int = 0):
         self.role = role
@@ -360,6 +400,9 @@ class RoleEndpoint:
         if req.tools:
             kw["tools"] = req.tools
             kw["tool_choice"] = req.tool_choice or "auto"
+        extra = thinking_fields(self.cfg)
+        if extra:  # fields outside the OpenAI parameters go through the SDK's extra_body
+            kw["extra_body"] = extra
         return kw
 
     async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
@@ -467,6 +510,11 @@ class RoleEndpoint:
             return LLMRequestRejected(
                 f"{self.role} model at {describe(self.cfg)} rejects image input (HTTP {code}){said}: use a model that "
                 "accepts images, or send DocVQA pages as their text layer (env.options.page_input=text)"
+            )
+        if code == 401 and self.cfg.api_key_env:
+            return LLMRequestRejected(
+                f"{self.role} call rejected with HTTP 401 by {describe(self.cfg)}{said}: set the environment variable "
+                f"{self.cfg.api_key_env} to the server's key (llm.{self.role}.api_key_env names it)"
             )
         if context_overflow(code, err, server_msg):
             return LLMRequestRejected(

@@ -21,6 +21,7 @@ from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, descr
 from skillopt_ray.llm.jsonout import JsonExtractionError, parse_and_validate
 from skillopt_ray.llm.ledger import Ledger, journal_path
 from skillopt_ray.llm.ratelimit import EndpointLimiter
+from skillopt_ray.llm.responses import ResponsesEndpoint, resolved_api
 from skillopt_ray.llm.types import (
     CacheMiss,
     ChatRequest,
@@ -73,6 +74,8 @@ def role_endpoints(cfg: LLMConfig) -> dict[str, Any]:
             from skillopt_ray.llm.anthropic_backend import AnthropicEndpoint
 
             out[role] = AnthropicEndpoint(role, rc, retry, rng_seed=i)
+        elif resolved_api(rc.provider, rc.api, rc.model) == "responses":
+            out[role] = ResponsesEndpoint(role, rc, retry, rng_seed=i)
         else:
             out[role] = RoleEndpoint(role, rc, retry, rng_seed=i)
     return out
@@ -125,6 +128,12 @@ class Gateway:
         if "tools" in kw:  # likewise: only requests that offer tools carry them in their key
             payload["tools"] = kw["tools"]
             payload["tool_choice"] = kw["tool_choice"]
+        if "extra_body" in kw:  # a server's own reasoning switch (llm=qwen, llm=minimax)
+            payload["extra_body"] = kw["extra_body"]
+        if getattr(ep, "api", "chat") == "responses":  # another request on the wire: chat keys stay as they were
+            payload["api"] = "responses"
+            if ep.cfg.reasoning_summary:
+                payload["reasoning_summary"] = ep.cfg.reasoning_summary
         return payload
 
     def _check_role(self, role: str) -> None:
@@ -135,17 +144,9 @@ class Gateway:
         self._check_role(req.role)
         key = request_key(self._cache_payload(req)) if self.cache is not None else ""
         if self.cache is not None:
-            hit = self.cache.get(key)
+            hit = self._cached(req, key)
             if hit is not None:
-                self.ledger.record_hit(req.role, req.stage)
-                return ChatResult(
-                    hit["content"],
-                    hit.get("prompt_tokens", 0),
-                    hit.get("completion_tokens", 0),
-                    True,
-                    hit.get("finish_reason", ""),
-                    list(hit.get("tool_calls") or []),
-                )
+                return hit
             if self.cfg.cache_mode == "replay":
                 raise CacheMiss(
                     f"replay mode: no recorded response for a {req.role}/{req.stage} call (key {key[:12]}); "
@@ -176,19 +177,49 @@ class Gateway:
                 f"at {describe(ep.cfg)}"
             )
         result = ChatResult(
-            comp.content, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason, list(comp.tool_calls)
+            comp.content,
+            comp.prompt_tokens,
+            comp.completion_tokens,
+            False,
+            comp.finish_reason,
+            list(comp.tool_calls),
+            comp.reasoning_summary,
         )
         if self.cache is not None:  # under the original request's key, so a resumed run replays a length retry too
-            entry: dict[str, Any] = {
-                "content": result.content,
-                "prompt_tokens": result.prompt_tokens,
-                "completion_tokens": result.completion_tokens,
-                "finish_reason": result.finish_reason,
-            }
-            if result.tool_calls:
-                entry["tool_calls"] = result.tool_calls
-            self.cache.put(key, req.stage, entry)
+            self._remember(key, req.stage, result)
         return result
+
+    def _cached(self, req: ChatRequest, key: str) -> Optional[ChatResult]:
+        """The recorded reply for `key` (counted as a cache hit), or None."""
+        assert self.cache is not None
+        hit = self.cache.get(key)
+        if hit is None:
+            return None
+        self.ledger.record_hit(req.role, req.stage)
+        return ChatResult(
+            hit["content"],
+            hit.get("prompt_tokens", 0),
+            hit.get("completion_tokens", 0),
+            True,
+            hit.get("finish_reason", ""),
+            list(hit.get("tool_calls") or []),
+            hit.get("reasoning_summary", ""),
+        )
+
+    def _remember(self, key: str, stage: str, result: ChatResult) -> None:
+        """Record a usable reply; optional fields only when present, so entries keep one shape across APIs."""
+        assert self.cache is not None
+        entry: dict[str, Any] = {
+            "content": result.content,
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "finish_reason": result.finish_reason,
+        }
+        if result.tool_calls:
+            entry["tool_calls"] = result.tool_calls
+        if result.reasoning_summary:
+            entry["reasoning_summary"] = result.reasoning_summary
+        self.cache.put(key, stage, entry)
 
     async def _send(self, req: ChatRequest, budget: Optional[int] = None) -> Completion:
         """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger."""
@@ -211,7 +242,16 @@ class Gateway:
                 except Exception:
                     self.ledger.record_error(req.role, req.stage, call)
                     raise
-            self.ledger.record(req.role, req.stage, ep.cfg.model, comp.prompt_tokens, comp.completion_tokens, call)
+            self.ledger.record(
+                req.role,
+                req.stage,
+                ep.cfg.model,
+                comp.prompt_tokens,
+                comp.completion_tokens,
+                call,
+                reasoning_tokens=comp.reasoning_tokens,
+                cached_tokens=comp.cached_tokens,
+            )
             return comp
         finally:
             self.ledger.in_flight -= 1

@@ -31,6 +31,8 @@ class LedgerEntry:
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of completion_tokens: the model's reasoning, billed as output
+    cached_tokens: int = 0  # of prompt_tokens: served from the provider's prompt cache
     cost_usd: float = 0.0
     errors: int = 0
     truncated: int = 0  # replies cut by the completion limit (finish_reason=length)
@@ -58,11 +60,16 @@ def read_journal(path: str | Path) -> dict[str, LedgerEntry]:
     return _replay(path)[0]
 
 
-def _price(prices: dict[str, PriceConfig], model: str, prompt_tokens: int, completion_tokens: int) -> float:
+def _price(
+    prices: dict[str, PriceConfig], model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+) -> float:
+    """US dollars for one call; cached prompt tokens at the model's cached-input price when it has one."""
     p = prices.get(model)
     if p is None:
         return 0.0
-    return (prompt_tokens * p.input_per_mtok + completion_tokens * p.output_per_mtok) / 1e6
+    cached = min(cached_tokens, prompt_tokens) if p.cached_input_per_mtok is not None else 0
+    fresh = (prompt_tokens - cached) * p.input_per_mtok + cached * (p.cached_input_per_mtok or 0.0)
+    return (fresh + completion_tokens * p.output_per_mtok) / 1e6
 
 
 def _replay(path: str | Path, prices: Optional[dict[str, PriceConfig]] = None) -> tuple[dict[str, LedgerEntry], int]:
@@ -183,17 +190,29 @@ class Ledger:
     def _entry(self, role: str, stage: str) -> LedgerEntry:
         return self.entries.setdefault(f"{role}/{stage}", LedgerEntry())
 
-    def cost_of(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
-        return _price(self.prices, model, prompt_tokens, completion_tokens)
+    def cost_of(self, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        return _price(self.prices, model, prompt_tokens, completion_tokens, cached_tokens)
 
     def record(
-        self, role: str, stage: str, model: str, prompt_tokens: int, completion_tokens: int, call: Optional[str] = None
+        self,
+        role: str,
+        stage: str,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        call: Optional[str] = None,
+        reasoning_tokens: int = 0,
+        cached_tokens: int = 0,
     ) -> None:
+        """A reply the endpoint answered (and billed), whatever becomes of it: a reply cut at the completion limit
+        or stopped by a content filter is recorded here too, before the gateway decides it is unusable."""
         e = self._entry(role, stage)
         e.calls += 1
         e.prompt_tokens += prompt_tokens
         e.completion_tokens += completion_tokens
-        e.cost_usd += self.cost_of(model, prompt_tokens, completion_tokens)
+        e.reasoning_tokens += reasoning_tokens
+        e.cached_tokens += cached_tokens
+        e.cost_usd += self.cost_of(model, prompt_tokens, completion_tokens, cached_tokens)
         self._persist(role, stage, call)
 
     def record_hit(self, role: str, stage: str) -> None:
@@ -217,6 +236,8 @@ class Ledger:
             t.cache_hits += e.cache_hits
             t.prompt_tokens += e.prompt_tokens
             t.completion_tokens += e.completion_tokens
+            t.reasoning_tokens += e.reasoning_tokens
+            t.cached_tokens += e.cached_tokens
             t.cost_usd += e.cost_usd
             t.errors += e.errors
             t.truncated += e.truncated

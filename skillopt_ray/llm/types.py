@@ -61,6 +61,7 @@ class ChatResult:
     finish_reason: str = ""
     # the reply's tool calls as the API sends them: [{id, type: "function", function: {name, arguments}}]
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning_summary: str = ""  # the model's summary of its reasoning (Responses API, llm.<role>.reasoning_summary)
 
 
 @dataclass
