@@ -171,7 +171,13 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> N
     """Compose and validate every job before any starts (one line and exit 2 for the first bad one)."""
     import json
 
-    from skillopt_ray.cli.checks import check_benchmark_data, check_output_dir, check_skill_files, run_splits
+    from skillopt_ray.cli.checks import (
+        check_benchmark_data,
+        check_harness,
+        check_output_dir,
+        check_skill_files,
+        run_splits,
+    )
 
     jobs = jobs_of(args, overrides) if args.multirun else [[o for o in overrides if not o.startswith("hydra.")]]
     swept = {o.split("=", 1)[0] for o in overrides if o not in (jobs[0] if jobs else [])}
@@ -188,6 +194,7 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> N
             _obj, data = typed(cfg)
             data = resolve_paths(data)
             check_skill_files(data)
+            check_harness(data)  # a missing agent CLI: one line before Ray, not a failed episode after it
             seen = json.dumps([data["env"], run_splits(data)], sort_keys=True, default=str)
             if seen not in data_read:
                 check_benchmark_data(data)

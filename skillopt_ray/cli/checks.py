@@ -21,8 +21,40 @@ def check_output_dir(path: Path) -> None:
         ) from None
 
 
+def check_harness(data: dict[str, Any]) -> None:
+    """A harness target (llm.target.harness=codex|claude_code) can start: its CLI is installed where the harness
+    looks for it, bubblewrap is there for the jail, and Codex's own sandbox is not asked to run inside the jail.
+    Otherwise every episode would fail after Ray had started."""
+    target = data["llm"]["target"]
+    harness = target.get("harness", "chat")
+    if harness == "chat":
+        return
+    from skillopt_envs.sandbox import bwrap_path
+
+    from skillopt_ray.harness.jail import default_prefix
+    from skillopt_ray.harness.runner import BIN, AgentSettings, codex_sandbox_problem
+
+    agent = dict(target.get("agent") or {})
+    exe = default_prefix(agent.get("prefix")) / "bin" / BIN[harness]
+    if not exe.exists():
+        raise UsageError(
+            f"llm.target.harness={harness} needs the {BIN[harness]} CLI, not found at {exe}; run "
+            "scripts/install_harnesses.sh (or set llm.target.agent.prefix=<the npm prefix that holds it>)"
+        )
+    if agent.get("jail", "bwrap") == "bwrap" and bwrap_path() is None:
+        raise UsageError(
+            f"llm.target.harness={harness} runs the agent in a bubblewrap jail, and bwrap is not installed; "
+            "apt-get install bubblewrap (or llm.target.agent.jail=none, unsafe)"
+        )
+    problem = codex_sandbox_problem(AgentSettings.from_gateway({"harness": harness, "model": "", "agent": agent}, 0))
+    if problem:
+        raise UsageError(problem)
+
+
 def check_keys(data: dict[str, Any]) -> None:
-    """Every remote role has its endpoint and the environment variable holding its key."""
+    """Every remote role has its endpoint and the environment variable holding its key, and a harness target its
+    CLI (check_harness)."""
+    check_harness(data)
     for role in ("target", "optimizer"):
         r = data["llm"][role]
         if r["provider"] == "embedded":
