@@ -78,6 +78,64 @@ def test_runs_table_reads_scores_costs_and_swept_values_from_the_run_directories
     assert swept == [3, 5] and all(list(r["swept"]) == ["optimizer.learning_rate"] for r in rows)
 
 
+def _copy_run(src: Path, dst: Path, **config_changes) -> Path:
+    """A copy of a finished run whose config.yaml has some top-level keys changed."""
+    import yaml
+
+    shutil.copytree(src, dst)
+    cfg = yaml.safe_load((dst / "config.yaml").read_text())
+    cfg.update(config_changes)
+    (dst / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return dst
+
+
+def test_swept_values_are_compared_within_a_benchmark_and_sweep_trials_are_marked(two_runs, tmp_path):
+    a, b = views.find_runs(two_runs / "out")
+    cfg = RunDir(a).read_config()
+    other = _copy_run(a, tmp_path / "other", experiment="alfworld", env={**cfg["env"], "name": "alfworld"}, seed=9)
+    tags = {**cfg["tracking"], "tags": {"sweep": "lr-sweep", "sweep.trial": "t00001"}}
+    trial = _copy_run(b, tmp_path / "trial", tracking=tags)
+    rows = views.compare_rows(tmp_path, [a, b, other, trial])
+    # a and b are one group (they differ in the learning rate only); the other benchmark's run is alone, and so
+    # is the sweep's trial: none of them lists the keys that differ only across groups
+    assert [list(r["swept"]) for r in rows] == [["optimizer.learning_rate"], ["optimizer.learning_rate"], [], []]
+    assert (rows[3]["sweep"], rows[3]["trial"]) == ("lr-sweep", "t00001") and rows[0]["sweep"] == ""
+
+
+def test_a_stopped_run_is_not_shown_as_running_while_its_progress_record_is_fresh(two_runs, tmp_path):
+    run = _copy_run(views.find_runs(two_runs / "out")[0], tmp_path / "run")
+    (run / "summary.json").unlink()
+    rd = RunDir(run)
+    rd.write_progress({"phase": "train", "stage": "reflect", "written_at": time.time()})
+    sessions = rd.read_sessions()
+    sessions[-1]["status"] = "running"
+    rd.write_sessions(sessions)
+    assert views.status_of(rd) == "running"
+    assert views.status_of(rd, stopped=True) == "stopped"  # the dashboard stopped it and its process ended
+    sessions[-1]["status"] = "interrupted"  # the command ended (Ctrl-C) and said so
+    rd.write_sessions(sessions)
+    assert views.status_of(rd) == "stopped"
+
+
+def test_a_step_diff_is_the_diff_without_its_markdown_fence(two_runs):
+    path = views.find_runs(two_runs / "out")[0]
+    raw = (path / "steps/e01_s001/diff.md").read_text()
+    shown = views.step_diff(path, "e01_s001")
+    assert raw.startswith("```") and not shown.startswith("```") and "```" not in shown.splitlines()[-1]
+    assert shown.startswith("--- current") and "+- RULE-" in shown.replace("+ - ", "+- ")
+
+
+def test_form_placeholders_are_the_chosen_presets_values():
+    launcher = Launcher(REPO)
+    tiny = launcher.schema({"experiment": "searchqa", "smoke": "tiny"})
+    paper = launcher.schema({"experiment": "searchqa"})
+    assert (tiny["epochs"]["placeholder"], tiny["batch_size"]["placeholder"]) == (2, 1)
+    assert tiny["lr_schedule"]["placeholder"] == "constant" and tiny["min_learning_rate"]["placeholder"] == 2
+    assert (paper["epochs"]["placeholder"], paper["lr_schedule"]["placeholder"]) == (4, "cosine")
+    with pytest.raises(UsageError):
+        launcher.schema({"experiment": "../llm/openai"})
+
+
 def test_watch_data_is_what_the_run_recorded(two_runs):
     out = two_runs / "out"
     path = views.find_runs(out)[0]
@@ -148,7 +206,33 @@ def test_bad_form_input_is_the_clis_one_line_error_and_starts_nothing(tmp_path, 
     assert launcher.launches == {} and not (tmp_path / "out").exists()
 
 
+def _opened_run_dir(launch, timeout: float = 180.0) -> Path:
+    """The run directory the launched command says it opened (its 'run directory:' line)."""
+    deadline = time.monotonic() + timeout
+    while not any(line.startswith("run directory: ") for line in list(launch.log)):
+        assert time.monotonic() < deadline and launch.process.poll() is None, "\n".join(launch.log)
+        time.sleep(0.3)
+    return Path(launch.run_dir)
+
+
 # ---------------------------------------------------------------- the page in a real browser
+
+
+TOKEN = "browser-test-token"
+
+
+def _dashboard_cmd(port: int, outputs: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "skillopt_ray.dashboard",
+        "--port",
+        str(port),
+        "--outputs",
+        str(outputs),
+        "--token",
+        TOKEN,
+    ]
 
 
 def _free_port() -> int:
@@ -157,11 +241,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_http(url: str, timeout: float = 60.0) -> None:
+def _wait_http(url: str, timeout: float = 60.0, token: str = "") -> None:
     deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     while True:
         try:
-            urllib.request.urlopen(url, timeout=2).read()
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=2).read()
             return
         except OSError:
             if time.monotonic() > deadline:
@@ -189,7 +274,7 @@ def test_the_page_launches_watches_diffs_and_compares_in_a_real_browser(two_runs
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "OPENAI_API_KEY": "sk-secret-1"}
     with ScriptedServer(Policies(target="rule_gated", answers=answers), latency_s=2.5) as srv:
         server = subprocess.Popen(
-            [sys.executable, "-m", "skillopt_ray.dashboard", "--port", str(port), "--outputs", str(out)],
+            [*_dashboard_cmd(port, out), "--allow-path", str(tmp_path)],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
@@ -198,20 +283,25 @@ def test_the_page_launches_watches_diffs_and_compares_in_a_real_browser(two_runs
             start_new_session=True,
         )
         try:
-            _wait_http(f"http://127.0.0.1:{port}/api/runs")
+            _wait_http(f"http://127.0.0.1:{port}/api/runs", token=TOKEN)
             with sync_playwright() as p:
                 browser = p.chromium.launch(
                     executable_path=CHROMIUM,
                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync"],
                 )
                 page = browser.new_page(viewport={"width": 1400, "height": 1500})
-                page.goto(f"http://127.0.0.1:{port}/")
+                page.goto(f"http://127.0.0.1:{port}/?token={TOKEN}")
+                assert "token" not in page.url  # the cookie carries it; the address bar and history do not
                 page.click("#tab-launch")
                 page.wait_for_selector("#launch-form select[name=experiment]")
                 page.select_option("select[name=experiment]", "searchqa")
                 page.select_option("select[name=llm]", "compatible")
                 page.fill("input[name=base_url]", srv.base_url)
                 page.select_option("select[name=smoke]", "tiny")
+                # the empty fields show what +smoke=tiny makes of them, not the paper's values
+                expect(page.locator("input[name=epochs]")).to_have_attribute("placeholder", "2")
+                expect(page.locator("input[name=batch_size]")).to_have_attribute("placeholder", "1")
+                expect(page.locator("select[name=lr_schedule] option").first).to_have_text("(preset: constant)")
                 page.fill("input[name=seed]", "7")
                 page.fill(
                     "input[name=extra]",
@@ -285,7 +375,7 @@ def test_a_run_stopped_from_the_page_resumes_from_the_same_command(tmp_path):
             f"output_dir={tmp_path / 'out'}",
         }
         first = launcher.launch(form)
-        run_dir = Path(first.run_dir)
+        run_dir = _opened_run_dir(first)
         deadline = time.monotonic() + 120
         while not (run_dir / "steps").is_dir() and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -293,9 +383,122 @@ def test_a_run_stopped_from_the_page_resumes_from_the_same_command(tmp_path):
         launcher.stop(first.id)
         first.process.wait(timeout=60)
         assert first.status() == "stopped" and not (run_dir / "summary.json").exists()
-        second = launcher.launch(form)
-        assert second.run_dir == first.run_dir and second.command == first.command
+        second = launcher.resume(first.id)
+        assert _opened_run_dir(second) == run_dir and second.command == first.command
         second.process.wait(timeout=300)
         assert second.status() == "finished", "\n".join(second.log)
     sessions = json.loads((run_dir / "sessions.json").read_text())
     assert len(sessions) == 2 and (run_dir / "summary.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_run_stopped_from_the_page_ends_its_mlflow_run_killed_and_says_how_to_resume(tmp_path):
+    """Stop interrupts the run as Ctrl-C would: it is shown as stopped at once (not as running until its progress
+    record goes stale), its log ends with how to resume instead of a signal dump, and its MLflow run is KILLED."""
+    from mlflow.tracking import MlflowClient
+
+    answers = qa_fixture(tmp_path / "qa")
+    with ScriptedServer(Policies(target="rule_gated", answers=answers), latency_s=1.0) as srv:
+        launcher = Launcher(REPO)
+        form = {
+            "experiment": "searchqa",
+            "llm": "compatible",
+            "base_url": srv.base_url,
+            "smoke": "tiny",
+            "extra": f"env.data_dir={tmp_path / 'qa'} env.options.split_source=folders output_dir={tmp_path / 'out'}",
+        }
+        first = launcher.launch(form)
+        run_dir = _opened_run_dir(first)
+        deadline = time.monotonic() + 180
+        while not ((run_dir / "steps").is_dir() and (run_dir / "mlflow_run.json").is_file()):
+            assert time.monotonic() < deadline, "\n".join(first.log)
+            time.sleep(0.5)
+        launcher.stop(first.id)
+        t0 = time.monotonic()
+        first.process.wait(timeout=120)
+        stop_s = time.monotonic() - t0
+        deadline = time.monotonic() + 60
+        while not (first.log and first.log[-1].startswith("stopped from the page")):
+            assert time.monotonic() < deadline, "\n".join(first.log)
+            time.sleep(0.2)
+    assert first.status() == "stopped" and str(run_dir) in launcher.stopped_run_dirs()
+    row = views.run_row(run_dir.parent, run_dir, stopped=True)
+    assert row.status == "stopped"
+    text = "\n".join(first.log)
+    assert "Resume" in first.log[-1] and first.command in first.log[-1]
+    assert "SIGTERM" not in text and "Traceback" not in text, text[-3000:]
+    record = json.loads((run_dir / "mlflow_run.json").read_text())
+    status = MlflowClient(tracking_uri=record["tracking_uri"]).get_run(record["run_id"]).info.status
+    assert status == "KILLED", (status, stop_s)
+
+
+EVIL_PAGE = """<!doctype html><html><body>
+<iframe name="sink" id="sink"></iframe>
+<form id="f" method="POST" action="{base}/api/launch" enctype="text/plain" target="sink">
+  <input name='{{"experiment":"searchqa","smoke":"tiny","extra":"output_dir={out} x' value='y"}}'>
+</form>
+<script>
+const body = JSON.stringify({{experiment: "searchqa", smoke: "tiny", extra: "output_dir={out}"}});
+const results = [];
+const tries = [
+  fetch("{base}/api/launch", {{method: "POST", mode: "no-cors", credentials: "include",
+    headers: {{"Content-Type": "text/plain"}}, body}}),
+  fetch("{base}/api/launch", {{method: "POST", credentials: "include",
+    headers: {{"Content-Type": "application/json"}}, body}}),
+  fetch("{base}/api/check", {{method: "POST", credentials: "include",
+    headers: {{"Content-Type": "application/json"}}, body}}),
+  fetch("{base}/api/launches", {{credentials: "include"}}).then((r) => r.text()),
+];
+Promise.allSettled(tries).then((all) => {{
+  document.getElementById("f").submit();
+  document.title = "done " + all.map((r) => r.status + ":" + (r.value && r.value.type || r.value || "")).join(" | ");
+}});
+</script></body></html>"""
+
+
+@pytest.mark.slow
+def test_a_page_from_another_origin_cannot_launch_or_read_in_a_real_browser(tmp_path, need_chromium):
+    """The user has the dashboard open (its cookie set); a page on another port of the same host (same site, so a
+    SameSite cookie alone would not stop it) posts to the launch API by fetch and by a text/plain form: no run."""
+    from playwright.sync_api import sync_playwright
+
+    out = tmp_path / "out"
+    out.mkdir()
+    port, evil_port = _free_port(), _free_port()
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    base = f"http://127.0.0.1:{port}"
+    (evil / "index.html").write_text(EVIL_PAGE.format(base=base, out=out))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    procs = [
+        subprocess.Popen(_dashboard_cmd(port, out), cwd=tmp_path, env=env, start_new_session=True),
+        subprocess.Popen(
+            [sys.executable, "-m", "http.server", str(evil_port), "--bind", "127.0.0.1", "--directory", str(evil)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        ),
+    ]
+    try:
+        _wait_http(f"{base}/api/runs", token=TOKEN)
+        _wait_http(f"http://127.0.0.1:{evil_port}/index.html")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            context = browser.new_context()
+            page = context.new_page()
+            page.goto(f"{base}/?token={TOKEN}")  # the user's own tab: the token cookie is now in the browser
+            assert any(c["name"].startswith("skillopt_dashboard_") for c in context.cookies())
+            page.goto(f"http://127.0.0.1:{evil_port}/index.html")
+            page.wait_for_function("document.title.startsWith('done')", timeout=30_000)
+            title = page.title()
+            page.wait_for_timeout(2000)  # the form's POST lands in the iframe
+            browser.close()
+        # the JSON fetches and the read were blocked (CORS preflight or response refused); the opaque ones changed nothing
+        assert title.count("rejected") >= 3, title
+        req = urllib.request.Request(f"{base}/api/launches", headers={"Authorization": f"Bearer {TOKEN}"})
+        launches = json.loads(urllib.request.urlopen(req, timeout=10).read())["launches"]
+        assert launches == [] and not any(out.iterdir())
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)

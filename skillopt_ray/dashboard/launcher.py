@@ -9,6 +9,7 @@ Keys are never part of the command: the CLI reads them from the environment as a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -43,6 +44,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "smoke": ("+smoke", "choice"),
 }
 LOG_LINES = 2000
+RUN_DIR_LINE = "run directory: "  # how the CLI names the run directory it opened
+STOP_GRACE_S = 30.0  # after SIGINT, how long a run may take to save and end before its process group is terminated
 
 
 def form_schema(conf_dir: Optional[Path] = None) -> dict[str, Any]:
@@ -80,6 +83,39 @@ def form_schema(conf_dir: Optional[Path] = None) -> dict[str, Any]:
         "smoke": field_("choice", "none", names("smoke")),
         "extra": field_("text", "key=value ..."),
     }
+
+
+# The fields whose placeholders come from the presets chosen in the form (their composed config).
+PRESET_FIELDS = ("experiment", "smoke", "llm")
+PLACEHOLDER_FROM = {
+    "target_model": "llm.target.model",
+    "optimizer_model": "llm.optimizer.model",
+    "base_url": "llm.target.base_url",
+    **{name: key for name, (key, _kind) in FIELDS.items() if key.startswith("optimizer.") or key == "seed"},
+}
+
+
+def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> dict[str, Any]:
+    """What the empty fields mean for these presets: the composed config's values (a `+smoke=tiny` run's epochs and
+    schedule, not the paper's), by field name."""
+    from skillopt_ray.cli.compose import compose, resolve_paths, typed
+
+    overrides = []
+    for name in PRESET_FIELDS:
+        value = str(presets.get(name) or "")
+        if value:
+            check_choice(name, value)
+            overrides.append(f"{FIELDS[name][0]}={value}")
+    with lock:  # Hydra's composition uses process-wide state
+        _obj, data = typed(compose(overrides))
+    data = resolve_paths(data)
+    out: dict[str, Any] = {}
+    for name, dotted in PLACEHOLDER_FROM.items():
+        node: Any = data
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        out[name] = node if node is not None else "the preset's"
+    return out
 
 
 def overrides_from_form(form: dict[str, Any]) -> list[str]:
@@ -167,7 +203,7 @@ class Launch:
             return "unknown"
         code = self.process.poll()
         if code is None:
-            return "running"
+            return "stopping" if self.stopped else "running"
         return "stopped" if self.stopped else ("finished" if code == 0 else f"exited {code}")
 
     def to_dict(self, jobs: Any = None) -> dict[str, Any]:
@@ -178,8 +214,59 @@ class Launch:
             "status": self.status(jobs),
             "started": self.started,
             "job_id": self.job_id,
+            "resumable": self.process is not None and self.process.poll() not in (None, 0),
             "log": list(self.log)[-200:],
         }
+
+
+def _escalate(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM, then SIGKILL, to the process group of a run that did not end after SIGINT."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+        grace_s = 10.0
+
+
+def _follow(launch: Launch) -> None:
+    """Keep the run's output in the launch's log; when a stopped run ends, end its MLflow run and say how to resume."""
+    proc = launch.process
+    assert proc is not None and proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        launch.log.append(line)
+        if line.startswith(RUN_DIR_LINE):  # the CLI's own word wins over the directory predicted at launch
+            launch.run_dir = line[len(RUN_DIR_LINE) :].strip()
+    proc.wait()
+    if not launch.stopped:
+        return
+    note = mark_killed(Path(launch.run_dir)) if launch.run_dir else None
+    if note:
+        launch.log.append(note)
+    launch.log.append(f"stopped from the page: press Resume, or rerun the same command, to resume: {launch.command}")
+
+
+def mark_killed(run_dir: Path) -> Optional[str]:
+    """End the run's MLflow run as KILLED if it is still RUNNING (a run stopped before its tracker could say so).
+
+    Returns a line for the log when something went wrong, else None."""
+    from skillopt_ray.rundir import RunDir
+
+    record = RunDir(run_dir).read_mlflow_run()
+    if not record or not record.get("run_id"):
+        return None  # no MLflow run (tracking off, or stopped before it opened)
+    try:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=record.get("tracking_uri"))
+        if client.get_run(record["run_id"]).info.status == "RUNNING":
+            client.set_terminated(record["run_id"], status="KILLED")
+    except Exception as e:  # noqa: BLE001 - the stop itself worked; say why the MLflow status did not follow
+        return f"note: could not mark MLflow run {record['run_id']} KILLED: {type(e).__name__}: {e}"
+    return None
 
 
 class Launcher:
@@ -200,14 +287,34 @@ class Launcher:
             self._jobs = JobSubmissionClient(self.ray_address)
         return self._jobs
 
+    def schema(self, presets: dict[str, str]) -> dict[str, Any]:
+        """The form's fields, with placeholders from the chosen presets when an experiment is chosen."""
+        schema = form_schema()
+        if presets.get("experiment"):
+            for name, value in preset_placeholders(presets, self._hydra_lock).items():
+                schema[name]["placeholder"] = value
+        return schema
+
     def check(self, form: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         overrides = overrides_from_form(form)
         return overrides, validate(overrides, self._hydra_lock, self.policy)
 
     def launch(self, form: dict[str, Any]) -> Launch:
+        overrides, data = self.check(form)
+        return self._start(overrides, data)
+
+    def resume(self, lid: str) -> Launch:
+        """The same command again for a launch that has ended: the run resumes from its last completed stage."""
+        old = self.launches.get(lid)
+        if old is None:
+            raise KeyError(lid)
+        if old.process is not None and old.process.poll() is None:
+            raise UsageError(f"{lid} is still running; stop it first")
+        return self._start(old.overrides, validate(old.overrides, self._hydra_lock, self.policy))
+
+    def _start(self, overrides: list[str], data: dict[str, Any]) -> Launch:
         from skillopt_ray.cli.launch import run_dir_for
 
-        overrides, data = self.check(form)
         run_dir = str(run_dir_for(data))
         lid = f"L{len(self.launches) + 1:03d}"
         launch = Launch(lid, overrides, display_command(overrides), run_dir=run_dir)
@@ -231,13 +338,7 @@ class Launcher:
             start_new_session=True,
         )
         launch.process = proc
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                launch.log.append(line.rstrip("\n"))
-
-        threading.Thread(target=pump, name=f"log-{launch.id}", daemon=True).start()
+        threading.Thread(target=_follow, args=(launch,), name=f"log-{launch.id}", daemon=True).start()
 
     def _submit(self, launch: Launch) -> str:
         entry = shlex.join(["python", "-m", "skillopt_ray", "ray=cluster", "debug.progress=plain", *launch.overrides])
@@ -250,6 +351,8 @@ class Launcher:
         )
 
     def stop(self, lid: str) -> Launch:
+        """Interrupt the run as Ctrl-C would (it saves what it has and ends its MLflow run), escalating to SIGTERM
+        and SIGKILL for its whole process group if it has not ended after a grace period."""
         launch = self.launches.get(lid)
         if launch is None:
             raise KeyError(lid)
@@ -257,11 +360,28 @@ class Launcher:
         if launch.job_id:
             self._job_client().stop_job(launch.job_id)
         elif launch.process is not None and launch.process.poll() is None:
-            try:
-                os.killpg(launch.process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(launch.process.pid, signal.SIGINT)
+            threading.Thread(target=_escalate, args=(launch.process,), name=f"stop-{lid}", daemon=True).start()
         return launch
+
+    def stopping_run_dirs(self) -> set[str]:
+        """Run directories of launches asked to stop whose process has not ended yet."""
+        return {
+            str(Path(one.run_dir))
+            for one in self.launches.values()
+            if one.run_dir and one.stopped and one.process is not None and one.process.poll() is None
+        }
+
+    def stopped_run_dirs(self) -> set[str]:
+        """Run directories whose latest launch from here was stopped and has ended (shown as stopped at once)."""
+        latest: dict[str, Launch] = {}
+        for one in self.launches.values():
+            if one.run_dir:
+                latest[str(Path(one.run_dir))] = one
+        return {
+            d for d, one in latest.items() if one.stopped and one.process is not None and one.process.poll() is not None
+        }
 
     def alive_run_dirs(self) -> set[str]:
         return {
@@ -275,7 +395,11 @@ class Launcher:
         return [one.to_dict(jobs) for one in self.launches.values()]
 
     def close(self) -> None:
-        """Stop local runs we started that still run (they resume later from the same command)."""
-        for launch in self.launches.values():
-            if launch.process is not None and launch.process.poll() is None:
-                self.stop(launch.id)
+        """Stop local runs we started that still run (they resume later from the same command), waiting for them:
+        the escalation threads die with this process."""
+        running = [one for one in self.launches.values() if one.process is not None and one.process.poll() is None]
+        for launch in running:
+            self.stop(launch.id)
+        for launch in running:
+            assert launch.process is not None
+            _escalate(launch.process)

@@ -152,4 +152,9 @@ def refuse_outside_paths(data: dict[str, Any], policy: PathPolicy) -> None:
 def refuse_from_page(data: dict[str, Any], policy: PathPolicy) -> None:
     """The checks a resolved config from the page must pass before any file it names is read."""
     refuse_no_sandbox(data)
+    if _get(data, "env.benchmark"):
+        raise UsageError(
+            f"env.benchmark={_get(data, 'env.benchmark')}: a benchmark class is code the run imports; the page "
+            "takes the listed benchmarks only (the command line accepts it)"
+        )
     refuse_outside_paths(data, policy)

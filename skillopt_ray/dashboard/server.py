@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.dashboard import views
-from skillopt_ray.dashboard.launcher import Launcher, form_schema
+from skillopt_ray.dashboard.launcher import Launcher
 from skillopt_ray.dashboard.limits import PathPolicy
 from skillopt_ray.dashboard.security import Guard, GuardMiddleware
 
@@ -57,7 +57,7 @@ class Dashboard:
 
     def runs(self) -> list[dict[str, Any]]:
         paths = views.find_runs(self.outputs)
-        return views.compare_rows(self.outputs, paths, self.launcher.alive_run_dirs())
+        return views.compare_rows(self.outputs, paths, self.launcher.alive_run_dirs(), self.launcher.stopped_run_dirs())
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -84,8 +84,12 @@ def _view_routes(dash: Dashboard) -> list[Route]:
     async def index(_: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
-    async def schema(_: Request) -> Response:
-        return JSONResponse(await asyncio.to_thread(form_schema))
+    async def schema(request: Request) -> Response:
+        presets = {k: request.query_params.get(k, "") for k in ("experiment", "smoke", "llm")}
+        try:
+            return JSONResponse(await asyncio.to_thread(dash.launcher.schema, presets))
+        except UsageError as e:
+            return _error(str(e))
 
     async def runs(_: Request) -> Response:
         return JSONResponse({"outputs": str(dash.outputs), "runs": await asyncio.to_thread(dash.runs)})
@@ -96,7 +100,11 @@ def _view_routes(dash: Dashboard) -> list[Route]:
         except KeyError:
             return _error("no such run under the output folder", 404)
         alive = str(path) in dash.launcher.alive_run_dirs()
-        return JSONResponse(await asyncio.to_thread(views.run_detail, dash.outputs, path, alive))
+        stopped = str(path) in dash.launcher.stopped_run_dirs()
+        detail = await asyncio.to_thread(views.run_detail, dash.outputs, path, alive, stopped)
+        if str(path) in dash.launcher.stopping_run_dirs():
+            detail["row"]["status"] = "stopping"
+        return JSONResponse(detail)
 
     async def diff(request: Request) -> Response:
         try:
@@ -165,6 +173,16 @@ def _launch_routes(dash: Dashboard) -> list[Route]:
             return _error("no such launch", 404)
         return JSONResponse(stopped.to_dict())
 
+    async def resume(request: Request) -> Response:
+        try:
+            body = await _body(request)
+            started = await asyncio.to_thread(dash.launcher.resume, str(body.get("id", "")))
+        except UsageError as e:
+            return _error(str(e))
+        except KeyError:
+            return _error("no such launch", 404)
+        return JSONResponse(started.to_dict())
+
     async def launches(_: Request) -> Response:
         return JSONResponse({"launches": await asyncio.to_thread(dash.launcher.list)})
 
@@ -172,6 +190,7 @@ def _launch_routes(dash: Dashboard) -> list[Route]:
         Route("/api/check", check, methods=["POST"]),
         Route("/api/launch", launch, methods=["POST"]),
         Route("/api/stop", stop, methods=["POST"]),
+        Route("/api/resume", resume, methods=["POST"]),
         Route("/api/launches", launches),
     ]
 

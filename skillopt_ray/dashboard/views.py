@@ -9,6 +9,7 @@ a finished run of an older version.
 from __future__ import annotations
 
 import difflib
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,8 +19,8 @@ from skillopt_ray.rundir import STEP_DIFF, RunDir
 
 # The six stages of a training step, in order (the strip at the top of the watch view).
 STAGES = ("rollout", "reflect", "aggregate", "select", "update", "gate")
-# Stages of the epoch boundary and the final evaluation, shown beside the strip.
-EXTRA_STAGES = ("slow_update", "meta_skill", "final")
+# The initial skill's evaluation, the epoch boundary's stages and the final evaluation, shown beside the strip.
+EXTRA_STAGES = ("initial", "slow_update", "meta_skill", "final")
 # A run whose live progress record is older than this, with no process of ours alive, is not running any more.
 LIVE_WINDOW_S = 30.0
 # How deep under an output folder run directories are looked for (outputs/runs/<run>, sweeps/<sweep>/<trial>/...).
@@ -79,6 +80,8 @@ class RunRow:
     cost_usd: float = 0.0
     tokens: int = 0
     swept: dict[str, Any] = field(default_factory=dict)
+    sweep: str = ""  # the sweep this run is a trial of ("" for a run of its own)
+    trial: str = ""  # the trial's key within its sweep
 
 
 def _run_id(root: Path, path: Path) -> str:
@@ -89,18 +92,25 @@ def _run_id(root: Path, path: Path) -> str:
         return str(path)
 
 
-def status_of(rd: RunDir, alive: bool = False) -> str:
-    """running / finished / stopped / failed, from the run's own records (and whether our process still runs)."""
+def status_of(rd: RunDir, alive: bool = False, stopped: bool = False) -> str:
+    """running / finished / stopped / failed, from the run's own records (and whether our process still runs).
+
+    `stopped`: the dashboard stopped this run and its process has ended, so it is not shown as running while its
+    last progress record is still fresh. A command that ended says so in its session record (interrupted, error),
+    which also wins over a fresh progress record."""
     if alive:
         return "running"
-    live = rd.read_progress()
-    if live and time.time() - float(live.get("written_at", 0)) < LIVE_WINDOW_S:
-        if live.get("phase") != "done":
-            return "running"
-    if rd.summary() is not None:
-        return "finished"
+    summary = rd.summary()
     sessions = rd.read_sessions()
     last = sessions[-1].get("status") if sessions else None
+    if stopped and summary is None:
+        return "stopped"
+    live = rd.read_progress()
+    fresh = bool(live) and time.time() - float(live.get("written_at", 0)) < LIVE_WINDOW_S
+    if fresh and live.get("phase") != "done" and last in (None, "running"):
+        return "running"
+    if summary is not None:
+        return "finished"
     if last in ("error", "failed"):
         return "failed"
     return "stopped" if sessions else "starting"
@@ -111,7 +121,7 @@ def history(rd: RunDir) -> list[dict[str, Any]]:
     return rd.history_rows()
 
 
-def run_row(root: Path, path: Path, alive: bool = False) -> RunRow:
+def run_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunRow:
     rd = RunDir(path)
     cfg = rd.read_config()
     summary = rd.summary() or {}
@@ -125,7 +135,7 @@ def run_row(root: Path, path: Path, alive: bool = False) -> RunRow:
         path=str(path),
         experiment=str(cfg.get("experiment") or summary.get("experiment") or ""),
         seed=cfg.get("seed", summary.get("seed")),
-        status=status_of(rd, alive),
+        status=status_of(rd, alive, stopped),
         steps=int(state.get("global_step") or len(history(rd))),
         best_selection=best_sel,
         test_initial=(test.get("initial") or {}).get("hard"),
@@ -141,15 +151,38 @@ def _incidental(key: str) -> bool:
     return key in ("seed", "output_dir", "run_name") or key.startswith(("debug.", "tracking."))
 
 
-def compare_rows(root: Path, paths: list[Path], alive: Optional[set[str]] = None) -> list[dict[str, Any]]:
-    """Table rows for runs, with the config keys whose values differ between them as the swept values."""
-    alive = alive or set()
-    rows = [run_row(root, p, str(p) in alive) for p in paths]
-    flat = [_flatten(RunDir(p).read_config()) for p in paths]
+def _group_key(cfg: dict[str, Any]) -> tuple[str, str, str]:
+    """Runs worth comparing key by key: one benchmark, one mode, one sweep (or none)."""
+    tags = (cfg.get("tracking") or {}).get("tags") or {}
+    return (str(cfg.get("experiment") or ""), str(cfg.get("mode") or ""), str(tags.get("sweep") or ""))
+
+
+def swept_keys(flat: list[dict[str, Any]]) -> list[str]:
+    """The config keys whose values differ between these runs (the seed, output paths and tracking aside)."""
     keys = sorted(k for k in {k for f in flat for k in f} if not _incidental(k))
-    swept = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
-    for row, f in zip(rows, flat):
-        row.swept = {k: f.get(k) for k in swept}
+    return [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+
+
+def compare_rows(
+    root: Path, paths: list[Path], alive: Optional[set[str]] = None, stopped: Optional[set[str]] = None
+) -> list[dict[str, Any]]:
+    """Table rows for runs. Each row's swept values are the keys that differ within its group of comparable runs
+    (same benchmark, mode and sweep), so runs of other benchmarks do not make every key look swept; a sweep's
+    trials carry the sweep's name and their trial key."""
+    alive, stopped = alive or set(), stopped or set()
+    rows = [run_row(root, p, str(p) in alive, str(p) in stopped) for p in paths]
+    configs = [RunDir(p).read_config() for p in paths]
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i, cfg in enumerate(configs):
+        groups.setdefault(_group_key(cfg), []).append(i)
+    for members in groups.values():
+        flat = [_flatten(configs[i]) for i in members]
+        keys = swept_keys(flat) if len(members) > 1 else []
+        for i, f in zip(members, flat):
+            rows[i].swept = {k: f.get(k) for k in keys}
+    for row, cfg in zip(rows, configs):
+        tags = (cfg.get("tracking") or {}).get("tags") or {}
+        row.sweep, row.trial = str(tags.get("sweep") or ""), str(tags.get("sweep.trial") or "")
     return [asdict(r) for r in rows]
 
 
@@ -253,12 +286,12 @@ def live(rd: RunDir) -> dict[str, Any]:
     return rd.read_progress()
 
 
-def run_detail(root: Path, path: Path, alive: bool = False) -> dict[str, Any]:
+def run_detail(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> dict[str, Any]:
     rd = RunDir(path)
     cfg = rd.read_config()
     version, skill = current_skill(rd)
     return {
-        "row": asdict(run_row(root, path, alive)),
+        "row": asdict(run_row(root, path, alive, stopped)),
         "stages": list(STAGES),
         "extra_stages": list(EXTRA_STAGES),
         "live": live(rd),
@@ -272,11 +305,20 @@ def run_detail(root: Path, path: Path, alive: bool = False) -> dict[str, Any]:
     }
 
 
+def unfenced(text: str) -> str:
+    """A step's diff.md holds its diff in a Markdown ```diff fence; the page shows the diff itself."""
+    m = re.match(r"^```[A-Za-z]*\n(.*?)\n?```\s*$", text, re.S)
+    if not m:
+        return text
+    body = m.group(1)
+    return body + "\n" if body and not body.endswith("\n") else body
+
+
 def step_diff(path: Path, step_id: str) -> str:
     found = RunDir.parse_step_name(step_id)
     if found is None:
         raise ValueError(f"bad step id {step_id!r}")
-    return RunDir(path).read_step_text(*found, STEP_DIFF) or ""
+    return unfenced(RunDir(path).read_step_text(*found, STEP_DIFF) or "")
 
 
 def best_skill(path: Path) -> str:

@@ -8,17 +8,33 @@ const $ = (sel) => document.querySelector(sel);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const num = (x, d = 3) => (x === null || x === undefined || x === "" ? "–" : Number(x).toFixed(d));
 
+// The URL's ?token= set an HttpOnly cookie when the page loaded; keep the token out of the history and the screen.
+if (new URLSearchParams(location.search).has("token")) history.replaceState(null, "", location.pathname);
+
+function authProblem(r, body) {
+  if (r.status !== 401) return;
+  const el = $("#auth-error");
+  el.textContent = body.error || "missing or wrong token: open the URL the dashboard printed (it ends in ?token=...)";
+  el.classList.remove("hidden");
+}
+
 async function getJSON(url, opts) {
   const r = await fetch(url, opts);
   const body = await r.json().catch(() => ({}));
+  authProblem(r, body);
   if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
   return body;
 }
 async function getText(url) {
   const r = await fetch(url);
-  if (!r.ok) throw new Error(`HTTP ${r.status}`);
+  if (!r.ok) {
+    const body = await r.json().catch(() => ({}));
+    authProblem(r, body);
+    throw new Error(body.error || `HTTP ${r.status}`);
+  }
   return r.text();
 }
+const postJSON = (url, body) => getJSON(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
 
 // ---------------------------------------------------------------- tabs
 
@@ -54,7 +70,8 @@ function lineChart(el, series) {
     const pts = s.points.filter((p) => p[1] !== null && p[1] !== undefined);
     if (!pts.length) continue;
     const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ");
-    if (!s.dotsOnly) svg += `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2" ${s.dashed ? 'stroke-dasharray="5 4"' : ""}/>`;
+    const dash = s.dash || (s.dashed ? "5 4" : "");
+    if (!s.dotsOnly) svg += `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="${s.width || 2}" ${dash ? `stroke-dasharray="${dash}"` : ""}/>`;
     for (const p of pts) svg += `<circle cx="${sx(p[0])}" cy="${sy(p[1])}" r="3" fill="${s.color}"><title>${esc(s.name)} step ${p[0]}: ${num(p[1])}</title></circle>`;
   }
   el.innerHTML = svg + "</svg>";
@@ -62,8 +79,14 @@ function lineChart(el, series) {
 
 function diffHtml(text) {
   if (!text) return '<span class="muted">(no differences)</span>';
+  let inCode = false; // inside a ``` block of the skill: those lines are code, shown as such
   return text.split("\n").map((line) => {
-    const cls = line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : line.startsWith("@@") ? "hunk" : "";
+    const body = /^[ +-]/.test(line) && !/^(\+\+\+|---)/.test(line) ? line.slice(1) : null;
+    const fence = body !== null && body.trimStart().startsWith("```");
+    const code = inCode || fence;
+    if (fence) inCode = !inCode;
+    let cls = line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : line.startsWith("@@") ? "hunk" : "";
+    if (code) cls += fence ? " code fence" : " code";
     return `<span class="${cls}">${esc(line)}</span>`;
   }).join("\n");
 }
@@ -79,15 +102,30 @@ function stageKey(stage) {
   return stage.split(":")[0];
 }
 
+// Which box is current: a step's stages only while a step runs; the initial skill's evaluation (before the first
+// step), the epoch boundary and the final evaluation have their own; nothing once the run is done.
+function currentStage(live) {
+  const phase = live.phase || "";
+  const stage = stageKey(live.stage);
+  if (phase === "train") return detailStages.includes(stage) ? stage : "";
+  if (phase === "epoch_boundary") return stage === "meta_skill" ? "meta_skill" : "slow_update";
+  if (phase === "final" || phase === "eval") return "final";
+  if (phase === "done") return "";
+  return String(live.stage || "").startsWith("validate") ? "initial" : "";
+}
+const detailStages = ["rollout", "reflect", "aggregate", "select", "update", "gate"];
+
 function drawStrip(detail) {
   const live = detail.live || {};
-  let current = stageKey(live.stage);
-  if (live.phase === "final") current = "final";
-  if (live.phase === "epoch_boundary" && !["slow_update", "meta_skill"].includes(current)) current = "slow_update";
+  const current = currentStage(live);
   const running = detail.row.status === "running";
-  const box = (name, extra) => `<span class="stage ${extra ? "extra" : ""} ${running && current === name ? "current" : ""}" data-stage="${name}">${esc(name.replace("_", " "))}</span>`;
-  let html = detail.stages.map((s) => box(s, false)).join('<span class="stage arrow">→</span>');
-  html += '<span class="stage arrow">·</span>' + detail.extra_stages.map((s) => box(s, true)).join(" ");
+  const label = (name) => (name === "initial" ? "initial eval" : name.replace("_", " "));
+  const box = (name, extra) => `<span class="stage ${extra ? "extra" : ""} ${running && current === name ? "current" : ""}" data-stage="${name}">${esc(label(name))}</span>`;
+  const extras = detail.extra_stages.filter((s) => s !== "initial");
+  let html = "";
+  if (detail.extra_stages.includes("initial")) html += box("initial", true) + '<span class="stage arrow">·</span>';
+  html += detail.stages.map((s) => box(s, false)).join('<span class="stage arrow">→</span>');
+  html += '<span class="stage arrow">·</span>' + extras.map((s) => box(s, true)).join(" ");
   $("#strip").innerHTML = html;
 }
 
@@ -223,7 +261,7 @@ async function refreshRuns() {
   const checked = new Set([...document.querySelectorAll("#runs input:checked")].map((c) => c.value));
   $("#runs tbody").innerHTML = data.runs.map((r) => `<tr>
       <td><input type="checkbox" value="${esc(r.id)}" ${checked.has(r.id) ? "checked" : ""}></td>
-      <td><a href="#" data-watch="${esc(r.id)}">${esc(r.id)}</a></td><td>${esc(r.experiment)}</td>
+      <td><a href="#" data-watch="${esc(r.id)}">${esc(r.id)}</a>${r.sweep ? ` <span class="badge trial" title="a trial of sweep ${esc(r.sweep)}">sweep ${esc(r.sweep)} · trial ${esc(r.trial || "?")}</span>` : ""}</td><td>${esc(r.experiment)}</td>
       <td>${esc(Object.entries(r.swept).map(([k, v]) => `${k}=${v}`).join(" "))}</td><td>${esc(r.seed)}</td>
       <td><span class="badge ${esc(r.status)}">${esc(r.status)}</span></td><td>${r.steps}</td>
       <td>${num(r.best_selection)}</td><td>${num(r.test_initial)}</td><td>${num(r.test_best)}</td><td>${num(r.test_final)}</td>
@@ -244,9 +282,30 @@ $("#plot-curves").addEventListener("click", async () => {
   if (!ids.length) return;
   const data = await getJSON(`/api/compare?ids=${ids.map(encodeURIComponent).join(",")}`);
   const series = ids.map((id, i) => ({ name: id, color: COLORS[i % COLORS.length], points: data.curves[id].map((p) => [p.step, p.best]) }));
+  const notes = markIdentical(series);
   lineChart($("#compare-chart"), series);
-  $("#compare-legend").innerHTML = series.map((s) => `<span style="color:${s.color}">${esc(s.name)}</span>`).join("");
+  $("#compare-legend").innerHTML = series.map((s) => `<span style="color:${s.color}">${esc(s.name)}</span>`).join("") +
+    notes.map((n) => `<div class="muted identical">${esc(n)}</div>`).join("");
 });
+
+// Curves with the same points would hide each other: each copy gets its own dash pattern (the first is drawn
+// widest, underneath), and the legend says which ones are identical.
+function markIdentical(series) {
+  const DASHES = ["", "8 5", "2 4", "12 4 2 4", "4 8"];
+  const groups = new Map();
+  for (const s of series) {
+    const key = JSON.stringify(s.points);
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(s);
+  }
+  const notes = [];
+  for (const same of groups.values()) {
+    if (same.length < 2) continue;
+    same.forEach((s, i) => { s.dash = DASHES[i % DASHES.length]; s.width = i === 0 ? 4 : 2; });
+    notes.push(`${same.length} curves identical: ${same.map((s) => s.name).join(", ")}`);
+  }
+  return notes;
+}
 
 $("#diff-skills").addEventListener("click", async () => {
   const ids = checkedRuns();
@@ -274,6 +333,30 @@ const LABELS = {
   slow_update: "slow update", meta_skill: "meta skill", seed: "seed", smoke: "size preset (+smoke)", extra: "extra overrides (key=value ...)",
 };
 
+function presetQuery() {
+  const pick = (n) => ($(`#launch-form select[name=${n}]`) || {}).value || "";
+  return new URLSearchParams({ experiment: pick("experiment"), smoke: pick("smoke"), llm: pick("llm") }).toString();
+}
+
+// What an empty field means depends on the presets chosen: ask the server for their composed values.
+async function refreshPlaceholders() {
+  let schema;
+  try {
+    schema = await getJSON(`/api/schema?${presetQuery()}`);
+  } catch (e) {
+    $("#launch-error").textContent = e.message;
+    return;
+  }
+  for (const [name, f] of Object.entries(schema)) {
+    const el = $(`#launch-form [name=${name}]`);
+    if (!el || ["experiment", "smoke", "llm"].includes(name)) continue;
+    if (el.tagName === "INPUT") el.placeholder = String(f.placeholder ?? "");
+    else if (el.options.length && el.options[0].value === "") {
+      el.options[0].textContent = f.kind === "bool" ? `(preset: ${f.placeholder ? "on" : "off"})` : `(preset: ${f.placeholder})`;
+    }
+  }
+}
+
 async function buildForm() {
   // Empty fields keep the config's value (shown as the placeholder); only filled ones become overrides.
   const schema = await getJSON("/api/schema");
@@ -292,6 +375,8 @@ async function buildForm() {
     const type = f.kind === "int" ? "number" : "text";
     return `<label class="${name === "extra" ? "wide" : ""}">${esc(label)}<input type="${type}" name="${name}" placeholder="${esc(f.placeholder)}"></label>`;
   }).join("");
+  for (const n of ["experiment", "smoke", "llm"]) form.querySelector(`select[name=${n}]`).addEventListener("change", refreshPlaceholders);
+  refreshPlaceholders();
 }
 
 function formData() {
@@ -306,7 +391,7 @@ function formData() {
 async function submit(path) {
   $("#launch-error").textContent = "";
   try {
-    const res = await getJSON(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(formData()) });
+    const res = await postJSON(path, formData());
     $("#command").textContent = `$ ${res.command}`;
     if (path === "/api/launch") {
       state.launchLog = res.id;
@@ -325,11 +410,20 @@ async function refreshLaunches() {
   if (!data) return;
   $("#launches tbody").innerHTML = data.launches.map((l) => `<tr class="clickable" data-launch="${esc(l.id)}">
       <td>${esc(l.id)}</td><td><span class="badge ${esc(l.status)}">${esc(l.status)}</span></td><td><code>${esc(l.command)}</code></td>
-      <td>${l.status === "running" ? `<button data-stop="${esc(l.id)}">Stop</button>` : ""}</td></tr>`).join("");
+      <td>${l.status === "running" ? `<button data-stop="${esc(l.id)}">Stop</button>` : ""}${l.resumable ? `<button data-resume="${esc(l.id)}">Resume</button>` : ""}</td></tr>`).join("");
   document.querySelectorAll("#launches button[data-stop]").forEach((b) => b.addEventListener("click", async (ev) => {
     ev.stopPropagation();
-    await getJSON("/api/stop", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ id: b.dataset.stop }) }).catch(() => null);
-    refreshLaunches();
+    b.disabled = true;
+    await postJSON("/api/stop", { id: b.dataset.stop }).catch(() => null);
+    tick(); // the badges say "stopping", then "stopped", without waiting for the next poll
+  }));
+  document.querySelectorAll("#launches button[data-resume]").forEach((b) => b.addEventListener("click", async (ev) => {
+    ev.stopPropagation();
+    b.disabled = true;
+    const res = await postJSON("/api/resume", { id: b.dataset.resume }).catch((e) => ({ error: e.message }));
+    if (res.id) state.launchLog = res.id;
+    $("#launch-error").textContent = res.error || "";
+    tick();
   }));
   document.querySelectorAll("#launches tr[data-launch]").forEach((tr) => tr.addEventListener("click", () => {
     state.launchLog = tr.dataset.launch;
