@@ -362,11 +362,11 @@ def _validate_role(cfg: Config, role: str, r: LLMRoleConfig) -> None:
                 f"llm.{role}.context_tokens={r.context_tokens} leaves no room for a prompt beside the reply "
                 f"budget ({reply} tokens): give the model's real context window, or lower llm.{role}.max_reply_tokens"
             )
-    if r.reasoning_effort is not None:
+    if r.reasoning_effort is not None:  # Claude also takes max (llm/anthropic_backend.py)
         _choice(
             f"llm.{role}.reasoning_effort",
             r.reasoning_effort,
-            ("none", "minimal", "low", "medium", "high", "xhigh"),
+            ("none", "minimal", "low", "medium", "high", "xhigh", *(("max",) if r.provider == "anthropic" else ())),
         )
     _at_least(f"llm.{role}.connect_timeout_s", r.connect_timeout_s, 0.1)
     _at_least(f"llm.{role}.silence_probe_s", r.silence_probe_s, 0)

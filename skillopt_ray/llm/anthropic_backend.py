@@ -21,6 +21,10 @@ from skillopt_ray.config import LLMRoleConfig
 from skillopt_ray.llm.client import Completion, RetryPolicy
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable
 
+# the efforts Claude takes (the Messages API's output_config.effort, as the reference's Claude backend passes
+# them to the CLI); any other value (none, minimal) sends no effort, leaving the model's default
+CLAUDE_EFFORTS = ("low", "medium", "high", "xhigh", "max")
+
 STOP = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -150,6 +154,9 @@ class AnthropicEndpoint:
             kw["tool_choice"] = getattr(req, "tool_choice", None) or "auto"
         if req.response_format is not None:
             kw["response_format"] = req.response_format
+        effort = (self.cfg.reasoning_effort or "").strip().lower()
+        if effort in CLAUDE_EFFORTS:
+            kw["reasoning_effort"] = effort
         return kw
 
     def _body(self, kw: dict[str, Any]) -> dict[str, Any]:
@@ -161,6 +168,8 @@ class AnthropicEndpoint:
         if kw.get("tools"):
             body["tools"] = to_tools(kw["tools"])
             body["tool_choice"] = {"type": "auto"}
+        if kw.get("reasoning_effort"):
+            body["output_config"] = {"effort": kw["reasoning_effort"]}
         if kw.get("response_format"):  # JSON wanted: said in the system text (the API has no response_format)
             body["system"] = (body.get("system", "") + "\n\nReply with only a JSON value, no other text.").strip()
         return body
