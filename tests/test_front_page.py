@@ -3,6 +3,14 @@ length, its first commands, links that resolve) and the docs site (the generated
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
 from skillopt_ray.cli.report import mlflow_lines, report
 from skillopt_ray.report import lr_text
 
@@ -43,3 +51,70 @@ def test_the_learning_rate_is_said_as_the_schedule_makes_it():
     assert "unlimited" in lr_text({"learning_rate": 4, "min_learning_rate": 2, "lr_schedule": "autonomous"})
     chosen = lr_text({"learning_rate": 4, "lr_schedule": "cosine", "lr_control_mode": "autonomous"})
     assert "chosen by the optimizer" in chosen and "->" not in chosen
+
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_config_docs", ROOT / "scripts" / "gen_config_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_configuration_page_is_the_schemas():
+    """docs/configuration.md is generated from the typed schema: a key added, removed or re-explained in
+    skillopt_ray/config.py without regenerating the page fails here (python scripts/gen_config_docs.py)."""
+    from skillopt_ray import config
+
+    gen = _generator()
+    page = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    assert page == gen.render(), "docs/configuration.md is stale: run python scripts/gen_config_docs.py"
+    # every key of every section is on the page, with its default
+    for f in dataclasses.fields(config.OptimizerConfig):
+        assert f"| `optimizer.{f.name}` |" in page
+    for f in dataclasses.fields(config.LLMRoleConfig):
+        assert f"| `llm.<role>.{f.name}` |" in page
+    assert "| `optimizer.learning_rate` | int | `4` |" in page and "`+sweep=lr`" in page
+
+
+def test_the_generator_notices_a_changed_schema(tmp_path, monkeypatch):
+    """The staleness check can fail: a new field, or a changed comment, changes what the page must say."""
+    gen = _generator()
+    before = gen.render()
+    source = tmp_path / "config.py"
+    source.write_text(
+        "from dataclasses import dataclass\n@dataclass\nclass OptimizerConfig:\n    epochs: int = 4  # passes, reworded\n"
+    )
+    notes = gen.field_notes(source)
+    assert notes[("OptimizerConfig", "epochs")] == "passes, reworded"
+    monkeypatch.setattr(gen, "field_notes", lambda path: notes if path.name == "config.py" else {})
+    assert gen.render() != before and "passes, reworded" in gen.render()
+
+
+def _nav_pages(nav) -> list[str]:
+    out: list[str] = []
+    for entry in nav:
+        for value in entry.values() if isinstance(entry, dict) else [entry]:
+            out += _nav_pages(value) if isinstance(value, list) else [value]
+    return out
+
+
+def test_every_docs_page_is_in_the_site_and_its_links_resolve():
+    """mkdocs.yml's nav lists every page under docs/ and nothing else; relative links between pages point at files
+    that exist (CI also builds the site with mkdocs build --strict, which checks the anchors)."""
+    nav = _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    pages = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+    assert sorted(nav) == pages
+    broken = [
+        f"{page}: {target}"
+        for page in pages
+        for target in LINK.findall((DOCS / page).read_text(encoding="utf-8"))
+        if not target.startswith(("http://", "https://", "#", "mailto:"))
+        and not (DOCS / page).parent.joinpath(target.split("#")[0]).resolve().exists()
+    ]
+    assert not broken, broken

@@ -1,7 +1,7 @@
 """Comments, tests and docs say what the reference does in the project's own words: no tracked file outside docs/
 cites the external specification (its file name, its section numbers or its quirk numbers), which is not in the
 repository. Reference behaviours and quirks are described in docs/reference-behaviours.md, and every
-`quirk: <name>` the tree mentions is one of its entries."""
+`quirk: <name>` the tree mentions, the documentation pages included, is one of its entries."""
 
 from __future__ import annotations
 
@@ -18,20 +18,20 @@ DOC = ROOT / "docs" / "reference-behaviours.md"
 CITATION = re.compile("|".join(["REFERENCE" + "_SPEC", "\u00a7" + " ?[0-9]", "QUIRK" + "-[0-9]"]))
 QUIRK_NAME = re.compile(r"quirk: ([a-z0-9][a-z0-9-]*[a-z0-9])")
 DOC_ENTRY = re.compile(r"\*\*`quirk: ([a-z0-9-]+)`\*\*")
-NOT_A_NAME = {"name"}  # the README's "a `quirk: name` is an entry of ..."
+NOT_A_NAME = {"name"}  # the differences page's "a `quirk: name` is an entry of ..."
 
 
-def tracked_files() -> list[Path]:
+def tracked_files(with_docs: bool = False) -> list[Path]:
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout: the tracked files are unknown")
     out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    return [ROOT / p for p in out.decode().split("\0") if p and not p.startswith("docs/")]
+    return [ROOT / p for p in out.decode().split("\0") if p and (with_docs or not p.startswith("docs/"))]
 
 
-def texts() -> list[tuple[str, str]]:
-    """(path, text) of every tracked text file outside docs/."""
+def texts(with_docs: bool = False) -> list[tuple[str, str]]:
+    """(path, text) of every tracked text file outside docs/ (or everywhere, with_docs)."""
     out = []
-    for path in tracked_files():
+    for path in tracked_files(with_docs):
         try:
             data = path.read_bytes()
         except OSError:  # listed but deleted in the working tree
@@ -65,7 +65,7 @@ def test_every_quirk_named_in_the_tree_is_described_in_the_behaviours_page():
     assert len(described) >= 30
     unknown = sorted(
         f"{path}: {name}"
-        for path, text in texts()
+        for path, text in texts(with_docs=True)
         for name in set(QUIRK_NAME.findall(text)) - NOT_A_NAME
         if name not in described
     )
