@@ -216,3 +216,22 @@ def test_cli_with_a_csv_symlink_loop_stops_before_ray_with_exit_2(sample_root, t
     err = capsys.readouterr().err.strip()
     assert code == 2 and not ray.is_initialized() and not (tmp_path / "out").exists()
     assert err == f"error: {loop} is a symlink loop; point it at the file or folder it should name, or remove it"
+
+
+def test_materialize_names_a_bad_source_in_one_line(tmp_path, capsys):
+    from skillopt_envs.docvqa import materialize
+
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really parquet")
+    (tmp_path / "page.png").write_bytes(b"x")
+    expected = {
+        "l1": f"{tmp_path / 'l1'} is a symlink loop",
+        "bad.parquet": f"{tmp_path / 'bad.parquet'} is not a readable parquet file (",
+        "gone.json": f"--source {tmp_path / 'gone.json'} does not exist",
+        "page.png": f"--source {tmp_path / 'page.png'} is neither a .parquet nor a .json file",
+    }
+    for name, start in expected.items():
+        assert materialize.main(["--source", str(tmp_path / name), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {start}") and "\n" not in err, err

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from skillopt_envs.base import DataError
-from skillopt_envs.docvqa.data import PAPER_SPLIT_DIR, SPLITS, TEXT_LAYER_SUFFIX
+from skillopt_envs.docvqa.data import PAPER_SPLIT_DIR, SPLITS, TEXT_LAYER_SUFFIX, check_followable
 
 COLUMNS = (
     "questionId",
@@ -98,7 +98,10 @@ def parquet_records(paths: list[Path], wanted: set[str]) -> Iterator[tuple[dict[
     except ImportError:
         raise DataError("reading parquet needs pyarrow: pip install pyarrow") from None
     for path in paths:
-        f = pq.ParquetFile(path)
+        try:
+            f = pq.ParquetFile(path)
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            raise DataError(f"{path} is not a readable parquet file ({str(e).strip().splitlines()[0][:160]})") from None
         for g in range(f.num_row_groups):
             table = f.read_row_group(g)
             ids = [str(x) for x in table.column("questionId").to_pylist()]
@@ -116,6 +119,8 @@ def parquet_records(paths: list[Path], wanted: set[str]) -> Iterator[tuple[dict[
 def json_records(path: Path, wanted: set[str]) -> Iterator[tuple[dict[str, Any], Path]]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise DataError(f"{path} cannot be read ({e.strerror or e})") from None
     except ValueError as e:
         raise DataError(f"{path} is not valid JSON: {e}") from None
     data = doc.get("data") if isinstance(doc, dict) else doc
@@ -144,7 +149,18 @@ def ocr_text(ocr_json: Path) -> str:
     return "\n".join(lines)
 
 
+def check_sources(sources: list[Path]) -> None:
+    """Each --source is a .parquet or .json file that can be opened: one line naming the first that is not."""
+    for path in sources:
+        check_followable(path)
+        if not path.is_file():
+            raise DataError(f"--source {path} does not exist (or is not a file); name the downloaded files")
+        if path.suffix not in (".parquet", ".json"):
+            raise DataError(f"--source {path} is neither a .parquet nor a .json file")
+
+
 def materialize(sources: list[Path], manifest: Path, out: Path) -> dict[str, int]:
+    check_sources(sources)
     split_of = read_id_manifest(manifest)
     rows: dict[str, list[dict[str, str]]] = {s: [] for s in SPLITS}
     (out / "images").mkdir(parents=True, exist_ok=True)
@@ -199,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         counts = materialize(a.source, a.manifest, a.out)
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # what the checks did not foresee (a full disk, an unreadable image): still one line
+        print(f"error: {e.filename or a.out}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(f"wrote {'/'.join(str(counts[s]) for s in SPLITS)} train/val/test questions to {a.out}")
     return 0
