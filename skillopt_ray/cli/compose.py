@@ -94,7 +94,7 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None, extra_keys: Ite
             for free in _FREE_MAPS:
                 if key.startswith(free + "."):
                     return f"{key} is not set yet: {free} holds free entries, add one with +{key}=..."
-            if key.split(".", 1)[0] == "sweep" and not extra_keys:  # conf/sweep/ presets belong to the sweep command
+            if key.split(".", 1)[0] == "sweep" and not extra_keys:  # sweep presets and options belong to the sweep command
                 return (
                     f"{key} is an option of the sweep command: run python -m skillopt_ray.sweep with the same "
                     "overrides (python -m skillopt_ray runs one configuration)"
@@ -234,6 +234,9 @@ def resolve_paths(data: dict[str, Any]) -> dict[str, Any]:
     for sect, key in (("env", "data_dir"), ("env", "manifest_dir"), ("eval", "skill_path")):
         if data[sect].get(key):
             data[sect][key] = str(Path(os.path.expandvars(data[sect][key])).expanduser().resolve())
+    opts = data["env"].get("options")
+    if isinstance(opts, dict) and isinstance(opts.get("check"), str) and opts["check"]:  # a user's check script
+        opts["check"] = str(Path(os.path.expandvars(opts["check"])).expanduser().resolve())
     if data.get("skill_init"):
         data["skill_init"] = str(Path(data["skill_init"]).expanduser().resolve())
     return data
