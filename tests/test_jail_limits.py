@@ -53,6 +53,17 @@ def _uid_processes(uid: int) -> list[int]:
     return found
 
 
+def _cmdlines() -> list[bytes]:
+    found = []
+    for e in os.listdir("/proc"):
+        if e.isdigit():
+            try:
+                found.append(Path(f"/proc/{e}/cmdline").read_bytes())
+            except OSError:
+                pass
+    return found
+
+
 def _hostile_run(tmp_path: Path, monkeypatch, script: str, limits: JailLimits, memory_mb: int = 4096):
     """Run `script` as the agent's one command under Codex in the real jail; return what the model saw, the run,
     and the host workspace. Checks that nothing is left on the host: no process of the jail's uid (the command
@@ -260,3 +271,73 @@ def test_the_limits_are_config_keys_validated_and_handed_to_the_jail():
     settings = AgentSettings.from_gateway(agent_settings(obj.llm.target), 60.0)
     assert settings.limits == JailLimits(processes=300, disk_mb=1024, disk_files=999, file_mb=256)
     assert AgentSettings.from_gateway({"harness": "codex", "model": "m"}, 60.0).limits == JailLimits()
+
+
+NOBODY_DRIVER = r"""
+import asyncio, importlib.util, json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+spec = importlib.util.spec_from_file_location("jail", sys.argv[2])
+jail_mod = importlib.util.module_from_spec(spec)
+sys.modules["jail"] = jail_mod
+spec.loader.exec_module(jail_mod)
+root = Path(sys.argv[3])
+jail = jail_mod.Jail(root / "j", root / "prefix", limits=jail_mod.JailLimits(processes=40, disk_mb=16, disk_files=300))
+env = jail_mod.jail_env(jail.home_path(), jail.prefix_path(), {})
+r = asyncio.run(jail.run(root / "ws", env, ["sh", "-c", sys.argv[4]], 20, 4096))
+print(json.dumps({"rc": r.returncode, "out": r.stdout, "err": r.stderr, "exported": r.exported}))
+"""
+
+NOBODY_SCRIPT = (
+    "id -u; python3 -c \"import pty, os; m, s = pty.openpty(); print('PTY', os.ttyname(s))\"; "
+    + FORK_LOOP.replace("python -c", "python3 -c")
+    + "; python3 -c \"\nn=0\ntry:\n    for i in range(2000): open('f%d' % i, 'w').close(); n+=1\n"
+    "except OSError as e: print('FILES-STOPPED', n, e)\"; rm -f f*; head -c 40M /dev/zero > /tmp/big; echo RC=$?; "
+    "rm /tmp/big; echo kept > kept.txt; (python3 -c 'import time; time.sleep(300)' left-behind-marker &)"
+)
+
+
+def test_the_limits_hold_for_an_unprivileged_caller_too(tmp_path):
+    """Most users are not root: bubblewrap then runs in a user namespace, where the kernel counts the jail's
+    processes apart from the user's others. Run the same jail as uid 65534 (root here drops to it with setpriv;
+    the system Python runs the driver, since the project's may sit in root's home)."""
+    import shutil
+    import subprocess
+
+    need_bwrap()
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root (to become an unprivileged user), setpriv and /usr/bin/python3")
+    repo = Path(__file__).resolve().parent.parent
+    top = Path(tempfile.mkdtemp(prefix="jl-nobody-"))
+    try:
+        (top / "pkgs" / "skillopt_envs").mkdir(parents=True)
+        (top / "pkgs" / "skillopt_envs" / "__init__.py").write_text("")
+        shutil.copy(repo / "envs" / "sandbox.py", top / "pkgs" / "skillopt_envs" / "sandbox.py")
+        (top / "driver.py").write_text(NOBODY_DRIVER)
+        for d in ("ws", "prefix"):
+            (top / d).mkdir()
+        for p in [top, *top.rglob("*")]:
+            os.chown(p, 65534, 65534)
+        top.chmod(0o755)
+        argv = [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            str(top / "driver.py"),
+        ]
+        argv += [str(top / "pkgs"), str(repo / "skillopt_ray" / "harness" / "jail.py"), str(top), NOBODY_SCRIPT]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/")
+        assert proc.returncode == 0, proc.stderr
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        out = r["out"]
+        assert out.startswith("65534\n") and "PTY /dev/pts/" in out, r
+        assert "FORK-STOPPED" in out and 0 < int(re.search(r"FORKED (\d+)", out).group(1)) < 40  # type: ignore[union-attr]
+        assert 0 < int(re.search(r"FILES-STOPPED (\d+)", out).group(1)) < 300  # type: ignore[union-attr]
+        assert "No space left on device" in r["err"] and "RC=1" in out
+        assert r["exported"] and (top / "ws" / "kept.txt").read_text() == "kept\n"
+        assert not (top / "ws" / "big").exists()
+        assert not [c for c in _cmdlines() if b"left-behind-marker" in c]  # the jail's leftovers were ended
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

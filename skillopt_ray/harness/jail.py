@@ -76,6 +76,8 @@ def chown_tree(top, uid, gid):
     os.lchown(top, uid, gid)
 
 def set_up(area, uid):
+    if cfg["devpts"] and libc.mount(b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | 8, b"newinstance,ptmxmode=0666,mode=0620"):
+        sys.stderr.write("skillopt-jail: no pseudo-terminals: " + os.strerror(ctypes.get_errno()) + "\n")
     opts = "size=%d,nr_inodes=%d,mode=0755" % (cfg["disk_bytes"], cfg["disk_files"])
     mount("tmpfs", area, "tmpfs", MS_NOSUID | MS_NODEV, opts)
     for name, (seed, target, mode) in cfg["dirs"].items():
@@ -112,15 +114,17 @@ def run_cli(export):
             os.execvp(cmd[0], cmd)
         finally:
             os._exit(127)
-    deadline, timed_out = time.monotonic() + cfg["deadline_s"], False
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status, timed_out
-        if time.monotonic() > deadline and not timed_out:
-            timed_out = True
-            os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
+    timed_out = []
+
+    def time_up(signum, frame):  # the deadline: end the CLI (its leftovers go next), then send the files back
+        timed_out.append(True)
+        os.kill(pid, signal.SIGKILL)
+
+    signal.signal(signal.SIGALRM, time_up)
+    signal.setitimer(signal.ITIMER_REAL, min(cfg["deadline_s"], 10.0**8))
+    _, status = os.waitpid(pid, 0)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return status, bool(timed_out)
 
 def end_leftovers():
     stop = time.monotonic() + 10
@@ -293,7 +297,7 @@ def _system_mounts() -> list[str]:
     """bwrap arguments that give the jail the host's system files read-only: /usr, the /bin and /lib folders (or
     their symlinks), the few /etc files programs look up, and the project's Python for the agent's scripts. /run
     is a small tmpfs holding the mount points the launcher fills."""
-    argv = ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev"]
+    argv = ["--ro-bind", "/usr", "/usr", "--proc", "/proc", *_dev_args()]
     argv += ["--perms", "0755", "--size", str(1024 * 1024), "--tmpfs", "/run"]
     for d in ("/etc", "/opt", "/opt/skillopt", "/home", JAIL_SOCKET_DIR, "/run/seed", JAIL_AREA):
         argv += ["--perms", "0755", "--dir", d]  # bubblewrap makes the folders it needs 0700 (root's only)
@@ -313,6 +317,21 @@ def _system_mounts() -> list[str]:
                 argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", d, d]
     return argv
+
+
+def _dev_args() -> list[str]:
+    """The jail's /dev. As root, bubblewrap's own. In a user namespace bubblewrap's --dev would nest a second user
+    namespace (to mount devpts) that leaves the launcher unable to mount its tmpfs: a small /dev is built instead,
+    the host's harmless device nodes bound in and a fresh devpts mounted by the launcher (PTYs for the CLIs)."""
+    if os.geteuid() == 0:
+        return ["--dev", "/dev"]
+    argv = ["--perms", "0755", "--tmpfs", "/dev"]
+    for node in ("null", "zero", "full", "random", "urandom", "tty"):
+        argv += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+    for n, name in enumerate(("stdin", "stdout", "stderr")):
+        argv += ["--symlink", f"/proc/self/fd/{n}", f"/dev/{name}"]
+    argv += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "pts/ptmx", "/dev/ptmx"]
+    return argv + ["--perms", "0755", "--dir", "/dev/pts", "--perms", "0755", "--dir", "/dev/shm"]
 
 
 def _seccomp_args(fds: list[int]) -> list[str]:
@@ -475,7 +494,8 @@ class Jail:
             argv += ["--setenv", k, v]
         argv += _seccomp_args(fds)
         cfg = self._launcher_config(uid, self._open_export(fds), timeout_s)
-        return argv + [sys.executable, "-I", "-c", LAUNCHER_PY, json.dumps(cfg), *inner]
+        # -S: the standard library alone (no site-packages to scan), for a faster start
+        return argv + [sys.executable, "-I", "-S", "-c", LAUNCHER_PY, json.dumps(cfg), *inner]
 
     @staticmethod
     def _identity_args(uid: int) -> list[str]:
@@ -512,8 +532,9 @@ class Jail:
             },
             "export": ["workspace", "home"],
             "export_fd": export_fd,
-            "deadline_s": timeout_s if timeout_s != float("inf") else 10.0**9,
+            "deadline_s": timeout_s if timeout_s != float("inf") else 10.0**8,
             "cwd": JAIL_WORKSPACE,
+            "devpts": os.geteuid() != 0,  # see _dev_args
         }
 
     async def run(
