@@ -253,6 +253,8 @@ def test_codex_target_training_step_reaches_the_gate(ray_cluster, tmp_path):
         assert policy.skill_reads and {p for _, p in policy.skill_reads} == {SKILL_FILE}
         ledger = json.loads((rd / "ledger.json").read_text())
         assert ledger["entries"]["target/rollout"]["calls"] == srv.state.requests[("target", "rollout")]
+        # the gate's selection and the final test episodes are booked under validate, not with the training batches
+        assert ledger["entries"]["target/validate"]["calls"] == srv.state.requests[("target", "validate")] > 0
 
 
 class SheetAgentPolicy:
