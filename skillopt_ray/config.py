@@ -33,7 +33,7 @@ class AgentConfig:
     # confines the agent itself, so Codex runs in full-access mode inside it
     codex_sandbox: str = "danger-full-access"
     codex_reasoning_effort: str = "none"  # sent as model_reasoning_effort, "none" included (as the reference does)
-    claude_effort: str = "medium"  # mapped: none/off/"" -> no flag, xhigh -> max, unknown -> medium
+    claude_effort: str = "medium"  # mapped: none/off -> no flag, ""/missing -> medium, xhigh -> max, unknown -> medium
     claude_max_thinking_tokens: int = 16384
     trace_to_optimizer: bool = True  # the analysts see the agent's trace summary
     jail: str = "bwrap"  # bwrap | none (none: no isolation, for debugging only)
