@@ -117,6 +117,9 @@ def test_a_foreign_origin_is_refused_even_with_the_token(served):
         r = served.post("/api/check", _form(served), served.auth(Origin=origin))
         assert r.status_code == 403, origin
     assert served.post("/api/launch", _form(served), served.auth(Origin="http://evil.example")).status_code == 403
+    # a tag on a page of another port (same site: no Origin header on a GET, the cookie goes along) is refused too
+    for site in ("same-site", "cross-site"):
+        assert httpx.get(served.base + "/api/runs", headers=served.auth(**{"Sec-Fetch-Site": site})).status_code == 403
     assert not any(served.dash.launcher.launches)
 
 

@@ -141,10 +141,10 @@ class GuardMiddleware:
         origin = headers.get("origin")
         if origin is not None and not g.origin_ok(origin, scope.get("scheme", "http"), host, port):
             return Refusal(403, f"requests from origin {origin!r} are refused; use the dashboard's own page")
+        site = headers.get("sec-fetch-site", "same-origin")  # a browser's own word on who made the request
+        if scope["path"].startswith("/api/") and site not in ("same-origin", "none"):
+            return Refusal(403, f"a {site} request is refused; use the dashboard's own page")
         if scope["method"] == "POST":
-            site = headers.get("sec-fetch-site", "same-origin")
-            if site not in ("same-origin", "none"):
-                return Refusal(403, f"a {site} request is refused; use the dashboard's own page")
             ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if ctype != "application/json":
                 return Refusal(415, "send the body as JSON with Content-Type: application/json")
