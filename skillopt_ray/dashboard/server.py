@@ -113,6 +113,18 @@ def _view_routes(dash: Dashboard) -> list[Route]:
             return _error("no such run or step", 404)
         return PlainTextResponse(text)
 
+    return [
+        Route("/", index),
+        Route("/api/schema", schema),
+        Route("/api/runs", runs),
+        Route("/api/run", run),
+        Route("/api/diff", diff),
+    ]
+
+
+def _compare_routes(dash: Dashboard) -> list[Route]:
+    """The comparison's JSON: two runs' best skills diffed, and the curves of the ticked runs."""
+
     async def skill_diff(request: Request) -> Response:
         try:
             a = dash.resolve(request.query_params.get("a", ""))
@@ -130,15 +142,7 @@ def _view_routes(dash: Dashboard) -> list[Route]:
         curves = {i: views.curve(views.RunDir(p)) for i, p in zip(ids, paths)}
         return JSONResponse({"curves": curves})
 
-    return [
-        Route("/", index),
-        Route("/api/schema", schema),
-        Route("/api/runs", runs),
-        Route("/api/run", run),
-        Route("/api/diff", diff),
-        Route("/api/skill_diff", skill_diff),
-        Route("/api/compare", compare),
-    ]
+    return [Route("/api/skill_diff", skill_diff), Route("/api/compare", compare)]
 
 
 def _launch_routes(dash: Dashboard) -> list[Route]:
@@ -198,6 +202,7 @@ def _launch_routes(dash: Dashboard) -> list[Route]:
 def build_app(dash: Dashboard) -> Starlette:
     routes = [
         *_view_routes(dash),
+        *_compare_routes(dash),
         *_launch_routes(dash),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
