@@ -113,6 +113,42 @@ class LLM(Protocol):
     async def response_format_for(self, role: str, schema: dict, name: str) -> Any: ...
 
 
+@dataclass
+class AgentTask:
+    """One agent run an episode asks for: the SKILL.md around the skill, task.md, the prompt and the workspace."""
+
+    skill: str
+    description: str  # SKILL.md front matter: what the skill is for
+    preamble: str  # SKILL.md text before the learned guidance
+    task_md: str
+    prompt: str
+    timeout_s: float  # wall-clock limit of the run (<= 0: none; llm.target.agent.timeout_s overrides it)
+    files: dict[str, str] = field(default_factory=dict)  # workspace path -> host file copied there first
+    allow_file_edits: bool = False  # the agent is told it may write files (a task whose result is a file)
+    # lay the workspace out in this folder and leave it there afterwards (the caller reads it, then removes it);
+    # None: a temporary folder removed when the run ends
+    workspace: Optional[str] = None
+
+
+@dataclass
+class AgentOutcome:
+    """What an agent run gave back. `ok=False` is an infrastructure failure (the jail, the CLI or its tools broke,
+    `error_kind` one of INFRA_KINDS), never a score; `info` is what the analysts see of the run."""
+
+    reply: str  # the final message, else the raw transcript
+    skill_md: str
+    ok: bool = True
+    error: str = ""
+    error_kind: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentRunner(Protocol):
+    """Runs an agent CLI (llm.target.harness) for an episode; `skillopt_envs.kit.agent_runner(llm)` hands one out."""
+
+    async def run(self, task: AgentTask, key: str) -> AgentOutcome: ...
+
+
 class Benchmark(ABC):
     """One benchmark: its data, its seed skill and its episode loop."""
 

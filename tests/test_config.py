@@ -12,14 +12,16 @@ from skillopt_ray import cli
 from skillopt_ray.config import redact, run_identity
 
 CONF = cli.CONF_DIR
-EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+# custom and plugin run the user's own tasks or class (env.data_dir, env.benchmark): tests/test_custom*.py and
+# tests/test_plugin*.py compose them
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in ("custom", "plugin"))
 LLMS = sorted(p.stem for p in (CONF / "llm").glob("*.yaml"))
 RAYS = sorted(p.stem for p in (CONF / "ray").glob("*.yaml"))
 
 
 # the benchmarks the reference runs inside its exec targets (SpreadsheetBench in single mode, OfficeQA offline with
 # local tools); ALFWorld has none
-HARNESS_BENCHMARKS = {"searchqa", "spreadsheetbench", "docvqa", "livemathematicianbench", "officeqa"}
+HARNESS_BENCHMARKS = {"searchqa", "spreadsheetbench", "docvqa", "livemathematicianbench", "officeqa", "custom"}
 
 
 def test_the_benchmarks_with_an_agent_harness_are_the_references():

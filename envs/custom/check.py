@@ -1,0 +1,128 @@
+"""A user's check script, run in the sandbox (no network, limits, no keys) as `check <task.json> <reply.txt>` or, for
+an agent task, `check <task.json> <workspace>`.
+
+How its run becomes a score: the last non-empty line of its output is the score when it is a number in [0, 1]; a
+check that prints nothing scores by its exit status (0: 1.0, anything else: 0.0). A check that crashes (a Python
+traceback, a signal, the time limit), prints a number outside [0, 1] or prints something that is not a number has
+broken, not the reply: the task counts as a data error, never as a 0 that looks real.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_envs.base import DataError
+from skillopt_envs.sandbox import Limits, Sandbox, head_and_tail
+
+OUTPUT_CHARS = 1500  # of the check's stdout and stderr, each, shown to the analysts
+
+# main.py in the sandbox: unpack the workspace when there is one, then run the check with the task's two arguments
+_WRAPPER = r"""
+import json, os, subprocess, sys, tarfile
+cfg = json.load(open("run.json"))
+if cfg["tar"]:
+    with tarfile.open("workspace.tar") as t:
+        t.extractall("workspace", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    os.remove("workspace.tar")
+os.chmod(cfg["check"], 0o755)
+argv = [sys.executable, cfg["check"]] if cfg["python"] else [os.path.abspath(cfg["check"])]
+sys.stdout.flush()
+sys.exit(subprocess.call(argv + ["task.json", cfg["target"]]))
+"""
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """The check's score, or `broken` (the reason it gave no usable score); `output` is what the analysts see."""
+
+    value: Optional[float]
+    reason: str
+    output: str
+    infra: bool = False  # the sandbox itself could not start: an infrastructure failure
+
+    @property
+    def broken(self) -> bool:
+        return self.value is None
+
+
+def check_file(path: Path, where: str) -> Path:
+    """A usable check: an existing file, a .py or executable; DataError naming `where` and the fix otherwise."""
+    if not path.is_file():
+        raise DataError(f"{where}: the check {path} does not exist; give an existing script (env.options.check=<path>)")
+    if path.suffix != ".py" and not os.access(path, os.X_OK):
+        raise DataError(f"{where}: the check {path} is not executable; chmod +x it (or give a .py file)")
+    return path
+
+
+def workspace_tar(folder: Path) -> bytes:
+    """The agent's workspace as a tar archive (regular files and folders; links are left out)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for p in sorted(folder.rglob("*")):
+            if p.is_symlink() or not (p.is_file() or p.is_dir()):
+                continue
+            tar.add(str(p), arcname=str(p.relative_to(folder)), recursive=False)
+    return buf.getvalue()
+
+
+def run_check(
+    sandbox: Sandbox, check: Path, task: dict[str, Any], reply: Optional[str], workspace: Optional[Path]
+) -> CheckOutcome:
+    """Run `check` on a reply (written to reply.txt) or on an agent's workspace, and read its verdict."""
+    with tempfile.TemporaryDirectory(prefix="skillopt-check-") as tmp:
+        d = Path(tmp)
+        name = "check.py" if check.suffix == ".py" else "check"
+        (d / "task.json").write_text(json.dumps(task, ensure_ascii=False), encoding="utf-8")
+        inputs = {name: check, "task.json": d / "task.json", "run.json": d / "run.json"}
+        if workspace is not None:
+            (d / "workspace.tar").write_bytes(workspace_tar(workspace))
+            inputs["workspace.tar"] = d / "workspace.tar"
+        else:
+            (d / "reply.txt").write_text(reply or "", encoding="utf-8")
+            inputs["reply.txt"] = d / "reply.txt"
+        target = "workspace" if workspace is not None else "reply.txt"
+        run = {"check": name, "python": name == "check.py", "tar": workspace is not None, "target": target}
+        (d / "run.json").write_text(json.dumps(run), encoding="utf-8")
+        r = sandbox.run(_WRAPPER, inputs, d / "out")
+    output = _shown(r.stdout, r.stderr)
+    if not r.started:
+        return CheckOutcome(None, f"the check could not run: {r.describe()}", output, infra=True)
+    return verdict(r.returncode, r.timed_out, r.stdout, r.stderr, r.describe(), output)
+
+
+def verdict(returncode: int, timed_out: bool, stdout: str, stderr: str, described: str, output: str) -> CheckOutcome:
+    """The score rule of the module docstring, applied to one finished run."""
+    if timed_out or returncode < 0:
+        return CheckOutcome(None, f"the check broke: {described}", output)
+    if "Traceback (most recent call last)" in stderr:
+        return CheckOutcome(None, f"the check crashed (exit status {returncode}; its traceback is below)", output)
+    lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
+    if not lines:
+        value = 1.0 if returncode == 0 else 0.0
+        return CheckOutcome(value, f"the check printed nothing and exited with status {returncode}", output)
+    try:
+        value = float(lines[-1])
+    except ValueError:
+        return CheckOutcome(None, f"the check's last line {lines[-1][:80]!r} is not a score in [0, 1]", output)
+    if not 0.0 <= value <= 1.0:
+        return CheckOutcome(None, f"the check printed {value:g}, outside [0, 1]", output)
+    return CheckOutcome(value, f"the check printed {value:g}", output)
+
+
+def _shown(stdout: str, stderr: str) -> str:
+    parts = [f"[stdout]\n{head_and_tail(stdout, OUTPUT_CHARS)}" if stdout.strip() else "[stdout] (empty)"]
+    if stderr.strip():
+        parts.append(f"[stderr]\n{head_and_tail(stderr, OUTPUT_CHARS)}")
+    return "\n".join(parts)
+
+
+def make_sandbox(isolation: str, timeout_s: float) -> Sandbox:
+    """The sandbox checks run in: `timeout_s` of wall clock and of CPU per check, the sandbox's other limits."""
+    return Sandbox(isolation, Limits(cpu_s=max(1, int(timeout_s)), wall_s=timeout_s))

@@ -1,0 +1,214 @@
+"""The shared plumbing every benchmark needs, behind one import: split names and their aliases, the data folder,
+manifests, seeded splits by ratio, sample folders made once, a chat call and the agent runner.
+
+A benchmark (built-in, a user's task file or a plugin outside the package) imports this module and `base`, never the
+engine: the engine's model handle and agent harness are reached through the two functions at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Optional, TypeVar
+
+from skillopt_envs.base import (
+    LLM,
+    AgentOutcome,
+    AgentRunner,
+    AgentTask,
+    DataError,
+    check_new_id,
+    manifest_entries,
+    read_json_list,
+)
+
+# the answer normalisers and similarity measures the built-ins score with, shared so that every benchmark means the
+# same thing by "exact match", "F1" and "ANLS"
+from skillopt_envs.docvqa.scoring import anls  # noqa: E402 - after the contract it builds on
+from skillopt_envs.searchqa.scoring import best_f1, normalize  # noqa: E402
+
+T = TypeVar("T")
+
+SPLITS = ("train", "val", "test")
+# every split name a run may ask for (the reference's aliases included) -> the split it means
+SPLIT_ALIASES = {
+    "train": "train",
+    "val": "val",
+    "valid_seen": "val",
+    "selection": "val",
+    "test": "test",
+    "valid_unseen": "test",
+}
+
+
+def split_name(split: str, benchmark: str) -> str:
+    """The canonical split (train, val, test) for a name a run asks for; DataError naming the choices otherwise."""
+    try:
+        return SPLIT_ALIASES[split]
+    except KeyError:
+        raise DataError(
+            f"unknown {benchmark} split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all"
+        ) from None
+
+
+def data_root(env_cfg: dict[str, Any], env_var: str = "") -> Optional[Path]:
+    """The benchmark's data path: env.data_dir, else the environment variable `env_var`, expanded and absolute;
+    None when neither is set (the benchmark then uses its samples or refuses)."""
+    raw = env_cfg.get("data_dir") or (os.environ.get(env_var, "") if env_var else "")
+    if not raw:
+        return None
+    return Path(os.path.expandvars(os.path.expanduser(str(raw)))).resolve()
+
+
+def first_json(folder: Path, pattern: str = "*.json") -> Optional[Path]:
+    """The first file matching `pattern` in a split folder, by name (the reference's rule); None if there is none."""
+    if not folder.is_dir():
+        return None
+    files = sorted(p for p in folder.glob(pattern) if p.is_file())
+    return files[0] if files else None
+
+
+def parse_ratio(text: Any, key: str = "env.options.split_ratio") -> tuple[int, ...]:
+    """`2:1:7` -> (2, 1, 7): three whole numbers >= 0 with a positive sum, or DataError naming `key`."""
+    parts = str(text).replace("/", ":").split(":")
+    try:
+        weights = tuple(int(p) for p in parts)
+    except ValueError:
+        weights = ()
+    if len(weights) != 3 or min(weights) < 0 or sum(weights) <= 0:
+        raise DataError(f"{key}={text!r} is invalid; give three whole numbers train:val:test, e.g. 2:1:7")
+    return weights
+
+
+def split_counts(n: int, weights: Sequence[int]) -> list[int]:
+    """How many of `n` items each share gets: the floor of each share first, then one more item to the shares with
+    the largest remainders (ties: the larger weight, then the earlier share), as the reference's ratio mode counts."""
+    total = sum(weights)
+    exact = [n * w / total for w in weights]
+    counts = [int(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), -weights[i], i))
+    for i in order[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def ratio_split(items: Sequence[T], weights: Sequence[int], seed: int) -> dict[str, list[T]]:
+    """Items shuffled with `random.Random(seed)`, then cut into train, val and test by `split_counts`."""
+    order = list(items)
+    random.Random(seed).shuffle(order)
+    out: dict[str, list[T]] = {}
+    start = 0
+    for name, count in zip(SPLITS, split_counts(len(order), weights)):
+        out[name] = order[start : start + count]
+        start += count
+    return out
+
+
+def limited(items: list[T], limit: int) -> list[T]:
+    """The first `limit` items (0: all)."""
+    return items[:limit] if limit > 0 else items
+
+
+def ensure_samples(root: Path, write: Callable[[Path], None], made_by: str) -> Path:
+    """A sample folder made once: `write` fills a fresh temporary folder beside `root`, which then replaces `root`
+    whole, so a run interrupted halfway never leaves a partial folder that looks complete."""
+    root = Path(root).expanduser()
+    if (root / "COMPLETE").exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=str(root.parent), prefix=f".{root.name}-"))
+    try:
+        write(tmp)
+        (tmp / "COMPLETE").write_text(f"generated by {made_by}\n")
+        if root.exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def samples_root(sample_dir: Optional[str], name: str) -> Path:
+    """Where a benchmark's samples live: the given folder, else ~/.cache/skillopt_ray/<name>."""
+    return Path(sample_dir).expanduser() if sample_dir else Path.home() / ".cache" / "skillopt_ray" / name
+
+
+# ---------- the model and the agent, as an episode reaches them ----------
+
+
+async def chat(llm: LLM, messages: list[dict[str, Any]], key: str, max_tokens: Optional[int] = None) -> str:
+    """One target chat call (stage `rollout`) with the sample key `key`; returns the reply's text. Model errors
+    propagate: the engine scores them as infrastructure failures."""
+    from skillopt_ray.llm.types import ChatRequest
+
+    reply = await llm.chat(ChatRequest("target", "rollout", messages, key, max_tokens=max_tokens))
+    return str(reply.content or "")
+
+
+async def agent_runner(llm: LLM) -> Optional[AgentRunner]:
+    """The agent runner for this episode's target (llm.target.harness=codex|claude_code), or None for a chat
+    target. Its model traffic goes through `llm`, so the cache, ledger and budgets hold as for chat."""
+    from skillopt_ray.harness.episode import harness_settings
+
+    settings = await harness_settings(llm)
+    return None if settings is None else _HarnessRunner(llm, settings)
+
+
+class _HarnessRunner:
+    """AgentRunner over the engine's harness: SKILL.md and task.md in a workspace, the CLI in its jail."""
+
+    def __init__(self, llm: LLM, settings: dict[str, Any]):
+        self.llm = llm
+        self.settings = settings
+
+    async def run(self, task: AgentTask, key: str) -> AgentOutcome:
+        import math
+
+        from skillopt_ray.harness.episode import HarnessOutcome, trace_to_optimizer
+        from skillopt_ray.harness.runner import AgentSettings, HarnessError, run_agent
+        from skillopt_ray.harness.skill_md import render_skill_md
+        from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+
+        skill_md = render_skill_md(task.skill, task.description, task.preamble)
+        own = task.workspace is None
+        root = Path(tempfile.mkdtemp(prefix="skillopt-ws-")) / "workspace" if own else Path(str(task.workspace))
+        try:
+            wd = prepare_workspace(root, skill_md, WorkspaceSpec(task=task.task_md, copy_files=dict(task.files)))
+            limit = task.timeout_s if task.timeout_s > 0 else math.inf
+            s = AgentSettings.from_gateway(self.settings, limit)
+            try:
+                run = await run_agent(self.llm, s, wd, task.prompt, key, allow_file_edits=task.allow_file_edits)
+            except HarnessError as e:
+                return AgentOutcome("", skill_md, ok=False, error=str(e), error_kind=e.kind)
+            info = HarnessOutcome(run, skill_md).info(trace_to_optimizer(self.settings))
+            return AgentOutcome(run.response, skill_md, ok=True, info=info)
+        finally:
+            if own:
+                shutil.rmtree(root.parent, ignore_errors=True)
+
+
+__all__ = [
+    "SPLITS",
+    "anls",
+    "best_f1",
+    "normalize",
+    "SPLIT_ALIASES",
+    "agent_runner",
+    "chat",
+    "check_new_id",
+    "data_root",
+    "ensure_samples",
+    "first_json",
+    "limited",
+    "manifest_entries",
+    "parse_ratio",
+    "ratio_split",
+    "read_json_list",
+    "samples_root",
+    "split_counts",
+    "split_name",
+]
