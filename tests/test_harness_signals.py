@@ -170,7 +170,10 @@ def test_codex_broken_shell_tool_is_an_infra_error(tmp_path):
 
 def test_a_jail_that_never_started_the_cli_is_a_sandbox_start_error(tmp_path):
     run = _attempt("codex", [], rc=1, calls=0, started=False, stderr="bwrap: Can't mount proc on /newroot/proc\n")
-    with pytest.raises(HarnessError, match="the jail did not start the codex CLI \\(bwrap: Can't mount proc") as e:
+    with pytest.raises(
+        HarnessError,
+        match="the codex CLI did not start in its jail \\(no session log, no model call: bwrap: Can't mount",
+    ) as e:
         _final_message(_settings("codex"), run, tmp_path)
     assert e.value.kind == "sandbox_start"
 
@@ -223,3 +226,33 @@ def test_agent_stage_names_the_loop_stage_from_the_episode_key():
     assert agent_stage("meta/e2/topup4/curr/task-3") == "meta:rollout"
     assert agent_stage("evalonly/test/task-3") == "eval:test"
     assert agent_stage("my-own-key") == "rollout"
+
+
+def test_a_cli_that_dies_before_its_session_in_the_real_jail_is_a_sandbox_start_error(tmp_path):
+    """The structural marker with the real jail: a `codex` that exits 3 before writing a session log or calling
+    its model (as a jail that cannot run it would) is a sandbox_start error naming what it said."""
+    import asyncio
+
+    from conftest import need_bwrap
+
+    from skillopt_ray.harness.runner import run_agent
+    from skillopt_ray.harness.skill_md import render_skill_md
+    from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+
+    need_bwrap()
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    fake = prefix / "bin" / "codex"
+    fake.write_text("#!/bin/sh\necho 'cannot load the sandbox runtime' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    wd = tmp_path / "ws"
+    prepare_workspace(wd, render_skill_md("", "D"), WorkspaceSpec(task="t"))
+
+    class NoModel:
+        async def agent_chat(self, req):
+            raise AssertionError("the model was called")
+
+    settings = AgentSettings("codex", "m", 30.0, prefix=str(prefix))
+    with pytest.raises(HarnessError, match="did not start in its jail .*cannot load the sandbox runtime") as e:
+        asyncio.run(run_agent(NoModel(), settings, wd, "go", "k"))
+    assert e.value.kind == "sandbox_start"

@@ -301,7 +301,10 @@ def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> s
     if not run.calls and not res.timed_out:
         said = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]
         if not run.started:
-            raise HarnessError(f"the jail did not start the {harness} CLI ({said})", kind="sandbox_start")
+            raise HarnessError(
+                f"the {harness} CLI did not start in its jail (no session log, no model call: {said})",
+                kind="sandbox_start",
+            )
         raise HarnessError(f"the {harness} CLI started but never called its model ({said})", kind="env")
     broken = trace.broken_tools(run.trace)
     if broken:
