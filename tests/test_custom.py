@@ -1,0 +1,215 @@
+"""Your own tasks (envs/custom): task files, the seeded split, each scorer against hand-computed values, and episodes
+with a stand-in model. Check scripts in the sandbox are in tests/test_custom_check.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import skillopt_envs
+from skillopt_envs.base import DataError, EpisodeContext
+from skillopt_envs.custom.scorers import SCORERS, ScoreInput, extract_answer, parse_number
+from skillopt_envs.kit import parse_ratio, ratio_split, split_counts
+
+from skillopt_ray import cli
+
+
+def score(name: str, reply: str, golds: list[str], task: dict[str, Any] | None = None, tol: float = 1e-6) -> float:
+    return SCORERS[name](ScoreInput(reply, extract_answer(reply), golds, task or {}, tol)).value
+
+
+def write_jsonl(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+# ---------- scorers ----------
+
+
+def test_exact_match_normalises_as_searchqa_does():
+    assert score("exact_match", "thinking...\n<answer>The Eiffel Tower!</answer>", ["eiffel tower"]) == 1.0
+    assert score("exact_match", "<answer>Eiffel</answer>", ["eiffel tower"]) == 0.0
+    assert score("exact_match", "so the answer is\nParis", ["London", "paris"]) == 1.0  # last line, any gold
+
+
+def test_contains_matches_whole_words_in_the_reply():
+    assert score("contains", "I think it is Paris, in France.", ["paris"]) == 1.0
+    assert score("contains", "I think it is Paris, in France.", ["par"]) == 0.0
+
+
+def test_f1_and_anls_are_graded():
+    # tokens after normalising: [quick, brown, fox] vs [quick, red, fox]: 2 shared, P = R = 2/3
+    assert score("f1", "<answer>the quick brown fox</answer>", ["quick red fox"]) == pytest.approx(2 / 3)
+    # one edit over 5 characters: 1 - 1/5
+    assert score("anls", "<answer>helo</answer>", ["hello"]) == pytest.approx(0.8)
+    assert score("anls", "<answer>xyz</answer>", ["hello"]) == 0.0
+
+
+def test_mcq_reads_labels_and_choice_texts():
+    task = {"choices": ["red", "green", "blue"]}
+    assert score("mcq", "<answer>(b)</answer>", ["B"], task) == 1.0
+    assert score("mcq", "<answer>green</answer>", ["B"], task) == 1.0
+    assert score("mcq", "<answer>blue</answer>", ["B"], task) == 0.0
+    assert score("mcq", "<answer>C) because</answer>", ["blue"], {"choices": {"A": "red", "C": "blue"}}) == 1.0
+    assert score("mcq", "<answer>purple</answer>", ["B"], task) == 0.0
+
+
+def test_numeric_uses_a_relative_tolerance():
+    assert parse_number("about 1,234.5 units") == 1234.5
+    assert score("numeric", "<answer>1,000.0001</answer>", ["1000"]) == 1.0  # 1e-7 relative
+    assert score("numeric", "<answer>1,000.0001</answer>", ["1000"], tol=1e-9) == 0.0
+    assert score("numeric", "<answer>about 12%</answer>", ["12"]) == 1.0
+    assert score("numeric", "<answer>none</answer>", ["12"]) == 0.0
+
+
+def test_regex_searches_the_answer():
+    assert score("regex", "<answer>555-1234</answer>", [r"^\d{3}-\d{4}$"]) == 1.0
+    assert score("regex", "<answer>5551234</answer>", [r"^\d{3}-\d{4}$"]) == 0.0
+
+
+# ---------- the ratio split ----------
+
+
+def test_split_counts_floor_then_largest_remainder_then_larger_weight():
+    assert split_counts(176, (2, 1, 7)) == [35, 18, 123]
+    assert split_counts(177, (2, 1, 7)) == [35, 18, 124]
+    assert split_counts(175, (2, 1, 7)) == [35, 17, 123]  # tie 0.5 / 0.5: the larger weight (test) wins
+    assert split_counts(10, (2, 1, 7)) == [2, 1, 7]
+
+
+def test_ratio_split_is_seeded_and_covers_every_item():
+    items = list(range(30))
+    a, b = ratio_split(items, (2, 1, 7), 42), ratio_split(items, (2, 1, 7), 42)
+    assert a == b and sorted(a["train"] + a["val"] + a["test"]) == items
+    assert [len(a[s]) for s in ("train", "val", "test")] == [6, 3, 21]
+    assert ratio_split(items, (2, 1, 7), 7) != a
+    with pytest.raises(DataError, match="split_ratio"):
+        parse_ratio("2:1")
+
+
+# ---------- task files ----------
+
+
+def bench(data: Path, **options: Any) -> Any:
+    return skillopt_envs.make("custom", {"name": "custom", "data_dir": str(data), "options": options})
+
+
+def test_a_jsonl_file_splits_by_ratio_and_keeps_given_splits(tmp_path):
+    rows = [{"id": f"q{i}", "prompt": f"p{i}", "answer": str(i)} for i in range(20)]
+    rows.append({"id": "pinned", "prompt": "p", "answer": ["a", "b"], "split": "selection"})
+    b = bench(write_jsonl(tmp_path / "t.jsonl", rows))
+    train, val, test = (b.load_split(s) for s in ("train", "valid_seen", "test"))
+    assert [len(train), len(val), len(test)] == [4, 3, 14]  # 20 by 2:1:7 -> 4/2/14, plus the pinned one
+    assert val[0].task_id == "pinned" and val[0].payload["golds"] == ["a", "b"]
+    assert len(b.load_split("all")) == 21
+
+
+def test_a_folder_with_split_files(tmp_path):
+    for s in ("train", "val", "test"):
+        write_jsonl(tmp_path / f"{s}.jsonl", [{"id": f"{s}1", "prompt": "p", "answer": "a"}])
+    assert [t.task_id for t in bench(tmp_path).load_split("val")] == ["val1"]
+    (tmp_path / "test.jsonl").unlink()
+    with pytest.raises(DataError, match="not test.jsonl"):
+        bench(tmp_path).load_split("train")
+
+
+@pytest.mark.parametrize(
+    "line,said",
+    [
+        ('{"id": "a", "prompt": "p", "answer": "x"', "t.jsonl:2: not valid JSON"),
+        ('{"prompt": "p", "answer": "x"}', "t.jsonl:2: the task has no id"),
+        ('{"id": "b", "answer": "x"}', "t.jsonl:2: task 'b' has no prompt"),
+        ('{"id": "b", "prompt": "p", "answers": "x"}', "t.jsonl:2: unknown field\\(s\\) answers"),
+        ('{"id": "b", "prompt": "p", "answer": {"x": 1}}', "answer must be a string or a list"),
+        ('{"id": "ok", "prompt": "p", "answer": "y"}', "id 'ok' is used again \\(first on line 1\\)"),
+        ('{"id": "b", "prompt": "p"}', "task 'b' has no answer, which scorer=exact_match"),
+    ],
+)
+def test_a_malformed_line_names_the_file_and_line(tmp_path, line, said):
+    path = write_jsonl(tmp_path / "t.jsonl", ['{"id": "ok", "prompt": "p", "answer": "x"}', line])
+    with pytest.raises(DataError, match=said):
+        bench(path).preflight(["train", "val", "test"])
+
+
+def test_a_malformed_line_stops_the_cli_with_exit_2_before_ray(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "t.jsonl", ['{"id": "a", "prompt": "p", "answer": "x"}', "{not json"])
+    code = cli.main(["+experiment=custom", f"env.data_dir={path}", f"output_dir={tmp_path / 'out'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{path}:2: not valid JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_options_are_checked_before_anything_starts(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"id": "a", "prompt": "p", "answer": "x"}])
+    for bad, said in [
+        ("env.options.scorer=nope", "env.options.scorer='nope' is invalid"),
+        ("env.options.scorer=script", "needs env.options.check"),
+        ("env.options.split_ratio=2:x:1", "split_ratio"),
+    ]:
+        assert cli.main(["+experiment=custom", f"env.data_dir={path}", bad]) == 2
+        assert said in capsys.readouterr().err
+    assert cli.main(["+experiment=custom"]) == 2
+    assert "needs env.data_dir" in capsys.readouterr().err
+
+
+def test_a_missing_check_is_refused_before_the_run(tmp_path):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"id": "a", "prompt": "p"}])
+    with pytest.raises(DataError, match="does not exist"):
+        bench(path, scorer="script", check=str(tmp_path / "nope.py")).preflight(["train"])
+    sh = tmp_path / "check.sh"
+    sh.write_text("#!/bin/sh\nexit 0\n")  # not executable
+    with pytest.raises(DataError, match="not executable"):
+        bench(path, scorer="script", check=str(sh)).preflight(["train"])
+
+
+# ---------- episodes with a stand-in model ----------
+
+
+class Reply:
+    def __init__(self, content: str):
+        self.content = content
+
+
+class FakeLLM:
+    """Answers every target call with `reply`; records the messages it was sent."""
+
+    def __init__(self, reply: str):
+        self.reply = reply
+        self.sent: list[Any] = []
+
+    async def chat(self, req: Any) -> Reply:
+        self.sent.append(req)
+        return Reply(self.reply)
+
+
+CTX = EpisodeContext("t/e1", True, 1, 0)
+
+
+def play(b: Any, split: str, llm: FakeLLM, skill: str = "# Skill\nRULE-1") -> Any:
+    task = b.load_split(split)[0]
+    return asyncio.run(b.run_episode(task, skill, llm, CTX))
+
+
+def test_a_chat_episode_shows_the_analysts_prompt_reply_answer_and_reason(tmp_path):
+    rows = [{"id": "q1", "prompt": "Capital of France?", "answer": "Paris", "split": "train", "system": "Be brief."}]
+    rows += [{"id": f"v{s}", "prompt": "p", "answer": "a", "split": s} for s in ("val", "test")]
+    b = bench(write_jsonl(tmp_path / "t.jsonl", rows))
+    llm = FakeLLM("Thinking.\n<answer>paris</answer>")
+    r = play(b, "train", llm)
+    system = llm.sent[0].messages[0]["content"]
+    assert "RULE-1" in system and "Be brief." in system and llm.sent[0].key == "t/e1/q1/t0"
+    assert (r.hard, r.soft, r.fail_reason, r.task_description) == (1.0, 1.0, "", "Capital of France?")
+    r = play(b, "train", FakeLLM("<answer>Lyon</answer>"))
+    verdict = r.trajectory[-1]["content"]
+    assert r.hard == 0.0 and r.scored and "Expected: ['Paris']" in verdict and "'Lyon'" in verdict
+    assert r.fail_reason.startswith("exact_match=0.000")
+    assert r.info["gold_answers"] == ["Paris"] and r.info["predicted_answer"] == "Lyon"
+
+
+def test_mcq_lists_the_choices_to_the_target(tmp_path):
+    rows = [{"id": f"q{s}", "prompt": "Sky?", "choices": ["red", "blue"], "answer": "B", "split": s} for s in ("train", "val", "test")]  # fmt: skip
+    llm = FakeLLM("<answer>B</answer>")
+    r = play(bench(write_jsonl(tmp_path / "t.jsonl", rows), scorer="mcq"), "train", llm)
+    assert "A. red\nB. blue" in llm.sent[0].messages[1]["content"] and r.hard == 1.0
