@@ -12,6 +12,13 @@ oracle pages, bookkeeping). Per turn, non-model time = (episode - model) / turns
 
     python scripts/bench_officeqa_tools.py
     python scripts/bench_officeqa_tools.py --episodes 32 --docs 300 --doc-kb 800 --latency 0.05
+
+Memory on one large file (no Ray, no model): `--rss-file-mb 256` writes a bulletin-like file of that size (table rows,
+and one 10 MB line) and runs read (a window past the middle) and grep (a rare pattern, then a common one) in a fresh
+process per mode: `streamed` (files over 8 MB are streamed, as the tools run) and `whole` (every file read whole, as
+they did before). It reports each mode's peak resident memory above the process's start and the tools' time.
+
+    python scripts/bench_officeqa_tools.py --rss-file-mb 256
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import logging
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -166,6 +174,60 @@ def run(a: argparse.Namespace, data: Path) -> dict:
     }
 
 
+_RSS_PROBE = """
+import json, resource, sys, time
+import skillopt_envs.officeqa.tools as T
+if sys.argv[2] == "whole":
+    T.WHOLE_FILE_BYTES = 1 << 62
+path = sys.argv[1]
+rt = T.ToolRuntime([T.Path(path).parent], set())
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = {"start_peak_rss_mb": round(base / 1024, 1)}
+t0 = time.perf_counter()
+out["read_chars"] = len(rt.read(path, int(sys.argv[3]), 80).output)
+out["grep_rare_chars"] = len(rt.grep("needle in the haystack", path).output)
+out["grep_common_chars"] = len(rt.grep("series", path).output)
+out["tools_s"] = round(time.perf_counter() - t0, 2)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out["peak_rss_mb"] = round(peak / 1024, 1)
+out["peak_rss_above_start_mb"] = round((peak - base) / 1024, 1)  # 0: never above the peak the imports reached
+print(json.dumps(out))
+"""
+
+
+def rss_bench(mb: int) -> dict:
+    """Peak RSS of read + grep on one `mb` MB file, streamed and read whole, each in a fresh process."""
+    with tempfile.TemporaryDirectory(prefix="bench-officeqa-rss-") as tmp:
+        path = Path(tmp) / "treasury_bulletin_big.txt"
+        row = "| Series {n} | {a:,}.{b} | {c:,}.{d} |\n"
+        lines = 0
+        with path.open("w", encoding="utf-8") as f:
+            f.write("x" * (10 << 20) + "\n")  # one 10 MB line
+            size = 10 << 20
+            while size < mb << 20:
+                chunk = "".join(
+                    row.format(n=n, a=n * 37 % 9973, b=n % 10, c=n * 91 % 7919, d=n % 7)
+                    for n in range(lines, lines + 4096)
+                )
+                f.write(chunk)
+                size += len(chunk)
+                lines += 4096
+            f.write("the needle in the haystack\n")
+        out: dict = {"file_mb": round(path.stat().st_size / (1 << 20), 1), "lines": lines + 2}
+        for mode in ("streamed", "whole"):
+            done = subprocess.run(
+                [sys.executable, "-c", _RSS_PROBE, str(path), mode, str(lines // 2)],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+            if done.returncode != 0:
+                out[mode] = {"failed": (done.stderr.strip().splitlines() or ["?"])[-1]}
+            else:
+                out[mode] = json.loads(done.stdout)
+        return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=16)
@@ -175,7 +237,14 @@ def main() -> int:
     ap.add_argument("--actors", type=int, default=2)
     ap.add_argument("--per-actor", type=int, default=4, help="episodes in flight per env actor")
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
+    ap.add_argument("--rss-file-mb", type=int, default=0, help="only measure the tools' memory on one file this large")
     a = ap.parse_args()
+    if a.rss_file_mb:
+        rss = rss_bench(a.rss_file_mb)
+        print(json.dumps(rss, indent=2))
+        if a.json:
+            Path(a.json).write_text(json.dumps(rss, indent=2))
+        return 0
     tmp = tempfile.TemporaryDirectory(prefix="bench-officeqa-")
     t0 = time.monotonic()
     data = make_corpus(Path(tmp.name) / "data", a.docs, a.doc_kb, a.episodes)

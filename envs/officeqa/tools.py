@@ -6,8 +6,8 @@ files (every file when the item names none). A tool's failure is the observation
 corpus file that exists and cannot be read raises (CorpusReadError: an infrastructure fault, not a score).
 
 Memory and output stay bounded whatever the corpus holds: a file up to WHOLE_FILE_BYTES is read whole (and
-kept in the actor's cache, itself capped in bytes); a larger one is streamed line by line in pieces, so a
-2 GB file or a 10 MB line costs a few MB. A grep hit's line is cut at GREP_LINE_CHARS and the whole grep
+kept in the actor's cache, itself capped in bytes); a larger one is read in chunks (stream.py), so a 2 GB
+file or a 10 MB line costs a few MB. A grep hit's line is cut at GREP_LINE_CHARS and the whole grep
 output at GREP_CHARS, each cut said in the output; `read` keeps the reference's silent 4,000-character cut.
 """
 
@@ -20,10 +20,11 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Optional
+
+from skillopt_envs.officeqa import stream
 
 MAX_GLOB = 50
 READ_LINES = 80
@@ -33,7 +34,6 @@ GREP_LINE_CHARS = 2000  # a grep hit's line past this is cut, with a note (the r
 GREP_CHARS = 20_000  # the grep output past this is cut, with a note
 WHOLE_FILE_BYTES = 8 << 20  # larger files are streamed, never held whole
 CACHE_BYTES = 32 << 20  # an actor's cache of whole files holds at most this many file bytes
-PIECE_CHARS = 1 << 20  # a streamed line is read in pieces of at most this many characters
 
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -155,44 +155,6 @@ class ToolCall:
     output: str
 
 
-@dataclass(frozen=True)
-class ScannedLine:
-    """One line of a streamed file: its first characters (with the newline when it fits), the length of the whole
-    line without trailing whitespace, and whether the searched text occurs in it."""
-
-    head: str
-    length: int
-    matched: bool
-
-
-def scan_lines(f: TextIO, keep: int, needle: str = "") -> Iterator[ScannedLine]:
-    """The lines of a text file read in pieces of at most PIECE_CHARS, so a line of any length costs bounded
-    memory. `needle` (lower-cased) is looked for in each lower-cased line, across piece boundaries."""
-    k = len(needle)
-    while True:
-        piece = f.readline(PIECE_CHARS)
-        if not piece:
-            return
-        head, seen, length, tail, matched = piece[:keep], 0, 0, "", False
-        while True:
-            if k and not matched:
-                low = tail + piece.lower()
-                matched = needle in low
-                tail = low[len(low) - k + 1 :] if k > 1 else ""
-            body = piece.rstrip()
-            if body:
-                length = seen + len(body)
-            seen += len(piece)
-            if piece.endswith("\n"):
-                break
-            piece = f.readline(PIECE_CHARS)
-            if not piece:
-                break
-            if len(head) < keep:
-                head += piece[: keep - len(head)]
-        yield ScannedLine(head, length, matched)
-
-
 def grep_output(hits: list[tuple[int, str, int]]) -> str:
     """Hits as `<n>: <line>` (the reference's form), each line cut at GREP_LINE_CHARS and the whole at GREP_CHARS,
     saying so where a cut applies. A hit: (line number, the line without trailing whitespace or its first
@@ -269,30 +231,6 @@ class ToolRuntime:
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise CorpusReadError(f"corpus file {real} cannot be read: {why}") from None
 
-    @staticmethod
-    def _window(f: TextIO, first: int, count: int) -> str:
-        """Lines first .. first+count-1 of a streamed file joined with their newlines, cut at READ_CHARS."""
-        out: list[str] = []
-        size = 0
-        for i, line in enumerate(scan_lines(f, READ_CHARS), start=1):
-            if i < first:
-                continue
-            if i >= first + count or size >= READ_CHARS:
-                break
-            out.append(line.head)
-            size += len(line.head)
-        return "".join(out)[:READ_CHARS]
-
-    @staticmethod
-    def _stream_hits(f: TextIO, needle: str) -> list[tuple[int, str, int]]:
-        hits = []
-        for i, line in enumerate(scan_lines(f, GREP_LINE_CHARS, needle), start=1):
-            if line.matched:
-                hits.append((i, line.head, line.length))
-                if len(hits) >= MAX_GREP:
-                    break
-        return hits
-
     # ---------- the tools ----------
 
     def glob(self, pattern: Any = None) -> ToolCall:
@@ -338,7 +276,7 @@ class ToolRuntime:
             return ToolCall(cmd, f"[read error: {e}]")
         doc = self._doc(real, st)
         if doc is None:
-            out = self._stream(real, lambda f: self._window(f, first, count))
+            out = self._stream(real, lambda f: stream.read_window(f, first, count, READ_CHARS))
         else:
             out = "".join(doc.lines[first - 1 : first - 1 + count])[:READ_CHARS]
         return ToolCall(cmd, out if out else "[empty file]")
@@ -357,7 +295,7 @@ class ToolRuntime:
             return ToolCall(cmd, f"[grep error: {e}]")
         doc = self._doc(real, st)
         if doc is None:
-            hits = self._stream(real, lambda f: self._stream_hits(f, needle))
+            hits = self._stream(real, lambda f: stream.grep_hits(f, needle, GREP_LINE_CHARS, MAX_GREP))
         else:
             found = [(i + 1, doc.lines[i].rstrip()) for i in doc.grep(needle, MAX_GREP)]
             hits = [(n, ln, len(ln)) for n, ln in found]
