@@ -5,15 +5,16 @@ explicit allow list (never key-like names), and - with bubblewrap - its own moun
 PID, IPC and UTS namespaces: the filesystem is read-only system and Python directories plus
 the work directory, there is no network, and every process dies with the sandbox.
 
-The work directory is a private tmpfs capped in bytes (`disk_mb`) and, started as root, in files (`disk_files`,
-its nr_inodes, which bubblewrap's own --tmpfs cannot set): nothing the script writes
+The work directory is a private tmpfs capped in bytes (`disk_mb`) and in files (`disk_files`, its nr_inodes, which
+bubblewrap's own --tmpfs cannot set: the launcher mounts it; see Sandbox.caps_inodes): nothing the script writes
 reaches the host disk. The inputs come in read-only and are copied onto it; the files the
 caller keeps go out through one inherited descriptor, written by the launcher after the
 script has ended (bounded by the file-size limit). Rlimits cap CPU time, address space,
 file size, open files and process count; a wall-clock timeout kills the whole process group;
-new user namespaces are refused inside (a seccomp filter, plus `--disable-userns` where
-bubblewrap runs in its own user namespace). When started as root the code drops to an
-unprivileged uid first, because the kernel does not apply the process-count limit to root.
+new user namespaces are refused inside (a seccomp filter; `--disable-userns` where no filter
+can be built and bubblewrap runs in its own user namespace). When started as root the code
+drops to a fresh unused uid first, because the kernel does not apply the process-count limit
+to root (the agent jail, skillopt_ray/harness/jail.py, does the same).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-NOBODY = 65534
 ISOLATIONS = ("bwrap", "none")
 _BASE_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -152,6 +152,34 @@ def _uid_process_count(uid: int) -> int:
             except OSError:
                 pass
     return n
+
+
+def fresh_uid() -> int:
+    """An unused uid (200000 and up) for one sandbox or agent jail started as root. The kernel never applies the
+    process limit to root, so the code drops to another uid; one no other process has makes the limit count this
+    sandbox's processes alone (with a shared uid such as nobody's, concurrent sandboxes ate into one count)."""
+    import random
+
+    rng = random.SystemRandom()
+    for _ in range(100):
+        uid = rng.randrange(200_000, 1_200_000)
+        if _uid_process_count(uid) == 0:
+            return uid
+    raise RuntimeError("no unused uid in 200000-1200000 to run sandboxed code as")
+
+
+def dev_args(own: bool) -> list[str]:
+    """bubblewrap arguments for /dev. Not `own`: bubblewrap's --dev. `own`: a small /dev of bound host nodes (null,
+    zero, full, random, urandom, tty), for a sandbox in a user namespace whose launcher must mount: there --dev
+    nests a second user namespace, from which no mount is allowed."""
+    if not own:
+        return ["--dev", "/dev"]
+    argv = ["--perms", "0755", "--tmpfs", "/dev"]
+    for node in ("null", "zero", "full", "random", "urandom", "tty"):
+        argv += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+    for n, name in enumerate(("stdin", "stdout", "stderr")):
+        argv += ["--symlink", f"/proc/self/fd/{n}", f"/dev/{name}"]
+    return argv + ["--symlink", "/proc/self/fd", "/dev/fd"]
 
 
 # Runs inside the sandbox (as `python -I -c`): copy the inputs onto the work directory, set the rlimits, drop root if
@@ -306,16 +334,16 @@ def _read_export(path: Path, outdir: Path, keep: tuple[str, ...]) -> tuple[dict[
     return files, started
 
 
-def _system_mounts() -> list[str]:
-    """The host's /usr, system library folders and a few /etc files read-only; fresh /proc, /dev, /run, /dev/shm."""
+def _system_mounts(own_dev: bool = False) -> list[str]:
+    """The host's /usr, system library folders and a few /etc files read-only; fresh /proc, /dev (see dev_args), /run,
+    /dev/shm."""
     argv = [
         "--ro-bind",
         "/usr",
         "/usr",
         "--proc",
         "/proc",
-        "--dev",
-        "/dev",
+        *dev_args(own_dev),
         "--size",
         str(1024 * 1024),
         "--tmpfs",
@@ -349,9 +377,9 @@ def _python_mounts() -> list[str]:
     return argv
 
 
-def _stage_inputs(stage: Path, script: str, inputs: dict[str, Path], bwrap: bool, as_root: bool) -> str:
-    """Copy the inputs and the script into `stage`/in (owned by nobody when running as root); returns the
-    work directory as the script sees it."""
+def _stage_inputs(stage: Path, script: str, inputs: dict[str, Path], bwrap: bool, owner: Optional[int]) -> str:
+    """Copy the inputs and the script into `stage`/in (owned by `owner`, the uid a root caller drops to); returns
+    the work directory as the script sees it."""
     (stage / "in").mkdir()
     for name, src in inputs.items():
         shutil.copyfile(src, stage / "in" / name)
@@ -359,9 +387,9 @@ def _stage_inputs(stage: Path, script: str, inputs: dict[str, Path], bwrap: bool
     inner = "/sandbox" if bwrap else str(stage / "work")
     if not bwrap:
         (stage / "work").mkdir()
-    if as_root:
+    if owner is not None:
         for p in [stage, *stage.rglob("*")]:
-            os.chown(p, NOBODY, NOBODY)
+            os.chown(p, owner, owner)
     return inner
 
 
@@ -384,8 +412,10 @@ class Sandbox:
         self.disable_userns = False  # bubblewrap's own --disable-userns (with --unshare-user)
         self.seccomp = userns_filter() if isolation == "bwrap" else None
         # the work directory's file count is capped where the launcher can mount it: started as root (it then drops
-        # to nobody). In an unprivileged user namespace bubblewrap keeps mounts out of reach; only bytes are capped
-        self.caps_inodes = isolation == "bwrap" and not self.userns
+        # to an unused uid), or in a user namespace that bubblewrap does not nest. Its --disable-userns would nest
+        # one (so would --dev: see dev_args), so there the seccomp filter alone refuses new user namespaces; where
+        # no filter can be built, --disable-userns is kept and only bytes are capped
+        self.caps_inodes = isolation == "bwrap" and (not self.userns or self.seccomp is not None)
         if isolation == "bwrap":
             self._check_bwrap()
 
@@ -398,6 +428,7 @@ class Sandbox:
             )
         if (
             self.userns
+            and not self.caps_inodes
             and "--disable-userns" in subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30).stdout
         ):
             self.disable_userns = True
@@ -432,7 +463,7 @@ class Sandbox:
     def _bwrap_argv(self, stage: Path, inner: str, env: dict[str, str], fds: list[int]) -> list[str]:
         """bubblewrap's arguments; the seccomp filter goes in through a descriptor added to `fds`."""
         lim = self.limits
-        argv = self._bwrap_namespaces() + _system_mounts() + _python_mounts()
+        argv = self._bwrap_namespaces() + _system_mounts(self.userns and self.caps_inodes) + _python_mounts()
         argv += [
             "--ro-bind",
             str(stage / "in"),
@@ -490,17 +521,17 @@ class Sandbox:
     def _run_once(
         self, script: str, inputs: dict[str, Path], out_dir: Path, env: Optional[dict[str, str]], keep: tuple[str, ...]
     ) -> ExecResult:
-        as_root = os.geteuid() == 0
+        owner = fresh_uid() if os.geteuid() == 0 else None  # the uid a root caller drops to
         bwrap = self.isolation == "bwrap"
         stage = Path(tempfile.mkdtemp(prefix="skillopt-sbx-"))
         outdir = Path(out_dir)
         outdir.mkdir(parents=True, exist_ok=True)
         try:
-            inner = _stage_inputs(stage, script, inputs, bwrap, as_root)
+            inner = _stage_inputs(stage, script, inputs, bwrap, owner)
             env_vars = self._env({k: v.replace("{dir}", inner) for k, v in (env or {}).items()}, inner)
             export_path = stage / "export"
             export_fd = os.open(export_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            cfg = self._launcher_config(stage, inner, keep, export_fd, bwrap, as_root)
+            cfg = self._launcher_config(stage, inner, keep, export_fd, bwrap, owner)
             cmd = [sys.executable, "-I", "-c", _LAUNCHER, json.dumps(cfg)]
             fds = [export_fd]
             if bwrap:
@@ -530,12 +561,12 @@ class Sandbox:
             shutil.rmtree(stage, ignore_errors=True)
 
     def _launcher_config(
-        self, stage: Path, inner: str, keep: tuple[str, ...], export_fd: int, bwrap: bool, as_root: bool
+        self, stage: Path, inner: str, keep: tuple[str, ...], export_fd: int, bwrap: bool, owner: Optional[int]
     ) -> dict[str, Any]:
         """What the launcher inside the sandbox is told: limits, the uid to drop to, the folders, what to export."""
         return {
-            "rlimits": self._rlimits(NOBODY if as_root else os.getuid()),
-            "drop_to": NOBODY if as_root else None,
+            "rlimits": self._rlimits(owner if owner is not None else os.getuid()),
+            "drop_to": owner,
             "script": "main.py",
             "stage": "/.inputs" if bwrap else str(stage / "in"),
             "work": inner,

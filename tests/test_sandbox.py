@@ -310,3 +310,57 @@ def test_the_work_directory_caps_the_number_of_files(tmp_path):
     assert ok.ok, ok.stderr
     assert ok.stdout.split() == ["0000000000000000"] * 4  # CAP_SYS_ADMIN (kept for the mount) is gone
     assert "a.txt" in ok.files
+
+
+_UNPRIVILEGED_DRIVER = r"""
+import importlib.util, json, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+sys.modules["sandbox"] = mod
+spec.loader.exec_module(mod)
+box = mod.Sandbox("bwrap", mod.Limits(cpu_s=10, wall_s=20, disk_mb=24, disk_files=500, processes=16))
+r = box.run(sys.argv[2], {}, Path(sys.argv[3]) / "out")
+print(json.dumps({"caps_inodes": box.caps_inodes, "out": r.stdout, "err": r.stderr}))
+"""
+
+
+def test_an_unprivileged_caller_gets_the_file_cap_and_the_process_cap_too():
+    """Most users are not root: bubblewrap then runs in a user namespace. Its --dev and --disable-userns would nest a
+    second one, from which the launcher cannot mount the inode-capped work directory; the sandbox avoids both (the
+    seccomp filter refuses new user namespaces), so the file cap holds there too. Run as uid 65534 with the system
+    Python (the project's may sit in root's home)."""
+    import json
+    import subprocess
+
+    from skillopt_envs.sandbox import userns_filter
+
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root (to become an unprivileged user), setpriv and /usr/bin/python3")
+    if userns_filter() is None:
+        pytest.skip("no seccomp filter for this architecture: the file cap is not offered in a user namespace")
+    code = (
+        "import os, time\nprint('inodes', os.statvfs('.').f_files)\nmade = 0\n"
+        "try:\n    for i in range(300000):\n        open(f'e{i}', 'w').close()\n        made += 1\n"
+        "except OSError as e:\n    print('files stopped after', made, e.strerror)\n"
+        "kids = []\ntry:\n    for i in range(200):\n        p = os.fork()\n        if p == 0:\n"
+        "            time.sleep(5)\n            os._exit(0)\n        kids.append(p)\n"
+        "except OSError as e:\n    print('forks stopped after', len(kids), e.strerror)\n"
+    )
+    top = Path(tempfile.mkdtemp(prefix="sbx-nobody-"))
+    try:
+        shutil.copy(Path(__file__).resolve().parent.parent / "envs" / "sandbox.py", top / "sandbox.py")
+        (top / "driver.py").write_text(_UNPRIVILEGED_DRIVER)
+        for p in [top, *top.rglob("*")]:
+            os.chown(p, 65534, 65534)
+        top.chmod(0o755)
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]
+        argv += [str(top / "driver.py"), str(top / "sandbox.py"), code, str(top)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/", env={"PATH": "/usr/bin:/bin"})
+        assert proc.returncode == 0, proc.stderr
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert r["caps_inodes"] and "inodes 500" in r["out"], r
+        assert 0 < int(r["out"].split("files stopped after ")[1].split()[0]) < 500
+        assert 0 < int(r["out"].split("forks stopped after ")[1].split()[0]) < 16
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import signal
 import sys
 import tarfile
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.sandbox import BWRAP_ISOLATION, _python_dirs, bwrap_path, userns_filter
+from skillopt_envs.sandbox import BWRAP_ISOLATION, _python_dirs, bwrap_path, dev_args, fresh_uid, userns_filter
 
 JAIL_WORKSPACE = "/workspace"
 JAIL_HOME = "/home/agent"
@@ -275,22 +274,8 @@ def _area_used_kb(pids: list[int]) -> int:
 
 def pick_uid() -> int:
     """The uid the jail's processes run as: the caller's own (it then owns a user namespace, in which the kernel
-    counts processes per jail), or, for root, a random unused high uid, so that the count is this jail's alone."""
-    if os.geteuid() != 0:
-        return os.getuid()
-    rng = random.SystemRandom()
-    for _ in range(100):
-        uid = rng.randrange(200_000, 1_200_000)
-        if not any(_owner(e) == uid for e in os.listdir("/proc") if e.isdigit()):
-            return uid
-    raise RuntimeError("no free uid for the agent jail in 200000-1200000")
-
-
-def _owner(pid: str) -> int:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return -1
+    counts processes per jail), or, for root, a fresh unused one (fresh_uid), so that the count is this jail's."""
+    return fresh_uid() if os.geteuid() == 0 else os.getuid()
 
 
 def _system_mounts() -> list[str]:
@@ -321,16 +306,11 @@ def _system_mounts() -> list[str]:
 
 def _dev_args() -> list[str]:
     """The jail's /dev. As root, bubblewrap's own. In a user namespace bubblewrap's --dev would nest a second user
-    namespace (to mount devpts) that leaves the launcher unable to mount its tmpfs: a small /dev is built instead,
-    the host's harmless device nodes bound in and a fresh devpts mounted by the launcher (PTYs for the CLIs)."""
+    namespace (to mount devpts) that leaves the launcher unable to mount its tmpfs: a small /dev is built instead
+    (dev_args) and the launcher mounts a fresh devpts (PTYs for the CLIs)."""
     if os.geteuid() == 0:
-        return ["--dev", "/dev"]
-    argv = ["--perms", "0755", "--tmpfs", "/dev"]
-    for node in ("null", "zero", "full", "random", "urandom", "tty"):
-        argv += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
-    for n, name in enumerate(("stdin", "stdout", "stderr")):
-        argv += ["--symlink", f"/proc/self/fd/{n}", f"/dev/{name}"]
-    argv += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "pts/ptmx", "/dev/ptmx"]
+        return dev_args(own=False)
+    argv = dev_args(own=True) + ["--symlink", "pts/ptmx", "/dev/ptmx"]
     return argv + ["--perms", "0755", "--dir", "/dev/pts", "--perms", "0755", "--dir", "/dev/shm"]
 
 
