@@ -75,9 +75,10 @@ def test_agent_cannot_reach_the_network_read_home_or_keys_or_write_outside(tmp_p
     assert (wd / "ok.txt").read_text() == "inside\n" and "WS-WRITE-OK" in out
 
 
-def test_broken_tools_are_an_infra_error_even_when_the_cli_exits_0(tmp_path):
-    """Codex's own workspace-write sandbox needs user namespaces, which the jail refuses: every command fails
-    while `codex exec` still exits 0 with an answer. The episode is an infra error, never a score."""
+def test_codex_own_sandbox_inside_the_jail_is_refused_before_the_cli_starts(tmp_path):
+    """Codex's own workspace-write sandbox needs user namespaces, which the jail refuses: every command would fail
+    while `codex exec` still exits 0 with an answer. The episode is refused up front as an infra error, never run
+    and never scored."""
     need_bwrap()
     need_harness("codex")
     from skillopt_ray.harness.episode import HarnessTask, run_harness_task
@@ -86,6 +87,6 @@ def test_broken_tools_are_an_infra_error_even_when_the_cli_exits_0(tmp_path):
     settings = {"harness": "codex", "model": "m", "agent": {"codex_sandbox": "workspace-write", "timeout_s": 60}}
     ht = HarnessTask("D", "", "the task", "Read task.md.", 60.0)
     out = asyncio.run(run_harness_task(model, settings, "t1", "", ht, "k"))
-    assert out.run is None and out.error_kind == "env"
-    assert "tools failed" in out.error and "exec_command" in out.error
-    assert model.output  # the agent did get a (failed) tool result and went on to answer
+    assert out.run is None and out.error_kind == "sandbox_start"
+    assert "codex_sandbox=workspace-write" in out.error and "danger-full-access" in out.error
+    assert model.output == ""  # the model was never asked anything

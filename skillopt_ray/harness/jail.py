@@ -576,8 +576,9 @@ class Jail:
                     pass
                 pids = _tree_pids(proc.pid)
                 disk = _area_used_kb(pids) if self.isolation == "bwrap" else 0
-                w.peak_kb, w.peak_disk_kb = max(w.peak_kb, _rss_kb(pids) + disk), max(w.peak_disk_kb, disk)
-                if _rss_kb(pids) + disk > memory_mb * 1024:
+                used = _rss_kb(pids) + disk
+                w.peak_kb, w.peak_disk_kb = max(w.peak_kb, used), max(w.peak_disk_kb, disk)
+                if used > memory_mb * 1024:
                     w.out_of_memory = True
                     break
                 if time.monotonic() - t0 > limit_s:
