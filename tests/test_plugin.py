@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import skillopt_envs
 from scripted_server import Policies, ScriptedServer
+from test_cluster_job import local_head  # noqa: F401 - the fixture: a private head on loopback
 
 from skillopt_ray import cli
 
@@ -133,3 +134,30 @@ def test_a_plugin_outside_the_project_trains_through_the_cli(plugin_dir, tmp_pat
     assert p.returncode == 0, p.stderr[-2000:]
     summary = json.loads(next((tmp_path / "out" / "runs").glob("*/summary.json")).read_text())
     assert summary["test"]["initial"]["hard"] == 0.0 and summary["test"]["best"]["hard"] == 1.0, summary["test"]
+
+
+@pytest.mark.slow
+def test_a_plugin_in_a_ray_jobs_working_dir_is_imported_on_the_env_actors(plugin_dir, local_head, tmp_path):
+    """`ray job submit --working-dir <plugin folder>`: nothing installed, nothing on PYTHONPATH; the driver actor and
+    the env actors import the class from the job's working directory."""
+    env, dashboard = local_head
+    answers = {f"{s}{i}": ("echo", f"word{i}", "no idea") for s in ("train", "val", "test") for i in range(2)}
+    with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
+        args = [
+            "+experiment=plugin",
+            "env.benchmark=my_plugin.bench:EchoBench",
+            "+smoke=tiny",
+            "ray=cluster",
+            "ray.env_actors=2",
+            "llm=compatible",
+            f"llm.base_url={srv.base_url}",
+            f"output_dir={tmp_path / 'out'}",
+            "tracking=none",
+            "debug.progress=plain",
+        ]
+        cmd = [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", dashboard, "--working-dir",
+               str(plugin_dir), "--", sys.executable, "-m", "skillopt_ray", *args]  # fmt: skip
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "succeeded" in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
+    summary = json.loads(next((tmp_path / "out" / "runs").glob("*/summary.json")).read_text())
+    assert summary["test"]["best"]["hard"] == 1.0, summary["test"]
