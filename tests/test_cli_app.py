@@ -64,7 +64,11 @@ def test_prices_for_any_model_name(capsys):
     assert (
         obj.llm.prices["gpt-5.4-mini"].input_per_mtok == 0.75 and obj.llm.prices["gpt-5.4-mini"].output_per_mtok == 4.5
     )
-    assert data["llm"]["prices"]["Qwen/Qwen2.5-7B-Instruct"] == {"input_per_mtok": 0.1, "output_per_mtok": 0.0}
+    assert data["llm"]["prices"]["Qwen/Qwen2.5-7B-Instruct"] == {
+        "input_per_mtok": 0.1,
+        "output_per_mtok": 0.0,
+        "cached_input_per_mtok": None,  # None: cached prompt tokens cost the input price
+    }
     assert data["llm"]["prices"]["my_model"]["output_per_mtok"] == 2.0
     obj, _ = cli.typed(cli.compose(["+experiment=alfworld", "llm=openai", "llm.prices.gpt-4o.input_per_mtok=3"]))
     assert (obj.llm.prices["gpt-4o"].input_per_mtok, obj.llm.prices["gpt-4o"].output_per_mtok) == (
