@@ -3,7 +3,9 @@
 Episodes run concurrently and independently (no lock-step): each takes a free
 slot, so one slow episode never holds the others. Dead or hung actors are
 replaced and their episodes re-run; after the retries an episode is reported
-as an infrastructure failure, never as a lost game.
+as an infrastructure failure, never as a lost game. An endpoint the LLM client
+gave up on (LLMUnavailable, after its own retry window) is not replayed: the
+episode is an infrastructure failure at once.
 
 Placement: actors are spread over the cluster's nodes (SPREAD). On a cluster whose
 nodes advertise a per-benchmark custom resource (`skillopt_env_<benchmark>`, e.g.
@@ -34,7 +36,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 
 from skillopt_ray.llm.gateway import LLMHandle
-from skillopt_ray.llm.types import GatewayLost, LLMError, ReplyIncomplete
+from skillopt_ray.llm.types import GatewayLost, LLMError, LLMUnavailable, ReplyIncomplete
 from skillopt_ray.startup_trace import mark
 
 NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node
@@ -281,6 +283,11 @@ class EnvPool:
                 kind = (
                     "llm_" + e.kind if isinstance(e, ReplyIncomplete) and e.kind in ("truncated", "filtered") else "llm"
                 )
+                if isinstance(e, LLMUnavailable):
+                    # the client already spent its retry window on this endpoint: replaying the episode would only
+                    # wait that long again (a dead endpoint then took three windows to stop the run), unlike an
+                    # actor that died, which a fresh one replaces
+                    break
             except NodeDataError as e:
                 raise DataError(str(getattr(e, "cause", None) or e).strip().splitlines()[-1]) from None
             except (asyncio.TimeoutError, GetTimeoutError):

@@ -22,6 +22,7 @@ from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record
 from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
+from skillopt_ray.exit_codes import EXIT_ERROR
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.startup_trace import mark
 
@@ -210,10 +211,30 @@ def _drive(
     ref = driver.run.remote()
     mark("driver-submitted")
     print(f"run directory: {run_dir}", file=sys.stderr)
-    follow(driver, ref, progress, clock)
-    outcome: dict[str, Any] = ray.get(ref)
+    try:
+        follow(driver, ref, progress, clock)
+        outcome: dict[str, Any] = ray.get(ref)
+    except ray.exceptions.RayActorError as e:  # killed (OOM, a lost node, a signal): its state is on disk
+        return driver_lost(e, run_dir)
     ray.kill(driver, no_restart=True)
     return outcome
+
+
+def driver_lost(err: BaseException, run_dir: Path) -> dict[str, Any]:
+    """The outcome of a run whose driver actor died: one line saying so and how to go on (every stage it finished
+    is checkpointed, so the same command resumes from there), never Ray's multi-line error."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
+    why = text.splitlines()[0][:200] if text else type(err).__name__
+    return {
+        "status": "error",
+        "exit": EXIT_ERROR,
+        "message": f"the driver actor died ({why}); the run's state is saved in {run_dir}: rerun the same command to "
+        "resume",
+        "notes": [],
+        "run_dir": str(run_dir),
+    }
 
 
 def follow(driver: Any, ref: Any, progress: Any, clock: Any) -> None:

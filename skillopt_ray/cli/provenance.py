@@ -34,7 +34,8 @@ def _code_roots() -> list[Path]:
 def code_hash() -> str:
     """sha256 over (relative path, content) of the code and prompt files of skillopt_ray and skillopt_envs.
 
-    Cached per process: the files a process runs do not change under it."""
+    Cached per process: the files a process runs do not change under it. Links to folders are not followed (no
+    loop can hold the walk) and a link loop is not a file; a code file that cannot be read is a one-line error."""
     h = hashlib.sha256()
     for root in _code_roots():
         files = sorted(
@@ -44,8 +45,20 @@ def code_hash() -> str:
         )
         for p in files:
             h.update(f"{root.name}/{p.relative_to(root).as_posix()}\n".encode())
-            h.update(hashlib.sha256(p.read_bytes()).digest())
+            h.update(hashlib.sha256(_code_bytes(p)).digest())
     return h.hexdigest()[:16]
+
+
+def _code_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        from skillopt_ray.cli.errors import UsageError
+
+        raise UsageError(
+            f"{path} cannot be read ({e.strerror or e}); it is part of the code a run's identity covers: fix its "
+            "permissions or remove it"
+        ) from None
 
 
 def git_state(where: Path = PACKAGE_ROOT) -> Optional[dict[str, Any]]:
