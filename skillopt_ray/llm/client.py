@@ -185,6 +185,7 @@ class TransportFault(Exception):
     detail: str
     retryable: bool = True
     retry_after: Optional[float] = None
+    body_bytes: int = 0  # a 200 whose JSON body was cut off: the bytes that arrived (the endpoint billed the reply)
 
     def __str__(self) -> str:
         return self.detail
@@ -204,6 +205,10 @@ class Completion:
     reasoning_tokens: int = 0
     cached_tokens: int = 0
     reasoning_summary: str = ""  # the Responses API's reasoning summary, when one was asked for
+    # earlier attempts of this call answered with HTTP 200 and a body cut off in transit: billed by the endpoint,
+    # never read (the ledger counts them as `unread`, with tokens estimated from the prompt and the bytes received)
+    unread: int = 0
+    unread_bytes: int = 0
 
 
 def snippet(text: str, n: int = 60) -> str:
@@ -230,6 +235,7 @@ def decode_json_body(body: str, content_type: str) -> Any:
                 "truncated",
                 f"HTTP 200 with a JSON body cut off or broken ({n} bytes; "
                 f"{getattr(e, 'msg', e)} at char {getattr(e, 'pos', '?')})",
+                body_bytes=n,
             ) from None
         raise TransportFault(
             "not_json",
@@ -452,10 +458,12 @@ class RoleEndpoint:
         if self.cfg.trace_headers:
             headers = {"X-SkillOpt-Role": req.role, "X-SkillOpt-Stage": req.stage, "X-SkillOpt-Key": req.key[:200]}
         start = time.monotonic()
-        attempt = 0
+        attempt = unread = unread_bytes = 0
         while True:
             try:
-                return await self._attempt(kw, headers)
+                comp = await self._attempt(kw, headers)
+                comp.unread, comp.unread_bytes = unread, unread_bytes
+                return comp
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below
@@ -467,6 +475,8 @@ class RoleEndpoint:
                 ):  # llama.cpp without a vision projector refuses an image with HTTP 500: retrying cannot help
                     raise self._rejected(exc, kw["messages"]) from None
                 self.faults[fault.kind] += 1
+                if fault.body_bytes:
+                    unread, unread_bytes = unread + 1, unread_bytes + fault.body_bytes
                 elapsed = time.monotonic() - start
                 delay = fault.retry_after
                 if delay is None:
@@ -475,7 +485,9 @@ class RoleEndpoint:
                 if not fault.retryable or attempt >= self.retry.max_retries or elapsed + delay > self.retry.window_s:
                     raise LLMUnavailable(
                         f"{self.role} endpoint unavailable at {describe(self.cfg)}: {fault.detail} "
-                        f"({attempt + 1} attempt{'s' if attempt else ''} in {elapsed:.0f}s); {self._advice(fault, attempt)}"
+                        f"({attempt + 1} attempt{'s' if attempt else ''} in {elapsed:.0f}s); {self._advice(fault, attempt)}",
+                        unread,
+                        unread_bytes,
                     ) from None
                 attempt += 1
                 self.retries_done += 1

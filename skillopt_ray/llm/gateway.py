@@ -239,9 +239,11 @@ class Gateway:
                 except ReplyFiltered:
                     self.ledger.record_incomplete(req.role, req.stage, "filtered", call)
                     raise
-                except Exception:
+                except Exception as exc:
+                    self._record_unread(req, exc)
                     self.ledger.record_error(req.role, req.stage, call)
                     raise
+            self._record_unread(req, comp)
             self.ledger.record(
                 req.role,
                 req.stage,
@@ -257,6 +259,15 @@ class Gateway:
             self.ledger.in_flight -= 1
             if call is not None:
                 self.ledger.settle(call)  # cancelled by its caller: no outcome line was written
+
+    def _record_unread(self, req: ChatRequest, outcome: Any) -> None:
+        """Attempts of this call the endpoint answered (and billed) whose body was cut off in transit: in the ledger
+        apart from `calls`, each estimated at the prompt's size plus the bytes that arrived."""
+        n = int(getattr(outcome, "unread", 0) or 0)
+        if n:
+            model = self.endpoints[req.role].cfg.model
+            prompt_est = req.prompt_chars() // 4
+            self.ledger.record_unread(req.role, req.stage, model, n, n * prompt_est, outcome.unread_bytes // 4)
 
     async def _sharded_send(self, req: ChatRequest, budget: Optional[int]) -> Completion:
         """The HTTP part of a call on the next sender shard (round robin); a dead shard is replaced and the call

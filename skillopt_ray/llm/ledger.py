@@ -40,6 +40,11 @@ class LedgerEntry:
     lost: int = 0  # calls sent whose replies a kill lost: maybe answered and billed, never recorded
     lost_tokens_est: int = 0  # their tokens as estimated before sending (prompt characters / 4 + completion budget)
     lost_cost_usd_est: float = 0.0
+    # replies the endpoint answered with HTTP 200 (and billed) whose body was cut off in transit, so never read (the
+    # call was retried): their tokens estimated from the prompt (characters / 4) and the bytes that arrived (/ 4)
+    unread: int = 0
+    unread_tokens_est: int = 0
+    unread_cost_usd_est: float = 0.0
 
 
 _FIELDS = {f.name for f in fields(LedgerEntry)}
@@ -229,6 +234,16 @@ class Ledger:
         setattr(e, kind, getattr(e, kind) + 1)
         self._persist(role, stage, call)
 
+    def record_unread(
+        self, role: str, stage: str, model: str, replies: int, prompt_tokens_est: int, completion_tokens_est: int
+    ) -> None:
+        """Replies billed and never read (a 200 whose body was cut off): counted apart from `calls`, estimated."""
+        e = self._entry(role, stage)
+        e.unread += replies
+        e.unread_tokens_est += prompt_tokens_est + completion_tokens_est
+        e.unread_cost_usd_est += self.cost_of(model, prompt_tokens_est, completion_tokens_est)
+        self._persist(role, stage)
+
     def totals(self) -> dict[str, float]:
         t = LedgerEntry()
         for e in self.entries.values():
@@ -245,6 +260,9 @@ class Ledger:
             t.lost += e.lost
             t.lost_tokens_est += e.lost_tokens_est
             t.lost_cost_usd_est += e.lost_cost_usd_est
+            t.unread += e.unread
+            t.unread_tokens_est += e.unread_tokens_est
+            t.unread_cost_usd_est += e.unread_cost_usd_est
         d = asdict(t)
         d["tokens"] = t.prompt_tokens + t.completion_tokens
         return d
@@ -258,20 +276,22 @@ class Ledger:
         hint = "raise it (e.g. llm.budget.{k}=...) and rerun the same command to resume"
         lost = t["lost"]
         lost_note = f" ({lost} of them sent before a kill, replies lost)" if lost else ""
-        if b.max_calls and t["calls"] + lost + self.in_flight >= b.max_calls:
+        if t["unread"]:
+            lost_note += f" ({t['unread']} of them answered but cut off in transit, billed)"
+        if b.max_calls and t["calls"] + lost + t["unread"] + self.in_flight >= b.max_calls:
             held = f" ({self.in_flight} still in flight)" if self.in_flight else ""
             raise BudgetExceeded(
-                f"budget cap hit: {t['calls'] + lost} calls{held} >= llm.budget.max_calls={b.max_calls}{lost_note}; "
+                f"budget cap hit: {t['calls'] + lost + t['unread']} calls{held} >= llm.budget.max_calls={b.max_calls}{lost_note}; "
                 + hint.format(k="max_calls")
             )
-        tokens = t["tokens"] + t["lost_tokens_est"]
+        tokens = t["tokens"] + t["lost_tokens_est"] + t["unread_tokens_est"]
         if b.max_tokens and tokens >= b.max_tokens:
             est = f" (~{t['lost_tokens_est']} estimated for {lost} calls whose replies a kill lost)" if lost else ""
             raise BudgetExceeded(
                 f"budget cap hit: {tokens} tokens >= llm.budget.max_tokens={b.max_tokens}{est}; "
                 + hint.format(k="max_tokens")
             )
-        cost = t["cost_usd"] + t["lost_cost_usd_est"]
+        cost = t["cost_usd"] + t["lost_cost_usd_est"] + t["unread_cost_usd_est"]
         if b.max_cost_usd and cost >= b.max_cost_usd:
             est = (
                 f" (~${t['lost_cost_usd_est']:.4f} estimated for {lost} calls whose replies a kill lost)"

@@ -114,7 +114,18 @@ class MalformedOutput(LLMError):
 
 class LLMUnavailable(MalformedOutput):
     """Retries exhausted: the endpoint is down, overloaded or timing out. One call's bad luck is not the run's:
-    a subclass of MalformedOutput so the stage falls back, or the episode is an infra error (kind `llm`)."""
+    a subclass of MalformedOutput so the stage falls back, or the episode is an infra error (kind `llm`).
+
+    `unread`: attempts the endpoint answered with HTTP 200 whose body was cut off in transit (billed, never read),
+    with the bytes that arrived; they travel with the error (across actors too) so the ledger can count them."""
+
+    def __init__(self, message: str, unread: int = 0, unread_bytes: int = 0):
+        super().__init__(message)
+        self.unread = unread
+        self.unread_bytes = unread_bytes
+
+    def __reduce__(self):
+        return (self.__class__, (self.message, self.unread, self.unread_bytes))
 
 
 class ReplyIncomplete(MalformedOutput):

@@ -1,0 +1,76 @@
+"""Every reply the endpoint answered (and so billed) is in the ledger: replies cut at the completion limit
+(finish_reason=length) and filtered ones with their usage, and replies whose HTTP 200 body was cut off in transit
+(retried, never read) counted apart as `unread`, with estimated tokens the budget caps count."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scripted_server import Fault, ScriptedServer
+
+from skillopt_ray.config import BudgetConfig, PriceConfig
+from skillopt_ray.llm.types import BudgetExceeded, LLMUnavailable, ReplyFiltered, ReplyTruncated
+from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
+from tests.test_llm_transport import gateway, req
+
+
+def _long(body, headers):
+    return json.dumps({"answer": "x" * 400})
+
+
+@pytest.fixture()
+def srv():
+    with ScriptedServer(policy=_long) as s:
+        yield s
+
+
+@pytest.mark.parametrize("mode", ["retry", "error", "keep"])
+def test_cut_and_filtered_replies_are_billed_with_their_usage(srv, run, mode):
+    srv.inject(Fault(200, finish_reason="length"), Fault(200, finish_reason="length"))
+    srv.inject(Fault(200, finish_reason="content_filter"))
+    gw = gateway(srv.base_url, truncated_reply=mode)
+    for i in range(3):
+        try:
+            run(gw.chat(req(i)))
+        except (ReplyTruncated, ReplyFiltered):
+            pass
+    t = gw.ledger.totals()
+    assert t["calls"] == sum(srv.state.requests.values()) >= 3
+    assert (t["prompt_tokens"], t["completion_tokens"]) == (srv.state.prompt_tokens, srv.state.completion_tokens)
+    assert t["completion_tokens"] >= 3 * 100  # each cut reply's 400 characters were billed
+    assert t["filtered"] == 1 and t["truncated"] == (0 if mode == "keep" else 2)
+
+
+def test_a_200_cut_off_in_transit_is_unread_not_forgotten(srv, run):
+    srv.inject(Fault(200, truncated=True), Fault(200, truncated=True))
+    price = {"m": PriceConfig(input_per_mtok=1.0, output_per_mtok=2.0)}
+    gw = gateway(srv.base_url, prices=price)
+    res = run(gw.chat(req(1)))
+    assert json.loads(res.content)["answer"].startswith("x") and srv.state.attempts == 3
+    e = gw.ledger.entries["target/rollout"]
+    assert (e.calls, e.unread) == (1, 2)  # the read reply is the call; the two cut ones are billed apart
+    # each cut reply: the prompt's estimate (characters / 4) plus the bytes that arrived (about half the body) / 4
+    assert 2 * 30 < e.unread_tokens_est < 2 * 200
+    assert e.unread_cost_usd_est > 0
+    srv.inject(*[Fault(200, truncated=True)] * 3)
+    gw = gateway(srv.base_url, retries=2)
+    with pytest.raises(LLMUnavailable) as err:
+        run(gw.chat(req(2)))
+    assert err.value.unread == 3 and gw.ledger.totals()["unread"] == 3 and gw.ledger.totals()["calls"] == 0
+
+
+def test_unread_replies_count_against_the_budget(srv, run):
+    srv.inject(Fault(200, truncated=True), Fault(200, truncated=True))
+    gw = gateway(srv.base_url, budget=BudgetConfig(max_calls=3))
+    run(gw.chat(req(1)))  # 2 cut + 1 read: three replies billed
+    with pytest.raises(BudgetExceeded) as e:
+        run(gw.chat(req(2)))
+    assert "cut off in transit" in e.value.message and srv.state.attempts == 3
+
+
+def test_unread_survives_the_trip_across_actors():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(LLMUnavailable("endpoint down", 2, 900)))
+    assert (err.message, err.unread, err.unread_bytes) == ("endpoint down", 2, 900)
