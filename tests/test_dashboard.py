@@ -502,3 +502,58 @@ def test_a_page_from_another_origin_cannot_launch_or_read_in_a_real_browser(tmp_
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_stop_and_resume_from_the_page_in_a_real_browser(tmp_path, need_chromium):
+    """Stop shows "stopped" within seconds (not "running" until the progress record goes stale), the log ends with
+    the resume hint, and Resume runs the same command, which finishes the run."""
+    from playwright.sync_api import expect, sync_playwright
+
+    out = tmp_path / "out"
+    answers = qa_fixture(tmp_path / "qa")
+    port = _free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    with ScriptedServer(Policies(target="rule_gated", answers=answers), latency_s=1.5) as srv:
+        server = subprocess.Popen(
+            [*_dashboard_cmd(port, out), "--allow-path", str(tmp_path)], cwd=REPO, env=env, start_new_session=True
+        )
+        try:
+            _wait_http(f"http://127.0.0.1:{port}/api/runs", token=TOKEN)
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+                page = browser.new_page(viewport={"width": 1400, "height": 1200})
+                page.goto(f"http://127.0.0.1:{port}/?token={TOKEN}")
+                page.click("#tab-launch")
+                page.wait_for_selector("#launch-form select[name=experiment]")
+                page.select_option("select[name=experiment]", "searchqa")
+                page.select_option("select[name=llm]", "compatible")
+                page.fill("input[name=base_url]", srv.base_url)
+                page.select_option("select[name=smoke]", "tiny")
+                page.fill(
+                    "input[name=extra]",
+                    f"env.data_dir={tmp_path / 'qa'} env.options.split_source=folders tracking=none output_dir={out}",
+                )
+                page.click("#launch")
+                expect(page.locator("#launch-log")).to_contain_text("rollout", timeout=180_000)
+                page.click("#launches button[data-stop]")
+                t0 = time.monotonic()
+                expect(page.locator("#launches tbody .badge")).to_have_text("stopped", timeout=60_000)
+                stop_s = time.monotonic() - t0
+                expect(page.locator("#launch-log")).to_contain_text("press Resume")
+                page.click("#tab-watch")
+                expect(page.locator("#run-status")).to_have_text("stopped", timeout=10_000)
+                page.screenshot(path=str(tmp_path / "stopped.png"), full_page=True)
+                page.click("#tab-launch")
+                page.click("#launches button[data-resume]")
+                expect(page.locator("#launches tbody tr")).to_have_count(2)
+                # the second launch (the same command) runs to the end; it continues the stopped run's directory
+                # unless the code changed in between (then, as on the command line, it is a new run)
+                second = page.locator("#launches tbody tr").nth(1)
+                expect(second.locator(".badge")).to_have_text("finished", timeout=300_000)
+                expect(second).to_contain_text("python -m skillopt_ray +experiment=searchqa")
+                browser.close()
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    assert stop_s < 45, f"Stop took {stop_s:.0f} s to show"
