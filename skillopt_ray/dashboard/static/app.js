@@ -132,7 +132,12 @@ function drawStrip(detail) {
 function drawProgress(detail) {
   const live = detail.live || {};
   const parts = [];
-  parts.push(`<span class="kv"><b>phase</b> ${esc(live.phase || detail.row.status)}</span>`);
+  const running = detail.row.status === "running";
+  if (detail.row.status === "stopped") {
+    parts.push('<div class="muted resume-hint">stopped: press Resume on the Launch tab, or rerun the same command, to resume from the last completed stage</div>');
+  }
+  // a run that is not running shows its last record as such, without an ETA
+  parts.push(`<span class="kv"><b>${running ? "phase" : "last phase"}</b> ${esc(live.phase || detail.row.status)}</span>`);
   if (live.stage) parts.push(`<span class="kv" id="live-stage"><b>stage</b> ${esc(live.stage)}</span>`);
   if (live.epoch) parts.push(`<span class="kv"><b>epoch</b> ${esc(live.epoch)}/${esc(live.epochs || "?")}</span>`);
   if (live.global_step !== undefined) parts.push(`<span class="kv"><b>step</b> ${esc(live.global_step)}/${esc(live.total_steps || "?")}</span>`);
@@ -144,7 +149,7 @@ function drawProgress(detail) {
     const pct = Math.round((100 * (live.run_done || 0)) / live.run_total);
     parts.push(`<span class="kv"><b>run</b> ${esc(live.run_done || 0)}/${esc(live.run_total)} episodes <span class="bar"><div style="width:${pct}%"></div></span></span>`);
   }
-  if (live.eta_s !== undefined && live.eta_s !== null) parts.push(`<span class="kv"><b>ETA</b> ${fmtDuration(live.eta_s)}</span>`);
+  if (running && live.eta_s !== undefined && live.eta_s !== null) parts.push(`<span class="kv"><b>ETA</b> ${fmtDuration(live.eta_s)}</span>`);
   parts.push(`<span class="kv"><b>accepted</b> ${esc(live.accept ?? count(detail, "accept"))} <b>rejected</b> ${esc(live.reject ?? count(detail, "reject"))} <b>skipped</b> ${esc(live.skip ?? count(detail, "skip"))}</span>`);
   $("#progress").innerHTML = parts.join("");
 }
