@@ -250,3 +250,17 @@ def test_the_command_prints_a_tokened_url_and_warns_off_loopback(tmp_path):
     assert "warning: --host 0.0.0.0" in err and "only guard" in err
     bad = subprocess.run([*cmd, "--allow-path", str(tmp_path / "missing")], capture_output=True, text=True)
     assert bad.returncode == 2 and "--allow-path" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_host_names_and_origins_are_parsed_as_browsers_send_them():
+    g = Guard.make(TOKEN, "0.0.0.0", ["gpu-box.lab:8765", " "])
+    assert g.host_ok("[::1]:8765") and g.host_ok("LOCALHOST:8765") and g.host_ok("gpu-box.lab")
+    assert not g.host_ok("0.0.0.0:8765") and not g.host_ok("") and not g.host_ok("localhost.evil.example")
+    assert g.origin_ok("http://gpu-box.lab:8765", "http", "127.0.0.1:8765", 8765)
+    assert not g.origin_ok("http://gpu-box.lab:9999", "http", "127.0.0.1:8765", 8765)
+    assert not g.origin_ok("https://127.0.0.1:8765", "http", "127.0.0.1:8765", 8765)
+    assert not g.origin_ok("http://127.0.0.1:notaport", "http", "127.0.0.1:8765", 8765)
+    assert (
+        len(Guard.make(None, "127.0.0.1").token) >= 40
+        and Guard.make(None, "::1").token != Guard.make(None, "::1").token
+    )
