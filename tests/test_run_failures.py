@@ -80,6 +80,34 @@ def test_the_code_hash_survives_link_loops(tmp_path, monkeypatch):
 # ---------- a dead or silent endpoint ----------
 
 
+def test_the_pool_does_not_replay_an_episode_whose_endpoint_is_down(ray_cluster):
+    """The client's retries already spanned its window: the episode is an `llm` infra error at once, not replayed
+    (an actor that died is still replaced and its episode replayed: tests/test_envpool.py)."""
+    import asyncio
+
+    import ray
+    from skillopt_envs.base import EpisodeContext
+    from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
+
+    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.llm.gateway import GatewayActor
+
+    role = {"provider": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1", "structured_output": "none"}
+    fast = {"retry_base_s": 0.05, "retry_max_s": 0.1, "retry_window_s": 1.0}
+    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role, **fast}, None, None)
+    env = {"options": {"tasks": 2}}
+    tasks = SyntheticBenchmark(env).load_split("train")
+    pool = EnvPool("synthetic", env, gw, PoolSettings(1, 2, 0.0, 60.0, 2))
+    try:
+        results = asyncio.run(pool.run(tasks, "# s", EpisodeContext("down", False, 1, 0)))
+    finally:
+        pool.shutdown()
+        ray.kill(gw)
+    assert [r.task_id for r in results] == [t.task_id for t in tasks]
+    assert all(r.infra_error and r.error_kind == "llm" and "endpoint unavailable" in r.error for r in results)
+    assert pool.retried_episodes == 0 and pool.replaced == 0
+
+
 class DeadEndpoint:
     """A TCP listener that reads each request's first line and then either hangs up (`hang_up`, as a server that
     crashes on every request) or never answers (`silent`). Records when the first request came and the requests."""
