@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.request
 
 import pytest
 
@@ -38,5 +39,44 @@ def test_embedded_server_chat_and_schema_json_then_clean_shutdown(tmp_path):
         assert json.loads(r.choices[0].message.content)["action"] in ("go to desk 1", "look")
     finally:
         srv.stop()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def _local(*extra: str):
+    from skillopt_ray import cli
+
+    return cli.typed(cli.compose(["+experiment=searchqa", "llm=local", *extra]))
+
+
+def test_local_preset_starts_its_server_with_tools_on_a_small_model(tmp_path):
+    """The preset's plumbing (threads, slots, chat template with tools) on SmolLM2 instead of the 1.1 GB model."""
+    import openai
+
+    from skillopt_ray.cli.launch import EmbeddedStart
+    from skillopt_ray.llm.embedded import default_model_path
+
+    _, data = _local(f"llm.embedded.model_path={default_model_path()}", "llm.embedded.ctx_size=4096")
+    start = EmbeddedStart(data, tmp_path)
+    try:
+        url = start.wait()
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
+        tool = {
+            "type": "function",
+            "function": {
+                "name": "exec_command",
+                "description": "Run a shell command",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+            },
+        }
+        ask = {"model": "any", "messages": [{"role": "user", "content": "List the files here."}], "max_tokens": 8}
+        r = client.chat.completions.create(tools=[tool], **ask)  # a request with tools is taken (jinja templates)
+        assert r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.completion_tokens > 0
+        with urllib.request.urlopen(url.removesuffix("/v1") + "/props", timeout=30) as resp:
+            props = json.load(resp)
+        assert props["total_slots"] == 2 and props["model_path"] == str(default_model_path())
+    finally:
+        start.stop()
+    pid = start.server.proc.pid
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)

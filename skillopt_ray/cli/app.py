@@ -173,6 +173,7 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> N
 
     from skillopt_ray.cli.checks import (
         check_benchmark_data,
+        check_embedded_model,
         check_harness,
         check_output_dir,
         check_skill_files,
@@ -195,6 +196,7 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> N
             data = resolve_paths(data)
             check_skill_files(data)
             check_harness(data)  # a missing agent CLI: one line before Ray, not a failed episode after it
+            check_embedded_model(data)  # llm=local without its installed model: the install command, before Ray
             seen = json.dumps([data["env"], run_splits(data)], sort_keys=True, default=str)
             if seen not in data_read:
                 check_benchmark_data(data)

@@ -51,10 +51,25 @@ def check_harness(data: dict[str, Any]) -> None:
         raise UsageError(problem)
 
 
+def check_embedded_model(data: dict[str, Any]) -> None:
+    """The model file the embedded server would serve exists (llm=local names an installed model)."""
+    from skillopt_ray.cli.launch import needs_embedded_server
+    from skillopt_ray.llm.embedded import EmbeddedUnavailable, resolve_model_path
+
+    e = data["llm"].get("embedded") or {}
+    if e.get("server_url") or not needs_embedded_server(data):
+        return
+    try:
+        resolve_model_path(e.get("model_path"))
+    except EmbeddedUnavailable as err:
+        raise UsageError(str(err)) from None
+
+
 def check_keys(data: dict[str, Any]) -> None:
     """Every remote role has its endpoint and the environment variable holding its key, and a harness target its
     CLI (check_harness)."""
     check_harness(data)
+    check_embedded_model(data)
     for role in ("target", "optimizer"):
         r = data["llm"][role]
         if r["provider"] == "embedded":

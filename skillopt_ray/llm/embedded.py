@@ -1,4 +1,7 @@
-"""The embedded default backend: a local OpenAI-compatible llama.cpp server with SmolLM2-135M.
+"""The embedded backend: a local OpenAI-compatible llama.cpp server, SmolLM2-135M by default.
+
+`llm.embedded.model_path` may also name an installed model (`qwen2.5-coder-1.5b`, see llm/model_install.py and the
+`llm=local` preset), looked up in the models folder; a missing one is one line naming its install command.
 
 We start it as a child process (with GOMP_SPINCOUNT set, without which its
 throughput collapses when other processes use the CPU) and stop it by PID.
@@ -18,9 +21,10 @@ from pathlib import Path
 from typing import Optional
 
 NOTICE = (
-    "embedded model (SmolLM2-135M on llama.cpp): exercises the pipeline end to end, but is far too small to "
-    "learn a skill; use llm=openai / azure / compatible for real results. Its context is 8192 tokens: optimizer "
-    "prompts longer than that are cut to fit, marked where cut (llm.optimizer.context_tokens)"
+    "embedded model on llama.cpp: the default SmolLM2-135M exercises the pipeline end to end, but is far too small "
+    "to learn a skill; llm=local (Qwen2.5-Coder-1.5B, scripts/install_model.sh) can, and llm=openai / azure / "
+    "compatible give real results. Optimizer prompts longer than llm.optimizer.context_tokens are cut to fit, "
+    "marked where cut"
 )
 
 
@@ -43,6 +47,27 @@ def default_model_path() -> Path:
     return files[0]
 
 
+def resolve_model_path(value: Optional[str]) -> Path:
+    """The GGUF file to serve: the shipped SmolLM2 (None), an installed model by name, or a path that must exist."""
+    from skillopt_ray.llm.model_install import INSTALL_HINT, MODELS, model_file
+
+    if not value:
+        return default_model_path()
+    spec = MODELS.get(value)
+    path = model_file(spec) if spec else Path(value).expanduser()
+    if path.is_file():
+        return path
+    if spec:
+        raise EmbeddedUnavailable(
+            f"model {value} is not installed (no {path}); run {INSTALL_HINT.format(name=value)} "
+            "(or set SKILLOPT_MODELS_DIR to the folder that holds it)"
+        )
+    raise EmbeddedUnavailable(
+        f"llm.embedded.model_path={value}: no such file; give a .gguf file or an installed model's name "
+        f"({', '.join(sorted(MODELS))})"
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -59,7 +84,7 @@ class EmbeddedServer:
         startup_timeout_s: float = 120.0,
         log_path: Optional[Path] = None,
     ):
-        self.model_path = Path(model_path) if model_path else default_model_path()
+        self.model_path = resolve_model_path(model_path)
         self.ctx_size, self.threads, self.parallel = ctx_size, threads, parallel
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path

@@ -30,6 +30,8 @@ def main() -> int:
     p.port = a.port
     p.hostnames = ["127.0.0.1"]
     p.model_alias = "smollm2-135m"
+    # the model's own chat template (jinja) renders the tools a request offers and parses its tool calls
+    p.use_jinja = True
     server = xllamacpp.Server(p)  # serves HTTP on its own threads
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
