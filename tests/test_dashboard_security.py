@@ -160,12 +160,15 @@ def test_a_post_that_is_not_json_is_refused(served):
         ("llm.target.agent.prefix=/usr", {}, "--allow-path"),
         ("env.options.sample_dir=/var/tmp/x", {}, "--allow-path"),
         ("tracking=mlflow tracking.tracking_uri=sqlite:////tmp/x.db", {}, "--allow-path"),
+        ("skill_init={cwd}/.git/config", {}, "hidden"),
+        ("skill_init={cwd}/pyproject.toml", {}, "Markdown"),
         ("", {"experiment": "../llm/openai"}, "presets"),
         ("+experiment=spreadsheetbench env.options.sandbox=none", {"experiment": ""}, "sandbox"),
     ],
 )
 def test_the_form_refuses_overrides_that_reach_past_plain_values(served, extra, fields, needle):
     form = _form(served, **fields)
+    extra = extra.replace("{cwd}", str(served.dash.launcher.cwd))
     form["extra"] = f"{form['extra']} {extra}".strip()
     if "output_dir=/tmp/not" in extra:
         form["extra"] = extra

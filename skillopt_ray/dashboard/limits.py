@@ -24,6 +24,8 @@ SANDBOX_KEYS = ("env.options.sandbox", "llm.target.agent.jail", "llm.optimizer.a
 # Path-valued options of the benchmarks (env.options.<name>); other string options that look like paths are
 # checked as well (see `_option_paths`).
 OPTION_PATHS = ("sample_dir", "image_root", "page_cache", "compile_cache", "docs_dirs")
+SKILL_PATH_KEYS = ("skill_init", "eval.skill_path")
+SKILL_SUFFIXES = (".md", ".markdown", ".txt")
 CHOICE_VALUE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -76,16 +78,27 @@ class PathPolicy:
         roots = tuple(dict.fromkeys(Path(p).expanduser().resolve() for p in (cwd, outputs, *allowed)))
         return cls(Path(cwd).resolve(), roots)
 
-    def inside(self, path: Path) -> bool:
-        return any(path == r or r in path.parents for r in self.roots)
+    def root_of(self, path: Path) -> Optional[Path]:
+        """The allowed folder `path` lies in (the deepest one), or None."""
+        found = [r for r in self.roots if path == r or r in path.parents]
+        return max(found, key=lambda r: len(r.parts)) if found else None
 
     def check(self, key: str, raw: Any, base: Optional[Path] = None) -> None:
         resolved = ((base or self.cwd) / Path(str(raw)).expanduser()).resolve()
-        if not self.inside(resolved):
+        root = self.root_of(resolved)
+        if root is None:
             raise UsageError(
                 f"{key}={raw}: the page may only use paths under {', '.join(map(str, self.roots))}; "
                 "start the dashboard with --allow-path DIR to allow another folder"
             )
+        # inside an allowed folder, hidden entries (.git, .env, .ssh, .venv) are not the page's to read or write
+        if any(part.startswith(".") for part in resolved.relative_to(root).parts):
+            raise UsageError(
+                f"{key}={raw}: hidden files and folders are not accepted from the page; "
+                "name the folder itself with --allow-path DIR"
+            )
+        if key in SKILL_PATH_KEYS and resolved.suffix.lower() not in SKILL_SUFFIXES:
+            raise UsageError(f"{key}={raw}: a skill file from the page must be Markdown or text (.md, .markdown, .txt)")
 
 
 def _get(data: dict[str, Any], dotted: str) -> Any:
