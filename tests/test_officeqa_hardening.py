@@ -5,17 +5,19 @@ link loop are one-line errors; and the loader / page / command rules computed fr
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from skillopt_envs.base import DataError
 from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import stream, tools
 from skillopt_envs.officeqa.benchmark import OfficeQABenchmark
-from skillopt_envs.officeqa.oracle import page_of, references
+from skillopt_envs.officeqa.oracle import build_context, page_of, references
 from skillopt_envs.officeqa.samples import ensure_samples
 from skillopt_envs.officeqa.tools import ToolRuntime
 
@@ -196,3 +198,37 @@ def test_read_commands_show_what_the_reference_shows(tmp_path):
     denied = rt.run("read", {"path": "/etc/passwd", "start": 5})  # not allowed: only the path, before the window
     assert (denied.command, denied.output) == ("read(path='/etc/passwd')", "[read error: path not allowed]")
     assert rt.run("read", {"path": "/etc/passwd", "start": "x"}).command == "read(path='/etc/passwd')"
+
+
+def _pages_json(root: Path, elements: list[dict]) -> Path:
+    (root / "transformed").mkdir(parents=True)
+    (root / "jsons").mkdir()
+    (root / "jsons" / "b.json").write_text(json.dumps({"document": {"elements": elements}}))
+    return root / "transformed"
+
+
+def test_oracle_pages_read_page_ids_and_text_as_the_reference(tmp_path):
+    elements = [
+        {"content": "  \r\nFirst\r\rSecond &lt;x&gt;  \n", "bbox": [{"page_id": "3"}]},  # a string id is int()'d
+        {"content": "float page", "bbox": [{"page_id": 3.0}, {"page_id": "x"}, "junk"]},
+        {"content": "   ", "bbox": [{"page_id": 3}]},  # blank: no section
+        {"content": "elsewhere", "bbox": [{"page_id": 4}]},
+    ]
+    ctx = build_context(["b.txt"], ["u?page=3"], [_pages_json(tmp_path / "p", elements)])
+    block = ctx.text.split("\n\n", 1)[1]
+    # content stripped; CR LF and a lone CR are newlines; blank-line runs cut to one; sections joined by a blank line
+    assert block == "### b.txt page 3\nSource URL: u?page=3\n\nFirst\n\nSecond <x>\n\nfloat page"
+
+
+def test_oracle_caps_trim_the_cut_and_a_full_context_takes_no_note(tmp_path):
+    head = len("### b.txt page 1\nSource URL: u?page=1\n\n")
+    texts = ["x" * 23_999 + " " * 11 + "y" * 10, "a" * 24_000, "c" * 24_000]
+    first_cut = "x" * 23_999 + "\n\n[... 20 characters omitted from this parsed page ...]"
+    texts.append("d" * (80_000 - 4 * head - len(first_cut) - 2 * 24_000))  # fills the 80,000 exactly
+    texts.append("e" * 100)  # the context is full before this page
+    elements = [{"content": t, "bbox": [{"page_id": i + 1}]} for i, t in enumerate(texts)]
+    ctx = build_context(["b.txt"], [f"u?page={i + 1}" for i in range(5)], [_pages_json(tmp_path / "p", elements)])
+    first = "### " + ctx.text.split("\n\n### ")[1]
+    # cut at 24,000, trailing blanks trimmed, the omitted count is of the whole page
+    assert first.endswith(first_cut) and len(first) == head + len(first_cut)
+    assert ctx.pages == 4 and "page 5" not in ctx.text and "truncated" not in ctx.text

@@ -116,13 +116,22 @@ def table_markdown(content: str) -> str:
 
 
 def _text(content: str) -> str:
-    text = html.unescape(content).replace("\r\n", "\n")
-    return re.sub(r"\n{3,}", "\n\n", text)
+    """Entities unescaped, CR LF and a lone CR as LF, runs of blank lines cut to one, the ends stripped."""
+    text = re.sub(r"\r\n?", "\n", html.unescape(content))
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def _page_id(box: Any) -> Optional[int]:
+    """A box's page_id as the reference reads it: int() of the value (so "3" and 3.0 are page 3)."""
+    try:
+        return int(box.get("page_id")) if isinstance(box, dict) else None
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _on_page(element: dict[str, Any], page: int) -> bool:
     boxes = element.get("bbox")
-    return isinstance(boxes, list) and any(isinstance(b, dict) and b.get("page_id") == page for b in boxes)
+    return isinstance(boxes, list) and any(_page_id(b) == page for b in boxes)
 
 
 def render_page(payload: Any, page: int) -> str:
@@ -137,14 +146,17 @@ def render_page(payload: Any, page: int) -> str:
         content = el.get("content")
         if not isinstance(content, str) or not content.strip():
             continue
-        parts.append(table_markdown(content) if _TABLE.search(content) else _text(content))
-    return "\n\n".join(parts)
+        content = content.strip()
+        part = table_markdown(content) if _TABLE.search(content) else _text(content)
+        if part:
+            parts.append(part)
+    return "\n\n".join(parts).strip()
 
 
 def _capped(text: str, cap: int) -> str:
     if len(text) <= cap:
         return text
-    return text[:cap] + f"\n\n[... {len(text) - cap} characters omitted from this parsed page ...]"
+    return text[:cap].rstrip() + f"\n\n[... {len(text) - cap} characters omitted from this parsed page ...]"
 
 
 @dataclass
@@ -181,7 +193,8 @@ def build_context(
         block = f"### {name} page {page}\nSource URL: {url}\n\n{_capped(text, PAGE_CAP)}"
         room = TOTAL_CAP - used
         if len(block) > room:
-            blocks.append(block[:room] + "\n\n[... oracle parsed page context truncated ...]")
+            if room > 0:  # a context already full ends without a note, as the reference's does
+                blocks.append(block[:room].rstrip() + "\n\n[... oracle parsed page context truncated ...]")
             break
         blocks.append(block)
         used += len(block)
