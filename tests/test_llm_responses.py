@@ -4,17 +4,27 @@ chat (cache and replay, ledger, retries, the completion-limit retry)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 from scripted_server import Fault, ScriptedServer
 
 from skillopt_ray import cli
-from skillopt_ray.config import ConfigError, LLMConfig, LLMRoleConfig, PriceConfig
+from skillopt_ray.config import BudgetConfig, ConfigError, LLMConfig, LLMRoleConfig, PriceConfig
 from skillopt_ray.llm.gateway import Gateway
 from skillopt_ray.llm.responses import listed_for_responses, resolved_api
-from skillopt_ray.llm.types import CacheMiss, ChatRequest, ReplyFiltered, ReplyTruncated
+from skillopt_ray.llm.types import (
+    BudgetExceeded,
+    CacheMiss,
+    ChatRequest,
+    LLMUnavailable,
+    ReplyFiltered,
+    ReplyTruncated,
+)
 from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
+from tests.test_llm_transport import silent_port  # noqa: F401 - a port that accepts and never answers
 
 
 def _answer(body, headers):
@@ -279,3 +289,27 @@ def test_azure_responses_endpoint(srv, run, monkeypatch):
     assert json.loads(res.content) == {"answer": "azure"}
     assert srv.state.paths[-1] == "/openai/responses?api-version=2025-04-01-preview"
     assert srv.state.bodies[-1]["model"] == "my-codex-deployment"
+
+
+# --- the gateway's limits hold for Responses calls as for chat ---------------------------------------------------
+
+
+def test_a_silent_responses_endpoint_is_named_by_the_probe(silent_port, run):
+    gw = gateway(f"http://127.0.0.1:{silent_port}/v1", role=dict(timeout_s=60.0, silence_probe_s=0.5))
+    t0 = time.monotonic()
+    with pytest.raises(LLMUnavailable) as e:
+        run(gw.chat(req("anyone?")))
+    assert time.monotonic() - t0 < 5 and "nothing answered" in e.value.message  # not the 60 s read timeout
+
+
+def test_concurrency_limit_and_call_budget_hold_for_responses(run):
+    with ScriptedServer(policy=_answer, latency_s=0.2) as srv:
+        gw = gateway(srv.base_url, role=dict(max_concurrency=2), budget=BudgetConfig(max_calls=5))
+
+        async def many():
+            return await asyncio.gather(*(gw.chat(req(f"q{i}")) for i in range(8)), return_exceptions=True)
+
+        results = run(many())
+        assert srv.state.peak_in_flight <= 2 and srv.state.attempts == 5  # no more than the cap reached the server
+        assert sum(isinstance(r, BudgetExceeded) for r in results) == 3
+        assert gw.ledger.totals()["calls"] == 5
