@@ -156,6 +156,9 @@ class Benchmark(ABC):
     # the typed `env.options` dataclass (with an optional `parse(raw)` adding its own range checks): lets the CLI
     # check a benchmark's options before anything starts, without making the benchmark
     options_class: ClassVar[Optional[type]] = None
+    # False: a chat episode is model calls and scoring only, nothing kept in its env actor between episodes (no game,
+    # no sandbox, no corpus), so one actor runs all of a run's concurrent episodes and no others are started
+    holds_env_state: bool = True
 
     @classmethod
     def check_options(cls, raw: dict[str, Any]) -> None:

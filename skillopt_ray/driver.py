@@ -19,7 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from skillopt_envs.base import DataError, EpisodeContext
 
 from skillopt_ray.config import ConfigError, from_container, redact, validate
-from skillopt_ray.envpool import EnvPool, PoolSettings
+from skillopt_ray.envpool import EnvPool, PoolSettings, pool_shape
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
@@ -65,14 +65,20 @@ def load_splits(bench: Any, cfg: Any) -> Splits:
 class Run:
     """Everything one run needs, built inside the driver process."""
 
-    def __init__(self, cfg_dict: dict[str, Any], run_dir: str, owners: Optional[list[Optional[dict[str, Any]]]] = None):
+    def __init__(
+        self,
+        cfg_dict: dict[str, Any],
+        run_dir: str,
+        owners: Optional[list[Optional[dict[str, Any]]]] = None,
+        gateway: Any = None,
+    ):
         self.cfg_dict = cfg_dict
         self.owners = [o for o in (owners or []) if o]  # processes whose death ends every actor of this run
         self.cfg = validate(from_container(cfg_dict))
         self.rd = RunDir(run_dir).ensure()
         self.progress: dict[str, Any] = {"phase": "starting"}
         self.pool: Optional[EnvPool] = None
-        self.gateway: Any = None
+        self.gateway: Any = gateway  # started by the command beside this actor (start_gateway), or by _setup
         self.trainer: Optional[Trainer] = None
         self.tracker: Optional[TrackerWhenReady] = None
         self.notes: list[str] = []
@@ -85,30 +91,25 @@ class Run:
         note = bench.data_note()
         if note:
             self.notes.append(note)
+        if self.gateway is None:
+            self.gateway = start_gateway(self.cfg_dict, str(self.rd.root), self.owners)
         self.rd.write_config(redact(self.cfg_dict))
-        # on this (the driver's) node: it writes the ledger and cache into the run directory, and it must not die
-        # with a worker node
-        self.gateway = GatewayActor.options(  # type: ignore[attr-defined]  # .options comes from @ray.remote
-            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        ).remote(
-            self.cfg_dict["llm"],
-            str(self.rd.cache_path) if cfg.llm.cache_mode != "off" else None,
-            str(self.rd.ledger_path),
-            self.owners,
-            shards=cfg.ray.gateway_shards,
-        )
         llm = LLMHandle(self.gateway)
         self.set_progress(stage="starting environment actors")
-        actors = cfg.ray.env_actors
-        if cfg.mode == "eval":  # no more actors than the eval's tasks fill: each one started costs an engine import
-            actors = max(1, min(actors, -(-len(self._eval_tasks(bench)) // cfg.ray.episodes_per_actor)))
+        chat = not bench.holds_env_state and cfg.llm.target.harness == "chat"  # an agent CLI per episode is heavy
+        actors, per_actor = pool_shape(
+            cfg.ray.env_actors,
+            cfg.ray.episodes_per_actor,
+            holds_state=not chat,
+            eval_tasks=len(self._eval_tasks(bench)) if cfg.mode == "eval" else None,
+        )
         self.pool = EnvPool(
             cfg.env.name,
             self.cfg_dict["env"],
             self.gateway,
             PoolSettings(
                 actors,
-                cfg.ray.episodes_per_actor,
+                per_actor,
                 cfg.ray.actor_num_cpus,
                 cfg.ray.episode_timeout_s,
                 cfg.ray.episode_retries,
@@ -383,6 +384,22 @@ def plays_episodes(stage: str) -> bool:
     return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
 
 
+def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[dict[str, Any]]) -> Any:
+    """The run's LLM gateway actor, on this node: it writes the ledger and cache into the run directory, and it must
+    not die with a worker node. The command starts it beside the driver actor (both processes come up at once)."""
+    rd = RunDir(run_dir)
+    llm = cfg_dict["llm"]
+    return GatewayActor.options(  # type: ignore[attr-defined]  # .options comes from @ray.remote
+        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    ).remote(
+        llm,
+        str(rd.cache_path) if llm.get("cache_mode", "record") != "off" else None,
+        str(rd.ledger_path),
+        owners,
+        shards=int((cfg_dict.get("ray") or {}).get("gateway_shards", 1)),
+    )
+
+
 def driver_options(cfg_dict: dict[str, Any]) -> dict[str, Any]:
     """Ray options for the driver actor. With ray.driver_node=local (the default) it runs on the calling
     process's node, where that process has just made the run directory; `any` lets Ray place it (the run
@@ -410,14 +427,16 @@ def run_dir_unseen(run_dir: str, owner: Optional[dict[str, Any]]) -> Optional[st
 
 @ray.remote(num_cpus=0, max_concurrency=8)  # type: ignore[call-overload]  # Ray's stubs omit actor options
 class DriverActor:
-    def __init__(self, cfg_dict: dict[str, Any], run_dir: str, owner: Optional[dict[str, Any]] = None):
+    def __init__(
+        self, cfg_dict: dict[str, Any], run_dir: str, owner: Optional[dict[str, Any]] = None, gateway: Any = None
+    ):
         from skillopt_ray.lifeline import identity, watch
 
         watch([owner], "driver actor")
         mark("driver-started")
         self._unseen = run_dir_unseen(run_dir, owner)  # checked before Run makes a stray directory on this node
         self._run_dir = run_dir
-        self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()])
+        self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()], gateway)
         self._ledger: dict[str, Any] = {}
         self._eta = Eta()
 

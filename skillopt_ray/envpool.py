@@ -97,6 +97,17 @@ def check_fits(s: PoolSettings, resource: Optional[str], cluster: dict[str, floa
         )
 
 
+def pool_shape(actors: int, per_actor: int, holds_state: bool, eval_tasks: Optional[int] = None) -> tuple[int, int]:
+    """(env actors, episodes per actor) for a run. Episodes that keep nothing in their actor (a chat benchmark) all
+    go to one actor holding every slot: as many at once as before, without starting and warming up more processes.
+    Otherwise an eval starts no more actors than its `eval_tasks` fill (each one costs an engine import)."""
+    if not holds_state:
+        return 1, actors * per_actor
+    if eval_tasks is not None:
+        actors = max(1, min(actors, -(-eval_tasks // per_actor)))
+    return actors, per_actor
+
+
 @ray.remote
 class EnvActor:
     def __init__(

@@ -23,7 +23,7 @@ POLL_S = 0.1
 EXIT_OWNER_GONE = 70
 
 
-def _start_ticks(pid: int) -> Optional[str]:
+def start_ticks(pid: int) -> Optional[str]:
     """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -46,14 +46,14 @@ def _node_id() -> Optional[str]:
 def identity(pid: Optional[int] = None) -> Optional[dict[str, Any]]:
     """This process (or `pid`) as an owner others can watch; None where /proc is not available."""
     pid = os.getpid() if pid is None else pid
-    ticks = _start_ticks(pid)
+    ticks = start_ticks(pid)
     if ticks is None:
         return None
     return {"pid": pid, "start": ticks, "node": _node_id()}
 
 
 def alive(owner: dict[str, Any]) -> bool:
-    return _start_ticks(int(owner["pid"])) == owner["start"]
+    return start_ticks(int(owner["pid"])) == owner["start"]
 
 
 def watch(owners: list[Optional[dict[str, Any]]], what: str, poll_s: float = POLL_S) -> bool:

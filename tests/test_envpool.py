@@ -132,3 +132,32 @@ def test_replayed_games_go_back_to_the_actor_that_has_them_loaded(ray_cluster, a
         results = asyncio.run(pool.run(tasks, "# skill", ctx))
         assert all(r.hard == 1.0 for r in results)
         assert pool.affinity_hits == 4 and pool.home == first
+
+
+def test_a_chat_benchmark_gets_one_actor_with_every_slot_and_an_eval_no_idle_actors():
+    from skillopt_ray.envpool import pool_shape
+
+    assert pool_shape(4, 4, holds_state=False) == (1, 16)  # the same 16 episodes at once, one process
+    assert pool_shape(4, 4, holds_state=False, eval_tasks=40) == (1, 16)
+    assert pool_shape(4, 4, holds_state=True) == (4, 4)  # games: spread over the configured actors
+    assert pool_shape(4, 4, holds_state=True, eval_tasks=4) == (1, 4)  # a 4-game eval fills one actor
+    assert pool_shape(4, 4, holds_state=True, eval_tasks=9) == (3, 4)
+    assert pool_shape(8, 8, holds_state=True, eval_tasks=0) == (1, 8)
+
+
+def test_benchmarks_say_whether_their_episodes_keep_state_in_the_actor(tmp_path):
+    import skillopt_envs
+
+    stateless = {n for n in ("livemathematicianbench", "searchqa", "docvqa")}
+    for name in skillopt_envs.names():
+        if name in stateless:
+            assert skillopt_envs.benchmark_class(name).holds_env_state is False, name
+        elif name != "custom":
+            assert skillopt_envs.benchmark_class(name).holds_env_state is True, name  # games, sandboxes, corpora
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "1+1?", "answer": "2"}\n')
+    assert skillopt_envs.make("custom", {"data_dir": str(tasks), "options": {}}).holds_env_state is False
+    check = tmp_path / "check.py"
+    check.write_text("print(1)\n")
+    scripted = {"data_dir": str(tasks), "options": {"scorer": "script", "check": str(check)}}
+    assert skillopt_envs.make("custom", scripted).holds_env_state is True  # checks run in a sandbox

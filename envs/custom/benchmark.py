@@ -92,6 +92,8 @@ class CustomBenchmark(Benchmark):
             raise DataError("env=custom needs env.data_dir=<tasks.jsonl | folder of tasks>")
         self.root = root
         self.check = Path(self.options.check).expanduser().resolve() if self.options.check else None
+        # chat tasks scored in-process keep nothing between episodes; sandboxed checks and agent task folders do
+        self.holds_env_state = self.options.scorer == SCRIPT or not (root.is_file() or any(root.glob("*.jsonl")))
         self._splits: Optional[dict[str, list[UserTask]]] = None
         self._sandbox: Optional[checks.Sandbox] = None
 

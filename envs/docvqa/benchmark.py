@@ -83,6 +83,7 @@ def task_timeout(exec_timeout: float) -> float:
 
 class DocVQABenchmark(Benchmark):
     name = "docvqa"
+    holds_env_state = False  # chat episodes: one env actor runs them all
     agent_harness = True  # llm.target.harness=codex|claude_code: one agent run per turn, the page image attached
     options_class = DocVQAOptions
 

@@ -81,6 +81,7 @@ def task_timeout(exec_timeout: float) -> Optional[float]:
 
 class LiveMathBenchmark(Benchmark):
     name = "livemathematicianbench"
+    holds_env_state = False  # chat episodes: one env actor runs them all
     agent_harness = True  # llm.target.harness=codex|claude_code: one agent run per turn, task.md the user message
     options_class = LiveMathOptions
 

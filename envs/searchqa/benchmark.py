@@ -89,6 +89,7 @@ def evaluation_block(question: str, predicted: str, golds: list[str], em: int, f
 
 class SearchQABenchmark(Benchmark):
     name = "searchqa"
+    holds_env_state = False  # chat episodes: one env actor runs them all
     agent_harness = True  # llm.target.harness=codex|claude_code runs each episode in an agent CLI
     options_class = QAOptions
 

@@ -7,6 +7,7 @@ Start-up overlaps what can overlap: the embedded llama.cpp server starts beside 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import shutil
@@ -203,11 +204,17 @@ def _drive(
     if embedded is not None:
         run_cfg = with_endpoint(data, embedded.wait())
     loader.join()
-    from skillopt_ray.driver import DriverActor, driver_options
+    from skillopt_ray.driver import DriverActor, driver_options, start_gateway
     from skillopt_ray.lifeline import identity
 
     # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)
-    driver = DriverActor.options(**driver_options(run_cfg)).remote(run_cfg, str(run_dir), identity())  # type: ignore[attr-defined]  # .options comes from @ray.remote
+    me = identity()
+    driver_opts = driver_options(run_cfg)
+    # with the driver on this node, its gateway (on the driver's node) is started here too: both processes come up
+    # at once instead of one after the other
+    local = "scheduling_strategy" in driver_opts
+    gateway = start_gateway(run_cfg, str(run_dir), [me] if me else []) if local else None
+    driver = DriverActor.options(**driver_opts).remote(run_cfg, str(run_dir), me, gateway)  # type: ignore[attr-defined]  # .options comes from @ray.remote
     ref = driver.run.remote()
     mark("driver-submitted")
     print(f"run directory: {run_dir}", file=sys.stderr)
@@ -216,6 +223,10 @@ def _drive(
         outcome: dict[str, Any] = ray.get(ref)
     except ray.exceptions.RayActorError as e:  # killed (OOM, a lost node, a signal): its state is on disk
         return driver_lost(e, run_dir)
+    finally:
+        if gateway is not None:  # the driver closes it; a driver that died could not (a sweep's trial goes on)
+            with contextlib.suppress(Exception):
+                ray.kill(gateway, no_restart=True)
     ray.kill(driver, no_restart=True)
     return outcome
 

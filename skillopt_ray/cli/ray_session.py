@@ -1,8 +1,10 @@
-"""Start a private local Ray cluster, or join one (`ray.address` / RAY_ADDRESS)."""
+"""Start a private local Ray cluster, or join one (`ray.address` / RAY_ADDRESS, or the cluster kept up by
+`python -m skillopt_ray.cluster up`: a run with no address attaches to it and skips Ray's start)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from skillopt_ray.cli.errors import UsageError, one_line
@@ -34,7 +36,9 @@ def start_ray(data: dict[str, Any]) -> None:
         probe_address(address)  # a configured address that does not answer is an error even if Ray is already up here
     if ray.is_initialized():
         return
-    if address == "local":  # RAY_ADDRESS=local: a new cluster, as with no address
+    if not address and attach_kept_cluster():
+        return
+    if address == "local":  # RAY_ADDRESS=local: a new cluster, as with no address (and never the kept one)
         address = None
     try:
         if address:
@@ -63,3 +67,29 @@ def probe_address(address: str, timeout_s: float = 3.0) -> None:
             f"cannot reach Ray at {address}: {getattr(e, 'strerror', None) or e}; check ray.address / RAY_ADDRESS, "
             "or drop it to start a local cluster"
         ) from None
+
+
+def attach_kept_cluster() -> bool:
+    """Join the cluster `python -m skillopt_ray.cluster up` keeps, when its holder runs; lease it for this process's
+    life (its idle clock waits). False when there is none."""
+    import ray
+
+    from skillopt_ray import cluster
+
+    kept = cluster.live()
+    if kept is None:
+        return False
+    os.environ.setdefault("RAY_AUTH_MODE", kept.auth_mode)
+    cluster.take_lease()
+    try:
+        ray.init(address=kept.address, **COMMON_INIT)
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
+        raise UsageError(
+            f"cannot reach the Ray cluster kept up by pid {kept.pid} at {kept.address}: {one_line(e)}; stop it with "
+            "`python -m skillopt_ray.cluster down` (runs then start their own)"
+        ) from None
+    print(
+        f"attached to the Ray cluster kept up by pid {kept.pid} (`python -m skillopt_ray.cluster down` stops it)",
+        file=sys.stderr,
+    )
+    return True

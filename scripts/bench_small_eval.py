@@ -1,0 +1,256 @@
+"""A small chat eval, cold and warm, beside Ray's own floor measured in the same run.
+
+    .venv/bin/python scripts/bench_small_eval.py                 # 3 rounds of 40 items, 1 s per call, 16 at a time
+    .venv/bin/python scripts/bench_small_eval.py --rounds 5 --items 40 --latency 1.0 --concurrency 16
+
+The job is what researchers run most while they iterate on a skill: an eval-only command on a chat benchmark
+(your own tasks, `+experiment=custom`, one model call per item) against the scripted OpenAI-compatible server
+(`tests/scripted_server.py`, answering after `--latency` seconds). Its latency bound is items x latency /
+concurrency (40 x 1 s / 16 = 2.5 s). Each round measures, in fresh processes:
+
+  floor  `ray.init()` with the options the CLI uses, then one remote task (command -> task result);
+  cold   the eval command starting its own private Ray cluster;
+  warm   the same command while a cluster kept up by `python -m skillopt_ray.cluster up` is running
+         (it attaches to it; the cluster is started before the round and stopped after it).
+
+For each: wall time (command -> exit), time to the first model call, both also as ratios to the floor, and the
+peak resident memory of the run's processes (proportional set size, so pages shared between Ray's processes count
+once; the warm figure adds the kept cluster's own processes). One unmeasured cold run comes first (MLflow store,
+Python caches), as any earlier run on the machine would have made them. Medians are printed with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the scripted server, a test double, lives with the tests
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bench_startup import floor, init_options  # noqa: E402  (after the path set-up above)
+
+
+def write_tasks(folder: Path, items: int) -> Path:
+    """`items` one-call chat tasks (all in the test split) and a skill file; returns the tasks file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tasks.jsonl"
+    rows = [
+        {"id": f"q{i:03d}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i), "split": "test"}
+        for i in range(items)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "skill.md").write_text("# Skill\n\nAdd the numbers and answer with the sum alone.\n")
+    return path
+
+
+def reply(body: dict[str, Any], headers: dict[str, str]) -> str:
+    """The scripted target: the sum the question asks for, so every item scores."""
+    import re
+
+    text = str(body["messages"][-1]["content"])
+    m = re.search(r"What is (\d+) \+ (\d+)\?", text)
+    return f"<answer>{int(m.group(1)) + int(m.group(2))}</answer>" if m else "<answer>?</answer>"
+
+
+def child_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    env.update(extra or {})
+    return env
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        for line in open(f"/proc/{pid}/smaps_rollup", encoding="ascii"):
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(d.name))
+    return kids
+
+
+def tree(roots: list[int]) -> list[int]:
+    """The processes under `roots` (Ray's raylet, GCS and workers are descendants of the process that started Ray)."""
+    kids, out, todo = _children(), [], list(roots)
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+class MemorySampler:
+    """Peak summed PSS (MB) of the process trees under some roots, sampled every 0.2 s in a thread."""
+
+    def __init__(self, roots: list[int]):
+        self.roots = roots
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            total = sum(_pss_kb(p) for p in tree(self.roots)) / 1024.0
+            self.peak_mb = max(self.peak_mb, total)
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def eval_command(tasks: Path, srv_url: str, out_dir: Path, concurrency: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "skillopt_ray",
+        "+experiment=custom",
+        "mode=eval",
+        f"env.data_dir={tasks}",
+        f"eval.skill_path={tasks.parent / 'skill.md'}",
+        "eval.split=test",
+        "llm=compatible",
+        f"llm.base_url={srv_url}",
+        f"llm.target.max_concurrency={concurrency}",
+        f"output_dir={out_dir}",
+        "debug.progress=off",
+        "resume=false",
+    ]
+
+
+def run_eval(cmd: list[str], srv: Any, env: dict[str, str], extra_roots: list[int]) -> dict[str, float]:
+    """One eval command: wall and first-call seconds from the command, peak PSS of its processes."""
+    before = len(srv.state.request_times)
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with MemorySampler([p.pid, *extra_roots]) as mem:
+        out, err = p.communicate(timeout=600)
+    wall = time.monotonic() - t0
+    if p.returncode:
+        raise SystemExit(f"eval run failed ({p.returncode}): {err[-3000:]}")
+    times = list(srv.state.request_times)[before:]
+    if not times:
+        raise SystemExit("the eval run made no model call")
+    return {"wall_s": wall, "first_call_s": times[0] - t0, "calls": len(times), "pss_mb": mem.peak_mb}
+
+
+def cluster(action: str, env: dict[str, str]) -> dict[str, Any]:
+    """`python -m skillopt_ray.cluster <action> --json`: the kept cluster's record."""
+    out = subprocess.run(
+        [sys.executable, "-m", "skillopt_ray.cluster", action, "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if out.returncode:
+        raise SystemExit(f"cluster {action} failed ({out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
+
+
+def warm_round(cmd: list[str], srv: Any, env: dict[str, str]) -> dict[str, float]:
+    """Keep a cluster up (in a state folder of this run's own), attach the eval to it twice (the first run
+    imports into the cluster's caches), measure the second, stop the cluster."""
+    rec = cluster("up", env)
+    try:
+        run_eval(cmd, srv, env, [int(rec["pid"])])
+        return run_eval(cmd, srv, env, [int(rec["pid"])])
+    finally:
+        cluster("down", env)
+
+
+def summarize(rows: list[dict[str, float]], floors: list[float]) -> dict[str, float]:
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    med["wall_over_floor"] = statistics.median(r["wall_s"] / f for r, f in zip(rows, floors))
+    med["first_call_over_floor"] = statistics.median(r["first_call_s"] / f for r, f in zip(rows, floors))
+    med["first_call_minus_floor_s"] = statistics.median(r["first_call_s"] - f for r, f in zip(rows, floors))
+    return med
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--items", type=int, default=40)
+    ap.add_argument("--latency", type=float, default=1.0)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--no-warm", action="store_true", help="measure the cold path only")
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+    a = ap.parse_args()
+    from scripted_server import ScriptedServer
+
+    work = Path(tempfile.mkdtemp(prefix="bench_small_eval_"))
+    tasks = write_tasks(work / "data", a.items)
+    # the kept cluster's record lives in this run's own folder: a cluster someone else keeps up is not touched
+    env = child_env({"SKILLOPT_CLUSTER_HOME": str(work / "cluster")})
+    cold_env = dict(env, SKILLOPT_CLUSTER_HOME=str(work / "no-cluster"))
+    opts = init_options(REPO)
+    bound = a.items * a.latency / a.concurrency
+    rows: dict[str, list[dict[str, float]]] = {"cold": [], "warm": []}
+    floors: list[float] = []
+    load0 = os.getloadavg()[0]
+    with ScriptedServer(policy=reply, latency_s=a.latency) as srv:
+        cmd = eval_command(tasks, srv.base_url, work / "out", a.concurrency)
+        run_eval(cmd, srv, cold_env, [])  # unmeasured: the MLflow store, the compile caches
+        for i in range(a.rounds):
+            floors.append(floor(REPO, opts))
+            rows["cold"].append(run_eval(cmd, srv, cold_env, []))
+            if not a.no_warm:
+                rows["warm"].append(warm_round(cmd, srv, env))
+            shown = "  ".join(
+                f"{k}: wall {r[-1]['wall_s']:.2f}s first call {r[-1]['first_call_s']:.2f}s {r[-1]['pss_mb']:.0f} MB"
+                for k, r in rows.items()
+                if r
+            )
+            print(f"round {i + 1}: floor {floors[-1]:.2f}s  {shown}", flush=True)
+    load1 = os.getloadavg()[0]
+    print(
+        f"\n{a.items} items x 1 call at {a.latency:g}s, {a.concurrency} at a time: bound {bound:.2f}s; medians of "
+        f"{a.rounds} rounds; load average {load0:.1f} before, {load1:.1f} after, on {os.cpu_count()} CPUs"
+    )
+    print(f"floor (ray.init + one task) {statistics.median(floors):.2f} s")
+    result: dict[str, Any] = {"bound_s": bound, "floors_s": floors, "load": [load0, load1], "init_options": opts}
+    for name, r in rows.items():
+        if not r:
+            continue
+        m = summarize(r, floors)
+        result[name] = {"rounds": r, "median": m}
+        print(
+            f"{name:>5}: wall {m['wall_s']:.2f} s ({m['wall_s'] / bound:.2f}x bound, {m['wall_over_floor']:.2f}x floor)"
+            f"  first call {m['first_call_s']:.2f} s ({m['first_call_over_floor']:.2f}x floor, "
+            f"{m['first_call_minus_floor_s']:+.2f} s)  resident {m['pss_mb']:.0f} MB"
+        )
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
