@@ -213,3 +213,50 @@ def test_mcq_lists_the_choices_to_the_target(tmp_path):
     llm = FakeLLM("<answer>B</answer>")
     r = play(bench(write_jsonl(tmp_path / "t.jsonl", rows), scorer="mcq"), "train", llm)
     assert "A. red\nB. blue" in llm.sent[0].messages[1]["content"] and r.hard == 1.0
+
+
+# ---------- the kit's plumbing ----------
+
+
+def test_split_names_and_their_aliases():
+    from skillopt_envs.kit import split_name
+
+    assert [split_name(s, "x") for s in ("train", "selection", "valid_seen", "valid_unseen")] == [
+        "train",
+        "val",
+        "val",
+        "test",
+    ]
+    with pytest.raises(DataError, match="unknown mine split 'dev'"):
+        split_name("dev", "mine")
+
+
+def test_data_root_prefers_data_dir_then_the_variable(tmp_path, monkeypatch):
+    from skillopt_envs.kit import data_root
+
+    monkeypatch.setenv("MY_DATA", str(tmp_path / "from-var"))
+    assert data_root({"data_dir": str(tmp_path / "given")}, "MY_DATA") == tmp_path / "given"
+    assert data_root({}, "MY_DATA") == tmp_path / "from-var"
+    assert data_root({}, "") is None
+
+
+def test_samples_are_made_once_and_never_left_half_made(tmp_path):
+    from skillopt_envs.kit import ensure_samples
+
+    calls = []
+
+    def write(folder: Path) -> None:
+        calls.append(folder)
+        (folder / "items.json").write_text("[]")
+
+    root = ensure_samples(tmp_path / "samples_v1", write, "a test")
+    assert (root / "items.json").exists() and (root / "COMPLETE").exists()
+    assert ensure_samples(tmp_path / "samples_v1", write, "a test") == root and len(calls) == 1
+
+    def broken(folder: Path) -> None:
+        (folder / "half.json").write_text("{")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        ensure_samples(tmp_path / "other", broken, "a test")
+    assert not (tmp_path / "other").exists() and [p.name for p in tmp_path.iterdir()] == ["samples_v1"]
