@@ -100,6 +100,8 @@ def test_swept_values_are_compared_within_a_benchmark_and_sweep_trials_are_marke
     # is the sweep's trial: none of them lists the keys that differ only across groups
     assert [list(r["swept"]) for r in rows] == [["optimizer.learning_rate"], ["optimizer.learning_rate"], [], []]
     assert (rows[3]["sweep"], rows[3]["trial"]) == ("lr-sweep", "t00001") and rows[0]["sweep"] == ""
+    # a key an older run's config lacks is not a swept value
+    assert views.swept_keys([{"a": 1, "new": 2}, {"a": 1}, {"a": 3, "new": 2}]) == ["a"]
 
 
 def test_a_stopped_run_is_not_shown_as_running_while_its_progress_record_is_fresh(two_runs, tmp_path):

@@ -158,9 +158,12 @@ def _group_key(cfg: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def swept_keys(flat: list[dict[str, Any]]) -> list[str]:
-    """The config keys whose values differ between these runs (the seed, output paths and tracking aside)."""
+    """The config keys whose values differ between these runs (the seed, output paths and tracking aside).
+
+    A key only some runs have (added to the schema after the older ones ran) is compared among those that have it,
+    so a version's new keys do not all look swept."""
     keys = sorted(k for k in {k for f in flat for k in f} if not _incidental(k))
-    return [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+    return [k for k in keys if len({repr(f[k]) for f in flat if k in f}) > 1]
 
 
 def compare_rows(
