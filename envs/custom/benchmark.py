@@ -180,7 +180,9 @@ class CustomBenchmark(Benchmark):
             messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
             reply = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t0", self.options.max_tokens)
         else:
-            at = AgentTask(skill, AGENT_DESCRIPTION, AGENT_PREAMBLE, user, AGENT_PROMPT, self.options.agent_timeout_s)
+            tags = self.options.scorer not in (SCRIPT, "contains")  # the scorers that take the tagged answer
+            prompt = AGENT_PROMPT + ("\nEnd with your final answer inside <answer></answer> tags." if tags else "")
+            at = AgentTask(skill, AGENT_DESCRIPTION, AGENT_PREAMBLE, user, prompt, self.options.agent_timeout_s)
             out = await runner.run(at, f"{ctx.key}/{task.task_id}")
             if not out.ok:
                 return _infra(task, out.error, out.error_kind)
