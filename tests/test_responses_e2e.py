@@ -69,9 +69,7 @@ def test_searchqa_trains_on_the_responses_api_like_on_chat_and_replays_offline(r
         assert _cache_shape(rd) == _cache_shape(chat)
         summary, chat_summary = (json.loads((d / "summary.json").read_text()) for d in (rd, chat))
         assert summary["test"] == chat_summary["test"] and summary["counts"] == chat_summary["counts"]
-        for p in rd.iterdir():  # the same run again from its cache alone
-            if not p.name.startswith("llm_cache"):
-                p.unlink() if p.is_file() else __import__("shutil").rmtree(p)
+        _wipe_all_but_the_cache(rd)  # the same run again from its cache alone
         attempts = srv.state.attempts
         code, again = _searchqa(
             srv.base_url, tmp_path / "responses", tmp_path / "qa", *RESPONSES, "llm.cache_mode=replay"
@@ -81,34 +79,55 @@ def test_searchqa_trains_on_the_responses_api_like_on_chat_and_replays_offline(r
     assert json.loads((rd / "summary.json").read_text())["test"] == summary["test"]
 
 
-def test_officeqa_tool_loop_runs_on_the_responses_api(ray_cluster, tmp_path):
+def _officeqa(url: str, out: Path, sample: str, *extra: str) -> tuple[int, Path]:
+    return _run(
+        url,
+        out,
+        "+experiment=officeqa",
+        f"env.options.sample_dir={sample}",
+        "env.max_turns=6",
+        "env.limit_train=2",
+        "env.limit_selection=4",
+        "env.limit_test=4",
+        *extra,
+    )
+
+
+def _wipe_all_but_the_cache(rd: Path) -> None:
+    import shutil
+
+    for p in rd.iterdir():
+        if not p.name.startswith("llm_cache"):
+            p.unlink() if p.is_file() else shutil.rmtree(p)
+
+
+def test_officeqa_tool_loop_runs_on_the_responses_api_like_on_chat(ray_cluster, tmp_path):
     sample = str(tmp_path / "samples")
     bench = OfficeQABenchmark({"options": {"sample_dir": sample}})
     types = {t.task_id: t.task_type for s in ("train", "val", "test") for t in bench.load_split(s)}
     with ScriptedServer(policy=tool_agent(types, Policies(target="rule_gated"))) as srv:
-        code, rd = _run(
-            srv.base_url,
-            tmp_path / "out",
-            "+experiment=officeqa",
-            f"env.options.sample_dir={sample}",
-            "env.max_turns=6",
-            "env.limit_train=2",
-            "env.limit_selection=4",
-            "env.limit_test=4",
-            *RESPONSES,
-        )
+        code, chat = _officeqa(srv.base_url, tmp_path / "chat", sample)
+        assert code == 0
+        srv.state.bodies.clear()
+        code, rd = _officeqa(srv.base_url, tmp_path / "responses", sample, *RESPONSES)
         bodies = list(srv.state.bodies)
-    assert code == 0 and all("input" in b and "messages" not in b for b in bodies)
-    targets = [b for b in bodies if b.get("tools")]
-    assert targets and all(t["strict"] is False and "function" not in t for b in targets for t in b["tools"])
-    items = [it.get("type") for b in targets for it in b["input"]]
-    assert "function_call" in items and "function_call_output" in items  # the tools' results went back
-    summary = json.loads((rd / "summary.json").read_text())
-    assert summary["test"]["initial"]["hard"] < summary["test"]["best"]["hard"], summary["test"]
-    with sqlite3.connect(rd / "llm_cache.sqlite") as db:
-        replies = [json.loads(r) for (r,) in db.execute("SELECT response FROM responses WHERE stage='rollout'")]
-    calls = [c for r in replies for c in r.get("tool_calls", [])]
-    assert calls and all(c["type"] == "function" and c["function"]["name"] in ("grep", "read") for c in calls)
+        assert code == 0 and bodies and all("input" in b and "messages" not in b for b in bodies)
+        targets = [b for b in bodies if b.get("tools")]
+        assert targets and all(t["strict"] is False and "function" not in t for b in targets for t in b["tools"])
+        items = [it.get("type") for b in targets for it in b["input"]]
+        assert "function_call" in items and "function_call_output" in items  # the tools' results went back
+        assert _ledger_shape(rd) == _ledger_shape(chat) and _cache_shape(rd) == _cache_shape(chat)
+        summary = json.loads((rd / "summary.json").read_text())
+        assert summary["test"]["initial"]["hard"] < summary["test"]["best"]["hard"], summary["test"]
+        with sqlite3.connect(rd / "llm_cache.sqlite") as db:
+            replies = [json.loads(r) for (r,) in db.execute("SELECT response FROM responses WHERE stage='rollout'")]
+        calls = [c for r in replies for c in r.get("tool_calls", [])]
+        assert calls and all(c["type"] == "function" and c["function"]["name"] in ("grep", "read") for c in calls)
+        _wipe_all_but_the_cache(rd)
+        attempts = srv.state.attempts
+        code, again = _officeqa(srv.base_url, tmp_path / "responses", sample, *RESPONSES, "llm.cache_mode=replay")
+        assert code == 0 and again == rd and srv.state.attempts == attempts  # no call
+    assert json.loads((rd / "summary.json").read_text())["test"] == summary["test"]
 
 
 def test_every_billed_reply_is_in_the_ledger_cut_and_filtered_ones_included(ray_cluster, tmp_path):
