@@ -35,3 +35,24 @@ def test_local_preset_without_its_model_is_one_line_naming_the_install_command(t
     _, replay = _local("llm.cache_mode=replay")
     monkeypatch.setenv("SKILLOPT_MODELS_DIR", str(tmp_path / "empty"))
     check_embedded_model(replay)  # a replayed run calls no model: nothing to install
+
+
+def test_a_run_on_the_tiny_model_ends_by_saying_what_its_zeros_mean(tmp_path, capsys):
+    from skillopt_ray.cli.report import _tiny_model_note
+    from skillopt_ray.rundir import RunDir
+
+    _, tiny = cli_typed(["+experiment=searchqa"])
+    RunDir(tmp_path).write_config(tiny)
+    _tiny_model_note(tmp_path)
+    out = capsys.readouterr().out
+    assert "0.000 means the tiny model solved no test task" in out and "A real model learns" in out
+    _, local = _local()
+    RunDir(tmp_path).write_config(local)
+    _tiny_model_note(tmp_path)
+    assert capsys.readouterr().out == ""  # a real model's scores need no such note
+
+
+def cli_typed(overrides: list[str]):
+    from skillopt_ray import cli
+
+    return cli.typed(cli.compose(overrides))

@@ -65,7 +65,21 @@ def report(outcome: dict[str, Any]) -> int:
     if ml:
         print("\n".join(mlflow_lines(ml)))
     print(f"the run's story: python -m skillopt_ray.report {outcome['run_dir']}")
+    _tiny_model_note(outcome["run_dir"])
     return EXIT_OK
+
+
+def _tiny_model_note(run_dir: Any) -> None:
+    """A run on the shipped tiny model ends by saying what its scores mean (llm/embedded.py)."""
+    from skillopt_ray.llm.embedded import tiny_model_note
+    from skillopt_ray.rundir import RunDir
+
+    try:
+        note = tiny_model_note(RunDir(run_dir).read_config())
+    except (OSError, ValueError):
+        return
+    if note:
+        print(note)
 
 
 def mlflow_lines(ml: dict[str, Any]) -> list[str]:

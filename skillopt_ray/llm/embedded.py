@@ -159,3 +159,17 @@ class EmbeddedServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def tiny_model_note(config: dict) -> Optional[str]:
+    """The end-of-run line for a run on the shipped SmolLM2 (both roles embedded, no model of the user's): what
+    its scores mean and where a run that learns is. None for any other model."""
+    llm = config.get("llm") or {}
+    roles = [llm.get(r) or {} for r in ("target", "optimizer")]
+    if any(r.get("provider") != "embedded" for r in roles) or (llm.get("embedded") or {}).get("model_path"):
+        return None
+    return (
+        "note: these scores are SmolLM2-135M's, a check that every stage runs: 0.000 means the tiny model solved "
+        "no test task, not that training is broken. For a model that can learn (Qwen2.5-Coder-1.5B, with measured "
+        'scores and intervals) see the README\'s "A real model learns" (llm=local +experiment=local_coder)'
+    )
