@@ -81,8 +81,12 @@ def attach_kept_cluster() -> bool:
         return False
     os.environ.setdefault("RAY_AUTH_MODE", kept.auth_mode)
     cluster.take_lease()
+    from skillopt_ray.startup_trace import ENV
+
+    # workers are the kept cluster's children, not this process's: a start-up trace is handed to them explicitly
+    traced = {"runtime_env": {"env_vars": {ENV: os.environ[ENV]}}} if os.environ.get(ENV) else {}
     try:
-        ray.init(address=kept.address, **COMMON_INIT)
+        ray.init(address=kept.address, **COMMON_INIT, **traced)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
         raise UsageError(
             f"cannot reach the Ray cluster kept up by pid {kept.pid} at {kept.address}: {one_line(e)}; stop it with "
