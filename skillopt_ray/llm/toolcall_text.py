@@ -75,7 +75,7 @@ def _call_of(text: str, schemas: dict[str, dict[str, Any]]) -> Optional[TextCall
     name = obj.get("name", obj.get("tool"))
     if not isinstance(name, str) or name not in schemas:
         return None
-    args = next((obj[k] for k in ("arguments", "parameters", "args", "input") if k in obj), {})
+    args: Any = next((obj[k] for k in ("arguments", "parameters", "args", "input") if k in obj), {})
     if isinstance(args, str):
         args = _json_object(args)
     if not isinstance(args, dict) or not fits(args, schemas[name]):
