@@ -52,8 +52,15 @@ def test_faults_that_clear_leave_the_run_identical_to_a_clean_one(ray_cluster, t
             Fault(200, malformed=True, hang_s=3.0),
             Fault(503),
         )
+        # the seven faults may all land on one call: its own retries must outlast them (an episode whose call ran
+        # out of retries is not replayed)
         code, faulted = _run(
-            srv.base_url, tmp_path / "faulted", tmp_path / "qa", "llm.target.timeout_s=1", "llm.optimizer.timeout_s=1"
+            srv.base_url,
+            tmp_path / "faulted",
+            tmp_path / "qa",
+            "llm.target.timeout_s=1",
+            "llm.optimizer.timeout_s=1",
+            "llm.max_retries=10",
         )
         assert code == 0 and not srv.state.faults  # every injected fault was hit
     assert _outcome(faulted) == _outcome(clean)
