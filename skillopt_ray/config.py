@@ -38,12 +38,13 @@ class AgentConfig:
     trace_to_optimizer: bool = True  # the analysts see the agent's trace summary
     jail: str = "bwrap"  # bwrap | none (none: no isolation, for debugging only)
     # the jail's limits (bwrap only; skillopt_ray/harness/jail.py): processes and threads together (Codex alone runs
-    # about 45 on 2 cores), one tmpfs of disk_mb (memory) for the workspace, home, /tmp and /dev/shm holding at most
-    # disk_files files, and the largest file any process may write
+    # about 45 on 2 cores), a tmpfs of disk_mb (memory) for the workspace and home and one of tmp_mb for /tmp and
+    # /dev/shm, each holding at most disk_files files, and the largest file any process may write
     processes: int = 512
     disk_mb: int = 1024
     disk_files: int = 20000
     file_mb: int = 256
+    tmp_mb: int = 512
 
 
 @dataclass
@@ -344,7 +345,7 @@ def _validate_role(cfg: Config, role: str, r: LLMRoleConfig) -> None:
         ("read-only", "workspace-write", "danger-full-access"),
     )
     _choice(f"llm.{role}.agent.jail", r.agent.jail, ("bwrap", "none"))
-    for key, least in (("processes", 64), ("disk_mb", 16), ("disk_files", 256), ("file_mb", 1)):
+    for key, least in (("processes", 64), ("disk_mb", 16), ("disk_files", 256), ("file_mb", 1), ("tmp_mb", 16)):
         _at_least(f"llm.{role}.agent.{key}", getattr(r.agent, key), least)
     for key in ("schema_max_items", "schema_max_chars"):
         if getattr(r, key) is not None:
