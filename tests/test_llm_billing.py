@@ -74,3 +74,20 @@ def test_unread_survives_the_trip_across_actors():
 
     err = pickle.loads(pickle.dumps(LLMUnavailable("endpoint down", 2, 900)))
     assert (err.message, err.unread, err.unread_bytes) == ("endpoint down", 2, 900)
+
+
+def test_the_run_summary_names_unread_replies():
+    from skillopt_ray.cli.report import summary_table
+
+    t = {"hard": 0.5, "soft": 0.5, "per_type": {"qa": {"hard": 0.5}}}
+    tokens = {"calls": 9, "cache_hits": 0, "tokens": 900, "cost_usd": 0.0, "unread": 2, "unread_tokens_est": 130}
+    s = {
+        "selection": {"initial": 0.5, "best": 0.5, "final": 0.5},
+        "test": {"initial": t, "best": t, "final": t},
+        "steps": 1,
+        "counts": {"accept": 0, "reject": 1, "skip": 0},
+        "delta_test_hard_best_vs_initial": 0.0,
+        "tokens": tokens,
+    }
+    assert "plus 2 replies billed but cut off in transit, never read (~130 tokens estimated)" in summary_table(s)
+    assert "cut off in transit" not in summary_table({**s, "tokens": {**tokens, "unread": 0}})

@@ -33,6 +33,10 @@ def summary_table(s: dict[str, Any]) -> str:
     )
     if tok.get("lost"):
         rows.append(lost_line(tok))
+    if tok.get("unread"):  # 200s whose body was cut off in transit (llm/ledger.py)
+        rows.append(
+            f"plus {tok['unread']} replies billed but cut off in transit, never read (~{tok['unread_tokens_est']} tokens estimated)"
+        )
     rows.append(
         "per task type (test, best skill): "
         + ", ".join(f"{t} {v['hard']:.2f}" for t, v in s["test"]["best"]["per_type"].items())
