@@ -113,7 +113,7 @@ def test_a_fork_loop_stops_at_the_process_limit_and_the_cli_still_answers(tmp_pa
 
 def test_a_1gb_write_to_tmp_stops_at_the_disk_limit(tmp_path, monkeypatch):
     out, run, wd = _hostile_run(
-        tmp_path, monkeypatch, "head -c 1G /dev/zero > /tmp/big; echo RC=$?; ls -l /tmp/big", JailLimits(disk_mb=128)
+        tmp_path, monkeypatch, "head -c 1G /dev/zero > /tmp/big; echo RC=$?; ls -l /tmp/big", JailLimits(tmp_mb=128)
     )
     assert "No space left on device" in out and "RC=1" in out, out
     size = int(re.search(r"(\d{6,}) \w+ +\d+ [\d:]+ /tmp/big", out).group(1))  # type: ignore[union-attr]
@@ -179,7 +179,7 @@ def _run(jail: Jail, ws: Path, script: str, timeout_s: float = 30.0, memory_mb: 
 
 def test_tmp_counts_against_the_memory_limit(tmp_path):
     """A tmpfs is memory: 300 MB in /tmp passes no process's resident size, yet ends a jail limited to 250 MB."""
-    jail, ws = _jail(tmp_path, JailLimits(disk_mb=400, file_mb=400))
+    jail, ws = _jail(tmp_path, JailLimits(tmp_mb=400, file_mb=400))
     t0 = time.monotonic()
     r = _run(jail, ws, "head -c 300M /dev/zero > /tmp/fill; sleep 60", memory_mb=250)
     assert r.out_of_memory and time.monotonic() - t0 < 30
@@ -201,6 +201,24 @@ def test_only_regular_files_and_folders_come_back(tmp_path):
     assert r.returncode == 0 and r.stdout == "seed" and r.exported and r.skipped == 2
     assert (ws / "d" / "e" / "f.txt").read_text() == "x\n"
     assert not (ws / "link").exists() and not (ws / "link").is_symlink() and not (ws / "pipe").exists()
+
+
+def test_read_only_paths_stay_readable_and_read_only_under_tmp_and_elsewhere(tmp_path):
+    """A page image under /tmp (which the launcher covers with its tmpfs) and a file elsewhere on the host (its
+    parent folders made readable for the jail's uid) are both readable and neither writable."""
+    need_bwrap()
+    page = tmp_path / "pages" / "p1.png"
+    page.parent.mkdir()
+    page.write_bytes(b"PAGE")
+    elsewhere = str(Path(__file__).resolve().parent.parent / "pyproject.toml")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "prefix").mkdir()
+    jail = Jail(tmp_path / "j", tmp_path / "prefix", read_only=(str(page), elsewhere))
+    r = _run(jail, ws, f"cat {page}; echo; head -c 9 {elsewhere}; echo; echo x > {page} || echo PAGE-RO; ls /tmp")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("PAGE\n[build-sy\nPAGE-RO\n"), r.stdout
+    assert page.read_bytes() == b"PAGE"
 
 
 def _tar(members: list[tuple[tarfile.TarInfo, bytes]], path: Path, status: bool = True) -> Path:
@@ -267,9 +285,13 @@ def test_the_limits_are_config_keys_validated_and_handed_to_the_jail():
         cli.typed(cli.compose([*base, "llm.target.agent.processes=8"]))
     with pytest.raises(cli.UsageError, match=r"llm.target.agent.disk_mb=0 is invalid"):
         cli.typed(cli.compose([*base, "llm.target.agent.disk_mb=0"]))
-    obj, _ = cli.typed(cli.compose([*base, "llm.target.agent.processes=300", "llm.target.agent.disk_files=999"]))
+    obj, _ = cli.typed(
+        cli.compose(
+            [*base, "llm.target.agent.processes=300", "llm.target.agent.disk_files=999", "llm.target.agent.tmp_mb=64"]
+        )
+    )
     settings = AgentSettings.from_gateway(agent_settings(obj.llm.target), 60.0)
-    assert settings.limits == JailLimits(processes=300, disk_mb=1024, disk_files=999, file_mb=256)
+    assert settings.limits == JailLimits(processes=300, disk_mb=1024, disk_files=999, file_mb=256, tmp_mb=64)
     assert AgentSettings.from_gateway({"harness": "codex", "model": "m"}, 60.0).limits == JailLimits()
 
 
@@ -282,7 +304,7 @@ jail_mod = importlib.util.module_from_spec(spec)
 sys.modules["jail"] = jail_mod
 spec.loader.exec_module(jail_mod)
 root = Path(sys.argv[3])
-jail = jail_mod.Jail(root / "j", root / "prefix", limits=jail_mod.JailLimits(processes=40, disk_mb=16, disk_files=300))
+jail = jail_mod.Jail(root / "j", root / "prefix", limits=jail_mod.JailLimits(processes=40, disk_mb=16, disk_files=300, tmp_mb=16))
 env = jail_mod.jail_env(jail.home_path(), jail.prefix_path(), {})
 r = asyncio.run(jail.run(root / "ws", env, ["sh", "-c", sys.argv[4]], 20, 4096))
 print(json.dumps({"rc": r.returncode, "out": r.stdout, "err": r.stderr, "exported": r.exported}))

@@ -4,10 +4,11 @@ token, and limits on time, memory, processes, disk bytes, file count and file si
 The model endpoint is a Unix socket bind-mounted into the jail; a small Node forwarder inside listens on the
 jail's own loopback and starts the CLI once it listens (the jail has no route to the host's 127.0.0.1).
 
-Everything the agent can write (its workspace, its home, /tmp and /dev/shm) lives on one tmpfs inside the jail,
-capped in bytes and in files: nothing it writes reaches the host disk while it runs, and its /tmp counts against
-its limits (and against its memory, since a tmpfs is memory). A launcher inside the jail mounts that tmpfs, copies
-the prepared workspace and home onto it, sets the process limit, and drops to an unprivileged uid (a fresh one per
+Everything the agent can write lives on two tmpfs inside the jail, each capped in bytes and in files: one holds its
+workspace and home, the other /tmp and /dev/shm (so that filling /tmp leaves the CLI room to write its own files).
+Nothing it writes reaches the host disk while it runs, and its /tmp counts against its limits (and against its
+memory, since a tmpfs is memory). A launcher inside the jail mounts them, copies the prepared workspace and home
+onto the first, sets the process limit, and drops to an unprivileged uid (a fresh one per
 jail when started as root: the kernel never applies the process limit to root, and a uid of its own keeps other
 jails' processes out of its count). When the CLI ends or its time is up, the launcher kills whatever the agent
 left running and streams the workspace and home back through an inherited descriptor as a tar archive (regular
@@ -32,7 +33,8 @@ JAIL_WORKSPACE = "/workspace"
 JAIL_HOME = "/home/agent"
 JAIL_PREFIX = "/opt/harness"
 JAIL_SOCKET_DIR = "/run/skillopt"
-JAIL_AREA = "/run/jail-disk"  # the capped tmpfs; the workspace, home, /tmp and /dev/shm are folders of it
+JAIL_AREA = "/run/jail-disk"  # a capped tmpfs holding the workspace and the home
+JAIL_SCRATCH = "/run/jail-tmp"  # another holding /tmp and /dev/shm (filling them leaves the CLI room for its files)
 JAIL_PORT = 38080
 EXPORT_GRACE_S = 20.0  # after the launcher's own deadline: time to end the agent and send its files back
 
@@ -57,7 +59,7 @@ LAUNCHER_PY = r"""
 import ctypes, io, json, os, resource, shutil, signal, stat, sys, tarfile, time
 cfg, cmd = json.loads(sys.argv[1]), sys.argv[2:]
 libc = ctypes.CDLL(None, use_errno=True)
-MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
 
 def die(msg):
     sys.stderr.write("skillopt-jail: " + msg + "\n")
@@ -74,12 +76,12 @@ def chown_tree(top, uid, gid):
             os.lchown(os.path.join(parent, name), uid, gid)
     os.lchown(top, uid, gid)
 
-def set_up(area, uid):
+def set_up(uid):
     if cfg["devpts"] and libc.mount(b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | 8, b"newinstance,ptmxmode=0666,mode=0620"):
         sys.stderr.write("skillopt-jail: no pseudo-terminals: " + os.strerror(ctypes.get_errno()) + "\n")
-    opts = "size=%d,nr_inodes=%d,mode=0755" % (cfg["disk_bytes"], cfg["disk_files"])
-    mount("tmpfs", area, "tmpfs", MS_NOSUID | MS_NODEV, opts)
-    for name, (seed, target, mode) in cfg["dirs"].items():
+    for area, size, files in cfg["areas"]:
+        mount("tmpfs", area, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,nr_inodes=%d,mode=0755" % (size, files))
+    for name, (area, seed, target, mode) in cfg["dirs"].items():
         inside = os.path.join(area, name)
         os.mkdir(inside)
         try:
@@ -87,10 +89,21 @@ def set_up(area, uid):
                 shutil.copytree(seed, inside, symlinks=True, dirs_exist_ok=True)
         except (OSError, shutil.Error) as e:
             die("the agent's %s does not fit the jail's disk limit (%d MB, %d files): raise llm.target.agent.disk_mb "
-                "or llm.target.agent.disk_files (%s)" % (name, cfg["disk_bytes"] >> 20, cfg["disk_files"], str(e)[:200]))
+                "or llm.target.agent.disk_files (%s)" % (name, cfg["areas"][0][1] >> 20, cfg["areas"][0][2], str(e)[:200]))
         os.chmod(inside, mode)
         chown_tree(inside, uid, cfg["gid"])
-        mount(inside, target, None, MS_BIND, None)
+        for stash, path, is_dir in cfg["read_only"]:  # a read-only host path that lies inside this folder
+            if path.startswith(target + "/"):
+                place_read_only(stash, os.path.join(inside, os.path.relpath(path, target)), is_dir)
+        mount(inside, target, None, MS_BIND | MS_REC, None)
+
+def place_read_only(stash, place, is_dir):
+    os.makedirs(os.path.dirname(place), mode=0o755, exist_ok=True)  # root's (or the launcher's): holds the mount
+    if is_dir:
+        os.makedirs(place, exist_ok=True)
+    else:
+        open(place, "a").close()
+    mount(stash, place, None, MS_BIND | MS_REC, None)
 
 def drop(uid):
     for name, value in cfg["rlimits"].items():
@@ -135,8 +148,10 @@ def end_leftovers():
         time.sleep(0.02)
 
 def add_tree(tar, top, arc, counts):
+    device = os.lstat(top).st_dev
     for parent, dirs, files in os.walk(top):
         rel = os.path.relpath(parent, top)
+        dirs[:] = [d for d in dirs if os.lstat(os.path.join(parent, d)).st_dev == device]  # not a read-only mount
         for name in sorted(dirs + files):
             path, arcname = os.path.join(parent, name), os.path.normpath(os.path.join(arc, rel, name))
             try:
@@ -171,14 +186,14 @@ def export_files(export, area, timed_out):
         tar.addfile(info, io.BytesIO(note))
     export.close()
 
-set_up(cfg["area"], cfg["uid"])
+set_up(cfg["uid"])
 drop(cfg["uid"])
 export = os.fdopen(cfg["export_fd"], "wb")
 resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["export_bytes"], cfg["export_bytes"]))
 os.chdir(cfg["cwd"])
 status, timed_out = run_cli(export)
 end_leftovers()
-export_files(export, cfg["area"], timed_out)
+export_files(export, cfg["areas"][0][0], timed_out)
 os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
 """
 
@@ -188,8 +203,9 @@ class JailLimits:
     """What one agent run may use besides time and memory (llm.target.agent.*); see the README's harness section."""
 
     processes: int = 512  # processes and threads of the jail's uid together (Codex alone runs about 45 on 2 cores)
-    disk_mb: int = 1024  # the workspace, home, /tmp and /dev/shm together (one tmpfs: memory, counted as such)
-    disk_files: int = 20000  # files and folders on that tmpfs (its inode count)
+    disk_mb: int = 1024  # the workspace and the home together (a tmpfs: memory, counted as such)
+    disk_files: int = 20000  # files and folders there, and again in /tmp and /dev/shm (each tmpfs's inode count)
+    tmp_mb: int = 512  # /tmp and /dev/shm together (another tmpfs)
     file_mb: int = 256  # the largest file any process may write, the CLI's stdout and stderr included
 
     @staticmethod
@@ -201,6 +217,7 @@ class JailLimits:
             disk_mb=int(agent.get("disk_mb", d.disk_mb)),
             disk_files=int(agent.get("disk_files", d.disk_files)),
             file_mb=int(agent.get("file_mb", d.file_mb)),
+            tmp_mb=int(agent.get("tmp_mb", d.tmp_mb)),
         )
 
 
@@ -261,14 +278,13 @@ def _tree_rss_kb(pid: int) -> int:
 
 
 def _area_used_kb(pids: list[int]) -> int:
-    """Bytes on the jail's tmpfs (through a jailed process's view of the filesystem), 0 while it is not up."""
+    """Bytes on the jail's two tmpfs (through a jailed process's view of the filesystem), 0 while they are not up."""
     for p in pids[1:]:  # the first is bubblewrap's outer process, on the host's filesystem
         try:
-            st = os.statvfs(f"/proc/{p}/root{JAIL_AREA}")
+            stats = [os.statvfs(f"/proc/{p}/root{area}") for area in (JAIL_AREA, JAIL_SCRATCH)]
         except OSError:
             continue
-        if st.f_files and st.f_blocks:
-            return (st.f_blocks - st.f_bfree) * st.f_frsize // 1024
+        return sum((st.f_blocks - st.f_bfree) * st.f_frsize // 1024 for st in stats)
     return 0
 
 
@@ -284,7 +300,7 @@ def _system_mounts() -> list[str]:
     is a small tmpfs holding the mount points the launcher fills."""
     argv = ["--ro-bind", "/usr", "/usr", "--proc", "/proc", *_dev_args()]
     argv += ["--perms", "0755", "--size", str(1024 * 1024), "--tmpfs", "/run"]
-    for d in ("/etc", "/opt", "/opt/skillopt", "/home", JAIL_SOCKET_DIR, "/run/seed", JAIL_AREA):
+    for d in ("/etc", "/opt", "/opt/skillopt", "/home", JAIL_SOCKET_DIR, "/run/seed", JAIL_AREA, JAIL_SCRATCH):
         argv += ["--perms", "0755", "--dir", d]  # bubblewrap makes the folders it needs 0700 (root's only)
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(d):
@@ -326,6 +342,20 @@ def _seccomp_args(fds: list[int]) -> list[str]:
     os.close(w)
     fds.append(r)
     return ["--seccomp", str(r)]
+
+
+# folders the launcher covers with its tmpfs, and the system folders bubblewrap mounts whole
+_COVERED = (JAIL_WORKSPACE, JAIL_HOME, "/tmp", "/dev/shm")
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev", "/run", "/opt")
+
+
+def _under(path: str, folders: tuple[str, ...]) -> bool:
+    return any(path == f or path.startswith(f + "/") for f in folders)
+
+
+def _covered(path: str) -> bool:
+    """Whether `path` lies in a folder the launcher covers (mounting it there directly would be hidden)."""
+    return _under(path, _COVERED)
 
 
 def _user_files(root: Path, uid: int) -> None:
@@ -468,14 +498,33 @@ class Jail:
             "/run/seed/home",
         ]
         argv += ["--dir", JAIL_WORKSPACE, "--dir", JAIL_HOME, "--dir", "/tmp"]
-        for p in self.read_only:  # a page image, a corpus folder the workspace links to
-            argv += ["--ro-bind", p, p]
+        argv += self._read_only_args()
         for k, v in env.items():
             argv += ["--setenv", k, v]
         argv += _seccomp_args(fds)
         cfg = self._launcher_config(uid, self._open_export(fds), timeout_s)
         # -S: the standard library alone (no site-packages to scan), for a faster start
         return argv + [sys.executable, "-I", "-S", "-c", LAUNCHER_PY, json.dumps(cfg), *inner]
+
+    def _read_only_args(self) -> list[str]:
+        """bubblewrap arguments for the host paths the agent may read (a page image, a corpus folder the workspace
+        links to), mounted read-only at their own paths, their parent folders readable. One under a folder the
+        launcher covers with its tmpfs (/tmp, say) is mounted aside first; the launcher puts it back in place."""
+        argv: list[str] = []
+        for n, p in enumerate(self.read_only):
+            if _covered(p):
+                argv += ["--ro-bind", p, f"/run/ro/{n}"]
+                continue
+            for parent in reversed(Path(p).parents):
+                if str(parent) != "/" and not _under(str(parent), _COVERED + _SYSTEM) and not os.path.islink(parent):
+                    argv += ["--perms", "0755", "--dir", str(parent)]  # bubblewrap would make it 0700
+            argv += ["--ro-bind", p, p]
+        return argv
+
+    def _stashed_read_only(self) -> list[list[Any]]:
+        """[where bubblewrap mounted it, where it belongs, whether it is a folder] for each read-only path the
+        launcher must put back under its tmpfs."""
+        return [[f"/run/ro/{n}", p, os.path.isdir(p)] for n, p in enumerate(self.read_only) if _covered(p)]
 
     @staticmethod
     def _identity_args(uid: int) -> list[str]:
@@ -497,24 +546,23 @@ class Jail:
         return {
             "uid": uid,
             "gid": uid if os.geteuid() == 0 else os.getgid(),
-            "area": JAIL_AREA,
-            "disk_bytes": lim.disk_mb * mb,
-            "disk_files": lim.disk_files,
+            "areas": [[JAIL_AREA, lim.disk_mb * mb, lim.disk_files], [JAIL_SCRATCH, lim.tmp_mb * mb, lim.disk_files]],
             "file_bytes": lim.file_mb * mb,
             # the archive holds at most the tmpfs's bytes plus a header per file; the launcher cannot write more
             "export_bytes": lim.disk_mb * mb + lim.disk_files * 2048 + mb,
             "rlimits": {"RLIMIT_NPROC": lim.processes, "RLIMIT_CORE": 0},
             "dirs": {
-                "workspace": ["/run/seed/workspace", JAIL_WORKSPACE, 0o700],
-                "home": ["/run/seed/home", JAIL_HOME, 0o700],
-                "tmp": [None, "/tmp", 0o1777],
-                "shm": [None, "/dev/shm", 0o1777],
+                "workspace": [JAIL_AREA, "/run/seed/workspace", JAIL_WORKSPACE, 0o700],
+                "home": [JAIL_AREA, "/run/seed/home", JAIL_HOME, 0o700],
+                "tmp": [JAIL_SCRATCH, None, "/tmp", 0o1777],
+                "shm": [JAIL_SCRATCH, None, "/dev/shm", 0o1777],
             },
             "export": ["workspace", "home"],
             "export_fd": export_fd,
             "deadline_s": timeout_s if timeout_s != float("inf") else 10.0**8,
             "cwd": JAIL_WORKSPACE,
             "devpts": os.geteuid() != 0,  # see _dev_args
+            "read_only": self._stashed_read_only(),
         }
 
     async def run(
