@@ -71,8 +71,10 @@ class Run:
         run_dir: str,
         owners: Optional[list[Optional[dict[str, Any]]]] = None,
         gateway: Any = None,
+        env_actors: Optional[list[Any]] = None,
     ):
         self.cfg_dict = cfg_dict
+        self.prestarted = list(env_actors or [])  # env actors the command started beside this actor
         self.owners = [o for o in (owners or []) if o]  # processes whose death ends every actor of this run
         self.cfg = validate(from_container(cfg_dict))
         self.rd = RunDir(run_dir).ensure()
@@ -117,6 +119,7 @@ class Run:
                 cfg.ray.env_resource_per_actor,
             ),
             owners=self.owners,
+            prestarted=self.prestarted,
         )
         self.set_progress(stage="opening the MLflow store")
         mark("env-actors-requested")
@@ -428,7 +431,12 @@ def run_dir_unseen(run_dir: str, owner: Optional[dict[str, Any]]) -> Optional[st
 @ray.remote(num_cpus=0, max_concurrency=8)  # type: ignore[call-overload]  # Ray's stubs omit actor options
 class DriverActor:
     def __init__(
-        self, cfg_dict: dict[str, Any], run_dir: str, owner: Optional[dict[str, Any]] = None, gateway: Any = None
+        self,
+        cfg_dict: dict[str, Any],
+        run_dir: str,
+        owner: Optional[dict[str, Any]] = None,
+        gateway: Any = None,
+        env_actors: Optional[list[Any]] = None,
     ):
         from skillopt_ray.lifeline import identity, watch
 
@@ -436,7 +444,7 @@ class DriverActor:
         mark("driver-started")
         self._unseen = run_dir_unseen(run_dir, owner)  # checked before Run makes a stray directory on this node
         self._run_dir = run_dir
-        self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()], gateway)
+        self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()], gateway, env_actors)
         self._ledger: dict[str, Any] = {}
         self._eta = Eta()
 

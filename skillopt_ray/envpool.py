@@ -108,6 +108,45 @@ def pool_shape(actors: int, per_actor: int, holds_state: bool, eval_tasks: Optio
     return actors, per_actor
 
 
+def actor_options(
+    s: PoolSettings, resource: Optional[str], avoid: list[str], max_concurrency: Optional[int] = None
+) -> dict[str, Any]:
+    """Ray options of one env actor: its benchmark's resource, if any, and spread over the nodes, or away from the
+    `avoid` nodes (ones that just lost an actor) when another node can host it."""
+    extra: dict[str, Any] = {"resources": {resource: s.env_resource_per_actor}} if resource else {}
+    if avoid:  # prefer other nodes; any node (even a suspect one) when no other can host the actor
+        extra["label_selector"] = {NODE_LABEL: f"!in({','.join(avoid)})"}
+        extra["fallback_strategy"] = [{"label_selector": {}}]
+    else:
+        extra["scheduling_strategy"] = "SPREAD"
+    return dict(num_cpus=s.actor_num_cpus, max_concurrency=max_concurrency or s.episodes_per_actor, **extra)
+
+
+def prestart_actor(cfg_dict: dict[str, Any], gateway: Any, owners: list[dict[str, Any]]) -> Any:
+    """One env actor started by the command beside the driver actor (every pool has at least one), so its process
+    comes up while the driver's does. It takes as many episodes at once as the largest pool shape could give it."""
+    r = cfg_dict["ray"]
+    s = settings_from(r, r["env_actors"], r["env_actors"] * r["episodes_per_actor"])
+    env_name = cfg_dict["env"]["name"]
+    resource = resolve_env_resource(s.env_resource, env_name, ray.cluster_resources())
+    return EnvActor.options(**actor_options(s, resource, [])).remote(  # type: ignore[attr-defined]  # from @ray.remote
+        env_name, cfg_dict["env"], gateway, owners
+    )
+
+
+def settings_from(ray_cfg: dict[str, Any], actors: int, per_actor: int) -> PoolSettings:
+    """The pool settings of the `ray` config group, with the pool's shape."""
+    return PoolSettings(
+        actors,
+        per_actor,
+        ray_cfg["actor_num_cpus"],
+        ray_cfg["episode_timeout_s"],
+        ray_cfg["episode_retries"],
+        ray_cfg.get("env_resource", "auto"),
+        ray_cfg.get("env_resource_per_actor", 1.0),
+    )
+
+
 @ray.remote
 class EnvActor:
     def __init__(
@@ -202,6 +241,7 @@ class EnvPool:
         gateway: Any,
         settings: PoolSettings,
         owners: Optional[list[dict[str, Any]]] = None,
+        prestarted: Optional[list[Any]] = None,
     ):
         self.owners = list(owners or [])
         self.env_name = env_name
@@ -212,7 +252,12 @@ class EnvPool:
         self.resource = resolve_env_resource(settings.env_resource, env_name, cluster)
         check_fits(settings, self.resource, cluster)
         self.suspect_nodes: dict[str, float] = {}  # node id -> when it last lost an actor (monotonic)
-        self.actors: list[Any] = [self._spawn() for _ in range(settings.actors)]
+        ready = list(prestarted or [])  # started beside the driver (prestart_actor): adopted, the rest spawned here
+        for extra in ready[settings.actors :]:
+            ray.kill(extra, no_restart=True)
+        self.actors: list[Any] = ready[: settings.actors] + [
+            self._spawn() for _ in range(settings.actors - len(ready[: settings.actors]))
+        ]
         self.actor_node_refs: list[Any] = [a.node.remote() for a in self.actors]
         self.generation = [0] * settings.actors
         self.replaced = 0
@@ -225,15 +270,9 @@ class EnvPool:
         self.episodes_total = 0
 
     def _spawn(self) -> Any:
-        extra: dict[str, Any] = {"resources": {self.resource: self.s.env_resource_per_actor}} if self.resource else {}
         recent = sorted(n for n, t in self.suspect_nodes.items() if time.monotonic() - t < SUSPECT_NODE_S)
-        if recent:  # prefer other nodes; any node (even a suspect one) when no other can host the actor
-            extra["label_selector"] = {NODE_LABEL: f"!in({','.join(recent)})"}
-            extra["fallback_strategy"] = [{"label_selector": {}}]
-        else:
-            extra["scheduling_strategy"] = "SPREAD"
         return EnvActor.options(  # type: ignore[attr-defined]  # .options comes from @ray.remote
-            num_cpus=self.s.actor_num_cpus, max_concurrency=self.s.episodes_per_actor, **extra
+            **actor_options(self.s, self.resource, recent)
         ).remote(self.env_name, self.env_cfg, self.gateway, self.owners)
 
     def _note_lost_node(self, idx: int) -> None:

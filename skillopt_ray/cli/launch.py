@@ -205,16 +205,19 @@ def _drive(
         run_cfg = with_endpoint(data, embedded.wait())
     loader.join()
     from skillopt_ray.driver import DriverActor, driver_options, start_gateway
+    from skillopt_ray.envpool import prestart_actor
     from skillopt_ray.lifeline import identity
 
     # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)
     me = identity()
     driver_opts = driver_options(run_cfg)
-    # with the driver on this node, its gateway (on the driver's node) is started here too: both processes come up
-    # at once instead of one after the other
+    # with the driver on this node, its gateway (on the driver's node) and its first env actor are started here
+    # too: the three processes come up at once instead of one after the other
     local = "scheduling_strategy" in driver_opts
-    gateway = start_gateway(run_cfg, str(run_dir), [me] if me else []) if local else None
-    driver = DriverActor.options(**driver_opts).remote(run_cfg, str(run_dir), me, gateway)  # type: ignore[attr-defined]  # .options comes from @ray.remote
+    owners = [me] if me else []
+    gateway = start_gateway(run_cfg, str(run_dir), owners) if local else None
+    early = [prestart_actor(run_cfg, gateway, owners)] if local else []
+    driver = DriverActor.options(**driver_opts).remote(run_cfg, str(run_dir), me, gateway, early)  # type: ignore[attr-defined]  # .options comes from @ray.remote
     ref = driver.run.remote()
     mark("driver-submitted")
     print(f"run directory: {run_dir}", file=sys.stderr)
@@ -224,9 +227,9 @@ def _drive(
     except ray.exceptions.RayActorError as e:  # killed (OOM, a lost node, a signal): its state is on disk
         return driver_lost(e, run_dir)
     finally:
-        if gateway is not None:  # the driver closes it; a driver that died could not (a sweep's trial goes on)
+        for started in [gateway, *early]:  # the driver ends them; a driver that died could not (a sweep goes on)
             with contextlib.suppress(Exception):
-                ray.kill(gateway, no_restart=True)
+                ray.kill(started, no_restart=True) if started is not None else None
     ray.kill(driver, no_restart=True)
     return outcome
 
