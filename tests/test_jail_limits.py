@@ -28,14 +28,18 @@ from skillopt_ray.llm.agent_api import AgentReply
 class HostileModel:
     """Asks the agent to run `script` once, then answers; keeps what the command printed."""
 
-    def __init__(self, script: str):
+    def __init__(self, script: str, harness: str = "codex"):
         self.script = script
+        self.harness = harness
         self.output = ""
 
     async def agent_chat(self, req):
         tool_msgs = [m for m in req.messages if m["role"] == "tool"]
         if not tool_msgs:
-            call = {"id": "", "name": "exec_command", "arguments": json.dumps({"cmd": self.script})}
+            if self.harness == "codex":
+                call = {"id": "", "name": "exec_command", "arguments": json.dumps({"cmd": self.script})}
+            else:
+                call = {"id": "", "name": "Bash", "arguments": json.dumps({"command": self.script})}
             return AgentReply("", [call], 5, 5)
         self.output = str(tool_msgs[-1]["content"])
         return AgentReply("<answer>done</answer>", [], 5, 2)
@@ -64,18 +68,20 @@ def _cmdlines() -> list[bytes]:
     return found
 
 
-def _hostile_run(tmp_path: Path, monkeypatch, script: str, limits: JailLimits, memory_mb: int = 4096):
-    """Run `script` as the agent's one command under Codex in the real jail; return what the model saw, the run,
-    and the host workspace. Checks that nothing is left on the host: no process of the jail's uid (the command
-    prints it first), nothing in the temporary folder the runner used (a private one here)."""
+def _hostile_run(
+    tmp_path: Path, monkeypatch, script: str, limits: JailLimits, memory_mb: int = 4096, harness: str = "codex"
+):
+    """Run `script` as the agent's one command under Codex (or Claude Code) in the real jail; return what the model
+    saw, the run, and the host workspace. Checks that nothing is left on the host: no process of the jail's uid (the
+    command prints it first), nothing in the temporary folder the runner used (a private one here)."""
     need_bwrap()
-    need_harness("codex")
+    need_harness("codex" if harness == "codex" else "claude")
     wd = tmp_path / "predictions" / "x" / "codex_exec"
     prepare_workspace(wd, render_skill_md("", "D"), WorkspaceSpec(task="t"))
     host_tmp = Path(tempfile.mkdtemp(prefix="jl-"))  # short: the endpoint's socket path lies under it
     monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
-    model = HostileModel("echo JAIL-UID=$(id -u); " + script)
-    settings = AgentSettings("codex", "m", 60.0, memory_mb=memory_mb, limits=limits)
+    model = HostileModel("echo JAIL-UID=$(id -u); " + script, harness)
+    settings = AgentSettings(harness, "m", 60.0, memory_mb=memory_mb, limits=limits)
     t0 = time.monotonic()
     run = asyncio.run(run_agent(model, settings, wd, "go", "k"))
     assert time.monotonic() - t0 < 45  # ended, never hung
@@ -103,8 +109,9 @@ FORK_LOOP = (
 )
 
 
-def test_a_fork_loop_stops_at_the_process_limit_and_the_cli_still_answers(tmp_path, monkeypatch):
-    out, run, _ = _hostile_run(tmp_path, monkeypatch, FORK_LOOP, JailLimits(processes=128))
+@pytest.mark.parametrize("harness", ["codex", "claude_code"])
+def test_a_fork_loop_stops_at_the_process_limit_and_the_cli_still_answers(tmp_path, monkeypatch, harness):
+    out, run, _ = _hostile_run(tmp_path, monkeypatch, FORK_LOOP, JailLimits(processes=128), harness=harness)
     assert "FORK-STOPPED" in out and "Resource temporarily unavailable" in out, out
     forked = int(re.search(r"FORKED (\d+)", out).group(1))  # type: ignore[union-attr]
     assert 0 < forked < 128  # the CLI, the forwarder and their threads hold the rest of the 128
