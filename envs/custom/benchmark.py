@@ -251,9 +251,10 @@ class CustomBenchmark(Benchmark):
         scorer's reason."""
         hard = value >= self.options.hard_at
         scorer = SCRIPT if t.folder else self.options.scorer
+        expected = repr(t.golds) if t.golds else "(what the check accepts)"
         verdict = (
             f"[EVALUATION RESULT]\nScorer: {scorer}\nAnswer taken from the reply: {answer!r}\n"
-            f"Expected: {t.golds!r}\nScore: {value:.4f} ({'solved' if hard else 'not solved'})\nReason: {reason}"
+            f"Expected: {expected}\nScore: {value:.4f} ({'solved' if hard else 'not solved'})\nReason: {reason}"
         )
         return EpisodeResult(
             task.task_id,
