@@ -123,8 +123,11 @@ def _text(content: str) -> str:
 
 def _page_id(box: Any) -> Optional[int]:
     """A box's page_id as the reference reads it: int() of the value (so "3" and 3.0 are page 3)."""
+    value = box.get("page_id") if isinstance(box, dict) else None
+    if value is None:
+        return None
     try:
-        return int(box.get("page_id")) if isinstance(box, dict) else None
+        return int(value)
     except (TypeError, ValueError, OverflowError):
         return None
 
