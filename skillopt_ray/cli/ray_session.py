@@ -84,7 +84,7 @@ def attach_kept_cluster() -> bool:
     from skillopt_ray.startup_trace import ENV
 
     # workers are the kept cluster's children, not this process's: a start-up trace is handed to them explicitly
-    traced = {"runtime_env": {"env_vars": {ENV: os.environ[ENV]}}} if os.environ.get(ENV) else {}
+    traced: dict[str, Any] = {"runtime_env": {"env_vars": {ENV: os.environ[ENV]}}} if os.environ.get(ENV) else {}
     try:
         ray.init(address=kept.address, **COMMON_INIT, **traced)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
