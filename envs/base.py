@@ -105,6 +105,12 @@ class EpisodeContext:
     # the seed of the batch being played (training: the batch seed; evaluation: the run's seed); a benchmark that
     # randomises what the target sees per batch (LiveMathematicianBench's choice order) reads it
     seed: Optional[int] = None
+    # the loop stage the episode plays in (rollout, validate, slow:rollout, meta:rollout, eval:<split>): the target's
+    # calls are booked under it in the ledger; it is not part of any cache key
+    stage: str = "rollout"
+    # the agent CLI for an agent target (llm.target.harness=codex|claude_code), set by the env actor that plays the
+    # episode; None for a chat target
+    agent: Optional[AgentRunner] = None
 
 
 class LLM(Protocol):
@@ -128,6 +134,12 @@ class AgentTask:
     # lay the workspace out in this folder and leave it there afterwards (the caller reads it, then removes it);
     # None: a temporary folder removed when the run ends
     workspace: Optional[str] = None
+    # with a temporary workspace: name it after the task (predictions/<task_id>/codex_exec) as the built-ins do
+    task_id: str = ""
+    extra_files: dict[str, str] = field(default_factory=dict)  # workspace path -> text written there
+    images: list[str] = field(default_factory=list)  # host image files shown to the agent
+    link_dirs: dict[str, str] = field(default_factory=dict)  # workspace path -> host folder linked read-only
+    collect: tuple[str, ...] = ()  # workspace files handed back after the run (AgentOutcome.files)
 
 
 @dataclass
@@ -141,10 +153,14 @@ class AgentOutcome:
     error: str = ""
     error_kind: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)  # the task's `collect` files the agent left
+    trace: str = ""  # the run's trace summary, shown or not to the analysts by `AgentRunner.trace_to_optimizer`
 
 
 class AgentRunner(Protocol):
-    """Runs an agent CLI (llm.target.harness) for an episode; `skillopt_envs.kit.agent_runner(llm)` hands one out."""
+    """Runs an agent CLI (llm.target.harness) for an episode; the engine hands one over as `EpisodeContext.agent`."""
+
+    trace_to_optimizer: bool  # whether the analysts see the agent's trace summary
 
     async def run(self, task: AgentTask, key: str) -> AgentOutcome: ...
 

@@ -19,8 +19,8 @@ from skillopt_envs.base import (
     LLM,
     AgentOutcome,
     AgentRunner,
-    AgentTask,
     DataError,
+    EpisodeContext,
     check_new_id,
     manifest_entries,
     read_json_list,
@@ -30,6 +30,11 @@ from skillopt_envs.base import (
 # same thing by "exact match", "F1" and "ANLS"
 from skillopt_envs.docvqa.scoring import anls  # noqa: E402 - after the contract it builds on
 from skillopt_envs.searchqa.scoring import best_f1, normalize  # noqa: E402
+
+# the engine's public surface a benchmark may use: the request record a model handle takes and the tolerant JSON
+# reader (both plain, dependency-free modules); nothing else of the engine is reached from a benchmark
+from skillopt_ray.llm.jsonout import extract_json  # noqa: E402
+from skillopt_ray.llm.types import ChatRequest  # noqa: E402
 
 T = TypeVar("T")
 
@@ -140,55 +145,50 @@ def samples_root(sample_dir: Optional[str], name: str) -> Path:
 # ---------- the model and the agent, as an episode reaches them ----------
 
 
-async def chat(llm: LLM, messages: list[dict[str, Any]], key: str, max_tokens: Optional[int] = None) -> str:
-    """One target chat call (stage `rollout`) with the sample key `key`; returns the reply's text. Model errors
-    propagate: the engine scores them as infrastructure failures."""
-    from skillopt_ray.llm.types import ChatRequest
-
-    reply = await llm.chat(ChatRequest("target", "rollout", messages, key, max_tokens=max_tokens))
+async def chat(
+    llm: LLM, messages: list[dict[str, Any]], key: str, max_tokens: Optional[int] = None, stage: str = "rollout"
+) -> str:
+    """One target chat call with the sample key `key`, booked under `stage` (the episode's, `ctx.stage`); returns the
+    reply's text. Model errors propagate: the engine scores them as infrastructure failures."""
+    reply = await llm.chat(ChatRequest("target", stage, messages, key, max_tokens=max_tokens))
     return str(reply.content or "")
 
 
-async def agent_runner(llm: LLM) -> Optional[AgentRunner]:
-    """The agent runner for this episode's target (llm.target.harness=codex|claude_code), or None for a chat
-    target. Its model traffic goes through `llm`, so the cache, ledger and budgets hold as for chat."""
-    from skillopt_ray.harness.episode import harness_settings
-
-    settings = await harness_settings(llm)
-    return None if settings is None else _HarnessRunner(llm, settings)
+def agent_runner(ctx: EpisodeContext) -> Optional[AgentRunner]:
+    """The agent runner the engine handed this episode (llm.target.harness=codex|claude_code), or None for a chat
+    target. Its model traffic goes through the episode's model handle: cache, ledger and budgets hold as for chat."""
+    return ctx.agent
 
 
-class _HarnessRunner:
-    """AgentRunner over the engine's harness: SKILL.md and task.md in a workspace, the CLI in its jail."""
+TURN_BREAK = "\n\n===== TURN BREAK =====\n\n"
+_SUMMED = ("agent_attempts", "agent_calls", "agent_cost_usd")
 
-    def __init__(self, llm: LLM, settings: dict[str, Any]):
-        self.llm = llm
-        self.settings = settings
 
-    async def run(self, task: AgentTask, key: str) -> AgentOutcome:
-        import math
+def agent_turns_info(outcomes: Sequence[AgentOutcome], show_trace: bool = True) -> dict[str, Any]:
+    """The episode's info over several agent runs (one per benchmark turn): summaries and traces joined with a
+    turn-break line; calls, tokens, cost and time added up. Runs that failed count for nothing."""
+    done = [o for o in outcomes if o.ok]
+    infos = [o.info for o in done]
+    if len(infos) <= 1:
+        if not infos:
+            return {}
+        return {**infos[0], "analyst_blocks": _trace_blocks([done[0].trace], show_trace)}
+    out: dict[str, Any] = {"agent_summary": TURN_BREAK.join(i["agent_summary"] for i in infos)}
+    out.update({k: sum(i[k] for i in infos) for k in _SUMMED})
+    for k in ("agent_tokens", "agent_reported_tokens"):
+        out[k] = [sum(i[k][n] for i in infos) for n in (0, 1)]
+    out["agent_wall_s"] = round(sum(i["agent_wall_s"] for i in infos), 3)
+    out["agent_first_call_s"] = infos[0]["agent_first_call_s"]
+    out["agent_turns"] = len(infos)
+    out["analyst_blocks"] = _trace_blocks([o.trace for o in done], show_trace)
+    warnings = [i["usage_warning"] for i in infos if i.get("usage_warning")]
+    if warnings:
+        out["usage_warning"] = "; ".join(warnings)
+    return out
 
-        from skillopt_ray.harness.episode import HarnessOutcome, trace_to_optimizer
-        from skillopt_ray.harness.runner import AgentSettings, HarnessError, run_agent
-        from skillopt_ray.harness.skill_md import render_skill_md
-        from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
 
-        skill_md = render_skill_md(task.skill, task.description, task.preamble)
-        own = task.workspace is None
-        root = Path(tempfile.mkdtemp(prefix="skillopt-ws-")) / "workspace" if own else Path(str(task.workspace))
-        try:
-            wd = prepare_workspace(root, skill_md, WorkspaceSpec(task=task.task_md, copy_files=dict(task.files)))
-            limit = task.timeout_s if task.timeout_s > 0 else math.inf
-            s = AgentSettings.from_gateway(self.settings, limit)
-            try:
-                run = await run_agent(self.llm, s, wd, task.prompt, key, allow_file_edits=task.allow_file_edits)
-            except HarnessError as e:
-                return AgentOutcome("", skill_md, ok=False, error=str(e), error_kind=e.kind)
-            info = HarnessOutcome(run, skill_md).info(trace_to_optimizer(self.settings))
-            return AgentOutcome(run.response, skill_md, ok=True, info=info)
-        finally:
-            if own:
-                shutil.rmtree(root.parent, ignore_errors=True)
+def _trace_blocks(traces: list[str], show: bool) -> list[list[str]]:
+    return [["Agent Trace Summary", TURN_BREAK.join(traces)]] if show else []
 
 
 __all__ = [
@@ -197,8 +197,12 @@ __all__ = [
     "best_f1",
     "normalize",
     "SPLIT_ALIASES",
+    "ChatRequest",
+    "TURN_BREAK",
     "agent_runner",
+    "agent_turns_info",
     "chat",
+    "extract_json",
     "check_new_id",
     "data_root",
     "ensure_samples",

@@ -265,7 +265,9 @@ class Run:
             self.pool,
             tasks,
             skill,
-            EpisodeContext(f"evalonly/{split}", False, cfg.env.max_turns, cfg.env.history_window, cfg.seed),
+            EpisodeContext(
+                f"evalonly/{split}", False, cfg.env.max_turns, cfg.env.history_window, cfg.seed, f"eval:{split}"
+            ),
             reps,
             cfg.optimizer.max_infra_failure_fraction,
             f"eval:{split}",

@@ -174,11 +174,11 @@ class CustomBenchmark(Benchmark):
         if t.folder:
             return await self._agent_task_episode(task, t, skill, llm, ctx)
         system, user = self._system(skill, t), self._user(t)
-        runner = await agent_runner(llm)
+        runner = agent_runner(ctx)
         info: dict[str, Any] = {}
         if runner is None:
             messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-            reply = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t0", self.options.max_tokens)
+            reply = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t0", self.options.max_tokens, ctx.stage)
         else:
             tags = self.options.scorer not in (SCRIPT, "contains")  # the scorers that take the tagged answer
             prompt = AGENT_PROMPT + ("\nEnd with your final answer inside <answer></answer> tags." if tags else "")
@@ -289,11 +289,11 @@ class CustomBenchmark(Benchmark):
         tmp = Path(tempfile.mkdtemp(prefix="skillopt-custom-"))
         ws = tmp / "workspace"
         try:
-            runner = await agent_runner(llm)
+            runner = agent_runner(ctx)
             if runner is None:
                 system, user = self._system(skill, t), t.prompt
                 messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-                reply = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t0", self.options.max_tokens)
+                reply = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t0", self.options.max_tokens, ctx.stage)
                 _copy_workspace(folder / "workspace", ws)
                 (ws / "reply.txt").write_text(reply, encoding="utf-8")
                 info: dict[str, Any] = {}

@@ -199,20 +199,11 @@ async def run_agent(
         shutil.rmtree(root, ignore_errors=True)
 
 
-# the first part of an episode key, as the loop names its episodes, and the stage their calls are booked under
-_KEY_STAGES = {"train": "rollout", "eval": "validate", "slow": "slow:rollout", "meta": "meta:rollout"}
-
-
 def agent_stage(key: str) -> str:
-    """The ledger stage of an agent episode from its key, so that agent calls are booked by the stage they ran in
-    and not all under rollout: training batches `train/...` -> rollout, skill evaluations `eval/...` (the gate's
-    selection split and the final test split; the key does not say which) -> validate, the epoch boundary's
-    paired rollouts `slow/...` or `meta/...` -> slow:rollout or meta:rollout, an eval-only run
-    `evalonly/<split>/...` -> eval:<split>. Keys of any other shape stay rollout."""
-    head, _, rest = key.partition("/")
-    if head == "evalonly":
-        return f"eval:{rest.split('/', 1)[0]}" if rest else "eval"
-    return _KEY_STAGES.get(head, "rollout")
+    """The ledger stage of an agent episode whose context gave none: the one its key names."""
+    from skillopt_ray.stages.rollout import stage_of_key
+
+    return stage_of_key(key)
 
 
 def _cli_launch(

@@ -15,7 +15,7 @@ from skillopt_ray.records import SKIP_NO_REWRITE, Evaluation, GateRecord
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.gate import GatePolicy
-from skillopt_ray.stages.rollout import rollout_repeats, summarize
+from skillopt_ray.stages.rollout import rollout_repeats, stage_of_key, summarize
 from skillopt_ray.state import RunState
 
 Progress = Callable[..., None]
@@ -53,6 +53,7 @@ class Evaluator:
             max_turns=self.env.max_turns,
             history_window=self.env.history_window,
             seed=self.seed if seed is None else seed,
+            stage=stage_of_key(key),
         )
 
     async def play(
