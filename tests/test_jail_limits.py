@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import shutil
 import tarfile
 import tempfile
 import time
@@ -83,13 +84,15 @@ def _hostile_run(
     model = HostileModel("echo JAIL-UID=$(id -u); " + script, harness)
     settings = AgentSettings(harness, "m", 60.0, memory_mb=memory_mb, limits=limits)
     t0 = time.monotonic()
-    run = asyncio.run(run_agent(model, settings, wd, "go", "k"))
-    assert time.monotonic() - t0 < 45  # ended, never hung
-    uid = int(re.search(r"JAIL-UID=(\d+)", model.output).group(1))  # type: ignore[union-attr]
-    if os.geteuid() == 0:  # as root the jail has a uid of its own: none of its processes may outlive it
-        assert uid >= 200_000 and _uid_processes(uid) == []
-    assert os.listdir(host_tmp) == []
-    host_tmp.rmdir()
+    try:
+        run = asyncio.run(run_agent(model, settings, wd, "go", "k"))
+        assert time.monotonic() - t0 < 45  # ended, never hung
+        uid = int(re.search(r"JAIL-UID=(\d+)", model.output).group(1))  # type: ignore[union-attr]
+        if os.geteuid() == 0:  # as root the jail has a uid of its own: none of its processes may outlive it
+            assert uid >= 200_000 and _uid_processes(uid) == []
+        assert os.listdir(host_tmp) == []
+    finally:
+        shutil.rmtree(host_tmp, ignore_errors=True)  # a failed run must not leave it behind either
     return model.output, run, wd
 
 
@@ -330,7 +333,6 @@ def test_the_limits_hold_for_an_unprivileged_caller_too(tmp_path):
     """Most users are not root: bubblewrap then runs in a user namespace, where the kernel counts the jail's
     processes apart from the user's others. Run the same jail as uid 65534 (root here drops to it with setpriv;
     the system Python runs the driver, since the project's may sit in root's home)."""
-    import shutil
     import subprocess
 
     need_bwrap()
