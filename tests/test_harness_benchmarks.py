@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from skillopt_envs.base import DataError, EpisodeContext
 
 from skillopt_ray import cli
 from skillopt_ray.harness import episode as harness_episode
+from skillopt_ray.harness.agent_runner import agent_runner_for
 from skillopt_ray.harness.runner import AgentRun, HarnessError
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.trace import AgentTrace
@@ -77,6 +79,11 @@ def _ctx(max_turns: int = 1) -> EpisodeContext:
     return EpisodeContext("eval/test", False, max_turns, 0, 42)
 
 
+async def _play(bench: Any, task: Any, skill: str, llm: FakeLLM, ctx: EpisodeContext) -> Any:
+    """An episode as an env actor plays it: the context carries the agent runner of the handle's target."""
+    return await bench.run_episode(task, skill, llm, replace(ctx, agent=await agent_runner_for(llm, ctx.stage)))
+
+
 # ---------------------------------------------------------------- DocVQA
 
 
@@ -94,7 +101,7 @@ def test_docvqa_workspace_task_md_and_attachment(docvqa, recorder):
     bench, task = docvqa
     gold = task.payload["answers"][0]
     rec = recorder([f"<answer>{gold}</answer>"])
-    r = asyncio.run(bench.run_episode(task, "  rule 1  ", FakeLLM(), _ctx()))
+    r = asyncio.run(_play(bench, task, "  rule 1  ", FakeLLM(), _ctx()))
     (run,) = rec.runs
     image = os.path.realpath(task.payload["image_path"])
     name = Path(image).name
@@ -129,7 +136,7 @@ def test_docvqa_workspace_task_md_and_attachment(docvqa, recorder):
 def test_docvqa_asks_again_without_tags_while_turns_remain(docvqa, recorder):
     bench, task = docvqa
     rec = recorder(["I think it is in the header", "<answer>ITC Ltd</answer>"])
-    r = asyncio.run(bench.run_episode(task, "", FakeLLM(), _ctx(max_turns=2)))
+    r = asyncio.run(_play(bench, task, "", FakeLLM(), _ctx(max_turns=2)))
     assert len(rec.runs) == 2
     second = rec.runs[1]["files"]["task.md"].decode()
     assert "## Previous Attempt\nI think it is in the header" in second
@@ -139,7 +146,7 @@ def test_docvqa_asks_again_without_tags_while_turns_remain(docvqa, recorder):
     assert "===== TURN BREAK =====" in r.info["agent_summary"] and r.info["agent_turns"] == 2
     # one turn (the default): no second run even without tags
     rec = recorder(["no tags here"])
-    r1 = asyncio.run(bench.run_episode(task, "", FakeLLM(), _ctx()))
+    r1 = asyncio.run(_play(bench, task, "", FakeLLM(), _ctx()))
     assert len(rec.runs) == 1 and r1.n_turns == 1
 
 
@@ -147,14 +154,14 @@ def test_docvqa_scores_the_raw_transcript_when_the_final_message_is_empty(docvqa
     bench, task = docvqa
     gold = task.payload["answers"][0]
     recorder([("", f"codex\nsome work\n<answer>{gold}</answer>\ntokens used\n12")])
-    r = asyncio.run(bench.run_episode(task, "", FakeLLM(), _ctx()))
+    r = asyncio.run(_play(bench, task, "", FakeLLM(), _ctx()))
     assert r.hard == 1.0 and r.trajectory[1]["content"].startswith("codex\nsome work")
 
 
 def test_docvqa_broken_agent_is_an_infra_error_never_a_score(docvqa, recorder):
     bench, task = docvqa
     recorder([HarnessError("the codex agent's tools failed: sandbox error")])
-    r = asyncio.run(bench.run_episode(task, "", FakeLLM(), _ctx()))
+    r = asyncio.run(_play(bench, task, "", FakeLLM(), _ctx()))
     assert r.infra_error and r.fail_reason == "infra_error" and r.hard == 0.0 and "sandbox error" in r.error
 
 
@@ -162,7 +169,7 @@ def test_docvqa_partial_credit_as_in_chat(docvqa, recorder):
     bench, task = docvqa
     task = type(task)(task.task_id, task.task_type, {**task.payload, "answers": ["ITC Limited"]})
     recorder(["<answer>ITC Ltd</answer>"])
-    r = asyncio.run(bench.run_episode(task, "", FakeLLM(), _ctx()))
+    r = asyncio.run(_play(bench, task, "", FakeLLM(), _ctx()))
     assert (r.hard, round(r.soft, 4), r.fail_reason) == (0.0, 0.6364, "")
 
 
@@ -184,7 +191,7 @@ def test_livemath_task_md_is_the_user_message_and_scores_the_label(livemath, rec
     choices, correct = bench.presented(task, 42)
     wrong = next(c["label"] for c in choices if c["label"] != correct["label"])
     rec = recorder([f"<answer>{wrong}</answer>"])
-    r = asyncio.run(bench.run_episode(task, "R", FakeLLM(), _ctx()))
+    r = asyncio.run(_play(bench, task, "R", FakeLLM(), _ctx()))
     (run,) = rec.runs
     lines = "\n".join(f"{c['label']}. {c['text']}" for c in choices)
     assert run["files"]["task.md"].decode() == f"## Question\n{task.payload['question']}\n\n## Choices\n{lines}"
@@ -202,7 +209,7 @@ def test_livemath_no_timeout_when_exec_timeout_is_not_positive(tmp_path, recorde
     bench = LiveMathBenchmark({"options": {"sample_dir": str(tmp_path), "exec_timeout": 0}})
     task = bench.load_split("test")[0]
     rec = recorder(["thinking", "<answer>A</answer>"])
-    r = asyncio.run(bench.run_episode(task, "", FakeLLM("claude_code"), _ctx(max_turns=3)))
+    r = asyncio.run(_play(bench, task, "", FakeLLM("claude_code"), _ctx(max_turns=3)))
     assert math.isinf(rec.runs[0]["settings"].timeout_s)
     assert len(rec.runs) == 2 and "## Previous Attempt\nthinking" in rec.runs[1]["files"]["task.md"].decode()
     assert r.n_turns == 2 and r.info["predicted_label"] == "A"
@@ -225,7 +232,7 @@ def test_officeqa_workspace_links_the_corpus_and_lists_relative_candidates(offic
     bench, task = officeqa
     (root,) = bench.corpus().roots
     rec = recorder(["x <answer>A</answer> y <answer>B</answer>"])
-    r = asyncio.run(bench.run_episode(task, "", FakeLLM("claude_code"), _ctx(max_turns=24)))
+    r = asyncio.run(_play(bench, task, "", FakeLLM("claude_code"), _ctx(max_turns=24)))
     (run,) = rec.runs
     files = run["files"]
     assert files["docs/root_1"] == ("link", str(root))  # the corpus root, symlinked
@@ -262,7 +269,7 @@ def test_officeqa_candidates_shown_are_the_first_twenty(tmp_path):
 def test_officeqa_exec_loop_budget_and_previous_attempt(officeqa, recorder):
     bench, task = officeqa
     rec = recorder(["still looking", "read the table", "not yet"])
-    r = asyncio.run(bench.run_episode(task, "", FakeLLM(), _ctx(max_turns=3)))
+    r = asyncio.run(_play(bench, task, "", FakeLLM(), _ctx(max_turns=3)))
     assert len(rec.runs) == 3
     assert "## Previous Attempt\nstill looking" in rec.runs[1]["files"]["task.md"].decode()
     assert "## Previous Attempt\nread the table" in rec.runs[2]["files"]["task.md"].decode()
@@ -283,7 +290,7 @@ def test_officeqa_refuses_a_corpus_under_a_gold_answer_folder(tmp_path, recorder
     task = bench.load_split("test")[0]
     rec = recorder(["<answer>1</answer>"])
     with pytest.raises(DataError, match="officeqa_split.*docs_dirs"):
-        asyncio.run(bench.run_episode(task, "", FakeLLM(), _ctx()))
+        asyncio.run(_play(bench, task, "", FakeLLM(), _ctx()))
     assert rec.runs == []  # refused before any launch
     # with a harness configured, an env actor refuses it when it loads the corpus, before any episode
     agent_bench = OfficeQABenchmark(

@@ -17,12 +17,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    AgentOutcome,
+    AgentRunner,
+    AgentTask,
+    Benchmark,
+    DataError,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
+from skillopt_envs.kit import chat
 from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
 from skillopt_envs.searchqa.scoring import score_answer
-
-from skillopt_ray.llm.types import ChatRequest
 
 # the reference starts from an empty skill: a title and a placeholder line
 SEED_SKILL = """# Skill: answering questions from search results
@@ -208,16 +218,13 @@ class SearchQABenchmark(Benchmark):
     # ---------- the episode ----------
 
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
-        from skillopt_ray.harness.episode import harness_settings
-
         p = task.payload
         question, golds = p["question"], list(p["answers"])
         user = user_prompt(truncate_context(p["context"], self.options.max_context_chars), question)
-        agent = await harness_settings(llm)
         extra: dict[str, Any] = {}
-        if agent is not None:
-            outcome = await _agent_reply(task, skill, llm, ctx, agent, user)
-            if outcome.run is None:
+        if ctx.agent is not None:
+            outcome = await _agent_reply(task, skill, ctx.agent, ctx, user)
+            if not outcome.ok:
                 return EpisodeResult(
                     task.task_id,
                     task.task_type,
@@ -227,13 +234,12 @@ class SearchQABenchmark(Benchmark):
                     error=outcome.error,
                     n_turns=1,
                 )
-            content, system = outcome.run.response, outcome.skill_md
-            extra = outcome.info(bool((agent.get("agent") or {}).get("trace_to_optimizer", True)))
+            content, system = outcome.reply, outcome.skill_md
+            extra = outcome.info
         else:
             system = system_prompt(skill)
             messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-            reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{task.task_id}/t0"))
-            content = reply.content
+            content = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t0", stage=ctx.stage)
         predicted = extract_answer(content)
         s = score_answer(predicted, golds)
         fail = "" if s.em else f"EM=0: predicted '{predicted}' but expected {golds!r}"
@@ -279,8 +285,6 @@ AGENT_PROMPT = (
 AGENT_TIMEOUT_S = 120.0  # the benchmark's exec_timeout
 
 
-async def _agent_reply(task: Task, skill: str, llm: LLM, ctx: EpisodeContext, agent: dict[str, Any], user: str) -> Any:
-    from skillopt_ray.harness.episode import HarnessTask, run_harness_task
-
-    ht = HarnessTask(AGENT_DESCRIPTION, AGENT_PREAMBLE, user, AGENT_PROMPT, AGENT_TIMEOUT_S)
-    return await run_harness_task(llm, agent, task.task_id, skill, ht, f"{ctx.key}/{task.task_id}")
+async def _agent_reply(task: Task, skill: str, agent: AgentRunner, ctx: EpisodeContext, user: str) -> AgentOutcome:
+    at = AgentTask(skill, AGENT_DESCRIPTION, AGENT_PREAMBLE, user, AGENT_PROMPT, AGENT_TIMEOUT_S, task_id=task.task_id)
+    return await agent.run(at, f"{ctx.key}/{task.task_id}")

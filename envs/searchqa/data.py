@@ -13,17 +13,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError, check_new_id, manifest_entries, read_json_list
+from skillopt_envs.kit import SPLIT_ALIASES, SPLITS, split_name  # noqa: F401 - SPLITS, SPLIT_ALIASES: re-exported
 
-SPLITS = ("train", "val", "test")
-# split names with the reference's aliases -> the folder
-SPLIT_ALIASES = {
-    "train": "train",
-    "val": "val",
-    "valid_seen": "val",
-    "selection": "val",
-    "test": "test",
-    "valid_unseen": "test",
-}
 # SkillOpt's SearchQA id split (400 train / 200 val / 1400 test), shipped with the project (see splits/LICENSE-SkillOpt)
 PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
 PAPER_COUNTS = {"train": 400, "val": 200, "test": 1400}
@@ -31,12 +22,7 @@ ITEM_KEYS = ("id", "question", "context", "answers")
 
 
 def split_folder(split: str) -> str:
-    try:
-        return SPLIT_ALIASES[split]
-    except KeyError:
-        raise DataError(
-            f"unknown SearchQA split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all"
-        ) from None
+    return split_name(split, "SearchQA")
 
 
 def split_file(folder: Path) -> Optional[Path]:
