@@ -81,3 +81,17 @@ def test_arguments_with_trailing_text_are_repaired_else_left_alone():
     assert json.loads(repair_arguments('{"cmd": "ls"}\n}')) == {"cmd": "ls"}
     assert repair_arguments('{"cmd": "ls"}') == '{"cmd": "ls"}'
     assert repair_arguments("not json") == "not json"
+
+
+def test_settle_reply_recovers_only_when_no_real_call_was_made():
+    from skillopt_ray.llm.agent_api import AgentReply
+    from skillopt_ray.llm.toolcall_text import settle_reply
+
+    fenced = '```json\n{"name": "exec_command", "arguments": {"cmd": "ls"}}\n```'
+    got = settle_reply(AgentReply(fenced, prompt_tokens=5), TOOLS)
+    assert got.content == "" and got.tool_calls == [{"id": "", "name": "exec_command", "arguments": '{"cmd": "ls"}'}]
+    assert got.prompt_tokens == 5  # usage kept
+    real = {"id": "c1", "name": "exec_command", "arguments": '{"cmd": "pwd"}}'}
+    kept = settle_reply(AgentReply(fenced, [real]), TOOLS)
+    assert kept.content == fenced and kept.tool_calls == [dict(real, arguments='{"cmd": "pwd"}')]
+    assert settle_reply(AgentReply(fenced), []).tool_calls == []  # no tools offered: text stays text

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from aiohttp import web
 
+from skillopt_ray.llm.toolcall_text import settle_reply
 from skillopt_ray.llm.types import ChatRequest, LLMError
 
 
@@ -504,11 +505,19 @@ def call_id(key: str, n: int, i: int) -> str:
     return "call_" + hashlib.sha256(f"{key}|{n}|{i}".encode()).hexdigest()[:20]
 
 
+# model calls one episode may make: past it, an agent that calls tools in a loop gets a plain final message
+MAX_AGENT_CALLS = 60
+CALL_LIMIT_TEXT = "Stopped: this episode reached its limit of {n} model calls."
+
+
 class AgentAPIServer:
     """Serves one agent episode on a Unix socket; every model call goes through `llm.agent_chat`."""
 
-    def __init__(self, llm: Any, key: str, role: str = "target", stage: str = "rollout"):
+    def __init__(
+        self, llm: Any, key: str, role: str = "target", stage: str = "rollout", max_calls: int = MAX_AGENT_CALLS
+    ):
         self.llm = llm
+        self.max_calls = max_calls
         self.key = key
         self.role = role
         self.stage = stage
@@ -552,6 +561,8 @@ class AgentAPIServer:
         if self.first_call_at is None:
             self.first_call_at = time.monotonic()
         n = len(self.calls)
+        if n >= self.max_calls:  # a tool loop: the CLI gets a final message, the model is not asked again
+            return AgentReply(CALL_LIMIT_TEXT.format(n=self.max_calls), finish_reason="stop")
         self.requests.append({"messages": messages, "tools": tools})
         req = AgentRequest(
             self.role, self.stage, messages, self.key, tools=tools or None, tool_choice="auto" if tools else None
@@ -562,6 +573,7 @@ class AgentAPIServer:
             self.errors.append(e)
             self.calls.append(CallRecord(protocol, 0, 0, False, [], error=e.message))
             raise
+        reply = settle_reply(reply, tools)  # calls a small model wrote as text, broken arguments (toolcall_text)
         for i, c in enumerate(reply.tool_calls):  # ids the model gave may repeat across calls; ours do not
             c.setdefault("id", "")
             if not c["id"]:

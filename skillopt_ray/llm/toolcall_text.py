@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 _FENCED = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
@@ -127,3 +127,15 @@ def repair_arguments(arguments: str) -> str:
     except ValueError:
         obj = _json_object(arguments)
         return json.dumps(obj, ensure_ascii=False) if obj is not None else arguments
+
+
+def settle_reply(reply: Any, tools: list[dict[str, Any]]) -> Any:
+    """An agent reply (llm/agent_api.AgentReply) with its tool calls' arguments repaired and, when it made no call
+    although tools were offered, the calls its text wrote recovered (their ids are given by the caller)."""
+    calls = [dict(c, arguments=repair_arguments(c.get("arguments") or "")) for c in reply.tool_calls]
+    if not calls and tools:
+        got = recover_calls(reply.content, tools)
+        if got is not None:
+            found = [{"id": "", "name": c.name, "arguments": c.arguments} for c in got.calls]
+            return replace(reply, content=got.content, tool_calls=found)
+    return replace(reply, tool_calls=calls)
