@@ -7,11 +7,13 @@ engine: the engine's model handle and agent harness are reached through the two 
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
@@ -19,6 +21,7 @@ from skillopt_envs.base import (
     LLM,
     AgentOutcome,
     AgentRunner,
+    AgentTask,
     DataError,
     EpisodeContext,
     check_new_id,
@@ -74,6 +77,39 @@ def first_json(folder: Path, pattern: str = "*.json") -> Optional[Path]:
     if not folder.is_dir():
         return None
     files = sorted(p for p in folder.glob(pattern) if p.is_file())
+    return files[0] if files else None
+
+
+def unfollowable(path: Path) -> str:
+    """Why a name in a data folder cannot be opened though it is listed: a symlink loop or a link to nothing;
+    '' when it can be followed (or does not exist at all)."""
+    try:
+        path.stat()
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symlink loop"
+        if path.is_symlink():
+            return "a symlink to nothing (its target does not exist)"
+    return ""
+
+
+def check_followable(path: Path) -> None:
+    """DataError for a listed name that cannot be followed (the reference would fail opening it), never a skip."""
+    why = unfollowable(path)
+    if why:
+        raise DataError(f"{path} is {why}; point it at the file or folder it should name, or remove it")
+
+
+def first_data_file(folder: Path, pattern: str) -> Optional[Path]:
+    """The first file matching `pattern` of a split folder by name (the reference's rule); None if there is none.
+    Every listed name must be followable (check_followable)."""
+    check_followable(folder)
+    if not folder.is_dir():
+        return None
+    names = sorted(folder.glob(pattern))
+    for p in names:
+        check_followable(p)
+    files = [p for p in names if p.is_file()]
     return files[0] if files else None
 
 
@@ -160,6 +196,41 @@ def agent_runner(ctx: EpisodeContext) -> Optional[AgentRunner]:
     return ctx.agent
 
 
+@dataclass
+class AgentTurns:
+    """An agent episode of one run per turn: each outcome, the replies of the runs that worked, the last task."""
+
+    outcomes: list[AgentOutcome] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+    task_md: str = ""
+    skill_md: str = ""
+
+    @property
+    def failed(self) -> Optional[AgentOutcome]:
+        """The run that could not run (an infrastructure failure ends the turns), else None."""
+        return self.outcomes[-1] if self.outcomes and not self.outcomes[-1].ok else None
+
+
+async def run_agent_turns(
+    agent: AgentRunner, key: str, max_turns: int, make: Callable[[str], AgentTask], done: Callable[[str], bool]
+) -> AgentTurns:
+    """Up to `max_turns` agent runs (at least one): `make(previous reply)` builds each turn's task (previous is ""
+    on the first); the turns stop at a reply `done` accepts or at a run that failed. Turn n > 0 runs under the
+    sample key `<key>/t<n>`."""
+    turns = AgentTurns()
+    for turn in range(max(1, max_turns)):
+        at = make(turns.replies[-1] if turns.replies else "")
+        out = await agent.run(at, key + (f"/t{turn}" if turn else ""))
+        turns.outcomes.append(out)
+        turns.task_md, turns.skill_md = at.task_md, out.skill_md
+        if not out.ok:
+            break
+        turns.replies.append(out.reply)
+        if done(out.reply):
+            break
+    return turns
+
+
 TURN_BREAK = "\n\n===== TURN BREAK =====\n\n"
 _SUMMED = ("agent_attempts", "agent_calls", "agent_cost_usd")
 
@@ -200,10 +271,15 @@ __all__ = [
     "ChatRequest",
     "TURN_BREAK",
     "agent_runner",
+    "AgentTurns",
     "agent_turns_info",
+    "run_agent_turns",
     "chat",
     "extract_json",
+    "check_followable",
     "check_new_id",
+    "first_data_file",
+    "unfollowable",
     "data_root",
     "ensure_samples",
     "first_json",

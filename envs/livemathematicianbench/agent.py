@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from skillopt_envs.base import LLM, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.kit import agent_turns_info, run_agent_turns
 from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
 
 DESCRIPTION = "Pick the single correct option of the research-mathematics multiple-choice question in task.md"
@@ -36,37 +37,26 @@ def task_md(user: str, previous: str = "") -> str:
 async def agent_episode(
     task: Task,
     skill: str,
-    llm: LLM,
+    agent: AgentRunner,
     ctx: EpisodeContext,
-    agent: dict[str, Any],
     user: str,
     choices: list[dict[str, Any]],
     correct: dict[str, Any],
     timeout_s: float,
 ) -> EpisodeResult:
     """One item played by the agent CLI, one run per turn (env.max_turns, 1 by default); timeout_s <= 0: no limit."""
-    from skillopt_ray.harness.episode import HarnessTask, run_harness_task, trace_to_optimizer, turns_info
 
-    outcomes: list[Any] = []
-    replies: list[str] = []
-    md = skill_md = ""
-    for turn in range(max(1, ctx.max_turns)):
-        md = task_md(user, replies[-1] if replies else "")
-        key = f"{ctx.key}/{task.task_id}" + (f"/t{turn}" if turn else "")
-        out = await run_harness_task(
-            llm, agent, task.task_id, skill, HarnessTask(DESCRIPTION, PREAMBLE, md, PROMPT, timeout_s), key
-        )
-        outcomes.append(out)
-        skill_md = out.skill_md
-        if out.run is None:
-            info = {"target_system_prompt": skill_md, "target_user_prompt": md, **turns_info(outcomes)}
-            return EpisodeResult(
-                task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
-                error=out.error, n_turns=len(replies) + 1, task_description="", info=info,
-            )  # fmt: skip
-        replies.append(out.run.response)
-        if has_answer_tag(replies[-1]):
-            break
-    return scored_episode(
-        task, skill_md, md, choices, correct, replies, **turns_info(outcomes, trace_to_optimizer(agent))
-    )
+    def make(previous: str) -> AgentTask:
+        return AgentTask(skill, DESCRIPTION, PREAMBLE, task_md(user, previous), PROMPT, timeout_s, task_id=task.task_id)
+
+    turns = await run_agent_turns(agent, f"{ctx.key}/{task.task_id}", ctx.max_turns, make, has_answer_tag)
+    skill_md, md = turns.skill_md, turns.task_md
+    out = turns.failed
+    if out is not None:
+        info = {"target_system_prompt": skill_md, "target_user_prompt": md, **agent_turns_info(turns.outcomes)}
+        return EpisodeResult(
+            task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
+            error=out.error, n_turns=len(turns.replies) + 1, task_description="", info=info,
+        )  # fmt: skip
+    trace = agent_turns_info(turns.outcomes, agent.trace_to_optimizer)
+    return scored_episode(task, skill_md, md, choices, correct, turns.replies, **trace)

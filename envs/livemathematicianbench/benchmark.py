@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.kit import chat
 from skillopt_envs.livemathematicianbench import data as lm
 from skillopt_envs.livemathematicianbench import prompts
 from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
 from skillopt_envs.livemathematicianbench.shuffle import shuffle_choices
-
-from skillopt_ray.llm.types import ChatRequest
 
 # the reference's seed skill (about 1 KB), in this project's words
 SEED_SKILL = """# Skill: choosing the exact statement in research-mathematics multiple choice
@@ -273,13 +272,10 @@ class LiveMathBenchmark(Benchmark):
             use_theorem=self.options.use_theorem,
             use_sketch=self.options.use_sketch,
         )
-        from skillopt_ray.harness.episode import harness_settings
-
-        agent = await harness_settings(llm)
-        if agent is not None:
+        if ctx.agent is not None:
             from skillopt_envs.livemathematicianbench.agent import agent_episode
 
-            res = await agent_episode(task, skill, llm, ctx, agent, user, choices, correct, self.options.exec_timeout)
+            res = await agent_episode(task, skill, ctx.agent, ctx, user, choices, correct, self.options.exec_timeout)
             if not res.infra_error:
                 res.info["choice_seed"] = ctx.seed if self.options.shuffle_choices else None
             return res
@@ -294,14 +290,8 @@ class LiveMathBenchmark(Benchmark):
         message = user
         for turn in range(max(1, ctx.max_turns)):
             messages = [{"role": "system", "content": system}, {"role": "user", "content": message}]
-            req = ChatRequest(
-                "target",
-                "rollout",
-                messages,
-                f"{ctx.key}/{task.task_id}/t{turn}",
-                max_tokens=self.options.max_completion_tokens,
-            )
-            reply = (await llm.chat(req)).content
+            key = f"{ctx.key}/{task.task_id}/t{turn}"
+            reply = await chat(llm, messages, key, self.options.max_completion_tokens, ctx.stage)
             replies.append(reply)
             if has_answer_tag(reply):
                 break

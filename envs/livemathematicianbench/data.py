@@ -14,7 +14,6 @@ problem and the episode is a data error, counted and unscored.
 
 from __future__ import annotations
 
-import errno
 import json
 import re
 from dataclasses import dataclass
@@ -22,16 +21,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError, check_new_id, manifest_entries, read_json_list
+from skillopt_envs.kit import (  # noqa: F401 - SPLITS, SPLIT_ALIASES, check_followable, unfollowable: re-exported
+    SPLIT_ALIASES,
+    SPLITS,
+    check_followable,
+    first_data_file,
+    split_name,
+    unfollowable,
+)
 
-SPLITS = ("train", "val", "test")
-SPLIT_ALIASES = {
-    "train": "train",
-    "val": "val",
-    "valid_seen": "val",
-    "selection": "val",
-    "test": "test",
-    "valid_unseen": "test",
-}
 # SkillOpt's paper split: 177 items of the four monthly files, split 35 / 17 / 125
 PAPER_COUNTS = {"train": 35, "val": 17, "test": 125}
 PAPER_MONTHS = {
@@ -48,45 +46,12 @@ LOADED_FROM = "loaded_from"  # the file an item was read from, added on reading 
 
 
 def split_folder(split: str) -> str:
-    try:
-        return SPLIT_ALIASES[split]
-    except KeyError:
-        raise DataError(
-            f"unknown LiveMathematicianBench split {split!r}; use train, val (valid_seen, selection), "
-            "test (valid_unseen) or all"
-        ) from None
-
-
-def unfollowable(path: Path) -> str:
-    """Why a name in a data folder cannot be opened though it is listed: a symlink loop or a link to nothing;
-    '' when it can be followed (or does not exist at all)."""
-    try:
-        path.stat()
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return "a symlink loop"
-        if path.is_symlink():
-            return "a symlink to nothing (its target does not exist)"
-    return ""
-
-
-def check_followable(path: Path) -> None:
-    why = unfollowable(path)
-    if why:
-        raise DataError(f"{path} is {why}; point it at the file or folder it should name, or remove it")
+    return split_name(split, "LiveMathematicianBench")
 
 
 def split_file(folder: Path) -> Optional[Path]:
-    """The first *.json of a split folder by name (the reference's rule); None if there is none. A listed name
-    that cannot be followed is a DataError (the reference would fail opening it), never skipped."""
-    check_followable(folder)
-    if not folder.is_dir():
-        return None
-    names = sorted(folder.glob("*.json"))
-    for p in names:
-        check_followable(p)
-    files = [p for p in names if p.is_file()]
-    return files[0] if files else None
+    """The first *.json of a split folder by name; a listed name that cannot be followed is a DataError."""
+    return first_data_file(folder, "*.json")
 
 
 # ---------- normalisation (the reference's ratio-mode loader) ----------
