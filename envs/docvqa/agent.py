@@ -10,11 +10,11 @@ remain. The analysts see SKILL.md and task.md as the target prompts, and the age
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from skillopt_envs.base import LLM, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
 from skillopt_envs.docvqa import prompts
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
+from skillopt_envs.kit import agent_turns_info, run_agent_turns
 
 DESCRIPTION = "Answer the DocVQA question in task.md from the attached document image"
 PREAMBLE = (
@@ -47,34 +47,27 @@ def task_md(question: str, image_path: str, previous: str = "") -> str:
 
 
 async def agent_episode(
-    task: Task, skill: str, llm: LLM, ctx: EpisodeContext, agent: dict[str, Any], image: str, timeout_s: float
+    task: Task, skill: str, agent: AgentRunner, ctx: EpisodeContext, image: str, timeout_s: float
 ) -> EpisodeResult:
     """One DocVQA item played by the agent CLI, one run per turn (env.max_turns, 1 by default)."""
-    from skillopt_ray.harness.episode import HarnessTask, run_harness_task, trace_to_optimizer, turns_info
-
     p = task.payload
     question, answers = p["question"], list(p["answers"])
-    outcomes: list[Any] = []
-    replies: list[str] = []
-    md = skill_md = ""
-    for turn in range(max(1, ctx.max_turns)):
-        md = task_md(question, image, replies[-1] if replies else "")
-        ht = HarnessTask(DESCRIPTION, PREAMBLE, md, PROMPT, timeout_s, images=[image])
-        key = f"{ctx.key}/{task.task_id}" + (f"/t{turn}" if turn else "")
-        out = await run_harness_task(llm, agent, task.task_id, skill, ht, key)
-        outcomes.append(out)
-        skill_md = out.skill_md
-        if out.run is None:
-            info = {"target_system_prompt": skill_md, "target_user_prompt": md, **turns_info(outcomes)}
-            return EpisodeResult(
-                task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
-                error=out.error, n_turns=len(replies) + 1, task_description=question, info=info,
-            )  # fmt: skip
-        replies.append(out.run.response)
-        if has_answer_tag(replies[-1]):
-            break
+
+    def make(previous: str) -> AgentTask:
+        md = task_md(question, image, previous)
+        return AgentTask(skill, DESCRIPTION, PREAMBLE, md, PROMPT, timeout_s, task_id=task.task_id, images=[image])
+
+    turns = await run_agent_turns(agent, f"{ctx.key}/{task.task_id}", ctx.max_turns, make, has_answer_tag)
+    skill_md, md = turns.skill_md, turns.task_md
+    out = turns.failed
+    if out is not None:
+        info = {"target_system_prompt": skill_md, "target_user_prompt": md, **agent_turns_info(turns.outcomes)}
+        return EpisodeResult(
+            task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
+            error=out.error, n_turns=len(turns.replies) + 1, task_description=question, info=info,
+        )  # fmt: skip
     name = os.path.basename(image)
     # the reference's exec path records the bare question here (no answer-format sentence)
     shown = f"{question}\n\n[image] {name}"
-    trace = turns_info(outcomes, trace_to_optimizer(agent))
-    return scored_episode(task, question, answers, replies, shown, skill_md, md, name, "image", **trace)
+    trace = agent_turns_info(turns.outcomes, agent.trace_to_optimizer)
+    return scored_episode(task, question, answers, turns.replies, shown, skill_md, md, name, "image", **trace)

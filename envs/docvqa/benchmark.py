@@ -18,12 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    AgentRunner,
+    Benchmark,
+    DataError,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
-
-from skillopt_ray.llm.types import ChatRequest
+from skillopt_envs.kit import chat
 
 # the reference's seed skill, in this project's words: visual evidence and exact-answer discipline
 SEED_SKILL = """# Skill: answering questions about document pages
@@ -249,11 +257,8 @@ class DocVQABenchmark(Benchmark):
     async def _episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         p = task.payload
         question, answers, image = p["question"], list(p["answers"]), p["image_path"]
-        from skillopt_ray.harness.episode import harness_settings
-
-        agent = await harness_settings(llm)
-        if agent is not None:  # the agent always gets the page image (page_input applies to chat targets)
-            return await self._agent_episode(task, skill, llm, ctx, agent)
+        if ctx.agent is not None:  # the agent always gets the page image (page_input applies to chat targets)
+            return await self._agent_episode(task, skill, llm, ctx, ctx.agent)
         system = prompts.system_prompt(skill)
         text = prompts.user_text(question)
         try:
@@ -265,7 +270,7 @@ class DocVQABenchmark(Benchmark):
         return self._chat_result(task, question, answers, image, system, text, replies)
 
     async def _agent_episode(
-        self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext, agent: dict[str, Any]
+        self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext, agent: Optional[AgentRunner] = None
     ) -> EpisodeResult:
         """The episode for an agent target, which reads the page image from a file (a data error without it)."""
         from skillopt_envs.docvqa.agent import agent_episode
@@ -278,20 +283,16 @@ class DocVQABenchmark(Benchmark):
             dv.check_page_image(image)
         except OSError as e:
             return _data_error(task, image, e)
-        return await agent_episode(task, skill, llm, ctx, agent, image, self.options.exec_timeout)
+        runner = agent or ctx.agent
+        assert runner is not None, "an agent episode needs the agent runner the engine hands over"
+        return await agent_episode(task, skill, runner, ctx, image, self.options.exec_timeout)
 
     async def _chat_turns(self, task: Task, llm: LLM, ctx: EpisodeContext, first: list[dict[str, Any]]) -> list[str]:
         """The chat target's replies: each turn without an answer tag is asked again, up to the turn limit."""
         messages, replies = first, []
         for turn in range(max(1, ctx.max_turns)):
-            req = ChatRequest(
-                "target",
-                "rollout",
-                messages,
-                f"{ctx.key}/{task.task_id}/t{turn}",
-                max_tokens=self.options.max_completion_tokens,
-            )
-            reply = (await llm.chat(req)).content
+            key = f"{ctx.key}/{task.task_id}/t{turn}"
+            reply = await chat(llm, messages, key, self.options.max_completion_tokens, ctx.stage)
             replies.append(reply)
             if has_answer_tag(reply):
                 break

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import errno
 import os
 import struct
 from dataclasses import dataclass
@@ -19,16 +18,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError
+from skillopt_envs.kit import (  # noqa: F401 - SPLITS, SPLIT_ALIASES, check_followable, unfollowable: re-exported
+    SPLIT_ALIASES,
+    SPLITS,
+    check_followable,
+    first_data_file,
+    split_name,
+    unfollowable,
+)
 
-SPLITS = ("train", "val", "test")
-SPLIT_ALIASES = {
-    "train": "train",
-    "val": "val",
-    "valid_seen": "val",
-    "selection": "val",
-    "test": "test",
-    "valid_unseen": "test",
-}
 # SkillOpt's paper split, docvqa_validation_10pct: a 10% sample of the 5,349 validation questions
 PAPER_SPLIT_NAME = "docvqa_validation_10pct"
 PAPER_COUNTS = {"train": 107, "val": 53, "test": 374}
@@ -39,44 +37,12 @@ TEXT_LAYER_SUFFIX = ".txt"  # a page's text layer, beside its image: <image stem
 
 
 def split_folder(split: str) -> str:
-    try:
-        return SPLIT_ALIASES[split]
-    except KeyError:
-        raise DataError(
-            f"unknown DocVQA split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all"
-        ) from None
-
-
-def unfollowable(path: Path) -> str:
-    """Why a listed name cannot be opened: a symlink loop or a link to nothing; '' when it can be followed (or does
-    not exist at all)."""
-    try:
-        path.stat()
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return "a symlink loop"
-        if path.is_symlink():
-            return "a symlink to nothing (its target does not exist)"
-    return ""
-
-
-def check_followable(path: Path) -> None:
-    why = unfollowable(path)
-    if why:
-        raise DataError(f"{path} is {why}; point it at the file or folder it should name, or remove it")
+    return split_name(split, "DocVQA")
 
 
 def split_csv(folder: Path) -> Optional[Path]:
-    """The first *.csv of a split folder by name (the reference's rule); None if there is none. A listed name that
-    cannot be followed is a DataError (the reference would fail opening it), never skipped."""
-    check_followable(folder)
-    if not folder.is_dir():
-        return None
-    names = sorted(folder.glob("*.csv"))
-    for p in names:
-        check_followable(p)
-    files = [p for p in names if p.is_file()]
-    return files[0] if files else None
+    """The first *.csv of a split folder by name; a listed name that cannot be followed is a DataError."""
+    return first_data_file(folder, "*.csv")
 
 
 def parse_answers(cell: Optional[str]) -> list[str]:
