@@ -2,8 +2,10 @@
 
 The form becomes Hydra overrides, which are checked by the CLI's own composition and checks before anything
 starts; the run is then the exact command shown on the page (`python -m skillopt_ray ...`), started as a local
-process in its own session, or submitted as a Ray job when a cluster address is given. Stopping sends SIGTERM
-to the process group (or stops the job); rerunning the same command resumes the run from its directory.
+process in its own session, or submitted as a Ray job when a cluster address is given. Stopping interrupts the
+command as Ctrl-C would (SIGTERM and SIGKILL to its process group follow if it does not end), or stops the job;
+rerunning the same command resumes the run from its directory. A form that came over HTTP is held to the limits in
+`limits.py` first.
 Keys are never part of the command: the CLI reads them from the environment as always.
 """
 
