@@ -24,8 +24,7 @@ from skillopt_envs.alfworld.protocol import (
     parse_reply,
 )
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-
-from skillopt_ray.llm.types import ChatRequest
+from skillopt_envs.kit import ChatRequest
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
 SEED_SKILL = SEED_SKILL_PATH.read_text(encoding="utf-8")
@@ -277,7 +276,7 @@ class AlfWorldBenchmark(Benchmark):
         for step in range(ctx.max_turns):
             messages = build_messages(skill, goal, memory, observation, admissible, ctx.history_window)
             fmt = await self._action_format(llm, admissible)
-            reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{ref}/t{step}", fmt))
+            reply = await llm.chat(ChatRequest("target", ctx.stage, messages, f"{ctx.key}/{ref}/t{step}", fmt))
             parsed: ParsedReply = parse_constrained_reply(reply.content) if fmt else parse_reply(reply.content)
             format_errors += 0 if parsed.format_ok else 1
             out = game.step(parsed.command)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from skillopt_envs.base import DataError, Task, check_new_id, manifest_entries
+from skillopt_envs.kit import SPLIT_ALIASES
 
 # Task types as the reference reports them, in its matching order: a game's type is the
 # first of these found in its path, so `pick_and_place_simple-...` games are `pick_and_place`.
@@ -44,14 +45,7 @@ SPLIT_DIRS = {
     "test": "valid_unseen",
     "valid_unseen": "valid_unseen",
 }
-MANIFEST_SPLITS = {
-    "train": "train",
-    "val": "val",
-    "valid_seen": "val",
-    "selection": "val",
-    "test": "test",
-    "valid_unseen": "test",
-}
+MANIFEST_SPLITS = SPLIT_ALIASES  # a manifest names its splits as the other benchmarks do
 
 
 def task_type_of(path: str) -> str:

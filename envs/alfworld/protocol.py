@@ -141,7 +141,7 @@ def parse_reply(reply: Optional[str]) -> ParsedReply:
 
 def parse_constrained_reply(reply: Optional[str]) -> ParsedReply:
     """A schema-constrained reply `{"action": ...}` (embedded model); anything else is parsed as a tagged reply."""
-    from skillopt_ray.llm.jsonout import extract_json
+    from skillopt_envs.kit import extract_json
 
     try:
         obj = extract_json(reply or "")
