@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-
-from skillopt_ray.llm.types import ChatRequest
+from skillopt_envs.kit import chat
 
 SPLITS = {"train": 0, "val": 1, "valid_seen": 1, "selection": 1, "test": 2, "valid_unseen": 2}
 
@@ -64,9 +63,9 @@ class SyntheticBenchmark(Benchmark):
             if turn and self.options.think_s:
                 await asyncio.sleep(self.options.think_s)
             messages = [{"role": "system", "content": skill}, {"role": "user", "content": f"{task.task_id} {filler}"}]
-            reply = await llm.chat(ChatRequest("target", "rollout", messages, f"{ctx.key}/{task.task_id}/t{turn}"))
-            hits += task.task_id in reply.content
-            replies.append(reply.content)
+            reply = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t{turn}", stage=ctx.stage)
+            hits += task.task_id in reply
+            replies.append(reply)
         hard = float(hits == self.options.calls)
         return EpisodeResult(
             task.task_id,
