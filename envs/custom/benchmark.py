@@ -11,6 +11,7 @@ scores the workspace. hard = score >= env.options.hard_at, soft = score; a broke
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -314,17 +315,26 @@ class CustomBenchmark(Benchmark):
 
 
 def _workspace_files(folder: Path) -> dict[str, str]:
-    """Every file under an agent task's workspace/, by its path inside it."""
-    if not folder.is_dir():
+    """Every regular file under an agent task's workspace/, by its path inside it. Links (to files or folders) are
+    left out: a link to /etc/passwd or to a file beside the task must not carry that file into the workspace."""
+    if folder.is_symlink() or not folder.is_dir():
         return {}
-    return {str(p.relative_to(folder)): str(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    found: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not os.path.islink(os.path.join(dirpath, d)))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if not path.is_symlink() and path.is_file():
+                found[str(path.relative_to(folder))] = str(path)
+    return found
 
 
 def _copy_workspace(src: Path, dst: Path) -> None:
-    if src.is_dir():
-        shutil.copytree(src, dst, symlinks=False)
-    else:
-        dst.mkdir(parents=True)
+    """The workspace's regular files copied into `dst` (links left out, as for an agent)."""
+    dst.mkdir(parents=True)
+    for rel, path in _workspace_files(src).items():
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dst / rel, follow_symlinks=False)
 
 
 def _infra(task: Task, error: str, kind: str) -> EpisodeResult:

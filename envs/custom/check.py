@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -21,11 +22,14 @@ from typing import Any, Optional
 from skillopt_envs.base import DataError
 from skillopt_envs.sandbox import Limits, Sandbox, head_and_tail
 
+# a score as a person writes it: ASCII digits, an optional sign, point and exponent (float() alone also takes
+# "nan", "0_1" and other scripts' digits)
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 OUTPUT_CHARS = 1500  # of the check's stdout and stderr, each, shown to the analysts
 
 # main.py in the sandbox: unpack the workspace when there is one, then run the check with the task's two arguments
 _WRAPPER = r"""
-import json, os, subprocess, sys, tarfile
+import json, os, signal, subprocess, sys, tarfile
 cfg = json.load(open("run.json"))
 if cfg["tar"]:
     with tarfile.open("workspace.tar") as t:
@@ -34,7 +38,13 @@ if cfg["tar"]:
 os.chmod(cfg["check"], 0o755)
 argv = [sys.executable, cfg["check"]] if cfg["python"] else [os.path.abspath(cfg["check"])]
 sys.stdout.flush()
-sys.exit(subprocess.call(argv + ["task.json", cfg["target"]]))
+rc = subprocess.call(argv + ["task.json", cfg["target"]])
+if rc < 0:  # the check died of a signal: die of it too, so the sandbox reports a signal and not a status
+    if -rc not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(-rc, signal.SIG_DFL)
+    os.kill(os.getpid(), -rc)
+    sys.exit(128 - rc)
+sys.exit(rc)
 """
 
 
@@ -101,16 +111,17 @@ def verdict(returncode: int, timed_out: bool, stdout: str, stderr: str, describe
     """The score rule of the module docstring, applied to one finished run."""
     if timed_out or returncode < 0:
         return CheckOutcome(None, f"the check broke: {described}", output)
-    if "Traceback (most recent call last)" in stderr:
+    # an uncaught exception ends Python with status 1; a check that finished (status 0) may have relayed the reply's
+    # own traceback, which must not turn the reply's failure into a data error left out of the scores
+    if returncode != 0 and "Traceback (most recent call last)" in stderr:
         return CheckOutcome(None, f"the check crashed (exit status {returncode}; its traceback is below)", output)
     lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
     if not lines:
         value = 1.0 if returncode == 0 else 0.0
         return CheckOutcome(value, f"the check printed nothing and exited with status {returncode}", output)
-    try:
-        value = float(lines[-1])
-    except ValueError:
+    if not _DECIMAL.fullmatch(lines[-1]):
         return CheckOutcome(None, f"the check's last line {lines[-1][:80]!r} is not a score in [0, 1]", output)
+    value = float(lines[-1]) + 0.0  # + 0.0: "-0" is a score of 0, not -0
     if not 0.0 <= value <= 1.0:
         return CheckOutcome(None, f"the check printed {value:g}, outside [0, 1]", output)
     return CheckOutcome(value, f"the check printed {value:g}", output)

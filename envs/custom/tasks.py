@@ -123,6 +123,8 @@ def read_agent_task(folder: Path, shared_check: Optional[Path]) -> UserTask:
             raise DataError(f"{folder / 'task.json'}: not valid JSON ({e}); fix or remove it") from None
         if not isinstance(raw, dict):
             raise DataError(f"{folder / 'task.json'}: must hold a JSON object")
+    if (folder / "workspace").is_symlink():
+        raise DataError(f"{folder / 'workspace'} is a link; make it a real folder (links are never copied through)")
     raw = {**raw, "id": raw.get("id", folder.name), "prompt": md.read_text(encoding="utf-8")}
     task = parse_task(raw, str(folder / "task.json"))
     if shared_check is None and not any((folder / c).is_file() for c in CHECK_NAMES):

@@ -1,0 +1,133 @@
+"""Your own tasks tried as an attacker would: links planted in an agent task's workspace/, check scripts whose output
+tries to pass for something else."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+import skillopt_envs
+from skillopt_envs.base import AgentOutcome, AgentTask, EpisodeContext
+from skillopt_envs.custom.check import make_sandbox, run_check, verdict
+from test_custom import CTX, FakeLLM
+
+
+def _agent_tasks(root: Path, check_body: str) -> Path:
+    """Three agent task folders (one per split) whose workspace/ holds a real file and links out of the folder."""
+    secret = root.parent / "secret.txt"
+    secret.write_text("TOP-SECRET")
+    for name, split in (("a", "train"), ("b", "val"), ("c", "test")):
+        ws = root / name / "workspace"
+        (ws / "sub").mkdir(parents=True)
+        (root / name / "task.md").write_text("Do the chore.")
+        (root / name / "task.json").write_text(json.dumps({"split": split}))
+        (ws / "real.txt").write_text("mine")
+        (ws / "passwd").symlink_to("/etc/passwd")
+        (ws / "sub" / "outside.txt").symlink_to(secret)
+        (ws / "etc").symlink_to("/etc", target_is_directory=True)
+        check = root / name / "check"
+        check.write_text(check_body)
+        check.chmod(0o755)
+    return root
+
+
+# the check passes only when the workspace holds real.txt and none of the planted links' targets
+_NO_LINKS = (
+    '#!/bin/sh\nls -RA "$2" >&2\n'
+    'test -f "$2/real.txt" || exit 1\n'
+    'for p in passwd sub/outside.txt etc; do test -e "$2/$p" && exit 1; done\n'
+    'grep -rq -e TOP-SECRET -e "root:" "$2" && exit 1\nexit 0\n'
+)
+
+
+@pytest.mark.usefixtures("needs_bwrap")
+def test_links_in_an_agent_tasks_workspace_are_not_copied_through_for_a_chat_target(tmp_path):
+    b = skillopt_envs.make("custom", {"data_dir": str(_agent_tasks(tmp_path / "tasks", _NO_LINKS)), "options": {}})
+    r = asyncio.run(b.run_episode(b.load_split("train")[0], "", FakeLLM("done"), CTX))
+    assert r.scored and r.hard == 1.0, r.trajectory[-1]["content"]
+
+
+class RecordingRunner:
+    """A stand-in agent runner: records the files it was asked to copy in and leaves the workspace as it is."""
+
+    trace_to_optimizer = False
+
+    def __init__(self) -> None:
+        self.tasks: list[AgentTask] = []
+
+    async def run(self, task: AgentTask, key: str) -> AgentOutcome:
+        self.tasks.append(task)
+        ws = Path(str(task.workspace))
+        for rel, src in task.files.items():
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ws / rel).write_bytes(Path(src).read_bytes())
+        return AgentOutcome("done", "SKILL")
+
+
+@pytest.mark.usefixtures("needs_bwrap")
+def test_links_in_an_agent_tasks_workspace_are_not_handed_to_the_agent(tmp_path):
+    b = skillopt_envs.make("custom", {"data_dir": str(_agent_tasks(tmp_path / "tasks", _NO_LINKS)), "options": {}})
+    runner = RecordingRunner()
+    ctx = EpisodeContext("t/e1", True, 1, 0, agent=runner)
+    r = asyncio.run(b.run_episode(b.load_split("train")[0], "", FakeLLM("unused"), ctx))
+    assert sorted(runner.tasks[0].files) == ["real.txt"]
+    assert r.scored and r.hard == 1.0, r.trajectory[-1]["content"]
+
+
+# ---------- what a check prints ----------
+
+
+def _verdict(stdout: str, returncode: int = 0, stderr: str = ""):
+    return verdict(returncode, False, stdout, stderr, f"exit status {returncode}", stdout)
+
+
+def test_a_check_that_relays_a_traceback_on_stderr_and_exits_0_still_scores():
+    """A check that runs the reply and lets the reply's traceback through to stderr has not crashed: a reply must not
+    be able to turn its own failure into a data error (left out of the scores) by raising."""
+    tb = 'Traceback (most recent call last):\n  File "solution.py", line 1\nZeroDivisionError: division by zero\n'
+    out = _verdict("0 of 3 tests passed\n0\n", 0, tb)
+    assert not out.broken and out.value == 0.0
+    crashed = _verdict("", 1, tb)  # the check's own uncaught exception: Python exits with status 1
+    assert crashed.broken and "crashed" in crashed.reason
+
+
+@pytest.mark.parametrize("printed", ["0_1", "\u0661", "0x1", "infinity", "nan", "1e309", "1/2"])
+def test_a_score_is_a_plain_decimal_number(printed):
+    out = _verdict(f"{printed}\n")
+    assert out.broken, f"{printed!r} scored {out.value}"
+
+
+@pytest.mark.parametrize("printed,value", [("-0", 0.0), ("+1", 1.0), (".5", 0.5), ("5e-1", 0.5), ("1.", 1.0)])
+def test_plain_decimal_scores_read_as_numbers(printed, value):
+    out = _verdict(f"looking\n{printed}  \n")
+    assert out.value == value and math.copysign(1.0, out.value) == 1.0 and f"printed {value:g}" in out.reason
+
+
+def test_a_workspace_folder_that_is_a_link_is_refused_when_the_tasks_are_read(tmp_path):
+    root = _agent_tasks(tmp_path / "tasks", _NO_LINKS)
+    ws = root / "b" / "workspace"
+    ws.rename(root / "b" / "elsewhere")
+    ws.symlink_to("/etc", target_is_directory=True)
+    b = skillopt_envs.make("custom", {"data_dir": str(root), "options": {}})
+    with pytest.raises(skillopt_envs.DataError, match="workspace is a link; make it a real folder"):
+        b.preflight(["train"])
+
+
+@pytest.mark.usefixtures("needs_bwrap")
+@pytest.mark.parametrize(
+    "name,body",
+    [
+        ("check.py", "import os, signal\nprint(1.0, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"),
+        ("check", "#!/bin/sh\necho 1\nkill -TERM $$\n"),
+    ],
+    ids=["python", "shell"],
+)
+def test_a_check_killed_by_a_signal_after_printing_a_score_is_broken_not_a_crash_of_the_run(tmp_path, name, body):
+    check = tmp_path / name
+    check.write_text(body)
+    check.chmod(0o755)
+    out = run_check(make_sandbox("bwrap", 20.0), check, {"id": "t"}, "reply", None)
+    assert out.broken and not out.infra and "signal SIG" in out.reason, out.reason
