@@ -11,7 +11,7 @@ Each round runs, in fresh processes and in this order:
          command -> first model call, and command -> exit.
 One warm-up run comes first (not counted): it creates the MLflow store and fills the ALFWorld compile
 cache, as any earlier run on the machine would have. Medians are printed, with the ratios to the floor
-and the first call's distance from it (the target: within 2 s). With --baseline, each round also runs
+and the first call's distance from it (the target: within 1.5 s). With --baseline, each round also runs
 the same eval from that checkout (e.g. `git archive <commit> | tar -x -C /tmp/old`), right after this
 tree's, so both see the same machine load; the floor is measured once per round for both.
 The run's processes mark where they are (skillopt_ray/startup_trace.py, SKILLOPT_STARTUP_TRACE): the
