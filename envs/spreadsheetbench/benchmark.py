@@ -25,9 +25,11 @@ from typing import Any, Optional
 
 import openpyxl
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.kit import chat
 from skillopt_envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxStartError, SandboxUnavailable
 from skillopt_envs.spreadsheetbench import data as sb_data
 from skillopt_envs.spreadsheetbench import prompts, readcells
+from skillopt_envs.spreadsheetbench.prompts import extract_code
 from skillopt_envs.spreadsheetbench.scoring import (
     Area,
     PositionError,
@@ -40,8 +42,6 @@ from skillopt_envs.spreadsheetbench.scoring import (
     verification_message,
     wrong_cells_from_report,
 )
-
-from skillopt_ray.llm.types import ChatRequest
 
 SEED_SKILL = prompts.SEED_SKILL
 _READER = Path(readcells.__file__).read_text(encoding="utf-8")
@@ -80,22 +80,6 @@ class SheetOptions:
         if opts.sandbox not in ISOLATIONS:
             raise DataError(f"env.options.sandbox must be one of {', '.join(ISOLATIONS)}, got {opts.sandbox!r}")
         return opts
-
-
-def extract_code(reply: str) -> str:
-    """The reference's rule: the text inside the first fence (its language tag ignored); a reply with no
-    fence, an unterminated fence or a fence with no newline after it is taken whole. "" = no code."""
-    text = reply or ""
-    start = text.find("```")
-    if start < 0:
-        return text.strip()
-    newline = text.find("\n", start + 3)
-    if newline < 0:
-        return text.strip()
-    end = text.find("```", newline + 1)
-    if end < 0:
-        return text.strip()
-    return text[newline + 1 : end]
 
 
 def prepare_script(code: str) -> str:
@@ -238,15 +222,10 @@ class SpreadsheetBenchmark(Benchmark):
             "instruction_type": p["instruction_type"],
             "answer_position": p["position"],
         }
-        from skillopt_ray.harness.episode import harness_settings
+        if ctx.agent is not None:
+            from skillopt_envs.spreadsheetbench.agent import agent_episode
 
-        agent = await harness_settings(llm)
-        if agent is not None:
-            from skillopt_ray.harness.spreadsheet import spreadsheet_agent_episode
-
-            return await spreadsheet_agent_episode(
-                self, task, skill, llm, ctx, agent, user, info, base, areas, expected
-            )
+            return await agent_episode(self, task, skill, ctx.agent, ctx, user, info, base, areas, expected)
         return await self._chat_episode(task, system, user, info, base, areas, expected, llm, ctx)
 
     def _load_inputs(
@@ -357,16 +336,7 @@ class SpreadsheetBenchmark(Benchmark):
             turns = turn + 1  # a turn abandoned at the deadline still counts (quirk: spreadsheet-feedback-details)
             if deadline - time.monotonic() < 10:
                 break
-            reply = await llm.chat(
-                ChatRequest(
-                    "target",
-                    "rollout",
-                    messages,
-                    f"{ctx.key}/{task.task_id}/t{turn}",
-                    max_tokens=o.max_completion_tokens,
-                )
-            )
-            content = reply.content or ""
+            content = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t{turn}", o.max_completion_tokens, ctx.stage)
             code = extract_code(content)
             trajectory.append({"role": "assistant", "content": content})
             if not code.strip():

@@ -21,17 +21,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError, Task, manifest_entries, read_json_list
+from skillopt_envs.kit import SPLIT_ALIASES as ALIASES  # noqa: F401 - re-exported
+from skillopt_envs.kit import SPLITS, split_name
 from skillopt_envs.spreadsheetbench.scoring import effective_position
 
-SPLITS = ("train", "val", "test")
-ALIASES = {
-    "train": "train",
-    "val": "val",
-    "valid_seen": "val",
-    "selection": "val",
-    "test": "test",
-    "valid_unseen": "test",
-}
 PAPER_MANIFEST = Path(__file__).resolve().parent / "splits"
 PAPER_SIZES = {"train": 80, "val": 40, "test": 280}
 _PAIRS = (("_input.xlsx", "_answer.xlsx"), ("_init.xlsx", "_golden.xlsx"))
@@ -122,11 +115,7 @@ def _hash_split(task_id: str) -> str:
 
 
 def canonical_split(split: str) -> str:
-    if split == "all" or split in ALIASES:
-        return ALIASES.get(split, split)
-    raise DataError(
-        f"unknown SpreadsheetBench split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all"
-    )
+    return split if split == "all" else split_name(split, "SpreadsheetBench")
 
 
 def manifest_ids(manifest_dir: Path, split: str) -> list[str]:

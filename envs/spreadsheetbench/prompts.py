@@ -122,3 +122,19 @@ def preview_workbook(path: str, rows: int = 5, cols: int = 20, width: int = 40) 
     finally:
         wb.close()
     return "\n".join(out)
+
+
+def extract_code(reply: str) -> str:
+    """The reference's rule: the text inside the first fence (its language tag ignored); a reply with no
+    fence, an unterminated fence or a fence with no newline after it is taken whole. "" = no code."""
+    text = reply or ""
+    start = text.find("```")
+    if start < 0:
+        return text.strip()
+    newline = text.find("\n", start + 3)
+    if newline < 0:
+        return text.strip()
+    end = text.find("```", newline + 1)
+    if end < 0:
+        return text.strip()
+    return text[newline + 1 : end]

@@ -10,9 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from skillopt_envs.base import EpisodeResult
-
-from skillopt_ray.harness.episode import HarnessTask, run_harness_task
+from skillopt_envs.base import AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.spreadsheetbench.prompts import extract_code
 
 DESCRIPTION = "Write solution.py that carries out the spreadsheet task in task.md on input.xlsx"
 PREAMBLE = (
@@ -45,47 +44,53 @@ DELIVERABLE = (
 TIMEOUT_S = 600.0  # the benchmark's whole-task deadline
 
 
-async def spreadsheet_agent_episode(
-    bench: Any, task: Any, skill: str, llm: Any, ctx: Any, agent: dict[str, Any], user: str,
+async def agent_episode(
+    bench: Any, task: Task, skill: str, agent: AgentRunner, ctx: EpisodeContext, user: str,
     info: dict[str, Any], base: dict[str, Any], areas: Any, expected: Any,
 ) -> EpisodeResult:  # fmt: skip
-    from skillopt_envs.spreadsheetbench.benchmark import extract_code
-
+    """One agent run writes solution.py (else the reply's code block), then every case is scored with it."""
     p = task.payload
-    ht = HarnessTask(
-        DESCRIPTION, PREAMBLE, user + DELIVERABLE, PROMPT, TIMEOUT_S,
-        copy_files={"input.xlsx": p["cases"][0][0]}, extra_files={"run_solution.py": RUN_SOLUTION},
-        allow_file_edits=True, collect=("solution.py",),
+    at = AgentTask(
+        skill, DESCRIPTION, PREAMBLE, user + DELIVERABLE, PROMPT, TIMEOUT_S, files={"input.xlsx": p["cases"][0][0]},
+        allow_file_edits=True, task_id=task.task_id, extra_files={"run_solution.py": RUN_SOLUTION},
+        collect=("solution.py",),
     )  # fmt: skip
-    out = await run_harness_task(llm, agent, task.task_id, skill, ht, f"{ctx.key}/{task.task_id}")
-    info = {**info, "target_system_prompt": out.skill_md, "target_user_prompt": ht.task_md}
-    if out.run is None:
+    out = await agent.run(at, f"{ctx.key}/{task.task_id}")
+    info = {**info, "target_system_prompt": out.skill_md, "target_user_prompt": at.task_md}
+    if not out.ok:
         return EpisodeResult(
             task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
             error=out.error, n_turns=1, info=info, **base,
         )  # fmt: skip
-    info.update(out.info(bool((agent.get("agent") or {}).get("trace_to_optimizer", True))))
+    info.update(out.info)
     blocks = [b for b in info.get("analyst_blocks", []) if b[0] != "Spreadsheet Preview"]
     info["analyst_blocks"] = [["Spreadsheet Preview", info.get("spreadsheet_preview", "")], *blocks]
-    solution = out.run.files.get("solution.py")
-    code = solution.decode("utf-8", "replace") if solution is not None else extract_code(out.run.response)
-    trajectory: list[dict[str, Any]] = [{"type": "message", "turn": 1, "content": out.run.response}]
+    solution = out.files.get("solution.py")
+    code = solution.decode("utf-8", "replace") if solution is not None else extract_code(out.reply)
+    trajectory: list[dict[str, Any]] = [{"type": "message", "turn": 1, "content": out.reply}]
     if not code.strip():
         return EpisodeResult(
             task.task_id, task.task_type, fail_reason="empty-code-block", n_turns=1, trajectory=trajectory,
             info={**info, "n_cases": len(p["cases"]), "n_pass": 0}, **base,
         )  # fmt: skip
+    return await _scored(bench, task, code, trajectory, info, base, areas, expected, solution is not None)
+
+
+async def _scored(
+    bench: Any, task: Task, code: str, trajectory: list[dict[str, Any]], info: dict[str, Any],
+    base: dict[str, Any], areas: Any, expected: Any, from_file: bool,
+) -> EpisodeResult:  # fmt: skip
+    """The script run on every case in the benchmark's sandbox: hard = all passed, soft = the share passed."""
+    cases = task.payload["cases"]
     scratch = Path(tempfile.mkdtemp(prefix="skillopt-sheet-"))
     try:
-        n_pass, reason, report = await asyncio.to_thread(
-            bench._score_all, code, None, p["cases"], areas, expected, scratch
-        )
+        n_pass, reason, report = await asyncio.to_thread(bench._score_all, code, None, cases, areas, expected, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    n = len(p["cases"])
+    n = len(cases)
     hard = 1.0 if n and n_pass == n else 0.0
     trajectory.append({"role": "system", "content": report})
-    info.update(n_cases=n, n_pass=n_pass, solution_file=solution is not None)
+    info.update(n_cases=n, n_pass=n_pass, solution_file=from_file)
     return EpisodeResult(
         task.task_id, task.task_type, hard=hard, soft=n_pass / n if n else 0.0, fail_reason="" if hard else reason,
         n_turns=1, trajectory=trajectory, info=info, **base,
