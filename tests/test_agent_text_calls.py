@@ -108,3 +108,32 @@ def test_an_endless_tool_loop_is_ended_with_a_final_message_after_the_call_limit
     assert "3 model calls" in replies[3]["output"][0]["content"][0]["text"]
     assert replies[-1]["upstream_calls"] == 3  # the model was not asked again past the limit
     assert MAX_AGENT_CALLS >= 20  # the default leaves a real agent room for a small task
+
+
+# Codex's first call on the local model (6,101 prompt tokens): the model invented a task and ended with a fenced
+# call to a tool named after the skill, with arguments shaped like Codex's question tool
+SKILL_NAMED_CALL = (
+    "**Final Answer**\n\n```json\n"
+    + json.dumps(
+        {
+            "name": "skillopt-target",
+            "arguments": {"id": "skillopt-target", "header": "Create `example.py`", "options": [{"label": "Yes"}]},
+        },
+        indent=2,
+    )
+    + "\n```"
+)
+
+
+def test_a_call_to_a_tool_named_after_the_skill_is_the_final_text(tmp_path):
+    body = _codex_body()
+    body["tools"].append(
+        {
+            "type": "function",
+            "name": "request_user_input",
+            "parameters": {"type": "object", "properties": {"header": {"type": "string"}}, "required": ["header"]},
+        }
+    )
+    replies = asyncio.run(_ask(lambda b, h: SKILL_NAMED_CALL, "/v1/responses", body, tmp_path))
+    items = replies[0]["output"]
+    assert [i["type"] for i in items] == ["message"] and "skillopt-target" in items[0]["content"][0]["text"]
