@@ -141,3 +141,38 @@ def test_a_selection_episode_books_its_chat_calls_under_validate(tmp_path, run):
         # the same episode as a training rollout would be the same cache entry: the stage is not in the key
         again = run(bench.run_episode(task, "# skill", gw, replace(ctx, stage="rollout")))
         assert again.hard == 1.0 and sum(srv.state.requests.values()) == 1
+
+
+# ---------- the check script is part of the run's identity ----------
+
+
+def test_an_edited_check_script_does_not_resume_with_the_old_scores(tmp_path):
+    from skillopt_ray.cli import identity, load
+    from skillopt_ray.cli.errors import UsageError
+    from skillopt_ray.cli.launch import run_dir_for
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"q{i}", "prompt": "say hi", "answer": "hi"}) + "\n" for i in range(6)))
+    check = tmp_path / "check.py"
+    check.write_text("print(1.0)\n")
+    over = [
+        "+experiment=custom",
+        f"env.data_dir={tasks}",
+        "env.options.scorer=script",
+        f"env.options.check={check}",
+        f"output_dir={tmp_path / 'out'}",
+    ]
+    derived = run_dir_for(load(over))
+    named = load([*over, "run_name=mine"])
+    rd = run_dir_for(named)
+    rd.mkdir(parents=True)
+    identity.check_or_record(rd, identity.identity_record(named), resuming=True)
+    identity.check_or_record(rd, identity.identity_record(named), resuming=True)  # unchanged: resumes
+    check.write_text("print(0.0)\n")  # the same size: only the content says it changed
+    assert run_dir_for(load(over)) != derived
+    try:
+        identity.check_or_record(rd, identity.identity_record(load([*over, "run_name=mine"])), resuming=True)
+    except UsageError as e:
+        assert "the benchmark data" in str(e) and "\n" not in str(e)
+    else:
+        raise AssertionError("a run whose check script changed resumed")

@@ -131,6 +131,12 @@ def run_inputs(data: dict[str, Any]) -> dict[str, Any]:
     from skillopt_ray.cli.provenance import code_hash
 
     data_fp = {name: tree_fingerprint(Path(root)) for name, root in data_roots(data).items()}
+    check = (data["env"].get("options") or {}).get("check")
+    if check:  # a check script scores the episodes: an edited one must not resume with the old scores
+        try:
+            data_fp["check"] = file_digest(_resolved(str(check), "env.options.check"))
+        except OSError:
+            data_fp["check"] = "unreadable"
     return {"skills": skills, "data": data_fp or "built-in samples", "version": tool_version(), "code": code_hash()}
 
 
