@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 import skillopt_envs
 from skillopt_envs.base import AgentOutcome, AgentTask, EpisodeContext
 from skillopt_envs.custom.check import make_sandbox, run_check, verdict
+from skillopt_envs.kit import SPLITS
 from test_custom import CTX, FakeLLM
 
 
@@ -131,3 +133,38 @@ def test_a_check_killed_by_a_signal_after_printing_a_score_is_broken_not_a_crash
     check.chmod(0o755)
     out = run_check(make_sandbox("bwrap", 20.0), check, {"id": "t"}, "reply", None)
     assert out.broken and not out.infra and "signal SIG" in out.reason, out.reason
+
+
+# ---------- a new user's slips ----------
+
+
+@pytest.mark.parametrize(
+    "options,said",
+    [
+        ({"check_timeout_s": "abc"}, "env.options.check_timeout_s='abc' is not a number; give e.g."),
+        ({"hard_at": True}, "env.options.hard_at=True is not a number"),
+        ({"split_seed": 1.5}, "env.options.split_seed=1.5 is not a whole number"),
+        ({"scorer": 3}, "env.options.scorer=3 is not a string"),
+    ],
+)
+def test_an_option_of_the_wrong_type_is_one_line_naming_it(tmp_path, options, said):
+    data = tmp_path / "t.jsonl"
+    data.write_text('{"id": "a", "prompt": "p", "answer": "x"}\n')
+    with pytest.raises(skillopt_envs.DataError, match=re.escape(said)):
+        skillopt_envs.make("custom", {"data_dir": str(data), "options": options})
+
+
+def test_a_task_file_saved_with_a_byte_order_mark_reads(tmp_path):
+    data = tmp_path / "t.jsonl"
+    rows = [json.dumps({"id": i, "prompt": "p", "answer": "x", "split": s}) for i, s in enumerate(SPLITS)]
+    data.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(rows).encode() + b"\r\n")
+    b = skillopt_envs.make("custom", {"data_dir": str(data), "options": {}})
+    assert [t.task_id for t in b.load_split("train")] == ["0"]
+
+
+def test_a_check_that_is_a_folder_is_named_as_one(tmp_path):
+    data = tmp_path / "t.jsonl"
+    data.write_text('{"id": "a", "prompt": "p", "split": "train"}\n')
+    b = skillopt_envs.make("custom", {"data_dir": str(data), "options": {"scorer": "script", "check": str(tmp_path)}})
+    with pytest.raises(skillopt_envs.DataError, match="is a folder; give the script's own path"):
+        b.preflight(["train"])

@@ -65,6 +65,7 @@ class CustomOptions:
     @staticmethod
     def parse(raw: dict[str, Any]) -> CustomOptions:
         o = parse_options(CustomOptions, raw, "custom")
+        _check_types(o)
         if o.scorer not in (*SCORERS, SCRIPT):
             raise DataError(f"env.options.scorer={o.scorer!r} is invalid; use one of {', '.join([*SCORERS, SCRIPT])}")
         if o.scorer == SCRIPT and not o.check:
@@ -77,6 +78,34 @@ class CustomOptions:
         parse_ratio(ratio)
         o.split_ratio = ratio
         return o
+
+
+_NUMBERS = ("tolerance", "hard_at", "check_timeout_s", "agent_timeout_s")
+_WHOLE = ("split_seed", "max_tokens")
+_TEXT = ("scorer", "check", "sandbox", "metadata_type_key")
+
+
+def _check_types(o: CustomOptions) -> None:
+    """Each option of the type it is read as: a wrong one from the command line is named here, not met later as a
+    TypeError deep in a comparison."""
+    for name in _NUMBERS + _WHOLE + _TEXT:
+        value = getattr(o, name)
+        if value is None and name in ("check", "max_tokens"):
+            continue
+        if name in _TEXT:
+            ok, kind = isinstance(value, str), "a string"
+        else:
+            ok = isinstance(value, int if name in _WHOLE else (int, float)) and not isinstance(value, bool)
+            kind = "a whole number" if name in _WHOLE else "a number"
+        if not ok:
+            raise DataError(
+                f"env.options.{name}={value!r} is not {kind}; give e.g. env.options.{name}={_EXAMPLE[name]}"
+            )
+
+
+_EXAMPLE = {"tolerance": "1e-6", "hard_at": "0.999", "check_timeout_s": "60", "agent_timeout_s": "600",
+            "split_seed": "42", "max_tokens": "2048", "scorer": "exact_match", "check": "check.py",
+            "sandbox": "bwrap", "metadata_type_key": "task_type"}  # fmt: skip
 
 
 class CustomBenchmark(Benchmark):

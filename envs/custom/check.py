@@ -64,6 +64,8 @@ class CheckOutcome:
 
 def check_file(path: Path, where: str) -> Path:
     """A usable check: an existing file, a .py or executable; DataError naming `where` and the fix otherwise."""
+    if path.is_dir():
+        raise DataError(f"{where}: the check {path} is a folder; give the script's own path (env.options.check=<file>)")
     if not path.is_file():
         raise DataError(f"{where}: the check {path} does not exist; give an existing script (env.options.check=<path>)")
     if path.suffix != ".py" and not os.access(path, os.X_OK):

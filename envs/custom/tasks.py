@@ -86,7 +86,7 @@ def _optional_types(raw: dict[str, Any], where: str) -> None:
 def read_jsonl(path: Path) -> list[UserTask]:
     """Every task of a JSONL file (blank lines skipped); an id used twice is an error naming both lines."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark (Windows editors) is dropped
     except OSError as e:
         raise DataError(f"{path} cannot be read ({e.strerror}); give a readable tasks.jsonl") from None
     except UnicodeDecodeError as e:
