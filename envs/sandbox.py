@@ -613,3 +613,16 @@ class Sandbox:
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
+
+
+# folders holding gold answers: an agent must never be pointed at them
+DENIED_COMPONENTS = ("officeqa_split", "sealqa_split")
+
+
+def check_paths(paths: list[str | Path]) -> None:
+    """Raise ValueError when any path, resolved, has a component naming a gold-answer folder."""
+    for p in paths:
+        real = Path(os.path.realpath(str(p)))
+        bad = [c for c in real.parts if c in DENIED_COMPONENTS]
+        if bad:
+            raise ValueError(f"refusing to give an agent access to {real}: it lies under {bad[0]} (gold answers)")

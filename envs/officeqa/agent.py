@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from skillopt_envs.base import LLM, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import AgentOutcome, AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.kit import agent_turns_info, run_agent_turns
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
 
@@ -64,9 +65,8 @@ def task_md(base: str, previous: str = "") -> str:
 async def agent_episode(
     task: Task,
     skill: str,
-    llm: LLM,
+    agent: AgentRunner,
     ctx: EpisodeContext,
-    agent: dict[str, Any],
     roots: list[Path],
     candidates: list[Path],
     oracle: str,
@@ -75,8 +75,6 @@ async def agent_episode(
     """Run the exec loop and score it as the chat loop's outcome is (normalised EM and token F1 of the first tag's
     text); `extra` is the benchmark's own info (source files, oracle pages). An agent that could not run is an
     infra error, never a score."""
-    from skillopt_ray.harness.episode import HarnessTask, run_harness_task
-
     p = task.payload
     question, docs, files = p["question"], list(p["source_docs"]), list(p["source_files"])
     # the analysts' first entry is the chat path's user message: absolute candidate paths, no corpus note
@@ -87,37 +85,35 @@ async def agent_episode(
         question, oracle, relative_candidates(candidates, roots), docs, files, corpus_note=CORPUS_NOTE
     )
     links = workspace_links(roots)
-    outcomes: list[Any] = []
-    response = final = fail = md = skill_md = ""
+
+    def make(previous: str) -> AgentTask:
+        md = task_md(base, previous)
+        return AgentTask(
+            skill, DESCRIPTION, PREAMBLE, md, PROMPT, CALL_TIMEOUT_S, task_id=task.task_id, link_dirs=links
+        )
+
     n = max(1, ctx.max_turns)
-    for turn in range(1, n + 1):
-        md = task_md(base, response if turn > 1 else "")
-        ht = HarnessTask(DESCRIPTION, PREAMBLE, md, PROMPT, CALL_TIMEOUT_S, link_dirs=links)
-        key = f"{ctx.key}/{task.task_id}" + (f"/t{turn - 1}" if turn > 1 else "")
-        out = await run_harness_task(llm, agent, task.task_id, skill, ht, key)
-        outcomes.append(out)
-        skill_md = out.skill_md
-        if out.run is None:
-            prompts_info = {**extra, "target_system_prompt": skill_md, "target_user_prompt": md}
-            return _infra_result(task, out, conversation, outcomes, prompts_info)
-        response = out.run.response
-        conversation.append({"type": "message", "turn": turn, "content": response})
-        if has_answer_tag(response):
-            final = extract_answer(response)
-            break
-    else:
-        fail = BUDGET_FAIL.format(n=n)
-    prompts_info = {**extra, "target_system_prompt": skill_md, "target_user_prompt": md}
-    return _scored_result(task, final, fail, response, conversation, outcomes, agent, prompts_info)
+    turns = await run_agent_turns(agent, f"{ctx.key}/{task.task_id}", n, make, has_answer_tag)
+    conversation += [{"type": "message", "turn": k, "content": r} for k, r in enumerate(turns.replies, 1)]
+    prompts_info = {**extra, "target_system_prompt": turns.skill_md, "target_user_prompt": turns.task_md}
+    out = turns.failed
+    if out is not None:
+        return _infra_result(task, out, conversation, turns.outcomes, prompts_info)
+    response = turns.replies[-1]
+    final = extract_answer(response) if has_answer_tag(response) else ""
+    fail = "" if has_answer_tag(response) else BUDGET_FAIL.format(n=n)
+    return _scored_result(task, final, fail, response, conversation, turns.outcomes, agent, prompts_info)
 
 
 def _infra_result(
-    task: Task, out: Any, conversation: list[dict[str, Any]], outcomes: list[Any], prompts_info: dict[str, Any]
+    task: Task,
+    out: AgentOutcome,
+    conversation: list[dict[str, Any]],
+    outcomes: list[AgentOutcome],
+    prompts_info: dict[str, Any],
 ) -> EpisodeResult:
     """The agent could not run (`out` is the failed call's outcome): an infra error row, never a score."""
-    from skillopt_ray.harness.episode import turns_info
-
-    info = {**prompts_info, **turns_info(outcomes)}
+    info = {**prompts_info, **agent_turns_info(outcomes)}
     return EpisodeResult(
         task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
         error=out.error, n_turns=len(conversation), trajectory=conversation, task_description=task.payload["question"],
@@ -131,13 +127,11 @@ def _scored_result(
     fail: str,
     response: str,
     conversation: list[dict[str, Any]],
-    outcomes: list[Any],
-    agent: dict[str, Any],
+    outcomes: list[AgentOutcome],
+    agent: AgentRunner,
     prompts_info: dict[str, Any],
 ) -> EpisodeResult:
     """The loop's answer (or its failure) scored against the ground truth, with each call's usage."""
-    from skillopt_ray.harness.episode import trace_to_optimizer, turns_info
-
     s = score(final, task.payload["ground_truth"], fail)
     return EpisodeResult(
         task.task_id,
@@ -153,6 +147,6 @@ def _scored_result(
             "response": response,
             "predicted_answer": s.predicted,
             "agent_ok": s.agent_ok,
-            **turns_info(outcomes, trace_to_optimizer(agent)),
+            **agent_turns_info(outcomes, agent.trace_to_optimizer),
         },
     )

@@ -23,14 +23,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    AgentRunner,
+    Benchmark,
+    DataError,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
+from skillopt_envs.kit import ChatRequest
 from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.oracle import OracleReadError, build_context
 from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
 from skillopt_envs.officeqa.tools import TOOL_SCHEMAS, CorpusReadError, LineCache, ToolRuntime
-
-from skillopt_ray.llm.types import ChatRequest
 
 # the reference's seed skill, in this project's words: retrieval, evidence and final-answer discipline
 SEED_SKILL = """# Skill: answering questions from Treasury Bulletins
@@ -249,7 +257,7 @@ class OfficeQABenchmark(Benchmark):
     @staticmethod
     def _check_agent_paths(corpus: Corpus) -> None:
         """The reference refuses to show an agent a folder of gold answers; here that stops the run in one line."""
-        from skillopt_ray.harness.workspace import check_paths
+        from skillopt_envs.sandbox import check_paths
 
         try:
             check_paths(list(corpus.roots))
@@ -284,12 +292,9 @@ class OfficeQABenchmark(Benchmark):
                 error_kind="corpus_read",
                 **base,
             )
-        from skillopt_ray.harness.episode import harness_settings
-
-        agent = await harness_settings(llm)
-        if agent is not None:
+        if ctx.agent is not None:
             return await self._agent_episode(
-                task, skill, llm, ctx, agent, corpus, candidates, oracle.text, oracle.pages
+                task, skill, llm, ctx, ctx.agent, corpus, candidates, oracle.text, oracle.pages
             )
         episode = Episode(self.options, task, skill, llm, ctx, corpus, candidates, oracle.text)
         if not offline:
@@ -308,7 +313,7 @@ class OfficeQABenchmark(Benchmark):
         skill: str,
         llm: LLM,
         ctx: EpisodeContext,
-        agent: dict[str, Any],
+        agent: AgentRunner,
         corpus: Corpus,
         candidates: list[Path],
         oracle: str,
@@ -332,7 +337,7 @@ class OfficeQABenchmark(Benchmark):
             "use_local_tools": True,
             "gold_answers": [p["ground_truth"]] if p["ground_truth"] else [],
         }
-        res = await agent_episode(task, skill, llm, ctx, agent, corpus.roots, candidates, oracle, extra)
+        res = await agent_episode(task, skill, agent, ctx, corpus.roots, candidates, oracle, extra)
         if self.options.show_gold:
             res.info["analyst_blocks"] = [["Gold Answer", p["ground_truth"]], *res.info.get("analyst_blocks", [])]
         return res
@@ -407,7 +412,7 @@ class Episode:
     async def call(self, turn: int, tools: bool) -> Any:
         req = ChatRequest(
             "target",
-            "rollout",
+            self.ctx.stage,
             list(self.messages),
             f"{self.ctx.key}/{self.task.task_id}/t{turn}",
             max_tokens=self.opts.max_completion_tokens,

@@ -22,16 +22,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
+from skillopt_envs.kit import SPLIT_ALIASES, SPLITS, split_name  # noqa: F401 - SPLITS, SPLIT_ALIASES: re-exported
 
-SPLITS = ("train", "val", "test")
-SPLIT_ALIASES = {
-    "train": "train",
-    "val": "val",
-    "valid_seen": "val",
-    "selection": "val",
-    "test": "test",
-    "valid_unseen": "test",
-}
 PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
 PAPER_COUNTS = {"train": 50, "val": 24, "test": 172}
 FULL_CSV = "officeqa_full.csv"
@@ -42,12 +34,7 @@ DATA_FALLBACKS = ("officeqa_docs_official", "treasury_bulletins_parsed", "office
 
 
 def split_folder(split: str) -> str:
-    try:
-        return SPLIT_ALIASES[split]
-    except KeyError:
-        raise DataError(
-            f"unknown OfficeQA split {split!r}; use train, val (valid_seen, selection), test (valid_unseen) or all"
-        ) from None
+    return split_name(split, "OfficeQA")
 
 
 def parse_list_field(value: Any) -> list[str]:

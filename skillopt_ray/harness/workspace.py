@@ -7,19 +7,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# the path guard lives with the benchmarks' sandbox, so that a benchmark can check its folders before a run
+from skillopt_envs.sandbox import DENIED_COMPONENTS, check_paths  # noqa: E402, F401
+
 from skillopt_ray.harness.skill_md import SKILL_PATH
-
-# folders holding gold answers: an agent must never be pointed at them
-DENIED_COMPONENTS = ("officeqa_split", "sealqa_split")
-
-
-def check_paths(paths: list[str | Path]) -> None:
-    """Raise ValueError when any path, resolved, has a component naming a gold-answer folder."""
-    for p in paths:
-        real = Path(os.path.realpath(str(p)))
-        bad = [c for c in real.parts if c in DENIED_COMPONENTS]
-        if bad:
-            raise ValueError(f"refusing to give an agent access to {real}: it lies under {bad[0]} (gold answers)")
 
 
 @dataclass
