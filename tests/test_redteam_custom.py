@@ -168,3 +168,15 @@ def test_a_check_that_is_a_folder_is_named_as_one(tmp_path):
     b = skillopt_envs.make("custom", {"data_dir": str(data), "options": {"scorer": "script", "check": str(tmp_path)}})
     with pytest.raises(skillopt_envs.DataError, match="is a folder; give the script's own path"):
         b.preflight(["train"])
+
+
+def test_an_agent_task_with_a_chat_target_is_not_asked_for_answer_tags_its_check_never_reads(tmp_path):
+    """The whole reply lands in reply.txt for the task's check: asking for reasoning and <answer> tags (as for the
+    exact_match scorer, the default) made a check comparing reply.txt with a word fail every right answer."""
+    root = _agent_tasks(tmp_path / "tasks", '#!/bin/sh\ntest "$(cat "$2/reply.txt")" = "banana"\n')
+    b = skillopt_envs.make("custom", {"data_dir": str(root), "options": {}})
+    llm = FakeLLM("banana")
+    asyncio.run(b.run_episode(b.load_split("train")[0], "", llm, CTX))
+    system = llm.sent[0].messages[0]["content"]
+    assert "<answer>" not in system and "Do the chore." in llm.sent[0].messages[1]["content"]
+    assert "scored by each task's check" in b.data_note()

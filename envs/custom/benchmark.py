@@ -191,6 +191,8 @@ class CustomBenchmark(Benchmark):
         s = self._all_splits()
         counts = "/".join(str(len(s[k])) for k in SPLITS)
         how = "script " + str(self.check) if self.options.scorer == SCRIPT else self.options.scorer
+        if any(t.folder for k in SPLITS for t in s[k]):
+            how = "each task's check" + (f" (else {self.check})" if self.check else "")
         return f"custom: tasks from {self.root}, {counts} train/val/test, scored by {how}"
 
     # ---------- the episode ----------
@@ -225,7 +227,7 @@ class CustomBenchmark(Benchmark):
             parts.append(f"## Skill\n{skill.strip()}")
         if t.raw.get("system"):
             parts.append(str(t.raw["system"]))
-        if self.options.scorer not in (SCRIPT, "contains"):
+        if self.options.scorer not in (SCRIPT, "contains") and not t.folder:  # a task folder's check reads it all
             parts.append(ANSWER_FORMAT)
         return "\n\n".join(parts)
 
