@@ -72,6 +72,23 @@ def data_root(env_cfg: dict[str, Any], env_var: str = "") -> Optional[Path]:
     return Path(os.path.expandvars(os.path.expanduser(str(raw)))).resolve()
 
 
+def data_folder(
+    env_cfg: dict[str, Any], env_var: str, missing: str, samples: Callable[[], Path], want_dir: bool = True
+) -> tuple[Path, bool]:
+    """The benchmark's data folder and whether it is the generated samples: env.data_dir, else the variable `env_var`
+    (followable and existing, a folder when `want_dir`; otherwise DataError `missing` with `{root}` filled in),
+    else `samples()`."""
+    raw = env_cfg.get("data_dir") or os.environ.get(env_var, "")
+    if not raw:
+        return samples(), True
+    given = Path(os.path.expandvars(os.path.expanduser(str(raw))))
+    check_followable(given)
+    root = given.resolve()
+    if not (root.is_dir() if want_dir else root.exists()):
+        raise DataError(missing.format(root=root))
+    return root, False
+
+
 def first_json(folder: Path, pattern: str = "*.json") -> Optional[Path]:
     """The first file matching `pattern` in a split folder, by name (the reference's rule); None if there is none."""
     if not folder.is_dir():
@@ -284,6 +301,7 @@ __all__ = [
     "check_new_id",
     "first_data_file",
     "unfollowable",
+    "data_folder",
     "data_root",
     "ensure_samples",
     "first_json",

@@ -29,7 +29,7 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
-from skillopt_envs.kit import chat
+from skillopt_envs.kit import chat, data_folder
 from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
 from skillopt_envs.searchqa.scoring import score_answer
@@ -97,6 +97,12 @@ def evaluation_block(question: str, predicted: str, golds: list[str], em: int, f
     )
 
 
+MISSING = (
+    "SearchQA data directory {root} does not exist; set env.data_dir or SEARCHQA_DATA "
+    "to a folder with train/ val/ test/ items.json (python -m skillopt_envs.searchqa.materialize writes one)"
+)
+
+
 class SearchQABenchmark(Benchmark):
     name = "searchqa"
     holds_env_state = False  # chat episodes: one env actor runs them all
@@ -106,20 +112,13 @@ class SearchQABenchmark(Benchmark):
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)
         self.options = QAOptions.parse(dict(env_cfg.get("options") or {}))
-        raw = env_cfg.get("data_dir") or os.environ.get("SEARCHQA_DATA")
-        self._using_samples = not raw
         self._pool: Optional[dict[str, dict[str, Any]]] = None
-        if raw:
-            self._root = Path(os.path.expandvars(os.path.expanduser(raw))).resolve()
-            if not self._root.is_dir():
-                raise DataError(
-                    f"SearchQA data directory {self._root} does not exist; set env.data_dir or SEARCHQA_DATA "
-                    "to a folder with train/ val/ test/ items.json (python -m skillopt_envs.searchqa.materialize writes one)"
-                )
-        else:
-            from skillopt_envs.searchqa.samples import ensure_sample_items
+        self._root, self._using_samples = data_folder(env_cfg, "SEARCHQA_DATA", MISSING, self._samples)
 
-            self._root = ensure_sample_items(self.options.sample_dir)
+    def _samples(self) -> Path:
+        from skillopt_envs.searchqa.samples import ensure_sample_items
+
+        return ensure_sample_items(self.options.sample_dir)
 
     # ---------- data ----------
 
