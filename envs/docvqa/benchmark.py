@@ -31,7 +31,7 @@ from skillopt_envs.base import (
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
-from skillopt_envs.kit import chat
+from skillopt_envs.kit import chat, data_folder
 
 # the reference's seed skill, in this project's words: visual evidence and exact-answer discipline
 SEED_SKILL = """# Skill: answering questions about document pages
@@ -89,6 +89,12 @@ def task_timeout(exec_timeout: float) -> float:
     return max(exec_timeout, exec_timeout + TIMEOUT_SLACK_S)
 
 
+MISSING = (
+    "DocVQA data directory {root} does not exist; set env.data_dir or DOCVQA_DATA to a folder "
+    "with train/ val/ test/ CSVs (python -m skillopt_envs.docvqa.materialize writes one)"
+)
+
+
 class DocVQABenchmark(Benchmark):
     name = "docvqa"
     holds_env_state = False  # chat episodes: one env actor runs them all
@@ -98,21 +104,8 @@ class DocVQABenchmark(Benchmark):
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)
         self.options = DocVQAOptions.parse(dict(env_cfg.get("options") or {}))
-        raw = env_cfg.get("data_dir") or os.environ.get("DOCVQA_DATA")
-        self._using_samples = not raw
-        if raw:
-            given = Path(os.path.expandvars(os.path.expanduser(str(raw))))
-            dv.check_followable(given)
-            self._root = given.resolve()
-            if not self._root.is_dir():
-                raise DataError(
-                    f"DocVQA data directory {self._root} does not exist; set env.data_dir or DOCVQA_DATA to a folder "
-                    "with train/ val/ test/ CSVs (python -m skillopt_envs.docvqa.materialize writes one)"
-                )
-        else:
-            from skillopt_envs.docvqa.samples import ensure_samples
-
-            self._root = ensure_samples(self.options.sample_dir)
+        self._root, self._using_samples = data_folder(env_cfg, "DOCVQA_DATA", MISSING, self._samples)
+        raw = not self._using_samples
         root = self.options.image_root
         if root:
             dv.check_followable(Path(os.path.expanduser(root)))
@@ -127,6 +120,11 @@ class DocVQABenchmark(Benchmark):
                 if self._manifest is None:  # the public data without CSVs: the paper's split, as the reference runs
                     self._manifest = dv.PAPER_SPLIT_DIR
                 self._sources = sources
+
+    def _samples(self) -> Path:
+        from skillopt_envs.docvqa.samples import ensure_samples
+
+        return ensure_samples(self.options.sample_dir)
 
     # ---------- data ----------
 
