@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.kit import chat
+from skillopt_envs.kit import chat, data_folder
 from skillopt_envs.livemathematicianbench import data as lm
 from skillopt_envs.livemathematicianbench import prompts
 from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
@@ -78,6 +78,13 @@ def task_timeout(exec_timeout: float) -> Optional[float]:
     return max(exec_timeout, exec_timeout + TIMEOUT_SLACK_S)
 
 
+MISSING = (
+    "LiveMathematicianBench data {root} does not exist; set env.data_dir or LIVEMATH_DATA to a "
+    "folder with train/ val/ test/ item files, or to the upstream qa_*_final.json files (with "
+    "env.manifest_dir naming the id split)"
+)
+
+
 class LiveMathBenchmark(Benchmark):
     name = "livemathematicianbench"
     holds_env_state = False  # chat episodes: one env actor runs them all
@@ -87,23 +94,13 @@ class LiveMathBenchmark(Benchmark):
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)
         self.options = LiveMathOptions.parse(dict(env_cfg.get("options") or {}))
-        raw = env_cfg.get("data_dir") or os.environ.get("LIVEMATH_DATA")
-        self._using_samples = not raw
-        if raw:
-            given = Path(os.path.expandvars(os.path.expanduser(str(raw))))
-            lm.check_followable(given)
-            self._root = given.resolve()
-            if not self._root.exists():
-                raise DataError(
-                    f"LiveMathematicianBench data {self._root} does not exist; set env.data_dir or LIVEMATH_DATA to a "
-                    "folder with train/ val/ test/ item files, or to the upstream qa_*_final.json files (with "
-                    "env.manifest_dir naming the id split)"
-                )
-        else:
-            from skillopt_envs.livemathematicianbench.samples import ensure_samples
-
-            self._root = ensure_samples(self.options.sample_dir)
+        self._root, self._using_samples = data_folder(env_cfg, "LIVEMATH_DATA", MISSING, self._samples, want_dir=False)
         self._pool: Optional[dict[str, dict[str, Any]]] = None
+
+    def _samples(self) -> Path:
+        from skillopt_envs.livemathematicianbench.samples import ensure_samples
+
+        return ensure_samples(self.options.sample_dir)
 
     # ---------- data ----------
 
