@@ -33,7 +33,7 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
-from skillopt_envs.kit import ChatRequest
+from skillopt_envs.kit import ChatRequest, data_folder
 from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.oracle import OracleReadError, build_context
@@ -139,6 +139,12 @@ class Corpus:
     lines: LineCache = field(default_factory=LineCache)  # recently read files, shared by this actor's episodes
 
 
+MISSING = (
+    "OfficeQA data directory {root} does not exist; set env.data_dir or OFFICEQA_DATA to a folder "
+    "with officeqa_full.csv (or train/ val/ test/ split files) and the parsed bulletins"
+)
+
+
 class OfficeQABenchmark(Benchmark):
     name = "officeqa"
     agent_harness = True  # llm.target.harness=codex|claude_code: the exec loop, offline with local tools only
@@ -147,19 +153,7 @@ class OfficeQABenchmark(Benchmark):
     def __init__(self, env_cfg: dict[str, Any]):
         super().__init__(env_cfg)
         self.options = OfficeQAOptions.parse(dict(env_cfg.get("options") or {}))
-        raw = env_cfg.get("data_dir") or os.environ.get("OFFICEQA_DATA")
-        self._using_samples = not raw
-        if raw:
-            self._root = Path(os.path.expandvars(os.path.expanduser(str(raw)))).resolve()
-            if not self._root.is_dir():
-                raise DataError(
-                    f"OfficeQA data directory {self._root} does not exist; set env.data_dir or OFFICEQA_DATA to a folder "
-                    "with officeqa_full.csv (or train/ val/ test/ split files) and the parsed bulletins"
-                )
-        else:
-            from skillopt_envs.officeqa.samples import ensure_samples
-
-            self._root = ensure_samples(self.options.sample_dir)
+        self._root, self._using_samples = data_folder(env_cfg, "OFFICEQA_DATA", MISSING, self._samples)
         self._corpus: Optional[Corpus] = None
         auth = self.options.search_auth_env
         if self.options.search_mode == "custom_search" and not (auth and os.environ.get(auth)):
@@ -167,6 +161,11 @@ class OfficeQABenchmark(Benchmark):
                 f"env.options.search_mode=custom_search needs the search token in the environment variable {auth or '?'} "
                 "(env.options.search_auth_env)"
             )
+
+    def _samples(self) -> Path:
+        from skillopt_envs.officeqa.samples import ensure_samples
+
+        return ensure_samples(self.options.sample_dir)
 
     # ---------- data ----------
 
