@@ -24,6 +24,8 @@ from skillopt_envs.base import (
     AgentTask,
     DataError,
     EpisodeContext,
+    EpisodeResult,
+    Task,
     check_new_id,
     manifest_entries,
     read_json_list,
@@ -128,6 +130,17 @@ def first_data_file(folder: Path, pattern: str) -> Optional[Path]:
         check_followable(p)
     files = [p for p in names if p.is_file()]
     return files[0] if files else None
+
+
+def manifest_ids(folder: Path, path: Optional[Path], split: str, entry: str, fix: str) -> list[str]:
+    """The ids an id manifest lists (`path`, the split's file found in `folder`); DataError when there is none, naming
+    the folder and the `entry` shape a manifest holds."""
+    if path is None:
+        raise DataError(
+            f"no manifest for the {split} split: {folder} holds no *.json (a manifest folder holds "
+            f"train/ val/ test/ items.json with {entry} entries)"
+        )
+    return [str(x["id"]) for x in manifest_entries(path, ("id",), fix)]
 
 
 def parse_ratio(text: Any, key: str = "env.options.split_ratio") -> tuple[int, ...]:
@@ -252,6 +265,19 @@ async def run_agent_turns(
     return turns
 
 
+def agent_failure(task: Task, turns: AgentTurns, task_description: str = "") -> EpisodeResult:
+    """The episode of agent turns whose last run could not run: an infrastructure failure, never a score; the
+    analysts see SKILL.md and the last task.md as the target prompts."""
+    out = turns.failed
+    assert out is not None, "only turns that ended in a failed run"
+    info = {"target_system_prompt": turns.skill_md, "target_user_prompt": turns.task_md}
+    return EpisodeResult(
+        task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
+        error=out.error, n_turns=len(turns.replies) + 1, task_description=task_description,
+        info={**info, **agent_turns_info(turns.outcomes)},
+    )  # fmt: skip
+
+
 TURN_BREAK = "\n\n===== TURN BREAK =====\n\n"
 _SUMMED = ("agent_attempts", "agent_calls", "agent_cost_usd")
 
@@ -291,6 +317,7 @@ __all__ = [
     "SPLIT_ALIASES",
     "ChatRequest",
     "TURN_BREAK",
+    "agent_failure",
     "agent_runner",
     "AgentTurns",
     "agent_turns_info",
@@ -307,6 +334,7 @@ __all__ = [
     "first_json",
     "limited",
     "manifest_entries",
+    "manifest_ids",
     "parse_ratio",
     "ratio_split",
     "read_json_list",

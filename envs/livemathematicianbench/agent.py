@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from skillopt_envs.base import AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
-from skillopt_envs.kit import agent_turns_info, run_agent_turns
+from skillopt_envs.kit import agent_failure, agent_turns_info, run_agent_turns
 from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
 
 DESCRIPTION = "Pick the single correct option of the research-mathematics multiple-choice question in task.md"
@@ -51,12 +51,7 @@ async def agent_episode(
 
     turns = await run_agent_turns(agent, f"{ctx.key}/{task.task_id}", ctx.max_turns, make, has_answer_tag)
     skill_md, md = turns.skill_md, turns.task_md
-    out = turns.failed
-    if out is not None:
-        info = {"target_system_prompt": skill_md, "target_user_prompt": md, **agent_turns_info(turns.outcomes)}
-        return EpisodeResult(
-            task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
-            error=out.error, n_turns=len(turns.replies) + 1, task_description="", info=info,
-        )  # fmt: skip
+    if turns.failed is not None:
+        return agent_failure(task, turns, "")
     trace = agent_turns_info(turns.outcomes, agent.trace_to_optimizer)
     return scored_episode(task, skill_md, md, choices, correct, turns.replies, **trace)

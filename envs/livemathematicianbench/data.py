@@ -20,15 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import DataError, check_new_id, manifest_entries, read_json_list
-from skillopt_envs.kit import (  # noqa: F401 - SPLITS, SPLIT_ALIASES, check_followable, unfollowable: re-exported
-    SPLIT_ALIASES,
-    SPLITS,
-    check_followable,
-    first_data_file,
-    split_name,
-    unfollowable,
-)
+from skillopt_envs.base import DataError, check_new_id, read_json_list
+from skillopt_envs.kit import SPLITS, check_followable, first_data_file, manifest_ids, split_name  # noqa: F401
 
 # SkillOpt's paper split: 177 items of the four monthly files, split 35 / 17 / 125
 PAPER_COUNTS = {"train": 35, "val": 17, "test": 125}
@@ -227,13 +220,7 @@ _MANIFEST_FIX = 'a LiveMathematicianBench manifest is a JSON list of {"id": "<mo
 
 def read_manifest(manifest_dir: Path, split: str) -> list[str]:
     folder = manifest_dir / split_folder(split)
-    path = split_file(folder)
-    if path is None:
-        raise DataError(
-            f"no manifest for the {split} split: {folder} holds no *.json (a manifest folder holds "
-            'train/ val/ test/ items.json with {"id": "<month>:<no>"} entries)'
-        )
-    return [str(x["id"]) for x in manifest_entries(path, ("id",), _MANIFEST_FIX)]
+    return manifest_ids(folder, split_file(folder), split, '{"id": "<month>:<no>"}', _MANIFEST_FIX)
 
 
 def stated_counts(manifest_dir: Path) -> Optional[dict[str, int]]:
