@@ -14,7 +14,7 @@ import os
 from skillopt_envs.base import AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
 from skillopt_envs.docvqa import prompts
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
-from skillopt_envs.kit import agent_turns_info, run_agent_turns
+from skillopt_envs.kit import agent_failure, agent_turns_info, run_agent_turns
 
 DESCRIPTION = "Answer the DocVQA question in task.md from the attached document image"
 PREAMBLE = (
@@ -59,13 +59,8 @@ async def agent_episode(
 
     turns = await run_agent_turns(agent, f"{ctx.key}/{task.task_id}", ctx.max_turns, make, has_answer_tag)
     skill_md, md = turns.skill_md, turns.task_md
-    out = turns.failed
-    if out is not None:
-        info = {"target_system_prompt": skill_md, "target_user_prompt": md, **agent_turns_info(turns.outcomes)}
-        return EpisodeResult(
-            task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
-            error=out.error, n_turns=len(turns.replies) + 1, task_description=question, info=info,
-        )  # fmt: skip
+    if turns.failed is not None:
+        return agent_failure(task, turns, question)
     name = os.path.basename(image)
     # the reference's exec path records the bare question here (no answer-format sentence)
     shown = f"{question}\n\n[image] {name}"

@@ -18,14 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError
-from skillopt_envs.kit import (  # noqa: F401 - SPLITS, SPLIT_ALIASES, check_followable, unfollowable: re-exported
-    SPLIT_ALIASES,
-    SPLITS,
-    check_followable,
-    first_data_file,
-    split_name,
-    unfollowable,
-)
+from skillopt_envs.kit import SPLITS, check_followable, first_data_file, split_name  # noqa: F401 - re-exported
 
 # SkillOpt's paper split, docvqa_validation_10pct: a 10% sample of the 5,349 validation questions
 PAPER_SPLIT_NAME = "docvqa_validation_10pct"
