@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import DataError, check_new_id, manifest_entries, read_json_list
-from skillopt_envs.kit import SPLIT_ALIASES, SPLITS, split_name  # noqa: F401 - SPLITS, SPLIT_ALIASES: re-exported
+from skillopt_envs.base import DataError, check_new_id, read_json_list
+from skillopt_envs.kit import SPLITS, manifest_ids, split_name  # noqa: F401 - SPLITS: re-exported
 
 # SkillOpt's SearchQA id split (400 train / 200 val / 1400 test), shipped with the project (see splits/LICENSE-SkillOpt)
 PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
@@ -61,13 +61,7 @@ def read_items(path: Path) -> list[dict[str, Any]]:
 
 def read_manifest(manifest_dir: Path, split: str) -> list[str]:
     folder = manifest_dir / split_folder(split)
-    path = split_file(folder)
-    if path is None:
-        raise DataError(
-            f"no manifest for the {split} split: {folder} holds no *.json (a manifest folder holds "
-            'train/ val/ test/ items.json with {"id": ...} entries)'
-        )
-    return [str(x["id"]) for x in manifest_entries(path, ("id",), _MANIFEST_FIX)]
+    return manifest_ids(folder, split_file(folder), split, '{"id": ...}', _MANIFEST_FIX)
 
 
 def load_pool(root: Path) -> dict[str, dict[str, Any]]:
