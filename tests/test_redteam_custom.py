@@ -180,3 +180,23 @@ def test_an_agent_task_with_a_chat_target_is_not_asked_for_answer_tags_its_check
     system = llm.sent[0].messages[0]["content"]
     assert "<answer>" not in system and "Do the chore." in llm.sent[0].messages[1]["content"]
     assert "scored by each task's check" in b.data_note()
+
+
+@pytest.mark.usefixtures("needs_bwrap")
+def test_a_check_that_is_a_link_runs_the_script_it_names_and_a_dangling_one_is_refused(tmp_path):
+    """A task folder's check may be a link to a shared script (the script's content is what runs in the sandbox); a
+    link to nothing is refused before the run, naming it."""
+    shared = tmp_path / "shared_check.sh"
+    shared.write_text('#!/bin/sh\ntest -f "$2/real.txt" && echo 0.75\n')
+    shared.chmod(0o755)
+    root = _agent_tasks(tmp_path / "tasks", "")
+    for name in ("a", "b", "c"):
+        (root / name / "check").unlink()
+        (root / name / "check").symlink_to(shared)
+    b = skillopt_envs.make("custom", {"data_dir": str(root), "options": {}})
+    r = asyncio.run(b.run_episode(b.load_split("train")[0], "", FakeLLM("done"), CTX))
+    assert r.scored and r.soft == 0.75
+    (root / "c" / "check").unlink()
+    (root / "c" / "check").symlink_to(tmp_path / "gone.sh")
+    with pytest.raises(skillopt_envs.DataError, match="has no check"):
+        skillopt_envs.make("custom", {"data_dir": str(root), "options": {}}).preflight(["train"])
