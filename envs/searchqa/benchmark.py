@@ -17,18 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import (
-    LLM,
-    AgentOutcome,
-    AgentRunner,
-    AgentTask,
-    Benchmark,
-    DataError,
-    EpisodeContext,
-    EpisodeResult,
-    Task,
-    parse_options,
-)
+from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_envs.kit import chat, data_folder
 from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
@@ -222,7 +211,9 @@ class SearchQABenchmark(Benchmark):
         user = user_prompt(truncate_context(p["context"], self.options.max_context_chars), question)
         extra: dict[str, Any] = {}
         if ctx.agent is not None:
-            outcome = await _agent_reply(task, skill, ctx.agent, ctx, user)
+            from skillopt_envs.searchqa.agent import agent_reply
+
+            outcome = await agent_reply(task, skill, ctx.agent, ctx, user)
             if not outcome.ok:
                 return EpisodeResult(
                     task.task_id,
@@ -268,22 +259,3 @@ class SearchQABenchmark(Benchmark):
                 **extra,
             },
         )
-
-
-# SKILL.md for an agent target: what the skill is for, and a preamble (the reference's exec pattern)
-AGENT_DESCRIPTION = "Answer a question from the search-result passages in task.md"
-AGENT_PREAMBLE = (
-    "Use this skill for the current SearchQA question.\n"
-    "Read the passages in task.md, find the ones that bear on the question, and give a short answer in <answer></answer> tags."
-)
-AGENT_PROMPT = (
-    "Use the `skillopt-target` skill in this workspace.\n"
-    "Read task.md and answer its question from the passages.\n"
-    "End with your final answer inside <answer></answer> tags."
-)
-AGENT_TIMEOUT_S = 120.0  # the benchmark's exec_timeout
-
-
-async def _agent_reply(task: Task, skill: str, agent: AgentRunner, ctx: EpisodeContext, user: str) -> AgentOutcome:
-    at = AgentTask(skill, AGENT_DESCRIPTION, AGENT_PREAMBLE, user, AGENT_PROMPT, AGENT_TIMEOUT_S, task_id=task.task_id)
-    return await agent.run(at, f"{ctx.key}/{task.task_id}")
