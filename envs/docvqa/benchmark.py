@@ -16,22 +16,16 @@ import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from skillopt_envs.base import (
-    LLM,
-    AgentRunner,
-    Benchmark,
-    DataError,
-    EpisodeContext,
-    EpisodeResult,
-    Task,
-    parse_options,
-)
+from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
 from skillopt_envs.kit import chat, data_folder
+
+if TYPE_CHECKING:  # only annotations name the agent runner
+    from skillopt_envs.base import AgentRunner
 
 # the reference's seed skill, in this project's words: visual evidence and exact-answer discipline
 SEED_SKILL = """# Skill: answering questions about document pages
