@@ -21,24 +21,18 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from skillopt_envs.base import (
-    LLM,
-    AgentRunner,
-    Benchmark,
-    DataError,
-    EpisodeContext,
-    EpisodeResult,
-    Task,
-    parse_options,
-)
+from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_envs.kit import ChatRequest, data_folder
 from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.oracle import OracleReadError, build_context
 from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
 from skillopt_envs.officeqa.tools import TOOL_SCHEMAS, CorpusReadError, LineCache, ToolRuntime
+
+if TYPE_CHECKING:  # only annotations name the agent runner
+    from skillopt_envs.base import AgentRunner
 
 # the reference's seed skill, in this project's words: retrieval, evidence and final-answer discipline
 SEED_SKILL = """# Skill: answering questions from Treasury Bulletins
