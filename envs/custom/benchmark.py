@@ -18,16 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from skillopt_envs.base import (
-    LLM,
-    AgentTask,
-    Benchmark,
-    DataError,
-    EpisodeContext,
-    EpisodeResult,
-    Task,
-    parse_options,
-)
+from skillopt_envs.base import LLM, AgentTask, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_envs.custom import check as checks
 from skillopt_envs.custom.scorers import GRADED, SCORERS, ScoreInput, check_patterns, choice_labels, extract_answer
 from skillopt_envs.custom.tasks import UserTask, read_source, task_check
