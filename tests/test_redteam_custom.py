@@ -200,3 +200,25 @@ def test_a_check_that_is_a_link_runs_the_script_it_names_and_a_dangling_one_is_r
     (root / "c" / "check").symlink_to(tmp_path / "gone.sh")
     with pytest.raises(skillopt_envs.DataError, match="has no check"):
         skillopt_envs.make("custom", {"data_dir": str(root), "options": {}}).preflight(["train"])
+
+
+@pytest.mark.usefixtures("needs_bwrap")
+@pytest.mark.parametrize("what", ["a 100 MB file", "5,000 files"])
+def test_a_large_workspace_the_agent_left_is_checked_not_dropped(tmp_path, what):
+    """The agent's jail allows more than the check sandbox's defaults (256 MB, files of 64 MB, 4,096 files): a
+    workspace past those once made the check crash (a data error) or its sandbox fail to start (an infra error), so a
+    model could drop a failed task from the scores by leaving a big file or an npm install behind."""
+    ws = tmp_path / "ws"
+    (ws / "many").mkdir(parents=True)
+    (ws / "real.txt").write_text("mine")
+    if what == "a 100 MB file":
+        with open(ws / "big.bin", "wb") as f:
+            f.truncate(100 * 1024 * 1024)
+    else:
+        for i in range(5000):
+            (ws / "many" / f"{i}.txt").write_text("x")
+    check = tmp_path / "check"
+    check.write_text('#!/bin/sh\ntest -f "$2/real.txt" && echo 0.5\n')
+    check.chmod(0o755)
+    out = run_check(make_sandbox("bwrap", 60.0), check, {"id": "t"}, None, ws)
+    assert out.value == 0.5, out.reason + out.output[-600:]

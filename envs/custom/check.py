@@ -9,13 +9,13 @@ broken, not the reply: the task counts as a data error, never as a 0 that looks 
 
 from __future__ import annotations
 
-import io
+import copy
 import json
 import os
 import re
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -73,15 +73,41 @@ def check_file(path: Path, where: str) -> Path:
     return path
 
 
-def workspace_tar(folder: Path) -> bytes:
-    """The agent's workspace as a tar archive (regular files and folders; links are left out)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
+@dataclass(frozen=True)
+class WorkspaceSize:
+    """What an archived workspace holds: bytes of its files, its largest file, and its entries."""
+
+    total: int = 0
+    largest: int = 0
+    entries: int = 0
+
+
+def write_workspace_tar(folder: Path, dest: Path) -> WorkspaceSize:
+    """The agent's workspace as a tar archive at `dest` (regular files and folders; links are left out), written as
+    it goes rather than held in memory: the agent's jail lets a workspace reach its disk limit."""
+    size = WorkspaceSize()
+    with tarfile.open(dest, mode="w") as tar:
         for p in sorted(folder.rglob("*")):
             if p.is_symlink() or not (p.is_file() or p.is_dir()):
                 continue
             tar.add(str(p), arcname=str(p.relative_to(folder)), recursive=False)
-    return buf.getvalue()
+            n = p.stat().st_size if p.is_file() else 0
+            size = WorkspaceSize(size.total + n, max(size.largest, n), size.entries + 1)
+    return size
+
+
+def sized_for(sandbox: Sandbox, size: WorkspaceSize) -> Sandbox:
+    """`sandbox`, or a copy with room for the workspace twice over (its archive and the unpacked files), its largest
+    file and its entries: a workspace the check cannot unpack would hide the task as a broken check."""
+    lim, mb = sandbox.limits, 1 << 20
+    disk_mb, file_mb, files = 2 * size.total // mb + 64, size.largest // mb + 2, size.entries + 1024
+    if disk_mb <= lim.disk_mb and file_mb <= lim.file_mb and files <= lim.disk_files:
+        return sandbox
+    bigger = copy.copy(sandbox)
+    bigger.limits = replace(
+        lim, disk_mb=max(lim.disk_mb, disk_mb), file_mb=max(lim.file_mb, file_mb), disk_files=max(lim.disk_files, files)
+    )
+    return bigger
 
 
 def run_check(
@@ -94,7 +120,7 @@ def run_check(
         (d / "task.json").write_text(json.dumps(task, ensure_ascii=False), encoding="utf-8")
         inputs = {name: check, "task.json": d / "task.json", "run.json": d / "run.json"}
         if workspace is not None:
-            (d / "workspace.tar").write_bytes(workspace_tar(workspace))
+            sandbox = sized_for(sandbox, write_workspace_tar(workspace, d / "workspace.tar"))
             inputs["workspace.tar"] = d / "workspace.tar"
         else:
             (d / "reply.txt").write_text(reply or "", encoding="utf-8")
