@@ -143,6 +143,14 @@ def manifest_ids(folder: Path, path: Optional[Path], split: str, entry: str, fix
     return [str(x["id"]) for x in manifest_entries(path, ("id",), fix)]
 
 
+def check_choice(options: Any, key: str, choices: Sequence[str]) -> None:
+    """DataError naming `env.options.<key>` and its choices when the option's value is not one of them."""
+    value = getattr(options, key)
+    if value not in choices:
+        listed = ", ".join(choices[:-1]) + " or " + choices[-1] if len(choices) > 1 else choices[0]
+        raise DataError(f"env.options.{key}={value!r}: use {listed}")
+
+
 def parse_ratio(text: Any, key: str = "env.options.split_ratio") -> tuple[int, ...]:
     """`2:1:7` -> (2, 1, 7): three whole numbers >= 0 with a positive sum, or DataError naming `key`."""
     parts = str(text).replace("/", ":").split(":")
@@ -265,15 +273,36 @@ async def run_agent_turns(
     return turns
 
 
+def with_previous_attempt(task_md: str, previous: str, request: str) -> str:
+    """An agent turn's task.md: the task, then (from the second turn on, when there is a previous reply) that
+    attempt under its own heading and `request`, what to do differently."""
+    if not previous:
+        return task_md
+    return f"{task_md}\n\n## Previous Attempt\n{previous}\n\n{request}"
+
+
+def infra_episode(task: Task, error: str, kind: str, **fields: Any) -> EpisodeResult:
+    """An episode that ended for a reason not the agent's (`kind`, one of INFRA_KINDS): counted apart, never a
+    score; `fields` are the result's other fields (turns, trajectory, info, ...)."""
+    return EpisodeResult(
+        task.task_id,
+        task.task_type,
+        fail_reason="infra_error",
+        infra_error=True,
+        error_kind=kind,
+        error=error,
+        **fields,
+    )
+
+
 def agent_failure(task: Task, turns: AgentTurns, task_description: str = "") -> EpisodeResult:
     """The episode of agent turns whose last run could not run: an infrastructure failure, never a score; the
     analysts see SKILL.md and the last task.md as the target prompts."""
     out = turns.failed
     assert out is not None, "only turns that ended in a failed run"
     info = {"target_system_prompt": turns.skill_md, "target_user_prompt": turns.task_md}
-    return EpisodeResult(
-        task.task_id, task.task_type, fail_reason="infra_error", infra_error=True, error_kind=out.error_kind,
-        error=out.error, n_turns=len(turns.replies) + 1, task_description=task_description,
+    return infra_episode(
+        task, out.error, out.error_kind, n_turns=len(turns.replies) + 1, task_description=task_description,
         info={**info, **agent_turns_info(turns.outcomes)},
     )  # fmt: skip
 
@@ -324,14 +353,17 @@ __all__ = [
     "run_agent_turns",
     "chat",
     "extract_json",
+    "check_choice",
     "check_followable",
     "check_new_id",
     "first_data_file",
     "unfollowable",
+    "with_previous_attempt",
     "data_folder",
     "data_root",
     "ensure_samples",
     "first_json",
+    "infra_episode",
     "limited",
     "manifest_entries",
     "manifest_ids",

@@ -24,7 +24,7 @@ from skillopt_envs.alfworld.protocol import (
     parse_reply,
 )
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.kit import ChatRequest
+from skillopt_envs.kit import ChatRequest, check_choice
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
 SEED_SKILL = SEED_SKILL_PATH.read_text(encoding="utf-8")
@@ -59,10 +59,8 @@ class AlfWorldOptions:
     @staticmethod
     def parse(raw: dict[str, Any]) -> AlfWorldOptions:
         opts = parse_options(AlfWorldOptions, raw, "alfworld")
-        if opts.split_source not in ("paper", "folders"):
-            raise DataError(f"env.options.split_source={opts.split_source!r}: use paper or folders")
-        if opts.constrained_actions not in ("auto", "on", "off"):
-            raise DataError(f"env.options.constrained_actions={opts.constrained_actions!r}: use auto, on or off")
+        check_choice(opts, "split_source", ("paper", "folders"))
+        check_choice(opts, "constrained_actions", ("auto", "on", "off"))
         if opts.engine_step_limit < 0:
             raise DataError("env.options.engine_step_limit must be >= 0 (0 = no engine limit)")
         return opts
