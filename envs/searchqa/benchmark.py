@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.kit import chat, data_folder
+from skillopt_envs.kit import chat, check_choice, data_folder, infra_episode
 from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
 from skillopt_envs.searchqa.scoring import score_answer
@@ -34,6 +34,13 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _TRUNCATED = "\n...[truncated]"
 
 
+# the one line for a data folder that is not there
+MISSING = (
+    "SearchQA data directory {root} does not exist; set env.data_dir or SEARCHQA_DATA "
+    "to a folder with train/ val/ test/ items.json (python -m skillopt_envs.searchqa.materialize writes one)"
+)
+
+
 @dataclass
 class QAOptions:
     max_context_chars: int = 6000
@@ -45,8 +52,7 @@ class QAOptions:
     @staticmethod
     def parse(raw: dict[str, Any]) -> QAOptions:
         opts = parse_options(QAOptions, raw, "searchqa")
-        if opts.split_source not in ("paper", "folders"):
-            raise DataError(f"env.options.split_source={opts.split_source!r}: use paper or folders")
+        check_choice(opts, "split_source", ("paper", "folders"))
         if opts.max_context_chars < 1:
             raise DataError(f"env.options.max_context_chars={opts.max_context_chars!r}: it must be >= 1")
         return opts
@@ -84,12 +90,6 @@ def evaluation_block(question: str, predicted: str, golds: list[str], em: int, f
         f"[EVALUATION RESULT]\nQuestion: {question}\nPredicted answer: {predicted!r}\nGold answers: {golds!r}\n"
         f"Exact Match: {float(em)}\nF1: {f1:.4f}"
     )
-
-
-MISSING = (
-    "SearchQA data directory {root} does not exist; set env.data_dir or SEARCHQA_DATA "
-    "to a folder with train/ val/ test/ items.json (python -m skillopt_envs.searchqa.materialize writes one)"
-)
 
 
 class SearchQABenchmark(Benchmark):
@@ -215,15 +215,7 @@ class SearchQABenchmark(Benchmark):
 
             outcome = await agent_reply(task, skill, ctx.agent, ctx, user)
             if not outcome.ok:
-                return EpisodeResult(
-                    task.task_id,
-                    task.task_type,
-                    fail_reason="infra_error",
-                    infra_error=True,
-                    error_kind=outcome.error_kind,
-                    error=outcome.error,
-                    n_turns=1,
-                )
+                return infra_episode(task, outcome.error, outcome.error_kind, n_turns=1)
             content, system = outcome.reply, outcome.skill_md
             extra = outcome.info
         else:
