@@ -22,7 +22,7 @@ from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, Episod
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
-from skillopt_envs.kit import chat, data_folder
+from skillopt_envs.kit import chat, check_choice, data_folder
 
 if TYPE_CHECKING:  # only annotations name the agent runner
     from skillopt_envs.base import AgentRunner
@@ -46,6 +46,13 @@ PAGE_INPUTS = ("auto", "image", "text")
 TIMEOUT_SLACK_S = 60.0
 
 
+# the one line for a data folder that is not there
+MISSING = (
+    "DocVQA data directory {root} does not exist; set env.data_dir or DOCVQA_DATA to a folder "
+    "with train/ val/ test/ CSVs (python -m skillopt_envs.docvqa.materialize writes one)"
+)
+
+
 @dataclass
 class DocVQAOptions:
     sample_dir: Optional[str] = None
@@ -65,8 +72,7 @@ class DocVQAOptions:
     @staticmethod
     def parse(raw: dict[str, Any]) -> DocVQAOptions:
         opts = parse_options(DocVQAOptions, raw, "docvqa")
-        if opts.page_input not in PAGE_INPUTS:
-            raise DataError(f"env.options.page_input={opts.page_input!r}: use auto, image or text")
+        check_choice(opts, "page_input", PAGE_INPUTS)
         if opts.max_completion_tokens < 1:
             raise DataError(f"env.options.max_completion_tokens={opts.max_completion_tokens!r}: it must be >= 1")
         return opts
@@ -81,12 +87,6 @@ class DocVQAOptions:
 def task_timeout(exec_timeout: float) -> float:
     """The reference's per-item budget: max(exec_timeout, exec_timeout + 60)."""
     return max(exec_timeout, exec_timeout + TIMEOUT_SLACK_S)
-
-
-MISSING = (
-    "DocVQA data directory {root} does not exist; set env.data_dir or DOCVQA_DATA to a folder "
-    "with train/ val/ test/ CSVs (python -m skillopt_envs.docvqa.materialize writes one)"
-)
 
 
 class DocVQABenchmark(Benchmark):
