@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from skillopt_envs.base import AgentOutcome, AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
-from skillopt_envs.kit import agent_turns_info, run_agent_turns
+from skillopt_envs.kit import agent_turns_info, run_agent_turns, with_previous_attempt
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
 
@@ -52,14 +52,12 @@ def relative_candidates(candidates: list[Path], roots: list[Path]) -> list[str]:
     return out
 
 
+RECHECK = "That attempt gave no final answer. Check the documents again and answer inside <answer></answer> tags."
+
+
 def task_md(base: str, previous: str = "") -> str:
     """task.md: the user message, then (call 2 on) the previous attempt and a request to re-check the documents."""
-    if not previous:
-        return base
-    return (
-        f"{base}\n\n## Previous Attempt\n{previous}\n\n"
-        "That attempt gave no final answer. Check the documents again and answer inside <answer></answer> tags."
-    )
+    return with_previous_attempt(base, previous, RECHECK)
 
 
 async def agent_episode(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.kit import ChatRequest, data_folder
+from skillopt_envs.kit import ChatRequest, check_choice, data_folder
 from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.oracle import OracleReadError, build_context
@@ -68,6 +68,13 @@ def normalise_search_mode(mode: str) -> str:
     return "offline"
 
 
+# the one line for a data folder that is not there
+MISSING = (
+    "OfficeQA data directory {root} does not exist; set env.data_dir or OFFICEQA_DATA to a folder "
+    "with officeqa_full.csv (or train/ val/ test/ split files) and the parsed bulletins"
+)
+
+
 @dataclass
 class OfficeQAOptions:
     sample_dir: Optional[str] = None
@@ -101,8 +108,7 @@ class OfficeQAOptions:
                 "use offline or custom_search"
             )
         opts.search_mode = mode
-        if opts.tool_protocol not in TOOL_PROTOCOLS:
-            raise DataError(f"env.options.tool_protocol={opts.tool_protocol!r}: use auto, function or text")
+        check_choice(opts, "tool_protocol", TOOL_PROTOCOLS)
         if mode == "custom_search" and not opts.search_api_url:
             raise DataError(
                 "env.options.search_mode=custom_search needs env.options.search_api_url (your search proxy's URL)"
@@ -131,12 +137,6 @@ class Corpus:
     roots: list[Path]
     index: oq.CorpusIndex
     lines: LineCache = field(default_factory=LineCache)  # recently read files, shared by this actor's episodes
-
-
-MISSING = (
-    "OfficeQA data directory {root} does not exist; set env.data_dir or OFFICEQA_DATA to a folder "
-    "with officeqa_full.csv (or train/ val/ test/ split files) and the parsed bulletins"
-)
 
 
 class OfficeQABenchmark(Benchmark):
