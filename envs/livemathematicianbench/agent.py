@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from skillopt_envs.base import AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
-from skillopt_envs.kit import agent_failure, agent_turns_info, run_agent_turns
+from skillopt_envs.kit import agent_failure, agent_turns_info, run_agent_turns, with_previous_attempt
 from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
 
 DESCRIPTION = "Pick the single correct option of the research-mathematics multiple-choice question in task.md"
@@ -24,14 +24,12 @@ PROMPT = (
 )
 
 
+RECHECK = "Check the exact wording of each option once more and give only the label inside <answer></answer> tags."
+
+
 def task_md(user: str, previous: str = "") -> str:
     """task.md: the user message, then (turn 2 on) the previous attempt and a request to re-check the options."""
-    if not previous:
-        return user
-    return (
-        f"{user}\n\n## Previous Attempt\n{previous}\n\n"
-        "Check the exact wording of each option once more and give only the label inside <answer></answer> tags."
-    )
+    return with_previous_attempt(user, previous, RECHECK)
 
 
 async def agent_episode(

@@ -54,6 +54,14 @@ TIMEOUT_SLACK_S = 60.0
 DEFAULT_SEED = 42
 
 
+# the one line for a data folder that is not there
+MISSING = (
+    "LiveMathematicianBench data {root} does not exist; set env.data_dir or LIVEMATH_DATA to a "
+    "folder with train/ val/ test/ item files, or to the upstream qa_*_final.json files (with "
+    "env.manifest_dir naming the id split)"
+)
+
+
 @dataclass
 class LiveMathOptions:
     sample_dir: Optional[str] = None
@@ -76,13 +84,6 @@ def task_timeout(exec_timeout: float) -> Optional[float]:
     if exec_timeout <= 0:
         return None
     return max(exec_timeout, exec_timeout + TIMEOUT_SLACK_S)
-
-
-MISSING = (
-    "LiveMathematicianBench data {root} does not exist; set env.data_dir or LIVEMATH_DATA to a "
-    "folder with train/ val/ test/ item files, or to the upstream qa_*_final.json files (with "
-    "env.manifest_dir naming the id split)"
-)
 
 
 class LiveMathBenchmark(Benchmark):
