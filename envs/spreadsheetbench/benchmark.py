@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import openpyxl
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.kit import chat
+from skillopt_envs.kit import chat, infra_episode
 from skillopt_envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxStartError, SandboxUnavailable
 from skillopt_envs.spreadsheetbench import data as sb_data
 from skillopt_envs.spreadsheetbench import prompts, readcells
@@ -286,17 +286,7 @@ class SpreadsheetBenchmark(Benchmark):
                 )
             score = await asyncio.to_thread(self._score_all, code, case1_pred, p["cases"], areas, expected, scratch)
         except FormulaEngineError as e:  # deterministic: not retried, not scored, counted as its own kind
-            return EpisodeResult(
-                task.task_id,
-                task.task_type,
-                fail_reason="infra_error",
-                infra_error=True,
-                error_kind=e.kind,
-                error=f"formula engine: {e}",
-                trajectory=trajectory,
-                info=info,
-                **base,
-            )
+            return infra_episode(task, f"formula engine: {e}", e.kind, trajectory=trajectory, info=info, **base)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         n_pass, reason, report = score
