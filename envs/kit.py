@@ -151,6 +151,14 @@ def check_choice(options: Any, key: str, choices: Sequence[str]) -> None:
         raise DataError(f"env.options.{key}={value!r}: use {listed}")
 
 
+def missing_counts(presence: Sequence[Any]) -> tuple[str, str]:
+    """For a data note: the listed counts per split (`a/b/c`) and what is missing (`n split, ...`) of the splits'
+    presence records (each with `split`, `listed` and `present`)."""
+    listed = "/".join(str(p.listed) for p in presence)
+    gone = ", ".join(f"{p.listed - p.present} {p.split}" for p in presence if p.present < p.listed)
+    return listed, gone
+
+
 def parse_ratio(text: Any, key: str = "env.options.split_ratio") -> tuple[int, ...]:
     """`2:1:7` -> (2, 1, 7): three whole numbers >= 0 with a positive sum, or DataError naming `key`."""
     parts = str(text).replace("/", ":").split(":")
@@ -367,6 +375,7 @@ __all__ = [
     "limited",
     "manifest_entries",
     "manifest_ids",
+    "missing_counts",
     "parse_ratio",
     "ratio_split",
     "read_json_list",

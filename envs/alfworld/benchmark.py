@@ -24,7 +24,7 @@ from skillopt_envs.alfworld.protocol import (
     parse_reply,
 )
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.kit import ChatRequest, check_choice
+from skillopt_envs.kit import ChatRequest, check_choice, missing_counts
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
 SEED_SKILL = SEED_SKILL_PATH.read_text(encoding="utf-8")
@@ -201,8 +201,7 @@ class AlfWorldBenchmark(Benchmark):
             return note + f", {sizes} train/val/test games as in the paper"
         if not missing:
             return note + f", {sizes} train/val/test games"
-        listed = "/".join(str(p.listed) for p in presence)
-        gone = ", ".join(f"{p.listed - p.present} {p.split}" for p in missing)
+        listed, gone = missing_counts(presence)
         action = (
             "they are skipped (env.options.skip_missing_games=true)"
             if self.options.skip_missing_games
