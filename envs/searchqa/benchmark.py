@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.kit import chat, check_choice, data_folder, infra_episode
+from skillopt_envs.kit import chat, check_choice, data_folder, infra_episode, missing_counts
 from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
 from skillopt_envs.searchqa.scoring import score_answer
@@ -153,8 +153,7 @@ class SearchQABenchmark(Benchmark):
                 + f", {sizes} train/val/test items"
                 + ("; split sizes differ from the paper's " + paper if differs else " as in the paper")
             )
-        listed = "/".join(str(p.listed) for p in presence)
-        gone = ", ".join(f"{p.listed - p.present} {p.split}" for p in missing)
+        listed, gone = missing_counts(presence)
         action = (
             "they are skipped (env.options.skip_missing_items=true)"
             if self.options.skip_missing_items
