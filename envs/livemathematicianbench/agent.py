@@ -24,12 +24,8 @@ PROMPT = (
 )
 
 
+# what an agent turn after a reply without an answer is asked (after the task and that reply)
 RECHECK = "Check the exact wording of each option once more and give only the label inside <answer></answer> tags."
-
-
-def task_md(user: str, previous: str = "") -> str:
-    """task.md: the user message, then (turn 2 on) the previous attempt and a request to re-check the options."""
-    return with_previous_attempt(user, previous, RECHECK)
 
 
 async def agent_episode(
@@ -45,7 +41,15 @@ async def agent_episode(
     """One item played by the agent CLI, one run per turn (env.max_turns, 1 by default); timeout_s <= 0: no limit."""
 
     def make(previous: str) -> AgentTask:
-        return AgentTask(skill, DESCRIPTION, PREAMBLE, task_md(user, previous), PROMPT, timeout_s, task_id=task.task_id)
+        return AgentTask(
+            skill,
+            DESCRIPTION,
+            PREAMBLE,
+            with_previous_attempt(user, previous, RECHECK),
+            PROMPT,
+            timeout_s,
+            task_id=task.task_id,
+        )
 
     turns = await run_agent_turns(agent, f"{ctx.key}/{task.task_id}", ctx.max_turns, make, has_answer_tag)
     skill_md, md = turns.skill_md, turns.task_md
