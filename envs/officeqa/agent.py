@@ -52,12 +52,8 @@ def relative_candidates(candidates: list[Path], roots: list[Path]) -> list[str]:
     return out
 
 
+# the request after a reply without a final answer (task.md from the second call on)
 RECHECK = "That attempt gave no final answer. Check the documents again and answer inside <answer></answer> tags."
-
-
-def task_md(base: str, previous: str = "") -> str:
-    """task.md: the user message, then (call 2 on) the previous attempt and a request to re-check the documents."""
-    return with_previous_attempt(base, previous, RECHECK)
 
 
 async def agent_episode(
@@ -85,7 +81,7 @@ async def agent_episode(
     links = workspace_links(roots)
 
     def make(previous: str) -> AgentTask:
-        md = task_md(base, previous)
+        md = with_previous_attempt(base, previous, RECHECK)
         return AgentTask(
             skill, DESCRIPTION, PREAMBLE, md, PROMPT, CALL_TIMEOUT_S, task_id=task.task_id, link_dirs=links
         )
