@@ -204,6 +204,17 @@ class EnvActor:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def start_order(tasks: list[Task], turns: dict[str, int]) -> list[int]:
+    """Indices of `tasks`, longest first by the `turns` each took when last played (a gate replays the same tasks
+    every step): the long ones do not start last and hold the rollout open alone. A task not played yet counts as
+    the mean of those that were; with none known, the order is the tasks' own (ties keep it too)."""
+    known = [turns[t.task_id] for t in tasks if t.task_id in turns]
+    if not known:
+        return list(range(len(tasks)))
+    mean = sum(known) / len(known)
+    return sorted(range(len(tasks)), key=lambda i: -turns.get(tasks[i].task_id, mean))
+
+
 class Slots:
     """Free episode slots per actor. A task returns to the actor that last ran it when that actor
     has a free slot (its game is still loaded there: a replay costs a reset, not a load);
@@ -275,6 +286,7 @@ class EnvPool:
         self._slots_loop: Optional[asyncio.AbstractEventLoop] = None
         self.episodes_done = 0
         self.episodes_total = 0
+        self.turns: dict[str, int] = {}  # task_id -> turns its last episode took (replays start the longest first)
 
     def _spawn(self) -> Any:
         recent = sorted(n for n, t in self.suspect_nodes.items() if time.monotonic() - t < SUSPECT_NODE_S)
@@ -390,11 +402,15 @@ class EnvPool:
         async def counted(t: Task, c: EpisodeContext) -> EpisodeResult:
             r = await self._run_one(t, skill, c)
             self.episodes_done += 1
+            if not r.infra_error:
+                self.turns[t.task_id] = r.n_turns
             if stop is not None and not stopped.is_set() and stop(r):
                 stopped.set()
             return r
 
-        jobs = [asyncio.ensure_future(counted(t, c)) for t, c in zip(tasks, ctxs)]
+        # slots go to episodes in the order they were asked for
+        started = {i: asyncio.ensure_future(counted(tasks[i], ctxs[i])) for i in start_order(tasks, self.turns)}
+        jobs = [started[i] for i in range(len(tasks))]
         if stop is None:
             return list(await asyncio.gather(*jobs))
         waiter = asyncio.ensure_future(stopped.wait())

@@ -161,3 +161,49 @@ def test_benchmarks_say_whether_their_episodes_keep_state_in_the_actor(tmp_path)
     check.write_text("print(1)\n")
     scripted = {"data_dir": str(tasks), "options": {"scorer": "script", "check": str(check)}}
     assert skillopt_envs.make("custom", scripted).holds_env_state is True  # checks run in a sandbox
+
+
+def test_replays_start_the_tasks_that_took_longest_first():
+    from skillopt_envs.base import Task
+
+    from skillopt_ray.envpool import start_order
+
+    tasks = [Task(i, "t", {}) for i in ("a", "b", "c", "d")]
+    assert start_order(tasks, {}) == [0, 1, 2, 3]  # nothing played yet: the tasks' own order
+    assert start_order(tasks, {"a": 3, "b": 9, "c": 3, "d": 5}) == [1, 3, 0, 2]  # ties keep their order
+    assert start_order(tasks, {"a": 2, "b": 10}) == [1, 2, 3, 0]  # unplayed ones count as the mean (6)
+
+
+class KeyLog(Policies):
+    """The walkthrough policy, remembering each target call's sample key in the order they came."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.keys: list[str] = []
+
+    def target_reply(self, body, key):
+        self.keys.append(key)
+        return super().target_reply(body, key)
+
+
+def test_a_replayed_rollout_plays_its_longest_games_first(ray_cluster, alfworld_root, walkthroughs):
+    import ray
+
+    by_length = {len(walkthroughs[t.task_id]): t for t in walk_split(alfworld_root, "all")}
+    tasks = [by_length[n] for n in sorted(by_length)[:4]]  # shortest first: the replay must turn this around
+    policies = KeyLog(walkthroughs, "walkthrough", wander=0)
+    with ScriptedServer(policies) as srv:
+        gw = GatewayActor.remote(_llm_cfg(srv.base_url), None, None)
+        pool = EnvPool("alfworld", {"data_dir": str(alfworld_root), "options": {}}, gw, PoolSettings(1, 1, 0.0, 120, 1))
+        try:
+            first = asyncio.run(pool.run(tasks, "# skill", EpisodeContext("order1", False, 40, 2)))
+            policies.keys.clear()
+            second = asyncio.run(pool.run(tasks, "# skill", EpisodeContext("order2", False, 40, 2)))
+        finally:
+            pool.shutdown()
+            ray.kill(gw)
+    assert [r.task_id for r in second] == [t.task_id for t in tasks]  # results stay in task order
+    turns = {r.task_id: r.n_turns for r in first}
+    assert len(set(turns.values())) > 1, turns  # games of different lengths, or the order says nothing
+    played = list(dict.fromkeys(next(t.task_id for t in tasks if t.task_id in k) for k in policies.keys))
+    assert played == sorted(turns, key=lambda t: -turns[t])  # one slot: the longest game went first
