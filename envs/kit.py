@@ -74,6 +74,15 @@ def data_root(env_cfg: dict[str, Any], env_var: str = "") -> Optional[Path]:
     return Path(os.path.expandvars(os.path.expanduser(str(raw)))).resolve()
 
 
+def split_items(split: str, items_of: Callable[[str], list[T]], benchmark: str, root: Path) -> list[T]:
+    """A split's items from `items_of`; DataError naming the benchmark, the split's folder and `root` when there are
+    none (a run on an empty split would measure nothing)."""
+    items = items_of(split)
+    if not items:
+        raise DataError(f"the {benchmark} {split_name(split, benchmark)} split in {root} is empty")
+    return items
+
+
 def data_folder(
     env_cfg: dict[str, Any], env_var: str, missing: str, samples: Callable[[], Path], want_dir: bool = True
 ) -> tuple[Path, bool]:
@@ -381,5 +390,6 @@ __all__ = [
     "read_json_list",
     "samples_root",
     "split_counts",
+    "split_items",
     "split_name",
 ]

@@ -22,7 +22,7 @@ from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, Episod
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
-from skillopt_envs.kit import chat, check_choice, data_folder
+from skillopt_envs.kit import chat, check_choice, data_folder, split_items
 
 if TYPE_CHECKING:  # only annotations name the agent runner
     from skillopt_envs.base import AgentRunner
@@ -192,9 +192,7 @@ class DocVQABenchmark(Benchmark):
     def load_split(self, split: str) -> list[Task]:
         if split == "all":
             return [t for s in dv.SPLITS for t in self.load_split(s)]
-        items = self._items(split)
-        if not items:
-            raise DataError(f"the DocVQA {dv.split_folder(split)} split in {self._root} is empty")
+        items = split_items(split, self._items, "DocVQA", self._root)
         if self.options.check_images:
             dv.check_images([it for it in items if not it.get("page_source")], dv.split_folder(split))
         tasks = []
