@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.kit import chat, data_folder
+from skillopt_envs.kit import chat, data_folder, split_items
 from skillopt_envs.livemathematicianbench import data as lm
 from skillopt_envs.livemathematicianbench import prompts
 from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
@@ -217,9 +217,7 @@ class LiveMathBenchmark(Benchmark):
     def load_split(self, split: str) -> list[Task]:
         if split == "all":
             return [t for s in lm.SPLITS for t in self.load_split(s)]
-        items = self._items(split)
-        if not items:
-            raise DataError(f"the LiveMathematicianBench {lm.split_folder(split)} split in {self._root} is empty")
+        items = split_items(split, self._items, "LiveMathematicianBench", self._root)
         return [Task(str(it["id"]), lm.task_type_of(it), _payload(it)) for it in items]
 
     def seed_skill(self) -> str:
