@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.kit import ChatRequest, check_choice, data_folder
+from skillopt_envs.kit import ChatRequest, check_choice, data_folder, split_items
 from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.oracle import OracleReadError, build_context
@@ -205,9 +205,7 @@ class OfficeQABenchmark(Benchmark):
     def load_split(self, split: str) -> list[Task]:
         if split == "all":
             return [t for s in oq.SPLITS for t in self.load_split(s)]
-        items = self._items(split)
-        if not items:
-            raise DataError(f"the OfficeQA {oq.split_folder(split)} split in {self._root} is empty")
+        items = split_items(split, self._items, "OfficeQA", self._root)
         return [
             Task(
                 it["id"],
