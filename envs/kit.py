@@ -2,7 +2,8 @@
 manifests, seeded splits by ratio, sample folders made once, a chat call and the agent runner.
 
 A benchmark (built-in, a user's task file or a plugin outside the package) imports this module and `base`, never the
-engine: the engine's model handle and agent harness are reached through the two functions at the end.
+engine: the model handle comes as `run_episode`'s `llm`, the agent runner as `EpisodeContext.agent`, and the only
+engine names it needs (the request record, the JSON reader) are re-exported here.
 """
 
 from __future__ import annotations
