@@ -17,7 +17,7 @@ sys.modules["learning_experiment"] = le  # dataclasses look their module up whil
 _spec.loader.exec_module(le)
 
 
-def _run(seed: int, initial: dict, best: dict) -> "le.RunResult":
+def _run(seed: int, initial: dict, best: dict) -> le.RunResult:
     iv = {"mean": 0.5, "lo": 0.2, "hi": 0.8, "n": len(initial), "level": 0.95, "method": "t"}
     return le.RunResult(
         seed,
