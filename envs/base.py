@@ -106,8 +106,9 @@ class EpisodeContext:
     # randomises what the target sees per batch (LiveMathematicianBench's choice order) reads it
     seed: Optional[int] = None
     # the loop stage the episode plays in (rollout, validate, slow:rollout, meta:rollout, eval:<split>): the target's
-    # calls are booked under it in the ledger; it is not part of any cache key
-    stage: str = "rollout"
+    # calls are booked under it in the ledger; it is not part of any cache key. The engine sets it ("" only in a
+    # context made by hand: the engine reads the stage off the key, a chat call books under rollout)
+    stage: str = ""
     # the agent CLI for an agent target (llm.target.harness=codex|claude_code), set by the env actor that plays the
     # episode; None for a chat target
     agent: Optional[AgentRunner] = None

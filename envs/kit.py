@@ -242,11 +242,11 @@ def samples_root(sample_dir: Optional[str], name: str) -> Path:
 
 
 async def chat(
-    llm: LLM, messages: list[dict[str, Any]], key: str, max_tokens: Optional[int] = None, stage: str = "rollout"
+    llm: LLM, messages: list[dict[str, Any]], key: str, max_tokens: Optional[int] = None, stage: str = ""
 ) -> str:
     """One target chat call with the sample key `key`, booked under `stage` (the episode's, `ctx.stage`); returns the
     reply's text. Model errors propagate: the engine scores them as infrastructure failures."""
-    reply = await llm.chat(ChatRequest("target", stage, messages, key, max_tokens=max_tokens))
+    reply = await llm.chat(ChatRequest("target", stage or "rollout", messages, key, max_tokens=max_tokens))
     return str(reply.content or "")
 
 

@@ -26,7 +26,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -182,15 +182,10 @@ class EnvActor:
         mark("first-episode")
         if self.data_error:
             raise NodeDataError(self.data_error)
-        result = await self.bench.run_episode(task, skill, self.llm, await self._with_agent(ctx))
+        from skillopt_ray.harness.agent_runner import episode_context
+
+        result = await self.bench.run_episode(task, skill, self.llm, await episode_context(self.llm, ctx))
         return result.to_dict()
-
-    async def _with_agent(self, ctx: EpisodeContext) -> EpisodeContext:
-        """The episode's context with the agent runner of an agent target (booking under the episode's stage)."""
-        from skillopt_ray.harness.agent_runner import agent_runner_for
-
-        runner = await agent_runner_for(self.llm, ctx.stage)
-        return ctx if runner is None else replace(ctx, agent=runner)
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from skillopt_envs.base import DataError, EpisodeContext
 
 from skillopt_ray import cli
 from skillopt_ray.harness import episode as harness_episode
-from skillopt_ray.harness.agent_runner import agent_runner_for
+from skillopt_ray.harness.agent_runner import episode_context
 from skillopt_ray.harness.runner import AgentRun, HarnessError
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.trace import AgentTrace
@@ -81,7 +80,7 @@ def _ctx(max_turns: int = 1) -> EpisodeContext:
 
 async def _play(bench: Any, task: Any, skill: str, llm: FakeLLM, ctx: EpisodeContext) -> Any:
     """An episode as an env actor plays it: the context carries the agent runner of the handle's target."""
-    return await bench.run_episode(task, skill, llm, replace(ctx, agent=await agent_runner_for(llm, ctx.stage)))
+    return await bench.run_episode(task, skill, llm, await episode_context(llm, ctx))
 
 
 # ---------------------------------------------------------------- DocVQA

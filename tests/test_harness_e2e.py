@@ -72,7 +72,9 @@ def _gateway(url: str, harness: str, tmp: Path, mode: str = "record"):
 async def _eval(gw, bench, tasks, skill, key="eval/test"):
     from skillopt_envs.base import EpisodeContext
 
-    ctx = EpisodeContext(key, False, 1, 8)
+    from skillopt_ray.harness.agent_runner import episode_context
+
+    ctx = await episode_context(gw, EpisodeContext(key, False, 1, 8))  # as an env actor hands it over
     out = [await bench.run_episode(t, skill, gw, ctx) for t in tasks]
     await gw.close()
     return out

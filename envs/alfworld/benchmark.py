@@ -273,7 +273,9 @@ class AlfWorldBenchmark(Benchmark):
         for step in range(ctx.max_turns):
             messages = build_messages(skill, goal, memory, observation, admissible, ctx.history_window)
             fmt = await self._action_format(llm, admissible)
-            reply = await llm.chat(ChatRequest("target", ctx.stage, messages, f"{ctx.key}/{ref}/t{step}", fmt))
+            reply = await llm.chat(
+                ChatRequest("target", ctx.stage or "rollout", messages, f"{ctx.key}/{ref}/t{step}", fmt)
+            )
             parsed: ParsedReply = parse_constrained_reply(reply.content) if fmt else parse_reply(reply.content)
             format_errors += 0 if parsed.format_ok else 1
             out = game.step(parsed.command)

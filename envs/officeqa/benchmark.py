@@ -403,7 +403,7 @@ class Episode:
     async def call(self, turn: int, tools: bool) -> Any:
         req = ChatRequest(
             "target",
-            self.ctx.stage,
+            self.ctx.stage or "rollout",
             list(self.messages),
             f"{self.ctx.key}/{self.task.task_id}/t{turn}",
             max_tokens=self.opts.max_completion_tokens,

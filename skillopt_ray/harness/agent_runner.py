@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import AgentOutcome, AgentTask
+from skillopt_envs.base import AgentOutcome, AgentTask, EpisodeContext
 
 from skillopt_ray.harness.episode import (
     HarnessOutcome,
@@ -22,6 +22,16 @@ from skillopt_ray.harness.episode import (
 from skillopt_ray.harness.runner import AgentSettings, HarnessError, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+from skillopt_ray.stages.rollout import stage_of_key
+
+
+async def episode_context(llm: Any, ctx: EpisodeContext) -> EpisodeContext:
+    """The context an episode is played with: its stage (the one its key names when it came without one) and, for
+    an agent target, the agent runner booking under that stage."""
+    if not ctx.stage:
+        ctx = replace(ctx, stage=stage_of_key(ctx.key))
+    runner = await agent_runner_for(llm, ctx.stage)
+    return ctx if runner is None else replace(ctx, agent=runner)
 
 
 async def agent_runner_for(llm: Any, stage: str = "") -> Optional[HarnessRunner]:
