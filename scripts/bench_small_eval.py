@@ -146,10 +146,14 @@ def eval_command(tasks: Path, srv_url: str, out_dir: Path, concurrency: int) -> 
     ]
 
 
-def run_eval(cmd: list[str], srv: Any, env: dict[str, str], extra_roots: list[int]) -> dict[str, float]:
-    """One eval command: wall and first-call seconds from the command, peak PSS of its processes."""
+def run_eval(cmd: list[str], srv: Any, env: dict[str, str], extra_roots: list[int]) -> dict[str, Any]:
+    """One eval command: wall and first-call seconds from the command, peak PSS of its processes, and the start-up
+    marks (seconds from the command) when the environment asks for a trace."""
     before = len(srv.state.request_times)
-    t0 = time.monotonic()
+    trace = env.get("SKILLOPT_STARTUP_TRACE")
+    if trace:
+        Path(trace).unlink(missing_ok=True)
+    wall0, t0 = time.time(), time.monotonic()
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with MemorySampler([p.pid, *extra_roots]) as mem:
         out, err = p.communicate(timeout=600)
@@ -159,7 +163,10 @@ def run_eval(cmd: list[str], srv: Any, env: dict[str, str], extra_roots: list[in
     times = list(srv.state.request_times)[before:]
     if not times:
         raise SystemExit("the eval run made no model call")
-    return {"wall_s": wall, "first_call_s": times[0] - t0, "calls": len(times), "pss_mb": mem.peak_mb}
+    from skillopt_ray.startup_trace import read
+
+    marks = read(trace, wall0) if trace else {}
+    return {"wall_s": wall, "first_call_s": times[0] - t0, "calls": len(times), "pss_mb": mem.peak_mb, "marks": marks}
 
 
 def cluster(action: str, env: dict[str, str]) -> dict[str, Any]:
@@ -188,8 +195,10 @@ def warm_round(cmd: list[str], srv: Any, env: dict[str, str]) -> dict[str, float
         cluster("down", env)
 
 
-def summarize(rows: list[dict[str, float]], floors: list[float]) -> dict[str, float]:
-    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+def summarize(rows: list[dict[str, Any]], floors: list[float]) -> dict[str, Any]:
+    med: dict[str, Any] = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "marks"}
+    labels = [m for m in rows[0]["marks"] if all(m in r["marks"] for r in rows)]
+    med["marks"] = {m: statistics.median(r["marks"][m] for r in rows) for m in labels}
     med["wall_over_floor"] = statistics.median(r["wall_s"] / f for r, f in zip(rows, floors))
     med["first_call_over_floor"] = statistics.median(r["first_call_s"] / f for r, f in zip(rows, floors))
     med["first_call_minus_floor_s"] = statistics.median(r["first_call_s"] - f for r, f in zip(rows, floors))
@@ -203,6 +212,12 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--no-warm", action="store_true", help="measure the cold path only")
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="also print where the seconds before the first call go (start-up marks; the warm runs then hand the "
+        "trace file to the cluster's workers, which costs them a runtime environment)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
     a = ap.parse_args()
     from scripted_server import ScriptedServer
@@ -211,10 +226,12 @@ def main() -> None:
     tasks = write_tasks(work / "data", a.items)
     # the kept cluster's record lives in this run's own folder: a cluster someone else keeps up is not touched
     env = child_env({"SKILLOPT_CLUSTER_HOME": str(work / "cluster")})
+    if a.trace:
+        env["SKILLOPT_STARTUP_TRACE"] = str(work / "trace.txt")
     cold_env = dict(env, SKILLOPT_CLUSTER_HOME=str(work / "no-cluster"))
     opts = init_options(REPO)
     bound = a.items * a.latency / a.concurrency
-    rows: dict[str, list[dict[str, float]]] = {"cold": [], "warm": []}
+    rows: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
     floors: list[float] = []
     load0 = os.getloadavg()[0]
     with ScriptedServer(policy=reply, latency_s=a.latency) as srv:
@@ -248,6 +265,8 @@ def main() -> None:
             f"  first call {m['first_call_s']:.2f} s ({m['first_call_over_floor']:.2f}x floor, "
             f"{m['first_call_minus_floor_s']:+.2f} s)  resident {m['pss_mb']:.0f} MB"
         )
+        for label, at in sorted(m["marks"].items(), key=lambda kv: kv[1]):
+            print(f"        {label:<22} {at:6.2f} s")
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
 
