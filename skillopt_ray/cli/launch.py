@@ -216,8 +216,9 @@ def _drive(
     local = "scheduling_strategy" in driver_opts
     owners = [me] if me else []
     gateway = start_gateway(run_cfg, str(run_dir), owners) if local else None
-    early = [prestart_actor(run_cfg, gateway, owners)] if local else []
-    driver = DriverActor.options(**driver_opts).remote(run_cfg, str(run_dir), me, gateway, early)  # type: ignore[attr-defined]  # .options comes from @ray.remote
+    early = [a for a in [prestart_actor(run_cfg, gateway, owners) if local else None] if a is not None]
+    started = {"gateway": gateway, "env_actors": early} if local else {}
+    driver = DriverActor.options(**driver_opts).remote(run_cfg, str(run_dir), me, **started)  # type: ignore[attr-defined]  # .options comes from @ray.remote
     ref = driver.run.remote()
     mark("driver-submitted")
     print(f"run directory: {run_dir}", file=sys.stderr)
@@ -227,9 +228,9 @@ def _drive(
     except ray.exceptions.RayActorError as e:  # killed (OOM, a lost node, a signal): its state is on disk
         return driver_lost(e, run_dir)
     finally:
-        for started in [gateway, *early]:  # the driver ends them; a driver that died could not (a sweep goes on)
+        for handle in [gateway, *early]:  # the driver ends them; a driver that died could not (a sweep goes on)
             with contextlib.suppress(Exception):
-                ray.kill(started, no_restart=True) if started is not None else None
+                ray.kill(handle, no_restart=True) if handle is not None else None
     ray.kill(driver, no_restart=True)
     return outcome
 
