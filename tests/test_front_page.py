@@ -118,3 +118,27 @@ def test_every_docs_page_is_in_the_site_and_its_links_resolve():
         and not (DOCS / page).parent.joinpath(target.split("#")[0]).resolve().exists()
     ]
     assert not broken, broken
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_is_a_front_page():
+    """At most 250 lines; its first two code blocks are the two commands (install and run, then the tests); it
+    links the docs for your own tasks and the differences from the reference."""
+    text = _readme()
+    assert len(text.splitlines()) <= 250
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+    assert "bash scripts/install.sh .venv" in blocks[0] and "python -m skillopt_ray +experiment=" in blocks[0]
+    assert blocks[1].strip() == "bash .ci/run"
+    for page in ("docs/your-own-tasks.md", "docs/differences.md", "docs/index.md", "docs/configuration.md"):
+        assert f"]({page}" in text, page
+    assert "![" in text and "+experiment=custom env.data_dir=" in text
+
+
+def test_every_relative_link_of_the_readme_resolves():
+    targets = [t for t in LINK.findall(_readme()) if not t.startswith(("http://", "https://", "#", "mailto:"))]
+    assert len(targets) >= 20
+    missing = [t for t in targets if not (ROOT / t.split("#")[0]).exists()]
+    assert not missing, missing
