@@ -94,7 +94,7 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None, extra_keys: Ite
             for free in _FREE_MAPS:
                 if key.startswith(free + "."):
                     return f"{key} is not set yet: {free} holds free entries, add one with +{key}=..."
-            if key.split(".", 1)[0] == "sweep" and not extra_keys:  # sweep presets and options belong to the sweep command
+            if key.split(".", 1)[0] == "sweep" and not extra_keys:  # the sweep command's presets and options
                 return (
                     f"{key} is an option of the sweep command: run python -m skillopt_ray.sweep with the same "
                     "overrides (python -m skillopt_ray runs one configuration)"
