@@ -8,7 +8,7 @@ paired per-task difference (best - initial) with its 95% bootstrap interval, tok
 skill; the same text goes to <output-dir>/report.md.
 
     scripts/install_model.sh qwen2.5-coder-1.5b                  # once
-    .venv/bin/python scripts/learning_experiment.py              # seeds 42 and 43, about 40 minutes on 2 quiet cores
+    .venv/bin/python scripts/learning_experiment.py              # seeds 42 and 43: 22.6 min for both, 2 shared cores
     .venv/bin/python scripts/learning_experiment.py --report-only
     .venv/bin/python scripts/learning_experiment.py -- env.limit_test=2   # extra overrides for every run
 """
