@@ -13,8 +13,9 @@ from skillopt_ray.config import redact, run_identity
 
 CONF = cli.CONF_DIR
 # custom and plugin run the user's own tasks or class (env.data_dir, env.benchmark): tests/test_custom*.py and
-# tests/test_plugin*.py compose them
-EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in ("custom", "plugin"))
+# tests/test_plugin*.py compose them; local_coder is the local-model experiment on custom tasks (its own test below)
+NOT_PAPER = ("custom", "plugin", "local_coder")
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in NOT_PAPER)
 LLMS = sorted(p.stem for p in (CONF / "llm").glob("*.yaml"))
 RAYS = sorted(p.stem for p in (CONF / "ray").glob("*.yaml"))
 
@@ -52,6 +53,24 @@ def test_every_config_composes_and_validates(exp, llm, ray):
         o.meta_skill,
         obj.seed,
     ) == (4, 40, 8, 8, 4, 2, "cosine", "hard", True, True, 42)
+
+
+def test_the_local_model_experiment_composes_on_the_worked_example():
+    """+experiment=local_coder: the worked example's tasks through the custom benchmark, scored by its check script,
+    one epoch of two steps with the paired soft gate (sized for 2 cores)."""
+    obj, data = cli.typed(cli.compose(["+experiment=local_coder", "llm=local"]))
+    assert (obj.experiment, data["env"]["name"]) == ("local_coder", "custom")
+    assert data["env"]["options"]["scorer"] == "script"
+    assert Path(data["env"]["options"]["check"]).name == "check.py" and Path(data["env"]["data_dir"]).is_file()
+    o = obj.optimizer
+    assert (o.epochs, o.batch_size, o.gate_metric, o.gate_test, o.slow_update, o.meta_skill) == (
+        1,
+        3,
+        "soft",
+        "paired_bootstrap",
+        False,
+        False,
+    )
 
 
 def test_smoke_overlay_and_overrides():
