@@ -137,3 +137,31 @@ def test_a_call_to_a_tool_named_after_the_skill_is_the_final_text(tmp_path):
     replies = asyncio.run(_ask(lambda b, h: SKILL_NAMED_CALL, "/v1/responses", body, tmp_path))
     items = replies[0]["output"]
     assert [i["type"] for i in items] == ["message"] and "skillopt-target" in items[0]["content"][0]["text"]
+
+
+# Claude Code's first real call on the local model (2,690 prompt tokens): a fenced call to its own Read tool
+READ_CALL = (
+    '```json\n{\n  "name": "Read",\n  "arguments": {\n'
+    '    "file_path": "/workspace/.agents/skills/skillopt-target/SKILL.md"\n  }\n}\n```'
+)
+
+
+def test_claude_codes_read_written_as_text_reaches_it_as_tool_use(tmp_path):
+    body = _claude_body()
+    body["tools"].append(
+        {
+            "name": "Read",
+            "description": "Read a file",
+            "input_schema": {
+                "type": "object",
+                "properties": {"file_path": {"type": "string"}, "offset": {"type": "number"}},
+                "required": ["file_path"],
+                "additionalProperties": False,
+            },
+        }
+    )
+    replies = asyncio.run(_ask(lambda b, h: READ_CALL, "/v1/messages", body, tmp_path))
+    msg = replies[0]
+    assert msg["stop_reason"] == "tool_use"
+    blocks = [(b["type"], b.get("name"), b.get("input")) for b in msg["content"]]
+    assert blocks == [("tool_use", "Read", {"file_path": "/workspace/.agents/skills/skillopt-target/SKILL.md"})]
