@@ -204,7 +204,7 @@ def test_unreadable_and_invalid_files_are_one_line_naming_them(sample_root, tmp_
     assert "\n" not in str(e.value)
 
 
-def test_cli_with_a_csv_symlink_loop_stops_before_ray_with_exit_2(sample_root, tmp_path, capsys):
+def test_cli_with_a_csv_symlink_loop_stops_before_ray_with_exit_2(sample_root, tmp_path, capsys, monkeypatch):
     import ray
 
     from skillopt_ray.cli.app import main
@@ -212,9 +212,12 @@ def test_cli_with_a_csv_symlink_loop_stops_before_ray_with_exit_2(sample_root, t
     root = _data(tmp_path / "d", _page(sample_root))
     loop = root / "val" / "a.csv"
     os.symlink(loop, loop)
+    # other tests may leave Ray up in this process: the run must neither start it nor reach it
+    ray_was_up, ray_inits = ray.is_initialized(), []
+    monkeypatch.setattr(ray, "init", lambda *a, **k: ray_inits.append(a) or pytest.fail("ray.init called"))
     code = main(["+experiment=docvqa", f"env.data_dir={root}", f"output_dir={tmp_path / 'out'}"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and not ray.is_initialized() and not (tmp_path / "out").exists()
+    assert code == 2 and ray.is_initialized() == ray_was_up and not ray_inits and not (tmp_path / "out").exists()
     assert err == f"error: {loop} is a symlink loop; point it at the file or folder it should name, or remove it"
 
 

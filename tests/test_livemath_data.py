@@ -134,15 +134,18 @@ def test_an_id_missing_from_the_raw_data_is_one_line_naming_it(tmp_path):
     assert f"(first: {gone}), which qa_{month}_final.json should hold" in msg and "env.manifest_dir" in msg
 
 
-def test_cli_with_raw_files_missing_paper_ids_stops_before_ray_with_exit_2(tmp_path, capsys):
+def test_cli_with_raw_files_missing_paper_ids_stops_before_ray_with_exit_2(tmp_path, capsys, monkeypatch):
     import ray
 
     from skillopt_ray.cli.app import main
 
     root = _raw_data(tmp_path / "raw", _shipped_ids("train")[:3])
+    # other tests may leave Ray up in this process: the run must neither start it nor reach it
+    ray_was_up, ray_inits = ray.is_initialized(), []
+    monkeypatch.setattr(ray, "init", lambda *a, **k: ray_inits.append(a) or pytest.fail("ray.init called"))
     code = main(["+experiment=livemathematicianbench", f"env.data_dir={root}", f"output_dir={tmp_path / 'out'}"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and not ray.is_initialized()
+    assert code == 2 and ray.is_initialized() == ray_was_up and not ray_inits
     assert err.count("\n") == 0 and "32 of 35 ids of the train split" in err and _shipped_ids("train")[3] in err
     assert not (tmp_path / "out").exists()
 
