@@ -441,7 +441,10 @@ class Jail:
         self.root = root
         self.prefix = prefix
         self.isolation = isolation
-        self.read_only = read_only  # host files or folders the agent may read, mounted at the same paths
+        # host files or folders the agent may read, mounted at the same paths; the project's Python too where it
+        # lies under a folder the launcher covers (a checkout under /tmp): bound in place for the launcher to start,
+        # then put back over the launcher's tmpfs like any covered read-only path
+        self.read_only = read_only + tuple(d for d in _python_dirs() if _covered(d) and d not in read_only)
         self.limits = limits
         (root / "home").mkdir(parents=True, exist_ok=True)
         (root / "sock").mkdir(parents=True, exist_ok=True)
