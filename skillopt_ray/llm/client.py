@@ -367,6 +367,32 @@ def thinking_fields(cfg: LLMRoleConfig) -> dict[str, Any]:
     return {}
 
 
+def wire_request(kw: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    """The keywords of the SDK client's own `post` for a chat completion whose body is `kw` (request_kwargs).
+
+    `chat.completions.create` walks every message against the SDK's typed parameters before it sends them, which
+    was the largest share of the gateway's CPU per call (scripts/bench_scale.py); our body is already plain JSON,
+    so the client's documented `post` sends it as it is, with the same auth, headers, timeout and status errors,
+    and hands back the HTTP response unparsed. The server gets the same JSON, path and headers
+    (tests/test_throughput_wire.py)."""
+    body = {k: v for k, v in kw.items() if k != "extra_body"}
+    options: dict[str, Any] = {"security": {"bearer_auth": True}}
+    if headers:
+        options["headers"] = headers
+    if "extra_body" in kw:
+        options["extra_json"] = kw["extra_body"]
+    return {"cast_to": openai_http_response(), "body": body, "options": options}
+
+
+def openai_http_response() -> type:
+    """The HTTP response class of the SDK's own HTTP library (`cast_to` for an unparsed reply): httpx2 from openai
+    3.x on, httpx before."""
+    import importlib
+
+    major = int(str(openai.__version__).split(".")[0])
+    return importlib.import_module("httpx2" if major >= 3 else "httpx").Response
+
+
 class RoleEndpoint:
     """Sends chat completions for one role."""
 
@@ -412,9 +438,8 @@ class RoleEndpoint:
         return kw
 
     async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
-        raw = await self.client.chat.completions.with_raw_response.create(**kw, extra_headers=headers or None)
+        http = await self.client.post("/chat/completions", **wire_request(kw, headers))
         self._last_answer = time.monotonic()
-        http = raw.http_response
         return parse_completion(http.text, http.headers.get("content-type", ""))
 
     async def _probe_once(self) -> bool:
