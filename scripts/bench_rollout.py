@@ -24,14 +24,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import json
 import logging
 import os
+import re
+import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -126,6 +130,70 @@ async def lockstep(
     return won_all, calls_all, peak_mem
 
 
+@dataclass
+class CallLog:
+    """When each model request reached the scripted server, by episode: the policy runs after the server's
+    latency sleep, so the request arrived `latency` earlier."""
+
+    latency: float
+    calls: list[tuple[float, str]] = field(default_factory=list)  # (request time, sample key)
+
+    def wrap(self, policies: Policies):
+        def answer(body: dict[str, Any], headers: dict[str, str]) -> Any:
+            self.calls.append((time.monotonic() - self.latency, headers.get("x-skillopt-key", "")))
+            return policies.answer(body, headers)
+
+        return answer
+
+    def episodes(self, prefix: str) -> list[list[float]]:
+        """Request times per episode whose key starts with `prefix`, each sorted, episodes by first request."""
+        by_key: dict[str, list[float]] = {}
+        for t, key in self.calls:
+            if key.startswith(prefix):
+                by_key.setdefault(re.sub(r"/t\d+$", "", key), []).append(t)
+        return sorted((sorted(ts) for ts in by_key.values()), key=lambda ts: ts[0])
+
+
+def window_breakdown(episodes: list[list[float]], t0: float, t1: float, latency: float, slots: int) -> dict[str, Any]:
+    """Where the slot-seconds of a pass go, summed over the C slots and divided by C (so the parts add up to the
+    wall time): the model's own latency, the start (before each slot's first request), the per-step gaps (a
+    reply received to the next request: game step, prompt, gateway and Ray round trips), the switches (an
+    episode's last reply to the next episode's first request on the freed slot) and the tail (slots idle after
+    their last episode while others still play). Slots are matched greedily: an episode takes the slot that
+    freed first."""
+    gaps = [b - a - latency for ts in episodes for a, b in zip(ts, ts[1:])]
+    free: list[float] = []  # end times of the slots' current episodes
+    start = switch = 0.0
+    switch_gaps: list[float] = []
+    for ts in episodes:
+        if len(free) < slots:
+            start += ts[0] - t0
+        else:
+            gap = ts[0] - heapq.heappop(free)
+            switch += gap
+            switch_gaps.append(gap)
+        heapq.heappush(free, ts[-1] + latency)
+    tail = sum(t1 - end for end in free) + (slots - len(free)) * (t1 - t0)
+    calls = sum(len(ts) for ts in episodes)
+    ms = lambda xs, q: round(1000 * statistics.quantiles(xs, n=20)[q], 1) if len(xs) > 1 else 0.0  # noqa: E731
+    return {
+        "model_s": round(calls * latency / slots, 2),
+        "start_s": round(start / slots, 2),
+        "step_gaps_s": round(sum(gaps) / slots, 2),
+        "switches_s": round(switch / slots, 2),
+        "tail_s": round(tail / slots, 2),
+        "first_request_s": round(min(ts[0] for ts in episodes) - t0, 2) if episodes else 0.0,
+        "last_first_wave_request_s": round(sorted(ts[0] for ts in episodes)[:slots][-1] - t0, 2) if episodes else 0.0,
+        "step_gap_ms_mean_p50_p95": [
+            round(1000 * statistics.fmean(gaps), 1) if gaps else 0.0,
+            ms(gaps, 9),
+            ms(gaps, 18),
+        ],
+        "switch_gap_ms_mean": round(1000 * statistics.fmean(switch_gaps), 1) if switch_gaps else 0.0,
+        "last_reply_to_end_s": round(t1 - max(ts[-1] + latency for ts in episodes), 2) if episodes else 0.0,
+    }
+
+
 def cpu_seconds_by_role() -> dict[str, float]:
     """CPU seconds so far of Ray actor processes by class (ray::EnvActor, ray::GatewayActor, ...) and of this process
     (the driver, which also hosts the scripted server), read from /proc."""
@@ -175,6 +243,14 @@ def main() -> int:
         default="warm",
         help="compile cache: warm (precompiled before the clock), cold (empty) or off",
     )
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="also print where the pool's window goes (start, step gaps, switches, tail)",
+    )
+    ap.add_argument(
+        "--no-lockstep", action="store_true", help="time only the pool (the lock-step scheme takes minutes)"
+    )
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
     a = ap.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="bench-compile-")
@@ -207,7 +283,9 @@ def main() -> int:
         logging_level=logging.ERROR,
         object_store_memory=200 * 1024 * 1024,
     )
-    srv = ScriptedServer(Policies(walks, "walkthrough", wander=a.wander), latency_s=a.latency)
+    policies = Policies(walks, "walkthrough", wander=a.wander)
+    log = CallLog(a.latency)
+    srv = ScriptedServer(policies, latency_s=a.latency, policy=log.wrap(policies) if a.trace else None)
     srv.start()
     role = {
         "provider": "openai",
@@ -230,8 +308,13 @@ def main() -> int:
         cpu0 = cpu_seconds_by_role()
         t0 = time.monotonic()
         results = []
+        windows = []
         for p in range(a.passes):
+            t_pass = time.monotonic()
             results += asyncio.run(pool.run(tasks, SKILL, EpisodeContext(f"pool{p}", False, a.max_turns, 2)))
+            if a.trace:
+                episodes = log.episodes(f"pool{p}/")
+                windows.append(window_breakdown(episodes, t_pass, time.monotonic(), a.latency, a.concurrency))
         pool_wall = time.monotonic() - t0
         cpu1 = cpu_seconds_by_role()
         pool_cpu = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu1.items() if v - cpu0.get(k, 0.0) > 0.05}
@@ -246,7 +329,7 @@ def main() -> int:
         t0 = time.monotonic()
         ls_won: list[bool] = []
         ls_mem = 0.0
-        for _ in range(a.passes):
+        for _ in range(0 if a.no_lockstep else a.passes):
             won, _calls, mem = asyncio.run(lockstep(tasks, gw, a.chunk, a.max_turns, caches["lockstep"]))
             ls_won += won
             ls_mem = max(ls_mem, mem)
@@ -256,7 +339,7 @@ def main() -> int:
         ray.shutdown()
         tmp.cleanup()
 
-    out = {
+    out: dict[str, Any] = {
         "games": len(tasks),
         "passes": a.passes,
         "concurrency": a.concurrency,
@@ -275,16 +358,18 @@ def main() -> int:
             "replays": len(tasks) * (a.passes - 1),
             "cpu_s_by_process": pool_cpu,
             "model_calls": sum(pool_turns),
+            **({"window_by_pass": windows} if a.trace else {}),
         },
-        "lockstep": {
+    }
+    if not a.no_lockstep:
+        out["lockstep"] = {
             "wall_s": round(ls_wall, 2),
             "episodes_per_s": round(len(ls_won) / ls_wall, 3),
             "won": sum(ls_won),
             "chunk": a.chunk,
             "peak_mem_mb_per_process": round(ls_mem, 1),
-        },
-        "speedup_pool_over_lockstep": round(ls_wall / pool_wall, 2),
-    }
+        }
+        out["speedup_pool_over_lockstep"] = round(ls_wall / pool_wall, 2)
     print(json.dumps(out, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))
