@@ -17,6 +17,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from skillopt_ray.config import LLMConfig, from_container
 from skillopt_ray.llm.cache import ResponseCache, request_key
+from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, describe
 from skillopt_ray.llm.jsonout import JsonExtractionError, parse_and_validate
 from skillopt_ray.llm.ledger import Ledger, journal_path
@@ -226,14 +227,15 @@ class Gateway:
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
         completion_est = budget or ep.completion_budget(req)
-        est = req.prompt_chars() // 4 + completion_est
+        prompt_est = req.prompt_chars() // 4
+        est = prompt_est + completion_est
         self.ledger.in_flight += 1  # no await since the caller's check_budget(): the check and this count are one step
         call = None
         try:
             async with limiter:
                 await limiter.acquire_window(est)
                 # journaled before it is sent: a kill from here on leaves it counted as lost, not forgotten
-                call = self.ledger.begin(req.role, req.stage, ep.cfg.model, req.prompt_chars() // 4, completion_est)
+                call = self.ledger.begin(req.role, req.stage, ep.cfg.model, prompt_est, completion_est)
                 try:
                     comp = await (self._sharded_send(req, budget) if self.senders else ep.send(req, budget))
                 except ReplyFiltered:
@@ -425,6 +427,7 @@ class GatewayActor:
         watch(list(owners or []), "LLM gateway")  # the run's owner gone: exit before another queued call is sent
         cfg = from_container({"experiment": "_", "llm": llm_cfg}).llm
         self.gw = Gateway(cfg, cache_path, ledger_path)
+        self.boxes = Mailboxes(self.gw.chat, _one_line)  # batched chat calls (skillopt_ray/llm/callbox.py)
         if shards > 1:
             sender_owners = [*(owners or []), identity()]
 
@@ -445,6 +448,16 @@ class GatewayActor:
             return await self.gw.chat(req)
         except Exception as e:  # noqa: BLE001 - see _one_line
             raise _one_line(e, req) from None
+
+    def submit(self, box: str, calls: list[tuple[int, ChatRequest]]) -> int:
+        """Start a caller's batch of chat calls; their outcomes wait in its mailbox for collect()."""
+        return self.boxes.submit(box, calls)
+
+    async def collect(self, box: str, wait_s: float) -> list[Any]:
+        return await self.boxes.collect(box, wait_s)
+
+    def cancel_calls(self, box: str, seqs: list[int]) -> None:
+        self.boxes.cancel(box, seqs)
 
     async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
         try:
@@ -512,12 +525,23 @@ class LLMHandle:
         self._t = target
         self._remote = hasattr(target, "chat") and hasattr(target.chat, "remote")
         self._modes: dict[str, str] = {}  # structured-output mode per role: static config, fetched once
+        # a gateway actor takes chat calls in batches (skillopt_ray/llm/callbox.py): one batcher per event loop
+        self._batched = self._remote and hasattr(getattr(target, "submit", None), "remote")
+        self._batcher: Optional[CallBatcher] = None
 
     async def chat(self, req: ChatRequest) -> ChatResult:
+        if self._batched:
+            if self._batcher is None or self._batcher.loop is not asyncio.get_running_loop():
+                self._batcher = CallBatcher(self._t)
+            return await self._batcher.chat(req)
         if self._remote:
             with _unwrapped():
                 return await self._t.chat.remote(req)
         return await self._t.chat(req)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy sent to another process starts its own batcher (and mailbox): two must never share one."""
+        return {**self.__dict__, "_batcher": None}
 
     async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
         if self._remote:

@@ -55,6 +55,12 @@ def journal_path(ledger_path: Optional[str]) -> Optional[str]:
     return str(Path(ledger_path).with_name(Path(ledger_path).stem + ".journal.jsonl")) if ledger_path else None
 
 
+def _values(entry: LedgerEntry) -> dict[str, Any]:
+    """An entry's fields as a dict, in field order: what `asdict` gives for these flat numbers, without its deep copy
+    (the journal writes one per paid call)."""
+    return dict(entry.__dict__)
+
+
 def _entry_from(values: dict[str, Any]) -> LedgerEntry:
     return LedgerEntry(**{k: v for k, v in values.items() if k in _FIELDS})
 
@@ -145,7 +151,7 @@ class Ledger:
         self._journal_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
 
     def _line(self, key: str) -> str:
-        return json.dumps({"k": key, "v": asdict(self.entries[key])}, separators=(",", ":")) + "\n"
+        return json.dumps({"k": key, "v": _values(self.entries[key])}, separators=(",", ":")) + "\n"
 
     def _write(self, rec: dict[str, Any]) -> None:
         """One journal line in one write(), so a kill leaves whole lines or a cut last one."""
@@ -158,7 +164,7 @@ class Ledger:
         if self._journal_fd is None:
             return
         key = f"{role}/{stage}"
-        rec: dict[str, Any] = {"k": key, "v": asdict(self.entries[key])}
+        rec: dict[str, Any] = {"k": key, "v": _values(self.entries[key])}
         if call is not None and call in self._open_calls:
             self._open_calls.discard(call)
             rec["d"] = call
@@ -271,8 +277,10 @@ class Ledger:
         """Raise before a new network call if any cap is already reached. Calls in flight count toward max_calls,
         so concurrent calls never overshoot it; tokens and cost are known only once answered. Calls whose replies
         a kill lost count too, with their estimated tokens and cost (the endpoint may have billed them)."""
-        t = self.totals()
         b = self.budget
+        if not (b.max_calls or b.max_tokens or b.max_cost_usd):
+            return  # no cap: nothing to add up
+        t = self.totals()
         hint = "raise it (e.g. llm.budget.{k}=...) and rerun the same command to resume"
         lost = t["lost"]
         lost_note = f" ({lost} of them sent before a kill, replies lost)" if lost else ""

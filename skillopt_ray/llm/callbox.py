@@ -1,0 +1,184 @@
+"""Chat calls to the gateway actor in batches, with each reply back as soon as it is ready.
+
+One Ray actor call costs both processes about half a millisecond of CPU (scripts/bench_scale.py, 27 Nov): at a
+thousand episodes in flight that was a third of the gateway's CPU and most of an env actor's. So a process's chat
+calls made in one turn of its event loop leave in one `submit` (no added wait: the batch goes at the end of that
+turn), and the replies come back in `collect` calls, each bringing every reply ready by then. A slow call never
+holds a fast one: nothing waits for a batch to finish. Only the transport changes; every call still goes
+through `Gateway.chat` on its own (cache, limits, ledger, budgets).
+
+`Mailboxes` lives in the gateway actor; `CallBatcher` in each calling process, one per event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from skillopt_ray.llm.types import ChatRequest, ChatResult, LLMError
+
+COLLECT_WAIT_S = 20.0  # a collect with nothing to bring returns empty after this long, so a caller can look again
+FORGET_AFTER_S = 600.0  # a mailbox nobody collected from this long (its caller died) is dropped with its replies
+
+# (sequence number, ok, ChatResult when ok, else the exception to raise at the caller)
+Outcome = tuple[int, bool, Any]
+
+
+@dataclass
+class Mailbox:
+    """One caller's calls in the gateway: those running and the outcomes its next collect takes."""
+
+    ready: list[Outcome] = field(default_factory=list)
+    running: dict[int, asyncio.Task] = field(default_factory=dict)
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class Mailboxes:
+    """The gateway side: runs submitted calls and keeps their outcomes per caller until collected."""
+
+    def __init__(self, chat: Callable[[ChatRequest], Awaitable[ChatResult]], wrap: Callable[[Exception, Any], Any]):
+        self._chat = chat  # Gateway.chat
+        self._wrap = wrap  # an exception -> what the caller raises (one line, no remote trace)
+        self._boxes: dict[str, Mailbox] = {}
+        self._pruned = time.monotonic()
+
+    def _box(self, name: str) -> Mailbox:
+        now = time.monotonic()
+        if now - self._pruned > 60.0:
+            self._pruned = now
+            for key in [k for k, b in self._boxes.items() if not b.running and now - b.last_seen > FORGET_AFTER_S]:
+                del self._boxes[key]
+        box = self._boxes.get(name)
+        if box is None:
+            box = self._boxes[name] = Mailbox()
+        return box
+
+    def submit(self, name: str, calls: list[tuple[int, ChatRequest]]) -> int:
+        """Start each (sequence number, request); returns how many."""
+        box = self._box(name)
+        for seq, req in calls:
+            box.running[seq] = asyncio.ensure_future(self._run(box, seq, req))
+        return len(calls)
+
+    async def _run(self, box: Mailbox, seq: int, req: ChatRequest) -> None:
+        try:
+            outcome: Outcome = (seq, True, await self._chat(req))
+        except asyncio.CancelledError:  # its caller gave up on it (or the actor is closing)
+            outcome = (seq, False, self._wrap(RuntimeError("the call was cancelled in the gateway"), req))
+        except Exception as e:  # noqa: BLE001 - travels to the caller, raised there
+            outcome = (seq, False, self._wrap(e, req))
+        finally:
+            box.running.pop(seq, None)
+        box.ready.append(outcome)
+        box.event.set()
+
+    async def collect(self, name: str, wait_s: float = COLLECT_WAIT_S) -> list[Outcome]:
+        """Every outcome ready for this caller, waiting up to `wait_s` for the first one."""
+        box = self._box(name)
+        if not box.ready:
+            try:
+                await asyncio.wait_for(box.event.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+        out, box.ready = box.ready, []
+        box.event.clear()
+        box.last_seen = time.monotonic()
+        return out
+
+    def cancel(self, name: str, seqs: list[int]) -> None:
+        """Stop these calls: their callers were cancelled (an episode the gate no longer needs)."""
+        box = self._box(name)
+        for seq in seqs:
+            task = box.running.get(seq)
+            if task is not None:
+                task.cancel()
+
+    def running(self) -> int:
+        return sum(len(b.running) for b in self._boxes.values())
+
+
+class CallBatcher:
+    """The calling side, bound to one event loop: batches the loop's chat calls to one gateway actor."""
+
+    def __init__(self, actor: Any):
+        self.actor = actor
+        self.box = uuid.uuid4().hex  # this batcher's own mailbox in the gateway
+        self.loop = asyncio.get_running_loop()
+        self._seq = itertools.count(1)
+        self.waiting: dict[int, asyncio.Future] = {}
+        self._outbox: list[tuple[int, ChatRequest]] = []
+        self._dropped: list[int] = []
+        self._flush_due = False
+        self._poller: Optional[asyncio.Task] = None
+        self.batches = 0  # submits sent (tests and benchmarks read it)
+
+    async def chat(self, req: ChatRequest) -> ChatResult:
+        seq = next(self._seq)
+        fut = self.loop.create_future()
+        self.waiting[seq] = fut
+        self._outbox.append((seq, req))
+        self._schedule()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if self.waiting.pop(seq, None) is not None:
+                self._dropped.append(seq)
+                self._schedule()
+            raise
+
+    def _schedule(self) -> None:
+        if not self._flush_due:
+            self._flush_due = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Send what this loop turn asked for; make sure someone is collecting while calls are out."""
+        self._flush_due = False
+        calls, self._outbox = self._outbox, []
+        dropped, self._dropped = self._dropped, []
+        if dropped:
+            self.actor.cancel_calls.remote(self.box, dropped)
+        if calls:
+            self.batches += 1
+            asyncio.ensure_future(self._sent(self.actor.submit.remote(self.box, calls), [s for s, _ in calls]))
+        if self.waiting and (self._poller is None or self._poller.done()):
+            self._poller = asyncio.ensure_future(self._poll())
+
+    async def _sent(self, ref: Any, seqs: list[int]) -> None:
+        try:
+            await ref
+        except Exception as e:  # noqa: BLE001 - the gateway is gone or refused the batch: its callers hear it
+            self._fail(seqs, e)
+
+    async def _poll(self) -> None:
+        while self.waiting:
+            try:
+                outcomes = await self.actor.collect.remote(self.box, COLLECT_WAIT_S)
+            except Exception as e:  # noqa: BLE001 - the gateway died: every call still out fails with it
+                self._fail(list(self.waiting), e)
+                return
+            for seq, ok, value in outcomes:
+                fut = self.waiting.pop(seq, None)
+                if fut is None or fut.done():
+                    continue
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+
+    def _fail(self, seqs: list[int], error: BaseException) -> None:
+        from ray.exceptions import RayTaskError
+
+        cause = getattr(error, "cause", None)
+        if isinstance(error, RayTaskError) and isinstance(cause, LLMError):
+            error = cause  # its one-line message, not Ray's wrapper text
+        for seq in seqs:
+            fut = self.waiting.pop(seq, None)
+            if fut is not None and not fut.done():
+                fut.set_exception(error)
