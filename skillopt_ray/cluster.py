@@ -106,8 +106,13 @@ def active_leases(where: Optional[Path] = None) -> int:
 
 
 def _hold(args: argparse.Namespace) -> int:
-    """Start the cluster, write the record, wait for `down` (SIGTERM) or the idle timeout, stop the cluster."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    """Start the cluster and its run service, write the record, serve commands until `down` (SIGTERM) or the idle
+    timeout, stop the cluster."""
+    from skillopt_ray.service import Service, holder_environment
+
+    started_with = holder_environment()  # before anything below sets a variable: what the workers inherit
+    # a cluster that outlives the command is a listener: Ray's token (~/.ray/auth_token, the user's own) guards it
+    os.environ["RAY_AUTH_MODE"] = "token"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
@@ -121,6 +126,10 @@ def _hold(args: argparse.Namespace) -> int:
         **dict(COMMON_INIT, address="local", num_cpus=args.num_cpus, _temp_dir=temp_dir),
         object_store_memory=args.object_store_mb * 1024 * 1024,
     )
+    import skillopt_ray.cli.app  # noqa: F401  (the commands it serves start from a loaded package)
+    import skillopt_ray.driver  # noqa: F401
+
+    service = Service(home(), started_with)
     rec = KeptCluster(
         pid=os.getpid(),
         start=str(start_ticks(os.getpid())),
@@ -133,7 +142,10 @@ def _hold(args: argparse.Namespace) -> int:
     )
     _write_atomic(home() / RECORD, json.dumps(asdict(rec)))
     print(f"holder {rec.pid}: cluster at {rec.address}", flush=True)
-    _wait_idle(stop, rec.idle_s)
+    try:
+        _serve_until_idle(service, stop, rec.idle_s)
+    finally:
+        service.close()
     print(f"holder {rec.pid}: stopping ({'asked to' if stop.is_set() else 'idle'})", flush=True)
     if read_record() == rec:
         (home() / RECORD).unlink(missing_ok=True)
@@ -141,13 +153,16 @@ def _hold(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_idle(stop: threading.Event, idle_s: float) -> None:
-    """Return when asked to stop, or when no run has held a lease for `idle_s` seconds."""
+def _serve_until_idle(service: Any, stop: threading.Event, idle_s: float) -> None:
+    """Run the commands that ask; return when asked to stop, or when no run has been served or held a lease (an
+    attached command's) for `idle_s` seconds."""
     last_used = time.monotonic()
-    while not stop.wait(POLL_S):
-        if active_leases():
+    while not stop.is_set():
+        if service.serve_next(POLL_S):
             last_used = time.monotonic()
-        elif time.monotonic() - last_used > idle_s:
+        elif active_leases():
+            last_used = time.monotonic()
+        elif time.monotonic() - max(last_used, service.last_used) > idle_s:
             return
 
 
@@ -178,6 +193,7 @@ def _spawn_holder(args: argparse.Namespace) -> Optional[KeptCluster]:
     """Start the holder in its own session (it outlives this command) and wait for its record."""
     h = home()
     h.mkdir(parents=True, exist_ok=True)
+    h.chmod(0o700)  # the run service's socket lives here: the user's own
     (h / RECORD).unlink(missing_ok=True)
     log = open(h / "holder.log", "ab")
     cmd = [sys.executable, "-m", "skillopt_ray.cluster", "_hold", "--idle-minutes", str(args.idle_minutes)]

@@ -33,6 +33,7 @@ from skillopt_ray.state import StateVersionError
 from skillopt_ray.stats import mean_interval
 from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
 from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, limit_tasks
+from skillopt_ray.warm import Spawner, fresh
 
 
 def read_skill_file(path: Path, key: str) -> str:
@@ -389,14 +390,14 @@ def plays_episodes(stage: str) -> bool:
     return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
 
 
-def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[dict[str, Any]]) -> Any:
+def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[dict[str, Any]], spawn: Spawner = fresh) -> Any:
     """The run's LLM gateway actor, on this node: it writes the ledger and cache into the run directory, and it must
     not die with a worker node. The command starts it beside the driver actor (both processes come up at once)."""
     rd = RunDir(run_dir)
     llm = cfg_dict["llm"]
-    return GatewayActor.options(  # type: ignore[attr-defined]  # .options comes from @ray.remote
-        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    ).remote(
+    return spawn(
+        GatewayActor,
+        {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)},
         llm,
         str(rd.cache_path) if llm.get("cache_mode", "record") != "off" else None,
         str(rd.ledger_path),

@@ -122,7 +122,9 @@ def actor_options(
     return dict(num_cpus=s.actor_num_cpus, max_concurrency=max_concurrency or s.episodes_per_actor, **extra)
 
 
-def prestart_actor(cfg_dict: dict[str, Any], gateway: Any, owners: list[dict[str, Any]]) -> Optional[Any]:
+def prestart_actor(
+    cfg_dict: dict[str, Any], gateway: Any, owners: list[dict[str, Any]], spawn: Optional[Any] = None
+) -> Optional[Any]:
     """One env actor started by the command beside the driver actor (every pool has at least one), so its process
     comes up while the driver's does. It takes as many episodes at once as the largest pool shape could give it."""
     from skillopt_ray.config import ConfigError
@@ -134,9 +136,9 @@ def prestart_actor(cfg_dict: dict[str, Any], gateway: Any, owners: list[dict[str
         resource = resolve_env_resource(s.env_resource, env_name, ray.cluster_resources())
     except ConfigError:
         return None  # the driver's pool says what is wrong, as a config error
-    return EnvActor.options(**actor_options(s, resource, [])).remote(  # type: ignore[attr-defined]  # from @ray.remote
-        env_name, cfg_dict["env"], gateway, owners
-    )
+    from skillopt_ray.warm import fresh
+
+    return (spawn or fresh)(EnvActor, actor_options(s, resource, []), env_name, cfg_dict["env"], gateway, owners)
 
 
 def settings_from(ray_cfg: dict[str, Any], actors: int, per_actor: int) -> PoolSettings:

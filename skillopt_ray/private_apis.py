@@ -61,3 +61,18 @@ def hydra_split_jobs(parsed_overrides: list[Any]) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
     return BasicSweeper.split_arguments(parsed_overrides, None)[0]
+
+
+# ---- Ray: join a cluster whose authentication mode differs from the one this process started with -----------------
+
+
+def ray_set_auth_mode(mode: str) -> None:
+    """Make this process use Ray authentication `mode` ("token" or "disabled") from its next connection on. Ray reads
+    RAY_AUTH_MODE into a cached config when it is imported; a command that imported Ray before it found the kept
+    cluster (token auth) must refresh that cache, as Ray itself does when it turns token auth on."""
+    import os
+
+    from ray._raylet import Config  # type: ignore[attr-defined]  # a compiled module without stubs
+
+    os.environ["RAY_AUTH_MODE"] = mode
+    Config.initialize("")

@@ -204,21 +204,25 @@ def _drive(
     if embedded is not None:
         run_cfg = with_endpoint(data, embedded.wait())
     loader.join()
+    from skillopt_ray import warm
     from skillopt_ray.driver import DriverActor, driver_options, start_gateway
     from skillopt_ray.envpool import prestart_actor
-    from skillopt_ray.lifeline import identity
 
-    # the driver, the gateway and the env actors exit within ~0.1 s of this process's death (no paid calls after a kill)
-    me = identity()
+    # the driver, the gateway and the env actors exit within ~0.1 s of the command's death (no paid calls after a
+    # kill); on the kept cluster's holder the command is the process that asked for the run
+    me = warm.run_owner()
+    spawn = warm.spawner()  # new actors, or the kept cluster's idle copies (skillopt_ray/warm.py)
     driver_opts = driver_options(run_cfg)
     # with the driver on this node, its gateway (on the driver's node) and its first env actor are started here
     # too: the three processes come up at once instead of one after the other
     local = "scheduling_strategy" in driver_opts
     owners = [me] if me else []
-    gateway = start_gateway(run_cfg, str(run_dir), owners) if local else None
-    early = [a for a in [prestart_actor(run_cfg, gateway, owners) if local else None] if a is not None]
+    gateway = start_gateway(run_cfg, str(run_dir), owners, spawn) if local else None
+    early = [a for a in [prestart_actor(run_cfg, gateway, owners, spawn) if local else None] if a is not None]
     started = {"gateway": gateway, "env_actors": early} if local else {}
-    driver = DriverActor.options(**driver_opts).remote(run_cfg, str(run_dir), me, **started)  # type: ignore[attr-defined]  # .options comes from @ray.remote
+    driver = spawn(DriverActor, driver_opts, run_cfg, str(run_dir), me, **started)
+    mark("actors-requested")
+    warm.wait_ready()
     ref = driver.run.remote()
     mark("driver-submitted")
     print(f"run directory: {run_dir}", file=sys.stderr)

@@ -34,6 +34,13 @@ def start_ray(data: dict[str, Any]) -> None:
     address = data["ray"]["address"] or os.environ.get("RAY_ADDRESS")
     if address and address not in ("auto", "local"):
         probe_address(address)  # a configured address that does not answer is an error even if Ray is already up here
+    from skillopt_ray.warm import serving
+
+    if serving() is not None and address and address not in ("auto", "local"):
+        raise UsageError(
+            f"ray.address={address} names a cluster, but the kept cluster's holder took this command: run it with "
+            "SKILLOPT_SERVICE=off, or drop ray.address"
+        )
     if ray.is_initialized():
         return
     if not address and attach_kept_cluster():
@@ -79,14 +86,21 @@ def attach_kept_cluster() -> bool:
     kept = cluster.live()
     if kept is None:
         return False
-    os.environ.setdefault("RAY_AUTH_MODE", kept.auth_mode)
+    from skillopt_ray.private_apis import ray_set_auth_mode
+
+    ray_set_auth_mode(kept.auth_mode)  # the kept cluster asks for its token (see cluster.py)
     cluster.take_lease()
+    from skillopt_ray.service import handed_environment
     from skillopt_ray.startup_trace import ENV
 
-    # workers are the kept cluster's children, not this process's: a start-up trace is handed to them explicitly
-    traced: dict[str, Any] = {"runtime_env": {"env_vars": {ENV: os.environ[ENV]}}} if os.environ.get(ENV) else {}
+    # workers are the kept cluster's children, not this process's: what this command's environment adds or changes
+    # (a key exported since `up`, a start-up trace) is handed to this job's workers explicitly
+    handed = handed_environment(kept.pid)
+    if os.environ.get(ENV):
+        handed[ENV] = os.environ[ENV]
+    extra: dict[str, Any] = {"runtime_env": {"env_vars": handed}} if handed else {}
     try:
-        ray.init(address=kept.address, **COMMON_INIT, **traced)
+        ray.init(address=kept.address, **COMMON_INIT, **extra)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
         raise UsageError(
             f"cannot reach the Ray cluster kept up by pid {kept.pid} at {kept.address}: {one_line(e)}; stop it with "

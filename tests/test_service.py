@@ -1,0 +1,309 @@
+"""The kept cluster's run service: who it serves, what it refuses, and a served run end to end (same result as a
+command's own run, Ctrl-C, a killed command, standby actors adopted, another user refused)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from skillopt_ray import service, service_client
+from skillopt_ray.exit_codes import EXIT_STOPPED
+from skillopt_ray.lifeline import start_ticks
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+
+# ---------- the rules, without a cluster
+
+
+def test_env_difference_ignores_what_a_shell_sets_and_rays_own_settings():
+    ours = {"HOME": "/root", "OPENAI_API_KEY": "a", "PWD": "/x", "SHLVL": "1", "RAY_AUTH_MODE": "token"}
+    same = dict(ours, PWD="/elsewhere", SHLVL="3", RAY_AUTH_MODE="disabled", COLUMNS="120")
+    assert service.env_difference(same, ours) == []
+    assert service.env_difference(dict(ours, OPENAI_API_KEY="b"), ours) == ["OPENAI_API_KEY"]
+    assert service.env_difference(dict(ours, ALFWORLD_DATA="/d"), ours) == ["ALFWORLD_DATA"]
+    gone = dict(ours)
+    del gone["OPENAI_API_KEY"]
+    assert service.env_difference(gone, ours) == ["OPENAI_API_KEY"]  # unset since `up` counts too
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "offered"),
+    [
+        (["+experiment=custom"], {}, True),
+        (["+experiment=custom", "--cfg", "job"], {}, False),  # only prints: not worth a round trip
+        (["--help"], {}, False),
+        (["+experiment=custom", "ray.address=10.0.0.1:6379"], {}, False),  # its own cluster
+        (["+experiment=custom", "+ray.address=x:1"], {}, False),
+        (["+experiment=custom"], {"RAY_ADDRESS": "x:1"}, False),
+        (["+experiment=custom"], {"RAY_JOB_CONFIG_JSON_ENV_VAR": "{}"}, False),  # a `ray job submit` entrypoint
+        (["+experiment=custom"], {"SKILLOPT_SERVICE": "off"}, False),
+    ],
+)
+def test_which_commands_are_offered_to_the_service(argv, env, offered):
+    assert service_client.wanted(argv, env) is offered
+
+
+def test_no_kept_cluster_means_the_command_runs_on_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("SKILLOPT_CLUSTER_HOME", str(tmp_path))
+    assert service_client.try_serve(["+experiment=custom"]) is None
+    (tmp_path / service.SOCKET).touch()  # a stale socket file (the holder was killed): not an error either
+    assert service_client.try_serve(["+experiment=custom"]) is None
+
+
+def test_a_relayed_stream_drops_what_is_written_after_the_command_left():
+    a, b = socket.socketpair()
+    relay = service.Relay(a, "out", True, threading.Lock())
+    relay.write("hello")
+    assert json.loads(b.recv(100)) == {"out": "hello"}
+    assert relay.isatty()
+    b.close()
+    a.close()
+    relay.write("x" * 100)  # no exception: a run's late log line must not kill the holder
+    assert relay.closed and not relay.isatty()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"not json\n", b'{"argv": "x", "cwd": "/", "env": {}}\n', b'{"argv": [1], "cwd": "/", "env": {}}\n', b"[]\n"],
+)
+def test_a_malformed_request_is_refused(line):
+    a, b = socket.socketpair()
+    b.sendall(line)
+    with pytest.raises(ValueError):
+        service.read_request(a)
+
+
+# ---------- a kept cluster serving real commands
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, SKILLOPT_CLUSTER_HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO))
+    for name in ("RAY_ADDRESS", "SKILLOPT_SERVICE", "SKILLOPT_STARTUP_TRACE", "PYTEST_CURRENT_TEST"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+def _cluster(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "skillopt_ray.cluster", *args],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    """A kept cluster (its own record folder) and a scripted endpoint answering the sum questions after 0.3 s."""
+    from bench_small_eval import reply, write_tasks
+    from scripted_server import ScriptedServer
+
+    work = tmp_path_factory.mktemp("service")
+    home = work / "cluster"
+    tasks = write_tasks(work / "data", 6)
+    up = _cluster(home, "up", "--json", "--object-store-mb", "128")
+    assert up.returncode == 0, up.stderr
+    rec = json.loads(up.stdout.strip().splitlines()[-1])
+    try:
+        with ScriptedServer(policy=reply, latency_s=0.3) as srv:
+            yield {"home": home, "tasks": tasks, "srv": srv, "rec": rec, "work": work}
+    finally:
+        _cluster(home, "down")
+
+
+def _eval_cmd(k: dict, out: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "skillopt_ray",
+        "+experiment=custom",
+        "mode=eval",
+        f"env.data_dir={k['tasks']}",
+        f"eval.skill_path={k['tasks'].parent / 'skill.md'}",
+        "eval.split=test",
+        "llm=compatible",
+        f"llm.base_url={k['srv'].base_url}",
+        f"output_dir={k['work'] / out}",
+        "debug.progress=off",
+        "resume=false",
+    ]
+
+
+def _served_by(trace: Path) -> set[int]:
+    return {int(line.split()[2]) for line in trace.read_text().splitlines() if line.startswith("cli-started")}
+
+
+@pytest.mark.slow
+def test_a_served_run_gives_the_same_result_and_later_runs_adopt_standby_actors(kept, tmp_path):
+    trace = tmp_path / "trace.txt"
+    runs = []
+    for _ in range(2):
+        trace.unlink(missing_ok=True)
+        env = _env(kept["home"], SKILLOPT_STARTUP_TRACE=str(trace))
+        run = subprocess.run(_eval_cmd(kept, "out"), env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert re.search(r"eval on test: hard 1\.000\s+soft 1\.000\s+\(n=6", run.stdout + run.stderr)
+        assert _served_by(trace) == {kept["rec"]["pid"]}  # composed and launched in the holder, not in this command
+        runs.append(trace.read_text())
+        time.sleep(3)  # the holder starts idle copies of the first run's actors after it
+    assert "adopted-DriverActor" not in runs[0]  # nothing idle before the first run
+    for kind in ("DriverActor", "GatewayActor", "EnvActor"):
+        assert f"adopted-{kind}" in runs[1]
+    # its own run (no kept cluster involved) reads the same
+    own = subprocess.run(
+        _eval_cmd(kept, "own"),
+        env=_env(kept["home"], SKILLOPT_SERVICE="off"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert own.returncode == 0 and "attached to the Ray cluster kept up" in own.stderr
+    assert re.search(r"hard 1\.000\s+soft 1\.000\s+\(n=6", own.stdout + own.stderr)
+
+
+@pytest.mark.slow
+def test_a_command_whose_environment_differs_runs_on_its_own_and_hands_the_difference_to_its_workers(kept, tmp_path):
+    code = (
+        "import os, ray; from skillopt_ray.cli.ray_session import start_ray; "
+        "start_ray({'ray': {'address': None, 'num_cpus': None, 'object_store_memory_mb': 128}}); "
+        "f = ray.remote(lambda: os.environ.get('SKILLOPT_TEST_KEY')); print(ray.get(f.remote()))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(kept["home"], SKILLOPT_TEST_KEY="set-after-up"),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "set-after-up"  # the worker saw what the command exported
+    served = subprocess.run(
+        _eval_cmd(kept, "differs"),
+        env=_env(kept["home"], SKILLOPT_TEST_KEY="x"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert served.returncode == 0, served.stderr
+    assert "does not run this command (its environment differs from the kept cluster's (SKILLOPT_TEST_KEY))" in (
+        served.stderr
+    )
+
+
+def _actor_processes(title: bytes) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "cmdline").read_bytes().startswith(title):
+                    pids.append(int(d.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+def test_stopping_the_command_stops_the_served_run_and_the_holder_serves_the_next(kept, tmp_path, how):
+    cmd = _eval_cmd(kept, f"stop-{how}") + ["llm.target.max_concurrency=1"]  # 6 x 0.3 s one after another
+    before = len(kept["srv"].state.request_times)
+    trace = tmp_path / "trace.txt"
+    env = _env(kept["home"], SKILLOPT_STARTUP_TRACE=str(trace))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(kept["srv"].state.request_times) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(kept["srv"].state.request_times) > before, "the run never called the model"
+    drivers = {int(ln.split()[2]) for ln in trace.read_text().splitlines() if ln.startswith("driver-started")}
+    proc.send_signal(signal.SIGINT) if how == "ctrl-c" else proc.kill()
+    out, err = proc.communicate(timeout=120)
+    if how == "ctrl-c":
+        assert proc.returncode == EXIT_STOPPED, err  # as a command's own run stopped by Ctrl-C
+        assert "interrupted: rerun the same command to resume" in err
+    stopped_at = len(kept["srv"].state.request_times)
+    time.sleep(2)
+    assert len(kept["srv"].state.request_times) - stopped_at <= 1  # no calls go on after the command stopped
+    rec = kept["rec"]
+    assert start_ticks(rec["pid"]) == rec["start"], "the holder died with the run"
+    again = subprocess.run(
+        _eval_cmd(kept, "after"), env=_env(kept["home"]), capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr
+    assert re.search(r"hard 1\.000\s+soft 1\.000", again.stdout + again.stderr)
+    assert len(drivers) == 1  # the stopped run's driver actor ...
+    assert not drivers & set(_actor_processes(b"ray::DriverActor"))  # ... is gone
+
+
+def _ask_as(uid: int, sock: str, request: bytes) -> bytes:
+    """What the service answers a process of user `uid` (a forked child) that sends `request`."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        answer = b"?"
+        try:
+            if uid != os.getuid():
+                os.setgid(uid)
+                os.setuid(uid)
+            c = socket.socket(socket.AF_UNIX)
+            c.settimeout(20)
+            c.connect(sock)
+            c.sendall(request)
+            answer = c.recv(300) or b"closed"
+        except (BrokenPipeError, ConnectionResetError):
+            answer = b"closed"  # closed before the request was even read
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            answer = repr(e).encode()[:300]
+        os.write(write, answer)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return os.read(read, 400)
+
+
+@pytest.fixture
+def bare_service(tmp_path_factory):
+    """The service's socket and admission, without a cluster, in a folder any user can reach."""
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="svc-", dir="/tmp"))
+    home.chmod(0o755)
+    svc = service.Service(home, {"HOME": "/root", "OPENAI_API_KEY": "a"})
+    try:
+        yield svc
+    finally:
+        svc.close()
+        home.rmdir()
+
+
+def test_the_socket_is_the_users_own_and_a_differing_environment_is_sent_back(bare_service):
+    sock = str(bare_service.path)
+    assert bare_service.path.stat().st_mode & 0o777 == 0o700
+    request = json.dumps({"argv": [], "cwd": "/", "env": {"HOME": "/root", "OPENAI_API_KEY": "b"}}).encode() + b"\n"
+    answer = json.loads(_ask_as(os.getuid(), sock, request))
+    assert answer == {"own": "its environment differs from the kept cluster's (OPENAI_API_KEY)"}
+    assert bare_service._queue.empty()  # nothing was queued to run
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another user")
+def test_another_user_gets_no_answer(bare_service):
+    sock = str(bare_service.path)
+    request = json.dumps({"argv": [], "cwd": "/", "env": {"HOME": "/root", "OPENAI_API_KEY": "a"}}).encode() + b"\n"
+    assert b"Permission" in _ask_as(65534, sock, request)  # the socket is 0700: not even a connection
+    os.chmod(sock, 0o777)  # opened here only to reach the uid check behind it
+    assert _ask_as(65534, sock, request) == b"closed"  # the connection closed without a word
+    assert bare_service._queue.empty()
