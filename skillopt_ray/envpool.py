@@ -176,6 +176,9 @@ class EnvActor:
                 raise DataError(f"{' and '.join(missing)} does not exist there")
             self.bench = skillopt_envs.make(env_name, env_cfg)
             self.bench.warm_up()
+            # imported now, not by the first episode, whose import would block this actor's other episodes
+            import skillopt_ray.harness.agent_runner  # noqa: F401
+
             mark("env-actor-ready")
         except DataError as e:
             self.data_error = (
@@ -206,15 +209,29 @@ class EnvActor:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def turns_guess(task: Task, turns: dict[str, int]) -> Optional[float]:
+    """The turns `task` took when last played, else its benchmark's guess (a positive `expected_turns` in its
+    payload, e.g. an ALFWorld game's walkthrough length), else None."""
+    if task.task_id in turns:
+        return turns[task.task_id]
+    hint = task.payload.get("expected_turns") if isinstance(task.payload, dict) else None
+    if isinstance(hint, (int, float)) and not isinstance(hint, bool) and hint > 0:
+        return float(hint)
+    return None
+
+
 def start_order(tasks: list[Task], turns: dict[str, int]) -> list[int]:
     """Indices of `tasks`, longest first by the `turns` each took when last played (a gate replays the same tasks
-    every step): the long ones do not start last and hold the rollout open alone. A task not played yet counts as
-    the mean of those that were; with none known, the order is the tasks' own (ties keep it too)."""
-    known = [turns[t.task_id] for t in tasks if t.task_id in turns]
+    every step) or, before that, by its benchmark's guess: the long ones do not start last and hold the rollout
+    open alone. A task with neither counts as the mean of the others; with none known, the order is the tasks'
+    own (ties keep it too)."""
+    guesses = [turns_guess(t, turns) for t in tasks]
+    known = [g for g in guesses if g is not None]
     if not known:
         return list(range(len(tasks)))
     mean = sum(known) / len(known)
-    return sorted(range(len(tasks)), key=lambda i: -turns.get(tasks[i].task_id, mean))
+    filled = [mean if g is None else g for g in guesses]
+    return sorted(range(len(tasks)), key=lambda i: -filled[i])
 
 
 class Slots:

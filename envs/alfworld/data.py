@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from skillopt_envs.base import DataError, Task, check_new_id, manifest_entries
 from skillopt_envs.kit import SPLIT_ALIASES
@@ -63,6 +64,21 @@ def game_ref(gamefile: str | Path) -> str:
     return "/".join(parts[-4:-1]) if len(parts) >= 4 else str(gamefile)
 
 
+def game_payload(game: Path, ref: str) -> dict[str, Any]:
+    """A game task's payload. `expected_turns` (the walkthrough's length, when the file has one) is the env pool's
+    guess of how long an episode runs before it has played the game: it starts the longest first, so a long game
+    does not start last and hold the rollout open alone. Only the order episodes start in depends on it."""
+    payload: dict[str, Any] = {"gamefile": str(game), "game_ref": ref}
+    try:
+        with open(game, encoding="utf-8") as f:
+            steps = len(json.load(f).get("walkthrough") or [])
+    except (OSError, ValueError, AttributeError, TypeError):
+        steps = 0  # an unreadable game fails its episode with a clear error; the order only loses its guess
+    if steps:
+        payload["expected_turns"] = steps
+    return payload
+
+
 def resolve_root(data_dir: Optional[str]) -> Optional[Path]:
     """The directory holding `json_2.1.1` (or json_2.1.1 itself); None when nothing is configured."""
     raw = data_dir or os.environ.get("ALFWORLD_DATA")
@@ -99,7 +115,7 @@ def walk_split(root: Path, split: str) -> list[Task]:
     tasks = []
     for game in sorted(base.glob("*/*/game.tw-pddl")):
         ref = f"{sub}/{game.parent.parent.name}/{game.parent.name}"
-        tasks.append(Task(ref, task_type_of(ref), {"gamefile": str(game), "game_ref": ref}))
+        tasks.append(Task(ref, task_type_of(ref), game_payload(game, ref)))
     if not tasks:
         raise DataError(f"no game.tw-pddl files under {base}; run alfworld-download or point env.data_dir elsewhere")
     return tasks
@@ -152,7 +168,7 @@ def manifest_split(root: Optional[Path], manifest_dir: str | Path, split: str, s
             Task(
                 str(item.get("id") or item["gamefile"]),
                 task_type_of(item["gamefile"]),
-                {"gamefile": str(game), "game_ref": game_ref(game)},
+                game_payload(game, game_ref(game)),
             )
         )
     if missing and not skip_missing:
