@@ -7,13 +7,16 @@ Splits: SkillOpt's paper split ships with the project (envs/alfworld/splits) and
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.alfworld import data as alf_data
 from skillopt_envs.alfworld.compile_cache import resolve_dir
-from skillopt_envs.alfworld.game import AlfWorldGame, read_walkthrough
+from skillopt_envs.alfworld.game import AlfWorldGame, StepOutcome, read_walkthrough
+from skillopt_envs.alfworld.openings import Opening, Openings
 from skillopt_envs.alfworld.protocol import (
     ParsedReply,
     Record,
@@ -30,6 +33,8 @@ SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
 SEED_SKILL = SEED_SKILL_PATH.read_text(encoding="utf-8")
 
 FAIL_NOT_COMPLETED = "Episode ended without completing the task"
+
+logger = logging.getLogger(__name__)
 
 
 def fail_timeout(max_steps: int) -> str:
@@ -96,6 +101,51 @@ class GameCache:
         self._free.setdefault(game.gamefile, []).append(game)
 
 
+@dataclass(frozen=True)
+class Turn:
+    """What every target call of one episode shares."""
+
+    skill: str
+    llm: LLM
+    ctx: EpisodeContext
+    ref: str  # the game's name in sample keys
+
+    @property
+    def window(self) -> int:
+        return self.ctx.history_window
+
+
+@dataclass(frozen=True)
+class View:
+    """What the target is shown at a step: the goal, the history so far, the observation and the admissible actions."""
+
+    goal: str
+    memory: list[Record]
+    observation: str
+    admissible: list[str]
+
+
+def _first_view(opening: Opening) -> View:
+    return View(goal_text(opening.observation), [], opening.observation, list(opening.admissible))
+
+
+async def _let_requests_leave() -> None:
+    """A few turns of the event loop, so a call just made leaves (the gateway transport sends the calls of one loop
+    turn together, at its end) before a game load holds this loop."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def _discard(call: Optional[asyncio.Future[Any]]) -> None:
+    """An early first call the episode did not use (its game failed to load): stopped, its outcome dropped."""
+    if call is None:
+        return
+    if not call.done():
+        call.cancel()
+    elif not call.cancelled():
+        call.exception()  # retrieved, so asyncio does not report an unread failure
+
+
 def _walkthrough_length(task: Task) -> Optional[int]:
     """Steps of the game's walkthrough, None when the game file carries none (or cannot be read)."""
     try:
@@ -150,6 +200,7 @@ class AlfWorldBenchmark(Benchmark):
         self.options = AlfWorldOptions.parse(dict(env_cfg.get("options") or {}))
         self._root = alf_data.resolve_root(env_cfg.get("data_dir"))
         self._games = GameCache(self.options.cached_games, resolve_dir(self.options.compile_cache))
+        self._openings = Openings.open(self._games.compile_cache_dir)
         self._using_samples = self._root is None
         if self._using_samples:
             from skillopt_envs.alfworld.samples import ensure_sample_games
@@ -253,30 +304,57 @@ class AlfWorldBenchmark(Benchmark):
                 fail_reason="infra_error",
                 error_kind="game_missing",
             )
-        game = self._games.acquire(gamefile)
+        ref = task.payload.get("game_ref") or alf_data.game_ref(gamefile)
+        turn = Turn(skill, llm, ctx, ref)
+        known = self._openings.get(gamefile)
+        # the opening is known: the first call leaves now and the game loads while the model answers
+        early = asyncio.ensure_future(self._ask(turn, 0, _first_view(known))) if known is not None else None
+        if early is not None:
+            await _let_requests_leave()
+        game: Optional[AlfWorldGame] = None
         try:
-            return await self._play(game, task, skill, llm, ctx)
+            game = self._games.acquire(gamefile)
+            first = game.reset()
+            seen = Opening(first.observation, tuple(first.admissible))
+            if seen != known:
+                self._openings.put(gamefile, seen)
+                if early is not None:  # a stale kept opening: ask again with what the game showed
+                    logger.warning("ALFWorld: the kept opening of %s differed from its reset; asked again", ref)
+                    early.cancel()
+                    early = None
+            return await self._play(game, first, task, turn, early)
         finally:
-            self._games.release(game)
+            _discard(early)
+            if game is not None:
+                self._games.release(game)
 
-    async def _play(self, game: AlfWorldGame, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
+    async def _ask(self, turn: Turn, step: int, view: View) -> tuple[str, bool]:
+        """One target call for the view: (the reply's text, whether it was schema-constrained)."""
+        messages = build_messages(turn.skill, view.goal, view.memory, view.observation, view.admissible, turn.window)
+        fmt = await self._action_format(turn.llm, view.admissible)
+        key = f"{turn.ctx.key}/{turn.ref}/t{step}"
+        reply = await turn.llm.chat(ChatRequest("target", turn.ctx.stage or "rollout", messages, key, fmt))
+        return reply.content, fmt is not None
+
+    async def _play(
+        self,
+        game: AlfWorldGame,
+        first: StepOutcome,
+        task: Task,
+        turn: Turn,
+        early: Optional[asyncio.Future[tuple[str, bool]]],
+    ) -> EpisodeResult:
         """One episode as the reference plays it: at most max_turns target calls, each reply's action played;
-        an LLM error propagates (the pool reports an infra error), it never becomes an action."""
-        first = game.reset()
+        an LLM error propagates (the pool reports an infra error), it never becomes an action. `early`: the first
+        call, already asked with this opening."""
         goal = goal_text(first.observation)
-        observation, admissible = first.observation, first.admissible
-        ref = task.payload.get("game_ref") or alf_data.game_ref(game.gamefile)
-        memory: list[Record] = []
+        view = View(goal, [], first.observation, first.admissible)
         trajectory: list[dict[str, Any]] = []
         won = done = False
         format_errors = 0
-        for step in range(ctx.max_turns):
-            messages = build_messages(skill, goal, memory, observation, admissible, ctx.history_window)
-            fmt = await self._action_format(llm, admissible)
-            reply = await llm.chat(
-                ChatRequest("target", ctx.stage or "rollout", messages, f"{ctx.key}/{ref}/t{step}", fmt)
-            )
-            parsed: ParsedReply = parse_constrained_reply(reply.content) if fmt else parse_reply(reply.content)
+        for step in range(turn.ctx.max_turns):
+            content, constrained = await (early if step == 0 and early is not None else self._ask(turn, step, view))
+            parsed: ParsedReply = parse_constrained_reply(content) if constrained else parse_reply(content)
             format_errors += 0 if parsed.format_ok else 1
             out = game.step(parsed.command)
             won = out.won
@@ -290,18 +368,22 @@ class AlfWorldBenchmark(Benchmark):
                     "step": step,
                     "action": parsed.action,
                     "reasoning": parsed.reasoning,
-                    "model_response": reply.content,
+                    "model_response": content,
                     "env_feedback": out.observation,
                     "reward": 1.0 if out.won else 0.0,
                     "done": done,
                     "format_ok": parsed.format_ok,
                 }
             )
-            memory.append(Record(observation, parsed.command))
-            observation, admissible = out.observation, out.admissible or admissible
+            view = View(
+                goal,
+                [*view.memory, Record(view.observation, parsed.command)],
+                out.observation,
+                out.admissible or view.admissible,
+            )
             if done:
                 break
-        return _episode_result(task, goal, ref, won, done, trajectory, format_errors, ctx.max_turns)
+        return _episode_result(task, goal, turn.ref, won, done, trajectory, format_errors, turn.ctx.max_turns)
 
     async def _action_format(self, llm: LLM, admissible: list[str]) -> Optional[dict[str, Any]]:
         """The JSON schema that limits the reply's action to the admissible commands (constrained mode), or None."""

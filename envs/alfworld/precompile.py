@@ -27,10 +27,14 @@ def _compile(gamefile: str, cache_dir: str) -> int:
     """Load one game (filling the cache); the number of parts computed rather than read."""
     from skillopt_envs.alfworld import speedups
     from skillopt_envs.alfworld.game import AlfWorldGame
+    from skillopt_envs.alfworld.openings import Opening, Openings
 
     compiled = speedups.install(Path(cache_dir))
     before = sum(compiled.computed.values())
-    AlfWorldGame(gamefile, Path(cache_dir)).close()
+    game = AlfWorldGame(gamefile, Path(cache_dir))
+    first = game.reset()  # its opening kept too: an episode then asks its first call before loading the game
+    Openings.open(Path(cache_dir)).put(gamefile, Opening(first.observation, tuple(first.admissible)))
+    game.close()
     return sum(compiled.computed.values()) - before
 
 
