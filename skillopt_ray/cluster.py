@@ -221,10 +221,19 @@ def status(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({}))
         return 0
+    from skillopt_ray.service_client import service_status
+
     runs = active_leases()
-    print(f"{_describe(rec)}; {runs} run(s) attached now", file=sys.stderr)
+    served = service_status() or {}
+    spare = served.get("standby") or {"idle": 0, "ready": 0}
+    serving = "; serving a run now" if served.get("busy") else ""
+    print(
+        f"{_describe(rec)}; {runs} run(s) attached now{serving}; {spare['ready']} of {spare['idle']} idle actors "
+        "ready for the next command",
+        file=sys.stderr,
+    )
     if args.json:
-        print(json.dumps({**asdict(rec), "runs": runs}))
+        print(json.dumps({**asdict(rec), "runs": runs, "standby": spare, "busy": bool(served.get("busy"))}))
     return 0
 
 

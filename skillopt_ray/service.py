@@ -119,6 +119,8 @@ def read_request(conn: socket.socket) -> dict[str, Any]:
         if len(data) > MAX_REQUEST_BYTES:
             raise ValueError("request too large")
     raw = json.loads(data)
+    if isinstance(raw, dict) and raw.get("status") is True:
+        return raw
     if not (
         isinstance(raw, dict)
         and isinstance(raw.get("argv"), list)
@@ -173,6 +175,12 @@ class Service:
             conn.settimeout(10.0)
             raw = read_request(conn)
             conn.settimeout(None)
+            if raw.get("status"):  # `python -m skillopt_ray.cluster status`: the idle actors, nothing run
+                conn.sendall(
+                    (json.dumps({"standby": self.pool.readiness(), "busy": self._busy.is_set()}) + "\n").encode()
+                )
+                conn.close()
+                return
         except (OSError, ValueError) as e:
             with contextlib.suppress(OSError):
                 conn.sendall((json.dumps({"refused": f"bad request: {e}"}) + "\n").encode())

@@ -75,6 +75,26 @@ def try_serve(argv: list[str]) -> Optional[int]:
         return _relay(conn)
 
 
+def service_status(timeout_s: float = 5.0) -> Optional[dict[str, Any]]:
+    """The run service's state (its idle actors, whether a run is in progress), or None when none answers."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(timeout_s)
+    try:
+        with conn:
+            conn.connect(str(home() / SOCKET))
+            conn.sendall(b'{"status": true}\n')
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return None
+                data += chunk
+        answer: dict[str, Any] = json.loads(data)
+        return answer
+    except (OSError, ValueError):
+        return None
+
+
 def _terminal_size() -> list[int]:
     for stream in (sys.stderr, sys.stdout):
         with contextlib.suppress(OSError, ValueError, AttributeError):

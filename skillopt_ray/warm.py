@@ -102,6 +102,7 @@ class _Idle:
     handle: Any
     cls: Any
     options: dict[str, Any]
+    ready: Any = None  # the ref that resolves once its process is up and its class loaded
 
 
 @dataclass
@@ -149,8 +150,17 @@ class StandbyPool:
                 ray.kill(self.idle.pop(key).handle, no_restart=True)
         for key, (cls, options) in wanted.items():
             if key not in self.idle:
-                self.idle[key] = _Idle(self._standby(key, cls).options(**options).remote(), cls, options)
+                handle = self._standby(key, cls).options(**options).remote()
+                self.idle[key] = _Idle(handle, cls, options, handle.__ray_ready__.remote())
         self.used, self.adopted, self.started, self.env = [], [], [], {}
+
+    def readiness(self) -> dict[str, int]:
+        """How many idle actors there are and how many of them are up (a command now would adopt them at once)."""
+        import ray
+
+        refs = [spare.ready for spare in list(self.idle.values()) if spare.ready is not None]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+        return {"idle": len(refs), "ready": len(done)}
 
     def _standby(self, key: str, cls: Any) -> Any:
         if key not in self._classes:
