@@ -11,10 +11,11 @@ Reported, per measured pass (after one warm-up pass that starts the actors and o
 - wall time of the pass and bound / wall (1.0 = only waiting on the model);
 - calls per second through the gateway (calls the endpoint answered / wall);
 - CPU seconds of the driver process (this one: the pool's scheduling and the results), the gateway
-  actor(s), the env actors, the server, and Ray's own processes (raylet, GCS), over the pass;
+  actor(s), the env actors, the server, and Ray's own processes (raylet, GCS), over the pass, and the same
+  per call (milliseconds);
 - the load average before the run, since other work on the machine bounds a 2-core run too.
 
-    python scripts/bench_scale.py --episodes 1000 --latency 0.5
+    python scripts/bench_scale.py --episodes 1000 --latency 1.0
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class _Discard(list):
 
 
 def main() -> None:
+    from skillopt_ray.config import LLMRoleConfig
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=1000)
     ap.add_argument("--calls", type=int, default=1, help="target calls per episode")
@@ -101,9 +104,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--http-client",
-        default="httpx",
-        help="the SDK's HTTP transport (llm.<role>.http_client): httpx, aiohttp, "
-        "or both, comma-separated, measured one after the other in this run",
+        default=LLMRoleConfig.http_client,  # the runner's default, so the default figures are the runner's
+        help=f"the SDK's HTTP transport (llm.<role>.http_client; the runner's default: {LLMRoleConfig.http_client}): "
+        "httpx, aiohttp, or both, comma-separated, measured one after the other in this run",
     )
     ap.add_argument("--cache", action="store_true", help="with the response cache (record mode) in a temp run dir")
     ap.add_argument("--json", default=None, help="write the figures here too")
@@ -202,6 +205,7 @@ def main() -> None:
                     "episodes_ok": sum(r.hard == 1.0 for r in results),
                     "aligned": all(r.task_id == t.task_id for r, t in zip(results, tasks)),
                     "cpu_s": {k: round(after[k] - before[k], 2) for k in after},
+                    "cpu_ms_per_call": {k: round(1000 * (after[k] - before[k]) / max(1, calls), 2) for k in after},
                     "loadavg_1m": round(os.getloadavg()[0], 2),
                 }
                 rows.append(row)
@@ -218,7 +222,8 @@ def main() -> None:
         )
         print(
             f"{'shards':>6} {'client':>8} {'wall s':>8} {'bound/wall':>10} {'calls/s':>8} {'driver':>7} {'gateway':>8} {'senders':>8} "
-            f"{'env act':>8} {'server':>7} {'ray':>5}   (best measured pass; CPU seconds over the pass)"
+            f"{'env act':>8} {'server':>7} {'ray':>5} {'gw ms/call':>10} {'env ms/call':>11}"
+            "   (best measured pass; CPU seconds over the pass, then per call)"
         )
         for r in report:
             b = r["best"]
@@ -226,6 +231,7 @@ def main() -> None:
             print(
                 f"{r['shards']:>6} {r['http_client']:>8} {b['wall_s']:>8.2f} {b['bound_over_wall']:>10.3f} {b['calls_per_s']:>8.0f} {c['driver']:>7.2f} "
                 f"{c['gateway']:>8.2f} {c['senders']:>8.2f} {c['env_actors']:>8.2f} {c['server']:>7.2f} {c['ray']:>5.2f}"
+                f" {b['cpu_ms_per_call']['gateway']:>10.2f} {b['cpu_ms_per_call']['env_actors']:>11.2f}"
             )
         if a.json:
             Path(a.json).write_text(

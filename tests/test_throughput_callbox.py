@@ -68,6 +68,26 @@ def test_many_calls_in_one_turn_go_in_one_submit_and_each_gets_its_own_reply():
     assert not b.waiting and actor.boxes.running() == 0
 
 
+def test_calls_started_one_by_one_while_others_are_out_share_a_batch():
+    """Episodes start one per loop turn (each its own actor call arriving); with calls out, theirs coalesce."""
+
+    async def go() -> tuple[int, list[str]]:
+        actor = FakeActor(echo_after)
+        b = CallBatcher(actor)
+        first = asyncio.ensure_future(b.chat(req("slow-0")))
+        await asyncio.sleep(0)  # the first call leaves alone, at the end of its turn
+        later = []
+        for i in range(10):
+            later.append(asyncio.ensure_future(b.chat(req(f"k{i}"))))
+            await asyncio.sleep(0)  # one loop turn each
+        replies = await asyncio.gather(first, *later)
+        return b.batches, [r.content for r in replies]
+
+    batches, contents = asyncio.run(go())
+    assert contents == ["reply to slow-0"] + [f"reply to k{i}" for i in range(10)]
+    assert batches < 6  # not one per call
+
+
 def test_a_slow_call_does_not_hold_the_fast_ones_of_its_batch():
     async def go() -> tuple[float, float]:
         b = CallBatcher(FakeActor(echo_after))

@@ -2,8 +2,9 @@
 
 One Ray actor call costs both processes about half a millisecond of CPU (scripts/bench_scale.py, 27 Nov): at a
 thousand episodes in flight that was a third of the gateway's CPU and most of an env actor's. So a process's chat
-calls made in one turn of its event loop leave in one `submit` (no added wait: the batch goes at the end of that
-turn), and the replies come back in `collect` calls, each bringing every reply ready by then. A slow call never
+calls leave together in one `submit` (a lone call goes at the end of its event-loop turn; while other calls are
+out, a new one waits COALESCE_S for others to join it), and the replies come back in `collect` calls, each
+bringing every reply ready by then. A slow call never
 holds a fast one: nothing waits for a batch to finish. Only the transport changes; every call still goes
 through `Gateway.chat` on its own (cache, limits, ledger, budgets).
 
@@ -23,6 +24,7 @@ from typing import Any, Optional
 from skillopt_ray.llm.types import ChatRequest, ChatResult, LLMError
 
 COLLECT_WAIT_S = 20.0  # a collect with nothing to bring returns empty after this long, so a caller can look again
+COALESCE_S = 0.002  # with calls already out, how long a new call waits for others to join its batch
 FORGET_AFTER_S = 600.0  # a mailbox nobody collected from this long (its caller died) is dropped with its replies
 
 # (sequence number, ok, ChatResult when ok, else the exception to raise at the caller)
@@ -133,9 +135,14 @@ class CallBatcher:
             raise
 
     def _schedule(self) -> None:
+        """Flush at the end of this loop turn when no call is out (a lone call waits for nothing); with calls out,
+        a little later, so the calls of episodes that start one by one share a batch."""
         if not self._flush_due:
             self._flush_due = True
-            self.loop.call_soon(self._flush)
+            if len(self.waiting) > len(self._outbox):
+                self.loop.call_later(COALESCE_S, self._flush)
+            else:
+                self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Send what this loop turn asked for; make sure someone is collecting while calls are out."""
