@@ -1,4 +1,4 @@
-"""A real model learns: train +experiment=local_coder with llm=local under several seeds and report the test gain.
+"""A real model learns: train a local-model experiment with llm=local under several seeds and report the test gain.
 
 One local model server (Qwen2.5-Coder-1.5B, 2 slots per run) serves every seed's run at once: on a CPU, a few
 sequences decoded together cost little more than one, so the seeds run side by side. Each run is an ordinary CLI run
@@ -9,6 +9,7 @@ skill; the same text goes to <output-dir>/report.md.
 
     scripts/install_model.sh qwen2.5-coder-1.5b                  # once
     .venv/bin/python scripts/learning_experiment.py              # seeds 42 and 43: 22.6 min for both, 2 shared cores
+    .venv/bin/python scripts/learning_experiment.py --experiment local_house_style   # the house-style tasks
     .venv/bin/python scripts/learning_experiment.py --report-only
     .venv/bin/python scripts/learning_experiment.py -- env.limit_test=2   # extra overrides for every run
 """
@@ -55,7 +56,10 @@ class RunResult:
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
-    ap.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "learning")
+    ap.add_argument("--experiment", default="local_coder", help="the conf/experiment preset every seed runs")
+    ap.add_argument(
+        "--output-dir", type=Path, help="default: outputs/learning (local_coder), else outputs/<experiment>"
+    )
     ap.add_argument("--threads", type=int, default=2, help="model server threads (1 can be faster on a busy CPU)")
     ap.add_argument("--report-only", action="store_true", help="only report on the runs already in --output-dir")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (after --)")
@@ -80,7 +84,7 @@ def launch(seed: int, url: str, args: argparse.Namespace) -> subprocess.Popen:
         sys.executable,
         "-m",
         "skillopt_ray",
-        "+experiment=local_coder",
+        f"+experiment={args.experiment}",
         "llm=local",
         f"seed={seed}",
         f"output_dir={args.output_dir}",
@@ -186,7 +190,14 @@ def report(results: list[RunResult]) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
-    args.output_dir = args.output_dir.resolve()
+    if not (ROOT / "conf" / "experiment" / f"{args.experiment}.yaml").is_file():
+        print(
+            f"learning_experiment: no experiment {args.experiment!r} in conf/experiment/; name one there",
+            file=sys.stderr,
+        )
+        return 2
+    default_dir = "learning" if args.experiment == "local_coder" else args.experiment
+    args.output_dir = (args.output_dir or ROOT / "outputs" / default_dir).resolve()
     t0 = time.monotonic()
     if not args.report_only:
         run_all(args)
