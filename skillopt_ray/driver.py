@@ -220,7 +220,9 @@ class Run:
                 f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (traceback in {where})",
             )
         finally:
+            mark("driver-closing")
             await self._close()
+            mark("driver-closed")
 
     def _fail(self, code: int, message: str) -> dict[str, Any]:
         tracker = self.tracker.opened() if self.tracker else None
@@ -273,6 +275,7 @@ class Run:
             cfg.optimizer.max_infra_failure_fraction,
             f"eval:{split}",
         )
+        mark("episodes-done")
         stats = summarize(res, reps)
         task_scores = list(stats.tasks.values())  # the score's 95% interval over the tasks, with n
         self.rd.write_eval_results(split, [r.to_dict() for r in res])
@@ -293,6 +296,7 @@ class Run:
             rollouts_per_task=reps if reps > 1 else None,
         )
         self.rd.write_summary(summary)
+        mark("summary-written")
         if self.tracker:
             self.tracker.log_metrics(
                 {
@@ -307,6 +311,7 @@ class Run:
                 self.tracker.log_metrics({f"eval_hard.{t}": v["hard"], f"eval_soft.{t}": v["soft"]}, 0)
             self.tracker.log_artifact(p, "skills")
             self.tracker.log_artifact(self.rd.summary_path)
+            mark("eval-logged")
         return summary.to_dict()
 
     async def _close(self) -> None:

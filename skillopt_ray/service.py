@@ -100,6 +100,7 @@ class Request:
     env: dict[str, str]
     tty: tuple[bool, bool]
     size: list[int]
+    argv0: str
     lock: threading.Lock = field(default_factory=threading.Lock)
     running: threading.Event = field(default_factory=threading.Event)
 
@@ -142,6 +143,9 @@ class Service:
         self.env = dict(env)  # the holder's environment at its start: what every worker of the cluster inherits
         self.pool = StandbyPool()
         self.last_used = time.monotonic()
+        from skillopt_ray.cli.provenance import code_hash
+
+        code_hash()  # pinned now: the hash of the code this process has loaded (an edit later is noticed)
         self._queue: queue.Queue[Request] = queue.Queue()
         self._busy = threading.Event()
         self._closed = threading.Event()
@@ -196,9 +200,14 @@ class Service:
             raw["env"],
             (bool(tty[0:1] and tty[0]), bool(tty[1:2] and tty[1])),
             [int(n) for n in size[:2] if isinstance(n, int) and 0 < n < 10000],
+            str(raw.get("argv0") or ""),
         )
         differs = env_difference(req.env, self.env)
-        if differs:
+        changed = self._code_changed()
+        if changed:
+            req.send(own=changed)
+            conn.close()
+        elif differs:
             shown = ", ".join(differs[:5]) + (" ..." if len(differs) > 5 else "")
             req.send(own=f"its environment differs from the kept cluster's ({shown})")
             conn.close()
@@ -209,6 +218,22 @@ class Service:
             self._busy.set()
             req.send(accepted=True)  # from here on the command waits for this run, never runs it itself
             self._queue.put(req)
+
+    def _code_changed(self) -> str:
+        """Why the holder's loaded code is not the code on disk any more (an edit since `up`), or ""."""
+        from skillopt_ray.cli.provenance import code_hash
+
+        loaded = code_hash()  # cached: the hash of what this process imported, computed at its first use
+        try:
+            on_disk = code_hash.__wrapped__()
+        except Exception:  # noqa: BLE001 - an unreadable file: the command's own run says which
+            on_disk = ""
+        if on_disk == loaded:
+            return ""
+        return (
+            "the package's code changed since the kept cluster started; restart it to serve the new code: "
+            "python -m skillopt_ray.cluster down && python -m skillopt_ray.cluster up"
+        )
 
     # ---------- the main thread: one run at a time
 
@@ -240,9 +265,10 @@ class Service:
         trace = {TRACE_ENV: req.env[TRACE_ENV]} if req.env.get(TRACE_ENV) else {}
         self.pool.env = trace  # handed to the actors it adopts
         size = {"COLUMNS": str(req.size[0]), "LINES": str(req.size[1])} if len(req.size) == 2 else {}
+        loaded = set(sys.modules)
         try:
             with _interruptible(), _in_folder(req.cwd), _streams(out, err), _set_env({**trace, **size}):
-                with serve(self.pool, identity(req.pid)):
+                with serve(self.pool, identity(req.pid)), _argv0(req.argv0):
                     return main(req.argv)
         except KeyboardInterrupt:
             print("interrupted: rerun the same command to resume", file=err)
@@ -253,6 +279,7 @@ class Service:
         finally:
             req.running.clear()
             out.closed = err.closed = True
+            forget_user_modules(loaded)
 
     def _watch(self, req: Request) -> None:
         """The command's later frames: a signal it received, or its end (killed): either stops the run."""
@@ -290,6 +317,40 @@ def _interruptible() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def forget_user_modules(loaded: set[str]) -> list[str]:
+    """Drop the modules a run imported from outside the installed packages (a benchmark plugin of the user's, a
+    module named by `env.benchmark=module:Class`), so that the next run imports them again, edits included.
+    Returns their names."""
+    import sysconfig
+
+    from skillopt_ray.cli.provenance import code_roots
+
+    paths = sysconfig.get_paths()
+    kept = [Path(paths[k]).resolve() for k in ("purelib", "platlib", "stdlib")] + code_roots()
+    dropped = []
+    for name in sorted(set(sys.modules) - loaded):
+        where = getattr(sys.modules[name], "__file__", None)
+        if not where:
+            continue
+        path = Path(where).resolve()
+        if any(path.is_relative_to(root) for root in kept):  # libraries, and this package (its code hash guards it)
+            continue
+        del sys.modules[name]
+        dropped.append(name)
+    return dropped
+
+
+@contextlib.contextmanager
+def _argv0(argv0: str) -> Iterator[None]:
+    """The command's own argv[0] while it runs (its provenance names how it was started)."""
+    saved = list(sys.argv)
+    sys.argv = [argv0 or "skillopt_ray", *saved[1:]]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 @contextlib.contextmanager

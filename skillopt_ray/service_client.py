@@ -61,6 +61,7 @@ def try_serve(argv: list[str]) -> Optional[int]:
         conn.connect(str(path))
         request = {
             "argv": argv,
+            "argv0": sys.argv[0] if sys.argv else "",
             "cwd": os.getcwd(),
             "env": dict(os.environ),
             "tty": [sys.stdout.isatty(), sys.stderr.isatty()],

@@ -50,7 +50,7 @@ def test_code_hash_covers_code_and_prompts(tmp_path, monkeypatch):
     (tmp_path / "pkg" / "prompts").mkdir(parents=True)
     (tmp_path / "pkg" / "mod.py").write_text("x = 1\n")
     (tmp_path / "pkg" / "prompts" / "reflect.md").write_text("Say what failed.\n")
-    monkeypatch.setattr(provenance, "_code_roots", lambda: [tmp_path / "pkg"])
+    monkeypatch.setattr(provenance, "code_roots", lambda: [tmp_path / "pkg"])
     hashes = []
     for edit in (None, ("prompts/reflect.md", "Say what went wrong.\n"), ("mod.py", "x = 2\n")):
         if edit:

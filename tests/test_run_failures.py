@@ -64,7 +64,7 @@ def test_the_code_hash_survives_link_loops(tmp_path, monkeypatch):
 
     (tmp_path / "pkg" / "sub").mkdir(parents=True)
     (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
-    monkeypatch.setattr(provenance, "_code_roots", lambda: [tmp_path / "pkg"])
+    monkeypatch.setattr(provenance, "code_roots", lambda: [tmp_path / "pkg"])
     provenance.code_hash.cache_clear()
     try:
         plain = provenance.code_hash()

@@ -307,3 +307,34 @@ def test_another_user_gets_no_answer(bare_service):
     os.chmod(sock, 0o777)  # opened here only to reach the uid check behind it
     assert _ask_as(65534, sock, request) == b"closed"  # the connection closed without a word
     assert bare_service._queue.empty()
+
+
+def test_modules_a_run_imported_from_the_users_folders_are_forgotten_and_libraries_kept(tmp_path, monkeypatch):
+    (tmp_path / "my_bench_plugin.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loaded = set(sys.modules)
+    import my_bench_plugin  # noqa: F401  (a user's benchmark module, as env.benchmark=module:Class imports it)
+
+    import_later = [m for m in ("colorsys", "skillopt_ray.report") if m not in sys.modules]
+    for name in import_later:
+        __import__(name)
+    dropped = service.forget_user_modules(loaded)
+    assert dropped == ["my_bench_plugin"] and "my_bench_plugin" not in sys.modules
+    assert all(m in sys.modules for m in import_later)  # the standard library and this package stay loaded
+    (tmp_path / "my_bench_plugin.py").write_text("VALUE = 2\n")  # the user edits the plugin ...
+    import my_bench_plugin as again
+
+    assert again.VALUE == 2  # ... and the next run imports the edit
+    del sys.modules["my_bench_plugin"]
+
+
+def test_a_code_edit_since_up_is_sent_back_to_run_on_its_own(bare_service, monkeypatch):
+    from skillopt_ray.cli import provenance
+
+    assert bare_service._code_changed() == ""  # nothing edited under this test
+    edited = type("Cached", (), {"__call__": lambda self: "loaded", "__wrapped__": staticmethod(lambda: "on-disk")})()
+    monkeypatch.setattr(provenance, "code_hash", edited)
+    assert "code changed since the kept cluster started" in bare_service._code_changed()
+    request = json.dumps({"argv": [], "cwd": "/", "env": {"HOME": "/root", "OPENAI_API_KEY": "a"}}).encode() + b"\n"
+    answer = json.loads(_ask_as(os.getuid(), str(bare_service.path), request))
+    assert "python -m skillopt_ray.cluster down && python -m skillopt_ray.cluster up" in answer["own"]

@@ -167,8 +167,9 @@ def jobs_of(args: Any, overrides: list[str]) -> list[list[str]]:
         GlobalHydra.instance().clear()
 
 
-def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> None:
-    """Compose and validate every job before any starts (one line and exit 2 for the first bad one)."""
+def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> list[dict[str, Any]]:
+    """Compose and validate every job before any starts (one line and exit 2 for the first bad one); returns each
+    job's checked config."""
     import json
 
     from skillopt_ray.cli.checks import (
@@ -183,6 +184,7 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> N
     jobs = jobs_of(args, overrides) if args.multirun else [[o for o in overrides if not o.startswith("hydra.")]]
     swept = {o.split("=", 1)[0] for o in overrides if o not in (jobs[0] if jobs else [])}
     data_read: set[str] = set()  # jobs reading the same data and splits: read once
+    checked: list[dict[str, Any]] = []
     for job in jobs:
         try:
             cfg = compose(
@@ -202,11 +204,33 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> N
                 check_benchmark_data(data)
                 data_read.add(seen)
             check_output_dir(Path(data["output_dir"]))
+            checked.append(data)
         except UsageError as e:
             if not args.multirun:
                 raise
             which = " ".join(o for o in job if o.split("=", 1)[0] in swept)
             raise UsageError(f"{e} (in the job {which}; no job was started)") from None
+    return checked
+
+
+def plain_single_run(args: Any, flags: list[str], overrides: list[str]) -> bool:
+    """A command that is one run with no Hydra setting of its own (no flag, no `hydra.*` override, no `-m`): the
+    config preflight composed is the run's, so Hydra's application layer (which composes it twice more, to find
+    the mode and to run) adds nothing but a second."""
+    hydra_keys = any(o.lstrip("+~").startswith("hydra") for o in overrides)
+    return not (args.multirun or flags or hydra_keys)
+
+
+def run_checked(data: dict[str, Any], overrides: list[str]) -> int:
+    """Run a config preflight composed and checked, as Hydra's task function would (no run directory of Hydra's:
+    it is derived from the config)."""
+    from skillopt_ray.cli.launch import run_one
+
+    try:
+        return run_one(data, None, overrides)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 def show_job_config(args: Any, overrides: list[str], prices: list[PriceOverride]) -> None:
@@ -293,7 +317,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.shell_completion and completion.handle(args.overrides, lambda: _run_hydra(passed)):
             return EXIT_OK
         if not other:
-            preflight(args, overrides, _SESSION.prices)
+            checked = preflight(args, overrides, _SESSION.prices)
+            if plain_single_run(args, flags, overrides) and len(checked) == 1:
+                return run_checked(checked[0], overrides)
         _run_hydra(passed)
         return max(_SESSION.codes, default=EXIT_OK)
     except _Exit as e:

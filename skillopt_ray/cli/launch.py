@@ -229,6 +229,7 @@ def _drive(
     try:
         follow(driver, ref, progress, clock)
         outcome: dict[str, Any] = ray.get(ref)
+        mark("driver-returned")
     except ray.exceptions.RayActorError as e:  # killed (OOM, a lost node, a signal): its state is on disk
         return driver_lost(e, run_dir)
     finally:
@@ -275,4 +276,6 @@ def run_one(data: dict[str, Any], run_dir: Optional[Path] = None, overrides: Opt
     """Run a composed, validated config end to end and print how it ended; returns the exit code."""
     from skillopt_ray.cli.report import report
 
-    return report(execute(data, run_dir, {"overrides": list(overrides or [])}))
+    outcome = execute(data, run_dir, {"overrides": list(overrides or [])})
+    mark("run-ended")
+    return report(outcome)

@@ -24,7 +24,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # skillopt_ray/
 CODE_SUFFIXES = (".py", ".md", ".txt", ".yaml", ".yml", ".json", ".j2", ".jinja")
 
 
-def _code_roots() -> list[Path]:
+def code_roots() -> list[Path]:
+    """The folders whose code and prompt files a run's identity covers: this package and the benchmarks."""
     import skillopt_envs
 
     return [PACKAGE_ROOT, Path(skillopt_envs.__file__).resolve().parent]
@@ -37,7 +38,7 @@ def code_hash() -> str:
     Cached per process: the files a process runs do not change under it. Links to folders are not followed (no
     loop can hold the walk) and a link loop is not a file; a code file that cannot be read is a one-line error."""
     h = hashlib.sha256()
-    for root in _code_roots():
+    for root in code_roots():
         files = sorted(
             p
             for p in root.rglob("*")

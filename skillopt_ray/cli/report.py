@@ -7,6 +7,7 @@ from typing import Any
 
 from skillopt_ray.exit_codes import EXIT_OK
 from skillopt_ray.report import kinds_text
+from skillopt_ray.startup_trace import mark
 
 
 def summary_table(s: dict[str, Any]) -> str:
@@ -70,6 +71,7 @@ def report(outcome: dict[str, Any]) -> int:
         print("\n".join(mlflow_lines(ml)))
     print(f"the run's story: python -m skillopt_ray.report {outcome['run_dir']}")
     _tiny_model_note(outcome["run_dir"])
+    mark("reported")
     return EXIT_OK
 
 
