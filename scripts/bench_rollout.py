@@ -194,11 +194,10 @@ def window_breakdown(episodes: list[list[float]], t0: float, t1: float, latency:
     }
 
 
-def cpu_seconds_by_role() -> dict[str, float]:
-    """CPU seconds so far of Ray actor processes by class (ray::EnvActor, ray::GatewayActor, ...) and of this process
-    (the driver, which also hosts the scripted server), read from /proc."""
+def _process_table() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, first word of the command line, CPU seconds so far), from /proc."""
     tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
+    table: dict[int, tuple[int, str, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -207,15 +206,35 @@ def cpu_seconds_by_role() -> dict[str, float]:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        role = (
-            "driver+scripted_server"
-            if int(entry) == os.getpid()
-            else cmd.split(".")[0].split(":")[-1]
-            if cmd.startswith("ray::")
-            else None
-        )
+        table[int(entry)] = (int(fields[1]), cmd, (int(fields[11]) + int(fields[12])) / tick)
+    return table
+
+
+def _descends_from(pid: int, root: int, table: dict[int, tuple[int, str, float]]) -> bool:
+    seen = 0
+    while pid in table and seen < 64:
+        if pid == root:
+            return True
+        pid, seen = table[pid][0], seen + 1
+    return pid == root
+
+
+def cpu_seconds_by_role() -> dict[str, float]:
+    """CPU seconds so far of this benchmark's Ray actor processes by class (ray::EnvActor, ray::GatewayActor, ...)
+    and of this process (the driver, which also hosts the scripted server), read from /proc. Only processes this one
+    started (its local Ray node's workers descend from it): other Ray sessions on the machine are left out."""
+    me = os.getpid()
+    table = _process_table()
+    out: dict[str, float] = {}
+    for pid, (_, cmd, cpu) in table.items():
+        if pid == me:
+            role: Optional[str] = "driver+scripted_server"
+        elif cmd.startswith("ray::") and _descends_from(pid, me, table):
+            role = cmd.split(".")[0].split(":")[-1]
+        else:
+            role = None
         if role:
-            out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+            out[role] = out.get(role, 0.0) + cpu
     return out
 
 

@@ -130,10 +130,10 @@ def _first_view(opening: Opening) -> View:
 
 
 async def _let_requests_leave() -> None:
-    """A few turns of the event loop, so a call just made leaves (the gateway transport sends the calls of one loop
-    turn together, at its end) before a game load holds this loop."""
-    for _ in range(3):
-        await asyncio.sleep(0)
+    """A short pause, so a call just made leaves before a game load holds this event loop: the gateway transport
+    sends a process's calls in batches, holding a new call a couple of milliseconds while others are out so that
+    calls made close together share one batch."""
+    await asyncio.sleep(0.005)
 
 
 def _discard(call: Optional[asyncio.Future[Any]]) -> None:
