@@ -170,3 +170,39 @@ def test_precompile_keeps_the_opening_a_reset_shows(alfworld_root, tmp_path):
     finally:
         game.close()
     assert kept == Opening(first.observation, tuple(first.admissible)) and "Your task is to:" in kept.observation
+
+
+# ---------------------------------------------------------------- through the pool
+
+
+@pytest.mark.slow
+def test_a_first_rollout_plays_the_longest_walkthroughs_first(ray_cluster, alfworld_root, walkthroughs):
+    import ray
+    from scripted_server import Policies, ScriptedServer
+
+    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.llm.gateway import GatewayActor
+
+    by_length = {len(walkthroughs[t.task_id]): t for t in walk_split(alfworld_root, "all")}
+    tasks = [by_length[n] for n in sorted(by_length)[:4]]  # shortest first: the guess must turn this around
+    keys: list[str] = []
+
+    class KeyLog(Policies):
+        def target_reply(self, body, key):
+            keys.append(key)
+            return super().target_reply(body, key)
+
+    role = {"provider": "openai", "model": "scripted", "structured_output": "none", "max_concurrency": 4}
+    with ScriptedServer(KeyLog(walkthroughs, "walkthrough")) as srv:
+        llm = {"backend": "compatible", "target": {**role, "base_url": srv.base_url}}
+        gw = GatewayActor.remote({**llm, "optimizer": llm["target"]}, None, None)
+        pool = EnvPool("alfworld", {"data_dir": str(alfworld_root), "options": {}}, gw, PoolSettings(1, 1, 0.0, 120, 1))
+        try:
+            results = asyncio.run(pool.run(tasks, "# skill", EpisodeContext("first", False, 40, 2)))
+        finally:
+            pool.shutdown()
+            ray.kill(gw)
+    assert [r.task_id for r in results] == [t.task_id for t in tasks]  # results stay in task order
+    assert all(r.hard == 1.0 for r in results)
+    played = list(dict.fromkeys(next(t.task_id for t in tasks if t.task_id in k) for k in keys))
+    assert played == [t.task_id for t in reversed(tasks)]  # one slot: the longest walkthrough went first
