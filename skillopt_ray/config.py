@@ -595,7 +595,7 @@ def _build(tp: Any, value: Any) -> Any:
     import types
     import typing
 
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = _hints(tp)
         if not isinstance(value, dict) or set(value) - set(hints):
             raise _NotExact
