@@ -35,12 +35,14 @@ import skillopt_envs
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 
+from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import GatewayLost, LLMError, LLMUnavailable, ReplyIncomplete
 from skillopt_ray.startup_trace import mark
 
 NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node
 SUSPECT_NODE_S = 60.0  # how long a node that lost an actor is avoided by replacements
+BATCH_METHOD_SLOTS = 4  # an env actor's concurrency beyond its episodes (see actor_options)
 
 
 def _first_line(e: BaseException) -> str:
@@ -48,6 +50,36 @@ def _first_line(e: BaseException) -> str:
     import re
 
     return re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+
+
+class EpisodeCrash(RuntimeError):
+    """An episode's exception that cannot travel back to the pool as itself (it does not pickle): its type's name,
+    its message and its infrastructure kind, if it had one."""
+
+    def __init__(self, type_name: str, message: str, kind: Optional[str] = None):
+        super().__init__(message)
+        self.type_name, self.kind = type_name, kind
+
+    def __reduce__(self) -> Any:
+        return (EpisodeCrash, (self.type_name, str(self), self.kind))
+
+
+def episode_error(e: Exception, item: Any) -> Exception:
+    """What an env actor hands the pool for an episode that raised: the exception itself, as a Ray call carried it;
+    the gateway actor gone (an actor error inside the episode) as GatewayLost, which stops the run; one that does not
+    survive pickling as an EpisodeCrash."""
+    import pickle
+
+    if isinstance(e, RayActorError):
+        return GatewayLost(
+            f"the LLM gateway actor died ({_first_line(e)}); no episode can reach the model: "
+            "rerun the same command to resume the run"
+        )
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:  # noqa: BLE001 - any failure to travel
+        return EpisodeCrash(type(e).__name__, str(e), getattr(e, "kind", None))
 
 
 class NodeDataError(DataError):
@@ -119,7 +151,10 @@ def actor_options(
         extra["fallback_strategy"] = [{"label_selector": {}}]
     else:
         extra["scheduling_strategy"] = "SPREAD"
-    return dict(num_cpus=s.actor_num_cpus, max_concurrency=max_concurrency or s.episodes_per_actor, **extra)
+    # episodes arrive in batches (EnvActor.submit) and run as the actor's own tasks; the slots left are for submit,
+    # the caller's waiting collect and cancel_calls (and a direct run() call)
+    slots = (max_concurrency or s.episodes_per_actor) + BATCH_METHOD_SLOTS
+    return dict(num_cpus=s.actor_num_cpus, max_concurrency=slots, **extra)
 
 
 def prestart_actor(
@@ -164,6 +199,7 @@ class EnvActor:
         watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
         mark("env-actor-started")
         self.llm = LLMHandle(gateway)
+        self.boxes = Mailboxes(lambda item: self.run(*item), episode_error)  # episodes sent in batches (submit)
         self.bench: Any = None
         self.data_error = ""  # this node cannot run the benchmark: every episode here says why
         try:
@@ -196,6 +232,17 @@ class EnvActor:
 
         result = await self.bench.run_episode(task, skill, self.llm, await episode_context(self.llm, ctx))
         return result.to_dict()
+
+    def submit(self, box: str, episodes: list[tuple[int, Any]]) -> int:
+        """Start a batch of episodes, each (sequence number, (task, skill, context)); each result waits in the
+        caller's mailbox for collect(). One actor call for many episodes: skillopt_ray/llm/callbox.py."""
+        return self.boxes.submit(box, episodes)
+
+    async def collect(self, box: str, wait_s: float) -> list[Any]:
+        return await self.boxes.collect(box, wait_s)
+
+    def cancel_calls(self, box: str, seqs: list[int]) -> None:
+        self.boxes.cancel(box, seqs)
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -300,6 +347,7 @@ class EnvPool:
         self.replaced = 0
         self.retried_episodes = 0
         self._slots: Optional[Slots] = None
+        self._batchers: dict[int, CallBatcher] = {}
         self.home: dict[str, int] = {}  # task_id -> actor that last ran it (cache affinity)
         self.affinity_hits = 0
         self._slots_loop: Optional[asyncio.AbstractEventLoop] = None
@@ -332,6 +380,13 @@ class EnvPool:
             self._slots = Slots(len(self.actors), self.s.episodes_per_actor)
         return self._slots
 
+    def _batcher(self, idx: int) -> CallBatcher:
+        """Episodes for actor `idx` go through its batcher (one per actor and event loop; a replacement gets its own)."""
+        b = self._batchers.get(idx)
+        if b is None or b.actor is not self.actors[idx] or b.loop is not asyncio.get_running_loop():
+            b = self._batchers[idx] = CallBatcher(self.actors[idx])
+        return b
+
     def _replace(self, idx: int, gen: int) -> None:
         if self.generation[idx] != gen:
             return  # another episode already replaced this actor
@@ -356,12 +411,9 @@ class EnvPool:
             self.affinity_hits += preferred == idx
             gen = self.generation[idx]
             try:
-                ref = self.actors[idx].run.remote(task, skill, ctx)
-                try:
-                    data = await asyncio.wait_for(ref, timeout=self.s.episode_timeout_s)
-                except asyncio.CancelledError:  # the caller no longer needs this episode: stop it on the actor too
-                    ray.cancel(ref)
-                    raise
+                # an episode the caller no longer needs, or one timed out, is cancelled on the actor too
+                episode = self._batcher(idx).call((task, skill, ctx))
+                data = await asyncio.wait_for(episode, timeout=self.s.episode_timeout_s)
                 self.home[task.task_id] = idx
                 return EpisodeResult.from_dict(data)
             except LLMError as e:
@@ -394,7 +446,8 @@ class EnvPool:
                 self._replace(idx, gen)
             except Exception as e:  # noqa: BLE001 - environment code failed; retried, then reported
                 cause = getattr(e, "cause", None) or e  # the environment's own exception, not Ray's wrapper
-                last_error = f"{type(cause).__name__}: {str(cause).splitlines()[-1][:300] if str(cause) else ''}"
+                name = getattr(cause, "type_name", "") or type(cause).__name__  # EpisodeCrash names the original
+                last_error = f"{name}: {str(cause).splitlines()[-1][:300] if str(cause) else ''}"
                 own_kind = getattr(cause, "kind", None)  # e.g. SandboxStartError's
                 kind = str(own_kind) if own_kind in INFRA_KINDS else "env"
             finally:

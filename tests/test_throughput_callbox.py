@@ -58,7 +58,7 @@ def test_many_calls_in_one_turn_go_in_one_submit_and_each_gets_its_own_reply():
     async def go() -> tuple[list[str], FakeActor, CallBatcher]:
         actor = FakeActor(echo_after)
         b = CallBatcher(actor)
-        replies = await asyncio.gather(*(b.chat(req(f"k{i}")) for i in range(200)))
+        replies = await asyncio.gather(*(b.call(req(f"k{i}")) for i in range(200)))
         return [r.content for r in replies], actor, b
 
     contents, actor, b = asyncio.run(go())
@@ -74,11 +74,11 @@ def test_calls_started_one_by_one_while_others_are_out_share_a_batch():
     async def go() -> tuple[int, list[str]]:
         actor = FakeActor(echo_after)
         b = CallBatcher(actor)
-        first = asyncio.ensure_future(b.chat(req("slow-0")))
+        first = asyncio.ensure_future(b.call(req("slow-0")))
         await asyncio.sleep(0)  # the first call leaves alone, at the end of its turn
         later = []
         for i in range(10):
-            later.append(asyncio.ensure_future(b.chat(req(f"k{i}"))))
+            later.append(asyncio.ensure_future(b.call(req(f"k{i}"))))
             await asyncio.sleep(0)  # one loop turn each
         replies = await asyncio.gather(first, *later)
         return b.batches, [r.content for r in replies]
@@ -92,8 +92,8 @@ def test_a_slow_call_does_not_hold_the_fast_ones_of_its_batch():
     async def go() -> tuple[float, float]:
         b = CallBatcher(FakeActor(echo_after))
         t0 = time.monotonic()
-        slow = asyncio.ensure_future(b.chat(req("slow-1")))
-        fast = await asyncio.gather(*(b.chat(req(f"k{i}")) for i in range(20)))
+        slow = asyncio.ensure_future(b.call(req("slow-1")))
+        fast = await asyncio.gather(*(b.call(req(f"k{i}")) for i in range(20)))
         fast_at = time.monotonic() - t0
         assert all(r.content.startswith("reply to k") for r in fast)
         await slow
@@ -106,7 +106,7 @@ def test_a_slow_call_does_not_hold_the_fast_ones_of_its_batch():
 def test_an_error_reaches_its_own_caller_only_as_itself():
     async def go() -> list[Any]:
         b = CallBatcher(FakeActor(echo_after))
-        return await asyncio.gather(b.chat(req("ok-1")), b.chat(req("down-1")), return_exceptions=True)
+        return await asyncio.gather(b.call(req("ok-1")), b.call(req("down-1")), return_exceptions=True)
 
     ok, err = asyncio.run(go())
     assert ok.content == "reply to ok-1"
@@ -125,7 +125,7 @@ def test_a_cancelled_caller_cancels_its_call_in_the_gateway():
     async def go() -> tuple[FakeActor, CallBatcher]:
         actor = FakeActor(slow_chat)
         b = CallBatcher(actor)
-        task = asyncio.ensure_future(b.chat(req("gone")))
+        task = asyncio.ensure_future(b.call(req("gone")))
         await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -150,7 +150,7 @@ def test_a_dead_gateway_fails_every_call_still_out():
 
         actor.collect = Method(dead)
         b = CallBatcher(actor)
-        return await asyncio.gather(*(b.chat(req(f"k{i}")) for i in range(3)), return_exceptions=True)
+        return await asyncio.gather(*(b.call(req(f"k{i}")) for i in range(3)), return_exceptions=True)
 
     assert all(isinstance(e, Died) for e in asyncio.run(go()))
 
@@ -190,3 +190,21 @@ def test_through_a_real_gateway_actor(ray_cluster, tmp_path):
         ray.get(actor.close.remote())
         ray.kill(actor)
         srv.stop()
+
+
+def test_a_call_cancelled_before_its_batch_left_is_never_sent():
+    async def go() -> tuple[FakeActor, list[str]]:
+        actor = FakeActor(echo_after)
+        b = CallBatcher(actor)
+        out = asyncio.ensure_future(b.call(req("first")))
+        await asyncio.sleep(0.005)  # sent: later calls now wait COALESCE_S for company
+        keep = asyncio.ensure_future(b.call(req("kept")))
+        gone = asyncio.ensure_future(b.call(req("gone")))
+        await asyncio.sleep(0)  # both queued for the next batch
+        gone.cancel()
+        results = await asyncio.gather(out, keep)
+        return actor, [r.content for r in results]
+
+    actor, contents = asyncio.run(go())
+    assert contents == ["reply to first", "reply to kept"] and actor.cancel_calls.calls == 0
+    assert actor.submit.calls == 2 and actor.boxes.running() == 0

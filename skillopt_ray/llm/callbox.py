@@ -21,13 +21,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from skillopt_ray.llm.types import ChatRequest, ChatResult, LLMError
+from skillopt_ray.llm.types import LLMError
 
 COLLECT_WAIT_S = 20.0  # a collect with nothing to bring returns empty after this long, so a caller can look again
 COALESCE_S = 0.002  # with calls already out, how long a new call waits for others to join its batch
 FORGET_AFTER_S = 600.0  # a mailbox nobody collected from this long (its caller died) is dropped with its replies
 
-# (sequence number, ok, ChatResult when ok, else the exception to raise at the caller)
+# (sequence number, ok, the result when ok, else the exception to raise at the caller)
 Outcome = tuple[int, bool, Any]
 
 
@@ -44,8 +44,8 @@ class Mailbox:
 class Mailboxes:
     """The gateway side: runs submitted calls and keeps their outcomes per caller until collected."""
 
-    def __init__(self, chat: Callable[[ChatRequest], Awaitable[ChatResult]], wrap: Callable[[Exception, Any], Any]):
-        self._chat = chat  # Gateway.chat
+    def __init__(self, work: Callable[[Any], Awaitable[Any]], wrap: Callable[[Exception, Any], Any]):
+        self._work = work  # one call's work: Gateway.chat in the gateway, an episode in an env actor
         self._wrap = wrap  # an exception -> what the caller raises (one line, no remote trace)
         self._boxes: dict[str, Mailbox] = {}
         self._pruned = time.monotonic()
@@ -61,20 +61,20 @@ class Mailboxes:
             box = self._boxes[name] = Mailbox()
         return box
 
-    def submit(self, name: str, calls: list[tuple[int, ChatRequest]]) -> int:
-        """Start each (sequence number, request); returns how many."""
+    def submit(self, name: str, calls: list[tuple[int, Any]]) -> int:
+        """Start each (sequence number, item); returns how many."""
         box = self._box(name)
-        for seq, req in calls:
-            box.running[seq] = asyncio.ensure_future(self._run(box, seq, req))
+        for seq, item in calls:
+            box.running[seq] = asyncio.ensure_future(self._run(box, seq, item))
         return len(calls)
 
-    async def _run(self, box: Mailbox, seq: int, req: ChatRequest) -> None:
+    async def _run(self, box: Mailbox, seq: int, item: Any) -> None:
         try:
-            outcome: Outcome = (seq, True, await self._chat(req))
+            outcome: Outcome = (seq, True, await self._work(item))
         except asyncio.CancelledError:  # its caller gave up on it (or the actor is closing)
-            outcome = (seq, False, self._wrap(RuntimeError("the call was cancelled in the gateway"), req))
+            outcome = (seq, False, self._wrap(RuntimeError("the call was cancelled where it ran"), item))
         except Exception as e:  # noqa: BLE001 - travels to the caller, raised there
-            outcome = (seq, False, self._wrap(e, req))
+            outcome = (seq, False, self._wrap(e, item))
         finally:
             box.running.pop(seq, None)
         box.ready.append(outcome)
@@ -106,33 +106,50 @@ class Mailboxes:
 
 
 class CallBatcher:
-    """The calling side, bound to one event loop: batches the loop's chat calls to one gateway actor."""
+    """The calling side, bound to one event loop: batches the loop's calls to one actor (its submit, collect and
+    cancel_calls methods)."""
 
     def __init__(self, actor: Any):
         self.actor = actor
-        self.box = uuid.uuid4().hex  # this batcher's own mailbox in the gateway
+        self.box = uuid.uuid4().hex  # this batcher's own mailbox in the actor
         self.loop = asyncio.get_running_loop()
         self._seq = itertools.count(1)
         self.waiting: dict[int, asyncio.Future] = {}
-        self._outbox: list[tuple[int, ChatRequest]] = []
+        self._outbox: list[tuple[int, Any]] = []
         self._dropped: list[int] = []
         self._flush_due = False
         self._poller: Optional[asyncio.Task] = None
         self.batches = 0  # submits sent (tests and benchmarks read it)
 
-    async def chat(self, req: ChatRequest) -> ChatResult:
+    async def call(self, item: Any) -> Any:
+        """The outcome of `item` on the actor: its result, or its exception raised here."""
         seq = next(self._seq)
         fut = self.loop.create_future()
         self.waiting[seq] = fut
-        self._outbox.append((seq, req))
+        self._outbox.append((seq, item))
         self._schedule()
         try:
             return await fut
         except asyncio.CancelledError:
             if self.waiting.pop(seq, None) is not None:
-                self._dropped.append(seq)
-                self._schedule()
+                self._drop(seq)
             raise
+
+    def _drop(self, seq: int) -> None:
+        """A call its caller gave up on: taken out of the batch not sent yet, else cancelled on the actor at the end
+        of this loop turn (not after COALESCE_S: a loop being closed runs its next turn, not its timers)."""
+        kept = [c for c in self._outbox if c[0] != seq]
+        if len(kept) < len(self._outbox):
+            self._outbox = kept
+            return
+        self._dropped.append(seq)
+        if len(self._dropped) == 1:
+            self.loop.call_soon(self._send_cancels)
+
+    def _send_cancels(self) -> None:
+        dropped, self._dropped = self._dropped, []
+        if dropped:
+            self.actor.cancel_calls.remote(self.box, dropped)
 
     def _schedule(self) -> None:
         """Flush at the end of this loop turn when no call is out (a lone call waits for nothing); with calls out,
@@ -148,9 +165,6 @@ class CallBatcher:
         """Send what this loop turn asked for; make sure someone is collecting while calls are out."""
         self._flush_due = False
         calls, self._outbox = self._outbox, []
-        dropped, self._dropped = self._dropped, []
-        if dropped:
-            self.actor.cancel_calls.remote(self.box, dropped)
         if calls:
             self.batches += 1
             asyncio.ensure_future(self._sent(self.actor.submit.remote(self.box, calls), [s for s, _ in calls]))

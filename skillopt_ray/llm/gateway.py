@@ -533,7 +533,7 @@ class LLMHandle:
         if self._batched:
             if self._batcher is None or self._batcher.loop is not asyncio.get_running_loop():
                 self._batcher = CallBatcher(self._t)
-            return await self._batcher.chat(req)
+            return await self._batcher.call(req)
         if self._remote:
             with _unwrapped():
                 return await self._t.chat.remote(req)
