@@ -12,7 +12,9 @@ concurrency (40 x 1 s / 16 = 2.5 s). Each round measures, in fresh processes:
   cold   the eval command starting its own private Ray cluster;
   warm   the same command while a cluster kept up by `python -m skillopt_ray.cluster up` is running: its holder
          runs the command (skillopt_ray/service.py) with idle copies of the previous run's actors (the cluster is
-         started before the round, one unmeasured run leaves those copies, and it is stopped after the round).
+         started before the round, one unmeasured run leaves those copies, and it is stopped after the round);
+  attached  then the same command with SKILLOPT_SERVICE=off: attached to that kept cluster as a Ray job of its
+         own (what a warm run did before the run service), in the same round.
 
 For each: wall time (command -> exit), time to the first model call, both also as ratios to the floor, and the
 peak resident memory of the run's processes (proportional set size, so pages shared between Ray's processes count
@@ -185,11 +187,12 @@ def cluster(action: str, env: dict[str, str]) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
 
 
-def warm_round(cmd: list[str], srv: Any, env: dict[str, str]) -> dict[str, float]:
+def warm_round(cmd: list[str], srv: Any, env: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Keep a cluster up (in a state folder of this run's own), run the eval on it twice, measure the second, stop
     the cluster. The first run leaves the holder idle copies of its actors; the second starts once they are up
     (`cluster status` says so; the seconds that took are reported as `standby_s`), as a researcher's next
-    command would find them."""
+    command would find them. Then the same command once more with SKILLOPT_SERVICE=off: attached to the same
+    cluster as a Ray job of its own (what a warm run did before the run service), in the same round."""
     rec = cluster("up", env)
     try:
         run_eval(cmd, srv, env, [int(rec["pid"])])
@@ -200,7 +203,9 @@ def warm_round(cmd: list[str], srv: Any, env: dict[str, str]) -> dict[str, float
                 break
             time.sleep(0.1)
         standby_s = time.monotonic() - t0
-        return {**run_eval(cmd, srv, env, [int(rec["pid"])]), "standby_s": standby_s}
+        served = {**run_eval(cmd, srv, env, [int(rec["pid"])]), "standby_s": standby_s}
+        attached = run_eval(cmd, srv, dict(env, SKILLOPT_SERVICE="off"), [int(rec["pid"])])
+        return served, attached
     finally:
         cluster("down", env)
 
@@ -241,7 +246,7 @@ def main() -> None:
     cold_env = dict(env, SKILLOPT_CLUSTER_HOME=str(work / "no-cluster"))
     opts = init_options(REPO)
     bound = a.items * a.latency / a.concurrency
-    rows: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
+    rows: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": [], "attached": []}
     floors: list[float] = []
     load0 = os.getloadavg()[0]
     with ScriptedServer(policy=reply, latency_s=a.latency) as srv:
@@ -251,7 +256,9 @@ def main() -> None:
             floors.append(floor(REPO, opts))
             rows["cold"].append(run_eval(cmd, srv, cold_env, []))
             if not a.no_warm:
-                rows["warm"].append(warm_round(cmd, srv, env))
+                served, attached = warm_round(cmd, srv, env)
+                rows["warm"].append(served)
+                rows["attached"].append(attached)
             shown = "  ".join(
                 f"{k}: wall {r[-1]['wall_s']:.2f}s first call {r[-1]['first_call_s']:.2f}s {r[-1]['pss_mb']:.0f} MB"
                 for k, r in rows.items()
@@ -271,7 +278,7 @@ def main() -> None:
         m = summarize(r, floors)
         result[name] = {"rounds": r, "median": m}
         print(
-            f"{name:>5}: wall {m['wall_s']:.2f} s ({m['wall_s'] / bound:.2f}x bound, {m['wall_over_floor']:.2f}x floor)"
+            f"{name:>8}: wall {m['wall_s']:.2f} s ({m['wall_s'] / bound:.2f}x bound, {m['wall_over_floor']:.2f}x floor)"
             f"  first call {m['first_call_s']:.2f} s ({m['first_call_over_floor']:.2f}x floor, "
             f"{m['first_call_minus_floor_s']:+.2f} s)  resident {m['pss_mb']:.0f} MB"
             + (f"  (idle actors up {m['standby_s']:.1f} s after the previous run)" if "standby_s" in m else "")
