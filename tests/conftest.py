@@ -11,6 +11,12 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# a cluster the developer keeps up (`python -m skillopt_ray.cluster up`) must not serve or host the tests' runs: the
+# suite's kept-cluster record lives in a folder of its own (tests of the kept cluster set their own)
+if "SKILLOPT_CLUSTER_HOME" not in os.environ:
+    import tempfile
+
+    os.environ["SKILLOPT_CLUSTER_HOME"] = tempfile.mkdtemp(prefix="skillopt-test-cluster-")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("SKILLOPT_SHARED_DATA", REPO.parent / "shared" / "data"))
