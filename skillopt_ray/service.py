@@ -142,6 +142,7 @@ class Service:
         self.path = socket_path(home)
         self.env = dict(env)  # the holder's environment at its start: what every worker of the cluster inherits
         self.pool = StandbyPool()
+        self.memo: dict[str, Any] = {}  # the last composed config, for a repeated command
         self.last_used = time.monotonic()
         from skillopt_ray.cli.provenance import code_hash
 
@@ -268,7 +269,7 @@ class Service:
         loaded = set(sys.modules)
         try:
             with _interruptible(), _in_folder(req.cwd), _streams(out, err), _set_env({**trace, **size}):
-                with serve(self.pool, identity(req.pid)), _argv0(req.argv0):
+                with serve(self.pool, identity(req.pid), self.memo), _argv0(req.argv0):
                     return main(req.argv)
         except KeyboardInterrupt:
             print("interrupted: rerun the same command to resume", file=err)

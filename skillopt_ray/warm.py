@@ -183,6 +183,7 @@ class Serving:
 
     pool: StandbyPool
     owner: Optional[dict[str, Any]]
+    memo: dict[str, Any] = field(default_factory=dict)  # the last composed config (cli.app.composed_data)
 
 
 _SERVING: ContextVar[Optional[Serving]] = ContextVar("skillopt_serving", default=None)
@@ -194,8 +195,10 @@ def serving() -> Optional[Serving]:
 
 
 @contextlib.contextmanager
-def serve(pool: StandbyPool, owner: Optional[dict[str, Any]]) -> Iterator[Serving]:
-    token = _SERVING.set(Serving(pool, owner))
+def serve(
+    pool: StandbyPool, owner: Optional[dict[str, Any]], memo: Optional[dict[str, Any]] = None
+) -> Iterator[Serving]:
+    token = _SERVING.set(Serving(pool, owner, memo if memo is not None else {}))
     try:
         yield _SERVING.get()  # type: ignore[misc]
     finally:

@@ -338,3 +338,32 @@ def test_a_code_edit_since_up_is_sent_back_to_run_on_its_own(bare_service, monke
     request = json.dumps({"argv": [], "cwd": "/", "env": {"HOME": "/root", "OPENAI_API_KEY": "a"}}).encode() + b"\n"
     answer = json.loads(_ask_as(os.getuid(), str(bare_service.path), request))
     assert "python -m skillopt_ray.cluster down && python -m skillopt_ray.cluster up" in answer["own"]
+
+
+def test_the_holder_composes_a_repeated_command_once_until_a_config_file_changes(tmp_path, monkeypatch):
+    import shutil
+    from types import SimpleNamespace
+
+    from skillopt_ray.cli import app
+    from skillopt_ray.warm import StandbyPool, serve
+
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    args = SimpleNamespace(config_path=str(conf), config_name=None, config_dir=None)
+    job = ["+experiment=custom", f"env.data_dir={REPO / 'examples/python-functions/tasks.jsonl'}", "seed=7"]
+    real = app.compose
+    calls = []
+    monkeypatch.setattr(app, "compose", lambda *a, **k: calls.append(1) or real(*a, **k))
+    memo: dict = {}
+    with serve(StandbyPool(), None, memo):
+        first = app.composed_data(args, job, [])
+        first["seed"] = 99  # a caller's change does not reach the remembered copy
+        second = app.composed_data(args, job, [])
+        assert len(calls) == 1 and second["seed"] == 7
+        (conf / "optimizer" / "paper.yaml").write_text((conf / "optimizer" / "paper.yaml").read_text() + "\n# edited\n")
+        app.composed_data(args, job, [])
+        assert len(calls) == 2  # an edited config file: composed again
+        app.composed_data(args, [*job[:-1], "seed=8"], [])
+        assert len(calls) == 3  # other overrides: composed again
+    app.composed_data(args, job, [])
+    assert len(calls) == 4  # outside the holder nothing is remembered

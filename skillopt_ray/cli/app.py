@@ -187,15 +187,7 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> l
     checked: list[dict[str, Any]] = []
     for job in jobs:
         try:
-            cfg = compose(
-                job,
-                config_dir=_conf_dir(args),
-                config_name=args.config_name or CONFIG_NAME,
-                search_dirs=_search_dirs(args),
-            )
-            apply_prices(cfg, prices)
-            _obj, data = typed(cfg)
-            data = resolve_paths(data)
+            data = resolve_paths(composed_data(args, job, prices))
             check_skill_files(data)
             check_harness(data)  # a missing agent CLI: one line before Ray, not a failed episode after it
             check_embedded_model(data)  # llm=local without its installed model: the install command, before Ray
@@ -211,6 +203,47 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> l
             which = " ".join(o for o in job if o.split("=", 1)[0] in swept)
             raise UsageError(f"{e} (in the job {which}; no job was started)") from None
     return checked
+
+
+def composed_data(args: Any, job: list[str], prices: list[PriceOverride]) -> dict[str, Any]:
+    """A job's config, composed and typed (paths not yet resolved). The kept cluster's holder remembers what it
+    composed for the same overrides while no file of the config folders changed (skillopt_ray/warm.py)."""
+    import copy
+
+    from skillopt_ray.warm import serving
+
+    served = serving()
+    key = ""
+    if served is not None:
+        key = config_fingerprint([_conf_dir(args), *map(Path, _search_dirs(args))], [args.config_name or "", *job])
+        if key in served.memo:
+            return copy.deepcopy(served.memo[key])
+    cfg = compose(
+        job, config_dir=_conf_dir(args), config_name=args.config_name or CONFIG_NAME, search_dirs=_search_dirs(args)
+    )
+    apply_prices(cfg, prices)
+    _obj, data = typed(cfg)
+    if served is not None:
+        served.memo.clear()  # one entry: the command a researcher repeats
+        served.memo[key] = copy.deepcopy(data)
+    return data
+
+
+def config_fingerprint(folders: list[Path], words: list[str]) -> str:
+    """What a composed config depends on besides the code: the overrides and every file of the config folders
+    (path, size, modification time)."""
+    import hashlib
+    import json
+
+    files = []
+    for folder in folders:
+        for p in sorted(folder.rglob("*")):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            files.append([str(p), st.st_size, st.st_mtime_ns])
+    return hashlib.sha256(json.dumps([words, files]).encode()).hexdigest()
 
 
 def plain_single_run(args: Any, flags: list[str], overrides: list[str]) -> bool:
