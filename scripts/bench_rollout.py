@@ -17,7 +17,11 @@ chunk; each turn waits for every game's model call, then steps every game.
 `skillopt_envs.alfworld.precompile` before the clock starts: every load after a game's first on a machine),
 `cold` (empty, one per scheme: a game's first load) or `off`.
 
+`--trace` adds where the pool's window went, per pass: the model's latency, the start, the per-step gaps, the
+episode switches and the tail (see window_breakdown); `--no-lockstep` skips the lock-step scheme.
+
     python scripts/bench_rollout.py --games 32 --concurrency 16 --latency 0.1
+    python scripts/bench_rollout.py --games 32 --concurrency 16 --latency 1.0 --trace --no-lockstep
 """
 
 from __future__ import annotations
