@@ -52,13 +52,22 @@ def _as_opening(value: object) -> Optional[Opening]:
 class Openings:
     """Game file -> its opening, by the file's content: in memory per process, on disk when a directory is set."""
 
-    disk: Optional[CompileDiskCache] = None
+    directory: Optional[Path] = None  # the compile cache's; opened on first use (a driver that only lists tasks never)
     memory: dict[str, Opening] = field(default_factory=dict)  # content digest -> opening
     _alfworld: str = field(default_factory=_engine_version)
+    _disk: Optional[CompileDiskCache] = None
+    _opened: bool = False
 
     @classmethod
     def open(cls, directory: Optional[Path]) -> Openings:
-        return cls(CompileDiskCache.open(directory))
+        return cls(directory)
+
+    @property
+    def disk(self) -> Optional[CompileDiskCache]:
+        if not self._opened:
+            self._opened = True
+            self._disk = CompileDiskCache.open(self.directory)
+        return self._disk
 
     def _digest(self, gamefile: str) -> Optional[str]:
         try:
