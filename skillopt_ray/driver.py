@@ -297,22 +297,27 @@ class Run:
         )
         self.rd.write_summary(summary)
         mark("summary-written")
-        if self.tracker:
-            self.tracker.log_metrics(
-                {
-                    "eval_hard": stats.hard,
-                    "eval_soft": stats.soft,
-                    "eval_infra_errors": stats.infra_errors,
-                    "eval_data_errors": stats.data_errors,
-                },
-                0,
-            )
-            for t, v in stats.per_type.items():
-                self.tracker.log_metrics({f"eval_hard.{t}": v["hard"], f"eval_soft.{t}": v["soft"]}, 0)
-            self.tracker.log_artifact(p, "skills")
-            self.tracker.log_artifact(self.rd.summary_path)
-            mark("eval-logged")
+        self._log_eval(stats, p)
         return summary.to_dict()
+
+    def _log_eval(self, stats: Any, skill_path: Path) -> None:
+        """An eval-only run's scores, skill and summary into its MLflow run."""
+        if not self.tracker:
+            return
+        self.tracker.log_metrics(
+            {
+                "eval_hard": stats.hard,
+                "eval_soft": stats.soft,
+                "eval_infra_errors": stats.infra_errors,
+                "eval_data_errors": stats.data_errors,
+            },
+            0,
+        )
+        for t, v in stats.per_type.items():
+            self.tracker.log_metrics({f"eval_hard.{t}": v["hard"], f"eval_soft.{t}": v["soft"]}, 0)
+        self.tracker.log_artifact(skill_path, "skills")
+        self.tracker.log_artifact(self.rd.summary_path)
+        mark("eval-logged")
 
     async def _close(self) -> None:
         if self.gateway is not None:
