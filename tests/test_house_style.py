@@ -135,3 +135,23 @@ def test_the_house_style_experiment_composes_with_a_fixed_split():
         "paired_bootstrap",
         True,
     )
+
+
+def _learning_experiment():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "learning_experiment.py"
+    spec = importlib.util.spec_from_file_location("learning_experiment_h", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["learning_experiment_h"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_learning_script_runs_a_named_experiment_into_its_own_folder(capsys):
+    le = _learning_experiment()
+    assert le.main(["--experiment", "no_such_thing", "--report-only"]) == 2
+    assert "no experiment 'no_such_thing' in conf/experiment/" in capsys.readouterr().err
+    assert le.main(["--experiment", "local_house_style", "--report-only", "--seeds", "7"]) == 1
+    assert "outputs/local_house_style/seed<N>.log" in capsys.readouterr().err
