@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -19,6 +20,22 @@ if "SKILLOPT_CLUSTER_HOME" not in os.environ:
     os.environ["SKILLOPT_CLUSTER_HOME"] = tempfile.mkdtemp(prefix="skillopt-test-cluster-")
 
 REPO = Path(__file__).resolve().parent.parent
+_ROOT_LOGGING = (list(logging.root.handlers), logging.root.level)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_as_it_was():
+    """Hydra's application layer gives the root logger a console handler bound to the sys.stdout of the moment (a
+    test's captured stream, closed after it); a single run no longer goes through that layer, so nothing would
+    replace the stale handler, and a later log line (an unclosed aiohttp session's, at garbage collection) would
+    fail on the closed stream inside another test's captured output."""
+    yield
+    handlers, level = _ROOT_LOGGING
+    if logging.root.handlers != handlers or logging.root.level != level:
+        logging.root.handlers[:] = handlers
+        logging.root.setLevel(level)
+
+
 SHARED = Path(os.environ.get("SKILLOPT_SHARED_DATA", REPO.parent / "shared" / "data"))
 ALFWORLD_SHARED = SHARED / "alfworld"
 
