@@ -256,7 +256,7 @@ class Service:
         return True
 
     def _run(self, req: Request) -> int:
-        from skillopt_ray.cli.app import main
+        from skillopt_ray.cli.app import in_folder, main
         from skillopt_ray.lifeline import identity
 
         threading.Thread(target=self._watch, args=(req,), name="service-watch", daemon=True).start()
@@ -268,7 +268,7 @@ class Service:
         size = {"COLUMNS": str(req.size[0]), "LINES": str(req.size[1])} if len(req.size) == 2 else {}
         loaded = set(sys.modules)
         try:
-            with _interruptible(), _in_folder(req.cwd), _streams(out, err), _set_env({**trace, **size}):
+            with _interruptible(), in_folder(req.cwd), _streams(out, err), _set_env({**trace, **size}):
                 with serve(self.pool, identity(req.pid), self.memo), _argv0(req.argv0):
                     return main(req.argv)
         except KeyboardInterrupt:
@@ -366,16 +366,6 @@ def _set_env(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-@contextlib.contextmanager
-def _in_folder(path: str) -> Iterator[None]:
-    old = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(old)
 
 
 @contextlib.contextmanager

@@ -23,10 +23,13 @@ ATTACH = (
 )
 
 
-def _env(home: Path) -> dict[str, str]:
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    """A command's environment with the kept cluster's record in `home` (tests/test_service.py uses it too): none of
+    the settings that would keep a command from the cluster or make its environment differ from the holder's."""
     env = dict(os.environ, SKILLOPT_CLUSTER_HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO))
-    env.pop("RAY_ADDRESS", None)
-    env.pop("RAY_AUTH_MODE", None)
+    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "SKILLOPT_SERVICE", "SKILLOPT_STARTUP_TRACE", "PYTEST_CURRENT_TEST"):
+        env.pop(name, None)
+    env.update(extra)
     return env
 
 
@@ -37,6 +40,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=240,
+        cwd=REPO,
     )
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cluster import _cli, _env  # the kept cluster's command and a command's environment
 
 from skillopt_ray import service, service_client
 from skillopt_ray.exit_codes import EXIT_STOPPED
@@ -88,25 +89,6 @@ def test_a_malformed_request_is_refused(line):
 # ---------- a kept cluster serving real commands
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, SKILLOPT_CLUSTER_HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO))
-    for name in ("RAY_ADDRESS", "SKILLOPT_SERVICE", "SKILLOPT_STARTUP_TRACE", "PYTEST_CURRENT_TEST"):
-        env.pop(name, None)
-    env.update(extra)
-    return env
-
-
-def _cluster(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "skillopt_ray.cluster", *args],
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=REPO,
-    )
-
-
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory):
     """A kept cluster (its own record folder) and a scripted endpoint answering the sum questions after 0.3 s."""
@@ -116,32 +98,21 @@ def kept(tmp_path_factory):
     work = tmp_path_factory.mktemp("service")
     home = work / "cluster"
     tasks = write_tasks(work / "data", 6)
-    up = _cluster(home, "up", "--json", "--object-store-mb", "128")
+    up = _cli(home, "up", "--json", "--object-store-mb", "128")
     assert up.returncode == 0, up.stderr
     rec = json.loads(up.stdout.strip().splitlines()[-1])
     try:
         with ScriptedServer(policy=reply, latency_s=0.3) as srv:
             yield {"home": home, "tasks": tasks, "srv": srv, "rec": rec, "work": work}
     finally:
-        _cluster(home, "down")
+        _cli(home, "down")
 
 
-def _eval_cmd(k: dict, out: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "skillopt_ray",
-        "+experiment=custom",
-        "mode=eval",
-        f"env.data_dir={k['tasks']}",
-        f"eval.skill_path={k['tasks'].parent / 'skill.md'}",
-        "eval.split=test",
-        "llm=compatible",
-        f"llm.base_url={k['srv'].base_url}",
-        f"output_dir={k['work'] / out}",
-        "debug.progress=off",
-        "resume=false",
-    ]
+def _eval_cmd(k: dict, out: str, concurrency: int = 16) -> list[str]:
+    """The small-eval benchmark's command (scripts/bench_small_eval.py) on this module's tasks and endpoint."""
+    from bench_small_eval import eval_command
+
+    return eval_command(k["tasks"], k["srv"].base_url, k["work"] / out, concurrency)
 
 
 def _served_by(trace: Path) -> set[int]:
@@ -221,7 +192,7 @@ def _actor_processes(title: bytes) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "kill"])
 def test_stopping_the_command_stops_the_served_run_and_the_holder_serves_the_next(kept, tmp_path, how):
-    cmd = _eval_cmd(kept, f"stop-{how}") + ["llm.target.max_concurrency=1"]  # 6 x 0.3 s one after another
+    cmd = _eval_cmd(kept, f"stop-{how}", concurrency=1)  # 6 x 0.3 s one after another
     before = len(kept["srv"].state.request_times)
     trace = tmp_path / "trace.txt"
     env = _env(kept["home"], SKILLOPT_STARTUP_TRACE=str(trace))

@@ -57,7 +57,8 @@ _SESSION = _Session()
 
 
 @contextlib.contextmanager
-def _cwd(path: str) -> Iterator[None]:
+def in_folder(path: str) -> Iterator[None]:
+    """Work in `path` for the block (Python 3.10 has no contextlib.chdir); the kept cluster's holder uses it too."""
     old = os.getcwd()
     os.chdir(path)
     try:
@@ -102,7 +103,7 @@ def _job(cfg: Any) -> int:
     hc = HydraConfig.get()
     apply_prices(cfg, _SESSION.prices)
     _obj, data = typed(cfg)
-    with _cwd(hc.runtime.cwd):  # hydra.job.chdir=true moved us into the job's folder; paths are the caller's
+    with in_folder(hc.runtime.cwd):  # hydra.job.chdir=true moved us into the job's folder; paths are the caller's
         data = resolve_paths(data)
     run_dir = hydra_run_dir(hc, data)
     if run_dir is None and hc.mode == RunMode.MULTIRUN:

@@ -33,14 +33,14 @@ def start_ray(data: dict[str, Any]) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = data["ray"]["address"] or os.environ.get("RAY_ADDRESS")
     if address and address not in ("auto", "local"):
-        probe_address(address)  # a configured address that does not answer is an error even if Ray is already up here
-    from skillopt_ray.warm import serving
+        from skillopt_ray.warm import serving
 
-    if serving() is not None and address and address not in ("auto", "local"):
-        raise UsageError(
-            f"ray.address={address} names a cluster, but the kept cluster's holder took this command: run it with "
-            "SKILLOPT_SERVICE=off, or drop ray.address"
-        )
+        if serving() is not None:
+            raise UsageError(
+                f"ray.address={address} names a cluster, but the kept cluster's holder took this command: run it "
+                "with SKILLOPT_SERVICE=off, or drop ray.address"
+            )
+        probe_address(address)  # a configured address that does not answer is an error even if Ray is already up here
     if ray.is_initialized():
         return
     if not address and attach_kept_cluster():
