@@ -43,10 +43,6 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 SHELL_NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "TERM", "TERM_PROGRAM", "PS1", "PS2"})
 
 
-def socket_path(home: Path) -> Path:
-    return home / SOCKET
-
-
 def env_difference(theirs: dict[str, str], ours: dict[str, str]) -> list[str]:
     """Names of the variables that differ between the command's environment and the holder's (noise aside)."""
     names = (set(theirs) | set(ours)) - SHELL_NOISE - {TRACE_ENV}
@@ -139,7 +135,7 @@ class Service:
     (the holder's main thread, so that Ctrl-C reaches the run as KeyboardInterrupt)."""
 
     def __init__(self, home: Path, env: dict[str, str]):
-        self.path = socket_path(home)
+        self.path = home / SOCKET
         self.env = dict(env)  # the holder's environment at its start: what every worker of the cluster inherits
         self.pool = StandbyPool()
         self.memo: dict[str, Any] = {}  # the last composed config, for a repeated command

@@ -100,9 +100,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
 @dataclass
 class _Idle:
     handle: Any
-    cls: Any
-    options: dict[str, Any]
-    ready: Any = None  # the ref that resolves once its process is up and its class loaded
+    ready: Any  # the ref that resolves once its process is up and its class loaded
 
 
 @dataclass
@@ -114,7 +112,7 @@ class StandbyPool:
     adopted: list[Any] = field(default_factory=list)  # this run's adopt() results, waited on before it starts
     started: list[Any] = field(default_factory=list)  # every actor this run got: ended when the run ends
     env: dict[str, str] = field(default_factory=dict)
-    _classes: dict[str, Any] = field(default_factory=dict)
+    _classes: dict[Any, Any] = field(default_factory=dict)  # each actor class's standby class, made once
 
     def spawn(self, cls: Any, options: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         key = options_key(cls, options)
@@ -150,22 +148,22 @@ class StandbyPool:
                 ray.kill(self.idle.pop(key).handle, no_restart=True)
         for key, (cls, options) in wanted.items():
             if key not in self.idle:
-                handle = self._standby(key, cls).options(**options).remote()
-                self.idle[key] = _Idle(handle, cls, options, handle.__ray_ready__.remote())
+                handle = self._standby(cls).options(**options).remote()
+                self.idle[key] = _Idle(handle, handle.__ray_ready__.remote())
         self.used, self.adopted, self.started, self.env = [], [], [], {}
 
     def readiness(self) -> dict[str, int]:
         """How many idle actors there are and how many of them are up (a command now would adopt them at once)."""
         import ray
 
-        refs = [spare.ready for spare in list(self.idle.values()) if spare.ready is not None]
+        refs = [spare.ready for spare in list(self.idle.values())]
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
         return {"idle": len(refs), "ready": len(done)}
 
-    def _standby(self, key: str, cls: Any) -> Any:
-        if key not in self._classes:
-            self._classes[key] = standby_class(cls)
-        return self._classes[key]
+    def _standby(self, cls: Any) -> Any:
+        if cls not in self._classes:
+            self._classes[cls] = standby_class(cls)
+        return self._classes[cls]
 
     def close(self) -> None:
         import ray
