@@ -251,12 +251,12 @@ class CustomBenchmark(Benchmark):
         """A check's verdict as the episode's result: a score, a data error (broken check) or an infra error."""
         if out.infra:
             return _infra(task, out.reason, "sandbox_start")
-        reason = f"{out.reason}\n{out.output}"
+        system, user, info = shown
         if out.value is None:
-            r = self._result(task, t, reply, answer, 0.0, reason, *shown)
+            r = self._result(task, t, reply, answer, 0.0, out.reason, system, user, info, check=out)
             r.fail_reason, r.error = "data_error", f"data: {out.reason}"
             return r
-        return self._result(task, t, reply, answer, out.value, reason, *shown)
+        return self._result(task, t, reply, answer, out.value, out.reason, system, user, info, check=out)
 
     def _result(
         self,
@@ -269,22 +269,28 @@ class CustomBenchmark(Benchmark):
         system: str,
         user: str,
         info: dict[str, Any],
+        check: Optional[checks.CheckOutcome] = None,
     ) -> EpisodeResult:
         """The scored episode with what the analysts read: the prompt, the reply, the expected answer and the
-        scorer's reason."""
+        scorer's reason (with a check script: what the check read and what it printed)."""
         hard = value >= self.options.hard_at
         scorer = SCRIPT if t.folder else self.options.scorer
-        expected = repr(t.golds) if t.golds else "(what the check accepts)"
-        verdict = (
-            f"[EVALUATION RESULT]\nScorer: {scorer}\nAnswer taken from the reply: {answer!r}\n"
-            f"Expected: {expected}\nScore: {value:.4f} ({'solved' if hard else 'not solved'})\nReason: {reason}"
-        )
+        if check is None:
+            expected = repr(t.golds) if t.golds else "(what the check accepts)"
+            verdict = (
+                f"[EVALUATION RESULT]\nScorer: {scorer}\nAnswer taken from the reply: {answer!r}\n"
+                f"Expected: {expected}\nScore: {value:.4f} ({'solved' if hard else 'not solved'})\nReason: {reason}"
+            )
+            first = reason.splitlines()[0]
+        else:
+            verdict, first = _check_verdict(t, value, hard, check), _first_finding(check)
+            answer = answer if t.folder else reply.strip()  # a reply's check read all of it, not one answer
         return EpisodeResult(
             task.task_id,
             task.task_type,
             hard=float(hard),
             soft=value if (scorer in GRADED or scorer == SCRIPT) else float(hard),
-            fail_reason="" if hard else f"{scorer}={value:.3f}: {reason.splitlines()[0][:300]}",
+            fail_reason="" if hard else f"{scorer}={value:.3f}: {first[:300]}",
             n_turns=1,
             trajectory=[
                 {"role": "user", "content": user},
@@ -334,6 +340,39 @@ class CustomBenchmark(Benchmark):
             return self._check_result(task, t, reply, extract_answer(reply), res, system, user, info)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_verdict(t: UserTask, value: float, hard: bool, out: checks.CheckOutcome) -> str:
+    """What a check script's analysts read: what the check was given (never an answer it did not read), the score,
+    and the check's own output (its FAIL lines) before anything else."""
+    read = (
+        "the task's workspace as the agent left it (with a chat target, the reply is in the workspace's reply.txt)"
+        if t.folder
+        else "the whole reply above (as reply.txt); no answer was extracted from it"
+    )
+    expected = f"\nExpected answer(s) in the task file: {t.golds!r}" if t.golds else ""
+    return (
+        f"[EVALUATION RESULT]\nScorer: script\nThe check read: {read}{expected}\n"
+        f"Score: {value:.4f} ({'solved' if hard else 'not solved'})\n"
+        f"What the check printed:\n{out.output}\nVerdict: {out.reason}"
+    )
+
+
+def _first_finding(out: checks.CheckOutcome) -> str:
+    """The check's first FAIL line, else its first line of output that is not its score; else its verdict: the
+    one line the failure-reason header and the step buffer's patterns show."""
+    lines = [ln.strip() for ln in out.output.splitlines()]
+    said = [ln for ln in lines if ln and not ln.startswith(("[stdout]", "[stderr]")) and not _is_number(ln)]
+    failed = [ln for ln in said if ln.upper().startswith("FAIL")]
+    return (failed or said or [out.reason])[0]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _workspace_files(folder: Path) -> dict[str, str]:
