@@ -186,6 +186,8 @@ class OptimizerConfig:
     lr_control_mode: str = "fixed"  # fixed | none (same as fixed) | autonomous (the optimizer picks the count)
     update_mode: str = "patch"  # patch | rewrite_from_suggestions | full_rewrite_minibatch
     protect_regions_in_rewrites: bool = True  # rewrite modes keep protected blocks verbatim (reference: prompt only)
+    # rewrite modes: a rewrite copying the prompt's headings or a [...] placeholder is refused (reference: gated)
+    refuse_echoed_rewrites: bool = False
     gate_metric: str = "hard"  # hard | soft | mixed
     mixed_weight: float = 0.5  # mixed gate: (1 - w) * hard + w * soft
     use_gate: bool = True

@@ -230,6 +230,7 @@ class TrainStep:
                 mode=ctx.mode,
                 step_buffer=ctx.step_buffer,
                 protect_regions=ctx.protect_regions,
+                refuse_echoes=ctx.refuse_echoes,
                 key=ctx.key,
             )
             if res.candidate is not None:

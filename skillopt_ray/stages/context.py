@@ -29,6 +29,7 @@ class OptimizerContext:
     appendix_source: str = "both"
     merge_batch_size: int = 8
     protect_regions: bool = True
+    refuse_echoes: bool = False  # rewrite modes: refuse a rewrite that copies the prompt (no gate spent on it)
     guard: LengthGuard = field(default_factory=LengthGuard)  # cuts prompts to the optimizer's context when set
 
     @staticmethod
@@ -45,5 +46,6 @@ class OptimizerContext:
             appendix_source=o.skill_aware_appendix_source,
             merge_batch_size=o.merge_batch_size,
             protect_regions=o.protect_regions_in_rewrites,
+            refuse_echoes=o.refuse_echoed_rewrites,
             **step,
         )
