@@ -9,6 +9,8 @@ The job is what researchers run most while they iterate on a skill: an eval-only
 concurrency (40 x 1 s / 16 = 2.5 s). Each round measures, in fresh processes:
 
   floor  `ray.init()` with the options the CLI uses, then one remote task (command -> task result);
+  lean floor  the same with the CLI's own start of a private cluster (no autoscaler monitor, log monitor or
+         dashboard API server: skillopt_ray.private_apis.ray_init_lean);
   cold   the eval command starting its own private Ray cluster;
   warm   the same command while a cluster kept up by `python -m skillopt_ray.cluster up` is running: its holder
          runs the command (skillopt_ray/service.py) with idle copies of the previous run's actors (the cluster is
@@ -210,13 +212,14 @@ def warm_round(cmd: list[str], srv: Any, env: dict[str, str]) -> tuple[dict[str,
         cluster("down", env)
 
 
-def summarize(rows: list[dict[str, Any]], floors: list[float]) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], floors: list[float], lean: list[float]) -> dict[str, Any]:
     med: dict[str, Any] = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "marks"}
     labels = [m for m in rows[0]["marks"] if all(m in r["marks"] for r in rows)]
     med["marks"] = {m: statistics.median(r["marks"][m] for r in rows) for m in labels}
     med["wall_over_floor"] = statistics.median(r["wall_s"] / f for r, f in zip(rows, floors))
     med["first_call_over_floor"] = statistics.median(r["first_call_s"] / f for r, f in zip(rows, floors))
     med["first_call_minus_floor_s"] = statistics.median(r["first_call_s"] - f for r, f in zip(rows, floors))
+    med["first_call_minus_lean_floor_s"] = statistics.median(r["first_call_s"] - f for r, f in zip(rows, lean))
     return med
 
 
@@ -248,12 +251,14 @@ def main() -> None:
     bound = a.items * a.latency / a.concurrency
     rows: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": [], "attached": []}
     floors: list[float] = []
+    lean_floors: list[float] = []
     load0 = os.getloadavg()[0]
     with ScriptedServer(policy=reply, latency_s=a.latency) as srv:
         cmd = eval_command(tasks, srv.base_url, work / "out", a.concurrency)
         run_eval(cmd, srv, cold_env, [])  # unmeasured: the MLflow store, the compile caches
         for i in range(a.rounds):
             floors.append(floor(REPO, opts))
+            lean_floors.append(floor(REPO, opts, lean=True))
             rows["cold"].append(run_eval(cmd, srv, cold_env, []))
             if not a.no_warm:
                 served, attached = warm_round(cmd, srv, env)
@@ -264,23 +269,31 @@ def main() -> None:
                 for k, r in rows.items()
                 if r
             )
-            print(f"round {i + 1}: floor {floors[-1]:.2f}s  {shown}", flush=True)
+            print(f"round {i + 1}: floor {floors[-1]:.2f}s lean {lean_floors[-1]:.2f}s  {shown}", flush=True)
     load1 = os.getloadavg()[0]
     print(
         f"\n{a.items} items x 1 call at {a.latency:g}s, {a.concurrency} at a time: bound {bound:.2f}s; medians of "
         f"{a.rounds} rounds; load average {load0:.1f} before, {load1:.1f} after, on {os.cpu_count()} CPUs"
     )
     print(f"floor (ray.init + one task) {statistics.median(floors):.2f} s")
-    result: dict[str, Any] = {"bound_s": bound, "floors_s": floors, "load": [load0, load1], "init_options": opts}
+    print(f"lean floor (the CLI's own start + one task) {statistics.median(lean_floors):.2f} s")
+    result: dict[str, Any] = {
+        "bound_s": bound,
+        "floors_s": floors,
+        "lean_floors_s": lean_floors,
+        "load": [load0, load1],
+        "init_options": opts,
+    }
     for name, r in rows.items():
         if not r:
             continue
-        m = summarize(r, floors)
+        m = summarize(r, floors, lean_floors)
         result[name] = {"rounds": r, "median": m}
         print(
             f"{name:>8}: wall {m['wall_s']:.2f} s ({m['wall_s'] / bound:.2f}x bound, {m['wall_over_floor']:.2f}x floor)"
             f"  first call {m['first_call_s']:.2f} s ({m['first_call_over_floor']:.2f}x floor, "
-            f"{m['first_call_minus_floor_s']:+.2f} s)  resident {m['pss_mb']:.0f} MB"
+            f"{m['first_call_minus_floor_s']:+.2f} s; {m['first_call_minus_lean_floor_s']:+.2f} s over the lean floor)"
+            f"  resident {m['pss_mb']:.0f} MB"
             + (f"  (idle actors up {m['standby_s']:.1f} s after the previous run)" if "standby_s" in m else "")
         )
         for label, at in sorted(m["marks"].items(), key=lambda kv: kv[1]):

@@ -6,6 +6,8 @@
 
 Each round runs, in fresh processes and in this order:
   floor  `ray.init()` with the options the CLI uses, then one remote task (command -> task result);
+  lean floor  the same with the CLI's own start of a private cluster (skillopt_ray.private_apis.ray_init_lean:
+         no autoscaler monitor, log monitor or dashboard API server), which a run's first call is also set against;
   run    a 4-game ALFWorld eval-only command against the scripted server
          (`tests/scripted_server.py`, replaying each game's walkthrough):
          command -> first model call, and command -> exit.
@@ -40,7 +42,12 @@ FLOOR = r"""
 import json, os, sys, time
 import ray
 opts = json.loads(sys.argv[1])
-ray.init(**opts)
+if sys.argv[2:] == ["lean"]:  # the CLI's own start: no monitors, no dashboard API server (private_apis.ray_init_lean)
+    from skillopt_ray.private_apis import ray_init_lean
+
+    ray_init_lean(**opts)
+else:
+    ray.init(**opts)
 t_init = time.monotonic()
 @ray.remote
 def one():
@@ -83,10 +90,12 @@ def child_env(repo: Path) -> dict:
     )
 
 
-def floor(repo: Path, opts: dict) -> float:
+def floor(repo: Path, opts: dict, lean: bool = False) -> float:
+    """Command -> one task's result: plain `ray.init` (Ray's floor), or with `lean` the CLI's own leaner start of a
+    private cluster (a checkout that has one)."""
     t0 = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-c", FLOOR, json.dumps(opts)],
+        [sys.executable, "-c", FLOOR, json.dumps(opts), *(["lean"] if lean else [])],
         cwd=repo,
         env=child_env(repo),
         capture_output=True,
@@ -186,15 +195,16 @@ def main() -> None:
             eval_run(tree, srv, skill, work / f"out-{name}", a.data, tuple(a.override) if name == "this" else ())
         marks: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
         for i in range(a.rounds):
-            fl = floor(repo, opts)
+            fl, lean = floor(repo, opts), floor(repo, opts, lean=True)
             for name, tree in trees.items():
                 first, end, seen = eval_run(
                     tree, srv, skill, work / f"out-{name}", a.data, tuple(a.override) if name == "this" else ()
                 )
                 marks[name].append(seen)
-                rows[name].append({"floor_s": fl, "first_call_s": first, "end_s": end})
+                rows[name].append({"floor_s": fl, "lean_floor_s": lean, "first_call_s": first, "end_s": end})
                 print(
-                    f"round {i + 1} {name:<8}: floor {fl:.2f}s  first model call {first:.2f}s  end {end:.2f}s",
+                    f"round {i + 1} {name:<8}: floor {fl:.2f}s lean {lean:.2f}s  first model call {first:.2f}s  "
+                    f"end {end:.2f}s",
                     flush=True,
                 )
     print(f"\nmedians of {a.rounds} rounds (load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs):")
@@ -208,9 +218,11 @@ def main() -> None:
         result[name] = {"repo": str(tree), "rounds": rows[name], "median": med, "ratios": ratio}
         print(f"{name} ({tree}):")
         print(f"  floor (ray.init + one task)   {med['floor_s']:6.2f} s")
+        print(f"  lean floor (the CLI's start)  {med['lean_floor_s']:6.2f} s")
         print(
             f"  command -> first model call   {med['first_call_s']:6.2f} s   {ratio['first_call_s_over_floor']:.2f}x floor, "
-            f"{med['first_call_s'] - med['floor_s']:+.2f} s"
+            f"{med['first_call_s'] - med['floor_s']:+.2f} s; {med['first_call_s'] - med['lean_floor_s']:+.2f} s over "
+            "the lean floor"
         )
         print(f"  command -> end (4 games)      {med['end_s']:6.2f} s   {ratio['end_s_over_floor']:.2f}x floor")
         phases = {m: statistics.median(r[m] for r in marks[name]) for m in MARKS if all(m in r for r in marks[name])}

@@ -67,3 +67,53 @@ def test_hydra_parser_search_path_and_job_split(tmp_path):
         GlobalHydra.instance().clear()
     jobs = private_apis.hydra_split_jobs(OverridesParser.create().parse_overrides(["seed=1,2", "mode=train"]))
     assert jobs == [["seed=1", "mode=train"], ["seed=2", "mode=train"]]
+
+
+LEAN_RUN = """
+import json, os, subprocess
+import ray
+from ray._private import node, parameter
+from skillopt_ray.private_apis import ray_init_lean
+
+before = (parameter.RayParams, node.Node.start_api_server)
+ray_init_lean(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
+              object_store_memory=96 * 1024 * 1024)
+restored = (parameter.RayParams, node.Node.start_api_server) == before
+
+@ray.remote(num_cpus=0)
+class Echo:
+    def echo(self, x):
+        return x
+
+@ray.remote(num_cpus=0)
+def add(a, b):
+    return a + b
+
+out = {"task": ray.get(add.remote(2, 3)), "actor": ray.get(Echo.remote().echo.remote("hi")), "restored": restored}
+ps = subprocess.run(["ps", "-o", "args=", "--ppid", str(os.getpid())], capture_output=True, text=True).stdout
+out["children"] = ps.splitlines()
+ray.shutdown()
+print(json.dumps(out))
+"""
+
+
+def test_a_lean_ray_start_runs_tasks_and_actors_without_the_monitors_and_api_server(tmp_path):
+    """ray_init_lean: Ray's head node without the autoscaler monitor, the log monitor and the dashboard's API
+    server (a private run uses none), still running tasks and actors; Ray's own classes are put back after the
+    call."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    p = subprocess.run(
+        [sys.executable, "-c", LEAN_RUN], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["task"] == 5 and out["actor"] == "hi" and out["restored"]
+    started = "\n".join(out["children"])
+    assert "gcs_server" in started and "raylet" in started  # the head node itself is there
+    for absent in ("autoscaler/_private/monitor.py", "log_monitor.py", "dashboard/dashboard.py"):
+        assert absent not in started

@@ -51,8 +51,10 @@ def start_ray(data: dict[str, Any]) -> None:
         if address:
             ray.init(address=address, **COMMON_INIT)
         else:
+            from skillopt_ray.private_apis import ray_init_lean
+
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(**local_init_options(data))
+            ray_init_lean(**local_init_options(data))
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
         raise UsageError(
             f"cannot reach Ray at {address or 'a new local cluster'}: {one_line(e)}; check ray.address / RAY_ADDRESS, "
