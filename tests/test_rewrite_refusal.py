@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from test_conformance_loop import FakeRunner, tasks
 
-from skillopt_ray import prompts
+from skillopt_ray import cli, prompts
 from skillopt_ray.config import Config, OptimizerConfig
+from skillopt_ray.llm.gateway import bounded_schema
 from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.echo import prompt_echo
@@ -170,3 +172,14 @@ def test_a_refused_rewrite_ends_the_step_as_skip_no_rewrite_without_a_gate_rollo
     selection = [c for c in runner.calls if not c["training"] and c["ids"][0].startswith("va")]
     assert [c["skill"] for c in selection] == [SKILL]  # the baseline only: no rollout of the echo
     assert trainer.state.step_buffer == [] and rd.read_best_skill() == SKILL
+
+
+def test_the_house_style_run_refuses_echoes_and_its_rewriter_can_write_the_control_skill():
+    """llm=local bounds every string under the optimizer's grammar; the house-style experiment must leave the
+    rewrite room for a skill as long as the hand-written control (the first round's cap of 300 could not)."""
+    obj, _ = cli.typed(cli.compose(["+experiment=local_house_style", "llm=local"]))
+    assert obj.optimizer.refuse_echoed_rewrites is True
+    rc = obj.llm.optimizer
+    bounded = bounded_schema(prompts.REWRITE_SCHEMA, rc.schema_max_items, rc.schema_max_chars)
+    control = Path(__file__).resolve().parent.parent / "examples" / "house-style" / "control_skill.md"
+    assert bounded["properties"]["new_skill"]["maxLength"] >= len(control.read_text())
