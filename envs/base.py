@@ -210,6 +210,12 @@ class Benchmark(ABC):
         """Called once in each env actor when it starts: one-time costs (engine imports) are paid
         there, not by the first episodes while other episodes wait on the same actor."""
 
+    def start_warm_up(self) -> None:
+        """What an env actor calls when it starts: warm_up() now, before any episode. A benchmark whose episodes can
+        send their first model call before the warm-up ends runs it in the background instead, and waits for it
+        where an episode first needs what it prepares."""
+        self.warm_up()
+
     def data_note(self) -> str:
         """One start-up line saying where the data comes from."""
         return ""

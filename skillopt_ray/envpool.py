@@ -211,7 +211,7 @@ class EnvActor:
             if missing:
                 raise DataError(f"{' and '.join(missing)} does not exist there")
             self.bench = skillopt_envs.make(env_name, env_cfg)
-            self.bench.warm_up()
+            self.bench.start_warm_up()
             # imported now, not by the first episode, whose import would block this actor's other episodes
             import skillopt_ray.harness.agent_runner  # noqa: F401
 

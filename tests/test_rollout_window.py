@@ -206,3 +206,43 @@ def test_a_first_rollout_plays_the_longest_walkthroughs_first(ray_cluster, alfwo
     assert all(r.hard == 1.0 for r in results)
     played = list(dict.fromkeys(next(t.task_id for t in tasks if t.task_id in k) for k in keys))
     assert played == [t.task_id for t in reversed(tasks)]  # one slot: the longest walkthrough went first
+
+
+def test_an_actors_warm_up_runs_beside_the_first_call_and_the_game_waits_for_it(
+    alfworld_root, tmp_path, counted_loads, monkeypatch
+):
+    """start_warm_up runs the engine warm-up in a thread: an episode whose opening is kept asks its first call
+    while the warm-up still runs, and loads its game only once the warm-up has ended (the engine is never used from
+    two threads at once)."""
+    import threading
+
+    task = walk_split(alfworld_root, "train")[0]
+    walk = read_walkthrough(task.payload["gamefile"])
+    options = {"compile_cache": str(tmp_path / "cc"), "cached_games": 0}
+    _play(AlfWorldBenchmark({"data_dir": str(alfworld_root), "options": options}), task, WalkLLM(walk, []), "keep")
+    counted_loads.clear()
+    release, events = threading.Event(), []
+    real_warm_up = AlfWorldBenchmark.warm_up
+
+    def slow_warm_up(self):
+        release.wait(30)  # held until the first call has been seen
+        real_warm_up(self)
+        events.append(("warm-up done", len(counted_loads)))
+
+    monkeypatch.setattr(AlfWorldBenchmark, "warm_up", slow_warm_up)
+    bench = AlfWorldBenchmark({"data_dir": str(alfworld_root), "options": options})
+    llm = WalkLLM(walk, counted_loads)
+    real_chat = llm.chat
+
+    async def chat(req):
+        if not events:
+            events.append(("first call", len(counted_loads)))
+            release.set()
+        return await real_chat(req)
+
+    llm.chat = chat  # type: ignore[method-assign]
+    bench.start_warm_up()
+    r = _play(bench, task, llm, "warming")
+    # the warm-up's own game is the first load; the episode's game loads after it
+    assert events == [("first call", 0), ("warm-up done", 1)]
+    assert r.hard == 1.0 and counted_loads == [1, 1]
