@@ -431,8 +431,9 @@ class Tracker:
         """`skill_history.html` (versions, each step's decision and diff) and `skill_versions.json` (version, made by,
         epoch, step, selection score, length), written into the run directory and logged as artifacts. Called by
         `finish` (every run ends with its history page) or by whoever wants it earlier; logging metrics never does."""
-        if not self.enabled or self.run_dir is None or not (self.run_dir / "skills").is_dir():
-            return
+        skills = self.run_dir / "skills" if self.run_dir is not None else None
+        if not self.enabled or skills is None or not skills.is_dir() or not any(skills.iterdir()):
+            return  # no skill versions (an eval-only run): no history to show
 
         from skillopt_ray.report import load, skill_history_html
         from skillopt_ray.rundir import RunDir

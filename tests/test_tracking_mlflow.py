@@ -147,6 +147,18 @@ def test_skill_history_logged_when_asked_and_when_the_run_ends_never_by_metrics(
     assert '<span class="add">+- RULE-heat: use the microwave</span>' in page
 
 
+def test_a_run_without_skill_versions_ends_without_a_history_page(tmp_path, store_template):
+    """An eval-only run keeps no skill versions (its skills folder stays empty): it ends FINISHED with no empty
+    history page written or logged."""
+    rd = tmp_path / "rd"
+    (rd / "skills").mkdir(parents=True)
+    tr = _tracker(tmp_path, store_template)
+    run_id = tr.start({}, "eval", {"run_dir": str(rd)}, lambda rec: None)
+    tr.finish("FINISHED")
+    assert tr.client.get_run(run_id).info.status == "FINISHED"
+    assert tr.client.list_artifacts(run_id) == [] and not (rd / "skill_history.html").exists()
+
+
 @pytest.mark.slow
 def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
     """A real scripted run: grouped metrics that compare reads back, the skill history artifacts, the run's story."""
