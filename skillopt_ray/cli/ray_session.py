@@ -54,7 +54,8 @@ def start_ray(data: dict[str, Any]) -> None:
             from skillopt_ray.private_apis import ray_init_lean
 
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray_init_lean(**local_init_options(data))
+            lean = data["ray"].get("head", "lean") == "lean"
+            (ray_init_lean if lean else ray.init)(**local_init_options(data))
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
         raise UsageError(
             f"cannot reach Ray at {address or 'a new local cluster'}: {one_line(e)}; check ray.address / RAY_ADDRESS, "
