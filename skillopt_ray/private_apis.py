@@ -102,10 +102,10 @@ def ray_init_lean(**options: Any) -> Any:
     def no_api_server(self: Any, **kwargs: Any) -> None:
         return None
 
-    parameter.RayParams = LeanParams
+    setattr(parameter, "RayParams", LeanParams)  # noqa: B010 - a module's class swapped for one call
     node.Node.start_api_server = no_api_server  # type: ignore[method-assign]
     try:
         return ray.init(**options)
     finally:
-        parameter.RayParams = params
+        setattr(parameter, "RayParams", params)  # noqa: B010
         node.Node.start_api_server = start_api_server  # type: ignore[method-assign]

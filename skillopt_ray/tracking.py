@@ -431,15 +431,17 @@ class Tracker:
         """`skill_history.html` (versions, each step's decision and diff) and `skill_versions.json` (version, made by,
         epoch, step, selection score, length), written into the run directory and logged as artifacts. Called by
         `finish` (every run ends with its history page) or by whoever wants it earlier; logging metrics never does."""
-        skills = self.run_dir / "skills" if self.run_dir is not None else None
-        if not self.enabled or skills is None or not skills.is_dir() or not any(skills.iterdir()):
+        if not self.enabled or self.run_dir is None:
+            return
+        root = self.run_dir
+        if not (root / "skills").is_dir() or not any((root / "skills").iterdir()):
             return  # no skill versions (an eval-only run): no history to show
 
         from skillopt_ray.report import load, skill_history_html
         from skillopt_ray.rundir import RunDir
 
         try:
-            story = load(self.run_dir)
+            story = load(root)
             rows = [
                 {
                     "version": v.number,
@@ -452,7 +454,7 @@ class Tracker:
                 }
                 for v in story.versions
             ]
-            for path in RunDir(self.run_dir).write_skill_history(rows, skill_history_html(self.run_dir)):
+            for path in RunDir(root).write_skill_history(rows, skill_history_html(root)):
                 self.client.log_artifact(self._rid, str(path))
         except Exception as e:  # noqa: BLE001 - a view of the history never stops a run
             self.notes.append(f"skill history not logged to MLflow: {type(e).__name__}: {e}")
