@@ -118,6 +118,8 @@ MARKS = (
     "env-actors-requested",
     "env-actor-started",
     "env-actor-ready",
+    "gateway-started",
+    "gateway-ready",
     "first-episode",
 )
 

@@ -423,10 +423,13 @@ class GatewayActor:
         shards: int = 1,
     ):
         from skillopt_ray.lifeline import identity, watch
+        from skillopt_ray.startup_trace import mark
 
         watch(list(owners or []), "LLM gateway")  # the run's owner gone: exit before another queued call is sent
+        mark("gateway-started")
         cfg = from_container({"experiment": "_", "llm": llm_cfg}).llm
         self.gw = Gateway(cfg, cache_path, ledger_path)
+        mark("gateway-ready")
         self.boxes = Mailboxes(self.gw.chat, _one_line)  # batched chat calls (skillopt_ray/llm/callbox.py)
         if shards > 1:
             sender_owners = [*(owners or []), identity()]
