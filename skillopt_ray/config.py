@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+# OmegaConf's marker of a required value, spelled out: an actor rebuilding its config (from_container) never imports
+# Hydra or OmegaConf (about 65 ms of imports in each of a run's processes, on the first call's path)
+MISSING: Any = "???"
 
 
 class ConfigError(ValueError):
@@ -271,6 +272,8 @@ class Config:
 
 
 def register_schema() -> None:
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
 
@@ -568,6 +571,8 @@ def redact(obj: Any) -> Any:
 def to_container(cfg: Any) -> dict[str, Any]:
     if isinstance(cfg, dict):
         return cfg
+    from omegaconf import OmegaConf
+
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
@@ -581,6 +586,8 @@ def from_container(data: dict[str, Any]) -> Config:
         return _build(Config, data)  # type: ignore[no-any-return]
     except _NotExact:
         pass
+    from omegaconf import OmegaConf
+
     base = OmegaConf.structured(Config)
     merged = OmegaConf.merge(base, data)
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
