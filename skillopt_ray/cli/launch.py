@@ -233,11 +233,23 @@ def _drive(
     except ray.exceptions.RayActorError as e:  # killed (OOM, a lost node, a signal): its state is on disk
         return driver_lost(e, run_dir)
     finally:
-        for handle in [gateway, *early]:  # the driver ends them; a driver that died could not (a sweep goes on)
-            with contextlib.suppress(Exception):
-                ray.kill(handle, no_restart=True) if handle is not None else None
-    ray.kill(driver, no_restart=True)
+        end_actors(driver, ref, [gateway, *early])
     return outcome
+
+
+def end_actors(driver: Any, ref: Any, others: list[Any]) -> None:
+    """End the driver, then the actors the command started for it (the driver ends them; one that died could not,
+    and a sweep goes on). The driver goes first and its end is awaited (briefly): a driver still running when its
+    gateway is killed (Ctrl-C, a dashboard's Stop) would see its calls fail and end its MLflow run FAILED, where a
+    stopped run is left for its resume (or marked KILLED by the page that stopped it)."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.kill(driver, no_restart=True)
+        ray.wait([ref], timeout=5.0)
+    for handle in others:
+        with contextlib.suppress(Exception):
+            ray.kill(handle, no_restart=True) if handle is not None else None
 
 
 def driver_lost(err: BaseException, run_dir: Path) -> dict[str, Any]:
