@@ -201,6 +201,7 @@ class EnvActor:
         self.llm = LLMHandle(gateway)
         self.boxes = Mailboxes(lambda item: self.run(*item), episode_error)  # episodes sent in batches (submit)
         self.bench: Any = None
+        self.started_one = False  # whether an episode has started here (the first one marks it)
         self.data_error = ""  # this node cannot run the benchmark: every episode here says why
         try:
             missing = [
@@ -225,7 +226,9 @@ class EnvActor:
             )
 
     async def run(self, task: Task, skill: str, ctx: EpisodeContext) -> dict[str, Any]:
-        mark("first-episode")
+        if not self.started_one:  # a start-up mark, once: it reads the environment
+            self.started_one = True
+            mark("first-episode")
         if self.data_error:
             raise NodeDataError(self.data_error)
         from skillopt_ray.harness.agent_runner import episode_context
