@@ -8,9 +8,7 @@ Splits: SkillOpt's paper split ships with the project (envs/alfworld/splits) and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,16 +213,8 @@ class AlfWorldBenchmark(Benchmark):
         """The warm-up in a thread: an actor's first episodes send their first calls from kept openings meanwhile
         (about 1 s sooner on 2 cores); each waits for it before it loads a game (`_engine_ready`), so the engine is
         never used from two threads at once."""
-        self._warming = threading.Thread(target=self._warm_up_politely, name="alfworld-warm-up", daemon=True)
+        self._warming = threading.Thread(target=self.warm_up, name="alfworld-warm-up", daemon=True)
         self._warming.start()
-
-    def _warm_up_politely(self) -> None:
-        """warm_up at a lower CPU priority (Linux sets niceness per thread): on a small machine the processes the
-        first model call waits for (the LLM gateway, the driver), starting at the same moment, get the cores first;
-        the engine is needed only once that call is out."""
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + 10)
-        self.warm_up()
 
     async def _engine_ready(self) -> None:
         if self._warming is not None and self._warming.is_alive():
