@@ -85,8 +85,14 @@ def test_embedded_server_reads_text_parts_and_refuses_images_in_one_line(tmp_pat
     url = srv.start()
     loop = asyncio.new_event_loop()
     try:
-        role = LLMRoleConfig(provider="embedded", model="smollm2-135m", base_url=url, max_tokens=16, timeout_s=60)
-        gw = Gateway(LLMConfig(backend="embedded", target=role, optimizer=role, max_retries=3), None)
+        # the plumbing is under test, not the tiny model's stopping: a reply that runs on (SmolLM2 once wrote to the
+        # 32,768-token limit here) ends at 32 tokens and is kept, not retried or raised
+        role = LLMRoleConfig(
+            provider="embedded", model="smollm2-135m", base_url=url, max_tokens=16, max_reply_tokens=32, timeout_s=60
+        )
+        gw = Gateway(
+            LLMConfig(backend="embedded", target=role, optimizer=role, max_retries=3, truncated_reply="keep"), None
+        )
         ctx = EpisodeContext("k", False, 1, 0)
         text = DocVQABenchmark({"options": {"sample_dir": str(root), "target_provider": "embedded"}})
         task = text.load_split("test")[0]
