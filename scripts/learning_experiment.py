@@ -9,7 +9,7 @@ skill; the same text goes to <output-dir>/report.md.
 
     scripts/install_model.sh qwen2.5-coder-1.5b                  # once
     .venv/bin/python scripts/learning_experiment.py              # seeds 42 and 43: 22.6 min for both, 2 shared cores
-    .venv/bin/python scripts/learning_experiment.py --experiment local_house_style   # house-style tasks: 63 min
+    .venv/bin/python scripts/learning_experiment.py --experiment local_house_style   # house-style tasks: 31-63 min
     .venv/bin/python scripts/learning_experiment.py --report-only
     .venv/bin/python scripts/learning_experiment.py -- env.limit_test=2   # extra overrides for every run
 """
