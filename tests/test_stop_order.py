@@ -5,18 +5,14 @@ then marks it KILLED)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from conftest import qa_fixture
 from scripted_server import Policies, ScriptedServer
-
-REPO = Path(__file__).resolve().parent.parent
+from test_kill_cli import _cli
 
 
 def _wait_for(cond, timeout_s: float, what: str, proc: subprocess.Popen) -> None:
@@ -34,27 +30,8 @@ def test_ctrl_c_mid_call_leaves_the_mlflow_run_for_its_resume_not_failed(tmp_pat
 
     answers = qa_fixture(tmp_path / "qa")
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "skillopt_ray",
-        "+experiment=searchqa",
-        "+smoke=tiny",
-        "llm=compatible",
-        f"env.data_dir={tmp_path / 'qa'}",
-        "env.options.split_source=folders",
-        f"output_dir={out}",
-        "debug.progress=off",
-    ]
     with ScriptedServer(Policies(target="rule_gated", answers=answers), latency_s=2.0) as srv:
-        proc = subprocess.Popen(
-            [*cmd, f"llm.base_url={srv.base_url}"],
-            cwd=REPO,
-            env=dict(os.environ, SKILLOPT_SERVICE="off"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = _cli(srv.base_url, tmp_path, out)  # the kill tests' command: SearchQA on the fixture, calls in flight
         try:
             records = lambda: list(out.glob("runs/*/mlflow_run.json"))  # noqa: E731
             _wait_for(lambda: records() and srv.state.in_flight > 0, 240, "MLflow run with a call in flight", proc)
