@@ -430,7 +430,8 @@ class Tracker:
     def log_skill_history(self) -> None:
         """`skill_history.html` (versions, each step's decision and diff) and `skill_versions.json` (version, made by,
         epoch, step, selection score, length), written into the run directory and logged as artifacts. Called by
-        `finish` (every run ends with its history page) or by whoever wants it earlier; logging metrics never does."""
+        `finish` (every run with skill versions ends with its history page) or by whoever wants it earlier; logging
+        metrics never does."""
         if not self.enabled or self.run_dir is None:
             return
         root = self.run_dir
