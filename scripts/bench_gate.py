@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     rule = SequentialRule()
     if a.sequential:
         acc, rej, fin, budget, per_sqrt = a.sequential
-        rule = SequentialRule(acc, rej, fin, budget, per_sqrt)
+        rule = SequentialRule(acc, rej, fin, budget, margin_per_sqrt=per_sqrt)
     print(
         f"{a.trainings} trainings x {a.steps} candidates per row; a candidate's effect is -e, 0 or +e logit "
         f"(weights {' : '.join(f'{w:g}' for w in a.mix)}); alpha={a.alpha}; hard gate"

@@ -198,7 +198,8 @@ class OptimizerConfig:
     # episodes per task in training, selection and test (each its own sample); a task scores the mean (reference: 1)
     rollouts_per_task: int = 1
     # none: the reference's strict improvement; paired_bootstrap | sign: also a significant per-task improvement;
-    # sequential: paired episodes, more of them only where the decision is close (Wald's SPRT on paired wins)
+    # sequential: paired episodes, more of them only where the decision is close (Wald's SPRT on paired wins);
+    # auto: sequential when the selection split has fewer than 30 tasks, else none (+experiment=custom)
     gate_test: str = "none"
     gate_alpha: float = 0.05  # the paired test's one-sided level
     # the sequential gate's boundaries in net paired wins (task units), and its extra episodes at most as a multiple
@@ -207,6 +208,7 @@ class OptimizerConfig:
     gate_seq_reject_at: float = 2.0
     gate_seq_final_at: float = 4.0
     gate_seq_budget: float = 2.0
+    gate_seq_min_extra: int = 24  # ... but at least this many extra episodes (small selection sets)
     slow_update: bool = True
     slow_update_samples: int = 20
     slow_update_gate: bool = True  # paper setting: gate the slow update on the selection split; False: force-inject
@@ -304,6 +306,8 @@ def _check_sequential(o: Any) -> None:
         )
     if o.gate_seq_budget < 0:
         raise ConfigError(f"optimizer.gate_seq_budget={o.gate_seq_budget!r} is invalid; use 0 or more (e.g. 2.0)")
+    if o.gate_seq_min_extra < 0:
+        raise ConfigError(f"optimizer.gate_seq_min_extra={o.gate_seq_min_extra!r} is invalid; use 0 or more (e.g. 24)")
 
 
 def _at_least(key: str, value: float, minimum: float) -> None:
@@ -357,7 +361,7 @@ def _validate_optimizer(o: OptimizerConfig) -> None:
     _choice("optimizer.gate_metric", o.gate_metric, ("hard", "soft", "mixed"))
     _fraction("optimizer.mixed_weight", o.mixed_weight)
     _at_least("optimizer.rollouts_per_task", o.rollouts_per_task, 1)
-    _choice("optimizer.gate_test", o.gate_test, ("none", "paired_bootstrap", "sign", "sequential"))
+    _choice("optimizer.gate_test", o.gate_test, ("none", "paired_bootstrap", "sign", "sequential", "auto"))
     _check_sequential(o)
     if not 0.0 < o.gate_alpha < 0.5:
         raise ConfigError(f"optimizer.gate_alpha={o.gate_alpha!r} is invalid; use a level between 0 and 0.5, e.g. 0.05")

@@ -71,13 +71,13 @@ def test_a_close_call_plays_pairs_on_the_tasks_that_disagreed_first_then_decides
 
 
 def test_the_budget_ends_a_close_call_at_the_final_margin():
-    rule = SequentialRule(accept_at=6, reject_at=2, final_at=4, extra_budget=1.0)
+    rule = SequentialRule(accept_at=6, reject_at=2, final_at=4, extra_budget=1.0, min_extra=0)
     cand = {f"t{i}": [1.0 if i < 3 else 0.0] for i in range(8)}
     cur = {f"t{i}": [0.0] for i in range(8)}  # net +3
     ties = {(w, t): [1.0] * 20 for w in ("candidate", "current") for t in cand}  # every new pair a tie
     out = run(rule, cand, cur, ties)
     assert out.stopped == "budget" and out.episodes == 16 and not out.accepted  # +3 < 4 at the end
-    out = run(SequentialRule(accept_at=6, reject_at=2, final_at=3, extra_budget=1.0), cand, cur,
+    out = run(SequentialRule(accept_at=6, reject_at=2, final_at=3, extra_budget=1.0, min_extra=0), cand, cur,
               {k: list(v) for k, v in ties.items()})  # fmt: skip
     assert out.stopped == "budget" and out.accepted  # +3 >= 3
 
@@ -86,7 +86,7 @@ def test_the_current_skills_unpaired_samples_make_a_pair_cost_one_episode():
     cand = {"a": [1.0], "b": [0.0]}
     cur = {"a": [0.0, 0.0, 0.0], "b": [1.0]}  # a: two stored samples of the current skill wait for partners
     log: list[Any] = []
-    run(SequentialRule(accept_at=6, reject_at=2, final_at=4, extra_budget=2.0), cand, cur,
+    run(SequentialRule(accept_at=6, reject_at=2, final_at=4, extra_budget=2.0, min_extra=0), cand, cur,
         {("candidate", "a"): [1.0, 1.0], ("candidate", "b"): [0.0] * 4, ("current", "b"): [1.0] * 4}, log)  # fmt: skip
     assert log[0][0] == ("candidate", "a") and ("current", "a") not in log[0]
 
@@ -255,3 +255,25 @@ def test_a_killed_run_resumes_to_the_same_decisions(tmp_path):
     resumed = _train(tmp_path / "cut", NoisyRunner())
     assert [(h["action"], h["current_score"]) for h in resumed] == [(h["action"], h["current_score"]) for h in full]
     assert [g["gate_test"] for g in _gates(tmp_path / "cut")] == [g["gate_test"] for g in _gates(tmp_path / "full")]
+
+
+def test_auto_takes_the_sequential_gate_below_30_selection_tasks_and_the_papers_above():
+    o = OptimizerConfig(gate_test="auto")
+    assert GatePolicy.from_config(o, 29).test == "sequential" and GatePolicy.from_config(o, 30).test == "none"
+    assert GatePolicy.from_config(OptimizerConfig(), 5).test == "none"  # the paper protocol keeps the paper's gate
+
+
+def test_the_custom_preset_uses_auto_and_the_paper_preset_the_papers_gate():
+    from skillopt_ray import cli
+
+    _obj, custom = cli.typed(cli.compose(["+experiment=custom", "env.data_dir=/nowhere"]))
+    _obj, paper = cli.typed(cli.compose(["+experiment=alfworld"]))
+    assert custom["optimizer"]["gate_test"] == "auto" and paper["optimizer"]["gate_test"] == "none"
+
+
+def test_a_handful_of_tasks_still_gets_pairs_enough_to_accept():
+    cand = {"a": [1.0], "b": [1.0]}
+    cur = {"a": [0.0], "b": [0.0]}
+    script = {(w, t): [1.0 if w == "candidate" else 0.0] * 20 for w in ("candidate", "current") for t in cand}
+    out = run(SequentialRule(), cand, cur, script)  # 2 tasks: 2 x 2 extra episodes would never reach +7
+    assert out.accepted and out.net >= 7 and out.episodes <= 2 + 24

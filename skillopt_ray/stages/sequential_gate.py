@@ -45,6 +45,7 @@ class SequentialRule:
     reject_at: float = 2.0
     final_at: float = 4.0
     extra_budget: float = 2.0  # extra episodes at most, as a multiple of the first pass's episodes
+    min_extra: int = 24  # but at least this many: a handful of tasks still gets pairs enough to reach a boundary
     margin_per_sqrt: float = 1.4  # accept margins at least this x sqrt(first look's discordant pairs)
     pairs_per_look: int = 0  # 0: about one in nine tasks per look (at least 2)
 
@@ -148,7 +149,7 @@ async def sequential_gate(
     start_k = {t: len(v) for t, v in cur.items()}
     net, disc, *_ = pair_stats(cand, cur)
     accept_at, final_at = rule.margins(disc)
-    budget = math.floor(rule.extra_budget * first_pass)
+    budget = max(rule.min_extra, math.floor(rule.extra_budget * first_pass)) if rule.extra_budget > 0 else 0
     extra, looks, stopped = 0, 1, "budget"
     while True:
         net, disc, *_ = pair_stats(cand, cur)
