@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from test_golden_compare import DATA, check
 
-from skillopt_ray import compare, sweep
+from skillopt_ray import compare, sweep, sweep_report
 
 BASE = ["+experiment=searchqa", "+smoke=tiny", "output_dir=out", "+sweep=lr", "sweep.seeds=2"]
 # a run directory's name ends in the hash of its whole config: a new config key elsewhere changes it, so it is masked
@@ -93,7 +93,7 @@ def test_step_and_final_reports_are_the_same(runs, tmp_path):
 
 def test_trial_table_prints_the_same(capsys):
     keys = ["optimizer.learning_rate", "optimizer.mixed_weight"]
-    table = sweep._TrialTable(keys, 5, 0.0)
+    table = sweep_report._TrialTable(keys, 5, 0.0)
     trials = [
         SimpleNamespace(
             config={"optimizer.learning_rate": 4, "optimizer.mixed_weight": 0.123456789, "seed": 42},
@@ -139,13 +139,15 @@ def test_skill_diffs_sweep_json_and_closing_words_are_the_same(runs, tmp_path, c
     ]
     parent = SimpleNamespace(run_id="parent-1", uri="sqlite:///m.db", enabled=True)
     previous = {str(trials[1].run_dir): {"status": "stopped", "stopped": {"by": "asha", "step": 2}}}
-    text += "=== sweep.json\n" + _json(sweep._sweep_meta("golden", spec, trials, overrides, parent, previous)) + "\n"
+    text += (
+        "=== sweep.json\n" + _json(sweep_report._sweep_meta("golden", spec, trials, overrides, parent, previous)) + "\n"
+    )
     for chosen, failed in (
         (trials[:1], []),
         (trials[:2], []),
         (trials[:3], []),
         (trials[:3], ["lr=2,seed=1: RuntimeError: boom"]),
     ):
-        code = sweep._sweep_exit(chosen, failed)
+        code = sweep_report._sweep_exit(chosen, failed)
         text += f"=== exit {code}\n{capsys.readouterr().err}"
     check("sweep_files.txt", text.replace(str(tmp_path), "<tmp>"))
