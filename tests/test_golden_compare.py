@@ -157,3 +157,10 @@ def test_compare_refusals_are_the_same(sweep_dir, capsys, monkeypatch):
     (empty / "sweep.json").write_text(json.dumps({"keys": ["x"], "trials": []}))
     text += _run(capsys, sweep_dir, "--sweep-dir", str(empty))
     check("compare_refusals.txt", text)
+
+
+def test_compare_help_is_the_same(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps the help to the terminal's width
+    with pytest.raises(SystemExit) as done:
+        compare.main(["--help"])
+    check("compare_help.txt", f"exit {done.value.code}\n{capsys.readouterr().out}")
