@@ -19,7 +19,9 @@ def _check_sequential(o: Any) -> None:
     """The sequential gate's boundaries: positive margins, the final one not above the accept one."""
     for name in ("gate_seq_accept_at", "gate_seq_reject_at", "gate_seq_final_at"):
         if not getattr(o, name) > 0:
-            raise ConfigError(f"optimizer.{name}={getattr(o, name)!r} is invalid; use a positive number of net paired wins")
+            raise ConfigError(
+                f"optimizer.{name}={getattr(o, name)!r} is invalid; use a positive number of net paired wins"
+            )
     if o.gate_seq_final_at > o.gate_seq_accept_at:
         raise ConfigError(
             f"optimizer.gate_seq_final_at={o.gate_seq_final_at!r} is above gate_seq_accept_at={o.gate_seq_accept_at!r}; "
