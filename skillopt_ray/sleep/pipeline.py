@@ -60,6 +60,13 @@ def dedup(tasks: list[MinedTask]) -> list[MinedTask]:
     return list(by_id.values())
 
 
+def redact_task(t: MinedTask, redact: Redactor) -> MinedTask:
+    """The model's reply is redacted again before it is written: it may repeat what it was never shown."""
+    t.prompt, t.rubric = redact(t.prompt), redact(t.rubric)
+    t.checks = [{**c, "arg": redact(c["arg"])} if isinstance(c["arg"], str) else c for c in t.checks]
+    return t
+
+
 def mine(digests: list[SessionDigest], project: Path, llm: Any) -> tuple[list[MinedTask], dict[str, Any]]:
     """The model miner when `llm` is given, else the heuristic one."""
     if llm is None:
@@ -76,7 +83,7 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     redact = redactor or Redactor.from_environment()
     digests, counts = collect(opts.stores, Scope.of(project, opts.scope), window, redact, opts.max_sessions)
     tasks, miner = mine(digests, project, llm)
-    tasks = dedup(tasks)[: opts.max_tasks]
+    tasks = dedup([redact_task(t, redact) for t in tasks])[: opts.max_tasks]
     assigned = splits.assign([t.id for t in tasks], st.splits, opts.val_fraction, opts.test_fraction)
     out = opts.output or project / state.STATE_DIR / "tasks"
     header = {"project": str(project), "harvested": stamp(window.until), "sessions": len(digests)}
