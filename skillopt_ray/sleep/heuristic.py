@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from skillopt_ray.sleep.digest import SessionDigest
-from skillopt_ray.sleep.recipe import recipe_for
+from skillopt_ray.sleep.recipe import proposed
 from skillopt_ray.sleep.tasks import GENERIC_RUBRIC, MinedTask, generalise
 
 MIN_CHARS = 8  # the reference's floor for a substantive request
@@ -55,7 +55,7 @@ def mine(d: SessionDigest, project: Path) -> list[MinedTask]:
             outcome=d.outcome,
             sessions=[{"source": d.source, "id": d.session_id}],
             skill_hint=skill_hint(d),
-            workspace=recipe_for(project, d.git_commit) if kind == "agent" else {"kind": "empty"},
+            workspace=proposed(d.git_commit) if kind == "agent" else {"kind": "empty"},
             miner="heuristic",
         )
     ]

@@ -15,7 +15,7 @@ from typing import Any
 from skillopt_ray.llm.types import BudgetExceeded, ChatRequest, LLMError, MalformedOutput
 from skillopt_ray.sleep import guard, heuristic
 from skillopt_ray.sleep.digest import SessionDigest
-from skillopt_ray.sleep.recipe import recipe_for
+from skillopt_ray.sleep.recipe import proposed
 from skillopt_ray.sleep.tasks import GENERIC_RUBRIC, KINDS, OUTCOMES, MinedTask, generalise, valid_check
 
 STAGE = "harvest_mine"
@@ -110,7 +110,7 @@ def _task(item: dict[str, Any], d: SessionDigest, project: Path, suspects: list[
         outcome=str(outcome),
         sessions=[{"source": d.source, "id": d.session_id}],
         skill_hint=heuristic.skill_hint(d),
-        workspace=recipe_for(project, d.git_commit) if kind == "agent" else {"kind": "empty"},
+        workspace=proposed(d.git_commit) if kind == "agent" else {"kind": "empty"},
         miner="model",
     )
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.sleep import heuristic, model_miner, splits, state
+from skillopt_ray.sleep import heuristic, model_miner, recipe, splits, state
 from skillopt_ray.sleep.digest import SessionDigest
 from skillopt_ray.sleep.harvest import HarvestCounts, Stores, collect
 from skillopt_ray.sleep.redact import Redactor
@@ -84,6 +84,7 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     digests, counts = collect(opts.stores, Scope.of(project, opts.scope), window, redact, opts.max_sessions)
     tasks, miner = mine(digests, project, llm)
     tasks = dedup([redact_task(t, redact) for t in tasks])[: opts.max_tasks]
+    recipe.verified(project, [t.workspace for t in tasks])
     assigned = splits.assign([t.id for t in tasks], st.splits, opts.val_fraction, opts.test_fraction)
     out = opts.output or project / state.STATE_DIR / "tasks"
     header = {"project": str(project), "harvested": stamp(window.until), "sessions": len(digests)}

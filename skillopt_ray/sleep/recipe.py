@@ -10,14 +10,28 @@ from pathlib import Path
 MAX_WORKSPACE_BYTES = 64 * 1024 * 1024
 
 
-def recipe_for(project: Path, commit: str) -> dict[str, str]:
-    """{"kind": "git", "commit": sha} when the project's repository has the session's commit, else empty."""
-    if not commit or not all(c in "0123456789abcdef" for c in commit.lower()):
-        return {"kind": "empty"}
-    p = subprocess.run(
-        ["git", "-C", str(project), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True, check=False
-    )
-    return {"kind": "git", "commit": commit} if p.returncode == 0 else {"kind": "empty"}
+def proposed(commit: str) -> dict[str, str]:
+    """The recipe a session names: its commit (checked against the repository by `verified`), else empty."""
+    if commit and all(c in "0123456789abcdef" for c in commit.lower()):
+        return {"kind": "git", "commit": commit}
+    return {"kind": "empty"}
+
+
+def verified(project: Path, recipes: list[dict[str, str]]) -> None:
+    """Each git recipe whose commit the project's repository lacks becomes empty (one git call per commit)."""
+    have: dict[str, bool] = {}
+    for r in recipes:
+        if r.get("kind") != "git":
+            continue
+        c = r["commit"]
+        if c not in have:
+            p = subprocess.run(
+                ["git", "-C", str(project), "cat-file", "-e", f"{c}^{{commit}}"], capture_output=True, check=False
+            )
+            have[c] = p.returncode == 0
+        if not have[c]:
+            r.clear()
+            r["kind"] = "empty"
 
 
 def materialise(project: Path, recipe: dict[str, str], dest: Path) -> str:

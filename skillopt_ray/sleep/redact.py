@@ -27,11 +27,13 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     ("url_credentials", r"(?i)(\b[a-z][a-z0-9+.\-]*://[^/\s:@]+:)[^@\s/]{3,}(?=@)"),
     (
         "secret_assignment",
-        r"(?i)(\b[A-Za-z0-9_.\-]*(?:api[_-]?key|secret|token|passwd|password|private[_-]?key|credential)s?"
+        r"(?i)((?:api[_-]?key|secret|token|passwd|password|private[_-]?key|credential)s?"
         r"[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)[^\s\"',;}{]{4,}",
     ),
 )
 _COMPILED = tuple((kind, re.compile(p)) for kind, p in _PATTERNS)
+# one pass over the text to know whether any pattern can match (most texts hold no secret); inline flags scoped
+_ANY = re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for _, p in _PATTERNS))
 # a name whose `_`-separated words include one of these (PWD, the working folder, is not a password)
 _SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS",
                  "AUTH", "COOKIE", "PAT", "PRIVATE"}  # fmt: skip
@@ -67,6 +69,8 @@ class Redactor:
             if value in text:
                 self.counts["environment_value"] += text.count(value)
                 text = text.replace(value, "[REDACTED:environment_value]")
+        if _ANY.search(text) is None:
+            return text
         for kind, rx in _COMPILED:
             text = rx.sub(self._replacer(kind), text)
         return text

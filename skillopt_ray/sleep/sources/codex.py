@@ -25,6 +25,8 @@ _QUIET_EVENTS = {
     "web_search_end", "turn_diff", "stream_error", "background_event", "plan_update", "entered_review_mode",
     "exited_review_mode", "user_message", "agent_message", "context_compacted", "thread_settings_applied",
 }  # fmt: skip
+# kinds never read, passed over unparsed (tool output is most of a log's bytes)
+_UNREAD = (b'"function_call_output"', b'"custom_tool_call_output"', b'"token_count"', b'"token_usage_record"')
 MAX_FALLBACK = 50  # user messages held until the end (each cut to the digest's text size)
 
 
@@ -46,7 +48,7 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     fallback_users: list[str] = []
     fallback_replies: deque = deque(maxlen=MAX_REPLIES)
     skipped: Counter = Counter()
-    for rec in records(path, skipped):
+    for rec in records(path, skipped, _UNREAD):
         kind, p = rec.get("type"), rec.get("payload")
         p = p if isinstance(p, dict) else {}
         b.time(rec.get("timestamp"))

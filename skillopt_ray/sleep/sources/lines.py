@@ -11,12 +11,14 @@ from typing import Any
 # a line longer than this (a pasted binary, a huge tool output) is skipped without being held in memory
 MAX_LINE_BYTES = 4 * 1024 * 1024
 _CHUNK = 1024 * 1024
+HEAD = 256  # where a record's kind is written
 
 
-def records(path: Path, skipped: Counter) -> Iterator[dict[str, Any]]:
+def records(path: Path, skipped: Counter, skip: tuple[bytes, ...] = ()) -> Iterator[dict[str, Any]]:
     """The file's JSON objects in order. A line that is not JSON counts as `bad_json`, except an unfinished last line
     (a session still being written) which counts as `truncated`; an oversized line as `oversized`. Bytes that are not
-    UTF-8 are replaced, never fatal."""
+    UTF-8 are replaced, never fatal. A line whose head holds one of the `skip` markers (a record kind the reader
+    never uses, such as a tool's whole output) is passed over without being parsed."""
     with path.open("rb") as f:
         while True:
             line = f.readline(MAX_LINE_BYTES)
@@ -26,7 +28,7 @@ def records(path: Path, skipped: Counter) -> Iterator[dict[str, Any]]:
                 skipped["oversized"] += 1
                 _skip_rest(f)
                 continue
-            if not line.strip():
+            if not line.strip() or (skip and any(m in line[:HEAD] for m in skip)):
                 continue
             try:
                 val = json.loads(line.decode("utf-8", "replace"))
