@@ -404,3 +404,27 @@ def test_real_cli_fixtures_every_in_scope_session_and_no_other(stores, tmp_path)
     elsewhere.mkdir(parents=True)
     real_fixtures(elsewhere.parent, tmp_path / "c2", tmp_path / "k2")
     assert harvest(elsewhere, tmp_path / "c2", tmp_path / "k2")["sessions"] == {}
+
+
+def test_a_training_run_refuses_an_unreviewed_harvest_for_a_remote_endpoint(stores, capsys, monkeypatch):
+    """`python -m skillopt_ray +experiment=custom env.data_dir=<harvest>` with a remote model: one line, exit 2,
+    nothing made; the same run goes ahead to its next check once review.json says reviewed."""
+    from skillopt_ray import cli
+
+    project, ch, cc = stores
+    for i in range(3):
+        codex_session(ch, str(project), [f"Harvested request number {i}"])
+    harvest(project, ch, cc)
+    folder = project / ".skillopt" / "tasks"
+    out = project / "runs"
+    monkeypatch.setenv("COMPATIBLE_API_KEY", "k")
+    argv = ["+experiment=custom", f"env.data_dir={folder}", "llm=compatible", "llm.base_url=https://api.example.com/v1",
+            "ray.address=127.0.0.1:9", f"output_dir={out}"]  # fmt: skip
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "review.json" in err and "api.example.com" in err and "\n" not in err, err
+    assert not out.exists()
+    data = json.loads((folder / "review.json").read_text())
+    (folder / "review.json").write_text(json.dumps({**data, "reviewed": True}))
+    cli.main(argv)
+    assert "review.json" not in capsys.readouterr().err

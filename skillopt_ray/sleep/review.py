@@ -49,6 +49,23 @@ def write(folder: Path, header: dict[str, Any]) -> None:
     (folder / REVIEW_FILE).write_text(json.dumps({"format": FORMAT, **header}, indent=1) + "\n", encoding="utf-8")
 
 
+def run_endpoints(data: dict[str, Any]) -> list[Endpoint]:
+    """The endpoints a run's config (as a plain dict) sends prompts to: the target's and the optimizer's."""
+    llm = data.get("llm") or {}
+    return [
+        Endpoint(str(llm[r].get("provider") or ""), str(llm[r].get("base_url") or llm.get("base_url") or ""))
+        for r in ("target", "optimizer")
+        if isinstance(llm.get(r), dict)
+    ]
+
+
+def check_run(data: dict[str, Any]) -> None:
+    """A training run on a harvested task folder (env.data_dir) obeys the same gate: ReviewRefused otherwise."""
+    folder = (data.get("env") or {}).get("data_dir")
+    if folder and Path(str(folder)).is_dir():
+        require_reviewed(Path(str(folder)), run_endpoints(data), False)
+
+
 def require_reviewed(folder: Path, endpoints: list[Endpoint], i_reviewed: bool) -> None:
     """Refuse a harvested, unreviewed task folder when any endpoint it would reach is not on this machine."""
     data = read(folder)
