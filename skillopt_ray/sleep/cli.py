@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--max-sessions", type=int, default=120)
     h.add_argument("--max-tasks", type=int, default=40)
     h.add_argument("--max-tokens", type=int, default=200_000, help="token cap of the mining calls (the ledger's)")
-    h.add_argument("--max-calls", type=int, default=0, help="call cap of the mining calls (0: one per session)")
+    h.add_argument("--max-calls", type=int, default=0, help="call cap of the mining calls (0: two per session)")
     h.add_argument("--val-fraction", type=float, default=0.34)
     h.add_argument("--test-fraction", type=float, default=0.2)
     h.add_argument("--send-digests", action="store_true", help="allow digests to reach a non-local optimizer")
@@ -77,7 +77,7 @@ def harvest(a: argparse.Namespace) -> int:
     if not a.no_model:
         from skillopt_ray.sleep.llm_setup import gateway, llm_config
 
-        calls = a.max_calls or a.max_sessions
+        calls = a.max_calls or 2 * a.max_sessions  # a reply and, when it is not JSON, one re-ask
         llm = gateway(llm_config(a.overrides), a.max_tokens, calls, a.send_digests)
     report = pipeline.run(opts, llm)
     print(json.dumps(report, indent=1, sort_keys=True) if a.json else summary(report))
@@ -97,6 +97,7 @@ def summary(r: dict) -> str:
             f"tasks: {r['tasks_new']} new, {r['tasks_kept']} already there; splits {r['splits']} ({r['mining']['miner']})",
             f'written to {r["output"]} (review it, then set "reviewed": true in its review.json)',
         ]
+        + ([f"model mining stopped: {r['mining']['stopped_by']}"] if r["mining"].get("stopped_by") else [])
     )
 
 

@@ -71,8 +71,15 @@ def mine(digests: list[SessionDigest], project: Path, llm: Any) -> tuple[list[Mi
     """The model miner when `llm` is given, else the heuristic one."""
     if llm is None:
         return [t for d in digests for t in heuristic.mine(d, project)], {"miner": "heuristic"}
-    tasks, counts = asyncio.run(model_miner.mine_all(llm, digests, project))
+    tasks, counts = asyncio.run(_mine_and_close(llm, digests, project))
     return tasks, {"miner": "model", **asdict(counts)}
+
+
+async def _mine_and_close(llm: Any, digests: list[SessionDigest], project: Path) -> Any:
+    try:
+        return await model_miner.mine_all(llm, digests, project)
+    finally:
+        await llm.close()  # its HTTP clients belong to this event loop
 
 
 def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = None) -> dict[str, Any]:
