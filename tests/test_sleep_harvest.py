@@ -349,6 +349,25 @@ def test_cli_harvest_writes_nothing_outside_the_project(stores, capsys, monkeypa
     assert (project / ".skillopt" / "harvest-state.json").is_file()
 
 
+def test_the_default_embedded_optimizer_mines_with_the_heuristic_and_says_so(stores, capsys):
+    project, ch, cc = stores
+    codex_session(ch, str(project), ["Add a retry to the uploader"])
+    argv = [
+        "harvest",
+        "--project",
+        str(project),
+        "--codex-home",
+        str(ch),
+        "--claude-home",
+        str(cc),
+        "--lookback",
+        "all",
+    ]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "embedded model" in err and "heuristic" in err and "1 new" in out
+
+
 def test_remote_optimizer_needs_send_digests(stores, capsys):
     project, ch, cc = stores
     rc = main(

@@ -79,6 +79,12 @@ def harvest(a: argparse.Namespace) -> int:
 
         calls = a.max_calls or 2 * a.max_sessions  # a reply and, when it is not JSON, one re-ask
         llm = gateway(llm_config(a.overrides), a.max_tokens, calls, a.send_digests)
+        if llm is None:
+            print(
+                "the optimizer is the embedded model, which runs only inside a training run: mining with the "
+                "heuristic miner (name a served model, e.g. llm=local or llm=openai, to mine with one)",
+                file=sys.stderr,
+            )
     report = pipeline.run(opts, llm)
     print(json.dumps(report, indent=1, sort_keys=True) if a.json else summary(report))
     return EXIT_OK

@@ -31,15 +31,12 @@ def optimizer_endpoint(llm_cfg: Any) -> Endpoint:
 
 def gateway(llm_cfg: Any, max_tokens: int, max_calls: int, send_digests: bool) -> Any:
     """A gateway for the optimizer role with the caps set; refuses a non-local optimizer unless the user said the
-    digests may be sent, and the embedded model (it runs only inside a run)."""
+    digests may be sent. None for the embedded model, which runs only inside a training run."""
     from skillopt_ray.llm.gateway import Gateway
 
     ep = optimizer_endpoint(llm_cfg)
     if ep.provider == "embedded":
-        raise MinerRefused(
-            "the optimizer is the embedded model, which runs only inside a training run; mine with --no-model or "
-            "name a served model (llm=local, llm=openai, llm.optimizer.base_url=...)"
-        )
+        return None
     if not ep.local and not send_digests:
         raise MinerRefused(
             f"mining sends redacted session digests to the optimizer at {ep.base_url or ep.provider}, which is not "
