@@ -321,6 +321,8 @@ def test_cli_other_verbs_wait_for_part_two_and_bad_flags_exit_2(stores, capsys):
     assert main(["harvest", "--project", str(project), "--lookback", "soon", "--no-model"]) == 2
     assert "--lookback" in capsys.readouterr().err
     assert main(["harvest", "--project", str(project / "nope"), "--no-model"]) == 2
+    assert main(["harvest", "--project", str(project), "--no-model", "--output", "tasks.jsonl"]) == 2
+    assert "task folder" in capsys.readouterr().err
 
 
 def test_cli_harvest_writes_nothing_outside_the_project(stores, capsys, monkeypatch, tmp_path):

@@ -54,6 +54,11 @@ def options(a: argparse.Namespace) -> pipeline.HarvestOptions:
     project = (a.project or repo_root()).expanduser()
     if not project.is_dir():
         raise ValueError(f"--project {project} is not a folder; give the project's folder")
+    if a.output is not None and (a.output.suffix in (".jsonl", ".json") or a.output.is_file()):
+        raise ValueError(
+            f"--output {a.output} looks like a file; the harvest writes a task folder (one sub-folder per task), "
+            "give a folder path such as .skillopt/tasks"
+        )
     for name in ("max_sessions", "max_tasks", "max_tokens", "max_calls"):
         if getattr(a, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
