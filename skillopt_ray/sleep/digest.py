@@ -85,9 +85,23 @@ class DigestBuilder:
     _replies: deque = field(default_factory=lambda: deque(maxlen=MAX_REPLIES))
     _tools: Counter = field(default_factory=Counter)
     _unknown: Counter = field(default_factory=Counter)
+    _last: Any = None  # the latest record's stamp, as written
 
     def time(self, value: Any) -> None:
-        t = parse_instant(value)
+        """A record's stamp. Logs are appended in order: the first stamp is parsed now, the latest when the session
+        ends (parsing every record's stamp was a fifth of a harvest's time); both compared as instants."""
+        if value is None:
+            return
+        if self.digest.started is None:
+            self._widen(parse_instant(value))
+        else:
+            self._last = value
+
+    def instant(self, value: Any) -> None:
+        """A stamp parsed at once (a session's own start, which may precede its first record's)."""
+        self._widen(parse_instant(value))
+
+    def _widen(self, t: Optional[datetime]) -> None:
         if t is None:
             return
         d = self.digest
@@ -137,6 +151,7 @@ class DigestBuilder:
         self._unknown[kind[:60]] += 1
 
     def finish(self, skipped: Counter) -> SessionDigest:
+        self._widen(parse_instant(self._last))
         d = self.digest
         d.replies = [self.redact(r) for r in self._replies]
         d.tools = dict(self._tools)

@@ -91,7 +91,7 @@ def _meta(b: DigestBuilder, p: dict[str, Any], in_scope: Callable[[str], bool]) 
     d = b.digest
     if p.get("id"):
         d.session_id = str(p["id"])
-    b.time(p.get("timestamp"))
+    b.instant(p.get("timestamp"))
     cwd = str(p.get("cwd") or "")
     if cwd:
         if not in_scope(cwd):
