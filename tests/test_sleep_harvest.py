@@ -390,6 +390,26 @@ def test_remote_optimizer_needs_send_digests(stores, capsys):
     assert not (project / ".skillopt").exists()
 
 
+def test_send_digests_is_asked_once_per_project_and_host(stores, capsys, monkeypatch):
+    from scripted_server import ScriptedServer
+
+    from skillopt_ray.sleep import review as review_mod
+
+    project, ch, cc = stores
+    codex_session(ch, str(project), ["Add a retry to the uploader"])
+    monkeypatch.setenv("COMPATIBLE_API_KEY", "k")
+    monkeypatch.setattr(review_mod, "LOCAL_HOSTS", set())  # the scripted server on 127.0.0.1 stands in for a remote one
+    with ScriptedServer(policy=lambda body, headers: "[]") as srv:
+        argv = ["harvest", "--project", str(project), "--codex-home", str(ch), "--claude-home", str(cc),
+                "--lookback", "all", "llm=compatible", f"llm.base_url={srv.base_url}"]  # fmt: skip
+        assert main(argv) == 2 and "--send-digests" in capsys.readouterr().err
+        assert main([*argv, "--send-digests"]) == 0
+        assert main(argv) == 0  # remembered for this project and host
+        assert srv.state.requests[("optimizer", "harvest_mine")] == 2
+    state = json.loads((project / ".skillopt" / "harvest-state.json").read_text())
+    assert state["digest_hosts"] == ["127.0.0.1"]
+
+
 def test_session_logs_older_than_the_window_are_not_opened(stores):
     project, ch, cc = stores
     p = codex_session(ch, str(project), ["Stale request"], start="2020-01-01T10:00:00Z")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK
-from skillopt_ray.sleep import pipeline
+from skillopt_ray.sleep import pipeline, state
 from skillopt_ray.sleep.harvest import SOURCES, Stores
 from skillopt_ray.sleep.llm_setup import MinerRefused
 from skillopt_ray.sleep.scope import SCOPES
@@ -80,10 +80,14 @@ def harvest(a: argparse.Namespace) -> int:
     opts = options(a)
     llm = None
     if not a.no_model:
-        from skillopt_ray.sleep.llm_setup import gateway, llm_config
+        from skillopt_ray.sleep.llm_setup import digest_host, gateway, llm_config
 
         calls = a.max_calls or 2 * a.max_sessions  # a reply and, when it is not JSON, one re-ask
-        llm = gateway(llm_config(a.overrides), a.max_tokens, calls, a.send_digests)
+        cfg = llm_config(a.overrides)
+        host = digest_host(cfg)
+        allowed = a.send_digests or (host and host in state.load(opts.project.resolve()).digest_hosts)
+        llm = gateway(cfg, a.max_tokens, calls, bool(allowed))
+        opts.digest_host = host if a.send_digests else ""
         if llm is None:
             print(
                 "the optimizer is the embedded model, which runs only inside a training run: mining with the "

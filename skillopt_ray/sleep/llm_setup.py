@@ -4,6 +4,7 @@ gateway, its ledger enforcing the harvest's token and call caps."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse
 
 from skillopt_ray.sleep.review import Endpoint
 
@@ -29,6 +30,12 @@ def optimizer_endpoint(llm_cfg: Any) -> Endpoint:
     return Endpoint(str(o.provider), str(o.base_url or llm_cfg.base_url or ""))
 
 
+def digest_host(llm_cfg: Any) -> str:
+    """The optimizer's host as the consent to send digests is remembered ("" for a local one)."""
+    ep = optimizer_endpoint(llm_cfg)
+    return "" if ep.local else (urlparse(ep.base_url).hostname or ep.provider)
+
+
 def gateway(llm_cfg: Any, max_tokens: int, max_calls: int, send_digests: bool) -> Any:
     """A gateway for the optimizer role with the caps set; refuses a non-local optimizer unless the user said the
     digests may be sent. None for the embedded model, which runs only inside a training run."""
@@ -40,7 +47,8 @@ def gateway(llm_cfg: Any, max_tokens: int, max_calls: int, send_digests: bool) -
     if not ep.local and not send_digests:
         raise MinerRefused(
             f"mining sends redacted session digests to the optimizer at {ep.base_url or ep.provider}, which is not "
-            "on this machine; pass --send-digests to allow it once, or --no-model to mine without a model"
+            "on this machine; pass --send-digests once to allow it for this project, or --no-model to mine without a "
+            "model"
         )
     llm_cfg.budget.max_tokens = max_tokens
     llm_cfg.budget.max_calls = max_calls

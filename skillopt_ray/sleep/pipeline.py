@@ -34,6 +34,7 @@ class HarvestOptions:
     max_tasks: int = 40
     val_fraction: float = 0.34
     test_fraction: float = 0.2
+    digest_host: str = ""  # a remote optimizer the user allowed this time (--send-digests): remembered
 
 
 def window_for(opts: HarvestOptions, st: state.HarvestState) -> Window:
@@ -98,6 +99,8 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     written = write_tasks(out, tasks, assigned, project, header)
     st.splits.update(assigned)
     st.last_harvest, st.harvests = window.until, st.harvests + 1
+    if opts.digest_host and opts.digest_host not in st.digest_hosts:
+        st.digest_hosts.append(opts.digest_host)
     state.save(project, st)
     report = _report(opts, window, counts, redact, miner, out, written, assigned)
     path = project / state.STATE_DIR / REPORT_FILE

@@ -22,6 +22,7 @@ class HarvestState:
     last_harvest: Optional[datetime] = None
     splits: dict[str, str] = field(default_factory=dict)  # task id -> train | val | test, fixed once given
     harvests: int = 0
+    digest_hosts: list[str] = field(default_factory=list)  # remote optimizers the user allowed with --send-digests
 
 
 def state_path(project: Path) -> Path:
@@ -36,7 +37,10 @@ def load(project: Path) -> HarvestState:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         return HarvestState(
-            parse_instant(raw.get("last_harvest")), dict(raw.get("splits") or {}), int(raw.get("harvests") or 0)
+            parse_instant(raw.get("last_harvest")),
+            dict(raw.get("splits") or {}),
+            int(raw.get("harvests") or 0),
+            [str(h) for h in raw.get("digest_hosts") or []],
         )
     except (ValueError, TypeError, AttributeError, OSError) as e:
         raise ValueError(
@@ -52,6 +56,7 @@ def save(project: Path, state: HarvestState) -> None:
         "last_harvest": stamp(state.last_harvest) if state.last_harvest else None,
         "splits": state.splits,
         "harvests": state.harvests,
+        "digest_hosts": state.digest_hosts,
     }
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".harvest-state.")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
