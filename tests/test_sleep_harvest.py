@@ -67,6 +67,8 @@ def test_both_sources_in_scope_only_and_codex_duplicates_read_once(stores):
     }
     ids = {s["id"] for t in got.values() for s in t["metadata"]["source_sessions"]}
     assert "dup-1" in ids
+    assert harvest(project, ch, cc, source="claude_code")["files"] == {"claude_code": 1}
+    assert harvest(project, ch, cc, source="codex")["sessions"] == {"codex": 2}
 
 
 def test_scope_all_takes_the_ancestor_folder_session(stores):
@@ -368,6 +370,16 @@ def test_the_default_embedded_optimizer_mines_with_the_heuristic_and_says_so(sto
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert "embedded model" in err and "heuristic" in err and "1 new" in out
+
+
+def test_a_broken_state_file_is_one_line_and_never_reset(stores, capsys):
+    project, ch, cc = stores
+    (project / ".skillopt").mkdir()
+    (project / ".skillopt" / "harvest-state.json").write_text("{not json")
+    assert main(["harvest", "--project", str(project), "--no-model", "--codex-home", str(ch)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "harvest-state.json" in err and "\n" not in err
+    assert (project / ".skillopt" / "harvest-state.json").read_text() == "{not json"
 
 
 def test_remote_optimizer_needs_send_digests(stores, capsys):
