@@ -446,8 +446,8 @@ def test_real_cli_fixtures_every_in_scope_session_and_no_other(stores, tmp_path)
     for prompt in SESSIONS:
         assert [t for t in got if prompt in t], prompt
     assert all(t["metadata"]["kind"] == "agent" for t in got.values())
-    hints = {t["metadata"]["skill_hint"] for t in got.values()}
-    assert "demo" in hints
+    hints = sorted(t["metadata"]["skill_hint"] for t in got.values())
+    assert hints == ["", "", "demo", "demo"]  # the sessions that read .agents/skills/demo/SKILL.md, in both CLIs
     ids = {s["id"] for t in got.values() for s in t["metadata"]["source_sessions"]}
     want = {f.stem[-36:] for f in (REAL / "codex").rglob("*.jsonl")} | {
         f.stem for f in (REAL / "claude").rglob("*.jsonl")

@@ -23,6 +23,7 @@ _NEGATIVE = re.compile(
     r"(?i)^\s*(?:no\b|nope\b|wrong\b|that'?s (?:not|wrong)|still (?:fail|broken|not|wrong|doesn)|it (?:still )?"
     r"(?:doesn'?t|does not|didn'?t) work|revert\b|undo\b|not what i|stop\b|why did you|\[request interrupted)"
 )
+_SKILL_READ = re.compile(r"skills/([\w.\-]+)/SKILL\.md")
 _POSITIVE = re.compile(r"(?i)^\s*(?:thanks|thank you|lgtm|perfect|great|works now|looks good|nice\b|ship it)")
 
 
@@ -135,8 +136,12 @@ class DigestBuilder:
         return bool(self._replies)
 
     def tool(self, name: str, command: str = "", file: str = "") -> None:
+        """A tool call's name, and the command it ran or the file it touched (a SKILL.md read names a skill)."""
         if name:
             self._tools[name] += 1
+        m = _SKILL_READ.search(command or file)
+        if m:
+            self.skill(m.group(1))
         d = self.digest
         if command and len(d.commands) < MAX_COMMANDS:
             d.commands.append(self.redact(command[:300]))

@@ -140,15 +140,3 @@ def _commands(b: DigestBuilder, calls: list[dict[str, Any]]) -> None:
         b.tool("", command=cmd)
     for f in t.files_read:
         b.tool("", file=f)
-    for cmd in t.commands:
-        _skill_of(b, cmd)
-
-
-def _skill_of(b: DigestBuilder, text: str) -> None:
-    """A skill the agent read (`.../skills/<name>/SKILL.md`)."""
-    marker = "/SKILL.md"
-    i = text.find(marker)
-    if i > 0:
-        head = text[:i].rsplit("/", 2)
-        if len(head) == 3 and head[1] == "skills":
-            b.skill(head[2])
