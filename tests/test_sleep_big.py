@@ -29,11 +29,13 @@ def test_a_200_mb_session_file_is_streamed_with_bounded_memory(tmp_path):
             b'{"timestamp":"2020-01-01T11:00:00Z","type":"event_msg","payload":{"type":"user_message","message":"no, still slow"}}\n'
         )
     assert path.stat().st_size >= SIZE
+    # the peak of this process's own memory (VmHWM: getrusage's ru_maxrss can carry the forking parent's size)
     code = (
-        "import json, resource, sys\n"
+        "import re, sys\n"
         "from skillopt_ray.sleep.cli import main\n"
         "rc = main(sys.argv[1:])\n"
-        "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+        "print('PEAK_KB', hwm)\n"
         "sys.exit(rc)\n"
     )
     argv = ["harvest", "--project", str(project), "--codex-home", str(tmp_path / "codex"), "--claude-home",
@@ -46,4 +48,4 @@ def test_a_200_mb_session_file_is_streamed_with_bounded_memory(tmp_path):
     assert report["sessions"] == {"codex": 1} and report["skipped_lines"] == {"oversized": 1}
     meta = json.loads(next(p for p in (project / ".skillopt" / "tasks").glob("*/task.json")).read_text())["metadata"]
     assert meta["outcome"] == "corrected"  # the correction after 200 MB was read
-    assert peak_mb < 150, peak_mb
+    assert peak_mb < 64, peak_mb  # the interpreter and the package alone take about 25 MB
