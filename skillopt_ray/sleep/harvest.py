@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
@@ -82,12 +83,19 @@ def collect(
                 if d.user_turns + len(d.replies) <= kept[key].user_turns + len(kept[key].replies):
                     continue
             kept[key] = d
-    out = sorted(kept.values(), key=lambda d: d.ended or d.started, reverse=True)  # type: ignore[arg-type, return-value]
+    out = sorted(kept.values(), key=_newest, reverse=True)
     if max_sessions and len(out) > max_sessions:
         out = out[:max_sessions]
     for d in out:
         counts.sessions[d.source] += 1
     return out, counts
+
+
+def _newest(d: SessionDigest) -> datetime:
+    """A kept session's last instant (every kept session has one: the window needs it)."""
+    t = d.ended or d.started
+    assert t is not None
+    return t
 
 
 def _tally(counts: HarvestCounts, d: SessionDigest) -> None:

@@ -15,7 +15,7 @@ from skillopt_ray.sleep.harvest import HarvestCounts, Stores, collect
 from skillopt_ray.sleep.redact import Redactor
 from skillopt_ray.sleep.scope import Scope, Window
 from skillopt_ray.sleep.tasks import MinedTask
-from skillopt_ray.sleep.tasks_file import write_tasks
+from skillopt_ray.sleep.tasks_file import Written, write_tasks
 from skillopt_ray.sleep.timeutil import stamp, utc_now
 
 DEFAULT_LOOKBACK = timedelta(hours=72)
@@ -108,7 +108,16 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     return report
 
 
-def _report(opts, window, counts: HarvestCounts, redact, miner, out, written, assigned) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _report(
+    opts: HarvestOptions,
+    window: Window,
+    counts: HarvestCounts,
+    redact: Redactor,
+    miner: dict[str, Any],
+    out: Path,
+    written: Written,
+    assigned: dict[str, str],
+) -> dict[str, Any]:
     return {
         "window": {"since": stamp(window.since) if window.since else None, "until": stamp(window.until)},
         "scope": opts.scope,
