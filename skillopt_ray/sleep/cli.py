@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--json", action="store_true", help="print the report as JSON")
     h.add_argument("overrides", nargs="*", help="model settings as for a run, e.g. llm=openai")
     for verb in LATER:
-        sub.add_parser(verb, help="comes with part 2").add_argument("rest", nargs=argparse.REMAINDER)
+        sub.add_parser(verb, help="comes with part 2")
     return p
 
 
@@ -117,7 +117,10 @@ def summary(r: dict) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    a = parser().parse_args(argv)
+    p = parser()
+    a, extra = p.parse_known_args(argv)  # part 2's verbs take flags this parser does not know yet
+    if a.verb not in LATER and extra:
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
     if a.verb in LATER:
         print(f"skillopt_ray.sleep {a.verb} comes with part 2 (issue 43); today only `harvest` exists", file=sys.stderr)
         return EXIT_CONFIG
