@@ -348,7 +348,8 @@ def test_cli_harvest_writes_nothing_outside_the_project(stores, capsys, monkeypa
         ]
     )
     assert rc == 0
-    assert "1 new" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 new" in out and f"no claude_code session store at {cc} (give --claude-home)" in out
     assert list(home.iterdir()) == []
     assert (project / ".skillopt" / "harvest-state.json").is_file()
 

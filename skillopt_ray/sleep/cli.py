@@ -113,6 +113,7 @@ def summary(r: dict) -> str:
             f'written to {r["output"]} (review it, then set "reviewed": true in its review.json)',
         ]
         + ([f"model mining stopped: {r['mining']['stopped_by']}"] if r["mining"].get("stopped_by") else [])
+        + [f"no {s} session store at {p} (give --{s.split('_')[0]}-home)" for s, p in r["missing_stores"].items()]
     )
 
 

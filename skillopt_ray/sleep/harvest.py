@@ -39,6 +39,15 @@ class Stores:
     codex_home: Optional[Path] = None
     claude_home: Optional[Path] = None
 
+    def homes(self) -> dict[str, Path]:
+        """Each chosen source's store folder."""
+        out: dict[str, Path] = {}
+        if self.source in ("codex", "all"):
+            out[codex.SOURCE] = codex.home(_s(self.codex_home))
+        if self.source in ("claude_code", "all"):
+            out[claude.SOURCE] = claude.home(_s(self.claude_home))
+        return out
+
     def readers(self) -> list[tuple[str, list[Path], Callable]]:
         out: list[tuple[str, list[Path], Callable]] = []
         if self.source in ("codex", "all"):

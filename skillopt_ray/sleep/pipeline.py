@@ -121,6 +121,7 @@ def _report(
     return {
         "window": {"since": stamp(window.since) if window.since else None, "until": stamp(window.until)},
         "scope": opts.scope,
+        "missing_stores": {s: str(p) for s, p in opts.stores.homes().items() if not p.is_dir()},
         "files": dict(counts.files),
         "sessions": dict(counts.sessions),
         "out_of_scope": counts.out_of_scope,
