@@ -114,6 +114,9 @@ class BudgetConfig:
     max_cost_usd: float = 0.0  # 0 = no cap
     max_tokens: int = 0
     max_calls: int = 0
+    # wall clock of this session of the run, from the gateway's start (a night's --max-minutes); a resumed run
+    # starts its clock again
+    max_minutes: float = 0.0
 
 
 @dataclass
@@ -205,6 +208,8 @@ class OptimizerConfig:
     gate_seq_final_at: float = 4.0
     gate_seq_budget: float = 2.0
     gate_seq_min_extra: int = 24  # ... but at least this many extra episodes (small selection sets)
+    # refuse a candidate that makes any selection task worse (its mean sample lower, or unscored), whatever its mean
+    gate_no_regression: bool = False
     slow_update: bool = True
     slow_update_samples: int = 20
     slow_update_gate: bool = True  # paper setting: gate the slow update on the selection split; False: force-inject

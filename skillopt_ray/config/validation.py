@@ -52,7 +52,12 @@ def validate(cfg: Config) -> Config:
     _validate_optimizer(cfg.optimizer)
     for role in ("target", "optimizer"):
         _validate_role(cfg, role, getattr(cfg.llm, role))
-    for key in ("max_cost_usd", "max_tokens", "max_calls"):  # a negative cap would stop the run at its first call
+    for key in (
+        "max_cost_usd",
+        "max_tokens",
+        "max_calls",
+        "max_minutes",
+    ):  # a negative cap would stop the run at its first call
         value = getattr(cfg.llm.budget, key)
         if value < 0:
             raise ConfigError(f"llm.budget.{key}={value!r} is invalid; give a cap >= 0 (0 = no cap)")

@@ -135,6 +135,7 @@ class Ledger:
         self._ids = itertools.count(1)
         self._session = f"{os.getpid()}.{int(time.time() * 1000) % 10**9}"  # call ids stay unique across sessions
         self._open_calls: set[str] = set()
+        self._started = time.monotonic()  # max_minutes counts from here
         self.lost_at_open = 0  # calls a killed earlier session sent and never heard back from
         if journal:
             if Path(journal).exists():
@@ -278,6 +279,12 @@ class Ledger:
         so concurrent calls never overshoot it; tokens and cost are known only once answered. Calls whose replies
         a kill lost count too, with their estimated tokens and cost (the endpoint may have billed them)."""
         b = self.budget
+        minutes = (time.monotonic() - self._started) / 60
+        if b.max_minutes and minutes >= b.max_minutes:
+            raise BudgetExceeded(
+                f"budget cap hit: {minutes:.1f} minutes >= llm.budget.max_minutes={b.max_minutes:g}; "
+                "raise it (e.g. llm.budget.max_minutes=...) and rerun the same command to resume"
+            )
         if not (b.max_calls or b.max_tokens or b.max_cost_usd):
             return  # no cap: nothing to add up
         t = self.totals()

@@ -152,10 +152,12 @@ class Evaluator:
         eval_key, ev = await self.evaluate(candidate, selection, "selection", self.certain_reject(st))
         current = self.scores[st.current_eval]
         if self.policy.sequential:
-            return await self.sequential((candidate, current_skill), (eval_key, ev), st, selection)
-        if ev.not_played:  # stopped early: rejected for certain, its full score never measured
+            rec = await self.sequential((candidate, current_skill), (eval_key, ev), st, selection)
+        elif ev.not_played:  # stopped early: rejected for certain, its full score never measured
             return self.policy.early_record(ev, current, cast(float, st.current_score), cast(float, st.best_score))
-        return self.policy.step_record(eval_key, ev, current, self.compare(ev, st, len(selection)))
+        else:
+            rec = self.policy.step_record(eval_key, ev, current, self.compare(ev, st, len(selection)))
+        return self.policy.refuse_regressions(rec, self.samples(eval_key), self.samples(st.current_eval))
 
     def samples(self, key: str) -> dict[str, list[float]]:
         """Every sample of an evaluation as gate scores: its own repeats, then the sequential gate's extra ones."""

@@ -1,4 +1,4 @@
-"""`python -m skillopt_ray.sleep VERB`: the reference's verbs; `harvest` is built, the others come with part 2."""
+"""`python -m skillopt_ray.sleep VERB`: the reference's verbs: `harvest`, and a night (`run`, `dry-run`)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,21 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK
 from skillopt_ray.sleep import pipeline, state
 from skillopt_ray.sleep.harvest import SOURCES, Stores
 from skillopt_ray.sleep.llm_setup import MinerRefused
+from skillopt_ray.sleep.review import ReviewRefused
 from skillopt_ray.sleep.scope import SCOPES
 from skillopt_ray.sleep.timeutil import parse_lookback
 
-LATER = ("dry-run", "run", "status", "adopt", "schedule", "unschedule")
+LATER = ("status", "adopt", "schedule", "unschedule")
+NIGHT = ("run", "dry-run")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m skillopt_ray.sleep", description=__doc__)
-    sub = p.add_subparsers(dest="verb", required=True)
-    h = sub.add_parser("harvest", help="your Codex and Claude Code sessions become a task folder to review")
+def harvest_flags(h: argparse.ArgumentParser) -> None:
+    """The harvest's flags, also a night's (a night without --tasks harvests first)."""
     h.add_argument("--project", type=Path, help="the project (default: the current repository's root)")
     h.add_argument("--source", choices=SOURCES, default="all")
     h.add_argument("--codex-home", type=Path, help="default $CODEX_HOME, else ~/.codex")
@@ -33,13 +34,43 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--output", type=Path, help="the task folder (default <project>/.skillopt/tasks)")
     h.add_argument("--max-sessions", type=int, default=120)
     h.add_argument("--max-tasks", type=int, default=40)
-    h.add_argument("--max-tokens", type=int, default=200_000, help="token cap of the mining calls (the ledger's)")
     h.add_argument("--max-calls", type=int, default=0, help="call cap of the mining calls (0: two per session)")
     h.add_argument("--val-fraction", type=float, default=0.34)
     h.add_argument("--test-fraction", type=float, default=0.2)
     h.add_argument("--send-digests", action="store_true", help="allow digests to reach a non-local optimizer")
-    h.add_argument("--json", action="store_true", help="print the report as JSON")
     h.add_argument("overrides", nargs="*", help="model settings as for a run, e.g. llm=openai")
+
+
+def night_flags(n: argparse.ArgumentParser) -> None:
+    from skillopt_ray.sleep.skill_home import DEFAULT_NAME, INSTALL_TO, TARGETS
+
+    harvest_flags(n)
+    n.add_argument(
+        "--max-tokens",
+        type=int,
+        default=0,
+        help="the night's token cap (0: none); a harvest before it gets the same cap",
+    )
+    n.add_argument("--tasks", type=Path, help="a reviewed task folder instead of a fresh harvest")
+    n.add_argument("--target", choices=TARGETS, default="chat", help="replay as chat, or as Codex / Claude Code runs")
+    n.add_argument("--skill", type=Path, help="a hand-written SKILL.md to start from (the proposal replaces it)")
+    n.add_argument("--name", default=DEFAULT_NAME, help="the learned skill's name (its folder)")
+    n.add_argument("--install-to", choices=INSTALL_TO, default="project", help="the project's skills or yours")
+    n.add_argument("--max-cost", type=float, default=0.0, help="the night's cap in USD (0: none)")
+    n.add_argument("--max-minutes", type=float, default=0.0, help="the night's wall-clock cap (0: none)")
+    n.add_argument("--val-looks", type=int, default=5, help="nights a validation set may decide before a warning")
+    n.add_argument("--i-reviewed", action="store_true", help="I have read the task folder (review.json)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m skillopt_ray.sleep", description=__doc__)
+    sub = p.add_subparsers(dest="verb", required=True)
+    h = sub.add_parser("harvest", help="your Codex and Claude Code sessions become a task folder to review")
+    harvest_flags(h)
+    h.add_argument("--max-tokens", type=int, default=200_000, help="token cap of the mining calls (the ledger's)")
+    h.add_argument("--json", action="store_true", help="print the report as JSON")
+    night_flags(sub.add_parser("run", help="one night: train on the night's tasks, stage the best skill"))
+    night_flags(sub.add_parser("dry-run", help="a night without staging; says what it may spend first"))
     for verb in LATER:
         sub.add_parser(verb, help="comes with part 2")
     return p
@@ -77,6 +108,12 @@ def options(a: argparse.Namespace) -> pipeline.HarvestOptions:
 
 
 def harvest(a: argparse.Namespace) -> int:
+    report = harvest_report(a)
+    print(json.dumps(report, indent=1, sort_keys=True) if a.json else summary(report))
+    return EXIT_OK
+
+
+def harvest_report(a: argparse.Namespace) -> dict:
     opts = options(a)
     llm = None
     if not a.no_model:
@@ -94,9 +131,33 @@ def harvest(a: argparse.Namespace) -> int:
                 "heuristic miner (name a served model, e.g. llm=local or llm=openai, to mine with one)",
                 file=sys.stderr,
             )
-    report = pipeline.run(opts, llm)
-    print(json.dumps(report, indent=1, sort_keys=True) if a.json else summary(report))
-    return EXIT_OK
+    return pipeline.run(opts, llm)
+
+
+def night(a: argparse.Namespace) -> int:
+    """`run` / `dry-run`: one night (skillopt_ray.sleep.night)."""
+    from skillopt_ray.sleep.night import NightOptions, run_night
+
+    project = (a.project or repo_root()).expanduser().resolve()
+    for flag in ("max_cost", "max_minutes", "max_tokens"):
+        if getattr(a, flag) < 0:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 0 (0: no cap)")
+    if a.tasks is not None and not (a.tasks / "review.json").is_file() and not a.tasks.is_dir():
+        raise ValueError(f"--tasks {a.tasks} is not a task folder; give the folder `harvest` wrote")
+    if a.skill is not None and not a.skill.is_file():
+        raise ValueError(f"--skill {a.skill} is not a file; give the hand-written skill's SKILL.md")
+    opts = NightOptions(
+        project=project, tasks=a.tasks, target=a.target, skill=a.skill, name=a.name, install_to=a.install_to,
+        max_tokens=a.max_tokens, max_cost=a.max_cost, max_minutes=a.max_minutes, i_reviewed=a.i_reviewed,
+        dry_run=a.verb == "dry-run", val_looks_max=a.val_looks, overrides=list(a.overrides),
+    )  # fmt: skip
+
+    def fresh() -> Path:
+        r = harvest_report(a)
+        print(summary(r), file=sys.stderr)
+        return Path(r["output"])
+
+    return run_night(opts, fresh)
 
 
 def summary(r: dict) -> str:
@@ -126,7 +187,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"skillopt_ray.sleep {a.verb} comes with part 2 (issue 43); today only `harvest` exists", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        return harvest(a)
-    except (ValueError, MinerRefused) as e:
+        return night(a) if a.verb in NIGHT else harvest(a)
+    except (ValueError, MinerRefused, ReviewRefused, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG

@@ -7,7 +7,7 @@ evaluation into a gate score, compares like for like, decides, and writes the de
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 from skillopt_envs.base import EpisodeResult
@@ -96,6 +96,7 @@ class GatePolicy:
     alpha: float = 0.05  # optimizer.gate_alpha
     repeats: int = 1  # optimizer.rollouts_per_task: episodes per task, a task's score is their mean
     rule: SequentialRule = SequentialRule()  # optimizer.gate_seq_*: the sequential gate's boundaries
+    no_regression: bool = False  # optimizer.gate_no_regression
 
     @staticmethod
     def from_config(o: Any, n_selection: Optional[int] = None) -> GatePolicy:
@@ -119,7 +120,25 @@ class GatePolicy:
                 extra_budget=getattr(o, "gate_seq_budget", 2.0),
                 min_extra=getattr(o, "gate_seq_min_extra", 24),
             ),
+            bool(getattr(o, "gate_no_regression", False)),
         )
+
+    def refuse_regressions(
+        self, rec: GateRecord, candidate: dict[str, list[float]], current: dict[str, list[float]]
+    ) -> GateRecord:
+        """optimizer.gate_no_regression: an accepted candidate is rejected when any selection task the current skill
+        scored is worse under it (a lower mean over all its samples) or was not scored (fails closed)."""
+        if not (self.no_regression and rec.accepted):
+            return rec
+        worse = sorted(
+            t for t, cur in current.items()
+            if cur and (not candidate.get(t) or sum(candidate[t]) / len(candidate[t]) < sum(cur) / len(cur))
+        )  # fmt: skip
+        if not worse:
+            return rec
+        shown = ", ".join(worse[:5]) + (" ..." if len(worse) > 5 else "")
+        why = f"; refused by optimizer.gate_no_regression: {len(worse)} selection task(s) worse ({shown})"
+        return replace(rec, action=REJECT, reason=(rec.reason or "") + why)
 
     @property
     def sequential(self) -> bool:

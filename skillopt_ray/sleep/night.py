@@ -1,0 +1,223 @@
+"""One night: the night's task folder (a fresh harvest, or --tasks) trained on by the runner's own loop with the
+`+experiment=sleep` preset (one run, one MLflow run, its gate), then the best skill written as a real agent skill
+and handed to staging. No second optimizer: the night is a run, and resumes after a kill like any run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.sleep import night_state, review, skill_home
+from skillopt_ray.sleep.night_report import NightReport, build_report, write_report
+from skillopt_ray.sleep.state import STATE_DIR
+
+# a budget's config key -> the flag that sets it, to say which cap stopped a night
+CAP_FLAGS = {
+    "llm.budget.max_tokens": "--max-tokens",
+    "llm.budget.max_cost_usd": "--max-cost",
+    "llm.budget.max_minutes": "--max-minutes",
+    "llm.budget.max_calls": "llm.budget.max_calls",
+}
+
+
+@dataclass
+class NightOptions:
+    project: Path
+    tasks: Optional[Path] = None  # a reviewed task folder; None: harvest one now
+    target: str = "chat"
+    skill: Optional[Path] = None  # a hand-written SKILL.md to start from
+    name: str = skill_home.DEFAULT_NAME
+    install_to: str = "project"
+    max_tokens: int = 0
+    max_cost: float = 0.0
+    max_minutes: float = 0.0
+    i_reviewed: bool = False
+    dry_run: bool = False
+    val_looks_max: int = 5
+    overrides: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    """A night's run before it starts: its name, task folder, composed config and what it will play."""
+
+    run_name: str
+    tasks: Path
+    overrides: list[str]
+    data: dict[str, Any]
+    splits: dict[str, list[str]]
+    resumed: bool
+
+
+def task_splits(folder: Path) -> dict[str, list[str]]:
+    """The folder's task ids per split (task.json's `split`)."""
+    out: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    for t in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            split = json.loads((t / "task.json").read_text(encoding="utf-8")).get("split")
+        except (OSError, ValueError):
+            continue
+        if split in out:
+            out[split].append(t.name)
+    return out
+
+
+def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[str, list[str]], init: Optional[Path]):
+    """The run's Hydra overrides: the preset, the folder, the night's name, the project's MLflow experiment, the
+    budgets, the target; the user's own model settings last (they win)."""
+    out = [
+        "+experiment=sleep",
+        f"env.data_dir={tasks}",
+        f"run_name={run_name}",
+        f"output_dir={opts.project / STATE_DIR / 'nights'}",
+        f"tracking.experiment_name=sleep-{opts.project.resolve().name}",
+        f"llm.budget.max_tokens={opts.max_tokens}",
+        f"llm.budget.max_cost_usd={opts.max_cost}",
+        f"llm.budget.max_minutes={opts.max_minutes}",
+        "debug.progress=off",
+    ]
+    if not splits["val"]:  # nothing held out: the gate borrows the train split, and the night is unverified
+        out.append("env.selection_split=train")
+    if opts.target != "chat":
+        out.append(f"llm.target.harness={opts.target}")
+    if init is not None:
+        out.append(f"skill_init={init}")
+    return out + list(opts.overrides)
+
+
+def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
+    from skillopt_ray import cli
+
+    splits = task_splits(tasks)
+    if not splits["train"] and not splits["val"]:
+        raise ValueError(f"{tasks} holds no train or val task; harvest more sessions or give another --tasks folder")
+    init = None
+    if opts.skill is not None:
+        init = opts.project / STATE_DIR / "nights" / f"{run_name}.start.md"
+        init.parent.mkdir(parents=True, exist_ok=True)
+        init.write_text(skill_home.parse(opts.skill.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
+    ov = overrides_for(opts, run_name, tasks, splits, init)
+    _obj, data = cli.typed(cli.compose(ov))
+    data = cli.resolve_paths(data)
+    review.require_reviewed(tasks, review.run_endpoints(data), opts.i_reviewed)
+    if opts.i_reviewed and review.read(tasks).get("reviewed") is False:  # the person says so: the run's check agrees
+        review.write(tasks, {**review.read(tasks), "reviewed": True, "reviewed_by": "--i-reviewed"})
+    return Plan(run_name, tasks, ov, data, splits, resumed)
+
+
+def spend_line(p: Plan, opts: NightOptions) -> str:
+    """What the night will play and the caps on what it may spend, said before anything is spent."""
+    o = p.data["optimizer"]
+    caps = [
+        f"{v} {unit}" for v, unit in ((opts.max_tokens, "tokens"), (opts.max_cost, "USD"), (opts.max_minutes, "minutes"))
+        if v
+    ]  # fmt: skip
+    n_sel = len(p.splits["val"] or p.splits["train"])
+    first = len(p.splits["train"]) + 2 * n_sel * o["rollouts_per_task"]
+    return (
+        f"night {p.run_name}{' (resumed)' if p.resumed else ''}: {len(p.splits['train'])} train, "
+        f"{len(p.splits['val'])} val, {len(p.splits['test'])} test tasks from {p.tasks}; at least {first} episodes "
+        f"plus up to {o['gate_seq_budget']:g}x the gate's first pass where its decision is close, and a few "
+        f"optimizer calls a step; caps: {', '.join(caps) or 'none (give --max-tokens, --max-cost, --max-minutes)'}"
+    )
+
+
+def stopped_by(message: str) -> str:
+    for key, flag in CAP_FLAGS.items():
+        if key in message:
+            return flag
+    return ""
+
+
+def start(opts: NightOptions, harvest: Any) -> tuple[Path, str, bool]:
+    """The night's task folder and run name: the unfinished night's when there is one (a kill resumes it), else
+    a new night on --tasks or on a fresh harvest (`harvest()` returns its folder)."""
+    st = night_state.load(opts.project)
+    if st.current is not None and (opts.tasks is None or Path(st.current.tasks) == opts.tasks.resolve()):
+        return Path(st.current.tasks), st.current.run_name, True
+    tasks = (opts.tasks or harvest()).resolve()
+    return tasks, f"night-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}", False
+
+
+def remember(opts: NightOptions, p: Plan) -> None:
+    """The night in progress, once its config is known to be good: a kill from here on resumes it."""
+    if opts.dry_run or p.resumed:
+        return
+    st = night_state.load(opts.project)
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    st.current = night_state.Current(p.run_name, str(p.tasks), now)
+    night_state.save(opts.project, st)
+
+
+def run_night(opts: NightOptions, harvest: Any) -> int:
+    """The whole night; returns the exit code. Budget stops (exit 3) keep the night current, to be resumed."""
+    from skillopt_ray.cli import execute
+    from skillopt_ray.cli.report import report
+
+    tasks, run_name, resumed = start(opts, harvest)
+    p = plan(opts, tasks, run_name, resumed)
+    remember(opts, p)
+    print(spend_line(p, opts), file=sys.stderr)
+    outcome = execute(p.data, None, {"overrides": p.overrides})
+    code = report(outcome)
+    if code != EXIT_OK:
+        flag = stopped_by(str(outcome.get("message") or ""))
+        if flag:
+            print(
+                f"the night stopped at its {flag} cap; nothing staged; rerun the same command to resume",
+                file=sys.stderr,
+            )
+        return code if code != EXIT_OK else EXIT_STOPPED
+    return finish(opts, p, Path(outcome["run_dir"]))
+
+
+def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
+    """The best skill as SKILL.md, the report, the state, and (unless a dry run) the staged proposal."""
+    st = night_state.load(opts.project)
+    fp = night_state.val_fingerprint(p.splits["val"] or p.splits["train"])
+    looks = st.val_looks.get(fp, 0) + 1
+    start_text = opts.skill.read_text(encoding="utf-8") if opts.skill else ""
+    doc = skill_home.parse(start_text, opts.name)
+    best = (run_dir / "best_skill.md").read_text(encoding="utf-8")
+    live = skill_home.live_path(opts.project, opts.target, opts.install_to, doc.name, opts.skill)
+    folder = run_dir / "night" / "skill" / skill_home.check_name(doc.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(doc.text(best), encoding="utf-8")
+    rep = build_report(run_dir, p.run_name, p.splits, looks, opts.val_looks_max, borrowed=not p.splits["val"])
+    rep.live_path, rep.proposed = str(live), str(folder / "SKILL.md")
+    write_report(run_dir / "night", rep)
+    print(rep.summary())
+    if opts.dry_run:
+        print(f"dry run: nothing staged (the proposal is in {folder})")
+        return EXIT_OK
+    st.val_looks[fp] = looks
+    st.nights += 1
+    st.current = None
+    night_state.save(opts.project, st)
+    return stage(opts, p, folder, live, rep)
+
+
+def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
+    """Hand the night to staging (skillopt_ray.sleep.staging); a night that changed nothing stages nothing."""
+    if not rep.changed:
+        print("nothing to stage: no candidate skill passed the gate")
+        return EXIT_OK
+    try:
+        from skillopt_ray.sleep import staging  # type: ignore[attr-defined]
+    except ImportError:
+        print(f"staging is not installed in this version; the proposal stays in {folder}", file=sys.stderr)
+        return EXIT_OK
+    try:
+        where = staging.stage_night(staging.NightProposal(**rep.proposal_fields(opts.project, folder, live)))
+    except (TypeError, ValueError, OSError) as e:
+        print(f"error: staging refused the night: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
+    return EXIT_OK

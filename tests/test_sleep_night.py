@@ -1,0 +1,176 @@
+"""A night end to end (issue 43): `python -m skillopt_ray.sleep run` on a harvested task folder, the runner's own
+loop through Ray and the scripted server. The scripted target passes a task's check (part 1's check.py: the reply
+must contain a phrase) with a probability set by the rules in its skill; the scripted analysts plant one rule.
+A helpful rule is accepted by the sequential gate and written as SKILL.md where the agent reads it; a harmful one
+is rejected and nothing is proposed; a token cap stops the night, says which cap, and the rerun resumes it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripted_server import Policies, ScriptedServer
+
+from skillopt_ray.sleep import cli as sleep_cli
+from skillopt_ray.sleep import night_state, review
+from skillopt_ray.sleep.tasks import MinedTask
+from skillopt_ray.sleep.tasks_file import write_tasks
+
+pytestmark = pytest.mark.slow
+
+P_RIGHT = {"base": 0.5, "HELPFUL": 0.85, "HARMFUL": 0.15}
+RULES = {"HELPFUL": "- HELPFUL: finish with the word DONE-OK.", "HARMFUL": "- HARMFUL: stop before you finish."}
+
+
+class PlantedRule(Policies):
+    """A noisy target (the draw comes from each episode's own sample key) and analysts that plant one rule."""
+
+    def __init__(self, rule: str):
+        super().__init__()
+        self.rule = rule
+
+    def target_reply(self, body: dict[str, Any], key: str) -> str:
+        system = "\n".join(str(m.get("content") or "") for m in body["messages"])
+        p = P_RIGHT["HARMFUL" if "HARMFUL" in system else "HELPFUL" if "HELPFUL" in system else "base"]
+        draw = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+        return "All done: DONE-OK" if draw < p else "I gave up."
+
+    def _opt_analyst(self, system: str, prompt: str) -> dict[str, Any]:
+        out = super()._opt_analyst(system, prompt)
+        out["patch"]["edits"] = [{"op": "append", "content": RULES[self.rule]}]
+        return out
+
+
+def task_folder(project: Path, n_val: int = 14) -> Path:
+    """Part 1's writer: chat tasks whose check.py wants DONE-OK in the reply; 2 train, n_val val, 1 test."""
+    tasks = [
+        MinedTask(f"Please tidy the notes file, part {i}.", "chat", [{"op": "contains", "arg": "DONE-OK"}])
+        for i in range(n_val + 3)
+    ]
+    splits = {t.id: "train" if i < 2 else "test" if i == n_val + 2 else "val" for i, t in enumerate(tasks)}
+    out = project / ".skillopt" / "tasks"
+    write_tasks(out, tasks, splits, project, {"project": str(project)})
+    return out
+
+
+def night(project: Path, srv: ScriptedServer, *extra: str) -> int:
+    return sleep_cli.main(
+        ["run", "--project", str(project), "--tasks", str(project / ".skillopt" / "tasks"), *extra,
+         "llm=compatible", f"llm.base_url={srv.base_url}", "tracking=none"]
+    )  # fmt: skip
+
+
+def report_of(project: Path) -> dict[str, Any]:
+    (rep,) = (project / ".skillopt" / "nights" / "runs").glob("night-*/night/report.json")
+    return json.loads(rep.read_text())
+
+
+def test_a_helpful_rule_is_accepted_and_proposed_as_a_skill(ray_cluster, tmp_path, capsys):
+    project = tmp_path / "proj"
+    project.mkdir()
+    task_folder(project)
+    with ScriptedServer(PlantedRule("HELPFUL")) as srv:
+        code = night(project, srv, "--name", "tidy")
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    assert "caps: none" in out.err  # said before anything was spent
+    rep = report_of(project)
+    assert rep["verdict"] == "accepted", rep
+    g = [g for g in rep["gates"] if g["action"].startswith("accept")][0]
+    assert g["lo"] is not None and g["lo"] <= g["mean_diff"] <= g["hi"]
+    assert rep["live_path"] == str(project / ".agents" / "skills" / "tidy" / "SKILL.md")
+    skill = Path(rep["proposed"]).read_text()
+    assert skill.startswith("---\nname: tidy\ndescription: ") and "HELPFUL" in skill
+    assert not (project / ".agents").exists()  # proposed, never installed by a night
+    st = night_state.load(project)
+    assert st.nights == 1 and st.current is None and list(st.val_looks.values()) == [1]
+
+
+def test_a_harmful_rule_is_rejected_and_nothing_is_proposed(ray_cluster, tmp_path, capsys):
+    project = tmp_path / "proj"
+    project.mkdir()
+    task_folder(project)
+    with ScriptedServer(PlantedRule("HARMFUL")) as srv:
+        code = night(project, srv)
+    out = capsys.readouterr().out
+    assert code == 0
+    rep = report_of(project)
+    assert rep["verdict"] == "rejected" and all(g["action"] == "reject" for g in rep["gates"]), rep
+    assert "nothing to stage" in out
+    assert "HARMFUL" not in Path(rep["proposed"]).read_text()
+
+
+def test_a_token_cap_stops_the_night_says_so_and_the_rerun_resumes_it(ray_cluster, tmp_path, capsys):
+    project = tmp_path / "proj"
+    project.mkdir()
+    task_folder(project)
+    with ScriptedServer(PlantedRule("HELPFUL")) as srv:
+        code = night(project, srv, "--max-tokens", "300")
+        err = capsys.readouterr().err
+        assert code == 3, err[-2000:]
+        assert "stopped at its --max-tokens cap; nothing staged" in err
+        assert not list((project / ".skillopt" / "nights" / "runs").glob("*/night"))
+        cur = night_state.load(project).current
+        assert cur is not None
+        code = night(project, srv)
+    err = capsys.readouterr().err
+    assert code == 0 and f"night {cur.run_name} (resumed)" in err
+    assert report_of(project)["run_name"] == cur.run_name
+
+
+def test_an_unreviewed_folder_is_refused_for_a_remote_model_unless_i_reviewed(tmp_path, capsys, monkeypatch):
+    project = tmp_path / "proj"
+    project.mkdir()
+    folder = task_folder(project, n_val=3)
+    monkeypatch.setenv("COMPATIBLE_API_KEY", "k")
+    argv = ["dry-run", "--project", str(project), "--tasks", str(folder), "llm=compatible",
+            "llm.base_url=https://api.example.com/v1", "ray.address=127.0.0.1:9"]  # fmt: skip
+    assert sleep_cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "review.json" in err and "--i-reviewed" in err and "\n" not in err
+    assert review.read(folder)["reviewed"] is False
+    assert not (project / ".skillopt" / "nights").exists()
+
+
+def test_bad_night_flags_are_refused_with_one_line(tmp_path, capsys):
+    for argv, said in (
+        (["run", "--project", str(tmp_path), "--max-cost", "-1"], "--max-cost must be >= 0"),
+        (["run", "--project", str(tmp_path), "--skill", str(tmp_path / "no.md")], "is not a file"),
+    ):
+        assert sleep_cli.main(argv) == 2
+        assert re.search(said, capsys.readouterr().err)
+
+
+class BreaksOne(PlantedRule):
+    """The planted rule lifts every task a lot but breaks `broken`, which the starting skill always passes."""
+
+    def __init__(self, broken: str):
+        super().__init__("HELPFUL")
+        self.broken = broken
+
+    def target_reply(self, body: dict[str, Any], key: str) -> str:
+        system = "\n".join(str(m.get("content") or "") for m in body["messages"])
+        ruled = "HELPFUL" in system
+        if f"/{self.broken}/" in key:
+            return "I gave up." if ruled else "All done: DONE-OK"
+        draw = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+        return "All done: DONE-OK" if draw < (0.95 if ruled else 0.3) else "I gave up."
+
+
+def test_no_regression_refuses_a_mean_improving_rule_that_breaks_one_task(ray_cluster, tmp_path, capsys):
+    project = tmp_path / "proj"
+    project.mkdir()
+    folder = task_folder(project)
+    broken = sorted(t.name for t in folder.iterdir() if t.is_dir() and '"val"' in (t / "task.json").read_text())[0]
+    with ScriptedServer(BreaksOne(broken)) as srv:
+        code = night(project, srv, "optimizer.gate_no_regression=true")
+    assert code == 0, capsys.readouterr().err[-3000:]
+    rep = report_of(project)
+    (g,) = rep["gates"]
+    assert g["action"] == "reject" and g["mean_diff"] > 0, g
+    assert "gate_no_regression" in g["reason"] and broken in g["reason"], g["reason"]
+    assert rep["verdict"] == "rejected"

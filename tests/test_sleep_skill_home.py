@@ -1,0 +1,44 @@
+"""Where a night's skill would live, and its SKILL.md (issue 43): each CLI's own skills folder, the front matter
+kept from a hand-written skill or made for a learned one."""
+
+from __future__ import annotations
+
+import pytest
+
+from skillopt_ray.sleep import skill_home
+
+
+@pytest.mark.parametrize(
+    ("target", "to", "want"),
+    [
+        ("codex", "project", "P/.agents/skills/tidy/SKILL.md"),
+        ("claude_code", "project", "P/.claude/skills/tidy/SKILL.md"),
+        ("codex", "user", "CH/skills/tidy/SKILL.md"),
+        ("claude_code", "user", "HOME/.claude/skills/tidy/SKILL.md"),
+        ("chat", "project", "P/.agents/skills/tidy/SKILL.md"),
+    ],
+)
+def test_each_cli_loads_the_skill_from_its_own_folder(tmp_path, monkeypatch, target, to, want):
+    monkeypatch.setenv("HOME", str(tmp_path / "HOME"))
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "CH"))
+    got = skill_home.live_path(tmp_path / "P", target, to, "tidy")
+    assert got == tmp_path / want
+
+
+def test_a_hand_written_skill_keeps_its_front_matter_and_is_the_one_replaced(tmp_path):
+    own = tmp_path / "SKILL.md"
+    own.write_text("---\nname: tidy\ndescription: Tidy notes.\nlicense: MIT\n---\n\nKeep lines short.\n")
+    doc = skill_home.parse(own.read_text())
+    assert (doc.name, doc.description, doc.body.strip()) == ("tidy", "Tidy notes.", "Keep lines short.")
+    assert doc.text("Keep lines short.\n- HELPFUL") == (
+        "---\nname: tidy\ndescription: Tidy notes.\nlicense: MIT\n---\n\nKeep lines short.\n- HELPFUL\n"
+    )
+    assert skill_home.live_path(tmp_path, "codex", "project", "x", own) == own
+
+
+def test_a_learned_skill_gets_a_name_and_description(tmp_path):
+    doc = skill_home.parse("", "tidy")
+    text = doc.text("- a rule")
+    assert text.startswith("---\nname: tidy\ndescription: ") and text.endswith("---\n\n- a rule\n")
+    with pytest.raises(ValueError, match="not usable as a folder"):
+        skill_home.check_name("../evil")
