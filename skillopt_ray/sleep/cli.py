@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Optional
 
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK
-from skillopt_ray.sleep import pipeline, state
+from skillopt_ray.sleep import adopt_cli, pipeline, state
 from skillopt_ray.sleep.harvest import SOURCES, Stores
 from skillopt_ray.sleep.llm_setup import MinerRefused
 from skillopt_ray.sleep.scope import SCOPES
 from skillopt_ray.sleep.timeutil import parse_lookback
 
-LATER = ("dry-run", "run", "status", "adopt", "schedule", "unschedule")
+LATER = ("dry-run", "run")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -42,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("overrides", nargs="*", help="model settings as for a run, e.g. llm=openai")
     for verb in LATER:
         sub.add_parser(verb, help="comes with part 2")
+    adopt_cli.add_verbs(sub)
     return p
 
 
@@ -122,6 +123,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     a, extra = p.parse_known_args(argv)  # part 2's verbs take flags this parser does not know yet
     if a.verb not in LATER and extra:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
+    if a.verb in adopt_cli.VERBS:
+        return adopt_cli.dispatch(a, (a.project or repo_root()).expanduser())
     if a.verb in LATER:
         print(f"skillopt_ray.sleep {a.verb} comes with part 2 (issue 43); today only `harvest` exists", file=sys.stderr)
         return EXIT_CONFIG
