@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.records import EpochRecord, GateRecord, RecordError, StepRecord, Summary, is_accept
+from skillopt_ray.records import (
+    EpochRecord,
+    GateDecisionFields,
+    GateRecord,
+    RecordError,
+    StepRecord,
+    Summary,
+    is_accept,
+)
 from skillopt_ray.rundir import BEST_SKILL, STEP_CANDIDATE, STEP_DIFF, RunDir
 
 
@@ -280,7 +288,7 @@ def _flip_text(flipped: Any, limit: int = 8) -> Optional[str]:
     return f"flipped to pass: {_ids(flipped.get('to_pass') or [], limit)}; to fail: {_ids(flipped.get('to_fail') or [], limit)}"
 
 
-def paired_text(t: dict[str, Any]) -> str:
+def paired_text(t: dict[str, str | float | bool]) -> str:
     """The paired gate's test in one line: the difference, its interval, p and the verdict."""
     verdict = "significant" if t.get("significant") else "not significant"
     return (
@@ -358,7 +366,7 @@ def _boundary_lines(e: Optional[EpochRecord]) -> list[str]:
     if slow is not None:
         text = f"  epoch boundary, slow update: {slow.action}"
         if slow.candidate_full_score is not None and slow.action != "inject_placeholder":
-            dec = slow.decision or {}
+            dec: GateDecisionFields | dict[str, float] = slow.decision or {}
             text += f" (candidate {_f(dec.get('candidate_score', slow.candidate_full_score))} vs current {_f(dec.get('current_score'))})"
         lines.append(text)
         if slow.gate_test:

@@ -118,7 +118,7 @@ class PairedTest:
     n_better: int
     n_worse: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str | float | bool]:
         return asdict(self)
 
 
