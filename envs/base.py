@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Protocol
 
+from skillopt_envs.jsontypes import JSONObject
+
 
 @dataclass(frozen=True)
 class Task:
@@ -48,7 +50,7 @@ class EpisodeResult:
     task_description: str = ""
     info: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @staticmethod
@@ -273,7 +275,7 @@ def read_json_list(path: Path, fix: str) -> list[Any]:
     return data
 
 
-def manifest_entries(path: Path, required: tuple[str, ...], fix: str) -> list[dict[str, Any]]:
+def manifest_entries(path: Path, required: tuple[str, ...], fix: str) -> list[JSONObject]:
     """A split manifest: a JSON list of objects, each with the `required` keys, no id listed twice (the reference's
     materialisers refuse repeated ids; a repeated id would be played and counted twice)."""
     items = read_json_list(path, fix)

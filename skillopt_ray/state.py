@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.prompts.render import BufferEntry
 
 STATE_VERSION = 2
@@ -62,7 +63,7 @@ class RunState:
     final_promoted: bool = False
     wall_time_s: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @staticmethod

@@ -11,7 +11,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
-from typing import Any, Optional
+from typing import Optional
+
+from skillopt_ray.jsontypes import JSONObject
 
 GATE_TESTS = ("none", "paired_bootstrap", "sign")
 BOOTSTRAP_SEED = 0  # fixed: a decision depends on the scores alone
@@ -36,7 +38,7 @@ class Interval:
     level: float = 0.95
     method: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     def text(self, digits: int = 3) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ensure_samples as made_once
 from skillopt_envs.kit import samples_root
 
@@ -133,7 +134,7 @@ def write_bulletin(b: Bulletin, transformed: Path, jsons: Path) -> None:
     (jsons / f"{b.name}.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
 
 
-def make_questions(bulletins: list[Bulletin], seed: int = 5) -> list[dict[str, Any]]:
+def make_questions(bulletins: list[Bulletin], seed: int = 5) -> list[JSONObject]:
     rng = random.Random(seed)
     qs: list[dict[str, Any]] = []
     for b in bulletins:
