@@ -30,7 +30,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
+
+from skillopt_envs.jsontypes import JSONObject
 
 ISOLATIONS = ("bwrap", "none")
 _BASE_ENV = {
@@ -562,7 +564,7 @@ class Sandbox:
 
     def _launcher_config(
         self, stage: Path, inner: str, keep: tuple[str, ...], export_fd: int, bwrap: bool, owner: Optional[int]
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """What the launcher inside the sandbox is told: limits, the uid to drop to, the folders, what to export."""
         return {
             "rlimits": self._rlimits(owner if owner is not None else os.getuid()),

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Optional, TypedDict, TypeVar
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.stages.payload import LrChoice
 from skillopt_ray.state import Counts, RunState, StateVersionError
 from skillopt_ray.stats import Interval, mean_interval
@@ -100,7 +101,7 @@ class Record:
 
     extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out: dict[str, Any] = {}
         for f in fields(self):
             if f.name == "extra":
@@ -165,7 +166,7 @@ class Evaluation(Record):
     repeats: Optional[int] = None
     task_repeats: Optional[dict[str, list[list[float]]]] = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = super().to_dict()
         for k in ("repeats", "task_repeats"):
             if d.get(k) is None:
@@ -177,7 +178,7 @@ class Evaluation(Record):
         i = 0 if metric == "hard" else 1
         return mean_interval([v[i] for v in self.tasks.values()])
 
-    def brief(self) -> dict[str, Any]:
+    def brief(self) -> JSONObject:
         """The fields a summary keeps of a test evaluation."""
         keys = ("hard", "soft", "per_type", "n", "n_scored", "infra_errors", "data_errors")
         out = {k: getattr(self, k) for k in keys}
@@ -306,7 +307,7 @@ class StepRecord(Record):
     gate_diff_hi: Optional[float] = None
     gate_p_value: Optional[float] = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = super().to_dict()
         for k in self.OMITTED_WHEN_NONE:
             if d.get(k) is None:
@@ -448,7 +449,7 @@ class Summary(Record):
     intervals: Optional[dict[str, dict[str, Any]]] = None
     rollouts_per_task: Optional[int] = None  # written when above 1
 
-    def interval(self, split: str, which: str, metric: str = "hard") -> Optional[dict[str, Any]]:
+    def interval(self, split: str, which: str, metric: str = "hard") -> Optional[JSONObject]:
         """A score's interval dict (mean, lo, hi, n, ...), or None for runs written before intervals existed."""
         part = ((self.intervals or {}).get(split) or {}).get(which)
         if split == "test" and isinstance(part, dict):

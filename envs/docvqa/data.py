@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import SPLITS, check_followable, first_data_file, split_name  # noqa: F401 - re-exported
 
 # SkillOpt's paper split, docvqa_validation_10pct: a 10% sample of the 5,349 validation questions
@@ -61,7 +62,7 @@ def split_question(text: str) -> tuple[str, str]:
     return text, ""
 
 
-def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> dict[str, Any]:
+def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> JSONObject:
     """One CSV row as the reference normalises it. A relative image path resolves against `cwd` (the reference
     uses the process's working directory; the benchmark passes env.options.image_root, else the data folder)."""
     qid = str(row.get("questionId") or row.get("id") or "").strip()
@@ -86,7 +87,7 @@ def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> dict[str, An
     }
 
 
-def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[dict[str, Any]]:
+def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[JSONObject]:
     try:
         with path.open(newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
@@ -109,7 +110,7 @@ def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[dict[str, Any
     return items
 
 
-def load_split_items(root: Path, split: str, cwd: Optional[Path] = None) -> list[dict[str, Any]]:
+def load_split_items(root: Path, split: str, cwd: Optional[Path] = None) -> list[JSONObject]:
     folder = root / split_folder(split)
     path = split_csv(folder)
     if path is None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Optional
+
+from skillopt_envs.jsontypes import JSONObject
 
 MAX_CANDIDATES_SHOWN = 20
 
@@ -84,7 +86,7 @@ def user_prompt(
     return "\n\n".join(parts)
 
 
-def text_tool_calls(reply: str) -> list[dict[str, Any]]:
+def text_tool_calls(reply: str) -> list[JSONObject]:
     """Tool calls written in the text protocol, in the API's shape (arguments as a JSON string)."""
     calls = []
     for i, raw in enumerate(_TEXT_CALL.findall(reply or "")):

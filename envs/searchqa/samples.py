@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ensure_samples, samples_root
 
 MADE_BY = "skillopt_ray skillopt_envs.searchqa.samples"  # the sample folder's COMPLETE marker says who wrote it
@@ -64,7 +65,7 @@ def _doc(title: str, text: str) -> str:
     return f"[DOC] [TLE] {title} [PAR] {text}"
 
 
-def make_items(seed: int = 11) -> list[dict[str, Any]]:
+def make_items(seed: int = 11) -> list[JSONObject]:
     rng = random.Random(seed)
     items = []
     for i, place in enumerate(PLACES * 2):

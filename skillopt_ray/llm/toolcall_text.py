@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject
+
 _FENCED = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 _TAGGED = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -83,7 +85,7 @@ def _call_of(text: str, schemas: dict[str, dict[str, Any]]) -> Optional[TextCall
     return TextCall(name, json.dumps(args, ensure_ascii=False))
 
 
-def _json_object(text: str) -> Optional[dict[str, Any]]:
+def _json_object(text: str) -> Optional[JSONObject]:
     """The first JSON object in `text` (trailing text after it ignored), or None."""
     start = text.find("{")
     if start < 0:
