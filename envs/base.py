@@ -13,8 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Protocol
 
-from skillopt_envs.jsontypes import JSONObject
-
 
 @dataclass(frozen=True)
 class Task:
@@ -50,7 +48,7 @@ class EpisodeResult:
     task_description: str = ""
     info: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> JSONObject:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @staticmethod
@@ -275,7 +273,7 @@ def read_json_list(path: Path, fix: str) -> list[Any]:
     return data
 
 
-def manifest_entries(path: Path, required: tuple[str, ...], fix: str) -> list[JSONObject]:
+def manifest_entries(path: Path, required: tuple[str, ...], fix: str) -> list[dict[str, Any]]:
     """A split manifest: a JSON list of objects, each with the `required` keys, no id listed twice (the reference's
     materialisers refuse repeated ids; a repeated id would be played and counted twice)."""
     items = read_json_list(path, fix)

@@ -35,12 +35,10 @@ from skillopt_envs.base import (
 # the answer normalisers and similarity measures the built-ins score with, shared so that every benchmark means the
 # same thing by "exact match", "F1" and "ANLS"
 from skillopt_envs.docvqa.scoring import anls  # noqa: E402 - after the contract it builds on
+from skillopt_envs.searchqa.scoring import best_f1, normalize  # noqa: E402
 
 # the engine's public surface a benchmark may use: the request record a model handle takes and the tolerant JSON
 # reader (both plain, dependency-free modules); nothing else of the engine is reached from a benchmark
-from skillopt_envs.jsontypes import JSONObject
-from skillopt_envs.searchqa.scoring import best_f1, normalize  # noqa: E402
-
 from skillopt_ray.llm.jsonout import extract_json  # noqa: E402
 from skillopt_ray.llm.types import ChatRequest  # noqa: E402
 
@@ -331,7 +329,7 @@ TURN_BREAK = "\n\n===== TURN BREAK =====\n\n"
 _SUMMED = ("agent_attempts", "agent_calls", "agent_cost_usd")
 
 
-def agent_turns_info(outcomes: Sequence[AgentOutcome], show_trace: bool = True) -> JSONObject:
+def agent_turns_info(outcomes: Sequence[AgentOutcome], show_trace: bool = True) -> dict[str, Any]:
     """The episode's info over several agent runs (one per benchmark turn): summaries and traces joined with a
     turn-break line; calls, tokens, cost and time added up. Runs that failed count for nothing."""
     done = [o for o in outcomes if o.ok]

@@ -30,9 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
-
-from skillopt_envs.jsontypes import JSONObject
+from typing import Any, Optional
 
 ISOLATIONS = ("bwrap", "none")
 _BASE_ENV = {
@@ -564,7 +562,7 @@ class Sandbox:
 
     def _launcher_config(
         self, stage: Path, inner: str, keep: tuple[str, ...], export_fd: int, bwrap: bool, owner: Optional[int]
-    ) -> JSONObject:
+    ) -> dict[str, Any]:
         """What the launcher inside the sandbox is told: limits, the uid to drop to, the folders, what to export."""
         return {
             "rlimits": self._rlimits(owner if owner is not None else os.getuid()),

@@ -21,7 +21,6 @@ from skillopt_envs.base import DataError, EpisodeContext
 from skillopt_ray.config import ConfigError, from_container, redact, validate
 from skillopt_ray.envpool import EnvPool, PoolSettings, pool_shape
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.progress import Eta
@@ -164,7 +163,7 @@ class Run:
             tracker.log_params(redact(self.cfg_dict))
         return tracker
 
-    async def execute(self) -> JSONObject:
+    async def execute(self) -> dict[str, Any]:
         t0 = time.monotonic()
         try:
             bench, llm = self._setup()
@@ -225,7 +224,7 @@ class Run:
             await self._close()
             mark("driver-closed")
 
-    def _fail(self, code: int, message: str) -> JSONObject:
+    def _fail(self, code: int, message: str) -> dict[str, Any]:
         tracker = self.tracker.opened() if self.tracker else None
         if tracker and tracker.run_id:
             try:
@@ -252,7 +251,7 @@ class Run:
         )
         return limit_tasks(bench.load_split(split), limit if split != "all" else 0)
 
-    async def _eval_only(self, bench: Any) -> JSONObject:
+    async def _eval_only(self, bench: Any) -> dict[str, Any]:
         cfg = self.cfg
         p = Path(cfg.eval.skill_path or "").expanduser()
         if not p.is_file():
@@ -339,7 +338,7 @@ class Run:
                 self.progress.pop(k, None)
         self.progress.update(kw)
 
-    def snapshot(self) -> JSONObject:
+    def snapshot(self) -> dict[str, Any]:
         snap = dict(self.progress)
         snap["notes"] = list(self.notes)
         if not plays_episodes(snap.get("stage", "")):
@@ -462,7 +461,7 @@ class DriverActor:
         self._ledger: dict[str, Any] = {}
         self._eta = Eta()
 
-    async def run(self) -> JSONObject:
+    async def run(self) -> dict[str, Any]:
         if self._run is None:
             return {
                 "status": "error",
@@ -496,7 +495,7 @@ class DriverActor:
         except Exception:  # noqa: BLE001 - the live record is best effort; the run's own records are not
             pass
 
-    async def progress(self) -> JSONObject:
+    async def progress(self) -> dict[str, Any]:
         if self._run is None:
             return {"phase": "starting"}
         snap = self._run.snapshot()

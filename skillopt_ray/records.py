@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Optional, TypedDict, TypeVar
 
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.stages.payload import LrChoice
 from skillopt_ray.state import Counts, RunState, StateVersionError
 from skillopt_ray.stats import Interval, mean_interval
@@ -101,7 +100,7 @@ class Record:
 
     extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def to_dict(self) -> JSONObject:
+    def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
             if f.name == "extra":
@@ -166,7 +165,7 @@ class Evaluation(Record):
     repeats: Optional[int] = None
     task_repeats: Optional[dict[str, list[list[float]]]] = None
 
-    def to_dict(self) -> JSONObject:
+    def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         for k in ("repeats", "task_repeats"):
             if d.get(k) is None:
@@ -178,7 +177,7 @@ class Evaluation(Record):
         i = 0 if metric == "hard" else 1
         return mean_interval([v[i] for v in self.tasks.values()])
 
-    def brief(self) -> JSONObject:
+    def brief(self) -> dict[str, Any]:
         """The fields a summary keeps of a test evaluation."""
         keys = ("hard", "soft", "per_type", "n", "n_scored", "infra_errors", "data_errors")
         out = {k: getattr(self, k) for k in keys}
@@ -307,7 +306,7 @@ class StepRecord(Record):
     gate_diff_hi: Optional[float] = None
     gate_p_value: Optional[float] = None
 
-    def to_dict(self) -> JSONObject:
+    def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         for k in self.OMITTED_WHEN_NONE:
             if d.get(k) is None:
@@ -449,7 +448,7 @@ class Summary(Record):
     intervals: Optional[dict[str, dict[str, Any]]] = None
     rollouts_per_task: Optional[int] = None  # written when above 1
 
-    def interval(self, split: str, which: str, metric: str = "hard") -> Optional[JSONObject]:
+    def interval(self, split: str, which: str, metric: str = "hard") -> Optional[dict[str, Any]]:
         """A score's interval dict (mean, lo, hi, n, ...), or None for runs written before intervals existed."""
         part = ((self.intervals or {}).get(split) or {}).get(which)
         if split == "test" and isinstance(part, dict):

@@ -28,7 +28,6 @@ from skillopt_envs.alfworld.protocol import (
     parse_reply,
 )
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ChatRequest, check_choice, missing_counts
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
@@ -400,7 +399,7 @@ class AlfWorldBenchmark(Benchmark):
                 break
         return _episode_result(task, goal, turn.ref, won, done, trajectory, format_errors, turn.ctx.max_turns)
 
-    async def _action_format(self, llm: LLM, admissible: list[str]) -> Optional[JSONObject]:
+    async def _action_format(self, llm: LLM, admissible: list[str]) -> Optional[dict[str, Any]]:
         """The JSON schema that limits the reply's action to the admissible commands (constrained mode), or None."""
         if not (self.options.constrained and admissible):
             return None

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
-
-from skillopt_envs.jsontypes import JSONObject
+from typing import Any, Optional
 
 SYSTEM_PROMPT = "You are an expert agent who completes household tasks in the ALFRED text environment."
 ROLE_LINE = "You are an expert household agent acting in the ALFRED text world."
@@ -155,7 +153,7 @@ def parse_constrained_reply(reply: Optional[str]) -> ParsedReply:
     return parse_reply(reply)
 
 
-def action_schema(admissible: list[str]) -> JSONObject:
+def action_schema(admissible: list[str]) -> dict[str, Any]:
     """JSON schema whose only field is one of the admissible actions (constrained decoding)."""
     return {
         "type": "object",

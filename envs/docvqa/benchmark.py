@@ -22,7 +22,6 @@ from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, Episod
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, check_choice, data_folder, split_items
 
 if TYPE_CHECKING:  # only annotations name the agent runner
@@ -123,7 +122,7 @@ class DocVQABenchmark(Benchmark):
 
     # ---------- data ----------
 
-    def _items(self, split: str) -> list[JSONObject]:
+    def _items(self, split: str) -> list[dict[str, Any]]:
         try:
             return self._read_items(split)
         except OSError as e:  # whatever the checks did not foresee: still one line naming the file
@@ -132,7 +131,7 @@ class DocVQABenchmark(Benchmark):
                 f"{where} cannot be read ({e.strerror or e}); check the files under env.data_dir / DOCVQA_DATA"
             ) from None
 
-    def _read_items(self, split: str) -> list[JSONObject]:
+    def _read_items(self, split: str) -> list[dict[str, Any]]:
         if self._manifest is None:
             return dv.load_split_items(self._root, split, self._image_root)
         if self._pool is None:  # every question of the data, by id; the manifest picks the splits
@@ -220,7 +219,7 @@ class DocVQABenchmark(Benchmark):
             image_path = str(await asyncio.to_thread(upstream.page_file, payload["page_source"], image_path, cache))
         return str(image_path)
 
-    async def _page_part(self, payload: dict[str, Any]) -> JSONObject:
+    async def _page_part(self, payload: dict[str, Any]) -> dict[str, Any]:
         image_path = payload["image_path"]
         if self.options.sends_images:
             image_file = await self._image_file(payload)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import SPLITS, check_followable, first_data_file, split_name  # noqa: F401 - re-exported
 
 # SkillOpt's paper split, docvqa_validation_10pct: a 10% sample of the 5,349 validation questions
@@ -62,7 +61,7 @@ def split_question(text: str) -> tuple[str, str]:
     return text, ""
 
 
-def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> JSONObject:
+def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> dict[str, Any]:
     """One CSV row as the reference normalises it. A relative image path resolves against `cwd` (the reference
     uses the process's working directory; the benchmark passes env.options.image_root, else the data folder)."""
     qid = str(row.get("questionId") or row.get("id") or "").strip()
@@ -87,7 +86,7 @@ def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> JSONObject:
     }
 
 
-def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[JSONObject]:
+def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[dict[str, Any]]:
     try:
         with path.open(newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
@@ -110,7 +109,7 @@ def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[JSONObject]:
     return items
 
 
-def load_split_items(root: Path, split: str, cwd: Optional[Path] = None) -> list[JSONObject]:
+def load_split_items(root: Path, split: str, cwd: Optional[Path] = None) -> list[dict[str, Any]]:
     folder = root / split_folder(split)
     path = split_csv(folder)
     if path is None:

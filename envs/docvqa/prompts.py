@@ -13,8 +13,6 @@ import mimetypes
 from pathlib import Path
 from typing import Any
 
-from skillopt_envs.jsontypes import JSONObject
-
 SYSTEM_TEMPLATE = """You are an expert agent for answering questions about scanned and digital documents from their images.
 
 {skill_section}You receive the image of one document page and a question about it. Read the page carefully and
@@ -55,7 +53,7 @@ def image_mime(path: str) -> str:
     return mimetypes.guess_type(path)[0] or "image/png"
 
 
-def image_part(path: str, detail: str = "auto") -> JSONObject:
+def image_part(path: str, detail: str = "auto") -> dict[str, Any]:
     """The page as an image_url part with a base64 `data:` URL; `detail` only when set and not auto."""
     b64 = base64.b64encode(Path(path).read_bytes()).decode("ascii")
     url: dict[str, Any] = {"url": f"data:{image_mime(path)};base64,{b64}"}
@@ -64,10 +62,10 @@ def image_part(path: str, detail: str = "auto") -> JSONObject:
     return {"type": "image_url", "image_url": url}
 
 
-def text_layer_part(text: str) -> JSONObject:
+def text_layer_part(text: str) -> dict[str, Any]:
     body = text.strip()
     return {"type": "text", "text": f"{TEXT_LAYER_HEADER}\n{body}" if body else NO_TEXT_LAYER}
 
 
-def user_message(text: str, page_part: dict[str, Any]) -> JSONObject:
+def user_message(text: str, page_part: dict[str, Any]) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": text}, page_part]}

@@ -21,7 +21,6 @@ from typing import Any, Optional
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
 from skillopt_envs.docvqa.data import check_followable
-from skillopt_envs.jsontypes import JSONObject
 
 PAGE_CACHE = Path.home() / ".cache" / "skillopt_ray" / "docvqa_pages"
 _EXTRACT_LOCK = threading.Lock()  # one row group written out at a time per process
@@ -70,7 +69,7 @@ def _topic(types: Any) -> str:
     return str(types or "docvqa")
 
 
-def _item(rec: dict[str, Any], image_path: str, page: Optional[dict[str, Any]], text_path: str) -> JSONObject:
+def _item(rec: dict[str, Any], image_path: str, page: Optional[dict[str, Any]], text_path: str) -> dict[str, Any]:
     answers = [s for s in (str(a).strip() for a in rec.get("answers") or []) if s]
     qid = str(rec["questionId"]).strip()
     topic = _topic(rec.get("question_types"))
@@ -111,7 +110,7 @@ def _json_doc(path: Path) -> Any:
         raise DataError(f"{path} is not a readable DocVQA JSON file ({str(e)[:160]}); download it again") from None
 
 
-def read_pool(sources: Sources) -> dict[str, JSONObject]:
+def read_pool(sources: Sources) -> dict[str, dict[str, Any]]:
     """Every question of the sources by questionId, without image bytes."""
     pool: dict[str, dict[str, Any]] = {}
     if sources.parquets:

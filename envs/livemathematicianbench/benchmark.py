@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, data_folder, split_items
 from skillopt_envs.livemathematicianbench import data as lm
 from skillopt_envs.livemathematicianbench import prompts
@@ -123,13 +122,13 @@ class LiveMathBenchmark(Benchmark):
     def _split_folders(self) -> bool:
         return self._root.is_dir() and lm.has_split_folders(self._root) and not self._using_samples
 
-    def _raw_pool(self) -> dict[str, JSONObject]:
+    def _raw_pool(self) -> dict[str, dict[str, Any]]:
         if self._pool is None:
             source = self._root / "data" if self._using_samples else self._root
             self._pool = {it["id"]: it for it in lm.load_raw_items(source)}
         return self._pool
 
-    def _items(self, split: str) -> list[JSONObject]:
+    def _items(self, split: str) -> list[dict[str, Any]]:
         try:
             return self._read_items(lm.split_folder(split))
         except OSError as e:  # whatever the checks above did not foresee: still one line naming the file
@@ -138,7 +137,7 @@ class LiveMathBenchmark(Benchmark):
                 f"{where} cannot be read ({e.strerror or e}); check the files under env.data_dir / LIVEMATH_DATA"
             ) from None
 
-    def _read_items(self, folder: str) -> list[JSONObject]:
+    def _read_items(self, folder: str) -> list[dict[str, Any]]:
         manifests = self._manifest_dir()
         if self._split_folders():
             if manifests is not None:  # a manifest picks from the items of all the folders
@@ -164,7 +163,7 @@ class LiveMathBenchmark(Benchmark):
             )
         return self._pick(self._raw_pool(), self._raw_manifest_dir(), folder)
 
-    def _pick(self, pool: dict[str, dict[str, Any]], manifests: Path, folder: str) -> list[JSONObject]:
+    def _pick(self, pool: dict[str, dict[str, Any]], manifests: Path, folder: str) -> list[dict[str, Any]]:
         ids = lm.read_manifest(manifests, folder)
         missing = [i for i in ids if i not in pool]
         if missing:
@@ -226,7 +225,7 @@ class LiveMathBenchmark(Benchmark):
 
     # ---------- the episode ----------
 
-    def presented(self, task: Task, seed: Optional[int]) -> tuple[list[JSONObject], JSONObject]:
+    def presented(self, task: Task, seed: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The choices and correct choice as the target sees them: shuffled with `seed` (the evaluation seed when
         None), or as stored with env.options.shuffle_choices=false."""
         p = task.payload
@@ -296,7 +295,7 @@ class LiveMathBenchmark(Benchmark):
         return replies
 
 
-def _payload(item: dict[str, Any]) -> JSONObject:
+def _payload(item: dict[str, Any]) -> dict[str, Any]:
     """What an episode reads of an item; an item whose choices are broken carries the line that says why."""
     payload = {
         "question": str(item["question"]),

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import SPLITS, check_followable, first_data_file, manifest_ids, split_name  # noqa: F401
 
 # SkillOpt's paper split: 177 items of the four monthly files, split 35 / 17 / 125
@@ -109,7 +108,7 @@ def _theorem_types(raw: Any) -> list[str]:
     return [s for s in (_text(v) for v in values if v is not None) if s]
 
 
-def normalize_row(row: dict[str, Any], index: int, month: str = "") -> Optional[JSONObject]:
+def normalize_row(row: dict[str, Any], index: int, month: str = "") -> Optional[dict[str, Any]]:
     """One raw upstream row in the normalised shape, or None when it lacks a question, choices or a correct label.
 
     `index` is the row's position in its file (`no` defaults to index + 1); `month` is used when the row has none.
@@ -164,7 +163,7 @@ _RAW_FIX = (
 )
 
 
-def load_raw_items(path: Path) -> list[JSONObject]:
+def load_raw_items(path: Path) -> list[dict[str, Any]]:
     """Every usable row of the raw files under `path`, normalised; an id seen twice is an error."""
     items: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
@@ -188,7 +187,7 @@ _ITEMS_FIX = (
 )
 
 
-def check_item(path: Path, n: int, it: Any) -> JSONObject:
+def check_item(path: Path, n: int, it: Any) -> dict[str, Any]:
     """A stored item, checked for the fields an episode reads (it is otherwise used exactly as stored)."""
     if not isinstance(it, dict) or not all(k in it for k in ITEM_KEYS):
         raise DataError(f"{path}: item {n} ({str(it)[:80]}) lacks one of {', '.join(ITEM_KEYS)}; {_ITEMS_FIX}")
@@ -200,7 +199,7 @@ def check_item(path: Path, n: int, it: Any) -> JSONObject:
     return it
 
 
-def read_items(path: Path) -> list[JSONObject]:
+def read_items(path: Path) -> list[dict[str, Any]]:
     """A split file's items as stored, each with the file it came from added (LOADED_FROM)."""
     items = read_json_list(path, _ITEMS_FIX)
     seen: dict[str, int] = {}

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ensure_samples as made_once
 from skillopt_envs.kit import samples_root
 
@@ -162,7 +161,7 @@ def _raw_choices(texts: list[str], correct: int, style: int) -> tuple[Any, Any]:
     return list(texts), labels[correct]
 
 
-def make_rows(seed: int = 7) -> dict[str, list[JSONObject]]:
+def make_rows(seed: int = 7) -> dict[str, list[dict[str, Any]]]:
     """Raw rows by month; each row's `no` counts from 1 within its month."""
     rng = random.Random(seed)
     n_items = sum(SPLIT_SIZES.values())
@@ -187,7 +186,7 @@ def make_rows(seed: int = 7) -> dict[str, list[JSONObject]]:
     return rows
 
 
-def sample_manifest(rows: dict[str, list[dict[str, Any]]], seed: int = 7) -> dict[str, list[JSONObject]]:
+def sample_manifest(rows: dict[str, list[dict[str, Any]]], seed: int = 7) -> dict[str, list[dict[str, Any]]]:
     entries = [
         {"id": f"{m}:{r['no']}", "month": m, "no": r["no"], "source_file": f"data/{m}/qa_{m}_final.json"}
         for m in MONTHS

@@ -10,7 +10,6 @@ import hashlib
 import random
 from typing import Any
 
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.livemathematicianbench.data import normalize_label
 
 
@@ -20,7 +19,7 @@ def item_seed(seed: int, item_id: str) -> int:
 
 def shuffle_choices(
     item_id: str, choices: list[dict[str, Any]], correct: dict[str, Any], seed: int
-) -> tuple[list[dict[str, str]], JSONObject]:
+) -> tuple[list[dict[str, str]], dict[str, Any]]:
     """(relabelled choices, new correct choice). The correct choice is the first entry whose original label matches
     the original correct label (both normalised); when none does, the old correct choice is kept as it was."""
     order = [dict(c) for c in choices]

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ChatRequest, check_choice, data_folder, split_items
 from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import prompts
@@ -172,7 +171,7 @@ class OfficeQABenchmark(Benchmark):
             return None
         return oq.PAPER_SPLIT_DIR
 
-    def _items(self, split: str) -> list[JSONObject]:
+    def _items(self, split: str) -> list[dict[str, Any]]:
         folder = oq.split_folder(split)
         manifests = self._manifest_dir()
         if manifests is None:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import SPLIT_ALIASES, SPLITS, split_name  # noqa: F401 - SPLITS, SPLIT_ALIASES: re-exported
 
 PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
@@ -63,7 +62,7 @@ def parse_list_field(value: Any) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def row_to_item(row: dict[str, Any], split: str) -> JSONObject:
+def row_to_item(row: dict[str, Any], split: str) -> dict[str, Any]:
     """One question in the reference's item fields (id = uid, the question stripped, ground_truth, answers,
     task_type and category: the row's category or difficulty...)."""
     uid = str(row.get("uid") or row.get("id") or "").strip()
@@ -83,7 +82,7 @@ def row_to_item(row: dict[str, Any], split: str) -> JSONObject:
     }
 
 
-def read_csv_rows(path: Path) -> list[JSONObject]:
+def read_csv_rows(path: Path) -> list[dict[str, Any]]:
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:
             return list(csv.DictReader(f))
@@ -109,7 +108,7 @@ _ROWS_FIX = (
 )
 
 
-def _checked(items: list[dict[str, Any]], path: Path) -> list[JSONObject]:
+def _checked(items: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
     seen: dict[str, int] = {}
     for n, it in enumerate(items):
         if not it["id"] or not it["question"].strip():
@@ -118,7 +117,7 @@ def _checked(items: list[dict[str, Any]], path: Path) -> list[JSONObject]:
     return items
 
 
-def read_split_folder(folder: Path, split: str) -> list[JSONObject]:
+def read_split_folder(folder: Path, split: str) -> list[dict[str, Any]]:
     path = split_file(folder)
     if path is None:
         raise DataError(f"{folder} holds no *.csv or *.json; {_ROWS_FIX}")
@@ -132,7 +131,7 @@ def read_split_folder(folder: Path, split: str) -> list[JSONObject]:
     return _checked([row_to_item(r, split) for r in rows], path)
 
 
-def read_manifest(manifest_dir: Path, split: str) -> list[JSONObject]:
+def read_manifest(manifest_dir: Path, split: str) -> list[dict[str, Any]]:
     """The manifest's entries of a split (id and, in the shipped one, category), in order."""
     path = split_file(manifest_dir / split_folder(split))
     if path is None:
@@ -146,7 +145,7 @@ def read_manifest(manifest_dir: Path, split: str) -> list[JSONObject]:
     return entries
 
 
-def items_from_full_csv(csv_path: Path, manifest_dir: Path, split: str) -> list[JSONObject]:
+def items_from_full_csv(csv_path: Path, manifest_dir: Path, split: str) -> list[dict[str, Any]]:
     """The split's questions from the public CSV, in manifest order; a manifest field (category, source_files,
     source_docs) wins over the CSV's when present."""
     by_uid = {str(r.get("uid") or r.get("id") or "").strip(): r for r in read_csv_rows(csv_path)}

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Optional
-
-from skillopt_envs.jsontypes import JSONObject
+from typing import Any, Optional
 
 MAX_CANDIDATES_SHOWN = 20
 
@@ -86,7 +84,7 @@ def user_prompt(
     return "\n\n".join(parts)
 
 
-def text_tool_calls(reply: str) -> list[JSONObject]:
+def text_tool_calls(reply: str) -> list[dict[str, Any]]:
     """Tool calls written in the text protocol, in the API's shape (arguments as a JSON string)."""
     calls = []
     for i, raw in enumerate(_TEXT_CALL.findall(reply or "")):

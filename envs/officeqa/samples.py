@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ensure_samples as made_once
 from skillopt_envs.kit import samples_root
 
@@ -134,7 +133,7 @@ def write_bulletin(b: Bulletin, transformed: Path, jsons: Path) -> None:
     (jsons / f"{b.name}.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
 
 
-def make_questions(bulletins: list[Bulletin], seed: int = 5) -> list[JSONObject]:
+def make_questions(bulletins: list[Bulletin], seed: int = 5) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     qs: list[dict[str, Any]] = []
     for b in bulletins:

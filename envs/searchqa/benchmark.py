@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, check_choice, data_folder, infra_episode, missing_counts
 from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
@@ -121,7 +120,7 @@ class SearchQABenchmark(Benchmark):
             return None
         return qa_data.PAPER_SPLIT_DIR
 
-    def _items_pool(self) -> dict[str, JSONObject]:
+    def _items_pool(self) -> dict[str, dict[str, Any]]:
         if self._pool is None:
             self._pool = qa_data.load_pool(self._root)
         return self._pool

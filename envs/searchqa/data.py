@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import SPLITS, manifest_ids, split_name  # noqa: F401 - SPLITS: re-exported
 
 # SkillOpt's SearchQA id split (400 train / 200 val / 1400 test), shipped with the project (see splits/LICENSE-SkillOpt)
@@ -38,7 +37,7 @@ _ITEMS_FIX = "a SearchQA split file is a JSON list of {id, question, context, an
 _MANIFEST_FIX = 'a SearchQA manifest is a JSON list of {"id": ...} objects'
 
 
-def read_items(path: Path) -> list[JSONObject]:
+def read_items(path: Path) -> list[dict[str, Any]]:
     """Materialised items, each checked: id, question, context (strings) and answers (a list of strings, or one);
     an id listed twice is an error (it would be played and counted twice)."""
     items = read_json_list(path, _ITEMS_FIX)
@@ -65,7 +64,7 @@ def read_manifest(manifest_dir: Path, split: str) -> list[str]:
     return manifest_ids(folder, split_file(folder), split, '{"id": ...}', _MANIFEST_FIX)
 
 
-def load_pool(root: Path) -> dict[str, JSONObject]:
+def load_pool(root: Path) -> dict[str, dict[str, Any]]:
     """Every item under root's split folders, by id (an id listed twice is an error)."""
     pool: dict[str, dict[str, Any]] = {}
     found = False

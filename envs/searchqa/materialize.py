@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from skillopt_envs.base import DataError
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.searchqa import data as qa_data
 
 _FIELDS = ("key", "question", "context", "answers")
@@ -44,7 +43,7 @@ def _source_files(paths: list[str]) -> list[Path]:
     return out
 
 
-def _rows(path: Path) -> Iterator[JSONObject]:
+def _rows(path: Path) -> Iterator[dict[str, Any]]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 

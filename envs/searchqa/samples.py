@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ensure_samples, samples_root
 
 MADE_BY = "skillopt_ray skillopt_envs.searchqa.samples"  # the sample folder's COMPLETE marker says who wrote it
@@ -65,7 +64,7 @@ def _doc(title: str, text: str) -> str:
     return f"[DOC] [TLE] {title} [PAR] {text}"
 
 
-def make_items(seed: int = 11) -> list[JSONObject]:
+def make_items(seed: int = 11) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     items = []
     for i, place in enumerate(PLACES * 2):

@@ -18,8 +18,6 @@ import re
 import sys
 from typing import Any
 
-from skillopt_envs.jsontypes import JSONObject
-
 _KEY = re.compile(r"^'?\[[^\]]*\](.*?)'?!\$?([A-Z]+)\$?(\d+)$")
 _WHOLE_COLUMN = re.compile(r"(?<![A-Za-z0-9_.$])(\$?)([A-Z]{1,3}):(\$?)([A-Z]{1,3})(?![A-Za-z0-9_(])")
 _RANGE = re.compile(r"^'?\[[^\]]*\](.*?)'?!\$?([A-Z]+)\$?(\d+):\$?([A-Z]+)\$?(\d+)$")
@@ -178,7 +176,7 @@ def _invalid_formulas(values_wb: Any, formulas_wb: Any, limit: int = 10) -> list
     return bad
 
 
-def read(path: str, request: dict[str, list[str]], recalculate_formulas: bool = True) -> JSONObject:
+def read(path: str, request: dict[str, list[str]], recalculate_formulas: bool = True) -> dict[str, Any]:
     import openpyxl
 
     values_wb = openpyxl.load_workbook(path, data_only=True)

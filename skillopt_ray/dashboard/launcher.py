@@ -26,7 +26,6 @@ from typing import Any, Optional
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.dashboard.limits import PathPolicy, check_choice, refuse_from_page, refuse_unsafe_overrides
-from skillopt_ray.jsontypes import JSONObject
 
 # The form: name -> (override key, kind). Kinds: choice lists come from the config tree (see `form_schema`).
 FIELDS: dict[str, tuple[str, str]] = {
@@ -51,7 +50,7 @@ RUN_DIR_LINE = "run directory: "  # how the CLI names the run directory it opene
 STOP_GRACE_S = 30.0  # after SIGINT, how long a run may take to save and end before its process group is terminated
 
 
-def form_schema(conf_dir: Optional[Path] = None) -> JSONObject:
+def form_schema(conf_dir: Optional[Path] = None) -> dict[str, Any]:
     """The form's fields: kind, choices and the value the config uses when the field is left empty.
 
     Only filled fields become overrides, so an experiment's or size preset's own values (a `+smoke=tiny` batch
@@ -98,7 +97,7 @@ PLACEHOLDER_FROM = {
 }
 
 
-def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> JSONObject:
+def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> dict[str, Any]:
     """What the empty fields mean for these presets: the composed config's values (a `+smoke=tiny` run's epochs and
     schedule, not the paper's), by field name."""
     from skillopt_ray.cli.compose import compose, resolve_paths, typed
@@ -149,7 +148,7 @@ def overrides_from_form(form: dict[str, Any]) -> list[str]:
     return out
 
 
-def validate(overrides: list[str], lock: threading.Lock, policy: Optional[PathPolicy] = None) -> JSONObject:
+def validate(overrides: list[str], lock: threading.Lock, policy: Optional[PathPolicy] = None) -> dict[str, Any]:
     """The CLI's checks before anything starts: compose with Hydra, the typed schema, the output folder, the keys
     and the skill files. Returns the resolved config; raises UsageError with the CLI's one-line message.
 
@@ -209,7 +208,7 @@ class Launch:
             return "stopping" if self.stopped else "running"
         return "stopped" if self.stopped else ("finished" if code == 0 else f"exited {code}")
 
-    def to_dict(self, jobs: Any = None) -> JSONObject:
+    def to_dict(self, jobs: Any = None) -> dict[str, Any]:
         return {
             "id": self.id,
             "command": self.command,
@@ -290,7 +289,7 @@ class Launcher:
             self._jobs = JobSubmissionClient(self.ray_address)
         return self._jobs
 
-    def schema(self, presets: dict[str, str]) -> JSONObject:
+    def schema(self, presets: dict[str, str]) -> dict[str, Any]:
         """The form's fields, with placeholders from the chosen presets when an experiment is chosen."""
         schema = form_schema()
         if presets.get("experiment"):
@@ -298,7 +297,7 @@ class Launcher:
                 schema[name]["placeholder"] = value
         return schema
 
-    def check(self, form: dict[str, Any]) -> tuple[list[str], JSONObject]:
+    def check(self, form: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         overrides = overrides_from_form(form)
         return overrides, validate(overrides, self._hydra_lock, self.policy)
 
@@ -393,7 +392,7 @@ class Launcher:
             if one.run_dir and one.process is not None and one.process.poll() is None
         }
 
-    def list(self) -> list[JSONObject]:
+    def list(self) -> list[dict[str, Any]]:
         jobs = self._job_client() if self.ray_address and any(one.job_id for one in self.launches.values()) else None
         return [one.to_dict(jobs) for one in self.launches.values()]
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from skillopt_ray import prompts
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
 
 
 async def ask_for_text(
     llm: Any, stage: str, user: str, schema: dict[str, Any], field: str, key: str
-) -> tuple[JSONObject, Optional[str]]:
+) -> tuple[dict[str, Any], Optional[str]]:
     """One optimizer call (system prompt named after the stage) whose reply carries one text field.
 
     Returns (record, text); text is None when the reply was unusable or the field empty, and the record

@@ -29,8 +29,6 @@ from typing import Any, Optional
 
 from skillopt_envs.sandbox import BWRAP_ISOLATION, _python_dirs, bwrap_path, dev_args, fresh_uid, userns_filter
 
-from skillopt_ray.jsontypes import JSONObject
-
 JAIL_WORKSPACE = "/workspace"
 JAIL_HOME = "/home/agent"
 JAIL_PREFIX = "/opt/harness"
@@ -405,7 +403,7 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -
     return True
 
 
-def unpack_export(path: Path, dests: dict[str, Path]) -> tuple[bool, JSONObject]:
+def unpack_export(path: Path, dests: dict[str, Path]) -> tuple[bool, dict[str, Any]]:
     """Unpack the launcher's archive into `dests` (archive top folder -> host folder), member by member: regular
     files and folders only, each checked to land inside its destination. Returns whether the archive was whole
     (its closing status note came through) and that note."""

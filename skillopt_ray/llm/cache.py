@@ -9,8 +9,6 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.jsontypes import JSONObject
-
 
 def request_key(payload: dict[str, Any]) -> str:
     """Hash of everything that determines a response: endpoint model, messages, sampling, sample key."""
@@ -31,7 +29,7 @@ class ResponseCache:
         )
         self._db.commit()
 
-    def get(self, key: str) -> Optional[JSONObject]:
+    def get(self, key: str) -> Optional[dict[str, Any]]:
         with self._lock:
             row = self._db.execute("SELECT response FROM responses WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else None

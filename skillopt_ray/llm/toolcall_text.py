@@ -14,8 +14,6 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from skillopt_ray.jsontypes import JSONObject
-
 _FENCED = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 _TAGGED = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -85,7 +83,7 @@ def _call_of(text: str, schemas: dict[str, dict[str, Any]]) -> Optional[TextCall
     return TextCall(name, json.dumps(args, ensure_ascii=False))
 
 
-def _json_object(text: str) -> Optional[JSONObject]:
+def _json_object(text: str) -> Optional[dict[str, Any]]:
     """The first JSON object in `text` (trailing text after it ignored), or None."""
     start = text.find("{")
     if start < 0:

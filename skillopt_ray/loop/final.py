@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Optional
 
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule
@@ -32,7 +31,7 @@ class FinalEvaluation:
         test: dict[str, Evaluation] = {}
         for name, v in versions.items():
 
-            async def do_test(v: int = v, name: str = name) -> JSONObject:
+            async def do_test(v: int = v, name: str = name) -> dict[str, Any]:
                 return (await self.ev.evaluate(rec.skill_text(v), self.schedule.splits.test, f"test:{name}"))[
                     1
                 ].to_dict()
@@ -90,7 +89,7 @@ class FinalEvaluation:
             rollouts_per_task=self.ev.repeats if self.ev.repeats > 1 else None,
         )
 
-    def _intervals(self, test: dict[str, Evaluation]) -> dict[str, JSONObject]:
+    def _intervals(self, test: dict[str, Evaluation]) -> dict[str, dict[str, Any]]:
         """95% intervals with n: each selection score over the selection tasks (the gate metric), each test
         score over the test tasks (hard and soft); a task's value is the mean of its repeats."""
         st, rec, ev = self.rec.state, self.rec, self.ev
