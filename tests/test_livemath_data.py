@@ -295,3 +295,30 @@ def test_a_correct_choice_given_by_label_only_takes_its_text_from_the_choices():
     assert coerce_correct({"label": "C"}, choices)[0] == {"label": "C", "text": ""}  # no such choice: still none
     row = normalize_row({"question": "q", "choices": {"a": "ay", "b": "bee"}, "correct_choice": {"label": "a"}}, 0)
     assert row is not None and row["correct_choice"] == {"label": "A", "text": "ay"}
+
+
+def _test_only_folder(root: Path) -> Path:
+    item = {"id": "202512:1", "question": "Q?", "choices": [{"label": "A", "text": "one"}, {"label": "B", "text": "two"}],
+            "correct_choice": {"label": "B", "text": "two"}, "theorem_type": ["x"], "month": "202512", "no": 1}  # fmt: skip
+    for s in ("train", "val", "test"):
+        (root / s).mkdir(parents=True)
+        (root / s / "items.json").write_text(json.dumps([item] if s == "test" else []))
+    return root
+
+
+def test_a_test_only_data_folder_serves_an_evaluation_and_says_what_runs(tmp_path):
+    """An evaluation reads only the split it evaluates: a folder whose train and val are empty serves eval.split=test
+    and eval.split=all (which evaluates test alone, as the start-up line says); training is still refused."""
+    b = bm.LiveMathBenchmark({"data_dir": str(_test_only_folder(tmp_path / "d"))})
+    b.preflight(["test"])
+    b.preflight(["all"])
+    assert [t.task_id for t in b.load_split("all")] == ["202512:1"]
+    note = b.data_note()
+    assert "0/0/1 train/val/test" in note and "the train and val splits are empty" in note
+    assert "eval.split=all evaluates test alone" in note
+    with pytest.raises(DataError, match="train split .* is empty"):
+        b.preflight(["train", "val", "test"])
+    for s in ("train", "val", "test"):
+        (tmp_path / "d" / s / "items.json").write_text("[]")
+    with pytest.raises(DataError, match="is empty"):
+        bm.LiveMathBenchmark({"data_dir": str(tmp_path / "d")}).load_split("all")
