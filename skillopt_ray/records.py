@@ -224,7 +224,7 @@ class GateRecord(Record):
     episodes_not_played: Optional[int] = None
     # optimizer.gate_test other than none: the paired test on per-task differences (skillopt_ray.stats.PairedTest:
     # test, alpha, n, mean_diff, lo, hi, level, p_value, significant, n_better, n_worse)
-    gate_test: Optional[dict[str, str | float | bool]] = None
+    gate_test: Optional[dict[str, Any]] = None
 
     @property
     def accepted(self) -> bool:
@@ -249,7 +249,7 @@ APPENDIX_FIELDS = (
     "n_appendix_notes_consolidated",
 )
 # the paired gate's numbers on a step (optimizer.gate_test other than none): written only when there was a test
-PAIRED_FIELDS = ("gate_diff", "gate_diff_lo", "gate_diff_hi", "gate_p_value")
+PAIRED_FIELDS = ("gate_diff", "gate_diff_lo", "gate_diff_hi", "gate_p_value", "gate_episodes", "gate_looks")
 
 
 @dataclass(kw_only=True)
@@ -305,6 +305,8 @@ class StepRecord(Record):
     gate_diff_lo: Optional[float] = None
     gate_diff_hi: Optional[float] = None
     gate_p_value: Optional[float] = None
+    gate_episodes: Optional[int] = None  # the sequential gate (optimizer.gate_test=sequential): episodes it paid
+    gate_looks: Optional[int] = None  # and the looks it took at the paired evidence
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -367,7 +369,7 @@ class SlowUpdateRecord(Record):
     decision: Optional[GateDecisionFields] = None
     reason: Optional[str] = None
     flipped: Optional[dict[str, list[str]]] = None
-    gate_test: Optional[dict[str, str | float | bool]] = None  # the paired test, as in GateRecord (optimizer.gate_test)
+    gate_test: Optional[dict[str, Any]] = None  # the paired test, as in GateRecord (optimizer.gate_test)
 
     @property
     def accepted(self) -> bool:

@@ -11,7 +11,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
-from typing import Optional
+from typing import Any, Optional
 
 from skillopt_ray.jsontypes import JSONObject
 
@@ -102,6 +102,14 @@ def _t_interval(xs: list[float], mean: float, level: float, bounds: Optional[tup
     return Interval(mean, lo, hi, n, level, "t")
 
 
+def diff_interval(diffs: Sequence[float], level: float = 0.95) -> Interval:
+    """95% interval of a mean paired difference (per-task candidate minus current): Student's t, within [-1, 1]."""
+    xs = [float(v) for v in diffs]
+    if not xs:
+        return Interval(0.0, 0.0, 0.0, 0, level, "empty")
+    return _t_interval(xs, sum(xs) / len(xs), level, (-1.0, 1.0))
+
+
 @dataclass(frozen=True)
 class PairedTest:
     """A one-sided test that the candidate improves on the current skill, on per-task paired differences
@@ -120,7 +128,7 @@ class PairedTest:
     n_better: int
     n_worse: int
 
-    def to_dict(self) -> dict[str, str | float | bool]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

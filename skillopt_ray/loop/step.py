@@ -41,6 +41,8 @@ class PairedFields(TypedDict, total=False):
     gate_diff_lo: float
     gate_diff_hi: float
     gate_p_value: float
+    gate_episodes: int  # the sequential gate (optimizer.gate_test=sequential): episodes it paid
+    gate_looks: int  # and the looks it took at the paired evidence
 
 
 class AppendixCounts(TypedDict, total=False):
@@ -52,7 +54,7 @@ class AppendixCounts(TypedDict, total=False):
     n_appendix_notes_consolidated: int
 
 
-def paired_fields(test: Optional[dict[str, str | float | bool]]) -> PairedFields:
+def paired_fields(test: Optional[dict[str, Any]]) -> PairedFields:
     """The paired gate's numbers for the step record (and so the tracker): none without a test."""
     if not test:
         return {}
@@ -61,6 +63,11 @@ def paired_fields(test: Optional[dict[str, str | float | bool]]) -> PairedFields
         "gate_diff_lo": cast(float, test["lo"]),
         "gate_diff_hi": cast(float, test["hi"]),
         "gate_p_value": cast(float, test["p_value"]),
+        **(
+            PairedFields(gate_episodes=cast(int, test["episodes"]), gate_looks=cast(int, test["looks"]))
+            if test.get("test") == "sequential"
+            else {}
+        ),
     }
 
 
@@ -185,9 +192,11 @@ class TrainStep:
 
         async def do_gate() -> JSONObject:
             assert out.upd is not None  # the update ran just before
-            return (await self.ev.gate(out.upd.candidate, self.rec.state, self.schedule.splits.selection)).to_dict()
+            selection = self.schedule.splits.selection
+            return (await self.ev.gate(out.upd.candidate, self.rec.state, selection, ctx.skill)).to_dict()
 
         out.gate = GateRecord.from_dict(await self.rec.memo(out.stage("gate"), f"{label}:gate", do_gate))
+        self.ev.remember(out.gate)  # the sequential gate's extra samples, also when the gate was memoized
 
     async def _select(self, ctx: OptimizerContext, out: StepOutcome) -> SelectOutput:
         """The step's edit budget (scheduled, or decided by the optimizer) and the ranked edits within it."""
