@@ -145,6 +145,7 @@ class Service:
         code_hash()  # pinned now: the hash of the code this process has loaded (an edit later is noticed)
         self._queue: queue.Queue[Request] = queue.Queue()
         self._busy = threading.Event()
+        self._current: Optional[Request] = None  # the command being served
         self._closed = threading.Event()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.suppress(FileNotFoundError):
@@ -177,9 +178,10 @@ class Service:
             raw = read_request(conn)
             conn.settimeout(None)
             if raw.get("status"):  # `python -m skillopt_ray.cluster status`: the idle actors, nothing run
-                conn.sendall(
-                    (json.dumps({"standby": self.pool.readiness(), "busy": self._busy.is_set()}) + "\n").encode()
-                )
+                current = self._current
+                serving = {"pid": current.pid, "argv": current.argv} if current is not None else None
+                answer = {"standby": self.pool.readiness(), "busy": self._busy.is_set(), "serving": serving}
+                conn.sendall((json.dumps(answer) + "\n").encode())
                 conn.close()
                 return
         except (OSError, ValueError) as e:
@@ -240,10 +242,12 @@ class Service:
             req = self._queue.get(timeout=timeout_s)
         except queue.Empty:
             return False
+        self._current = req
         try:
             code = self._run(req)
             req.send(exit=code)
         finally:
+            self._current = None
             with contextlib.suppress(OSError):
                 req.conn.close()
             self.pool.end_run()
@@ -295,6 +299,16 @@ class Service:
             import _thread
 
             _thread.interrupt_main()  # KeyboardInterrupt in the run (see _interruptible)
+
+    def stop_run(self, why: str) -> None:
+        """End the run being served (the holder is asked to stop): the command is told why, then the run stops as
+        on Ctrl-C, saving its state, and says how to resume. Called in the main thread (a signal handler)."""
+        req = self._current
+        if req is not None and req.running.is_set():
+            req.send(err=f"{why}\n")
+            import _thread
+
+            _thread.interrupt_main()
 
     def close(self) -> None:
         self._closed.set()

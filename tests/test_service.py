@@ -221,6 +221,38 @@ def test_stopping_the_command_stops_the_served_run_and_the_holder_serves_the_nex
     assert not drivers & set(_actor_processes(b"ray::DriverActor"))  # ... is gone
 
 
+@pytest.mark.slow
+def test_down_during_a_served_run_refuses_then_ends_it_with_a_line_saying_why_and_how_to_resume(tmp_path):
+    """`cluster down` during a served run ended it with exit 1 and no line on either side."""
+    from bench_small_eval import reply, write_tasks
+    from scripted_server import ScriptedServer
+
+    home = tmp_path / "cluster"
+    up = _cli(home, "up", "--json", "--object-store-mb", "128")
+    assert up.returncode == 0, up.stderr
+    rec = json.loads(up.stdout.strip().splitlines()[-1])
+    try:
+        with ScriptedServer(policy=reply, latency_s=0.5) as srv:
+            k = {"tasks": write_tasks(tmp_path / "data", 6), "srv": srv, "work": tmp_path}
+            cmd = _eval_cmd(k, "out", concurrency=1)  # 6 x 0.5 s one after another
+            proc = subprocess.Popen(cmd, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 120
+            while not srv.state.request_times and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert srv.state.request_times, "the run never called the model"
+            refused = _cli(home, "down")
+            assert refused.returncode == 2 and f"pid {proc.pid} (served: python -m skillopt_ray" in refused.stderr
+            assert "--force" in refused.stderr and start_ticks(rec["pid"]) == rec["start"]
+            forced = _cli(home, "down", "--force")
+            out, err = proc.communicate(timeout=120)
+    finally:
+        _cli(home, "down", "--force")
+    assert forced.returncode == 0 and f"ends 1 run(s): pid {proc.pid}" in forced.stderr
+    assert proc.returncode == EXIT_STOPPED, err
+    assert f"the kept cluster (holder pid {rec['pid']}) is being stopped" in err
+    assert "rerun the same command to resume" in err
+
+
 def _ask_as(uid: int, sock: str, request: bytes) -> bytes:
     """What the service answers a process of user `uid` (a forked child) that sends `request`."""
     read, write = os.pipe()
