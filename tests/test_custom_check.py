@@ -128,3 +128,26 @@ def test_an_agent_task_with_a_chat_target_is_checked_in_its_workspace(tmp_path):
     (root / "v" / "check").unlink()
     with pytest.raises(skillopt_envs.DataError, match="has no check"):
         skillopt_envs.make("custom", {"data_dir": str(root), "options": {}}).preflight(["train"])
+
+
+@pytest.mark.parametrize("body,status", [("#!/bin/sh\nexit 2\n", 2), ("#!/bin/sh\nno-such-command-here\n", 127)])
+def test_a_check_that_dies_silently_with_a_status_other_than_1_is_a_data_error(sandbox, tmp_path, body, status):
+    out = run_check(sandbox, check(tmp_path, body, name="check"), TASK, "hi", None)
+    assert out.broken and f"exit status {status}" in out.reason, out
+
+
+def test_a_silent_check_that_exits_1_still_scores_0(sandbox, tmp_path):
+    out = run_check(sandbox, check(tmp_path, "#!/bin/sh\nexit 1\n", name="check"), TASK, "hi", None)
+    assert out.value == 0.0
+
+
+def test_a_shell_check_can_use_awk_and_the_basic_etc_files_but_no_secrets(sandbox, tmp_path):
+    body = (
+        '#!/bin/sh\nset -e\nn=$(echo "a b c" | awk \'{print NF}\')\n'
+        "test -r /etc/ld.so.cache\n"
+        "if cat /etc/shadow >/dev/null 2>&1; then echo shadow-readable; exit 1; fi\n"
+        "if ls /etc/ssh >/dev/null 2>&1; then echo ssh-keys-visible; exit 1; fi\n"
+        'test "$n" = 3 && echo 1\n'
+    )
+    out = run_check(sandbox, check(tmp_path, body, name="check"), TASK, "hi", None)
+    assert out.value == 1.0, out

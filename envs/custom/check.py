@@ -2,8 +2,8 @@
 an agent task, `check <task.json> <workspace>`.
 
 How its run becomes a score: the last non-empty line of its output is the score when it is a number in [0, 1]; a
-check that prints nothing scores by its exit status (0: 1.0, anything else: 0.0). A check that crashes (a Python
-traceback, a signal, the time limit), prints a number outside [0, 1] or prints something that is not a number has
+check that prints nothing scores by its exit status (0: 1.0, 1: 0.0). A check that crashes (a Python traceback, a
+signal, the time limit, a silent exit with any other status: 127 is the shell's "command not found"), prints a number outside [0, 1] or prints something that is not a number has
 broken, not the reply: the task counts as a data error, never as a 0 that looks real.
 """
 
@@ -144,6 +144,8 @@ def verdict(returncode: int, timed_out: bool, stdout: str, stderr: str, describe
     if returncode != 0 and "Traceback (most recent call last)" in stderr:
         return CheckOutcome(None, f"the check crashed (exit status {returncode}; its traceback is below)", output)
     lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
+    if not lines and returncode not in (0, 1):  # 2 and up: the shell's own errors (127: no such command) and others
+        return CheckOutcome(None, f"the check printed no score and ended with exit status {returncode}", output)
     if not lines:
         value = 1.0 if returncode == 0 else 0.0
         return CheckOutcome(value, f"the check printed nothing and exited with status {returncode}", output)
