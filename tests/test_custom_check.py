@@ -143,7 +143,7 @@ def test_a_silent_check_that_exits_1_still_scores_0(sandbox, tmp_path):
 
 def test_a_shell_check_can_use_awk_and_the_basic_etc_files_but_no_secrets(sandbox, tmp_path):
     body = (
-        '#!/bin/sh\nset -e\nn=$(echo "a b c" | awk \'{print NF}\')\n'
+        "#!/bin/sh\nset -e\nn=$(echo \"a b c\" | awk '{print NF}')\n"
         "test -r /etc/ld.so.cache\n"
         "if cat /etc/shadow >/dev/null 2>&1; then echo shadow-readable; exit 1; fi\n"
         "if ls /etc/ssh >/dev/null 2>&1; then echo ssh-keys-visible; exit 1; fi\n"
