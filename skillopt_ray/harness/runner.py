@@ -43,6 +43,7 @@ class AgentRun:
     usage_warning: Optional[str] = None
     wall_s: float = 0.0
     first_call_s: Optional[float] = None
+    jail_note: str = ""  # what the jail held back of the agent's own files (over the archive's limit): scored as is
 
     @property
     def response(self) -> str:
@@ -291,12 +292,16 @@ def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> s
         raise HarnessError(f"the {harness} agent went past its memory limit ({settings.memory_mb} MB)")
     if not run.calls and not res.timed_out:
         said = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]
-        if not run.started:
+        if not run.started and not res.over_limit:  # over the limit the session log may have stayed behind
             raise HarnessError(
                 f"the {harness} CLI did not start in its jail (no session log, no model call: {said})",
                 kind="sandbox_start",
             )
         raise HarnessError(f"the {harness} CLI started but never called its model ({said})", kind="env")
+    if not res.exported:  # the agent's files are the episode's output: without them nothing can be scored
+        raise HarnessError(
+            f"the jail could not send the {harness} agent's files back: {res.export_problem}", "jail_export"
+        )
     broken = trace.broken_tools(run.trace)
     if broken:
         raise HarnessError(f"the {harness} agent's tools were broken: {broken}")
@@ -350,7 +355,13 @@ def _agent_run(
         summary += f"\n- WARNING: usage mismatch: {warning}"
     wall = sum(a.result.wall_s for a in attempts)
     first_call = next((a.first_call_s for a in attempts if a.first_call_s is not None), None)
-    return AgentRun(final, raw_all, summary, t_all, len(attempts), all_calls, files, warning, wall, first_call)
+    held = [a.result.over_limit for a in attempts if a.result.over_limit]
+    note = f"the agent's files passed the jail's export limit at {held[-1]}; the rest did not come back" if held else ""
+    if note:
+        summary += f"\n- NOTE: {note}"
+    run = AgentRun(final, raw_all, summary, t_all, len(attempts), all_calls, files, warning, wall, first_call)
+    run.jail_note = note
+    return run
 
 
 def _merge(into: trace.AgentTrace, t: trace.AgentTrace) -> None:
