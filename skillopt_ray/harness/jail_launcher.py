@@ -213,7 +213,7 @@ def data_ranges(fd, size):
     return ranges
 
 def add(tar, info, fileobj, state):
-    cost = 1536 + (info.size + 511) // 512 * 512  # a header, a pax record and the data, padded
+    cost = len(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")) + (info.size + 511) // 512 * 512
     if state["bytes_out"] + cost > cfg["export_budget"]:
         raise OverLimit(info.name)
     try:
