@@ -72,6 +72,10 @@ def test_a_launcher_that_cannot_send_the_files_back_is_a_named_infra_error(tmp_p
     ) as e:
         _final_message(_settings("codex"), run, tmp_path)
     assert e.value.kind == "jail_export"
+    run.result.timed_out = True  # the host ended the jail at its time limit: a timeout, as before
+    with pytest.raises(HarnessError) as e:
+        _final_message(_settings("codex"), run, tmp_path)
+    assert e.value.kind == "timeout"
 
 
 def test_the_cli_exit_status_is_its_own_not_the_launchers(tmp_path):

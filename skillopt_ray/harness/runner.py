@@ -314,7 +314,7 @@ def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> s
                 kind="sandbox_start",
             )
         raise HarnessError(f"the {harness} CLI started but never called its model ({said})", kind="env")
-    if not res.exported:  # the agent's files are the episode's output: without them nothing can be scored
+    if not res.exported and not res.timed_out:  # the files are the episode's output: without them nothing is scored
         raise HarnessError(
             f"the jail could not send the {harness} agent's files back: {res.export_problem}", "jail_export"
         )
