@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import tempfile
 
 import pytest
@@ -94,10 +95,10 @@ KILLS = (
 
 @pytest.mark.parametrize("harness", ["codex", "claude_code"])
 def test_the_agents_commands_cannot_end_the_cli_or_the_launcher(tmp_path, monkeypatch, harness):
-    """`kill -9` of the launcher, `pkill -9 node`/`codex`/`claude` and signals to the CLI: the CLI lives on,
+    """`kill -0`/`kill -9` of the launcher, `pkill -9 node`/`codex`/`claude` and `kill -9 1`: the CLI lives on,
     answers, and the episode is scored (before, the CLI died and a wrong answer became an unscored infra error)."""
     out, run, _ = _hostile_run(tmp_path, monkeypatch, KILLS, JailLimits(), harness=harness)
-    assert "LAUNCHER=" in out, out
+    assert "LAUNCHER=" in out and "LAUNCHER-SIGNALABLE" not in out, out  # its /proc lists no launcher to signal
     assert run.final_message == "<answer>done</answer>" and run.attempts == 1, out
 
 
@@ -113,3 +114,12 @@ def test_a_codex_the_agent_interrupts_is_the_agents_episode_scored(tmp_path, mon
     model = HostileModel("pkill -INT codex; kill -INT 1; sleep 1")
     run = asyncio.run(run_agent(model, AgentSettings("codex", "m", 60.0), wd, "go", "k"))
     assert run.final_message == "" and run.attempts == 2  # retried as an empty reply, then scored
+
+
+def test_ps_in_the_agents_commands_lists_the_cli_and_their_own_processes(tmp_path, monkeypatch):
+    """The commands' PID namespace has its own /proc: `ps` works there (procps looks itself up by its own pid) and
+    shows the CLI as pid 1, never the launcher or the forwarder."""
+    out, run, _ = _hostile_run(tmp_path, monkeypatch, "ps -eo pid,args; echo PS-RC=$?", JailLimits())
+    assert "PS-RC=0" in out and "fatal" not in out, out
+    assert re.search(r"^\s*1 .*codex", out, re.M) and "forwarder.js" not in out and "MS_NOSUID" not in out, out
+    assert run.final_message == "<answer>done</answer>"

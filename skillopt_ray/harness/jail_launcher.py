@@ -5,9 +5,9 @@ the workspace and home onto them, starts the forwarder, then starts the CLI as t
 namespace of its own, through a relay that stays outside it. The commands the agent runs are the CLI's children,
 in that namespace: the launcher, the relay and the forwarder are not in it, so no command can signal them, and the
 kernel drops any signal a member sends its namespace's first process unless that process handles it, so
-`kill -9` or `pkill -9 node` cannot end the CLI either. (The jail's /proc still lists every process by its outer
-pid, a number that names another process, or none, in the commands' namespace.) Every process drops to the
-jail's unprivileged uid before it runs anything the agent controls.
+`kill -9` or `pkill -9 codex` cannot end the CLI either. That namespace has a /proc of its own (and a mount
+namespace to hold it): `ps` lists the CLI as pid 1 and the agent's processes, nothing else. Every process drops to
+the jail's unprivileged uid before it runs anything the agent controls.
 
 When the CLI ends (or its time is up) the launcher ends whatever is left and streams the workspace and home back
 as a tar archive: regular files and folders, a hard link as a link to its first name, a sparse file by its data
@@ -42,7 +42,8 @@ cfg = json.loads(sys.argv[1])
 split = sys.argv.index("--")
 fwd, cmd = sys.argv[2:split], sys.argv[split + 1:]
 libc = ctypes.CDLL(None, use_errno=True)
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, CLONE_NEWPID = 2, 4, 4096, 16384, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
+MS_PRIVATE, CLONE_NEWNS, CLONE_NEWPID = 1 << 18, 0x20000, 0x20000000
 SPARSE = "SKILLOPT.sparse"
 
 def die(msg, status=125):
@@ -118,6 +119,20 @@ def start_forwarder(export):
     if not ready:
         die("the model forwarder did not start (see above)")
 
+def own_proc():
+    # a /proc of the agent's PID namespace, in a mount namespace of its own: `ps` and `pkill` see the CLI and the
+    # agent's processes by their own numbers; /proc/sys and the like stay read-only, as bubblewrap leaves them
+    if libc.unshare(CLONE_NEWNS) != 0:
+        die("cannot make the agent's mount namespace: " + os.strerror(ctypes.get_errno()))
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    locked = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    mount("proc", "/proc", "proc", locked, None)
+    for name in ("sys", "sysrq-trigger", "irq", "bus"):
+        path = "/proc/" + name
+        if os.path.exists(path):
+            mount(path, path, None, MS_BIND | MS_REC, None)
+            mount(path, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC | locked, None)
+
 def start_cli(export):
     pid = os.fork()
     if pid == 0:  # a relay outside the agent's PID namespace, ending as the CLI ended
@@ -126,6 +141,7 @@ def start_cli(export):
             die("cannot make the agent's PID namespace: " + os.strerror(ctypes.get_errno()), 126)
         cli = os.fork()
         if cli == 0:
+            own_proc()
             drop(cfg["uid"])
             os.chdir(cfg["cwd"])
             fsize = min(cfg["file_bytes"], cfg["export_bytes"])  # a limit is never raised again
