@@ -18,7 +18,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files, skill_warnings
+from skillopt_ray.cli.checks import (
+    check_keys,
+    check_output_dir,
+    check_reviewed_tasks,
+    check_skill_files,
+    skill_warnings,
+)
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record
 from skillopt_ray.cli.provenance import collect
@@ -169,6 +175,7 @@ def execute(
 
 def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[dict[str, Any]]) -> Path:
     """Check the run's inputs and prepare its run directory (identity, provenance, the job's record); returns it."""
+    check_reviewed_tasks(data)
     check_skill_files(data)
     for line in skill_warnings(data):
         print(line, file=sys.stderr)
