@@ -31,6 +31,7 @@ class Fault:
     hang_s: float = 0.0  # sleep this long before answering (timeouts)
     malformed: bool = False  # answer 200 with text that is not JSON
     truncated: bool = False  # answer 200 with a chat-completion JSON body cut off halfway
+    hang_up_midway: bool = False  # answer 200 announcing the whole reply's Content-Length, close after half of it
     html: bool = False  # answer 200 with an HTML page (a proxy's or a web server's)
     reset: bool = False  # drop the connection without answering
     finish_reason: Optional[str] = None  # answer normally but with this finish_reason (length, content_filter)
@@ -319,6 +320,8 @@ class ScriptedServer:
         if isinstance(content, dict):  # a reply that calls tools
             tool_calls = content.get("tool_calls") or None
             content = content.get("content") or ""
+        if f is not None and f.hang_up_midway:  # billed by the server, never read whole by the client
+            return await self._hang_up_midway(request, api, body, content, tool_calls)
         if f is not None and f.truncated:  # cut before the usage: not counted as answered, as the client never sees it
             text = json.dumps(
                 {
@@ -351,6 +354,25 @@ class ScriptedServer:
         }
         return web.json_response(reply)
 
+    async def _hang_up_midway(
+        self, request: web.Request, api: str, body: dict[str, Any], content: str, tool_calls: Any
+    ) -> web.StreamResponse:
+        """The whole reply's headers (Content-Length included) and half its body, then the connection closes."""
+        if api == "responses":
+            reply: dict[str, Any] = self._responses_reply(body, content, tool_calls, "stop", 1, 1)
+        else:
+            message = {"role": "assistant", "content": content}
+            reply = {"id": "chatcmpl-cut", "object": "chat.completion", "model": body.get("model", "scripted"),
+                     "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
+        data = json.dumps(reply).encode()
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.content_length = len(data)
+        await resp.prepare(request)
+        await resp.write(data[: len(data) // 2])
+        request.transport.close()  # type: ignore[union-attr]
+        raise asyncio.CancelledError()
+
     async def _fault_response(self, request: web.Request, f: Fault) -> Optional[web.Response]:
         """What an injected fault answers before any policy runs (None: the fault shapes the reply instead)."""
         if f.hang_s:
@@ -363,7 +385,7 @@ class ScriptedServer:
                 text="<html><head><title>Welcome</title></head><body>It works!</body></html>",
                 content_type="text/html",
             )
-        if not (f.malformed or f.truncated or f.finish_reason):
+        if not (f.malformed or f.truncated or f.finish_reason or f.hang_up_midway):
             h = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
             return web.json_response(
                 {"error": {"message": f"injected {f.status}", "type": "injected"}}, status=f.status, headers=h

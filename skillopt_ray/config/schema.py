@@ -215,6 +215,9 @@ class OptimizerConfig:
     skill_aware_appendix_source: str = "both"  # both | failure_only
     skill_aware_consolidate_threshold: int = 0  # compact the appendix past this many notes; 0 = never
     max_infra_failure_fraction: float = 0.25
+    # a split's evaluation (selection, test, eval-only) with a larger share of data errors (broken tasks) stops the
+    # run, exit 2: a score over the few tasks left is not the split's; training batches just leave such tasks out
+    max_data_error_fraction: float = 0.25
 
 
 @dataclass

@@ -91,6 +91,7 @@ def _validate_optimizer(o: OptimizerConfig) -> None:
     _at_least("optimizer.slow_update_samples", o.slow_update_samples, 1)
     _choice("optimizer.slow_update_pairs", o.slow_update_pairs, ("mixed", "changed", "unchanged"))
     _fraction("optimizer.max_infra_failure_fraction", o.max_infra_failure_fraction)
+    _fraction("optimizer.max_data_error_fraction", o.max_data_error_fraction)
 
 
 def _validate_role(cfg: Config, role: str, r: LLMRoleConfig) -> None:
