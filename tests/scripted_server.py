@@ -49,6 +49,7 @@ class ServerState:
     faults: deque = field(default_factory=deque)
     bodies: deque = field(default_factory=lambda: deque(maxlen=50))  # the last request bodies, as sent
     paths: deque = field(default_factory=lambda: deque(maxlen=50))  # their paths with the query string
+    refused: int = 0  # malformed requests (the client's liveness probes) answered 400, not counted as attempts
 
 
 def count_tokens(text: str) -> int:
@@ -258,6 +259,7 @@ class ScriptedServer:
         self.reasoning_model = reasoning_model
         self.policy = policy
         self.latency_s = latency_s
+        self.route_hang_s = 0.0  # every chat / responses request (probes too) waits this long; /v1/models answers
         self.reasoning_tokens = 8  # Responses replies: reasoning tokens added to the output when an effort is sent
         self.cached_tokens = 0  # Responses replies: prompt tokens reported as served from the prompt cache
         self.state = ServerState()
@@ -282,8 +284,17 @@ class ScriptedServer:
 
     async def _serve(self, request: web.Request, api: str) -> web.Response:
         st = self.state
-        st.attempts += 1
+        hang_until = time.monotonic() + self.route_hang_s
+        while self.route_hang_s and time.monotonic() < hang_until:  # ends early when the server stops
+            await asyncio.sleep(0.05)
         body = await request.json()
+        accepted = (list,) if api == "chat" else (list, str)  # chat messages; a Responses input may be plain text
+        if not isinstance(body.get("messages" if api == "chat" else "input", []), accepted):
+            st.refused += 1  # as a real server: a request with messages (input) of the wrong type is refused at once
+            return web.json_response(
+                {"error": {"message": "malformed request", "type": "invalid_request_error"}}, status=400
+            )
+        st.attempts += 1
         st.bodies.append(body)
         st.paths.append(request.path_qs)
         chat_body = body if api == "chat" else {**body, "messages": responses_messages(body)}
@@ -476,6 +487,7 @@ class ScriptedServer:
         return self.base_url
 
     def stop(self) -> None:
+        self.route_hang_s = 0.0
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:

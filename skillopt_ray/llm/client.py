@@ -470,12 +470,21 @@ class RoleEndpoint:
         self._last_answer = time.monotonic()
         return parse_completion(await read_body(http), http.headers.get("content-type", ""))
 
+    def probe_request(self) -> tuple[str, dict[str, Any]]:
+        """The liveness probe: a call to the route the run's calls use, with `messages` that are not a list, which an
+        OpenAI-compatible server refuses before any generation (nothing billed, no queue behind busy slots)."""
+        return "/chat/completions", {"model": self.cfg.model, "messages": "liveness probe", "max_tokens": 1}
+
     async def _probe_once(self) -> bool:
+        """Whether the run's route answers at all. GET /models proved less: a server whose /models still answered
+        while its chat route hung held each call for the whole timeout_s (121 s at the defaults)."""
+        path, body = self.probe_request()
+        client = self.client.with_options(timeout=probe_timeout(self.cfg), max_retries=0)
         try:
-            await self.client.with_options(timeout=probe_timeout(self.cfg), max_retries=0).models.list()
+            await client.post(path, cast_to=openai_http_response(), body=body)
         except (openai.APITimeoutError, openai.APIConnectionError):
             return False
-        except Exception:  # noqa: BLE001 - any HTTP answer (404, 401, a page) proves the server is alive
+        except Exception:  # noqa: BLE001 - any HTTP answer (400, 404, 401, a page) proves the route is served
             pass
         self._last_answer = time.monotonic()
         return True
@@ -500,7 +509,7 @@ class RoleEndpoint:
                 raise TransportFault(
                     "silent",
                     f"connection accepted but nothing answered for {quiet:g}s, and a liveness probe "
-                    f"(GET /models) got no answer in {probe_timeout(self.cfg):g}s either",
+                    f"(POST {self.probe_request()[0]}) got no answer in {probe_timeout(self.cfg):g}s either",
                     retryable=False,
                 )
         return await task

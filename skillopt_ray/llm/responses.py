@@ -223,6 +223,10 @@ class ResponsesEndpoint(RoleEndpoint):
 
     api = "responses"
 
+    def probe_request(self) -> tuple[str, dict[str, Any]]:
+        """The liveness probe on this route: an `input` that is neither text nor a list, refused before any work."""
+        return "/responses", {"model": self.cfg.model, "input": 0, "max_output_tokens": 16}
+
     async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
         body = request_body(kw, self.cfg.reasoning_summary)
         # the streaming response: its body is read here, so a 200 cut off half-way is counted as a billed reply
