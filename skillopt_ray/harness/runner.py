@@ -16,7 +16,6 @@ from skillopt_envs.sandbox import userns_filter
 
 from skillopt_ray.harness import commands, trace
 from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.agent_api import AgentAPIServer, CallRecord
 
 HARNESSES = ("codex", "claude_code")
@@ -130,7 +129,7 @@ def _codex_extra(port: int) -> tuple[str, ...]:
     )
 
 
-def _session_events(home: Path, harness: str) -> list[JSONObject]:
+def _session_events(home: Path, harness: str) -> list[dict[str, Any]]:
     pattern = ".codex/sessions/**/*.jsonl" if harness == "codex" else ".claude/projects/**/*.jsonl"
     events: list[dict[str, Any]] = []
     for f in sorted(glob.glob(str(home / pattern), recursive=True)):
