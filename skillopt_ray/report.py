@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.records import EpochRecord, GateRecord, RecordError, StepRecord, Summary, is_accept
+from skillopt_ray.records import (
+    EpochRecord,
+    GateDecisionFields,
+    GateRecord,
+    RecordError,
+    StepRecord,
+    Summary,
+    is_accept,
+)
 from skillopt_ray.rundir import BEST_SKILL, STEP_CANDIDATE, STEP_DIFF, RunDir
 
 
@@ -283,6 +291,13 @@ def _flip_text(flipped: Any, limit: int = 8) -> Optional[str]:
 def paired_text(t: dict[str, Any]) -> str:
     """The paired gate's test in one line: the difference, its interval, p and the verdict."""
     verdict = "significant" if t.get("significant") else "not significant"
+    if t.get("test") == "sequential":
+        return (
+            f"sequential paired gate: net {_f(t.get('net'), 0)} paired wins over {t.get('pairs')} pairs, "
+            f"{t.get('episodes')} episodes in {t.get('looks')} looks (first pass {t.get('first_pass')}), difference "
+            f"{_f(t.get('mean_diff'), 4)} [{_f(t.get('lo'), 4)}, {_f(t.get('hi'), 4)}] over {t.get('n')} tasks: "
+            f"{'accepted' if t.get('significant') else 'rejected'} ({str(t.get('stopped', '')).replace('_', ' ')})"
+        )
     return (
         f"paired test ({t.get('test')}, alpha {t.get('alpha')}): difference {_f(t.get('mean_diff'), 4)} "
         f"[{_f(t.get('lo'), 4)}, {_f(t.get('hi'), 4)}] ({float(t.get('level') or 0):.0%} interval) over "
@@ -358,7 +373,7 @@ def _boundary_lines(e: Optional[EpochRecord]) -> list[str]:
     if slow is not None:
         text = f"  epoch boundary, slow update: {slow.action}"
         if slow.candidate_full_score is not None and slow.action != "inject_placeholder":
-            dec = slow.decision or {}
+            dec: GateDecisionFields | dict[str, float] = slow.decision or {}
             text += f" (candidate {_f(dec.get('candidate_score', slow.candidate_full_score))} vs current {_f(dec.get('current_score'))})"
         lines.append(text)
         if slow.gate_test:

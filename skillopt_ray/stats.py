@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject
+
 GATE_TESTS = ("none", "paired_bootstrap", "sign")
 BOOTSTRAP_SEED = 0  # fixed: a decision depends on the scores alone
 BOOTSTRAP_RESAMPLES = 2000
@@ -36,7 +38,7 @@ class Interval:
     level: float = 0.95
     method: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     def text(self, digits: int = 3) -> str:
@@ -98,6 +100,14 @@ def _t_interval(xs: list[float], mean: float, level: float, bounds: Optional[tup
     if bounds is not None:
         lo, hi = max(bounds[0], lo), min(bounds[1], hi)
     return Interval(mean, lo, hi, n, level, "t")
+
+
+def diff_interval(diffs: Sequence[float], level: float = 0.95) -> Interval:
+    """95% interval of a mean paired difference (per-task candidate minus current): Student's t, within [-1, 1]."""
+    xs = [float(v) for v in diffs]
+    if not xs:
+        return Interval(0.0, 0.0, 0.0, 0, level, "empty")
+    return _t_interval(xs, sum(xs) / len(xs), level, (-1.0, 1.0))
 
 
 @dataclass(frozen=True)
