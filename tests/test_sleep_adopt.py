@@ -264,3 +264,15 @@ def test_memory_file_only_at_project_top(tmp_path, proj, capsys):
     bad = propose(tmp_path, proj, "20261129T041500Z", memory=("x", proj / "docs" / "AGENTS.md"))
     with pytest.raises(ValueError, match="project's top"):
         stage_night(bad)
+
+
+def test_adopt_keeps_an_executable_mode_and_night_folder_is_private(tmp_path, proj):
+    script = proj / ".agents" / "skills" / "deploy" / "run.sh"
+    script.write_text("echo old\n")
+    script.chmod(0o755)
+    p = propose(tmp_path, proj, "20261128T041500Z")
+    (p.proposed_skill_dir / "run.sh").write_text("echo new\n")
+    night = stage_night(p)
+    assert night.stat().st_mode & 0o777 == 0o700
+    adopt.adopt(proj)
+    assert script.read_text() == "echo new\n" and script.stat().st_mode & 0o777 == 0o755

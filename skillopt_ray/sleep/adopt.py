@@ -58,7 +58,8 @@ def put(step_live: str, copy: Optional[str]) -> None:
             live.unlink()
         return
     live.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(live, Path(copy).read_bytes())
+    mode = live.stat().st_mode & 0o777 if live.is_file() and not live.is_symlink() else 0o644
+    write_atomic(live, Path(copy).read_bytes(), mode)  # an executable helper script stays executable
 
 
 def recover(project: Path) -> Optional[str]:

@@ -196,7 +196,7 @@ def reserve(project: Path, stamp: str) -> Path:
         raise ValueError(f"{root} resolves elsewhere (a symlink); remove it and stage again")
     night = root / stamp
     try:
-        night.mkdir()
+        night.mkdir(mode=0o700)  # the evidence is redacted, yet still your prompts: private to you
     except FileExistsError:
         raise ValueError(f"a night stamped {stamp} is already staged in {root}; use a new stamp") from None
     return night
