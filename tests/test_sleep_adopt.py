@@ -276,3 +276,15 @@ def test_adopt_keeps_an_executable_mode_and_night_folder_is_private(tmp_path, pr
     assert night.stat().st_mode & 0o777 == 0o700
     adopt.adopt(proj)
     assert script.read_text() == "echo new\n" and script.stat().st_mode & 0o777 == 0o755
+
+
+def test_report_without_a_gate_verdict_is_refused_and_verdict_alone_decides(tmp_path, proj):
+    p = propose(tmp_path, proj, "20261128T041500Z")
+    p.report = {"scores": {}}
+    with pytest.raises(ValueError, match="lacks `verified`"):
+        stage_night(p)
+    p.stamp, p.report = "20261128T041501Z", {"verdict": "unverified"}
+    assert json.loads((stage_night(p) / "manifest.json").read_text())["verified"] is False
+    p.stamp, p.report = "20261128T041502Z", {"verdict": "accepted", "gates": [{"mean_diff": 0.1, "lo": 0.0, "hi": 0.2}]}
+    m = json.loads((stage_night(p) / "manifest.json").read_text())
+    assert m["verified"] is True and m["summary"] == {"mean_diff": 0.1, "lo": 0.0, "hi": 0.2}

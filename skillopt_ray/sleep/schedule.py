@@ -33,7 +33,8 @@ def night_command(project: Path, python: str) -> str:
     refuse_control(str(project), python)
     log = project / ".skillopt" / "cron.log"
     q = shlex.quote
-    return f"cd {q(str(project))} && {q(python)} -m skillopt_ray.sleep run --project {q(str(project))} >> {q(str(log))} 2>&1"
+    run = f"{q(python)} -m skillopt_ray.sleep run --project {q(str(project))}"
+    return f"cd {q(str(project))} && {run} >> {q(str(log))} 2>&1"
 
 
 def cron_line(project: Path, hour: int, minute: int, python: str) -> str:
@@ -91,7 +92,8 @@ def systemd_units(project: Path, hour: int, minute: int, python: str) -> str:
         f"# ~/.config/systemd/user/{name}.service\n[Unit]\nDescription=skillopt-ray sleep night\n\n"
         f"[Service]\nType=oneshot\nExecStart=/bin/sh -c {quoted}\n\n"
         f"# ~/.config/systemd/user/{name}.timer\n[Unit]\nDescription=skillopt-ray sleep nightly\n\n"
-        f"[Timer]\nOnCalendar=*-*-* {hour:02d}:{minute:02d}:00\nPersistent=true\n\n[Install]\nWantedBy=timers.target\n\n"
+        f"[Timer]\nOnCalendar=*-*-* {hour:02d}:{minute:02d}:00\nPersistent=true\n\n"
+        "[Install]\nWantedBy=timers.target\n\n"
         f"# then: systemctl --user daemon-reload && systemctl --user enable --now {name}.timer\n"
     )
 

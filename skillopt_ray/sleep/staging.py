@@ -30,9 +30,10 @@ class NightProposal:
     """What a night hands to staging.
 
     `report` must hold `verified` (bool: False when the gate judged on borrowed or overlapping tasks; adoption then
-    needs an explicit flag) and may hold `verdict` (accepted | rejected | unverified), `scores`
-    ({"before": x, "after": y}) and `interval` ({"mean_diff", "lo", "hi"}), shown by `status`. `memory` is the whole
-    proposed text of AGENTS.md/CLAUDE.md (only its marked block differs) and the live file's path."""
+    needs an explicit flag) or, failing that, `verdict` (accepted | rejected | unverified: only "accepted" counts as
+    verified); it may hold `scores` ({"before": x, "after": y}) and `interval` ({"mean_diff", "lo", "hi"}) or
+    `gates` (rows with those keys), shown by `status`. `memory` is the whole proposed text of AGENTS.md/CLAUDE.md
+    (only its marked block differs) and the live file's path."""
 
     project: Path
     stamp: str  # UTC, e.g. 20261128T041500Z
@@ -207,8 +208,7 @@ def stage_night(p: NightProposal) -> Path:
     `status` and `adopt` ignore."""
     if not _NAME.match(p.skill_name) or p.skill_name.startswith("."):
         raise ValueError(f"skill name {p.skill_name!r} is not a safe folder name")
-    if not isinstance(p.report.get("verified"), bool):
-        raise ValueError("the night's report lacks `verified` (true or false); staging needs the gate's verdict")
+    verified = gate_verified(p.report)
     roots = sorted({os.path.realpath(r) for r in p.skill_roots})
     if not roots:
         raise ValueError("no skill roots given; staging needs the folders adoption may write under")
@@ -230,14 +230,24 @@ def stage_night(p: NightProposal) -> Path:
         "skill_name": p.skill_name,
         "live_skill_dir": str(p.live_skill_dir),
         "skill_roots": roots,
-        "verified": bool(p.report["verified"]),
-        "verdict": str(report.get("verdict") or ("accepted" if p.report["verified"] else "unverified")),
+        "verified": verified,
+        "verdict": str(report.get("verdict") or ("accepted" if verified else "unverified")),
         "summary": summary_of(report),
         "evidence_files": evidence,
         "files": rows,
     }
     write_atomic(night / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     return night
+
+
+def gate_verified(report: dict[str, Any]) -> bool:
+    """`verified` as given; without it, only a verdict of "accepted" counts (anything else is unverified)."""
+    v = report.get("verified")
+    if isinstance(v, bool):
+        return v
+    if v is None and isinstance(report.get("verdict"), str):
+        return report["verdict"] == "accepted"
+    raise ValueError("the night's report lacks `verified` (true or false); staging needs the gate's verdict")
 
 
 def summary_of(report: dict[str, Any]) -> dict[str, Any]:
