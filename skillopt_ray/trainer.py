@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from skillopt_ray.config import Config
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.loop.boundary import EpochBoundary
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.final import FinalEvaluation
@@ -53,8 +54,9 @@ class Trainer:
         self.recorder = Recorder(rundir, tracker, cfg.debug.interrupt_after)
         self.policy = GatePolicy.from_config(o, len(splits.selection))
         self.evaluator = Evaluator(
-            rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed
-        )
+            rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed,
+            max_data_fraction=o.max_data_error_fraction,
+        )  # fmt: skip
         parts = (cfg, llm, self.recorder, self.evaluator, self.schedule)
         self.steps = TrainStep(*parts, guard, self._set_progress)
         self.boundary = EpochBoundary(*parts, guard, self._set_progress)
@@ -87,7 +89,7 @@ class Trainer:
             )
         rec.save()
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> JSONObject:
         await self.init_state()
         st = self.state
         if st.initial_score is None:

@@ -314,12 +314,8 @@ def test_agent_task_workspace_is_the_sessions_commit_from_git(stores):
     assert list(ws["Make app.py print the date"].iterdir()) == []
 
 
-def test_cli_other_verbs_wait_for_part_two_and_bad_flags_exit_2(stores, capsys):
+def test_cli_bad_harvest_flags_exit_2(stores, capsys):
     project, ch, cc = stores
-    for verb in ("status", "adopt", "schedule", "unschedule"):
-        assert main([verb, "--project", str(project)]) == 2
-        err = capsys.readouterr().err.strip()
-        assert "part 2" in err and "\n" not in err
     assert main(["harvest", "--project", str(project), "--lookback", "soon", "--no-model"]) == 2
     assert "--lookback" in capsys.readouterr().err
     assert main(["harvest", "--project", str(project / "nope"), "--no-model"]) == 2

@@ -86,6 +86,11 @@ def test_a_helpful_rule_is_accepted_and_proposed_as_a_skill(ray_cluster, tmp_pat
     skill = Path(rep["proposed"]).read_text()
     assert skill.startswith("---\nname: tidy\ndescription: ") and "HELPFUL" in skill
     assert not (project / ".agents").exists()  # proposed, never installed by a night
+    (staged,) = (project / ".skillopt" / "staging").iterdir()
+    manifest = json.loads((staged / "manifest.json").read_text())
+    assert manifest["verdict"] == "accepted" and manifest["skill_name"] == "tidy"
+    assert sleep_cli.main(["adopt", "--project", str(project)]) == 0
+    assert (project / ".agents" / "skills" / "tidy" / "SKILL.md").read_text() == skill
     st = night_state.load(project)
     assert st.nights == 1 and st.current is None and list(st.val_looks.values()) == [1]
 
@@ -100,7 +105,7 @@ def test_a_harmful_rule_is_rejected_and_nothing_is_proposed(ray_cluster, tmp_pat
     assert code == 0
     rep = report_of(project)
     assert rep["verdict"] == "rejected" and all(g["action"] == "reject" for g in rep["gates"]), rep
-    assert "nothing to stage" in out
+    assert "nothing to stage" in out and not (project / ".skillopt" / "staging").exists()
     assert "HARMFUL" not in Path(rep["proposed"]).read_text()
 
 
@@ -114,6 +119,7 @@ def test_a_token_cap_stops_the_night_says_so_and_the_rerun_resumes_it(ray_cluste
         assert code == 3, err[-2000:]
         assert "stopped at its --max-tokens cap; nothing staged" in err
         assert not list((project / ".skillopt" / "nights" / "runs").glob("*/night"))
+        assert not (project / ".skillopt" / "staging").exists()
         cur = night_state.load(project).current
         assert cur is not None
         code = night(project, srv)

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,6 +24,7 @@ from skillopt_ray.dashboard import views
 from skillopt_ray.dashboard.launcher import Launcher
 from skillopt_ray.dashboard.limits import PathPolicy
 from skillopt_ray.dashboard.security import Guard, GuardMiddleware
+from skillopt_ray.jsontypes import JSONObject
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -55,7 +56,7 @@ class Dashboard:
             raise KeyError(run_id)
         return path
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[JSONObject]:
         paths = views.find_runs(self.outputs)
         return views.compare_rows(self.outputs, paths, self.launcher.alive_run_dirs(), self.launcher.stopped_run_dirs())
 
@@ -64,7 +65,7 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def _body(request: Request) -> JSONObject:
     """The POST's JSON object; UsageError (a 400) for anything else."""
     try:
         body = await request.json()

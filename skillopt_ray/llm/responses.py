@@ -13,7 +13,8 @@ import json
 import time
 from typing import Any, Optional
 
-from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, snippet
+from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, read_body, snippet
 
 # the models the reference sends through the Responses API; a model matches one, ignoring case and surrounding
 # spaces, when it is that name or that name followed by "-" and a suffix (a dated or sized variant)
@@ -39,7 +40,7 @@ def resolved_api(provider: str, api: str, model: str) -> str:
 # --- request: chat-shaped keyword arguments -> a Responses body --------------------------------------------------
 
 
-def _input_part(part: Any, role: str) -> dict[str, Any]:
+def _input_part(part: Any, role: str) -> JSONObject:
     """One chat content part as a Responses content part (assistant text is output text)."""
     if isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
         image = part.get("image_url")
@@ -50,7 +51,7 @@ def _input_part(part: Any, role: str) -> dict[str, Any]:
     return {"type": "output_text" if role == "assistant" else "input_text", "text": str(text or "")}
 
 
-def _message_item(role: str, content: Any) -> Optional[dict[str, Any]]:
+def _message_item(role: str, content: Any) -> Optional[JSONObject]:
     """A chat message's text or parts as one input message item (None for an empty assistant turn)."""
     if isinstance(content, list):
         return {"role": role, "content": [_input_part(p, role) for p in content]}
@@ -60,7 +61,7 @@ def _message_item(role: str, content: Any) -> Optional[dict[str, Any]]:
     return {"role": role, "content": text}
 
 
-def to_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_input(messages: list[dict[str, Any]]) -> list[JSONObject]:
     """Chat messages as Responses input items: messages keep their role; an assistant's tool calls become
     function_call items and tool results function_call_output items, paired by the call id."""
     items: list[dict[str, Any]] = []
@@ -93,7 +94,7 @@ def to_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-def to_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_tools(tools: list[dict[str, Any]]) -> list[JSONObject]:
     """Chat function tools as Responses function tools. `strict` is sent false: the Responses API defaults it to
     true, which would refuse the optional parameters the benchmarks' tool schemas have (chat's default is false)."""
     out = []
@@ -114,7 +115,7 @@ def to_tool_choice(choice: Any) -> Any:
     return choice or "auto"
 
 
-def to_text_format(response_format: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def to_text_format(response_format: Optional[dict[str, Any]]) -> Optional[JSONObject]:
     """Chat's response_format as the Responses `text.format` (None: free text)."""
     if not response_format:
         return None
@@ -127,7 +128,7 @@ def to_text_format(response_format: Optional[dict[str, Any]]) -> Optional[dict[s
     return {"type": str(response_format.get("type") or "text")}
 
 
-def request_body(kw: dict[str, Any], reasoning_summary: Optional[str] = None) -> dict[str, Any]:
+def request_body(kw: dict[str, Any], reasoning_summary: Optional[str] = None) -> JSONObject:
     """The Responses request for the chat-shaped keyword arguments RoleEndpoint.request_kwargs builds: the budget
     goes as max_output_tokens, the effort (and summary) under `reasoning`, the JSON format under `text.format`.
     Nothing is stored server-side: every request carries its whole conversation, as a chat request does."""
@@ -159,7 +160,7 @@ def _finish_reason(data: dict[str, Any], calls: list[dict[str, Any]]) -> str:
     return "tool_calls" if calls else "stop"
 
 
-def _read_output(output: Any) -> tuple[str, list[dict[str, Any]], str]:
+def _read_output(output: Any) -> tuple[str, list[JSONObject], str]:
     """(text, tool calls in the chat shape, reasoning summary) of a response's output items."""
     text: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -222,9 +223,14 @@ class ResponsesEndpoint(RoleEndpoint):
 
     api = "responses"
 
+    def probe_request(self) -> tuple[str, dict[str, Any]]:
+        """The liveness probe on this route: an `input` that is neither text nor a list, refused before any work."""
+        return "/responses", {"model": self.cfg.model, "input": 0, "max_output_tokens": 16}
+
     async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
         body = request_body(kw, self.cfg.reasoning_summary)
-        raw = await self.client.responses.with_raw_response.create(**body, extra_headers=headers or None)
-        self._last_answer = time.monotonic()
-        http = raw.http_response
-        return parse_response(http.text, http.headers.get("content-type", ""))
+        # the streaming response: its body is read here, so a 200 cut off half-way is counted as a billed reply
+        async with self.client.responses.with_streaming_response.create(**body, extra_headers=headers or None) as raw:
+            self._last_answer = time.monotonic()
+            http = raw.http_response
+            return parse_response(await read_body(http), http.headers.get("content-type", ""))

@@ -11,14 +11,14 @@ from typing import Optional
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK
-from skillopt_ray.sleep import pipeline, state
+from skillopt_ray.sleep import adopt_cli, pipeline, state
 from skillopt_ray.sleep.harvest import SOURCES, Stores
 from skillopt_ray.sleep.llm_setup import MinerRefused
+from skillopt_ray.sleep.lock import Busy
 from skillopt_ray.sleep.review import ReviewRefused
 from skillopt_ray.sleep.scope import SCOPES
 from skillopt_ray.sleep.timeutil import parse_lookback
 
-LATER = ("status", "adopt", "schedule", "unschedule")
 NIGHT = ("run", "dry-run")
 
 
@@ -71,8 +71,7 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--json", action="store_true", help="print the report as JSON")
     night_flags(sub.add_parser("run", help="one night: train on the night's tasks, stage the best skill"))
     night_flags(sub.add_parser("dry-run", help="a night without staging; says what it may spend first"))
-    for verb in LATER:
-        sub.add_parser(verb, help="comes with part 2")
+    adopt_cli.add_verbs(sub)
     return p
 
 
@@ -157,7 +156,10 @@ def night(a: argparse.Namespace) -> int:
         print(summary(r), file=sys.stderr)
         return Path(r["output"])
 
-    return run_night(opts, fresh)
+    from skillopt_ray.sleep.lock import night_lock
+
+    with night_lock(project):  # a second night for the same project exits with one line
+        return run_night(opts, fresh)
 
 
 def summary(r: dict) -> str:
@@ -180,14 +182,11 @@ def summary(r: dict) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = parser()
-    a, extra = p.parse_known_args(argv)  # part 2's verbs take flags this parser does not know yet
-    if a.verb not in LATER and extra:
-        p.error(f"unrecognized arguments: {' '.join(extra)}")
-    if a.verb in LATER:
-        print(f"skillopt_ray.sleep {a.verb} comes with part 2 (issue 43); today only `harvest` exists", file=sys.stderr)
-        return EXIT_CONFIG
+    a = p.parse_args(argv)
+    if a.verb in adopt_cli.VERBS:
+        return adopt_cli.dispatch(a, (a.project or repo_root()).expanduser())
     try:
         return night(a) if a.verb in NIGHT else harvest(a)
-    except (ValueError, MinerRefused, ReviewRefused, UsageError) as e:
+    except (ValueError, MinerRefused, ReviewRefused, UsageError, Busy) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG

@@ -205,18 +205,27 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
 
 
 def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
-    """Hand the night to staging (skillopt_ray.sleep.staging); a night that changed nothing stages nothing."""
+    """Hand the night to staging; a night whose gate accepted nothing stages nothing."""
+    from skillopt_ray.sleep import staging
+
     if not rep.changed:
         print("nothing to stage: no candidate skill passed the gate")
         return EXIT_OK
+    root = live.parent.parent  # <root>/<name>/SKILL.md: adoption may write only under the skills folder
+    proposal = staging.NightProposal(
+        project=opts.project,
+        stamp=p.run_name.removeprefix("night-"),
+        skill_name=folder.name,
+        proposed_skill_dir=folder,
+        live_skill_dir=live.parent,
+        skill_roots=[root],
+        report_md=(folder.parent.parent / "report.md").read_text(encoding="utf-8"),
+        report=rep.as_dict(),
+        evidence_dir=Path(rep.run_dir) / "steps",
+    )
     try:
-        from skillopt_ray.sleep import staging  # type: ignore[attr-defined]
-    except ImportError:
-        print(f"staging is not installed in this version; the proposal stays in {folder}", file=sys.stderr)
-        return EXIT_OK
-    try:
-        where = staging.stage_night(staging.NightProposal(**rep.proposal_fields(opts.project, folder, live)))
-    except (TypeError, ValueError, OSError) as e:
+        where = staging.stage_night(proposal)
+    except (ValueError, OSError) as e:
         print(f"error: staging refused the night: {e}", file=sys.stderr)
         return EXIT_CONFIG
     print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")

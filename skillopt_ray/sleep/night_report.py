@@ -62,16 +62,9 @@ class NightReport:
         lines += [f"  note: {n}" for n in self.notes()]
         return "\n".join(lines)
 
-    def proposal_fields(self, project: Path, folder: Path, live: Path) -> dict[str, Any]:
-        """What staging receives (skillopt_ray.sleep.staging.NightProposal)."""
-        return {
-            "project": project,
-            "night": self.run_name,
-            "skill_dir": folder,
-            "live_path": live,
-            "report": asdict(self) | {"notes": self.notes()},
-            "verdict": self.verdict,
-        }
+    def as_dict(self) -> dict[str, Any]:
+        """The report as staging and report.json keep it (staging reads `verdict` and the `gates` rows)."""
+        return asdict(self) | {"notes": self.notes()}
 
 
 def gate_line(step: str, g: dict[str, Any]) -> GateLine:
@@ -99,5 +92,5 @@ def build_report(
 
 def write_report(folder: Path, rep: NightReport) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "report.json").write_text(json.dumps(asdict(rep) | {"notes": rep.notes()}, indent=1) + "\n")
+    (folder / "report.json").write_text(json.dumps(rep.as_dict(), indent=1) + "\n")
     (folder / "report.md").write_text(f"# Night {rep.run_name}\n\n```\n{rep.summary()}\n```\n", encoding="utf-8")
