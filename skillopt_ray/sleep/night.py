@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.sleep import night_state, review, skill_home
 from skillopt_ray.sleep.night_report import NightReport, build_report, write_report
 from skillopt_ray.sleep.state import STATE_DIR
@@ -55,17 +55,40 @@ class Plan:
     resumed: bool
 
 
-def task_splits(folder: Path) -> dict[str, list[str]]:
-    """The folder's task ids per split (task.json's `split`)."""
+def task_splits(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """The folder's task ids per split (task.json's `split`), and the ids of tasks with no rule check (a rubric
+    only: their check.py cannot score them)."""
     out: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    unchecked: list[str] = []
     for t in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
         try:
-            split = json.loads((t / "task.json").read_text(encoding="utf-8")).get("split")
+            meta = json.loads((t / "task.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if split in out:
-            out[split].append(t.name)
-    return out
+        if meta.get("split") in out:
+            out[meta["split"]].append(t.name)
+        if not (meta.get("metadata") or {}).get("checks"):
+            unchecked.append(t.name)
+    return out, unchecked
+
+
+def check_scorable(tasks: Path, splits: dict[str, list[str]], unchecked: list[str]) -> None:
+    """A night spends nothing on tasks none of which can be scored: rubric-only tasks (the heuristic miner's) are
+    not judged yet, and every episode would be a data error, never a real 0."""
+    if not splits["train"] and not splits["val"]:
+        raise ValueError(f"{tasks} holds no train or val task; harvest more sessions or give another --tasks folder")
+    played = set(splits["train"]) | set(splits["val"])
+    if played <= set(unchecked):
+        raise ValueError(
+            f"no train or val task in {tasks} has a rule check (a rubric alone is not judged yet): mine with a model "
+            "(e.g. llm=local) or add checks to the tasks' task.json"
+        )
+    if played & set(unchecked):
+        n = len(played & set(unchecked))
+        print(
+            f"note: {n} of {len(played)} train/val tasks have no rule check and will count as data errors",
+            file=sys.stderr,
+        )
 
 
 def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[str, list[str]], init: Optional[Path]):
@@ -94,9 +117,8 @@ def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[s
 def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
     from skillopt_ray import cli
 
-    splits = task_splits(tasks)
-    if not splits["train"] and not splits["val"]:
-        raise ValueError(f"{tasks} holds no train or val task; harvest more sessions or give another --tasks folder")
+    splits, unchecked = task_splits(tasks)
+    check_scorable(tasks, splits, unchecked)
     init = None
     if opts.skill is not None:
         init = opts.project / STATE_DIR / "nights" / f"{run_name}.start.md"
@@ -177,9 +199,23 @@ def run_night(opts: NightOptions, harvest: Any) -> int:
     return finish(opts, p, Path(outcome["run_dir"]))
 
 
+def never_scored(run_dir: Path) -> bool:
+    """Every evaluation the run made scored no task (data errors only): its zeros are not results."""
+    path = run_dir / "scores.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    evals = [json.loads(ln).get("eval") or {} for ln in lines if ln.strip()]
+    return bool(evals) and all(not e.get("n_scored") for e in evals)
+
+
 def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     """The best skill as SKILL.md, the report, the state, and (unless a dry run) the staged proposal."""
     st = night_state.load(opts.project)
+    if never_scored(run_dir):
+        st.current = None  # the night ran to its end: a rerun would only repeat it
+        night_state.save(opts.project, st)
+        print(f"error: no episode of the night could be scored (every check a data error: {run_dir / 'steps'}); "
+              "nothing staged", file=sys.stderr)  # fmt: skip
+        return EXIT_ERROR
     fp = night_state.val_fingerprint(p.splits["val"] or p.splits["train"])
     looks = st.val_looks.get(fp, 0) + 1
     start_text = opts.skill.read_text(encoding="utf-8") if opts.skill else ""
