@@ -180,3 +180,43 @@ def test_no_regression_refuses_a_mean_improving_rule_that_breaks_one_task(ray_cl
     assert g["action"] == "reject" and g["mean_diff"] > 0, g
     assert "gate_no_regression" in g["reason"] and broken in g["reason"], g["reason"]
     assert rep["verdict"] == "rejected"
+
+
+def test_a_dry_run_from_a_hand_written_skill_keeps_its_front_matter_and_stages_nothing(ray_cluster, tmp_path, capsys):
+    project = tmp_path / "proj"
+    own = project / ".agents" / "skills" / "tidy" / "SKILL.md"
+    own.parent.mkdir(parents=True)
+    own.write_text("---\nname: tidy\ndescription: Tidy the notes.\n---\n\nKeep the headings as they are.\n")
+    before = own.read_bytes()
+    task_folder(project)
+    with ScriptedServer(PlantedRule("HELPFUL")) as srv:
+        code = sleep_cli.main(
+            ["dry-run", "--project", str(project), "--tasks", str(project / ".skillopt" / "tasks"), "--skill", str(own),
+             "--max-cost", "5", "llm=compatible", f"llm.base_url={srv.base_url}", "tracking=none"]
+        )  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    assert "caps: 5.0 USD" in out.err and "dry run: nothing staged" in out.out
+    rep = report_of(project)
+    assert rep["verdict"] == "accepted" and rep["live_path"] == str(own)
+    proposed = Path(rep["proposed"]).read_text()
+    assert proposed.startswith("---\nname: tidy\ndescription: Tidy the notes.\n---\n")
+    assert "Keep the headings as they are." in proposed and "HELPFUL" in proposed
+    assert own.read_bytes() == before and not (project / ".skillopt" / "staging").exists()
+    assert not night_state.path(project).exists()  # a dry run is not counted as a night
+
+
+def test_a_folder_without_validation_tasks_gates_on_train_and_is_never_reported_accepted(ray_cluster, tmp_path, capsys):
+    project = tmp_path / "proj"
+    project.mkdir()
+    tasks = [MinedTask(f"Sort the list, part {i}.", "chat", [{"op": "contains", "arg": "DONE-OK"}]) for i in range(12)]
+    write_tasks(project / ".skillopt" / "tasks", tasks, {t.id: "train" for t in tasks}, project, {})
+    with ScriptedServer(PlantedRule("HELPFUL")) as srv:
+        code = night(project, srv)
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    rep = report_of(project)
+    assert rep["verdict"] == "unverified", rep
+    assert any(n.startswith("unverified") for n in rep["notes"])
+    (staged,) = (project / ".skillopt" / "staging").iterdir()
+    assert json.loads((staged / "manifest.json").read_text())["verified"] is False

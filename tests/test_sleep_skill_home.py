@@ -42,3 +42,17 @@ def test_a_learned_skill_gets_a_name_and_description(tmp_path):
     assert text.startswith("---\nname: tidy\ndescription: ") and text.endswith("---\n\n- a rule\n")
     with pytest.raises(ValueError, match="not usable as a folder"):
         skill_home.check_name("../evil")
+
+
+def test_the_report_says_unverified_and_recommends_fresh_validation_tasks_after_n_looks(tmp_path):
+    from skillopt_ray.sleep.night_report import GateLine, NightReport
+
+    rep = NightReport("night-x", str(tmp_path), {"train": 3, "val": 0, "test": 0}, val_looks=5, val_looks_max=5)
+    rep.gates = [GateLine("e01_s001", "accept_new_best", "", 0.2, 0.05, 0.35, 40)]
+    rep.verdict = "unverified"
+    notes = rep.notes()
+    assert any(n.startswith("unverified") for n in notes)
+    assert any("decided 5 nights" in n and "fresh validation tasks" in n for n in notes)
+    assert "paired difference +0.200 [+0.050, +0.350]" in rep.summary()
+    rep.val_looks = 4
+    assert not any("fresh" in n for n in rep.notes())

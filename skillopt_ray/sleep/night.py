@@ -107,6 +107,8 @@ def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[s
     ]
     if not splits["val"]:  # nothing held out: the gate borrows the train split, and the night is unverified
         out.append("env.selection_split=train")
+    if not splits["test"]:  # the run's closing test needs tasks: the selection's (its score says nothing new)
+        out.append(f"env.test_split={'val' if splits['val'] else 'train'}")
     if opts.target != "chat":
         out.append(f"llm.target.harness={opts.target}")
     if init is not None:
