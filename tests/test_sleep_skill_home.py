@@ -1,5 +1,5 @@
-"""Where a night's skill would live, and its SKILL.md (issue 43): each CLI's own skills folder, the front matter
-kept from a hand-written skill or made for a learned one."""
+"""A night's pieces without a run (issue 43): where its skill would live (each CLI's own skills folder, the front
+matter kept from a hand-written skill or made for a learned one), the report's notes, the minutes cap."""
 
 from __future__ import annotations
 
@@ -56,3 +56,24 @@ def test_the_report_says_unverified_and_recommends_fresh_validation_tasks_after_
     assert "paired difference +0.200 [+0.050, +0.350]" in rep.summary()
     rep.val_looks = 4
     assert not any("fresh" in n for n in rep.notes())
+
+
+def test_the_minutes_cap_stops_calls_and_the_night_names_its_flag(monkeypatch):
+    """llm.budget.max_minutes (a night's --max-minutes): the ledger refuses the next call once the wall clock since
+    its start reaches the cap, and the night says which of its flags stopped it."""
+    import time
+
+    from skillopt_ray.config import BudgetConfig
+    from skillopt_ray.llm.ledger import Ledger
+    from skillopt_ray.llm.types import BudgetExceeded
+    from skillopt_ray.sleep.night import stopped_by
+
+    t0 = time.monotonic()
+    led = Ledger({}, BudgetConfig(max_minutes=2.0))
+    led.check_budget()  # under the cap: no refusal
+    monkeypatch.setattr(time, "monotonic", lambda: t0 + 121)
+    with pytest.raises(BudgetExceeded) as e:
+        led.check_budget()
+    assert "llm.budget.max_minutes=2" in e.value.message
+    assert stopped_by(e.value.message) == "--max-minutes"
+    assert stopped_by("budget cap hit: 310 tokens >= llm.budget.max_tokens=300; raise it") == "--max-tokens"
