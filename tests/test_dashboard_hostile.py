@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from test_dashboard import CHROMIUM, _dashboard_cmd, _wait_http, need_chromium  # noqa: F401 - a fixture
+from test_dashboard import TOKEN as CMD_TOKEN
 from test_dashboard_security import TOKEN, Served, _free_port
 
 from skillopt_ray.cli.compose import CONF_DIR
@@ -109,12 +110,19 @@ def test_a_url_from_the_form_gets_no_key_meant_for_another_host(tmp_path, monkey
         assert s.post("/api/check", tracking).status_code == 200
 
 
-def test_large_long_and_deep_requests_answer_4xx_quickly(tmp_path):
+def test_a_body_over_the_limit_answers_413_at_once(tmp_path):
     with Served(_dash(tmp_path)) as s:
         started = time.monotonic()
-        big = s.post("/api/check", _form(tmp_path, extra="seed=1 " * 1_500_000))
+        big = httpx.post(
+            s.base + "/api/check", json=_form(tmp_path, extra="seed=1 " * 1_500_000), headers=s.auth(), timeout=30
+        )
         assert big.status_code == 413 and "KiB" in big.json()["error"]
         assert time.monotonic() - started < 10
+        assert s.post("/api/check", _form(tmp_path)).status_code == 200  # still serving
+
+
+def test_long_ids_and_deep_json_answer_4xx_not_500(tmp_path):
+    with Served(_dash(tmp_path)) as s:
         deep = "[" * 30_000 + "]" * 30_000
         r = httpx.post(s.base + "/api/check", content=deep, headers=s.auth(**{"Content-Type": "application/json"}))
         assert r.status_code == 400 and "JSON" in r.json()["error"], r.text
@@ -151,22 +159,26 @@ def _first_line(proc: subprocess.Popen) -> str:
     return line
 
 
-def test_the_command_starts_on_ipv6_and_again_right_after_ctrl_c(tmp_path):
+def test_the_command_starts_on_ipv6(tmp_path):
     port = _free_port()
-    for host, url in (("::1", f"http://[::1]:{port}"), ("::", f"http://[::1]:{port}")):
+    for host in ("::1", "::"):
         proc = _start(port, tmp_path, "--host", host)
         try:
             line = _first_line(proc)
-            assert f"{url}/?token={TOKEN}" in line, line
-            _wait_http(f"{url}/api/runs", token=TOKEN)
+            assert f"http://[::1]:{port}/?token={CMD_TOKEN}" in line, line
+            _wait_http(f"http://[::1]:{port}/api/runs", token=CMD_TOKEN)
         finally:
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=30)
+
+
+def test_the_command_starts_again_right_after_ctrl_c(tmp_path):
+    port = _free_port()
     # a browser's kept-alive connection is closed by the server at Ctrl-C: the port sits in TIME_WAIT for a minute
     proc = _start(port, tmp_path)
     try:
         assert "dashboard: http://127.0.0.1" in _first_line(proc)
-        with httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        with httpx.Client(headers={"Authorization": f"Bearer {CMD_TOKEN}"}) as client:
             for _ in range(3):
                 assert client.get(f"http://127.0.0.1:{port}/api/runs").status_code == 200
             proc.send_signal(signal.SIGINT)
@@ -216,8 +228,8 @@ def test_html_in_a_run_folder_stays_text_in_a_real_browser(tmp_path, need_chromi
     port = _free_port()
     proc = _start(port, out)
     try:
-        _wait_http(f"http://127.0.0.1:{port}/api/runs", token=TOKEN)
-        head = httpx.get(f"http://127.0.0.1:{port}/?token={TOKEN}")
+        _wait_http(f"http://127.0.0.1:{port}/api/runs", token=CMD_TOKEN)
+        head = httpx.get(f"http://127.0.0.1:{port}/?token={CMD_TOKEN}")
         csp = head.headers.get("content-security-policy", "")
         assert "script-src 'self'" in csp and "unsafe-inline" not in csp
         with sync_playwright() as p:
@@ -225,7 +237,7 @@ def test_html_in_a_run_folder_stays_text_in_a_real_browser(tmp_path, need_chromi
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"http://127.0.0.1:{port}/?token={TOKEN}")
+            page.goto(f"http://127.0.0.1:{port}/?token={CMD_TOKEN}")
             expect(page.locator("#costs")).to_contain_text("onerror", timeout=30_000)
             page.wait_for_timeout(2500)  # a poll or two redraws the cards
             assert page.evaluate("window.__pwned") is None
@@ -233,7 +245,7 @@ def test_html_in_a_run_folder_stays_text_in_a_real_browser(tmp_path, need_chromi
             page.click("#tab-compare")
             expect(page.locator("#runs tbody")).to_contain_text("planted")
             page.click("#tab-launch")
-            page.wait_for_selector("#launch-form select[name=experiment] option[value=searchqa]")
+            page.wait_for_selector("#launch-form select[name=experiment] option[value=searchqa]", state="attached")
             assert page.evaluate("window.__pwned") is None and not errors, errors
             browser.close()
     finally:
