@@ -118,6 +118,10 @@ def test_a_body_over_the_limit_answers_413_at_once(tmp_path):
         )
         assert big.status_code == 413 and "KiB" in big.json()["error"]
         assert time.monotonic() - started < 10
+        # under the byte limit, thousands of overrides would keep Hydra busy for seconds: refused before it parses
+        many = s.post("/api/check", _form(tmp_path, extra="seed=1 " * 8000))
+        assert many.status_code == 400 and "at most" in many.json()["error"]
+        assert time.monotonic() - started < 15
         assert s.post("/api/check", _form(tmp_path)).status_code == 200  # still serving
 
 

@@ -55,6 +55,8 @@ FIELDS: dict[str, tuple[str, str]] = {
 }
 LOG_LINES = 2000
 RUN_DIR_LINE = "run directory: "  # how the CLI names the run directory it opened
+# A form's extra overrides are a handful; Hydra parses thousands for seconds each check (8,000: 10 s).
+MAX_EXTRA_OVERRIDES = 200
 STOP_GRACE_S = 30.0  # after SIGINT, how long a run may take to save and end before its process group is terminated
 
 
@@ -154,6 +156,10 @@ def overrides_from_form(form: dict[str, Any]) -> list[str]:
             out += shlex.split(extra)
         except ValueError as e:
             raise UsageError(f"extra overrides: {e}") from None
+        if len(out) > MAX_EXTRA_OVERRIDES:
+            raise UsageError(
+                f"{len(out)} overrides: the page takes at most {MAX_EXTRA_OVERRIDES} (the command line takes more)"
+            )
     return out
 
 
