@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.lifeline import start_ticks
+from skillopt_ray.lifeline import running, start_ticks
 
 RECORD = "cluster.json"
 UP_TIMEOUT_S = 180.0
@@ -53,7 +53,20 @@ class KeptCluster:
     auth_mode: str
 
     def alive(self) -> bool:
-        return start_ticks(self.pid) == self.start
+        """The holder runs: not gone and not a zombie (a killed holder is one for 1.5-2 s; a run that attached to
+        it then hung for minutes on the dead cluster)."""
+        return running(self.pid, self.start)
+
+    def answers(self, timeout_s: float = 2.0) -> bool:
+        """The cluster's own answer: its GCS accepts a connection."""
+        import socket
+
+        host, _, port = self.address.rpartition(":")
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+                return True
+        except (OSError, ValueError):
+            return False
 
 
 def read_record(where: Optional[Path] = None) -> Optional[KeptCluster]:
@@ -86,20 +99,34 @@ def take_lease(pid: Optional[int] = None, where: Optional[Path] = None) -> None:
         _write_atomic((where or home()) / "leases" / f"{pid}.json", json.dumps({"pid": pid, "start": ticks}))
 
 
-def active_leases(where: Optional[Path] = None) -> int:
-    """Runs attached now; the leases of ended processes are removed."""
-    n = 0
+def leased_by(where: Optional[Path] = None) -> list[int]:
+    """The pids of the runs attached now; the leases of ended processes are removed."""
+    pids = []
     for f in sorted(((where or home()) / "leases").glob("*.json")):
         try:
             raw = json.loads(f.read_text(encoding="utf-8"))
-            running = start_ticks(int(raw["pid"])) == raw["start"]
+            ok = running(int(raw["pid"]), raw["start"])
         except (OSError, ValueError, KeyError, TypeError):
-            running = False
-        if running:
-            n += 1
+            ok = False
+        if ok:
+            pids.append(int(raw["pid"]))
         else:
             f.unlink(missing_ok=True)
-    return n
+    return pids
+
+
+def active_leases(where: Optional[Path] = None) -> int:
+    """How many runs are attached now."""
+    return len(leased_by(where))
+
+
+def command_line(pid: int) -> str:
+    """A process's command line, for a line that names it ("" when it cannot be read)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a)[:200]
 
 
 # ---------- the holder: the process that owns the cluster ----------
@@ -130,6 +157,15 @@ def _hold(args: argparse.Namespace) -> int:
     import skillopt_ray.driver  # noqa: F401
 
     service = Service(home(), started_with)
+
+    def on_term(*_: Any) -> None:
+        stop.set()
+        service.stop_run(
+            f"the kept cluster (holder pid {os.getpid()}) is being stopped (`python -m skillopt_ray.cluster down`): "
+            "this run stops now, its state saved"
+        )
+
+    signal.signal(signal.SIGTERM, on_term)
     rec = KeptCluster(
         pid=os.getpid(),
         start=str(start_ticks(os.getpid())),
@@ -237,12 +273,38 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def runs_using(rec: KeptCluster) -> list[str]:
+    """The runs the cluster would take down with it, one description each: the command it serves, the attached."""
+    from skillopt_ray.service_client import service_status
+
+    served = (service_status() or {}).get("serving") or {}
+    runs = []
+    if served:
+        runs.append(
+            f"pid {served.get('pid')} (served: {' '.join(['python -m skillopt_ray', *served.get('argv', [])])})"
+        )
+    for pid in leased_by():
+        if pid != served.get("pid"):
+            runs.append(f"pid {pid} (attached: {command_line(pid) or '?'})")
+    return runs
+
+
 def down(args: argparse.Namespace) -> int:
     rec = read_record()
+    runs = runs_using(rec) if rec is not None and rec.alive() else []
+    if runs and not args.force:
+        print(
+            f"error: the kept cluster is running {len(runs)} run(s): {'; '.join(runs)}. Stopping it ends them (each "
+            "resumes with its own command); stop it anyway with: python -m skillopt_ray.cluster down --force",
+            file=sys.stderr,
+        )
+        return 2
     if rec is None or not rec.alive():
         (home() / RECORD).unlink(missing_ok=True)
         print("no Ray cluster kept up: nothing to stop", file=sys.stderr)
     else:
+        if runs:
+            print(f"stopping the kept cluster ends {len(runs)} run(s): {'; '.join(runs)}", file=sys.stderr)
         os.kill(rec.pid, signal.SIGTERM)
         deadline = time.monotonic() + DOWN_TIMEOUT_S
         while rec.alive() and time.monotonic() < deadline:
@@ -267,6 +329,8 @@ def parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text) if name != "_hold" else sub.add_parser(name)
         p.add_argument("--json", action="store_true", help="also print the record as JSON on stdout")
+        if name == "down":
+            p.add_argument("--force", action="store_true", help="stop it even while runs use it (they end)")
         if name in ("up", "_hold"):
             p.add_argument("--idle-minutes", type=_positive, default=20.0, help="stop after this long unused")
             p.add_argument("--num-cpus", type=int, default=os.cpu_count() or 1)

@@ -4,7 +4,7 @@ Chat tasks (a JSONL file, or a folder with train/val/test.jsonl): the target get
 text as its system message and the prompt (with the choices, for `mcq`) as the user message; the reply is scored by
 `env.options.scorer` (scorers.py) or by a check script run in the sandbox (`scorer=script`, check.py). Agent tasks (a
 folder of task folders, each with task.md, optional workspace/ and a check): with llm.target.harness=codex|claude_code
-the agent works in a copy of the workspace; with a chat target the reply is written to reply.txt there. Then the check
+the agent works in a copy of the workspace; the reply (an agent's final message) is written to reply.txt there. Then the check
 scores the workspace. hard = score >= env.options.hard_at, soft = score; a broken check is a data error for the task.
 """
 
@@ -20,7 +20,16 @@ from typing import Any, Optional, Union
 
 from skillopt_envs.base import LLM, AgentTask, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_envs.custom import check as checks
-from skillopt_envs.custom.scorers import GRADED, SCORERS, ScoreInput, check_patterns, choice_labels, extract_answer
+from skillopt_envs.custom.scorers import (
+    GRADED,
+    SCORERS,
+    ScoreInput,
+    Unscorable,
+    check_patterns,
+    choice_labels,
+    extract_answer,
+    unscorable_answer,
+)
 from skillopt_envs.custom.tasks import UserTask, read_source, task_check
 from skillopt_envs.kit import SPLITS, agent_runner, chat, data_root, parse_ratio, ratio_split, split_name
 
@@ -159,6 +168,9 @@ class CustomBenchmark(Benchmark):
                 check_patterns(t.golds, where)
             except ValueError as e:
                 raise DataError(str(e)) from None
+        unmet = unscorable_answer(scorer, t.golds, t.raw)
+        if unmet:
+            raise DataError(f"{t.where or where}: task {t.id!r}: {unmet}; fix the answer or use another scorer")
 
     def load_split(self, split: str) -> list[Task]:
         if split == "all":
@@ -237,7 +249,13 @@ class CustomBenchmark(Benchmark):
             out = await asyncio.to_thread(checks.run_check, self._get_sandbox(), self.check, t.raw, reply, None)
             return self._check_result(task, t, reply, answer, out, system, user, info)
         inp = ScoreInput(reply, answer, t.golds, t.raw, self.options.tolerance)
-        s = SCORERS[self.options.scorer](inp)
+        scorer = SCORERS[self.options.scorer]
+        try:  # a regex match may run up to its time limit: off the event loop the other episodes share
+            s = await asyncio.to_thread(scorer, inp) if self.options.scorer == "regex" else scorer(inp)
+        except Unscorable as e:
+            r = self._result(task, t, reply, answer, 0.0, str(e), system, user, info)
+            r.fail_reason, r.error = "data_error", f"data: {e}"
+            return r
         return self._result(task, t, reply, answer, s.value, s.reason, system, user, info)
 
     def _get_sandbox(self) -> checks.Sandbox:
@@ -334,6 +352,8 @@ class CustomBenchmark(Benchmark):
                 if not out.ok:
                     return _infra(task, out.error, out.error_kind)
                 reply, system, user, info = out.reply, out.skill_md, t.prompt, out.info
+                if not (ws / "reply.txt").exists():  # the agent's final message, for checks that read the answer
+                    (ws / "reply.txt").write_text(reply, encoding="utf-8")
             check = task_check(t, self.check)
             assert check is not None  # the task's folder was checked when it was read
             res = await asyncio.to_thread(checks.run_check, self._get_sandbox(), check, t.raw, None, ws)
@@ -346,7 +366,7 @@ def _check_verdict(t: UserTask, value: float, hard: bool, out: checks.CheckOutco
     """What a check script's analysts read: what the check was given (never an answer it did not read), the score,
     and the check's own output (its FAIL lines) before anything else."""
     read = (
-        "the task's workspace as the agent left it (with a chat target, the reply is in the workspace's reply.txt)"
+        "the task's workspace as the agent left it (the reply, or the agent's final message, is in its reply.txt)"
         if t.folder
         else "the whole reply above (as reply.txt); no answer was extracted from it"
     )

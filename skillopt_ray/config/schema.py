@@ -75,8 +75,9 @@ class LLMRoleConfig:
     thinking_wire: str = "none"
     timeout_s: float = 120.0  # read timeout of one attempt
     connect_timeout_s: float = 10.0
-    # an attempt silent this long triggers a cheap liveness probe of the endpoint (GET /models); no answer to
-    # the probe either -> the endpoint is named as silent at once instead of waiting out timeout_s. 0 = off
+    # an attempt silent this long triggers a cheap liveness probe of the route the calls use (a request the server
+    # refuses at once, nothing billed); no answer to it either -> the endpoint is named as silent at once instead of
+    # waiting out timeout_s. 0 = off
     silence_probe_s: float = 30.0
     max_concurrency: int = 8
     requests_per_minute: int = 0  # 0 = unlimited
@@ -193,9 +194,18 @@ class OptimizerConfig:
     )
     # episodes per task in training, selection and test (each its own sample); a task scores the mean (reference: 1)
     rollouts_per_task: int = 1
-    # none: the reference's strict improvement; paired_bootstrap | sign: also a significant per-task improvement
+    # none: the reference's strict improvement; paired_bootstrap | sign: also a significant per-task improvement;
+    # sequential: paired episodes, more of them only where the decision is close (Wald's SPRT on paired wins);
+    # auto: sequential when the selection split has fewer than 30 tasks, else none (+experiment=custom)
     gate_test: str = "none"
     gate_alpha: float = 0.05  # the paired test's one-sided level
+    # the sequential gate's boundaries in net paired wins (task units), and its extra episodes at most as a multiple
+    # of the first pass's (calibrated by scripts/bench_gate.py: worse candidates accepted at most 2% at 18 tasks)
+    gate_seq_accept_at: float = 7.0
+    gate_seq_reject_at: float = 2.0
+    gate_seq_final_at: float = 4.0
+    gate_seq_budget: float = 2.0
+    gate_seq_min_extra: int = 24  # ... but at least this many extra episodes (small selection sets)
     slow_update: bool = True
     slow_update_samples: int = 20
     slow_update_gate: bool = True  # paper setting: gate the slow update on the selection split; False: force-inject
@@ -206,6 +216,9 @@ class OptimizerConfig:
     skill_aware_appendix_source: str = "both"  # both | failure_only
     skill_aware_consolidate_threshold: int = 0  # compact the appendix past this many notes; 0 = never
     max_infra_failure_fraction: float = 0.25
+    # a split's evaluation (selection, test, eval-only) with a larger share of data errors (broken tasks) stops the
+    # run, exit 2: a score over the few tasks left is not the split's; training batches just leave such tasks out
+    max_data_error_fraction: float = 0.25
 
 
 @dataclass

@@ -15,6 +15,24 @@ def _choice(key: str, value: Any, allowed: tuple) -> None:
         raise ConfigError(f"{key}={value!r} is invalid; allowed: {', '.join(map(str, allowed))}")
 
 
+def _check_sequential(o: Any) -> None:
+    """The sequential gate's boundaries: positive margins, the final one not above the accept one."""
+    for name in ("gate_seq_accept_at", "gate_seq_reject_at", "gate_seq_final_at"):
+        if not getattr(o, name) > 0:
+            raise ConfigError(
+                f"optimizer.{name}={getattr(o, name)!r} is invalid; use a positive number of net paired wins"
+            )
+    if o.gate_seq_final_at > o.gate_seq_accept_at:
+        raise ConfigError(
+            f"optimizer.gate_seq_final_at={o.gate_seq_final_at!r} is above gate_seq_accept_at={o.gate_seq_accept_at!r}; "
+            "use a final margin at most the accept margin"
+        )
+    if o.gate_seq_budget < 0:
+        raise ConfigError(f"optimizer.gate_seq_budget={o.gate_seq_budget!r} is invalid; use 0 or more (e.g. 2.0)")
+    if o.gate_seq_min_extra < 0:
+        raise ConfigError(f"optimizer.gate_seq_min_extra={o.gate_seq_min_extra!r} is invalid; use 0 or more (e.g. 24)")
+
+
 def _at_least(key: str, value: float, minimum: float) -> None:
     if value < minimum:
         raise ConfigError(f"{key}={value!r} is invalid; it must be >= {minimum}")
@@ -31,6 +49,7 @@ SPLITS = ("train", "val", "valid_seen", "test", "valid_unseen", "all")
 def validate(cfg: Config) -> Config:
     """Range and enumeration checks that the type system cannot express."""
     _choice("mode", cfg.mode, ("train", "eval"))
+    check_run_name(cfg.run_name)
     _validate_optimizer(cfg.optimizer)
     for role in ("target", "optimizer"):
         _validate_role(cfg, role, getattr(cfg.llm, role))
@@ -43,6 +62,26 @@ def validate(cfg: Config) -> Config:
     _validate_runtime(cfg)
     cross_field(cfg)
     return cfg
+
+
+def check_run_name(name: Optional[str]) -> None:
+    """A run name names a folder under <output_dir>/runs: a name, never a path (`../../mydata` wrote a run's files
+    into a user's folder and replaced its config.yaml)."""
+    if not name:  # unset or empty: the name is derived from the config
+        return
+    bad = (
+        name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+        or len(name.encode()) > 200
+    )
+    if bad:
+        raise ConfigError(
+            f"run_name={name!r} is not a plain name: give a folder name without '/', '\\' or control characters, "
+            "not '.' or '..', at most 200 bytes (the run lives in <output_dir>/runs/<run_name>; move it elsewhere "
+            "with output_dir)"
+        )
 
 
 def _validate_optimizer(o: OptimizerConfig) -> None:
@@ -66,12 +105,14 @@ def _validate_optimizer(o: OptimizerConfig) -> None:
     _choice("optimizer.gate_metric", o.gate_metric, ("hard", "soft", "mixed"))
     _fraction("optimizer.mixed_weight", o.mixed_weight)
     _at_least("optimizer.rollouts_per_task", o.rollouts_per_task, 1)
-    _choice("optimizer.gate_test", o.gate_test, ("none", "paired_bootstrap", "sign"))
+    _choice("optimizer.gate_test", o.gate_test, ("none", "paired_bootstrap", "sign", "sequential", "auto"))
+    _check_sequential(o)
     if not 0.0 < o.gate_alpha < 0.5:
         raise ConfigError(f"optimizer.gate_alpha={o.gate_alpha!r} is invalid; use a level between 0 and 0.5, e.g. 0.05")
     _at_least("optimizer.slow_update_samples", o.slow_update_samples, 1)
     _choice("optimizer.slow_update_pairs", o.slow_update_pairs, ("mixed", "changed", "unchanged"))
     _fraction("optimizer.max_infra_failure_fraction", o.max_infra_failure_fraction)
+    _fraction("optimizer.max_data_error_fraction", o.max_data_error_fraction)
 
 
 def _validate_role(cfg: Config, role: str, r: LLMRoleConfig) -> None:
