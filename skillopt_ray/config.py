@@ -70,7 +70,7 @@ class LLMRoleConfig:
     context_tokens: Optional[int] = None
     reasoning_effort: Optional[str] = None  # none | minimal | low | medium | high | xhigh; sent only when set
     # the OpenAI API that carries the role's calls: chat (Chat Completions), responses (the Responses API), or auto:
-    # the Responses API for the models the reference sends there (skillopt_ray/llm/responses.py), chat otherwise
+    # the Responses API for the models the reference sends there (skillopt_ray/llm/routing.py), chat otherwise
     api: str = "auto"
     reasoning_summary: Optional[str] = None  # Responses API only: auto | concise | detailed; None: not asked for
     # a server's own reasoning switch: server_default (nothing sent) | enabled | disabled, sent as thinking_wire
@@ -397,7 +397,7 @@ def _validate_role(cfg: Config, role: str, r: LLMRoleConfig) -> None:
 
 def _validate_api(role: str, r: LLMRoleConfig) -> None:
     """Which API the role speaks, and the settings only one API (or one server) takes."""
-    from skillopt_ray.llm.responses import RESPONSES_PROVIDERS, resolved_api
+    from skillopt_ray.llm.routing import RESPONSES_PROVIDERS, resolved_api
 
     _choice(f"llm.{role}.api", r.api, ("auto", "chat", "responses"))
     if r.reasoning_summary is not None:

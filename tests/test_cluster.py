@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray import cluster
+from skillopt_ray import cluster, kept_cluster
 from skillopt_ray.lifeline import start_ticks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,8 +76,8 @@ def test_no_cluster_is_said_plainly_and_a_stale_record_is_not_attached(tmp_path,
 def test_leases_last_as_long_as_their_process(tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        cluster.take_lease(sleeper.pid, tmp_path)
-        cluster.take_lease(os.getpid(), tmp_path)
+        kept_cluster.take_lease(sleeper.pid, tmp_path)
+        kept_cluster.take_lease(os.getpid(), tmp_path)
         assert cluster.active_leases(tmp_path) == 2
     finally:
         sleeper.kill()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -42,6 +41,7 @@ from skillopt_ray.cli.compose import (
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.startup_trace import mark
+from skillopt_ray.utils.folder import in_folder
 
 
 @dataclass
@@ -54,17 +54,6 @@ class _Session:
 
 
 _SESSION = _Session()
-
-
-@contextlib.contextmanager
-def in_folder(path: str) -> Iterator[None]:
-    """Work in `path` for the block (Python 3.10 has no contextlib.chdir); the kept cluster's holder uses it too."""
-    old = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(old)
 
 
 def hydra_run_dir(hc: Any, data: dict[str, Any]) -> Optional[Path]:
@@ -346,7 +335,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.cfg == "job" and not args.help:
             show_job_config(args, overrides, _SESSION.prices)
             return EXIT_OK
-        from skillopt_ray.cli import completion  # bash: `python -m skillopt_ray` too, not only the installed command
+        import skillopt_ray.cli.completion as completion  # bash: `python -m skillopt_ray` too, not only the installed command
 
         if args.shell_completion and completion.handle(args.overrides, lambda: _run_hydra(passed)):
             return EXIT_OK

@@ -18,7 +18,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files, skill_warnings
+from skillopt_ray.cli.checks import (
+    check_keys,
+    check_output_dir,
+    check_skill_files,
+    needs_embedded_server,
+    skill_warnings,
+)
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record
 from skillopt_ray.cli.provenance import collect
@@ -36,14 +42,6 @@ def run_dir_for(data: dict[str, Any], record: Optional[dict[str, Any]] = None) -
         ident = (record or identity_record(data))["identity"]
         name = f"{data['experiment']}-{prefix}-seed{data['seed']}-{ident}"
     return Path(data["output_dir"]) / "runs" / name
-
-
-def needs_embedded_server(data: dict[str, Any]) -> bool:
-    """A role runs on the embedded model and calls will reach it (replay mode answers from the cache)."""
-    return (
-        any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer"))
-        and data["llm"]["cache_mode"] != "replay"
-    )
 
 
 def job_submission_id() -> Optional[str]:
