@@ -34,6 +34,7 @@ from skillopt_ray.cli.compose import (
     apply_prices,
     compose,
     explain,
+    refuse_repeated_keys,
     resolve_paths,
     split_price_overrides,
     typed,
@@ -324,6 +325,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     _SESSION.stopped = False
     try:
         args = _hydra_args(argv)
+        refuse_repeated_keys(args.overrides)
         overrides, _SESSION.prices = split_price_overrides(args.overrides)
         flags = list(argv)
         for o in args.overrides:
