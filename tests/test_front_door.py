@@ -50,3 +50,26 @@ def test_a_sweep_of_one_key_is_not_a_key_given_twice(capsys, tmp_path):
     code = cli.main(["+experiment=alfworld", "-m", "seed=1,2", "--cfg", "job"])
     out = capsys.readouterr().out
     assert code == 0 and "# job 2 of 2: seed=2" in out
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["hydra.run.dir={out}/mine"],
+    ],
+    ids=["plain", "hydra.run.dir"],
+)
+def test_a_run_is_composed_once(capsys, tmp_path, compositions, extra):
+    args = ["+experiment=alfworld", f"output_dir={tmp_path}", *[e.format(out=tmp_path) for e in extra], *FAST_FAIL]
+    code = cli.main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "cannot reach Ray at 127.0.0.1:9" in err  # got as far as Ray: every step before it ran
+    assert compositions[0] == 1
+    if extra:  # the named run directory is the run's, as Hydra's application made it
+        assert (tmp_path / "mine" / "identity.json").is_file() and not (tmp_path / "runs").exists()
+
+
+def test_showing_the_config_composes_once(capsys, compositions):
+    assert cli.main(["+experiment=alfworld", "seed=3", "--cfg", "job"]) == 0
+    assert "seed: 3" in capsys.readouterr().out and compositions[0] == 1

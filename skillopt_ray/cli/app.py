@@ -238,20 +238,38 @@ def config_fingerprint(folders: list[Path], words: list[str]) -> str:
 
 
 def plain_single_run(args: Any, flags: list[str], overrides: list[str]) -> bool:
-    """A command that is one run with no Hydra setting of its own (no flag, no `hydra.*` override, no `-m`): the
-    config preflight composed is the run's, so Hydra's application layer (which composes it twice more, to find
-    the mode and to run) adds nothing but a second."""
-    hydra_keys = any(o.lstrip("+~").startswith("hydra") for o in overrides)
-    return not (args.multirun or flags or hydra_keys)
+    """A command that is one run with no Hydra setting of its own beyond a plain `hydra.run.dir=PATH` (no flag, no
+    other `hydra.*` override, no `-m`): the config preflight composed is the run's, so Hydra's application layer
+    (which composes it twice more, to find the mode and to run) adds nothing but a second."""
+    hydra_keys = [o for o in overrides if o.lstrip("+~").startswith("hydra")]
+    return not (args.multirun or flags) and all(_literal_run_dir(o) for o in hydra_keys)
+
+
+def _literal_run_dir(override: str) -> bool:
+    """`hydra.run.dir=PATH` with a plain path (no interpolation, quoting or list): the run directory itself, as Hydra
+    would make it."""
+    import re
+
+    key, _, value = override.partition("=")
+    return key == "hydra.run.dir" and re.fullmatch(r"[\w./@:+-]+", value) is not None
+
+
+def given_run_dir(overrides: list[str]) -> Optional[Path]:
+    """The run directory a plain command names with `hydra.run.dir=PATH` (relative to where it runs), or None."""
+    for o in overrides:
+        if _literal_run_dir(o):
+            return Path(os.getcwd(), o.partition("=")[2]).resolve()
+    return None
 
 
 def run_checked(data: dict[str, Any], overrides: list[str]) -> int:
-    """Run a config preflight composed and checked, as Hydra's task function would (no run directory of Hydra's:
-    it is derived from the config)."""
+    """Run a config preflight composed and checked, as Hydra's task function would: in the run directory the
+    command names (`hydra.run.dir=PATH`), or one derived from the config; the checks are not made again."""
     from skillopt_ray.cli.launch import run_one
 
+    task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]  # what Hydra records as the job's
     try:
-        return run_one(data, None, overrides)
+        return run_one(data, given_run_dir(overrides), task, checked=True)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG

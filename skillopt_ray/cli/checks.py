@@ -77,6 +77,11 @@ def check_keys(data: dict[str, Any]) -> None:
     CLI (check_harness)."""
     check_harness(data)
     check_embedded_model(data)
+    check_endpoints(data)
+
+
+def check_endpoints(data: dict[str, Any]) -> None:
+    """Every remote role has its endpoint and the environment variable holding its key."""
     for role in ("target", "optimizer"):
         r = data["llm"][role]
         if r["provider"] == "embedded":
