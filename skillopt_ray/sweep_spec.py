@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional  # noqa: UP035 - OmegaConf's structured configs want typing.Dict
 
 from skillopt_ray.cli.errors import UsageError
-from skillopt_ray.compare import norm_value
+from skillopt_ray.compare_groups import norm_value
 
 # The project's sweep definitions: a config directory whose `sweep/` group the sweep command searches after the
 # user's --config-dir folders (so a user's preset of the same name wins).

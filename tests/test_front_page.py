@@ -68,7 +68,7 @@ def _generator():
 
 def test_the_configuration_page_is_the_schemas():
     """docs/configuration.md is generated from the typed schema: a key added, removed or re-explained in
-    skillopt_ray/config.py without regenerating the page fails here (python scripts/gen_config_docs.py)."""
+    skillopt_ray/config/schema.py without regenerating the page fails here (python scripts/gen_config_docs.py)."""
     from skillopt_ray import config
 
     gen = _generator()
@@ -86,13 +86,13 @@ def test_the_generator_notices_a_changed_schema(tmp_path, monkeypatch):
     """The staleness check can fail: a new field, or a changed comment, changes what the page must say."""
     gen = _generator()
     before = gen.render()
-    source = tmp_path / "config.py"
+    source = tmp_path / "schema.py"
     source.write_text(
         "from dataclasses import dataclass\n@dataclass\nclass OptimizerConfig:\n    epochs: int = 4  # passes, reworded\n"
     )
     notes = gen.field_notes(source)
     assert notes[("OptimizerConfig", "epochs")] == "passes, reworded"
-    monkeypatch.setattr(gen, "field_notes", lambda path: notes if path.name == "config.py" else {})
+    monkeypatch.setattr(gen, "field_notes", lambda path: notes if path.name == "schema.py" else {})
     assert gen.render() != before and "passes, reworded" in gen.render()
 
 

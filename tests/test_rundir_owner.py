@@ -11,12 +11,27 @@ import skillopt_ray
 from skillopt_ray import rundir
 
 PACKAGE = Path(skillopt_ray.__file__).parent
-READERS = ["report.py", "compare.py", "sweep.py", "tracking.py", "transfer.py", "progress.py", "driver.py"]
+READERS = [
+    "report.py",
+    "compare.py",
+    "compare_groups.py",
+    "compare_records.py",
+    "compare_render.py",
+    "compare_stats.py",
+    "sweep.py",
+    "sweep_report.py",
+    "sweep_trials.py",
+    "sweep_tune.py",
+    "tracking.py",
+    "transfer.py",
+    "progress.py",
+    "driver.py",
+]
 READER_DIRS = ["dashboard", "cli"]
 # Pieces of the names RunDir builds from a number (skills/skill_v0003.md, steps/e01_s002, final/eval_test_...).
 PATTERN_PIECES = ("skills/skill_v", "steps/e", "epochs/e", "final/eval_", "_results.json")
 # Names that are not a run's file where they appear.
-NOT_A_RUN_FILE = {("sweep.py", "embedded_server.log")}  # the sweep folder's shared model server log
+NOT_A_RUN_FILE = {("sweep_tune.py", "embedded_server.log")}  # the sweep folder's shared model server log
 
 
 def run_dir_names() -> set[str]:

@@ -23,7 +23,7 @@ from conftest import qa_fixture
 from scipy import stats
 from scripted_server import Policies, ScriptedServer
 
-from skillopt_ray import compare, sweep, sweep_spec
+from skillopt_ray import compare, sweep, sweep_spec, sweep_tune
 from skillopt_ray.cli import UsageError
 
 
@@ -188,7 +188,7 @@ def test_dry_run_lists_the_trials_without_starting_ray(tmp_path, monkeypatch, ca
     def refuse(*_a, **_k):
         raise AssertionError("the dry run started Ray")
 
-    monkeypatch.setattr(sweep, "start_ray", refuse)
+    monkeypatch.setattr(sweep_tune, "start_ray", refuse)
     monkeypatch.setattr(ray, "init", refuse)
     out = tmp_path / "out"
     args = [

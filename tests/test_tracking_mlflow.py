@@ -164,7 +164,7 @@ def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
     """A real scripted run: grouped metrics that compare reads back, the skill history artifacts, the run's story."""
     from mlflow.tracking import MlflowClient
 
-    from skillopt_ray import cli, compare, report
+    from skillopt_ray import cli, compare_records, report
 
     overrides = [
         "+experiment=alfworld",
@@ -200,7 +200,7 @@ def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
     assert steps == [0, 1, 2]  # the initial skill's score is step 0 of the same chart
     assert "score/selection_score" not in keys
     # compare reads the grouped names back (its MLflow path, not the run directory)
-    rec = compare._record_from_mlflow_run(client, run, {}, 42)
+    rec = compare_records._record_from_mlflow_run(client, run, {}, 42)
     assert [p.step for p in rec.curve] == [0, 1, 2] and rec.curve[1].accepted == 1.0 and rec.metrics["tokens"] > 0
     # skill versions with their step and score, and the HTML history, as artifacts
     versions = json.loads(
