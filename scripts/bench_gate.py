@@ -28,7 +28,7 @@ import math
 import random
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,13 @@ from skillopt_envs.synthetic.benchmark import SyntheticBenchmark  # noqa: E402
 from skillopt_ray.llm.types import ChatRequest  # noqa: E402
 from skillopt_ray.records import Evaluation  # noqa: E402
 from skillopt_ray.stages.gate import GatePolicy  # noqa: E402
-from skillopt_ray.stages.rollout import rollout_repeats, summarize  # noqa: E402
+from skillopt_ray.stages.rollout import repeat_context, rollout_repeats, summarize  # noqa: E402
+from skillopt_ray.stages.sequential_gate import (  # noqa: E402
+    Request,
+    SequentialRule,
+    first_samples,
+    sequential_gate,
+)
 
 
 def sigmoid(x: float) -> float:
@@ -93,6 +99,7 @@ class Tally:
     equal: int = 0
     equal_accepted: int = 0
     gains: list[float] | None = None
+    paid: list[int] = field(default_factory=list)  # episodes paid per gate decision
 
     def rate(self, k: int, n: int) -> str:
         return f"{k / n:.3f}" if n else "-"
@@ -103,14 +110,19 @@ def true_quality(theta: float, difficulty: dict[str, float]) -> float:
     return sum(sigmoid(theta - d) for d in difficulty.values()) / len(difficulty)
 
 
+def eval_context(skill: str) -> EpisodeContext:
+    return EpisodeContext(key=f"eval/{hashlib.sha256(skill.encode()).hexdigest()[:12]}", training=False,
+                          max_turns=1, history_window=1, seed=0)  # fmt: skip
+
+
 async def evaluate(runner: InProcessRunner, skill: str, tasks: list[Task], repeats: int) -> Evaluation:
-    ctx = EpisodeContext(key=f"eval/{hashlib.sha256(skill.encode()).hexdigest()[:12]}", training=False,
-                         max_turns=1, history_window=1, seed=0)  # fmt: skip
+    ctx = eval_context(skill)
     res = await rollout_repeats(runner, tasks, skill, ctx, repeats, 1.0, "selection")
     return Evaluation.from_dict(summarize(res, repeats).to_dict())
 
 
 async def training(
+    rule: SequentialRule,
     seed: int,
     n_tasks: int,
     spread: float,
@@ -132,12 +144,23 @@ async def training(
     current, cur_theta = "# Skill v0\n", 0.0
     cur_ev = await evaluate(runner, current, tasks, repeats)
     cur_score = best_score = policy.score(cur_ev)
+    by_id = {task.task_id: task for task in tasks}
+    samples = {current: first_samples(cur_ev, lambda h, s: h)}  # every sample played of each skill (hard gate)
     for step, delta in enumerate(effects, start=1):
         cand = f"# Skill v{step}\n"  # proposed from the current skill: its quality is the current one's + delta
         theta[cand] = cur_theta + delta
         ev = await evaluate(runner, cand, tasks, repeats)
-        rec = policy.step_record("k", ev, cur_ev, (policy.score(ev), cur_score, best_score, len(ev.tasks)))
-        accepted = rec.accepted
+        if policy.test == "sequential":
+            samples[cand] = first_samples(ev, lambda h, s: h)
+            names = {"candidate": cand, "current": current}
+            out = await sequential_gate(rule, samples[cand], samples[current],
+                                        player(runner, by_id, samples, names), len(tasks) * repeats)  # fmt: skip
+            accepted, new_score = out.accepted, policy.score(ev)
+            t.paid.append(out.episodes)
+        else:
+            rec = policy.step_record("k", ev, cur_ev, (policy.score(ev), cur_score, best_score, len(ev.tasks)))
+            accepted, new_score = rec.accepted, rec.candidate_full_score or 0.0
+            t.paid.append(len(tasks) * repeats)
         if delta < 0:
             t.worse += 1
             t.worse_accepted += accepted
@@ -148,10 +171,31 @@ async def training(
             t.equal += 1
             t.equal_accepted += accepted
         if accepted:
-            current, cur_theta, cur_ev, cur_score = cand, theta[cand], ev, rec.candidate_full_score or 0.0
+            current, cur_theta, cur_ev, cur_score = cand, theta[cand], ev, new_score
             best_score = max(best_score, cur_score)
     assert t.gains is not None
     t.gains.append(100 * (true_quality(cur_theta, difficulty) - true_quality(0.0, difficulty)))
+
+
+def player(runner: InProcessRunner, by_id: dict[str, Task], samples: dict[str, dict[str, list[float]]],
+           names: dict[str, str]) -> Any:  # fmt: skip
+    """The sequential gate's `play`: the next sample of a skill on a task, in its own repeat context, kept in
+    `samples` (so the current skill's extra samples serve later gates, as in the runner)."""
+
+    async def play(requests: list[Request]) -> list[float | None]:
+        out: list[float | None] = []
+        for who, task_id in requests:
+            skill = names[who]
+            got = samples[skill].setdefault(task_id, [])
+            ctx = repeat_context(eval_context(skill), len(got))
+            r = (await runner.run([by_id[task_id]], skill, [ctx]))[0]
+            score = r.hard if r.scored else None
+            if score is not None:
+                got.append(score)
+            out.append(score)
+        return out
+
+    return play
 
 
 def flip_rate(spread: float, n: int = 20000) -> float:
@@ -165,7 +209,14 @@ GATES = {
     "paper": dict(test="none"),
     "paired_bootstrap": dict(test="paired_bootstrap"),
     "sign": dict(test="sign"),
+    "sequential": dict(test="sequential"),
 }
+
+
+def paid_text(paid: list[int]) -> str:
+    """Mean and 95th percentile of the episodes paid per gate decision."""
+    ordered = sorted(paid) or [0]
+    return f"{statistics.mean(ordered):.1f}, {ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,14 +234,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mix", type=float, nargs=3, default=[1.0, 1.0, 1.0], metavar=("WORSE", "EQUAL", "BETTER"),
                     help="how often a candidate is worse, equal, better (weights)")  # fmt: skip
     ap.add_argument("--gates", nargs="+", default=list(GATES), choices=list(GATES))
+    ap.add_argument("--sequential", type=float, nargs=5, default=None,
+                    metavar=("ACCEPT", "REJECT", "FINAL", "BUDGET", "PER_SQRT"),
+                    help="the sequential gate's boundaries (net paired wins) and extra budget (default: the runner's)")  # fmt: skip
     a = ap.parse_args(argv)
+    rule = SequentialRule()
+    if a.sequential:
+        acc, rej, fin, budget, per_sqrt = a.sequential
+        rule = SequentialRule(acc, rej, fin, budget, margin_per_sqrt=per_sqrt)
     print(
         f"{a.trainings} trainings x {a.steps} candidates per row; a candidate's effect is -e, 0 or +e logit "
         f"(weights {' : '.join(f'{w:g}' for w in a.mix)}); alpha={a.alpha}; hard gate"
     )
     head = (
         "| tasks | spread (flip rate) | effect e | repeats | gate | worse accepted | better refused | equal accepted "
-        "| true gain, points (mean ± sd) | episodes/gate |"
+        "| true gain, points (mean ± sd) | episodes/gate (mean, p95) |"
     )
     print(head)
     print("|" + "---|" * 10)
@@ -202,14 +260,14 @@ def main(argv: list[str] | None = None) -> int:
             async def run_all(policy: GatePolicy = policy, t: Tally = t, n: int = n, spread: float = spread,
                               effect: float = effect, r: int = r) -> None:  # fmt: skip
                 for s in range(a.trainings):
-                    await training(1000 + s, n, spread, effect, a.steps, r, policy, t, tuple(a.mix))  # type: ignore[arg-type]
+                    await training(rule, 1000 + s, n, spread, effect, a.steps, r, policy, t, tuple(a.mix))  # type: ignore[arg-type]
 
             asyncio.run(run_all())
             gains = t.gains or [0.0]
             print(
                 f"| {n} | {spread} ({flip_rate(spread):.2f}) | {effect} | {r} | {gate} | {t.rate(t.worse_accepted, t.worse)} "
                 f"| {t.rate(t.better_refused, t.better)} | {t.rate(t.equal_accepted, t.equal)} "
-                f"| {statistics.mean(gains):+.1f} ± {statistics.pstdev(gains):.1f} | {n * r} |",
+                f"| {statistics.mean(gains):+.1f} ± {statistics.pstdev(gains):.1f} | {paid_text(t.paid)} |",
                 flush=True,
             )
     return 0

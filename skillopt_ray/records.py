@@ -239,7 +239,7 @@ APPENDIX_FIELDS = (
     "n_appendix_notes_consolidated",
 )
 # the paired gate's numbers on a step (optimizer.gate_test other than none): written only when there was a test
-PAIRED_FIELDS = ("gate_diff", "gate_diff_lo", "gate_diff_hi", "gate_p_value")
+PAIRED_FIELDS = ("gate_diff", "gate_diff_lo", "gate_diff_hi", "gate_p_value", "gate_episodes", "gate_looks")
 
 
 @dataclass(kw_only=True)
@@ -295,6 +295,8 @@ class StepRecord(Record):
     gate_diff_lo: Optional[float] = None
     gate_diff_hi: Optional[float] = None
     gate_p_value: Optional[float] = None
+    gate_episodes: Optional[int] = None  # the sequential gate (optimizer.gate_test=sequential): episodes it paid
+    gate_looks: Optional[int] = None  # and the looks it took at the paired evidence
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

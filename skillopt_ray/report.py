@@ -283,6 +283,13 @@ def _flip_text(flipped: Any, limit: int = 8) -> Optional[str]:
 def paired_text(t: dict[str, Any]) -> str:
     """The paired gate's test in one line: the difference, its interval, p and the verdict."""
     verdict = "significant" if t.get("significant") else "not significant"
+    if t.get("test") == "sequential":
+        return (
+            f"sequential paired gate: net {_f(t.get('net'), 0)} paired wins over {t.get('pairs')} pairs, "
+            f"{t.get('episodes')} episodes in {t.get('looks')} looks (first pass {t.get('first_pass')}), difference "
+            f"{_f(t.get('mean_diff'), 4)} [{_f(t.get('lo'), 4)}, {_f(t.get('hi'), 4)}] over {t.get('n')} tasks: "
+            f"{'accepted' if t.get('significant') else 'rejected'} ({str(t.get('stopped', '')).replace('_', ' ')})"
+        )
     return (
         f"paired test ({t.get('test')}, alpha {t.get('alpha')}): difference {_f(t.get('mean_diff'), 4)} "
         f"[{_f(t.get('lo'), 4)}, {_f(t.get('hi'), 4)}] ({float(t.get('level') or 0):.0%} interval) over "

@@ -304,6 +304,11 @@ class RunDir:
     def read_gate(self, epoch: int, step: int) -> Optional[GateRecord]:
         return self._record(GateRecord, f"{self.step_dir(epoch, step)}/{GATE}")
 
+    def gates(self) -> list[GateRecord]:
+        """Every step's gate record written so far, in step order (the sequential gate's samples live in them)."""
+        steps = sorted(filter(None, (self.parse_step_name(p.name) for p in (self.root / "steps").glob("e*_s*"))))
+        return [g for g in (self.read_gate(e, s) for e, s in steps) if g is not None]
+
     def commit_step(self, rec: StepRecord) -> None:
         """Append a completed step to history.jsonl (before the state commit, so a rerun of the step replaces it)."""
         append_json_line(self.root / HISTORY, rec.to_dict())

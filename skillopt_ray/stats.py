@@ -100,6 +100,14 @@ def _t_interval(xs: list[float], mean: float, level: float, bounds: Optional[tup
     return Interval(mean, lo, hi, n, level, "t")
 
 
+def diff_interval(diffs: Sequence[float], level: float = 0.95) -> Interval:
+    """95% interval of a mean paired difference (per-task candidate minus current): Student's t, within [-1, 1]."""
+    xs = [float(v) for v in diffs]
+    if not xs:
+        return Interval(0.0, 0.0, 0.0, 0, level, "empty")
+    return _t_interval(xs, sum(xs) / len(xs), level, (-1.0, 1.0))
+
+
 @dataclass(frozen=True)
 class PairedTest:
     """A one-sided test that the candidate improves on the current skill, on per-task paired differences

@@ -51,7 +51,7 @@ class Trainer:
         guard = LengthGuard.for_role(cfg.llm.optimizer)  # off unless llm.optimizer.context_tokens is set
         self.schedule = Schedule(o, splits, cfg.seed)
         self.recorder = Recorder(rundir, tracker, cfg.debug.interrupt_after)
-        self.policy = GatePolicy.from_config(o)
+        self.policy = GatePolicy.from_config(o, len(splits.selection))
         self.evaluator = Evaluator(
             rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed
         )

@@ -27,6 +27,8 @@ ENTRY_POINTS = {
     "skillopt_ray/compare.py",
     "skillopt_ray/transfer.py",
     "skillopt_ray/dashboard/__main__.py",
+    "skillopt_ray/sleep/__main__.py",
+    "skillopt_ray/sleep/cli.py",
 }
 # what every command's run goes through before the engine: compose, check, identify, start or attach to Ray
 LAUNCH_LAYER = {

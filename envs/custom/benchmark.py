@@ -4,7 +4,7 @@ Chat tasks (a JSONL file, or a folder with train/val/test.jsonl): the target get
 text as its system message and the prompt (with the choices, for `mcq`) as the user message; the reply is scored by
 `env.options.scorer` (scorers.py) or by a check script run in the sandbox (`scorer=script`, check.py). Agent tasks (a
 folder of task folders, each with task.md, optional workspace/ and a check): with llm.target.harness=codex|claude_code
-the agent works in a copy of the workspace; with a chat target the reply is written to reply.txt there. Then the check
+the agent works in a copy of the workspace; the reply (an agent's final message) is written to reply.txt there. Then the check
 scores the workspace. hard = score >= env.options.hard_at, soft = score; a broken check is a data error for the task.
 """
 
@@ -334,6 +334,8 @@ class CustomBenchmark(Benchmark):
                 if not out.ok:
                     return _infra(task, out.error, out.error_kind)
                 reply, system, user, info = out.reply, out.skill_md, t.prompt, out.info
+                if not (ws / "reply.txt").exists():  # the agent's final message, for checks that read the answer
+                    (ws / "reply.txt").write_text(reply, encoding="utf-8")
             check = task_check(t, self.check)
             assert check is not None  # the task's folder was checked when it was read
             res = await asyncio.to_thread(checks.run_check, self._get_sandbox(), check, t.raw, None, ws)
@@ -346,7 +348,7 @@ def _check_verdict(t: UserTask, value: float, hard: bool, out: checks.CheckOutco
     """What a check script's analysts read: what the check was given (never an answer it did not read), the score,
     and the check's own output (its FAIL lines) before anything else."""
     read = (
-        "the task's workspace as the agent left it (with a chat target, the reply is in the workspace's reply.txt)"
+        "the task's workspace as the agent left it (the reply, or the agent's final message, is in its reply.txt)"
         if t.folder
         else "the whole reply above (as reply.txt); no answer was extracted from it"
     )

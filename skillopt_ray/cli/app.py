@@ -168,6 +168,7 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> l
         check_embedded_model,
         check_harness,
         check_output_dir,
+        check_reviewed_tasks,
         check_skill_files,
         run_splits,
     )
@@ -182,6 +183,7 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> l
             check_skill_files(data)
             check_harness(data)  # a missing agent CLI: one line before Ray, not a failed episode after it
             check_embedded_model(data)  # llm=local without its installed model: the install command, before Ray
+            check_reviewed_tasks(data)  # harvested sessions leave the machine only once a person has read them
             seen = json.dumps([data["env"], run_splits(data)], sort_keys=True, default=str)
             if seen not in data_read:
                 check_benchmark_data(data)

@@ -72,6 +72,16 @@ def check_embedded_model(data: dict[str, Any]) -> None:
         raise UsageError(str(err)) from None
 
 
+def check_reviewed_tasks(data: dict[str, Any]) -> None:
+    """A harvested task folder (skillopt_ray.sleep) goes to a remote endpoint only once reviewed."""
+    from skillopt_ray.sleep.review import ReviewRefused, check_run
+
+    try:
+        check_run(data)
+    except ReviewRefused as e:
+        raise UsageError(str(e)) from None
+
+
 def check_keys(data: dict[str, Any]) -> None:
     """Every remote role has its endpoint and the environment variable holding its key, and a harness target its
     CLI (check_harness)."""

@@ -22,6 +22,7 @@ from skillopt_ray.cli.checks import (
     check_endpoints,
     check_keys,
     check_output_dir,
+    check_reviewed_tasks,
     check_skill_files,
     needs_embedded_server,
     skill_warnings,
@@ -174,6 +175,7 @@ def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[di
     """Check the run's inputs (unless the preflight did) and prepare its run directory (identity, provenance, the
     job's record); returns it."""
     if not checked:
+        check_reviewed_tasks(data)
         check_skill_files(data)
     for line in skill_warnings(data):
         print(line, file=sys.stderr)

@@ -193,9 +193,18 @@ class OptimizerConfig:
     )
     # episodes per task in training, selection and test (each its own sample); a task scores the mean (reference: 1)
     rollouts_per_task: int = 1
-    # none: the reference's strict improvement; paired_bootstrap | sign: also a significant per-task improvement
+    # none: the reference's strict improvement; paired_bootstrap | sign: also a significant per-task improvement;
+    # sequential: paired episodes, more of them only where the decision is close (Wald's SPRT on paired wins);
+    # auto: sequential when the selection split has fewer than 30 tasks, else none (+experiment=custom)
     gate_test: str = "none"
     gate_alpha: float = 0.05  # the paired test's one-sided level
+    # the sequential gate's boundaries in net paired wins (task units), and its extra episodes at most as a multiple
+    # of the first pass's (calibrated by scripts/bench_gate.py: worse candidates accepted at most 2% at 18 tasks)
+    gate_seq_accept_at: float = 7.0
+    gate_seq_reject_at: float = 2.0
+    gate_seq_final_at: float = 4.0
+    gate_seq_budget: float = 2.0
+    gate_seq_min_extra: int = 24  # ... but at least this many extra episodes (small selection sets)
     slow_update: bool = True
     slow_update_samples: int = 20
     slow_update_gate: bool = True  # paper setting: gate the slow update on the selection split; False: force-inject

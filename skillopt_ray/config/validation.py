@@ -15,6 +15,24 @@ def _choice(key: str, value: Any, allowed: tuple) -> None:
         raise ConfigError(f"{key}={value!r} is invalid; allowed: {', '.join(map(str, allowed))}")
 
 
+def _check_sequential(o: Any) -> None:
+    """The sequential gate's boundaries: positive margins, the final one not above the accept one."""
+    for name in ("gate_seq_accept_at", "gate_seq_reject_at", "gate_seq_final_at"):
+        if not getattr(o, name) > 0:
+            raise ConfigError(
+                f"optimizer.{name}={getattr(o, name)!r} is invalid; use a positive number of net paired wins"
+            )
+    if o.gate_seq_final_at > o.gate_seq_accept_at:
+        raise ConfigError(
+            f"optimizer.gate_seq_final_at={o.gate_seq_final_at!r} is above gate_seq_accept_at={o.gate_seq_accept_at!r}; "
+            "use a final margin at most the accept margin"
+        )
+    if o.gate_seq_budget < 0:
+        raise ConfigError(f"optimizer.gate_seq_budget={o.gate_seq_budget!r} is invalid; use 0 or more (e.g. 2.0)")
+    if o.gate_seq_min_extra < 0:
+        raise ConfigError(f"optimizer.gate_seq_min_extra={o.gate_seq_min_extra!r} is invalid; use 0 or more (e.g. 24)")
+
+
 def _at_least(key: str, value: float, minimum: float) -> None:
     if value < minimum:
         raise ConfigError(f"{key}={value!r} is invalid; it must be >= {minimum}")
@@ -66,7 +84,8 @@ def _validate_optimizer(o: OptimizerConfig) -> None:
     _choice("optimizer.gate_metric", o.gate_metric, ("hard", "soft", "mixed"))
     _fraction("optimizer.mixed_weight", o.mixed_weight)
     _at_least("optimizer.rollouts_per_task", o.rollouts_per_task, 1)
-    _choice("optimizer.gate_test", o.gate_test, ("none", "paired_bootstrap", "sign"))
+    _choice("optimizer.gate_test", o.gate_test, ("none", "paired_bootstrap", "sign", "sequential", "auto"))
+    _check_sequential(o)
     if not 0.0 < o.gate_alpha < 0.5:
         raise ConfigError(f"optimizer.gate_alpha={o.gate_alpha!r} is invalid; use a level between 0 and 0.5, e.g. 0.05")
     _at_least("optimizer.slow_update_samples", o.slow_update_samples, 1)

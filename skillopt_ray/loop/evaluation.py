@@ -4,6 +4,7 @@ gate's comparisons of a candidate with the current and best skills; the gate's e
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from typing import Any, Optional, cast
@@ -15,7 +16,8 @@ from skillopt_ray.records import SKIP_NO_REWRITE, Evaluation, GateRecord
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.gate import GatePolicy
-from skillopt_ray.stages.rollout import rollout_repeats, stage_of_key, summarize
+from skillopt_ray.stages.rollout import check_infra, repeat_context, rollout_repeats, stage_of_key, summarize
+from skillopt_ray.stages.sequential_gate import PlayFn, Request, first_samples, sequential_gate
 from skillopt_ray.state import RunState
 
 Progress = Callable[..., None]
@@ -40,10 +42,14 @@ class Evaluator:
         self.progress = progress
         self.seed = seed  # the run's seed: the batch seed of every evaluation (a benchmark may randomise by it)
         self.scores: dict[str, Evaluation] = {}  # evaluation key -> scores: the score cache
+        # the sequential gate's extra samples beyond an evaluation's own: evaluation key -> task id -> gate scores
+        self.extra: dict[str, dict[str, list[float]]] = {}
 
     def load(self) -> None:
-        """The score cache of an earlier command on this run directory."""
+        """The score cache of an earlier command on this run directory, and its sequential gates' samples."""
         self.scores = self.rd.scores()
+        for gate in self.rd.gates():
+            self.remember(gate)
 
     def context(self, key: str, training: bool, seed: Optional[int] = None) -> EpisodeContext:
         """Episode settings; `seed` is the batch's seed (a training batch's, an epoch sample's), else the run's."""
@@ -134,14 +140,90 @@ class Evaluator:
             return None
         return self.policy.certain_reject(self.scores[st.current_eval])
 
-    async def gate(self, candidate: Optional[str], st: RunState, selection: list[Task]) -> GateRecord:
+    async def gate(
+        self, candidate: Optional[str], st: RunState, selection: list[Task], current_skill: str = ""
+    ) -> GateRecord:
         """The gate on a step's candidate: evaluated on the selection split (stopped early when the reject is
-        certain) and compared with the current and best skills."""
+        certain) and compared with the current and best skills. The sequential gate also plays the current
+        skill (`current_skill`, its text) where the decision is close."""
         if candidate is None:
             return GateRecord(action=SKIP_NO_REWRITE)
         self.progress(stage="gate")
         eval_key, ev = await self.evaluate(candidate, selection, "selection", self.certain_reject(st))
         current = self.scores[st.current_eval]
+        if self.policy.sequential:
+            return await self.sequential((candidate, current_skill), (eval_key, ev), st, selection)
         if ev.not_played:  # stopped early: rejected for certain, its full score never measured
             return self.policy.early_record(ev, current, cast(float, st.current_score), cast(float, st.best_score))
         return self.policy.step_record(eval_key, ev, current, self.compare(ev, st, len(selection)))
+
+    def samples(self, key: str) -> dict[str, list[float]]:
+        """Every sample of an evaluation as gate scores: its own repeats, then the sequential gate's extra ones."""
+        own = first_samples(self.scores[key], self.policy.per_episode)
+        return {t: own[t] + self.extra.get(key, {}).get(t, []) for t in own}
+
+    def remember(self, gate: GateRecord) -> None:
+        """Take a sequential gate's extra samples from its record (a resumed run's memoized gate included)."""
+        t = gate.gate_test or {}
+        if t.get("test") != "sequential" or not gate.eval_key:
+            return
+        self.extra[gate.eval_key] = {k: list(v) for k, v in t.get("candidate_samples", {}).items()}
+        self.extra[t["current_eval"]] = {k: list(v) for k, v in t.get("current_samples", {}).items()}
+
+    async def sequential(
+        self, skills_: tuple[str, str], evaluated: tuple[str, Evaluation], st: RunState, selection: list[Task]
+    ) -> GateRecord:
+        """The sequential paired gate: the first pass against the current skill's samples, then more pairs where
+        the decision is close; the extra samples are kept for later gates and written in the record."""
+        eval_key, ev = evaluated
+        cur_key = st.current_eval
+        skills = {"candidate": skills_[0], "current": skills_[1]}
+        keys = {"candidate": eval_key, "current": cur_key}
+        self.extra.setdefault(eval_key, {})
+        self.extra.setdefault(cur_key, {})
+        out = await sequential_gate(
+            self.policy.rule,
+            self.samples(eval_key),
+            self.samples(cur_key),
+            self._player(skills, keys, {t.task_id: t for t in selection}),
+            ev.n_scored,
+        )
+        extra = {
+            "current_eval": cur_key,
+            "candidate_samples": self.extra[eval_key],
+            "current_samples": self.extra[cur_key],
+        }
+        return self.policy.sequential_record(
+            eval_key, ev, self.scores[cur_key], self.compare(ev, st, len(selection)), out, extra
+        )
+
+    def _player(self, skills: dict[str, str], keys: dict[str, str], by_id: dict[str, Task]) -> PlayFn:
+        """The sequential gate's `play`: the next sample of each (skill, task) asked, in its own repeat context of
+        the skill's evaluation (so a resumed run replays it from the response cache), both skills at once."""
+
+        async def one(who: str, items: list[tuple[int, str]]) -> list[tuple[int, Optional[float]]]:
+            store = self.extra[keys[who]]
+            ctx = self.context(f"eval/{skill_hash(skills[who])}", False)
+            ctxs = [repeat_context(ctx, self.repeats + len(store.get(t, []))) for _, t in items]
+            results = await self.runner.run([by_id[t] for _, t in items], skills[who], ctxs)
+            check_infra(results, self.max_infra_fraction, "selection")
+            out: list[tuple[int, Optional[float]]] = []
+            for (i, t), r in zip(items, results):
+                score = self.policy.per_episode(r.hard, r.soft) if r.scored else None
+                if score is not None:
+                    store.setdefault(t, []).append(score)
+                out.append((i, score))
+            return out
+
+        async def play(requests: list[Request]) -> list[Optional[float]]:
+            groups: dict[str, list[tuple[int, str]]] = {"candidate": [], "current": []}
+            for i, (who, t) in enumerate(requests):
+                groups[who].append((i, t))
+            self.progress(stage=Stage.validate("selection"), done=0, total=len(requests))
+            done = await asyncio.gather(*(one(who, items) for who, items in groups.items() if items))
+            scores: list[Optional[float]] = [None] * len(requests)
+            for i, score in (pair for part in done for pair in part):
+                scores[i] = score
+            return scores
+
+        return play

@@ -41,6 +41,9 @@ def paired_fields(test: Optional[dict[str, Any]]) -> dict[str, Any]:
         "gate_diff_lo": test["lo"],
         "gate_diff_hi": test["hi"],
         "gate_p_value": test["p_value"],
+        **(
+            {"gate_episodes": test["episodes"], "gate_looks": test["looks"]} if test.get("test") == "sequential" else {}
+        ),
     }
 
 
@@ -165,9 +168,11 @@ class TrainStep:
 
         async def do_gate() -> dict[str, Any]:
             assert out.upd is not None  # the update ran just before
-            return (await self.ev.gate(out.upd.candidate, self.rec.state, self.schedule.splits.selection)).to_dict()
+            selection = self.schedule.splits.selection
+            return (await self.ev.gate(out.upd.candidate, self.rec.state, selection, ctx.skill)).to_dict()
 
         out.gate = GateRecord.from_dict(await self.rec.memo(out.stage("gate"), f"{label}:gate", do_gate))
+        self.ev.remember(out.gate)  # the sequential gate's extra samples, also when the gate was memoized
 
     async def _select(self, ctx: OptimizerContext, out: StepOutcome) -> SelectOutput:
         """The step's edit budget (scheduled, or decided by the optimizer) and the ranked edits within it."""

@@ -22,11 +22,16 @@ from skillopt_ray.records import (
     GateRecord,
     is_accept,
 )
+from skillopt_ray.stages.sequential_gate import SequentialOutcome, SequentialRule
 from skillopt_ray.stats import Interval, PairedTest, mean_interval, paired_test
 
 __all__ = ["ACCEPT", "ACCEPTING", "ACCEPT_NEW_BEST", "FORCE_ACCEPT", "REJECT", "GateDecision", "GatePolicy"]
 
 is_accepted = is_accept  # the records' one definition, under the stage's older name
+
+# optimizer.gate_test=auto: below this many selection tasks the paper's gate accepts too many worse candidates
+# (scripts/bench_gate.py: 7-8% at 18 tasks, 2% at 100) and the sequential gate takes over
+SMALL_SELECTION = 30
 
 
 def gate_score(hard: float, soft: float, metric: str, mixed_weight: float) -> float:
@@ -90,18 +95,39 @@ class GatePolicy:
     test: str = "none"  # optimizer.gate_test: none (strict improvement only) | paired_bootstrap | sign
     alpha: float = 0.05  # optimizer.gate_alpha
     repeats: int = 1  # optimizer.rollouts_per_task: episodes per task, a task's score is their mean
+    rule: SequentialRule = SequentialRule()  # optimizer.gate_seq_*: the sequential gate's boundaries
 
     @staticmethod
-    def from_config(o: Any) -> GatePolicy:
+    def from_config(o: Any, n_selection: Optional[int] = None) -> GatePolicy:
+        """The policy of a run; `gate_test=auto` becomes the sequential gate on a selection split of fewer than
+        SMALL_SELECTION tasks (`n_selection`), else the reference's strict improvement."""
+        test = getattr(o, "gate_test", "none")
+        if test == "auto":
+            test = "sequential" if n_selection is not None and n_selection < SMALL_SELECTION else "none"
         return GatePolicy(
             o.gate_metric,
             o.mixed_weight,
             o.use_gate,
             o.gate_early_stop,
-            getattr(o, "gate_test", "none"),
+            test,
             getattr(o, "gate_alpha", 0.05),
             getattr(o, "rollouts_per_task", 1),
+            SequentialRule(
+                accept_at=getattr(o, "gate_seq_accept_at", 7.0),
+                reject_at=getattr(o, "gate_seq_reject_at", 2.0),
+                final_at=getattr(o, "gate_seq_final_at", 4.0),
+                extra_budget=getattr(o, "gate_seq_budget", 2.0),
+                min_extra=getattr(o, "gate_seq_min_extra", 24),
+            ),
         )
+
+    @property
+    def sequential(self) -> bool:
+        """The step gate plays more paired episodes where the decision is close (optimizer.gate_test=sequential)."""
+        return self.test == "sequential" and self.use_gate
+
+    def per_episode(self, hard: float, soft: float) -> float:
+        return gate_score(hard, soft, self.metric, self.mixed_weight)
 
     def paired_test(self, candidate: Evaluation, current: Evaluation) -> PairedTest:
         """The configured test on per-task gate-score differences (candidate minus current), tasks both scored."""
@@ -110,7 +136,9 @@ class GatePolicy:
         def per_task(ev: Evaluation, t: str) -> float:
             return gate_score(ev.tasks[t][0], ev.tasks[t][1], self.metric, self.mixed_weight)
 
-        return paired_test(self.test, [per_task(candidate, t) - per_task(current, t) for t in common], self.alpha)
+        # the slow update's gate looks once: under the sequential setting it takes the sign test on the first pass
+        test = "sign" if self.test == "sequential" else self.test
+        return paired_test(test, [per_task(candidate, t) - per_task(current, t) for t in common], self.alpha)
 
     def judge(
         self,
@@ -201,7 +229,7 @@ class GatePolicy:
     @property
     def stops_early(self) -> bool:
         """Only the hard gate can call a certain reject before every selection episode is played."""
-        return self.early_stop and self.use_gate and self.metric == "hard"
+        return self.early_stop and self.use_gate and self.metric == "hard" and not self.sequential
 
     def certain_reject(self, current: Evaluation) -> Optional[Callable[[EpisodeResult], bool]]:
         """With early stop: a predicate that says when a candidate has lost so many selection episodes that,
@@ -244,6 +272,58 @@ class GatePolicy:
             current_scored=current.n_scored,
             gate_metric=self.metric,
             gate_test=test.to_dict() if test else None,
+        )
+
+    def sequential_record(
+        self,
+        eval_key: str,
+        ev: Evaluation,
+        current: Evaluation,
+        scores: tuple[float, float, float, int],
+        out: SequentialOutcome,
+        extra: dict[str, Any],
+    ) -> GateRecord:
+        """The sequential gate's decision: accepted at a boundary or at the budget's end, with what it paid.
+        `extra` holds every extra sample of both skills after this gate and the current skill's evaluation key,
+        so a resumed run (and every later gate) sees the same samples."""
+        cand, cur, best, n = scores
+        action = REJECT
+        if out.accepted:
+            action = ACCEPT_NEW_BEST if cand > best else ACCEPT
+        return GateRecord(
+            action=action,
+            candidate_score=cand,
+            current_score=cur,
+            best_score=best,
+            reason=self.sequential_reason(action, out, (cand, cur, best, n)),
+            flipped=flipped(ev, current, self.repeats),
+            eval_key=eval_key,
+            selection_hard=ev.hard,
+            selection_soft=ev.soft,
+            candidate_full_score=self.score(ev),
+            tasks_compared=n,
+            candidate_scored=ev.n_scored,
+            current_scored=current.n_scored,
+            gate_metric=self.metric,
+            gate_test={**out.to_test_dict(self.alpha), **extra},
+        )
+
+    def sequential_reason(self, action: str, out: SequentialOutcome, scores: tuple[float, float, float, int]) -> str:
+        """One sentence: the paired evidence, what was paid, the boundaries and the outcome."""
+        cand, cur, best, n = scores
+        how = {
+            "accept_boundary": f"reached the accept boundary +{out.accept_at:g}",
+            "reject_boundary": f"reached the reject boundary -{out.reject_at:g}",
+            "budget": f"extra episodes spent; accept at +{out.final_at:g} at the end",
+        }[out.stopped]
+        verdict = "accepted" if is_accept(action) else "rejected"
+        if action == ACCEPT_NEW_BEST:
+            verdict += " and the best so far"
+        return (
+            f"candidate {cand:.4f} vs current {cur:.4f} (best {best:.4f}), {self.metric} score over {n} selection "
+            f"tasks; sequential paired gate: net {out.net:+g} paired wins over {out.pairs} pairs ({out.n_better} "
+            f"better, {out.n_worse} worse) after {out.looks} looks and {out.episodes} episodes (first pass "
+            f"{out.first_pass}), paired difference {out.mean_diff:+.4f} [{out.lo:+.4f}, {out.hi:+.4f}]: {how}: {verdict}"
         )
 
     def early_record(self, ev: Evaluation, current: Evaluation, current_score: float, best_score: float) -> GateRecord:

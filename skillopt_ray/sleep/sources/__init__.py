@@ -1,0 +1,1 @@
+"""Readers of the agent CLIs' own session stores (read-only, no network)."""

@@ -1,0 +1,53 @@
+"""Stable splits: a hash of the task id picks train / val / test, and a split once given is kept forever."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+SPLITS = ("train", "val", "test")
+_SPACE = re.compile(r"\s+")
+_PUNCT = re.compile(r"[^\w\s]")
+
+
+def normalise_prompt(prompt: str) -> str:
+    """Lower case, no punctuation, single spaces: two requests that differ only so are one task."""
+    text = unicodedata.normalize("NFKC", prompt).lower()
+    return _SPACE.sub(" ", _PUNCT.sub(" ", text)).strip()
+
+
+def task_id(prompt: str) -> str:
+    return "h-" + hashlib.sha256(normalise_prompt(prompt).encode("utf-8")).hexdigest()[:12]
+
+
+def hashed_split(tid: str, val_fraction: float, test_fraction: float) -> str:
+    """The id's hash in [0, 1) against the fractions: the same id always lands in the same split."""
+    u = int(hashlib.sha256(tid.encode("utf-8")).hexdigest()[:8], 16) / 2**32
+    if u < val_fraction:
+        return "val"
+    if u < val_fraction + test_fraction:
+        return "test"
+    return "train"
+
+
+def assign(ids: list[str], known: dict[str, str], val_fraction: float, test_fraction: float) -> dict[str, str]:
+    """Every id's split: the one `known` holds (a task seen in val stays in val), else its hash's."""
+    if val_fraction < 0 or test_fraction < 0 or val_fraction + test_fraction >= 1:
+        raise ValueError(f"val {val_fraction} and test {test_fraction} fractions must be >= 0 and sum below 1")
+    out = {i: known.get(i) or hashed_split(i, val_fraction, test_fraction) for i in ids}
+    _fill_empty(out, [i for i in sorted(ids) if i not in known])
+    return out
+
+
+def _fill_empty(out: dict[str, str], new: list[str]) -> None:
+    """Each split gets at least one task (the custom-task loader refuses an empty split), taken from a new task
+    of a split that has two or more; a task placed before never moves."""
+    for split in ("val", "test", "train"):
+        if split in out.values():
+            continue
+        sizes = {s: sum(1 for v in out.values() if v == s) for s in SPLITS}
+        donor = next((i for i in new if sizes[out[i]] >= 2), None)
+        if donor is not None:
+            out[donor] = split
+            new.remove(donor)
