@@ -87,6 +87,7 @@ INFRA_KINDS = {
     "llm_truncated": "a reply was cut at the completion limit (finish_reason=length)",
     "llm_filtered": "a reply was stopped by the provider's content filter",
     "sandbox_start": "the code sandbox could not start",
+    "jail_export": "the agent jail could not send the agent's files back (its launcher or the host failed)",
     "formula_engine": "the formula engine could not recalculate the output workbook (env.options.recalculate)",
     "env": "the environment's own code raised an exception",
     "game_missing": "a game file of the split is missing",

@@ -358,10 +358,28 @@ def _system_mounts(own_dev: bool = False) -> list[str]:
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             argv += ["--ro-bind", d, d]
-    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
+    argv += ["--perms", "0755", "--dir", "/etc"]  # bubblewrap would make it 0700: unreadable once root is dropped
+    for f in ETC_BASICS:
         if os.path.exists(f):
             argv += ["--ro-bind", f, f]
     return argv
+
+
+# the /etc files a program or shell script looks up and that hold no secrets: the dynamic linker's cache, the time
+# zone, the alternatives links (/usr/bin/awk points through /etc/alternatives), name-service order, protocol and
+# service names, MIME types. Never passwd, shadow, keys or certificates' private halves
+ETC_BASICS = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/alternatives",
+    "/etc/nsswitch.conf",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/mime.types",
+)
 
 
 def _python_mounts() -> list[str]:

@@ -26,7 +26,16 @@ from dataclasses import asdict
 from typing import Any, Optional
 
 from skillopt_ray.holder import hold, spawn_holder
-from skillopt_ray.kept_cluster import RECORD, KeptCluster, active_leases, home, live, read_record
+from skillopt_ray.kept_cluster import (
+    RECORD,
+    KeptCluster,
+    active_leases,
+    command_line,
+    home,
+    leased_by,
+    live,
+    read_record,
+)
 
 DOWN_TIMEOUT_S = 30.0
 
@@ -77,12 +86,38 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def runs_using(rec: KeptCluster) -> list[str]:
+    """The runs the cluster would take down with it, one description each: the command it serves, the attached."""
+    from skillopt_ray.service_client import service_status
+
+    served = (service_status() or {}).get("serving") or {}
+    runs = []
+    if served:
+        runs.append(
+            f"pid {served.get('pid')} (served: {' '.join(['python -m skillopt_ray', *served.get('argv', [])])})"
+        )
+    for pid in leased_by():
+        if pid != served.get("pid"):
+            runs.append(f"pid {pid} (attached: {command_line(pid) or '?'})")
+    return runs
+
+
 def down(args: argparse.Namespace) -> int:
     rec = read_record()
+    runs = runs_using(rec) if rec is not None and rec.alive() else []
+    if runs and not args.force:
+        print(
+            f"error: the kept cluster is running {len(runs)} run(s): {'; '.join(runs)}. Stopping it ends them (each "
+            "resumes with its own command); stop it anyway with: python -m skillopt_ray.cluster down --force",
+            file=sys.stderr,
+        )
+        return 2
     if rec is None or not rec.alive():
         (home() / RECORD).unlink(missing_ok=True)
         print("no Ray cluster kept up: nothing to stop", file=sys.stderr)
     else:
+        if runs:
+            print(f"stopping the kept cluster ends {len(runs)} run(s): {'; '.join(runs)}", file=sys.stderr)
         os.kill(rec.pid, signal.SIGTERM)
         deadline = time.monotonic() + DOWN_TIMEOUT_S
         while rec.alive() and time.monotonic() < deadline:
@@ -107,6 +142,8 @@ def parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text) if name != "_hold" else sub.add_parser(name)
         p.add_argument("--json", action="store_true", help="also print the record as JSON on stdout")
+        if name == "down":
+            p.add_argument("--force", action="store_true", help="stop it even while runs use it (they end)")
         if name in ("up", "_hold"):
             p.add_argument("--idle-minutes", type=_positive, default=20.0, help="stop after this long unused")
             p.add_argument("--num-cpus", type=int, default=os.cpu_count() or 1)

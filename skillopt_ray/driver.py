@@ -27,7 +27,7 @@ from skillopt_ray.progress import Eta
 from skillopt_ray.records import Summary
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import normalize_markers
-from skillopt_ray.stages.rollout import InfraFailure, rollout_repeats, summarize
+from skillopt_ray.stages.rollout import InfraFailure, check_data, rollout_repeats, summarize
 from skillopt_ray.startup_trace import mark
 from skillopt_ray.state import StateVersionError
 from skillopt_ray.stats import mean_interval
@@ -279,6 +279,7 @@ class Run:
         stats = summarize(res, reps)
         task_scores = list(stats.tasks.values())  # the score's 95% interval over the tasks, with n
         self.rd.write_eval_results(split, [r.to_dict() for r in res])
+        check_data(res, cfg.optimizer.max_data_error_fraction, f"eval:{split}")  # after the results are kept
         ledger = await LLMHandle(self.gateway).save_ledger()
         summary = Summary(
             experiment=cfg.experiment,

@@ -49,7 +49,17 @@ def hold(args: argparse.Namespace) -> int:
     import skillopt_ray.driver  # noqa: F401  (the commands it serves start from a loaded package)
 
     entry_main()  # ... the command's entry point included, loaded by its name (see service.ENTRY)
+
     service = Service(home(), started_with)
+
+    def on_term(*_: Any) -> None:
+        stop.set()
+        service.stop_run(
+            f"the kept cluster (holder pid {os.getpid()}) is being stopped (`python -m skillopt_ray.cluster down`): "
+            "this run stops now, its state saved"
+        )
+
+    signal.signal(signal.SIGTERM, on_term)
     rec = KeptCluster(
         pid=os.getpid(),
         start=str(start_ticks(os.getpid())),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from skillopt_ray.lifeline import start_ticks
+from skillopt_ray.lifeline import running, start_ticks
 
 RECORD = "cluster.json"
 
@@ -37,7 +37,20 @@ class KeptCluster:
     auth_mode: str
 
     def alive(self) -> bool:
-        return start_ticks(self.pid) == self.start
+        """The holder runs: not gone and not a zombie (a killed holder is one for 1.5-2 s; a run that attached to
+        it then hung for minutes on the dead cluster)."""
+        return running(self.pid, self.start)
+
+    def answers(self, timeout_s: float = 2.0) -> bool:
+        """The cluster's own answer: its GCS accepts a connection."""
+        import socket
+
+        host, _, port = self.address.rpartition(":")
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+                return True
+        except (OSError, ValueError):
+            return False
 
 
 def read_record(where: Optional[Path] = None) -> Optional[KeptCluster]:
@@ -70,17 +83,31 @@ def take_lease(pid: Optional[int] = None, where: Optional[Path] = None) -> None:
         write_atomic((where or home()) / "leases" / f"{pid}.json", json.dumps({"pid": pid, "start": ticks}))
 
 
-def active_leases(where: Optional[Path] = None) -> int:
-    """Runs attached now; the leases of ended processes are removed."""
-    n = 0
+def leased_by(where: Optional[Path] = None) -> list[int]:
+    """The pids of the runs attached now; the leases of ended processes are removed."""
+    pids = []
     for f in sorted(((where or home()) / "leases").glob("*.json")):
         try:
             raw = json.loads(f.read_text(encoding="utf-8"))
-            running = start_ticks(int(raw["pid"])) == raw["start"]
+            ok = running(int(raw["pid"]), raw["start"])
         except (OSError, ValueError, KeyError, TypeError):
-            running = False
-        if running:
-            n += 1
+            ok = False
+        if ok:
+            pids.append(int(raw["pid"]))
         else:
             f.unlink(missing_ok=True)
-    return n
+    return pids
+
+
+def active_leases(where: Optional[Path] = None) -> int:
+    """How many runs are attached now."""
+    return len(leased_by(where))
+
+
+def command_line(pid: int) -> str:
+    """A process's command line, for a line that names it ("" when it cannot be read)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a)[:200]

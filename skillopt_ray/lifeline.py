@@ -8,30 +8,49 @@ well within a second of the owner's death.
 
 An owner is named by pid, the process start time (a reused pid is not the same process) and
 the Ray node it runs on: on another node its pid means nothing there, and Ray's own owner
-tracking is what stops the actor.
+tracking is what stops the actor. A process that has exited but is not yet reaped (a zombie, for
+a second or two after a SIGKILL) has ended: it counts as gone.
+
+A child process outside Ray (the embedded model server) holds the read end of a lifeline pipe
+whose write end only its starter holds: the kernel closes it when the starter dies, however it
+dies, and the child sees end-of-file at once (`hold`).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Optional
 
 POLL_S = 0.1
 EXIT_OWNER_GONE = 70
 
 
-def start_ticks(pid: int) -> Optional[str]:
-    """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); None when the process is gone."""
+def _stat(pid: int) -> Optional[list[str]]:
+    """The fields of /proc/<pid>/stat after the command name (field 3, the state, first); None when gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read().decode("ascii", "replace")
     except OSError:
         return None
-    rest = raw.rsplit(")", 1)[-1].split()  # the command name may hold spaces and parentheses
-    return rest[19] if len(rest) > 19 else None
+    return raw.rsplit(")", 1)[-1].split()  # the command name may hold spaces and parentheses
+
+
+def start_ticks(pid: int) -> Optional[str]:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); None when the process is gone."""
+    rest = _stat(pid)
+    return rest[19] if rest and len(rest) > 19 else None
+
+
+def running(pid: int, start: Optional[str]) -> bool:
+    """Whether the process `pid` started at `start` still runs: not gone, not another process with its pid, and
+    not a zombie (exited, its parent not yet told: it holds no more resources and will never answer)."""
+    rest = _stat(pid) or []
+    return len(rest) > 19 and rest[19] == start and rest[0] not in ("Z", "X")
 
 
 def _node_id() -> Optional[str]:
@@ -53,7 +72,7 @@ def identity(pid: Optional[int] = None) -> Optional[dict[str, Any]]:
 
 
 def alive(owner: dict[str, Any]) -> bool:
-    return start_ticks(int(owner["pid"])) == owner["start"]
+    return running(int(owner["pid"]), owner["start"])
 
 
 def watch(owners: list[Optional[dict[str, Any]]], what: str, poll_s: float = POLL_S) -> bool:
@@ -86,3 +105,24 @@ def _exit(what: str, owner: dict[str, Any]) -> None:
         sys.stderr.flush()
     finally:
         os._exit(EXIT_OWNER_GONE)
+
+
+def pipe() -> tuple[int, int]:
+    """A lifeline for a child process: (read end, to pass to it with `pass_fds`; write end, for the starter to
+    keep open for as long as it lives). Both ends are non-inheritable, so no other child keeps the write end."""
+    return os.pipe()
+
+
+def hold(fd: int, owner: Optional[dict[str, Any]], on_gone: Callable[[str], None], poll_s: float = 1.0) -> None:
+    """Call `on_gone(why)` (on a thread) when the lifeline `fd` reaches end-of-file, or, should a process that
+    inherited its write end outlive the starter, when the starter `owner` has ended (checked every `poll_s`)."""
+
+    def loop() -> None:
+        while True:
+            ready, _, _ = select.select([fd], [], [], poll_s)
+            if ready and not os.read(fd, 64):
+                return on_gone("the process that started it has ended (its lifeline closed)")
+            if owner is not None and not alive(owner):
+                return on_gone(f"the process that started it (pid {owner['pid']}) has ended")
+
+    threading.Thread(target=loop, name="skillopt-lifeline", daemon=True).start()

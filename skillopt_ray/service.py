@@ -10,7 +10,8 @@ own process: it composes the config, writes the run directory and adopts its idl
 
 Who may ask: the socket lives in the cluster's record folder (mode 0700) and the holder checks the caller's uid
 (SO_PEERCRED) against its own. The caller's environment must equal the holder's, apart from what a shell changes
-on its own (PWD, SHLVL, ...) and Ray's own settings (RAY_*: how a command would join the cluster), since the run's actors inherit the holder's: a command whose environment differs
+on its own (PWD, SHLVL, a session's SSH_*, ...), a pyenv shim's PYENV_* and PATH folders, and Ray's own settings
+(RAY_*: how a command would join the cluster), since the run's actors inherit the holder's: a command whose environment differs
 (another API key, a data variable set since `up`) is told to run as it would without the service, and does.
 One run at a time: a command that arrives while another runs is told to run on its own, attached to the cluster.
 Ctrl-C (or SIGTERM) in the command stops the run as it would stop a command's own; a command killed outright
@@ -45,7 +46,25 @@ SOCKET = "run.sock"
 ENTRY = "skillopt_ray.cli.app"
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # what a shell or terminal sets on its own: a difference here says nothing about what the run's actors would see
-SHELL_NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "TERM", "TERM_PROGRAM", "PS1", "PS2"})
+SHELL_NOISE = frozenset(
+    {"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "TERM", "TERM_PROGRAM", "PS1", "PS2", "TMUX", "TMUX_PANE"}
+    | {"STY", "WINDOWID"}
+)
+
+
+# prefixes of what a shell, a terminal multiplexer, a login session or pyenv's shims set for their own bookkeeping
+NOISE_PREFIXES = ("RAY_", "PYENV_", "SSH_", "XDG_SESSION_", "ITERM_", "TERM_SESSION_")
+
+
+def _search_path(value: Optional[str], environ: dict[str, str]) -> list[str]:
+    """PATH without the folders a pyenv shim adds on its way to the same interpreter, and without repeats."""
+    root = environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    here = os.path.dirname(sys.executable)
+    seen: list[str] = []
+    for entry in (value or "").split(os.pathsep):
+        if entry and entry != here and not entry.startswith(root.rstrip("/") + "/") and entry not in seen:
+            seen.append(entry)
+    return seen
 
 
 def entry_main() -> Callable[[list[str]], int]:
@@ -55,9 +74,18 @@ def entry_main() -> Callable[[list[str]], int]:
 
 
 def env_difference(theirs: dict[str, str], ours: dict[str, str]) -> list[str]:
-    """Names of the variables that differ between the command's environment and the holder's (noise aside)."""
+    """Names of the variables that differ between the command's environment and the holder's, counting only what
+    can change a run: not what a shell or session sets for itself, not pyenv's own variables, and PATH only when it
+    differs in more than the folders a pyenv shim adds (a command started through a shim was refused for that)."""
     names = (set(theirs) | set(ours)) - SHELL_NOISE - {TRACE_ENV}
-    return sorted(n for n in names if theirs.get(n) != ours.get(n) and not n.startswith("RAY_"))
+    differ = []
+    for n in sorted(names):
+        if n.startswith(NOISE_PREFIXES) or theirs.get(n) == ours.get(n):
+            continue
+        if n == "PATH" and _search_path(theirs.get(n), theirs) == _search_path(ours.get(n), ours):
+            continue
+        differ.append(n)
+    return differ
 
 
 def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
@@ -156,6 +184,7 @@ class Service:
         code_hash()  # pinned now: the hash of the code this process has loaded (an edit later is noticed)
         self._queue: queue.Queue[Request] = queue.Queue()
         self._busy = threading.Event()
+        self._current: Optional[Request] = None  # the command being served
         self._closed = threading.Event()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.suppress(FileNotFoundError):
@@ -188,9 +217,10 @@ class Service:
             raw = read_request(conn)
             conn.settimeout(None)
             if raw.get("status"):  # `python -m skillopt_ray.cluster status`: the idle actors, nothing run
-                conn.sendall(
-                    (json.dumps({"standby": self.pool.readiness(), "busy": self._busy.is_set()}) + "\n").encode()
-                )
+                current = self._current
+                serving = {"pid": current.pid, "argv": current.argv} if current is not None else None
+                answer = {"standby": self.pool.readiness(), "busy": self._busy.is_set(), "serving": serving}
+                conn.sendall((json.dumps(answer) + "\n").encode())
                 conn.close()
                 return
         except (OSError, ValueError) as e:
@@ -217,7 +247,10 @@ class Service:
             conn.close()
         elif differs:
             shown = ", ".join(differs[:5]) + (" ..." if len(differs) > 5 else "")
-            req.send(own=f"its environment differs from the kept cluster's ({shown})")
+            req.send(
+                own=f"its environment differs from the kept cluster's ({shown}); to serve it, restart the cluster "
+                "from this environment: python -m skillopt_ray.cluster down && python -m skillopt_ray.cluster up"
+            )
             conn.close()
         elif self._busy.is_set() or not self._queue.empty():
             req.send(own="the kept cluster is serving another run")
@@ -251,10 +284,12 @@ class Service:
             req = self._queue.get(timeout=timeout_s)
         except queue.Empty:
             return False
+        self._current = req
         try:
             code = self._run(req)
             req.send(exit=code)
         finally:
+            self._current = None
             with contextlib.suppress(OSError):
                 req.conn.close()
             self.pool.end_run()
@@ -307,6 +342,16 @@ class Service:
             import _thread
 
             _thread.interrupt_main()  # KeyboardInterrupt in the run (see _interruptible)
+
+    def stop_run(self, why: str) -> None:
+        """End the run being served (the holder is asked to stop): the command is told why, then the run stops as
+        on Ctrl-C, saving its state, and says how to resume. Called in the main thread (a signal handler)."""
+        req = self._current
+        if req is not None and req.running.is_set():
+            req.send(err=f"{why}\n")
+            import _thread
+
+            _thread.interrupt_main()
 
     def close(self) -> None:
         self._closed.set()

@@ -53,8 +53,9 @@ class Trainer:
         self.recorder = Recorder(rundir, tracker, cfg.debug.interrupt_after)
         self.policy = GatePolicy.from_config(o, len(splits.selection))
         self.evaluator = Evaluator(
-            rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed
-        )
+            rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed,
+            max_data_fraction=o.max_data_error_fraction,
+        )  # fmt: skip
         parts = (cfg, llm, self.recorder, self.evaluator, self.schedule)
         self.steps = TrainStep(*parts, guard, self._set_progress)
         self.boundary = EpochBoundary(*parts, guard, self._set_progress)

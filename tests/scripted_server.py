@@ -31,6 +31,7 @@ class Fault:
     hang_s: float = 0.0  # sleep this long before answering (timeouts)
     malformed: bool = False  # answer 200 with text that is not JSON
     truncated: bool = False  # answer 200 with a chat-completion JSON body cut off halfway
+    hang_up_midway: bool = False  # answer 200 announcing the whole reply's Content-Length, close after half of it
     html: bool = False  # answer 200 with an HTML page (a proxy's or a web server's)
     reset: bool = False  # drop the connection without answering
     finish_reason: Optional[str] = None  # answer normally but with this finish_reason (length, content_filter)
@@ -48,6 +49,7 @@ class ServerState:
     faults: deque = field(default_factory=deque)
     bodies: deque = field(default_factory=lambda: deque(maxlen=50))  # the last request bodies, as sent
     paths: deque = field(default_factory=lambda: deque(maxlen=50))  # their paths with the query string
+    refused: int = 0  # malformed requests (the client's liveness probes) answered 400, not counted as attempts
 
 
 def count_tokens(text: str) -> int:
@@ -257,6 +259,7 @@ class ScriptedServer:
         self.reasoning_model = reasoning_model
         self.policy = policy
         self.latency_s = latency_s
+        self.route_hang_s = 0.0  # every chat / responses request (probes too) waits this long; /v1/models answers
         self.reasoning_tokens = 8  # Responses replies: reasoning tokens added to the output when an effort is sent
         self.cached_tokens = 0  # Responses replies: prompt tokens reported as served from the prompt cache
         self.state = ServerState()
@@ -281,8 +284,17 @@ class ScriptedServer:
 
     async def _serve(self, request: web.Request, api: str) -> web.Response:
         st = self.state
-        st.attempts += 1
+        hang_until = time.monotonic() + self.route_hang_s
+        while self.route_hang_s and time.monotonic() < hang_until:  # ends early when the server stops
+            await asyncio.sleep(0.05)
         body = await request.json()
+        accepted = (list,) if api == "chat" else (list, str)  # chat messages; a Responses input may be plain text
+        if not isinstance(body.get("messages" if api == "chat" else "input", []), accepted):
+            st.refused += 1  # as a real server: a request with messages (input) of the wrong type is refused at once
+            return web.json_response(
+                {"error": {"message": "malformed request", "type": "invalid_request_error"}}, status=400
+            )
+        st.attempts += 1
         st.bodies.append(body)
         st.paths.append(request.path_qs)
         chat_body = body if api == "chat" else {**body, "messages": responses_messages(body)}
@@ -319,6 +331,8 @@ class ScriptedServer:
         if isinstance(content, dict):  # a reply that calls tools
             tool_calls = content.get("tool_calls") or None
             content = content.get("content") or ""
+        if f is not None and f.hang_up_midway:  # billed by the server, never read whole by the client
+            return await self._hang_up_midway(request, api, body, content, tool_calls)
         if f is not None and f.truncated:  # cut before the usage: not counted as answered, as the client never sees it
             text = json.dumps(
                 {
@@ -351,6 +365,25 @@ class ScriptedServer:
         }
         return web.json_response(reply)
 
+    async def _hang_up_midway(
+        self, request: web.Request, api: str, body: dict[str, Any], content: str, tool_calls: Any
+    ) -> web.StreamResponse:
+        """The whole reply's headers (Content-Length included) and half its body, then the connection closes."""
+        if api == "responses":
+            reply: dict[str, Any] = self._responses_reply(body, content, tool_calls, "stop", 1, 1)
+        else:
+            message = {"role": "assistant", "content": content}
+            reply = {"id": "chatcmpl-cut", "object": "chat.completion", "model": body.get("model", "scripted"),
+                     "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
+        data = json.dumps(reply).encode()
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.content_length = len(data)
+        await resp.prepare(request)
+        await resp.write(data[: len(data) // 2])
+        request.transport.close()  # type: ignore[union-attr]
+        raise asyncio.CancelledError()
+
     async def _fault_response(self, request: web.Request, f: Fault) -> Optional[web.Response]:
         """What an injected fault answers before any policy runs (None: the fault shapes the reply instead)."""
         if f.hang_s:
@@ -363,7 +396,7 @@ class ScriptedServer:
                 text="<html><head><title>Welcome</title></head><body>It works!</body></html>",
                 content_type="text/html",
             )
-        if not (f.malformed or f.truncated or f.finish_reason):
+        if not (f.malformed or f.truncated or f.finish_reason or f.hang_up_midway):
             h = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
             return web.json_response(
                 {"error": {"message": f"injected {f.status}", "type": "injected"}}, status=f.status, headers=h
@@ -454,6 +487,7 @@ class ScriptedServer:
         return self.base_url
 
     def stop(self) -> None:
+        self.route_hang_s = 0.0
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:

@@ -237,3 +237,18 @@ def test_a_broken_docvqa_id_manifest_names_the_file(tmp_path, content, words):
     assert str(tmp_path / "val" / "items.json") in str(e.value)
     for w in words:
         assert w in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["../../mydata", "..", "a/b", "/abs/path", "tab\there"])
+def test_a_run_name_is_a_name_not_a_path(capsys, tmp_path, name):
+    """`run_name=../../mydata` wrote the run's files into a user folder (its config.yaml replaced): refused."""
+    out = tmp_path / "work" / "out"
+    user = tmp_path / "work" / "mydata"
+    user.mkdir(parents=True)
+    (user / "config.yaml").write_text("mine\n")
+    code, _, err = _main(capsys, *_searchqa(tmp_path), f"output_dir={out}", f"run_name={name}", *FAST_FAIL)
+    _assert_refused(code, err, out, f"run_name={name!r}", "not a plain name")
+    assert sorted(p.name for p in user.iterdir()) == ["config.yaml"] and (user / "config.yaml").read_text() == "mine\n"
+    assert code == 2 and "Ray" not in err
+    obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "run_name=my run_2.v1"]))
+    assert obj.run_name == "my run_2.v1"  # a name may hold what a folder name may

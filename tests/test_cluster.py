@@ -142,3 +142,59 @@ def test_the_kept_cluster_stops_itself_once_no_run_has_used_it_for_its_idle_time
         assert not (tmp_path / cluster.RECORD).exists()
     finally:
         _cli(tmp_path, "down")
+
+
+def _record(home: Path, pid: int, address: str = "127.0.0.1:1") -> dict:
+    rec = {"pid": pid, "start": start_ticks(pid), "address": address, "temp_dir": "/tmp/x", "started_at": 0.0}
+    rec |= {"idle_s": 60.0, "num_cpus": 1, "auth_mode": "disabled"}
+    (home / cluster.RECORD).write_text(json.dumps(rec))
+    return rec
+
+
+def test_a_killed_holder_not_yet_reaped_and_a_cluster_that_does_not_answer_are_not_attached(
+    tmp_path, monkeypatch, capsys
+):
+    """A killed holder is a zombie for 1.5-2 s: a rerun then attached to its dead cluster and hung for minutes."""
+    monkeypatch.setenv("SKILLOPT_CLUSTER_HOME", str(tmp_path))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _record(tmp_path, holder.pid)
+        assert cluster.live() is not None
+        holder.kill()
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert cluster.live() is None  # exited, not yet reaped: gone
+    finally:
+        holder.wait()
+    from skillopt_ray.cli.ray_session import attach_kept_cluster
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _record(tmp_path, sleeper.pid, "127.0.0.1:9")  # its holder runs, its cluster does not answer
+        assert attach_kept_cluster() is False
+        assert f"the Ray cluster kept up by pid {sleeper.pid} does not answer" in capsys.readouterr().err
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_down_names_the_runs_it_would_end_and_stops_only_with_force(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # stands for the holder
+    run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "my-run"])
+    try:
+        rec = _record(tmp_path, holder.pid)
+        kept_cluster.take_lease(run.pid, tmp_path)
+        out = _cli(tmp_path, "down")
+        assert out.returncode == 2 and holder.poll() is None, out.stderr
+        (line,) = out.stderr.strip().splitlines()
+        assert line.startswith("error: the kept cluster is running 1 run(s)") and f"pid {run.pid}" in line
+        assert "my-run" in line and "down --force" in line
+        out = _cli(tmp_path, "down", "--force")
+        assert out.returncode == 0 and f"ends 1 run(s): pid {run.pid}" in out.stderr
+        assert holder.wait(timeout=10) is not None and _wait_gone(rec["pid"], rec["start"], 5)
+    finally:
+        for p in (holder, run):
+            p.kill()
+            p.wait()

@@ -260,3 +260,55 @@ def test_samples_are_made_once_and_never_left_half_made(tmp_path):
     with pytest.raises(OSError):
         ensure_samples(tmp_path / "other", broken, "a test")
     assert not (tmp_path / "other").exists() and [p.name for p in tmp_path.iterdir()] == ["samples_v1"]
+
+
+# ---------- answers no reply can meet, patterns that never finish ----------
+
+
+@pytest.mark.parametrize(
+    "scorer,row,said",
+    [
+        ("numeric", {"answer": "about a dozen"}, "answer 'about a dozen' holds no number"),
+        ("numeric", {"answer": ["12", "n/a"]}, "answer 'n/a' holds no number"),
+        ("mcq", {"answer": "E", "choices": ["red", "blue"]}, "answer 'E' names none of the choices A, B"),
+        ("mcq", {"answer": "green", "choices": {"a": "red", "b": "blue"}}, "answer 'green' names none of the choices"),
+    ],
+)
+def test_an_answer_its_scorer_can_never_meet_is_refused_naming_file_and_line(tmp_path, capsys, scorer, row, said):
+    good = {"id": "ok", "prompt": "p", "answer": "A", "choices": ["one", "two"]} if scorer == "mcq" else None
+    rows = [good or {"id": "ok", "prompt": "p", "answer": "1"}, {"id": "bad", "prompt": "p", **row}]
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    with pytest.raises(DataError, match=f"t.jsonl:2: task 'bad': {said}"):
+        bench(path, scorer=scorer).preflight(["train", "val", "test"])
+    code = cli.main(["+experiment=custom", f"env.data_dir={path}", f"env.options.scorer={scorer}",
+                     f"output_dir={tmp_path / 'out'}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and f"{path}:2: task 'bad'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_answers_a_scorer_can_meet_still_pass(tmp_path):
+    rows = [{"id": f"n{s}", "prompt": "p", "answer": ["1,200", "-3.5e2", "40%"], "split": s} for s in ("train", "val", "test")]  # fmt: skip
+    bench(write_jsonl(tmp_path / "n.jsonl", rows), scorer="numeric").preflight(["train", "val", "test"])
+    rows = [{"id": f"m{s}", "prompt": "p", "choices": {"a": "ay", "b": "bee"}, "answer": ["(b)", "bee", "B. bee"], "split": s} for s in ("train", "val", "test")]  # fmt: skip
+    bench(write_jsonl(tmp_path / "m.jsonl", rows), scorer="mcq").preflight(["train", "val", "test"])
+
+
+def test_a_catastrophic_pattern_is_a_data_error_naming_it_not_a_stall(tmp_path):
+    import time
+
+    rows = [{"id": f"r{s}", "prompt": "p", "answer": ["(a|aa)+$", "(a+)+$"], "split": s} for s in ("train", "val", "test")]  # fmt: skip
+    b = bench(write_jsonl(tmp_path / "t.jsonl", rows), scorer="regex")
+    start = time.monotonic()
+    r = play(b, "train", FakeLLM("<answer>" + "a" * 34 + "b</answer>"))
+    assert time.monotonic() - start < 30  # Python's re takes minutes on this pair
+    assert r.data_error and not r.scored and "'(a|aa)+$'" in r.error and "did not finish" in r.error
+    r = play(b, "train", FakeLLM("<answer>" + "a" * 34 + "</answer>"))  # an answer that matches still scores
+    assert (r.hard, r.scored) == (1.0, True)
+
+
+def test_the_regex_scorer_keeps_python_re_semantics():
+    cases = [(r"^\d{3}-\d{4}$", "555-1234"), (r"(?i)paris", "PARIS"), (r"\bcat\b", "concat"), (r"[]a]", "]"),
+             (r"a{,2}b", "aab"), (r"(?P<x>a)(?P=x)", "aa"), (r"\w+", "été"), (r"^$", "")]  # fmt: skip
+    for pattern, answer in cases:
+        want = 1.0 if __import__("re").search(pattern, answer) else 0.0
+        assert score("regex", f"<answer>{answer}</answer>", [pattern]) == want, pattern

@@ -128,3 +128,54 @@ def test_an_agent_task_with_a_chat_target_is_checked_in_its_workspace(tmp_path):
     (root / "v" / "check").unlink()
     with pytest.raises(skillopt_envs.DataError, match="has no check"):
         skillopt_envs.make("custom", {"data_dir": str(root), "options": {}}).preflight(["train"])
+
+
+@pytest.mark.parametrize("body,status", [("#!/bin/sh\nexit 2\n", 2), ("#!/bin/sh\nno-such-command-here\n", 127)])
+def test_a_check_that_dies_silently_with_a_status_other_than_1_is_a_data_error(sandbox, tmp_path, body, status):
+    out = run_check(sandbox, check(tmp_path, body, name="check"), TASK, "hi", None)
+    assert out.broken and f"exit status {status}" in out.reason, out
+
+
+def test_a_silent_check_that_exits_1_still_scores_0(sandbox, tmp_path):
+    out = run_check(sandbox, check(tmp_path, "#!/bin/sh\nexit 1\n", name="check"), TASK, "hi", None)
+    assert out.value == 0.0
+
+
+def test_a_shell_check_can_use_awk_and_the_basic_etc_files_but_no_secrets(sandbox, tmp_path):
+    body = (
+        "#!/bin/sh\nset -e\nn=$(echo \"a b c\" | awk '{print NF}')\n"
+        "test -r /etc/ld.so.cache\n"
+        "if cat /etc/shadow >/dev/null 2>&1; then echo shadow-readable; exit 1; fi\n"
+        "if ls /etc/ssh >/dev/null 2>&1; then echo ssh-keys-visible; exit 1; fi\n"
+        'test "$n" = 3 && echo 1\n'
+    )
+    out = run_check(sandbox, check(tmp_path, body, name="check"), TASK, "hi", None)
+    assert out.value == 1.0, out
+
+
+def test_a_workspace_with_hard_links_and_a_sparse_file_reaches_the_check_as_it_is(sandbox, tmp_path):
+    """What the jail now sends back whole (a file under two names, 200 MB of holes around a few bytes) goes to the
+    check the same way: the archive on the host holds the data once, the check sees the links and the holes."""
+    from skillopt_envs.custom.check import write_workspace_tar
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("linked")
+    (ws / "b.txt").hardlink_to(ws / "a.txt")
+    with open(ws / "sparse.bin", "wb") as f:
+        f.truncate(200 * 1024 * 1024)
+        f.write(b"head")
+        f.seek(150 * 1024 * 1024)
+        f.write(b"middle")
+    size = write_workspace_tar(ws, tmp_path / "ws.tar")
+    assert (tmp_path / "ws.tar").stat().st_size < 1024 * 1024 and size.largest == 200 * 1024 * 1024
+    body = (
+        "import os, sys\nw = sys.argv[2]\nst = os.stat(os.path.join(w, 'sparse.bin'))\n"
+        "f = open(os.path.join(w, 'sparse.bin'), 'rb'); head = f.read(4); f.seek(150 << 20); mid = f.read(6)\n"
+        "same = os.stat(os.path.join(w, 'a.txt')).st_ino == os.stat(os.path.join(w, 'b.txt')).st_ino\n"
+        "print(st.st_size, st.st_blocks * 512 < (1 << 20), head, mid, same)\n"
+        "print(1 if st.st_size == 200 << 20 and st.st_blocks * 512 < (1 << 20) and head == b'head' "
+        "and mid == b'middle' and same else 0)\n"
+    )
+    out = run_check(sandbox, check(tmp_path, body), TASK, None, ws)
+    assert out.value == 1.0, out

@@ -263,14 +263,16 @@ def test_unpack_refuses_members_that_would_land_outside_or_through_a_link(tmp_pa
         (_member("/abs.txt"), b"no"),
         (_member("workspace/corpus/planted.txt"), b"no"),
         (_member("workspace/corpus"), b"no"),
-        (_member("workspace/hard", tarfile.LNKTYPE, "workspace/ok.txt"), b""),
+        (_member("workspace/hard", tarfile.LNKTYPE, "workspace/ok.txt"), b""),  # a second name: kept
+        (_member("workspace/hard2", tarfile.LNKTYPE, "/etc/passwd"), b""),  # a file not sent first: refused
+        (_member("workspace/hard3", tarfile.LNKTYPE, "workspace/corpus/x"), b""),
         (_member("workspace/sym", tarfile.SYMTYPE, "/etc/passwd"), b""),
         (_member("other/x.txt"), b"no"),
     ]
-    whole, note = unpack_export(_tar(members, tmp_path / "e.tar"), {"workspace": ws})
-    assert whole and note["skipped"] == 0
-    assert (ws / "ok.txt").read_bytes() == b"fine"
-    assert sorted(os.listdir(ws)) == ["corpus", "ok.txt"] and os.listdir(outside) == []
+    got = unpack_export(_tar(members, tmp_path / "e.tar"), {"workspace": ws})
+    assert got.whole and got.note["skipped"] == 0
+    assert (ws / "ok.txt").read_bytes() == b"fine" and (ws / "hard").read_bytes() == b"fine"
+    assert sorted(os.listdir(ws)) == ["corpus", "hard", "ok.txt"] and os.listdir(outside) == []
     assert not (tmp_path / "escape.txt").exists()
 
 
@@ -278,12 +280,10 @@ def test_unpack_of_a_cut_archive_keeps_what_came_whole(tmp_path):
     path = _tar([(_member("workspace/a.txt"), b"a" * 5000)], tmp_path / "e.tar", status=False)
     ws = tmp_path / "ws"
     ws.mkdir()
-    whole, _ = unpack_export(path, {"workspace": ws})
-    assert not whole and (ws / "a.txt").read_bytes() == b"a" * 5000
+    assert not unpack_export(path, {"workspace": ws}).whole and (ws / "a.txt").read_bytes() == b"a" * 5000
     path.write_bytes(path.read_bytes()[:700])  # cut inside the file's data
     (ws / "a.txt").unlink()
-    whole, _ = unpack_export(path, {"workspace": ws})
-    assert not whole
+    assert not unpack_export(path, {"workspace": ws}).whole
 
 
 def test_the_limits_are_config_keys_validated_and_handed_to_the_jail():
@@ -344,6 +344,11 @@ def test_the_limits_hold_for_an_unprivileged_caller_too(tmp_path):
         (top / "pkgs" / "skillopt_envs").mkdir(parents=True)
         (top / "pkgs" / "skillopt_envs" / "__init__.py").write_text("")
         shutil.copy(repo / "envs" / "sandbox.py", top / "pkgs" / "skillopt_envs" / "sandbox.py")
+        (top / "pkgs" / "skillopt_ray" / "harness").mkdir(parents=True)  # the jail's own modules, nothing else
+        for init in ("skillopt_ray", "skillopt_ray/harness"):
+            (top / "pkgs" / init / "__init__.py").write_text("")
+        for name in ("jail_export.py", "jail_launcher.py"):
+            shutil.copy(repo / "skillopt_ray" / "harness" / name, top / "pkgs" / "skillopt_ray" / "harness" / name)
         (top / "driver.py").write_text(NOBODY_DRIVER)
         for d in ("ws", "prefix"):
             (top / d).mkdir()

@@ -49,3 +49,20 @@ def test_a_watcher_exits_within_a_second_of_its_owner_and_a_reused_pid_is_not_th
                 p.kill()
     assert not alive(ident)
     assert not alive({**identity(), "start": "0"})  # same pid, another start time: not the same process
+
+
+def test_an_owner_that_exited_but_is_not_yet_reaped_has_ended():
+    """A SIGKILLed process stays a zombie until its parent waits for it (1.5-2 s for a killed kept-cluster holder):
+    it will never answer again, so it is not alive."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ident = identity(child.pid)
+    assert ident is not None and alive(ident)
+    child.send_signal(signal.SIGKILL)
+    try:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert not alive(ident)  # a zombie: exited, not yet waited for
+    finally:
+        child.wait()

@@ -218,9 +218,9 @@ def test_choice_dicts_keep_their_labels_as_given_and_still_score():
     row = {"mcq": {"question": "Q?", "choices": {"b": "two", "a": "one", "c": "three"}, "correct_choice": "b."}}
     item = lm.normalize_row(row, 0, "202512")
     # the reference's rule: the sorted keys are the labels unchanged; the correct label is normalised (B), and its
-    # text is filled only from a choice labelled exactly B, so it stays empty
+    # missing text is filled from the choice whose label is B once normalised (b)
     assert item["choices"] == [{"label": k, "text": t} for k, t in (("a", "one"), ("b", "two"), ("c", "three"))]
-    assert item["correct_choice"] == {"label": "B", "text": ""}
+    assert item["correct_choice"] == {"label": "B", "text": "two"}
     with_text = {**row, "mcq": {**row["mcq"], "correct_choice": {"label": "b", "text": "two"}}}
     assert {"label": "B", "text": "two"} in lm.normalize_row(with_text, 0, "202512")["choices"]  # absent: appended
     assert lm.normalize_row({"mcq": {**row["mcq"], "choices": {"B": "2", "A": "1"}}}, 0)["choices"][0]["label"] == "A"
@@ -281,3 +281,44 @@ def test_an_unreadable_file_is_one_line_naming_it(tmp_path):
     with pytest.raises(DataError) as e:
         bm.LiveMathBenchmark({"data_dir": str(root)}).load_split("train")
     assert str(e.value).startswith(f"{bad.resolve()} cannot be read (") and "\n" not in str(e.value)
+
+
+def test_a_correct_choice_given_by_label_only_takes_its_text_from_the_choices():
+    """The reference fills a correct choice's missing text from the choice with that label: `{"label": "a"}` with
+    choices `{"a": "ay", ...}` (a dict's keys stay as given, the correct label is normalised to `A`) is "ay"."""
+    from skillopt_envs.livemathematicianbench.data import coerce_choices, coerce_correct, normalize_row
+
+    choices = coerce_choices({"a": "ay", "b": "bee"})
+    correct, after = coerce_correct({"label": "a"}, choices)
+    assert correct == {"label": "A", "text": "ay"} and after == choices
+    assert coerce_correct("b)", choices)[0] == {"label": "B", "text": "bee"}
+    assert coerce_correct({"label": "C"}, choices)[0] == {"label": "C", "text": ""}  # no such choice: still none
+    row = normalize_row({"question": "q", "choices": {"a": "ay", "b": "bee"}, "correct_choice": {"label": "a"}}, 0)
+    assert row is not None and row["correct_choice"] == {"label": "A", "text": "ay"}
+
+
+def _test_only_folder(root: Path) -> Path:
+    item = {"id": "202512:1", "question": "Q?", "choices": [{"label": "A", "text": "one"}, {"label": "B", "text": "two"}],
+            "correct_choice": {"label": "B", "text": "two"}, "theorem_type": ["x"], "month": "202512", "no": 1}  # fmt: skip
+    for s in ("train", "val", "test"):
+        (root / s).mkdir(parents=True)
+        (root / s / "items.json").write_text(json.dumps([item] if s == "test" else []))
+    return root
+
+
+def test_a_test_only_data_folder_serves_an_evaluation_and_says_what_runs(tmp_path):
+    """An evaluation reads only the split it evaluates: a folder whose train and val are empty serves eval.split=test
+    and eval.split=all (which evaluates test alone, as the start-up line says); training is still refused."""
+    b = bm.LiveMathBenchmark({"data_dir": str(_test_only_folder(tmp_path / "d"))})
+    b.preflight(["test"])
+    b.preflight(["all"])
+    assert [t.task_id for t in b.load_split("all")] == ["202512:1"]
+    note = b.data_note()
+    assert "0/0/1 train/val/test" in note and "the train and val splits are empty" in note
+    assert "eval.split=all evaluates test alone" in note
+    with pytest.raises(DataError, match="train split .* is empty"):
+        b.preflight(["train", "val", "test"])
+    for s in ("train", "val", "test"):
+        (tmp_path / "d" / s / "items.json").write_text("[]")
+    with pytest.raises(DataError, match="is empty"):
+        bm.LiveMathBenchmark({"data_dir": str(tmp_path / "d")}).load_split("all")

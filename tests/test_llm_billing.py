@@ -91,3 +91,22 @@ def test_the_run_summary_names_unread_replies():
     }
     assert "plus 2 replies billed but cut off in transit, never read (~130 tokens estimated)" in summary_table(s)
     assert "cut off in transit" not in summary_table({**s, "tokens": {**tokens, "unread": 0}})
+
+
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_200_whose_connection_closes_half_way_is_unread_not_forgotten(srv, run, http_client, api):
+    """The headers announce the whole reply's length; the connection closes after half of it. The endpoint billed
+    that reply: it is retried and counted as `unread`, like a body cut off with a consistent Content-Length."""
+    srv.inject(Fault(200, hang_up_midway=True), Fault(200, hang_up_midway=True))
+    gw = gateway(srv.base_url, role={"http_client": http_client, "api": api})
+    res = run(gw.chat(req(1)))
+    assert "x" * 40 in res.content and srv.state.attempts == 3
+    e = gw.ledger.entries["target/rollout"]
+    assert (e.calls, e.unread) == (1, 2)
+    assert e.unread_tokens_est > 2 * 50  # the prompt's estimate plus half of each body that arrived
+    srv.inject(*[Fault(200, hang_up_midway=True)] * 3)
+    gw = gateway(srv.base_url, retries=2, role={"http_client": http_client, "api": api})
+    with pytest.raises(LLMUnavailable) as err:
+        run(gw.chat(req(2)))
+    assert err.value.unread == 3 and gw.ledger.totals()["unread"] == 3 and "cut off after" in err.value.message

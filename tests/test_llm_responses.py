@@ -302,6 +302,21 @@ def test_a_silent_responses_endpoint_is_named_by_the_probe(silent_port, run):
     assert time.monotonic() - t0 < 5 and "nothing answered" in e.value.message  # not the 60 s read timeout
 
 
+def test_a_hung_responses_route_is_named_by_a_probe_of_that_route(run):
+    with ScriptedServer(policy=_answer) as srv:
+        srv.route_hang_s = 30.0  # GET /v1/models still answers
+        gw = gateway(srv.base_url, role=dict(timeout_s=20.0, silence_probe_s=0.5))
+        t0 = time.monotonic()
+        with pytest.raises(LLMUnavailable) as e:
+            run(gw.chat(req("anyone?")))
+        assert time.monotonic() - t0 < 3 and "POST /responses" in e.value.message
+    with ScriptedServer(policy=_answer) as srv:  # a slow call on a live route is waited for, probed on its route
+        srv.inject(Fault(200, hang_s=1.5, finish_reason="stop"))
+        gw = gateway(srv.base_url, role=dict(silence_probe_s=0.3))
+        assert json.loads(run(gw.chat(req("slow"))).content) == {"answer": "slow"}
+        assert srv.state.attempts == 1 and srv.state.refused >= 1
+
+
 def test_concurrency_limit_and_call_budget_hold_for_responses(run):
     with ScriptedServer(policy=_answer, latency_s=0.2) as srv:
         gw = gateway(srv.base_url, role=dict(max_concurrency=2), budget=BudgetConfig(max_calls=5))

@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 import time
+import urllib.request
 
 import pytest
 from scripted_server import Fault, ScriptedServer
@@ -231,10 +232,25 @@ def test_a_silent_endpoint_is_named_quickly_and_within_60s_by_default(silent_por
 
 def test_a_slow_endpoint_that_is_alive_is_waited_for(run):
     with ScriptedServer(policy=_echo) as srv:
-        srv.inject(Fault(200, hang_s=1.5, finish_reason="stop"))  # /v1/models still answers
+        srv.inject(Fault(200, hang_s=1.5, finish_reason="stop"))  # this call is slow; the route answers others
         gw = gateway(srv.base_url, role=dict(silence_probe_s=0.3))
         assert json.loads(run(gw.chat(req(3))).content)["answer"] == "q3"
-        assert srv.state.attempts == 1
+        assert srv.state.attempts == 1 and srv.state.refused >= 1  # probed, refused at once, nothing billed
+
+
+def test_a_hung_chat_route_is_named_quickly_though_models_still_answers(run):
+    """The run needs its chat route: an endpoint whose GET /models answers while every chat request hangs is
+    silent for the run (it took timeout_s, 121 s at the defaults, to stop a run)."""
+    with ScriptedServer(policy=_echo) as srv:
+        srv.route_hang_s = 30.0
+        with urllib.request.urlopen(srv.base_url + "/models", timeout=5) as r:
+            assert r.status == 200
+        gw = gateway(srv.base_url, role=dict(timeout_s=20.0, silence_probe_s=0.5), window=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(LLMUnavailable) as e:
+            run(gw.chat(req(5)))
+        assert time.monotonic() - t0 < 3  # not the 20 s read timeout
+        assert "nothing answered for 0.5s" in e.value.message and "POST /chat/completions" in e.value.message
 
 
 # --- replies the endpoint ended itself ----------------------------------------------------------------------------

@@ -499,3 +499,26 @@ def test_custom_search_loop_against_a_local_search_proxy(tmp_path, monkeypatch):
     assert kinds == ["user", "message", "tool_call", "user", "message"]
     assert r.trajectory[2]["command"] == "custom_search(['gold 1944', 'stock'])"
     assert r.info["predicted_answer"] == "22.7"
+
+
+def test_manifest_ids_missing_from_the_split_files_are_counted_and_named(tmp_path):
+    """A data folder of split files with env.manifest_dir naming ids: the manifest picks from every split file's
+    questions; ids the files lack are counted and named, never 'holds neither train/ val/ test/'."""
+    data, man = tmp_path / "data", tmp_path / "man"
+    for i, s in enumerate(("train", "val", "test")):
+        (data / s).mkdir(parents=True)
+        rows = [{"uid": f"U{i}{j}", "question": f"q{i}{j}", "answer": str(j), "category": "easy"} for j in range(2)]
+        (data / s / "items.json").write_text(json.dumps(rows))
+        (man / s).mkdir(parents=True)
+    (man / "train" / "items.json").write_text(json.dumps([{"id": "U21"}, {"id": "U00"}]))
+    (man / "val" / "items.json").write_text(json.dumps([{"id": "U10", "category": "hard"}]))
+    (man / "test" / "items.json").write_text(json.dumps([{"id": "U11"}, {"id": "GONE1"}, {"id": "GONE2"}]))
+    (data / "docs").mkdir()
+    b = OfficeQABenchmark({"data_dir": str(data), "manifest_dir": str(man), "options": {"docs_dirs": ["docs"]}})
+    assert [t.task_id for t in b.load_split("train")] == ["U21", "U00"]  # the manifest's order, from any file
+    assert [t.task_type for t in b.load_split("val")] == ["hard"]  # the manifest's category wins
+    with pytest.raises(DataError) as e:
+        b.preflight(["train", "val", "test"])
+    msg = str(e.value)
+    assert msg.startswith("2 ids of the test split") and "(GONE1, GONE2)" in msg and "holds neither" not in msg
+    assert "\n" not in msg

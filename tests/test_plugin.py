@@ -161,3 +161,27 @@ def test_a_plugin_in_a_ray_jobs_working_dir_is_imported_on_the_env_actors(plugin
     assert p.returncode == 0 and "succeeded" in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
     summary = json.loads(next((tmp_path / "out" / "runs").glob("*/summary.json")).read_text())
     assert summary["test"]["best"]["hard"] == 1.0, summary["test"]
+
+
+def test_an_edited_plugin_class_is_a_new_run_and_a_named_one_refuses_to_resume(plugin_dir, monkeypatch, tmp_path):
+    """The plugin's code was not in the run identity: an edited class resumed with the old class's scores."""
+    from skillopt_ray.cli import load
+    from skillopt_ray.cli.errors import UsageError
+    from skillopt_ray.cli.identity import check_or_record, identity_record
+
+    monkeypatch.syspath_prepend(str(plugin_dir))
+    for name in [m for m in sys.modules if m.split(".")[0] == "my_plugin"]:  # another test's copy of the plugin
+        monkeypatch.delitem(sys.modules, name)
+    over = ["+experiment=plugin", "env.benchmark=my_plugin.bench:EchoBench", f"output_dir={tmp_path / 'out'}"]
+    before = identity_record(load(over))
+    assert identity_record(load(over)) == before  # stable while nothing changes
+    rd = tmp_path / "named"
+    rd.mkdir()
+    check_or_record(rd, before, resuming=True)
+    bench = plugin_dir / "my_plugin" / "bench.py"
+    bench.write_text(bench.read_text() + "\n# an edit of the plugin's module\n")
+    after = identity_record(load(over))
+    assert after["identity"] != before["identity"]
+    with pytest.raises(UsageError) as e:
+        check_or_record(rd, after, resuming=True)
+    assert "the benchmark plugin's code changed" in str(e.value) and "\n" not in str(e.value)

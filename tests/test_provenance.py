@@ -61,14 +61,14 @@ def test_code_hash_covers_code_and_prompts(tmp_path, monkeypatch):
     assert len(set(hashes)) == 3
 
 
-def _data(tmp_path: Path, run_name: str | None = None) -> dict:
+def _data(tmp_path: Path, run_name: str | None = None, *extra: str) -> dict:
     from skillopt_ray.cli import load
 
     over = ["+experiment=searchqa", f"output_dir={tmp_path / 'out'}"] + ([f"run_name={run_name}"] if run_name else [])
-    return load(over)
+    return load([*over, *extra])
 
 
-def test_changed_code_makes_a_new_run_or_refuses_a_named_one(tmp_path, monkeypatch):
+def test_changed_code_makes_a_new_run_and_a_named_one_resumes_saying_so(tmp_path, monkeypatch, capsys):
     from skillopt_ray.cli.launch import run_dir_for
 
     monkeypatch.setattr(provenance, "code_hash", lambda: "aaaa")
@@ -80,6 +80,38 @@ def test_changed_code_makes_a_new_run_or_refuses_a_named_one(tmp_path, monkeypat
     identity.check_or_record(rd, identity.identity_record(named), resuming=True)
     monkeypatch.setattr(provenance, "code_hash", lambda: "bbbb")
     assert run_dir_for(data) != before  # a derived run directory: a new run
-    with pytest.raises(UsageError) as e:  # a named one: refused, saying why
-        identity.check_or_record(rd, identity.identity_record(named), resuming=True)
-    assert "the code or prompts changed (code hash aaaa -> bbbb)" in str(e.value) and "\n" not in str(e.value)
+    identity.check_or_record(rd, identity.identity_record(named), resuming=True)  # a named one: asked for, resumed
+    said = capsys.readouterr().err
+    assert f"resuming {rd}, made by other code (the code or prompts changed (code hash aaaa -> bbbb))" in said
+    (tmp_path / "skill.md").write_text("# mine\n")  # anything else that changed still refuses
+    with pytest.raises(UsageError) as e:
+        identity.check_or_record(
+            rd,
+            identity.identity_record(_data(tmp_path, "mine", "skill_init=" + str(tmp_path / "skill.md"))),
+            resuming=True,
+        )
+    assert "cannot resume" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_new_run_after_a_code_edit_names_the_run_made_before_it_and_how_to_resume_it(tmp_path, monkeypatch, capsys):
+    """An edited comment between a kill and the rerun started a new run, paying again (71 requests for a 56-call
+    run), without a word."""
+    from skillopt_ray.cli.launch import prepare_run_dir, run_dir_for
+
+    monkeypatch.setattr(provenance, "code_hash", lambda: "aaaa")
+    data = _data(tmp_path)
+    old = run_dir_for(data)
+    prepare_run_dir(old, data, identity.identity_record(data))
+    (old / "state.json").write_text("{}")  # killed after its first stage
+    monkeypatch.setattr(provenance, "code_hash", lambda: "bbbb")
+    record = identity.identity_record(data)
+    new = run_dir_for(data, record)
+    capsys.readouterr()
+    prepare_run_dir(new, data, record)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"note: {old} holds a run of this configuration made by other code")
+    assert f"starts a new one in {new}" in line and f"run_name={old.name}" in line
+    named = _data(tmp_path, old.name)  # as the note says: that run, resumed
+    assert run_dir_for(named) == old
+    prepare_run_dir(old, named, identity.identity_record(named))
+    assert f"resuming {old}, made by other code" in capsys.readouterr().err

@@ -39,6 +39,18 @@ def test_env_difference_ignores_what_a_shell_sets_and_rays_own_settings():
     assert service.env_difference(gone, ours) == ["OPENAI_API_KEY"]  # unset since `up` counts too
 
 
+def test_a_command_started_through_a_pyenv_shim_counts_as_the_same_environment():
+    """A pyenv shim sets PYENV_* and puts its folders first on PATH: nothing there changes a run (it was refused, and
+    the command ran attached, 2.4 s to its first call instead of 0.3 s)."""
+    root = "/home/u/.pyenv"
+    ours = {"HOME": "/home/u", "PATH": "/usr/local/bin:/usr/bin", "PYENV_ROOT": root, "OPENAI_API_KEY": "a"}
+    shim = dict(ours, PATH=f"{root}/versions/3.11.9/bin:{root}/libexec:{root}/shims:/usr/local/bin:/usr/bin")
+    shim |= {"PYENV_VERSION": "3.11.9", "PYENV_DIR": "/work", "PYENV_HOOK_PATH": f"{root}/pyenv.d"}
+    assert service.env_difference(shim, ours) == []
+    assert service.env_difference(dict(shim, PATH="/opt/tools/bin:" + shim["PATH"]), ours) == ["PATH"]  # a real one
+    assert service.env_difference(dict(shim, OPENAI_API_KEY="b"), ours) == ["OPENAI_API_KEY"]
+
+
 @pytest.mark.parametrize(
     ("argv", "env", "offered"),
     [
@@ -221,6 +233,38 @@ def test_stopping_the_command_stops_the_served_run_and_the_holder_serves_the_nex
     assert not drivers & set(_actor_processes(b"ray::DriverActor"))  # ... is gone
 
 
+@pytest.mark.slow
+def test_down_during_a_served_run_refuses_then_ends_it_with_a_line_saying_why_and_how_to_resume(tmp_path):
+    """`cluster down` during a served run ended it with exit 1 and no line on either side."""
+    from bench_small_eval import reply, write_tasks
+    from scripted_server import ScriptedServer
+
+    home = tmp_path / "cluster"
+    up = _cli(home, "up", "--json", "--object-store-mb", "128")
+    assert up.returncode == 0, up.stderr
+    rec = json.loads(up.stdout.strip().splitlines()[-1])
+    try:
+        with ScriptedServer(policy=reply, latency_s=0.5) as srv:
+            k = {"tasks": write_tasks(tmp_path / "data", 6), "srv": srv, "work": tmp_path}
+            cmd = _eval_cmd(k, "out", concurrency=1)  # 6 x 0.5 s one after another
+            proc = subprocess.Popen(cmd, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 120
+            while not srv.state.request_times and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert srv.state.request_times, "the run never called the model"
+            refused = _cli(home, "down")
+            assert refused.returncode == 2 and f"pid {proc.pid} (served: python -m skillopt_ray" in refused.stderr
+            assert "--force" in refused.stderr and start_ticks(rec["pid"]) == rec["start"]
+            forced = _cli(home, "down", "--force")
+            out, err = proc.communicate(timeout=120)
+    finally:
+        _cli(home, "down", "--force")
+    assert forced.returncode == 0 and f"ends 1 run(s): pid {proc.pid}" in forced.stderr
+    assert proc.returncode == EXIT_STOPPED, err
+    assert f"the kept cluster (holder pid {rec['pid']}) is being stopped" in err
+    assert "rerun the same command to resume" in err
+
+
 def _ask_as(uid: int, sock: str, request: bytes) -> bytes:
     """What the service answers a process of user `uid` (a forked child) that sends `request`."""
     read, write = os.pipe()
@@ -266,7 +310,7 @@ def test_the_socket_is_the_users_own_and_a_differing_environment_is_sent_back(ba
     assert bare_service.path.stat().st_mode & 0o777 == 0o700
     request = json.dumps({"argv": [], "cwd": "/", "env": {"HOME": "/root", "OPENAI_API_KEY": "b"}}).encode() + b"\n"
     answer = json.loads(_ask_as(os.getuid(), sock, request))
-    assert answer == {"own": "its environment differs from the kept cluster's (OPENAI_API_KEY)"}
+    assert answer["own"].startswith("its environment differs from the kept cluster's (OPENAI_API_KEY); to serve it")
     assert bare_service._queue.empty()  # nothing was queued to run
 
 

@@ -20,7 +20,16 @@ from typing import Any, Optional, Union
 
 from skillopt_envs.base import LLM, AgentTask, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
 from skillopt_envs.custom import check as checks
-from skillopt_envs.custom.scorers import GRADED, SCORERS, ScoreInput, check_patterns, choice_labels, extract_answer
+from skillopt_envs.custom.scorers import (
+    GRADED,
+    SCORERS,
+    ScoreInput,
+    Unscorable,
+    check_patterns,
+    choice_labels,
+    extract_answer,
+    unscorable_answer,
+)
 from skillopt_envs.custom.tasks import UserTask, read_source, task_check
 from skillopt_envs.kit import SPLITS, agent_runner, chat, data_root, parse_ratio, ratio_split, split_name
 
@@ -159,6 +168,9 @@ class CustomBenchmark(Benchmark):
                 check_patterns(t.golds, where)
             except ValueError as e:
                 raise DataError(str(e)) from None
+        unmet = unscorable_answer(scorer, t.golds, t.raw)
+        if unmet:
+            raise DataError(f"{t.where or where}: task {t.id!r}: {unmet}; fix the answer or use another scorer")
 
     def load_split(self, split: str) -> list[Task]:
         if split == "all":
@@ -237,7 +249,13 @@ class CustomBenchmark(Benchmark):
             out = await asyncio.to_thread(checks.run_check, self._get_sandbox(), self.check, t.raw, reply, None)
             return self._check_result(task, t, reply, answer, out, system, user, info)
         inp = ScoreInput(reply, answer, t.golds, t.raw, self.options.tolerance)
-        s = SCORERS[self.options.scorer](inp)
+        scorer = SCORERS[self.options.scorer]
+        try:  # a regex match may run up to its time limit: off the event loop the other episodes share
+            s = await asyncio.to_thread(scorer, inp) if self.options.scorer == "regex" else scorer(inp)
+        except Unscorable as e:
+            r = self._result(task, t, reply, answer, 0.0, str(e), system, user, info)
+            r.fail_reason, r.error = "data_error", f"data: {e}"
+            return r
         return self._result(task, t, reply, answer, s.value, s.reason, system, user, info)
 
     def _get_sandbox(self) -> checks.Sandbox:

@@ -2,14 +2,15 @@
 an agent task, `check <task.json> <workspace>`.
 
 How its run becomes a score: the last non-empty line of its output is the score when it is a number in [0, 1]; a
-check that prints nothing scores by its exit status (0: 1.0, anything else: 0.0). A check that crashes (a Python
-traceback, a signal, the time limit), prints a number outside [0, 1] or prints something that is not a number has
+check that prints nothing scores by its exit status (0: 1.0, 1: 0.0). A check that crashes (a Python traceback, a
+signal, the time limit, a silent exit with any other status: 127 is the shell's "command not found"), prints a number outside [0, 1] or prints something that is not a number has
 broken, not the reply: the task counts as a data error, never as a 0 that looks real.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError
+from skillopt_envs.holes import SPARSE, RangeReader, data_ranges
 from skillopt_envs.sandbox import Limits, Sandbox, head_and_tail
 
 # a score as a person writes it: ASCII digits, an optional sign, point and exponent (float() alone also takes
@@ -27,13 +29,32 @@ from skillopt_envs.sandbox import Limits, Sandbox, head_and_tail
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 OUTPUT_CHARS = 1500  # of the check's stdout and stderr, each, shown to the analysts
 
-# main.py in the sandbox: unpack the workspace when there is one, then run the check with the task's two arguments
+# main.py in the sandbox: unpack the workspace when there is one (a sparse file's data comes packed: put each range
+# back at its offset, holes between), then run the check with the task's two arguments
 _WRAPPER = r"""
 import json, os, signal, subprocess, sys, tarfile
 cfg = json.load(open("run.json"))
+
+def unpack_sparse(path, size, ranges):
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    out = os.open(path + ".sparse", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    at = 0
+    for offset, length in ranges:
+        for done in range(0, length, 1 << 20):
+            n = min(length - done, 1 << 20)
+            os.pwrite(out, os.pread(fd, n, at + done), offset + done)
+        at += length
+    os.ftruncate(out, size)
+    os.close(fd)
+    os.close(out)
+    os.replace(path + ".sparse", path)
+
 if cfg["tar"]:
     with tarfile.open("workspace.tar") as t:
         t.extractall("workspace", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        for m in t.getmembers():
+            if m.isfile() and "@SPARSE@" in m.pax_headers:
+                unpack_sparse(os.path.join("workspace", m.name), *json.loads(m.pax_headers["@SPARSE@"]))
     os.remove("workspace.tar")
 os.chmod(cfg["check"], 0o755)
 argv = [sys.executable, cfg["check"]] if cfg["python"] else [os.path.abspath(cfg["check"])]
@@ -45,7 +66,7 @@ if rc < 0:  # the check died of a signal: die of it too, so the sandbox reports 
     os.kill(os.getpid(), -rc)
     sys.exit(128 - rc)
 sys.exit(rc)
-"""
+""".replace("@SPARSE@", SPARSE)
 
 
 @dataclass(frozen=True)
@@ -83,16 +104,27 @@ class WorkspaceSize:
 
 
 def write_workspace_tar(folder: Path, dest: Path) -> WorkspaceSize:
-    """The agent's workspace as a tar archive at `dest` (regular files and folders; links are left out), written as
-    it goes rather than held in memory: the agent's jail lets a workspace reach its disk limit."""
+    """The agent's workspace as a tar archive at `dest` (regular files and folders; symlinks are left out, a hard
+    link goes as a link, a sparse file by its data), written as it goes rather than held in memory: the agent's
+    jail lets a workspace reach its disk limit."""
     size = WorkspaceSize()
-    with tarfile.open(dest, mode="w") as tar:
+    with tarfile.open(dest, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for p in sorted(folder.rglob("*")):
             if p.is_symlink() or not (p.is_file() or p.is_dir()):
                 continue
-            tar.add(str(p), arcname=str(p.relative_to(folder)), recursive=False)
-            n = p.stat().st_size if p.is_file() else 0
-            size = WorkspaceSize(size.total + n, max(size.largest, n), size.entries + 1)
+            info = tar.gettarinfo(str(p), arcname=str(p.relative_to(folder)))
+            if not info.isfile():  # a folder, or a second name of a file already in (tarfile keeps the inode)
+                tar.addfile(info)
+                size = WorkspaceSize(size.total, size.largest, size.entries + 1)
+                continue
+            with open(p, "rb") as f:
+                st = os.fstat(f.fileno())
+                ranges = data_ranges(f.fileno(), st.st_size) if st.st_blocks * 512 < st.st_size else None
+                if ranges is not None:
+                    info.size = sum(n for _, n in ranges)
+                    info.pax_headers = {SPARSE: json.dumps([st.st_size, ranges])}
+                tar.addfile(info, io.BufferedReader(RangeReader(f.fileno(), ranges)) if ranges is not None else f)
+            size = WorkspaceSize(size.total + info.size, max(size.largest, st.st_size), size.entries + 1)
     return size
 
 
@@ -100,7 +132,8 @@ def sized_for(sandbox: Sandbox, size: WorkspaceSize) -> Sandbox:
     """`sandbox`, or a copy with room for the workspace twice over (its archive and the unpacked files), its largest
     file and its entries: a workspace the check cannot unpack would hide the task as a broken check."""
     lim, mb = sandbox.limits, 1 << 20
-    disk_mb, file_mb, files = 2 * size.total // mb + 64, size.largest // mb + 2, size.entries + 1024
+    # the archive, the unpacked files and, for a sparse file, its data once more while its holes are put back
+    disk_mb, file_mb, files = 3 * size.total // mb + 64, size.largest // mb + 2, size.entries + 1024
     if disk_mb <= lim.disk_mb and file_mb <= lim.file_mb and files <= lim.disk_files:
         return sandbox
     bigger = copy.copy(sandbox)
@@ -144,6 +177,8 @@ def verdict(returncode: int, timed_out: bool, stdout: str, stderr: str, describe
     if returncode != 0 and "Traceback (most recent call last)" in stderr:
         return CheckOutcome(None, f"the check crashed (exit status {returncode}; its traceback is below)", output)
     lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
+    if not lines and returncode not in (0, 1):  # 2 and up: the shell's own errors (127: no such command) and others
+        return CheckOutcome(None, f"the check printed no score and ended with exit status {returncode}", output)
     if not lines:
         value = 1.0 if returncode == 0 else 0.0
         return CheckOutcome(value, f"the check printed nothing and exited with status {returncode}", output)

@@ -12,11 +12,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import regex as _regex
 from skillopt_envs.kit import anls, best_f1, normalize
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# one regex match's time limit: a pattern such as (a|aa)+$ backtracks for ever on a long enough reply
+REGEX_TIMEOUT_S = 1.0
+
+
+class Unscorable(Exception):
+    """The task's answer cannot be compared with this reply (a pattern that does not finish): a data error naming
+    the answer, never a 0 that looks real."""
 
 
 @dataclass(frozen=True)
@@ -125,8 +133,17 @@ def numeric(x: ScoreInput) -> Score:
 
 
 def regex(x: ScoreInput) -> Score:
+    """Python's `re` syntax, matched by the `regex` package (the same syntax in its default version) because it can
+    stop a match that runs too long: such a pattern makes the task Unscorable."""
     for pattern in x.golds:
-        if re.search(pattern, x.answer):
+        try:
+            hit = _regex.search(pattern, x.answer, timeout=REGEX_TIMEOUT_S, concurrent=True)
+        except TimeoutError:
+            raise Unscorable(
+                f"the answer pattern {pattern!r} did not finish matching a {len(x.answer)}-character answer within "
+                f"{REGEX_TIMEOUT_S:g}s (catastrophic backtracking); rewrite it without nested repetition like (a+)+"
+            ) from None
+        if hit:
             return Score(1.0, f"{x.answer!r} matches the pattern {pattern!r}")
     return Score(0.0, f"{x.answer!r} matches none of the patterns {x.golds}")
 
@@ -145,9 +162,25 @@ GRADED = ("f1", "anls")
 
 
 def check_patterns(golds: list[str], where: str) -> None:
-    """Every regex answer compiles; ValueError naming the task and the pattern otherwise."""
+    """Every regex answer compiles (in `re` and in the `regex` package that matches it); ValueError naming the task
+    and the pattern otherwise."""
     for p in golds:
         try:
             re.compile(p)
-        except re.error as e:
+            _regex.compile(p)
+        except (re.error, _regex.error) as e:
             raise ValueError(f"{where}: answer {p!r} is not a valid regular expression ({e})") from None
+
+
+def unscorable_answer(scorer: str, golds: list[str], task: dict[str, Any]) -> str:
+    """Why one of a task's answers can never be met by `scorer` ("" when each can): a numeric answer holding no
+    number, an mcq answer naming none of the choices."""
+    if scorer == "numeric":
+        bad = next((g for g in golds if parse_number(g) is None), None)
+        return f"answer {bad!r} holds no number, which scorer=numeric compares" if bad is not None else ""
+    if scorer == "mcq" and task.get("choices"):
+        labels = choice_labels(task.get("choices"))
+        bad = next((g for g in golds if not read_choice(g, labels)), None)
+        if bad is not None:
+            return f"answer {bad!r} names none of the choices {', '.join(labels)} (give a label or a choice's text)"
+    return ""

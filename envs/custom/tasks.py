@@ -35,6 +35,7 @@ class UserTask:
     split: Optional[str]
     raw: dict[str, Any]
     folder: Optional[str] = None
+    where: str = ""  # the file and line (or task.json) it came from, for errors found later
 
 
 def parse_task(raw: Any, where: str) -> UserTask:
@@ -50,7 +51,7 @@ def parse_task(raw: Any, where: str) -> UserTask:
     prompt = raw.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise DataError(f"{where}: task {tid!r} has no prompt (a non-empty string); {_FIX}")
-    return UserTask(str(tid), prompt, _golds(raw.get("answer"), where), _split(raw, where), raw)
+    return UserTask(str(tid), prompt, _golds(raw.get("answer"), where), _split(raw, where), raw, where=where)
 
 
 def _golds(answer: Any, where: str) -> list[str]:
@@ -129,7 +130,7 @@ def read_agent_task(folder: Path, shared_check: Optional[Path]) -> UserTask:
     task = parse_task(raw, str(folder / "task.json"))
     if shared_check is None and not any((folder / c).is_file() for c in CHECK_NAMES):
         raise DataError(f"{folder} has no check; add an executable `check` (or check.py) or set env.options.check")
-    return UserTask(task.id, task.prompt, task.golds, task.split, raw, str(folder))
+    return UserTask(task.id, task.prompt, task.golds, task.split, raw, str(folder), task.where)
 
 
 def task_check(task: UserTask, shared_check: Optional[Path]) -> Optional[Path]:

@@ -196,8 +196,21 @@ class LiveMathBenchmark(Benchmark):
         notes.append("as in the paper's split" if sizes.is_paper else f"the paper's split has {paper}")
         return f"{sizes.text()} train/val/test ({'; '.join(notes)})"
 
+    def _empty_note(self, sizes: lm.SplitSizes) -> str:
+        """A data folder for evaluation alone may hold only some splits: say which are empty and what still runs."""
+        empty = [s for s in lm.SPLITS if not sizes.counts[s]]
+        if not empty or len(empty) == len(lm.SPLITS):
+            return ""
+        held = [s for s in lm.SPLITS if s not in empty]
+        return (
+            f"; the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty: an evaluation of "
+            f"{' or '.join(held)} runs (eval.split=all evaluates {' and '.join(held)} alone), training does not"
+        )
+
     def _defects_note(self) -> str:
-        broken = [d for s in lm.SPLITS for t in self.load_split(s) if (d := t.payload.get("data_error"))]
+        broken = [
+            d for s in lm.SPLITS if self._items(s) for t in self.load_split(s) if (d := t.payload.get("data_error"))
+        ]
         if not broken:
             return ""
         return (
@@ -212,11 +225,13 @@ class LiveMathBenchmark(Benchmark):
                 "LiveMathematicianBench: no data configured (env.data_dir / LIVEMATH_DATA) - using built-in sample "
                 f"items (raw format, four choices) in {self._root}, {sizes.text()} train/val/test"
             )
-        return f"LiveMathematicianBench: {self._where()}, {self._sizes_note(sizes)}{self._defects_note()}"
+        notes = self._empty_note(sizes) + self._defects_note()
+        return f"LiveMathematicianBench: {self._where()}, {self._sizes_note(sizes)}{notes}"
 
     def load_split(self, split: str) -> list[Task]:
-        if split == "all":
-            return [t for s in lm.SPLITS for t in self.load_split(s)]
+        if split == "all":  # the splits that hold items; none at all is refused by the first one's error
+            held = [s for s in lm.SPLITS if self._items(s)] or [lm.SPLITS[0]]
+            return [t for s in held for t in self.load_split(s)]
         items = split_items(split, self._items, "LiveMathematicianBench", self._root)
         return [Task(str(it["id"]), lm.task_type_of(it), _payload(it)) for it in items]
 

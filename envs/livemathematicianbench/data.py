@@ -96,8 +96,9 @@ def coerce_correct(raw: Any, choices: list[dict[str, str]]) -> tuple[dict[str, s
     else:
         label, text = normalize_label(raw), ""
     by_label = {c["label"]: c["text"] for c in choices}
-    if not text:
-        text = by_label.get(label, "")
+    if not text:  # the reference fills it from the choice whose label, normalised, is the correct one's
+        by_normal = {normalize_label(c["label"]): c["text"] for c in reversed(choices)}
+        text = by_label.get(label) or by_normal.get(label, "")
     elif label and label not in by_label:
         choices = sorted([*choices, {"label": label, "text": text}], key=_letter_order)
     return {"label": label, "text": text}, choices

@@ -177,6 +177,8 @@ class OfficeQABenchmark(Benchmark):
         if manifests is None:
             return oq.read_split_folder(self._root / folder, folder)
         csv_path = self._root / oq.FULL_CSV
+        if not csv_path.is_file() and any(oq.split_file(self._root / s) for s in oq.SPLITS):
+            return oq.items_from_split_files(self._root, manifests, folder)  # env.manifest_dir picks from them
         if not csv_path.is_file():
             raise DataError(
                 f"{self._root} holds neither train/ val/ test/ split files nor {oq.FULL_CSV}; download the gated "

@@ -167,13 +167,39 @@ def items_from_full_csv(csv_path: Path, manifest_dir: Path, split: str) -> list[
     return out
 
 
-def missing_ids_message(missing: list[str], split: str, manifest_dir: Path, csv_path: Path) -> str:
-    """The manifest names questions the given CSV does not have: say which (a few) and how many."""
+def items_from_split_files(root: Path, manifest_dir: Path, split: str) -> list[dict[str, Any]]:
+    """The split's questions picked by the manifest, in its order, from the items of every split file in `root`
+    (a data folder of split files without officeqa_full.csv); a manifest field wins over the item's, as above."""
+    pool = {it["id"]: it for s in SPLITS if split_file(root / s) for it in read_split_folder(root / s, s)}
+    folder = split_folder(split)
+    out, missing = [], []
+    for entry in read_manifest(manifest_dir, folder):
+        uid = str(entry.get("uid") or entry.get("id")).strip()
+        if uid not in pool:
+            missing.append(uid)
+            continue
+        item = {**pool[uid], "split": folder}
+        for key in ("category", "source_files", "source_docs"):
+            if entry.get(key):
+                item[key] = parse_list_field(entry[key]) if key != "category" else str(entry[key]).strip()
+        if entry.get("category"):
+            item["task_type"] = item["category"]
+        out.append(item)
+    if missing:
+        fix = "add them to the split files, or give officeqa_full.csv of databricks/officeqa beside them"
+        raise DataError(missing_ids_message(missing, folder, manifest_dir, root / "{train,val,test}", fix))
+    return out
+
+
+def missing_ids_message(missing: list[str], split: str, manifest_dir: Path, data: Path, fix: str = "") -> str:
+    """The manifest names questions the given data does not have: say which (a few) and how many."""
     few = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    fix = fix or (
+        "give a CSV that holds them (officeqa_full.csv of databricks/officeqa holds every id of the shipped split)"
+    )
     return (
         f"{len(missing)} ids of the {split} split in the manifests {manifest_dir} are missing from the given data "
-        f"{csv_path} ({few}); give a CSV that holds them (officeqa_full.csv of databricks/officeqa holds every id "
-        "of the shipped split) or manifests of your own ids with env.manifest_dir"
+        f"{data} ({few}); {fix}, or give manifests of your own ids with env.manifest_dir"
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,31 @@ def run_inputs(data: dict[str, Any]) -> dict[str, Any]:
             data_fp["check"] = file_digest(_resolved(str(check), "env.options.check"))
         except OSError:
             data_fp["check"] = "unreadable"
-    return {"skills": skills, "data": data_fp or "built-in samples", "version": tool_version(), "code": code_hash()}
+    inputs = {"skills": skills, "data": data_fp or "built-in samples", "version": tool_version(), "code": code_hash()}
+    if data["env"].get("benchmark"):  # a plugin's class scores the episodes: an edited one must not resume stale
+        inputs["benchmark_code"] = plugin_code_hash(data["env"]["name"], data["env"]["benchmark"])
+    return inputs
+
+
+def plugin_code_hash(name: str, spec: str) -> str:
+    """Content hash of a benchmark plugin's code: the module that defines its class, or, for a module inside a
+    package, every .py file of that top-level package (the class may lean on its siblings)."""
+    cls = skillopt_envs.benchmark_class(name, spec)
+    module = sys.modules.get(cls.__module__)
+    where = getattr(module, "__file__", None)
+    if not where:
+        return "unknown"
+    top = cls.__module__.split(".")[0]
+    path = Path(where).resolve()
+    root = path.parents[len(cls.__module__.split(".")) - 2] if "." in cls.__module__ else None
+    files = sorted(root.rglob("*.py")) if root is not None and root.name == top else [path]
+    h = hashlib.sha256()
+    for f in files:
+        try:
+            h.update(f"{f.relative_to(files[0].parent if root is None else root)}\n".encode() + f.read_bytes())
+        except OSError:
+            h.update(f"{f}|unreadable".encode())
+    return h.hexdigest()[:16]
 
 
 def describe_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -138,9 +163,35 @@ def describe_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         said.append("the benchmark data (or its split manifests) changed")
     if o.get("version") != n.get("version"):
         said.append(f"it was made by skillopt-ray {o.get('version')} and this is {n.get('version')}")
+    if o.get("benchmark_code") != n.get("benchmark_code"):
+        said.append("the benchmark plugin's code changed")
     if o.get("code") != n.get("code"):
         said.append(f"the code or prompts changed (code hash {o.get('code') or 'not recorded'} -> {n.get('code')})")
     return said
+
+
+def only_code_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether the package's code hash is all that differs (not the config, skills, data, version or plugin)."""
+    o, n = dict(old.get("inputs", {})), dict(new.get("inputs", {}))
+    return old.get("config") == new.get("config") and o.pop("code", None) != n.pop("code", None) and o == n
+
+
+def runs_before_a_change(run_dir: Path, record: dict[str, Any]) -> list[str]:
+    """One note for each run beside a new derived `run_dir` made from this configuration by other code: an edit
+    (a comment) between a kill and its rerun otherwise starts anew, paying again, without a word."""
+    from skillopt_ray.rundir import RunDir
+
+    notes = []
+    for other in sorted(run_dir.parent.glob(run_dir.name.rsplit("-", 1)[0] + "-*")):
+        old = RunDir(other).read_identity() if other != run_dir and other.is_dir() else None
+        if old is None or not only_code_changed(old, record) or not RunDir(other).has_state():
+            continue
+        notes.append(
+            f"note: {other} holds a run of this configuration made by other code ({'; '.join(describe_change(old, record))}); "
+            f"this command starts a new one in {run_dir}. To resume that one instead, stop now (Ctrl-C) and rerun "
+            f"with run_name={other.name}"
+        )
+    return notes
 
 
 def check_or_record(run_dir: Path, record: dict[str, Any], resuming: bool) -> None:
@@ -151,6 +202,13 @@ def check_or_record(run_dir: Path, record: dict[str, Any], resuming: bool) -> No
     old = rd.read_identity()
     if resuming and old is not None and old.get("identity") != record["identity"]:
         what = "; ".join(describe_change(old, record)) or "its identity differs"
+        if only_code_changed(old, record):  # a run named by hand, after an edit of the package (a comment...)
+            print(
+                f"resuming {run_dir}, made by other code ({what}): the stages it finished keep their results",
+                file=sys.stderr,
+            )
+            rd.write_identity(record)
+            return
         raise UsageError(
             f"cannot resume {run_dir}: {what}. Its results would not be this run's: rerun with resume=false "
             "(the old run is moved aside) or choose another run_name"

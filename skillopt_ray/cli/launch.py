@@ -28,7 +28,7 @@ from skillopt_ray.cli.checks import (
     skill_warnings,
 )
 from skillopt_ray.cli.errors import UsageError
-from skillopt_ray.cli.identity import check_or_record, identity_record
+from skillopt_ray.cli.identity import check_or_record, identity_record, runs_before_a_change
 from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
 from skillopt_ray.exit_codes import EXIT_ERROR
@@ -77,6 +77,9 @@ def prepare_run_dir(run_dir: Path, data: dict[str, Any], record: dict[str, Any])
         print(f"resume=false: previous run moved to {backup}", file=sys.stderr)
     elif RunDir(run_dir).has_state():
         print(f"resuming run in {run_dir}", file=sys.stderr)
+    elif run_dir.name.endswith("-" + record["identity"]):  # a new derived run: one made before an edit may be there
+        for line in runs_before_a_change(run_dir, record):
+            print(line, file=sys.stderr)
     run_dir.mkdir(parents=True, exist_ok=True)
     check_or_record(run_dir, record, resuming=bool(data["resume"]))
 

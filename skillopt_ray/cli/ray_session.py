@@ -89,6 +89,12 @@ def attach_kept_cluster() -> bool:
     kept = kept_cluster.live()
     if kept is None:
         return False
+    if not kept.answers():  # a holder that is ending: its Ray cluster is gone or going
+        print(
+            f"note: the Ray cluster kept up by pid {kept.pid} does not answer at {kept.address}: this run starts its own",
+            file=sys.stderr,
+        )
+        return False
     from skillopt_ray.private_apis import ray_set_auth_mode
 
     ray_set_auth_mode(kept.auth_mode)  # the kept cluster asks for its token (see cluster.py)

@@ -14,7 +14,7 @@ def summary_table(s: dict[str, Any]) -> str:
     if s.get("mode") == "eval":
         e = s["eval"]
         rows = [
-            f"eval on {s['split']}: hard {e['hard']:.3f}  soft {e['soft']:.3f}  (n={e['n']}, infra errors {e['infra_errors']}{kinds_text(e.get('infra_kinds'))}, data errors {e.get('data_errors', 0)})"
+            f"eval on {s['split']}: hard {e['hard']:.3f}  soft {e['soft']:.3f}  (n={e['n']}{_scored(e, ', ')}, infra errors {e['infra_errors']}{kinds_text(e.get('infra_kinds'))}, data errors {e.get('data_errors', 0)})"
         ]
         rows += [f"  {t:<34} hard {v['hard']:.3f} soft {v['soft']:.3f} n={v['n']}" for t, v in e["per_type"].items()]
         return "\n".join(rows)
@@ -24,10 +24,15 @@ def summary_table(s: dict[str, Any]) -> str:
         t = s["test"][k]
         rows.append(
             f"{k:<9}{(sel[k] if sel[k] is not None else float('nan')):>11.3f}{t['hard']:>11.3f}{t['soft']:>11.3f}"
+            + _scored(t, "  test ")
         )
     c = s["counts"]
     rows.append(f"steps {s['steps']}: {c['accept']} accepted, {c['reject']} rejected, {c['skip']} skipped")
-    rows.append(f"test hard delta (best - initial) {s['delta_test_hard_best_vs_initial']:+.3f}")
+    partial = any(_scored(s["test"][k], "") for k in ("initial", "best"))
+    rows.append(
+        f"test hard delta (best - initial) {s['delta_test_hard_best_vs_initial']:+.3f}"
+        + (" (over the scored test episodes only)" if partial else "")
+    )
     tok = s["tokens"]
     rows.append(
         f"model calls {tok['calls']} (+{tok['cache_hits']} from cache), tokens {tok['tokens']}, cost ${tok['cost_usd']:.4f}"
@@ -43,6 +48,15 @@ def summary_table(s: dict[str, Any]) -> str:
         + ", ".join(f"{t} {v['hard']:.2f}" for t, v in s["test"]["best"]["per_type"].items())
     )
     return "\n".join(rows)
+
+
+def _scored(stats: dict[str, Any], lead: str) -> str:
+    """`scored n of N` when some episodes of an evaluation were not scored (infra or data errors): its score is the
+    mean over those n alone; "" when every episode was scored (the line reads as it always did)."""
+    n, scored = stats.get("n"), stats.get("n_scored")
+    if n is None or scored is None or scored >= n:
+        return ""
+    return f"{lead}scored {scored} of {n}"
 
 
 def lost_line(tok: dict[str, Any]) -> str:

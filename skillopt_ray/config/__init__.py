@@ -23,7 +23,7 @@ from skillopt_ray.config.schema import (
     TrackingConfig,
     register_schema,
 )
-from skillopt_ray.config.validation import SPLITS, validate
+from skillopt_ray.config.validation import SPLITS, check_run_name, validate
 
 __all__ = [
     "MISSING",
@@ -43,6 +43,7 @@ __all__ = [
     "PriceConfig",
     "RayConfig",
     "TrackingConfig",
+    "check_run_name",
     "from_container",
     "parse_price",
     "redact",

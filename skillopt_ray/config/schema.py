@@ -75,8 +75,9 @@ class LLMRoleConfig:
     thinking_wire: str = "none"
     timeout_s: float = 120.0  # read timeout of one attempt
     connect_timeout_s: float = 10.0
-    # an attempt silent this long triggers a cheap liveness probe of the endpoint (GET /models); no answer to
-    # the probe either -> the endpoint is named as silent at once instead of waiting out timeout_s. 0 = off
+    # an attempt silent this long triggers a cheap liveness probe of the route the calls use (a request the server
+    # refuses at once, nothing billed); no answer to it either -> the endpoint is named as silent at once instead of
+    # waiting out timeout_s. 0 = off
     silence_probe_s: float = 30.0
     max_concurrency: int = 8
     requests_per_minute: int = 0  # 0 = unlimited
@@ -215,6 +216,9 @@ class OptimizerConfig:
     skill_aware_appendix_source: str = "both"  # both | failure_only
     skill_aware_consolidate_threshold: int = 0  # compact the appendix past this many notes; 0 = never
     max_infra_failure_fraction: float = 0.25
+    # a split's evaluation (selection, test, eval-only) with a larger share of data errors (broken tasks) stops the
+    # run, exit 2: a score over the few tasks left is not the split's; training batches just leave such tasks out
+    max_data_error_fraction: float = 0.25
 
 
 @dataclass

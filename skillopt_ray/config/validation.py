@@ -49,6 +49,7 @@ SPLITS = ("train", "val", "valid_seen", "test", "valid_unseen", "all")
 def validate(cfg: Config) -> Config:
     """Range and enumeration checks that the type system cannot express."""
     _choice("mode", cfg.mode, ("train", "eval"))
+    check_run_name(cfg.run_name)
     _validate_optimizer(cfg.optimizer)
     for role in ("target", "optimizer"):
         _validate_role(cfg, role, getattr(cfg.llm, role))
@@ -61,6 +62,26 @@ def validate(cfg: Config) -> Config:
     _validate_runtime(cfg)
     cross_field(cfg)
     return cfg
+
+
+def check_run_name(name: Optional[str]) -> None:
+    """A run name names a folder under <output_dir>/runs: a name, never a path (`../../mydata` wrote a run's files
+    into a user's folder and replaced its config.yaml)."""
+    if not name:  # unset or empty: the name is derived from the config
+        return
+    bad = (
+        name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+        or len(name.encode()) > 200
+    )
+    if bad:
+        raise ConfigError(
+            f"run_name={name!r} is not a plain name: give a folder name without '/', '\\' or control characters, "
+            "not '.' or '..', at most 200 bytes (the run lives in <output_dir>/runs/<run_name>; move it elsewhere "
+            "with output_dir)"
+        )
 
 
 def _validate_optimizer(o: OptimizerConfig) -> None:
@@ -91,6 +112,7 @@ def _validate_optimizer(o: OptimizerConfig) -> None:
     _at_least("optimizer.slow_update_samples", o.slow_update_samples, 1)
     _choice("optimizer.slow_update_pairs", o.slow_update_pairs, ("mixed", "changed", "unchanged"))
     _fraction("optimizer.max_infra_failure_fraction", o.max_infra_failure_fraction)
+    _fraction("optimizer.max_data_error_fraction", o.max_data_error_fraction)
 
 
 def _validate_role(cfg: Config, role: str, r: LLMRoleConfig) -> None:

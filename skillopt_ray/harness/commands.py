@@ -2,12 +2,36 @@
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
 from typing import Optional
 
 from skillopt_ray.harness.skill_md import SKILL_PATH
 
 CODEX_LAST_MESSAGE = "codex_last_message.txt"
 CLAUDE_TOOLS = "Read,Bash"
+
+
+CODEX_PACKAGE = "lib/node_modules/@openai/codex"  # under the npm prefix
+_CODEX_TARGETS = {"x86_64": ("codex-linux-x64", "x86_64-unknown-linux-musl"),
+                  "aarch64": ("codex-linux-arm64", "aarch64-unknown-linux-musl")}  # fmt: skip
+
+
+def codex_native(prefix: Path) -> Optional[str]:
+    """Codex's own binary under the npm prefix (relative to it), or None. The npm package's `codex` is a Node
+    script that runs it, on Node before 22.15 as a child: a child the agent's commands can kill (`pkill codex`)
+    while the jail's first process, the script, lives on. Run directly, Codex is that first process itself."""
+    pkg, triple = _CODEX_TARGETS.get(platform.machine(), ("", ""))
+    if not pkg:
+        return None
+    for rel in (
+        f"{CODEX_PACKAGE}/node_modules/@openai/{pkg}/vendor/{triple}/bin/codex",
+        f"lib/node_modules/@openai/{pkg}/vendor/{triple}/bin/codex",
+        f"{CODEX_PACKAGE}/vendor/{triple}/bin/codex",
+    ):
+        if (prefix / rel).is_file():
+            return rel
+    return None
 
 
 def claude_effort(value: Optional[str]) -> str:

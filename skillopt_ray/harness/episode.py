@@ -74,6 +74,8 @@ class HarnessOutcome:
         }
         if self.run.usage_warning:
             out["usage_warning"] = self.run.usage_warning
+        if self.run.jail_note:
+            out["agent_jail_note"] = self.run.jail_note
         return out
 
 

@@ -2,7 +2,7 @@
 token, and limits on time, memory, processes, disk bytes, file count and file size.
 
 The model endpoint is a Unix socket bind-mounted into the jail; a small Node forwarder inside listens on the
-jail's own loopback and starts the CLI once it listens (the jail has no route to the host's 127.0.0.1).
+jail's own loopback (the jail has no route to the host's 127.0.0.1); the launcher starts the CLI once it listens.
 
 Everything the agent can write lives on two tmpfs inside the jail, each capped in bytes and in files: one holds its
 workspace and home, the other /tmp and /dev/shm (so that filling /tmp leaves the CLI room to write its own files).
@@ -10,9 +10,11 @@ Nothing it writes reaches the host disk while it runs, and its /tmp counts again
 memory, since a tmpfs is memory). A launcher inside the jail mounts them, copies the prepared workspace and home
 onto the first, sets the process limit, and drops to an unprivileged uid (a fresh one per
 jail when started as root: the kernel never applies the process limit to root, and a uid of its own keeps other
-jails' processes out of its count). When the CLI ends or its time is up, the launcher kills whatever the agent
-left running and streams the workspace and home back through an inherited descriptor as a tar archive (regular
-files and folders only); the host unpacks it, checked, into the workspace and home the episode reads."""
+jails' processes out of its count). The commands the agent runs live in a PID namespace below the CLI's: they can
+signal neither the CLI nor the launcher. When the CLI ends or its time is up, the launcher kills whatever the agent
+left running and streams the workspace and home back through an inherited descriptor as a tar archive (folders,
+regular files, hard links as links, sparse files by their data; skillopt_ray/harness/jail_launcher.py); the host
+unpacks it, checked, into the workspace and home the episode reads (jail_export.py)."""
 
 from __future__ import annotations
 
@@ -21,13 +23,25 @@ import json
 import os
 import signal
 import sys
-import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.sandbox import BWRAP_ISOLATION, _python_dirs, bwrap_path, dev_args, fresh_uid, userns_filter
+from skillopt_envs.sandbox import (
+    BWRAP_ISOLATION,
+    ETC_BASICS,
+    _python_dirs,
+    bwrap_path,
+    dev_args,
+    fresh_uid,
+    userns_filter,
+)
+
+from skillopt_ray.harness.jail_export import Unpacked, unpack_export
+from skillopt_ray.harness.jail_launcher import FORWARDER_JS, LAUNCHER_PY
+
+__all__ = ["FORWARDER_JS", "Jail", "JailLimits", "JailResult", "jail_env", "unpack_export"]
 
 JAIL_WORKSPACE = "/workspace"
 JAIL_HOME = "/home/agent"
@@ -37,165 +51,6 @@ JAIL_AREA = "/run/jail-disk"  # a capped tmpfs holding the workspace and the hom
 JAIL_SCRATCH = "/run/jail-tmp"  # another holding /tmp and /dev/shm (filling them leaves the CLI room for its files)
 JAIL_PORT = 38080
 EXPORT_GRACE_S = 20.0  # after the launcher's own deadline: time to end the agent and send its files back
-
-FORWARDER_JS = r"""
-const net = require('net'), cp = require('child_process'), os = require('os');
-const [sock, port, ...argv] = process.argv.slice(2);
-const srv = net.createServer((c) => {
-  const u = net.connect(sock);
-  c.pipe(u); u.pipe(c);
-  c.on('error', () => u.destroy()); u.on('error', () => c.destroy());
-});
-srv.listen(Number(port), '127.0.0.1', () => {
-  const child = cp.spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'inherit', 'inherit'] });
-  child.on('error', (e) => { process.stderr.write('skillopt-jail: cannot start ' + argv[0] + ': ' + e.message + '\n'); process.exit(127); });
-  child.on('exit', (code, sig) => process.exit(code === null ? 128 + (os.constants.signals[sig] || 9) : code));
-});
-"""
-
-# Runs inside the jail (python -I -c), started by bubblewrap with the capabilities to mount and change uid; see the
-# module docstring. Exit status 125 with a `skillopt-jail:` line on stderr: the jail could not be set up.
-LAUNCHER_PY = r"""
-import ctypes, io, json, os, resource, shutil, signal, stat, sys, tarfile, time
-cfg, cmd = json.loads(sys.argv[1]), sys.argv[2:]
-libc = ctypes.CDLL(None, use_errno=True)
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
-
-def die(msg):
-    sys.stderr.write("skillopt-jail: " + msg + "\n")
-    os._exit(125)
-
-def mount(src, dst, fstype, flags, data):
-    enc = lambda s: s.encode() if s else None
-    if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
-        die("cannot mount " + dst + ": " + os.strerror(ctypes.get_errno()))
-
-def chown_tree(top, uid, gid):
-    for parent, dirs, files in os.walk(top):
-        for name in dirs + files:
-            os.lchown(os.path.join(parent, name), uid, gid)
-    os.lchown(top, uid, gid)
-
-def set_up(uid):
-    if cfg["devpts"] and libc.mount(b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | 8, b"newinstance,ptmxmode=0666,mode=0620"):
-        sys.stderr.write("skillopt-jail: no pseudo-terminals: " + os.strerror(ctypes.get_errno()) + "\n")
-    for area, size, files in cfg["areas"]:
-        mount("tmpfs", area, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,nr_inodes=%d,mode=0755" % (size, files))
-    for name, (area, seed, target, mode) in cfg["dirs"].items():
-        inside = os.path.join(area, name)
-        os.mkdir(inside)
-        try:
-            if seed:
-                shutil.copytree(seed, inside, symlinks=True, dirs_exist_ok=True)
-        except (OSError, shutil.Error) as e:
-            die("the agent's %s does not fit the jail's disk limit (%d MB, %d files): raise llm.target.agent.disk_mb "
-                "or llm.target.agent.disk_files (%s)" % (name, cfg["areas"][0][1] >> 20, cfg["areas"][0][2], str(e)[:200]))
-        os.chmod(inside, mode)
-        chown_tree(inside, uid, cfg["gid"])
-        for stash, path, is_dir in cfg["read_only"]:  # a read-only host path that lies inside this folder
-            if path.startswith(target + "/"):
-                place_read_only(stash, os.path.join(inside, os.path.relpath(path, target)), is_dir)
-        mount(inside, target, None, MS_BIND | MS_REC, None)
-
-def place_read_only(stash, place, is_dir):
-    os.makedirs(os.path.dirname(place), mode=0o755, exist_ok=True)  # root's (or the launcher's): holds the mount
-    if is_dir:
-        os.makedirs(place, exist_ok=True)
-    else:
-        open(place, "a").close()
-    mount(stash, place, None, MS_BIND | MS_REC, None)
-
-def drop(uid):
-    for name, value in cfg["rlimits"].items():
-        resource.setrlimit(getattr(resource, name), (value, value))
-    if os.getuid() != uid:
-        os.setgroups([])
-        os.setgid(cfg["gid"])
-        os.setuid(uid)
-    if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
-        die("cannot drop capabilities: " + os.strerror(ctypes.get_errno()))
-    libc.prctl(4, 0, 0, 0, 0)  # not dumpable: the agent's processes can neither trace this one nor open its descriptors
-
-def run_cli(export):
-    pid = os.fork()
-    if pid == 0:
-        export.close()
-        fsize = min(cfg["file_bytes"], cfg["export_bytes"])  # a limit is never raised again
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        try:
-            os.execvp(cmd[0], cmd)
-        finally:
-            os._exit(127)
-    timed_out = []
-
-    def time_up(signum, frame):  # the deadline: end the CLI (its leftovers go next), then send the files back
-        timed_out.append(True)
-        os.kill(pid, signal.SIGKILL)
-
-    signal.signal(signal.SIGALRM, time_up)
-    signal.setitimer(signal.ITIMER_REAL, min(cfg["deadline_s"], 10.0**8))
-    _, status = os.waitpid(pid, 0)
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    return status, bool(timed_out)
-
-def end_leftovers():
-    stop = time.monotonic() + 10
-    while time.monotonic() < stop:
-        try:
-            os.kill(-1, signal.SIGKILL)  # every process of this uid in the jail but this one and bwrap's init
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
-
-def add_tree(tar, top, arc, counts):
-    device = os.lstat(top).st_dev
-    for parent, dirs, files in os.walk(top):
-        rel = os.path.relpath(parent, top)
-        dirs[:] = [d for d in dirs if os.lstat(os.path.join(parent, d)).st_dev == device]  # not a read-only mount
-        for name in sorted(dirs + files):
-            path, arcname = os.path.join(parent, name), os.path.normpath(os.path.join(arc, rel, name))
-            try:
-                st = os.lstat(path)
-                if stat.S_ISDIR(st.st_mode):
-                    os.chmod(path, 0o700)
-                    tar.addfile(dir_info(arcname))
-                elif stat.S_ISREG(st.st_mode):
-                    os.chmod(path, 0o600)
-                    with open(path, "rb") as f:
-                        info = tarfile.TarInfo(arcname)
-                        info.size = os.fstat(f.fileno()).st_size
-                        tar.addfile(info, f)
-                else:
-                    counts["skipped"] += 1
-            except OSError:
-                counts["skipped"] += 1
-
-def dir_info(name):
-    info = tarfile.TarInfo(name)
-    info.type, info.mode = tarfile.DIRTYPE, 0o755
-    return info
-
-def export_files(export, area, timed_out):
-    counts = {"skipped": 0}
-    with tarfile.open(fileobj=export, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for name in cfg["export"]:
-            add_tree(tar, os.path.join(area, name), name, counts)
-        note = json.dumps({"timed_out": timed_out, "skipped": counts["skipped"]}).encode()
-        info = tarfile.TarInfo(".status.json")
-        info.size = len(note)
-        tar.addfile(info, io.BytesIO(note))
-    export.close()
-
-set_up(cfg["uid"])
-drop(cfg["uid"])
-export = os.fdopen(cfg["export_fd"], "wb")
-resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["export_bytes"], cfg["export_bytes"]))
-os.chdir(cfg["cwd"])
-status, timed_out = run_cli(export)
-end_leftovers()
-export_files(export, cfg["areas"][0][0], timed_out)
-os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
-"""
 
 
 @dataclass(frozen=True)
@@ -233,6 +88,8 @@ class JailResult:
     peak_disk_mb: float = 0.0  # the jail's tmpfs alone, at its highest
     exported: bool = True  # the agent's files came back whole (False: the launcher was killed or never started)
     skipped: int = 0  # what the agent left that was not sent back: symlinks, devices, unreadable files
+    over_limit: str = ""  # the agent's files passed the archive's byte limit: where it stopped (the rest stayed)
+    export_problem: str = ""  # why the files did not come back whole (the launcher's or the host's failure)
 
 
 def _free_port() -> int:
@@ -307,7 +164,7 @@ def _system_mounts() -> list[str]:
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             argv += ["--ro-bind", d, d]
-    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives", "/etc/nsswitch.conf"):
+    for f in ETC_BASICS:
         if os.path.exists(f):
             argv += ["--ro-bind", f, f]
     made: set[str] = set()
@@ -368,64 +225,6 @@ def _user_files(root: Path, uid: int) -> None:
     (root / "group").write_text(f"root:x:0:\nagent:x:{uid}:\nnogroup:x:65534:\n")
 
 
-def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> bytes:
-    f = tar.extractfile(member)
-    return f.read(limit) if f is not None else b""
-
-
-def _target(dests: dict[str, Path], name: str) -> Optional[Path]:
-    """Where an archive member goes on the host: under the destination its first component names, never through
-    a symlink or out of it; None when it has no such place."""
-    top, _, rel = name.partition("/")
-    dest = dests.get(top)
-    parts = Path(rel).parts
-    if dest is None or not rel or rel.startswith("/") or ".." in parts:
-        return None
-    target = dest.joinpath(*parts)
-    real_dest, real_parent = os.path.realpath(dest), os.path.realpath(target.parent)
-    if real_parent != real_dest and not real_parent.startswith(real_dest + os.sep):
-        return None
-    return None if target.is_symlink() else target
-
-
-def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> bool:
-    """One regular file or folder of the archive written at `target` (never following a symlink there)."""
-    if member.isdir():
-        target.mkdir(exist_ok=True)
-        return True
-    if not member.isfile():
-        return False
-    src = tar.extractfile(member)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as out:
-        while src is not None and (chunk := src.read(1 << 20)):
-            out.write(chunk)
-    return True
-
-
-def unpack_export(path: Path, dests: dict[str, Path]) -> tuple[bool, dict[str, Any]]:
-    """Unpack the launcher's archive into `dests` (archive top folder -> host folder), member by member: regular
-    files and folders only, each checked to land inside its destination. Returns whether the archive was whole
-    (its closing status note came through) and that note."""
-    note: dict[str, Any] = {}
-    try:
-        with tarfile.open(path, mode="r:") as tar:
-            for member in tar:
-                if member.name == ".status.json" and member.isfile():
-                    note = json.loads(_read_member(tar, member, 4096) or b"{}")
-                    continue
-                target = _target(dests, member.name)
-                if target is None:
-                    continue
-                try:
-                    _write_member(tar, member, target)
-                except OSError:
-                    continue  # e.g. a file where the host holds a folder: the host's stays
-    except (OSError, tarfile.TarError, ValueError):
-        pass  # cut short (the launcher was killed): what came through whole is kept
-    return bool(note), note
-
-
 class Jail:
     """One agent run's walls. `root` holds home/ (the home's seed, then what came back), the socket folder, the
     jail's own passwd and group files and the export archive on the host."""
@@ -471,9 +270,8 @@ class Jail:
         to `fds` for the jail to inherit."""
         inner_sock = f"{JAIL_SOCKET_DIR}/api.sock" if self.isolation == "bwrap" else self.socket_path
         fwd = "/opt/skillopt/forwarder.js" if self.isolation == "bwrap" else str(self.root / "forwarder.js")
-        inner = ["node", fwd, inner_sock, str(self.port), *cmd]
         if self.isolation != "bwrap":
-            return inner
+            return ["node", fwd, inner_sock, str(self.port), *cmd]
         exe = bwrap_path()
         if exe is None:
             raise RuntimeError(
@@ -507,7 +305,8 @@ class Jail:
         argv += _seccomp_args(fds)
         cfg = self._launcher_config(uid, self._open_export(fds), timeout_s)
         # -S: the standard library alone (no site-packages to scan), for a faster start
-        return argv + [sys.executable, "-I", "-S", "-c", LAUNCHER_PY, json.dumps(cfg), *inner]
+        fwd_argv = ["node", fwd, inner_sock, str(self.port)]
+        return argv + [sys.executable, "-I", "-S", "-c", LAUNCHER_PY, json.dumps(cfg), *fwd_argv, "--", *cmd]
 
     def _read_only_args(self) -> list[str]:
         """bubblewrap arguments for the host paths the agent may read (a page image, a corpus folder the workspace
@@ -551,8 +350,10 @@ class Jail:
             "gid": uid if os.geteuid() == 0 else os.getgid(),
             "areas": [[JAIL_AREA, lim.disk_mb * mb, lim.disk_files], [JAIL_SCRATCH, lim.tmp_mb * mb, lim.disk_files]],
             "file_bytes": lim.file_mb * mb,
-            # the archive holds at most the tmpfs's bytes plus a header per file; the launcher cannot write more
-            "export_bytes": lim.disk_mb * mb + lim.disk_files * 2048 + mb,
+            # the archive holds at most the tmpfs's bytes (hard links once, sparse files by their data) plus a
+            # header per file: the launcher stops adding files at the budget and cannot write past the limit
+            "export_budget": lim.disk_mb * mb + lim.disk_files * 2048 + mb,
+            "export_bytes": lim.disk_mb * mb + lim.disk_files * 2048 + 2 * mb,
             "rlimits": {"RLIMIT_NPROC": lim.processes, "RLIMIT_CORE": 0},
             "dirs": {
                 "workspace": [JAIL_AREA, "/run/seed/workspace", JAIL_WORKSPACE, 0o700],
@@ -647,12 +448,28 @@ class Jail:
         """Unpack what the launcher sent back (the workspace into `host_workspace`, the home into root/home) and
         note whether it came whole and whether the launcher hit its own deadline."""
         export = self.root / "export.tar"
-        whole, note = unpack_export(export, {"workspace": host_workspace, "home": self.root / "home"})
+        got = unpack_export(export, {"workspace": host_workspace, "home": self.root / "home"})
         export.unlink(missing_ok=True)
-        result.exported = whole
-        result.skipped = int(note.get("skipped", 0))
-        result.timed_out = result.timed_out or bool(note.get("timed_out"))
+        result.exported = got.whole
+        result.export_problem = "" if got.whole else _export_problem(got, result.stderr)
+        result.over_limit = str(got.note.get("over_limit", ""))
+        result.skipped = int(got.note.get("skipped", 0))
+        result.timed_out = result.timed_out or bool(got.note.get("timed_out"))
+        if "cli_status" in got.note:  # the CLI's own exit status, not the launcher's
+            result.returncode = int(got.note["cli_status"])
         return result
+
+
+def _export_problem(got: Unpacked, stderr: str) -> str:
+    """Why the agent's files did not come back whole, in one line: the launcher's own word when it gave one."""
+    if got.problem:
+        return f"the host could not unpack them ({got.problem})"
+    said = [ln for ln in stderr.splitlines() if ln.startswith("skillopt-jail: ")]
+    if said:
+        return said[-1][len("skillopt-jail: ") :][:300]
+    if got.note:
+        return f"{int(got.note.get('members', 0)) - got.members} of the archive's members did not arrive"
+    return "the launcher ended before it sent them (killed, or it never started)"
 
 
 @dataclass

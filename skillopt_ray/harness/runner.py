@@ -43,6 +43,7 @@ class AgentRun:
     usage_warning: Optional[str] = None
     wall_s: float = 0.0
     first_call_s: Optional[float] = None
+    jail_note: str = ""  # what the jail held back of the agent's own files (over the archive's limit): scored as is
 
     @property
     def response(self) -> str:
@@ -156,6 +157,9 @@ class _Attempt:
     trace: trace.AgentTrace
     first_call_s: Optional[float]
     started: bool = True  # the CLI wrote its session log: the jail did start it
+    # the CLI logged an interrupted turn: only a command of the agent's can send it SIGINT (the jail ends it with
+    # SIGKILL), so the failure is the agent's own
+    interrupted: bool = False
 
 
 async def run_agent(
@@ -214,8 +218,14 @@ def _cli_launch(
     ws_in = jail.workspace_path(workspace)
     if settings.harness == "codex":
         (home / "home" / ".codex").mkdir(parents=True, exist_ok=True)
+        native = commands.codex_native(jail.prefix)
+        extra = {"CODEX_HOME": f"{jail.home_path()}/.codex", "SKILLOPT_AGENT_KEY": token}
+        if native:  # what the npm script sets before it runs the binary
+            extra.update(
+                CODEX_MANAGED_BY_NPM="1", CODEX_MANAGED_PACKAGE_ROOT=f"{jail.prefix_path()}/{commands.CODEX_PACKAGE}"
+            )
         cmd = commands.codex_argv(
-            f"{jail.prefix_path()}/bin/codex",
+            f"{jail.prefix_path()}/{native or 'bin/codex'}",
             ws_in,
             prompt,
             settings.model,
@@ -224,7 +234,7 @@ def _cli_launch(
             images=options.images,
             extra_config=_codex_extra(jail.port),
         )
-        return cmd, {"CODEX_HOME": f"{jail.home_path()}/.codex", "SKILLOPT_AGENT_KEY": token}
+        return cmd, extra
     cmd = commands.claude_argv(
         f"{jail.prefix_path()}/bin/claude",
         ws_in,
@@ -277,7 +287,14 @@ async def _run_attempt(
     else:
         t = trace.claude_session_trace(events)
     first = None if server.first_call_at is None else server.first_call_at - t_launch
-    return _Attempt(res, raw, list(server.calls), t, first, started=bool(events))
+    interrupted = any(
+        e.get("type") == "event_msg"
+        and isinstance(e.get("payload"), dict)
+        and e["payload"].get("type") == "turn_aborted"
+        and e["payload"].get("reason") == "interrupted"
+        for e in events
+    )
+    return _Attempt(res, raw, list(server.calls), t, first, started=bool(events), interrupted=interrupted)
 
 
 def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> str:
@@ -291,12 +308,16 @@ def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> s
         raise HarnessError(f"the {harness} agent went past its memory limit ({settings.memory_mb} MB)")
     if not run.calls and not res.timed_out:
         said = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]
-        if not run.started:
+        if not run.started and not res.over_limit:  # over the limit the session log may have stayed behind
             raise HarnessError(
                 f"the {harness} CLI did not start in its jail (no session log, no model call: {said})",
                 kind="sandbox_start",
             )
         raise HarnessError(f"the {harness} CLI started but never called its model ({said})", kind="env")
+    if not res.exported and not res.timed_out:  # the files are the episode's output: without them nothing is scored
+        raise HarnessError(
+            f"the jail could not send the {harness} agent's files back: {res.export_problem}", "jail_export"
+        )
     broken = trace.broken_tools(run.trace)
     if broken:
         raise HarnessError(f"the {harness} agent's tools were broken: {broken}")
@@ -312,10 +333,12 @@ def _codex_final(settings: AgentSettings, run: _Attempt, workspace: Path) -> str
     res = run.result
     if res.timed_out:
         raise HarnessError(f"codex exec ran past its {settings.timeout_s:g} s limit", kind="timeout")
+    last = workspace / commands.CODEX_LAST_MESSAGE
+    if res.returncode != 0 and run.interrupted:  # the agent's own doing: scored on what it left
+        return last.read_text("utf-8", "replace") if last.exists() else ""
     if res.returncode != 0:
         said = run.trace.cli_errors[0] if run.trace.cli_errors else run.raw[:300]
         raise HarnessError(f"codex exec failed with exit code {res.returncode}: {said}")
-    last = workspace / commands.CODEX_LAST_MESSAGE
     return last.read_text("utf-8", "replace") if last.exists() else ""
 
 
@@ -350,7 +373,13 @@ def _agent_run(
         summary += f"\n- WARNING: usage mismatch: {warning}"
     wall = sum(a.result.wall_s for a in attempts)
     first_call = next((a.first_call_s for a in attempts if a.first_call_s is not None), None)
-    return AgentRun(final, raw_all, summary, t_all, len(attempts), all_calls, files, warning, wall, first_call)
+    held = [a.result.over_limit for a in attempts if a.result.over_limit]
+    note = f"the agent's files passed the jail's export limit at {held[-1]}; the rest did not come back" if held else ""
+    if note:
+        summary += f"\n- NOTE: {note}"
+    run = AgentRun(final, raw_all, summary, t_all, len(attempts), all_calls, files, warning, wall, first_call)
+    run.jail_note = note
+    return run
 
 
 def _merge(into: trace.AgentTrace, t: trace.AgentTrace) -> None:

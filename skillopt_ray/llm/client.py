@@ -186,6 +186,7 @@ class TransportFault(Exception):
     retryable: bool = True
     retry_after: Optional[float] = None
     body_bytes: int = 0  # a 200 whose JSON body was cut off: the bytes that arrived (the endpoint billed the reply)
+    billed: bool = False  # a 200 whose body never arrived whole (body_bytes may be 0): billed all the same
 
     def __str__(self) -> str:
         return self.detail
@@ -218,6 +219,29 @@ def snippet(text: str, n: int = 60) -> str:
 _snippet = snippet
 
 
+async def read_body(http: Any) -> str:
+    """The text of an HTTP 200 answer read to its end; a connection that closes (or stalls) half-way through the body
+    is a TransportFault carrying the bytes that arrived: the endpoint answered, and so billed, that reply."""
+    got = bytearray()
+    try:
+        async for chunk in http.aiter_bytes():
+            got += chunk
+    except Exception as exc:  # noqa: BLE001 - whatever the transport raised, the answer's status was 200
+        announced = http.headers.get("content-length")
+        of = f" of {announced} announced" if announced else ""
+        stalled = "Timeout" in type(exc).__name__
+        raise TransportFault(
+            "read_timeout" if stalled else "truncated",
+            f"HTTP 200 whose body {'stalled' if stalled else 'was cut off'} after {len(got)}{of} bytes "
+            f"({type(exc).__name__})",
+            body_bytes=len(got),
+            billed=True,
+        ) from exc
+    finally:
+        await http.aclose()
+    return bytes(got).decode(http.charset_encoding or "utf-8", errors="replace")
+
+
 def decode_json_body(body: str, content_type: str) -> Any:
     """The JSON value of an HTTP 200 body, or the TransportFault that names what came instead (an empty body, a
     web page, text, JSON cut off): the same checks for every API the endpoints speak."""
@@ -236,6 +260,7 @@ def decode_json_body(body: str, content_type: str) -> Any:
                 f"HTTP 200 with a JSON body cut off or broken ({n} bytes; "
                 f"{getattr(e, 'msg', e)} at char {getattr(e, 'pos', '?')})",
                 body_bytes=n,
+                billed=True,
             ) from None
         raise TransportFault(
             "not_json",
@@ -438,16 +463,27 @@ class RoleEndpoint:
         return kw
 
     async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
-        http = await self.client.post("/chat/completions", **wire_request(kw, headers))
+        # stream=True: the SDK hands back the answer once its status line is in, so a body cut off after a 200 is
+        # known for what it is (a billed reply) rather than as a connection error of unknown status
+        http = await self.client.post("/chat/completions", **wire_request(kw, headers), stream=True)
         self._last_answer = time.monotonic()
-        return parse_completion(http.text, http.headers.get("content-type", ""))
+        return parse_completion(await read_body(http), http.headers.get("content-type", ""))
+
+    def probe_request(self) -> tuple[str, dict[str, Any]]:
+        """The liveness probe: a call to the route the run's calls use, with `messages` that are not a list, which an
+        OpenAI-compatible server refuses before any generation (nothing billed, no queue behind busy slots)."""
+        return "/chat/completions", {"model": self.cfg.model, "messages": "liveness probe", "max_tokens": 1}
 
     async def _probe_once(self) -> bool:
+        """Whether the run's route answers at all. GET /models proved less: a server whose /models still answered
+        while its chat route hung held each call for the whole timeout_s (121 s at the defaults)."""
+        path, body = self.probe_request()
+        client = self.client.with_options(timeout=probe_timeout(self.cfg), max_retries=0)
         try:
-            await self.client.with_options(timeout=probe_timeout(self.cfg), max_retries=0).models.list()
+            await client.post(path, cast_to=openai_http_response(), body=body)
         except (openai.APITimeoutError, openai.APIConnectionError):
             return False
-        except Exception:  # noqa: BLE001 - any HTTP answer (404, 401, a page) proves the server is alive
+        except Exception:  # noqa: BLE001 - any HTTP answer (400, 404, 401, a page) proves the route is served
             pass
         self._last_answer = time.monotonic()
         return True
@@ -472,7 +508,7 @@ class RoleEndpoint:
                 raise TransportFault(
                     "silent",
                     f"connection accepted but nothing answered for {quiet:g}s, and a liveness probe "
-                    f"(GET /models) got no answer in {probe_timeout(self.cfg):g}s either",
+                    f"(POST {self.probe_request()[0]}) got no answer in {probe_timeout(self.cfg):g}s either",
                     retryable=False,
                 )
         return await task
@@ -500,7 +536,7 @@ class RoleEndpoint:
                 ):  # llama.cpp without a vision projector refuses an image with HTTP 500: retrying cannot help
                     raise self._rejected(exc, kw["messages"]) from None
                 self.faults[fault.kind] += 1
-                if fault.body_bytes:
+                if fault.billed:
                     unread, unread_bytes = unread + 1, unread_bytes + fault.body_bytes
                 elapsed = time.monotonic() - start
                 delay = fault.retry_after

@@ -4,7 +4,9 @@
 `llm=local` preset), looked up in the models folder; a missing one is one line naming its install command.
 
 We start it as a child process (with GOMP_SPINCOUNT set, without which its
-throughput collapses when other processes use the CPU) and stop it by PID.
+throughput collapses when other processes use the CPU) and stop it by PID. It holds a lifeline
+pipe to its starter and exits when the starter dies, however it dies (a SIGKILL included);
+a start first stops servers that earlier starters left behind (llm/embedded_orphans.py).
 It exercises the whole pipeline without a key; it is far too small to learn.
 """
 
@@ -90,6 +92,7 @@ class EmbeddedServer:
         self.log_path = log_path
         self.proc: Optional[subprocess.Popen] = None
         self.port = 0
+        self._lifeline: Optional[int] = None  # the write end of the server's lifeline, open while we live
 
     @property
     def base_url(self) -> str:
@@ -100,9 +103,15 @@ class EmbeddedServer:
             import xllamacpp  # noqa: F401
         except ImportError:
             raise EmbeddedUnavailable("the embedded backend needs xllamacpp: pip install xllamacpp") from None
+        from skillopt_ray.lifeline import pipe
+        from skillopt_ray.llm.embedded_orphans import OWNER_ENV, owner_marker, reap_orphans
+
+        for line in reap_orphans():
+            print(line, file=sys.stderr)
         self.port = free_port()
-        env = dict(os.environ, GOMP_SPINCOUNT="10000")
+        env = dict(os.environ, GOMP_SPINCOUNT="10000", **{OWNER_ENV: owner_marker()})
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        read_end, self._lifeline = pipe()
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -118,15 +127,20 @@ class EmbeddedServer:
                 str(self.threads),
                 "--parallel",
                 str(self.parallel),
+                "--lifeline",
+                str(read_end),
             ],
             env=env,
             stdout=log,
             stderr=log,
             start_new_session=True,
+            pass_fds=(read_end,),
         )
+        os.close(read_end)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self.stop()  # closes the lifeline
                 raise EmbeddedUnavailable(
                     f"embedded server exited with code {self.proc.returncode} (log: {self.log_path})"
                 )
@@ -141,6 +155,14 @@ class EmbeddedServer:
         raise EmbeddedUnavailable(f"embedded server did not become healthy in {self.startup_timeout_s:.0f}s")
 
     def stop(self) -> None:
+        try:
+            self._stop()
+        finally:
+            if self._lifeline is not None:
+                os.close(self._lifeline)
+                self._lifeline = None
+
+    def _stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
         try:

@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
+
+
+def _owner_gone(why: str) -> None:
+    """Exit at once: the server keeps no state, and its HTTP threads would hold a clean exit back."""
+    sys.stderr.write(f"embedded server (pid {os.getpid()}): {why}; exiting\n")
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _hold_lifeline(fd: int) -> None:
+    from skillopt_ray.lifeline import hold
+    from skillopt_ray.llm.embedded_orphans import OWNER_ENV, parse_marker
+
+    owner = parse_marker(os.environ.get(OWNER_ENV))
+    hold(fd, {"pid": owner[0], "start": owner[1]} if owner else None, _owner_gone)
 
 
 def main() -> int:
@@ -15,7 +31,10 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--lifeline", type=int, default=None, help="read end of the starter's lifeline pipe")
     a = ap.parse_args()
+    if a.lifeline is not None:  # before the model loads: a starter killed meanwhile leaves nothing behind
+        _hold_lifeline(a.lifeline)
     import xllamacpp
 
     p = xllamacpp.CommonParams()

@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any, Optional
 
-from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, snippet
+from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, read_body, snippet
 
 # --- request: chat-shaped keyword arguments -> a Responses body --------------------------------------------------
 
@@ -201,9 +201,14 @@ class ResponsesEndpoint(RoleEndpoint):
 
     api = "responses"
 
+    def probe_request(self) -> tuple[str, dict[str, Any]]:
+        """The liveness probe on this route: an `input` that is neither text nor a list, refused before any work."""
+        return "/responses", {"model": self.cfg.model, "input": 0, "max_output_tokens": 16}
+
     async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
         body = request_body(kw, self.cfg.reasoning_summary)
-        raw = await self.client.responses.with_raw_response.create(**body, extra_headers=headers or None)
-        self._last_answer = time.monotonic()
-        http = raw.http_response
-        return parse_response(http.text, http.headers.get("content-type", ""))
+        # the streaming response: its body is read here, so a 200 cut off half-way is counted as a billed reply
+        async with self.client.responses.with_streaming_response.create(**body, extra_headers=headers or None) as raw:
+            self._last_answer = time.monotonic()
+            http = raw.http_response
+            return parse_response(await read_body(http), http.headers.get("content-type", ""))

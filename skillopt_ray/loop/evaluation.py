@@ -16,7 +16,14 @@ from skillopt_ray.records import SKIP_NO_REWRITE, Evaluation, GateRecord
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.gate import GatePolicy
-from skillopt_ray.stages.rollout import check_infra, repeat_context, rollout_repeats, stage_of_key, summarize
+from skillopt_ray.stages.rollout import (
+    check_data,
+    check_infra,
+    repeat_context,
+    rollout_repeats,
+    stage_of_key,
+    summarize,
+)
 from skillopt_ray.stages.sequential_gate import PlayFn, Request, first_samples, sequential_gate
 from skillopt_ray.state import RunState
 
@@ -33,12 +40,14 @@ class Evaluator:
         max_infra_fraction: float,
         progress: Progress,
         seed: int = 42,
+        max_data_fraction: float = 1.0,
     ):
         self.rd = rd
         self.runner = runner
         self.policy = policy
         self.env = env  # the env config: max_turns, history_window
         self.max_infra_fraction = max_infra_fraction
+        self.max_data_fraction = max_data_fraction  # a split's evaluation past it stops the run (check_data)
         self.progress = progress
         self.seed = seed  # the run's seed: the batch seed of every evaluation (a benchmark may randomise by it)
         self.scores: dict[str, Evaluation] = {}  # evaluation key -> scores: the score cache
@@ -111,6 +120,7 @@ class Evaluator:
                 what,
                 stop,
             )
+            check_data(res, self.max_data_fraction, what)
             stats = Evaluation.from_dict(summarize(res, self.repeats).to_dict())
             if stats.not_played:
                 return key, stats

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional, Protocol, cast
 
-from skillopt_envs.base import EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import DataError, EpisodeContext, EpisodeResult, Task
 
 # the loop stage an episode key's first part names (see stage_of_key)
 KEY_STAGES = {"train": "rollout", "eval": "validate", "slow": "slow:rollout", "meta": "meta:rollout"}
@@ -131,6 +131,20 @@ def check_infra(results: list[EpisodeResult], max_fraction: float, what: str) ->
         raise InfraFailure(
             f"{len(bad)} of {len(results)} {what} episodes failed for infrastructure reasons "
             f"(first: {bad[0].task_id}: {bad[0].error}); {fix}"
+        )
+
+
+def check_data(results: list[EpisodeResult], max_fraction: float, what: str) -> None:
+    """A split's evaluation whose tasks are mostly broken data has no score worth printing: DataError (the run
+    stops, exit 2) past `max_fraction` of the episodes played, naming the first broken task and the fix."""
+    played = [r for r in results if not r.not_played]
+    bad = [r for r in played if r.data_error]
+    if played and len(bad) / len(played) > max_fraction:
+        scored = sum(r.scored for r in played)
+        raise DataError(
+            f"{len(bad)} of {len(played)} {what} episodes hit broken task data, so its score would rest on {scored} "
+            f"(first: {bad[0].task_id}: {(bad[0].error or bad[0].fail_reason)[:300]}); fix those tasks, or raise "
+            f"optimizer.max_data_error_fraction (now {max_fraction:g}) to score the rest"
         )
 
 

@@ -161,16 +161,7 @@ async def sequential_gate(
             break
         if extra >= budget or not cand:
             break
-        requests: list[Request] = []
-        cost = 0
-        for t in _choose(cand, cur, rule.per_look(len(cand))):
-            need = 1 if len(cur[t]) > len(cand[t]) else 2
-            if cost + need > budget - extra and requests:
-                break
-            requests.append(("candidate", t))
-            if need == 2:
-                requests.append(("current", t))
-            cost += need
+        requests = _look(cand, cur, rule.per_look(len(cand)), budget - extra)
         scores = await play(requests)
         extra += len(requests)
         looks += 1
@@ -201,6 +192,22 @@ async def sequential_gate(
         candidate_extra={t: v[start_c[t] :] for t, v in cand.items() if len(v) > start_c[t]},
         current_extra={t: v[start_k[t] :] for t, v in cur.items() if len(v) > start_k[t]},
     )
+
+
+def _look(cand: dict[str, list[float]], cur: dict[str, list[float]], k: int, left: int) -> list[Request]:
+    """One look's requests: a pair on each of the next `k` tasks (the candidate alone where the current skill has
+    an unpaired sample), within the `left` episodes of the budget (at least one pair)."""
+    requests: list[Request] = []
+    cost = 0
+    for t in _choose(cand, cur, k):
+        need = 1 if len(cur[t]) > len(cand[t]) else 2
+        if cost + need > left and requests:
+            break
+        requests.append(("candidate", t))
+        if need == 2:
+            requests.append(("current", t))
+        cost += need
+    return requests
 
 
 def _absorb(

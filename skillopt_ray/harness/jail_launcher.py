@@ -1,0 +1,318 @@
+"""The two programs that run inside the agent's jail: the model forwarder (Node) and the launcher (Python).
+
+The launcher, started by bubblewrap with the capabilities to mount and change uid, mounts the jail's tmpfs, copies
+the workspace and home onto them, starts the forwarder, then starts the CLI as the first process (pid 1) of a PID
+namespace of its own, through a relay that stays outside it. The commands the agent runs are the CLI's children,
+in that namespace: the launcher, the relay and the forwarder are not in it, so no command can signal them, and the
+kernel drops any signal a member sends its namespace's first process unless that process handles it, so
+`kill -9` or `pkill -9 codex` cannot end the CLI either. That namespace has a /proc of its own (and a mount
+namespace to hold it): `ps` lists the CLI as pid 1 and the agent's processes, nothing else. Every process drops to
+the jail's unprivileged uid before it runs anything the agent controls.
+
+When the CLI ends (or its time is up) the launcher ends whatever is left and streams the workspace and home back
+as a tar archive: regular files and folders, a hard link as a link to its first name, a sparse file by its data
+(a pax record lists its data ranges and its full size), never more bytes than the archive's limit. A closing
+`.status.json` says how the CLI ended, what the archive holds (files and bytes, for the host to check it came
+whole) and whether it stopped at the limit. Exit status 125 with a `skillopt-jail:` line on stderr: the jail could
+not be set up; 124: the launcher could not send the files back."""
+
+FORWARDER_JS = r"""
+const net = require('net'), cp = require('child_process'), os = require('os'), fs = require('fs');
+const [sock, port, ...argv] = process.argv.slice(2);
+const srv = net.createServer((c) => {
+  const u = net.connect(sock);
+  c.pipe(u); u.pipe(c);
+  c.on('error', () => u.destroy()); u.on('error', () => c.destroy());
+});
+srv.listen(Number(port), '127.0.0.1', () => {
+  if (argv[0] === '--ready-fd') {  // in the jail: tell the launcher, which starts the CLI itself
+    fs.writeSync(Number(argv[1]), 'r'); fs.closeSync(Number(argv[1]));
+    return;
+  }
+  const child = cp.spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'inherit', 'inherit'] });
+  child.on('error', (e) => { process.stderr.write('skillopt-jail: cannot start ' + argv[0] + ': ' + e.message + '\n'); process.exit(127); });
+  child.on('exit', (code, sig) => process.exit(code === null ? 128 + (os.constants.signals[sig] || 9) : code));
+});
+"""
+
+# Runs as `python -I -S -c LAUNCHER_PY <config json> <forwarder argv>... -- <CLI argv>...`; see the module docstring.
+LAUNCHER_PY = r"""
+import ctypes, io, json, os, resource, shutil, signal, stat, sys, tarfile, time
+cfg = json.loads(sys.argv[1])
+split = sys.argv.index("--")
+fwd, cmd = sys.argv[2:split], sys.argv[split + 1:]
+libc = ctypes.CDLL(None, use_errno=True)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
+MS_PRIVATE, CLONE_NEWNS, CLONE_NEWPID = 1 << 18, 0x20000, 0x20000000
+SPARSE = "SKILLOPT.sparse"
+
+def die(msg, status=125):
+    sys.stderr.write("skillopt-jail: " + msg + "\n")
+    os._exit(status)
+
+def mount(src, dst, fstype, flags, data):
+    enc = lambda s: s.encode() if s else None
+    if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
+        die("cannot mount " + dst + ": " + os.strerror(ctypes.get_errno()))
+
+def chown_tree(top, uid, gid):
+    for parent, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.lchown(os.path.join(parent, name), uid, gid)
+    os.lchown(top, uid, gid)
+
+def set_up(uid):
+    if cfg["devpts"] and libc.mount(b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | 8, b"newinstance,ptmxmode=0666,mode=0620"):
+        sys.stderr.write("skillopt-jail: no pseudo-terminals: " + os.strerror(ctypes.get_errno()) + "\n")
+    for area, size, files in cfg["areas"]:
+        mount("tmpfs", area, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,nr_inodes=%d,mode=0755" % (size, files))
+    for name, (area, seed, target, mode) in cfg["dirs"].items():
+        inside = os.path.join(area, name)
+        os.mkdir(inside)
+        try:
+            if seed:
+                shutil.copytree(seed, inside, symlinks=True, dirs_exist_ok=True)
+        except (OSError, shutil.Error) as e:
+            die("the agent's %s does not fit the jail's disk limit (%d MB, %d files): raise llm.target.agent.disk_mb "
+                "or llm.target.agent.disk_files (%s)" % (name, cfg["areas"][0][1] >> 20, cfg["areas"][0][2], str(e)[:200]))
+        os.chmod(inside, mode)
+        chown_tree(inside, uid, cfg["gid"])
+        for stash, path, is_dir in cfg["read_only"]:  # a read-only host path that lies inside this folder
+            if path.startswith(target + "/"):
+                place_read_only(stash, os.path.join(inside, os.path.relpath(path, target)), is_dir)
+        mount(inside, target, None, MS_BIND | MS_REC, None)
+
+def place_read_only(stash, place, is_dir):
+    os.makedirs(os.path.dirname(place), mode=0o755, exist_ok=True)  # root's (or the launcher's): holds the mount
+    if is_dir:
+        os.makedirs(place, exist_ok=True)
+    else:
+        open(place, "a").close()
+    mount(stash, place, None, MS_BIND | MS_REC, None)
+
+def drop(uid):
+    for name, value in cfg["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    if os.getuid() != uid:
+        os.setgroups([])
+        os.setgid(cfg["gid"])
+        os.setuid(uid)
+    if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
+        die("cannot drop capabilities: " + os.strerror(ctypes.get_errno()))
+    libc.prctl(4, 0, 0, 0, 0)  # not dumpable: the agent's processes can neither trace this one nor open its descriptors
+
+def start_forwarder(export):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        export.close()
+        os.close(r)
+        drop(cfg["uid"])
+        os.set_inheritable(w, True)
+        try:
+            os.execvp(fwd[0], fwd + ["--ready-fd", str(w)])
+        finally:
+            os._exit(127)
+    os.close(w)
+    ready = os.read(r, 1)
+    os.close(r)
+    if not ready:
+        die("the model forwarder did not start (see above)")
+
+def own_proc():
+    # a /proc of the agent's PID namespace, in a mount namespace of its own: `ps` and `pkill` see the CLI and the
+    # agent's processes by their own numbers; /proc/sys and the like stay read-only, as bubblewrap leaves them
+    if libc.unshare(CLONE_NEWNS) != 0:
+        die("cannot make the agent's mount namespace: " + os.strerror(ctypes.get_errno()))
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    locked = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    mount("proc", "/proc", "proc", locked, None)
+    for name in ("sys", "sysrq-trigger", "irq", "bus"):
+        path = "/proc/" + name
+        if os.path.exists(path):
+            mount(path, path, None, MS_BIND | MS_REC, None)
+            mount(path, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC | locked, None)
+
+def start_cli(export):
+    pid = os.fork()
+    if pid == 0:  # a relay outside the agent's PID namespace, ending as the CLI ended
+        export.close()
+        if libc.unshare(CLONE_NEWPID) != 0:  # the next child is the first process (pid 1) of a namespace of its own
+            die("cannot make the agent's PID namespace: " + os.strerror(ctypes.get_errno()), 126)
+        cli = os.fork()
+        if cli == 0:
+            own_proc()
+            drop(cfg["uid"])
+            os.chdir(cfg["cwd"])
+            fsize = min(cfg["file_bytes"], cfg["export_bytes"])  # a limit is never raised again
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+            try:
+                os.execvp(cmd[0], cmd)
+            finally:
+                os._exit(127)
+        drop(cfg["uid"])
+        while True:
+            try:
+                os._exit(ended(os.waitpid(cli, 0)[1]))
+            except InterruptedError:
+                continue
+    return pid
+
+def run_cli(pid):
+    timed_out = []
+
+    def time_up(signum, frame):  # the deadline: end the CLI (its leftovers go next), then send the files back
+        timed_out.append(True)
+        os.kill(pid, signal.SIGKILL)
+
+    signal.signal(signal.SIGALRM, time_up)
+    signal.setitimer(signal.ITIMER_REAL, min(cfg["deadline_s"], 10.0**8))
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return status, bool(timed_out)
+
+def end_leftovers():
+    stop = time.monotonic() + 10
+    while time.monotonic() < stop:
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process of this uid in the jail but this one and bwrap's init
+        except ProcessLookupError:
+            return
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:  # this one's own children (the forwarder): no zombie stays
+                pass
+        except ChildProcessError:
+            pass
+        time.sleep(0.02)
+
+class OverLimit(Exception):
+    pass
+
+class BrokenExport(Exception):
+    pass
+
+class Extents(io.RawIOBase):
+    # a sparse file's data ranges read one after another (what a sparse member carries)
+    def __init__(self, fd, ranges):
+        self.fd, self.ranges, self.at = fd, list(ranges), 0
+    def readable(self):
+        return True
+    def readinto(self, buf):
+        while self.ranges and self.at >= self.ranges[0][1]:
+            self.ranges.pop(0)
+            self.at = 0
+        if not self.ranges:
+            return 0
+        start, length = self.ranges[0]
+        data = os.pread(self.fd, min(len(buf), length - self.at), start + self.at)
+        if not data:
+            raise OSError("a sparse file shrank while it was read")
+        buf[:len(data)] = data
+        self.at += len(data)
+        return len(data)
+
+def data_ranges(fd, size):
+    ranges, pos = [], 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError:
+            break  # no data after pos
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        ranges.append([start, end - start])
+        pos = end
+    return ranges
+
+def add(tar, info, fileobj, state):
+    cost = len(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")) + (info.size + 511) // 512 * 512
+    if state["bytes_out"] + cost > cfg["export_budget"]:
+        raise OverLimit(info.name)
+    try:
+        tar.addfile(info, fileobj)
+    except OSError as e:  # the archive is cut mid-member: nothing after it could be read
+        raise BrokenExport(info.name + ": " + str(e)) from None
+    state["bytes_out"] += cost
+    state["members"] += 1
+    state["bytes"] += info.size
+
+def add_file(tar, path, arcname, st, state):
+    key = (st.st_dev, st.st_ino)
+    if st.st_nlink > 1 and key in state["links"]:
+        info = tarfile.TarInfo(arcname)
+        info.type, info.linkname = tarfile.LNKTYPE, state["links"][key]
+        return add(tar, info, None, state)
+    os.chmod(path, 0o600)
+    with open(path, "rb") as f:
+        info = tarfile.TarInfo(arcname)
+        size = os.fstat(f.fileno()).st_size
+        ranges = data_ranges(f.fileno(), size) if st.st_blocks * 512 < size else [[0, size]]
+        info.size = sum(n for _, n in ranges)
+        if info.size < size:
+            info.pax_headers = {SPARSE: json.dumps([size, ranges])}
+            add(tar, info, io.BufferedReader(Extents(f.fileno(), ranges)), state)
+        else:
+            add(tar, info, f, state)
+    if st.st_nlink > 1:
+        state["links"][key] = arcname
+
+def add_tree(tar, top, arc, state):
+    device = os.lstat(top).st_dev
+    for parent, dirs, files in os.walk(top):
+        rel = os.path.relpath(parent, top)
+        dirs[:] = [d for d in dirs if os.lstat(os.path.join(parent, d)).st_dev == device]  # not a read-only mount
+        for name in sorted(dirs + files):
+            path, arcname = os.path.join(parent, name), os.path.normpath(os.path.join(arc, rel, name))
+            try:
+                st = os.lstat(path)
+                if stat.S_ISDIR(st.st_mode):
+                    os.chmod(path, 0o700)
+                    add(tar, dir_info(arcname), None, state)
+                elif stat.S_ISREG(st.st_mode):
+                    add_file(tar, path, arcname, st, state)
+                else:
+                    state["skipped"] += 1
+            except OSError:  # vanished or unreadable: left out, counted
+                state["skipped"] += 1
+
+def dir_info(name):
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, 0o755
+    return info
+
+def export_files(export, area, note):
+    state = {"skipped": 0, "members": 0, "bytes": 0, "bytes_out": 0, "links": {}}
+    try:
+        with tarfile.open(fileobj=export, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            try:
+                for name in cfg["export"]:
+                    add_tree(tar, os.path.join(area, name), name, state)
+            except OverLimit as e:
+                note["over_limit"] = "%s: the archive would pass %d MB" % (e.args[0], cfg["export_budget"] >> 20)
+            note.update(skipped=state["skipped"], members=state["members"], bytes=state["bytes"])
+            data = json.dumps(note).encode()
+            info = tarfile.TarInfo(".status.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        export.close()
+    except Exception as e:
+        die("cannot send the agent's files back: %s: %s" % (type(e).__name__, str(e)[:200]), 124)
+
+def ended(status):
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+set_up(cfg["uid"])
+export = os.fdopen(cfg["export_fd"], "wb")
+start_forwarder(export)
+cli = start_cli(export)
+drop(cfg["uid"])
+resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["export_bytes"], cfg["export_bytes"]))
+status, timed_out = run_cli(cli)
+end_leftovers()
+export_files(export, cfg["areas"][0][0], {"timed_out": timed_out, "cli_status": ended(status)})
+os._exit(ended(status))
+"""
