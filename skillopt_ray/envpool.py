@@ -35,6 +35,7 @@ import skillopt_envs
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import GatewayLost, LLMError, LLMUnavailable, ReplyIncomplete
@@ -142,7 +143,7 @@ def pool_shape(actors: int, per_actor: int, holds_state: bool, eval_tasks: Optio
 
 def actor_options(
     s: PoolSettings, resource: Optional[str], avoid: list[str], max_concurrency: Optional[int] = None
-) -> dict[str, Any]:
+) -> JSONObject:
     """Ray options of one env actor: its benchmark's resource, if any, and spread over the nodes, or away from the
     `avoid` nodes (ones that just lost an actor) when another node can host it."""
     extra: dict[str, Any] = {"resources": {resource: s.env_resource_per_actor}} if resource else {}
@@ -225,7 +226,7 @@ class EnvActor:
                 f"skillopt_env_{env_name} only on the nodes that have it"
             )
 
-    async def run(self, task: Task, skill: str, ctx: EpisodeContext) -> dict[str, Any]:
+    async def run(self, task: Task, skill: str, ctx: EpisodeContext) -> JSONObject:
         if not self.started_one:  # a start-up mark, once: it reads the environment
             self.started_one = True
             mark("first-episode")

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject
+
 POLL_S = 0.1
 EXIT_OWNER_GONE = 70
 
@@ -62,7 +64,7 @@ def _node_id() -> Optional[str]:
         return None
 
 
-def identity(pid: Optional[int] = None) -> Optional[dict[str, Any]]:
+def identity(pid: Optional[int] = None) -> Optional[JSONObject]:
     """This process (or `pid`) as an owner others can watch; None where /proc is not available."""
     pid = os.getpid() if pid is None else pid
     ticks = start_ticks(pid)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.rundir import RunDir
 
 PHASES = {
@@ -441,13 +442,13 @@ class RunClock:
         if time.monotonic() - self._last_write >= self.every_s:
             self._write()
 
-    def end(self, status: str) -> dict[str, Any]:
+    def end(self, status: str) -> JSONObject:
         if self.sessions:
             self.sessions[-1]["status"] = status
         self._write()
         return self.timing()
 
-    def timing(self) -> dict[str, Any]:
+    def timing(self) -> JSONObject:
         return {
             "command_s": round(self.command_s, 1),
             "run_total_s": round(self.total_s, 1),

@@ -27,8 +27,9 @@ code reads is refused with `RecordError`, one line naming the file. Keys a recor
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Optional, TypeVar
+from typing import Any, ClassVar, Optional, TypedDict, TypeVar
 
+from skillopt_ray.stages.payload import LrChoice
 from skillopt_ray.state import Counts, RunState, StateVersionError
 from skillopt_ray.stats import Interval, mean_interval
 
@@ -69,6 +70,15 @@ ACCEPTING = (ACCEPT, ACCEPT_NEW_BEST, FORCE_ACCEPT)
 def is_accept(action: Optional[str]) -> bool:
     """The one definition of an accepted step or slow update: accept, accept_new_best or force_accept."""
     return action in ACCEPTING
+
+
+class GateDecisionFields(TypedDict):
+    """A gate decision's numbers, as slow_result.json keeps them under `decision`."""
+
+    action: str
+    candidate_score: float
+    current_score: float
+    best_score: float
 
 
 class RecordError(StateVersionError):
@@ -269,12 +279,12 @@ class StepRecord(Record):
     n_edits_ranked: int = 0
     edit_budget: Optional[int] = None
     lr_control_mode: Optional[str] = None
-    lr_decision: Optional[dict[str, Any]] = None
-    support_counts: list[Any] = field(default_factory=list)
+    lr_decision: Optional[LrChoice] = None
+    support_counts: list[Optional[int]] = field(default_factory=list)
     candidate_hash: Optional[str] = None
     candidate_skill_len: Optional[int] = None
-    edit_apply_summary: dict[str, Any] = field(default_factory=dict)
-    rewrite_change_summary: list[Any] = field(default_factory=list)
+    edit_apply_summary: dict[str, int] = field(default_factory=dict)
+    rewrite_change_summary: list[str] = field(default_factory=list)
     selection_hard: Optional[float] = None
     selection_soft: Optional[float] = None
     gate_metric: Optional[str] = None
@@ -356,7 +366,7 @@ class SlowUpdateRecord(Record):
     selection_soft: Optional[float] = None
     candidate_full_score: Optional[float] = None
     tasks_compared: Optional[int] = None
-    decision: Optional[dict[str, Any]] = None  # action, candidate_score, current_score, best_score
+    decision: Optional[GateDecisionFields] = None
     reason: Optional[str] = None
     flipped: Optional[dict[str, list[str]]] = None
     gate_test: Optional[dict[str, Any]] = None  # the paired test, as in GateRecord (optimizer.gate_test)
@@ -367,8 +377,8 @@ class SlowUpdateRecord(Record):
 
     @property
     def new_best(self) -> bool:
-        d = self.decision or {}
-        return _above(d.get("candidate_score"), d.get("best_score"))
+        d = self.decision
+        return d is not None and _above(d.get("candidate_score"), d.get("best_score"))
 
 
 @dataclass(kw_only=True)

@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.records import EpochRecord, GateRecord, RecordError, StepRecord, Summary, is_accept
+from skillopt_ray.records import (
+    EpochRecord,
+    GateDecisionFields,
+    GateRecord,
+    RecordError,
+    StepRecord,
+    Summary,
+    is_accept,
+)
 from skillopt_ray.rundir import BEST_SKILL, STEP_CANDIDATE, STEP_DIFF, RunDir
 
 
@@ -365,7 +373,7 @@ def _boundary_lines(e: Optional[EpochRecord]) -> list[str]:
     if slow is not None:
         text = f"  epoch boundary, slow update: {slow.action}"
         if slow.candidate_full_score is not None and slow.action != "inject_placeholder":
-            dec = slow.decision or {}
+            dec: GateDecisionFields | dict[str, float] = slow.decision or {}
             text += f" (candidate {_f(dec.get('candidate_score', slow.candidate_full_score))} vs current {_f(dec.get('current_score'))})"
         lines.append(text)
         if slow.gate_test:

@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.prompts.render import BufferEntry
+
 STATE_VERSION = 2
 
 
@@ -55,12 +58,12 @@ class RunState:
     epoch_last_step_version: int = 0  # current after this epoch's last step, before its boundary work
     boundary_done: list[str] = field(default_factory=list)  # boundary stages applied this epoch (idempotent resume)
     meta_skill: str = ""  # active in this epoch's optimizer prompts
-    step_buffer: list[dict[str, Any]] = field(default_factory=list)
+    step_buffer: list[BufferEntry] = field(default_factory=list)
     counts: Counts = field(default_factory=Counts)
     final_promoted: bool = False
     wall_time_s: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @staticmethod

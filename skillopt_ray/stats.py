@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject
+
 GATE_TESTS = ("none", "paired_bootstrap", "sign")
 BOOTSTRAP_SEED = 0  # fixed: a decision depends on the scores alone
 BOOTSTRAP_RESAMPLES = 2000
@@ -36,7 +38,7 @@ class Interval:
     level: float = 0.95
     method: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     def text(self, digits: int = 3) -> str:

@@ -8,7 +8,9 @@ from typing import Any
 
 from skillopt_envs.base import EpisodeResult
 
-from skillopt_ray.stages.reflect import is_failure, scored
+from skillopt_ray.prompts.render import BufferEntry, FailurePattern, RejectedItem
+from skillopt_ray.stages.payload import Item
+from skillopt_ray.stages.reflect import Analysis, is_failure, scored
 
 
 def _prefix(reason: str) -> str:
@@ -17,7 +19,7 @@ def _prefix(reason: str) -> str:
     return reason.split(":", 1)[0].strip() if ":" in reason else reason
 
 
-def failure_patterns(results: list[EpisodeResult], analyses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def failure_patterns(results: list[EpisodeResult], analyses: list[Analysis]) -> list[FailurePattern]:
     """Failed episodes grouped by fail-reason prefix (first-seen order), labelled positionally with the
     failure analysts' `failure_summary` entries in minibatch order (quirk: buffer-labels-by-position: a zip,
     not a match)."""
@@ -32,27 +34,26 @@ def failure_patterns(results: list[EpisodeResult], analyses: list[dict[str, Any]
                 ftype, desc = fs.get("failure_type", ""), fs.get("description", "")
                 labels.append(f"{ftype}: {desc}" if desc else str(ftype))
     return [
-        {"pattern": labels[j] if j < len(labels) else prefix, "count": len(ids), "task_ids": ids}
+        FailurePattern(pattern=labels[j] if j < len(labels) else prefix, count=len(ids), task_ids=ids)
         for j, (prefix, ids) in enumerate(groups.items())
     ]
 
 
-def rejected_summary(item: Any, mode: str) -> dict[str, Any]:
+def rejected_summary(item: Any, mode: str) -> RejectedItem:
+    """`item` is an update item as the model wrote it: a bare string or number is kept as its text."""
     if not isinstance(item, dict):
-        return {"op": "?", "content": str(item), "target": ""}
+        return RejectedItem(op="?", content=str(item), target="")
     if mode == "patch":
-        return {"op": item.get("op", ""), "content": item.get("content", ""), "target": item.get("target", "")}
+        return RejectedItem(op=item.get("op", ""), content=item.get("content", ""), target=item.get("target", ""))
     if mode == "rewrite_from_suggestions":
-        return {
-            "type": item.get("type", ""),
-            "title": item.get("title", ""),
-            "instruction": item.get("instruction", ""),
-        }
-    return {
-        "title": item.get("title", ""),
-        "change_summary": item.get("change_summary", []),
-        "source_type": item.get("source_type", ""),
-    }
+        return RejectedItem(
+            type=item.get("type", ""), title=item.get("title", ""), instruction=item.get("instruction", "")
+        )
+    return RejectedItem(
+        title=item.get("title", ""),
+        change_summary=item.get("change_summary", []),
+        source_type=item.get("source_type", ""),
+    )
 
 
 def entry(
@@ -60,24 +61,21 @@ def entry(
     step: int,
     action: str,
     results: list[EpisodeResult],
-    analyses: list[dict[str, Any]],
+    analyses: list[Analysis],
     mode: str,
-    selected: list[Any],
+    selected: list[Item],
     score_before: float,
     score_after: float,
-) -> dict[str, Any]:
+) -> BufferEntry:
     ok = scored(results)
-    e: dict[str, Any] = {
-        "step": step,
-        "action": action,
-        "n_total": len(ok) or 1,
-        "n_fail": sum(is_failure(r) for r in ok),
-        "failure_patterns": failure_patterns(results, analyses),
-    }
+    e = BufferEntry(
+        step=step,
+        action=action,
+        n_total=len(ok) or 1,
+        n_fail=sum(is_failure(r) for r in ok),
+        failure_patterns=failure_patterns(results, analyses),
+    )
     if "reject" in action and selected:
-        e.update(
-            score_before=score_before,
-            score_after=score_after,
-            rejected_edits=[rejected_summary(it, mode) for it in selected],
-        )
+        e["score_before"], e["score_after"] = score_before, score_after
+        e["rejected_edits"] = [rejected_summary(it, mode) for it in selected]
     return e

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from skillopt_ray.config import Config
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.loop.boundary import EpochBoundary
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.final import FinalEvaluation
@@ -88,7 +89,7 @@ class Trainer:
             )
         rec.save()
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> JSONObject:
         await self.init_state()
         st = self.state
         if st.initial_score is None:

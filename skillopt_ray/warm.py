@@ -22,6 +22,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
+from skillopt_ray.jsontypes import JSONObject
+
 ADOPT_TIMEOUT_S = 120.0
 
 
@@ -214,7 +216,7 @@ def wait_ready() -> None:
         s.pool.wait_adopted()
 
 
-def run_owner() -> Optional[dict[str, Any]]:
+def run_owner() -> Optional[JSONObject]:
     """The process whose death ends the run's actors: the command's (served or not)."""
     from skillopt_ray.lifeline import identity
 

@@ -8,9 +8,10 @@ from typing import Any, Optional
 
 from skillopt_ray import prompts
 from skillopt_ray.epoch import ask_for_text
+from skillopt_ray.jsontypes import JSONObject
 
 
-async def write_meta_skill(llm: Any, user: str, key: str) -> tuple[dict[str, Any], Optional[str]]:
+async def write_meta_skill(llm: Any, user: str, key: str) -> tuple[JSONObject, Optional[str]]:
     """One call on the user message of `prompts.meta_skill_user`. Returns (record, content); content None
     when the reply had none (the next epoch then runs without a meta skill, as the reference)."""
     rec, content = await ask_for_text(llm, "meta_skill", user, prompts.META_SKILL_SCHEMA, "meta_skill_content", key)

@@ -11,6 +11,7 @@ from skillopt_envs.base import EpisodeResult, Task
 
 from skillopt_ray import prompts
 from skillopt_ray.epoch import ask_for_text
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.prompts.render import conversation_text
 
 CATEGORIES = {
@@ -38,7 +39,7 @@ def _task_text(task: Task, r: Optional[EpisodeResult]) -> str:
     return str(p.get("question") or (r.task_description if r else "") or p.get("instruction") or task.task_id)
 
 
-def _side(r: Optional[EpisodeResult]) -> dict[str, Any]:
+def _side(r: Optional[EpisodeResult]) -> JSONObject:
     if r is None:
         return {"hard": 0, "soft": 0.0, "predicted_answer": "N/A", "fail_reason": "no result"}
     return {
@@ -55,7 +56,7 @@ def _trajectory(r: Optional[EpisodeResult]) -> str:
     return conversation_text(r.trajectory) or "(empty trajectory)"
 
 
-def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[EpisodeResult]) -> list[dict[str, Any]]:
+def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[EpisodeResult]) -> list[JSONObject]:
     """One pair per task, matched by id. A task that could not be scored on either side (infra or data
     error) is left out rather than counted as a failure."""
     by_prev = {r.task_id: r for r in prev}
@@ -80,11 +81,11 @@ def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[Episode
     return pairs
 
 
-def keep(pairs: list[dict[str, Any]], policy: str) -> list[dict[str, Any]]:
+def keep(pairs: list[dict[str, Any]], policy: str) -> list[JSONObject]:
     return [p for p in pairs if p["category"] in POLICY[policy]]
 
 
-async def write_slow_update(llm: Any, user: str, key: str) -> tuple[dict[str, Any], Optional[str]]:
+async def write_slow_update(llm: Any, user: str, key: str) -> tuple[JSONObject, Optional[str]]:
     """One call on the user message of `prompts.slow_update_user`. Returns (record, guidance); guidance
     None when the reply had no usable content (action no_content)."""
     return await ask_for_text(llm, "slow_update", user, prompts.SLOW_UPDATE_SCHEMA, "slow_update_content", key)

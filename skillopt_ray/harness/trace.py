@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject
+
 _LABEL = re.compile(r"<answer>\s*([A-E])\s*</answer>", re.IGNORECASE)
 _TAG = re.compile(r"<answer>", re.IGNORECASE)
 
@@ -214,7 +216,7 @@ def broken_tools(t: AgentTrace) -> Optional[str]:
     return None
 
 
-def read_jsonl(text: str) -> list[dict[str, Any]]:
+def read_jsonl(text: str) -> list[JSONObject]:
     out = []
     for line in text.splitlines():
         try:

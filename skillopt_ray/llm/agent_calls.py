@@ -8,12 +8,13 @@ import json
 import re
 from typing import Any
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.agent_api import AgentReply, AgentRequest
 from skillopt_ray.llm.cache import request_key
 from skillopt_ray.llm.types import CacheMiss
 
 
-def flat_call(c: dict[str, Any]) -> dict[str, Any]:
+def flat_call(c: dict[str, Any]) -> JSONObject:
     """A tool call as {id, name, arguments}, from either that shape or the chat API's {id, function: {...}}."""
     if "function" not in c:
         return c
@@ -28,7 +29,7 @@ def flat_call(c: dict[str, Any]) -> dict[str, Any]:
 _VOLATILE = (re.compile(r"Chunk ID: \S+"), re.compile(r"Wall time: [0-9.]+ seconds"))
 
 
-def stable_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def stable_messages(messages: list[dict[str, Any]]) -> list[JSONObject]:
     out = []
     for m in messages:
         c = m.get("content")

@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any, Optional
 
 from skillopt_ray.config import LLMRoleConfig
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.client import Completion, RetryPolicy
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable
 
@@ -34,7 +35,7 @@ STOP = {
 }
 
 
-def _blocks(content: Any) -> list[dict[str, Any]]:
+def _blocks(content: Any) -> list[JSONObject]:
     if isinstance(content, str) or content is None:
         return [{"type": "text", "text": content or ""}]
     out: list[dict[str, Any]] = []
@@ -51,7 +52,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return out
 
 
-def to_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+def to_messages(messages: list[dict[str, Any]]) -> tuple[str, list[JSONObject]]:
     """(system text, Messages turns) of chat messages; consecutive turns of one role are merged, as the API wants."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
@@ -86,7 +87,7 @@ def to_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any
     return "\n\n".join(system), turns
 
 
-def to_tools(tools: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def to_tools(tools: Optional[list[dict[str, Any]]]) -> list[JSONObject]:
     out = []
     for t in tools or []:
         fn = t.get("function") or t
@@ -95,7 +96,7 @@ def to_tools(tools: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return out
 
 
-def from_message(data: dict[str, Any]) -> tuple[Completion, list[dict[str, Any]]]:
+def from_message(data: dict[str, Any]) -> tuple[Completion, list[JSONObject]]:
     """A Messages reply as (completion, tool calls in the chat shape)."""
     text, calls = [], []
     for b in data.get("content") or []:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.context import context_advice, context_overflow
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
 
@@ -163,7 +164,7 @@ def _has_image(messages: Optional[list[dict[str, Any]]]) -> bool:
     )
 
 
-def _error_object(exc: Any) -> dict[str, Any]:
+def _error_object(exc: Any) -> JSONObject:
     """The `error` object of an HTTP error's JSON body ({} when there is none)."""
     body = exc.body if isinstance(getattr(exc, "body", None), dict) else {}
     err = body.get("error", body)
@@ -302,7 +303,7 @@ def parse_completion(body: str, content_type: str) -> Completion:
     )
 
 
-def _tool_calls(raw: Any) -> list[dict[str, Any]]:
+def _tool_calls(raw: Any) -> list[JSONObject]:
     """A message's function tool calls as plain dicts {id, type, function: {name, arguments}} (arguments a string)."""
     out: list[dict[str, Any]] = []
     for i, call in enumerate(raw if isinstance(raw, list) else []):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.config import BudgetConfig, PriceConfig
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.types import BudgetExceeded
 
 
@@ -55,7 +56,7 @@ def journal_path(ledger_path: Optional[str]) -> Optional[str]:
     return str(Path(ledger_path).with_name(Path(ledger_path).stem + ".journal.jsonl")) if ledger_path else None
 
 
-def _values(entry: LedgerEntry) -> dict[str, Any]:
+def _values(entry: LedgerEntry) -> JSONObject:
     """An entry's fields as a dict, in field order: what `asdict` gives for these flat numbers, without its deep copy
     (the journal writes one per paid call)."""
     return dict(entry.__dict__)
@@ -311,5 +312,5 @@ class Ledger:
                 + hint.format(k="max_cost_usd")
             )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"entries": {k: asdict(v) for k, v in sorted(self.entries.items())}, "totals": self.totals()}

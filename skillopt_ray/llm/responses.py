@@ -13,12 +13,13 @@ import json
 import time
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, read_body, snippet
 
 # --- request: chat-shaped keyword arguments -> a Responses body --------------------------------------------------
 
 
-def _input_part(part: Any, role: str) -> dict[str, Any]:
+def _input_part(part: Any, role: str) -> JSONObject:
     """One chat content part as a Responses content part (assistant text is output text)."""
     if isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
         image = part.get("image_url")
@@ -29,7 +30,7 @@ def _input_part(part: Any, role: str) -> dict[str, Any]:
     return {"type": "output_text" if role == "assistant" else "input_text", "text": str(text or "")}
 
 
-def _message_item(role: str, content: Any) -> Optional[dict[str, Any]]:
+def _message_item(role: str, content: Any) -> Optional[JSONObject]:
     """A chat message's text or parts as one input message item (None for an empty assistant turn)."""
     if isinstance(content, list):
         return {"role": role, "content": [_input_part(p, role) for p in content]}
@@ -39,7 +40,7 @@ def _message_item(role: str, content: Any) -> Optional[dict[str, Any]]:
     return {"role": role, "content": text}
 
 
-def to_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_input(messages: list[dict[str, Any]]) -> list[JSONObject]:
     """Chat messages as Responses input items: messages keep their role; an assistant's tool calls become
     function_call items and tool results function_call_output items, paired by the call id."""
     items: list[dict[str, Any]] = []
@@ -72,7 +73,7 @@ def to_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-def to_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_tools(tools: list[dict[str, Any]]) -> list[JSONObject]:
     """Chat function tools as Responses function tools. `strict` is sent false: the Responses API defaults it to
     true, which would refuse the optional parameters the benchmarks' tool schemas have (chat's default is false)."""
     out = []
@@ -93,7 +94,7 @@ def to_tool_choice(choice: Any) -> Any:
     return choice or "auto"
 
 
-def to_text_format(response_format: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def to_text_format(response_format: Optional[dict[str, Any]]) -> Optional[JSONObject]:
     """Chat's response_format as the Responses `text.format` (None: free text)."""
     if not response_format:
         return None
@@ -106,7 +107,7 @@ def to_text_format(response_format: Optional[dict[str, Any]]) -> Optional[dict[s
     return {"type": str(response_format.get("type") or "text")}
 
 
-def request_body(kw: dict[str, Any], reasoning_summary: Optional[str] = None) -> dict[str, Any]:
+def request_body(kw: dict[str, Any], reasoning_summary: Optional[str] = None) -> JSONObject:
     """The Responses request for the chat-shaped keyword arguments RoleEndpoint.request_kwargs builds: the budget
     goes as max_output_tokens, the effort (and summary) under `reasoning`, the JSON format under `text.format`.
     Nothing is stored server-side: every request carries its whole conversation, as a chat request does."""
@@ -138,7 +139,7 @@ def _finish_reason(data: dict[str, Any], calls: list[dict[str, Any]]) -> str:
     return "tool_calls" if calls else "stop"
 
 
-def _read_output(output: Any) -> tuple[str, list[dict[str, Any]], str]:
+def _read_output(output: Any) -> tuple[str, list[JSONObject], str]:
     """(text, tool calls in the chat shape, reasoning summary) of a response's output items."""
     text: list[str] = []
     calls: list[dict[str, Any]] = []

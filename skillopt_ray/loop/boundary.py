@@ -13,6 +13,7 @@ from skillopt_envs.base import Task
 from skillopt_ray import prompts
 from skillopt_ray.epoch.meta_skill import write_meta_skill
 from skillopt_ray.epoch.slow_update import build_pairs, keep, sample_tasks, write_slow_update
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule, Stage
@@ -136,7 +137,7 @@ class EpochBoundary:
         if "slow" in st.boundary_done:
             return
 
-        async def do_slow() -> dict[str, Any]:
+        async def do_slow() -> JSONObject:
             return (await self._write_slow(epoch, pairs)).to_dict()
 
         rec = SlowUpdateRecord.from_dict(
@@ -201,7 +202,7 @@ class EpochBoundary:
     async def _meta_skill(self, epoch: int, pairs: Pairs) -> str:
         st, rd = self.rec.state, self.rec.rd
 
-        async def do_meta() -> dict[str, Any]:
+        async def do_meta() -> JSONObject:
             self.progress(stage=Stage.META_SKILL)
             user = self.guard.comparison_user(
                 pairs,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule
@@ -31,7 +32,7 @@ class FinalEvaluation:
         test: dict[str, Evaluation] = {}
         for name, v in versions.items():
 
-            async def do_test(v: int = v, name: str = name) -> dict[str, Any]:
+            async def do_test(v: int = v, name: str = name) -> JSONObject:
                 return (await self.ev.evaluate(rec.skill_text(v), self.schedule.splits.test, f"test:{name}"))[
                     1
                 ].to_dict()

@@ -118,7 +118,7 @@ class Recorder:
             out[f"tokens.{k.replace('/', '.')}"] = e["prompt_tokens"] + e["completion_tokens"]
         return out
 
-    def log_metrics(self, metrics: dict[str, Any], step: Optional[int] = None) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
         self.tracker.log_metrics(metrics, self.state.global_step if step is None else step)
 
     def write_history(self) -> None:

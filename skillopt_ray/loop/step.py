@@ -11,38 +11,62 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional, cast
+from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.base import EpisodeResult
 
 from skillopt_ray import step_buffer
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule, Stage
 from skillopt_ray.prompts.render import step_buffer_text
 from skillopt_ray.records import REJECT, SKIP_NO_PATCHES, SKIP_NO_REWRITE, GateRecord, LrDecision, StepRecord
 from skillopt_ray.rundir import STEP_CANDIDATE, STEP_DIFF, RunDir
-from skillopt_ray.skill.appendix import flush_notes
+from skillopt_ray.skill.appendix import FlushResult, flush_notes
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.aggregate import AggregateOutput, aggregate
 from skillopt_ray.stages.context import OptimizerContext
+from skillopt_ray.stages.payload import Item, LrChoice
 from skillopt_ray.stages.reflect import ReflectOutput, reflect
 from skillopt_ray.stages.rollout import RolloutStats, summarize
 from skillopt_ray.stages.select import SelectOutput, autonomous_lr, rank_and_select, scheduled_lr
 from skillopt_ray.stages.update import UpdateOutput, update
 
 
-def paired_fields(test: Optional[dict[str, Any]]) -> dict[str, Any]:
+class PairedFields(TypedDict, total=False):
+    """The paired gate's numbers on a step record (optimizer.gate_test other than none)."""
+
+    gate_diff: float
+    gate_diff_lo: float
+    gate_diff_hi: float
+    gate_p_value: float
+    gate_episodes: int  # the sequential gate (optimizer.gate_test=sequential): episodes it paid
+    gate_looks: int  # and the looks it took at the paired evidence
+
+
+class AppendixCounts(TypedDict, total=False):
+    """Skill-aware reflection's note counts on a step record."""
+
+    n_execution_lapse_notes: int
+    n_appendix_notes_added: int
+    n_appendix_notes_total: int
+    n_appendix_notes_consolidated: int
+
+
+def paired_fields(test: Optional[dict[str, Any]]) -> PairedFields:
     """The paired gate's numbers for the step record (and so the tracker): none without a test."""
     if not test:
         return {}
     return {
-        "gate_diff": test["mean_diff"],
-        "gate_diff_lo": test["lo"],
-        "gate_diff_hi": test["hi"],
-        "gate_p_value": test["p_value"],
+        "gate_diff": cast(float, test["mean_diff"]),
+        "gate_diff_lo": cast(float, test["lo"]),
+        "gate_diff_hi": cast(float, test["hi"]),
+        "gate_p_value": cast(float, test["p_value"]),
         **(
-            {"gate_episodes": test["episodes"], "gate_looks": test["looks"]} if test.get("test") == "sequential" else {}
+            PairedFields(gate_episodes=cast(int, test["episodes"]), gate_looks=cast(int, test["looks"]))
+            if test.get("test") == "sequential"
+            else {}
         ),
     }
 
@@ -104,7 +128,7 @@ class TrainStep:
         gs = st.global_step + 1
         self.progress(phase="train", epoch=epoch, step=step, global_step=gs, total_steps=self.schedule.total_steps())
 
-        async def do_rollout() -> list[dict[str, Any]]:
+        async def do_rollout() -> list[JSONObject]:
             self.progress(stage=Stage.ROLLOUT, done=0, total=len(tasks) * self.ev.repeats)
             seed = self.schedule.batch_seed(epoch, step)
             res = await self.ev.play(
@@ -135,7 +159,7 @@ class TrainStep:
     async def _reflect(
         self, ctx: OptimizerContext, epoch: int, step: int, results: list[EpisodeResult]
     ) -> ReflectOutput:
-        async def do_reflect() -> dict[str, Any]:
+        async def do_reflect() -> JSONObject:
             self.progress(stage="reflect")
             return (await reflect(ctx, results)).to_dict()
 
@@ -146,7 +170,7 @@ class TrainStep:
         """Aggregate, select, update and gate one step whose analysts proposed something."""
         refl, label = out.refl, out.label
 
-        async def do_aggregate() -> dict[str, Any]:
+        async def do_aggregate() -> JSONObject:
             self.progress(stage="aggregate")
             res = await aggregate(
                 ctx.llm,
@@ -166,7 +190,7 @@ class TrainStep:
         out.sel = await self._select(ctx, out)
         out.upd = await self._update(ctx, out)
 
-        async def do_gate() -> dict[str, Any]:
+        async def do_gate() -> JSONObject:
             assert out.upd is not None  # the update ran just before
             selection = self.schedule.splits.selection
             return (await self.ev.gate(out.upd.candidate, self.rec.state, selection, ctx.skill)).to_dict()
@@ -179,10 +203,10 @@ class TrainStep:
         st, o, agg = self.rec.state, self.o, out.agg
         assert agg is not None  # select runs after aggregate
 
-        async def do_select() -> dict[str, Any]:
+        async def do_select() -> JSONObject:
             self.progress(stage="select")
             if ctx.mode == "full_rewrite_minibatch":  # no budget, no ranking, the scheduler does not move
-                return {**SelectOutput(budget=-1, selected=agg.merged).to_dict(), "lr_step": st.lr_step}
+                return SelectOutput(budget=-1, selected=agg.merged, lr_step=st.lr_step).to_dict()
             decision, lr_step = None, st.lr_step
             if o.lr_control_mode == "autonomous":
                 decision = await self._autonomous_lr(ctx, out)
@@ -201,14 +225,14 @@ class TrainStep:
                 meta_skill=ctx.meta_skill,
                 key=ctx.key,
             )
-            res.lr_decision = decision
-            return {**res.to_dict(), "lr_step": lr_step}
+            res.lr_decision, res.lr_step = decision, lr_step
+            return res.to_dict()
 
-        rec = await self.rec.memo(out.stage("select"), f"{out.label}:select", do_select)
-        st.lr_step = rec["lr_step"]
-        return SelectOutput.from_dict({k: v for k, v in rec.items() if k != "lr_step"})
+        sel = SelectOutput.from_dict(await self.rec.memo(out.stage("select"), f"{out.label}:select", do_select))
+        st.lr_step = sel.lr_step
+        return sel
 
-    async def _autonomous_lr(self, ctx: OptimizerContext, out: StepOutcome) -> dict[str, Any]:
+    async def _autonomous_lr(self, ctx: OptimizerContext, out: StepOutcome) -> LrChoice:
         decision = await autonomous_lr(
             ctx.llm,
             skill=ctx.skill,
@@ -226,7 +250,7 @@ class TrainStep:
         return decision
 
     async def _update(self, ctx: OptimizerContext, out: StepOutcome) -> UpdateOutput:
-        async def do_update() -> dict[str, Any]:
+        async def do_update() -> JSONObject:
             self.progress(stage="update")
             res = await update(
                 ctx.llm,
@@ -291,30 +315,28 @@ class TrainStep:
         else:
             st.counts.skip += 1
 
-    async def _flush_notes(self, out: StepOutcome) -> dict[str, Any]:
+    async def _flush_notes(self, out: StepOutcome) -> AppendixCounts:
         """Skill-aware reflection: the step's lapse notes go into the post-gate current skill, ungated."""
         if not self.o.skill_aware_reflection:
             return {}
         st, sd = self.rec.state, out.folder
 
-        async def do_flush() -> dict[str, Any]:
+        async def do_flush() -> JSONObject:
             threshold = self.o.skill_aware_consolidate_threshold
             return (await flush_notes(self.llm, self.rec.current, out.refl.notes, threshold, f"train/{sd}")).to_dict()
 
-        rec = await self.rec.memo(out.stage("appendix_notes"), f"{sd}:appendix", do_flush)
-        if rec["skill"] != self.rec.current:
-            st.current_version = self.rec.new_version(rec["skill"])
-        notes = {
-            "n_execution_lapse_notes": len(rec["notes"]),
-            "n_appendix_notes_added": rec["added"],
-            "n_appendix_notes_total": rec["total"],
-        }
-        if rec["consolidated"]:
-            notes["n_appendix_notes_consolidated"] = rec["total"]
+        rec = FlushResult.from_dict(await self.rec.memo(out.stage("appendix_notes"), f"{sd}:appendix", do_flush))
+        if rec.skill != self.rec.current:
+            st.current_version = self.rec.new_version(rec.skill)
+        notes = AppendixCounts(
+            n_execution_lapse_notes=len(rec.notes), n_appendix_notes_added=rec.added, n_appendix_notes_total=rec.total
+        )
+        if rec.consolidated:
+            notes["n_appendix_notes_consolidated"] = rec.total
         return notes
 
     def _record(
-        self, ctx: OptimizerContext, out: StepOutcome, selected: list[Any], notes: dict[str, Any]
+        self, ctx: OptimizerContext, out: StepOutcome, selected: list[Item], notes: AppendixCounts
     ) -> StepRecord:
         st, stats, refl, agg, sel, upd, gate = self.rec.state, out.stats, out.refl, out.agg, out.sel, out.upd, out.gate
         cand = upd.candidate if upd else None

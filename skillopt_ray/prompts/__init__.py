@@ -7,14 +7,15 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any
 
+from skillopt_ray.jsontypes import JSONObject, JSONValue
 from skillopt_ray.prompts.render import meta_skill_block
+from skillopt_ray.stages.payload import Item, Patch, PayloadKey, items_of
 
 SYSTEM_DIR = Path(__file__).parent / "system"
 
 # update mode -> (payload key, label, title label)
-PAYLOAD = {
+PAYLOAD: dict[str, tuple[PayloadKey, str, str]] = {
     "patch": ("edits", "edits", "Edits"),
     "rewrite_from_suggestions": ("revise_suggestions", "suggestions", "Suggestions"),
     "full_rewrite_minibatch": ("skill_candidates", "skill candidates", "Skill Candidates"),
@@ -78,7 +79,7 @@ def analyst_system(kind: str, mode: str, env: str, skill_aware: bool, appendix_s
 # ---------- aggregate ----------
 
 
-def merge_user(*, meta_skill: str, skill: str, patches: list[dict[str, Any]], level: int) -> str:
+def merge_user(*, meta_skill: str, skill: str, patches: list[Patch], level: int) -> str:
     body = (
         f"## Current Skill\n{skill}\n\n## Patches to merge ({len(patches)} total, merge level {level})\n"
         + json.dumps(patches, indent=2, ensure_ascii=False)
@@ -86,11 +87,9 @@ def merge_user(*, meta_skill: str, skill: str, patches: list[dict[str, Any]], le
     return _with_meta(meta_skill, body)
 
 
-def final_merge_user(
-    *, meta_skill: str, skill: str, mode: str, failure: dict[str, Any], success: dict[str, Any]
-) -> str:
+def final_merge_user(*, meta_skill: str, skill: str, mode: str, failure: Patch, success: Patch) -> str:
     key = PAYLOAD[mode][0]
-    n, m = len(failure.get(key, [])), len(success.get(key, []))
+    n, m = len(items_of(failure, key)), len(items_of(success, key))
     if mode == "full_rewrite_minibatch":
         head = (
             f"## Two pre-merged candidate groups to combine\nGroup 1 (from failed trajectories): {n} skill candidates\n"
@@ -108,7 +107,7 @@ def final_merge_user(
 # ---------- select (ranking; autonomous budget) ----------
 
 
-def describe_item(item: dict[str, Any], mode: str) -> str:
+def describe_item(item: Item, mode: str) -> str:
     """One line per pool item; values as Python repr, parts joined by two spaces, nothing cut."""
     if mode == "rewrite_from_suggestions":
         parts = [
@@ -139,11 +138,11 @@ def describe_item(item: dict[str, Any], mode: str) -> str:
     return "  ".join(parts)
 
 
-def pool_lines(items: list[dict[str, Any]], mode: str) -> str:
+def pool_lines(items: list[Item], mode: str) -> str:
     return "\n".join(f"[{i}] {describe_item(it, mode)}" for i, it in enumerate(items))
 
 
-def ranking_user(*, meta_skill: str, skill: str, items: list[dict[str, Any]], budget: int, mode: str) -> str:
+def ranking_user(*, meta_skill: str, skill: str, items: list[Item], budget: int, mode: str) -> str:
     _, label, title = PAYLOAD[mode]
     lines = pool_lines(items, mode)
     body = (
@@ -158,7 +157,7 @@ def lr_user(
     *,
     meta_skill: str,
     skill: str,
-    items: list[dict[str, Any]],
+    items: list[Item],
     mode: str,
     rollout_n: int,
     rollout_hard: float,
@@ -180,7 +179,7 @@ def lr_user(
 # ---------- update (rewrite from suggestions) ----------
 
 
-def rewrite_user(*, skill: str, suggestions: list[dict[str, Any]], step_buffer: str) -> str:
+def rewrite_user(*, skill: str, suggestions: list[Item], step_buffer: str) -> str:
     body = f"## Current Skill\n{skill}\n\n## Selected Revise Suggestions ({len(suggestions)} total)\n" + json.dumps(
         suggestions, indent=2, ensure_ascii=False
     )
@@ -222,8 +221,8 @@ def consolidate_user(notes: list[str]) -> str:
 
 # ---------- reply schemas (field names as the reference; lenient where the reference is) ----------
 
-_STR = {"type": "string"}
-ITEM_SCHEMA = {
+_STR: JSONObject = {"type": "string"}
+ITEM_SCHEMA: dict[str, JSONValue] = {
     "edits": {"type": "object", "properties": {"op": _STR, "target": _STR, "content": _STR}, "required": ["op"]},
     "revise_suggestions": {
         "type": "object",
@@ -236,7 +235,7 @@ ITEM_SCHEMA = {
 }
 
 
-def payload_schema(mode: str) -> dict[str, Any]:
+def payload_schema(mode: str) -> JSONObject:
     key = PAYLOAD[mode][0]
     return {
         "type": "object",
@@ -245,8 +244,8 @@ def payload_schema(mode: str) -> dict[str, Any]:
     }
 
 
-def analyst_schema(kind: str, mode: str, notes: bool) -> dict[str, Any]:
-    summary = (
+def analyst_schema(kind: str, mode: str, notes: bool) -> JSONObject:
+    summary: JSONObject = (
         {
             "failure_summary": {
                 "type": "array",
@@ -259,11 +258,11 @@ def analyst_schema(kind: str, mode: str, notes: bool) -> dict[str, Any]:
         if kind == "failure"
         else {"success_patterns": {"type": "array", "items": _STR}}
     )
-    props: dict[str, Any] = {"batch_size": {"type": "integer"}, **summary, "patch": payload_schema(mode)}
+    props: JSONObject = {"batch_size": {"type": "integer"}, **summary, "patch": payload_schema(mode)}
     if notes:
         props["appendix_notes"] = {"type": "array"}
     # a skill-aware failure analyst may answer with execution-lapse notes alone, as in the reference
-    required = [] if notes and kind == "failure" else ["patch"]
+    required: list[JSONValue] = [] if notes and kind == "failure" else ["patch"]
     return {"type": "object", "properties": props, "required": required}
 
 

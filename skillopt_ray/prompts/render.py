@@ -3,7 +3,7 @@ longitudinal comparison and the meta-skill block. Nothing is truncated."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Union
 
 from skillopt_envs.base import EpisodeResult
 
@@ -71,7 +71,43 @@ STEP_BUFFER_PREAMBLE = (
 )
 
 
-def _rejected_line(i: int, item: dict[str, Any]) -> str:
+class FailurePattern(TypedDict):
+    """Failed episodes of a step that share a fail-reason prefix, under the analysts' label for them."""
+
+    pattern: str
+    count: int
+    task_ids: list[str]
+
+
+class RejectedItem(TypedDict, total=False):
+    """The part of a rejected update item the step buffer keeps (by update mode: an edit, a suggestion or a
+    skill candidate)."""
+
+    op: str
+    content: str
+    target: str
+    type: str
+    title: str
+    instruction: str
+    change_summary: Union[list[str], str]
+    source_type: str
+
+
+class BufferEntry(TypedDict, total=False):
+    """One step in the step buffer (built by skillopt_ray.step_buffer, kept in state.json, rendered here); a
+    rejected step with items also keeps the scores and the rejected items."""
+
+    step: int
+    action: str
+    n_total: int
+    n_fail: int
+    failure_patterns: list[FailurePattern]
+    score_before: float
+    score_after: float
+    rejected_edits: list[RejectedItem]
+
+
+def _rejected_line(i: int, item: RejectedItem) -> str:
     if "op" in item:
         if item.get("target"):
             return f'    {i}. [{item["op"]}] target="{item["target"]}" → "{item.get("content", "")}"'
@@ -79,7 +115,7 @@ def _rejected_line(i: int, item: dict[str, Any]) -> str:
     return f'    {i}. [{item.get("type", "?")}] "{item.get("title", "")}" → "{item.get("instruction", "")}"'
 
 
-def step_buffer_text(entries: list[dict[str, Any]]) -> str:
+def step_buffer_text(entries: list[BufferEntry]) -> str:
     if not entries:
         return ""
     lines = [STEP_BUFFER_PREAMBLE]

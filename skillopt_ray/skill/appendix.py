@@ -8,20 +8,28 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from skillopt_ray import prompts
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
 from skillopt_ray.skill.document import append_to_appendix_field, appendix_notes, set_appendix_notes
 
 
 @dataclass
 class FlushResult:
+    """appendix_notes.json: the skill after the step's notes went in, and how many were added or kept."""
+
     skill: str
     added: int = 0
     total: int = 0
     consolidated: bool = False
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
+
+    @staticmethod
+    def from_dict(d: Any) -> FlushResult:
+        """appendix_notes.json as read back (the memo's JSON)."""
+        return FlushResult(**d)
 
 
 async def flush_notes(llm: Any, skill: str, notes: list[str], threshold: int, key: str) -> FlushResult:

@@ -8,17 +8,29 @@ report row per edit. Nothing here raises: a malformed edit is reported with stat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from skillopt_ray.skill.document import ALL_MARKERS, first_protected_start, protected_spans
 
 OPS = ("append", "insert_after", "replace", "delete")
 
 
+class EditReport(TypedDict, total=False):
+    """One row of update.json's `reports`: an edit's outcome (or a refused rewrite's, with `reason`)."""
+
+    index: int  # 1-based position of the edit
+    op: str
+    target: str  # the first 200 characters
+    content_preview: str  # the first 200 characters
+    status: str  # applied_* | skipped_* | error
+    error: str  # status error: the exception, one line
+    reason: str  # a refused rewrite: why it reads as a copy of the prompt
+
+
 @dataclass
 class ApplyResult:
     text: str
-    reports: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[EditReport] = field(default_factory=list)
 
     def summary(self) -> dict[str, int]:
         """Counts as the reference's step record: statuses starting with applied / skipped, and errors."""
@@ -80,16 +92,14 @@ def apply_edits(skill: str, edits: list[Any]) -> ApplyResult:
     """Apply edits in order, each against the previous result."""
     result = ApplyResult(text=skill)
     for i, edit in enumerate(edits, start=1):
-        row: dict[str, Any] = {"index": i}
+        row = EditReport(index=i)
         try:
-            row.update(
-                op=edit.get("op", ""),
-                target=str(edit.get("target", ""))[:200],
-                content_preview=str(edit.get("content", ""))[:200],
-            )
+            row["op"] = edit.get("op", "")
+            row["target"] = str(edit.get("target", ""))[:200]
+            row["content_preview"] = str(edit.get("content", ""))[:200]
             result.text, row["status"] = apply_edit(result.text, edit)
         except Exception as e:  # content: null, a bare string as an edit, ...
             row.setdefault("op", "")
-            row.update(status="error", error=f"{type(e).__name__}: {e}")
+            row["status"], row["error"] = "error", f"{type(e).__name__}: {e}"
         result.reports.append(row)
     return result

@@ -6,26 +6,31 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from skillopt_ray import prompts
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.stages.payload import Item, Patch, PayloadKey, items_of
 
 
 @dataclass
 class AggregateOutput:
-    merged: dict[str, Any] = field(default_factory=dict)  # {reasoning, <payload key>: [...], ...}
+    """aggregate.json: the merged patch, the merge calls made and the merges that fell back to concatenation."""
+
+    merged: Patch = field(default_factory=Patch)  # {reasoning, <payload key>: [...], ...}
     calls: int = 0
     fallbacks: list[str] = field(default_factory=list)
 
-    def items(self, mode: str) -> list[Any]:
-        return list(self.merged.get(prompts.PAYLOAD[mode][0], []))
+    def items(self, mode: str) -> list[Item]:
+        return items_of(self.merged, prompts.PAYLOAD[mode][0])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> AggregateOutput:
+    def from_dict(d: Any) -> AggregateOutput:
+        """aggregate.json as read back (the memo's JSON)."""
         return AggregateOutput(**d)
 
 
@@ -39,10 +44,10 @@ class _Merger:
     out: AggregateOutput
 
     @property
-    def pk(self) -> str:
+    def pk(self) -> PayloadKey:
         return prompts.PAYLOAD[self.mode][0]
 
-    async def _ask(self, system: str, user: str, key: str) -> dict[str, Any] | None:
+    async def _ask(self, system: str, user: str, key: str) -> Patch | None:
         self.out.calls += 1
         try:
             res = await self.llm.chat_json(
@@ -53,9 +58,9 @@ class _Merger:
         except MalformedOutput as e:
             self.out.fallbacks.append(f"{key}: {e.message}")
             return None
-        return dict(res.data)
+        return cast(Patch, dict(res.data))
 
-    async def merge_chunk(self, kind: str, chunk: list[dict[str, Any]], level: int, j: int) -> dict[str, Any]:
+    async def merge_chunk(self, kind: str, chunk: list[Patch], level: int, j: int) -> Patch:
         system = prompts.system_prompt(f"merge_{kind}{prompts.MODE_SUFFIX[self.mode]}")
         user = prompts.merge_user(meta_skill=self.meta_skill, skill=self.skill, patches=chunk, level=level)
         data = await self._ask(system, user, f"{self.key}/merge/{kind}/L{level}/g{j}")
@@ -63,16 +68,22 @@ class _Merger:
             for it in data[self.pk]:
                 it["merge_level"] = level
             return data
-        items = [it for p in chunk for it in p.get(self.pk, [])]
+        items = [it for p in chunk for it in items_of(p, self.pk)]
         for it in items:
             if isinstance(it, dict):
                 it.setdefault("merge_level", level)
-        return {"reasoning": "fallback concatenation", self.pk: items}
+        return self._patch("fallback concatenation", items)
 
-    async def hierarchical(self, kind: str, patches: list[dict[str, Any]], batch: int) -> dict[str, Any]:
+    def _patch(self, reasoning: str, items: list[Item]) -> Patch:
+        """A patch of the mode: {reasoning, <payload key>: items}, in that order."""
+        patch = Patch(reasoning=reasoning)
+        patch[self.pk] = items
+        return patch
+
+    async def hierarchical(self, kind: str, patches: list[Patch], batch: int) -> Patch:
         """Chunks of `batch` merged by one call each, in parallel, level by level; a chunk of one passes up."""
         if not patches:
-            return {"reasoning": "no patches", self.pk: []}
+            return self._patch("no patches", [])
         level, current = 1, patches
         while len(current) > 1:
             chunks = [current[i : i + batch] for i in range(0, len(current), batch)]
@@ -84,10 +95,10 @@ class _Merger:
             level += 1
         return current[0]
 
-    async def final(self, failure: dict[str, Any], success: dict[str, Any]) -> dict[str, Any]:
-        f_items, s_items = failure.get(self.pk, []), success.get(self.pk, [])
+    async def final(self, failure: Patch, success: Patch) -> Patch:
+        f_items, s_items = items_of(failure, self.pk), items_of(success, self.pk)
         if not f_items and not s_items:
-            return {"reasoning": "no updates from either group", self.pk: []}
+            return self._patch("no updates from either group", [])
         if not s_items:
             return failure
         if not f_items:
@@ -97,21 +108,17 @@ class _Merger:
             meta_skill=self.meta_skill, skill=self.skill, mode=self.mode, failure=failure, success=success
         )
         data = await self._ask(system, user, f"{self.key}/merge/final")
-        return (
-            data
-            if data is not None
-            else {"reasoning": "fallback: failure first, then success", self.pk: f_items + s_items}
-        )
+        return data if data is not None else self._patch("fallback: failure first, then success", f_items + s_items)
 
 
-async def _same(x: dict[str, Any]) -> dict[str, Any]:
+async def _same(x: Patch) -> Patch:
     return x
 
 
 async def aggregate(
     llm: Any,
-    failure_patches: list[dict[str, Any]],
-    success_patches: list[dict[str, Any]],
+    failure_patches: list[Patch],
+    success_patches: list[Patch],
     *,
     mode: str,
     skill: str,

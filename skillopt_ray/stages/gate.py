@@ -7,7 +7,7 @@ evaluation into a gate score, compares like for like, decides, and writes the de
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from skillopt_envs.base import EpisodeResult
@@ -19,6 +19,7 @@ from skillopt_ray.records import (
     FORCE_ACCEPT,
     REJECT,
     Evaluation,
+    GateDecisionFields,
     GateRecord,
     is_accept,
 )
@@ -55,8 +56,13 @@ class GateDecision:
     def accepted(self) -> bool:
         return is_accept(self.action)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> GateDecisionFields:
+        return GateDecisionFields(
+            action=self.action,
+            candidate_score=self.candidate_score,
+            current_score=self.current_score,
+            best_score=self.best_score,
+        )
 
 
 def decide(candidate_score: float, current_score: float, best_score: float, use_gate: bool) -> GateDecision:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.base import EpisodeResult
 
 from skillopt_ray import prompts
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
 from skillopt_ray.prompts.render import minibatch_text
 from skillopt_ray.stages.context import OptimizerContext
+from skillopt_ray.stages.payload import Patch
 
 
 def is_failure(r: EpisodeResult) -> bool:
@@ -77,34 +79,56 @@ def appendix_notes_of(value: Any) -> list[str]:
     return notes
 
 
+class FailureKind(TypedDict, total=False):
+    """One line of a failure analyst's `failure_summary`."""
+
+    failure_type: str
+    count: int
+    description: str
+
+
+class Analysis(TypedDict, total=False):
+    """An analyst's reply as reflect.json keeps it: the model's keys in its order, then the stamps."""
+
+    batch_size: int
+    failure_summary: list[FailureKind]  # failure analysts
+    success_patterns: list[str]  # success analysts
+    patch: Patch
+    appendix_notes: list[str]  # skill-aware reflection: execution-lapse notes
+    source_type: str  # stamped: failure | success
+    minibatch: int  # stamped: the minibatch's index within its kind
+    minibatch_ids: list[str]  # stamped: the minibatch's task ids
+
+
 @dataclass
 class ReflectOutput:
-    analyses: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # raw analyst JSON, stamped with source_type and minibatch
-    failure_patches: list[dict[str, Any]] = field(default_factory=list)
-    success_patches: list[dict[str, Any]] = field(default_factory=list)
+    """reflect.json: the step's analyses and their patches, split by source."""
+
+    analyses: list[Analysis] = field(default_factory=list)  # raw analyst JSON, stamped with source_type and minibatch
+    failure_patches: list[Patch] = field(default_factory=list)
+    success_patches: list[Patch] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # skill-aware execution-lapse notes, in analysis order
     calls: int = 0
     dropped: int = 0  # minibatches whose reply stayed unusable after the re-ask (or whose call failed)
     errors: list[str] = field(default_factory=list)  # why: one line per dropped minibatch whose call raised
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> ReflectOutput:
+    def from_dict(d: Any) -> ReflectOutput:
+        """reflect.json as read back (the memo's JSON)."""
         return ReflectOutput(**d)
 
 
-def normalise(analyses: list[dict[str, Any]], mode: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def normalise(analyses: list[Analysis], mode: str) -> tuple[list[Patch], list[Patch]]:
     """The reference's normalisation: the inner patch of each analysis, stamped, split by source; empty
     payloads dropped."""
     key = prompts.PAYLOAD[mode][0]
-    fails: list[dict[str, Any]] = []
-    wins: list[dict[str, Any]] = []
+    fails: list[Patch] = []
+    wins: list[Patch] = []
     for a in analyses:
-        inner = a.get("patch", a)
+        inner = cast(Patch, a.get("patch", a))  # an analysis without a patch is read as its own patch
         items = inner.get(key) if isinstance(inner, dict) else None
         if not items or not isinstance(items, list):
             continue
@@ -144,7 +168,7 @@ def _writes_notes(ctx: OptimizerContext, kind: str) -> bool:
 
 async def _analyse(
     ctx: OptimizerContext, out: ReflectOutput, kind: str, i: int, mb: list[EpisodeResult]
-) -> Optional[dict[str, Any]]:
+) -> Optional[Analysis]:
     """One analyst call on one minibatch; None when there was nothing to show or the reply was unusable."""
     mode = ctx.mode
     if not minibatch_text(mb):  # no conversation to show: no call
@@ -176,18 +200,18 @@ async def _analyse(
         out.dropped += 1
         out.errors.append(f"{kind} minibatch {i}: {e.message}")
         return None
-    return _analysis(ctx, out, dict(res.data), kind, i, mb, notes)
+    return _analysis(ctx, out, cast(Analysis, dict(res.data)), kind, i, mb, notes)
 
 
 def _analysis(
     ctx: OptimizerContext,
     out: ReflectOutput,
-    d: dict[str, Any],
+    d: Analysis,
     kind: str,
     i: int,
     mb: list[EpisodeResult],
     notes: bool,
-) -> Optional[dict[str, Any]]:
+) -> Optional[Analysis]:
     """An analyst's reply as the step keeps it: the patch capped at the budget, its source, its notes."""
     mode, payload_key = ctx.mode, prompts.PAYLOAD[ctx.mode][0]
     lapses = appendix_notes_of(d.get("appendix_notes")) if notes else []
@@ -195,12 +219,13 @@ def _analysis(
         if not (kind == "failure" and lapses):
             out.dropped += 1
             return None
-        d["patch"] = {"reasoning": "execution-lapse only", payload_key: []}
+        d["patch"] = Patch(reasoning="execution-lapse only")
+        d["patch"][payload_key] = []
     patch = d["patch"]
     if mode != "full_rewrite_minibatch" and isinstance(patch, dict) and isinstance(patch.get(payload_key), list):
         # at most L, the configured maximum (quirk: analysts-told-max-budget)
         patch[payload_key] = patch[payload_key][: ctx.max_budget]
-    d.update(source_type=kind, minibatch=i, minibatch_ids=[r.task_id for r in mb])
+    d["source_type"], d["minibatch"], d["minibatch_ids"] = kind, i, [r.task_id for r in mb]
     if notes:
         d["appendix_notes"] = lapses
     else:  # notes from an analyst that may not emit them (failure_only source, skill-aware off) never reach the appendix

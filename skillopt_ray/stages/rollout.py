@@ -9,6 +9,8 @@ from typing import Any, Optional, Protocol, cast
 
 from skillopt_envs.base import DataError, EpisodeContext, EpisodeResult, Task
 
+from skillopt_ray.jsontypes import JSONObject
+
 # the loop stage an episode key's first part names (see stage_of_key)
 KEY_STAGES = {"train": "rollout", "eval": "validate", "slow": "slow:rollout", "meta": "meta:rollout"}
 
@@ -60,7 +62,7 @@ class RolloutStats:
     repeats: Optional[int] = None  # repeated rollouts only: episodes per task
     task_repeats: Optional[dict[str, list[list[float]]]] = None  # repeated rollouts: task_id -> each [hard, soft]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         if self.repeats is None:  # a single-rollout batch keeps the keys it always had
             d.pop("repeats")

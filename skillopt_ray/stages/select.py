@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from skillopt_ray import prompts
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.stages.payload import Item, LrChoice, Patch, RankingReply, items_of
 
 NO_BOUND = 999  # lr_schedule=autonomous: every merged item is kept, no ranking call
 
@@ -44,20 +46,25 @@ def coerce_nonnegative_int(v: Any) -> Optional[int]:
 
 @dataclass
 class SelectOutput:
+    """select.json: the step's budget, the selected patch and how it was chosen; `lr_step` is the scheduler's
+    counter after this step."""
+
     budget: int
-    selected: dict[str, Any] = field(default_factory=dict)  # {reasoning, <payload key>: [...], ranking_details?}
+    selected: Patch = field(default_factory=Patch)  # {reasoning, <payload key>: [...], ranking_details?}
     ranked: bool = False
     fallback: str = ""
-    lr_decision: Optional[dict[str, Any]] = None
+    lr_decision: Optional[LrChoice] = None
+    lr_step: int = 0
 
-    def items(self, mode: str) -> list[Any]:
-        return list(self.selected.get(prompts.PAYLOAD[mode][0], []))
+    def items(self, mode: str) -> list[Item]:
+        return items_of(self.selected, prompts.PAYLOAD[mode][0])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> SelectOutput:
+    def from_dict(d: Any) -> SelectOutput:
+        """select.json as read back (the memo's JSON)."""
         return SelectOutput(**d)
 
 
@@ -65,7 +72,7 @@ async def autonomous_lr(
     llm: Any,
     *,
     skill: str,
-    items: list[Any],
+    items: list[Item],
     mode: str,
     meta_skill: str,
     rollout_n: int,
@@ -73,7 +80,7 @@ async def autonomous_lr(
     rollout_soft: float,
     step_buffer: str,
     key: str,
-) -> dict[str, Any]:
+) -> LrChoice:
     """lr_control_mode=autonomous: one call decides how many items to apply; 0 on an unusable reply."""
     user = prompts.lr_user(
         meta_skill=meta_skill,
@@ -85,17 +92,17 @@ async def autonomous_lr(
         rollout_soft=rollout_soft,
         step_buffer=step_buffer,
     )
-    rec: dict[str, Any] = {
-        "learning_rate": 0,
-        "raw_learning_rate": None,
-        "available_update_items": len(items),
-        "clamped": False,
-        "fallback": True,
-        "reasoning": "",
-        "confidence": "",
-        "risk_notes": [],
-        "raw_response": "",
-    }
+    rec = LrChoice(
+        learning_rate=0,
+        raw_learning_rate=None,
+        available_update_items=len(items),
+        clamped=False,
+        fallback=True,
+        reasoning="",
+        confidence="",
+        risk_notes=[],
+        raw_response="",
+    )
     messages = prompts.messages(prompts.system_prompt("lr_autonomous"), user)
     try:
         res = await llm.chat_json(
@@ -105,16 +112,12 @@ async def autonomous_lr(
         rec["error"] = e.message
         return rec
     d = res.data
-    rec.update(
-        raw_response=res.raw,
-        raw_learning_rate=d.get("learning_rate"),
-        reasoning=str(d.get("reasoning", "")),
-        confidence=str(d.get("confidence", "")),
-        risk_notes=d.get("risk_notes") or [],
-    )
+    rec["raw_response"], rec["raw_learning_rate"] = res.raw, d.get("learning_rate")
+    rec["reasoning"], rec["confidence"] = str(d.get("reasoning", "")), str(d.get("confidence", ""))
+    rec["risk_notes"] = d.get("risk_notes") or []
     n = coerce_nonnegative_int(d.get("learning_rate"))
     if n is not None:
-        rec.update(learning_rate=min(n, len(items)), clamped=n > len(items), fallback=False)
+        rec["learning_rate"], rec["clamped"], rec["fallback"] = min(n, len(items)), n > len(items), False
     return rec
 
 
@@ -133,17 +136,17 @@ def _pick(reply: Any, n_items: int, budget: int) -> list[int]:
 
 
 async def rank_and_select(
-    llm: Any, *, skill: str, merged: dict[str, Any], budget: int, mode: str, meta_skill: str, key: str
+    llm: Any, *, skill: str, merged: Patch, budget: int, mode: str, meta_skill: str, key: str
 ) -> SelectOutput:
     pk, label, _ = prompts.PAYLOAD[mode]
-    items = list(merged.get(pk, []))
+    items = items_of(merged, pk)
     out = SelectOutput(budget=budget, selected=merged)
     if len(items) <= budget:
         return out
     out.ranked = True
     system = prompts.system_prompt("ranking_rewrite" if mode == "rewrite_from_suggestions" else "ranking")
     user = prompts.ranking_user(meta_skill=meta_skill, skill=skill, items=items, budget=budget, mode=mode)
-    reply: Any = None
+    reply: Optional[RankingReply] = None
     try:
         reply = (
             await llm.chat_json(
@@ -156,16 +159,12 @@ async def rank_and_select(
         out.fallback = e.message
     picked = _pick(reply, len(items), budget)
     reasoning = str(merged.get("reasoning", ""))
-    if picked:
-        out.selected = {
-            "reasoning": f"{reasoning} [optimizer-ranked: selected {len(picked)}/{len(items)} {label}]",
-            pk: [items[i] for i in picked],
-            "ranking_details": reply,
-        }
+    if picked and reply is not None:  # indices come only from a reply
+        out.selected = Patch(reasoning=f"{reasoning} [optimizer-ranked: selected {len(picked)}/{len(items)} {label}]")
+        out.selected[pk] = [items[i] for i in picked]
+        out.selected["ranking_details"] = reply
     else:
         out.fallback = out.fallback or "the ranking named no usable index"
-        out.selected = {
-            "reasoning": f"{reasoning} [fallback truncated {len(items)}->{budget} {label}]",
-            pk: items[:budget],
-        }
+        out.selected = Patch(reasoning=f"{reasoning} [fallback truncated {len(items)}->{budget} {label}]")
+        out.selected[pk] = items[:budget]
     return out

@@ -15,25 +15,30 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from skillopt_ray import prompts
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.types import ChatRequest, MalformedOutput
 from skillopt_ray.skill.document import keep_protected_regions
 from skillopt_ray.skill.echo import prompt_echo
-from skillopt_ray.skill.edits import apply_edits
+from skillopt_ray.skill.edits import EditReport, apply_edits
+from skillopt_ray.stages.payload import Item
 
 
 @dataclass
 class UpdateOutput:
+    """update.json: the candidate skill (None: none this step), the per-edit reports and the rewrite's summary."""
+
     candidate: Optional[str]  # None: no usable rewrite (action skip_no_rewrite)
-    reports: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[EditReport] = field(default_factory=list)
     summary: dict[str, int] = field(default_factory=dict)
     change_summary: list[str] = field(default_factory=list)
     note: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> UpdateOutput:
+    def from_dict(d: Any) -> UpdateOutput:
+        """update.json as read back (the memo's JSON)."""
         return UpdateOutput(**d)
 
 
@@ -45,21 +50,21 @@ def _finish(original: str, new_skill: str, protect: bool) -> str:
     return keep_protected_regions(original, text) if protect else text
 
 
-def _refusal(new_skill: str, skill: str, what: str) -> Optional[dict[str, Any]]:
+def _refusal(new_skill: str, skill: str, what: str) -> Optional[EditReport]:
     """The report row of a rewrite refused as an echo of the prompt, or None when it reads as a skill."""
     why = prompt_echo(new_skill, skill)
-    return {"op": what, "status": ECHOED, "reason": why} if why else None
+    return EditReport(op=what, status=ECHOED, reason=why) if why else None
 
 
-def _refused(reports: list[dict[str, Any]], note: str) -> UpdateOutput:
+def _refused(reports: list[EditReport], note: str) -> UpdateOutput:
     """No candidate this step: every rewrite was refused; the reports say why."""
     summary = {"total": len(reports), "applied": 0, "skipped": len(reports), "errors": 0}
     return UpdateOutput(None, reports, summary, note=f"{note}: {reports[-1]['reason']}")
 
 
-def _full_rewrite(skill: str, items: list[Any], protect_regions: bool, refuse_echoes: bool) -> UpdateOutput:
+def _full_rewrite(skill: str, items: list[Item], protect_regions: bool, refuse_echoes: bool) -> UpdateOutput:
     """The first merged candidate with a new skill (with refuse_echoes: the first that is not a prompt echo)."""
-    refused: list[dict[str, Any]] = []
+    refused: list[EditReport] = []
     for it in items:
         if not (isinstance(it, dict) and str(it.get("new_skill") or "").strip()):
             continue
@@ -82,7 +87,7 @@ def _full_rewrite(skill: str, items: list[Any], protect_regions: bool, refuse_ec
 async def update(
     llm: Any,
     skill: str,
-    items: list[Any],
+    items: list[Item],
     *,
     mode: str,
     step_buffer: str,
