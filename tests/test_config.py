@@ -13,8 +13,9 @@ from skillopt_ray.config import redact, run_identity
 
 CONF = cli.CONF_DIR
 # custom and plugin run the user's own tasks or class (env.data_dir, env.benchmark): tests/test_custom*.py and
-# tests/test_plugin*.py compose them; local_coder is the local-model experiment on custom tasks (its own test below)
-NOT_PAPER = ("custom", "plugin", "local_coder", "local_house_style")
+# tests/test_plugin*.py compose them; local_coder is the local-model experiment on custom tasks (its own test below);
+# sleep is a night of `python -m skillopt_ray.sleep run` on a harvested folder (tests/test_sleep_night.py)
+NOT_PAPER = ("custom", "plugin", "local_coder", "local_house_style", "sleep")
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in NOT_PAPER)
 LLMS = sorted(p.stem for p in (CONF / "llm").glob("*.yaml"))
 RAYS = sorted(p.stem for p in (CONF / "ray").glob("*.yaml"))

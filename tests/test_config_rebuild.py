@@ -10,7 +10,8 @@ from omegaconf.errors import OmegaConfBaseException
 from skillopt_ray.cli.compose import compose, experiments, typed
 from skillopt_ray.config import Config, from_container
 
-NEEDS = {"custom": ["env.data_dir=examples/python-functions/tasks.jsonl"], "plugin": None}
+TASKS = "env.data_dir=examples/python-functions/tasks.jsonl"
+NEEDS = {"custom": [TASKS], "sleep": [TASKS], "plugin": None}
 
 
 def _slow(data):
