@@ -77,3 +77,17 @@ def test_the_minutes_cap_stops_calls_and_the_night_names_its_flag(monkeypatch):
     assert "llm.budget.max_minutes=2" in e.value.message
     assert stopped_by(e.value.message) == "--max-minutes"
     assert stopped_by("budget cap hit: 310 tokens >= llm.budget.max_tokens=300; raise it") == "--max-tokens"
+
+
+def test_a_night_composes_for_a_project_path_with_spaces_commas_and_quotes(tmp_path):
+    from skillopt_ray import cli
+    from skillopt_ray.sleep.night import NightOptions, overrides_for
+
+    project = tmp_path / "my proj, v=2 'x' [a]"
+    tasks = project / ".skillopt" / "tasks"
+    splits = {"train": ["a"], "val": ["b"], "test": ["c"]}
+    ov = overrides_for(NightOptions(project=project), "night-1", tasks, splits, None)
+    _obj, data = cli.typed(cli.compose(ov))
+    assert data["env"]["data_dir"] == str(tasks)
+    assert data["output_dir"] == str(project / ".skillopt" / "nights")
+    assert data["tracking"]["experiment_name"] == f"sleep-{project.name}"

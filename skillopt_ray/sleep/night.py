@@ -91,15 +91,20 @@ def check_scorable(tasks: Path, splits: dict[str, list[str]], unchecked: list[st
         )
 
 
+def quoted(value: str) -> str:
+    """A Hydra override value taken literally: spaces, commas, brackets, `=` and quotes in a project's path."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[str, list[str]], init: Optional[Path]):
     """The run's Hydra overrides: the preset, the folder, the night's name, the project's MLflow experiment, the
     budgets, the target; the user's own model settings last (they win)."""
     out = [
         "+experiment=sleep",
-        f"env.data_dir={tasks}",
+        f"env.data_dir={quoted(str(tasks))}",
         f"run_name={run_name}",
-        f"output_dir={opts.project / STATE_DIR / 'nights'}",
-        f"tracking.experiment_name=sleep-{opts.project.resolve().name}",
+        f"output_dir={quoted(str(opts.project / STATE_DIR / 'nights'))}",
+        f"tracking.experiment_name={quoted('sleep-' + opts.project.resolve().name)}",
         f"llm.budget.max_tokens={opts.max_tokens}",
         f"llm.budget.max_cost_usd={opts.max_cost}",
         f"llm.budget.max_minutes={opts.max_minutes}",
@@ -112,7 +117,7 @@ def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[s
     if opts.target != "chat":
         out.append(f"llm.target.harness={opts.target}")
     if init is not None:
-        out.append(f"skill_init={init}")
+        out.append(f"skill_init={quoted(str(init))}")
     return out + list(opts.overrides)
 
 
