@@ -57,10 +57,10 @@ def task_folder(project: Path, n_val: int = 14) -> Path:
     return out
 
 
-def night(project: Path, srv: ScriptedServer, *extra: str) -> int:
+def night(project: Path, srv: ScriptedServer, *extra: str, tracking: str = "tracking=none") -> int:
     return sleep_cli.main(
         ["run", "--project", str(project), "--tasks", str(project / ".skillopt" / "tasks"), *extra,
-         "llm=compatible", f"llm.base_url={srv.base_url}", "tracking=none"]
+         "llm=compatible", f"llm.base_url={srv.base_url}", tracking]
     )  # fmt: skip
 
 
@@ -212,11 +212,17 @@ def test_a_folder_without_validation_tasks_gates_on_train_and_is_never_reported_
     tasks = [MinedTask(f"Sort the list, part {i}.", "chat", [{"op": "contains", "arg": "DONE-OK"}]) for i in range(12)]
     write_tasks(project / ".skillopt" / "tasks", tasks, {t.id: "train" for t in tasks}, project, {})
     with ScriptedServer(PlantedRule("HELPFUL")) as srv:
-        code = night(project, srv)
+        code = night(project, srv, tracking="tracking.mlflow=true")
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
     rep = report_of(project)
     assert rep["verdict"] == "unverified", rep
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / '.skillopt' / 'nights' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("sleep-proj")  # one experiment per project, one run per night
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.info.run_name == rep["run_name"] and run.info.status == "FINISHED"
     assert any(n.startswith("unverified") for n in rep["notes"])
     (staged,) = (project / ".skillopt" / "staging").iterdir()
     assert json.loads((staged / "manifest.json").read_text())["verified"] is False
