@@ -10,6 +10,8 @@ attaches to it instead of starting its own (the CLI says so in one line). Nothin
 ends the holder by its pid (checked against its start time), and Ray's processes, which share its fate, end with it.
 The record lives in SKILLOPT_CLUSTER_HOME (default ~/.cache/skillopt_ray/cluster): `cluster.json`, the holder's log,
 and one lease file per run attached to it (a run's lease ends with its process; the idle clock starts then).
+The record is skillopt_ray/kept_cluster.py (what a run attaching reads), the holder skillopt_ray/holder.py; this is the
+command.
 """
 
 from __future__ import annotations
@@ -18,188 +20,24 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any, Optional
 
-from skillopt_ray.lifeline import running, start_ticks
+from skillopt_ray.holder import hold, spawn_holder
+from skillopt_ray.kept_cluster import (
+    RECORD,
+    KeptCluster,
+    active_leases,
+    command_line,
+    home,
+    leased_by,
+    live,
+    read_record,
+)
 
-RECORD = "cluster.json"
-UP_TIMEOUT_S = 180.0
 DOWN_TIMEOUT_S = 30.0
-POLL_S = 2.0
-
-
-def home() -> Path:
-    """Where the kept cluster's record lives (SKILLOPT_CLUSTER_HOME, for tests and benchmarks, or the user's cache)."""
-    return Path(os.environ.get("SKILLOPT_CLUSTER_HOME") or Path.home() / ".cache" / "skillopt_ray" / "cluster")
-
-
-@dataclass
-class KeptCluster:
-    """The holder process (pid and start ticks: a reused pid is another process) and how to reach its cluster."""
-
-    pid: int
-    start: str
-    address: str
-    temp_dir: str
-    started_at: float
-    idle_s: float
-    num_cpus: int
-    auth_mode: str
-
-    def alive(self) -> bool:
-        """The holder runs: not gone and not a zombie (a killed holder is one for 1.5-2 s; a run that attached to
-        it then hung for minutes on the dead cluster)."""
-        return running(self.pid, self.start)
-
-    def answers(self, timeout_s: float = 2.0) -> bool:
-        """The cluster's own answer: its GCS accepts a connection."""
-        import socket
-
-        host, _, port = self.address.rpartition(":")
-        try:
-            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
-                return True
-        except (OSError, ValueError):
-            return False
-
-
-def read_record(where: Optional[Path] = None) -> Optional[KeptCluster]:
-    """The recorded cluster, or None (no record, or one this version cannot read)."""
-    try:
-        raw = json.loads(((where or home()) / RECORD).read_text(encoding="utf-8"))
-        return KeptCluster(**raw)
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def live(where: Optional[Path] = None) -> Optional[KeptCluster]:
-    """The kept cluster when its holder is running, else None."""
-    rec = read_record(where)
-    return rec if rec is not None and rec.alive() else None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def take_lease(pid: Optional[int] = None, where: Optional[Path] = None) -> None:
-    """Mark the cluster in use for as long as process `pid` (default: this one) runs."""
-    pid = os.getpid() if pid is None else pid
-    ticks = start_ticks(pid)
-    if ticks is not None:
-        _write_atomic((where or home()) / "leases" / f"{pid}.json", json.dumps({"pid": pid, "start": ticks}))
-
-
-def leased_by(where: Optional[Path] = None) -> list[int]:
-    """The pids of the runs attached now; the leases of ended processes are removed."""
-    pids = []
-    for f in sorted(((where or home()) / "leases").glob("*.json")):
-        try:
-            raw = json.loads(f.read_text(encoding="utf-8"))
-            ok = running(int(raw["pid"]), raw["start"])
-        except (OSError, ValueError, KeyError, TypeError):
-            ok = False
-        if ok:
-            pids.append(int(raw["pid"]))
-        else:
-            f.unlink(missing_ok=True)
-    return pids
-
-
-def active_leases(where: Optional[Path] = None) -> int:
-    """How many runs are attached now."""
-    return len(leased_by(where))
-
-
-def command_line(pid: int) -> str:
-    """A process's command line, for a line that names it ("" when it cannot be read)."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a)[:200]
-
-
-# ---------- the holder: the process that owns the cluster ----------
-
-
-def _hold(args: argparse.Namespace) -> int:
-    """Start the cluster and its run service, write the record, serve commands until `down` (SIGTERM) or the idle
-    timeout, stop the cluster."""
-    from skillopt_ray.service import Service, holder_environment
-
-    started_with = holder_environment()  # before anything below sets a variable: what the workers inherit
-    # a cluster that outlives the command is a listener: Ray's token (~/.ray/auth_token, the user's own) guards it
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-
-    from skillopt_ray.cli.ray_session import COMMON_INIT
-
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    temp_dir = f"/tmp/skr{os.getuid()}"  # a Ray folder of its own: `address=auto` elsewhere never finds this cluster
-    ray.init(
-        **dict(COMMON_INIT, address="local", num_cpus=args.num_cpus, _temp_dir=temp_dir),
-        object_store_memory=args.object_store_mb * 1024 * 1024,
-    )
-    import skillopt_ray.cli.app  # noqa: F401  (the commands it serves start from a loaded package)
-    import skillopt_ray.driver  # noqa: F401
-
-    service = Service(home(), started_with)
-
-    def on_term(*_: Any) -> None:
-        stop.set()
-        service.stop_run(
-            f"the kept cluster (holder pid {os.getpid()}) is being stopped (`python -m skillopt_ray.cluster down`): "
-            "this run stops now, its state saved"
-        )
-
-    signal.signal(signal.SIGTERM, on_term)
-    rec = KeptCluster(
-        pid=os.getpid(),
-        start=str(start_ticks(os.getpid())),
-        address=ray.get_runtime_context().gcs_address,
-        temp_dir=temp_dir,
-        started_at=time.time(),
-        idle_s=args.idle_minutes * 60.0,
-        num_cpus=args.num_cpus,
-        auth_mode=os.environ["RAY_AUTH_MODE"],
-    )
-    _write_atomic(home() / RECORD, json.dumps(asdict(rec)))
-    print(f"holder {rec.pid}: cluster at {rec.address}", flush=True)
-    try:
-        _serve_until_idle(service, stop, rec.idle_s)
-    finally:
-        service.close()
-    print(f"holder {rec.pid}: stopping ({'asked to' if stop.is_set() else 'idle'})", flush=True)
-    if read_record() == rec:
-        (home() / RECORD).unlink(missing_ok=True)
-    ray.shutdown()
-    return 0
-
-
-def _serve_until_idle(service: Any, stop: threading.Event, idle_s: float) -> None:
-    """Run the commands that ask; return when asked to stop, or when no run has been served or held a lease (an
-    attached command's) for `idle_s` seconds."""
-    last_used = time.monotonic()
-    while not stop.is_set():
-        if service.serve_next(POLL_S):
-            last_used = time.monotonic()
-        elif active_leases():
-            last_used = time.monotonic()
-        elif time.monotonic() - max(last_used, service.last_used) > idle_s:
-            return
 
 
 # ---------- the commands ----------
@@ -213,7 +51,7 @@ def _describe(rec: KeptCluster) -> str:
 def up(args: argparse.Namespace) -> int:
     rec = live()
     if rec is None:
-        rec = _spawn_holder(args)
+        rec = spawn_holder(args)
         if rec is None:
             return 1
         print(_describe(rec), file=sys.stderr)
@@ -223,31 +61,6 @@ def up(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(asdict(rec)))
     return 0
-
-
-def _spawn_holder(args: argparse.Namespace) -> Optional[KeptCluster]:
-    """Start the holder in its own session (it outlives this command) and wait for its record."""
-    h = home()
-    h.mkdir(parents=True, exist_ok=True)
-    h.chmod(0o700)  # the run service's socket lives here: the user's own
-    (h / RECORD).unlink(missing_ok=True)
-    log = open(h / "holder.log", "ab")
-    cmd = [sys.executable, "-m", "skillopt_ray.cluster", "_hold", "--idle-minutes", str(args.idle_minutes)]
-    cmd += ["--num-cpus", str(args.num_cpus), "--object-store-mb", str(args.object_store_mb)]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + UP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        rec = read_record()
-        if rec is not None and rec.pid == proc.pid:
-            return rec
-        if proc.poll() is not None:
-            tail = (h / "holder.log").read_text(errors="replace").strip().splitlines()[-1:]
-            print(f"error: the cluster did not start ({' '.join(tail)}); see {h / 'holder.log'}", file=sys.stderr)
-            return None
-        time.sleep(0.2)
-    proc.terminate()
-    print(f"error: the cluster did not start in {UP_TIMEOUT_S:.0f} s; see {h / 'holder.log'}", file=sys.stderr)
-    return None
 
 
 def status(args: argparse.Namespace) -> int:
@@ -347,7 +160,7 @@ def _positive(text: str) -> float:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args: Any = parser().parse_args(argv)
-    return {"up": up, "status": status, "down": down, "_hold": _hold}[args.command](args)
+    return {"up": up, "status": status, "down": down, "_hold": hold}[args.command](args)
 
 
 if __name__ == "__main__":

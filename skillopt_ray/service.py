@@ -21,6 +21,7 @@ ends the run too: its actors watch the command's process (skillopt_ray/lifeline.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import queue
@@ -30,15 +31,19 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from skillopt_ray.startup_trace import ENV as TRACE_ENV
+from skillopt_ray.utils.folder import in_folder
 from skillopt_ray.warm import StandbyPool, serve
 
 SOCKET = "run.sock"
+# the entry point a served command runs: `python -m skillopt_ray`'s own, named rather than imported (the holder sits
+# beneath the commands and runs one by its name, as `python -m` would)
+ENTRY = "skillopt_ray.cli.app"
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # what a shell or terminal sets on its own: a difference here says nothing about what the run's actors would see
 SHELL_NOISE = frozenset(
@@ -60,6 +65,12 @@ def _search_path(value: Optional[str], environ: dict[str, str]) -> list[str]:
         if entry and entry != here and not entry.startswith(root.rstrip("/") + "/") and entry not in seen:
             seen.append(entry)
     return seen
+
+
+def entry_main() -> Callable[[list[str]], int]:
+    """The `main(argv)` of the command's entry point (ENTRY), loaded on first use."""
+    main: Callable[[list[str]], int] = importlib.import_module(ENTRY).main
+    return main
 
 
 def env_difference(theirs: dict[str, str], ours: dict[str, str]) -> list[str]:
@@ -287,8 +298,9 @@ class Service:
         return True
 
     def _run(self, req: Request) -> int:
-        from skillopt_ray.cli.app import in_folder, main
         from skillopt_ray.lifeline import identity
+
+        main = entry_main()
 
         threading.Thread(target=self._watch, args=(req,), name="service-watch", daemon=True).start()
         out = Relay(req.conn, "out", req.tty[0], req.lock)

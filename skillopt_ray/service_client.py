@@ -1,6 +1,6 @@
 """The command's side of the kept cluster's run service (skillopt_ray/service.py): hand the command to the holder.
 
-Imports only the standard library and skillopt_ray.cluster (itself light), so that a command served by the holder
+Imports only the standard library and skillopt_ray.kept_cluster (itself light), so that a command served by the holder
 starts in tens of milliseconds. Returns None, and the command runs as it would have, whenever the service cannot
 take it: no kept cluster, its socket not answering, another run in progress, an environment that differs, a
 command that names its own Ray cluster (`ray.address`, RAY_ADDRESS), SKILLOPT_SERVICE=off, or a command that only
@@ -17,7 +17,7 @@ import socket
 import sys
 from typing import Any, Optional
 
-from skillopt_ray.cluster import home
+from skillopt_ray.kept_cluster import home
 
 SOCKET = "run.sock"  # the same name as service.SOCKET (that module imports the run's code: not imported here)
 CONNECT_TIMEOUT_S = 2.0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray import cluster
+from skillopt_ray import cluster, kept_cluster
 from skillopt_ray.lifeline import start_ticks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,8 +76,8 @@ def test_no_cluster_is_said_plainly_and_a_stale_record_is_not_attached(tmp_path,
 def test_leases_last_as_long_as_their_process(tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        cluster.take_lease(sleeper.pid, tmp_path)
-        cluster.take_lease(os.getpid(), tmp_path)
+        kept_cluster.take_lease(sleeper.pid, tmp_path)
+        kept_cluster.take_lease(os.getpid(), tmp_path)
         assert cluster.active_leases(tmp_path) == 2
     finally:
         sleeper.kill()
@@ -185,7 +185,7 @@ def test_down_names_the_runs_it_would_end_and_stops_only_with_force(tmp_path):
     run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "my-run"])
     try:
         rec = _record(tmp_path, holder.pid)
-        cluster.take_lease(run.pid, tmp_path)
+        kept_cluster.take_lease(run.pid, tmp_path)
         out = _cli(tmp_path, "down")
         assert out.returncode == 2 and holder.poll() is None, out.stderr
         (line,) = out.stderr.strip().splitlines()

@@ -311,6 +311,7 @@ def test_the_page_launches_watches_diffs_and_compares_in_a_real_browser(two_runs
                 )
                 page.click("#check")
                 expect(page.locator("#command")).to_contain_text("python -m skillopt_ray +experiment=searchqa")
+                expect(page.locator("#keys")).to_contain_text("COMPATIBLE_API_KEY")  # which key goes where
                 page.click("#launch")
                 expect(page.locator("#launches tbody")).to_contain_text("running", timeout=20_000)
                 page.screenshot(path=str(tmp_path / "launch.png"), full_page=True)

@@ -156,7 +156,7 @@ def test_a_post_that_is_not_json_is_refused(served):
         ("env.manifest_dir=../..", {}, "--allow-path"),
         ("eval.skill_path=/etc/hostname mode=eval", {}, "--allow-path"),
         ("output_dir=/tmp/not-allowed-out", {}, "--allow-path"),
-        ("run_name=../../../escaped", {}, "not a plain name"),  # a name, refused by the config validation
+        ("run_name=../../../escaped", {}, "a run name is a name"),  # refused before Hydra composes
         ("llm.target.agent.prefix=/usr", {}, "--allow-path"),
         ("env.options.sample_dir=/var/tmp/x", {}, "--allow-path"),
         ("tracking=mlflow tracking.tracking_uri=sqlite:////tmp/x.db", {}, "--allow-path"),

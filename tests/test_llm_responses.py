@@ -14,7 +14,7 @@ from scripted_server import Fault, ScriptedServer
 from skillopt_ray import cli
 from skillopt_ray.config import BudgetConfig, ConfigError, LLMConfig, LLMRoleConfig, PriceConfig
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.responses import listed_for_responses, resolved_api
+from skillopt_ray.llm.routing import listed_for_responses, resolved_api
 from skillopt_ray.llm.types import (
     BudgetExceeded,
     CacheMiss,

@@ -184,8 +184,9 @@ def test_a_command_whose_environment_differs_runs_on_its_own_and_hands_the_diffe
         cwd=tmp_path,
     )
     assert served.returncode == 0, served.stderr
-    assert "does not run this command (its environment differs from the kept cluster's (SKILLOPT_TEST_KEY))" in (
-        served.stderr
+    assert (
+        "does not run this command (its environment differs from the kept cluster's (SKILLOPT_TEST_KEY); to serve"
+        in (served.stderr)
     )
 
 

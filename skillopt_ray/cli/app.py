@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -35,6 +34,7 @@ from skillopt_ray.cli.compose import (
     apply_prices,
     compose,
     explain,
+    refuse_repeated_keys,
     resolve_paths,
     split_price_overrides,
     typed,
@@ -42,6 +42,7 @@ from skillopt_ray.cli.compose import (
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.startup_trace import mark
+from skillopt_ray.utils.folder import in_folder
 
 
 @dataclass
@@ -54,17 +55,6 @@ class _Session:
 
 
 _SESSION = _Session()
-
-
-@contextlib.contextmanager
-def in_folder(path: str) -> Iterator[None]:
-    """Work in `path` for the block (Python 3.10 has no contextlib.chdir); the kept cluster's holder uses it too."""
-    old = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(old)
 
 
 def hydra_run_dir(hc: Any, data: dict[str, Any]) -> Optional[Path]:
@@ -250,20 +240,38 @@ def config_fingerprint(folders: list[Path], words: list[str]) -> str:
 
 
 def plain_single_run(args: Any, flags: list[str], overrides: list[str]) -> bool:
-    """A command that is one run with no Hydra setting of its own (no flag, no `hydra.*` override, no `-m`): the
-    config preflight composed is the run's, so Hydra's application layer (which composes it twice more, to find
-    the mode and to run) adds nothing but a second."""
-    hydra_keys = any(o.lstrip("+~").startswith("hydra") for o in overrides)
-    return not (args.multirun or flags or hydra_keys)
+    """A command that is one run with no Hydra setting of its own beyond a plain `hydra.run.dir=PATH` (no flag, no
+    other `hydra.*` override, no `-m`): the config preflight composed is the run's, so Hydra's application layer
+    (which composes it twice more, to find the mode and to run) adds nothing but a second."""
+    hydra_keys = [o for o in overrides if o.lstrip("+~").startswith("hydra")]
+    return not (args.multirun or flags) and all(_literal_run_dir(o) for o in hydra_keys)
+
+
+def _literal_run_dir(override: str) -> bool:
+    """`hydra.run.dir=PATH` with a plain path (no interpolation, quoting or list): the run directory itself, as Hydra
+    would make it."""
+    import re
+
+    key, _, value = override.partition("=")
+    return key == "hydra.run.dir" and re.fullmatch(r"[\w./@:+-]+", value) is not None
+
+
+def given_run_dir(overrides: list[str]) -> Optional[Path]:
+    """The run directory a plain command names with `hydra.run.dir=PATH` (relative to where it runs), or None."""
+    for o in overrides:
+        if _literal_run_dir(o):
+            return Path(os.getcwd(), o.partition("=")[2]).resolve()
+    return None
 
 
 def run_checked(data: dict[str, Any], overrides: list[str]) -> int:
-    """Run a config preflight composed and checked, as Hydra's task function would (no run directory of Hydra's:
-    it is derived from the config)."""
+    """Run a config preflight composed and checked, as Hydra's task function would: in the run directory the
+    command names (`hydra.run.dir=PATH`), or one derived from the config; the checks are not made again."""
     from skillopt_ray.cli.launch import run_one
 
+    task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]  # what Hydra records as the job's
     try:
-        return run_one(data, None, overrides)
+        return run_one(data, given_run_dir(overrides), task, checked=True)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -337,6 +345,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     _SESSION.stopped = False
     try:
         args = _hydra_args(argv)
+        refuse_repeated_keys(args.overrides)
         overrides, _SESSION.prices = split_price_overrides(args.overrides)
         flags = list(argv)
         for o in args.overrides:
@@ -348,7 +357,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.cfg == "job" and not args.help:
             show_job_config(args, overrides, _SESSION.prices)
             return EXIT_OK
-        from skillopt_ray.cli import completion  # bash: `python -m skillopt_ray` too, not only the installed command
+        import skillopt_ray.cli.completion as completion  # bash: `python -m skillopt_ray` too, not only the installed command
 
         if args.shell_completion and completion.handle(args.overrides, lambda: _run_hydra(passed)):
             return EXIT_OK

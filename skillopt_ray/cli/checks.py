@@ -51,9 +51,16 @@ def check_harness(data: dict[str, Any]) -> None:
         raise UsageError(problem)
 
 
+def needs_embedded_server(data: dict[str, Any]) -> bool:
+    """A role runs on the embedded model and calls will reach it (replay mode answers from the cache)."""
+    return (
+        any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer"))
+        and data["llm"]["cache_mode"] != "replay"
+    )
+
+
 def check_embedded_model(data: dict[str, Any]) -> None:
     """The model file the embedded server would serve exists (llm=local names an installed model)."""
-    from skillopt_ray.cli.launch import needs_embedded_server
     from skillopt_ray.llm.embedded import EmbeddedUnavailable, resolve_model_path
 
     e = data["llm"].get("embedded") or {}
@@ -80,6 +87,11 @@ def check_keys(data: dict[str, Any]) -> None:
     CLI (check_harness)."""
     check_harness(data)
     check_embedded_model(data)
+    check_endpoints(data)
+
+
+def check_endpoints(data: dict[str, Any]) -> None:
+    """Every remote role has its endpoint and the environment variable holding its key."""
     for role in ("target", "optimizer"):
         r = data["llm"][role]
         if r["provider"] == "embedded":

@@ -37,6 +37,16 @@ def experiments(conf_dir: Optional[Path] = None) -> list[str]:
 PriceOverride = tuple[str, str, float]
 
 
+def refuse_repeated_keys(overrides: Iterable[str]) -> None:
+    """A key set twice on a command line (`seed=1 seed=2`) is refused: Hydra would silently keep the last value."""
+    first: dict[str, str] = {}
+    for o in overrides:
+        key = re.sub(r"^(\+\+|\+|~)", "", o.split("=", 1)[0])
+        if key in first:
+            raise UsageError(f"{key} is given twice ({first[key]} and {o}); give each key once")
+        first[key] = o
+
+
 def split_price_overrides(overrides: Iterable[str]) -> tuple[list[str], list[PriceOverride]]:
     """(the other overrides, [(model, field, value)]) with each price checked (unknown field, not a number)."""
     from skillopt_ray.config import ConfigError, parse_price

@@ -21,24 +21,10 @@ from typing import Any
 import skillopt_envs
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.cli.provenance import tool_version
 
 # where each benchmark reads its data when env.data_dir is not set
 _MAX_FILES = 200_000
-
-
-def tool_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("skillopt-ray")
-    except Exception:  # noqa: BLE001 - a source tree that is not installed
-        import tomllib
-
-        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-        try:
-            return tomllib.loads(pyproject.read_text())["project"]["version"]
-        except (OSError, KeyError, ValueError):
-            return "unknown"
 
 
 def file_digest(path: str) -> str:

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.cli.checks import (
+    check_endpoints,
     check_keys,
     check_output_dir,
     check_reviewed_tasks,
     check_skill_files,
+    needs_embedded_server,
     skill_warnings,
 )
 from skillopt_ray.cli.errors import UsageError
@@ -42,14 +44,6 @@ def run_dir_for(data: dict[str, Any], record: Optional[dict[str, Any]] = None) -
         ident = (record or identity_record(data))["identity"]
         name = f"{data['experiment']}-{prefix}-seed{data['seed']}-{ident}"
     return Path(data["output_dir"]) / "runs" / name
-
-
-def needs_embedded_server(data: dict[str, Any]) -> bool:
-    """A role runs on the embedded model and calls will reach it (replay mode answers from the cache)."""
-    return (
-        any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer"))
-        and data["llm"]["cache_mode"] != "replay"
-    )
 
 
 def job_submission_id() -> Optional[str]:
@@ -145,16 +139,20 @@ def with_endpoint(data: dict[str, Any], url: str) -> dict[str, Any]:
 
 
 def execute(
-    data: dict[str, Any], run_dir: Optional[Path] = None, origin: Optional[dict[str, Any]] = None
+    data: dict[str, Any],
+    run_dir: Optional[Path] = None,
+    origin: Optional[dict[str, Any]] = None,
+    checked: bool = False,
 ) -> dict[str, Any]:
     """One training (or eval) run through the driver actor; the outcome dict it returns says how it ended.
 
     `run_dir`: where the run lives (default: derived from the config and its inputs, see run_dir_for).
     `origin`: the command that asks for the run (`argv`, Hydra `overrides`; default this process's argv), kept
-    in the run directory's provenance. Used by the CLI and by each sweep trial, so both run exactly the same code."""
+    in the run directory's provenance. Used by the CLI and by each sweep trial, so both run exactly the same code.
+    `checked`: the command's preflight already made the checks that need no cluster (cli.app.preflight): not again."""
     from skillopt_ray.progress import RunClock, make_display
 
-    run_dir = _open_run(data, run_dir, origin)
+    run_dir = _open_run(data, run_dir, origin, checked)
     clock = RunClock(run_dir).begin()
     progress = make_display(data["debug"]["progress"], started_at=clock.started)
     outcome: dict[str, Any] = {"status": "interrupted"}
@@ -176,20 +174,23 @@ def execute(
     return outcome
 
 
-def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[dict[str, Any]]) -> Path:
-    """Check the run's inputs and prepare its run directory (identity, provenance, the job's record); returns it."""
-    check_reviewed_tasks(data)
-    check_skill_files(data)
+def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[dict[str, Any]], checked: bool) -> Path:
+    """Check the run's inputs (unless the preflight did) and prepare its run directory (identity, provenance, the
+    job's record); returns it."""
+    if not checked:
+        check_reviewed_tasks(data)
+        check_skill_files(data)
     for line in skill_warnings(data):
         print(line, file=sys.stderr)
     record = identity_record(data)
     run_dir = Path(run_dir) if run_dir else run_dir_for(data, record)
-    check_output_dir(Path(data["output_dir"]))
+    if not checked:
+        check_output_dir(Path(data["output_dir"]))
     prepare_run_dir(run_dir, data, record)
     origin = origin or {}
     RunDir(run_dir).write_provenance(collect(origin.get("overrides", []), data, origin.get("argv")))
     record_job(run_dir)
-    check_keys(data)
+    (check_endpoints if checked else check_keys)(data)  # the harness and the embedded model: in the preflight
     return run_dir
 
 
@@ -294,10 +295,12 @@ def follow(driver: Any, ref: Any, progress: Any, clock: Any) -> None:
             pass
 
 
-def run_one(data: dict[str, Any], run_dir: Optional[Path] = None, overrides: Optional[list[str]] = None) -> int:
+def run_one(
+    data: dict[str, Any], run_dir: Optional[Path] = None, overrides: Optional[list[str]] = None, checked: bool = False
+) -> int:
     """Run a composed, validated config end to end and print how it ended; returns the exit code."""
     from skillopt_ray.cli.report import report
 
-    outcome = execute(data, run_dir, {"overrides": list(overrides or [])})
+    outcome = execute(data, run_dir, {"overrides": list(overrides or [])}, checked)
     mark("run-ended")
     return report(outcome)

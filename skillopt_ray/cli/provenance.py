@@ -24,6 +24,21 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # skillopt_ray/
 CODE_SUFFIXES = (".py", ".md", ".txt", ".yaml", ".yml", ".json", ".j2", ".jinja")
 
 
+def tool_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("skillopt-ray")
+    except Exception:  # noqa: BLE001 - a source tree that is not installed
+        import tomllib
+
+        pyproject = PACKAGE_ROOT.parent / "pyproject.toml"
+        try:
+            return tomllib.loads(pyproject.read_text())["project"]["version"]
+        except (OSError, KeyError, ValueError):
+            return "unknown"
+
+
 def code_roots() -> list[Path]:
     """The folders whose code and prompt files a run's identity covers: this package and the benchmarks."""
     import skillopt_envs
@@ -93,7 +108,6 @@ def entry_point(argv: list[str]) -> str:
 
 def collect(overrides: list[str], config: dict[str, Any], argv: Optional[list[str]] = None) -> dict[str, Any]:
     """One command's provenance record. `config`: the resolved config (secrets are masked here)."""
-    from skillopt_ray.cli.identity import tool_version
     from skillopt_ray.config import redact
 
     argv = [mask(a) for a in (sys.argv if argv is None else argv)]

@@ -84,9 +84,9 @@ def attach_kept_cluster() -> bool:
     life (its idle clock waits). False when there is none."""
     import ray
 
-    from skillopt_ray import cluster
+    from skillopt_ray import kept_cluster
 
-    kept = cluster.live()
+    kept = kept_cluster.live()
     if kept is None:
         return False
     if not kept.answers():  # a holder that is ending: its Ray cluster is gone or going
@@ -98,7 +98,7 @@ def attach_kept_cluster() -> bool:
     from skillopt_ray.private_apis import ray_set_auth_mode
 
     ray_set_auth_mode(kept.auth_mode)  # the kept cluster asks for its token (see cluster.py)
-    cluster.take_lease()
+    kept_cluster.take_lease()
     from skillopt_ray.service import handed_environment
     from skillopt_ray.startup_trace import ENV
 

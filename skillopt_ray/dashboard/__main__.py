@@ -1,5 +1,5 @@
 """`python -m skillopt_ray.dashboard [--port 8765] [--host 127.0.0.1] [--outputs outputs] [--ray-address URL]
-[--token T] [--allowed-hosts a,b] [--allow-path DIR ...]`"""
+[--token T] [--allowed-hosts a,b] [--allow-path DIR ...] [--allow-endpoint HOST ...]`"""
 
 from __future__ import annotations
 
@@ -15,10 +15,16 @@ from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK
 
 
 def _port_free(host: str, port: int) -> Optional[str]:
-    """None if the port can be bound, else why not (one line)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """None if the port can be bound, else why not (one line).
+
+    The probe binds as uvicorn does: IPv6 for an address with a colon (`::`, `::1`), and with SO_REUSEADDR, so the
+    connections a just-stopped dashboard left in TIME_WAIT do not hold its port for a minute; a server still
+    listening there is refused all the same."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host, port))
+            s.bind((host.strip("[]"), port))
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
                 return f"port {port} on {host} is already in use; pick another with --port (e.g. --port {port + 1})"
@@ -52,6 +58,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="a folder the launch form's paths may point into, besides this folder and --outputs (repeatable)",
     )
+    ap.add_argument(
+        "--allow-endpoint",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host a URL typed in the form may send a key to (an endpoint, a tracking server), besides the host "
+        "the chosen preset sends it to (repeatable)",
+    )
     return ap
 
 
@@ -66,7 +80,9 @@ def _problem(a: argparse.Namespace) -> Optional[str]:
 
 
 def _url(host: str, port: int, token: str) -> str:
-    shown = "127.0.0.1" if host in WILDCARD else (f"[{host}]" if ":" in host else host)
+    if host in WILDCARD:
+        host = "::1" if host == "::" else "127.0.0.1"  # `::` may listen on IPv6 only, where 127.0.0.1 finds nothing
+    shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/?token={token}"
 
 
@@ -82,7 +98,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     guard = Guard.make(a.token, a.host, a.allowed_hosts.split(","))
     allow = tuple(Path(d).expanduser() for d in a.allow_path)
-    dash = Dashboard(Path(a.outputs), Path.cwd(), a.ray_address, guard, allow)
+    dash = Dashboard(Path(a.outputs), Path.cwd(), a.ray_address, guard, allow, tuple(a.allow_endpoint))
     if not is_loopback(a.host):
         print(
             f"warning: --host {a.host} makes the dashboard reachable from other machines; the token is then the "

@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.cli.errors import UsageError
-from skillopt_ray.dashboard.limits import PathPolicy, check_choice, refuse_from_page, refuse_unsafe_overrides
+from skillopt_ray.dashboard.keys import refuse_key_redirects
+from skillopt_ray.dashboard.limits import (
+    PathPolicy,
+    check_choice,
+    group_options,
+    refuse_from_page,
+    refuse_group_path,
+    refuse_unsafe_overrides,
+)
 
 # The form: name -> (override key, kind). Kinds: choice lists come from the config tree (see `form_schema`).
 FIELDS: dict[str, tuple[str, str]] = {
@@ -47,6 +55,8 @@ FIELDS: dict[str, tuple[str, str]] = {
 }
 LOG_LINES = 2000
 RUN_DIR_LINE = "run directory: "  # how the CLI names the run directory it opened
+# A form's extra overrides are a handful; Hydra parses thousands for seconds each check (8,000: 10 s).
+MAX_EXTRA_OVERRIDES = 200
 STOP_GRACE_S = 30.0  # after SIGINT, how long a run may take to save and end before its process group is terminated
 
 
@@ -108,6 +118,7 @@ def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> dict[s
         if value:
             check_choice(name, value)
             overrides.append(f"{FIELDS[name][0]}={value}")
+            refuse_group_path(overrides[-1], group_options())
     with lock:  # Hydra's composition uses process-wide state
         _obj, data = typed(compose(overrides))
     data = resolve_paths(data)
@@ -145,31 +156,51 @@ def overrides_from_form(form: dict[str, Any]) -> list[str]:
             out += shlex.split(extra)
         except ValueError as e:
             raise UsageError(f"extra overrides: {e}") from None
+        if len(out) > MAX_EXTRA_OVERRIDES:
+            raise UsageError(
+                f"{len(out)} overrides: the page takes at most {MAX_EXTRA_OVERRIDES} (the command line takes more)"
+            )
     return out
 
 
-def validate(overrides: list[str], lock: threading.Lock, policy: Optional[PathPolicy] = None) -> dict[str, Any]:
-    """The CLI's checks before anything starts: compose with Hydra, the typed schema, the output folder, the keys
-    and the skill files. Returns the resolved config; raises UsageError with the CLI's one-line message.
+def _compose_typed(overrides: list[str], lock: threading.Lock) -> dict[str, Any]:
+    from skillopt_ray.cli.compose import apply_prices, compose, resolve_paths, split_price_overrides, typed
 
-    With a `policy` (a form that came over HTTP), overrides that reach past plain values are refused before Hydra
-    sees them, and the resolved paths are checked before any file they name is read."""
-    from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files
-    from skillopt_ray.cli.compose import compose, resolve_paths, split_price_overrides, typed
-
-    if policy is not None:
-        refuse_unsafe_overrides(overrides)
     plain, prices = split_price_overrides(overrides)
     with lock:  # Hydra's composition uses process-wide state
         cfg = compose(plain)
         if prices:
-            from skillopt_ray.cli.compose import apply_prices
-
             apply_prices(cfg, prices)
         _obj, data = typed(cfg)
-    data = resolve_paths(data)
+    return resolve_paths(data)
+
+
+def preset_config(overrides: list[str], lock: threading.Lock) -> dict[str, Any]:
+    """The config of the form's preset choices alone (its config-group overrides): where its keys are meant to go."""
+    groups = group_options()
+    return _compose_typed([o for o in overrides if o.split("=", 1)[0].lstrip("+~") in groups], lock)
+
+
+def validate(
+    overrides: list[str],
+    lock: threading.Lock,
+    policy: Optional[PathPolicy] = None,
+    endpoints: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """The CLI's checks before anything starts: compose with Hydra, the typed schema, the output folder, the keys
+    and the skill files. Returns the resolved config; raises UsageError with the CLI's one-line message.
+
+    With a `policy` (a form that came over HTTP), overrides that reach past plain values are refused before Hydra
+    sees them, the resolved paths are checked before any file they name is read, and a key goes to no host but its
+    preset's and the `endpoints` the user allowed."""
+    from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files
+
+    if policy is not None:
+        refuse_unsafe_overrides(overrides)
+    data = _compose_typed(overrides, lock)
     if policy is not None:
         refuse_from_page(data, policy)
+        refuse_key_redirects(data, preset_config(overrides, lock), endpoints)
     check_output_dir(Path(data["output_dir"]))
     check_keys(data)
     check_skill_files(data)
@@ -274,10 +305,17 @@ def mark_killed(run_dir: Path) -> Optional[str]:
 class Launcher:
     """The runs this dashboard started. One per server; nothing global."""
 
-    def __init__(self, cwd: Path, ray_address: Optional[str] = None, policy: Optional[PathPolicy] = None):
+    def __init__(
+        self,
+        cwd: Path,
+        ray_address: Optional[str] = None,
+        policy: Optional[PathPolicy] = None,
+        endpoints: frozenset[str] = frozenset(),
+    ):
         self.cwd = Path(cwd)
         self.ray_address = ray_address
         self.policy = policy  # set for forms that arrive over HTTP (the dashboard); None: the caller's own input
+        self.endpoints = endpoints  # hosts the user allowed at start-up to receive a key from a URL set on the page
         self.launches: dict[str, Launch] = {}
         self._hydra_lock = threading.Lock()
         self._jobs: Any = None
@@ -299,7 +337,7 @@ class Launcher:
 
     def check(self, form: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         overrides = overrides_from_form(form)
-        return overrides, validate(overrides, self._hydra_lock, self.policy)
+        return overrides, validate(overrides, self._hydra_lock, self.policy, self.endpoints)
 
     def launch(self, form: dict[str, Any]) -> Launch:
         overrides, data = self.check(form)
@@ -312,7 +350,7 @@ class Launcher:
             raise KeyError(lid)
         if old.process is not None and old.process.poll() is None:
             raise UsageError(f"{lid} is still running; stop it first")
-        return self._start(old.overrides, validate(old.overrides, self._hydra_lock, self.policy))
+        return self._start(old.overrides, validate(old.overrides, self._hydra_lock, self.policy, self.endpoints))
 
     def _start(self, overrides: list[str], data: dict[str, Any]) -> Launch:
         from skillopt_ray.cli.launch import run_dir_for

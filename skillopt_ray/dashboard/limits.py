@@ -33,7 +33,40 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~").strip()
 
 
-def refuse_unsafe_override(override: str) -> None:
+def group_options(conf_dir: Optional[Path] = None) -> dict[str, list[str]]:
+    """The config groups of the config tree the dashboard runs with (the project's `conf/`, or the user's own
+    through SKILLOPT_CONF_DIR) and the options each ships, by group name."""
+    from skillopt_ray.cli.compose import CONF_DIR
+
+    conf = Path(conf_dir or CONF_DIR)
+    return {d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in sorted(conf.iterdir()) if d.is_dir()}
+
+
+def refuse_group_path(override: str, groups: dict[str, list[str]]) -> None:
+    """A config-group value names one of the options the config tree ships, never a file elsewhere: Hydra would
+    load any YAML file a relative path reaches, interpolations (and so the environment) included."""
+    key = _key(override)
+    if "/" in key:
+        raise UsageError(
+            f"{override!r}: nested config groups are not accepted from the page (the command line accepts it)"
+        )
+    if key not in groups or "=" not in override or override.startswith("~"):
+        return
+    value = override.split("=", 1)[1].strip()
+    if value not in groups[key]:
+        raise UsageError(f"{key}={value!r}: not a {key} preset; pick one of {', '.join(groups[key])}")
+
+
+def refuse_run_name_path(value: str) -> None:
+    """A run name names a folder under output_dir/runs/: a name, never a path."""
+    if not CHOICE_VALUE.match(value) or value in (".", ".."):
+        raise UsageError(
+            f"run_name={value!r}: a run name is a name (letters, digits, _ . -), not a path; "
+            "set output_dir to choose where runs go"
+        )
+
+
+def refuse_unsafe_override(override: str, groups: Optional[dict[str, list[str]]] = None) -> None:
     """Raise UsageError (one line, with the fix) for an override the page must not pass on."""
     key = _key(override)
     cli = "the command line accepts it"
@@ -53,11 +86,15 @@ def refuse_unsafe_override(override: str) -> None:
             f"{override!r}: which environment variable holds a key is set by the llm preset or the command line, "
             "not the page"
         )
+    if key == "run_name" and "=" in override:
+        refuse_run_name_path(override.split("=", 1)[1].strip())
+    refuse_group_path(override, group_options() if groups is None else groups)
 
 
 def refuse_unsafe_overrides(overrides: list[str]) -> None:
+    groups = group_options()
     for one in overrides:
-        refuse_unsafe_override(one)
+        refuse_unsafe_override(one, groups)
 
 
 def check_choice(name: str, value: str) -> None:
@@ -159,6 +196,7 @@ def refuse_outside_paths(data: dict[str, Any], policy: PathPolicy) -> None:
     for key, value in _option_paths(_get(data, "env.options") or {}):
         policy.check(key, value, Path(data_dir) if data_dir and key.endswith("docs_dirs") else None)
     if data.get("run_name"):
+        refuse_run_name_path(str(data["run_name"]))
         policy.check("run_name", Path(data["output_dir"]) / "runs" / str(data["run_name"]))
 
 

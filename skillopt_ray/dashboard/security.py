@@ -27,6 +27,18 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WILDCARD = ("0.0.0.0", "::", "")
 COOKIE_PREFIX = "skillopt_dashboard_"
+# Sent with every answer. The page is its own files and JSON from this server, so the policy allows nothing else: no
+# inline or foreign script (text from a run directory can never run as script, even if it reached the page as
+# HTML), no inline style attributes, no framing by another site.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = (
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+)
 
 
 def new_token() -> str:
@@ -118,6 +130,7 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
+        send = _with_headers(send, SECURITY_HEADERS)
         port = int((scope.get("server") or ("", 0))[1] or 0)
         refusal = self.refusal(scope, headers, port)
         if refusal is not None:
@@ -157,17 +170,22 @@ class GuardMiddleware:
         return None
 
 
-def _with_cookie(send: Send, name: str, token: str) -> Send:
-    """`send` that adds the token cookie to the response start: HttpOnly (no script reads it) and SameSite=Strict."""
-    cookie = f"{name}={token}; Path=/; HttpOnly; SameSite=Strict"
+def _with_headers(send: Send, extra: Iterable[tuple[bytes, bytes]]) -> Send:
+    """`send` that adds these headers to the response start."""
 
     async def wrapped(message: Message) -> None:
         if message["type"] == "http.response.start":
             message = dict(message)
-            message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie.encode("latin-1"))]
+            message["headers"] = [*message.get("headers", []), *extra]
         await send(message)
 
     return wrapped
+
+
+def _with_cookie(send: Send, name: str, token: str) -> Send:
+    """`send` that adds the token cookie to the response start: HttpOnly (no script reads it) and SameSite=Strict."""
+    cookie = f"{name}={token}; Path=/; HttpOnly; SameSite=Strict"
+    return _with_headers(send, [(b"set-cookie", cookie.encode("latin-1"))])
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Optional
@@ -21,12 +22,23 @@ from starlette.staticfiles import StaticFiles
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.dashboard import views
+from skillopt_ray.dashboard.keys import key_routes, url_host
 from skillopt_ray.dashboard.launcher import Launcher
 from skillopt_ray.dashboard.limits import PathPolicy
 from skillopt_ray.dashboard.security import Guard, GuardMiddleware
 from skillopt_ray.jsontypes import JSONObject
 
 STATIC = Path(__file__).resolve().parent / "static"
+# A form's JSON is a few hundred bytes; anything much larger is refused before it is read whole.
+MAX_BODY_BYTES = 64 * 1024
+# A run id is a path under the output folder a few levels deep; a longer one names no run.
+MAX_RUN_ID_CHARS = 1024
+
+
+class BodyTooLarge(UsageError):
+    """A request body over MAX_BODY_BYTES: answered 413."""
+
+    status = 413
 
 
 class Dashboard:
@@ -39,17 +51,26 @@ class Dashboard:
         ray_address: Optional[str] = None,
         guard: Optional[Guard] = None,
         allow_paths: tuple[Path, ...] = (),
+        allow_endpoints: tuple[str, ...] = (),
     ):
         self.outputs = Path(outputs).resolve()
         self.guard = guard or Guard.make(None, "127.0.0.1")
-        self.launcher = Launcher(cwd, ray_address, PathPolicy.make(Path(cwd), self.outputs, allow_paths))
+        policy = PathPolicy.make(Path(cwd), self.outputs, allow_paths)
+        hosts = frozenset(url_host(h) for h in allow_endpoints if h.strip())
+        self.launcher = Launcher(cwd, ray_address, policy, hosts)
 
     def resolve(self, run_id: str) -> Path:
         """A run id from the page, as a run directory under the output folder (never outside it)."""
-        path = (self.outputs / run_id).resolve()
+        if len(run_id) > MAX_RUN_ID_CHARS or "\x00" in run_id:
+            raise KeyError(run_id[:80])
+        try:
+            path = (self.outputs / run_id).resolve()
+            found = views.is_run_dir(path)
+        except (OSError, ValueError):  # a name the file system refuses (too long a part, say) names no run
+            raise KeyError(run_id[:80]) from None
         if path != self.outputs and self.outputs not in path.parents:
             raise KeyError(run_id)
-        if not views.is_run_dir(path):
+        if not found:
             for launch in self.launcher.launches.values():
                 if launch.run_dir and Path(launch.run_dir).name == run_id and views.is_run_dir(Path(launch.run_dir)):
                     return Path(launch.run_dir)
@@ -65,12 +86,34 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-async def _body(request: Request) -> JSONObject:
-    """The POST's JSON object; UsageError (a 400) for anything else."""
+def _refused(e: UsageError) -> JSONResponse:
+    return _error(str(e), getattr(e, "status", 400))
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, read no further than MAX_BODY_BYTES (BodyTooLarge past it)."""
+    too_large = BodyTooLarge(f"the request body is over {MAX_BODY_BYTES // 1024} KiB; a launch form is far smaller")
     try:
-        body = await request.json()
+        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+            raise too_large
     except ValueError:
-        raise UsageError("the request body is not valid JSON") from None
+        raise UsageError("the Content-Length header is not a number") from None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _body(request: Request) -> JSONObject:
+    """The POST's JSON object; UsageError (a 400) for anything else, BodyTooLarge (a 413) past the size limit."""
+    raw = await _read_body(request)
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        raise UsageError("the request body is not valid JSON (or is nested too deeply)") from None
     if not isinstance(body, dict):
         raise UsageError("the request body must be a JSON object of the form's fields")
     return body
@@ -152,26 +195,27 @@ def _launch_routes(dash: Dashboard) -> list[Route]:
     async def check(request: Request) -> Response:
         try:
             form = await _body(request)
-            overrides, _ = await asyncio.to_thread(dash.launcher.check, form)
+            overrides, data = await asyncio.to_thread(dash.launcher.check, form)
         except UsageError as e:
-            return _error(str(e))
+            return _refused(e)
         from skillopt_ray.dashboard.launcher import display_command
 
-        return JSONResponse({"command": display_command(overrides)})
+        keys = [r.to_dict() for r in key_routes(data)]  # the form says which key goes where
+        return JSONResponse({"command": display_command(overrides), "keys": keys})
 
     async def launch(request: Request) -> Response:
         try:
             form = await _body(request)
             started = await asyncio.to_thread(dash.launcher.launch, form)
         except UsageError as e:
-            return _error(str(e))
+            return _refused(e)
         return JSONResponse(started.to_dict())
 
     async def stop(request: Request) -> Response:
         try:
             body = await _body(request)
         except UsageError as e:
-            return _error(str(e))
+            return _refused(e)
         try:
             stopped = await asyncio.to_thread(dash.launcher.stop, str(body.get("id", "")))
         except KeyError:
@@ -183,7 +227,7 @@ def _launch_routes(dash: Dashboard) -> list[Route]:
             body = await _body(request)
             started = await asyncio.to_thread(dash.launcher.resume, str(body.get("id", "")))
         except UsageError as e:
-            return _error(str(e))
+            return _refused(e)
         except KeyError:
             return _error("no such launch", 404)
         return JSONResponse(started.to_dict())

@@ -121,12 +121,23 @@ def history(rd: RunDir) -> list[dict[str, Any]]:
     return rd.history_rows()
 
 
+def _number(value: Any) -> float:
+    """A count or cost as a run file holds it; 0 for what is not a number (a run folder is anyone's to write, and
+    one bad file must not take the whole table down)."""
+    try:
+        out = float(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return out if out == out and abs(out) != float("inf") else 0.0
+
+
 def run_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunRow:
     rd = RunDir(path)
     cfg = rd.read_config()
     summary = rd.summary() or {}
     state = rd.load_state() or {}
-    ledger = rd.read_ledger().get("totals", {})
+    ledger = rd.read_ledger().get("totals")
+    ledger = ledger if isinstance(ledger, dict) else {}
     test = summary.get("test") or {}
     sel = summary.get("selection") or {}
     best_sel = sel.get("best", state.get("best_score"))
@@ -136,13 +147,13 @@ def run_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) 
         experiment=str(cfg.get("experiment") or summary.get("experiment") or ""),
         seed=cfg.get("seed", summary.get("seed")),
         status=status_of(rd, alive, stopped),
-        steps=int(state.get("global_step") or len(history(rd))),
+        steps=int(_number(state.get("global_step")) or len(history(rd))),
         best_selection=best_sel,
         test_initial=(test.get("initial") or {}).get("hard"),
         test_best=(test.get("best") or {}).get("hard"),
         test_final=(test.get("final") or {}).get("hard"),
-        cost_usd=float(ledger.get("cost_usd") or 0.0),
-        tokens=int((ledger.get("prompt_tokens") or 0) + (ledger.get("completion_tokens") or 0)),
+        cost_usd=_number(ledger.get("cost_usd")),
+        tokens=int(_number(ledger.get("prompt_tokens")) + _number(ledger.get("completion_tokens"))),
     )
 
 

@@ -95,7 +95,7 @@ def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
                 f"missing API key: set the environment variable {role_cfg.api_key_env or 'AZURE_OPENAI_API_KEY'}"
                 " (or llm.<role>.azure_ad_token_env for Entra ID)"
             )
-        from skillopt_ray.llm.responses import resolved_api
+        from skillopt_ray.llm.routing import resolved_api
 
         # Azure's Responses API came with the 2025-03-01-preview version; chat keeps the long-standing default
         responses = resolved_api(role_cfg.provider, role_cfg.api, role_cfg.model) == "responses"

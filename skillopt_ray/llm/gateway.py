@@ -22,7 +22,8 @@ from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, descr
 from skillopt_ray.llm.jsonout import JsonExtractionError, parse_and_validate
 from skillopt_ray.llm.ledger import Ledger, journal_path
 from skillopt_ray.llm.ratelimit import EndpointLimiter
-from skillopt_ray.llm.responses import ResponsesEndpoint, resolved_api
+from skillopt_ray.llm.responses import ResponsesEndpoint
+from skillopt_ray.llm.routing import resolved_api
 from skillopt_ray.llm.types import (
     CacheMiss,
     ChatRequest,

@@ -16,27 +16,6 @@ from typing import Any, Optional
 from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, read_body, snippet
 
-# the models the reference sends through the Responses API; a model matches one, ignoring case and surrounding
-# spaces, when it is that name or that name followed by "-" and a suffix (a dated or sized variant)
-RESPONSES_MODELS = ("gpt-5-codex", "gpt-5.1-codex", "gpt-5.2-codex", "gpt-5.3-codex", "codex-mini", "gpt-5.4-pro")
-
-# the providers that speak the Responses API (the OpenAI API itself, compatible servers, Azure OpenAI)
-RESPONSES_PROVIDERS = ("openai", "azure")
-
-
-def listed_for_responses(model: str) -> bool:
-    """Whether the reference's rule sends `model` through the Responses API."""
-    name = (model or "").strip().lower()
-    return any(name == m or name.startswith(m + "-") for m in RESPONSES_MODELS)
-
-
-def resolved_api(provider: str, api: str, model: str) -> str:
-    """`chat` or `responses`: what a role's `api` setting means for its provider and model."""
-    if api != "auto":
-        return api
-    return "responses" if provider in RESPONSES_PROVIDERS and listed_for_responses(model) else "chat"
-
-
 # --- request: chat-shaped keyword arguments -> a Responses body --------------------------------------------------
 
 

@@ -262,12 +262,27 @@ class GatePolicy:
         """The gate's decision on a candidate evaluated on the whole selection split."""
         cand, cur, best, n = scores
         d, test = self.judge(ev, current, (cand, cur, best))
+        reason = self.reason(d.action, cand, cur, best, n, test)
+        return self._full_record(d.action, reason, eval_key, (ev, current), scores, test.to_dict() if test else None)
+
+    def _full_record(
+        self,
+        action: str,
+        reason: str,
+        eval_key: str,
+        evs: tuple[Evaluation, Evaluation],
+        scores: tuple[float, float, float, int],
+        gate_test: Optional[dict[str, Any]],
+    ) -> GateRecord:
+        """The record of a decision on a candidate evaluated on the whole selection split (`evs`: it and the
+        current skill's evaluation)."""
+        (ev, current), (cand, cur, best, n) = evs, scores
         return GateRecord(
-            action=d.action,
+            action=action,
             candidate_score=cand,
             current_score=cur,
             best_score=best,
-            reason=self.reason(d.action, cand, cur, best, n, test),
+            reason=reason,
             flipped=flipped(ev, current, self.repeats),
             eval_key=eval_key,
             selection_hard=ev.hard,
@@ -277,7 +292,7 @@ class GatePolicy:
             candidate_scored=ev.n_scored,
             current_scored=current.n_scored,
             gate_metric=self.metric,
-            gate_test=test.to_dict() if test else None,
+            gate_test=gate_test,
         )
 
     def sequential_record(
@@ -292,26 +307,13 @@ class GatePolicy:
         """The sequential gate's decision: accepted at a boundary or at the budget's end, with what it paid.
         `extra` holds every extra sample of both skills after this gate and the current skill's evaluation key,
         so a resumed run (and every later gate) sees the same samples."""
-        cand, cur, best, n = scores
+        cand, best = scores[0], scores[2]
         action = REJECT
         if out.accepted:
             action = ACCEPT_NEW_BEST if cand > best else ACCEPT
-        return GateRecord(
-            action=action,
-            candidate_score=cand,
-            current_score=cur,
-            best_score=best,
-            reason=self.sequential_reason(action, out, (cand, cur, best, n)),
-            flipped=flipped(ev, current, self.repeats),
-            eval_key=eval_key,
-            selection_hard=ev.hard,
-            selection_soft=ev.soft,
-            candidate_full_score=self.score(ev),
-            tasks_compared=n,
-            candidate_scored=ev.n_scored,
-            current_scored=current.n_scored,
-            gate_metric=self.metric,
-            gate_test={**out.to_test_dict(self.alpha), **extra},
+        reason = self.sequential_reason(action, out, scores)
+        return self._full_record(
+            action, reason, eval_key, (ev, current), scores, {**out.to_test_dict(self.alpha), **extra}
         )
 
     def sequential_reason(self, action: str, out: SequentialOutcome, scores: tuple[float, float, float, int]) -> str:

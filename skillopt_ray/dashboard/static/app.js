@@ -5,8 +5,30 @@ const POLL_MS = 2000;
 const state = { tab: "watch", runs: [], runId: null, diffStep: null, launchLog: null, schema: null };
 
 const $ = (sel) => document.querySelector(sel);
-const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const num = (x, d = 3) => (x === null || x === undefined || x === "" ? "–" : Number(x).toFixed(d));
+const int = (x) => (Number.isFinite(Number(x)) ? Number(x) : 0);
+
+// Everything the page shows from run directories is built as elements and text nodes, never parsed as HTML: a run
+// folder is anyone's to write, and what its files hold must stay text. el(tag, attrs, ...children): attrs are set
+// with setAttribute (`class`, `data-*`, ...), `style` as an object through the CSSOM, `on` as {event: handler};
+// children are nodes or strings (text), arrays are flattened, null/false are skipped.
+const SVG_NS = "http://www.w3.org/2000/svg";
+function build(node, attrs, children) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "style") Object.assign(node.style, v);
+    else if (k === "on") for (const [ev, fn] of Object.entries(v)) node.addEventListener(ev, fn);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+const el = (tag, attrs, ...children) => build(document.createElement(tag), attrs, children);
+const svgEl = (tag, attrs, ...children) => build(document.createElementNS(SVG_NS, tag), attrs, children);
+const fill = (node, ...children) => { node.replaceChildren(); return build(node, {}, children); };
 
 // The URL's ?token= set an HttpOnly cookie when the page loaded; keep the token out of the history and the screen.
 if (new URLSearchParams(location.search).has("token")) history.replaceState(null, "", location.pathname);
@@ -50,35 +72,38 @@ document.querySelectorAll(".tab").forEach((b) => b.addEventListener("click", () 
 
 const COLORS = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#f59e0b", "#0891b2", "#db2777", "#65a30d"];
 
-function lineChart(el, series) {
+function lineChart(node, series) {
   // series: [{name, color, points: [[x, y|null], ...], dashed}]
   const W = 640, H = 240, L = 40, R = 10, T = 10, B = 28;
-  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
+  const xs = series.flatMap((s) => s.points.map((p) => int(p[0])));
   const maxX = Math.max(1, ...xs);
-  const sx = (x) => L + (x / maxX) * (W - L - R);
-  const sy = (y) => T + (1 - y) * (H - T - B);
-  let svg = `<svg viewBox="0 0 ${W} ${H}" xmlns="http://www.w3.org/2000/svg">`;
+  const sx = (x) => L + (int(x) / maxX) * (W - L - R);
+  const sy = (y) => T + (1 - Number(y)) * (H - T - B);
+  const grey = { "font-size": 10, fill: "#6b7385" };
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}` });
   for (const y of [0, 0.25, 0.5, 0.75, 1]) {
-    svg += `<line x1="${L}" x2="${W - R}" y1="${sy(y)}" y2="${sy(y)}" stroke="#e5e7eb"/>`;
-    svg += `<text x="${L - 6}" y="${sy(y) + 4}" font-size="10" text-anchor="end" fill="#6b7385">${y}</text>`;
+    svg.append(svgEl("line", { x1: L, x2: W - R, y1: sy(y), y2: sy(y), stroke: "#e5e7eb" }));
+    svg.append(svgEl("text", { x: L - 6, y: sy(y) + 4, "text-anchor": "end", ...grey }, String(y)));
   }
   for (let x = 0; x <= maxX; x += Math.max(1, Math.ceil(maxX / 10))) {
-    svg += `<text x="${sx(x)}" y="${H - 10}" font-size="10" text-anchor="middle" fill="#6b7385">${x}</text>`;
+    svg.append(svgEl("text", { x: sx(x), y: H - 10, "text-anchor": "middle", ...grey }, String(x)));
   }
-  svg += `<text x="${W - R}" y="${H - 0}" font-size="10" text-anchor="end" fill="#6b7385">step</text>`;
+  svg.append(svgEl("text", { x: W - R, y: H, "text-anchor": "end", ...grey }, "step"));
   for (const s of series) {
-    const pts = s.points.filter((p) => p[1] !== null && p[1] !== undefined);
+    const pts = s.points.filter((p) => p[1] !== null && p[1] !== undefined && Number.isFinite(Number(p[1])));
     if (!pts.length) continue;
     const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ");
     const dash = s.dash || (s.dashed ? "5 4" : "");
-    if (!s.dotsOnly) svg += `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="${s.width || 2}" ${dash ? `stroke-dasharray="${dash}"` : ""}/>`;
-    for (const p of pts) svg += `<circle cx="${sx(p[0])}" cy="${sy(p[1])}" r="3" fill="${s.color}"><title>${esc(s.name)} step ${p[0]}: ${num(p[1])}</title></circle>`;
+    if (!s.dotsOnly) svg.append(svgEl("path", { d, fill: "none", stroke: s.color, "stroke-width": s.width || 2, "stroke-dasharray": dash || null }));
+    for (const p of pts) {
+      svg.append(svgEl("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 3, fill: s.color }, svgEl("title", {}, `${s.name} step ${p[0]}: ${num(p[1])}`)));
+    }
   }
-  el.innerHTML = svg + "</svg>";
+  fill(node, svg);
 }
 
-function diffHtml(text) {
-  if (!text) return '<span class="muted">(no differences)</span>';
+function diffNodes(text) {
+  if (!text) return [el("span", { class: "muted" }, "(no differences)")];
   let inCode = false; // inside a ``` block of the skill: those lines are code, shown as such
   return text.split("\n").map((line) => {
     const body = /^[ +-]/.test(line) && !/^(\+\+\+|---)/.test(line) ? line.slice(1) : null;
@@ -87,8 +112,8 @@ function diffHtml(text) {
     if (fence) inCode = !inCode;
     let cls = line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : line.startsWith("@@") ? "hunk" : "";
     if (code) cls += fence ? " code fence" : " code";
-    return `<span class="${cls}">${esc(line)}</span>`;
-  }).join("\n");
+    return el("span", { class: cls }, line);
+  }).flatMap((span, i) => (i ? ["\n", span] : [span]));
 }
 
 // ---------------------------------------------------------------- watch
@@ -119,39 +144,37 @@ function drawStrip(detail) {
   const live = detail.live || {};
   const current = currentStage(live);
   const running = detail.row.status === "running";
-  const label = (name) => (name === "initial" ? "initial eval" : name.replace("_", " "));
-  const box = (name, extra) => `<span class="stage ${extra ? "extra" : ""} ${running && current === name ? "current" : ""}" data-stage="${name}">${esc(label(name))}</span>`;
+  const label = (name) => (name === "initial" ? "initial eval" : String(name).replace("_", " "));
+  const box = (name, extra) => el("span", { class: `stage ${extra ? "extra" : ""} ${running && current === name ? "current" : ""}`, "data-stage": name }, label(name));
+  const arrow = (text) => el("span", { class: "stage arrow" }, text);
   const extras = detail.extra_stages.filter((s) => s !== "initial");
-  let html = "";
-  if (detail.extra_stages.includes("initial")) html += box("initial", true) + '<span class="stage arrow">·</span>';
-  html += detail.stages.map((s) => box(s, false)).join('<span class="stage arrow">→</span>');
-  html += '<span class="stage arrow">·</span>' + extras.map((s) => box(s, true)).join(" ");
-  $("#strip").innerHTML = html;
+  const parts = [];
+  if (detail.extra_stages.includes("initial")) parts.push(box("initial", true), arrow("·"));
+  detail.stages.forEach((s, i) => parts.push(...(i ? [arrow("→")] : []), box(s, false)));
+  parts.push(arrow("·"), extras.flatMap((s, i) => (i ? [" ", box(s, true)] : [box(s, true)])));
+  fill($("#strip"), parts);
 }
 
 function drawProgress(detail) {
   const live = detail.live || {};
   const parts = [];
   const running = detail.row.status === "running";
+  const kv = (attrs, ...items) => el("span", { class: "kv", ...attrs }, items);
+  const bar = (done, total) => el("span", { class: "bar" }, el("div", { style: { width: `${Math.round((100 * int(done)) / int(total))}%` } }));
   if (detail.row.status === "stopped") {
-    parts.push('<div class="muted resume-hint">stopped: press Resume on the Launch tab, or rerun the same command, to resume from the last completed stage</div>');
+    parts.push(el("div", { class: "muted resume-hint" }, "stopped: press Resume on the Launch tab, or rerun the same command, to resume from the last completed stage"));
   }
   // a run that is not running shows its last record as such, without an ETA
-  parts.push(`<span class="kv"><b>${running ? "phase" : "last phase"}</b> ${esc(live.phase || detail.row.status)}</span>`);
-  if (live.stage) parts.push(`<span class="kv" id="live-stage"><b>stage</b> ${esc(live.stage)}</span>`);
-  if (live.epoch) parts.push(`<span class="kv"><b>epoch</b> ${esc(live.epoch)}/${esc(live.epochs || "?")}</span>`);
-  if (live.global_step !== undefined) parts.push(`<span class="kv"><b>step</b> ${esc(live.global_step)}/${esc(live.total_steps || "?")}</span>`);
-  if (live.total) {
-    const pct = Math.round((100 * (live.done || 0)) / live.total);
-    parts.push(`<span class="kv"><b>episodes</b> ${esc(live.done || 0)}/${esc(live.total)} <span class="bar"><div style="width:${pct}%"></div></span></span>`);
-  }
-  if (live.run_total) {
-    const pct = Math.round((100 * (live.run_done || 0)) / live.run_total);
-    parts.push(`<span class="kv"><b>run</b> ${esc(live.run_done || 0)}/${esc(live.run_total)} episodes <span class="bar"><div style="width:${pct}%"></div></span></span>`);
-  }
-  if (running && live.eta_s !== undefined && live.eta_s !== null) parts.push(`<span class="kv"><b>ETA</b> ${fmtDuration(live.eta_s)}</span>`);
-  parts.push(`<span class="kv"><b>accepted</b> ${esc(live.accept ?? count(detail, "accept"))} <b>rejected</b> ${esc(live.reject ?? count(detail, "reject"))} <b>skipped</b> ${esc(live.skip ?? count(detail, "skip"))}</span>`);
-  $("#progress").innerHTML = parts.join("");
+  parts.push(kv({}, el("b", {}, running ? "phase" : "last phase"), " ", live.phase || detail.row.status));
+  if (live.stage) parts.push(kv({ id: "live-stage" }, el("b", {}, "stage"), " ", live.stage));
+  if (live.epoch) parts.push(kv({}, el("b", {}, "epoch"), ` ${live.epoch}/${live.epochs || "?"}`));
+  if (live.global_step !== undefined) parts.push(kv({}, el("b", {}, "step"), ` ${live.global_step}/${live.total_steps || "?"}`));
+  if (live.total) parts.push(kv({}, el("b", {}, "episodes"), ` ${live.done || 0}/${live.total} `, bar(live.done, live.total)));
+  if (live.run_total) parts.push(kv({}, el("b", {}, "run"), ` ${live.run_done || 0}/${live.run_total} episodes `, bar(live.run_done, live.run_total)));
+  if (running && live.eta_s !== undefined && live.eta_s !== null) parts.push(kv({}, el("b", {}, "ETA"), " ", fmtDuration(live.eta_s)));
+  parts.push(kv({}, el("b", {}, "accepted"), ` ${live.accept ?? count(detail, "accept")} `, el("b", {}, "rejected"), ` ${live.reject ?? count(detail, "reject")} `,
+    el("b", {}, "skipped"), ` ${live.skip ?? count(detail, "skip")}`));
+  fill($("#progress"), parts);
 }
 
 function count(detail, kind) {
@@ -178,14 +201,13 @@ function drawSteps(detail) {
       ...(s.flipped.to_fail || []).map((t) => `−${t}`),
     ].join(" ");
     const edits = s.edits && s.edits.total !== undefined ? `${s.edits.applied}/${s.edits.total} applied` : "";
-    const test = s.gate_test ? `<br><span class="muted paired-test">${esc(pairedText(s.gate_test))}</span>` : "";
-    return `<tr class="clickable ${state.diffStep === s.id ? "selected" : ""}" data-step="${esc(s.id)}" data-action="${esc(s.action)}" data-diff="${s.has_diff}">
-      <td>e${s.epoch} s${s.step}</td><td class="${esc(s.action)}">${esc(s.action)}</td><td>${esc(s.edit_budget ?? "")}</td><td>${esc(edits)}</td>
-      <td>${num(s.candidate)}</td><td>${num(s.current)}</td><td>${num(s.best)}</td>
-      <td class="reason">${esc(s.reason)}${test}</td><td>${esc(flipped)}</td></tr>`;
+    const test = s.gate_test ? [el("br"), el("span", { class: "muted paired-test" }, pairedText(s.gate_test))] : null;
+    return el("tr", { class: `clickable ${state.diffStep === s.id ? "selected" : ""}`, "data-step": s.id, "data-action": s.action, "data-diff": s.has_diff, on: { click: () => openDiff(s.id) } },
+      el("td", {}, `e${s.epoch} s${s.step}`), el("td", { class: s.action }, s.action), el("td", {}, s.edit_budget ?? ""), el("td", {}, edits),
+      el("td", {}, num(s.candidate)), el("td", {}, num(s.current)), el("td", {}, num(s.best)),
+      el("td", { class: "reason" }, s.reason, test), el("td", {}, flipped));
   });
-  $("#steps tbody").innerHTML = rows.join("") || '<tr><td colspan="9" class="muted">no step yet</td></tr>';
-  document.querySelectorAll("#steps tbody tr.clickable").forEach((tr) => tr.addEventListener("click", () => openDiff(tr.dataset.step)));
+  fill($("#steps tbody"), rows.length ? rows : el("tr", {}, el("td", { colspan: 9, class: "muted" }, "no step yet")));
 }
 
 async function openDiff(step) {
@@ -193,29 +215,34 @@ async function openDiff(step) {
   const text = await getText(`/api/diff?id=${encodeURIComponent(state.runId)}&step=${encodeURIComponent(step)}`).catch((e) => `(${e.message})`);
   const pre = $("#diff");
   pre.classList.remove("hidden");
-  pre.innerHTML = `<b>diff of step ${esc(step)}</b>\n` + diffHtml(text);
+  fill(pre, el("b", {}, `diff of step ${step}`), "\n", diffNodes(text));
   document.querySelectorAll("#steps tbody tr").forEach((tr) => tr.classList.toggle("selected", tr.dataset.step === step));
 }
 
 function drawEpochs(detail) {
-  const blocks = detail.epochs.filter((e) => e.slow_update || e.meta_skill || e.slow_action).map((e) => `
-    <div class="epoch"><b>epoch ${e.epoch}</b>
-      ${e.slow_update || e.slow_action ? `<div><b>slow update</b> <span class="${esc(e.slow_action)}">${esc(e.slow_action)}</span> <span class="muted">${esc(e.slow_reason)}</span><pre>${esc(e.slow_update)}</pre></div>` : ""}
-      ${e.meta_skill ? `<div><b>meta skill</b> <span class="muted">${esc(e.meta_action)}</span><pre>${esc(e.meta_skill)}</pre></div>` : ""}
-    </div>`);
-  $("#epochs").innerHTML = blocks.join("<hr>") || '<span class="muted">no epoch boundary yet</span>';
+  const blocks = detail.epochs.filter((e) => e.slow_update || e.meta_skill || e.slow_action).map((e) => el("div", { class: "epoch" },
+    el("b", {}, `epoch ${e.epoch}`),
+    e.slow_update || e.slow_action ? el("div", {}, el("b", {}, "slow update"), " ", el("span", { class: e.slow_action }, e.slow_action), " ",
+      el("span", { class: "muted" }, e.slow_reason), el("pre", {}, e.slow_update)) : null,
+    e.meta_skill ? el("div", {}, el("b", {}, "meta skill"), " ", el("span", { class: "muted" }, e.meta_action), el("pre", {}, e.meta_skill)) : null));
+  fill($("#epochs"), blocks.length ? blocks.flatMap((b, i) => (i ? [el("hr"), b] : [b])) : el("span", { class: "muted" }, "no epoch boundary yet"));
 }
 
 function drawCosts(detail) {
   const c = detail.costs, t = c.totals || {}, b = c.budget || {};
-  const tokens = (t.prompt_tokens || 0) + (t.completion_tokens || 0);
+  const tokens = int(t.prompt_tokens) + int(t.completion_tokens);
   const cap = (v) => (!v ? "no cap" : `cap ${v}`);
-  let html = `<div><b>${tokens.toLocaleString()}</b> tokens (${cap(b.max_tokens)}) · <b>${t.calls || 0}</b> calls (${cap(b.max_calls)}) · <b>$${num(t.cost_usd || 0, 4)}</b> (${cap(b.max_cost_usd)})</div>`;
-  const rows = Object.entries(c.entries || {}).map(([k, e]) => `<tr><td>${esc(k)}</td><td>${e.calls}</td><td>${(e.prompt_tokens + e.completion_tokens).toLocaleString()}</td><td>${num(e.cost_usd, 4)}</td></tr>`);
-  if (rows.length) html += `<table><thead><tr><th>role/stage</th><th>calls</th><th>tokens</th><th>$</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
-  $("#costs").innerHTML = html;
-  const infra = Object.entries(detail.errors.infra || {}).map(([k, n]) => `${esc(k)}: ${n}`).join(", ");
-  $("#errors").innerHTML = `infra: ${infra || "none"} · data errors: ${detail.errors.data || 0}`;
+  const parts = [el("div", {}, el("b", {}, tokens.toLocaleString()), ` tokens (${cap(b.max_tokens)}) · `, el("b", {}, String(t.calls || 0)),
+    ` calls (${cap(b.max_calls)}) · `, el("b", {}, `$${num(t.cost_usd || 0, 4)}`), ` (${cap(b.max_cost_usd)})`)];
+  const rows = Object.entries(c.entries || {}).map(([k, e]) => el("tr", {}, el("td", {}, k), el("td", {}, e.calls),
+    el("td", {}, (int(e.prompt_tokens) + int(e.completion_tokens)).toLocaleString()), el("td", {}, num(e.cost_usd, 4))));
+  if (rows.length) {
+    const head = el("tr", {}, ["role/stage", "calls", "tokens", "$"].map((h) => el("th", {}, h)));
+    parts.push(el("table", {}, el("thead", {}, head), el("tbody", {}, rows)));
+  }
+  fill($("#costs"), parts);
+  const infra = Object.entries(detail.errors.infra || {}).map(([k, n]) => `${k}: ${n}`).join(", ");
+  fill($("#errors"), `infra: ${infra || "none"} · data errors: ${detail.errors.data || 0}`);
 }
 
 async function refreshWatch() {
@@ -255,7 +282,7 @@ async function refreshRuns() {
   const sel = $("#run-select");
   const ids = data.runs.map((r) => r.id);
   if (sel.dataset.ids !== ids.join("|")) {
-    sel.innerHTML = data.runs.map((r) => `<option value="${esc(r.id)}">${esc(r.id)}</option>`).join("");
+    fill(sel, data.runs.map((r) => el("option", { value: r.id }, r.id)));
     sel.dataset.ids = ids.join("|");
   }
   if (!state.runId || !ids.includes(state.runId)) state.runId = ids[ids.length - 1] || null;
@@ -264,18 +291,21 @@ async function refreshRuns() {
   if (key === state.runsKey) return; // redraw only what changed, so ticks and clicks are not lost
   state.runsKey = key;
   const checked = new Set([...document.querySelectorAll("#runs input:checked")].map((c) => c.value));
-  $("#runs tbody").innerHTML = data.runs.map((r) => `<tr>
-      <td><input type="checkbox" value="${esc(r.id)}" ${checked.has(r.id) ? "checked" : ""}></td>
-      <td><a href="#" data-watch="${esc(r.id)}">${esc(r.id)}</a>${r.sweep ? ` <span class="badge trial" title="a trial of sweep ${esc(r.sweep)}">sweep ${esc(r.sweep)} · trial ${esc(r.trial || "?")}</span>` : ""}</td><td>${esc(r.experiment)}</td>
-      <td>${esc(Object.entries(r.swept).map(([k, v]) => `${k}=${v}`).join(" "))}</td><td>${esc(r.seed)}</td>
-      <td><span class="badge ${esc(r.status)}">${esc(r.status)}</span></td><td>${r.steps}</td>
-      <td>${num(r.best_selection)}</td><td>${num(r.test_initial)}</td><td>${num(r.test_best)}</td><td>${num(r.test_final)}</td>
-      <td>${r.tokens.toLocaleString()}</td><td>${num(r.cost_usd, 4)}</td></tr>`).join("") || '<tr><td colspan="13" class="muted">no runs under the output folder yet</td></tr>';
-  document.querySelectorAll("#runs a[data-watch]").forEach((a) => a.addEventListener("click", (ev) => {
+  const watch = (id) => (ev) => {
     ev.preventDefault();
-    state.runId = a.dataset.watch;
+    state.runId = id;
     showTab("watch");
-  }));
+  };
+  const rows = data.runs.map((r) => el("tr", {},
+    el("td", {}, el("input", { type: "checkbox", value: r.id, checked: checked.has(r.id) })),
+    el("td", {}, el("a", { href: "#", "data-watch": r.id, on: { click: watch(r.id) } }, r.id),
+      r.sweep ? [" ", el("span", { class: "badge trial", title: `a trial of sweep ${r.sweep}` }, `sweep ${r.sweep} · trial ${r.trial || "?"}`)] : null),
+    el("td", {}, r.experiment),
+    el("td", {}, Object.entries(r.swept || {}).map(([k, v]) => `${k}=${v}`).join(" ")), el("td", {}, r.seed ?? ""),
+    el("td", {}, el("span", { class: `badge ${r.status}` }, r.status)), el("td", {}, r.steps),
+    el("td", {}, num(r.best_selection)), el("td", {}, num(r.test_initial)), el("td", {}, num(r.test_best)), el("td", {}, num(r.test_final)),
+    el("td", {}, int(r.tokens).toLocaleString()), el("td", {}, num(r.cost_usd, 4))));
+  fill($("#runs tbody"), rows.length ? rows : el("tr", {}, el("td", { colspan: 13, class: "muted" }, "no runs under the output folder yet")));
 }
 
 function checkedRuns() {
@@ -289,8 +319,8 @@ $("#plot-curves").addEventListener("click", async () => {
   const series = ids.map((id, i) => ({ name: id, color: COLORS[i % COLORS.length], points: data.curves[id].map((p) => [p.step, p.best]) }));
   const notes = markIdentical(series);
   lineChart($("#compare-chart"), series);
-  $("#compare-legend").innerHTML = series.map((s) => `<span style="color:${s.color}">${esc(s.name)}</span>`).join("") +
-    notes.map((n) => `<div class="muted identical">${esc(n)}</div>`).join("");
+  fill($("#compare-legend"), series.map((s) => el("span", { style: { color: s.color } }, s.name)),
+    notes.map((n) => el("div", { class: "muted identical" }, n)));
 });
 
 // Curves with the same points would hide each other: each copy gets its own dash pattern (the first is drawn
@@ -319,7 +349,7 @@ $("#diff-skills").addEventListener("click", async () => {
     return;
   }
   const text = await getText(`/api/skill_diff?a=${encodeURIComponent(ids[0])}&b=${encodeURIComponent(ids[1])}`).catch((e) => `(${e.message})`);
-  $("#skill-diff").innerHTML = diffHtml(text);
+  fill($("#skill-diff"), diffNodes(text));
 });
 
 $("#run-select").addEventListener("change", (ev) => {
@@ -367,19 +397,20 @@ async function buildForm() {
   const schema = await getJSON("/api/schema");
   state.schema = schema;
   const form = $("#launch-form");
-  form.innerHTML = Object.entries(schema).map(([name, f]) => {
+  fill(form, Object.entries(schema).map(([name, f]) => {
     const label = LABELS[name] || name;
     if (f.kind === "bool") {
-      return `<label>${esc(label)}<select name="${name}"><option value="">(preset: ${f.placeholder ? "on" : "off"})</option><option value="true">on</option><option value="false">off</option></select></label>`;
+      return el("label", {}, label, el("select", { name }, el("option", { value: "" }, `(preset: ${f.placeholder ? "on" : "off"})`),
+        el("option", { value: "true" }, "on"), el("option", { value: "false" }, "off")));
     }
     if (f.choices) {
-      const first = f.required ? "" : `<option value="">(preset: ${esc(f.placeholder)})</option>`;
-      const opts = f.choices.map((c) => `<option value="${esc(c)}" ${f.required && c === f.placeholder ? "selected" : ""}>${esc(c)}</option>`).join("");
-      return `<label>${esc(label)}<select name="${name}">${first}${opts}</select></label>`;
+      const first = f.required ? null : el("option", { value: "" }, `(preset: ${f.placeholder})`);
+      const opts = f.choices.map((c) => el("option", { value: c, selected: f.required && c === f.placeholder }, c));
+      return el("label", {}, label, el("select", { name }, first, opts));
     }
     const type = f.kind === "int" ? "number" : "text";
-    return `<label class="${name === "extra" ? "wide" : ""}">${esc(label)}<input type="${type}" name="${name}" placeholder="${esc(f.placeholder)}"></label>`;
-  }).join("");
+    return el("label", { class: name === "extra" ? "wide" : null }, label, el("input", { type, name, placeholder: f.placeholder }));
+  }));
   for (const n of ["experiment", "smoke", "llm"]) form.querySelector(`select[name=${n}]`).addEventListener("change", refreshPlaceholders);
   refreshPlaceholders();
 }
@@ -398,6 +429,7 @@ async function submit(path) {
   try {
     const res = await postJSON(path, formData());
     $("#command").textContent = `$ ${res.command}`;
+    if (res.keys) showKeys(res.keys);
     if (path === "/api/launch") {
       state.launchLog = res.id;
       refreshLaunches();
@@ -407,33 +439,36 @@ async function submit(path) {
     $("#launch-error").textContent = e.message;
   }
 }
+// Which key the run sends where (the form's URLs get no key meant for another host; see --allow-endpoint).
+function showKeys(keys) {
+  const line = (k) => el("li", {}, el("code", {}, k.key_env), k.set ? " is sent to " : " (not set: nothing sent) would go to ",
+    el("b", {}, k.host || "(no host)"), ` (${k.setting})`);
+  fill($("#keys"), keys.length ? [el("span", { class: "muted" }, "keys this run sends:"), el("ul", {}, keys.map(line))] : el("span", { class: "muted" }, "this run sends no key"));
+}
 $("#check").addEventListener("click", () => submit("/api/check"));
 $("#launch").addEventListener("click", () => submit("/api/launch"));
 
 async function refreshLaunches() {
   const data = await getJSON("/api/launches").catch(() => null);
   if (!data) return;
-  $("#launches tbody").innerHTML = data.launches.map((l) => `<tr class="clickable" data-launch="${esc(l.id)}">
-      <td>${esc(l.id)}</td><td><span class="badge ${esc(l.status)}">${esc(l.status)}</span></td><td><code>${esc(l.command)}</code></td>
-      <td>${l.status === "running" ? `<button data-stop="${esc(l.id)}">Stop</button>` : ""}${l.resumable ? `<button data-resume="${esc(l.id)}">Resume</button>` : ""}</td></tr>`).join("");
-  document.querySelectorAll("#launches button[data-stop]").forEach((b) => b.addEventListener("click", async (ev) => {
+  const act = (kind, l) => async (ev) => {
     ev.stopPropagation();
-    b.disabled = true;
-    await postJSON("/api/stop", { id: b.dataset.stop }).catch(() => null);
+    ev.target.disabled = true;
+    const res = await postJSON(`/api/${kind}`, { id: l.id }).catch((e) => ({ error: e.message }));
+    if (kind === "resume") {
+      if (res.id) state.launchLog = res.id;
+      $("#launch-error").textContent = res.error || "";
+    }
     tick(); // the badges say "stopping", then "stopped", without waiting for the next poll
-  }));
-  document.querySelectorAll("#launches button[data-resume]").forEach((b) => b.addEventListener("click", async (ev) => {
-    ev.stopPropagation();
-    b.disabled = true;
-    const res = await postJSON("/api/resume", { id: b.dataset.resume }).catch((e) => ({ error: e.message }));
-    if (res.id) state.launchLog = res.id;
-    $("#launch-error").textContent = res.error || "";
-    tick();
-  }));
-  document.querySelectorAll("#launches tr[data-launch]").forEach((tr) => tr.addEventListener("click", () => {
-    state.launchLog = tr.dataset.launch;
+  };
+  const pick = (l) => () => {
+    state.launchLog = l.id;
     refreshLaunches();
-  }));
+  };
+  fill($("#launches tbody"), data.launches.map((l) => el("tr", { class: "clickable", "data-launch": l.id, on: { click: pick(l) } },
+    el("td", {}, l.id), el("td", {}, el("span", { class: `badge ${l.status}` }, l.status)), el("td", {}, el("code", {}, l.command)),
+    el("td", {}, l.status === "running" ? el("button", { "data-stop": l.id, on: { click: act("stop", l) } }, "Stop") : null,
+      l.resumable ? el("button", { "data-resume": l.id, on: { click: act("resume", l) } }, "Resume") : null))));
   const shown = data.launches.find((l) => l.id === state.launchLog);
   $("#launch-log").textContent = shown ? shown.log.join("\n") : "";
 }
