@@ -140,7 +140,7 @@ def test_searchqa_eval_in_each_harness_through_the_gateway(tmp_path, harness, cl
 
 # the last one is what voided Claude Code episodes: the words and a non-zero exit together
 NOISY = (
-    "ps aux",
+    "ps aux; echo bwrap --seccomp 12 --die-with-parent",
     'echo "seccomp bwrap: execution error"',
     "false",
     'echo "bwrap: seccomp execution error" >&2; exit 3',
@@ -148,7 +148,7 @@ NOISY = (
 
 
 class NoisyCommandsPolicy:
-    """Target: run `ps aux` (its output shows the jail's own --seccomp flag), echo the words a word list once took
+    """Target: run `ps aux` and print a jail's command line (--seccomp and all), echo the words a word list once took
     for broken tools, run `false` (exit 1), print them and exit 3, then answer right. Records what each command's
     output looked like."""
 
@@ -190,7 +190,11 @@ def test_commands_that_print_alarming_words_or_exit_non_zero_leave_the_episode_s
         requests = dict(srv.state.requests)
     assert not res.infra_error and res.hard == 1.0, (res.error, res.fail_reason)
     assert len(policy.outputs) == 4
-    assert "--seccomp" in policy.outputs[0]  # ps aux showed the jail's own flag to the model
+    assert "--seccomp" in policy.outputs[0]  # the model saw a jail's flags
+    # the CLI is pid 1 of its own PID namespace: ps shows no host process, bwrap included
+    ps_lines = [ln for ln in policy.outputs[0].splitlines() if ln.startswith("agent ")]
+    commands = [ln.split(None, 10)[-1] for ln in ps_lines]
+    assert commands and not any(c.split()[0].endswith("bwrap") for c in commands), commands
     assert "seccomp bwrap: execution error" in policy.outputs[1]
     assert ("exited with code 1" if harness == "codex" else "Exit code 1") in policy.outputs[2]
     assert ("exited with code 3" if harness == "codex" else "Exit code 3") in policy.outputs[3]
