@@ -36,6 +36,15 @@ def fresh(cls: Any, options: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
     return cls.options(**options).remote(*args, **kwargs)
 
 
+def with_env(options: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """`options` whose runtime environment also sets `env` (what an adopted actor gets from `adopt`)."""
+    if not env:
+        return options
+    runtime_env = dict(options.get("runtime_env") or {})
+    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}
+    return {**options, "runtime_env": runtime_env}
+
+
 def options_key(cls: Any, options: dict[str, Any]) -> str:
     """A comparable name for "an actor of this class with these options" (scheduling strategies are objects)."""
 
@@ -120,8 +129,8 @@ class StandbyPool:
         key = options_key(cls, options)
         self.used.append((key, cls, options))
         spare = self.idle.pop(key, None)
-        if spare is None:
-            handle = fresh(cls, options, *args, **kwargs)
+        if spare is None:  # no idle copy (the holder's first run of this kind): the handed variables go in its start
+            handle = fresh(cls, with_env(options, self.env), *args, **kwargs)
         else:
             handle = spare.handle
             self.adopted.append(handle.adopt.remote(dict(self.env), args, kwargs))

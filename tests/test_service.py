@@ -383,3 +383,15 @@ def test_the_holder_composes_a_repeated_command_once_until_a_config_file_changes
         assert len(calls) == 3  # other overrides: composed again
     app.composed_data(args, job, [])
     assert len(calls) == 4  # outside the holder nothing is remembered
+
+
+def test_a_fresh_actor_of_a_served_run_gets_the_handed_variables_in_its_runtime_env():
+    """The holder's first run of a kind has no idle actor to adopt: the start-up trace it was handed must reach the
+    freshly started actor through its runtime environment, beside what the options already set."""
+    from skillopt_ray.warm import with_env
+
+    options = {"num_cpus": 0, "runtime_env": {"env_vars": {"A": "1"}, "working_dir": "/x"}}
+    got = with_env(options, {"SKILLOPT_STARTUP_TRACE": "/tmp/t"})
+    assert got["runtime_env"] == {"env_vars": {"A": "1", "SKILLOPT_STARTUP_TRACE": "/tmp/t"}, "working_dir": "/x"}
+    assert options["runtime_env"]["env_vars"] == {"A": "1"}  # the caller's options are left as they were
+    assert with_env({"num_cpus": 0}, {}) == {"num_cpus": 0}
