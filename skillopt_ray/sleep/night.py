@@ -121,16 +121,26 @@ def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[s
     return out + list(opts.overrides)
 
 
+def starting_skill(opts: NightOptions) -> Optional[Path]:
+    """The skill a night trains from: --skill, else the learned skill already installed where this night would
+    propose it (a later night builds on the one you adopted), else None (the empty seed)."""
+    if opts.skill is not None:
+        return opts.skill
+    live = skill_home.live_path(opts.project, opts.target, opts.install_to, opts.name)
+    return live if live.is_file() and not live.is_symlink() else None
+
+
 def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
     from skillopt_ray import cli
 
     splits, unchecked = task_splits(tasks)
     check_scorable(tasks, splits, unchecked)
     init = None
-    if opts.skill is not None:
+    source = starting_skill(opts)
+    if source is not None:
         init = opts.project / STATE_DIR / "nights" / f"{run_name}.start.md"
         init.parent.mkdir(parents=True, exist_ok=True)
-        init.write_text(skill_home.parse(opts.skill.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
+        init.write_text(skill_home.parse(source.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
     ov = overrides_for(opts, run_name, tasks, splits, init)
     _obj, data = cli.typed(cli.compose(ov))
     data = cli.resolve_paths(data)
@@ -225,7 +235,8 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
         return EXIT_ERROR
     fp = night_state.val_fingerprint(p.splits["val"] or p.splits["train"])
     looks = st.val_looks.get(fp, 0) + 1
-    start_text = opts.skill.read_text(encoding="utf-8") if opts.skill else ""
+    source = starting_skill(opts)
+    start_text = source.read_text(encoding="utf-8") if source else ""
     doc = skill_home.parse(start_text, opts.name)
     best = (run_dir / "best_skill.md").read_text(encoding="utf-8")
     live = skill_home.live_path(opts.project, opts.target, opts.install_to, doc.name, opts.skill)
@@ -248,12 +259,10 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
 
 
 def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
-    """Hand the night to staging; a night whose gate accepted nothing stages nothing."""
+    """Hand every finished night to staging, also one whose gate accepted nothing (staged `changed: false`, for
+    `status` to show and `adopt` to refuse), so each night leaves its report where you look for it."""
     from skillopt_ray.sleep import staging
 
-    if not rep.changed:
-        print("nothing to stage: no candidate skill passed the gate")
-        return EXIT_OK
     root = live.parent.parent  # <root>/<name>/SKILL.md: adoption may write only under the skills folder
     proposal = staging.NightProposal(
         project=opts.project,
@@ -271,5 +280,8 @@ def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightRepor
     except (ValueError, OSError) as e:
         print(f"error: staging refused the night: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    if not rep.changed:
+        print(f"staged in {where} (changed nothing: no candidate skill passed the gate; nothing to adopt)")
+        return EXIT_OK
     print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
     return EXIT_OK
