@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.sleep import night_state, review, skill_home
+from skillopt_ray.sleep.estimate import Estimate
 from skillopt_ray.sleep.night_report import NightReport, build_report, write_report
 from skillopt_ray.sleep.state import STATE_DIR
 
@@ -53,6 +54,7 @@ class Plan:
     data: dict[str, Any]
     splits: dict[str, list[str]]
     resumed: bool
+    estimate: Optional[Estimate] = None
 
 
 def task_splits(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
@@ -167,6 +169,18 @@ def spend_line(p: Plan, opts: NightOptions) -> str:
     )
 
 
+def say_estimate(opts: NightOptions, p: Plan) -> None:
+    """The night's estimated spend (skillopt_ray.sleep.estimate), printed before the run makes any model call."""
+    from skillopt_ray.sleep import estimate
+
+    init = next((o.split("=", 1)[1] for o in p.overrides if o.startswith("skill_init=")), "")
+    source = starting_skill(opts)
+    chars = len(skill_home.parse(source.read_text(encoding="utf-8")).body.strip()) if source and init else 0
+    p.estimate = estimate.estimate(p.data, p.splits, p.tasks, chars)
+    for line in p.estimate.lines(opts.max_tokens, opts.max_cost):
+        print(line, file=sys.stderr)
+
+
 def stopped_by(message: str) -> str:
     for key, flag in CAP_FLAGS.items():
         if key in message:
@@ -203,6 +217,7 @@ def run_night(opts: NightOptions, harvest: Any) -> int:
     p = plan(opts, tasks, run_name, resumed)
     remember(opts, p)
     print(spend_line(p, opts), file=sys.stderr)
+    say_estimate(opts, p)
     outcome = execute(p.data, None, {"overrides": p.overrides})
     code = report(outcome)
     if code != EXIT_OK:
@@ -248,6 +263,7 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     rep.live_path, rep.proposed = str(live), str(folder / "SKILL.md")
     write_report(run_dir / "night", rep)
     print(rep.summary())
+    say_spent(p, run_dir)
     if opts.dry_run:
         print(f"dry run: nothing staged (the proposal is in {folder})")
         return EXIT_OK
@@ -256,6 +272,19 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     st.current = None
     night_state.save(opts.project, st)
     return stage(opts, p, folder, live, rep)
+
+
+def say_spent(p: Plan, run_dir: Path) -> None:
+    """What the night spent beside its estimate, printed and kept as night/estimate.json."""
+    from skillopt_ray.rundir import RunDir
+    from skillopt_ray.sleep import estimate
+
+    if p.estimate is None:
+        return
+    totals = (RunDir(run_dir).read_ledger() or {}).get("totals") or {}
+    print(f"  {estimate.compare(p.estimate, totals)}")
+    out = p.estimate.as_dict() | {"spent": {k: totals.get(k) for k in ("calls", "tokens", "cost_usd")}}
+    (run_dir / "night" / "estimate.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 
 def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
