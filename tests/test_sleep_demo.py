@@ -94,6 +94,8 @@ def test_the_readme_demo_night_stages_adopt_refuses_and_status_shows_it(tmp_path
     assert a.returncode == 2 and a.stderr.strip() == f"error: nothing to adopt: night {night.name} changed nothing"
     assert not (project / ".agents").exists()
     s = sh(status)
-    assert s.returncode == 0 and night.name in s.stdout and "rejected (changed nothing" in s.stdout, s.stdout
+    assert (
+        s.returncode == 0 and night.name in s.stdout and "rejected  changed nothing (nothing to adopt)" in s.stdout
+    ), s.stdout
     after = {p: p.read_bytes() for p in before}
     assert after == before  # the shipped files are as they were: the night wrote only under .skillopt/

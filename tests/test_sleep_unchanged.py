@@ -33,8 +33,8 @@ def test_a_night_that_changed_nothing_is_staged_rejected_and_adopt_refuses_it(tm
     folder = unchanged(tmp_path, project, "20261128T041500Z")
     assert json.loads((folder / "manifest.json").read_text())["changed"] is False
     st = status.collect(project)
-    assert st["pending"] == [] and st["nights"][0]["state"].startswith("rejected"), st
-    assert "rejected (changed nothing" in status.render(st)
+    assert st["pending"] == [] and st["nights"][0]["state"].startswith("changed nothing"), st
+    assert "  rejected  changed nothing (nothing to adopt)" in status.render(st)
     err = refused(project, capsys=capsys)
     assert err == "error: nothing to adopt: night 20261128T041500Z changed nothing"
     err = refused(project, "--night", "20261128T041500Z", capsys=capsys)
