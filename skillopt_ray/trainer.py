@@ -52,7 +52,9 @@ class Trainer:
         guard = LengthGuard.for_role(cfg.llm.optimizer)  # off unless llm.optimizer.context_tokens is set
         self.schedule = Schedule(o, splits, cfg.seed)
         self.recorder = Recorder(rundir, tracker, cfg.debug.interrupt_after)
-        self.policy = GatePolicy.from_config(o, len(splits.selection))
+        target = cfg.llm.target
+        deterministic = target.harness == "chat" and target.temperature == 0
+        self.policy = GatePolicy.from_config(o, len(splits.selection), deterministic)
         self.evaluator = Evaluator(
             rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed,
             max_data_fraction=o.max_data_error_fraction,

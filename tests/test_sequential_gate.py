@@ -140,6 +140,7 @@ def test_the_slow_update_gate_under_the_sequential_setting_takes_the_sign_test()
         ("optimizer.gate_seq_final_at=12", "optimizer.gate_seq_final_at=12.0 is above gate_seq_accept_at="),
         ("optimizer.gate_seq_reject_at=0", "optimizer.gate_seq_reject_at=0.0 is invalid"),
         ("optimizer.gate_seq_budget=-1", "optimizer.gate_seq_budget=-1.0 is invalid"),
+        ("optimizer.gate_seq_deterministic=maybe", "optimizer.gate_seq_deterministic='maybe' is invalid"),
     ],
 )
 def test_bad_sequential_options_are_one_line_errors(capsys, arg, needle):
@@ -277,3 +278,63 @@ def test_a_handful_of_tasks_still_gets_pairs_enough_to_accept():
     script = {(w, t): [1.0 if w == "candidate" else 0.0] * 20 for w in ("candidate", "current") for t in cand}
     out = run(SequentialRule(), cand, cur, script)  # 2 tasks: 2 x 2 extra episodes would never reach +7
     assert out.accepted and out.net >= 7 and out.episodes <= 2 + 24
+
+
+# ---------------------------------------------------------------- a deterministic target: a repeat is no fresh evidence
+
+
+def test_a_deterministic_target_counts_each_task_once_and_plays_no_extra_pair():
+    cand = {"a": [1.0, 1.0, 1.0], "b": [1.0, 1.0, 1.0], "c": [0.0, 0.0, 0.0]}
+    cur = {"a": [0.0, 0.0, 0.0], "b": [0.0, 0.0, 0.0], "c": [0.0, 0.0, 0.0]}
+    log: list[Any] = []
+    out = run(SequentialRule(deterministic=True), cand, cur, log=log)
+    assert log == [] and out.looks == 1 and out.stopped == "budget"
+    assert (out.net, out.pairs, out.n_better) == (2.0, 3, 2)  # three repeats of a replay are one pair per task
+    assert not out.accepted  # 2 tasks better cannot reach the final margin +4
+    stochastic = run(SequentialRule(), cand, cur, {(w, t): [1.0 if w == "candidate" and t != "c" else 0.0] * 20
+                                                    for w in ("candidate", "current") for t in cand})  # fmt: skip
+    assert stochastic.accepted and stochastic.net >= 7  # fresh samples that keep agreeing are evidence
+
+
+def test_gate_seq_deterministic_follows_the_target_unless_forced():
+    auto = OptimizerConfig(gate_test="sequential")
+    assert GatePolicy.from_config(auto, 18, deterministic_target=True).rule.deterministic
+    assert not GatePolicy.from_config(auto, 18, deterministic_target=False).rule.deterministic
+    forced = OptimizerConfig(gate_test="sequential", gate_seq_deterministic="false")
+    assert not GatePolicy.from_config(forced, 18, deterministic_target=True).rule.deterministic
+    forced = OptimizerConfig(gate_test="sequential", gate_seq_deterministic="true")
+    assert GatePolicy.from_config(forced, 18, deterministic_target=False).rule.deterministic
+
+
+class ReplayRunner:
+    """A deterministic target: the same skill on the same task always gives the same episode. The planted rule wins
+    exactly two selection tasks the seed loses; every other task is lost by both."""
+
+    async def run(self, tasks: list[Task], skill: str, ctx: Any, stop: Any = None) -> list[EpisodeResult]:
+        out = []
+        for t in tasks:
+            hard = float("HELPFUL" in skill and t.task_id in ("va00", "va01"))
+            out.append(EpisodeResult(t.task_id, t.task_type, hard=hard, soft=hard, n_turns=1, task_description="g",
+                                     fail_reason="" if hard else "failed: no",
+                                     trajectory=[{"role": "agent", "content": "x"}]))  # fmt: skip
+        return out
+
+
+@pytest.mark.parametrize("temperature,accepted", [(0.0, False), (None, True)])
+def test_at_temperature_0_replays_of_two_won_tasks_do_not_accept(tmp_path, temperature, accepted):
+    """At temperature 0 the gate pays only the first pass and rejects; a target with no temperature set (sampled)
+    plays extra pairs, and two tasks that keep being won reach the accept boundary."""
+    cfg = Config(experiment="sequential")
+    cfg.llm.target.temperature = temperature
+    cfg.optimizer = OptimizerConfig(epochs=1, batch_size=1, minibatch_size=8, slow_update=False, meta_skill=False,
+                                    gate_test="sequential")  # fmt: skip
+    rd = RunDir(tmp_path / "run").ensure()
+    splits = Splits(
+        [Task(f"tr{i}", "t") for i in range(3)], [Task(f"va{i:02d}", "t") for i in range(18)], [Task("te0", "t")]
+    )
+    trainer = Trainer(cfg, rd, PlantedOptimizer(), ReplayRunner(), Tracker(False, None, "seq", tmp_path), splits, "")
+    asyncio.run(trainer.run())
+    gate = json.loads((rd.root / "steps" / "e01_s002" / "gate.json").read_text())
+    assert gate["action"].startswith("accept") is accepted, gate["reason"]
+    if not accepted:
+        assert gate["gate_test"]["episodes"] == 18 and "deterministic target counts each task once" in gate["reason"]

@@ -209,6 +209,9 @@ class OptimizerConfig:
     gate_seq_final_at: float = 4.0
     gate_seq_budget: float = 2.0
     gate_seq_min_extra: int = 24  # ... but at least this many extra episodes (small selection sets)
+    # does the target replay the same episode for the same task? Then a repeat is no fresh evidence: each task counts
+    # once and no extra pairs are played. auto: yes for a chat target at temperature 0; true | false force it
+    gate_seq_deterministic: str = "auto"
     # refuse a candidate that makes any selection task worse (its mean sample lower, or unscored), whatever its mean
     gate_no_regression: bool = False
     slow_update: bool = True

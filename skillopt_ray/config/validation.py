@@ -27,6 +27,10 @@ def _check_sequential(o: Any) -> None:
             f"optimizer.gate_seq_final_at={o.gate_seq_final_at!r} is above gate_seq_accept_at={o.gate_seq_accept_at!r}; "
             "use a final margin at most the accept margin"
         )
+    if o.gate_seq_deterministic not in ("auto", "true", "false"):
+        raise ConfigError(
+            f"optimizer.gate_seq_deterministic={o.gate_seq_deterministic!r} is invalid; use auto, true or false"
+        )
     if o.gate_seq_budget < 0:
         raise ConfigError(f"optimizer.gate_seq_budget={o.gate_seq_budget!r} is invalid; use 0 or more (e.g. 2.0)")
     if o.gate_seq_min_extra < 0:

@@ -105,9 +105,10 @@ class GatePolicy:
     no_regression: bool = False  # optimizer.gate_no_regression
 
     @staticmethod
-    def from_config(o: Any, n_selection: Optional[int] = None) -> GatePolicy:
+    def from_config(o: Any, n_selection: Optional[int] = None, deterministic_target: bool = False) -> GatePolicy:
         """The policy of a run; `gate_test=auto` becomes the sequential gate on a selection split of fewer than
-        SMALL_SELECTION tasks (`n_selection`), else the reference's strict improvement."""
+        SMALL_SELECTION tasks (`n_selection`), else the reference's strict improvement. `deterministic_target`: the
+        target replays the same episode for a task (gate_seq_deterministic=auto follows it)."""
         test = getattr(o, "gate_test", "none")
         if test == "auto":
             test = "sequential" if n_selection is not None and n_selection < SMALL_SELECTION else "none"
@@ -125,6 +126,9 @@ class GatePolicy:
                 final_at=getattr(o, "gate_seq_final_at", 4.0),
                 extra_budget=getattr(o, "gate_seq_budget", 2.0),
                 min_extra=getattr(o, "gate_seq_min_extra", 24),
+                deterministic={"true": True, "false": False}.get(
+                    str(getattr(o, "gate_seq_deterministic", "auto")), deterministic_target
+                ),
             ),
             bool(getattr(o, "gate_no_regression", False)),
         )
@@ -343,6 +347,10 @@ class GatePolicy:
             "reject_boundary": f"reached the reject boundary -{out.reject_at:g}",
             "budget": f"extra episodes spent; accept at +{out.final_at:g} at the end",
         }[out.stopped]
+        if (
+            self.rule.deterministic and out.stopped == "budget"
+        ):  # no extra pair was played: a repeat would have replayed the same episode
+            how = f"a deterministic target counts each task once; accept at +{out.final_at:g}"
         verdict = "accepted" if is_accept(action) else "rejected"
         if action == ACCEPT_NEW_BEST:
             verdict += " and the best so far"

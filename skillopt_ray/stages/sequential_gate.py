@@ -11,6 +11,9 @@ whatever each task's difficulty): its boundaries are constant in the net count.
 - otherwise play more pairs (the candidate and the current skill on the same task, fresh samples) on the tasks
   whose pairs disagreed or whose samples varied, a few per look, until `extra_budget` x (tasks x repeats) more
   episodes are paid; then accept at `final_at`.
+- When the target is deterministic (a chat model at temperature 0), a repeated pair replays the first one: counting
+  it again would turn one task's difference into several "wins". Each task then counts once (its first sample) and
+  no extra pairs are played; the decision is the first pass's net against `final_at`.
 - On a large split the first look already holds many pairs: both accept margins grow with the square root of the
   first look's discordant pairs (`margin_per_sqrt`), so the first look's overshoot cannot accept a worse candidate.
 
@@ -48,6 +51,9 @@ class SequentialRule:
     min_extra: int = 24  # but at least this many: a handful of tasks still gets pairs enough to reach a boundary
     margin_per_sqrt: float = 1.4  # accept margins at least this x sqrt(first look's discordant pairs)
     pairs_per_look: int = 0  # 0: about one in nine tasks per look (at least 2)
+    # the target replays the same episode for the same task (a chat model at temperature 0): a repeat is not fresh
+    # evidence, so each task counts once and no extra pairs are played
+    deterministic: bool = False
 
     def margins(self, first_discordant: int) -> tuple[float, float]:
         """(accept, final) margins for a split whose first look had this many discordant pairs."""
@@ -143,13 +149,16 @@ async def sequential_gate(
     """Decide on a candidate from its first-pass samples `cand` and the current skill's samples `cur` (task id ->
     gate score per sample, in sample order), playing more samples through `play` while the decision is close.
     Only tasks both sides scored take part. `cand` and `cur` are not changed; the extra samples are returned."""
-    cand = {t: list(v) for t, v in cand.items() if v and cur.get(t)}
-    cur = {t: list(cur[t]) for t in cand}
+    keep = 1 if rule.deterministic else None  # a deterministic target: the first sample of each task only
+    cand = {t: list(v[:keep]) for t, v in cand.items() if v and cur.get(t)}
+    cur = {t: list(cur[t][:keep]) for t in cand}
     start_c = {t: len(v) for t, v in cand.items()}
     start_k = {t: len(v) for t, v in cur.items()}
     net, disc, *_ = pair_stats(cand, cur)
     accept_at, final_at = rule.margins(disc)
     budget = max(rule.min_extra, math.floor(rule.extra_budget * first_pass)) if rule.extra_budget > 0 else 0
+    if rule.deterministic:
+        budget = 0
     extra, looks, stopped = 0, 1, "budget"
     while True:
         net, disc, *_ = pair_stats(cand, cur)
