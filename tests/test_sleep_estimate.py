@@ -22,7 +22,7 @@ def planned(tmp_path: Path, *overrides: str) -> night.Plan:
 
 
 def test_the_estimate_counts_the_schedule_by_hand(tmp_path):
-    p = planned(tmp_path)
+    p = planned(tmp_path, "optimizer.gate_seq_deterministic='false'")  # a sampling target: more gate pairs
     e = estimate.estimate(p.data, p.splits, p.tasks, 0)
     # baseline on 2 val + 2 train episodes + 1 test = 5; planned adds the gate's first pass (2), the final selection
     # (2) and the best and final skills on test (2): 11; the sequential gate may add max(24, 2 x 2) = 24 more
@@ -39,6 +39,14 @@ def test_the_estimate_counts_the_schedule_by_hand(tmp_path):
     assert more.planned.calls > e.planned.calls and more.at_most.tokens > e.at_most.tokens
     longer = estimate.estimate(p.data, p.splits, p.tasks, 4000)  # a long starting skill is in every prompt
     assert longer.planned.prompt_tokens >= e.planned.prompt_tokens + 1000 * e.planned.calls
+
+
+def test_a_deterministic_target_gets_no_extra_gate_pairs(tmp_path):
+    p = planned(tmp_path)  # the embedded model at temperature 0: the gate plays its first pass only
+    e = estimate.estimate(p.data, p.splits, p.tasks, 0)
+    assert e.episodes == (5, 11, 11) and e.at_most.calls == 11 + 2 * (2 + 1 + 1)
+    none = estimate.estimate({**p.data, "optimizer": {**p.data["optimizer"], "use_gate": False}}, p.splits, p.tasks)
+    assert none.episodes[2] == none.episodes[1]
 
 
 def test_prices_give_a_cost_and_low_caps_are_named(tmp_path):

@@ -101,6 +101,20 @@ def hierarchical_merges(k: int, batch: int) -> int:
     return calls
 
 
+def gate_extra(o: dict[str, Any], target: dict[str, Any], n_tasks: int, first_pass: int) -> int:
+    """The extra episodes the sequential gate may play per decision: none when it is not the gate, or when the target
+    is deterministic (chat at temperature 0 replays its episode, so the gate plays no extra pair)."""
+    from skillopt_ray.stages.gate import SMALL_SELECTION
+
+    test = o.get("gate_test")
+    if not o.get("use_gate", True) or not (test == "sequential" or (test == "auto" and n_tasks < SMALL_SELECTION)):
+        return 0
+    auto = str(target.get("harness") or "chat") == "chat" and target.get("temperature") == 0
+    if {"true": True, "false": False}.get(str(o.get("gate_seq_deterministic", "auto")).lower(), auto):
+        return 0
+    return max(int(o["gate_seq_min_extra"]), math.floor(float(o["gate_seq_budget"]) * first_pass))
+
+
 def _tokens(chars: float, cap: int = 0) -> int:
     t = math.ceil(chars / 4)
     return min(t, cap) if cap else t
@@ -122,11 +136,10 @@ def estimate(data: dict[str, Any], splits: dict[str, list[str]], tasks: Path, sk
 
     eps_first = n_sel + epochs * sum(batches) + n_te
     eps_planned = n_sel + epochs * (sum(batches) + per_epoch * n_sel) + max(0, epochs - 1) * boundary + n_sel + 3 * n_te
-    sequential = o.get("use_gate", True) and o.get("gate_test") in ("sequential", "auto")
-    extra = max(int(o["gate_seq_min_extra"]), math.floor(float(o["gate_seq_budget"]) * n_sel)) if sequential else 0
+    tgt, opt = llm["target"], llm["optimizer"]
+    extra = gate_extra(o, tgt, len(sel), n_sel)
     eps_most = eps_planned + steps * extra
 
-    tgt, opt = llm["target"], llm["optimizer"]
     t_out = int((env.get("options") or {}).get("max_tokens") or tgt.get("max_tokens") or 0)
     o_out = int(opt.get("max_tokens") or 0)
     o_cap = int(opt.get("context_tokens") or 0)
