@@ -173,9 +173,8 @@ def say_estimate(opts: NightOptions, p: Plan) -> None:
     """The night's estimated spend (skillopt_ray.sleep.estimate), printed before the run makes any model call."""
     from skillopt_ray.sleep import estimate
 
-    init = next((o.split("=", 1)[1] for o in p.overrides if o.startswith("skill_init=")), "")
-    source = starting_skill(opts)
-    chars = len(skill_home.parse(source.read_text(encoding="utf-8")).body.strip()) if source and init else 0
+    source = starting_skill(opts)  # its body is in every prompt
+    chars = len(skill_home.parse(source.read_text(encoding="utf-8")).body.strip()) if source else 0
     p.estimate = estimate.estimate(p.data, p.splits, p.tasks, chars)
     for line in p.estimate.lines(opts.max_tokens, opts.max_cost):
         print(line, file=sys.stderr)
