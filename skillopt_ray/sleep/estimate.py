@@ -70,10 +70,12 @@ class Estimate:
     def lines(self, max_tokens: int = 0, max_cost: float = 0.0) -> list[str]:
         f, p, m = self.first_pass, self.planned, self.at_most
         cost = f", ${self.cost_planned:.4f} .. ${self.cost_at_most:.4f}" if self.cost_at_most else ""
+        more = self.episodes[2] - self.episodes[1]
+        extra = f", up to {more} more where the gate's decision is close" if more else ", no extra gate pairs"
         out = [
             f"estimate (before any model call): first pass {f.calls} calls ~{f.tokens:,} tokens; as planned "
             f"{p.calls} calls ~{p.tokens:,} tokens; at most {m.calls} calls ~{m.tokens:,} tokens{cost} "
-            f"({self.episodes[1]} planned episodes, up to {self.episodes[2]} with the gate's extra pairs)"
+            f"({self.episodes[1]} planned episodes{extra})"
         ]
         if self.agent_target:
             out.append("  an agent target makes several calls an episode: its episodes count one call each here")
