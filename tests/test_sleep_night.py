@@ -93,6 +93,12 @@ def test_a_helpful_rule_is_accepted_and_proposed_as_a_skill(ray_cluster, tmp_pat
     assert (project / ".agents" / "skills" / "tidy" / "SKILL.md").read_text() == skill
     st = night_state.load(project)
     assert st.nights == 1 and st.current is None and list(st.val_looks.values()) == [1]
+    with ScriptedServer(PlantedRule("HARMFUL")) as srv:  # the next night starts from the adopted skill
+        assert night(project, srv, "--name", "tidy") == 0
+    (second,) = [r for r in (project / ".skillopt" / "nights" / "runs").glob("night-*") if r.name != rep["run_name"]]
+    assert "HELPFUL" in (project / ".skillopt" / "nights" / f"{second.name}.start.md").read_text()
+    rep2 = json.loads((second / "night" / "report.json").read_text())
+    assert rep2["verdict"] == "rejected" and Path(rep2["proposed"]).read_text() == skill  # unchanged: the adopted one
 
 
 def test_a_harmful_rule_is_rejected_and_the_night_staged_as_changing_nothing(ray_cluster, tmp_path, capsys):
