@@ -261,6 +261,17 @@ def unchanged(manifest: dict[str, Any]) -> bool:
     return manifest.get("changed") is False
 
 
+def first_install(manifest: dict[str, Any]) -> bool:
+    """A night that changed nothing, staged where no skill is live yet (then and now): adopting it installs the
+    starting skill (the seed or `--skill`) where the agent reads it, so later nights start from there."""
+    rows = [r for r in manifest["files"] if r["kind"] == "skill"]
+    return (
+        unchanged(manifest)
+        and bool(rows)
+        and all(r["live_sha256"] == ABSENT and file_pin(Path(r["live_path"])) == ABSENT for r in rows)
+    )
+
+
 def summary_of(report: dict[str, Any]) -> dict[str, Any]:
     """Scores and the paired difference's interval, for `status`, from whichever the report holds."""
     out: dict[str, Any] = {}
