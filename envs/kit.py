@@ -42,6 +42,7 @@ from skillopt_envs.searchqa.scoring import best_f1, normalize  # noqa: E402
 # reader (both plain, dependency-free modules); nothing else of the engine is reached from a benchmark
 from skillopt_ray.llm.jsonout import extract_json  # noqa: E402
 from skillopt_ray.llm.types import ChatRequest  # noqa: E402
+from skillopt_ray.llm.wire import ChatMessage  # noqa: E402
 
 T = TypeVar("T")
 
@@ -245,7 +246,7 @@ def samples_root(sample_dir: Optional[str], name: str) -> Path:
 
 
 async def chat(
-    llm: LLM, messages: list[dict[str, Any]], key: str, max_tokens: Optional[int] = None, stage: str = ""
+    llm: LLM, messages: list[ChatMessage], key: str, max_tokens: Optional[int] = None, stage: str = ""
 ) -> str:
     """One target chat call with the sample key `key`, booked under `stage` (the episode's, `ctx.stage`); returns the
     reply's text. Model errors propagate: the engine scores them as infrastructure failures."""
