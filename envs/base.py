@@ -11,7 +11,26 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Protocol
+from typing import Any, ClassVar, Optional, Protocol, TypedDict
+
+
+class EnvSettings(TypedDict, total=False):
+    """The run's `env` config section as a benchmark receives it (skillopt_ray/config/schema.py EnvConfig, as a dict);
+    `options` are the benchmark's own, checked by its options class."""
+
+    name: str
+    benchmark: Optional[str]
+    data_dir: Optional[str]
+    manifest_dir: Optional[str]
+    train_split: str
+    selection_split: str
+    test_split: str
+    limit_train: int
+    limit_selection: int
+    limit_test: int
+    max_turns: int
+    history_window: int
+    options: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -192,7 +211,7 @@ class Benchmark(ABC):
         for split in dict.fromkeys(splits):
             self.load_split(split)
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         self.env_cfg = env_cfg
 
     @abstractmethod

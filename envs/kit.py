@@ -25,6 +25,7 @@ from skillopt_envs.base import (
     AgentRunner,
     AgentTask,
     DataError,
+    EnvSettings,
     EpisodeContext,
     EpisodeResult,
     Task,
@@ -68,7 +69,7 @@ def split_name(split: str, benchmark: str) -> str:
         ) from None
 
 
-def data_root(env_cfg: dict[str, Any], env_var: str = "") -> Optional[Path]:
+def data_root(env_cfg: EnvSettings, env_var: str = "") -> Optional[Path]:
     """The benchmark's data path: env.data_dir, else the environment variable `env_var`, expanded and absolute;
     None when neither is set (the benchmark then uses its samples or refuses)."""
     raw = env_cfg.get("data_dir") or (os.environ.get(env_var, "") if env_var else "")
@@ -87,7 +88,7 @@ def split_items(split: str, items_of: Callable[[str], list[T]], benchmark: str, 
 
 
 def data_folder(
-    env_cfg: dict[str, Any], env_var: str, missing: str, samples: Callable[[], Path], want_dir: bool = True
+    env_cfg: EnvSettings, env_var: str, missing: str, samples: Callable[[], Path], want_dir: bool = True
 ) -> tuple[Path, bool]:
     """The benchmark's data folder and whether it is the generated samples: env.data_dir, else the variable `env_var`
     (followable and existing, a folder when `want_dir`; otherwise DataError `missing` with `{root}` filled in),

@@ -27,7 +27,16 @@ from skillopt_envs.alfworld.protocol import (
     parse_constrained_reply,
     parse_reply,
 )
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import ChatRequest, check_choice, missing_counts
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
@@ -196,7 +205,7 @@ class AlfWorldBenchmark(Benchmark):
     name = "alfworld"
     options_class = AlfWorldOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = AlfWorldOptions.parse(dict(env_cfg.get("options") or {}))
         self._root = alf_data.resolve_root(env_cfg.get("data_dir"))

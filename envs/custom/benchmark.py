@@ -18,7 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from skillopt_envs.base import LLM, AgentTask, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    AgentTask,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.custom import check as checks
 from skillopt_envs.custom.scorers import (
     GRADED,
@@ -114,7 +124,7 @@ class CustomBenchmark(Benchmark):
     options_class = CustomOptions
     requires_data_dir = True  # no samples: the run is about the user's own tasks
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = CustomOptions.parse(dict(env_cfg.get("options") or {}))
         root = data_root(env_cfg)

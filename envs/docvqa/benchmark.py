@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
@@ -95,7 +104,7 @@ class DocVQABenchmark(Benchmark):
     agent_harness = True  # llm.target.harness=codex|claude_code: one agent run per turn, the page image attached
     options_class = DocVQAOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = DocVQAOptions.parse(dict(env_cfg.get("options") or {}))
         self._root, self._using_samples = data_folder(env_cfg, "DOCVQA_DATA", MISSING, self._samples)

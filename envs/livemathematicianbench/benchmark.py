@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import chat, data_folder, split_items
 from skillopt_envs.livemathematicianbench import data as lm
 from skillopt_envs.livemathematicianbench import prompts
@@ -92,7 +101,7 @@ class LiveMathBenchmark(Benchmark):
     agent_harness = True  # llm.target.harness=codex|claude_code: one agent run per turn, task.md the user message
     options_class = LiveMathOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = LiveMathOptions.parse(dict(env_cfg.get("options") or {}))
         self._root, self._using_samples = data_folder(env_cfg, "LIVEMATH_DATA", MISSING, self._samples, want_dir=False)

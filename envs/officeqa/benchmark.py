@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import ChatRequest, check_choice, data_folder, split_items
 from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import prompts
@@ -144,7 +153,7 @@ class OfficeQABenchmark(Benchmark):
     agent_harness = True  # llm.target.harness=codex|claude_code: the exec loop, offline with local tools only
     options_class = OfficeQAOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = OfficeQAOptions.parse(dict(env_cfg.get("options") or {}))
         self._root, self._using_samples = data_folder(env_cfg, "OFFICEQA_DATA", MISSING, self._samples)

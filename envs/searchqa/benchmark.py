@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import chat, check_choice, data_folder, infra_episode, missing_counts
 from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
@@ -98,7 +107,7 @@ class SearchQABenchmark(Benchmark):
     agent_harness = True  # llm.target.harness=codex|claude_code runs each episode in an agent CLI
     options_class = QAOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = QAOptions.parse(dict(env_cfg.get("options") or {}))
         self._pool: Optional[dict[str, dict[str, Any]]] = None

@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any, Optional
 
 import openpyxl
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import chat, infra_episode
 from skillopt_envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxStartError, SandboxUnavailable
 from skillopt_envs.spreadsheetbench import data as sb_data
@@ -140,7 +149,7 @@ class SpreadsheetBenchmark(Benchmark):
     options_class = SheetOptions
     agent_harness = True  # llm.target.harness=codex|claude_code: one agent run writes solution.py (single mode)
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = SheetOptions.parse(dict(env_cfg.get("options") or {}))
         o = self.options
