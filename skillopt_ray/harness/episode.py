@@ -17,6 +17,7 @@ from typing import Any, Optional
 from skillopt_ray.harness.runner import AgentRun, AgentSettings, HarnessError, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
 
 
 @dataclass
@@ -82,7 +83,7 @@ class HarnessOutcome:
 TURN_BREAK = "\n\n===== TURN BREAK =====\n\n"
 
 
-def trace_to_optimizer(settings: dict[str, Any]) -> bool:
+def trace_to_optimizer(settings: GatewayAgentSettings) -> bool:
     """Whether the analysts see the agent's trace summary (llm.target.agent.trace_to_optimizer)."""
     return bool((settings.get("agent") or {}).get("trace_to_optimizer", True))
 
@@ -116,7 +117,7 @@ def turns_info(outcomes: list[HarnessOutcome], show_trace: bool = True) -> dict[
     return out
 
 
-async def harness_settings(llm: Any) -> Optional[dict[str, Any]]:
+async def harness_settings(llm: Any) -> Optional[GatewayAgentSettings]:
     """The target's harness settings, or None for a chat target (or an LLM handle without harness support)."""
     s = getattr(llm, "_agent_settings_cache", None)  # static config: asked once per handle, not per episode
     if s is None:
@@ -135,7 +136,7 @@ async def harness_settings(llm: Any) -> Optional[dict[str, Any]]:
 
 async def run_harness_task(
     llm: Any,
-    settings: dict[str, Any],
+    settings: GatewayAgentSettings,
     task_id: str,
     skill: str,
     ht: HarnessTask,

@@ -12,7 +12,7 @@ from skillopt_ray.llm.agent_api import AgentReply, AgentRequest
 from skillopt_ray.llm.cache import request_key
 from skillopt_ray.llm.endpoint import Endpoint
 from skillopt_ray.llm.types import CacheMiss
-from skillopt_ray.llm.wire import AgentSettings, CachePayload, ChatMessage, FlatToolCall, ToolCall
+from skillopt_ray.llm.wire import AgentOptions, AgentSettings, CachePayload, ChatMessage, FlatToolCall, ToolCall
 
 
 def flat_call(c: ToolCall) -> FlatToolCall:
@@ -109,5 +109,5 @@ def agent_settings(role_cfg: Any) -> AgentSettings:
     return {
         "harness": getattr(role_cfg, "harness", "chat"),
         "model": role_cfg.model,
-        "agent": asdict(agent) if agent is not None else {},
+        "agent": cast(AgentOptions, asdict(agent)) if agent is not None else {},
     }

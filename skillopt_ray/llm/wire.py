@@ -158,9 +158,29 @@ class CachedAgentReply(TypedDict, total=False):
     tool_calls: list[FlatToolCall]
 
 
+class AgentOptions(TypedDict, total=False):
+    """A role's `agent` settings (skillopt_ray/config/schema.py AgentConfig, as a dict)."""
+
+    prefix: Optional[str]
+    timeout_s: float
+    memory_mb: int
+    empty_retries: int
+    codex_sandbox: str
+    codex_reasoning_effort: str
+    claude_effort: str
+    claude_max_thinking_tokens: int
+    trace_to_optimizer: bool
+    jail: str
+    processes: int
+    disk_mb: int
+    disk_files: int
+    file_mb: int
+    tmp_mb: int
+
+
 class AgentSettings(TypedDict):
     """A role's harness (chat | codex | claude_code), model and agent settings; key names only, no secrets."""
 
     harness: str
     model: str
-    agent: JSONObject
+    agent: AgentOptions
