@@ -33,6 +33,8 @@ from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
 from skillopt_envs.kit import chat, check_choice, data_folder, split_items
 
+from skillopt_ray.llm.wire import ChatMessage, ContentPart
+
 if TYPE_CHECKING:  # only annotations name the agent runner
     from skillopt_envs.base import AgentRunner
 
@@ -228,7 +230,7 @@ class DocVQABenchmark(Benchmark):
             image_path = str(await asyncio.to_thread(upstream.page_file, payload["page_source"], image_path, cache))
         return str(image_path)
 
-    async def _page_part(self, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _page_part(self, payload: dict[str, Any]) -> ContentPart:
         image_path = payload["image_path"]
         if self.options.sends_images:
             image_file = await self._image_file(payload)
@@ -264,7 +266,7 @@ class DocVQABenchmark(Benchmark):
             page = await self._page_part(p)
         except OSError as e:
             return _data_error(task, image, e)
-        first = [{"role": "system", "content": system}, prompts.user_message(text, page)]
+        first: list[ChatMessage] = [{"role": "system", "content": system}, prompts.user_message(text, page)]
         replies = await self._chat_turns(task, llm, ctx, first)
         return self._chat_result(task, question, answers, image, system, text, replies)
 
@@ -286,7 +288,7 @@ class DocVQABenchmark(Benchmark):
         assert runner is not None, "an agent episode needs the agent runner the engine hands over"
         return await agent_episode(task, skill, runner, ctx, image, self.options.exec_timeout)
 
-    async def _chat_turns(self, task: Task, llm: LLM, ctx: EpisodeContext, first: list[dict[str, Any]]) -> list[str]:
+    async def _chat_turns(self, task: Task, llm: LLM, ctx: EpisodeContext, first: list[ChatMessage]) -> list[str]:
         """The chat target's replies: each turn without an answer tag is asked again, up to the turn limit."""
         messages, replies = first, []
         for turn in range(max(1, ctx.max_turns)):

@@ -11,8 +11,9 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.sleep.redact import Redactor
 
 SCHEMA = "skillopt-ray-staging"
@@ -45,6 +46,19 @@ class NightProposal:
     report: dict[str, Any]
     evidence_dir: Optional[Path] = None
     memory: Optional[tuple[str, Path]] = None
+
+
+class ManifestRow(TypedDict):
+    """One file of a staged night, pinned: its proposed bytes (`rel` under the night, `sha256`) and the live file
+    it would replace (path, real path and sha256 at staging time, or "absent"), under its skill `root`."""
+
+    kind: str  # skill | memory
+    rel: str
+    sha256: str
+    live_path: str
+    live_realpath: str
+    live_sha256: str
+    root: str
 
 
 def staging_root(project: Path) -> Path:
@@ -147,7 +161,7 @@ def copy_evidence(src: Path, dst: Path, redact: Redactor) -> int:
     return n
 
 
-def live_row(kind: str, rel: str, proposed: bytes, live: Path, root: str) -> dict[str, Any]:
+def live_row(kind: str, rel: str, proposed: bytes, live: Path, root: str) -> ManifestRow:
     return {
         "kind": kind,
         "rel": rel,
@@ -159,7 +173,7 @@ def live_row(kind: str, rel: str, proposed: bytes, live: Path, root: str) -> dic
     }
 
 
-def skill_rows(p: NightProposal, night: Path, roots: list[str]) -> list[dict[str, Any]]:
+def skill_rows(p: NightProposal, night: Path, roots: list[str]) -> list[ManifestRow]:
     root = check_target(p.live_skill_dir, roots)
     rows = []
     for rel in proposal_files(p.proposed_skill_dir):
@@ -171,7 +185,7 @@ def skill_rows(p: NightProposal, night: Path, roots: list[str]) -> list[dict[str
     return rows
 
 
-def memory_row(p: NightProposal, night: Path) -> dict[str, Any]:
+def memory_row(p: NightProposal, night: Path) -> ManifestRow:
     """The memory file may only be the project's own AGENTS.md or CLAUDE.md (its root is the project)."""
     assert p.memory is not None
     text, live = p.memory
@@ -250,9 +264,9 @@ def gate_verified(report: dict[str, Any]) -> bool:
     raise ValueError("the night's report lacks `verified` (true or false); staging needs the gate's verdict")
 
 
-def summary_of(report: dict[str, Any]) -> dict[str, Any]:
+def summary_of(report: dict[str, Any]) -> JSONObject:
     """Scores and the paired difference's interval, for `status`, from whichever the report holds."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     scores = report.get("scores")
     if isinstance(scores, dict):
         out.update({k: scores[k] for k in ("before", "after") if k in scores})
