@@ -11,7 +11,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Protocol, TypedDict, TypeVar
+
+from skillopt_ray.jsontypes import JSONObject
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # a benchmark's options dataclass
 
 
 class EnvSettings(TypedDict, total=False):
@@ -198,7 +205,7 @@ class Benchmark(ABC):
     holds_env_state: bool = True
 
     @classmethod
-    def check_options(cls, raw: dict[str, Any]) -> None:
+    def check_options(cls, raw: JSONObject) -> None:
         """Raise DataError for an unknown or invalid `env.options` entry (the same parse the constructor does)."""
         oc = cls.options_class
         if oc is None:
@@ -249,7 +256,7 @@ class Benchmark(ABC):
         """Called when the env actor stops."""
 
 
-def parse_options(cls: type, raw: dict[str, Any], env_name: str) -> Any:
+def parse_options(cls: type[T], raw: JSONObject, env_name: str) -> T:
     """A benchmark's typed `env.options` dataclass from the config dict; unknown keys are a clear error."""
     from dataclasses import fields
 

@@ -39,6 +39,8 @@ from skillopt_envs.base import (
 )
 from skillopt_envs.kit import ChatRequest, check_choice, missing_counts
 
+from skillopt_ray.jsontypes import JSONObject
+
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
 SEED_SKILL = SEED_SKILL_PATH.read_text(encoding="utf-8")
 
@@ -72,7 +74,7 @@ class AlfWorldOptions:
     compile_cache: str = "auto"
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> AlfWorldOptions:
+    def parse(raw: JSONObject) -> AlfWorldOptions:
         opts = parse_options(AlfWorldOptions, raw, "alfworld")
         check_choice(opts, "split_source", ("paper", "folders"))
         check_choice(opts, "constrained_actions", ("auto", "on", "off"))

@@ -43,6 +43,8 @@ from skillopt_envs.custom.scorers import (
 from skillopt_envs.custom.tasks import UserTask, read_source, task_check
 from skillopt_envs.kit import SPLITS, agent_runner, chat, data_root, parse_ratio, ratio_split, split_name
 
+from skillopt_ray.jsontypes import JSONObject
+
 SEED_SKILL = """# Skill
 
 No rules yet: training adds what it learns about these tasks here.
@@ -73,7 +75,7 @@ class CustomOptions:
     metadata_type_key: str = "task_type"  # metadata field naming a task's type (per-type scores); absent: custom
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> CustomOptions:
+    def parse(raw: JSONObject) -> CustomOptions:
         o = parse_options(CustomOptions, raw, "custom")
         _check_types(o)
         if o.scorer not in (*SCORERS, SCRIPT):

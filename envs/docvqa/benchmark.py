@@ -33,6 +33,7 @@ from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
 from skillopt_envs.kit import chat, check_choice, data_folder, split_items
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.wire import ChatMessage, ContentPart
 
 if TYPE_CHECKING:  # only annotations name the agent runner
@@ -81,7 +82,7 @@ class DocVQAOptions:
     page_cache: Optional[str] = None
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> DocVQAOptions:
+    def parse(raw: JSONObject) -> DocVQAOptions:
         opts = parse_options(DocVQAOptions, raw, "docvqa")
         check_choice(opts, "page_input", PAGE_INPUTS)
         if opts.max_completion_tokens < 1:

@@ -40,6 +40,8 @@ from skillopt_envs.officeqa.oracle import OracleReadError, build_context
 from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
 from skillopt_envs.officeqa.tools import TOOL_SCHEMAS, CorpusReadError, LineCache, ToolRuntime
 
+from skillopt_ray.jsontypes import JSONObject
+
 if TYPE_CHECKING:  # only annotations name the agent runner
     from skillopt_envs.base import AgentRunner
 
@@ -107,7 +109,7 @@ class OfficeQAOptions:
     search_timeout_seconds: float = 20.0
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> OfficeQAOptions:
+    def parse(raw: JSONObject) -> OfficeQAOptions:
         opts = parse_options(OfficeQAOptions, raw, "officeqa")
         opts.docs_dirs = list(opts.docs_dirs or [])
         mode = normalise_search_mode(opts.search_mode)

@@ -32,6 +32,8 @@ from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
 from skillopt_envs.searchqa.scoring import score_answer
 
+from skillopt_ray.jsontypes import JSONObject
+
 # the reference starts from an empty skill: a title and a placeholder line
 SEED_SKILL = """# Skill: answering questions from search results
 
@@ -59,7 +61,7 @@ class QAOptions:
     split_source: str = "paper"
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> QAOptions:
+    def parse(raw: JSONObject) -> QAOptions:
         opts = parse_options(QAOptions, raw, "searchqa")
         check_choice(opts, "split_source", ("paper", "folders"))
         if opts.max_context_chars < 1:

@@ -52,6 +52,8 @@ from skillopt_envs.spreadsheetbench.scoring import (
     wrong_cells_from_report,
 )
 
+from skillopt_ray.jsontypes import JSONObject
+
 SEED_SKILL = prompts.SEED_SKILL
 _READER = Path(readcells.__file__).read_text(encoding="utf-8")
 _PATH_ASSIGN = re.compile(r"^(INPUT_PATH|OUTPUT_PATH)\s*(?::[^=]*)?=(?!=).*$", re.M)
@@ -83,7 +85,7 @@ class SheetOptions:
     sample_dir: Optional[str] = None
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> SheetOptions:
+    def parse(raw: JSONObject) -> SheetOptions:
         opts = parse_options(SheetOptions, raw, "spreadsheetbench")
         opts.env_allow = tuple(opts.env_allow or ())
         if opts.sandbox not in ISOLATIONS:
