@@ -40,6 +40,7 @@ from skillopt_envs.base import (
 from skillopt_envs.kit import ChatRequest, check_choice, missing_counts
 
 from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.llm.wire import ResponseFormat
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
 SEED_SKILL = SEED_SKILL_PATH.read_text(encoding="utf-8")
@@ -410,7 +411,7 @@ class AlfWorldBenchmark(Benchmark):
                 break
         return _episode_result(task, goal, turn.ref, won, done, trajectory, format_errors, turn.ctx.max_turns)
 
-    async def _action_format(self, llm: LLM, admissible: list[str]) -> Optional[dict[str, Any]]:
+    async def _action_format(self, llm: LLM, admissible: list[str]) -> Optional[ResponseFormat]:
         """The JSON schema that limits the reply's action to the admissible commands (constrained mode), or None."""
         if not (self.options.constrained and admissible):
             return None

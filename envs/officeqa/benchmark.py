@@ -41,6 +41,7 @@ from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
 from skillopt_envs.officeqa.tools import TOOL_SCHEMAS, CorpusReadError, LineCache, ToolRuntime
 
 from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.llm.wire import ChatMessage, ToolCall
 
 if TYPE_CHECKING:  # only annotations name the agent runner
     from skillopt_envs.base import AgentRunner
@@ -376,7 +377,7 @@ class Episode:
 
             self.system = search_system(skill, self.max_turns, opts.max_queries_per_turn)
         self.user = self.first_user(offline)
-        self.messages: list[dict[str, Any]] = [
+        self.messages: list[ChatMessage] = [
             {"role": "system", "content": self.system},
             {"role": "user", "content": self.user},
         ]
@@ -435,8 +436,10 @@ class Episode:
             reply = await self.call(turn, tools=not text)
             response = reply.content or ""
             self.response = response
-            calls = prompts.text_tool_calls(response) if text else list(getattr(reply, "tool_calls", None) or [])
-            assistant: dict[str, Any] = {"role": "assistant", "content": response}
+            calls: list[ToolCall] = (
+                prompts.text_tool_calls(response) if text else list(getattr(reply, "tool_calls", None) or [])
+            )
+            assistant: ChatMessage = {"role": "assistant", "content": response}
             if calls and not text:
                 assistant["tool_calls"] = calls
             self.messages.append(assistant)
