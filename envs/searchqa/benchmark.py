@@ -29,6 +29,7 @@ from skillopt_envs.base import (
 )
 from skillopt_envs.kit import chat, check_choice, data_folder, infra_episode, missing_counts
 from skillopt_envs.searchqa import data as qa_data
+from skillopt_envs.searchqa.data import SearchQAItem
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
 from skillopt_envs.searchqa.scoring import score_answer
 
@@ -112,7 +113,7 @@ class SearchQABenchmark(Benchmark):
     def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = QAOptions.parse(dict(env_cfg.get("options") or {}))
-        self._pool: Optional[dict[str, dict[str, Any]]] = None
+        self._pool: Optional[dict[str, SearchQAItem]] = None
         self._root, self._using_samples = data_folder(env_cfg, "SEARCHQA_DATA", MISSING, self._samples)
 
     def _samples(self) -> Path:
@@ -131,7 +132,7 @@ class SearchQABenchmark(Benchmark):
             return None
         return qa_data.PAPER_SPLIT_DIR
 
-    def _items_pool(self) -> dict[str, dict[str, Any]]:
+    def _items_pool(self) -> dict[str, SearchQAItem]:
         if self._pool is None:
             self._pool = qa_data.load_pool(self._root)
         return self._pool
