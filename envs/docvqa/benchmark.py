@@ -118,7 +118,7 @@ class DocVQABenchmark(Benchmark):
         self._image_root = Path(os.path.expanduser(root)).resolve() if root else self._root
         # the public data read in place (parquet / JSON) when the folder holds no split CSVs
         self._sources: Optional[upstream.Sources] = None
-        self._pool: Optional[dict[str, dict[str, Any]]] = None
+        self._pool: Optional[dict[str, dv.DocVQAItem]] = None
         self._manifest = Path(os.path.expanduser(str(env_cfg["manifest_dir"]))) if env_cfg.get("manifest_dir") else None
         if raw and not any(dv.split_csv(self._root / s) for s in dv.SPLITS):
             sources = upstream.find_sources(self._root)
@@ -134,7 +134,7 @@ class DocVQABenchmark(Benchmark):
 
     # ---------- data ----------
 
-    def _items(self, split: str) -> list[dict[str, Any]]:
+    def _items(self, split: str) -> list[dv.DocVQAItem]:
         try:
             return self._read_items(split)
         except OSError as e:  # whatever the checks did not foresee: still one line naming the file
@@ -143,7 +143,7 @@ class DocVQABenchmark(Benchmark):
                 f"{where} cannot be read ({e.strerror or e}); check the files under env.data_dir / DOCVQA_DATA"
             ) from None
 
-    def _read_items(self, split: str) -> list[dict[str, Any]]:
+    def _read_items(self, split: str) -> list[dv.DocVQAItem]:
         if self._manifest is None:
             return dv.load_split_items(self._root, split, self._image_root)
         if self._pool is None:  # every question of the data, by id; the manifest picks the splits
