@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from skillopt_ray.sleep import staging
 from skillopt_ray.sleep.lock import adopt_lock
-from skillopt_ray.sleep.staging import ABSENT, ManifestRow, file_pin, write_atomic
+from skillopt_ray.sleep.staging import ABSENT, ManifestRow, StagedManifest, file_pin, write_atomic
 
 WAL = "adopt-transaction.json"
 ADOPTED = "adopted.json"
@@ -132,7 +132,7 @@ def check_path(row: ManifestRow, roots: list[str]) -> Path:
     return live
 
 
-def preflight(project: Path, night: Path, m: dict[str, Any]) -> list[tuple[ManifestRow, Path]]:
+def preflight(project: Path, night: Path, m: StagedManifest) -> list[tuple[ManifestRow, Path]]:
     roots = list(m["skill_roots"]) + [m["project"]]
     out = []
     for row in m["files"]:

@@ -11,7 +11,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, TypedDict
+from typing import Any, Optional, TypedDict, cast
 
 from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.sleep.redact import Redactor
@@ -59,6 +59,23 @@ class ManifestRow(TypedDict):
     live_realpath: str
     live_sha256: str
     root: str
+
+
+class StagedManifest(TypedDict):
+    """A staged night's manifest.json: what the night proposes, the gate's verdict, and every file pinned."""
+
+    schema: str
+    version: int
+    stamp: str
+    project: str
+    skill_name: str
+    live_skill_dir: str
+    skill_roots: list[str]
+    verified: bool
+    verdict: str
+    summary: JSONObject
+    evidence_files: int
+    files: list[ManifestRow]
 
 
 def staging_root(project: Path) -> Path:
@@ -236,7 +253,7 @@ def stage_night(p: NightProposal) -> Path:
     (night / "report.md").write_text(redact(p.report_md), encoding="utf-8")
     (night / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n")
     evidence = copy_evidence(p.evidence_dir, night / "evidence", redact) if p.evidence_dir else 0
-    manifest = {
+    manifest: StagedManifest = {
         "schema": SCHEMA,
         "version": VERSION,
         "stamp": p.stamp,
@@ -281,7 +298,7 @@ def summary_of(report: dict[str, Any]) -> JSONObject:
     return out
 
 
-def load_manifest(night: Path) -> dict[str, Any]:
+def load_manifest(night: Path) -> StagedManifest:
     """A staged night's manifest; a missing, symlinked or foreign one is refused with its path."""
     path = night / MANIFEST
     if night.is_symlink() or path.is_symlink() or not path.is_file():
@@ -292,7 +309,7 @@ def load_manifest(night: Path) -> dict[str, Any]:
         raise ValueError(f"{path} is not readable JSON ({e}); stage the night again") from None
     if not isinstance(m, dict) or m.get("schema") != SCHEMA or m.get("version") != VERSION:
         raise ValueError(f"{path} is not a {SCHEMA} v{VERSION} manifest; stage the night again")
-    return m
+    return cast(StagedManifest, m)  # as stage_night wrote it (its schema and version checked)
 
 
 def nights(project: Path) -> list[Path]:
