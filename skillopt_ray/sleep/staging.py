@@ -61,7 +61,7 @@ class ManifestRow(TypedDict):
     root: str
 
 
-class StagedManifest(TypedDict):
+class _ManifestFields(TypedDict):
     """A staged night's manifest.json: what the night proposes, the gate's verdict, and every file pinned."""
 
     schema: str
@@ -76,6 +76,10 @@ class StagedManifest(TypedDict):
     summary: JSONObject
     evidence_files: int
     files: list[ManifestRow]
+
+
+class StagedManifest(_ManifestFields, total=False):
+    changed: bool  # whether the gate accepted a change (absent in manifests staged before the field existed)
 
 
 def staging_root(project: Path) -> Path:
@@ -263,6 +267,7 @@ def stage_night(p: NightProposal) -> Path:
         "skill_roots": roots,
         "verified": verified,
         "verdict": str(report.get("verdict") or ("accepted" if verified else "unverified")),
+        "changed": changed(report),
         "summary": summary_of(report),
         "evidence_files": evidence,
         "files": rows,
@@ -279,6 +284,16 @@ def gate_verified(report: dict[str, Any]) -> bool:
     if v is None and isinstance(report.get("verdict"), str):
         return report["verdict"] == "accepted"
     raise ValueError("the night's report lacks `verified` (true or false); staging needs the gate's verdict")
+
+
+def changed(report: dict[str, Any]) -> bool:
+    """Whether the night's gate accepted a candidate: a night that changed nothing is staged for its report only."""
+    return bool(report.get("changed", True))
+
+
+def unchanged(manifest: StagedManifest) -> bool:
+    """A staged night that changed nothing (manifests from before the field count as changed)."""
+    return manifest.get("changed") is False
 
 
 def summary_of(report: dict[str, Any]) -> JSONObject:
