@@ -180,9 +180,28 @@ class AgentOutcome:
     ok: bool = True
     error: str = ""
     error_kind: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
+    info: AgentInfo = field(default_factory=lambda: AgentInfo())
     files: dict[str, bytes] = field(default_factory=dict)  # the task's `collect` files the agent left
     trace: str = ""  # the run's trace summary, shown or not to the analysts by `AgentRunner.trace_to_optimizer`
+
+
+class AgentInfo(TypedDict, total=False):
+    """What an agent run adds to an episode's info: its final summary, attempts, model calls, tokens as the
+    gateway counted them and as the CLI reported them, cost, wall time, the trace block the analysts see, and the
+    run's warnings. Over several runs (one per benchmark turn) the numbers are added up and `agent_turns` counts them."""
+
+    agent_summary: str
+    agent_attempts: int
+    agent_calls: int
+    agent_tokens: list[int]  # [prompt, completion]
+    agent_reported_tokens: list[int]
+    agent_cost_usd: float
+    agent_wall_s: float
+    agent_first_call_s: Optional[float]
+    agent_turns: int
+    analyst_blocks: list[list[str]]
+    usage_warning: str
+    agent_jail_note: str
 
 
 class AgentRunner(Protocol):

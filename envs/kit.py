@@ -21,6 +21,7 @@ from typing import Any, Optional, TypeVar
 
 from skillopt_envs.base import (
     LLM,
+    AgentInfo,
     AgentOutcome,
     AgentRunner,
     AgentTask,
@@ -331,10 +332,9 @@ def agent_failure(task: Task, turns: AgentTurns, task_description: str = "") -> 
 
 
 TURN_BREAK = "\n\n===== TURN BREAK =====\n\n"
-_SUMMED = ("agent_attempts", "agent_calls", "agent_cost_usd")
 
 
-def agent_turns_info(outcomes: Sequence[AgentOutcome], show_trace: bool = True) -> dict[str, Any]:
+def agent_turns_info(outcomes: Sequence[AgentOutcome], show_trace: bool = True) -> AgentInfo:
     """The episode's info over several agent runs (one per benchmark turn): summaries and traces joined with a
     turn-break line; calls, tokens, cost and time added up. Runs that failed count for nothing."""
     done = [o for o in outcomes if o.ok]
@@ -343,10 +343,14 @@ def agent_turns_info(outcomes: Sequence[AgentOutcome], show_trace: bool = True) 
         if not infos:
             return {}
         return {**infos[0], "analyst_blocks": _trace_blocks([done[0].trace], show_trace)}
-    out: dict[str, Any] = {"agent_summary": TURN_BREAK.join(i["agent_summary"] for i in infos)}
-    out.update({k: sum(i[k] for i in infos) for k in _SUMMED})
-    for k in ("agent_tokens", "agent_reported_tokens"):
-        out[k] = [sum(i[k][n] for i in infos) for n in (0, 1)]
+    out: AgentInfo = {
+        "agent_summary": TURN_BREAK.join(i["agent_summary"] for i in infos),
+        "agent_attempts": sum(i["agent_attempts"] for i in infos),
+        "agent_calls": sum(i["agent_calls"] for i in infos),
+        "agent_cost_usd": sum(i["agent_cost_usd"] for i in infos),
+        "agent_tokens": [sum(i["agent_tokens"][n] for i in infos) for n in (0, 1)],
+        "agent_reported_tokens": [sum(i["agent_reported_tokens"][n] for i in infos) for n in (0, 1)],
+    }
     out["agent_wall_s"] = round(sum(i["agent_wall_s"] for i in infos), 3)
     out["agent_first_call_s"] = infos[0]["agent_first_call_s"]
     out["agent_turns"] = len(infos)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_envs.base import AgentInfo
+
 from skillopt_ray.harness.runner import AgentRun, AgentSettings, HarnessError, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
@@ -53,13 +55,13 @@ class HarnessOutcome:
     error: str = ""
     error_kind: str = ""
 
-    def info(self, trace_to_optimizer: bool = True) -> dict[str, Any]:
+    def info(self, trace_to_optimizer: bool = True) -> AgentInfo:
         """What goes into the episode's info: the analysts' target prompts and the trace summary; never the
         raw event stream."""
         if self.run is None:
             return {}
         blocks = [["Agent Trace Summary", self.run.trace.render()]] if trace_to_optimizer else []
-        out: dict[str, Any] = {
+        out: AgentInfo = {
             "agent_summary": self.run.summary,
             "agent_attempts": self.run.attempts,
             "agent_calls": len(self.run.calls),
@@ -88,14 +90,14 @@ def trace_to_optimizer(settings: GatewayAgentSettings) -> bool:
     return bool((settings.get("agent") or {}).get("trace_to_optimizer", True))
 
 
-def turns_info(outcomes: list[HarnessOutcome], show_trace: bool = True) -> dict[str, Any]:
+def turns_info(outcomes: list[HarnessOutcome], show_trace: bool = True) -> AgentInfo:
     """The episode's info over several agent runs (one per benchmark turn): summaries and traces joined with the
     reference's turn-break line, calls, tokens, cost and time added up."""
     infos = [o.info(show_trace) for o in outcomes if o.run is not None]
     if len(infos) <= 1:
         return infos[0] if infos else {}
     runs = [o.run for o in outcomes if o.run is not None]
-    out: dict[str, Any] = {
+    out: AgentInfo = {
         "agent_summary": TURN_BREAK.join(i["agent_summary"] for i in infos),
         "agent_attempts": sum(i["agent_attempts"] for i in infos),
         "agent_calls": sum(i["agent_calls"] for i in infos),
