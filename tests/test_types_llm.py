@@ -216,3 +216,27 @@ def test_ledger_reads_its_own_state(tmp_path: Path) -> None:
     ledger.record("target", "rollout", "m", 10, 5)
     again = Ledger({}, BudgetConfig(), state=json.loads(json.dumps(ledger.to_dict())))
     assert again.entries["target/rollout"].prompt_tokens == 10
+
+
+def test_agent_info_over_turns_adds_up_and_keeps_declared_keys() -> None:
+    from skillopt_envs.base import AgentInfo, AgentOutcome
+    from skillopt_envs.kit import agent_turns_info
+
+    one: AgentInfo = {
+        "agent_summary": "a", "agent_attempts": 1, "agent_calls": 2, "agent_tokens": [10, 5],
+        "agent_reported_tokens": [9, 4], "agent_cost_usd": 0.5, "agent_wall_s": 1.25, "agent_first_call_s": 0.1,
+        "analyst_blocks": [], "usage_warning": "w1",
+    }  # fmt: skip
+    two: AgentInfo = {**one, "agent_summary": "b", "agent_first_call_s": 0.3, "usage_warning": "w2"}
+    info = agent_turns_info(
+        [AgentOutcome("r", "s", info=one, trace="t1"), AgentOutcome("r", "s", info=two, trace="t2")]
+    )
+    assert set(info) <= keys(AgentInfo)
+    assert list(info)[:6] == [
+        "agent_summary", "agent_attempts", "agent_calls", "agent_cost_usd", "agent_tokens", "agent_reported_tokens",
+    ]  # fmt: skip
+    assert info["agent_summary"].count("TURN BREAK") == 1
+    assert info["agent_calls"] == 4 and info["agent_tokens"] == [20, 10] and info["agent_reported_tokens"] == [18, 8]
+    assert info["agent_cost_usd"] == 1.0 and info["agent_wall_s"] == 2.5 and info["agent_first_call_s"] == 0.1
+    assert info["agent_turns"] == 2 and info["usage_warning"] == "w1; w2"
+    assert info["analyst_blocks"] == [["Agent Trace Summary", "t1" + info["agent_summary"][1:-1] + "t2"]]
