@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from skillopt_ray.sleep import staging
 from skillopt_ray.sleep.lock import adopt_lock
-from skillopt_ray.sleep.staging import ABSENT, file_pin, write_atomic
+from skillopt_ray.sleep.staging import ABSENT, ManifestRow, StagedManifest, file_pin, write_atomic
 
 WAL = "adopt-transaction.json"
 ADOPTED = "adopted.json"
@@ -138,7 +138,7 @@ def nothing_to_adopt(stamp: str) -> str:
     return f"nothing to adopt: night {stamp} changed nothing"
 
 
-def check_path(row: dict[str, Any], roots: list[str]) -> Path:
+def check_path(row: ManifestRow, roots: list[str]) -> Path:
     """The live path as pinned: absolute, no `..`, resolving to the same real path inside its recorded root."""
     live = Path(row["live_path"])
     if not live.is_absolute() or ".." in live.parts:
@@ -155,7 +155,7 @@ def check_path(row: dict[str, Any], roots: list[str]) -> Path:
     return live
 
 
-def preflight(project: Path, night: Path, m: dict[str, Any]) -> list[tuple[dict[str, Any], Path]]:
+def preflight(project: Path, night: Path, m: StagedManifest) -> list[tuple[ManifestRow, Path]]:
     roots = list(m["skill_roots"]) + [m["project"]]
     out = []
     for row in m["files"]:
