@@ -23,7 +23,11 @@ from skillopt_ray.sleep.tasks_file import write_tasks
 pytestmark = pytest.mark.slow
 
 P_RIGHT = {"base": 0.5, "HELPFUL": 0.85, "HARMFUL": 0.15}
-RULES = {"HELPFUL": "- HELPFUL: finish with the word DONE-OK.", "HARMFUL": "- HARMFUL: stop before you finish."}
+RULES = {
+    "HELPFUL": "- HELPFUL: finish with the word DONE-OK.",
+    "HARMFUL": "- HARMFUL: stop before you finish.",
+    "NEUTRAL": "- NEUTRAL: keep a calm tone.",  # leaves the target's chances as they were: a tie
+}
 
 
 class PlantedRule(Policies):
@@ -113,8 +117,23 @@ def test_a_harmful_rule_is_rejected_and_the_night_staged_as_changing_nothing(ray
     assert rep["verdict"] == "rejected" and all(g["action"] == "reject" for g in rep["gates"]), rep
     (staged,) = (project / ".skillopt" / "staging").iterdir()  # staged all the same, for its report
     assert "changed nothing" in out and json.loads((staged / "manifest.json").read_text())["changed"] is False
-    assert sleep_cli.main(["adopt", "--project", str(project)]) == 2 and not (project / ".agents").exists()
     assert "HARMFUL" not in Path(rep["proposed"]).read_text()
+    # no skill was live: adopting installs the skill the night started from, never the rejected edit
+    assert sleep_cli.main(["adopt", "--project", str(project)]) == 0
+    (live,) = (project / ".agents" / "skills").glob("*/SKILL.md")
+    assert live.read_text() == Path(rep["proposed"]).read_text()
+
+
+def test_a_rule_that_changes_nothing_ties_and_is_rejected(ray_cluster, tmp_path, capsys):
+    project = tmp_path / "proj"
+    project.mkdir()
+    task_folder(project)
+    with ScriptedServer(PlantedRule("NEUTRAL")) as srv:
+        code = night(project, srv)
+    assert code == 0, capsys.readouterr().err[-2000:]
+    rep = report_of(project)
+    assert rep["verdict"] == "rejected" and all(g["action"] == "reject" for g in rep["gates"]), rep
+    assert "NEUTRAL" not in Path(rep["proposed"]).read_text()
 
 
 def test_a_token_cap_stops_the_night_says_so_and_the_rerun_resumes_it(ray_cluster, tmp_path, capsys):
