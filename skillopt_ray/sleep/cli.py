@@ -177,7 +177,7 @@ def summary(r: dict) -> str:
         [
             f"harvest window {r['window']['since'] or 'all'} .. {r['window']['until']} (scope {r['scope']})",
             f"sessions: {sessions}; left out: {r['out_of_scope']} other folders, {r['out_of_window']} outside the "
-            f"window, {r['duplicates']} duplicates",
+            f"window, {r['duplicates']} duplicates, {r['sleep_sessions']} that only ran sleep",
             f"redacted: {red}",
             f"tasks: {r['tasks_new']} new, {r['tasks_kept']} already there; splits {r['splits']} ({r['mining']['miner']})",
             f'written to {r["output"]} (review it, then set "reviewed": true in its review.json)',
