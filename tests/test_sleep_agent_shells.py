@@ -164,7 +164,8 @@ def test_sessions_that_only_ran_sleep_are_counted_not_mined(tmp_path):
 
 class StatusPolicy:
     """The scripted model. Codex: find the skill in the skills list, read its SKILL.md, run the status command it
-    names; Claude Code: the slash command already ran it. Then answer. Keeps every request it got."""
+    names. Claude Code: `/skillopt-sleep:status` already ran it; for the other commands, run the one command line
+    the expanded command file gives. Then answer. Keeps every request it got."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -173,19 +174,33 @@ class StatusPolicy:
         self.requests.append(body)
         text = "\n".join(str(m.get("content")) for m in body["messages"])
         tool_out = [str(m.get("content")) for m in body["messages"] if m["role"] == "tool"]
-        if "<command-name>/skillopt-sleep:status" in text or len(tool_out) >= 2 or not body.get("tools"):
-            return "Sleep has nothing staged yet."
+        if "<command-name>/skillopt-sleep:status" in text or not body.get("tools"):
+            return ANSWER
+        if "<command-name>/skillopt-sleep:" in text:
+            if tool_out:
+                return ANSWER
+            line = re.search(r"^ {4}(\S+bin/skillopt-sleep\" \w+.*)$", text, re.M)
+            assert line, "the command file names no launcher command"
+            return _call("Bash", {"command": line.group(1), "description": "run skillopt sleep"}, 0)
+        if len(tool_out) >= 2:
+            return ANSWER
         if not tool_out:
             roots = dict(re.findall(r"`(r\d+)` = `([^`]+)`", text))
             m = re.search(r"- skillopt-sleep: [^\n]*?\(file: (r\d+)/(\S+?)\)", text)
             assert m, "the installed skill is not in Codex's skills list"
-            cmd = f"cat {roots[m.group(1)]}/{m.group(2)}"
-        else:  # the skill's status command, run with the Python the skill says to prefer
-            line = re.search(r"^\s+(python -m skillopt_ray\.sleep status)\s*$", tool_out[0], re.M)
-            assert line, "SKILL.md does not name the status command"
-            cmd = line.group(1).replace("python", '"$SKILLOPT_SLEEP_PYTHON"', 1)
-        call = {"name": "exec_command", "arguments": json.dumps({"cmd": cmd})}
-        return {"content": "", "tool_calls": [{"id": f"call-{len(tool_out)}", "type": "function", "function": call}]}
+            return _call("exec_command", {"cmd": f"cat {roots[m.group(1)]}/{m.group(2)}"}, 0)
+        # the skill's status command, run with the Python the skill says to prefer
+        line = re.search(r"^\s+(python -m skillopt_ray\.sleep status)\s*$", tool_out[0], re.M)
+        assert line, "SKILL.md does not name the status command"
+        return _call("exec_command", {"cmd": line.group(1).replace("python", '"$SKILLOPT_SLEEP_PYTHON"', 1)}, 1)
+
+
+ANSWER = "Sleep has nothing staged yet."
+
+
+def _call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
+    call = {"name": name, "arguments": json.dumps(args)}
+    return {"content": "", "tool_calls": [{"id": f"call-{n}", "type": "function", "function": call}]}
 
 
 async def _with_endpoint(
@@ -235,22 +250,44 @@ def _private(tmp: Path) -> tuple[dict[str, str], Path, Path]:
     return env, home, project
 
 
-@pytest.mark.slow
-def test_claude_code_plugin_from_this_repository_runs_status_and_the_model_sees_it(tmp_path):
+def _claude_with_plugin(tmp: Path, monkeypatch: Any, capsys: Any) -> tuple[str, dict[str, str], Path]:
+    """Claude Code with the plugin installed by `install-shells --claude` (twice: the second changes nothing)."""
     claude = need_harness("claude")
-    env, _, project = _private(tmp_path)
-    for cmd in agent_shells.claude_commands(claude, agent_shells.repo_root()):
-        subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=60)
-    policy = StatusPolicy()
+    env, _, project = _private(tmp)
+    for k in ("HOME", "CLAUDE_CONFIG_DIR", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"):
+        monkeypatch.setenv(k, env[k])
+    for _ in range(2):
+        assert main(["install-shells", "--claude", "--claude-bin", claude]) == 0, capsys.readouterr().err
+    installed = json.loads((tmp / "claude" / "plugins" / "installed_plugins.json").read_text())
+    assert list(installed["plugins"]) == [agent_shells.PLUGIN]
     env.update(ANTHROPIC_BASE_URL="http://127.0.0.1:{PORT}", ANTHROPIC_API_KEY="scripted")
+    return claude, env, project
+
+
+@pytest.mark.slow
+def test_claude_code_plugin_from_this_repository_runs_status_and_the_model_sees_it(tmp_path, monkeypatch, capsys):
+    claude, env, project = _claude_with_plugin(tmp_path, monkeypatch, capsys)
+    policy = StatusPolicy()
     argv = [claude, "-p", "--output-format", "text", "/skillopt-sleep:status"]
     rc, out, err = asyncio.run(_with_endpoint(tmp_path, "claude_code", policy, argv, env, project))
     assert rc == 0, err[-800:]
-    assert "Sleep has nothing staged yet." in out
+    assert ANSWER in out
     first = "\n".join(str(m.get("content")) for m in policy.requests[0]["messages"])
     assert f"{NO_NIGHTS} {project.resolve()}" in first  # the command ran in the project; its output reached the model
     r = harvest(project, tmp_path / "codex", tmp_path / "claude")
     assert r["sleep_sessions"] == 1 and r["sessions"] == {}
+
+
+@pytest.mark.slow
+def test_claude_code_adopt_command_runs_the_launcher_and_the_refusal_reaches_the_model(tmp_path, monkeypatch, capsys):
+    claude, env, project = _claude_with_plugin(tmp_path, monkeypatch, capsys)
+    policy = StatusPolicy()
+    argv = [claude, "-p", "--output-format", "text", "/skillopt-sleep:adopt"]
+    rc, out, err = asyncio.run(_with_endpoint(tmp_path, "claude_code", policy, argv, env, project))
+    assert rc == 0, err[-800:]
+    tool_out = [str(m.get("content")) for m in policy.requests[-1]["messages"] if m["role"] == "tool"]
+    # the command file's own allowed-tools let the Bash call run: adopt's one-line refusal came back
+    assert len(tool_out) == 1 and f"no pending night in {project.resolve()}" in tool_out[0], tool_out
 
 
 @pytest.mark.slow
