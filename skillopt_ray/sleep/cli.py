@@ -1,4 +1,5 @@
-"""`python -m skillopt_ray.sleep VERB`: the reference's verbs: `harvest`, and a night (`run`, `dry-run`)."""
+"""`python -m skillopt_ray.sleep VERB`: the reference's verbs: `harvest`, and a night (`run`, `dry-run`); and
+`install-shells`, the Codex skill and Claude Code plugin that run these verbs from inside the agents."""
 
 from __future__ import annotations
 
