@@ -112,6 +112,19 @@ def test_the_launcher_uses_the_named_python_or_says_which_variable_to_set(tmp_pa
     assert bad.returncode == 2 and len(err.splitlines()) == 1 and "SKILLOPT_SLEEP_PYTHON" in err
 
 
+def test_without_the_variable_the_launcher_takes_the_projects_venv_or_names_the_variable(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    bare = subprocess.run([str(LAUNCHER), "status"], env=env, capture_output=True, cwd=tmp_path)
+    err = bare.stderr.decode().strip()
+    assert bare.returncode == 2 and len(err.splitlines()) == 1 and "set SKILLOPT_SLEEP_PYTHON" in err
+    venv_python = tmp_path / ".venv" / "bin" / "python"  # the project's own environment, found from its folder
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    venv_python.chmod(0o755)
+    ok = subprocess.run([str(LAUNCHER), "status"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert ok.returncode == 0 and NO_NIGHTS in ok.stdout
+
+
 # --- the harvest leaves sleep's own sessions out ---------------------------------------------------------------
 
 
@@ -301,6 +314,7 @@ def test_codex_with_the_installed_skill_runs_status_and_the_model_sees_it(tmp_pa
     )
     env["SCRIPTED_KEY"] = "scripted"
     argv = [codex, "exec", "--skip-git-repo-check", "--color", "never", "-C", str(project)]
+    # unjailed here, Codex's own sandbox would need user namespaces; the scripted model runs only `cat` and `status`
     argv += ["--sandbox", "danger-full-access", "-m", "scripted", "-c", 'model_provider="scripted"']
     argv += ["-c", f"model_providers.scripted={provider}", "-c", "analytics.enabled=false"]
     argv += ["-c", "feedback.enabled=false", "-c", "check_for_update_on_startup=false"]
