@@ -1,4 +1,5 @@
-"""`python -m skillopt_ray.sleep VERB`: the reference's verbs: `harvest`, and a night (`run`, `dry-run`)."""
+"""`python -m skillopt_ray.sleep VERB`: the reference's verbs: `harvest`, and a night (`run`, `dry-run`); and
+`install-shells`, the Codex skill and Claude Code plugin that run these verbs from inside the agents."""
 
 from __future__ import annotations
 
@@ -72,6 +73,13 @@ def parser() -> argparse.ArgumentParser:
     night_flags(sub.add_parser("run", help="one night: train on the night's tasks, stage the best skill"))
     night_flags(sub.add_parser("dry-run", help="a night without staging; says what it may spend first"))
     adopt_cli.add_verbs(sub)
+    i = sub.add_parser("install-shells", help="the Codex skill and/or the Claude Code plugin that run these verbs")
+    i.add_argument("--codex", action="store_true", help="copy the skill to $CODEX_HOME/skills/skillopt-sleep/")
+    i.add_argument("--claude", action="store_true", help="add the plugin with Claude Code's own plugin commands")
+    i.add_argument("--print", dest="only_print", action="store_true", help="say what it would do, change nothing")
+    i.add_argument("--codex-home", type=Path, help="default $CODEX_HOME, else ~/.codex")
+    i.add_argument("--claude-bin", default="claude", help="the Claude Code CLI (default: claude on PATH)")
+    i.add_argument("--repo", type=Path, help="the skillopt-ray checkout holding .claude-plugin/ (default: this one)")
     return p
 
 
@@ -170,7 +178,7 @@ def summary(r: pipeline.HarvestReport) -> str:
         [
             f"harvest window {r['window']['since'] or 'all'} .. {r['window']['until']} (scope {r['scope']})",
             f"sessions: {sessions}; left out: {r['out_of_scope']} other folders, {r['out_of_window']} outside the "
-            f"window, {r['duplicates']} duplicates",
+            f"window, {r['duplicates']} duplicates, {r['sleep_sessions']} that only ran sleep",
             f"redacted: {red}",
             f"tasks: {r['tasks_new']} new, {r['tasks_kept']} already there; splits {r['splits']} ({r['mining'].get('miner')})",
             f'written to {r["output"]} (review it, then set "reviewed": true in its review.json)',
@@ -180,11 +188,25 @@ def summary(r: pipeline.HarvestReport) -> str:
     )
 
 
+def install_shells(a: argparse.Namespace) -> int:
+    from skillopt_ray.sleep import agent_shells
+
+    opts = agent_shells.ShellOptions(a.codex, a.claude, a.only_print, a.codex_home, a.claude_bin, a.repo)
+    try:
+        print(agent_shells.install(opts))
+    except (agent_shells.ShellRefused, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    return EXIT_OK
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = parser()
     a = p.parse_args(argv)
     if a.verb in adopt_cli.VERBS:
         return adopt_cli.dispatch(a, (a.project or repo_root()).expanduser())
+    if a.verb == "install-shells":
+        return install_shells(a)
     try:
         return night(a) if a.verb in NIGHT else harvest(a)
     except (ValueError, MinerRefused, ReviewRefused, UsageError, Busy) as e:

@@ -46,6 +46,7 @@ class SessionDigest:
     commands: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     skills: list[str] = field(default_factory=list)
+    slash_commands: list[str] = field(default_factory=list)  # what the user typed as /name (Claude Code)
     user_turns: int = 0
     positive: int = 0
     negative: int = 0
@@ -147,6 +148,11 @@ class DigestBuilder:
             d.commands.append(self.redact(command[:300]))
         if file and len(d.files) < MAX_FILES and file not in d.files:
             d.files.append(self.redact(file[:300]))
+
+    def slash(self, name: str) -> None:
+        """A slash command the user typed (its name only: its arguments may hold anything)."""
+        if name and len(self.digest.slash_commands) < MAX_COMMANDS:
+            self.digest.slash_commands.append(name[:100])
 
     def skill(self, name: str) -> None:
         if name and name not in self.digest.skills:

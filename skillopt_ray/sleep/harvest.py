@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from skillopt_ray.sleep.scope import Scope, Window
 from skillopt_ray.sleep.sources import claude, codex
 
 SOURCES = ("codex", "claude_code", "all")
+# sleep's own commands: `python -m skillopt_ray.sleep ...`, the plugin's launcher and slash commands
+# (/skillopt-sleep:status), the Codex skill's folder (skills/skillopt-sleep/SKILL.md read before running it)
+_SLEEP_OWN = re.compile(r"skillopt_ray\.sleep\b|(?<![\w-])/?skillopt-sleep(?![\w-])")
 
 
 @dataclass
@@ -29,6 +33,7 @@ class HarvestCounts:
     unknown_kinds: Counter = field(default_factory=Counter)
     skipped_lines: Counter = field(default_factory=Counter)
     unreadable: int = 0
+    sleep_sessions: int = 0  # sessions that only ran sleep itself (its status, a night, an adoption)
 
 
 @dataclass(frozen=True)
@@ -92,12 +97,22 @@ def collect(
                 if d.user_turns + len(d.replies) <= kept[key].user_turns + len(kept[key].replies):
                     continue
             kept[key] = d
+    own = [k for k, d in kept.items() if sleep_own(d)]
+    counts.sleep_sessions = len(own)
+    for k in own:  # asking sleep for its status is not a task to learn from
+        del kept[k]
     out = sorted(kept.values(), key=_newest, reverse=True)
     if max_sessions and len(out) > max_sessions:
         out = out[:max_sessions]
     for d in out:
         counts.sessions[d.source] += 1
     return out, counts
+
+
+def sleep_own(d: SessionDigest) -> bool:
+    """The session ran sleep and nothing else: each command and each slash command it ran was sleep's own."""
+    ran = d.commands + d.slash_commands
+    return bool(ran) and all(_SLEEP_OWN.search(c) for c in ran)
 
 
 def _newest(d: SessionDigest) -> datetime:

@@ -151,6 +151,7 @@ def _report(
         "out_of_scope": counts.out_of_scope,
         "out_of_window": counts.out_of_window,
         "duplicates": counts.duplicates,
+        "sleep_sessions": counts.sleep_sessions,
         "unreadable": counts.unreadable,
         "unknown_kinds": dict(counts.unknown_kinds),
         "skipped_lines": dict(counts.skipped_lines),

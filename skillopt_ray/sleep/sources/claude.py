@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ _KNOWN = {
 }
 _EDITS = {"Edit", "Write", "MultiEdit", "NotebookEdit"}
 # user-role text the user did not type: slash-command wrappers, hook output, the CLI's caveats
+_COMMAND_NAME = re.compile(r"<command-name>\s*(/?[^<\s]+)\s*</command-name>")
 _NOT_TYPED = ("<command-", "<local-command", "<system-reminder", "Caveat:", "<bash-", "<user-prompt-submit-hook")
 
 
@@ -86,6 +88,9 @@ def _user(b: DigestBuilder, content: Any) -> None:
     else:
         texts = [str(c.get("text") or "") for c in content or [] if isinstance(c, dict) and c.get("type") == "text"]
     for text in texts:
+        m = _COMMAND_NAME.search(text)
+        if m:
+            b.slash(m.group(1))
         if text.strip() and not text.lstrip().startswith(_NOT_TYPED):
             b.user(text)
 
