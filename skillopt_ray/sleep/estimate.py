@@ -122,6 +122,44 @@ def _tokens(chars: float, cap: int = 0) -> int:
     return min(t, cap) if cap else t
 
 
+def _optimizer_spend(
+    o: dict[str, Any], step_batches: list[int], calls: tuple[Spend, Spend, Spend], mode: str, epochs: int
+) -> tuple[Spend, Spend]:
+    """(planned, at most) of the optimizer's calls: each step's analysts over its failures and its successes in
+    minibatches, their merges, and the epoch boundaries' slow update and meta skill."""
+    analyst, merge, ranking = calls
+    mb = int(o["minibatch_size"])
+    planned_opt, most_opt = Spend(), Spend()
+    for e in step_batches:
+        if not e:
+            continue
+        a = min(e, math.ceil(e / mb) + 1)
+        fails, wins = math.ceil(a / 2), a - math.ceil(a / 2)
+        m = (
+            hierarchical_merges(fails, int(o["merge_batch_size"]))
+            + hierarchical_merges(wins, int(o["merge_batch_size"]))
+            + (1 if wins else 0)
+        )
+        m_most = max(0, a - 1)  # each merge call joins at least two patches into one
+        planned_opt += analyst.times(a) + merge.times(m)
+        most_opt += analyst.times(a) + merge.times(m_most) + ranking
+        if mode != "patch":
+            planned_opt += merge
+            most_opt += merge
+    epoch_calls = (int(bool(o["slow_update"])) + int(bool(o["meta_skill"]))) * max(0, epochs - 1)
+    return planned_opt + merge.times(epoch_calls), most_opt + merge.times(epoch_calls)
+
+
+def _cost(prices: dict[str, Any], *parts: tuple[Any, Spend]) -> float:
+    """Dollars of (model, spend) parts at `llm.prices` (0 for a model without prices)."""
+    total = 0.0
+    for model, part in parts:
+        p = prices.get(model) or {}
+        total += part.prompt_tokens * float(p.get("input_per_mtok") or 0) / 1e6
+        total += part.completion_tokens * float(p.get("output_per_mtok") or 0) / 1e6
+    return total
+
+
 def estimate(data: dict[str, Any], splits: dict[str, list[str]], tasks: Path, skill_chars: int = 0) -> Estimate:
     """The night's estimate from its composed config (`data`), its task ids per split and its task folder."""
     o, llm, env = data["optimizer"], data["llm"], data["env"]
@@ -156,26 +194,7 @@ def estimate(data: dict[str, Any], splits: dict[str, list[str]], tasks: Path, sk
     merge = Spend(1, _tokens(merge_sys + skill_chars + 2 * 4 * o_out, o_cap), o_out)
     ranking = Spend(1, _tokens(len(prompts.system_prompt("ranking")) + skill_chars + 4 * o_out, o_cap), o_out)
 
-    planned_opt, most_opt = Spend(), Spend()
-    for e in batches * epochs:  # a step's analysts: its failures and its successes, in minibatches
-        if not e:
-            continue
-        a = min(e, math.ceil(e / mb) + 1)
-        fails, wins = math.ceil(a / 2), a - math.ceil(a / 2)
-        m = (
-            hierarchical_merges(fails, int(o["merge_batch_size"]))
-            + hierarchical_merges(wins, int(o["merge_batch_size"]))
-            + (1 if wins else 0)
-        )
-        m_most = max(0, a - 1)  # each merge call joins at least two patches into one
-        planned_opt += analyst.times(a) + merge.times(m)
-        most_opt += analyst.times(a) + merge.times(m_most) + ranking
-        if mode != "patch":
-            planned_opt += merge
-            most_opt += merge
-    epoch_calls = (int(bool(o["slow_update"])) + int(bool(o["meta_skill"]))) * max(0, epochs - 1)
-    planned_opt += merge.times(epoch_calls)
-    most_opt += merge.times(epoch_calls)
+    planned_opt, most_opt = _optimizer_spend(o, batches * epochs, (analyst, merge, ranking), mode, epochs)
     reask = Spend(most_opt.calls, most_opt.tokens + _tokens(SCHEMA_CHARS) * most_opt.calls, most_opt.completion_tokens)
 
     first = Spend(eps_first, episode.prompt_tokens * eps_first, 0)  # prompts only: the replies may be short
@@ -184,12 +203,7 @@ def estimate(data: dict[str, Any], splits: dict[str, list[str]], tasks: Path, sk
     prices = llm.get("prices") or {}
 
     def cost(target_part: Spend, opt_part: Spend) -> float:
-        total = 0.0
-        for model, part in ((tgt.get("model"), target_part), (opt.get("model"), opt_part)):
-            p = prices.get(model) or {}
-            total += part.prompt_tokens * float(p.get("input_per_mtok") or 0) / 1e6
-            total += part.completion_tokens * float(p.get("output_per_mtok") or 0) / 1e6
-        return total
+        return _cost(prices, (tgt.get("model"), target_part), (opt.get("model"), opt_part))
 
     return Estimate(
         first, planned, most, (eps_first, eps_planned, eps_most),

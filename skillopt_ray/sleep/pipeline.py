@@ -77,6 +77,7 @@ class HarvestReport(TypedDict):
     missing_stores: dict[str, str]
     files: dict[str, int]
     sessions: dict[str, int]
+    sleep_sessions: int  # sessions whose every command was this tool's own (skipped)
     out_of_scope: int
     out_of_window: int
     duplicates: int

@@ -149,16 +149,13 @@ async def sequential_gate(
     """Decide on a candidate from its first-pass samples `cand` and the current skill's samples `cur` (task id ->
     gate score per sample, in sample order), playing more samples through `play` while the decision is close.
     Only tasks both sides scored take part. `cand` and `cur` are not changed; the extra samples are returned."""
-    keep = 1 if rule.deterministic else None  # a deterministic target: the first sample of each task only
-    cand = {t: list(v[:keep]) for t, v in cand.items() if v and cur.get(t)}
-    cur = {t: list(cur[t][:keep]) for t in cand}
+    cand, cur = _paired_tasks(cand, cur, 1 if rule.deterministic else None)
     start_c = {t: len(v) for t, v in cand.items()}
     start_k = {t: len(v) for t, v in cur.items()}
     net, disc, *_ = pair_stats(cand, cur)
     accept_at, final_at = rule.margins(disc)
-    budget = max(rule.min_extra, math.floor(rule.extra_budget * first_pass)) if rule.extra_budget > 0 else 0
-    if rule.deterministic:
-        budget = 0
+    budget = 0 if rule.deterministic else max(rule.min_extra, math.floor(rule.extra_budget * first_pass))
+    budget = budget if rule.extra_budget > 0 else 0
     extra, looks, stopped = 0, 1, "budget"
     while True:
         net, disc, *_ = pair_stats(cand, cur)
@@ -201,6 +198,15 @@ async def sequential_gate(
         candidate_extra={t: v[start_c[t] :] for t, v in cand.items() if len(v) > start_c[t]},
         current_extra={t: v[start_k[t] :] for t, v in cur.items() if len(v) > start_k[t]},
     )
+
+
+def _paired_tasks(
+    cand: dict[str, list[float]], cur: dict[str, list[float]], keep: Optional[int]
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Copies of both sides on the tasks both scored; `keep`: the first samples only (1 for a deterministic target,
+    whose repeats replay the first)."""
+    both = {t: list(v[:keep]) for t, v in cand.items() if v and cur.get(t)}
+    return both, {t: list(cur[t][:keep]) for t in both}
 
 
 def _look(cand: dict[str, list[float]], cur: dict[str, list[float]], k: int, left: int) -> list[Request]:
