@@ -221,6 +221,26 @@ def test_concurrent_calls_stop_within_one_call_of_a_token_cap(tmp_path, run):
         srv.stop()
 
 
+def test_ledger_holds_admit_alone_or_under_the_cap_and_release():
+    from skillopt_ray.config import BudgetConfig
+    from skillopt_ray.llm.ledger import Ledger
+
+    led = Ledger({}, BudgetConfig(max_tokens=100))
+    first = led.hold(150, 0.0)  # over the cap on its own, but nothing is in flight: admitted, so a run progresses
+    assert first is not None and led.in_flight == 1 and led.near_cap(1, 0.0) == "llm.budget.max_tokens"
+    assert led.hold(10, 0.0) is None  # would cross the cap with the call in flight: waits
+    led.release(first)
+    led.release(first)  # twice is once
+    assert led.in_flight == 0 and led.held() == (0, 0.0)
+    a, b = led.hold(40, 0.0), led.hold(40, 0.0)
+    assert a is not None and b is not None and led.hold(40, 0.0) is None  # 80 held + 40 > 100
+    led.release(a)
+    led.release(b)
+    led.record("optimizer", "analyst", "m", 90, 10)  # spent: 100 = the cap
+    with pytest.raises(BudgetExceeded, match="llm.budget.max_tokens=100"):
+        led.hold(1, 0.0)
+
+
 def test_concurrency_limit_holds(tmp_path, run):
     srv = ScriptedServer(policy=_echo, latency_s=0.2)
     srv.start()
