@@ -236,3 +236,44 @@ def test_a_kill_while_staging_leaves_no_night_folder_or_a_whole_one(tmp_path, ki
                              "skill_rows"], capture_output=True, text=True, env=env)  # fmt: skip
         assert ok.returncode == 0, ok.stderr[-2000:]
         assert staging.nights(project) == [night_dir] and (night_dir / "evidence" / "step.txt").is_file()
+
+
+class Killed(BaseException):
+    """Stands for a kill at one point of the night's end (not an Exception: nothing on the way catches it)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["while staging", "after staging, before the state is saved"])
+def test_a_night_killed_at_its_end_resumes_and_is_staged_once(ray_cluster, tmp_path, capsys, monkeypatch, where):
+    project = tmp_path / "proj"
+    project.mkdir()
+    task_folder(project)
+    real_stage, real_save = staging.stage_night, night_state.save
+
+    def stage_then_kill(proposal: Any) -> Path:
+        if where == "while staging":
+            raise Killed
+        return real_stage(proposal)
+
+    def save_then_kill(proj: Path, st: Any) -> None:
+        if where != "while staging" and st.current is None and staging.nights(proj):
+            raise Killed
+        real_save(proj, st)
+
+    with ScriptedServer(PlantedRule("HELPFUL")) as srv:
+        monkeypatch.setattr(staging, "stage_night", stage_then_kill)
+        monkeypatch.setattr(night_state, "save", save_then_kill)
+        with pytest.raises(Killed):
+            night(project, srv)
+        monkeypatch.undo()
+        cur = night_state.load(project).current
+        assert cur is not None  # the night is still the one in progress: the same command resumes it
+        assert len(staging.nights(project)) == (0 if where == "while staging" else 1)
+        capsys.readouterr()
+        code = night(project, srv)
+    out = capsys.readouterr()
+    assert code == 0 and f"night {cur.run_name} (resumed)" in out.err, out.err[-2000:]
+    (staged,) = staging.nights(project)
+    assert staged.name == cur.run_name.removeprefix("night-")
+    st = night_state.load(project)
+    assert st.current is None and st.nights == 1
