@@ -2,7 +2,7 @@
 loop through Ray and the scripted server. The scripted target passes a task's check (part 1's check.py: the reply
 must contain a phrase) with a probability set by the rules in its skill; the scripted analysts plant one rule.
 A helpful rule is accepted by the sequential gate and written as SKILL.md where the agent reads it; a harmful one
-is rejected and nothing is proposed; a token cap stops the night, says which cap, and the rerun resumes it."""
+is rejected and the night staged as changing nothing (adopt refuses it); a token cap stops the night, says which cap, and the rerun resumes it."""
 
 from __future__ import annotations
 
@@ -93,9 +93,15 @@ def test_a_helpful_rule_is_accepted_and_proposed_as_a_skill(ray_cluster, tmp_pat
     assert (project / ".agents" / "skills" / "tidy" / "SKILL.md").read_text() == skill
     st = night_state.load(project)
     assert st.nights == 1 and st.current is None and list(st.val_looks.values()) == [1]
+    with ScriptedServer(PlantedRule("HARMFUL")) as srv:  # the next night starts from the adopted skill
+        assert night(project, srv, "--name", "tidy") == 0
+    (second,) = [r for r in (project / ".skillopt" / "nights" / "runs").glob("night-*") if r.name != rep["run_name"]]
+    assert "HELPFUL" in (project / ".skillopt" / "nights" / f"{second.name}.start.md").read_text()
+    rep2 = json.loads((second / "night" / "report.json").read_text())
+    assert rep2["verdict"] == "rejected" and Path(rep2["proposed"]).read_text() == skill  # unchanged: the adopted one
 
 
-def test_a_harmful_rule_is_rejected_and_nothing_is_proposed(ray_cluster, tmp_path, capsys):
+def test_a_harmful_rule_is_rejected_and_the_night_staged_as_changing_nothing(ray_cluster, tmp_path, capsys):
     project = tmp_path / "proj"
     project.mkdir()
     task_folder(project)
@@ -105,7 +111,9 @@ def test_a_harmful_rule_is_rejected_and_nothing_is_proposed(ray_cluster, tmp_pat
     assert code == 0
     rep = report_of(project)
     assert rep["verdict"] == "rejected" and all(g["action"] == "reject" for g in rep["gates"]), rep
-    assert "nothing to stage" in out and not (project / ".skillopt" / "staging").exists()
+    (staged,) = (project / ".skillopt" / "staging").iterdir()  # staged all the same, for its report
+    assert "changed nothing" in out and json.loads((staged / "manifest.json").read_text())["changed"] is False
+    assert sleep_cli.main(["adopt", "--project", str(project)]) == 2 and not (project / ".agents").exists()
     assert "HARMFUL" not in Path(rep["proposed"]).read_text()
 
 

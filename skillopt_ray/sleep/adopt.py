@@ -107,12 +107,33 @@ def find_night(project: Path, stamp: Optional[str], want: str) -> Path:
             raise Refused(f"no staged night {stamp} in {staging.staging_root(project)}; `status` lists them")
         return night
     if want == "pending":
-        cands = [n for n in all_nights if not (n / ADOPTED).exists()]
+        cands = pending_nights(all_nights)
+        if not cands and all_nights and not (all_nights[-1] / ADOPTED).exists():
+            raise Refused(nothing_to_adopt(all_nights[-1].name))
     else:
         cands = [n for n in all_nights if (n / ADOPTED).exists() and not (n / UNDONE).exists()]
     if not cands:
         raise Refused(f"no {want} night in {staging.staging_root(project)}; `status` lists them")
     return cands[-1]
+
+
+def pending_nights(all_nights: list[Path]) -> list[Path]:
+    """Nights not adopted whose gate accepted a change (a night that changed nothing is never pending)."""
+    out = []
+    for n in all_nights:
+        if (n / ADOPTED).exists():
+            continue
+        try:
+            if staging.unchanged(staging.load_manifest(n)):
+                continue
+        except ValueError:
+            pass  # an unreadable manifest: `adopt` names the problem when it gets there
+        out.append(n)
+    return out
+
+
+def nothing_to_adopt(stamp: str) -> str:
+    return f"nothing to adopt: night {stamp} changed nothing"
 
 
 def check_path(row: dict[str, Any], roots: list[str]) -> Path:
@@ -158,6 +179,8 @@ def adopt(project: Path, stamp: Optional[str] = None, allow_unverified: bool = F
         m = staging.load_manifest(night)
         if (night / ADOPTED).exists():
             raise Refused(f"night {m['stamp']} was already adopted; `adopt --undo --night {m['stamp']}` reverts it")
+        if staging.unchanged(m):
+            raise Refused(nothing_to_adopt(m["stamp"]))
         if not m["verified"] and not allow_unverified:
             raise Refused(
                 f"night {m['stamp']}'s gate was unverified (it judged on borrowed tasks); read its report, then "

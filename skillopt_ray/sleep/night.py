@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.sleep import night_state, review, skill_home
+from skillopt_ray.sleep.estimate import Estimate
 from skillopt_ray.sleep.night_report import NightReport, build_report, write_report
 from skillopt_ray.sleep.state import STATE_DIR
 
@@ -53,6 +54,7 @@ class Plan:
     data: dict[str, Any]
     splits: dict[str, list[str]]
     resumed: bool
+    estimate: Optional[Estimate] = None
 
 
 def task_splits(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
@@ -121,16 +123,26 @@ def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[s
     return out + list(opts.overrides)
 
 
+def starting_skill(opts: NightOptions) -> Optional[Path]:
+    """The skill a night trains from: --skill, else the learned skill already installed where this night would
+    propose it (a later night builds on the one you adopted), else None (the empty seed)."""
+    if opts.skill is not None:
+        return opts.skill
+    live = skill_home.live_path(opts.project, opts.target, opts.install_to, opts.name)
+    return live if live.is_file() and not live.is_symlink() else None
+
+
 def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
     from skillopt_ray import cli
 
     splits, unchecked = task_splits(tasks)
     check_scorable(tasks, splits, unchecked)
     init = None
-    if opts.skill is not None:
+    source = starting_skill(opts)
+    if source is not None:
         init = opts.project / STATE_DIR / "nights" / f"{run_name}.start.md"
         init.parent.mkdir(parents=True, exist_ok=True)
-        init.write_text(skill_home.parse(opts.skill.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
+        init.write_text(skill_home.parse(source.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
     ov = overrides_for(opts, run_name, tasks, splits, init)
     _obj, data = cli.typed(cli.compose(ov))
     data = cli.resolve_paths(data)
@@ -155,6 +167,17 @@ def spend_line(p: Plan, opts: NightOptions) -> str:
         f"plus up to {o['gate_seq_budget']:g}x the gate's first pass where its decision is close, and a few "
         f"optimizer calls a step; caps: {', '.join(caps) or 'none (give --max-tokens, --max-cost, --max-minutes)'}"
     )
+
+
+def say_estimate(opts: NightOptions, p: Plan) -> None:
+    """The night's estimated spend (skillopt_ray.sleep.estimate), printed before the run makes any model call."""
+    from skillopt_ray.sleep import estimate
+
+    source = starting_skill(opts)  # its body is in every prompt
+    chars = len(skill_home.parse(source.read_text(encoding="utf-8")).body.strip()) if source else 0
+    p.estimate = estimate.estimate(p.data, p.splits, p.tasks, chars)
+    for line in p.estimate.lines(opts.max_tokens, opts.max_cost):
+        print(line, file=sys.stderr)
 
 
 def stopped_by(message: str) -> str:
@@ -193,6 +216,7 @@ def run_night(opts: NightOptions, harvest: Any) -> int:
     p = plan(opts, tasks, run_name, resumed)
     remember(opts, p)
     print(spend_line(p, opts), file=sys.stderr)
+    say_estimate(opts, p)
     outcome = execute(p.data, None, {"overrides": p.overrides})
     code = report(outcome)
     if code != EXIT_OK:
@@ -225,7 +249,8 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
         return EXIT_ERROR
     fp = night_state.val_fingerprint(p.splits["val"] or p.splits["train"])
     looks = st.val_looks.get(fp, 0) + 1
-    start_text = opts.skill.read_text(encoding="utf-8") if opts.skill else ""
+    source = starting_skill(opts)
+    start_text = source.read_text(encoding="utf-8") if source else ""
     doc = skill_home.parse(start_text, opts.name)
     best = (run_dir / "best_skill.md").read_text(encoding="utf-8")
     live = skill_home.live_path(opts.project, opts.target, opts.install_to, doc.name, opts.skill)
@@ -237,6 +262,7 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     rep.live_path, rep.proposed = str(live), str(folder / "SKILL.md")
     write_report(run_dir / "night", rep)
     print(rep.summary())
+    say_spent(p, run_dir)
     if opts.dry_run:
         print(f"dry run: nothing staged (the proposal is in {folder})")
         return EXIT_OK
@@ -258,13 +284,24 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     return code
 
 
+def say_spent(p: Plan, run_dir: Path) -> None:
+    """What the night spent beside its estimate, printed and kept as night/estimate.json."""
+    from skillopt_ray.rundir import RunDir
+    from skillopt_ray.sleep import estimate
+
+    if p.estimate is None:
+        return
+    totals = (RunDir(run_dir).read_ledger() or {}).get("totals") or {}
+    print(f"  {estimate.compare(p.estimate, totals)}")
+    out = p.estimate.as_dict() | {"spent": {k: totals.get(k) for k in ("calls", "tokens", "cost_usd")}}
+    (run_dir / "night" / "estimate.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
 def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
-    """Hand the night to staging; a night whose gate accepted nothing stages nothing."""
+    """Hand every finished night to staging, also one whose gate accepted nothing (staged `changed: false`, for
+    `status` to show and `adopt` to refuse), so each night leaves its report where you look for it."""
     from skillopt_ray.sleep import staging
 
-    if not rep.changed:
-        print("nothing to stage: no candidate skill passed the gate")
-        return EXIT_OK
     root = live.parent.parent  # <root>/<name>/SKILL.md: adoption may write only under the skills folder
     proposal = staging.NightProposal(
         project=opts.project,
@@ -282,5 +319,8 @@ def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightRepor
     except (ValueError, OSError) as e:
         print(f"error: staging refused the night: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    if not rep.changed:
+        print(f"staged in {where} (changed nothing: no candidate skill passed the gate; nothing to adopt)")
+        return EXIT_OK
     print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
     return EXIT_OK

@@ -64,7 +64,7 @@ class NightReport:
 
     def as_dict(self) -> dict[str, Any]:
         """The report as staging and report.json keep it (staging reads `verdict` and the `gates` rows)."""
-        return asdict(self) | {"notes": self.notes()}
+        return asdict(self) | {"notes": self.notes(), "changed": self.changed}
 
 
 def gate_line(step: str, g: dict[str, Any]) -> GateLine:

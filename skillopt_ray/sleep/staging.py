@@ -248,6 +248,7 @@ def stage_night(p: NightProposal) -> Path:
         "skill_roots": roots,
         "verified": verified,
         "verdict": str(report.get("verdict") or ("accepted" if verified else "unverified")),
+        "changed": changed(report),
         "summary": summary_of(report),
         "evidence_files": evidence,
         "files": rows,
@@ -265,6 +266,16 @@ def gate_verified(report: dict[str, Any]) -> bool:
     if v is None and isinstance(report.get("verdict"), str):
         return report["verdict"] == "accepted"
     raise ValueError("the night's report lacks `verified` (true or false); staging needs the gate's verdict")
+
+
+def changed(report: dict[str, Any]) -> bool:
+    """Whether the night's gate accepted a candidate: a night that changed nothing is staged for its report only."""
+    return bool(report.get("changed", True))
+
+
+def unchanged(manifest: dict[str, Any]) -> bool:
+    """A staged night that changed nothing (manifests from before the field count as changed)."""
+    return manifest.get("changed") is False
 
 
 def summary_of(report: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,8 @@ def night_state(night: Path, m: dict[str, Any]) -> str:
         return "undone"
     if (night / ADOPTED).exists():
         return "adopted"
+    if staging.unchanged(m):
+        return "changed nothing (nothing to adopt)"
     stale = any(file_pin(Path(r["live_path"])) != r["live_sha256"] for r in m["files"] if _plain(r["live_path"]))
     return "pending (stale: the live skill changed since staging)" if stale else "pending"
 

@@ -1,0 +1,212 @@
+"""What a night may spend, said before its first model call: calls and tokens from the night's task counts, its
+schedule (`+experiment=sleep` and any overrides) and the models' token budgets, as three figures:
+
+- **first pass**: what the night spends whatever happens (the baseline on the selection split, every train
+  episode, the initial skill on test), prompts only: a floor;
+- **as planned**: every episode the schedule plans and the optimizer calls of a step whose analysts all have
+  something to say, each reply as long as its budget allows;
+- **at most**: that, plus every extra pair the sequential gate may play on a close decision, a re-ask of every
+  JSON reply, a ranking call per step: a ceiling the night does not pass.
+
+Tokens are estimated as the gateway does before sending (prompt characters / 4, plus the completion budget). The
+figures say nothing of quality; the caps (`--max-tokens`, `--max-cost`, `--max-minutes`) are what stop a night."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skillopt_ray import prompts
+
+# The target's prompt around the skill and the request (role line, headings, message framing), in characters:
+# measured on the demo night, whose ~100-character requests with an empty skill averaged 93 estimated tokens.
+TARGET_FRAME_CHARS = 270
+# An episode as an analyst sees it besides the request and the reply (score, check verdict, headings), in characters:
+# measured on the demo night (two-episode analyst prompts of about 5,100 characters with a 3,500-character system).
+TRAJECTORY_FRAME_CHARS = 500
+SCHEMA_CHARS = 1000  # a re-ask repeats the prompt and the reply, and adds the error and the schema
+
+
+@dataclass(frozen=True)
+class Spend:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, o: Spend) -> Spend:
+        return Spend(
+            self.calls + o.calls, self.prompt_tokens + o.prompt_tokens, self.completion_tokens + o.completion_tokens
+        )
+
+    def times(self, n: int) -> Spend:
+        return Spend(self.calls * n, self.prompt_tokens * n, self.completion_tokens * n)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    first_pass: Spend
+    planned: Spend
+    at_most: Spend
+    episodes: tuple[int, int, int]  # target episodes: first pass, planned, at most
+    cost_planned: float = 0.0
+    cost_at_most: float = 0.0
+    agent_target: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"episodes": dict(zip(("first_pass", "planned", "at_most"), self.episodes))}
+        for name in ("first_pass", "planned", "at_most"):
+            s: Spend = getattr(self, name)
+            out[name] = {"calls": s.calls, "tokens": s.tokens, "prompt_tokens": s.prompt_tokens}
+        out["cost_usd"] = {"planned": self.cost_planned, "at_most": self.cost_at_most}
+        return out
+
+    def lines(self, max_tokens: int = 0, max_cost: float = 0.0) -> list[str]:
+        f, p, m = self.first_pass, self.planned, self.at_most
+        cost = f", ${self.cost_planned:.4f} .. ${self.cost_at_most:.4f}" if self.cost_at_most else ""
+        more = self.episodes[2] - self.episodes[1]
+        extra = f", up to {more} more where the gate's decision is close" if more else ", no extra gate pairs"
+        out = [
+            f"estimate (before any model call): first pass {f.calls} calls ~{f.tokens:,} tokens; as planned "
+            f"{p.calls} calls ~{p.tokens:,} tokens; at most {m.calls} calls ~{m.tokens:,} tokens{cost} "
+            f"({self.episodes[1]} planned episodes{extra})"
+        ]
+        if self.agent_target:
+            out.append("  an agent target makes several calls an episode: its episodes count one call each here")
+        if max_tokens and max_tokens < p.tokens:
+            out.append(f"  the --max-tokens cap ({max_tokens:,}) is below the planned spend: it may stop the night")
+        if max_cost and self.cost_planned and max_cost < self.cost_planned:
+            out.append(f"  the --max-cost cap (${max_cost}) is below the planned cost: it may stop the night")
+        return out
+
+
+def mean_task_chars(folder: Path, ids: list[str]) -> int:
+    sizes = [
+        len((folder / t / "task.md").read_text(encoding="utf-8")) for t in ids if (folder / t / "task.md").is_file()
+    ]
+    return round(sum(sizes) / len(sizes)) if sizes else 0
+
+
+def hierarchical_merges(k: int, batch: int) -> int:
+    """Calls a hierarchical merge of k patches makes, in chunks of `batch` (a chunk of one passes up free)."""
+    calls = 0
+    while k > 1:
+        chunks = math.ceil(k / batch)
+        calls += chunks - (1 if k % batch == 1 else 0)
+        k = chunks
+    return calls
+
+
+def gate_extra(o: dict[str, Any], target: dict[str, Any], n_tasks: int, first_pass: int) -> int:
+    """The extra episodes the sequential gate may play per decision: none when it is not the gate, or when the target
+    is deterministic (chat at temperature 0 replays its episode, so the gate plays no extra pair)."""
+    from skillopt_ray.stages.gate import SMALL_SELECTION
+
+    test = o.get("gate_test")
+    if not o.get("use_gate", True) or not (test == "sequential" or (test == "auto" and n_tasks < SMALL_SELECTION)):
+        return 0
+    auto = str(target.get("harness") or "chat") == "chat" and target.get("temperature") == 0
+    if {"true": True, "false": False}.get(str(o.get("gate_seq_deterministic", "auto")).lower(), auto):
+        return 0
+    return max(int(o["gate_seq_min_extra"]), math.floor(float(o["gate_seq_budget"]) * first_pass))
+
+
+def _tokens(chars: float, cap: int = 0) -> int:
+    t = math.ceil(chars / 4)
+    return min(t, cap) if cap else t
+
+
+def estimate(data: dict[str, Any], splits: dict[str, list[str]], tasks: Path, skill_chars: int = 0) -> Estimate:
+    """The night's estimate from its composed config (`data`), its task ids per split and its task folder."""
+    o, llm, env = data["optimizer"], data["llm"], data["env"]
+    sel = splits["val"] or splits["train"]  # nothing held out: the gate borrows the train split
+    test = splits["test"] or sel
+    r = int(o.get("rollouts_per_task") or 1)
+    n_tr, n_sel, n_te = len(splits["train"]), r * len(sel), r * len(test)
+    b = int(o["batch_size"])
+    per_epoch = max(1, math.ceil(n_tr / b))
+    batches = [r * max(0, min(b, n_tr - i * b)) for i in range(per_epoch)]
+    epochs, steps = int(o["epochs"]), int(o["epochs"]) * per_epoch
+    boundary_pairs = 2 * min(int(o.get("slow_update_samples") or 0), n_tr) if o["slow_update"] or o["meta_skill"] else 0
+    boundary = boundary_pairs + (n_sel if o["slow_update"] else 0)
+
+    eps_first = n_sel + epochs * sum(batches) + n_te
+    eps_planned = n_sel + epochs * (sum(batches) + per_epoch * n_sel) + max(0, epochs - 1) * boundary + n_sel + 3 * n_te
+    tgt, opt = llm["target"], llm["optimizer"]
+    extra = gate_extra(o, tgt, len(sel), n_sel)
+    eps_most = eps_planned + steps * extra
+
+    t_out = int((env.get("options") or {}).get("max_tokens") or tgt.get("max_tokens") or 0)
+    o_out = int(opt.get("max_tokens") or 0)
+    o_cap = int(opt.get("context_tokens") or 0)
+    task_chars = mean_task_chars(tasks, splits["train"] + splits["val"] + splits["test"])
+    episode = Spend(1, _tokens(TARGET_FRAME_CHARS + skill_chars + task_chars), t_out)
+
+    mode, mb = str(o.get("update_mode") or "patch"), int(o["minibatch_size"])
+    trajectory = task_chars + 4 * t_out + TRAJECTORY_FRAME_CHARS
+    analyst_sys = len(prompts.analyst_system("failure", mode, str(env.get("name") or ""), False, "both"))
+    analyst = Spend(1, _tokens(analyst_sys + skill_chars + mb * trajectory, o_cap), o_out)
+    merge_sys = len(prompts.system_prompt(f"merge_final{prompts.MODE_SUFFIX[mode]}"))
+    merge = Spend(1, _tokens(merge_sys + skill_chars + 2 * 4 * o_out, o_cap), o_out)
+    ranking = Spend(1, _tokens(len(prompts.system_prompt("ranking")) + skill_chars + 4 * o_out, o_cap), o_out)
+
+    planned_opt, most_opt = Spend(), Spend()
+    for e in batches * epochs:  # a step's analysts: its failures and its successes, in minibatches
+        if not e:
+            continue
+        a = min(e, math.ceil(e / mb) + 1)
+        fails, wins = math.ceil(a / 2), a - math.ceil(a / 2)
+        m = (
+            hierarchical_merges(fails, int(o["merge_batch_size"]))
+            + hierarchical_merges(wins, int(o["merge_batch_size"]))
+            + (1 if wins else 0)
+        )
+        m_most = max(0, a - 1)  # each merge call joins at least two patches into one
+        planned_opt += analyst.times(a) + merge.times(m)
+        most_opt += analyst.times(a) + merge.times(m_most) + ranking
+        if mode != "patch":
+            planned_opt += merge
+            most_opt += merge
+    epoch_calls = (int(bool(o["slow_update"])) + int(bool(o["meta_skill"]))) * max(0, epochs - 1)
+    planned_opt += merge.times(epoch_calls)
+    most_opt += merge.times(epoch_calls)
+    reask = Spend(most_opt.calls, most_opt.tokens + _tokens(SCHEMA_CHARS) * most_opt.calls, most_opt.completion_tokens)
+
+    first = Spend(eps_first, episode.prompt_tokens * eps_first, 0)  # prompts only: the replies may be short
+    planned = episode.times(eps_planned) + planned_opt
+    most = episode.times(eps_most) + most_opt + reask
+    prices = llm.get("prices") or {}
+
+    def cost(target_part: Spend, opt_part: Spend) -> float:
+        total = 0.0
+        for model, part in ((tgt.get("model"), target_part), (opt.get("model"), opt_part)):
+            p = prices.get(model) or {}
+            total += part.prompt_tokens * float(p.get("input_per_mtok") or 0) / 1e6
+            total += part.completion_tokens * float(p.get("output_per_mtok") or 0) / 1e6
+        return total
+
+    return Estimate(
+        first, planned, most, (eps_first, eps_planned, eps_most),
+        cost(episode.times(eps_planned), planned_opt), cost(episode.times(eps_most), most_opt + reask),
+        agent_target=str(tgt.get("harness") or "chat") != "chat",
+    )  # fmt: skip
+
+
+def compare(est: Estimate, ledger_totals: dict[str, Any]) -> str:
+    """The estimate beside what the night's ledger counted, for the night's report."""
+    calls, tokens = int(ledger_totals.get("calls") or 0), int(ledger_totals.get("tokens") or 0)
+    inside = est.first_pass.calls <= calls <= est.at_most.calls and tokens <= est.at_most.tokens
+    return (
+        f"spent {calls} calls, {tokens:,} tokens (estimated: planned {est.planned.calls} calls ~{est.planned.tokens:,}"
+        f" tokens, at most {est.at_most.calls} ~{est.at_most.tokens:,}){'' if inside else ': OUTSIDE the estimate'}"
+    )
+
+
+def dumps(est: Estimate) -> str:
+    return json.dumps(est.as_dict(), indent=1, sort_keys=True)
