@@ -4,7 +4,11 @@
     python scripts/bench_night_budget.py [--cap 1500] [--python PATH]
 
 `--python` runs the night with another interpreter, e.g. the lead's checkout's venv, to compare before and after
-with the same server and tasks (the server runs here; the night is a subprocess)."""
+with the same server and tasks (the server runs here; the night is a subprocess).
+
+Measured 2026-11-29 (2 cores): caps of 800 / 1,500 / 4,000 tokens ended at 2,951 / 2,951 / 4,699 tokens when only
+answered calls counted, and at 1,905 / 1,905 / 4,019 with budget holds (the night's largest call, an analyst call,
+is 1,185 tokens; it is admitted alone once the calls before it settle)."""
 
 from __future__ import annotations
 
