@@ -11,7 +11,7 @@ import importlib
 import inspect
 from typing import Any, Optional
 
-from skillopt_envs.base import Benchmark, DataError, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import Benchmark, DataError, EnvSettings, EpisodeContext, EpisodeResult, Task
 
 _REGISTRY = {
     "alfworld": "skillopt_envs.alfworld.benchmark:AlfWorldBenchmark",
@@ -61,7 +61,7 @@ def with_agent_harness() -> list[str]:
     return out
 
 
-def make(name: str, env_cfg: dict[str, Any]) -> Benchmark:
+def make(name: str, env_cfg: EnvSettings) -> Benchmark:
     """The benchmark instance: the class env.benchmark names when set, else the registered `name`."""
     return benchmark_class(name, env_cfg.get("benchmark"))(env_cfg)
 

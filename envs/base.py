@@ -11,7 +11,33 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Protocol, TypedDict, TypeVar
+
+from skillopt_ray.jsontypes import JSONObject
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # a benchmark's options dataclass
+
+
+class EnvSettings(TypedDict, total=False):
+    """The run's `env` config section as a benchmark receives it (skillopt_ray/config/schema.py EnvConfig, as a dict);
+    `options` are the benchmark's own, checked by its options class."""
+
+    name: str
+    benchmark: Optional[str]
+    data_dir: Optional[str]
+    manifest_dir: Optional[str]
+    train_split: str
+    selection_split: str
+    test_split: str
+    limit_train: int
+    limit_selection: int
+    limit_test: int
+    max_turns: int
+    history_window: int
+    options: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -154,9 +180,28 @@ class AgentOutcome:
     ok: bool = True
     error: str = ""
     error_kind: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
+    info: AgentInfo = field(default_factory=lambda: AgentInfo())
     files: dict[str, bytes] = field(default_factory=dict)  # the task's `collect` files the agent left
     trace: str = ""  # the run's trace summary, shown or not to the analysts by `AgentRunner.trace_to_optimizer`
+
+
+class AgentInfo(TypedDict, total=False):
+    """What an agent run adds to an episode's info: its final summary, attempts, model calls, tokens as the
+    gateway counted them and as the CLI reported them, cost, wall time, the trace block the analysts see, and the
+    run's warnings. Over several runs (one per benchmark turn) the numbers are added up and `agent_turns` counts them."""
+
+    agent_summary: str
+    agent_attempts: int
+    agent_calls: int
+    agent_tokens: list[int]  # [prompt, completion]
+    agent_reported_tokens: list[int]
+    agent_cost_usd: float
+    agent_wall_s: float
+    agent_first_call_s: Optional[float]
+    agent_turns: int
+    analyst_blocks: list[list[str]]
+    usage_warning: str
+    agent_jail_note: str
 
 
 class AgentRunner(Protocol):
@@ -179,7 +224,7 @@ class Benchmark(ABC):
     holds_env_state: bool = True
 
     @classmethod
-    def check_options(cls, raw: dict[str, Any]) -> None:
+    def check_options(cls, raw: JSONObject) -> None:
         """Raise DataError for an unknown or invalid `env.options` entry (the same parse the constructor does)."""
         oc = cls.options_class
         if oc is None:
@@ -192,7 +237,7 @@ class Benchmark(ABC):
         for split in dict.fromkeys(splits):
             self.load_split(split)
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         self.env_cfg = env_cfg
 
     @abstractmethod
@@ -230,7 +275,7 @@ class Benchmark(ABC):
         """Called when the env actor stops."""
 
 
-def parse_options(cls: type, raw: dict[str, Any], env_name: str) -> Any:
+def parse_options(cls: type[T], raw: JSONObject, env_name: str) -> T:
     """A benchmark's typed `env.options` dataclass from the config dict; unknown keys are a clear error."""
     from dataclasses import fields
 

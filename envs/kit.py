@@ -21,10 +21,12 @@ from typing import Any, Optional, TypeVar
 
 from skillopt_envs.base import (
     LLM,
+    AgentInfo,
     AgentOutcome,
     AgentRunner,
     AgentTask,
     DataError,
+    EnvSettings,
     EpisodeContext,
     EpisodeResult,
     Task,
@@ -42,6 +44,7 @@ from skillopt_envs.searchqa.scoring import best_f1, normalize  # noqa: E402
 # reader (both plain, dependency-free modules); nothing else of the engine is reached from a benchmark
 from skillopt_ray.llm.jsonout import extract_json  # noqa: E402
 from skillopt_ray.llm.types import ChatRequest  # noqa: E402
+from skillopt_ray.llm.wire import ChatMessage  # noqa: E402
 
 T = TypeVar("T")
 
@@ -67,7 +70,7 @@ def split_name(split: str, benchmark: str) -> str:
         ) from None
 
 
-def data_root(env_cfg: dict[str, Any], env_var: str = "") -> Optional[Path]:
+def data_root(env_cfg: EnvSettings, env_var: str = "") -> Optional[Path]:
     """The benchmark's data path: env.data_dir, else the environment variable `env_var`, expanded and absolute;
     None when neither is set (the benchmark then uses its samples or refuses)."""
     raw = env_cfg.get("data_dir") or (os.environ.get(env_var, "") if env_var else "")
@@ -86,7 +89,7 @@ def split_items(split: str, items_of: Callable[[str], list[T]], benchmark: str, 
 
 
 def data_folder(
-    env_cfg: dict[str, Any], env_var: str, missing: str, samples: Callable[[], Path], want_dir: bool = True
+    env_cfg: EnvSettings, env_var: str, missing: str, samples: Callable[[], Path], want_dir: bool = True
 ) -> tuple[Path, bool]:
     """The benchmark's data folder and whether it is the generated samples: env.data_dir, else the variable `env_var`
     (followable and existing, a folder when `want_dir`; otherwise DataError `missing` with `{root}` filled in),
@@ -245,7 +248,7 @@ def samples_root(sample_dir: Optional[str], name: str) -> Path:
 
 
 async def chat(
-    llm: LLM, messages: list[dict[str, Any]], key: str, max_tokens: Optional[int] = None, stage: str = ""
+    llm: LLM, messages: list[ChatMessage], key: str, max_tokens: Optional[int] = None, stage: str = ""
 ) -> str:
     """One target chat call with the sample key `key`, booked under `stage` (the episode's, `ctx.stage`); returns the
     reply's text. Model errors propagate: the engine scores them as infrastructure failures."""
@@ -329,10 +332,9 @@ def agent_failure(task: Task, turns: AgentTurns, task_description: str = "") -> 
 
 
 TURN_BREAK = "\n\n===== TURN BREAK =====\n\n"
-_SUMMED = ("agent_attempts", "agent_calls", "agent_cost_usd")
 
 
-def agent_turns_info(outcomes: Sequence[AgentOutcome], show_trace: bool = True) -> dict[str, Any]:
+def agent_turns_info(outcomes: Sequence[AgentOutcome], show_trace: bool = True) -> AgentInfo:
     """The episode's info over several agent runs (one per benchmark turn): summaries and traces joined with a
     turn-break line; calls, tokens, cost and time added up. Runs that failed count for nothing."""
     done = [o for o in outcomes if o.ok]
@@ -341,10 +343,14 @@ def agent_turns_info(outcomes: Sequence[AgentOutcome], show_trace: bool = True) 
         if not infos:
             return {}
         return {**infos[0], "analyst_blocks": _trace_blocks([done[0].trace], show_trace)}
-    out: dict[str, Any] = {"agent_summary": TURN_BREAK.join(i["agent_summary"] for i in infos)}
-    out.update({k: sum(i[k] for i in infos) for k in _SUMMED})
-    for k in ("agent_tokens", "agent_reported_tokens"):
-        out[k] = [sum(i[k][n] for i in infos) for n in (0, 1)]
+    out: AgentInfo = {
+        "agent_summary": TURN_BREAK.join(i["agent_summary"] for i in infos),
+        "agent_attempts": sum(i["agent_attempts"] for i in infos),
+        "agent_calls": sum(i["agent_calls"] for i in infos),
+        "agent_cost_usd": sum(i["agent_cost_usd"] for i in infos),
+        "agent_tokens": [sum(i["agent_tokens"][n] for i in infos) for n in (0, 1)],
+        "agent_reported_tokens": [sum(i["agent_reported_tokens"][n] for i in infos) for n in (0, 1)],
+    }
     out["agent_wall_s"] = round(sum(i["agent_wall_s"] for i in infos), 3)
     out["agent_first_call_s"] = infos[0]["agent_first_call_s"]
     out["agent_turns"] = len(infos)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from skillopt_envs.base import EpisodeContext, EpisodeResult, Task  # noqa: E402
 from skillopt_envs.synthetic.benchmark import SyntheticBenchmark  # noqa: E402
 
-from skillopt_ray.llm.types import ChatRequest  # noqa: E402
+from skillopt_ray.llm.types import ChatRequest, content_text  # noqa: E402
 from skillopt_ray.records import Evaluation  # noqa: E402
 from skillopt_ray.stages.gate import GatePolicy  # noqa: E402
 from skillopt_ray.stages.rollout import repeat_context, rollout_repeats, summarize  # noqa: E402
@@ -66,7 +66,7 @@ class SimulatedTarget:
         self.theta, self.difficulty, self.seed = theta, difficulty, seed
 
     async def chat(self, req: ChatRequest) -> Reply:
-        skill, user = req.messages[0]["content"], req.messages[1]["content"]
+        skill, user = content_text(req.messages[0].get("content")), content_text(req.messages[1].get("content"))
         task_id = user.split(" ", 1)[0]
         p = sigmoid(self.theta[skill] - self.difficulty[task_id])
         draw = random.Random(f"{self.seed}|{req.key}").random()

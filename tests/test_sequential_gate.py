@@ -296,6 +296,13 @@ def test_a_deterministic_target_counts_each_task_once_and_plays_no_extra_pair():
     assert stochastic.accepted and stochastic.net >= 7  # fresh samples that keep agreeing are evidence
 
 
+def test_gate_seq_deterministic_false_on_the_command_line_is_taken():
+    from skillopt_ray import cli
+
+    _obj, cfg = cli.typed(cli.compose(["+experiment=alfworld", "optimizer.gate_seq_deterministic=false"]))
+    assert GatePolicy.from_config(OptimizerConfig(**cfg["optimizer"]), 18, True).rule.deterministic is False
+
+
 def test_gate_seq_deterministic_follows_the_target_unless_forced():
     auto = OptimizerConfig(gate_test="sequential")
     assert GatePolicy.from_config(auto, 18, deterministic_target=True).rule.deterministic

@@ -1,6 +1,6 @@
 """The shipped demo (examples/sleep-demo, issue 43's "Done when"): the commands the README documents, run as a user
 runs them from a clone: a night on the demo's reviewed task folder with the embedded model (offline; it learns
-nothing), staged; `adopt` refuses it in one line (it changed nothing); `status` shows it rejected. The night writes
+nothing), staged; `adopt` installs the skill it started from (no skill is live yet); `status` shows it adopted. The night writes
 only ignored files, says its estimate before its first call, and spends within it. The fast test checks that the
 demo's sessions harvest into exactly the shipped task ids."""
 
@@ -61,7 +61,7 @@ def test_the_demo_sessions_harvest_into_the_shipped_task_ids(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_readme_demo_night_stages_adopt_refuses_and_status_shows_it(tmp_path):
+def test_the_readme_demo_night_stages_adopt_installs_and_status_shows_it(tmp_path):
     clone = tmp_path / "clone"
     shutil.copytree(DEMO, clone / "examples" / "sleep-demo", ignore=shutil.ignore_patterns(".skillopt", ".agents"))
     before = {p: p.read_bytes() for p in clone.rglob("*") if p.is_file()}
@@ -90,12 +90,16 @@ def test_the_readme_demo_night_stages_adopt_refuses_and_status_shows_it(tmp_path
     assert est["first_pass"]["tokens"] <= spent["tokens"] <= est["at_most"]["tokens"], est
     print(f"\ndemo night: {took:.0f} s, {spent['calls']} calls, {spent['tokens']} tokens; estimate {est}")
 
+    assert "adopting installs the one it started from" in r.stdout
     a = sh(adopt)
-    assert a.returncode == 2 and a.stderr.strip() == f"error: nothing to adopt: night {night.name} changed nothing"
-    assert not (project / ".agents").exists()
+    assert a.returncode == 0 and f"adopted night {night.name}" in a.stdout, a.stderr
+    assert "its gate accepted no edit" in a.stdout
+    live = project / ".agents" / "skills" / "learned" / "SKILL.md"
+    (row,) = [r for r in manifest["files"] if r["kind"] == "skill" and r["live_path"] == str(live)]
+    assert live.read_bytes() == (night / row["rel"]).read_bytes()
+    again = sh(adopt)  # nothing left: the night is adopted
+    assert again.returncode == 2 and again.stderr.startswith("error: "), again.stderr
     s = sh(status)
-    assert (
-        s.returncode == 0 and night.name in s.stdout and "rejected  changed nothing (nothing to adopt)" in s.stdout
-    ), s.stdout
+    assert s.returncode == 0 and f"{night.name}  learned  rejected  adopted" in s.stdout, s.stdout
     after = {p: p.read_bytes() for p in before}
     assert after == before  # the shipped files are as they were: the night wrote only under .skillopt/

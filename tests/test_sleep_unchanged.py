@@ -70,3 +70,22 @@ def test_a_night_starts_from_the_installed_learned_skill(tmp_path):
     (init,) = [o for o in p.overrides if o.startswith("skill_init=")]
     start = project / ".skillopt" / "nights" / "night-20261129T010000Z.start.md"
     assert str(start) in init and start.read_text().strip() == "Keep notes short."  # the body; front matter kept aside
+
+
+def test_a_first_night_that_changed_nothing_installs_the_skill_it_started_from(tmp_path, capsys):
+    """No skill is live yet: adopting the unchanged night installs its starting skill (then later nights improve it);
+    once that skill is live, an unchanged night has nothing to adopt again."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    unchanged(tmp_path, project, "20261128T041500Z")
+    st = status.collect(project)
+    assert st["pending"] == ["20261128T041500Z"] and "installs the skill it started from" in st["nights"][0]["state"]
+    assert main(["adopt", "--project", str(project)]) == 0
+    out = capsys.readouterr().out
+    assert "adopted night 20261128T041500Z" in out and "its gate accepted no edit" in out
+    assert live_bytes(project)["SKILL.md"] == LIVE.encode()
+    assert status.collect(project)["nights"][0]["state"] == "adopted"
+    unchanged(tmp_path, project, "20261129T041500Z")  # staged over the live skill it started from
+    assert status.collect(project)["pending"] == []
+    err = refused(project, capsys=capsys)
+    assert err == "error: nothing to adopt: night 20261129T041500Z changed nothing"

@@ -27,8 +27,20 @@ from skillopt_envs.alfworld.protocol import (
     parse_constrained_reply,
     parse_reply,
 )
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import ChatRequest, check_choice, missing_counts
+
+from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.llm.wire import ResponseFormat
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
 SEED_SKILL = SEED_SKILL_PATH.read_text(encoding="utf-8")
@@ -63,7 +75,7 @@ class AlfWorldOptions:
     compile_cache: str = "auto"
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> AlfWorldOptions:
+    def parse(raw: JSONObject) -> AlfWorldOptions:
         opts = parse_options(AlfWorldOptions, raw, "alfworld")
         check_choice(opts, "split_source", ("paper", "folders"))
         check_choice(opts, "constrained_actions", ("auto", "on", "off"))
@@ -196,7 +208,7 @@ class AlfWorldBenchmark(Benchmark):
     name = "alfworld"
     options_class = AlfWorldOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = AlfWorldOptions.parse(dict(env_cfg.get("options") or {}))
         self._root = alf_data.resolve_root(env_cfg.get("data_dir"))
@@ -399,7 +411,7 @@ class AlfWorldBenchmark(Benchmark):
                 break
         return _episode_result(task, goal, turn.ref, won, done, trajectory, format_errors, turn.ctx.max_turns)
 
-    async def _action_format(self, llm: LLM, admissible: list[str]) -> Optional[dict[str, Any]]:
+    async def _action_format(self, llm: LLM, admissible: list[str]) -> Optional[ResponseFormat]:
         """The JSON schema that limits the reply's action to the admissible commands (constrained mode), or None."""
         if not (self.options.constrained and admissible):
             return None

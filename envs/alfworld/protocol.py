@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
+
+from skillopt_ray.jsontypes import JSONObject
 
 SYSTEM_PROMPT = "You are an expert agent who completes household tasks in the ALFRED text environment."
 ROLE_LINE = "You are an expert household agent acting in the ALFRED text world."
@@ -153,7 +155,7 @@ def parse_constrained_reply(reply: Optional[str]) -> ParsedReply:
     return parse_reply(reply)
 
 
-def action_schema(admissible: list[str]) -> dict[str, Any]:
+def action_schema(admissible: list[str]) -> JSONObject:
     """JSON schema whose only field is one of the admissible actions (constrained decoding)."""
     return {
         "type": "object",

@@ -18,7 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from skillopt_envs.base import LLM, AgentTask, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    AgentTask,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.custom import check as checks
 from skillopt_envs.custom.scorers import (
     GRADED,
@@ -32,6 +42,8 @@ from skillopt_envs.custom.scorers import (
 )
 from skillopt_envs.custom.tasks import UserTask, read_source, task_check
 from skillopt_envs.kit import SPLITS, agent_runner, chat, data_root, parse_ratio, ratio_split, split_name
+
+from skillopt_ray.jsontypes import JSONObject
 
 SEED_SKILL = """# Skill
 
@@ -63,7 +75,7 @@ class CustomOptions:
     metadata_type_key: str = "task_type"  # metadata field naming a task's type (per-type scores); absent: custom
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> CustomOptions:
+    def parse(raw: JSONObject) -> CustomOptions:
         o = parse_options(CustomOptions, raw, "custom")
         _check_types(o)
         if o.scorer not in (*SCORERS, SCRIPT):
@@ -114,7 +126,7 @@ class CustomBenchmark(Benchmark):
     options_class = CustomOptions
     requires_data_dir = True  # no samples: the run is about the user's own tasks
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = CustomOptions.parse(dict(env_cfg.get("options") or {}))
         root = data_root(env_cfg)

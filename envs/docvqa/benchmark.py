@@ -18,11 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
 from skillopt_envs.kit import chat, check_choice, data_folder, split_items
+
+from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.llm.wire import ChatMessage, ContentPart
 
 if TYPE_CHECKING:  # only annotations name the agent runner
     from skillopt_envs.base import AgentRunner
@@ -70,7 +82,7 @@ class DocVQAOptions:
     page_cache: Optional[str] = None
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> DocVQAOptions:
+    def parse(raw: JSONObject) -> DocVQAOptions:
         opts = parse_options(DocVQAOptions, raw, "docvqa")
         check_choice(opts, "page_input", PAGE_INPUTS)
         if opts.max_completion_tokens < 1:
@@ -95,7 +107,7 @@ class DocVQABenchmark(Benchmark):
     agent_harness = True  # llm.target.harness=codex|claude_code: one agent run per turn, the page image attached
     options_class = DocVQAOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = DocVQAOptions.parse(dict(env_cfg.get("options") or {}))
         self._root, self._using_samples = data_folder(env_cfg, "DOCVQA_DATA", MISSING, self._samples)
@@ -106,7 +118,7 @@ class DocVQABenchmark(Benchmark):
         self._image_root = Path(os.path.expanduser(root)).resolve() if root else self._root
         # the public data read in place (parquet / JSON) when the folder holds no split CSVs
         self._sources: Optional[upstream.Sources] = None
-        self._pool: Optional[dict[str, dict[str, Any]]] = None
+        self._pool: Optional[dict[str, dv.DocVQAItem]] = None
         self._manifest = Path(os.path.expanduser(str(env_cfg["manifest_dir"]))) if env_cfg.get("manifest_dir") else None
         if raw and not any(dv.split_csv(self._root / s) for s in dv.SPLITS):
             sources = upstream.find_sources(self._root)
@@ -122,7 +134,7 @@ class DocVQABenchmark(Benchmark):
 
     # ---------- data ----------
 
-    def _items(self, split: str) -> list[dict[str, Any]]:
+    def _items(self, split: str) -> list[dv.DocVQAItem]:
         try:
             return self._read_items(split)
         except OSError as e:  # whatever the checks did not foresee: still one line naming the file
@@ -131,7 +143,7 @@ class DocVQABenchmark(Benchmark):
                 f"{where} cannot be read ({e.strerror or e}); check the files under env.data_dir / DOCVQA_DATA"
             ) from None
 
-    def _read_items(self, split: str) -> list[dict[str, Any]]:
+    def _read_items(self, split: str) -> list[dv.DocVQAItem]:
         if self._manifest is None:
             return dv.load_split_items(self._root, split, self._image_root)
         if self._pool is None:  # every question of the data, by id; the manifest picks the splits
@@ -219,7 +231,7 @@ class DocVQABenchmark(Benchmark):
             image_path = str(await asyncio.to_thread(upstream.page_file, payload["page_source"], image_path, cache))
         return str(image_path)
 
-    async def _page_part(self, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _page_part(self, payload: dict[str, Any]) -> ContentPart:
         image_path = payload["image_path"]
         if self.options.sends_images:
             image_file = await self._image_file(payload)
@@ -255,7 +267,7 @@ class DocVQABenchmark(Benchmark):
             page = await self._page_part(p)
         except OSError as e:
             return _data_error(task, image, e)
-        first = [{"role": "system", "content": system}, prompts.user_message(text, page)]
+        first: list[ChatMessage] = [{"role": "system", "content": system}, prompts.user_message(text, page)]
         replies = await self._chat_turns(task, llm, ctx, first)
         return self._chat_result(task, question, answers, image, system, text, replies)
 
@@ -277,7 +289,7 @@ class DocVQABenchmark(Benchmark):
         assert runner is not None, "an agent episode needs the agent runner the engine hands over"
         return await agent_episode(task, skill, runner, ctx, image, self.options.exec_timeout)
 
-    async def _chat_turns(self, task: Task, llm: LLM, ctx: EpisodeContext, first: list[dict[str, Any]]) -> list[str]:
+    async def _chat_turns(self, task: Task, llm: LLM, ctx: EpisodeContext, first: list[ChatMessage]) -> list[str]:
         """The chat target's replies: each turn without an answer tag is asked again, up to the turn limit."""
         messages, replies = first, []
         for turn in range(max(1, ctx.max_turns)):

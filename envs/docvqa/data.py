@@ -15,7 +15,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_envs.base import DataError
 from skillopt_envs.kit import SPLITS, check_followable, first_data_file, split_name  # noqa: F401 - re-exported
@@ -61,7 +61,36 @@ def split_question(text: str) -> tuple[str, str]:
     return text, ""
 
 
-def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> dict[str, Any]:
+class PageRef(TypedDict):
+    """Where a page image sits inside a parquet file of the public data: the file, its row group and row."""
+
+    parquet: str
+    row_group: int
+    row: int
+
+
+class DocVQAItem(TypedDict, total=False):
+    """One question as the reference normalises it. `page_source` (a page inside a parquet file) and `text_path`
+    (the page's original OCR file) come with the public data read in place, never from a CSV."""
+
+    id: str
+    question: str
+    answer: str
+    answers: list[str]
+    task_type: str
+    subtask: str
+    image_paths: list[str]
+    image_path: str
+    page_source: Optional[PageRef]
+    text_path: str
+    questionId: str
+    docId: str
+    ucsf_document_id: str
+    ucsf_document_page_no: str
+    source_split: str
+
+
+def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> DocVQAItem:
     """One CSV row as the reference normalises it. A relative image path resolves against `cwd` (the reference
     uses the process's working directory; the benchmark passes env.options.image_root, else the data folder)."""
     qid = str(row.get("questionId") or row.get("id") or "").strip()
@@ -82,11 +111,14 @@ def row_to_item(row: dict[str, Any], cwd: Optional[Path] = None) -> dict[str, An
         "image_paths": [image] if image else [],
         "image_path": image,
         "questionId": qid,
-        **{k: str(row.get(k) or "") for k in ("docId", "ucsf_document_id", "ucsf_document_page_no", "source_split")},
+        "docId": str(row.get("docId") or ""),
+        "ucsf_document_id": str(row.get("ucsf_document_id") or ""),
+        "ucsf_document_page_no": str(row.get("ucsf_document_page_no") or ""),
+        "source_split": str(row.get("source_split") or ""),
     }
 
 
-def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[dict[str, Any]]:
+def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[DocVQAItem]:
     try:
         with path.open(newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
@@ -109,7 +141,7 @@ def read_csv_items(path: Path, cwd: Optional[Path] = None) -> list[dict[str, Any
     return items
 
 
-def load_split_items(root: Path, split: str, cwd: Optional[Path] = None) -> list[dict[str, Any]]:
+def load_split_items(root: Path, split: str, cwd: Optional[Path] = None) -> list[DocVQAItem]:
     folder = root / split_folder(split)
     path = split_csv(folder)
     if path is None:
@@ -120,7 +152,7 @@ def load_split_items(root: Path, split: str, cwd: Optional[Path] = None) -> list
     return read_csv_items(path, cwd)
 
 
-def check_images(items: list[dict[str, Any]], split: str) -> None:
+def check_images(items: list[DocVQAItem], split: str) -> None:
     """Every image exists, else one line naming the first missing path, the count and the fix."""
     for it in items:
         check_followable(Path(it["image_path"]))
@@ -161,7 +193,7 @@ def check_page_image(path: str) -> None:
         raise PageImageError(f"an image of {width} x {height} pixels")
 
 
-def task_types(items: list[dict[str, Any]]) -> list[str]:
+def task_types(items: list[DocVQAItem]) -> list[str]:
     """Distinct task types in first-appearance order, or the default one."""
     seen: dict[str, None] = {}
     for it in items:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import base64
 import mimetypes
 from pathlib import Path
-from typing import Any
+
+from skillopt_ray.llm.wire import ChatMessage, ContentPart, ImageURL
 
 SYSTEM_TEMPLATE = """You are an expert agent for answering questions about scanned and digital documents from their images.
 
@@ -53,19 +54,19 @@ def image_mime(path: str) -> str:
     return mimetypes.guess_type(path)[0] or "image/png"
 
 
-def image_part(path: str, detail: str = "auto") -> dict[str, Any]:
+def image_part(path: str, detail: str = "auto") -> ContentPart:
     """The page as an image_url part with a base64 `data:` URL; `detail` only when set and not auto."""
     b64 = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    url: dict[str, Any] = {"url": f"data:{image_mime(path)};base64,{b64}"}
+    url: ImageURL = {"url": f"data:{image_mime(path)};base64,{b64}"}
     if detail and detail != "auto":
         url["detail"] = detail
     return {"type": "image_url", "image_url": url}
 
 
-def text_layer_part(text: str) -> dict[str, Any]:
+def text_layer_part(text: str) -> ContentPart:
     body = text.strip()
     return {"type": "text", "text": f"{TEXT_LAYER_HEADER}\n{body}" if body else NO_TEXT_LAYER}
 
 
-def user_message(text: str, page_part: dict[str, Any]) -> dict[str, Any]:
+def user_message(text: str, page_part: ContentPart) -> ChatMessage:
     return {"role": "user", "content": [{"type": "text", "text": text}, page_part]}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
-from skillopt_envs.docvqa.data import check_followable
+from skillopt_envs.docvqa.data import DocVQAItem, PageRef, check_followable
 
 PAGE_CACHE = Path.home() / ".cache" / "skillopt_ray" / "docvqa_pages"
 _EXTRACT_LOCK = threading.Lock()  # one row group written out at a time per process
@@ -69,7 +69,7 @@ def _topic(types: Any) -> str:
     return str(types or "docvqa")
 
 
-def _item(rec: dict[str, Any], image_path: str, page: Optional[dict[str, Any]], text_path: str) -> dict[str, Any]:
+def _item(rec: dict[str, Any], image_path: str, page: Optional[PageRef], text_path: str) -> DocVQAItem:
     answers = [s for s in (str(a).strip() for a in rec.get("answers") or []) if s]
     qid = str(rec["questionId"]).strip()
     topic = _topic(rec.get("question_types"))
@@ -110,9 +110,9 @@ def _json_doc(path: Path) -> Any:
         raise DataError(f"{path} is not a readable DocVQA JSON file ({str(e)[:160]}); download it again") from None
 
 
-def read_pool(sources: Sources) -> dict[str, dict[str, Any]]:
+def read_pool(sources: Sources) -> dict[str, DocVQAItem]:
     """Every question of the sources by questionId, without image bytes."""
-    pool: dict[str, dict[str, Any]] = {}
+    pool: dict[str, DocVQAItem] = {}
     if sources.parquets:
         try:
             import pyarrow.parquet as pq
@@ -125,7 +125,7 @@ def read_pool(sources: Sources) -> dict[str, dict[str, Any]]:
                 raise DataError(f"{path} is not a DocVQA parquet file (it needs questionId and image columns)")
             for g in range(f.num_row_groups):
                 for i, rec in enumerate(f.read_row_group(g, columns=cols).to_pylist()):
-                    page = {"parquet": str(path), "row_group": g, "row": i}
+                    page: PageRef = {"parquet": str(path), "row_group": g, "row": i}
                     it = _item(rec, "", page, "")
                     it["image_path"] = f"q{it['id']}_d{it['docId']}.png"  # its name once written out
                     pool[it["id"]] = it
@@ -165,7 +165,7 @@ def _cache_dir(parquet: Path, cache_root: Path) -> Path:
     return cache_root / f"{parquet.stem}-{tag}"
 
 
-def page_file(page: dict[str, Any], name: str, cache_root: Optional[Path] = None) -> Path:
+def page_file(page: PageRef, name: str, cache_root: Optional[Path] = None) -> Path:
     """The page image as a local file: written out with the rest of its row group on first use (on this node)."""
     folder = _cache_dir(Path(page["parquet"]), cache_root or PAGE_CACHE)
     target = folder / name

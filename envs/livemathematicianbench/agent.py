@@ -6,10 +6,9 @@ is empty) is scored as a chat reply, and the analysts see SKILL.md and task.md a
 
 from __future__ import annotations
 
-from typing import Any
-
 from skillopt_envs.base import AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
 from skillopt_envs.kit import agent_failure, agent_turns_info, run_agent_turns, with_previous_attempt
+from skillopt_envs.livemathematicianbench.data import Choice
 from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
 
 DESCRIPTION = "Pick the single correct option of the research-mathematics multiple-choice question in task.md"
@@ -34,8 +33,8 @@ async def agent_episode(
     agent: AgentRunner,
     ctx: EpisodeContext,
     user: str,
-    choices: list[dict[str, Any]],
-    correct: dict[str, Any],
+    choices: list[Choice],
+    correct: Choice,
     timeout_s: float,
 ) -> EpisodeResult:
     """One item played by the agent CLI, one run per turn (env.max_turns, 1 by default); timeout_s <= 0: no limit."""

@@ -20,12 +20,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import chat, data_folder, split_items
 from skillopt_envs.livemathematicianbench import data as lm
 from skillopt_envs.livemathematicianbench import prompts
+from skillopt_envs.livemathematicianbench.data import Choice
 from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
 from skillopt_envs.livemathematicianbench.shuffle import shuffle_choices
+
+from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.llm.wire import ChatMessage
 
 # the reference's seed skill (about 1 KB), in this project's words
 SEED_SKILL = """# Skill: choosing the exact statement in research-mathematics multiple choice
@@ -72,7 +85,7 @@ class LiveMathOptions:
     use_sketch: bool = False  # append the item's proof sketch to the user message
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> LiveMathOptions:
+    def parse(raw: JSONObject) -> LiveMathOptions:
         opts = parse_options(LiveMathOptions, raw, "livemathematicianbench")
         if opts.max_completion_tokens < 1:
             raise DataError(f"env.options.max_completion_tokens={opts.max_completion_tokens!r}: it must be >= 1")
@@ -92,7 +105,7 @@ class LiveMathBenchmark(Benchmark):
     agent_harness = True  # llm.target.harness=codex|claude_code: one agent run per turn, task.md the user message
     options_class = LiveMathOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = LiveMathOptions.parse(dict(env_cfg.get("options") or {}))
         self._root, self._using_samples = data_folder(env_cfg, "LIVEMATH_DATA", MISSING, self._samples, want_dir=False)
@@ -240,12 +253,12 @@ class LiveMathBenchmark(Benchmark):
 
     # ---------- the episode ----------
 
-    def presented(self, task: Task, seed: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def presented(self, task: Task, seed: Optional[int]) -> tuple[list[Choice], Choice]:
         """The choices and correct choice as the target sees them: shuffled with `seed` (the evaluation seed when
         None), or as stored with env.options.shuffle_choices=false."""
         p = task.payload
         if not self.options.shuffle_choices:
-            return [dict(c) for c in p["choices"]], dict(p["correct_choice"])
+            return [c.copy() for c in p["choices"]], p["correct_choice"].copy()
         return shuffle_choices(task.task_id, p["choices"], p["correct_choice"], DEFAULT_SEED if seed is None else seed)
 
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
@@ -300,7 +313,7 @@ class LiveMathBenchmark(Benchmark):
         replies: list[str] = []
         message = user
         for turn in range(max(1, ctx.max_turns)):
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": message}]
+            messages: list[ChatMessage] = [{"role": "system", "content": system}, {"role": "user", "content": message}]
             key = f"{ctx.key}/{task.task_id}/t{turn}"
             reply = await chat(llm, messages, key, self.options.max_completion_tokens, ctx.stage)
             replies.append(reply)

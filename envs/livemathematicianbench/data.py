@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
 from skillopt_envs.kit import SPLITS, check_followable, first_data_file, manifest_ids, split_name  # noqa: F401
@@ -63,12 +63,19 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value).strip()
 
 
-def coerce_choices(raw: Any) -> list[dict[str, str]]:
+class Choice(TypedDict):
+    """One answer choice: its label (A, B, ...) and its text."""
+
+    label: str
+    text: str
+
+
+def coerce_choices(raw: Any) -> list[Choice]:
     """Choices as [{label, text}]: a list labels element i by its own `label` (normalised) or else the i-th letter
     (a non-dict element is its text); a dict's keys, sorted, are the labels exactly as given (the reference does not
     normalise them: `a` stays lower-case). Entries with empty text are dropped after labelling, so gaps in the
     labels are possible."""
-    out: list[dict[str, str]] = []
+    out: list[Choice] = []
     if isinstance(raw, dict):
         for key in sorted(raw, key=str):
             out.append({"label": str(key), "text": _text(raw[key])})
@@ -83,12 +90,12 @@ def coerce_choices(raw: Any) -> list[dict[str, str]]:
     return [c for c in out if c["text"]]
 
 
-def _letter_order(choice: dict[str, str]) -> tuple[int, str]:
+def _letter_order(choice: Choice) -> tuple[int, str]:
     label = choice["label"]
     return (LETTERS.index(label), "") if len(label) == 1 and label in LETTERS else (len(LETTERS), label)
 
 
-def coerce_correct(raw: Any, choices: list[dict[str, str]]) -> tuple[dict[str, str], list[dict[str, str]]]:
+def coerce_correct(raw: Any, choices: list[Choice]) -> tuple[Choice, list[Choice]]:
     """The correct choice {label, text}, and the choices with it appended (re-sorted A..G) when it has text of its
     own but its label is not among them. Missing text is taken from the choice with that label."""
     if isinstance(raw, dict):

@@ -8,7 +8,7 @@ proof sketch when the flags ask for them. A later turn (env.max_turns > 1) quote
 
 from __future__ import annotations
 
-from typing import Any
+from skillopt_envs.livemathematicianbench.data import Choice
 
 SYSTEM_TEMPLATE = """You are an expert mathematician who answers multiple-choice questions about research-level mathematics.
 
@@ -42,7 +42,7 @@ def system_prompt(skill: str) -> str:
 
 def user_prompt(
     question: str,
-    choices: list[dict[str, Any]],
+    choices: list[Choice],
     *,
     theorem: str = "",
     sketch: str = "",

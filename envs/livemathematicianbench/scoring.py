@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillopt_envs.base import EpisodeResult, Task
-from skillopt_envs.livemathematicianbench.data import normalize_label
+from skillopt_envs.livemathematicianbench.data import Choice, normalize_label
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _OPEN_TAG = re.compile(r"<answer>", re.IGNORECASE)
@@ -33,7 +33,7 @@ def has_answer_tag(reply: str) -> bool:
     return bool(_OPEN_TAG.search(reply or ""))
 
 
-def parse_label(answer: str, choices: list[dict[str, Any]]) -> str:
+def parse_label(answer: str, choices: list[Choice]) -> str:
     labels = {normalize_label(c.get("label")) for c in choices}
     norm = normalize_label(answer)
     if norm in labels:
@@ -70,7 +70,7 @@ class MCQScore:
         return f"MCQ=0: predicted '{self.predicted_answer}' but expected '{self.correct_label}'"
 
 
-def score_reply(reply: str, choices: list[dict[str, Any]], correct: dict[str, Any]) -> MCQScore:
+def score_reply(reply: str, choices: list[Choice], correct: Choice) -> MCQScore:
     extracted = extract_answer(reply)
     label = parse_label(extracted, choices)
     correct_label = normalize_label(correct.get("label"))
@@ -106,8 +106,8 @@ def scored_episode(
     task: Task,
     system: str,
     user: str,
-    choices: list[dict[str, Any]],
-    correct: dict[str, Any],
+    choices: list[Choice],
+    correct: Choice,
     replies: list[str],
     **info: Any,
 ) -> EpisodeResult:

@@ -8,23 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Any
 
-from skillopt_envs.livemathematicianbench.data import normalize_label
+from skillopt_envs.livemathematicianbench.data import Choice, normalize_label
 
 
 def item_seed(seed: int, item_id: str) -> int:
     return int(hashlib.sha256(f"{seed}:{item_id}".encode()).hexdigest()[:16], 16)
 
 
-def shuffle_choices(
-    item_id: str, choices: list[dict[str, Any]], correct: dict[str, Any], seed: int
-) -> tuple[list[dict[str, str]], dict[str, Any]]:
+def shuffle_choices(item_id: str, choices: list[Choice], correct: Choice, seed: int) -> tuple[list[Choice], Choice]:
     """(relabelled choices, new correct choice). The correct choice is the first entry whose original label matches
     the original correct label (both normalised); when none does, the old correct choice is kept as it was."""
-    order = [dict(c) for c in choices]
+    order = [c.copy() for c in choices]
     random.Random(item_seed(seed, item_id)).shuffle(order)
-    relabelled = [{"label": chr(ord("A") + i), "text": str(c.get("text", ""))} for i, c in enumerate(order)]
+    relabelled: list[Choice] = [
+        {"label": chr(ord("A") + i), "text": str(c.get("text", ""))} for i, c in enumerate(order)
+    ]
     target = normalize_label(correct.get("label"))
     hit = next((new for old, new in zip(order, relabelled) if normalize_label(old.get("label")) == target), None)
-    return relabelled, dict(hit) if hit is not None else dict(correct)
+    return relabelled, hit.copy() if hit is not None else correct.copy()

@@ -23,13 +23,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import ChatRequest, check_choice, data_folder, split_items
 from skillopt_envs.officeqa import data as oq
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.oracle import OracleReadError, build_context
 from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
 from skillopt_envs.officeqa.tools import TOOL_SCHEMAS, CorpusReadError, LineCache, ToolRuntime
+
+from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.llm.wire import ChatMessage, ToolCall
 
 if TYPE_CHECKING:  # only annotations name the agent runner
     from skillopt_envs.base import AgentRunner
@@ -98,7 +110,7 @@ class OfficeQAOptions:
     search_timeout_seconds: float = 20.0
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> OfficeQAOptions:
+    def parse(raw: JSONObject) -> OfficeQAOptions:
         opts = parse_options(OfficeQAOptions, raw, "officeqa")
         opts.docs_dirs = list(opts.docs_dirs or [])
         mode = normalise_search_mode(opts.search_mode)
@@ -144,7 +156,7 @@ class OfficeQABenchmark(Benchmark):
     agent_harness = True  # llm.target.harness=codex|claude_code: the exec loop, offline with local tools only
     options_class = OfficeQAOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = OfficeQAOptions.parse(dict(env_cfg.get("options") or {}))
         self._root, self._using_samples = data_folder(env_cfg, "OFFICEQA_DATA", MISSING, self._samples)
@@ -365,7 +377,7 @@ class Episode:
 
             self.system = search_system(skill, self.max_turns, opts.max_queries_per_turn)
         self.user = self.first_user(offline)
-        self.messages: list[dict[str, Any]] = [
+        self.messages: list[ChatMessage] = [
             {"role": "system", "content": self.system},
             {"role": "user", "content": self.user},
         ]
@@ -424,8 +436,10 @@ class Episode:
             reply = await self.call(turn, tools=not text)
             response = reply.content or ""
             self.response = response
-            calls = prompts.text_tool_calls(response) if text else list(getattr(reply, "tool_calls", None) or [])
-            assistant: dict[str, Any] = {"role": "assistant", "content": response}
+            calls: list[ToolCall] = (
+                prompts.text_tool_calls(response) if text else list(getattr(reply, "tool_calls", None) or [])
+            )
+            assistant: ChatMessage = {"role": "assistant", "content": response}
             if calls and not text:
                 assistant["tool_calls"] = calls
             self.messages.append(assistant)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Optional
+
+from skillopt_ray.llm.wire import ToolCall
 
 MAX_CANDIDATES_SHOWN = 20
 
@@ -84,9 +86,9 @@ def user_prompt(
     return "\n\n".join(parts)
 
 
-def text_tool_calls(reply: str) -> list[dict[str, Any]]:
+def text_tool_calls(reply: str) -> list[ToolCall]:
     """Tool calls written in the text protocol, in the API's shape (arguments as a JSON string)."""
-    calls = []
+    calls: list[ToolCall] = []
     for i, raw in enumerate(_TEXT_CALL.findall(reply or "")):
         try:
             data = json.loads(raw)

@@ -26,6 +26,8 @@ from typing import Any, Optional
 
 from skillopt_envs.officeqa import stream
 
+from skillopt_ray.llm.wire import ToolSpec
+
 MAX_GLOB = 50
 READ_LINES = 80
 READ_CHARS = 4000
@@ -35,7 +37,7 @@ GREP_CHARS = 20_000  # the grep output past this is cut, with a note
 WHOLE_FILE_BYTES = 8 << 20  # larger files are streamed, never held whole
 CACHE_BYTES = 32 << 20  # an actor's cache of whole files holds at most this many file bytes
 
-TOOL_SCHEMAS: list[dict[str, Any]] = [
+TOOL_SCHEMAS: list[ToolSpec] = [
     {
         "type": "function",
         "function": {

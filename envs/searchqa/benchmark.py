@@ -17,11 +17,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import chat, check_choice, data_folder, infra_episode, missing_counts
 from skillopt_envs.searchqa import data as qa_data
+from skillopt_envs.searchqa.data import SearchQAItem
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
 from skillopt_envs.searchqa.scoring import score_answer
+
+from skillopt_ray.jsontypes import JSONObject
 
 # the reference starts from an empty skill: a title and a placeholder line
 SEED_SKILL = """# Skill: answering questions from search results
@@ -50,7 +62,7 @@ class QAOptions:
     split_source: str = "paper"
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> QAOptions:
+    def parse(raw: JSONObject) -> QAOptions:
         opts = parse_options(QAOptions, raw, "searchqa")
         check_choice(opts, "split_source", ("paper", "folders"))
         if opts.max_context_chars < 1:
@@ -98,10 +110,10 @@ class SearchQABenchmark(Benchmark):
     agent_harness = True  # llm.target.harness=codex|claude_code runs each episode in an agent CLI
     options_class = QAOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = QAOptions.parse(dict(env_cfg.get("options") or {}))
-        self._pool: Optional[dict[str, dict[str, Any]]] = None
+        self._pool: Optional[dict[str, SearchQAItem]] = None
         self._root, self._using_samples = data_folder(env_cfg, "SEARCHQA_DATA", MISSING, self._samples)
 
     def _samples(self) -> Path:
@@ -120,7 +132,7 @@ class SearchQABenchmark(Benchmark):
             return None
         return qa_data.PAPER_SPLIT_DIR
 
-    def _items_pool(self) -> dict[str, dict[str, Any]]:
+    def _items_pool(self) -> dict[str, SearchQAItem]:
         if self._pool is None:
             self._pool = qa_data.load_pool(self._root)
         return self._pool

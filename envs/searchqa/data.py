@@ -8,9 +8,10 @@ items, looked up across all of the data folder's splits, in manifest order.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional, TypedDict
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
 from skillopt_envs.kit import SPLITS, manifest_ids, split_name  # noqa: F401 - SPLITS: re-exported
@@ -19,6 +20,15 @@ from skillopt_envs.kit import SPLITS, manifest_ids, split_name  # noqa: F401 - S
 PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
 PAPER_COUNTS = {"train": 400, "val": 200, "test": 1400}
 ITEM_KEYS = ("id", "question", "context", "answers")
+
+
+class SearchQAItem(TypedDict):
+    """One materialised item: the question, the retrieved documents as one context text, the accepted answers."""
+
+    id: str
+    question: str
+    context: str
+    answers: list[str]
 
 
 def split_folder(split: str) -> str:
@@ -37,7 +47,7 @@ _ITEMS_FIX = "a SearchQA split file is a JSON list of {id, question, context, an
 _MANIFEST_FIX = 'a SearchQA manifest is a JSON list of {"id": ...} objects'
 
 
-def read_items(path: Path) -> list[dict[str, Any]]:
+def read_items(path: Path) -> list[SearchQAItem]:
     """Materialised items, each checked: id, question, context (strings) and answers (a list of strings, or one);
     an id listed twice is an error (it would be played and counted twice)."""
     items = read_json_list(path, _ITEMS_FIX)
@@ -64,9 +74,9 @@ def read_manifest(manifest_dir: Path, split: str) -> list[str]:
     return manifest_ids(folder, split_file(folder), split, '{"id": ...}', _MANIFEST_FIX)
 
 
-def load_pool(root: Path) -> dict[str, dict[str, Any]]:
+def load_pool(root: Path) -> dict[str, SearchQAItem]:
     """Every item under root's split folders, by id (an id listed twice is an error)."""
-    pool: dict[str, dict[str, Any]] = {}
+    pool: dict[str, SearchQAItem] = {}
     found = False
     for s in SPLITS:
         path = split_file(root / s)
@@ -93,7 +103,7 @@ class Presence:
     present: int
 
 
-def manifest_presence(pool: dict[str, Any], manifest_dir: Path) -> list[Presence]:
+def manifest_presence(pool: Mapping[str, SearchQAItem], manifest_dir: Path) -> list[Presence]:
     out = []
     for s in SPLITS:
         ids = read_manifest(manifest_dir, s)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from skillopt_envs.kit import ensure_samples, samples_root
+from skillopt_envs.searchqa.data import SearchQAItem
 
 MADE_BY = "skillopt_ray skillopt_envs.searchqa.samples"  # the sample folder's COMPLETE marker says who wrote it
 
@@ -64,9 +65,9 @@ def _doc(title: str, text: str) -> str:
     return f"[DOC] [TLE] {title} [PAR] {text}"
 
 
-def make_items(seed: int = 11) -> list[dict[str, Any]]:
+def make_items(seed: int = 11) -> list[SearchQAItem]:
     rng = random.Random(seed)
-    items = []
+    items: list[SearchQAItem] = []
     for i, place in enumerate(PLACES * 2):
         city, river = CITIES[(i * 5) % len(CITIES)], RIVERS[(i * 7) % len(RIVERS)]
         if i < len(PLACES):

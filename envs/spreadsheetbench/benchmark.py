@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any, Optional
 
 import openpyxl
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import chat, infra_episode
 from skillopt_envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxStartError, SandboxUnavailable
 from skillopt_envs.spreadsheetbench import data as sb_data
@@ -42,6 +51,8 @@ from skillopt_envs.spreadsheetbench.scoring import (
     verification_message,
     wrong_cells_from_report,
 )
+
+from skillopt_ray.jsontypes import JSONObject
 
 SEED_SKILL = prompts.SEED_SKILL
 _READER = Path(readcells.__file__).read_text(encoding="utf-8")
@@ -74,7 +85,7 @@ class SheetOptions:
     sample_dir: Optional[str] = None
 
     @staticmethod
-    def parse(raw: dict[str, Any]) -> SheetOptions:
+    def parse(raw: JSONObject) -> SheetOptions:
         opts = parse_options(SheetOptions, raw, "spreadsheetbench")
         opts.env_allow = tuple(opts.env_allow or ())
         if opts.sandbox not in ISOLATIONS:
@@ -140,7 +151,7 @@ class SpreadsheetBenchmark(Benchmark):
     options_class = SheetOptions
     agent_harness = True  # llm.target.harness=codex|claude_code: one agent run writes solution.py (single mode)
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = SheetOptions.parse(dict(env_cfg.get("options") or {}))
         o = self.options

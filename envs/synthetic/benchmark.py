@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
-from skillopt_envs.base import LLM, Benchmark, DataError, EpisodeContext, EpisodeResult, Task, parse_options
+from skillopt_envs.base import (
+    LLM,
+    Benchmark,
+    DataError,
+    EnvSettings,
+    EpisodeContext,
+    EpisodeResult,
+    Task,
+    parse_options,
+)
 from skillopt_envs.kit import chat
 
 SPLITS = {"train": 0, "val": 1, "valid_seen": 1, "selection": 1, "test": 2, "valid_unseen": 2}
@@ -33,7 +41,7 @@ class SyntheticBenchmark(Benchmark):
     name = "synthetic"
     options_class = SyntheticOptions
 
-    def __init__(self, env_cfg: dict[str, Any]):
+    def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)
         self.options = parse_options(SyntheticOptions, dict(env_cfg.get("options") or {}), "synthetic")
         if self.options.tasks < 1 or self.options.calls < 1:

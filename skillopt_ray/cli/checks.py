@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.llm.wire import AgentOptions
 
 
 def check_output_dir(path: Path) -> None:
@@ -34,7 +35,7 @@ def check_harness(data: dict[str, Any]) -> None:
     from skillopt_ray.harness.jail import default_prefix
     from skillopt_ray.harness.runner import BIN, AgentSettings, codex_sandbox_problem
 
-    agent = dict(target.get("agent") or {})
+    agent = cast(AgentOptions, dict(target.get("agent") or {}))
     exe = default_prefix(agent.get("prefix")) / "bin" / BIN[harness]
     if not exe.exists():
         raise UsageError(

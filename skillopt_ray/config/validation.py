@@ -27,7 +27,7 @@ def _check_sequential(o: Any) -> None:
             f"optimizer.gate_seq_final_at={o.gate_seq_final_at!r} is above gate_seq_accept_at={o.gate_seq_accept_at!r}; "
             "use a final margin at most the accept margin"
         )
-    if o.gate_seq_deterministic not in ("auto", "true", "false"):
+    if str(o.gate_seq_deterministic).lower() not in ("auto", "true", "false"):  # Hydra reads true/false as booleans
         raise ConfigError(
             f"optimizer.gate_seq_deterministic={o.gate_seq_deterministic!r} is invalid; use auto, true or false"
         )

@@ -22,6 +22,7 @@ from skillopt_ray.harness.episode import (
 from skillopt_ray.harness.runner import AgentSettings, HarnessError, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
 from skillopt_ray.stages.rollout import stage_of_key
 
 
@@ -45,7 +46,7 @@ class HarnessRunner:
     """Runs an AgentTask in the jail; its model traffic goes through `llm`, so cache, ledger and budgets hold."""
 
     llm: Any
-    settings: dict[str, Any]
+    settings: GatewayAgentSettings
     stage: str = ""  # the ledger stage of the agent's calls; "" -> the stage the episode key names
 
     @property

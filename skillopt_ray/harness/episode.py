@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_envs.base import AgentInfo
+
 from skillopt_ray.harness.runner import AgentRun, AgentSettings, HarnessError, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
 
 
 @dataclass
@@ -52,13 +55,13 @@ class HarnessOutcome:
     error: str = ""
     error_kind: str = ""
 
-    def info(self, trace_to_optimizer: bool = True) -> dict[str, Any]:
+    def info(self, trace_to_optimizer: bool = True) -> AgentInfo:
         """What goes into the episode's info: the analysts' target prompts and the trace summary; never the
         raw event stream."""
         if self.run is None:
             return {}
         blocks = [["Agent Trace Summary", self.run.trace.render()]] if trace_to_optimizer else []
-        out: dict[str, Any] = {
+        out: AgentInfo = {
             "agent_summary": self.run.summary,
             "agent_attempts": self.run.attempts,
             "agent_calls": len(self.run.calls),
@@ -82,19 +85,19 @@ class HarnessOutcome:
 TURN_BREAK = "\n\n===== TURN BREAK =====\n\n"
 
 
-def trace_to_optimizer(settings: dict[str, Any]) -> bool:
+def trace_to_optimizer(settings: GatewayAgentSettings) -> bool:
     """Whether the analysts see the agent's trace summary (llm.target.agent.trace_to_optimizer)."""
     return bool((settings.get("agent") or {}).get("trace_to_optimizer", True))
 
 
-def turns_info(outcomes: list[HarnessOutcome], show_trace: bool = True) -> dict[str, Any]:
+def turns_info(outcomes: list[HarnessOutcome], show_trace: bool = True) -> AgentInfo:
     """The episode's info over several agent runs (one per benchmark turn): summaries and traces joined with the
     reference's turn-break line, calls, tokens, cost and time added up."""
     infos = [o.info(show_trace) for o in outcomes if o.run is not None]
     if len(infos) <= 1:
         return infos[0] if infos else {}
     runs = [o.run for o in outcomes if o.run is not None]
-    out: dict[str, Any] = {
+    out: AgentInfo = {
         "agent_summary": TURN_BREAK.join(i["agent_summary"] for i in infos),
         "agent_attempts": sum(i["agent_attempts"] for i in infos),
         "agent_calls": sum(i["agent_calls"] for i in infos),
@@ -116,7 +119,7 @@ def turns_info(outcomes: list[HarnessOutcome], show_trace: bool = True) -> dict[
     return out
 
 
-async def harness_settings(llm: Any) -> Optional[dict[str, Any]]:
+async def harness_settings(llm: Any) -> Optional[GatewayAgentSettings]:
     """The target's harness settings, or None for a chat target (or an LLM handle without harness support)."""
     s = getattr(llm, "_agent_settings_cache", None)  # static config: asked once per handle, not per episode
     if s is None:
@@ -135,7 +138,7 @@ async def harness_settings(llm: Any) -> Optional[dict[str, Any]]:
 
 async def run_harness_task(
     llm: Any,
-    settings: dict[str, Any],
+    settings: GatewayAgentSettings,
     task_id: str,
     skill: str,
     ht: HarnessTask,

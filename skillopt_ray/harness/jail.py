@@ -40,6 +40,7 @@ from skillopt_envs.sandbox import (
 
 from skillopt_ray.harness.jail_export import Unpacked, unpack_export
 from skillopt_ray.harness.jail_launcher import FORWARDER_JS, LAUNCHER_PY
+from skillopt_ray.llm.wire import AgentOptions
 
 __all__ = ["FORWARDER_JS", "Jail", "JailLimits", "JailResult", "jail_env", "unpack_export"]
 
@@ -64,7 +65,7 @@ class JailLimits:
     file_mb: int = 256  # the largest file any process may write, the CLI's stdout and stderr included
 
     @staticmethod
-    def from_agent(agent: dict[str, Any]) -> JailLimits:
+    def from_agent(agent: AgentOptions) -> JailLimits:
         """The limits from a role's `agent` settings (missing keys: the defaults)."""
         d = JailLimits()
         return JailLimits(

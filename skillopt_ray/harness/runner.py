@@ -17,6 +17,8 @@ from skillopt_envs.sandbox import userns_filter
 from skillopt_ray.harness import commands, trace
 from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
 from skillopt_ray.llm.agent_api import AgentAPIServer, CallRecord
+from skillopt_ray.llm.wire import AgentOptions
+from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
 
 HARNESSES = ("codex", "claude_code")
 BIN = {"codex": "codex", "claude_code": "claude"}
@@ -67,8 +69,8 @@ class AgentSettings:
     limits: JailLimits = JailLimits()  # processes, disk bytes and files, file size (llm.target.agent.*)
 
     @staticmethod
-    def from_gateway(s: dict[str, Any], default_timeout_s: float) -> AgentSettings:
-        a = dict(s.get("agent") or {})
+    def from_gateway(s: GatewayAgentSettings, default_timeout_s: float) -> AgentSettings:
+        a: AgentOptions = s.get("agent") or {}
         return AgentSettings(
             harness=s["harness"],
             model=s["model"],

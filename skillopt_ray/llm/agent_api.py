@@ -11,27 +11,30 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict, Union, cast
 
 from aiohttp import web
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.toolcall_text import settle_reply
 from skillopt_ray.llm.types import ChatRequest, LLMError
+from skillopt_ray.llm.wire import ChatMessage, ContentPart, FlatToolCall, FunctionSpec, ToolCall, ToolSpec
 
 
 @dataclass(frozen=True)
 class AgentRequest(ChatRequest):
     """A chat request that may offer tools (chat-completions shape) to the model."""
 
-    tools: Optional[list[dict[str, Any]]] = None
+    tools: Optional[list[ToolSpec]] = None
     tool_choice: Optional[Any] = None
 
 
 @dataclass
 class AgentReply:
     content: str
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {id, name, arguments (JSON text)}
+    tool_calls: list[FlatToolCall] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached: bool = False
@@ -59,11 +62,11 @@ def _text_of(content: Any) -> str:
     return str(content)
 
 
-def _parts(content: Any) -> Any:
+def _parts(content: Any) -> Union[str, list[ContentPart]]:
     """Responses/Messages content parts as chat content: plain text when there is no image."""
     if not isinstance(content, list):
         return _text_of(content)
-    parts: list[dict[str, Any]] = []
+    parts: list[ContentPart] = []
     for p in content:
         if not isinstance(p, dict):
             continue
@@ -82,7 +85,7 @@ def _parts(content: Any) -> Any:
     return parts
 
 
-def _images_of(content: Any) -> list[dict[str, Any]]:
+def _images_of(content: Any) -> list[ContentPart]:
     """The image parts (as chat image_url parts) of a tool output's content, e.g. Claude Code's Read of a PNG."""
     parts = _parts(content) if isinstance(content, list) else None
     return [p for p in parts if p["type"] == "image_url"] if isinstance(parts, list) else []
@@ -93,15 +96,15 @@ TOOL_IMAGES_TEXT = "The tool calls above returned these images:"
 NO_TEXT = "[an image: it follows in the next message]"
 
 
-def _flush_images(out: list[dict[str, Any]], images: list[dict[str, Any]]) -> None:
+def _flush_images(out: list[ChatMessage], images: list[ContentPart]) -> None:
     if images:
         out.append({"role": "user", "content": [{"type": "text", "text": TOOL_IMAGES_TEXT}, *images], "_closed": True})
         images.clear()
 
 
-def _merge_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _merge_system(messages: list[ChatMessage]) -> list[ChatMessage]:
     """Adjacent system messages joined into one (many chat templates allow only one at a time)."""
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     for m in messages:
         if (
             out
@@ -116,7 +119,7 @@ def _merge_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _add_call(out: list[dict[str, Any]], call: dict[str, Any]) -> None:
+def _add_call(out: list[ChatMessage], call: ToolCall) -> None:
     """Append a tool call to the last assistant message if it is the turn being built, else start one."""
     if out and out[-1]["role"] == "assistant" and "tool_calls" in out[-1]:
         out[-1]["tool_calls"].append(call)
@@ -126,25 +129,31 @@ def _add_call(out: list[dict[str, Any]], call: dict[str, Any]) -> None:
         out.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def _clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return _merge_system([{k: v for k, v in m.items() if not k.startswith("_")} for m in messages])
+def _clean(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The messages as sent: without the `_closed` marks of the translation."""
+    out = []
+    for m in messages:
+        sent = m.copy()
+        sent.pop("_closed", None)
+        out.append(sent)
+    return _merge_system(out)
 
 
 # ---------- OpenAI Responses (Codex) ----------
 
-CUSTOM_TOOL_PARAMS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+CUSTOM_TOOL_PARAMS: JSONObject = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 
 
-def responses_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[str]]:
+def responses_to_chat(body: dict[str, Any]) -> tuple[list[ChatMessage], list[ToolSpec], set[str]]:
     """(chat messages, chat tools, names of freeform tools) of a Responses request. Item ids are dropped: they are
     random per run and would keep a replayed run from finding its recorded replies."""
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     if body.get("instructions"):
         out.append({"role": "system", "content": str(body["instructions"])})
     items = body.get("input")
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]
-    images: list[dict[str, Any]] = []
+    images: list[ContentPart] = []
     for it in items or []:
         t = it.get("type", "message")
         if t not in ("function_call_output", "custom_tool_call_output"):
@@ -168,10 +177,11 @@ def responses_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[
             out.append({"role": "tool", "tool_call_id": it.get("call_id"), "content": text})
             images += shown
     _flush_images(out, images)
-    tools, custom = [], set()
+    tools: list[ToolSpec] = []
+    custom: set[str] = set()
     for tl in body.get("tools") or []:
         if tl.get("type") == "function":
-            fn = {
+            fn: FunctionSpec = {
                 "name": tl["name"],
                 "description": tl.get("description", ""),
                 "parameters": tl.get("parameters") or {"type": "object", "properties": {}},
@@ -192,7 +202,7 @@ def responses_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[
     return _clean(out), tools, custom
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
+def _sse(event: str, data: Mapping[str, object]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
@@ -207,7 +217,7 @@ def responses_events(reply: AgentReply, rid: str, model: str, custom: set[str]) 
             },
         )
     ]
-    output: list[dict[str, Any]] = []
+    output: list[JSONObject] = []
     if reply.content:
         item = _output_message(reply.content, rid)
         ev += _output_message_events(item, reply.content)
@@ -225,7 +235,7 @@ def responses_events(reply: AgentReply, rid: str, model: str, custom: set[str]) 
     return ev
 
 
-def _output_message(text: str, rid: str) -> dict[str, Any]:
+def _output_message(text: str, rid: str) -> JSONObject:
     """The reply's text as a completed Responses message item."""
     return {
         "type": "message",
@@ -236,7 +246,7 @@ def _output_message(text: str, rid: str) -> dict[str, Any]:
     }
 
 
-def _output_message_events(item: dict[str, Any], text: str) -> list[bytes]:
+def _output_message_events(item: JSONObject, text: str) -> list[bytes]:
     """The message item streamed as the first output: added (empty), its text in one delta, done."""
     return [
         _sse(
@@ -261,7 +271,7 @@ def _output_message_events(item: dict[str, Any], text: str) -> list[bytes]:
     ]
 
 
-def _output_tool_call(call: dict[str, Any], custom: set[str]) -> dict[str, Any]:
+def _output_tool_call(call: FlatToolCall, custom: set[str]) -> JSONObject:
     """A chat tool call as a Responses item: a custom tool's call carries its raw input text (the `input` the
     chat side wrapped it in), any other a function call with its JSON arguments."""
     if call["name"] in custom:
@@ -287,9 +297,9 @@ def _output_tool_call(call: dict[str, Any], custom: set[str]) -> dict[str, Any]:
     }
 
 
-def _response_completed(reply: AgentReply, rid: str, model: str, output: list[dict[str, Any]]) -> bytes:
+def _response_completed(reply: AgentReply, rid: str, model: str, output: list[JSONObject]) -> bytes:
     """The closing event: the whole response with its output items and the reply's token usage."""
-    usage = {
+    usage: JSONObject = {
         "input_tokens": reply.prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": reply.completion_tokens,
@@ -315,10 +325,10 @@ def _response_completed(reply: AgentReply, rid: str, model: str, output: list[di
 # ---------- Anthropic Messages (Claude Code) ----------
 
 
-def messages_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def messages_to_chat(body: dict[str, Any]) -> tuple[list[ChatMessage], list[ToolSpec]]:
     """(chat messages, chat tools) of a Messages request. `role: "system"` entries inside `messages` are kept as
     system messages; the per-run billing line Claude Code puts first in `system` is dropped (it varies per run)."""
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     system = _system_text(body.get("system"))
     if system:
         out.append({"role": "system", "content": system})
@@ -330,7 +340,7 @@ def messages_to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
             out.append(_assistant_message(content or []))
         else:
             _add_user_blocks(out, content or [])
-    tools = [
+    tools: list[ToolSpec] = [
         {
             "type": "function",
             "function": {
@@ -356,29 +366,30 @@ def _system_text(system: Any) -> str:
     return str(system) if system else ""
 
 
-def _assistant_message(content: list[dict[str, Any]]) -> dict[str, Any]:
+def _assistant_message(content: list[dict[str, Any]]) -> ChatMessage:
     """An assistant turn's blocks as one chat message: its text blocks joined, its tool_use blocks as calls."""
     text = "\n".join(str(b.get("text") or "") for b in content if b.get("type") == "text")
-    calls = [
+    # ids and names go on as the client sent them (strings, by the Messages API)
+    calls: list[ToolCall] = [
         {
-            "id": b.get("id"),
+            "id": cast(str, b.get("id")),
             "type": "function",
-            "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})},
+            "function": {"name": cast(str, b.get("name")), "arguments": json.dumps(b.get("input") or {})},
         }
         for b in content
         if b.get("type") == "tool_use"
     ]
-    msg: dict[str, Any] = {"role": "assistant", "content": text or None, "_closed": True}
+    msg: ChatMessage = {"role": "assistant", "content": text or None, "_closed": True}
     if calls:
         msg["tool_calls"] = calls
     return msg
 
 
-def _add_user_blocks(out: list[dict[str, Any]], content: list[dict[str, Any]]) -> None:
+def _add_user_blocks(out: list[ChatMessage], content: list[dict[str, Any]]) -> None:
     """A user turn's blocks onto `out`: each tool_result as a tool message (marked when it is an error), the
     images they returned in one user message after them, then the other blocks as one user message."""
     rest = []
-    images: list[dict[str, Any]] = []
+    images: list[ContentPart] = []
     for b in content:
         if b.get("type") == "tool_result":
             shown = _images_of(b.get("content"))
@@ -386,7 +397,7 @@ def _add_user_blocks(out: list[dict[str, Any]], content: list[dict[str, Any]]) -
             out.append(
                 {
                     "role": "tool",
-                    "tool_call_id": b.get("tool_use_id"),
+                    "tool_call_id": cast(str, b.get("tool_use_id")),
                     "content": ("[error] " if b.get("is_error") else "") + text,
                 }
             )
@@ -398,7 +409,7 @@ def _add_user_blocks(out: list[dict[str, Any]], content: list[dict[str, Any]]) -
         out.append({"role": "user", "content": _parts(rest), "_closed": True})
 
 
-def _tool_input(arguments: str) -> dict[str, Any]:
+def _tool_input(arguments: str) -> JSONObject:
     try:
         val = json.loads(arguments or "{}")
     except ValueError:
@@ -406,8 +417,8 @@ def _tool_input(arguments: str) -> dict[str, Any]:
     return val if isinstance(val, dict) else {"value": val}
 
 
-def message_object(reply: AgentReply, mid: str, model: str) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
+def message_object(reply: AgentReply, mid: str, model: str) -> MessageObject:
+    content: list[MessageBlock] = []
     if reply.content:
         content.append({"type": "text", "text": reply.content})
     for c in reply.tool_calls:
@@ -423,6 +434,36 @@ def message_object(reply: AgentReply, mid: str, model: str) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": reply.completion_tokens},
     }
+
+
+class MessageBlock(TypedDict, total=False):
+    """A content block of a Messages reply: {type: text, text} or {type: tool_use, id, name, input}."""
+
+    type: str
+    text: str
+    id: str
+    name: str
+    input: JSONObject
+
+
+class MessageObject(TypedDict):
+    """A whole Messages API reply, as a non-streaming call gets it."""
+
+    id: str
+    type: str
+    role: str
+    model: str
+    content: list[MessageBlock]
+    stop_reason: Optional[str]
+    stop_sequence: Optional[str]
+    usage: dict[str, int]
+
+
+class TranslatedRequest(TypedDict):
+    """One agent call as the gateway was asked it (chat messages and tools)."""
+
+    messages: list[ChatMessage]
+    tools: list[ToolSpec]
 
 
 def messages_events(reply: AgentReply, mid: str, model: str) -> list[bytes]:
@@ -523,7 +564,7 @@ class AgentAPIServer:
         self.stage = stage
         self.calls: list[CallRecord] = []
         self.errors: list[LLMError] = []  # what the gateway raised (the episode becomes an infra error)
-        self.requests: list[dict[str, Any]] = []  # the translated chat requests, for tests and the trace
+        self.requests: list[TranslatedRequest] = []  # the translated chat requests, for tests and the trace
         self._runner: Optional[web.AppRunner] = None
         self.first_call_at: Optional[float] = None  # monotonic time of the agent's first model call
 
@@ -557,7 +598,7 @@ class AgentAPIServer:
         messages, _ = messages_to_chat(body)
         return web.json_response({"input_tokens": max(1, len(json.dumps(messages)) // 4)})
 
-    async def _call(self, protocol: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentReply:
+    async def _call(self, protocol: str, messages: list[ChatMessage], tools: list[ToolSpec]) -> AgentReply:
         if self.first_call_at is None:
             self.first_call_at = time.monotonic()
         n = len(self.calls)

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.agent_api import AgentReply, AgentRequest
 from skillopt_ray.llm.cache import request_key
+from skillopt_ray.llm.endpoint import Endpoint
 from skillopt_ray.llm.types import CacheMiss
+from skillopt_ray.llm.wire import AgentOptions, AgentSettings, CachePayload, ChatMessage, FlatToolCall, ToolCall
 
 
-def flat_call(c: dict[str, Any]) -> JSONObject:
-    """A tool call as {id, name, arguments}, from either that shape or the chat API's {id, function: {...}}."""
+def flat_call(c: ToolCall) -> FlatToolCall:
+    """A tool call as {id, name, arguments}, from the chat API's {id, function: {...}}; one already flat as it is."""
     if "function" not in c:
-        return c
-    fn = c.get("function") or {}
+        return cast(FlatToolCall, c)
+    fn: dict[str, object] = dict(c.get("function") or {})
     args = fn.get("arguments")
     return {"id": str(c.get("id") or ""), "name": str(fn.get("name") or ""),
             "arguments": args if isinstance(args, str) else json.dumps(args or {})}  # fmt: skip
@@ -29,7 +30,7 @@ def flat_call(c: dict[str, Any]) -> JSONObject:
 _VOLATILE = (re.compile(r"Chunk ID: \S+"), re.compile(r"Wall time: [0-9.]+ seconds"))
 
 
-def stable_messages(messages: list[dict[str, Any]]) -> list[JSONObject]:
+def stable_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
     out = []
     for m in messages:
         c = m.get("content")
@@ -41,7 +42,7 @@ def stable_messages(messages: list[dict[str, Any]]) -> list[JSONObject]:
     return out
 
 
-def cache_payload(ep: Any, req: AgentRequest) -> dict[str, Any]:
+def cache_payload(ep: Endpoint, req: AgentRequest) -> CachePayload:
     kw = ep.request_kwargs(req)
     return {
         "agent": True,
@@ -62,7 +63,7 @@ async def agent_chat(gw: Any, req: AgentRequest) -> AgentReply:
     ep = gw.endpoints[req.role]
     key = request_key(cache_payload(ep, req)) if gw.cache is not None else ""
     if gw.cache is not None:
-        hit = gw.cache.get(key)
+        hit = gw.cache.get_agent(key)
         if hit is not None:
             gw.ledger.record_hit(req.role, req.stage)
             return AgentReply(
@@ -100,7 +101,7 @@ async def agent_chat(gw: Any, req: AgentRequest) -> AgentReply:
     return reply
 
 
-def agent_settings(role_cfg: Any) -> dict[str, Any]:
+def agent_settings(role_cfg: Any) -> AgentSettings:
     """What a benchmark needs to run a role's episodes in an agent harness (no secrets: key names only)."""
     from dataclasses import asdict
 
@@ -108,5 +109,5 @@ def agent_settings(role_cfg: Any) -> dict[str, Any]:
     return {
         "harness": getattr(role_cfg, "harness", "chat"),
         "model": role_cfg.model,
-        "agent": asdict(agent) if agent is not None else {},
+        "agent": cast(AgentOptions, asdict(agent)) if agent is not None else {},
     }

@@ -15,12 +15,14 @@ import os
 import random
 import time
 from collections import Counter
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any, Optional, TypedDict
 
 from skillopt_ray.config import LLMRoleConfig
 from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.client import Completion, RetryPolicy
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable
+from skillopt_ray.llm.wire import AnthropicTurn, ChatBody, ChatMessage, ToolCall, ToolSpec
 
 # the efforts Claude takes (the Messages API's output_config.effort, as the reference's Claude backend passes
 # them to the CLI); any other value (none, minimal) sends no effort, leaving the model's default
@@ -38,7 +40,7 @@ STOP = {
 def _blocks(content: Any) -> list[JSONObject]:
     if isinstance(content, str) or content is None:
         return [{"type": "text", "text": content or ""}]
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for p in content:
         if p.get("type") == "text":
             out.append({"type": "text", "text": p.get("text") or ""})
@@ -52,12 +54,12 @@ def _blocks(content: Any) -> list[JSONObject]:
     return out
 
 
-def to_messages(messages: list[dict[str, Any]]) -> tuple[str, list[JSONObject]]:
+def to_messages(messages: list[ChatMessage]) -> tuple[str, list[AnthropicTurn]]:
     """(system text, Messages turns) of chat messages; consecutive turns of one role are merged, as the API wants."""
     system: list[str] = []
-    turns: list[dict[str, Any]] = []
+    turns: list[AnthropicTurn] = []
 
-    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+    def add(role: str, blocks: list[JSONObject]) -> None:
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
         else:
@@ -87,18 +89,19 @@ def to_messages(messages: list[dict[str, Any]]) -> tuple[str, list[JSONObject]]:
     return "\n\n".join(system), turns
 
 
-def to_tools(tools: Optional[list[dict[str, Any]]]) -> list[JSONObject]:
-    out = []
+def to_tools(tools: Optional[list[ToolSpec]]) -> list[JSONObject]:
+    out: list[JSONObject] = []
     for t in tools or []:
-        fn = t.get("function") or t
+        fn: Mapping[str, Any] = t.get("function") or t
         out.append({"name": fn["name"], "description": fn.get("description", ""),
                     "input_schema": fn.get("parameters") or {"type": "object", "properties": {}}})  # fmt: skip
     return out
 
 
-def from_message(data: dict[str, Any]) -> tuple[Completion, list[JSONObject]]:
+def from_message(data: dict[str, Any]) -> tuple[Completion, list[ToolCall]]:
     """A Messages reply as (completion, tool calls in the chat shape)."""
-    text, calls = [], []
+    text: list[str] = []
+    calls: list[ToolCall] = []
     for b in data.get("content") or []:
         if b.get("type") == "text":
             text.append(b.get("text") or "")
@@ -110,6 +113,19 @@ def from_message(data: dict[str, Any]) -> tuple[Completion, list[JSONObject]]:
     comp = Completion("".join(text), STOP.get(stop, stop), int(usage.get("input_tokens") or 0),
                       int(usage.get("output_tokens") or 0), calls)  # fmt: skip
     return comp, calls
+
+
+class AnthropicBody(TypedDict, total=False):
+    """A Messages API request as `messages.create` takes it."""
+
+    model: str
+    messages: list[AnthropicTurn]
+    max_tokens: int
+    system: str
+    temperature: float
+    tools: list[JSONObject]
+    tool_choice: dict[str, str]
+    output_config: dict[str, str]
 
 
 class AnthropicEndpoint:
@@ -137,13 +153,13 @@ class AnthropicEndpoint:
     def completion_budget(self, req: ChatRequest) -> int:
         return self.cfg.reply_budget(req.max_tokens)
 
-    def request_kwargs(self, req: ChatRequest, budget: Optional[int] = None) -> dict[str, Any]:
+    def request_kwargs(self, req: ChatRequest, budget: Optional[int] = None) -> ChatBody:
         """The Messages request; also the gateway's cache payload, so it carries the chat messages as sent."""
         system, turns = to_messages(req.messages)
         n = budget or self.completion_budget(req)
         if self.cfg.max_reply_tokens:
             n = min(n, self.cfg.max_reply_tokens)
-        kw: dict[str, Any] = {"model": self.cfg.model, "messages": req.messages, "max_tokens": n, "_turns": turns}
+        kw: ChatBody = {"model": self.cfg.model, "messages": req.messages, "max_tokens": n, "_turns": turns}
         if system:
             kw["_system"] = system
         temperature = self.cfg.temperature if req.temperature is None else req.temperature
@@ -160,8 +176,8 @@ class AnthropicEndpoint:
             kw["reasoning_effort"] = effort
         return kw
 
-    def _body(self, kw: dict[str, Any]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": kw["model"], "messages": kw["_turns"], "max_tokens": kw["max_tokens"]}
+    def _body(self, kw: ChatBody) -> AnthropicBody:
+        body: AnthropicBody = {"model": kw["model"], "messages": kw["_turns"], "max_tokens": kw["max_tokens"]}
         if kw.get("_system"):
             body["system"] = kw["_system"]
         if "temperature" in kw:
@@ -177,7 +193,7 @@ class AnthropicEndpoint:
 
     async def send(self, req: ChatRequest, budget: Optional[int] = None) -> Completion:
         a = self._anthropic
-        body = self._body(self.request_kwargs(req, budget))
+        body: Any = self._body(self.request_kwargs(req, budget))  # the SDK's parameter types are narrower than JSON
         start, attempt = time.monotonic(), 0
         while True:
             try:

@@ -7,10 +7,12 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
+
+from skillopt_ray.llm.wire import CachedAgentReply, CachedReply, CachePayload
 
 
-def request_key(payload: dict[str, Any]) -> str:
+def request_key(payload: CachePayload) -> str:
     """Hash of everything that determines a response: endpoint model, messages, sampling, sample key."""
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -29,12 +31,20 @@ class ResponseCache:
         )
         self._db.commit()
 
-    def get(self, key: str) -> Optional[dict[str, Any]]:
+    def _read(self, key: str) -> Any:
         with self._lock:
             row = self._db.execute("SELECT response FROM responses WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def put(self, key: str, stage: str, response: dict[str, Any]) -> None:
+    def get(self, key: str) -> Optional[CachedReply]:
+        """A chat call's recorded reply, or None."""
+        return self._read(key)
+
+    def get_agent(self, key: str) -> Optional[CachedAgentReply]:
+        """An agent call's recorded reply (its tool calls flat), or None."""
+        return self._read(key)
+
+    def put(self, key: str, stage: str, response: Union[CachedReply, CachedAgentReply]) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO responses (key, stage, response) VALUES (?, ?, ?)",

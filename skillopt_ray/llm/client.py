@@ -18,12 +18,13 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.context import context_advice, context_overflow
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
+from skillopt_ray.llm.wire import ChatBody, ChatMessage, ContentPart, ToolCall
 
 
 class _OpenAIOnFirstUse:
@@ -77,13 +78,21 @@ def _http_client(role_cfg: LLMRoleConfig, timeout: Any) -> Any:
     return openai.DefaultAioHttpClient(timeout=timeout, limits=limits)
 
 
+class _ClientOptions(TypedDict):
+    """The SDK client's options every provider gets."""
+
+    max_retries: int
+    timeout: Any  # the SDK's own Timeout
+    http_client: Any  # the SDK's own HTTP client
+
+
 def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
     """Build the SDK client; keys come from the env var the config names."""
     key = None
     if role_cfg.api_key_env:
         key = os.environ.get(role_cfg.api_key_env)
     timeout = openai.Timeout(role_cfg.timeout_s, connect=min(role_cfg.connect_timeout_s, role_cfg.timeout_s))
-    common: dict[str, Any] = dict(max_retries=0, timeout=timeout, http_client=_http_client(role_cfg, timeout))
+    common: _ClientOptions = {"max_retries": 0, "timeout": timeout, "http_client": _http_client(role_cfg, timeout)}
     if role_cfg.provider == "azure":
         if not role_cfg.azure_endpoint:
             raise LLMConfigError(
@@ -154,13 +163,17 @@ _FAULT_FIX = {
 _IMAGE_REFUSAL = re.compile(r"image|vision|multimodal|mmproj|content part|image_url", re.IGNORECASE)
 
 
-def _has_image(messages: Optional[list[dict[str, Any]]]) -> bool:
+def _parts_of(m: ChatMessage) -> list[ContentPart]:
+    content = m.get("content")
+    return content if isinstance(content, list) else []
+
+
+def _has_image(messages: Optional[list[ChatMessage]]) -> bool:
     """Whether a request carries an image content part (a refusal of it gets its own one-line error)."""
     return any(
         isinstance(p, dict) and p.get("type") in ("image_url", "input_image")
         for m in messages or []
-        if isinstance(m.get("content"), list)
-        for p in m["content"]
+        for p in _parts_of(m)
     )
 
 
@@ -171,7 +184,7 @@ def _error_object(exc: Any) -> JSONObject:
     return err if isinstance(err, dict) else {}
 
 
-def _refuses_image(exc: Any, messages: Optional[list[dict[str, Any]]]) -> bool:
+def _refuses_image(exc: Any, messages: Optional[list[ChatMessage]]) -> bool:
     """An HTTP error to a request with an image, whose message says the image is the problem."""
     if getattr(exc, "status_code", 0) not in (400, 415, 422, 500) or not _has_image(messages):
         return False
@@ -201,7 +214,7 @@ class Completion:
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
     # parts of the counts above the endpoint reported: reasoning tokens (billed as output) and prompt tokens
     # served from the provider's prompt cache (billed at llm.prices.<model>.cached_input_per_mtok when set)
     reasoning_tokens: int = 0
@@ -303,9 +316,9 @@ def parse_completion(body: str, content_type: str) -> Completion:
     )
 
 
-def _tool_calls(raw: Any) -> list[JSONObject]:
+def _tool_calls(raw: Any) -> list[ToolCall]:
     """A message's function tool calls as plain dicts {id, type, function: {name, arguments}} (arguments a string)."""
-    out: list[dict[str, Any]] = []
+    out: list[ToolCall] = []
     for i, call in enumerate(raw if isinstance(raw, list) else []):
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict):
@@ -381,7 +394,7 @@ class RetryPolicy:
         return RetryPolicy(cfg.max_retries, cfg.retry_base_s, cfg.retry_max_s, cfg.retry_window_s)
 
 
-def thinking_fields(cfg: LLMRoleConfig) -> dict[str, Any]:
+def thinking_fields(cfg: LLMRoleConfig) -> JSONObject:
     """The body fields of a server's own reasoning switch (llm.<role>.thinking, sent as thinking_wire says): vLLM's
     chat-template switch for Qwen, omitted at server_default; MiniMax's `thinking` object, which its M2 models
     always have adaptive (they cannot turn it off) and the others disabled unless asked."""
@@ -393,7 +406,21 @@ def thinking_fields(cfg: LLMRoleConfig) -> dict[str, Any]:
     return {}
 
 
-def wire_request(kw: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+class WireOptions(TypedDict, total=False):
+    security: dict[str, bool]
+    headers: dict[str, str]
+    extra_json: JSONObject
+
+
+class WireRequest(TypedDict):
+    """The keywords of the SDK client's `post`."""
+
+    cast_to: type
+    body: ChatBody
+    options: WireOptions
+
+
+def wire_request(kw: ChatBody, headers: dict[str, str]) -> WireRequest:
     """The keywords of the SDK client's own `post` for a chat completion whose body is `kw` (request_kwargs).
 
     `chat.completions.create` walks every message against the SDK's typed parameters before it sends them, which
@@ -401,8 +428,9 @@ def wire_request(kw: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
     so the client's documented `post` sends it as it is, with the same auth, headers, timeout and status errors,
     and hands back the HTTP response unparsed. The server gets the same JSON, path and headers
     (tests/test_throughput_wire.py)."""
-    body = {k: v for k, v in kw.items() if k != "extra_body"}
-    options: dict[str, Any] = {"security": {"bearer_auth": True}}
+    body = kw.copy()
+    body.pop("extra_body", None)
+    options: WireOptions = {"security": {"bearer_auth": True}}
     if headers:
         options["headers"] = headers
     if "extra_body" in kw:
@@ -438,9 +466,9 @@ class RoleEndpoint:
     def completion_budget(self, req: ChatRequest) -> int:
         return self.cfg.reply_budget(req.max_tokens)
 
-    def request_kwargs(self, req: ChatRequest, budget: Optional[int] = None) -> dict[str, Any]:
+    def request_kwargs(self, req: ChatRequest, budget: Optional[int] = None) -> ChatBody:
         """The request body. temperature only when set; max_completion_tokens instead of max_tokens when configured."""
-        kw: dict[str, Any] = dict(model=self.cfg.model, messages=req.messages)
+        kw: ChatBody = {"model": self.cfg.model, "messages": req.messages}
         temperature = self.cfg.temperature if req.temperature is None else req.temperature
         if temperature is not None:
             kw["temperature"] = temperature
@@ -463,14 +491,14 @@ class RoleEndpoint:
             kw["extra_body"] = extra
         return kw
 
-    async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
+    async def _post(self, kw: ChatBody, headers: dict[str, str]) -> Completion:
         # stream=True: the SDK hands back the answer once its status line is in, so a body cut off after a 200 is
         # known for what it is (a billed reply) rather than as a connection error of unknown status
         http = await self.client.post("/chat/completions", **wire_request(kw, headers), stream=True)
         self._last_answer = time.monotonic()
         return parse_completion(await read_body(http), http.headers.get("content-type", ""))
 
-    def probe_request(self) -> tuple[str, dict[str, Any]]:
+    def probe_request(self) -> tuple[str, JSONObject]:
         """The liveness probe: a call to the route the run's calls use, with `messages` that are not a list, which an
         OpenAI-compatible server refuses before any generation (nothing billed, no queue behind busy slots)."""
         return "/chat/completions", {"model": self.cfg.model, "messages": "liveness probe", "max_tokens": 1}
@@ -497,7 +525,7 @@ class RoleEndpoint:
             self._probe = asyncio.ensure_future(self._probe_once())
         return await asyncio.shield(self._probe)
 
-    async def _attempt(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
+    async def _attempt(self, kw: ChatBody, headers: dict[str, str]) -> Completion:
         task = asyncio.ensure_future(self._post(kw, headers))
         quiet = self.cfg.silence_probe_s
         if quiet and quiet < self.cfg.timeout_s:
@@ -573,7 +601,7 @@ class RoleEndpoint:
             )
         return fix
 
-    def _rejected(self, exc: openai.APIStatusError, kw_messages: Optional[list[dict[str, Any]]] = None) -> Exception:
+    def _rejected(self, exc: openai.APIStatusError, kw_messages: Optional[list[ChatMessage]] = None) -> Exception:
         code = exc.status_code
         err = _error_object(exc)
         server_msg = _snippet(str(err.get("message") or ""), 200)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from skillopt_ray.jsontypes import JSONObject
+
 _CODES = ("context_length_exceeded", "exceed_context_size", "string_above_max_length")
 _WORDING = re.compile(
     r"context (length|size|window)|maximum model length|max_model_len|prompt is too long|input is too long"
@@ -24,7 +26,7 @@ EMBEDDED_SLOT = (
 )
 
 
-def context_overflow(status: int, err: dict[str, Any], message: str) -> bool:
+def context_overflow(status: int, err: JSONObject, message: str) -> bool:
     """Whether an HTTP error says the prompt (with its reply budget) does not fit the model's context."""
     if status not in (400, 413, 422):
         return False

@@ -16,9 +16,11 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from skillopt_ray.config import LLMConfig, from_container
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.cache import ResponseCache, request_key
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, describe
+from skillopt_ray.llm.endpoint import Endpoint
 from skillopt_ray.llm.jsonout import JsonExtractionError, parse_and_validate
 from skillopt_ray.llm.ledger import Ledger, journal_path
 from skillopt_ray.llm.ratelimit import EndpointLimiter
@@ -36,10 +38,11 @@ from skillopt_ray.llm.types import (
     ReplyFiltered,
     ReplyTruncated,
 )
+from skillopt_ray.llm.wire import AgentSettings, CachedReply, CachePayload, ResponseFormat
 from skillopt_ray.utils.io import atomic_write_json, read_json
 
 
-def response_format(mode: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
+def response_format(mode: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]:
     """The `response_format` a role's structured-output mode asks for (None: free text)."""
     if mode == "json_schema":
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
@@ -63,11 +66,11 @@ def bounded_schema(schema: Any, max_items: Optional[int], max_chars: Optional[in
     return out
 
 
-def role_endpoints(cfg: LLMConfig) -> dict[str, Any]:
+def role_endpoints(cfg: LLMConfig) -> dict[str, Endpoint]:
     """One SDK client per role (a role without its own base_url takes llm.base_url): a RoleEndpoint, or an
     AnthropicEndpoint with the same interface for provider=anthropic."""
     retry = RetryPolicy.from_config(cfg)
-    out: dict[str, Any] = {}
+    out: dict[str, Endpoint] = {}
     for i, role in enumerate(("target", "optimizer")):
         rc = getattr(cfg, role)
         if cfg.base_url and not rc.base_url:
@@ -113,10 +116,10 @@ class Gateway:
             cfg.prices, cfg.budget, prior, journal=journal_path(ledger_path)
         )  # kill-safe: every paid call journaled
 
-    def _cache_payload(self, req: ChatRequest) -> dict[str, Any]:
+    def _cache_payload(self, req: ChatRequest) -> CachePayload:
         ep = self.endpoints[req.role]
         kw = ep.request_kwargs(req)
-        payload = {
+        payload: CachePayload = {
             "provider": ep.cfg.provider,
             "model": kw["model"],
             "messages": kw["messages"],
@@ -212,7 +215,7 @@ class Gateway:
     def _remember(self, key: str, stage: str, result: ChatResult) -> None:
         """Record a usable reply; optional fields only when present, so entries keep one shape across APIs."""
         assert self.cache is not None
-        entry: dict[str, Any] = {
+        entry: CachedReply = {
             "content": result.content,
             "prompt_tokens": result.prompt_tokens,
             "completion_tokens": result.completion_tokens,
@@ -319,20 +322,20 @@ class Gateway:
 
         return await agent_chat(self, req)
 
-    def agent_settings(self, role: str = "target") -> dict[str, Any]:
+    def agent_settings(self, role: str = "target") -> AgentSettings:
         """The role's harness (chat | codex | claude_code), model and agent settings, for the benchmarks."""
         from skillopt_ray.llm.agent_calls import agent_settings
 
         self._check_role(role)
         return agent_settings(self.endpoints[role].cfg)
 
-    def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
+    def response_format_for(self, role: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]:
         rc = self.endpoints[role].cfg if role in self.endpoints else None
         if rc is not None and (rc.schema_max_items or rc.schema_max_chars):
             schema = bounded_schema(schema, rc.schema_max_items, rc.schema_max_chars)
         return response_format(self.structured_output_mode(role), schema, name)
 
-    async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
+    async def chat_json(self, req: ChatRequest, schema: Optional[JSONObject], name: str = "reply") -> JsonResult:
         """Chat expecting JSON; one re-ask carrying the validation error, then MalformedOutput."""
         fmt = self.response_format_for(req.role, schema, name) if schema is not None else None
         first = ChatRequest(req.role, req.stage, req.messages, req.key, fmt, req.max_tokens, req.temperature)
@@ -483,7 +486,7 @@ class GatewayActor:
     def cancel_calls(self, box: str, seqs: list[int]) -> None:
         self.boxes.cancel(box, seqs)
 
-    async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
+    async def chat_json(self, req: ChatRequest, schema: Optional[JSONObject], name: str = "reply") -> JsonResult:
         try:
             return await self.gw.chat_json(req, schema, name)
         except Exception as e:  # noqa: BLE001 - see _one_line
@@ -498,7 +501,7 @@ class GatewayActor:
         except Exception as e:  # noqa: BLE001 - see _one_line
             raise _one_line(e, req) from None
 
-    def agent_settings(self, role: str = "target") -> dict[str, Any]:
+    def agent_settings(self, role: str = "target") -> AgentSettings:
         return self.gw.agent_settings(role)
 
     def save_ledger(self) -> dict[str, Any]:
@@ -567,13 +570,13 @@ class LLMHandle:
         """A copy sent to another process starts its own batcher (and mailbox): two must never share one."""
         return {**self.__dict__, "_batcher": None}
 
-    async def chat_json(self, req: ChatRequest, schema: Optional[dict[str, Any]], name: str = "reply") -> JsonResult:
+    async def chat_json(self, req: ChatRequest, schema: Optional[JSONObject], name: str = "reply") -> JsonResult:
         if self._remote:
             with _unwrapped():
                 return await self._t.chat_json.remote(req, schema, name)
         return await self._t.chat_json(req, schema, name)
 
-    async def response_format_for(self, role: str, schema: dict[str, Any], name: str) -> Optional[dict[str, Any]]:
+    async def response_format_for(self, role: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]:
         """Built here from the role's mode, so an episode turn costs one call to the gateway, not two."""
         if role not in self._modes:
             self._modes[role] = (
@@ -589,7 +592,7 @@ class LLMHandle:
                 return await self._t.agent_chat.remote(req)
         return await self._t.agent_chat(req)
 
-    async def agent_settings(self, role: str = "target") -> dict[str, Any]:
+    async def agent_settings(self, role: str = "target") -> AgentSettings:
         if self._remote:
             return await self._t.agent_settings.remote(role)
         return self._t.agent_settings(role)

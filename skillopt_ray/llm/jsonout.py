@@ -8,6 +8,8 @@ from typing import Any
 
 import jsonschema
 
+from skillopt_ray.jsontypes import JSONObject
+
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 
@@ -36,7 +38,7 @@ def extract_json(text: str) -> Any:
     raise JsonExtractionError("no JSON object found in the reply")
 
 
-def parse_and_validate(text: str, schema: dict[str, Any] | None) -> Any:
+def parse_and_validate(text: str, schema: JSONObject | None) -> Any:
     obj = extract_json(text)
     if schema is not None:
         try:

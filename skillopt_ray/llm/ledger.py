@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_ray.config import BudgetConfig, PriceConfig
 from skillopt_ray.jsontypes import JSONObject
@@ -49,6 +49,28 @@ class LedgerEntry:
 
 
 _FIELDS = {f.name for f in fields(LedgerEntry)}
+
+
+class JournalLine(TypedDict, total=False):
+    """One journal line. An entry's new totals: `k` (role/stage) and `v` (its LedgerEntry fields), with `d` naming
+    the call they settle; a call about to be sent: `p` (its id), `k`, `m` (model), `pe`/`ce` (estimated prompt and
+    completion tokens); a call cancelled: `d` alone. `t`: wall-clock time of the write."""
+
+    k: str
+    v: JSONObject
+    p: str
+    m: str
+    pe: int
+    ce: int
+    d: str
+    t: float
+
+
+class LedgerState(TypedDict, total=False):
+    """`ledger.json`: every role/stage entry's fields, and their totals."""
+
+    entries: dict[str, JSONObject]
+    totals: dict[str, float]
 
 
 def journal_path(ledger_path: Optional[str]) -> Optional[str]:
@@ -123,7 +145,7 @@ class Ledger:
         self,
         prices: dict[str, PriceConfig],
         budget: BudgetConfig,
-        state: dict[str, Any] | None = None,
+        state: LedgerState | None = None,
         journal: Optional[str] = None,
     ):
         self.prices = prices
@@ -158,7 +180,7 @@ class Ledger:
     def _line(self, key: str) -> str:
         return json.dumps({"k": key, "v": _values(self.entries[key])}, separators=(",", ":")) + "\n"
 
-    def _write(self, rec: dict[str, Any]) -> None:
+    def _write(self, rec: JournalLine) -> None:
         """One journal line in one write(), so a kill leaves whole lines or a cut last one."""
         if self._journal_fd is not None:
             rec["t"] = round(time.time(), 3)
@@ -169,7 +191,7 @@ class Ledger:
         if self._journal_fd is None:
             return
         key = f"{role}/{stage}"
-        rec: dict[str, Any] = {"k": key, "v": _values(self.entries[key])}
+        rec: JournalLine = {"k": key, "v": _values(self.entries[key])}
         if call is not None and call in self._open_calls:
             self._open_calls.discard(call)
             rec["d"] = call

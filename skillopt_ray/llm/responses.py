@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, read_body, snippet
+from skillopt_ray.llm.wire import ChatBody, ChatMessage, ResponseFormat, ToolCall, ToolSpec
 
 # --- request: chat-shaped keyword arguments -> a Responses body --------------------------------------------------
 
@@ -40,10 +42,10 @@ def _message_item(role: str, content: Any) -> Optional[JSONObject]:
     return {"role": role, "content": text}
 
 
-def to_input(messages: list[dict[str, Any]]) -> list[JSONObject]:
+def to_input(messages: list[ChatMessage]) -> list[JSONObject]:
     """Chat messages as Responses input items: messages keep their role; an assistant's tool calls become
     function_call items and tool results function_call_output items, paired by the call id."""
-    items: list[dict[str, Any]] = []
+    items: list[JSONObject] = []
     for m in messages:
         role = str(m.get("role") or "user")
         if role == "tool":
@@ -60,7 +62,7 @@ def to_input(messages: list[dict[str, Any]]) -> list[JSONObject]:
         if item is not None:
             items.append(item)
         for call in m.get("tool_calls") or [] if role == "assistant" else []:
-            fn = call.get("function") or {}
+            fn: dict[str, object] = dict(call.get("function") or {})
             args = fn.get("arguments")
             items.append(
                 {
@@ -73,13 +75,14 @@ def to_input(messages: list[dict[str, Any]]) -> list[JSONObject]:
     return items
 
 
-def to_tools(tools: list[dict[str, Any]]) -> list[JSONObject]:
+def to_tools(tools: list[ToolSpec]) -> list[JSONObject]:
     """Chat function tools as Responses function tools. `strict` is sent false: the Responses API defaults it to
     true, which would refuse the optional parameters the benchmarks' tool schemas have (chat's default is false)."""
     out = []
     for t in tools:
-        fn: dict[str, Any] = t["function"] if isinstance(t.get("function"), dict) else t
-        tool: dict[str, Any] = {"type": "function", "name": fn.get("name"), "strict": bool(fn.get("strict", False))}
+        # a tool may come flat, in the Responses shape ({type, name, parameters}), when it has no `function`
+        fn: Mapping[str, Any] = t["function"] if isinstance(t.get("function"), dict) else t
+        tool: JSONObject = {"type": "function", "name": fn.get("name"), "strict": bool(fn.get("strict", False))}
         tool["parameters"] = fn.get("parameters") or {"type": "object", "properties": {}}
         if fn.get("description"):
             tool["description"] = fn["description"]
@@ -94,24 +97,28 @@ def to_tool_choice(choice: Any) -> Any:
     return choice or "auto"
 
 
-def to_text_format(response_format: Optional[dict[str, Any]]) -> Optional[JSONObject]:
+def to_text_format(response_format: Optional[ResponseFormat]) -> Optional[JSONObject]:
     """Chat's response_format as the Responses `text.format` (None: free text)."""
     if not response_format:
         return None
     if response_format.get("type") == "json_schema":
         spec = response_format.get("json_schema") or {}
-        fmt = {"type": "json_schema", "name": spec.get("name") or "reply", "schema": spec.get("schema") or {}}
+        fmt: JSONObject = {
+            "type": "json_schema",
+            "name": spec.get("name") or "reply",
+            "schema": spec.get("schema") or {},
+        }
         if "strict" in spec:
             fmt["strict"] = spec["strict"]
         return fmt
     return {"type": str(response_format.get("type") or "text")}
 
 
-def request_body(kw: dict[str, Any], reasoning_summary: Optional[str] = None) -> JSONObject:
+def request_body(kw: ChatBody, reasoning_summary: Optional[str] = None) -> JSONObject:
     """The Responses request for the chat-shaped keyword arguments RoleEndpoint.request_kwargs builds: the budget
     goes as max_output_tokens, the effort (and summary) under `reasoning`, the JSON format under `text.format`.
     Nothing is stored server-side: every request carries its whole conversation, as a chat request does."""
-    body: dict[str, Any] = {"model": kw["model"], "input": to_input(kw["messages"]), "store": False}
+    body: JSONObject = {"model": kw["model"], "input": to_input(kw["messages"]), "store": False}
     body["max_output_tokens"] = kw.get("max_completion_tokens", kw.get("max_tokens"))
     if kw.get("temperature") is not None:
         body["temperature"] = kw["temperature"]
@@ -130,7 +137,7 @@ def request_body(kw: dict[str, Any], reasoning_summary: Optional[str] = None) ->
 # --- reply: a Responses body -> Completion -----------------------------------------------------------------------
 
 
-def _finish_reason(data: dict[str, Any], calls: list[dict[str, Any]]) -> str:
+def _finish_reason(data: dict[str, Any], calls: list[ToolCall]) -> str:
     """Chat's finish_reason for a response's status: a reply cut by the budget is `length`, as in chat."""
     if data.get("status") == "incomplete":
         details = data.get("incomplete_details")
@@ -139,10 +146,10 @@ def _finish_reason(data: dict[str, Any], calls: list[dict[str, Any]]) -> str:
     return "tool_calls" if calls else "stop"
 
 
-def _read_output(output: Any) -> tuple[str, list[JSONObject], str]:
+def _read_output(output: Any) -> tuple[str, list[ToolCall], str]:
     """(text, tool calls in the chat shape, reasoning summary) of a response's output items."""
     text: list[str] = []
-    calls: list[dict[str, Any]] = []
+    calls: list[ToolCall] = []
     summary: list[str] = []
     for item in output if isinstance(output, list) else []:
         kind = item.get("type") if isinstance(item, dict) else None
@@ -202,11 +209,11 @@ class ResponsesEndpoint(RoleEndpoint):
 
     api = "responses"
 
-    def probe_request(self) -> tuple[str, dict[str, Any]]:
+    def probe_request(self) -> tuple[str, JSONObject]:
         """The liveness probe on this route: an `input` that is neither text nor a list, refused before any work."""
         return "/responses", {"model": self.cfg.model, "input": 0, "max_output_tokens": 16}
 
-    async def _post(self, kw: dict[str, Any], headers: dict[str, str]) -> Completion:
+    async def _post(self, kw: ChatBody, headers: dict[str, str]) -> Completion:
         body = request_body(kw, self.cfg.reasoning_summary)
         # the streaming response: its body is read here, so a 200 cut off half-way is counted as a billed reply
         async with self.client.responses.with_streaming_response.create(**body, extra_headers=headers or None) as raw:

@@ -14,6 +14,9 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from skillopt_ray.jsontypes import JSONObject, JSONValue
+from skillopt_ray.llm.wire import FlatToolCall, ToolSpec
+
 _FENCED = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 _TAGGED = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -41,7 +44,7 @@ class Recovered:
     content: str  # the text left once the calls are taken out
 
 
-def recover_calls(content: str, tools: list[dict[str, Any]]) -> Optional[Recovered]:
+def recover_calls(content: str, tools: list[ToolSpec]) -> Optional[Recovered]:
     """The calls written in `content` to tools the request offered, or None when there is no valid one."""
     if not content or not tools:
         return None
@@ -66,12 +69,13 @@ def _bare(content: str) -> list[tuple[str, str]]:
     return [(text, text)] if text.startswith("{") and text.endswith("}") else []
 
 
-def _call_of(text: str, schemas: dict[str, dict[str, Any]]) -> Optional[TextCall]:
+def _call_of(text: str, schemas: dict[str, JSONObject]) -> Optional[TextCall]:
     obj = _json_object(text)
     if obj is None:
         return None
-    if isinstance(obj.get("function"), dict):  # {"type": "function", "function": {"name", "arguments"}}
-        obj = obj["function"]
+    fn = obj.get("function")
+    if isinstance(fn, dict):  # {"type": "function", "function": {"name", "arguments"}}
+        obj = fn
     name = obj.get("name", obj.get("tool"))
     if not isinstance(name, str) or name not in schemas:
         return None
@@ -83,7 +87,7 @@ def _call_of(text: str, schemas: dict[str, dict[str, Any]]) -> Optional[TextCall
     return TextCall(name, json.dumps(args, ensure_ascii=False))
 
 
-def _json_object(text: str) -> Optional[dict[str, Any]]:
+def _json_object(text: str) -> Optional[JSONObject]:
     """The first JSON object in `text` (trailing text after it ignored), or None."""
     start = text.find("{")
     if start < 0:
@@ -95,23 +99,25 @@ def _json_object(text: str) -> Optional[dict[str, Any]]:
     return val if isinstance(val, dict) else None
 
 
-def fits(args: dict[str, Any], schema: dict[str, Any]) -> bool:
+def fits(args: JSONObject, schema: JSONObject) -> bool:
     """`args` has every required key, no key the schema forbids, and the declared JSON type for each known key."""
-    props = schema.get("properties") or {}
-    if any(k not in args for k in schema.get("required") or []):
+    found = schema.get("properties")
+    props = found if isinstance(found, dict) else {}
+    required = schema.get("required")
+    if any(k not in args for k in (required if isinstance(required, list) else [])):
         return False
     if schema.get("additionalProperties") is False and any(k not in props for k in args):
         return False
-    return all(_typed(args[k], props[k]) for k in args if k in props and isinstance(props[k], dict))
+    return all(_typed(args[k], p) for k in args if k in props and isinstance(p := props[k], dict))
 
 
-def _typed(value: Any, prop: dict[str, Any]) -> bool:
-    kinds = prop.get("type")
-    if kinds is None:
+def _typed(value: JSONValue, prop: JSONObject) -> bool:
+    declared = prop.get("type")
+    if declared is None:
         return True
-    kinds = kinds if isinstance(kinds, list) else [kinds]
+    kinds = declared if isinstance(declared, list) else [declared]
     for kind in kinds:
-        ok = _TYPES.get(kind)
+        ok = _TYPES.get(kind) if isinstance(kind, str) else None
         if ok is None:
             return True  # a type we do not know: not ours to refuse
         if isinstance(value, ok) and not (kind in ("integer", "number") and isinstance(value, bool)):
@@ -129,13 +135,13 @@ def repair_arguments(arguments: str) -> str:
         return json.dumps(obj, ensure_ascii=False) if obj is not None else arguments
 
 
-def settle_reply(reply: Any, tools: list[dict[str, Any]]) -> Any:
+def settle_reply(reply: Any, tools: list[ToolSpec]) -> Any:
     """An agent reply (llm/agent_api.AgentReply) with its tool calls' arguments repaired and, when it made no call
     although tools were offered, the calls its text wrote recovered (their ids are given by the caller)."""
     calls = [dict(c, arguments=repair_arguments(c.get("arguments") or "")) for c in reply.tool_calls]
     if not calls and tools:
         got = recover_calls(reply.content, tools)
         if got is not None:
-            found = [{"id": "", "name": c.name, "arguments": c.arguments} for c in got.calls]
+            found: list[FlatToolCall] = [{"id": "", "name": c.name, "arguments": c.arguments} for c in got.calls]
             return replace(reply, content=got.content, tool_calls=found)
     return replace(reply, tool_calls=calls)

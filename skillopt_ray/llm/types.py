@@ -9,19 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from skillopt_ray.llm.wire import ChatMessage, ResponseFormat, ToolCall, ToolSpec
+
 
 @dataclass(frozen=True)
 class ChatRequest:
     role: str  # "target" | "optimizer"
     stage: str  # rollout, analyst, merge, ranking, rewrite, slow_update, meta_skill, ...
     # content is a string, or a list of OpenAI content parts ({type: text, text} / {type: image_url, image_url: {url}})
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     key: str = ""  # sample key: keeps repeated samples distinct in the cache
-    response_format: Optional[dict[str, Any]] = None
+    response_format: Optional[ResponseFormat] = None
     max_tokens: Optional[int] = None
     temperature: Optional[float] = None
     # OpenAI function tools offered to the model (Chat Completions `tools`), and `tool_choice` ("auto", ...)
-    tools: Optional[list[dict[str, Any]]] = None
+    tools: Optional[list[ToolSpec]] = None
     tool_choice: Optional[str] = None
 
     def prompt_chars(self) -> int:
@@ -60,7 +62,7 @@ class ChatResult:
     cached: bool = False
     finish_reason: str = ""
     # the reply's tool calls as the API sends them: [{id, type: "function", function: {name, arguments}}]
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
     reasoning_summary: str = ""  # the model's summary of its reasoning (Responses API, llm.<role>.reasoning_summary)
 
 

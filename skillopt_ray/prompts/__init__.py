@@ -9,6 +9,7 @@ from functools import cache
 from pathlib import Path
 
 from skillopt_ray.jsontypes import JSONObject, JSONValue
+from skillopt_ray.llm.wire import ChatMessage
 from skillopt_ray.prompts.render import meta_skill_block
 from skillopt_ray.stages.payload import Item, Patch, PayloadKey, items_of
 
@@ -34,7 +35,7 @@ def system_prompt(name: str, env: str = "") -> str:
     raise FileNotFoundError(f"optimizer system prompt {name!r} not found under {SYSTEM_DIR}")
 
 
-def messages(system: str, user: str) -> list[dict[str, str]]:
+def messages(system: str, user: str) -> list[ChatMessage]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

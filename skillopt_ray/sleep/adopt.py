@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from skillopt_ray.sleep import staging
 from skillopt_ray.sleep.lock import adopt_lock
-from skillopt_ray.sleep.staging import ABSENT, file_pin, write_atomic
+from skillopt_ray.sleep.staging import ABSENT, ManifestRow, StagedManifest, file_pin, write_atomic
 
 WAL = "adopt-transaction.json"
 ADOPTED = "adopted.json"
@@ -118,13 +118,15 @@ def find_night(project: Path, stamp: Optional[str], want: str) -> Path:
 
 
 def pending_nights(all_nights: list[Path]) -> list[Path]:
-    """Nights not adopted whose gate accepted a change (a night that changed nothing is never pending)."""
+    """Nights not adopted whose gate accepted a change, or that would install a first skill (a night that changed
+    nothing where a skill is live already is never pending)."""
     out = []
     for n in all_nights:
         if (n / ADOPTED).exists():
             continue
         try:
-            if staging.unchanged(staging.load_manifest(n)):
+            m = staging.load_manifest(n)
+            if staging.unchanged(m) and not staging.first_install(m):
                 continue
         except ValueError:
             pass  # an unreadable manifest: `adopt` names the problem when it gets there
@@ -136,7 +138,7 @@ def nothing_to_adopt(stamp: str) -> str:
     return f"nothing to adopt: night {stamp} changed nothing"
 
 
-def check_path(row: dict[str, Any], roots: list[str]) -> Path:
+def check_path(row: ManifestRow, roots: list[str]) -> Path:
     """The live path as pinned: absolute, no `..`, resolving to the same real path inside its recorded root."""
     live = Path(row["live_path"])
     if not live.is_absolute() or ".." in live.parts:
@@ -153,7 +155,7 @@ def check_path(row: dict[str, Any], roots: list[str]) -> Path:
     return live
 
 
-def preflight(project: Path, night: Path, m: dict[str, Any]) -> list[tuple[dict[str, Any], Path]]:
+def preflight(project: Path, night: Path, m: StagedManifest) -> list[tuple[ManifestRow, Path]]:
     roots = list(m["skill_roots"]) + [m["project"]]
     out = []
     for row in m["files"]:
@@ -179,9 +181,10 @@ def adopt(project: Path, stamp: Optional[str] = None, allow_unverified: bool = F
         m = staging.load_manifest(night)
         if (night / ADOPTED).exists():
             raise Refused(f"night {m['stamp']} was already adopted; `adopt --undo --night {m['stamp']}` reverts it")
-        if staging.unchanged(m):
+        first = staging.first_install(m)  # changed nothing, but no skill is live yet: install the starting one
+        if staging.unchanged(m) and not first:
             raise Refused(nothing_to_adopt(m["stamp"]))
-        if not m["verified"] and not allow_unverified:
+        if not m["verified"] and not allow_unverified and not first:
             raise Refused(
                 f"night {m['stamp']}'s gate was unverified (it judged on borrowed tasks); read its report, then "
                 "pass --allow-unverified to adopt it anyway"
@@ -203,7 +206,10 @@ def adopt(project: Path, stamp: Optional[str] = None, allow_unverified: bool = F
         record = {"stamp": m["stamp"], "steps": [s.as_dict() for s in steps]}
         run_steps(project, "adopt", m["stamp"], night / ADOPTED, steps, record)
         where = m["live_skill_dir"]
-        return "\n".join(notes + [f"adopted night {m['stamp']}: {len(steps)} file(s) written under {where}"])
+        said = f"adopted night {m['stamp']}: {len(steps)} file(s) written under {where}"
+        if first:
+            said += " (its gate accepted no edit: this installs the skill it started from, for later nights to improve)"
+        return "\n".join(notes + [said])
 
 
 def undo(project: Path, stamp: Optional[str] = None) -> str:

@@ -112,7 +112,7 @@ def harvest(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def harvest_report(a: argparse.Namespace) -> dict:
+def harvest_report(a: argparse.Namespace) -> pipeline.HarvestReport:
     opts = options(a)
     llm = None
     if not a.no_model:
@@ -162,7 +162,7 @@ def night(a: argparse.Namespace) -> int:
         return run_night(opts, fresh)
 
 
-def summary(r: dict) -> str:
+def summary(r: pipeline.HarvestReport) -> str:
     """The report in a few lines."""
     red = ", ".join(f"{k} {v}" for k, v in sorted(r["redactions"].items())) or "none"
     sessions = ", ".join(f"{k} {v}" for k, v in sorted(r["sessions"].items())) or "none"
@@ -172,10 +172,10 @@ def summary(r: dict) -> str:
             f"sessions: {sessions}; left out: {r['out_of_scope']} other folders, {r['out_of_window']} outside the "
             f"window, {r['duplicates']} duplicates",
             f"redacted: {red}",
-            f"tasks: {r['tasks_new']} new, {r['tasks_kept']} already there; splits {r['splits']} ({r['mining']['miner']})",
+            f"tasks: {r['tasks_new']} new, {r['tasks_kept']} already there; splits {r['splits']} ({r['mining'].get('miner')})",
             f'written to {r["output"]} (review it, then set "reviewed": true in its review.json)',
         ]
-        + ([f"model mining stopped: {r['mining']['stopped_by']}"] if r["mining"].get("stopped_by") else [])
+        + ([f"model mining stopped: {r['mining'].get('stopped_by')}"] if r["mining"].get("stopped_by") else [])
         + [f"no {s} session store at {p} (give --{s.split('_')[0]}-home)" for s, p in r["missing_stores"].items()]
     )
 

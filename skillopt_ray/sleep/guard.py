@@ -6,10 +6,10 @@ skill". The request itself may become a task; a check, rubric or rule saying X n
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from skillopt_ray.sleep.digest import SessionDigest
 from skillopt_ray.sleep.splits import normalise_prompt
+from skillopt_ray.sleep.tasks import RuleCheck
 
 _INJECTION = re.compile(
     r"(?i)(ignore (?:all |any )?(?:the |your )?(?:previous|prior|above|earlier) (?:instructions|prompts?|rules)"
@@ -43,7 +43,7 @@ def echoes(text: str, suspects: list[str]) -> bool:
     return False
 
 
-def clean_checks(checks: list[dict[str, Any]], suspects: list[str]) -> tuple[list[dict[str, Any]], int]:
+def clean_checks(checks: list[RuleCheck], suspects: list[str]) -> tuple[list[RuleCheck], int]:
     """The checks whose argument echoes no suspect text, and how many were refused."""
-    kept = [c for c in checks if not (isinstance(c.get("arg"), str) and echoes(c["arg"], suspects))]
+    kept = [c for c in checks if not (isinstance(arg := c.get("arg"), str) and echoes(arg, suspects))]
     return kept, len(checks) - len(kept)

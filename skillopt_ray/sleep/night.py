@@ -320,7 +320,12 @@ def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightRepor
         print(f"error: staging refused the night: {e}", file=sys.stderr)
         return EXIT_CONFIG
     if not rep.changed:
-        print(f"staged in {where} (changed nothing: no candidate skill passed the gate; nothing to adopt)")
+        if staging.first_install(staging.load_manifest(where)):
+            print(f"staged in {where} (changed nothing: no candidate skill passed the gate; no skill is live yet, so "
+                  f"adopting installs the one it started from: python -m skillopt_ray.sleep adopt --project "
+                  f"{opts.project})")  # fmt: skip
+        else:
+            print(f"staged in {where} (changed nothing: no candidate skill passed the gate; nothing to adopt)")
         return EXIT_OK
     print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
     return EXIT_OK

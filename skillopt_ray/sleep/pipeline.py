@@ -7,8 +7,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.sleep import heuristic, model_miner, recipe, splits, state
 from skillopt_ray.sleep.digest import SessionDigest
 from skillopt_ray.sleep.harvest import HarvestCounts, Stores, collect
@@ -68,7 +69,30 @@ def redact_task(t: MinedTask, redact: Redactor) -> MinedTask:
     return t
 
 
-def mine(digests: list[SessionDigest], project: Path, llm: Any) -> tuple[list[MinedTask], dict[str, Any]]:
+class HarvestReport(TypedDict):
+    """What a harvest reports (numbers and paths only, never transcript text), written beside the state."""
+
+    window: dict[str, Optional[str]]
+    scope: str
+    missing_stores: dict[str, str]
+    files: dict[str, int]
+    sessions: dict[str, int]
+    out_of_scope: int
+    out_of_window: int
+    duplicates: int
+    unreadable: int
+    unknown_kinds: dict[str, int]
+    skipped_lines: dict[str, int]
+    redactions: dict[str, int]
+    mining: JSONObject
+    output: str
+    tasks_new: int
+    tasks_kept: int
+    splits: dict[str, int]
+    empty_workspaces: dict[str, str]
+
+
+def mine(digests: list[SessionDigest], project: Path, llm: Any) -> tuple[list[MinedTask], JSONObject]:
     """The model miner when `llm` is given, else the heuristic one."""
     if llm is None:
         return [t for d in digests for t in heuristic.mine(d, project)], {"miner": "heuristic"}
@@ -83,7 +107,7 @@ async def _mine_and_close(llm: Any, digests: list[SessionDigest], project: Path)
         await llm.close()  # its HTTP clients belong to this event loop
 
 
-def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = None) -> dict[str, Any]:
+def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = None) -> HarvestReport:
     """The whole harvest; returns the report (numbers only, no transcript text), also written beside the state."""
     project = opts.project.resolve()
     st = state.load(project)
@@ -113,11 +137,11 @@ def _report(
     window: Window,
     counts: HarvestCounts,
     redact: Redactor,
-    miner: dict[str, Any],
+    miner: JSONObject,
     out: Path,
     written: Written,
     assigned: dict[str, str],
-) -> dict[str, Any]:
+) -> HarvestReport:
     return {
         "window": {"since": stamp(window.since) if window.since else None, "until": stamp(window.until)},
         "scope": opts.scope,

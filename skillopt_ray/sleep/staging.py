@@ -12,8 +12,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict, cast
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.sleep.redact import Redactor
 
 SCHEMA = "skillopt-ray-staging"
@@ -46,6 +47,40 @@ class NightProposal:
     report: dict[str, Any]
     evidence_dir: Optional[Path] = None
     memory: Optional[tuple[str, Path]] = None
+
+
+class ManifestRow(TypedDict):
+    """One file of a staged night, pinned: its proposed bytes (`rel` under the night, `sha256`) and the live file
+    it would replace (path, real path and sha256 at staging time, or "absent"), under its skill `root`."""
+
+    kind: str  # skill | memory
+    rel: str
+    sha256: str
+    live_path: str
+    live_realpath: str
+    live_sha256: str
+    root: str
+
+
+class _ManifestFields(TypedDict):
+    """A staged night's manifest.json: what the night proposes, the gate's verdict, and every file pinned."""
+
+    schema: str
+    version: int
+    stamp: str
+    project: str
+    skill_name: str
+    live_skill_dir: str
+    skill_roots: list[str]
+    verified: bool
+    verdict: str
+    summary: JSONObject
+    evidence_files: int
+    files: list[ManifestRow]
+
+
+class StagedManifest(_ManifestFields, total=False):
+    changed: bool  # whether the gate accepted a change (absent in manifests staged before the field existed)
 
 
 def staging_root(project: Path) -> Path:
@@ -148,7 +183,7 @@ def copy_evidence(src: Path, dst: Path, redact: Redactor) -> int:
     return n
 
 
-def live_row(kind: str, rel: str, proposed: bytes, live: Path, root: str) -> dict[str, Any]:
+def live_row(kind: str, rel: str, proposed: bytes, live: Path, root: str) -> ManifestRow:
     return {
         "kind": kind,
         "rel": rel,
@@ -160,7 +195,7 @@ def live_row(kind: str, rel: str, proposed: bytes, live: Path, root: str) -> dic
     }
 
 
-def skill_rows(p: NightProposal, night: Path, roots: list[str]) -> list[dict[str, Any]]:
+def skill_rows(p: NightProposal, night: Path, roots: list[str]) -> list[ManifestRow]:
     root = check_target(p.live_skill_dir, roots)
     rows = []
     for rel in proposal_files(p.proposed_skill_dir):
@@ -172,7 +207,7 @@ def skill_rows(p: NightProposal, night: Path, roots: list[str]) -> list[dict[str
     return rows
 
 
-def memory_row(p: NightProposal, night: Path) -> dict[str, Any]:
+def memory_row(p: NightProposal, night: Path) -> ManifestRow:
     """The memory file may only be the project's own AGENTS.md or CLAUDE.md (its root is the project)."""
     assert p.memory is not None
     text, live = p.memory
@@ -238,7 +273,7 @@ def stage_night(p: NightProposal) -> Path:
     (night / "report.md").write_text(redact(p.report_md), encoding="utf-8")
     (night / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n")
     evidence = copy_evidence(p.evidence_dir, night / "evidence", redact) if p.evidence_dir else 0
-    manifest = {
+    manifest: StagedManifest = {
         "schema": SCHEMA,
         "version": VERSION,
         "stamp": p.stamp,
@@ -273,14 +308,25 @@ def changed(report: dict[str, Any]) -> bool:
     return bool(report.get("changed", True))
 
 
-def unchanged(manifest: dict[str, Any]) -> bool:
+def unchanged(manifest: StagedManifest) -> bool:
     """A staged night that changed nothing (manifests from before the field count as changed)."""
     return manifest.get("changed") is False
 
 
-def summary_of(report: dict[str, Any]) -> dict[str, Any]:
+def first_install(manifest: StagedManifest) -> bool:
+    """A night that changed nothing, staged where no skill is live yet (then and now): adopting it installs the
+    starting skill (the seed or `--skill`) where the agent reads it, so later nights start from there."""
+    rows = [r for r in manifest["files"] if r["kind"] == "skill"]
+    return (
+        unchanged(manifest)
+        and bool(rows)
+        and all(r["live_sha256"] == ABSENT and file_pin(Path(r["live_path"])) == ABSENT for r in rows)
+    )
+
+
+def summary_of(report: dict[str, Any]) -> JSONObject:
     """Scores and the paired difference's interval, for `status`, from whichever the report holds."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     scores = report.get("scores")
     if isinstance(scores, dict):
         out.update({k: scores[k] for k in ("before", "after") if k in scores})
@@ -295,7 +341,7 @@ def summary_of(report: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_manifest(night: Path) -> dict[str, Any]:
+def load_manifest(night: Path) -> StagedManifest:
     """A staged night's manifest; a missing, symlinked or foreign one is refused with its path."""
     path = night / MANIFEST
     if night.is_symlink() or path.is_symlink() or not path.is_file():
@@ -306,7 +352,7 @@ def load_manifest(night: Path) -> dict[str, Any]:
         raise ValueError(f"{path} is not readable JSON ({e}); stage the night again") from None
     if not isinstance(m, dict) or m.get("schema") != SCHEMA or m.get("version") != VERSION:
         raise ValueError(f"{path} is not a {SCHEMA} v{VERSION} manifest; stage the night again")
-    return m
+    return cast(StagedManifest, m)  # as stage_night wrote it (its schema and version checked)
 
 
 def nights(project: Path) -> list[Path]:

@@ -5,18 +5,43 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Optional, TypedDict
 
+from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.sleep import staging
 from skillopt_ray.sleep.adopt import ADOPTED, UNDONE, wal_path
-from skillopt_ray.sleep.staging import file_pin
+from skillopt_ray.sleep.staging import StagedManifest, file_pin
 
 
-def night_state(night: Path, m: dict[str, Any]) -> str:
+class NightRow(TypedDict, total=False):
+    """One staged night as `status` lists it (an unreadable one has its stamp and state only)."""
+
+    stamp: str
+    skill: str
+    live_skill_dir: str
+    verdict: str
+    verified: bool
+    summary: JSONObject
+    state: str
+    folder: str
+
+
+class NightsStatus(TypedDict):
+    """What `status --json` prints."""
+
+    project: str
+    nights: list[NightRow]
+    pending: list[str]
+    interrupted: Optional[str]
+
+
+def night_state(night: Path, m: StagedManifest) -> str:
     if (night / UNDONE).exists():
         return "undone"
     if (night / ADOPTED).exists():
         return "adopted"
+    if staging.first_install(m):
+        return "pending (changed nothing; adopting installs the skill it started from: no skill is live yet)"
     if staging.unchanged(m):
         return "changed nothing (nothing to adopt)"
     stale = any(file_pin(Path(r["live_path"])) != r["live_sha256"] for r in m["files"] if _plain(r["live_path"]))
@@ -28,8 +53,8 @@ def _plain(path: str) -> bool:
     return not p.is_symlink() and (p.is_file() or not p.exists())
 
 
-def collect(project: Path) -> dict[str, Any]:
-    rows = []
+def collect(project: Path) -> NightsStatus:
+    rows: list[NightRow] = []
     for night in staging.nights(project):
         try:
             m = staging.load_manifest(night)
@@ -57,7 +82,7 @@ def collect(project: Path) -> dict[str, Any]:
     }
 
 
-def fmt_summary(s: dict[str, Any]) -> str:
+def fmt_summary(s: JSONObject) -> str:
     parts = []
     if "before" in s and "after" in s:
         parts.append(f"score {s['before']:.3f} -> {s['after']:.3f}")
@@ -68,7 +93,7 @@ def fmt_summary(s: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def render(st: dict[str, Any]) -> str:
+def render(st: NightsStatus) -> str:
     if not st["nights"]:
         return f"no staged nights in {staging.staging_root(Path(st['project']))}"
     lines = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict, Union
 
 from skillopt_ray.sleep.splits import task_id
 
@@ -19,6 +19,27 @@ GENERIC_RUBRIC = "The response does what task.md asks, completely and correctly,
 _ABS_PATH = re.compile(r"(?<![\w.])(?:~|/[\w.\-]+)(?:/[\w.\-@+]+)+/?")
 
 
+class RuleCheck(TypedDict):
+    """One rule check the task's check program runs: `op` one of OPS, `arg` its text (or a count for max_chars)."""
+
+    op: str
+    arg: Union[str, int]
+
+
+class TaskMetadata(TypedDict):
+    """`metadata` in a mined task's task.json: what the scorer reads (checks, rubric) and where the task came from."""
+
+    kind: str
+    checks: list[RuleCheck]
+    rubric: str
+    outcome: str
+    source_sessions: list[dict[str, str]]
+    skill_hint: str
+    workspace: dict[str, str]
+    miner: str
+    task_type: str
+
+
 @dataclass
 class MinedTask:
     """One task as the harvest writes it. `checks` are rule checks ({op, arg}); `rubric` one sentence for the
@@ -26,7 +47,7 @@ class MinedTask:
 
     prompt: str
     kind: str
-    checks: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[RuleCheck] = field(default_factory=list)
     rubric: str = ""
     outcome: str = "unknown"
     sessions: list[dict[str, str]] = field(default_factory=list)  # [{source, id}] as the CLIs give them
@@ -38,7 +59,7 @@ class MinedTask:
     def id(self) -> str:
         return task_id(self.prompt)
 
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> TaskMetadata:
         return {
             "kind": self.kind,
             "checks": self.checks,
@@ -65,14 +86,16 @@ def generalise(prompt: str, project: str) -> str:
     return _ABS_PATH.sub(sub, prompt).strip()[:MAX_PROMPT]
 
 
-def valid_check(raw: Any) -> Optional[dict[str, Any]]:
+def valid_check(raw: Any) -> Optional[RuleCheck]:
     """The check as {op, arg} when it is one the check program runs with a usable argument, else None."""
     if not isinstance(raw, dict) or raw.get("op") not in OPS:
         return None
     op, arg = raw["op"], raw.get("arg")
     if op == "max_chars":
-        ok = isinstance(arg, int) and not isinstance(arg, bool) and 0 < arg <= 100_000
-        return {"op": op, "arg": arg} if ok else None
+        if not isinstance(arg, int) or isinstance(arg, bool) or not 0 < arg <= 100_000:
+            return None
+        count: RuleCheck = {"op": op, "arg": arg}
+        return count
     if not isinstance(arg, str) or not arg.strip() or len(arg) > MAX_ARG:
         return None
     if op == "regex":
@@ -80,4 +103,5 @@ def valid_check(raw: Any) -> Optional[dict[str, Any]]:
             re.compile(arg)
         except re.error:
             return None
-    return {"op": op, "arg": arg.strip()}
+    check: RuleCheck = {"op": op, "arg": arg.strip()}
+    return check

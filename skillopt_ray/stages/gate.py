@@ -127,7 +127,7 @@ class GatePolicy:
                 extra_budget=getattr(o, "gate_seq_budget", 2.0),
                 min_extra=getattr(o, "gate_seq_min_extra", 24),
                 deterministic={"true": True, "false": False}.get(
-                    str(getattr(o, "gate_seq_deterministic", "auto")), deterministic_target
+                    str(getattr(o, "gate_seq_deterministic", "auto")).lower(), deterministic_target
                 ),
             ),
             bool(getattr(o, "gate_no_regression", False)),
