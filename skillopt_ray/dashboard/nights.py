@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.jsontypes import JSONObject, JSONValue
 from skillopt_ray.sleep import staging, status
 
 MAX_TEXT_BYTES = 1 << 20  # a report or a skill larger than this is shown cut (a real one is a few KiB)
@@ -30,12 +31,12 @@ def night_rows(project: Optional[Path]) -> JSONObject:
     if project is None:
         return {"project": None, "nights": [], "interrupted": None}
     st = status.collect(project)
-    return {
-        "project": st["project"],
-        "nights": [{k: r.get(k) for k in ("stamp", "skill", "verdict", "verified", "summary", "state")}
-                   for r in st["nights"]],
-        "interrupted": st["interrupted"],
-    }  # fmt: skip
+    rows: list[JSONValue] = [
+        {"stamp": r.get("stamp"), "skill": r.get("skill"), "verdict": r.get("verdict"), "verified": r.get("verified"),
+         "summary": r.get("summary"), "state": r.get("state")}
+        for r in st["nights"]
+    ]  # fmt: skip
+    return {"project": st["project"], "nights": rows, "interrupted": st["interrupted"]}
 
 
 def find_night(project: Optional[Path], stamp: str) -> Path:
@@ -66,7 +67,7 @@ def _text(data: Optional[bytes]) -> str:
     return data[:MAX_TEXT_BYTES].decode("utf-8", errors="replace") + ("\n[... cut]" if cut else "")
 
 
-def _base(night: Path, index: int, row: dict[str, Any]) -> tuple[str, str]:
+def _base(night: Path, index: int, row: Mapping[str, Any]) -> tuple[str, str]:
     """(the text the proposal replaces, where it came from): the live file or adoption's backup copy, read only when
     its sha256 is the one staging pinned, so a manifest cannot make the page show some other file."""
     pin = str(row.get("live_sha256") or "")
