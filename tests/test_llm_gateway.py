@@ -194,6 +194,53 @@ def test_concurrent_calls_never_overshoot_max_calls(tmp_path, run):
         srv.stop()
 
 
+def test_concurrent_calls_stop_within_one_call_of_a_token_cap(tmp_path, run):
+    """40 calls at once against a token cap: each is admitted only while what is spent plus the worst case of the
+    calls in flight and its own stays under the cap (or alone), so the run ends within one call of the cap, where
+    counting only answered calls let every call in flight through."""
+    srv = ScriptedServer(policy=_echo, latency_s=0.05)
+    srv.start()
+    try:
+        cfg = make_cfg(srv.base_url, conc=64)
+        cfg.target.max_tokens = cfg.optimizer.max_tokens = 40  # a call's worst case: 40 + its prompt's estimate
+        cfg.budget.max_tokens = 60
+        gw = Gateway(cfg, None)
+
+        async def many():
+            return await asyncio.gather(*(gw.chat(req(i)) for i in range(40)), return_exceptions=True)
+
+        out = run(many())
+        refused = [r for r in out if isinstance(r, BudgetExceeded)]
+        assert refused and all("llm.budget.max_tokens=60" in str(r) for r in refused)
+        t = gw.ledger.totals()
+        per_call = max(1, t["tokens"] // t["calls"])
+        assert 60 <= t["tokens"] <= 60 + per_call, t  # reached the cap, then at most one call more
+        assert t["calls"] > 1 and gw.ledger.in_flight == 0 and gw.ledger.held() == (0, 0.0)
+        assert srv.state.prompt_tokens + srv.state.completion_tokens == t["tokens"]
+    finally:
+        srv.stop()
+
+
+def test_ledger_holds_admit_alone_or_under_the_cap_and_release():
+    from skillopt_ray.config import BudgetConfig
+    from skillopt_ray.llm.ledger import Ledger
+
+    led = Ledger({}, BudgetConfig(max_tokens=100))
+    first = led.hold(150, 0.0)  # over the cap on its own, but nothing is in flight: admitted, so a run progresses
+    assert first is not None and led.in_flight == 1 and led.near_cap(1, 0.0) == "llm.budget.max_tokens"
+    assert led.hold(10, 0.0) is None  # would cross the cap with the call in flight: waits
+    led.release(first)
+    led.release(first)  # twice is once
+    assert led.in_flight == 0 and led.held() == (0, 0.0)
+    a, b = led.hold(40, 0.0), led.hold(40, 0.0)
+    assert a is not None and b is not None and led.hold(40, 0.0) is None  # 80 held + 40 > 100
+    led.release(a)
+    led.release(b)
+    led.record("optimizer", "analyst", "m", 90, 10)  # spent: 100 = the cap
+    with pytest.raises(BudgetExceeded, match="llm.budget.max_tokens=100"):
+        led.hold(1, 0.0)
+
+
 def test_concurrency_limit_holds(tmp_path, run):
     srv = ScriptedServer(policy=_echo, latency_s=0.2)
     srv.start()

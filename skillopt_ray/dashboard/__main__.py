@@ -1,5 +1,5 @@
 """`python -m skillopt_ray.dashboard [--port 8765] [--host 127.0.0.1] [--outputs outputs] [--ray-address URL]
-[--token T] [--allowed-hosts a,b] [--allow-path DIR ...] [--allow-endpoint HOST ...]`"""
+[--token T] [--allowed-hosts a,b] [--allow-path DIR ...] [--allow-endpoint HOST ...] [--project DIR]`"""
 
 from __future__ import annotations
 
@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a host a URL typed in the form may send a key to (an endpoint, a tracking server), besides the host "
         "the chosen preset sends it to (repeatable)",
     )
+    ap.add_argument(
+        "--project",
+        default=None,
+        help="the project whose staged nights the Nights tab lists (default: the one whose .skillopt/nights is "
+        "--outputs, else this folder)",
+    )
     return ap
 
 
@@ -76,6 +82,8 @@ def _problem(a: argparse.Namespace) -> Optional[str]:
     for d in a.allow_path:
         if not Path(d).expanduser().is_dir():
             return f"--allow-path {d}: no such directory"
+    if a.project is not None and not Path(a.project).expanduser().is_dir():
+        return f"--project {a.project}: no such directory"
     return _port_free(a.host, a.port)
 
 
@@ -98,7 +106,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     guard = Guard.make(a.token, a.host, a.allowed_hosts.split(","))
     allow = tuple(Path(d).expanduser() for d in a.allow_path)
-    dash = Dashboard(Path(a.outputs), Path.cwd(), a.ray_address, guard, allow, tuple(a.allow_endpoint))
+    project = Path(a.project).expanduser() if a.project else None
+    dash = Dashboard(Path(a.outputs), Path.cwd(), a.ray_address, guard, allow, tuple(a.allow_endpoint), project)
     if not is_loopback(a.host):
         print(
             f"warning: --host {a.host} makes the dashboard reachable from other machines; the token is then the "

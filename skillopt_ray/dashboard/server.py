@@ -21,7 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from skillopt_ray.cli.errors import UsageError
-from skillopt_ray.dashboard import views
+from skillopt_ray.dashboard import nights, views
 from skillopt_ray.dashboard.keys import key_routes, url_host
 from skillopt_ray.dashboard.launcher import Launcher
 from skillopt_ray.dashboard.limits import PathPolicy
@@ -52,8 +52,11 @@ class Dashboard:
         guard: Optional[Guard] = None,
         allow_paths: tuple[Path, ...] = (),
         allow_endpoints: tuple[str, ...] = (),
+        project: Optional[Path] = None,
     ):
         self.outputs = Path(outputs).resolve()
+        # the project whose staged nights the Nights tab lists (read-only)
+        self.project = Path(project).resolve() if project else nights.project_for(self.outputs, Path(cwd))
         self.guard = guard or Guard.make(None, "127.0.0.1")
         policy = PathPolicy.make(Path(cwd), self.outputs, allow_paths)
         hosts = frozenset(url_host(h) for h in allow_endpoints if h.strip())
@@ -244,10 +247,31 @@ def _launch_routes(dash: Dashboard) -> list[Route]:
     ]
 
 
+def _night_routes(dash: Dashboard) -> list[Route]:
+    """The Nights tab's JSON, read-only: the project's staged nights, and one night's report and skill diff."""
+
+    async def list_nights(_: Request) -> Response:
+        return JSONResponse(await asyncio.to_thread(nights.night_rows, dash.project))
+
+    async def night(request: Request) -> Response:
+        stamp = request.query_params.get("stamp", "")
+        try:
+            folder = nights.find_night(dash.project, stamp)
+            detail = await asyncio.to_thread(nights.night_detail, folder)
+        except KeyError:
+            return _error("no such staged night in the project", 404)
+        except ValueError as e:  # a manifest staging did not write
+            return _error(str(e), 422)
+        return JSONResponse(detail)
+
+    return [Route("/api/nights", list_nights), Route("/api/night", night)]
+
+
 def build_app(dash: Dashboard) -> Starlette:
     routes = [
         *_view_routes(dash),
         *_compare_routes(dash),
+        *_night_routes(dash),
         *_launch_routes(dash),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

@@ -110,6 +110,7 @@ class Gateway:
                 "llm.cache_mode=replay needs a response cache; point output_dir/run_name at a recorded run"
             )
         self.ledger_path = ledger_path
+        self._released = asyncio.Event()  # set (and replaced) whenever a call's budget hold is released
         prior = read_json(ledger_path) if ledger_path and Path(ledger_path).exists() else None
         self.ledger = Ledger(
             cfg.prices, cfg.budget, prior, journal=journal_path(ledger_path)
@@ -231,9 +232,11 @@ class Gateway:
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
         completion_est = budget or ep.completion_budget(req)
+        if ep.cfg.max_reply_tokens:  # the request is capped there (request_kwargs), so is its worst case
+            completion_est = min(completion_est, ep.cfg.max_reply_tokens)
         prompt_est = req.prompt_chars() // 4
         est = prompt_est + completion_est
-        self.ledger.in_flight += 1  # no await since the caller's check_budget(): the check and this count are one step
+        hold = await self.admit(ep.cfg.model, prompt_est, completion_est)
         call = None
         try:
             async with limiter:
@@ -262,9 +265,26 @@ class Gateway:
             )
             return comp
         finally:
-            self.ledger.in_flight -= 1
+            self.ledger.release(hold)
+            self._wake_admissions()
             if call is not None:
                 self.ledger.settle(call)  # cancelled by its caller: no outcome line was written
+
+    async def admit(self, model: str, prompt_est: int, completion_est: int) -> int:
+        """Wait until the ledger admits a call of this worst case (Ledger.hold): while calls in flight could carry
+        it over a cap it waits for them to settle; a cap already reached raises BudgetExceeded. Returns the hold."""
+        cost_est = self.ledger.cost_of(model, prompt_est, completion_est)
+        while True:
+            released = self._released  # taken before the check: a release after it wakes this wait
+            hold = self.ledger.hold(prompt_est + completion_est, cost_est)
+            if hold is not None:
+                return hold
+            await released.wait()
+
+    def _wake_admissions(self) -> None:
+        """A hold went: calls waiting for admission check again."""
+        self._released.set()
+        self._released = asyncio.Event()
 
     def _record_unread(self, req: ChatRequest, outcome: Any) -> None:
         """Attempts of this call the endpoint answered (and billed) whose body was cut off in transit: in the ledger

@@ -160,6 +160,9 @@ class Ledger:
         self._open_calls: set[str] = set()
         self._started = time.monotonic()  # max_minutes counts from here
         self.lost_at_open = 0  # calls a killed earlier session sent and never heard back from
+        # admitted calls not yet settled: hold id -> (worst-case tokens, worst-case cost), counted against the caps
+        self._holds: dict[int, tuple[int, float]] = {}
+        self._hold_ids = itertools.count(1)
         if journal:
             if Path(journal).exists():
                 # newer than ledger.json, which is written only at save points
@@ -340,6 +343,45 @@ class Ledger:
                 f"budget cap hit: ${cost:.4f} >= llm.budget.max_cost_usd={b.max_cost_usd}{est}; "
                 + hint.format(k="max_cost_usd")
             )
+
+    def held(self) -> tuple[int, float]:
+        """Worst-case tokens and cost of the calls admitted and not yet settled."""
+        return sum(h[0] for h in self._holds.values()), sum(h[1] for h in self._holds.values())
+
+    def near_cap(self, tokens_est: int, cost_est: float) -> str:
+        """The cap (its config key) that a call of this worst case would cross on top of what is spent and of the
+        calls in flight at their worst case; "" when it fits under every cap."""
+        b = self.budget
+        if not (b.max_tokens or b.max_cost_usd):
+            return ""
+        t = self.totals()
+        held_tokens, held_cost = self.held()
+        tokens = t["tokens"] + t["lost_tokens_est"] + t["unread_tokens_est"]
+        if b.max_tokens and tokens + held_tokens + tokens_est > b.max_tokens:
+            return "llm.budget.max_tokens"
+        cost = t["cost_usd"] + t["lost_cost_usd_est"] + t["unread_cost_usd_est"]
+        if b.max_cost_usd and cost + held_cost + cost_est > b.max_cost_usd:
+            return "llm.budget.max_cost_usd"
+        return ""
+
+    def hold(self, tokens_est: int, cost_est: float) -> Optional[int]:
+        """Admit a call before it is sent: raises BudgetExceeded when a cap is already reached; returns None when
+        the call must wait because, with the calls in flight at their worst case, it could cross a token or cost
+        cap; else takes a hold on its worst case and returns the hold's id (give it to `release`). A call with
+        nothing in flight is always admitted below the caps, so a run makes progress and ends within one call of
+        a cap instead of overshooting by every call in flight."""
+        self.check_budget()
+        if self._holds and self.near_cap(tokens_est, cost_est):
+            return None
+        hid = next(self._hold_ids)
+        self._holds[hid] = (tokens_est, cost_est)
+        self.in_flight += 1
+        return hid
+
+    def release(self, hold_id: int) -> None:
+        """The held call ended (answered, failed or cancelled): what it spent is recorded, its hold goes."""
+        if self._holds.pop(hold_id, None) is not None:
+            self.in_flight -= 1
 
     def to_dict(self) -> JSONObject:
         return {"entries": {k: asdict(v) for k, v in sorted(self.entries.items())}, "totals": self.totals()}

@@ -266,11 +266,22 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     if opts.dry_run:
         print(f"dry run: nothing staged (the proposal is in {folder})")
         return EXIT_OK
+    from skillopt_ray.sleep import staging
+
     st.val_looks[fp] = looks
     st.nights += 1
     st.current = None
+    # staged before the state lets the night go, so a kill while staging resumes it; a kill after staging and before
+    # the save resumes a night already staged (whole, by its manifest), which is not staged twice
+    done = staging.staging_root(opts.project) / p.run_name.removeprefix("night-") / staging.MANIFEST
+    if done.is_file():
+        print(f"staged in {done.parent} before a kill stopped the night; adopt it with: "
+              f"python -m skillopt_ray.sleep adopt --project {opts.project}")  # fmt: skip
+        code = EXIT_OK
+    else:
+        code = stage(opts, p, folder, live, rep)
     night_state.save(opts.project, st)
-    return stage(opts, p, folder, live, rep)
+    return code
 
 
 def say_spent(p: Plan, run_dir: Path) -> None:

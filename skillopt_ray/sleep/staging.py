@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,8 +223,10 @@ def memory_row(p: NightProposal, night: Path) -> ManifestRow:
     return live_row("memory", f"memory/{live.name}", data, live, root)
 
 
-def reserve(project: Path, stamp: str) -> Path:
-    """The night's folder, created here and nowhere else (mkdir fails when a night with this stamp exists)."""
+def reserve(project: Path, stamp: str) -> tuple[Path, Path]:
+    """(the night's final folder, the hidden scratch folder it is written in): the night appears under its stamp only
+    by one rename once whole, so a kill while staging leaves no night folder, never a half-made one. A scratch
+    folder a killed staging left for this stamp is dropped."""
     if not _STAMP.match(stamp):
         raise ValueError(f"night stamp {stamp!r} is not a UTC stamp like 20261128T041500Z")
     root = staging_root(project)
@@ -231,16 +234,29 @@ def reserve(project: Path, stamp: str) -> Path:
     if root.is_symlink() or os.path.realpath(root) != str(root):
         raise ValueError(f"{root} resolves elsewhere (a symlink); remove it and stage again")
     night = root / stamp
-    try:
-        night.mkdir(mode=0o700)  # the evidence is redacted, yet still your prompts: private to you
-    except FileExistsError:
-        raise ValueError(f"a night stamped {stamp} is already staged in {root}; use a new stamp") from None
-    return night
+    if os.path.lexists(night):
+        raise ValueError(f"a night stamped {stamp} is already staged in {root}; use a new stamp")
+    scratch = root / f".{stamp}.partial"
+    if scratch.is_dir() and not scratch.is_symlink():
+        shutil.rmtree(scratch)
+    elif os.path.lexists(scratch):
+        scratch.unlink()
+    scratch.mkdir(mode=0o700)  # the evidence is redacted, yet still your prompts: private to you
+    return night, scratch
+
+
+def publish(scratch: Path, night: Path) -> None:
+    """The whole night under its stamp in one rename (refused if a night took the stamp meanwhile)."""
+    if os.path.lexists(night):
+        shutil.rmtree(scratch)
+        raise ValueError(f"a night stamped {night.name} is already staged in {night.parent}; use a new stamp")
+    os.rename(scratch, night)
+    fsync_dir(night.parent)
 
 
 def stage_night(p: NightProposal) -> Path:
-    """Writes the night's folder; `manifest.json` comes last, so a folder without one is an unfinished night that
-    `status` and `adopt` ignore."""
+    """Writes the night's folder in a hidden scratch folder, `manifest.json` last, then renames it to its stamp: a kill
+    at any point leaves no night folder or a whole one (`status` and `adopt` also skip a folder without a manifest)."""
     if not _NAME.match(p.skill_name) or p.skill_name.startswith("."):
         raise ValueError(f"skill name {p.skill_name!r} is not a safe folder name")
     verified = gate_verified(p.report)
@@ -248,7 +264,7 @@ def stage_night(p: NightProposal) -> Path:
     if not roots:
         raise ValueError("no skill roots given; staging needs the folders adoption may write under")
     check_target(p.live_skill_dir, roots)
-    night = reserve(p.project, p.stamp)
+    final, night = reserve(p.project, p.stamp)
     redact = Redactor.from_environment()
     rows = skill_rows(p, night, roots)
     if p.memory is not None:
@@ -273,7 +289,8 @@ def stage_night(p: NightProposal) -> Path:
         "files": rows,
     }
     write_atomic(night / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-    return night
+    publish(night, final)
+    return final
 
 
 def gate_verified(report: dict[str, Any]) -> bool:

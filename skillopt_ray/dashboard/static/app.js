@@ -2,7 +2,7 @@
 "use strict";
 
 const POLL_MS = 2000;
-const state = { tab: "watch", runs: [], runId: null, diffStep: null, launchLog: null, schema: null };
+const state = { tab: "watch", runs: [], runId: null, diffStep: null, launchLog: null, schema: null, nightStamp: null };
 
 const $ = (sel) => document.querySelector(sel);
 const num = (x, d = 3) => (x === null || x === undefined || x === "" ? "–" : Number(x).toFixed(d));
@@ -473,12 +473,59 @@ async function refreshLaunches() {
   $("#launch-log").textContent = shown ? shown.log.join("\n") : "";
 }
 
+// ---------------------------------------------------------------- nights (read-only)
+
+function interval(s) {
+  if (s.mean_diff === undefined || s.mean_diff === null) return "–";
+  const sign = (x) => (x === undefined || x === null ? "?" : (Number(x) >= 0 ? "+" : "") + Number(x).toFixed(3));
+  return `${sign(s.mean_diff)} [${sign(s.lo)}, ${sign(s.hi)}]`;
+}
+
+async function refreshNights() {
+  let data;
+  try {
+    data = await getJSON("/api/nights");
+  } catch (e) {
+    $("#nights-note").textContent = e.message;
+    return;
+  }
+  $("#nights-project").textContent = data.project ? `(${data.project})` : "(no project: start the dashboard with --project DIR)";
+  const rows = data.nights.map((n) => {
+    const s = n.summary || {};
+    return el("tr", { class: n.stamp === state.nightStamp ? "selected" : null, "data-stamp": n.stamp, on: { click: () => openNight(n.stamp) } },
+      el("td", {}, n.stamp), el("td", {}, n.skill || ""), el("td", {}, n.verdict || ""),
+      el("td", {}, num(s.before)), el("td", {}, num(s.after)), el("td", {}, interval(s)), el("td", {}, n.state || ""));
+  });
+  fill($("#nights tbody"), rows);
+  $("#nights-note").textContent = data.nights.length ? (data.interrupted ? `an adoption was interrupted (${data.interrupted}); the next adopt rolls it back` : "") : "no staged nights";
+  if (!state.nightStamp && data.nights.length) await openNight(data.nights[data.nights.length - 1].stamp);
+}
+
+async function openNight(stamp) {
+  state.nightStamp = stamp;
+  let n;
+  try {
+    n = await getJSON(`/api/night?stamp=${encodeURIComponent(stamp)}`);
+  } catch (e) {
+    $("#night-report").textContent = e.message;
+    return;
+  }
+  $("#night-stamp").textContent = `${n.stamp}: ${n.verdict || ""}, ${n.state || ""}`;
+  $("#night-report").textContent = n.report_md; // model-written: text, never HTML
+  fill($("#night-diffs"), n.diffs.map((d) => [
+    el("div", { class: "muted" }, `${d.rel} -> ${d.live_path} (against: ${d.base})`),
+    el("pre", { class: "diff" }, diffNodes(d.diff)),
+  ]));
+  document.querySelectorAll("#nights tbody tr").forEach((r) => r.classList.toggle("selected", r.dataset.stamp === stamp));
+}
+
 // ---------------------------------------------------------------- polling
 
 async function tick() {
   await refreshRuns();
   if (state.tab === "watch") await refreshWatch();
   if (state.tab === "launch") await refreshLaunches();
+  if (state.tab === "nights") await refreshNights();
 }
 
 buildForm();
