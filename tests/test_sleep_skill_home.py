@@ -21,8 +21,28 @@ from skillopt_ray.sleep import skill_home
 def test_each_cli_loads_the_skill_from_its_own_folder(tmp_path, monkeypatch, target, to, want):
     monkeypatch.setenv("HOME", str(tmp_path / "HOME"))
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "CH"))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
     got = skill_home.live_path(tmp_path / "P", target, to, "tidy")
     assert got == tmp_path / want
+
+
+@pytest.mark.parametrize(
+    ("target", "env", "want"),
+    [
+        ("claude_code", {"CLAUDE_CONFIG_DIR": "CC"}, "CC/skills/tidy/SKILL.md"),
+        ("claude_code", {"CODEX_HOME": "CH"}, "HOME/.claude/skills/tidy/SKILL.md"),
+        ("codex", {"CLAUDE_CONFIG_DIR": "CC"}, "HOME/.codex/skills/tidy/SKILL.md"),
+        ("codex", {}, "HOME/.codex/skills/tidy/SKILL.md"),
+    ],
+)
+def test_user_skills_follow_each_clis_own_config_dir_variable(tmp_path, monkeypatch, target, env, want):
+    """Claude Code reads user skills under $CLAUDE_CONFIG_DIR, Codex under $CODEX_HOME; neither reads the other's."""
+    monkeypatch.setenv("HOME", str(tmp_path / "HOME"))
+    for var in ("CODEX_HOME", "CLAUDE_CONFIG_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    for var, rel in env.items():
+        monkeypatch.setenv(var, str(tmp_path / rel))
+    assert skill_home.live_path(tmp_path / "P", target, "user", "tidy") == tmp_path / want
 
 
 def test_a_hand_written_skill_keeps_its_front_matter_and_is_the_one_replaced(tmp_path):

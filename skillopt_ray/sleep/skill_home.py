@@ -55,10 +55,11 @@ def check_name(name: str) -> str:
 
 def skills_root(project: Path, target: str, install_to: str) -> Path:
     """The folder of skills the target's CLI loads: Codex `.agents/skills` or `$CODEX_HOME/skills`; Claude Code
-    `.claude/skills` or `~/.claude/skills`. A chat target has no CLI: the project's `.agents/skills`."""
+    `.claude/skills` or `$CLAUDE_CONFIG_DIR/skills` (default `~/.claude/skills`). A chat target has no CLI: the
+    project's `.agents/skills`."""
     if install_to == "user":
         if target == "claude_code":
-            return Path("~/.claude").expanduser() / "skills"
+            return Path(os.environ.get("CLAUDE_CONFIG_DIR") or "~/.claude").expanduser() / "skills"
         return Path(os.environ.get("CODEX_HOME") or "~/.codex").expanduser() / "skills"
     return project / (".claude" if target == "claude_code" else ".agents") / "skills"
 
