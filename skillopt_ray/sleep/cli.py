@@ -60,6 +60,7 @@ def night_flags(n: argparse.ArgumentParser) -> None:
     n.add_argument("--max-cost", type=float, default=0.0, help="the night's cap in USD (0: none)")
     n.add_argument("--max-minutes", type=float, default=0.0, help="the night's wall-clock cap (0: none)")
     n.add_argument("--val-looks", type=int, default=5, help="nights a validation set may decide before a warning")
+    n.add_argument("--memory", action="store_true", help="also propose the rules as a marked AGENTS.md/CLAUDE.md block")
     n.add_argument("--i-reviewed", action="store_true", help="I have read the task folder (review.json)")
 
 
@@ -151,12 +152,16 @@ def night(a: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 0 (0: no cap)")
     if a.tasks is not None and not (a.tasks / "review.json").is_file() and not a.tasks.is_dir():
         raise ValueError(f"--tasks {a.tasks} is not a task folder; give the folder `harvest` wrote")
+    if a.memory:
+        from skillopt_ray.sleep import memory
+
+        memory.find_block(memory.read_live(memory.memory_path(project, a.target)), a.name)  # refuse before the night
     if a.skill is not None and not a.skill.is_file():
         raise ValueError(f"--skill {a.skill} is not a file; give the hand-written skill's SKILL.md")
     opts = NightOptions(
         project=project, tasks=a.tasks, target=a.target, skill=a.skill, name=a.name, install_to=a.install_to,
         max_tokens=a.max_tokens, max_cost=a.max_cost, max_minutes=a.max_minutes, i_reviewed=a.i_reviewed,
-        dry_run=a.verb == "dry-run", val_looks_max=a.val_looks, overrides=list(a.overrides),
+        dry_run=a.verb == "dry-run", val_looks_max=a.val_looks, overrides=list(a.overrides), memory=a.memory,
     )  # fmt: skip
 
     def fresh() -> Path:

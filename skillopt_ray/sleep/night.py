@@ -42,6 +42,7 @@ class NightOptions:
     dry_run: bool = False
     val_looks_max: int = 5
     overrides: list[str] = field(default_factory=list)
+    memory: bool = False  # also propose the rules as a marked block of AGENTS.md / CLAUDE.md
 
 
 @dataclass
@@ -297,12 +298,27 @@ def say_spent(p: Plan, run_dir: Path) -> None:
     (run_dir / "night" / "estimate.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 
+def memory_proposal(opts: NightOptions, name: str, skill_md: Path) -> Optional[tuple[str, Path]]:
+    """With --memory, the memory file with the learned skill's body in its marked block (None without the flag)."""
+    if not opts.memory:
+        return None
+    from skillopt_ray.sleep import memory
+
+    body = skill_home.parse(skill_md.read_text(encoding="utf-8"), name).body
+    return memory.proposal(opts.project, opts.target, name, body)
+
+
 def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
     """Hand every finished night to staging, also one whose gate accepted nothing (staged `changed: false`, for
     `status` to show and `adopt` to refuse), so each night leaves its report where you look for it."""
     from skillopt_ray.sleep import staging
 
     root = live.parent.parent  # <root>/<name>/SKILL.md: adoption may write only under the skills folder
+    try:
+        mem = memory_proposal(opts, folder.name, folder / "SKILL.md") if rep.changed else None
+    except ValueError as e:
+        print(f"error: staging refused the night's memory block: {e}", file=sys.stderr)
+        return EXIT_CONFIG
     proposal = staging.NightProposal(
         project=opts.project,
         stamp=p.run_name.removeprefix("night-"),
@@ -313,6 +329,7 @@ def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightRepor
         report_md=(folder.parent.parent / "report.md").read_text(encoding="utf-8"),
         report=rep.as_dict(),
         evidence_dir=Path(rep.run_dir) / "steps",
+        memory=mem,
     )
     try:
         where = staging.stage_night(proposal)

@@ -24,6 +24,7 @@ class NightRow(TypedDict, total=False):
     summary: JSONObject
     state: str
     folder: str
+    memory: str  # the memory file the night proposes a block for, and the block's size
 
 
 class NightsStatus(TypedDict):
@@ -73,6 +74,9 @@ def collect(project: Path) -> NightsStatus:
                 "folder": str(night),
             }
         )
+        note = memory_note(night, m)
+        if note:
+            rows[-1]["memory"] = note
     wal = wal_path(project)
     return {
         "project": str(project.resolve()),
@@ -80,6 +84,21 @@ def collect(project: Path) -> NightsStatus:
         "pending": [r["stamp"] for r in rows if str(r["state"]).startswith("pending")],
         "interrupted": str(wal) if wal.exists() else None,
     }
+
+
+def memory_note(night: Path, m: StagedManifest) -> Optional[str]:
+    """The staged memory block in one line: which file, which block, how many lines it proposes."""
+    from skillopt_ray.sleep import memory
+
+    for row in m["files"]:
+        if row["kind"] != "memory":
+            continue
+        try:
+            inner = memory.block_text((night / row["rel"]).read_bytes().decode("utf-8"), m["skill_name"])
+        except (OSError, ValueError) as e:
+            return f"{row['live_path']}: unreadable staged block ({e})"
+        return f"{row['live_path']}: block {m['skill_name']!r}, {len((inner or '').splitlines())} lines"
+    return None
 
 
 def fmt_summary(s: JSONObject) -> str:
@@ -103,6 +122,8 @@ def render(st: NightsStatus) -> str:
             continue
         extra = fmt_summary(r["summary"])
         lines.append(f"{r['stamp']}  {r['skill']}  {r['verdict']}  {r['state']}" + (f"  ({extra})" if extra else ""))
+        if r.get("memory"):
+            lines.append(f"  memory {r['memory']}")
     if st["pending"]:
         lines.append(f"pending: {', '.join(st['pending'])} (adopt with: python -m skillopt_ray.sleep adopt --project "
                      f"{st['project']} --night STAMP)")  # fmt: skip
