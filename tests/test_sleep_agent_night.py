@@ -118,9 +118,9 @@ def test_a_night_on_agent_tasks_is_adopted_and_the_real_cli_loads_the_skill(
 
     assert sleep_cli.main(["adopt", "--project", str(project)]) == 0
     skill = live_skill.read_text()
-    assert skill.startswith("---\nname: tidy\n") and "HELPFUL" in skill
+    assert skill.startswith("---\nname: tidy\n") and "HELPFUL" in skill and "No rules yet" not in skill
     adopted = mem.read_text()
-    assert adopted.startswith(MEMORY) and "HELPFUL" in memory.block_text(adopted, "tidy")
+    assert adopted.startswith(MEMORY) and memory.block_text(adopted, "tidy") == RULE + "\n"
 
     # the user's own CLI on the adopted project: Claude Code lists skills only with its Skill tool, which the
     # runner's episodes withhold (they point the agent at SKILL.md instead)

@@ -111,3 +111,18 @@ def test_a_night_composes_for_a_project_path_with_spaces_commas_and_quotes(tmp_p
     assert data["env"]["data_dir"] == str(tasks)
     assert data["output_dir"] == str(project / ".skillopt" / "nights")
     assert data["tracking"]["experiment_name"] == f"sleep-{project.name}"
+
+
+def test_the_seed_placeholder_never_reaches_a_proposed_skill():
+    """A night that starts from no skill trains from the custom benchmark's seed; its placeholder line is not
+    guidance, so it is cut from the proposal (and a body without it is left exactly as it is)."""
+    from skillopt_envs.custom.benchmark import SEED_SKILL
+
+    assert skill_home.SEED_SKILL == SEED_SKILL  # the two must not drift apart
+    assert (
+        skill_home.without_seed(SEED_SKILL + "\n- HELPFUL: finish with DONE-OK.\n")
+        == "- HELPFUL: finish with DONE-OK.\n"
+    )
+    assert skill_home.without_seed(SEED_SKILL) == ""
+    own = "# Skill\n\n\n\n- keep my spacing\n"
+    assert skill_home.without_seed(own) == own

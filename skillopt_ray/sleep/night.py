@@ -258,7 +258,7 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     folder = run_dir / "night" / "skill" / skill_home.check_name(doc.name)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(doc.text(best), encoding="utf-8")
+    (folder / "SKILL.md").write_text(doc.text(skill_home.without_seed(best)), encoding="utf-8")
     rep = build_report(run_dir, p.run_name, p.splits, looks, opts.val_looks_max, borrowed=not p.splits["val"])
     rep.live_path, rep.proposed = str(live), str(folder / "SKILL.md")
     write_report(run_dir / "night", rep)

@@ -47,6 +47,23 @@ def parse(text: str, fallback_name: str = DEFAULT_NAME) -> SkillDoc:
     return SkillDoc(name, desc, "\n".join(lines), body)
 
 
+# the custom benchmark's starting skill (a night with no hand-written skill trains from it): a placeholder for the
+# optimizer, not guidance, so it is cut from what a night proposes to install
+SEED_SKILL = "# Skill\n\nNo rules yet: training adds what it learns about these tasks here.\n"
+
+
+def without_seed(body: str) -> str:
+    """The learned body without the seed's placeholder line, and its heading when that heading opens the body (a
+    body without the placeholder is returned as it is)."""
+    head, line = (part.strip() for part in SEED_SKILL.split("\n\n", 1))
+    if line not in body:
+        return body
+    out = body.replace(line, "", 1).strip()
+    if out == head or out.startswith(head + "\n"):
+        out = out[len(head) :].strip()
+    return re.sub(r"\n{3,}", "\n\n", out) + "\n" if out else ""
+
+
 def check_name(name: str) -> str:
     if not _NAME.match(name):
         raise ValueError(f"skill name {name!r} is not usable as a folder; use lower-case letters, digits and -")
