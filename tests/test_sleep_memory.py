@@ -69,6 +69,10 @@ def test_run_refuses_memory_for_chat_and_bad_markers_before_the_night(tmp_path, 
         code = main(["run", "--project", str(tmp_path), "--target", target, "--memory", "--name", "deploy"])
         err = capsys.readouterr().err.strip()
         assert code == 2 and want in err and "\n" not in err
+    own = tmp_path / "SKILL.md"  # with --skill the block is named by its front matter, not by --name
+    own.write_text("---\nname: deploy\ndescription: d\n---\n\nbody\n")
+    assert main(["run", "--project", str(tmp_path), "--target", "codex", "--memory", "--skill", str(own)]) == 2
+    assert "2 begin and 1 end" in capsys.readouterr().err
     assert not (tmp_path / ".skillopt" / "staging").exists()
 
 

@@ -142,6 +142,15 @@ def harvest_report(a: argparse.Namespace) -> pipeline.HarvestReport:
     return pipeline.run(opts, llm)
 
 
+def check_memory(project: Path, a: argparse.Namespace) -> None:
+    """--memory: the target reads a memory file and its block's markers are editable, said before the night runs."""
+    from skillopt_ray.sleep import memory
+    from skillopt_ray.sleep.skill_home import parse
+
+    name = parse(a.skill.read_text(encoding="utf-8"), a.name).name if a.skill else a.name
+    memory.find_block(memory.read_live(memory.memory_path(project, a.target)), name)
+
+
 def night(a: argparse.Namespace) -> int:
     """`run` / `dry-run`: one night (skillopt_ray.sleep.night)."""
     from skillopt_ray.sleep.night import NightOptions, run_night
@@ -152,12 +161,10 @@ def night(a: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 0 (0: no cap)")
     if a.tasks is not None and not (a.tasks / "review.json").is_file() and not a.tasks.is_dir():
         raise ValueError(f"--tasks {a.tasks} is not a task folder; give the folder `harvest` wrote")
-    if a.memory:
-        from skillopt_ray.sleep import memory
-
-        memory.find_block(memory.read_live(memory.memory_path(project, a.target)), a.name)  # refuse before the night
     if a.skill is not None and not a.skill.is_file():
         raise ValueError(f"--skill {a.skill} is not a file; give the hand-written skill's SKILL.md")
+    if a.memory:
+        check_memory(project, a)
     opts = NightOptions(
         project=project, tasks=a.tasks, target=a.target, skill=a.skill, name=a.name, install_to=a.install_to,
         max_tokens=a.max_tokens, max_cost=a.max_cost, max_minutes=a.max_minutes, i_reviewed=a.i_reviewed,
