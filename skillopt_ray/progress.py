@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.records import Session
 from skillopt_ray.rundir import RunDir
 
 PHASES = {
@@ -405,7 +406,7 @@ class RunClock:
     run_dir: Path
     started: float = field(default_factory=command_start)
     every_s: float = 10.0
-    sessions: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[Session] = field(default_factory=list)
     _last_write: float = 0.0
 
     def begin(self) -> RunClock:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from skillopt_ray.compare_groups import norm_value
 from skillopt_ray.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.records import MlflowRun
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.sweep_spec import SweepSpec
 from skillopt_ray.sweep_trials import Trial, _status
@@ -83,7 +84,7 @@ class _Parent:
             return
         self.client = self.tracker.client
         record_path = sdir / "mlflow_parent.json"
-        record = json.loads(record_path.read_text()) if record_path.exists() else {}
+        record: MlflowRun = json.loads(record_path.read_text()) if record_path.exists() else {}
         if existing:
             record["run_id"] = existing
         self.run_id = self.tracker.start(

@@ -32,11 +32,12 @@ from skillopt_ray.cli.identity import check_or_record, identity_record, runs_bef
 from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
 from skillopt_ray.exit_codes import EXIT_ERROR
+from skillopt_ray.records import Identity
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.startup_trace import mark
 
 
-def run_dir_for(data: dict[str, Any], record: Optional[dict[str, Any]] = None) -> Path:
+def run_dir_for(data: dict[str, Any], record: Optional[Identity] = None) -> Path:
     """`<output_dir>/runs/<experiment>-<mode>-seed<seed>-<identity>`, or `<output_dir>/runs/<run_name>`."""
     name = data.get("run_name")
     if not name:
@@ -69,7 +70,7 @@ def record_job(run_dir: Path) -> None:
     print(f"ray job {job} -> run directory {run_dir}", file=sys.stderr)
 
 
-def prepare_run_dir(run_dir: Path, data: dict[str, Any], record: dict[str, Any]) -> None:
+def prepare_run_dir(run_dir: Path, data: dict[str, Any], record: Identity) -> None:
     """resume=false moves an old run aside; a resumed run must have been made from the same inputs."""
     if run_dir.exists() and not data["resume"]:
         backup = run_dir.with_name(run_dir.name + f".old-{int(time.time())}")
