@@ -49,6 +49,7 @@ __all__ = [
     "Identity",
     "Job",
     "MlflowRun",
+    "Origin",
     "Provenance",
     "RunInputs",
     "Session",
@@ -100,6 +101,14 @@ class MlflowRun(TypedDict, total=False):
     run_uid: Optional[str]
     tracking_uri: str
     experiment_id: Optional[str]
+
+
+class Origin(TypedDict, total=False):
+    """Where a command came from when another tool (a sweep) runs it: that tool's command line and the overrides
+    that compose this run; the provenance records them instead of this process's own."""
+
+    argv: list[str]
+    overrides: list[str]
 
 
 class GitState(TypedDict):

@@ -15,7 +15,7 @@ from skillopt_ray.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.records import MlflowRun
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.sweep_spec import SweepSpec
-from skillopt_ray.sweep_trials import Trial, _status
+from skillopt_ray.sweep_trials import Trial, TrialRow, _status
 from skillopt_ray.utils.io import atomic_write_json
 
 METRIC = "selection_score"  # what a scheduler compares: the current skill's selection score after each step
@@ -112,7 +112,7 @@ def _mark_child(run_dir: Path, status: str, tags: dict[str, str]) -> None:
         print(f"note: could not mark the MLflow run of {run_dir.name}: {e}", file=sys.stderr)
 
 
-def dry_run(spec: SweepSpec, trials: list[Trial], name: str, sdir: Path, previous: dict[str, dict[str, Any]]) -> int:
+def dry_run(spec: SweepSpec, trials: list[Trial], name: str, sdir: Path, previous: dict[str, TrialRow]) -> int:
     print(f"sweep {name} (dry run: nothing started)")
     print(
         "search space: "
@@ -145,7 +145,7 @@ def _sweep_meta(
     trials: list[Trial],
     overrides: list[str],
     parent: _Parent,
-    previous: dict[str, dict[str, Any]],
+    previous: dict[str, TrialRow],
 ) -> dict[str, Any]:
     """The sweep's own record (sweep.json): its space, its parent run and each trial's status."""
     return {

@@ -8,13 +8,77 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_ray.cli import compose, needs_embedded_server, resolve_paths, run_dir_for, typed
 from skillopt_ray.compare_groups import norm_value
 from skillopt_ray.compare_records import run_finished
+from skillopt_ray.records import Origin
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.sweep_spec import SweepSpec, expand, option_keys, sample_seed, search_space
+
+
+# the result a scheduler stopped a trial on: the step and its selection score (sweep_report.METRIC)
+class StopPoint(TypedDict):
+    step: Optional[int]
+    selection_score: Optional[float]
+
+
+# who stopped a trial, and where (a trial row's `stopped`)
+class StoppedBy(TypedDict):
+    by: str
+    step: Optional[int]
+    selection_score: Optional[float]
+
+
+class _TrialRowBase(TypedDict):
+    key: str
+    params: dict[str, str]
+    seed: int
+    run_dir: str
+    status: str  # new | finished | stopped | unfinished
+
+
+class TrialRow(_TrialRowBase, total=False):
+    """One trial in the sweep's record (sweep.json `trials`); a stopped trial says who stopped it."""
+
+    stopped: Optional[StoppedBy]
+
+
+class _TrialPlanBase(TypedDict):
+    data: dict[str, Any]  # the trial's prepared config (the plain config tree)
+    key: str
+    run_dir: str
+
+
+class TrialPlan(_TrialPlanBase, total=False):
+    """What a Tune trial runs: its config, key, run directory and (when planned by the sweep) provenance."""
+
+    origin: Origin  # the sweep's command line and the overrides that compose the trial
+
+
+class SweepContext(TypedDict):
+    """What every trial of a sweep shares: its name, swept keys, overrides and MLflow parent."""
+
+    name: str
+    keys: list[str]
+    overrides: list[str]
+    fixed: dict[str, Any]  # dotted key -> any config value
+    parent_run_id: Optional[str]
+    server_url: Optional[str]
+    stopped: list[str]
+    resume_stopped: bool
+    search_dirs: list[str]
+
+
+class EmbeddedSettings(TypedDict):
+    """The arguments of the one embedded server a sweep's trials share."""
+
+    model_path: str
+    ctx_size: int
+    threads: int
+    parallel: int
+    startup_timeout_s: float
 
 
 @dataclass
@@ -130,7 +194,7 @@ def max_concurrent_trials(data: dict[str, Any], total_cpus: float, requested: Op
     return min(cap, requested) if requested else cap
 
 
-def shared_embedded_settings(trials: list[dict[str, Any]], concurrent: int) -> Optional[dict[str, Any]]:
+def shared_embedded_settings(trials: list[dict[str, Any]], concurrent: int) -> Optional[EmbeddedSettings]:
     """EmbeddedServer arguments for one server that all these trials can share, or None: no trial
     needs one, one was given (llm.embedded.server_url), or the trials' embedded settings differ.
     Slots and context grow with the number of trials running at once (llama.cpp splits the
@@ -143,16 +207,16 @@ def shared_embedded_settings(trials: list[dict[str, Any]], concurrent: int) -> O
         return None
     e = need[0]["llm"]["embedded"]
     n = max(1, concurrent)
-    return {
-        "model_path": e["model_path"],
-        "ctx_size": e["ctx_size"] * n,
-        "threads": e["threads"],
-        "parallel": e["parallel"] * n,
-        "startup_timeout_s": e["startup_timeout_s"],
-    }
+    return EmbeddedSettings(
+        model_path=e["model_path"],
+        ctx_size=e["ctx_size"] * n,
+        threads=e["threads"],
+        parallel=e["parallel"] * n,
+        startup_timeout_s=e["startup_timeout_s"],
+    )
 
 
-def prepare(data: dict[str, Any], ctx: dict[str, Any], params: dict[str, str], key: str, seed: int) -> dict[str, Any]:
+def prepare(data: dict[str, Any], ctx: SweepContext, params: dict[str, str], key: str, seed: int) -> dict[str, Any]:
     """What the sweep sets in every trial's config: its MLflow parent and tags, no own CPU
     reservation for actors (the trial's covers them), no progress line, the shared server."""
     data = copy.deepcopy(data)
@@ -171,10 +235,10 @@ def prepare(data: dict[str, Any], ctx: dict[str, Any], params: dict[str, str], k
     return data
 
 
-def _status(t: Trial, previous: dict[str, dict[str, Any]]) -> str:
+def _status(t: Trial, previous: dict[str, TrialRow]) -> str:
     if t.finished():
         return "finished"
-    prev = previous.get(str(t.run_dir), {})
-    if prev.get("status") == "stopped":
+    prev = previous.get(str(t.run_dir))
+    if prev is not None and prev.get("status") == "stopped":
         return "stopped"
     return "unfinished" if RunDir(t.run_dir).state_path.exists() else "new"

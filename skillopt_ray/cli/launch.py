@@ -32,7 +32,7 @@ from skillopt_ray.cli.identity import check_or_record, identity_record, runs_bef
 from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
 from skillopt_ray.exit_codes import EXIT_ERROR
-from skillopt_ray.records import Identity
+from skillopt_ray.records import Identity, Origin
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.startup_trace import mark
 
@@ -142,7 +142,7 @@ def with_endpoint(data: dict[str, Any], url: str) -> dict[str, Any]:
 def execute(
     data: dict[str, Any],
     run_dir: Optional[Path] = None,
-    origin: Optional[dict[str, Any]] = None,
+    origin: Optional[Origin] = None,
     checked: bool = False,
 ) -> dict[str, Any]:
     """One training (or eval) run through the driver actor; the outcome dict it returns says how it ended.
@@ -175,7 +175,7 @@ def execute(
     return outcome
 
 
-def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[dict[str, Any]], checked: bool) -> Path:
+def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[Origin], checked: bool) -> Path:
     """Check the run's inputs (unless the preflight did) and prepare its run directory (identity, provenance, the
     job's record); returns it."""
     if not checked:
