@@ -21,6 +21,7 @@ from skillopt_envs.base import DataError, EpisodeContext
 from skillopt_ray.config import ConfigError, from_container, redact, validate
 from skillopt_ray.envpool import EnvPool, PoolSettings, pool_shape
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.lifeline import Owner
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.progress import Eta
@@ -70,7 +71,7 @@ class Run:
         self,
         cfg_dict: dict[str, Any],
         run_dir: str,
-        owners: Optional[list[Optional[dict[str, Any]]]] = None,
+        owners: Optional[list[Optional[Owner]]] = None,
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
     ):
@@ -401,7 +402,7 @@ def plays_episodes(stage: str) -> bool:
     return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
 
 
-def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[dict[str, Any]], spawn: Spawner = fresh) -> Any:
+def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[Owner], spawn: Spawner = fresh) -> Any:
     """The run's LLM gateway actor, on this node: it writes the ledger and cache into the run directory, and it must
     not die with a worker node. The command starts it beside the driver actor (both processes come up at once)."""
     rd = RunDir(run_dir)
@@ -429,7 +430,7 @@ def driver_options(cfg_dict: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-def run_dir_unseen(run_dir: str, owner: Optional[dict[str, Any]]) -> Optional[str]:
+def run_dir_unseen(run_dir: str, owner: Optional[Owner]) -> Optional[str]:
     """Why this node cannot hold the run (the run directory, made before the driver starts, is not here), or None."""
     if Path(run_dir).is_dir():
         return None
@@ -448,7 +449,7 @@ class DriverActor:
         self,
         cfg_dict: dict[str, Any],
         run_dir: str,
-        owner: Optional[dict[str, Any]] = None,
+        owner: Optional[Owner] = None,
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
     ):

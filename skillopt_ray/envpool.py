@@ -36,6 +36,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 
 from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.lifeline import Owner
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import GatewayLost, LLMError, LLMUnavailable, ReplyIncomplete
@@ -159,7 +160,7 @@ def actor_options(
 
 
 def prestart_actor(
-    cfg_dict: dict[str, Any], gateway: Any, owners: list[dict[str, Any]], spawn: Optional[Any] = None
+    cfg_dict: dict[str, Any], gateway: Any, owners: list[Owner], spawn: Optional[Any] = None
 ) -> Optional[Any]:
     """One env actor started by the command beside the driver actor (every pool has at least one), so its process
     comes up while the driver's does. It takes as many episodes at once as the largest pool shape could give it."""
@@ -192,9 +193,7 @@ def settings_from(ray_cfg: dict[str, Any], actors: int, per_actor: int) -> PoolS
 
 @ray.remote
 class EnvActor:
-    def __init__(
-        self, env_name: str, env_cfg: dict[str, Any], gateway: Any, owners: Optional[list[dict[str, Any]]] = None
-    ):
+    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any, owners: Optional[list[Owner]] = None):
         from skillopt_ray.lifeline import watch
 
         watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
@@ -328,7 +327,7 @@ class EnvPool:
         env_cfg: dict[str, Any],
         gateway: Any,
         settings: PoolSettings,
-        owners: Optional[list[dict[str, Any]]] = None,
+        owners: Optional[list[Owner]] = None,
         prestarted: Optional[list[Any]] = None,
     ):
         self.owners = list(owners or [])

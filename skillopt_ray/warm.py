@@ -22,7 +22,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.lifeline import Owner
 
 ADOPT_TIMEOUT_S = 120.0
 
@@ -191,7 +191,7 @@ class Serving:
     command's process, which the run's actors watch as their owner)."""
 
     pool: StandbyPool
-    owner: Optional[dict[str, Any]]
+    owner: Optional[Owner]
     memo: dict[str, Any] = field(default_factory=dict)  # the last composed config (cli.app.composed_data)
 
 
@@ -204,9 +204,7 @@ def serving() -> Optional[Serving]:
 
 
 @contextlib.contextmanager
-def serve(
-    pool: StandbyPool, owner: Optional[dict[str, Any]], memo: Optional[dict[str, Any]] = None
-) -> Iterator[Serving]:
+def serve(pool: StandbyPool, owner: Optional[Owner], memo: Optional[dict[str, Any]] = None) -> Iterator[Serving]:
     token = _SERVING.set(Serving(pool, owner, memo if memo is not None else {}))
     try:
         yield _SERVING.get()  # type: ignore[misc]
@@ -225,7 +223,7 @@ def wait_ready() -> None:
         s.pool.wait_adopted()
 
 
-def run_owner() -> Optional[JSONObject]:
+def run_owner() -> Optional[Owner]:
     """The process whose death ends the run's actors: the command's (served or not)."""
     from skillopt_ray.lifeline import identity
 
