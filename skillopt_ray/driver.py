@@ -34,7 +34,7 @@ from skillopt_ray.state import StateVersionError
 from skillopt_ray.stats import mean_interval
 from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
 from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, limit_tasks
-from skillopt_ray.warm import Spawner, fresh
+from skillopt_ray.warm import ActorOptions, Spawner, fresh
 
 
 def read_skill_file(path: Path, key: str) -> str:
@@ -409,7 +409,9 @@ def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[Owner], s
     llm = cfg_dict["llm"]
     return spawn(
         GatewayActor,
-        {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)},
+        ActorOptions(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        ),
         llm,
         str(rd.cache_path) if llm.get("cache_mode", "record") != "off" else None,
         str(rd.ledger_path),
@@ -418,11 +420,11 @@ def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[Owner], s
     )
 
 
-def driver_options(cfg_dict: dict[str, Any]) -> dict[str, Any]:
+def driver_options(cfg_dict: dict[str, Any]) -> ActorOptions:
     """Ray options for the driver actor. With ray.driver_node=local (the default) it runs on the calling
     process's node, where that process has just made the run directory; `any` lets Ray place it (the run
     directory must then be on a path every node mounts; the driver checks that it can see it)."""
-    opts: dict[str, Any] = {"num_cpus": 0}
+    opts = ActorOptions(num_cpus=0)
     if (cfg_dict.get("ray") or {}).get("driver_node", "local") == "local":
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False

@@ -41,6 +41,7 @@ from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import GatewayLost, LLMError, LLMUnavailable, ReplyIncomplete
 from skillopt_ray.startup_trace import mark
+from skillopt_ray.warm import ActorOptions
 
 NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node
 SUSPECT_NODE_S = 60.0  # how long a node that lost an actor is avoided by replacements
@@ -144,19 +145,21 @@ def pool_shape(actors: int, per_actor: int, holds_state: bool, eval_tasks: Optio
 
 def actor_options(
     s: PoolSettings, resource: Optional[str], avoid: list[str], max_concurrency: Optional[int] = None
-) -> JSONObject:
+) -> ActorOptions:
     """Ray options of one env actor: its benchmark's resource, if any, and spread over the nodes, or away from the
     `avoid` nodes (ones that just lost an actor) when another node can host it."""
-    extra: dict[str, Any] = {"resources": {resource: s.env_resource_per_actor}} if resource else {}
-    if avoid:  # prefer other nodes; any node (even a suspect one) when no other can host the actor
-        extra["label_selector"] = {NODE_LABEL: f"!in({','.join(avoid)})"}
-        extra["fallback_strategy"] = [{"label_selector": {}}]
-    else:
-        extra["scheduling_strategy"] = "SPREAD"
     # episodes arrive in batches (EnvActor.submit) and run as the actor's own tasks; the slots left are for submit,
     # the caller's waiting collect and cancel_calls (and a direct run() call)
     slots = (max_concurrency or s.episodes_per_actor) + BATCH_METHOD_SLOTS
-    return dict(num_cpus=s.actor_num_cpus, max_concurrency=slots, **extra)
+    opts = ActorOptions(num_cpus=s.actor_num_cpus, max_concurrency=slots)
+    if resource:
+        opts["resources"] = {resource: s.env_resource_per_actor}
+    if avoid:  # prefer other nodes; any node (even a suspect one) when no other can host the actor
+        opts["label_selector"] = {NODE_LABEL: f"!in({','.join(avoid)})"}
+        opts["fallback_strategy"] = [{"label_selector": {}}]
+    else:
+        opts["scheduling_strategy"] = "SPREAD"
+    return opts
 
 
 def prestart_actor(
