@@ -25,7 +25,7 @@ from skillopt_ray.lifeline import Owner
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.progress import Eta
-from skillopt_ray.records import Summary
+from skillopt_ray.records import Outcome, Summary
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import normalize_markers
 from skillopt_ray.stages.rollout import InfraFailure, check_data, rollout_repeats, summarize
@@ -164,7 +164,7 @@ class Run:
             tracker.log_params(redact(self.cfg_dict))
         return tracker
 
-    async def execute(self) -> dict[str, Any]:
+    async def execute(self) -> Outcome:
         t0 = time.monotonic()
         try:
             bench, llm = self._setup()
@@ -225,7 +225,7 @@ class Run:
             await self._close()
             mark("driver-closed")
 
-    def _fail(self, code: int, message: str) -> dict[str, Any]:
+    def _fail(self, code: int, message: str) -> Outcome:
         tracker = self.tracker.opened() if self.tracker else None
         if tracker and tracker.run_id:
             try:
@@ -465,7 +465,7 @@ class DriverActor:
         self._ledger: dict[str, Any] = {}
         self._eta = Eta()
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> Outcome:
         if self._run is None:
             return {
                 "status": "error",

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from skillopt_ray.jsontypes import JSONObject
-from skillopt_ray.records import Session
+from skillopt_ray.records import Session, Timing
 from skillopt_ray.rundir import RunDir
 
 PHASES = {
@@ -443,21 +442,21 @@ class RunClock:
         if time.monotonic() - self._last_write >= self.every_s:
             self._write()
 
-    def end(self, status: str) -> JSONObject:
+    def end(self, status: str) -> Timing:
         if self.sessions:
             self.sessions[-1]["status"] = status
         self._write()
         return self.timing()
 
-    def timing(self) -> JSONObject:
-        return {
-            "command_s": round(self.command_s, 1),
-            "run_total_s": round(self.total_s, 1),
-            "sessions": len(self.sessions),
-        }
+    def timing(self) -> Timing:
+        return Timing(
+            command_s=round(self.command_s, 1),
+            run_total_s=round(self.total_s, 1),
+            sessions=len(self.sessions),
+        )
 
 
-def time_line(timing: Optional[dict[str, Any]]) -> str:
+def time_line(timing: Optional[Timing]) -> str:
     """The summary's clock line: this command's wall time, and the run's in all when it was resumed."""
     if not timing:
         return ""

@@ -50,9 +50,11 @@ __all__ = [
     "Job",
     "MlflowRun",
     "Origin",
+    "Outcome",
     "Provenance",
     "RunInputs",
     "Session",
+    "Timing",
     "GateRecord",
     "LrDecision",
     "MetaSkillRecord",
@@ -109,6 +111,29 @@ class Origin(TypedDict, total=False):
 
     argv: list[str]
     overrides: list[str]
+
+
+class Timing(TypedDict):
+    """A command's clock: its own wall time, the run's over every command, and how many commands ran it."""
+
+    command_s: float
+    run_total_s: float
+    sessions: int
+
+
+class Outcome(TypedDict, total=False):
+    """How a run ended, as the driver actor returns it and the command reports it: `status` ok with the summary,
+    or error with the message and the exit code."""
+
+    status: str  # ok | error | interrupted
+    exit: int
+    message: Optional[str]
+    notes: list[str]
+    run_dir: str
+    summary: dict[str, Any]  # Summary.to_dict()
+    mlflow: Optional[MlflowRun]
+    elapsed_s: float
+    timing: Timing
 
 
 class GitState(TypedDict):

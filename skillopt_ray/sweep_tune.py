@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from skillopt_ray.cli import UsageError, run_dir_for, start_ray
 from skillopt_ray.compare_records import read_steps, run_finished
-from skillopt_ray.records import Origin
+from skillopt_ray.records import Origin, Outcome
 from skillopt_ray.sweep_report import (
     METRIC,
     _brief,
@@ -99,13 +99,13 @@ def _trainable(config: dict[str, Any], plans: dict[str, TrialPlan], ctx: SweepCo
             if run_finished(run_dir):
                 tune.report(final_report(run_dir, key, last))
             return
-        outcome: dict[str, Any] = {}
+        outcome = Outcome()
 
         def run() -> None:
             try:
                 outcome.update(execute(copy.deepcopy(plan["data"]), run_dir, plan.get("origin")))
             except BaseException as e:  # noqa: BLE001 - handed to the trial thread below
-                outcome.update(status="error", message=f"{type(e).__name__}: {e}")
+                outcome.update(Outcome(status="error", message=f"{type(e).__name__}: {e}"))
 
         worker = threading.Thread(target=run, name=f"run {key}", daemon=True)
         worker.start()

@@ -74,7 +74,7 @@ def metric_key(name: str) -> str:
     return f"other/{name}"
 
 
-def ui_link(record: dict[str, Any], base: str = "http://127.0.0.1:5000") -> str:
+def ui_link(record: MlflowRun, base: str = "http://127.0.0.1:5000") -> str:
     """The MLflow UI page of a run (mlflow_run.json's record), in the model-training view: MLflow 3's UI starts in its
     GenAI view unless the link asks (`workflowType`, remembered by the browser once chosen). Without a run, the
     experiment's runs table (`/runs`; the experiment's bare page opens its Traces tab), and without an experiment,

@@ -32,7 +32,7 @@ from skillopt_ray.cli.identity import check_or_record, identity_record, runs_bef
 from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
 from skillopt_ray.exit_codes import EXIT_ERROR
-from skillopt_ray.records import Identity, Origin
+from skillopt_ray.records import Identity, Origin, Outcome
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.startup_trace import mark
 
@@ -144,7 +144,7 @@ def execute(
     run_dir: Optional[Path] = None,
     origin: Optional[Origin] = None,
     checked: bool = False,
-) -> dict[str, Any]:
+) -> Outcome:
     """One training (or eval) run through the driver actor; the outcome dict it returns says how it ended.
 
     `run_dir`: where the run lives (default: derived from the config and its inputs, see run_dir_for).
@@ -156,7 +156,7 @@ def execute(
     run_dir = _open_run(data, run_dir, origin, checked)
     clock = RunClock(run_dir).begin()
     progress = make_display(data["debug"]["progress"], started_at=clock.started)
-    outcome: dict[str, Any] = {"status": "interrupted"}
+    outcome = Outcome(status="interrupted")
     embedded: Optional[EmbeddedStart] = None
     try:
         if needs_embedded_server(data):
@@ -197,7 +197,7 @@ def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[Or
 
 def _drive(
     data: dict[str, Any], run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any
-) -> dict[str, Any]:
+) -> Outcome:
     """Start Ray (and wait for the embedded server, if any), run the driver actor and follow it to its outcome."""
     import ray
 
@@ -240,7 +240,7 @@ def _drive(
     print(f"run directory: {run_dir}", file=sys.stderr)
     try:
         follow(driver, ref, progress, clock)
-        outcome: dict[str, Any] = ray.get(ref)
+        outcome: Outcome = ray.get(ref)
         mark("driver-returned")
     except ray.exceptions.RayActorError as e:  # killed (OOM, a lost node, a signal): its state is on disk
         return driver_lost(e, run_dir)
@@ -264,7 +264,7 @@ def end_actors(driver: Any, ref: Any, others: list[Any]) -> None:
             ray.kill(handle, no_restart=True) if handle is not None else None
 
 
-def driver_lost(err: BaseException, run_dir: Path) -> dict[str, Any]:
+def driver_lost(err: BaseException, run_dir: Path) -> Outcome:
     """The outcome of a run whose driver actor died: one line saying so and how to go on (every stage it finished
     is checkpointed, so the same command resumes from there), never Ray's multi-line error."""
     import re
