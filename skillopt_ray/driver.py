@@ -25,7 +25,7 @@ from skillopt_ray.lifeline import Owner
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.progress import Eta
-from skillopt_ray.records import Outcome, Summary
+from skillopt_ray.records import Outcome, Progress, Summary
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import normalize_markers
 from skillopt_ray.stages.rollout import InfraFailure, check_data, rollout_repeats, summarize
@@ -80,7 +80,7 @@ class Run:
         self.owners = [o for o in (owners or []) if o]  # processes whose death ends every actor of this run
         self.cfg = validate(from_container(cfg_dict))
         self.rd = RunDir(run_dir).ensure()
-        self.progress: dict[str, Any] = {"phase": "starting"}
+        self.progress = Progress(phase="starting")
         self.pool: Optional[EnvPool] = None
         self.gateway: Any = gateway  # started by the command beside this actor (start_gateway), or by _setup
         self.trainer: Optional[Trainer] = None
@@ -263,7 +263,7 @@ class Run:
         split = cfg.eval.split
         tasks = self._eval_tasks(bench)
         reps = cfg.optimizer.rollouts_per_task  # each task played that many times, scored by their mean
-        self.progress.update(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks) * reps)
+        self.progress.update(Progress(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks) * reps))
         assert self.pool is not None, "the env pool starts before evaluation"
         res = await rollout_repeats(
             self.pool,
@@ -331,17 +331,20 @@ class Run:
         if self.pool is not None:
             self.pool.shutdown()
 
-    def set_progress(self, kw: Optional[dict[str, Any]] = None, **more: Any) -> None:
+    def set_progress(self, kw: Optional[Progress] = None, **more: Any) -> None:
         """The trainer's progress calls; a new phase or step clears the stage it left behind."""
-        kw = {**(kw or {}), **more}
-        moved = any(k in kw and kw[k] != self.progress.get(k) for k in ("phase", "global_step"))
+        kw = cast(Progress, {**(kw or {}), **more})  # `more`: Progress keys by name
+        moved = ("phase" in kw and kw["phase"] != self.progress.get("phase")) or (
+            "global_step" in kw and kw["global_step"] != self.progress.get("global_step")
+        )
         if moved and "stage" not in kw:
-            for k in ("stage", "done", "total"):
-                self.progress.pop(k, None)
+            self.progress.pop("stage", None)
+            self.progress.pop("done", None)
+            self.progress.pop("total", None)
         self.progress.update(kw)
 
-    def snapshot(self) -> dict[str, Any]:
-        snap = dict(self.progress)
+    def snapshot(self) -> Progress:
+        snap = self.progress.copy()
         snap["notes"] = list(self.notes)
         if not plays_episodes(snap.get("stage", "")):
             # the last rollout's count would read as stuck
@@ -351,7 +354,9 @@ class Run:
             snap["done"], snap["total"] = self.pool.episodes_done, self.pool.episodes_total
         if self.trainer is not None:
             counts = self.trainer.state.counts
-            snap.update(accept=counts.accept, reject=counts.reject, skip=counts.skip, epochs=self.cfg.optimizer.epochs)
+            snap.update(
+                Progress(accept=counts.accept, reject=counts.reject, skip=counts.skip, epochs=self.cfg.optimizer.epochs)
+            )
             try:  # the whole run's planned episodes, for the overall bar and ETA
                 plan = self.trainer.schedule.plan()
                 snap["run_done"], snap["run_total"] = min(plan.done(self.trainer.state, snap), plan.total), plan.total
@@ -493,15 +498,16 @@ class DriverActor:
             snap = await self.progress()
             snap["eta_s"] = None if final else self._eta.observe(snap.get("run_done"), snap.get("run_total"))
             if final:
-                snap["phase"] = "done" if snap.get("phase") in ("done", "final") else snap.get("phase")
+                if snap.get("phase") in ("done", "final"):
+                    snap["phase"] = "done"
             snap["written_at"] = time.time()
             RunDir(self._run_dir).write_progress(snap)
         except Exception:  # noqa: BLE001 - the live record is best effort; the run's own records are not
             pass
 
-    async def progress(self) -> dict[str, Any]:
+    async def progress(self) -> Progress:
         if self._run is None:
-            return {"phase": "starting"}
+            return Progress(phase="starting")
         snap = self._run.snapshot()
         if self._run.gateway is not None:
             try:

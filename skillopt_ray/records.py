@@ -51,6 +51,7 @@ __all__ = [
     "MlflowRun",
     "Origin",
     "Outcome",
+    "Progress",
     "Provenance",
     "RunInputs",
     "Session",
@@ -111,6 +112,31 @@ class Origin(TypedDict, total=False):
 
     argv: list[str]
     overrides: list[str]
+
+
+class Progress(TypedDict, total=False):
+    """A live progress snapshot (DriverActor.progress(), progress.json): where the run is and what it has done.
+    Every key may be missing; displays leave out what is."""
+
+    phase: str  # starting | train | epoch_boundary | final | eval | done
+    stage: str
+    epoch: int
+    epochs: int
+    step: int
+    global_step: int
+    total_steps: int
+    done: int  # the stage's episodes
+    total: int
+    run_done: int  # the run's planned episodes
+    run_total: int
+    accept: int
+    reject: int
+    skip: int
+    tokens: int
+    cost_usd: float
+    notes: list[str]
+    eta_s: Optional[float]
+    written_at: float
 
 
 class Timing(TypedDict):

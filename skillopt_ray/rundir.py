@@ -39,6 +39,7 @@ from skillopt_ray.records import (
     LrDecision,
     MetaSkillRecord,
     MlflowRun,
+    Progress,
     Provenance,
     RecordError,
     ScoreEntry,
@@ -230,15 +231,15 @@ class RunDir:
         """state.json as a plain dict (for views that do not need the typed state)."""
         return self.read_json(STATE)
 
-    def read_progress(self) -> dict[str, Any]:
+    def read_progress(self) -> Progress:
         """The driver's latest live progress snapshot ({} when the run writes none or it cannot be read)."""
         try:
             data = self.read_json(PROGRESS)
         except RecordError:
             return {}  # a snapshot is rewritten every few seconds; a damaged one is as good as none
-        return data if isinstance(data, dict) else {}
+        return cast(Progress, data) if isinstance(data, dict) else {}
 
-    def write_progress(self, snapshot: dict[str, Any]) -> None:
+    def write_progress(self, snapshot: Progress) -> None:
         self.write_json(PROGRESS, snapshot)
 
     def read_ledger(self) -> dict[str, Any]:

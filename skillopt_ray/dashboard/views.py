@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_ray.records import Progress
 from skillopt_ray.rundir import STEP_DIFF, RunDir
 
 # The six stages of a training step, in order (the strip at the top of the watch view).
@@ -295,7 +296,7 @@ def current_skill(rd: RunDir) -> tuple[Optional[int], str]:
     return version, rd.find_skill(int(version)) or ""
 
 
-def live(rd: RunDir) -> dict[str, Any]:
+def live(rd: RunDir) -> Progress:
     """The driver's latest progress snapshot (stage, epoch/step, episodes done, ETA), if the run writes one."""
     return rd.read_progress()
 
