@@ -19,6 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from skillopt_envs.base import DataError, EpisodeContext
 
 from skillopt_ray.config import ConfigError, from_container, redact, validate
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.envpool import EnvPool, PoolSettings, pool_shape
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.lifeline import Owner
@@ -69,7 +70,7 @@ class Run:
 
     def __init__(
         self,
-        cfg_dict: dict[str, Any],
+        cfg_dict: PlainConfig,
         run_dir: str,
         owners: Optional[list[Optional[Owner]]] = None,
         gateway: Any = None,
@@ -407,7 +408,7 @@ def plays_episodes(stage: str) -> bool:
     return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
 
 
-def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[Owner], spawn: Spawner = fresh) -> Any:
+def start_gateway(cfg_dict: PlainConfig, run_dir: str, owners: list[Owner], spawn: Spawner = fresh) -> Any:
     """The run's LLM gateway actor, on this node: it writes the ledger and cache into the run directory, and it must
     not die with a worker node. The command starts it beside the driver actor (both processes come up at once)."""
     rd = RunDir(run_dir)
@@ -425,7 +426,7 @@ def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[Owner], s
     )
 
 
-def driver_options(cfg_dict: dict[str, Any]) -> ActorOptions:
+def driver_options(cfg_dict: PlainConfig) -> ActorOptions:
     """Ray options for the driver actor. With ray.driver_node=local (the default) it runs on the calling
     process's node, where that process has just made the run directory; `any` lets Ray place it (the run
     directory must then be on a path every node mounts; the driver checks that it can see it)."""
@@ -454,7 +455,7 @@ def run_dir_unseen(run_dir: str, owner: Optional[Owner]) -> Optional[str]:
 class DriverActor:
     def __init__(
         self,
-        cfg_dict: dict[str, Any],
+        cfg_dict: PlainConfig,
         run_dir: str,
         owner: Optional[Owner] = None,
         gateway: Any = None,

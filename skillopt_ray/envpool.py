@@ -35,6 +35,7 @@ import skillopt_envs
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.lifeline import Owner
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
@@ -163,7 +164,7 @@ def actor_options(
 
 
 def prestart_actor(
-    cfg_dict: dict[str, Any], gateway: Any, owners: list[Owner], spawn: Optional[Any] = None
+    cfg_dict: PlainConfig, gateway: Any, owners: list[Owner], spawn: Optional[Any] = None
 ) -> Optional[Any]:
     """One env actor started by the command beside the driver actor (every pool has at least one), so its process
     comes up while the driver's does. It takes as many episodes at once as the largest pool shape could give it."""

@@ -27,11 +27,14 @@ code reads is refused with `RecordError`, one line naming the file. Keys a recor
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Optional, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, TypedDict, TypeVar
 
 from skillopt_ray.stages.payload import LrChoice
 from skillopt_ray.state import Counts, RunState, StateVersionError
 from skillopt_ray.stats import GateTestDict, Interval, mean_interval
+
+if TYPE_CHECKING:
+    from skillopt_ray.config.plain import PlainConfig
 
 __all__ = [
     "ACCEPT",
@@ -177,7 +180,7 @@ class Provenance(TypedDict):
     argv: list[str]
     cwd: str
     overrides: list[str]
-    config: dict[str, Any]  # the resolved config, secrets masked: any JSON the config schema allows
+    config: PlainConfig  # the resolved config, secrets masked
     version: str
     git: Optional[GitState]
     code_hash: str

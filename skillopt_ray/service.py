@@ -34,7 +34,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Optional, TextIO
+
+if TYPE_CHECKING:
+    from skillopt_ray.config.plain import PlainConfig
 
 from skillopt_ray.startup_trace import ENV as TRACE_ENV
 from skillopt_ray.utils.folder import in_folder
@@ -177,7 +180,7 @@ class Service:
         self.path = home / SOCKET
         self.env = dict(env)  # the holder's environment at its start: what every worker of the cluster inherits
         self.pool = StandbyPool()
-        self.memo: dict[str, Any] = {}  # the last composed config, for a repeated command
+        self.memo: dict[str, PlainConfig] = {}  # the last composed config, for a repeated command
         self.last_used = time.monotonic()
         from skillopt_ray.cli.provenance import code_hash
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.compare_groups import norm_value
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.records import MlflowRun
 from skillopt_ray.rundir import RunDir
@@ -67,7 +68,7 @@ class _Parent:
     """The sweep's MLflow parent run, through the same Tracker as a training run (kill-safe store,
     the experiment's kind, a run created once even across kills: its uid is saved first)."""
 
-    def __init__(self, data: dict[str, Any], name: str, sdir: Path, existing: Optional[str]):
+    def __init__(self, data: PlainConfig, name: str, sdir: Path, existing: Optional[str]):
         from skillopt_ray.tracking import Tracker, default_tracking_uri
 
         t = data["tracking"]

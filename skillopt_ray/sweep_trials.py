@@ -13,6 +13,7 @@ from typing import Any, Optional, TypedDict
 from skillopt_ray.cli import compose, needs_embedded_server, resolve_paths, run_dir_for, typed
 from skillopt_ray.compare_groups import norm_value
 from skillopt_ray.compare_records import run_finished
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.records import Origin
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.sweep_spec import SweepSpec, expand, option_keys, sample_seed, search_space
@@ -46,7 +47,7 @@ class TrialRow(_TrialRowBase, total=False):
 
 
 class _TrialPlanBase(TypedDict):
-    data: dict[str, Any]  # the trial's prepared config (the plain config tree)
+    data: PlainConfig  # the trial's prepared config (the plain config tree)
     key: str
     run_dir: str
 
@@ -86,7 +87,7 @@ class Trial:
     key: str  # e.g. "optimizer.learning_rate=4,seed=42"
     params: dict[str, str]  # swept key -> the run's resolved value, normalised
     seed: int
-    data: dict[str, Any]
+    data: PlainConfig
     run_dir: Path
     values: dict[str, Any] = field(default_factory=dict)  # swept key -> the value Tune hands the trial
     status: str = "new"  # new | finished | stopped | unfinished
@@ -99,7 +100,7 @@ def _override(key: str, value: Any) -> str:
     return f"{key}={json.dumps(value) if isinstance(value, (list, dict)) else value}"
 
 
-def _get(data: dict[str, Any], dotted: str) -> Any:
+def _get(data: PlainConfig, dotted: str) -> Any:
     node: Any = data
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -123,7 +124,7 @@ def compose_trial(
     values: dict[str, Any],
     keys: list[str],
     search_dirs: tuple[str, ...] = (),
-) -> tuple[dict[str, Any], dict[str, str]]:
+) -> tuple[PlainConfig, dict[str, str]]:
     ovr = (
         overrides
         + [_override(k, v) for k, v in fixed.items()]
@@ -157,7 +158,7 @@ def plan_trials(spec: SweepSpec, overrides: list[str]) -> list[Trial]:
     return trials
 
 
-def training_steps(data: dict[str, Any]) -> int:
+def training_steps(data: PlainConfig) -> int:
     """A run's number of training steps (epochs x steps per epoch), from its train split's size: ASHA's max_t."""
     import skillopt_envs
 
@@ -168,20 +169,20 @@ def training_steps(data: dict[str, Any]) -> int:
     return int(data["optimizer"]["epochs"]) * max(1, math.ceil(n / int(data["optimizer"]["batch_size"])))
 
 
-def asha_max_t(trials: list[dict[str, Any]]) -> int:
+def asha_max_t(trials: list[PlainConfig]) -> int:
     """ASHA's max_t when not given: one past the longest run's last step. ASHA stops a trial whose step reaches
     max_t, and a run at its last step still has its epoch boundary and final tests to do; the rungs are then
     the runs' own steps (not 14 rungs up to 10,000)."""
     return max(training_steps(d) for d in trials) + 1
 
 
-def trial_cpus(data: dict[str, Any]) -> float:
+def trial_cpus(data: PlainConfig) -> float:
     """What a trial reserves: a quarter core per env actor (or what the config asks for); its actors then ask 0 CPUs."""
     r = data["ray"]
     return round(max(0.25, r["env_actors"] * max(float(r["actor_num_cpus"]), 0.25)), 2)
 
 
-def max_concurrent_trials(data: dict[str, Any], total_cpus: float, requested: Optional[int]) -> int:
+def max_concurrent_trials(data: PlainConfig, total_cpus: float, requested: Optional[int]) -> int:
     """Bounded by CPUs and by the target endpoint's concurrency: each trial keeps env_actors x episodes_per_actor calls in flight."""
     by_cpu = max(1, math.floor(total_cpus / trial_cpus(data)))
     in_flight = data["ray"]["env_actors"] * data["ray"]["episodes_per_actor"]
@@ -194,7 +195,7 @@ def max_concurrent_trials(data: dict[str, Any], total_cpus: float, requested: Op
     return min(cap, requested) if requested else cap
 
 
-def shared_embedded_settings(trials: list[dict[str, Any]], concurrent: int) -> Optional[EmbeddedSettings]:
+def shared_embedded_settings(trials: list[PlainConfig], concurrent: int) -> Optional[EmbeddedSettings]:
     """EmbeddedServer arguments for one server that all these trials can share, or None: no trial
     needs one, one was given (llm.embedded.server_url), or the trials' embedded settings differ.
     Slots and context grow with the number of trials running at once (llama.cpp splits the
@@ -216,7 +217,7 @@ def shared_embedded_settings(trials: list[dict[str, Any]], concurrent: int) -> O
     )
 
 
-def prepare(data: dict[str, Any], ctx: SweepContext, params: dict[str, str], key: str, seed: int) -> dict[str, Any]:
+def prepare(data: PlainConfig, ctx: SweepContext, params: dict[str, str], key: str, seed: int) -> PlainConfig:
     """What the sweep sets in every trial's config: its MLflow parent and tags, no own CPU
     reservation for actors (the trial's covers them), no progress line, the shared server."""
     data = copy.deepcopy(data)

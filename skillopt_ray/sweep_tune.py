@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from skillopt_ray.cli import UsageError, run_dir_for, start_ray
 from skillopt_ray.compare_records import read_steps, run_finished
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.records import Origin, Outcome
 from skillopt_ray.sweep_report import (
     METRIC,
@@ -118,7 +119,7 @@ def _trainable(config: dict[str, Any], plans: dict[str, TrialPlan], ctx: SweepCo
         tune.report(final_report(run_dir, key, last))
 
 
-def _allow_trial_workers(spec: SweepSpec, first: dict[str, Any]) -> None:
+def _allow_trial_workers(spec: SweepSpec, first: PlainConfig) -> None:
     """Keep trials in the driver's working directory and raise the raylet's worker warning to the count expected."""
     os.environ["RAY_CHDIR_TO_TRIAL_DIR"] = "0"
     # A sweep runs more Ray workers than the machine has cores (per trial: Tune's actor, the driver, the gateway,
@@ -257,7 +258,7 @@ def _run_tune(
     return _record_results(results, stops, spec, trials, plans, previous)
 
 
-def _start_shared_embedded(todo: list[dict[str, Any]], concurrent: int, sdir: Path) -> Any:
+def _start_shared_embedded(todo: list[PlainConfig], concurrent: int, sdir: Path) -> Any:
     """One embedded server for all trials (instead of one llama.cpp process per trial); its URL goes
     into each trial's llm.embedded.server_url, which is not part of a run's identity."""
     settings = shared_embedded_settings(todo, concurrent)
@@ -280,7 +281,7 @@ def _fit(
     points: list[dict[str, Any]],
     plans: dict[str, TrialPlan],
     ctx: SweepContext,
-    first: dict[str, Any],
+    first: PlainConfig,
     limit: int,
     sdir: Path,
     trainable: Any = None,

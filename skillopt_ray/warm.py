@@ -20,7 +20,10 @@ import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Optional, Protocol, TypedDict
+
+if TYPE_CHECKING:
+    from skillopt_ray.config.plain import PlainConfig
 
 from skillopt_ray.lifeline import Owner
 
@@ -210,7 +213,7 @@ class Serving:
 
     pool: StandbyPool
     owner: Optional[Owner]
-    memo: dict[str, Any] = field(default_factory=dict)  # the last composed config (cli.app.composed_data)
+    memo: dict[str, PlainConfig] = field(default_factory=dict)  # the last composed config (cli.app.composed_data)
 
 
 _SERVING: ContextVar[Optional[Serving]] = ContextVar("skillopt_serving", default=None)
@@ -222,7 +225,9 @@ def serving() -> Optional[Serving]:
 
 
 @contextlib.contextmanager
-def serve(pool: StandbyPool, owner: Optional[Owner], memo: Optional[dict[str, Any]] = None) -> Iterator[Serving]:
+def serve(
+    pool: StandbyPool, owner: Optional[Owner], memo: Optional[dict[str, PlainConfig]] = None
+) -> Iterator[Serving]:
     token = _SERVING.set(Serving(pool, owner, memo if memo is not None else {}))
     try:
         yield _SERVING.get()  # type: ignore[misc]

@@ -16,12 +16,12 @@ import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import skillopt_envs
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.provenance import tool_version
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.records import Identity, RunInputs
 
 # where each benchmark reads its data when env.data_dir is not set
@@ -94,7 +94,7 @@ def _resolved(raw: str, key: str) -> str:
         raise UsageError(f"{key}={raw}: {e} (a symbolic link loop); remove or fix that link") from None
 
 
-def data_roots(data: dict[str, Any]) -> dict[str, str]:
+def data_roots(data: PlainConfig) -> dict[str, str]:
     env = data["env"]
     roots = {}
     var = skillopt_envs.data_env_var(env["name"])
@@ -106,7 +106,7 @@ def data_roots(data: dict[str, Any]) -> dict[str, str]:
     return roots
 
 
-def run_inputs(data: dict[str, Any]) -> RunInputs:
+def run_inputs(data: PlainConfig) -> RunInputs:
     """What the run reads besides its config: skill contents, data fingerprints, the tool's version."""
     from skillopt_ray.cli.checks import skill_files
 
@@ -218,7 +218,7 @@ def check_or_record(run_dir: Path, record: Identity, resuming: bool) -> None:
         rd.write_identity(record)
 
 
-def identity_record(data: dict[str, Any]) -> Identity:
+def identity_record(data: PlainConfig) -> Identity:
     from skillopt_ray.config import run_identity
 
     inputs = run_inputs(data)

@@ -31,13 +31,14 @@ from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record, runs_before_a_change
 from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.exit_codes import EXIT_ERROR
 from skillopt_ray.records import Identity, Origin, Outcome
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.startup_trace import mark
 
 
-def run_dir_for(data: dict[str, Any], record: Optional[Identity] = None) -> Path:
+def run_dir_for(data: PlainConfig, record: Optional[Identity] = None) -> Path:
     """`<output_dir>/runs/<experiment>-<mode>-seed<seed>-<identity>`, or `<output_dir>/runs/<run_name>`."""
     name = data.get("run_name")
     if not name:
@@ -70,7 +71,7 @@ def record_job(run_dir: Path) -> None:
     print(f"ray job {job} -> run directory {run_dir}", file=sys.stderr)
 
 
-def prepare_run_dir(run_dir: Path, data: dict[str, Any], record: Identity) -> None:
+def prepare_run_dir(run_dir: Path, data: PlainConfig, record: Identity) -> None:
     """resume=false moves an old run aside; a resumed run must have been made from the same inputs."""
     if run_dir.exists() and not data["resume"]:
         backup = run_dir.with_name(run_dir.name + f".old-{int(time.time())}")
@@ -88,7 +89,7 @@ def prepare_run_dir(run_dir: Path, data: dict[str, Any], record: Identity) -> No
 class EmbeddedStart:
     """The embedded model server, started in a thread so that Ray starts at the same time."""
 
-    def __init__(self, data: dict[str, Any], run_dir: Path):
+    def __init__(self, data: PlainConfig, run_dir: Path):
         from skillopt_ray.llm.embedded import EmbeddedServer
 
         e = data["llm"]["embedded"]
@@ -130,7 +131,7 @@ class EmbeddedStart:
             self.server.stop()
 
 
-def with_endpoint(data: dict[str, Any], url: str) -> dict[str, Any]:
+def with_endpoint(data: PlainConfig, url: str) -> PlainConfig:
     """A copy of the config whose embedded roles call `url`."""
     out = copy.deepcopy(data)
     for r in ("target", "optimizer"):
@@ -140,7 +141,7 @@ def with_endpoint(data: dict[str, Any], url: str) -> dict[str, Any]:
 
 
 def execute(
-    data: dict[str, Any],
+    data: PlainConfig,
     run_dir: Optional[Path] = None,
     origin: Optional[Origin] = None,
     checked: bool = False,
@@ -175,7 +176,7 @@ def execute(
     return outcome
 
 
-def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[Origin], checked: bool) -> Path:
+def _open_run(data: PlainConfig, run_dir: Optional[Path], origin: Optional[Origin], checked: bool) -> Path:
     """Check the run's inputs (unless the preflight did) and prepare its run directory (identity, provenance, the
     job's record); returns it."""
     if not checked:
@@ -195,9 +196,7 @@ def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[Or
     return run_dir
 
 
-def _drive(
-    data: dict[str, Any], run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any
-) -> Outcome:
+def _drive(data: PlainConfig, run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any) -> Outcome:
     """Start Ray (and wait for the embedded server, if any), run the driver actor and follow it to its outcome."""
     import ray
 
@@ -297,7 +296,7 @@ def follow(driver: Any, ref: Any, progress: Any, clock: Any) -> None:
 
 
 def run_one(
-    data: dict[str, Any], run_dir: Optional[Path] = None, overrides: Optional[list[str]] = None, checked: bool = False
+    data: PlainConfig, run_dir: Optional[Path] = None, overrides: Optional[list[str]] = None, checked: bool = False
 ) -> int:
     """Run a composed, validated config end to end and print how it ended; returns the exit code."""
     from skillopt_ray.cli.report import report

@@ -17,8 +17,9 @@ import sys
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.records import GitState, Provenance
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # skillopt_ray/
@@ -108,7 +109,7 @@ def entry_point(argv: list[str]) -> str:
     return Path(argv[0]).name if argv else "python"
 
 
-def collect(overrides: list[str], config: dict[str, Any], argv: Optional[list[str]] = None) -> Provenance:
+def collect(overrides: list[str], config: PlainConfig, argv: Optional[list[str]] = None) -> Provenance:
     """One command's provenance record. `config`: the resolved config (secrets are masked here)."""
     from skillopt_ray.config import redact
 

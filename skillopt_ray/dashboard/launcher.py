@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Optional, TypedDict
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.dashboard.keys import refuse_key_redirects
 from skillopt_ray.dashboard.limits import (
     PathPolicy,
@@ -188,7 +189,7 @@ def overrides_from_form(form: JSONObject) -> list[str]:
     return out
 
 
-def _compose_typed(overrides: list[str], lock: threading.Lock) -> dict[str, Any]:
+def _compose_typed(overrides: list[str], lock: threading.Lock) -> PlainConfig:
     from skillopt_ray.cli.compose import apply_prices, compose, resolve_paths, split_price_overrides, typed
 
     plain, prices = split_price_overrides(overrides)
@@ -200,7 +201,7 @@ def _compose_typed(overrides: list[str], lock: threading.Lock) -> dict[str, Any]
     return resolve_paths(data)
 
 
-def preset_config(overrides: list[str], lock: threading.Lock) -> dict[str, Any]:
+def preset_config(overrides: list[str], lock: threading.Lock) -> PlainConfig:
     """The config of the form's preset choices alone (its config-group overrides): where its keys are meant to go."""
     groups = group_options()
     return _compose_typed([o for o in overrides if o.split("=", 1)[0].lstrip("+~") in groups], lock)
@@ -211,7 +212,7 @@ def validate(
     lock: threading.Lock,
     policy: Optional[PathPolicy] = None,
     endpoints: frozenset[str] = frozenset(),
-) -> dict[str, Any]:
+) -> PlainConfig:
     """The CLI's checks before anything starts: compose with Hydra, the typed schema, the output folder, the keys
     and the skill files. Returns the resolved config; raises UsageError with the CLI's one-line message.
 
@@ -360,7 +361,7 @@ class Launcher:
                 schema[name]["placeholder"] = value
         return schema
 
-    def check(self, form: JSONObject) -> tuple[list[str], dict[str, Any]]:
+    def check(self, form: JSONObject) -> tuple[list[str], PlainConfig]:
         overrides = overrides_from_form(form)
         return overrides, validate(overrides, self._hydra_lock, self.policy, self.endpoints)
 
@@ -377,7 +378,7 @@ class Launcher:
             raise UsageError(f"{lid} is still running; stop it first")
         return self._start(old.overrides, validate(old.overrides, self._hydra_lock, self.policy, self.endpoints))
 
-    def _start(self, overrides: list[str], data: dict[str, Any]) -> Launch:
+    def _start(self, overrides: list[str], data: PlainConfig) -> Launch:
         from skillopt_ray.cli.launch import run_dir_for
 
         run_dir = str(run_dir_for(data))
