@@ -8,7 +8,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_ray.compare_groups import norm_value
 from skillopt_ray.config.plain import PlainConfig
@@ -29,39 +29,61 @@ REPORT_COLUMNS = {
 }
 
 
-def step_report(h: dict[str, Any], key: str, run_dir: Path) -> dict[str, Any]:
+# what a trial tells Tune: after each step, and (finished=1, with the test scores) at the run's end
+TrialReport = TypedDict(
+    "TrialReport",
+    {
+        "step": int,
+        "epoch": int,
+        "selection_score": float,  # METRIC
+        "candidate_score": float,
+        "best_selection_score": float,
+        "accepted": int,
+        "action": str,
+        "finished": int,
+        "trial": str,
+        "run_dir": str,
+        "test_hard_best": float,
+        "test_soft_best": float,
+    },
+    total=False,
+)
+
+
+def step_report(h: dict[str, Any], key: str, run_dir: Path) -> TrialReport:
     """What a trial tells Tune after one training step (the step's record in the run's history)."""
     cand = h.get("candidate_gate_score")
-    return {
-        "step": int(h["step"]),
-        "epoch": int(h.get("epoch") or 0),
-        METRIC: float(h["current_score"]),
-        "candidate_score": float(cand) if cand is not None else math.nan,
-        "best_selection_score": float(h["best_score"]),
-        "accepted": 1 if str(h.get("action", "")).startswith(("accept", "force")) else 0,
-        "action": str(h.get("action")),
-        "finished": 0,
-        "trial": key,
-        "run_dir": str(run_dir),
-    }
+    return TrialReport(
+        step=int(h["step"]),
+        epoch=int(h.get("epoch") or 0),
+        selection_score=float(h["current_score"]),
+        candidate_score=float(cand) if cand is not None else math.nan,
+        best_selection_score=float(h["best_score"]),
+        accepted=1 if str(h.get("action", "")).startswith(("accept", "force")) else 0,
+        action=str(h.get("action")),
+        finished=0,
+        trial=key,
+        run_dir=str(run_dir),
+    )
 
 
-def final_report(run_dir: Path, key: str, last: Optional[dict[str, Any]]) -> dict[str, Any]:
+def final_report(run_dir: Path, key: str, last: Optional[TrialReport]) -> TrialReport:
     summary = RunDir(run_dir).read_summary()
     if summary is None or summary.selection is None or not summary.test:
         raise RuntimeError(f"{run_dir} holds no training summary")
     sel, test = summary.selection, summary.test
-    final_sel = sel.get("final") if sel.get("final") is not None else (last or {}).get(METRIC, sel.get("best"))
-    return {
-        **(last or {"step": 0, "epoch": 0, "candidate_score": math.nan, "accepted": 0, "action": "none"}),
-        METRIC: float(final_sel if final_sel is not None else math.nan),
-        "best_selection_score": float(sel["best"] or math.nan),
-        "test_hard_best": float(test["best"]["hard"]),
-        "test_soft_best": float(test["best"]["soft"]),
-        "finished": 1,
-        "trial": key,
-        "run_dir": str(run_dir),
-    }
+    final_sel = (
+        sel.get("final") if sel.get("final") is not None else (last or {}).get("selection_score", sel.get("best"))
+    )
+    out = (last or TrialReport(step=0, epoch=0, candidate_score=math.nan, accepted=0, action="none")).copy()
+    out["selection_score"] = float(final_sel if final_sel is not None else math.nan)  # METRIC
+    out["best_selection_score"] = float(sel["best"] or math.nan)
+    out["test_hard_best"] = float(test["best"]["hard"])
+    out["test_soft_best"] = float(test["best"]["soft"])
+    out["finished"] = 1
+    out["trial"] = key
+    out["run_dir"] = str(run_dir)
+    return out
 
 
 class _Parent:

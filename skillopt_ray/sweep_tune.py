@@ -20,6 +20,7 @@ from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.records import Origin, Outcome
 from skillopt_ray.sweep_report import (
     METRIC,
+    TrialReport,
     _brief,
     _mark_child,
     _Parent,
@@ -85,7 +86,7 @@ def _trainable(config: dict[str, Any], plans: dict[str, TrialPlan], ctx: SweepCo
     run_dir, key = Path(plan["run_dir"]), plan["key"]
     with _run_dir_lock(run_dir):
         reported = 0  # the last step handed to Tune
-        last: Optional[dict[str, Any]] = None
+        last: Optional[TrialReport] = None
 
         def report_new() -> None:
             nonlocal reported, last
