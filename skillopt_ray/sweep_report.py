@@ -29,25 +29,21 @@ REPORT_COLUMNS = {
 }
 
 
-# what a trial tells Tune: after each step, and (finished=1, with the test scores) at the run's end
-TrialReport = TypedDict(
-    "TrialReport",
-    {
-        "step": int,
-        "epoch": int,
-        "selection_score": float,  # METRIC
-        "candidate_score": float,
-        "best_selection_score": float,
-        "accepted": int,
-        "action": str,
-        "finished": int,
-        "trial": str,
-        "run_dir": str,
-        "test_hard_best": float,
-        "test_soft_best": float,
-    },
-    total=False,
-)
+class TrialReport(TypedDict, total=False):
+    """What a trial tells Tune: after each step, and (finished=1, with the test scores) at the run's end."""
+
+    step: int
+    epoch: int
+    selection_score: float  # METRIC
+    candidate_score: float
+    best_selection_score: float
+    accepted: int
+    action: str
+    finished: int
+    trial: str
+    run_dir: str
+    test_hard_best: float
+    test_soft_best: float
 
 
 def step_report(h: dict[str, Any], key: str, run_dir: Path) -> TrialReport:
