@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
+from skillopt_ray.service_wire import Serving, StatusAnswer
+
 if TYPE_CHECKING:
     from skillopt_ray.config.plain import PlainConfig
 
@@ -221,8 +223,8 @@ class Service:
             conn.settimeout(None)
             if raw.get("status"):  # `python -m skillopt_ray.cluster status`: the idle actors, nothing run
                 current = self._current
-                serving = {"pid": current.pid, "argv": current.argv} if current is not None else None
-                answer = {"standby": self.pool.readiness(), "busy": self._busy.is_set(), "serving": serving}
+                serving = Serving(pid=current.pid, argv=current.argv) if current is not None else None
+                answer = StatusAnswer(standby=self.pool.readiness(), busy=self._busy.is_set(), serving=serving)
                 conn.sendall((json.dumps(answer) + "\n").encode())
                 conn.close()
                 return

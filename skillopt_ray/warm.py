@@ -22,6 +22,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Protocol, TypedDict
 
+from skillopt_ray.service_wire import Readiness
+
 if TYPE_CHECKING:
     from skillopt_ray.config.plain import PlainConfig
 
@@ -184,13 +186,13 @@ class StandbyPool:
                 self.idle[key] = _Idle(handle, handle.__ray_ready__.remote())
         self.used, self.adopted, self.started, self.env = [], [], [], {}
 
-    def readiness(self) -> dict[str, int]:
+    def readiness(self) -> Readiness:
         """How many idle actors there are and how many of them are up (a command now would adopt them at once)."""
         import ray
 
         refs = [spare.ready for spare in list(self.idle.values())]
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
-        return {"idle": len(refs), "ready": len(done)}
+        return Readiness(idle=len(refs), ready=len(done))
 
     def _standby(self, cls: Any) -> Any:
         if cls not in self._classes:
