@@ -73,16 +73,17 @@ def status(args: argparse.Namespace) -> int:
     from skillopt_ray.service_client import service_status
 
     runs = active_leases()
-    served = service_status() or {}
-    spare = served.get("standby") or {"idle": 0, "ready": 0}
-    serving = "; serving a run now" if served.get("busy") else ""
+    served = service_status()
+    spare = (served.get("standby") if served else None) or {"idle": 0, "ready": 0}
+    busy = bool(served and served.get("busy"))
+    serving = "; serving a run now" if busy else ""
     print(
         f"{_describe(rec)}; {runs} run(s) attached now{serving}; {spare['ready']} of {spare['idle']} idle actors "
         "ready for the next command",
         file=sys.stderr,
     )
     if args.json:
-        print(json.dumps({**asdict(rec), "runs": runs, "standby": spare, "busy": bool(served.get("busy"))}))
+        print(json.dumps({**asdict(rec), "runs": runs, "standby": spare, "busy": busy}))
     return 0
 
 
@@ -90,14 +91,15 @@ def runs_using(rec: KeptCluster) -> list[str]:
     """The runs the cluster would take down with it, one description each: the command it serves, the attached."""
     from skillopt_ray.service_client import service_status
 
-    served = (service_status() or {}).get("serving") or {}
+    answer = service_status()
+    served = answer["serving"] if answer else None
     runs = []
     if served:
         runs.append(
             f"pid {served.get('pid')} (served: {' '.join(['python -m skillopt_ray', *served.get('argv', [])])})"
         )
     for pid in leased_by():
-        if pid != served.get("pid"):
+        if pid != (served.get("pid") if served else None):
             runs.append(f"pid {pid} (attached: {command_line(pid) or '?'})")
     return runs
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from skillopt_ray.compare_groups import Point, Record
 from skillopt_ray.records import RecordError
@@ -36,7 +36,7 @@ def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Rec
         "test_hard_best": s.test["best"]["hard"],
         "test_soft_best": s.test["best"]["soft"],
         "test_hard_initial": s.test["initial"]["hard"],
-        "best_selection_score": s.selection["best"],
+        "best_selection_score": cast(float, s.selection["best"]),  # a finished run's best is a number
         "improvement_hard": s.test["best"]["hard"] - s.test["initial"]["hard"],
         "tokens": float(tokens.get("tokens", 0)),
         "cost_usd": float(tokens.get("cost_usd", 0.0)),

@@ -4,7 +4,7 @@ range), the best configuration on selection, differences to a baseline paired by
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_ray.compare_groups import Record, RunGroups, norm_value
 
@@ -31,18 +31,22 @@ METRIC_RANGE: dict[str, tuple[float, float]] = {
 SCORE_RANGE = (0.0, 1.0)
 
 
-def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
+class Spread(TypedDict):
+    """A metric over a group's runs: n, mean, sample std and its 95% t interval (nan where n < 2)."""
+
+    n: int
+    mean: float
+    std: float
+    ci_lo: float
+    ci_hi: float
+    clipped: bool  # whether clipping to the metric's range changed the interval
+
+
+def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> Spread:
     """Mean, sample std and a two-sided 95% t interval (nan where n < 2), clipped to `bounds`
     ("clipped" says whether clipping changed it)."""
     n = len(values)
-    out: dict[str, Any] = {
-        "n": n,
-        "mean": math.nan,
-        "std": math.nan,
-        "ci_lo": math.nan,
-        "ci_hi": math.nan,
-        "clipped": False,
-    }
+    out = Spread(n=n, mean=math.nan, std=math.nan, ci_lo=math.nan, ci_hi=math.nan, clipped=False)
     if n == 0:
         return out
     mean = sum(values) / n
@@ -54,7 +58,8 @@ def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, mat
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = float(stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
     lo, hi = max(bounds[0], mean - half), min(bounds[1], mean + half)
-    out.update(std=std, ci_lo=lo, ci_hi=hi, clipped=(lo != mean - half) or (hi != mean + half))
+    out["std"], out["ci_lo"], out["ci_hi"] = std, lo, hi
+    out["clipped"] = (lo != mean - half) or (hi != mean + half)
     return out
 
 

@@ -19,12 +19,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from skillopt_envs.base import DataError, EpisodeContext
 
 from skillopt_ray.config import ConfigError, from_container, redact, validate
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.envpool import EnvPool, PoolSettings, pool_shape
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.lifeline import Owner
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.progress import Eta
-from skillopt_ray.records import Summary
+from skillopt_ray.records import Outcome, Progress, Summary
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import normalize_markers
 from skillopt_ray.stages.rollout import InfraFailure, check_data, rollout_repeats, summarize
@@ -33,7 +35,7 @@ from skillopt_ray.state import StateVersionError
 from skillopt_ray.stats import mean_interval
 from skillopt_ray.tracking import Tracker, TrackingError, default_tracking_uri
 from skillopt_ray.trainer import SimulatedInterrupt, Splits, Trainer, limit_tasks
-from skillopt_ray.warm import Spawner, fresh
+from skillopt_ray.warm import ActorOptions, Spawner, fresh
 
 
 def read_skill_file(path: Path, key: str) -> str:
@@ -68,9 +70,9 @@ class Run:
 
     def __init__(
         self,
-        cfg_dict: dict[str, Any],
+        cfg_dict: PlainConfig,
         run_dir: str,
-        owners: Optional[list[Optional[dict[str, Any]]]] = None,
+        owners: Optional[list[Optional[Owner]]] = None,
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
     ):
@@ -79,7 +81,7 @@ class Run:
         self.owners = [o for o in (owners or []) if o]  # processes whose death ends every actor of this run
         self.cfg = validate(from_container(cfg_dict))
         self.rd = RunDir(run_dir).ensure()
-        self.progress: dict[str, Any] = {"phase": "starting"}
+        self.progress = Progress(phase="starting")
         self.pool: Optional[EnvPool] = None
         self.gateway: Any = gateway  # started by the command beside this actor (start_gateway), or by _setup
         self.trainer: Optional[Trainer] = None
@@ -163,7 +165,7 @@ class Run:
             tracker.log_params(redact(self.cfg_dict))
         return tracker
 
-    async def execute(self) -> dict[str, Any]:
+    async def execute(self) -> Outcome:
         t0 = time.monotonic()
         try:
             bench, llm = self._setup()
@@ -224,7 +226,7 @@ class Run:
             await self._close()
             mark("driver-closed")
 
-    def _fail(self, code: int, message: str) -> dict[str, Any]:
+    def _fail(self, code: int, message: str) -> Outcome:
         tracker = self.tracker.opened() if self.tracker else None
         if tracker and tracker.run_id:
             try:
@@ -262,7 +264,7 @@ class Run:
         split = cfg.eval.split
         tasks = self._eval_tasks(bench)
         reps = cfg.optimizer.rollouts_per_task  # each task played that many times, scored by their mean
-        self.progress.update(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks) * reps)
+        self.progress.update(Progress(phase="eval", stage=f"eval:{split}", done=0, total=len(tasks) * reps))
         assert self.pool is not None, "the env pool starts before evaluation"
         res = await rollout_repeats(
             self.pool,
@@ -330,17 +332,20 @@ class Run:
         if self.pool is not None:
             self.pool.shutdown()
 
-    def set_progress(self, kw: Optional[dict[str, Any]] = None, **more: Any) -> None:
+    def set_progress(self, kw: Optional[Progress] = None, **more: Any) -> None:
         """The trainer's progress calls; a new phase or step clears the stage it left behind."""
-        kw = {**(kw or {}), **more}
-        moved = any(k in kw and kw[k] != self.progress.get(k) for k in ("phase", "global_step"))
+        kw = cast(Progress, {**(kw or {}), **more})  # `more`: Progress keys by name
+        moved = ("phase" in kw and kw["phase"] != self.progress.get("phase")) or (
+            "global_step" in kw and kw["global_step"] != self.progress.get("global_step")
+        )
         if moved and "stage" not in kw:
-            for k in ("stage", "done", "total"):
-                self.progress.pop(k, None)
+            self.progress.pop("stage", None)
+            self.progress.pop("done", None)
+            self.progress.pop("total", None)
         self.progress.update(kw)
 
-    def snapshot(self) -> dict[str, Any]:
-        snap = dict(self.progress)
+    def snapshot(self) -> Progress:
+        snap = self.progress.copy()
         snap["notes"] = list(self.notes)
         if not plays_episodes(snap.get("stage", "")):
             # the last rollout's count would read as stuck
@@ -350,7 +355,9 @@ class Run:
             snap["done"], snap["total"] = self.pool.episodes_done, self.pool.episodes_total
         if self.trainer is not None:
             counts = self.trainer.state.counts
-            snap.update(accept=counts.accept, reject=counts.reject, skip=counts.skip, epochs=self.cfg.optimizer.epochs)
+            snap.update(
+                Progress(accept=counts.accept, reject=counts.reject, skip=counts.skip, epochs=self.cfg.optimizer.epochs)
+            )
             try:  # the whole run's planned episodes, for the overall bar and ETA
                 plan = self.trainer.schedule.plan()
                 snap["run_done"], snap["run_total"] = min(plan.done(self.trainer.state, snap), plan.total), plan.total
@@ -401,14 +408,16 @@ def plays_episodes(stage: str) -> bool:
     return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
 
 
-def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[dict[str, Any]], spawn: Spawner = fresh) -> Any:
+def start_gateway(cfg_dict: PlainConfig, run_dir: str, owners: list[Owner], spawn: Spawner = fresh) -> Any:
     """The run's LLM gateway actor, on this node: it writes the ledger and cache into the run directory, and it must
     not die with a worker node. The command starts it beside the driver actor (both processes come up at once)."""
     rd = RunDir(run_dir)
     llm = cfg_dict["llm"]
     return spawn(
         GatewayActor,
-        {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)},
+        ActorOptions(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        ),
         llm,
         str(rd.cache_path) if llm.get("cache_mode", "record") != "off" else None,
         str(rd.ledger_path),
@@ -417,11 +426,11 @@ def start_gateway(cfg_dict: dict[str, Any], run_dir: str, owners: list[dict[str,
     )
 
 
-def driver_options(cfg_dict: dict[str, Any]) -> dict[str, Any]:
+def driver_options(cfg_dict: PlainConfig) -> ActorOptions:
     """Ray options for the driver actor. With ray.driver_node=local (the default) it runs on the calling
     process's node, where that process has just made the run directory; `any` lets Ray place it (the run
     directory must then be on a path every node mounts; the driver checks that it can see it)."""
-    opts: dict[str, Any] = {"num_cpus": 0}
+    opts = ActorOptions(num_cpus=0)
     if (cfg_dict.get("ray") or {}).get("driver_node", "local") == "local":
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False
@@ -429,7 +438,7 @@ def driver_options(cfg_dict: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-def run_dir_unseen(run_dir: str, owner: Optional[dict[str, Any]]) -> Optional[str]:
+def run_dir_unseen(run_dir: str, owner: Optional[Owner]) -> Optional[str]:
     """Why this node cannot hold the run (the run directory, made before the driver starts, is not here), or None."""
     if Path(run_dir).is_dir():
         return None
@@ -446,9 +455,9 @@ def run_dir_unseen(run_dir: str, owner: Optional[dict[str, Any]]) -> Optional[st
 class DriverActor:
     def __init__(
         self,
-        cfg_dict: dict[str, Any],
+        cfg_dict: PlainConfig,
         run_dir: str,
-        owner: Optional[dict[str, Any]] = None,
+        owner: Optional[Owner] = None,
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
     ):
@@ -462,7 +471,7 @@ class DriverActor:
         self._ledger: dict[str, Any] = {}
         self._eta = Eta()
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> Outcome:
         if self._run is None:
             return {
                 "status": "error",
@@ -490,15 +499,16 @@ class DriverActor:
             snap = await self.progress()
             snap["eta_s"] = None if final else self._eta.observe(snap.get("run_done"), snap.get("run_total"))
             if final:
-                snap["phase"] = "done" if snap.get("phase") in ("done", "final") else snap.get("phase")
+                if snap.get("phase") in ("done", "final"):
+                    snap["phase"] = "done"
             snap["written_at"] = time.time()
             RunDir(self._run_dir).write_progress(snap)
         except Exception:  # noqa: BLE001 - the live record is best effort; the run's own records are not
             pass
 
-    async def progress(self) -> dict[str, Any]:
+    async def progress(self) -> Progress:
         if self._run is None:
-            return {"phase": "starting"}
+            return Progress(phase="starting")
         snap = self._run.snapshot()
         if self._run.gateway is not None:
             try:

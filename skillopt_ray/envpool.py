@@ -35,11 +35,14 @@ import skillopt_envs
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
 
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.lifeline import Owner
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import GatewayLost, LLMError, LLMUnavailable, ReplyIncomplete
 from skillopt_ray.startup_trace import mark
+from skillopt_ray.warm import ActorOptions
 
 NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node
 SUSPECT_NODE_S = 60.0  # how long a node that lost an actor is avoided by replacements
@@ -143,23 +146,25 @@ def pool_shape(actors: int, per_actor: int, holds_state: bool, eval_tasks: Optio
 
 def actor_options(
     s: PoolSettings, resource: Optional[str], avoid: list[str], max_concurrency: Optional[int] = None
-) -> JSONObject:
+) -> ActorOptions:
     """Ray options of one env actor: its benchmark's resource, if any, and spread over the nodes, or away from the
     `avoid` nodes (ones that just lost an actor) when another node can host it."""
-    extra: dict[str, Any] = {"resources": {resource: s.env_resource_per_actor}} if resource else {}
-    if avoid:  # prefer other nodes; any node (even a suspect one) when no other can host the actor
-        extra["label_selector"] = {NODE_LABEL: f"!in({','.join(avoid)})"}
-        extra["fallback_strategy"] = [{"label_selector": {}}]
-    else:
-        extra["scheduling_strategy"] = "SPREAD"
     # episodes arrive in batches (EnvActor.submit) and run as the actor's own tasks; the slots left are for submit,
     # the caller's waiting collect and cancel_calls (and a direct run() call)
     slots = (max_concurrency or s.episodes_per_actor) + BATCH_METHOD_SLOTS
-    return dict(num_cpus=s.actor_num_cpus, max_concurrency=slots, **extra)
+    opts = ActorOptions(num_cpus=s.actor_num_cpus, max_concurrency=slots)
+    if resource:
+        opts["resources"] = {resource: s.env_resource_per_actor}
+    if avoid:  # prefer other nodes; any node (even a suspect one) when no other can host the actor
+        opts["label_selector"] = {NODE_LABEL: f"!in({','.join(avoid)})"}
+        opts["fallback_strategy"] = [{"label_selector": {}}]
+    else:
+        opts["scheduling_strategy"] = "SPREAD"
+    return opts
 
 
 def prestart_actor(
-    cfg_dict: dict[str, Any], gateway: Any, owners: list[dict[str, Any]], spawn: Optional[Any] = None
+    cfg_dict: PlainConfig, gateway: Any, owners: list[Owner], spawn: Optional[Any] = None
 ) -> Optional[Any]:
     """One env actor started by the command beside the driver actor (every pool has at least one), so its process
     comes up while the driver's does. It takes as many episodes at once as the largest pool shape could give it."""
@@ -192,9 +197,7 @@ def settings_from(ray_cfg: dict[str, Any], actors: int, per_actor: int) -> PoolS
 
 @ray.remote
 class EnvActor:
-    def __init__(
-        self, env_name: str, env_cfg: dict[str, Any], gateway: Any, owners: Optional[list[dict[str, Any]]] = None
-    ):
+    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any, owners: Optional[list[Owner]] = None):
         from skillopt_ray.lifeline import watch
 
         watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
@@ -328,7 +331,7 @@ class EnvPool:
         env_cfg: dict[str, Any],
         gateway: Any,
         settings: PoolSettings,
-        owners: Optional[list[dict[str, Any]]] = None,
+        owners: Optional[list[Owner]] = None,
         prestarted: Optional[list[Any]] = None,
     ):
         self.owners = list(owners or [])

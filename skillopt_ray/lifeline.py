@@ -23,10 +23,8 @@ import select
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, Optional
-
-from skillopt_ray.jsontypes import JSONObject
+from collections.abc import Callable, Sequence
+from typing import Optional, TypedDict
 
 POLL_S = 0.1
 EXIT_OWNER_GONE = 70
@@ -64,20 +62,31 @@ def _node_id() -> Optional[str]:
         return None
 
 
-def identity(pid: Optional[int] = None) -> Optional[JSONObject]:
+class _OwnerBase(TypedDict):
+    pid: int
+    start: str  # field 22 of /proc/<pid>/stat
+
+
+class Owner(_OwnerBase, total=False):
+    """A process others watch (lifeline.watch): its pid, its start time (so a reused pid is not it) and its node."""
+
+    node: Optional[str]  # the Ray node id; None outside Ray (a lifeline's starter names no node)
+
+
+def identity(pid: Optional[int] = None) -> Optional[Owner]:
     """This process (or `pid`) as an owner others can watch; None where /proc is not available."""
     pid = os.getpid() if pid is None else pid
     ticks = start_ticks(pid)
     if ticks is None:
         return None
-    return {"pid": pid, "start": ticks, "node": _node_id()}
+    return Owner(pid=pid, start=ticks, node=_node_id())
 
 
-def alive(owner: dict[str, Any]) -> bool:
+def alive(owner: Owner) -> bool:
     return running(int(owner["pid"]), owner["start"])
 
 
-def watch(owners: list[Optional[dict[str, Any]]], what: str, poll_s: float = POLL_S) -> bool:
+def watch(owners: Sequence[Optional[Owner]], what: str, poll_s: float = POLL_S) -> bool:
     """Exit this process as soon as one of `owners` on this node has ended. Returns whether any is watched."""
     here = _node_id()
     mine = os.getpid()
@@ -99,7 +108,7 @@ def watch(owners: list[Optional[dict[str, Any]]], what: str, poll_s: float = POL
     return True
 
 
-def _exit(what: str, owner: dict[str, Any]) -> None:
+def _exit(what: str, owner: Owner) -> None:
     try:
         sys.stderr.write(
             f"{what} (pid {os.getpid()}): owner process {owner['pid']} has ended; exiting so no new paid calls start\n"
@@ -115,7 +124,7 @@ def pipe() -> tuple[int, int]:
     return os.pipe()
 
 
-def hold(fd: int, owner: Optional[dict[str, Any]], on_gone: Callable[[str], None], poll_s: float = 1.0) -> None:
+def hold(fd: int, owner: Optional[Owner], on_gone: Callable[[str], None], poll_s: float = 1.0) -> None:
     """Call `on_gone(why)` (on a thread) when the lifeline `fd` reaches end-of-file, or, should a process that
     inherited its write end outlive the starter, when the starter `owner` has ended (checked every `poll_s`)."""
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.records import Progress, Session, Timing
 from skillopt_ray.rundir import RunDir
 
 PHASES = {
@@ -83,7 +83,7 @@ def stage_label(stage: str) -> str:
     return stage.replace("_", " ").replace(":", ": ")
 
 
-def headline(p: dict[str, Any], sep: str = " · ") -> str:
+def headline(p: Progress, sep: str = " · ") -> str:
     """Phase, epoch, step and stage in one phrase."""
     phase = p.get("phase") or "starting"
     parts = [PHASES.get(phase, phase.replace("_", " "))]
@@ -97,7 +97,7 @@ def headline(p: dict[str, Any], sep: str = " · ") -> str:
     return sep.join(parts)
 
 
-def counts_text(p: dict[str, Any], sep: str = " · ") -> str:
+def counts_text(p: Progress, sep: str = " · ") -> str:
     parts = []
     if any(k in p for k in ("accept", "reject", "skip")):
         parts.append(f"accepted {p.get('accept', 0)}{sep}rejected {p.get('reject', 0)}{sep}skipped {p.get('skip', 0)}")
@@ -139,7 +139,7 @@ class _Base:
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
         self.t0 = clock() if started is None else started
-        self.snap: dict[str, Any] = {}
+        self.snap: Progress = {}
         self.eta = Eta(clock)
         self.run_eta: Optional[float] = None
         self.shown_notes: list[str] = []
@@ -147,13 +147,13 @@ class _Base:
     def elapsed(self) -> float:
         return self.clock() - self.t0
 
-    def _new_notes(self, p: dict[str, Any]) -> list[str]:
+    def _new_notes(self, p: Progress) -> list[str]:
         fresh = [n for n in p.get("notes") or [] if n not in self.shown_notes]
         self.shown_notes.extend(fresh)
         return fresh
 
-    def _absorb(self, p: dict[str, Any]) -> None:
-        self.snap = dict(p)
+    def _absorb(self, p: Progress) -> None:
+        self.snap = p.copy()
         self.run_eta = self.eta.observe(p.get("run_done"), p.get("run_total"))
         if p.get("run_done") is not None:
             self.snap["run_done"] = self.eta.best_done
@@ -162,7 +162,7 @@ class _Base:
         """Of a run's notes, those not printed yet (the CLI prints these at the end)."""
         return [n for n in notes if n not in self.shown_notes]
 
-    def update(self, p: dict[str, Any]) -> None:  # pragma: no cover - overridden
+    def update(self, p: Progress) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def close(self) -> None:
@@ -178,7 +178,7 @@ class _Base:
 class NullDisplay(_Base):
     """`off`: no progress, but the run's notes (data source, task counts) still print when they appear."""
 
-    def update(self, p: dict[str, Any]) -> None:
+    def update(self, p: Progress) -> None:
         for note in self._new_notes(p):
             print(f"note: {note}", file=self.stream, flush=True)
 
@@ -199,7 +199,7 @@ class PlainDisplay(_Base):
         self.last_body = ""
         self.last_print = -math.inf
 
-    def line(self, p: dict[str, Any]) -> str:
+    def line(self, p: Progress) -> str:
         parts = [headline(p, ", ")]  # ASCII only: logs may not be UTF-8
         if p.get("total"):
             parts.append(f"episodes {p.get('done', 0)}/{p['total']}")
@@ -213,7 +213,7 @@ class PlainDisplay(_Base):
             parts.append(extra)
         return " | ".join(parts)
 
-    def update(self, p: dict[str, Any]) -> None:
+    def update(self, p: Progress) -> None:
         self._absorb(p)
         for note in self._new_notes(p):
             print(f"note: {note}", file=self.stream, flush=True)
@@ -324,7 +324,7 @@ class RichDisplay(_Base):
             out.append(Text("  " + extra, style="dim"))
         return out
 
-    def update(self, p: dict[str, Any]) -> None:
+    def update(self, p: Progress) -> None:
         if self.closed:
             return
         self._absorb(p)
@@ -405,7 +405,7 @@ class RunClock:
     run_dir: Path
     started: float = field(default_factory=command_start)
     every_s: float = 10.0
-    sessions: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[Session] = field(default_factory=list)
     _last_write: float = 0.0
 
     def begin(self) -> RunClock:
@@ -442,21 +442,21 @@ class RunClock:
         if time.monotonic() - self._last_write >= self.every_s:
             self._write()
 
-    def end(self, status: str) -> JSONObject:
+    def end(self, status: str) -> Timing:
         if self.sessions:
             self.sessions[-1]["status"] = status
         self._write()
         return self.timing()
 
-    def timing(self) -> JSONObject:
-        return {
-            "command_s": round(self.command_s, 1),
-            "run_total_s": round(self.total_s, 1),
-            "sessions": len(self.sessions),
-        }
+    def timing(self) -> Timing:
+        return Timing(
+            command_s=round(self.command_s, 1),
+            run_total_s=round(self.total_s, 1),
+            sessions=len(self.sessions),
+        )
 
 
-def time_line(timing: Optional[dict[str, Any]]) -> str:
+def time_line(timing: Optional[Timing]) -> str:
     """The summary's clock line: this command's wall time, and the run's in all when it was resumed."""
     if not timing:
         return ""

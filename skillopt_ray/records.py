@@ -27,11 +27,14 @@ code reads is refused with `RecordError`, one line naming the file. Keys a recor
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Optional, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, TypedDict, TypeVar
 
 from skillopt_ray.stages.payload import LrChoice
 from skillopt_ray.state import Counts, RunState, StateVersionError
-from skillopt_ray.stats import Interval, mean_interval
+from skillopt_ray.stats import GateTestDict, Interval, mean_interval
+
+if TYPE_CHECKING:
+    from skillopt_ray.config.plain import PlainConfig
 
 __all__ = [
     "ACCEPT",
@@ -43,7 +46,19 @@ __all__ = [
     "SKIP_NO_REWRITE",
     "Counts",
     "EpochRecord",
+    "EvalBrief",
     "Evaluation",
+    "GitState",
+    "Identity",
+    "Job",
+    "MlflowRun",
+    "Origin",
+    "Outcome",
+    "Progress",
+    "Provenance",
+    "RunInputs",
+    "Session",
+    "Timing",
     "GateRecord",
     "LrDecision",
     "MetaSkillRecord",
@@ -65,6 +80,147 @@ FORCE_ACCEPT = "force_accept"
 SKIP_NO_PATCHES = "skip_no_patches"  # the analysts proposed nothing
 SKIP_NO_REWRITE = "skip_no_rewrite"  # the update produced no candidate
 ACCEPTING = (ACCEPT, ACCEPT_NEW_BEST, FORCE_ACCEPT)
+
+
+# ---------------------------------------------------------------- the run directory's small JSON files
+
+
+class Session(TypedDict):
+    """One command's wall time on a run (sessions.json, oldest first)."""
+
+    started: str  # local time, %Y-%m-%dT%H:%M:%S
+    wall_s: float
+    status: str  # running, then the command's end status
+
+
+class Job(TypedDict):
+    """One `ray job submit` submission that worked on the run (jobs.json)."""
+
+    submission_id: str
+    started: str
+
+
+class MlflowRun(TypedDict, total=False):
+    """The run's MLflow record (mlflow_run.json): the uid is saved before the run exists, its id once it does."""
+
+    run_id: str
+    run_uid: Optional[str]
+    tracking_uri: str
+    experiment_id: Optional[str]
+
+
+class Origin(TypedDict, total=False):
+    """Where a command came from when another tool (a sweep) runs it: that tool's command line and the overrides
+    that compose this run; the provenance records them instead of this process's own."""
+
+    argv: list[str]
+    overrides: list[str]
+
+
+class Progress(TypedDict, total=False):
+    """A live progress snapshot (DriverActor.progress(), progress.json): where the run is and what it has done.
+    Every key may be missing; displays leave out what is."""
+
+    phase: str  # starting | train | epoch_boundary | final | eval | done
+    stage: str
+    epoch: int
+    epochs: int
+    step: int
+    global_step: int
+    total_steps: int
+    done: int  # the stage's episodes
+    total: int
+    run_done: int  # the run's planned episodes
+    run_total: int
+    accept: int
+    reject: int
+    skip: int
+    tokens: int
+    cost_usd: float
+    notes: list[str]
+    eta_s: Optional[float]
+    written_at: float
+
+
+class Timing(TypedDict):
+    """A command's clock: its own wall time, the run's over every command, and how many commands ran it."""
+
+    command_s: float
+    run_total_s: float
+    sessions: int
+
+
+class Outcome(TypedDict, total=False):
+    """How a run ended, as the driver actor returns it and the command reports it: `status` ok with the summary,
+    or error with the message and the exit code."""
+
+    status: str  # ok | error | interrupted
+    exit: int
+    message: Optional[str]
+    notes: list[str]
+    run_dir: str
+    summary: dict[str, Any]  # Summary.to_dict()
+    mlflow: Optional[MlflowRun]
+    elapsed_s: float
+    timing: Timing
+
+
+class GitState(TypedDict):
+    commit: str
+    branch: Optional[str]
+    dirty: bool
+
+
+class Provenance(TypedDict):
+    """One command's provenance entry (provenance.json): what it ran, from which code, where and as whom."""
+
+    time: str
+    entry_point: str
+    command_line: str
+    argv: list[str]
+    cwd: str
+    overrides: list[str]
+    config: PlainConfig  # the resolved config, secrets masked
+    version: str
+    git: Optional[GitState]
+    code_hash: str
+    python: str
+    user: str
+    host: str
+
+
+class _RunInputsBase(TypedDict):
+    skills: dict[str, str]  # config key -> content digest (or "unreadable")
+    data: dict[str, str] | str  # root name -> fingerprint, or "built-in samples"
+    version: str
+    code: str
+
+
+class RunInputs(_RunInputsBase, total=False):
+    """What a run reads besides its config (identity.json's `inputs`)."""
+
+    benchmark_code: str  # a plugin benchmark's code hash
+
+
+class Identity(TypedDict):
+    """The identity of a run's inputs (identity.json): a resume with other inputs is refused."""
+
+    identity: str
+    config: str
+    inputs: RunInputs
+
+
+class EvalBrief(TypedDict, total=False):
+    """The fields a summary keeps of a test evaluation (Evaluation.brief)."""
+
+    hard: float
+    soft: float
+    per_type: dict[str, dict[str, float]]
+    n: int
+    n_scored: int
+    infra_errors: int
+    data_errors: int
+    repeats: int
 
 
 def is_accept(action: Optional[str]) -> bool:
@@ -177,10 +333,17 @@ class Evaluation(Record):
         i = 0 if metric == "hard" else 1
         return mean_interval([v[i] for v in self.tasks.values()])
 
-    def brief(self) -> dict[str, Any]:
+    def brief(self) -> EvalBrief:
         """The fields a summary keeps of a test evaluation."""
-        keys = ("hard", "soft", "per_type", "n", "n_scored", "infra_errors", "data_errors")
-        out = {k: getattr(self, k) for k in keys}
+        out = EvalBrief(
+            hard=self.hard,
+            soft=self.soft,
+            per_type=self.per_type,
+            n=self.n,
+            n_scored=self.n_scored,
+            infra_errors=self.infra_errors,
+            data_errors=self.data_errors,
+        )
         if self.repeats is not None:
             out["repeats"] = self.repeats
         return out
@@ -224,7 +387,7 @@ class GateRecord(Record):
     episodes_not_played: Optional[int] = None
     # optimizer.gate_test other than none: the paired test on per-task differences (skillopt_ray.stats.PairedTest:
     # test, alpha, n, mean_diff, lo, hi, level, p_value, significant, n_better, n_worse)
-    gate_test: Optional[dict[str, Any]] = None
+    gate_test: Optional[GateTestDict] = None
 
     @property
     def accepted(self) -> bool:
@@ -369,7 +532,7 @@ class SlowUpdateRecord(Record):
     decision: Optional[GateDecisionFields] = None
     reason: Optional[str] = None
     flipped: Optional[dict[str, list[str]]] = None
-    gate_test: Optional[dict[str, Any]] = None  # the paired test, as in GateRecord (optimizer.gate_test)
+    gate_test: Optional[GateTestDict] = None  # the paired test, as in GateRecord (optimizer.gate_test)
 
     @property
     def accepted(self) -> bool:
@@ -431,7 +594,7 @@ class Summary(Record):
     split: Optional[str] = None
     eval: Optional[dict[str, Any]] = None
     selection: Optional[dict[str, Optional[float]]] = None  # initial, best, final
-    test: Optional[dict[str, dict[str, Any]]] = None  # initial, best, final -> Evaluation.brief()
+    test: Optional[dict[str, EvalBrief]] = None  # initial, best, final -> Evaluation.brief()
     delta_test_hard_best_vs_initial: Optional[float] = None
     delta_test_soft_best_vs_initial: Optional[float] = None
     delta_test_hard_final_vs_initial: Optional[float] = None
@@ -459,4 +622,5 @@ class Summary(Record):
 
     def test_score(self, which: str, metric: str = "hard") -> Optional[float]:
         """A test score of the initial, best or final skill (None for eval-only runs)."""
-        return ((self.test or {}).get(which) or {}).get(metric)
+        brief = (self.test or {}).get(which) or EvalBrief()
+        return brief.get("soft") if metric == "soft" else brief.get("hard") if metric == "hard" else None

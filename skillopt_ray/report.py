@@ -30,11 +30,13 @@ from skillopt_ray.records import (
     GateDecisionFields,
     GateRecord,
     RecordError,
+    Session,
     StepRecord,
     Summary,
     is_accept,
 )
 from skillopt_ray.rundir import BEST_SKILL, STEP_CANDIDATE, STEP_DIFF, RunDir
+from skillopt_ray.stats import GateTestDict
 
 
 def kinds_text(kinds: Any) -> str:
@@ -73,7 +75,7 @@ class Story:
     summary: Optional[Summary]
     state: dict[str, Any]  # state.json as written (older and partial states included)
     config: dict[str, Any] = field(default_factory=dict)
-    sessions: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[Session] = field(default_factory=list)
 
     @property
     def root(self) -> Path:
@@ -288,7 +290,7 @@ def _flip_text(flipped: Any, limit: int = 8) -> Optional[str]:
     return f"flipped to pass: {_ids(flipped.get('to_pass') or [], limit)}; to fail: {_ids(flipped.get('to_fail') or [], limit)}"
 
 
-def paired_text(t: dict[str, Any]) -> str:
+def paired_text(t: GateTestDict) -> str:
     """The paired gate's test in one line: the difference, its interval, p and the verdict."""
     verdict = "significant" if t.get("significant") else "not significant"
     if t.get("test") == "sequential":

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import yaml
 
@@ -34,10 +34,16 @@ from skillopt_ray.records import (
     EpochRecord,
     Evaluation,
     GateRecord,
+    Identity,
+    Job,
     LrDecision,
     MetaSkillRecord,
+    MlflowRun,
+    Progress,
+    Provenance,
     RecordError,
     ScoreEntry,
+    Session,
     SkillVersion,
     SlowUpdateRecord,
     StepRecord,
@@ -225,15 +231,15 @@ class RunDir:
         """state.json as a plain dict (for views that do not need the typed state)."""
         return self.read_json(STATE)
 
-    def read_progress(self) -> dict[str, Any]:
+    def read_progress(self) -> Progress:
         """The driver's latest live progress snapshot ({} when the run writes none or it cannot be read)."""
         try:
             data = self.read_json(PROGRESS)
         except RecordError:
             return {}  # a snapshot is rewritten every few seconds; a damaged one is as good as none
-        return data if isinstance(data, dict) else {}
+        return cast(Progress, data) if isinstance(data, dict) else {}
 
-    def write_progress(self, snapshot: dict[str, Any]) -> None:
+    def write_progress(self, snapshot: Progress) -> None:
         self.write_json(PROGRESS, snapshot)
 
     def read_ledger(self) -> dict[str, Any]:
@@ -433,18 +439,18 @@ class RunDir:
         return self.summary_path.is_file() and isinstance(state, dict) and state.get("phase") == "done"
 
     # ---------------------------------------------------------------- time on the run
-    def read_sessions(self) -> list[dict[str, Any]]:
+    def read_sessions(self) -> list[Session]:
         try:
             data = self.read_json(SESSIONS)
         except RecordError:
             data = None
-        return [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
+        return [cast(Session, s) for s in data if isinstance(s, dict)] if isinstance(data, list) else []
 
-    def write_sessions(self, sessions: list[dict[str, Any]]) -> None:
+    def write_sessions(self, sessions: list[Session]) -> None:
         self.write_json(SESSIONS, sessions)
 
     # ---------------------------------------------------------------- what made the run
-    def write_provenance(self, record: dict[str, Any]) -> None:
+    def write_provenance(self, record: Provenance) -> None:
         """Append one command's provenance (command line, overrides, resolved config, version, git commit and dirty
         flag, code hash) to provenance.json: the first entry made the run, later ones resumed it."""
         try:
@@ -455,39 +461,39 @@ class RunDir:
         self.write_json(PROVENANCE, [*entries, record])
 
     # ---------------------------------------------------------------- the inputs' identity and the jobs
-    def read_identity(self) -> Optional[dict[str, Any]]:
+    def read_identity(self) -> Optional[Identity]:
         """The identity record of the inputs that made the run (identity.json), None before the first command."""
         data = self.read_json(IDENTITY)
-        return data if isinstance(data, dict) else None
+        return cast(Identity, data) if isinstance(data, dict) else None
 
-    def write_identity(self, record: dict[str, Any]) -> None:
+    def write_identity(self, record: Identity) -> None:
         self.write_json(IDENTITY, record)
 
-    def read_jobs(self) -> list[dict[str, Any]]:
+    def read_jobs(self) -> list[Job]:
         """The `ray job submit` submissions that worked on this run (jobs.json), oldest first."""
         data = self.read_json(JOBS)
-        return [j for j in data if isinstance(j, dict)] if isinstance(data, list) else []
+        return [cast(Job, j) for j in data if isinstance(j, dict)] if isinstance(data, list) else []
 
-    def add_job(self, entry: dict[str, Any]) -> None:
+    def add_job(self, entry: Job) -> None:
         self.write_json(JOBS, [*self.read_jobs(), entry])
 
     # ---------------------------------------------------------------- views for MLflow
-    def read_mlflow_run(self) -> Optional[dict[str, Any]]:
+    def read_mlflow_run(self) -> Optional[MlflowRun]:
         """The run's MLflow record (run id, tracking URI, experiment id), or None when it has none (yet)."""
         try:
             data = self.read_json(MLFLOW_RUN)
         except RecordError:
             return None
-        return data if isinstance(data, dict) else None
+        return cast(MlflowRun, data) if isinstance(data, dict) else None
 
-    def write_mlflow_run(self, record: dict[str, Any]) -> None:
+    def write_mlflow_run(self, record: MlflowRun) -> None:
         self.write_json(MLFLOW_RUN, record)
 
     def write_skill_history(self, versions: list[dict[str, Any]], page: str) -> list[Path]:
         """skill_versions.json (one row per skill version) and skill_history.html (the page with the diffs)."""
         return [self.write_json(SKILL_VERSIONS, versions), self.write_text(SKILL_HISTORY, page)]
 
-    def read_provenance(self, which: int = 0) -> Optional[dict[str, Any]]:
+    def read_provenance(self, which: int = 0) -> Optional[Provenance]:
         """One command's provenance: the one that made the run (0, default) or the latest (-1); None before any."""
         try:
             entries = self.read_json(PROVENANCE)
@@ -496,4 +502,4 @@ class RunDir:
         if not isinstance(entries, list) or not entries:
             return None
         entry = entries[which]
-        return entry if isinstance(entry, dict) else None
+        return cast(Provenance, entry) if isinstance(entry, dict) else None

@@ -34,7 +34,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Optional, TextIO
+
+from skillopt_ray.service_wire import Serving, StatusAnswer
+
+if TYPE_CHECKING:
+    from skillopt_ray.config.plain import PlainConfig
 
 from skillopt_ray.startup_trace import ENV as TRACE_ENV
 from skillopt_ray.utils.folder import in_folder
@@ -177,7 +182,7 @@ class Service:
         self.path = home / SOCKET
         self.env = dict(env)  # the holder's environment at its start: what every worker of the cluster inherits
         self.pool = StandbyPool()
-        self.memo: dict[str, Any] = {}  # the last composed config, for a repeated command
+        self.memo: dict[str, PlainConfig] = {}  # the last composed config, for a repeated command
         self.last_used = time.monotonic()
         from skillopt_ray.cli.provenance import code_hash
 
@@ -218,8 +223,8 @@ class Service:
             conn.settimeout(None)
             if raw.get("status"):  # `python -m skillopt_ray.cluster status`: the idle actors, nothing run
                 current = self._current
-                serving = {"pid": current.pid, "argv": current.argv} if current is not None else None
-                answer = {"standby": self.pool.readiness(), "busy": self._busy.is_set(), "serving": serving}
+                serving = Serving(pid=current.pid, argv=current.argv) if current is not None else None
+                answer = StatusAnswer(standby=self.pool.readiness(), busy=self._busy.is_set(), serving=serving)
                 conn.sendall((json.dumps(answer) + "\n").encode())
                 conn.close()
                 return

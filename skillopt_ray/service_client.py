@@ -18,6 +18,7 @@ import sys
 from typing import Any, Optional
 
 from skillopt_ray.kept_cluster import home
+from skillopt_ray.service_wire import Frame, StatusAnswer
 
 SOCKET = "run.sock"  # the same name as service.SOCKET (that module imports the run's code: not imported here)
 CONNECT_TIMEOUT_S = 2.0
@@ -76,7 +77,7 @@ def try_serve(argv: list[str]) -> Optional[int]:
         return _relay(conn)
 
 
-def service_status(timeout_s: float = 5.0) -> Optional[dict[str, Any]]:
+def service_status(timeout_s: float = 5.0) -> Optional[StatusAnswer]:
     """The run service's state (its idle actors, whether a run is in progress), or None when none answers."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout_s)
@@ -90,7 +91,7 @@ def service_status(timeout_s: float = 5.0) -> Optional[dict[str, Any]]:
                 if not chunk:
                     return None
                 data += chunk
-        answer: dict[str, Any] = json.loads(data)
+        answer: StatusAnswer = json.loads(data)
         return answer
     except (OSError, ValueError):
         return None
@@ -127,7 +128,7 @@ def _relay(conn: socket.socket) -> Optional[int]:
         buf += chunk
         *lines, buf = buf.split(b"\n")
         for line in lines:
-            frame: dict[str, Any] = json.loads(line)
+            frame: Frame = json.loads(line)
             if ("own" in frame or "refused" in frame) and not started:
                 why = frame.get("own") or frame.get("refused")
                 print(

@@ -11,7 +11,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
-from typing import Any, Optional
+from typing import Optional, TypedDict
 
 from skillopt_ray.jsontypes import JSONObject
 
@@ -110,6 +110,53 @@ def diff_interval(diffs: Sequence[float], level: float = 0.95) -> Interval:
     return _t_interval(xs, sum(xs) / len(xs), level, (-1.0, 1.0))
 
 
+class PairedTestDict(TypedDict):
+    """A PairedTest as a gate record holds it (`gate_test`)."""
+
+    test: str
+    alpha: float
+    n: int
+    mean_diff: float
+    lo: float
+    hi: float
+    level: float
+    p_value: float
+    significant: bool
+    n_better: int
+    n_worse: int
+
+
+class GateTestDict(PairedTestDict, total=False):
+    """A gate record's `gate_test`: the paired test's keys, plus what the sequential gate adds (its looks, its
+    boundaries and the extra samples it played)."""
+
+    net: float
+    discordant: int
+    pairs: int
+    looks: int
+    episodes: int
+    first_pass: int
+    accept_at: float
+    reject_at: float
+    final_at: float
+    stopped: str
+    n_tasks: int
+    candidate_extra: dict[str, list[float]]
+    current_extra: dict[str, list[float]]
+    # every extra sample of both skills after this gate, and the current skill's evaluation key (SequentialSamples)
+    current_eval: str
+    candidate_samples: dict[str, list[float]]
+    current_samples: dict[str, list[float]]
+
+
+class SequentialSamples(TypedDict):
+    """The samples a sequential gate leaves for later gates (and a resumed run) in its `gate_test`."""
+
+    current_eval: str
+    candidate_samples: dict[str, list[float]]
+    current_samples: dict[str, list[float]]
+
+
 @dataclass(frozen=True)
 class PairedTest:
     """A one-sided test that the candidate improves on the current skill, on per-task paired differences
@@ -128,8 +175,21 @@ class PairedTest:
     n_better: int
     n_worse: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> GateTestDict:
+        """The test as a gate record holds it, keys in field order."""
+        return GateTestDict(
+            test=self.test,
+            alpha=self.alpha,
+            n=self.n,
+            mean_diff=self.mean_diff,
+            lo=self.lo,
+            hi=self.hi,
+            level=self.level,
+            p_value=self.p_value,
+            significant=self.significant,
+            n_better=self.n_better,
+            n_worse=self.n_worse,
+        )
 
 
 def _counts(diffs: Sequence[float]) -> tuple[int, int]:

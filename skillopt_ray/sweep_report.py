@@ -8,13 +8,15 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_ray.compare_groups import norm_value
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.records import MlflowRun
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.sweep_spec import SweepSpec
-from skillopt_ray.sweep_trials import Trial, _status
+from skillopt_ray.sweep_trials import Trial, TrialRow, _status
 from skillopt_ray.utils.io import atomic_write_json
 
 METRIC = "selection_score"  # what a scheduler compares: the current skill's selection score after each step
@@ -27,46 +29,64 @@ REPORT_COLUMNS = {
 }
 
 
-def step_report(h: dict[str, Any], key: str, run_dir: Path) -> dict[str, Any]:
+class TrialReport(TypedDict, total=False):
+    """What a trial tells Tune: after each step, and (finished=1, with the test scores) at the run's end."""
+
+    step: int
+    epoch: int
+    selection_score: float  # METRIC
+    candidate_score: float
+    best_selection_score: float
+    accepted: int
+    action: str
+    finished: int
+    trial: str
+    run_dir: str
+    test_hard_best: float
+    test_soft_best: float
+
+
+def step_report(h: dict[str, Any], key: str, run_dir: Path) -> TrialReport:
     """What a trial tells Tune after one training step (the step's record in the run's history)."""
     cand = h.get("candidate_gate_score")
-    return {
-        "step": int(h["step"]),
-        "epoch": int(h.get("epoch") or 0),
-        METRIC: float(h["current_score"]),
-        "candidate_score": float(cand) if cand is not None else math.nan,
-        "best_selection_score": float(h["best_score"]),
-        "accepted": 1 if str(h.get("action", "")).startswith(("accept", "force")) else 0,
-        "action": str(h.get("action")),
-        "finished": 0,
-        "trial": key,
-        "run_dir": str(run_dir),
-    }
+    return TrialReport(
+        step=int(h["step"]),
+        epoch=int(h.get("epoch") or 0),
+        selection_score=float(h["current_score"]),
+        candidate_score=float(cand) if cand is not None else math.nan,
+        best_selection_score=float(h["best_score"]),
+        accepted=1 if str(h.get("action", "")).startswith(("accept", "force")) else 0,
+        action=str(h.get("action")),
+        finished=0,
+        trial=key,
+        run_dir=str(run_dir),
+    )
 
 
-def final_report(run_dir: Path, key: str, last: Optional[dict[str, Any]]) -> dict[str, Any]:
+def final_report(run_dir: Path, key: str, last: Optional[TrialReport]) -> TrialReport:
     summary = RunDir(run_dir).read_summary()
     if summary is None or summary.selection is None or not summary.test:
         raise RuntimeError(f"{run_dir} holds no training summary")
     sel, test = summary.selection, summary.test
-    final_sel = sel.get("final") if sel.get("final") is not None else (last or {}).get(METRIC, sel.get("best"))
-    return {
-        **(last or {"step": 0, "epoch": 0, "candidate_score": math.nan, "accepted": 0, "action": "none"}),
-        METRIC: float(final_sel if final_sel is not None else math.nan),
-        "best_selection_score": float(sel["best"] or math.nan),
-        "test_hard_best": float(test["best"]["hard"]),
-        "test_soft_best": float(test["best"]["soft"]),
-        "finished": 1,
-        "trial": key,
-        "run_dir": str(run_dir),
-    }
+    final_sel = (
+        sel.get("final") if sel.get("final") is not None else (last or {}).get("selection_score", sel.get("best"))
+    )
+    out = (last or TrialReport(step=0, epoch=0, candidate_score=math.nan, accepted=0, action="none")).copy()
+    out["selection_score"] = float(final_sel if final_sel is not None else math.nan)  # METRIC
+    out["best_selection_score"] = float(sel["best"] or math.nan)
+    out["test_hard_best"] = float(test["best"]["hard"])
+    out["test_soft_best"] = float(test["best"]["soft"])
+    out["finished"] = 1
+    out["trial"] = key
+    out["run_dir"] = str(run_dir)
+    return out
 
 
 class _Parent:
     """The sweep's MLflow parent run, through the same Tracker as a training run (kill-safe store,
     the experiment's kind, a run created once even across kills: its uid is saved first)."""
 
-    def __init__(self, data: dict[str, Any], name: str, sdir: Path, existing: Optional[str]):
+    def __init__(self, data: PlainConfig, name: str, sdir: Path, existing: Optional[str]):
         from skillopt_ray.tracking import Tracker, default_tracking_uri
 
         t = data["tracking"]
@@ -83,7 +103,7 @@ class _Parent:
             return
         self.client = self.tracker.client
         record_path = sdir / "mlflow_parent.json"
-        record = json.loads(record_path.read_text()) if record_path.exists() else {}
+        record: MlflowRun = json.loads(record_path.read_text()) if record_path.exists() else {}
         if existing:
             record["run_id"] = existing
         self.run_id = self.tracker.start(
@@ -111,7 +131,7 @@ def _mark_child(run_dir: Path, status: str, tags: dict[str, str]) -> None:
         print(f"note: could not mark the MLflow run of {run_dir.name}: {e}", file=sys.stderr)
 
 
-def dry_run(spec: SweepSpec, trials: list[Trial], name: str, sdir: Path, previous: dict[str, dict[str, Any]]) -> int:
+def dry_run(spec: SweepSpec, trials: list[Trial], name: str, sdir: Path, previous: dict[str, TrialRow]) -> int:
     print(f"sweep {name} (dry run: nothing started)")
     print(
         "search space: "
@@ -144,7 +164,7 @@ def _sweep_meta(
     trials: list[Trial],
     overrides: list[str],
     parent: _Parent,
-    previous: dict[str, dict[str, Any]],
+    previous: dict[str, TrialRow],
 ) -> dict[str, Any]:
     """The sweep's own record (sweep.json): its space, its parent run and each trial's status."""
     return {

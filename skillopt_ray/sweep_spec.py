@@ -18,10 +18,11 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional  # noqa: UP035 - OmegaConf's structured configs want typing.Dict
+from typing import Any, Dict, Optional, TypedDict, Union  # noqa: UP035 - OmegaConf's structured configs want typing.Dict
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.compare_groups import norm_value
+from skillopt_ray.jsontypes import JSONObject
 
 # The project's sweep definitions: a config directory whose `sweep/` group the sweep command searches after the
 # user's --config-dir folders (so a user's preset of the same name wins).
@@ -249,7 +250,37 @@ def _preset_hint(message: str, search_dirs: tuple[str, ...]) -> str:
     return f"unknown sweep preset: {m.group(1)}; available: {', '.join(preset_names(search_dirs)) or 'none'}"
 
 
-def compose_sweep(overrides: list[str], search_dirs: tuple[str, ...] = ()) -> dict[str, Any]:
+class AshaNode(TypedDict):
+    """AshaOptions as plain data."""
+
+    grace_period: int
+    reduction_factor: int
+    max_t: Optional[int]
+
+
+class SweepNode(TypedDict):
+    """SweepOptions as plain data (the composed `sweep` node)."""
+
+    description: str
+    params: Optional[JSONObject]  # dotted or nested config key -> a list (grid) or {kind: [args]}
+    fixed: Optional[JSONObject]
+    num_samples: int
+    max_concurrent: Optional[int]
+    scheduler: str
+    asha: AshaNode
+    verbose: int
+    report_every_s: float
+    dry_run: bool
+    resume_stopped: bool
+    interrupt_after: Optional[int]
+    seeds: Union[int, list[int]]  # as given: checked in parse_args
+
+
+class SweepConfig(TypedDict):
+    sweep: SweepNode
+
+
+def compose_sweep(overrides: list[str], search_dirs: tuple[str, ...] = ()) -> SweepConfig:
     """The `sweep` node composed by Hydra from the sweep's own overrides, as plain data."""
     from omegaconf import OmegaConf
 
@@ -296,7 +327,8 @@ def parse_args(argv: list[str], search_dirs: tuple[str, ...] = ()) -> tuple[Swee
     else:
         raise UsageError(f"sweep.seeds must be a count (sweep.seeds=5) or a list (sweep.seeds=[1,2,3]), got {seeds!r}")
     _check_options(opts)
-    asha = dict(opts["asha"])
+    a = opts["asha"]
+    asha = {"grace_period": a["grace_period"], "reduction_factor": a["reduction_factor"], "max_t": a["max_t"]}
     spec = SweepSpec(
         presets,
         params,
@@ -336,7 +368,7 @@ def _check_swept_key(key: str, where: str) -> None:
     raise UsageError(f"{where}: {key} is not a config key" + (f"; did you mean {' or '.join(near)}?" if near else ""))
 
 
-def _check_options(opts: dict[str, Any]) -> None:
+def _check_options(opts: SweepNode) -> None:
     """Ranges the schema's types cannot say."""
     if opts["scheduler"] not in SCHEDULERS:
         raise UsageError(f"sweep.scheduler must be none or asha, got {opts['scheduler']!r}")

@@ -8,13 +8,78 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_ray.cli import compose, needs_embedded_server, resolve_paths, run_dir_for, typed
 from skillopt_ray.compare_groups import norm_value
 from skillopt_ray.compare_records import run_finished
+from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.records import Origin
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.sweep_spec import SweepSpec, expand, option_keys, sample_seed, search_space
+
+
+# the result a scheduler stopped a trial on: the step and its selection score (sweep_report.METRIC)
+class StopPoint(TypedDict):
+    step: Optional[int]
+    selection_score: Optional[float]
+
+
+# who stopped a trial, and where (a trial row's `stopped`)
+class StoppedBy(TypedDict):
+    by: str
+    step: Optional[int]
+    selection_score: Optional[float]
+
+
+class _TrialRowBase(TypedDict):
+    key: str
+    params: dict[str, str]
+    seed: int
+    run_dir: str
+    status: str  # new | finished | stopped | unfinished
+
+
+class TrialRow(_TrialRowBase, total=False):
+    """One trial in the sweep's record (sweep.json `trials`); a stopped trial says who stopped it."""
+
+    stopped: Optional[StoppedBy]
+
+
+class _TrialPlanBase(TypedDict):
+    data: PlainConfig  # the trial's prepared config (the plain config tree)
+    key: str
+    run_dir: str
+
+
+class TrialPlan(_TrialPlanBase, total=False):
+    """What a Tune trial runs: its config, key, run directory and (when planned by the sweep) provenance."""
+
+    origin: Origin  # the sweep's command line and the overrides that compose the trial
+
+
+class SweepContext(TypedDict):
+    """What every trial of a sweep shares: its name, swept keys, overrides and MLflow parent."""
+
+    name: str
+    keys: list[str]
+    overrides: list[str]
+    fixed: dict[str, Any]  # dotted key -> any config value
+    parent_run_id: Optional[str]
+    server_url: Optional[str]
+    stopped: list[str]
+    resume_stopped: bool
+    search_dirs: list[str]
+
+
+class EmbeddedSettings(TypedDict):
+    """The arguments of the one embedded server a sweep's trials share."""
+
+    model_path: str
+    ctx_size: int
+    threads: int
+    parallel: int
+    startup_timeout_s: float
 
 
 @dataclass
@@ -22,7 +87,7 @@ class Trial:
     key: str  # e.g. "optimizer.learning_rate=4,seed=42"
     params: dict[str, str]  # swept key -> the run's resolved value, normalised
     seed: int
-    data: dict[str, Any]
+    data: PlainConfig
     run_dir: Path
     values: dict[str, Any] = field(default_factory=dict)  # swept key -> the value Tune hands the trial
     status: str = "new"  # new | finished | stopped | unfinished
@@ -35,7 +100,7 @@ def _override(key: str, value: Any) -> str:
     return f"{key}={json.dumps(value) if isinstance(value, (list, dict)) else value}"
 
 
-def _get(data: dict[str, Any], dotted: str) -> Any:
+def _get(data: PlainConfig, dotted: str) -> Any:
     node: Any = data
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -59,7 +124,7 @@ def compose_trial(
     values: dict[str, Any],
     keys: list[str],
     search_dirs: tuple[str, ...] = (),
-) -> tuple[dict[str, Any], dict[str, str]]:
+) -> tuple[PlainConfig, dict[str, str]]:
     ovr = (
         overrides
         + [_override(k, v) for k, v in fixed.items()]
@@ -93,7 +158,7 @@ def plan_trials(spec: SweepSpec, overrides: list[str]) -> list[Trial]:
     return trials
 
 
-def training_steps(data: dict[str, Any]) -> int:
+def training_steps(data: PlainConfig) -> int:
     """A run's number of training steps (epochs x steps per epoch), from its train split's size: ASHA's max_t."""
     import skillopt_envs
 
@@ -104,20 +169,20 @@ def training_steps(data: dict[str, Any]) -> int:
     return int(data["optimizer"]["epochs"]) * max(1, math.ceil(n / int(data["optimizer"]["batch_size"])))
 
 
-def asha_max_t(trials: list[dict[str, Any]]) -> int:
+def asha_max_t(trials: list[PlainConfig]) -> int:
     """ASHA's max_t when not given: one past the longest run's last step. ASHA stops a trial whose step reaches
     max_t, and a run at its last step still has its epoch boundary and final tests to do; the rungs are then
     the runs' own steps (not 14 rungs up to 10,000)."""
     return max(training_steps(d) for d in trials) + 1
 
 
-def trial_cpus(data: dict[str, Any]) -> float:
+def trial_cpus(data: PlainConfig) -> float:
     """What a trial reserves: a quarter core per env actor (or what the config asks for); its actors then ask 0 CPUs."""
     r = data["ray"]
     return round(max(0.25, r["env_actors"] * max(float(r["actor_num_cpus"]), 0.25)), 2)
 
 
-def max_concurrent_trials(data: dict[str, Any], total_cpus: float, requested: Optional[int]) -> int:
+def max_concurrent_trials(data: PlainConfig, total_cpus: float, requested: Optional[int]) -> int:
     """Bounded by CPUs and by the target endpoint's concurrency: each trial keeps env_actors x episodes_per_actor calls in flight."""
     by_cpu = max(1, math.floor(total_cpus / trial_cpus(data)))
     in_flight = data["ray"]["env_actors"] * data["ray"]["episodes_per_actor"]
@@ -130,7 +195,7 @@ def max_concurrent_trials(data: dict[str, Any], total_cpus: float, requested: Op
     return min(cap, requested) if requested else cap
 
 
-def shared_embedded_settings(trials: list[dict[str, Any]], concurrent: int) -> Optional[dict[str, Any]]:
+def shared_embedded_settings(trials: list[PlainConfig], concurrent: int) -> Optional[EmbeddedSettings]:
     """EmbeddedServer arguments for one server that all these trials can share, or None: no trial
     needs one, one was given (llm.embedded.server_url), or the trials' embedded settings differ.
     Slots and context grow with the number of trials running at once (llama.cpp splits the
@@ -143,16 +208,16 @@ def shared_embedded_settings(trials: list[dict[str, Any]], concurrent: int) -> O
         return None
     e = need[0]["llm"]["embedded"]
     n = max(1, concurrent)
-    return {
-        "model_path": e["model_path"],
-        "ctx_size": e["ctx_size"] * n,
-        "threads": e["threads"],
-        "parallel": e["parallel"] * n,
-        "startup_timeout_s": e["startup_timeout_s"],
-    }
+    return EmbeddedSettings(
+        model_path=e["model_path"],
+        ctx_size=e["ctx_size"] * n,
+        threads=e["threads"],
+        parallel=e["parallel"] * n,
+        startup_timeout_s=e["startup_timeout_s"],
+    )
 
 
-def prepare(data: dict[str, Any], ctx: dict[str, Any], params: dict[str, str], key: str, seed: int) -> dict[str, Any]:
+def prepare(data: PlainConfig, ctx: SweepContext, params: dict[str, str], key: str, seed: int) -> PlainConfig:
     """What the sweep sets in every trial's config: its MLflow parent and tags, no own CPU
     reservation for actors (the trial's covers them), no progress line, the shared server."""
     data = copy.deepcopy(data)
@@ -171,10 +236,10 @@ def prepare(data: dict[str, Any], ctx: dict[str, Any], params: dict[str, str], k
     return data
 
 
-def _status(t: Trial, previous: dict[str, dict[str, Any]]) -> str:
+def _status(t: Trial, previous: dict[str, TrialRow]) -> str:
     if t.finished():
         return "finished"
-    prev = previous.get(str(t.run_dir), {})
-    if prev.get("status") == "stopped":
+    prev = previous.get(str(t.run_dir))
+    if prev is not None and prev.get("status") == "stopped":
         return "stopped"
     return "unfinished" if RunDir(t.run_dir).state_path.exists() else "new"

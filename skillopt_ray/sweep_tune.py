@@ -16,8 +16,11 @@ from typing import Any, Optional
 
 from skillopt_ray.cli import UsageError, run_dir_for, start_ray
 from skillopt_ray.compare_records import read_steps, run_finished
+from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.records import Origin, Outcome
 from skillopt_ray.sweep_report import (
     METRIC,
+    TrialReport,
     _brief,
     _mark_child,
     _Parent,
@@ -28,7 +31,12 @@ from skillopt_ray.sweep_report import (
 )
 from skillopt_ray.sweep_spec import SweepSpec, search_space
 from skillopt_ray.sweep_trials import (
+    StoppedBy,
+    StopPoint,
+    SweepContext,
     Trial,
+    TrialPlan,
+    TrialRow,
     _override,
     asha_max_t,
     compose_trial,
@@ -53,7 +61,7 @@ def _run_dir_lock(run_dir: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: dict[str, Any]) -> None:
+def _trainable(config: dict[str, Any], plans: dict[str, TrialPlan], ctx: SweepContext) -> None:
     """One Tune trial = one training run (cli.execute, the CLI's own code path), reporting each step.
 
     The run goes on in a thread; this one reads the run's step records (history.jsonl, appended after
@@ -70,15 +78,15 @@ def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: di
     if plan is None:  # not planned (should not happen): compose it here the same way
         data, params = compose_trial(ctx["overrides"], ctx["fixed"], config, keys, tuple(ctx["search_dirs"]))
         key = trial_key(params, int(config["seed"]))
-        plan = {
-            "data": prepare(data, ctx, params, key, int(config["seed"])),
-            "key": key,
-            "run_dir": str(run_dir_for(data)),
-        }
+        plan = TrialPlan(
+            data=prepare(data, ctx, params, key, int(config["seed"])),
+            key=key,
+            run_dir=str(run_dir_for(data)),
+        )
     run_dir, key = Path(plan["run_dir"]), plan["key"]
     with _run_dir_lock(run_dir):
         reported = 0  # the last step handed to Tune
-        last: Optional[dict[str, Any]] = None
+        last: Optional[TrialReport] = None
 
         def report_new() -> None:
             nonlocal reported, last
@@ -93,13 +101,13 @@ def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: di
             if run_finished(run_dir):
                 tune.report(final_report(run_dir, key, last))
             return
-        outcome: dict[str, Any] = {}
+        outcome = Outcome()
 
         def run() -> None:
             try:
                 outcome.update(execute(copy.deepcopy(plan["data"]), run_dir, plan.get("origin")))
             except BaseException as e:  # noqa: BLE001 - handed to the trial thread below
-                outcome.update(status="error", message=f"{type(e).__name__}: {e}")
+                outcome.update(Outcome(status="error", message=f"{type(e).__name__}: {e}"))
 
         worker = threading.Thread(target=run, name=f"run {key}", daemon=True)
         worker.start()
@@ -112,7 +120,7 @@ def _trainable(config: dict[str, Any], plans: dict[str, dict[str, Any]], ctx: di
         tune.report(final_report(run_dir, key, last))
 
 
-def _allow_trial_workers(spec: SweepSpec, first: dict[str, Any]) -> None:
+def _allow_trial_workers(spec: SweepSpec, first: PlainConfig) -> None:
     """Keep trials in the driver's working directory and raise the raylet's worker warning to the count expected."""
     os.environ["RAY_CHDIR_TO_TRIAL_DIR"] = "0"
     # A sweep runs more Ray workers than the machine has cores (per trial: Tune's actor, the driver, the gateway,
@@ -122,46 +130,43 @@ def _allow_trial_workers(spec: SweepSpec, first: dict[str, Any]) -> None:
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(max(os.cpu_count() or 1, workers // 2)))
 
 
-def _trial_plans(
-    spec: SweepSpec, trials: list[Trial], overrides: list[str], ctx: dict[str, Any]
-) -> dict[str, dict[str, Any]]:
+def _trial_plans(spec: SweepSpec, trials: list[Trial], overrides: list[str], ctx: SweepContext) -> dict[str, TrialPlan]:
     """Each trial's prepared config, key, run directory and provenance, keyed by its point in the search space."""
-    plans: dict[str, dict[str, Any]] = {}
+    plans: dict[str, TrialPlan] = {}
     for t in trials:
-        plans[signature({**t.values, "seed": t.seed}, spec.keys)] = {
-            "data": prepare(t.data, ctx, t.params, t.key, t.seed),
-            "key": t.key,
-            "run_dir": str(t.run_dir),
+        plans[signature({**t.values, "seed": t.seed}, spec.keys)] = TrialPlan(
+            data=prepare(t.data, ctx, t.params, t.key, t.seed),
+            key=t.key,
+            run_dir=str(t.run_dir),
             # the trial's provenance: the sweep's command line and the overrides that compose this trial
-            "origin": {
-                "argv": list(sys.argv),
-                "overrides": [
+            origin=Origin(
+                argv=list(sys.argv),
+                overrides=[
                     *overrides,
                     *(_override(k, v) for k, v in spec.fixed.items()),
                     *(_override(k, t.values[k]) for k in spec.keys),
                     f"seed={t.seed}",
                 ],
-            },
-        }
+            ),
+        )
     return plans
 
 
 def _record_results(
     results: Any,
-    stops: dict[str, dict[str, Any]],
+    stops: dict[str, StopPoint],
     spec: SweepSpec,
     trials: list[Trial],
-    plans: dict[str, dict[str, Any]],
-    previous: dict[str, dict[str, Any]],
+    plans: dict[str, TrialPlan],
+    previous: dict[str, TrialRow],
 ) -> list[str]:
     """Mark each trial Tune ended early as stopped (by the scheduler) or interrupted. Returns failure lines."""
     by_dir = {str(t.run_dir): t for t in trials}
     failed = []
     for r in results:
         m = r.metrics or {}
-        trial = by_dir.get(m.get("run_dir", "")) or by_dir.get(
-            plans.get(signature(r.config, spec.keys), {}).get("run_dir", "")
-        )
+        plan = plans.get(signature(r.config, spec.keys))
+        trial = by_dir.get(m.get("run_dir", "")) or by_dir.get(plan["run_dir"] if plan else "")
         if r.error is not None:
             failed.append(f"{trial.key if trial else '?'}: {str(r.error).strip().splitlines()[-1][:300]}")
             continue
@@ -172,10 +177,14 @@ def _record_results(
         if t.status == "stopped" and not spec.resume_stopped:  # replayed only
             continue
         if stop is None and t.status == "stopped":  # resumed and not stopped again
-            previous[str(t.run_dir)] = {**previous.get(str(t.run_dir), {}), "status": "unfinished"}
+            _set_status(previous, t, "unfinished")
         if stop is not None:
-            record = {"by": spec.scheduler, "step": stop.get("step"), METRIC: stop.get(METRIC)}
-            previous[str(t.run_dir)] = {**previous.get(str(t.run_dir), {}), "status": "stopped", "stopped": record}
+            _set_status(
+                previous,
+                t,
+                "stopped",
+                StoppedBy(by=spec.scheduler, step=stop.get("step"), selection_score=stop.get("selection_score")),
+            )
             t.status = "stopped"
             _mark_child(
                 t.run_dir,
@@ -191,6 +200,18 @@ def _record_results(
     return failed
 
 
+def _set_status(previous: dict[str, TrialRow], t: Trial, status: str, stopped: Optional[StoppedBy] = None) -> None:
+    """A trial's row in the sweep's record with its new status (and who stopped it); other keys are kept."""
+    row = previous.get(str(t.run_dir))
+    new = TrialRow(key=t.key, params=t.params, seed=t.seed, run_dir=str(t.run_dir), status=status)
+    if row is not None:
+        new = row.copy()
+        new["status"] = status
+    if stopped is not None:
+        new["stopped"] = stopped
+    previous[str(t.run_dir)] = new
+
+
 def _run_tune(
     spec: SweepSpec,
     trials: list[Trial],
@@ -198,7 +219,7 @@ def _run_tune(
     name: str,
     sdir: Path,
     parent: _Parent,
-    previous: dict[str, dict[str, Any]],
+    previous: dict[str, TrialRow],
 ) -> list[str]:
     """Run the search space on Tune; mark the trials a scheduler stopped. Returns failure lines."""
     import ray
@@ -214,17 +235,17 @@ def _run_tune(
         file=sys.stderr,
     )
     embedded, server_url = _start_shared_embedded([t.data for t in todo], limit, sdir)
-    ctx = {
-        "name": name,
-        "keys": spec.keys,
-        "overrides": overrides,
-        "fixed": spec.fixed,
-        "parent_run_id": parent.run_id,
-        "server_url": server_url,
-        "stopped": sorted(str(t.run_dir) for t in trials if t.status == "stopped"),
-        "resume_stopped": spec.resume_stopped,
-        "search_dirs": list(spec.search_dirs),
-    }
+    ctx = SweepContext(
+        name=name,
+        keys=spec.keys,
+        overrides=overrides,
+        fixed=spec.fixed,
+        parent_run_id=parent.run_id,
+        server_url=server_url,
+        stopped=sorted(str(t.run_dir) for t in trials if t.status == "stopped"),
+        resume_stopped=spec.resume_stopped,
+        search_dirs=list(spec.search_dirs),
+    )
     plans = _trial_plans(spec, trials, overrides, ctx)
     seeds = sorted({t.seed for t in trials}, key=[t.seed for t in trials].index)
     points = [{**t.values, "seed": t.seed} for t in trials]  # one per run directory, finished ones replay
@@ -238,7 +259,7 @@ def _run_tune(
     return _record_results(results, stops, spec, trials, plans, previous)
 
 
-def _start_shared_embedded(todo: list[dict[str, Any]], concurrent: int, sdir: Path) -> Any:
+def _start_shared_embedded(todo: list[PlainConfig], concurrent: int, sdir: Path) -> Any:
     """One embedded server for all trials (instead of one llama.cpp process per trial); its URL goes
     into each trial's llm.embedded.server_url, which is not part of a run's identity."""
     settings = shared_embedded_settings(todo, concurrent)
@@ -259,20 +280,20 @@ def _fit(
     spec: SweepSpec,
     space: dict[str, Any],
     points: list[dict[str, Any]],
-    plans: dict[str, Any],
-    ctx: dict[str, Any],
-    first: dict[str, Any],
+    plans: dict[str, TrialPlan],
+    ctx: SweepContext,
+    first: PlainConfig,
     limit: int,
     sdir: Path,
     trainable: Any = None,
-) -> tuple[Any, dict[str, dict[str, Any]]]:
+) -> tuple[Any, dict[str, StopPoint]]:
     """Tune over `space`, one trial per point (the planned trials, each a whole config: Tune's public
     `points_to_evaluate`); returns the result grid and {trial id: the result a scheduler stopped it on}."""
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # the classic output, which takes our own progress reporter
     from ray import tune
     from ray.tune.search import BasicVariantGenerator
 
-    stops: dict[str, dict[str, Any]] = {}
+    stops: dict[str, StopPoint] = {}
     scheduler = _asha(spec, stops) if spec.scheduler == "asha" else None
     keys = spec.keys
     reporter = _TrialTable(keys, len(points), spec.report_every_s)
@@ -306,7 +327,7 @@ def _fit(
     return tuner.fit(), stops
 
 
-def _asha(spec: SweepSpec, stops: dict[str, dict[str, Any]]) -> Any:
+def _asha(spec: SweepSpec, stops: dict[str, StopPoint]) -> Any:
     """ASHA on the per-step selection score (time = training step), remembering whom it stopped."""
     from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
@@ -314,7 +335,7 @@ def _asha(spec: SweepSpec, stops: dict[str, dict[str, Any]]) -> Any:
         def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
             action = super().on_trial_result(tune_controller, trial, result)
             if action == TrialScheduler.STOP and not result.get("finished"):
-                stops[trial.trial_id] = {"step": result.get("step"), METRIC: result.get(METRIC)}
+                stops[trial.trial_id] = StopPoint(step=result.get("step"), selection_score=result.get(METRIC))
             return action
 
     max_t, grace, factor = spec.asha["max_t"], spec.asha["grace_period"], spec.asha["reduction_factor"]

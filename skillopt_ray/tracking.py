@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
+from skillopt_ray.records import MlflowRun
+
 T = TypeVar("T")
 RUN_UID_TAG = "skillopt.run_uid"
 # MLflow 3's UI opens an experiment by its kind: GenAI experiments on their traces page, model-development ones on
@@ -72,7 +74,7 @@ def metric_key(name: str) -> str:
     return f"other/{name}"
 
 
-def ui_link(record: dict[str, Any], base: str = "http://127.0.0.1:5000") -> str:
+def ui_link(record: MlflowRun, base: str = "http://127.0.0.1:5000") -> str:
     """The MLflow UI page of a run (mlflow_run.json's record), in the model-training view: MLflow 3's UI starts in its
     GenAI view unless the link asks (`workflowType`, remembered by the browser once chosen). Without a run, the
     experiment's runs table (`/runs`; the experiment's bare page opens its Traces tab), and without an experiment,
@@ -314,7 +316,7 @@ class Tracker:
                 pass
 
     def start(
-        self, record: dict[str, Any], run_name: str, tags: dict[str, str], save: Callable[[dict[str, Any]], object]
+        self, record: MlflowRun, run_name: str, tags: dict[str, str], save: Callable[[MlflowRun], object]
     ) -> Optional[str]:
         """Resume the MLflow run that `record` (the run directory's mlflow_run.json) names, else create one.
 
@@ -516,10 +518,11 @@ def source_tags(run_dir: Optional[Path]) -> dict[str, str]:
         "skillopt.version": prov.get("version") or "",
         "skillopt.code_hash": prov.get("code_hash") or "",
     }
-    git = prov.get("git") or {}
-    if git.get("commit"):
+    git = prov.get("git")
+    if git and git.get("commit"):
         tags["mlflow.source.git.commit"] = git["commit"]
         tags["skillopt.git_dirty"] = str(bool(git.get("dirty"))).lower()
-        if git.get("branch"):
-            tags["mlflow.source.git.branch"] = git["branch"]
+        branch = git.get("branch")
+        if branch:
+            tags["mlflow.source.git.branch"] = branch
     return {k: v for k, v in tags.items() if v}

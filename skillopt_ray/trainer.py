@@ -10,7 +10,7 @@ ends exactly where an uninterrupted one would.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from skillopt_ray.config import Config
 from skillopt_ray.jsontypes import JSONObject
@@ -21,6 +21,7 @@ from skillopt_ray.loop.recorder import Recorder, SimulatedInterrupt
 from skillopt_ray.loop.schedule import Schedule, Splits, limit_tasks
 from skillopt_ray.loop.step import TrainStep
 from skillopt_ray.prompts.length_guard import LengthGuard
+from skillopt_ray.records import Progress
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.skill.document import inject_empty_appendix_field
 from skillopt_ray.stages.gate import GatePolicy
@@ -40,7 +41,7 @@ class Trainer:
         tracker: Tracker,
         splits: Splits,
         seed_skill: str,
-        on_progress: Optional[Callable[[dict[str, Any]], None]] = None,
+        on_progress: Optional[Callable[[Progress], None]] = None,
     ):
         self.cfg = cfg
         self.rd = rundir
@@ -66,7 +67,7 @@ class Trainer:
 
     def _set_progress(self, **kw: Any) -> None:
         if self._on_progress:
-            self._on_progress(kw)
+            self._on_progress(cast(Progress, kw))  # the stages name Progress keys
 
     @property
     def state(self) -> RunState:

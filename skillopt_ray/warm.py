@@ -20,32 +20,55 @@ import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol, TypedDict
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.service_wire import Readiness
+
+if TYPE_CHECKING:
+    from skillopt_ray.config.plain import PlainConfig
+
+from skillopt_ray.lifeline import Owner
 
 ADOPT_TIMEOUT_S = 120.0
 
 
+class RuntimeEnv(TypedDict, total=False):
+    env_vars: dict[str, str]
+
+
+class ActorOptions(TypedDict, total=False):
+    """The Ray options (`cls.options(**...)`) the launch path starts a run's actors with."""
+
+    num_cpus: float
+    max_concurrency: int
+    resources: dict[str, float]
+    scheduling_strategy: object  # "SPREAD" or a Ray strategy object (NodeAffinitySchedulingStrategy)
+    label_selector: dict[str, str]
+    fallback_strategy: list[dict[str, dict[str, str]]]
+    runtime_env: RuntimeEnv
+
+
 class Spawner(Protocol):
-    def __call__(self, cls: Any, options: dict[str, Any], *args: Any, **kwargs: Any) -> Any: ...
+    def __call__(self, cls: Any, options: ActorOptions, *args: Any, **kwargs: Any) -> Any: ...
 
 
-def fresh(cls: Any, options: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+def fresh(cls: Any, options: ActorOptions, *args: Any, **kwargs: Any) -> Any:
     """A new actor of the Ray actor class `cls` with `options`: what a run does outside the kept cluster."""
     return cls.options(**options).remote(*args, **kwargs)
 
 
-def with_env(options: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+def with_env(options: ActorOptions, env: dict[str, str]) -> ActorOptions:
     """`options` whose runtime environment also sets `env` (what an adopted actor gets from `adopt`)."""
     if not env:
         return options
-    runtime_env = dict(options.get("runtime_env") or {})
+    runtime_env = (options.get("runtime_env") or RuntimeEnv()).copy()
     runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}
-    return {**options, "runtime_env": runtime_env}
+    out = options.copy()
+    out["runtime_env"] = runtime_env
+    return out
 
 
-def options_key(cls: Any, options: dict[str, Any]) -> str:
+def options_key(cls: Any, options: ActorOptions) -> str:
     """A comparable name for "an actor of this class with these options" (scheduling strategies are objects)."""
 
     def plain(value: Any) -> Any:
@@ -119,13 +142,13 @@ class StandbyPool:
     """The kept cluster's idle actors, one per (class, options) the last run started; see the module docstring."""
 
     idle: dict[str, _Idle] = field(default_factory=dict)
-    used: list[tuple[str, Any, dict[str, Any]]] = field(default_factory=list)  # this run's (key, class, options)
+    used: list[tuple[str, Any, ActorOptions]] = field(default_factory=list)  # this run's (key, class, options)
     adopted: list[Any] = field(default_factory=list)  # this run's adopt() results, waited on before it starts
     started: list[Any] = field(default_factory=list)  # every actor this run got: ended when the run ends
     env: dict[str, str] = field(default_factory=dict)
     _classes: dict[Any, Any] = field(default_factory=dict)  # each actor class's standby class, made once
 
-    def spawn(self, cls: Any, options: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    def spawn(self, cls: Any, options: ActorOptions, *args: Any, **kwargs: Any) -> Any:
         key = options_key(cls, options)
         self.used.append((key, cls, options))
         spare = self.idle.pop(key, None)
@@ -163,13 +186,13 @@ class StandbyPool:
                 self.idle[key] = _Idle(handle, handle.__ray_ready__.remote())
         self.used, self.adopted, self.started, self.env = [], [], [], {}
 
-    def readiness(self) -> dict[str, int]:
+    def readiness(self) -> Readiness:
         """How many idle actors there are and how many of them are up (a command now would adopt them at once)."""
         import ray
 
         refs = [spare.ready for spare in list(self.idle.values())]
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
-        return {"idle": len(refs), "ready": len(done)}
+        return Readiness(idle=len(refs), ready=len(done))
 
     def _standby(self, cls: Any) -> Any:
         if cls not in self._classes:
@@ -191,8 +214,8 @@ class Serving:
     command's process, which the run's actors watch as their owner)."""
 
     pool: StandbyPool
-    owner: Optional[dict[str, Any]]
-    memo: dict[str, Any] = field(default_factory=dict)  # the last composed config (cli.app.composed_data)
+    owner: Optional[Owner]
+    memo: dict[str, PlainConfig] = field(default_factory=dict)  # the last composed config (cli.app.composed_data)
 
 
 _SERVING: ContextVar[Optional[Serving]] = ContextVar("skillopt_serving", default=None)
@@ -205,7 +228,7 @@ def serving() -> Optional[Serving]:
 
 @contextlib.contextmanager
 def serve(
-    pool: StandbyPool, owner: Optional[dict[str, Any]], memo: Optional[dict[str, Any]] = None
+    pool: StandbyPool, owner: Optional[Owner], memo: Optional[dict[str, PlainConfig]] = None
 ) -> Iterator[Serving]:
     token = _SERVING.set(Serving(pool, owner, memo if memo is not None else {}))
     try:
@@ -225,7 +248,7 @@ def wait_ready() -> None:
         s.pool.wait_adopted()
 
 
-def run_owner() -> Optional[JSONObject]:
+def run_owner() -> Optional[Owner]:
     """The process whose death ends the run's actors: the command's (served or not)."""
     from skillopt_ray.lifeline import identity
 

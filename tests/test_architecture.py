@@ -43,6 +43,7 @@ LAUNCH_LAYER = {
     "skillopt_ray/kept_cluster.py",
     "skillopt_ray/holder.py",
     "skillopt_ray/service.py",
+    "skillopt_ray/service_wire.py",
 }
 
 

@@ -40,6 +40,7 @@ from skillopt_ray.cli.compose import (
     typed,
 )
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.startup_trace import mark
 from skillopt_ray.utils.folder import in_folder
@@ -57,7 +58,7 @@ class _Session:
 _SESSION = _Session()
 
 
-def hydra_run_dir(hc: Any, data: dict[str, Any]) -> Optional[Path]:
+def hydra_run_dir(hc: Any, data: PlainConfig) -> Optional[Path]:
     """The run directory Hydra's settings ask for, or None to derive one from the config."""
     from hydra.types import RunMode
 
@@ -158,7 +159,7 @@ def jobs_of(args: Any, overrides: list[str]) -> list[list[str]]:
         GlobalHydra.instance().clear()
 
 
-def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> list[dict[str, Any]]:
+def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> list[PlainConfig]:
     """Compose and validate every job before any starts (one line and exit 2 for the first bad one); returns each
     job's checked config."""
     import json
@@ -176,7 +177,7 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> l
     jobs = jobs_of(args, overrides) if args.multirun else [[o for o in overrides if not o.startswith("hydra.")]]
     swept = {o.split("=", 1)[0] for o in overrides if o not in (jobs[0] if jobs else [])}
     data_read: set[str] = set()  # jobs reading the same data and splits: read once
-    checked: list[dict[str, Any]] = []
+    checked: list[PlainConfig] = []
     for job in jobs:
         try:
             data = resolve_paths(composed_data(args, job, prices))
@@ -198,7 +199,7 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> l
     return checked
 
 
-def composed_data(args: Any, job: list[str], prices: list[PriceOverride]) -> dict[str, Any]:
+def composed_data(args: Any, job: list[str], prices: list[PriceOverride]) -> PlainConfig:
     """A job's config, composed and typed (paths not yet resolved). The kept cluster's holder remembers what it
     composed for the same overrides while no file of the config folders changed (skillopt_ray/warm.py)."""
     import copy
@@ -264,7 +265,7 @@ def given_run_dir(overrides: list[str]) -> Optional[Path]:
     return None
 
 
-def run_checked(data: dict[str, Any], overrides: list[str]) -> int:
+def run_checked(data: PlainConfig, overrides: list[str]) -> int:
     """Run a config preflight composed and checked, as Hydra's task function would: in the run directory the
     command names (`hydra.run.dir=PATH`), or one derived from the config; the checks are not made again."""
     from skillopt_ray.cli.launch import run_one

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.llm.wire import AgentOptions
 
 
@@ -22,7 +23,7 @@ def check_output_dir(path: Path) -> None:
         ) from None
 
 
-def check_harness(data: dict[str, Any]) -> None:
+def check_harness(data: PlainConfig) -> None:
     """A harness target (llm.target.harness=codex|claude_code) can start: its CLI is installed where the harness
     looks for it, bubblewrap is there for the jail, and Codex's own sandbox is not asked to run inside the jail.
     Otherwise every episode would fail after Ray had started."""
@@ -52,7 +53,7 @@ def check_harness(data: dict[str, Any]) -> None:
         raise UsageError(problem)
 
 
-def needs_embedded_server(data: dict[str, Any]) -> bool:
+def needs_embedded_server(data: PlainConfig) -> bool:
     """A role runs on the embedded model and calls will reach it (replay mode answers from the cache)."""
     return (
         any(data["llm"][r]["provider"] == "embedded" for r in ("target", "optimizer"))
@@ -60,7 +61,7 @@ def needs_embedded_server(data: dict[str, Any]) -> bool:
     )
 
 
-def check_embedded_model(data: dict[str, Any]) -> None:
+def check_embedded_model(data: PlainConfig) -> None:
     """The model file the embedded server would serve exists (llm=local names an installed model)."""
     from skillopt_ray.llm.embedded import EmbeddedUnavailable, resolve_model_path
 
@@ -73,7 +74,7 @@ def check_embedded_model(data: dict[str, Any]) -> None:
         raise UsageError(str(err)) from None
 
 
-def check_reviewed_tasks(data: dict[str, Any]) -> None:
+def check_reviewed_tasks(data: PlainConfig) -> None:
     """A harvested task folder (skillopt_ray.sleep) goes to a remote endpoint only once reviewed."""
     from skillopt_ray.sleep.review import ReviewRefused, check_run
 
@@ -83,7 +84,7 @@ def check_reviewed_tasks(data: dict[str, Any]) -> None:
         raise UsageError(str(e)) from None
 
 
-def check_keys(data: dict[str, Any]) -> None:
+def check_keys(data: PlainConfig) -> None:
     """Every remote role has its endpoint and the environment variable holding its key, and a harness target its
     CLI (check_harness)."""
     check_harness(data)
@@ -91,7 +92,7 @@ def check_keys(data: dict[str, Any]) -> None:
     check_endpoints(data)
 
 
-def check_endpoints(data: dict[str, Any]) -> None:
+def check_endpoints(data: PlainConfig) -> None:
     """Every remote role has its endpoint and the environment variable holding its key."""
     for role in ("target", "optimizer"):
         r = data["llm"][role]
@@ -114,7 +115,7 @@ def check_endpoints(data: dict[str, Any]) -> None:
             )
 
 
-def skill_files(data: dict[str, Any]) -> list[tuple[str, str]]:
+def skill_files(data: PlainConfig) -> list[tuple[str, str]]:
     """(key, path) of the skill documents this run reads."""
     keys = [("skill_init", data.get("skill_init"))]
     if data["mode"] == "eval":
@@ -122,7 +123,7 @@ def skill_files(data: dict[str, Any]) -> list[tuple[str, str]]:
     return [(k, v) for k, v in keys if v]
 
 
-def check_skill_files(data: dict[str, Any]) -> None:
+def check_skill_files(data: PlainConfig) -> None:
     """Skill documents the run will read: present, regular, UTF-8 text."""
     for key, value in skill_files(data):
         path = Path(value)
@@ -145,7 +146,7 @@ def check_skill_files(data: dict[str, Any]) -> None:
             raise UsageError(f"{key}={value!r} contains NUL bytes (a binary file?); give the path to a skill .md file")
 
 
-def skill_warnings(data: dict[str, Any]) -> list[str]:
+def skill_warnings(data: PlainConfig) -> list[str]:
     """One line per skill file that is empty or blank (the run is allowed, but is rarely what was meant)."""
     out = []
     for key, value in skill_files(data):
@@ -163,7 +164,7 @@ def skill_warnings(data: dict[str, Any]) -> list[str]:
     return out
 
 
-def run_splits(data: dict[str, Any]) -> list[str]:
+def run_splits(data: PlainConfig) -> list[str]:
     """The splits a run reads (the driver's: train, selection and test, or eval.split alone)."""
     env = data["env"]
     if data["mode"] == "eval":
@@ -171,7 +172,7 @@ def run_splits(data: dict[str, Any]) -> list[str]:
     return [env["train_split"], env["selection_split"], env["test_split"]]
 
 
-def data_configured(data: dict[str, Any]) -> bool:
+def data_configured(data: PlainConfig) -> bool:
     """The config points at data or manifests (env.data_dir, env.manifest_dir). Built-in samples are not checked
     here, nor data named by an environment variable alone: importing the ALFWorld engine sets ALFWORLD_DATA in its
     process, so in a process that played a game the variable may not be the user's; the driver reads such data."""
@@ -179,7 +180,7 @@ def data_configured(data: dict[str, Any]) -> bool:
     return bool(env.get("data_dir") or env.get("manifest_dir"))
 
 
-def check_benchmark_data(data: dict[str, Any]) -> None:
+def check_benchmark_data(data: PlainConfig) -> None:
     """Read every split the run uses (manifests, item files, dataset.json) so that broken or repeated entries are
     one line naming the file before Ray starts; the driver reads them again, as they are then."""
     import skillopt_envs

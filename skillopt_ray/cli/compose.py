@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.config.plain import PlainConfig
 
 CONF_DIR = Path(os.environ.get("SKILLOPT_CONF_DIR", Path(__file__).resolve().parent.parent.parent / "conf"))
 CONFIG_NAME = "config"
@@ -218,7 +219,7 @@ def check_experiment(cfg: Any, conf_dir: Optional[Path] = None) -> None:
         raise UsageError(f"no experiment chosen: add +experiment=<name> (one of {', '.join(experiments(conf_dir))})")
 
 
-def typed(cfg: Any) -> tuple[Any, dict[str, Any]]:
+def typed(cfg: Any) -> tuple[Any, PlainConfig]:
     """(the checked Config dataclass, the same as a plain dict)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -237,21 +238,22 @@ def typed(cfg: Any) -> tuple[Any, dict[str, Any]]:
     return obj, data  # type: ignore[return-value]
 
 
-def resolve_paths(data: dict[str, Any]) -> dict[str, Any]:
+def resolve_paths(data: PlainConfig) -> PlainConfig:
     """A copy with absolute paths (actors and Tune trials run elsewhere or change their working directory)."""
     data = copy.deepcopy(data)
     data["output_dir"] = str(Path(data["output_dir"]).expanduser().resolve())
-    for sect, key in (("env", "data_dir"), ("env", "manifest_dir"), ("eval", "skill_path")):
-        if data[sect].get(key):
-            data[sect][key] = str(Path(os.path.expandvars(data[sect][key])).expanduser().resolve())
+    for sect, key in ((data["env"], "data_dir"), (data["env"], "manifest_dir"), (data["eval"], "skill_path")):
+        if sect.get(key):
+            sect[key] = str(Path(os.path.expandvars(sect[key])).expanduser().resolve())
     opts = data["env"].get("options")
     if isinstance(opts, dict) and isinstance(opts.get("check"), str) and opts["check"]:  # a user's check script
         opts["check"] = str(Path(os.path.expandvars(opts["check"])).expanduser().resolve())
-    if data.get("skill_init"):
-        data["skill_init"] = str(Path(data["skill_init"]).expanduser().resolve())
+    skill_init = data.get("skill_init")
+    if skill_init:
+        data["skill_init"] = str(Path(skill_init).expanduser().resolve())
     return data
 
 
-def load(overrides: list[str], **kw: Any) -> dict[str, Any]:
+def load(overrides: list[str], **kw: Any) -> PlainConfig:
     """compose + typed + resolve_paths: the plain, checked, absolute config a run is launched with."""
     return resolve_paths(typed(compose(overrides, **kw))[1])

@@ -16,12 +16,13 @@ import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import skillopt_envs
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.provenance import tool_version
+from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.records import Identity, RunInputs
 
 # where each benchmark reads its data when env.data_dir is not set
 _MAX_FILES = 200_000
@@ -93,7 +94,7 @@ def _resolved(raw: str, key: str) -> str:
         raise UsageError(f"{key}={raw}: {e} (a symbolic link loop); remove or fix that link") from None
 
 
-def data_roots(data: dict[str, Any]) -> dict[str, str]:
+def data_roots(data: PlainConfig) -> dict[str, str]:
     env = data["env"]
     roots = {}
     var = skillopt_envs.data_env_var(env["name"])
@@ -105,7 +106,7 @@ def data_roots(data: dict[str, Any]) -> dict[str, str]:
     return roots
 
 
-def run_inputs(data: dict[str, Any]) -> dict[str, Any]:
+def run_inputs(data: PlainConfig) -> RunInputs:
     """What the run reads besides its config: skill contents, data fingerprints, the tool's version."""
     from skillopt_ray.cli.checks import skill_files
 
@@ -124,7 +125,7 @@ def run_inputs(data: dict[str, Any]) -> dict[str, Any]:
             data_fp["check"] = file_digest(_resolved(str(check), "env.options.check"))
         except OSError:
             data_fp["check"] = "unreadable"
-    inputs = {"skills": skills, "data": data_fp or "built-in samples", "version": tool_version(), "code": code_hash()}
+    inputs = RunInputs(skills=skills, data=data_fp or "built-in samples", version=tool_version(), code=code_hash())
     if data["env"].get("benchmark"):  # a plugin's class scores the episodes: an edited one must not resume stale
         inputs["benchmark_code"] = plugin_code_hash(data["env"]["name"], data["env"]["benchmark"])
     return inputs
@@ -151,7 +152,7 @@ def plugin_code_hash(name: str, spec: str) -> str:
     return h.hexdigest()[:16]
 
 
-def describe_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def describe_change(old: Identity, new: Identity) -> list[str]:
     said = []
     if old.get("config") != new.get("config"):
         said.append("the configuration changed")
@@ -170,13 +171,13 @@ def describe_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return said
 
 
-def only_code_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+def only_code_changed(old: Identity, new: Identity) -> bool:
     """Whether the package's code hash is all that differs (not the config, skills, data, version or plugin)."""
     o, n = dict(old.get("inputs", {})), dict(new.get("inputs", {}))
     return old.get("config") == new.get("config") and o.pop("code", None) != n.pop("code", None) and o == n
 
 
-def runs_before_a_change(run_dir: Path, record: dict[str, Any]) -> list[str]:
+def runs_before_a_change(run_dir: Path, record: Identity) -> list[str]:
     """One note for each run beside a new derived `run_dir` made from this configuration by other code: an edit
     (a comment) between a kill and its rerun otherwise starts anew, paying again, without a word."""
     from skillopt_ray.rundir import RunDir
@@ -194,7 +195,7 @@ def runs_before_a_change(run_dir: Path, record: dict[str, Any]) -> list[str]:
     return notes
 
 
-def check_or_record(run_dir: Path, record: dict[str, Any], resuming: bool) -> None:
+def check_or_record(run_dir: Path, record: Identity, resuming: bool) -> None:
     """On resume, refuse a run directory made from other inputs; otherwise record the inputs' identity."""
     from skillopt_ray.rundir import RunDir
 
@@ -217,8 +218,8 @@ def check_or_record(run_dir: Path, record: dict[str, Any], resuming: bool) -> No
         rd.write_identity(record)
 
 
-def identity_record(data: dict[str, Any]) -> dict[str, Any]:
+def identity_record(data: PlainConfig) -> Identity:
     from skillopt_ray.config import run_identity
 
     inputs = run_inputs(data)
-    return {"identity": run_identity(data, inputs), "config": run_identity(data), "inputs": inputs}
+    return Identity(identity=run_identity(data, inputs), config=run_identity(data), inputs=inputs)

@@ -31,12 +31,14 @@ from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record, runs_before_a_change
 from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.exit_codes import EXIT_ERROR
+from skillopt_ray.records import Identity, Origin, Outcome
 from skillopt_ray.rundir import RunDir
 from skillopt_ray.startup_trace import mark
 
 
-def run_dir_for(data: dict[str, Any], record: Optional[dict[str, Any]] = None) -> Path:
+def run_dir_for(data: PlainConfig, record: Optional[Identity] = None) -> Path:
     """`<output_dir>/runs/<experiment>-<mode>-seed<seed>-<identity>`, or `<output_dir>/runs/<run_name>`."""
     name = data.get("run_name")
     if not name:
@@ -69,7 +71,7 @@ def record_job(run_dir: Path) -> None:
     print(f"ray job {job} -> run directory {run_dir}", file=sys.stderr)
 
 
-def prepare_run_dir(run_dir: Path, data: dict[str, Any], record: dict[str, Any]) -> None:
+def prepare_run_dir(run_dir: Path, data: PlainConfig, record: Identity) -> None:
     """resume=false moves an old run aside; a resumed run must have been made from the same inputs."""
     if run_dir.exists() and not data["resume"]:
         backup = run_dir.with_name(run_dir.name + f".old-{int(time.time())}")
@@ -87,7 +89,7 @@ def prepare_run_dir(run_dir: Path, data: dict[str, Any], record: dict[str, Any])
 class EmbeddedStart:
     """The embedded model server, started in a thread so that Ray starts at the same time."""
 
-    def __init__(self, data: dict[str, Any], run_dir: Path):
+    def __init__(self, data: PlainConfig, run_dir: Path):
         from skillopt_ray.llm.embedded import EmbeddedServer
 
         e = data["llm"]["embedded"]
@@ -129,7 +131,7 @@ class EmbeddedStart:
             self.server.stop()
 
 
-def with_endpoint(data: dict[str, Any], url: str) -> dict[str, Any]:
+def with_endpoint(data: PlainConfig, url: str) -> PlainConfig:
     """A copy of the config whose embedded roles call `url`."""
     out = copy.deepcopy(data)
     for r in ("target", "optimizer"):
@@ -139,11 +141,11 @@ def with_endpoint(data: dict[str, Any], url: str) -> dict[str, Any]:
 
 
 def execute(
-    data: dict[str, Any],
+    data: PlainConfig,
     run_dir: Optional[Path] = None,
-    origin: Optional[dict[str, Any]] = None,
+    origin: Optional[Origin] = None,
     checked: bool = False,
-) -> dict[str, Any]:
+) -> Outcome:
     """One training (or eval) run through the driver actor; the outcome dict it returns says how it ended.
 
     `run_dir`: where the run lives (default: derived from the config and its inputs, see run_dir_for).
@@ -155,7 +157,7 @@ def execute(
     run_dir = _open_run(data, run_dir, origin, checked)
     clock = RunClock(run_dir).begin()
     progress = make_display(data["debug"]["progress"], started_at=clock.started)
-    outcome: dict[str, Any] = {"status": "interrupted"}
+    outcome = Outcome(status="interrupted")
     embedded: Optional[EmbeddedStart] = None
     try:
         if needs_embedded_server(data):
@@ -174,7 +176,7 @@ def execute(
     return outcome
 
 
-def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[dict[str, Any]], checked: bool) -> Path:
+def _open_run(data: PlainConfig, run_dir: Optional[Path], origin: Optional[Origin], checked: bool) -> Path:
     """Check the run's inputs (unless the preflight did) and prepare its run directory (identity, provenance, the
     job's record); returns it."""
     if not checked:
@@ -194,9 +196,7 @@ def _open_run(data: dict[str, Any], run_dir: Optional[Path], origin: Optional[di
     return run_dir
 
 
-def _drive(
-    data: dict[str, Any], run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any
-) -> dict[str, Any]:
+def _drive(data: PlainConfig, run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any) -> Outcome:
     """Start Ray (and wait for the embedded server, if any), run the driver actor and follow it to its outcome."""
     import ray
 
@@ -239,7 +239,7 @@ def _drive(
     print(f"run directory: {run_dir}", file=sys.stderr)
     try:
         follow(driver, ref, progress, clock)
-        outcome: dict[str, Any] = ray.get(ref)
+        outcome: Outcome = ray.get(ref)
         mark("driver-returned")
     except ray.exceptions.RayActorError as e:  # killed (OOM, a lost node, a signal): its state is on disk
         return driver_lost(e, run_dir)
@@ -263,7 +263,7 @@ def end_actors(driver: Any, ref: Any, others: list[Any]) -> None:
             ray.kill(handle, no_restart=True) if handle is not None else None
 
 
-def driver_lost(err: BaseException, run_dir: Path) -> dict[str, Any]:
+def driver_lost(err: BaseException, run_dir: Path) -> Outcome:
     """The outcome of a run whose driver actor died: one line saying so and how to go on (every stage it finished
     is checkpointed, so the same command resumes from there), never Ray's multi-line error."""
     import re
@@ -296,7 +296,7 @@ def follow(driver: Any, ref: Any, progress: Any, clock: Any) -> None:
 
 
 def run_one(
-    data: dict[str, Any], run_dir: Optional[Path] = None, overrides: Optional[list[str]] = None, checked: bool = False
+    data: PlainConfig, run_dir: Optional[Path] = None, overrides: Optional[list[str]] = None, checked: bool = False
 ) -> int:
     """Run a composed, validated config end to end and print how it ended; returns the exit code."""
     from skillopt_ray.cli.report import report

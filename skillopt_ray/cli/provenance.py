@@ -17,7 +17,10 @@ import sys
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
+
+from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.records import GitState, Provenance
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # skillopt_ray/
 # what decides a run's behaviour besides its config: the code and every prompt or template shipped beside it
@@ -77,7 +80,7 @@ def _code_bytes(path: Path) -> bytes:
         ) from None
 
 
-def git_state(where: Path = PACKAGE_ROOT) -> Optional[dict[str, Any]]:
+def git_state(where: Path = PACKAGE_ROOT) -> Optional[GitState]:
     """{commit, branch, dirty} of the checkout the code runs from; None when it is not a git checkout."""
 
     def git(*args: str) -> Optional[str]:
@@ -94,7 +97,7 @@ def git_state(where: Path = PACKAGE_ROOT) -> Optional[dict[str, Any]]:
         return None
     status = git("status", "--porcelain", "--untracked-files=no")
     branch = git("rev-parse", "--abbrev-ref", "HEAD")
-    return {"commit": commit, "branch": branch if branch and branch != "HEAD" else None, "dirty": bool(status)}
+    return GitState(commit=commit, branch=branch if branch and branch != "HEAD" else None, dirty=bool(status))
 
 
 def entry_point(argv: list[str]) -> str:
@@ -106,27 +109,27 @@ def entry_point(argv: list[str]) -> str:
     return Path(argv[0]).name if argv else "python"
 
 
-def collect(overrides: list[str], config: dict[str, Any], argv: Optional[list[str]] = None) -> dict[str, Any]:
+def collect(overrides: list[str], config: PlainConfig, argv: Optional[list[str]] = None) -> Provenance:
     """One command's provenance record. `config`: the resolved config (secrets are masked here)."""
     from skillopt_ray.config import redact
 
     argv = [mask(a) for a in (sys.argv if argv is None else argv)]
     entry = entry_point(argv)
-    return {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "entry_point": entry,
-        "command_line": " ".join([entry, *map(shlex.quote, argv[1:])]),
-        "argv": argv,
-        "cwd": os.getcwd(),
-        "overrides": [mask(o) for o in overrides],
-        "config": redact(config),
-        "version": tool_version(),
-        "git": git_state(),
-        "code_hash": code_hash(),
-        "python": sys.version.split()[0],
-        "user": _user(),
-        "host": socket.gethostname(),
-    }
+    return Provenance(
+        time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        entry_point=entry,
+        command_line=" ".join([entry, *map(shlex.quote, argv[1:])]),
+        argv=argv,
+        cwd=os.getcwd(),
+        overrides=[mask(o) for o in overrides],
+        config=redact(config),
+        version=tool_version(),
+        git=git_state(),
+        code_hash=code_hash(),
+        python=sys.version.split()[0],
+        user=_user(),
+        host=socket.gethostname(),
+    )
 
 
 def mask(arg: str) -> str:

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from skillopt_ray.cli.errors import UsageError, one_line
+from skillopt_ray.config.plain import PlainConfig
 
 # what every run's ray.init passes: no dashboard, actors' logs stay in their files, Ray's own log lines off
 COMMON_INIT: dict[str, Any] = dict(
@@ -15,7 +16,7 @@ COMMON_INIT: dict[str, Any] = dict(
 )
 
 
-def local_init_options(data: dict[str, Any]) -> dict[str, Any]:
+def local_init_options(data: PlainConfig) -> dict[str, Any]:
     """ray.init options for a private local cluster (also what scripts/bench_startup.py measures as the floor).
 
     address="local": a new cluster of our own, even where `ray start` left one running (ray.init() would join it)."""
@@ -27,7 +28,7 @@ def local_init_options(data: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def start_ray(data: dict[str, Any]) -> None:
+def start_ray(data: PlainConfig) -> None:
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from skillopt_ray.exit_codes import EXIT_OK
+from skillopt_ray.records import MlflowRun, Outcome
 from skillopt_ray.report import kinds_text
 from skillopt_ray.startup_trace import mark
 
@@ -68,7 +69,7 @@ def lost_line(tok: dict[str, Any]) -> str:
     )
 
 
-def report(outcome: dict[str, Any]) -> int:
+def report(outcome: Outcome) -> int:
     """Print a run's outcome; returns the exit code."""
     for note in outcome.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
@@ -102,7 +103,7 @@ def _tiny_model_note(run_dir: Any) -> None:
         print(note)
 
 
-def mlflow_lines(ml: dict[str, Any]) -> list[str]:
+def mlflow_lines(ml: MlflowRun) -> list[str]:
     """Where the run's MLflow record is and how to look at it, each said once: the command that serves a local
     store (the light `mlflow server --workers 1`, as the docs say) or the server already holding it, the run's
     page, and its experiment's runs table (the bare experiment link opens MLflow's GenAI Traces view)."""

@@ -4,7 +4,7 @@ the checks against the chosen presets and benchmark (checks.py), the plain-data 
 
 from skillopt_ray.config.identity import run_identity
 from skillopt_ray.config.keys import PRICE_FIELDS, parse_price, schema_paths, suggest_keys
-from skillopt_ray.config.plain import from_container, redact, to_container
+from skillopt_ray.config.plain import PlainConfig, from_container, redact, to_container
 from skillopt_ray.config.schema import (
     MISSING,
     AgentConfig,
@@ -45,6 +45,7 @@ __all__ = [
     "TrackingConfig",
     "check_run_name",
     "from_container",
+    "PlainConfig",
     "parse_price",
     "redact",
     "register_schema",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any, Optional
 
 # Keys that do not change what a run computes: excluded from the run identity.
@@ -32,7 +33,7 @@ _ROLE_NOT_IDENTITY = (
 )
 
 
-def run_identity(cfg_dict: dict[str, Any], inputs: Optional[dict[str, Any]] = None) -> str:
+def run_identity(cfg_dict: Mapping[str, Any], inputs: Optional[Mapping[str, object]] = None) -> str:
     """Stable hash of everything that determines a run's results.
 
     `inputs` are what the config only points at: the content of the skill files, a fingerprint of the

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Optional, TypedDict, cast
 
 from skillopt_ray.config.schema import MISSING, Config
 
@@ -30,16 +31,38 @@ def redact(obj: Any) -> Any:
     return obj
 
 
-def to_container(cfg: Any) -> dict[str, Any]:
+class PlainConfig(TypedDict):
+    """The resolved config as plain data: what the CLI composes, the run directory keeps and the driver actor gets.
+
+    The top level is Config's fields; each section is the JSON object of its dataclass (benchmark options and
+    tags are free-form within it)."""
+
+    experiment: str
+    mode: str
+    seed: int
+    output_dir: str
+    run_name: Optional[str]
+    resume: bool
+    skill_init: Optional[str]
+    llm: dict[str, Any]
+    env: dict[str, Any]
+    optimizer: dict[str, Any]
+    ray: dict[str, Any]
+    tracking: dict[str, Any]
+    eval: dict[str, Any]
+    debug: dict[str, Any]
+
+
+def to_container(cfg: Any) -> PlainConfig:
     if isinstance(cfg, dict):
-        return cfg
+        return cast(PlainConfig, cfg)
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
-def from_container(data: dict[str, Any]) -> Config:
-    """Plain dict (as shipped to actors) back to the typed Config, strictly.
+def from_container(data: Mapping[str, object]) -> Config:
+    """Plain dict (as shipped to actors) back to the typed Config, strictly (a partial one: the defaults fill in).
 
     The dict an actor gets was made from a checked Config, so it is rebuilt field by field (milliseconds); anything
     that does not fit the schema exactly goes through OmegaConf's merge (a few hundred milliseconds), which raises

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.config.plain import PlainConfig
 
 # Where a provider's SDK sends its requests when no URL is configured.
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
@@ -45,14 +46,14 @@ def url_host(url: str) -> str:
         return url.lower()
 
 
-def _get(data: dict[str, Any], dotted: str) -> Any:
+def _get(data: PlainConfig, dotted: str) -> Any:
     node: Any = data
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     return node
 
 
-def _role_routes(data: dict[str, Any]) -> list[KeyRoute]:
+def _role_routes(data: PlainConfig) -> list[KeyRoute]:
     llm = data.get("llm") or {}
     out = []
     for role in ("target", "optimizer"):
@@ -70,7 +71,7 @@ def _role_routes(data: dict[str, Any]) -> list[KeyRoute]:
     return out
 
 
-def key_routes(data: dict[str, Any]) -> list[KeyRoute]:
+def key_routes(data: PlainConfig) -> list[KeyRoute]:
     """Every (setting, URL, key variable) a run of this resolved config sends a key along."""
     out = _role_routes(data)
     tracking = data.get("tracking") or {}
@@ -83,7 +84,7 @@ def key_routes(data: dict[str, Any]) -> list[KeyRoute]:
     return out
 
 
-def refuse_key_redirects(data: dict[str, Any], preset: dict[str, Any], allowed: frozenset[str]) -> None:
+def refuse_key_redirects(data: PlainConfig, preset: PlainConfig, allowed: frozenset[str]) -> None:
     """UsageError if a key set in the environment would go to a host its preset does not send it to and the user
     did not allow (`preset`: the same config composed from the form's preset choices only)."""
     meant: dict[tuple[str, str], str] = {(r.setting, r.key_env): r.host for r in key_routes(preset)}

@@ -22,9 +22,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.dashboard.keys import refuse_key_redirects
 from skillopt_ray.dashboard.limits import (
     PathPolicy,
@@ -34,6 +35,7 @@ from skillopt_ray.dashboard.limits import (
     refuse_group_path,
     refuse_unsafe_overrides,
 )
+from skillopt_ray.jsontypes import JSONObject, JSONValue
 
 # The form: name -> (override key, kind). Kinds: choice lists come from the config tree (see `form_schema`).
 FIELDS: dict[str, tuple[str, str]] = {
@@ -60,7 +62,29 @@ MAX_EXTRA_OVERRIDES = 200
 STOP_GRACE_S = 30.0  # after SIGINT, how long a run may take to save and end before its process group is terminated
 
 
-def form_schema(conf_dir: Optional[Path] = None) -> dict[str, Any]:
+class FormField(TypedDict):
+    """One field of the launch form: its kind, its choices and what the config uses when it is left empty."""
+
+    kind: str  # choice | text | int | bool
+    placeholder: JSONValue
+    choices: Optional[list[str]]
+    required: bool
+
+
+class LaunchView(TypedDict):
+    """A launch as the page lists it (GET /api/launches)."""
+
+    id: str
+    command: str
+    run_dir: str
+    status: str
+    started: float
+    job_id: str
+    resumable: bool
+    log: list[str]
+
+
+def form_schema(conf_dir: Optional[Path] = None) -> dict[str, FormField]:
     """The form's fields: kind, choices and the value the config uses when the field is left empty.
 
     Only filled fields become overrides, so an experiment's or size preset's own values (a `+smoke=tiny` batch
@@ -74,8 +98,10 @@ def form_schema(conf_dir: Optional[Path] = None) -> dict[str, Any]:
     def names(group: str) -> list[str]:
         return sorted(p.stem for p in (conf / group).glob("*.yaml"))
 
-    def field_(kind: str, placeholder: Any = "", choices: Optional[list[str]] = None, required: bool = False) -> dict:
-        return {"kind": kind, "placeholder": placeholder, "choices": choices, "required": required}
+    def field_(
+        kind: str, placeholder: JSONValue = "", choices: Optional[list[str]] = None, required: bool = False
+    ) -> FormField:
+        return FormField(kind=kind, placeholder=placeholder, choices=choices, required=required)
 
     return {
         "experiment": field_("choice", choices=experiments(conf), required=True, placeholder="alfworld"),
@@ -107,7 +133,7 @@ PLACEHOLDER_FROM = {
 }
 
 
-def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> dict[str, Any]:
+def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> JSONObject:
     """What the empty fields mean for these presets: the composed config's values (a `+smoke=tiny` run's epochs and
     schedule, not the paper's), by field name."""
     from skillopt_ray.cli.compose import compose, resolve_paths, typed
@@ -122,7 +148,7 @@ def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> dict[s
     with lock:  # Hydra's composition uses process-wide state
         _obj, data = typed(compose(overrides))
     data = resolve_paths(data)
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for name, dotted in PLACEHOLDER_FROM.items():
         node: Any = data
         for part in dotted.split("."):
@@ -131,7 +157,7 @@ def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> dict[s
     return out
 
 
-def overrides_from_form(form: dict[str, Any]) -> list[str]:
+def overrides_from_form(form: JSONObject) -> list[str]:
     """Hydra overrides for the filled fields (empty ones keep the config's value), then the free-form extras."""
     out: list[str] = []
     for name, (key, kind) in FIELDS.items():
@@ -146,7 +172,7 @@ def overrides_from_form(form: dict[str, Any]) -> list[str]:
             value = str(value).lower()
         elif kind == "int":
             try:
-                value = int(value)
+                value = int(value)  # type: ignore[arg-type]  # a list or an object raises TypeError: refused below
             except (TypeError, ValueError):
                 raise UsageError(f"{name}={value!r}: a whole number is needed") from None
         out.append(f"{key}={value}")
@@ -163,7 +189,7 @@ def overrides_from_form(form: dict[str, Any]) -> list[str]:
     return out
 
 
-def _compose_typed(overrides: list[str], lock: threading.Lock) -> dict[str, Any]:
+def _compose_typed(overrides: list[str], lock: threading.Lock) -> PlainConfig:
     from skillopt_ray.cli.compose import apply_prices, compose, resolve_paths, split_price_overrides, typed
 
     plain, prices = split_price_overrides(overrides)
@@ -175,7 +201,7 @@ def _compose_typed(overrides: list[str], lock: threading.Lock) -> dict[str, Any]
     return resolve_paths(data)
 
 
-def preset_config(overrides: list[str], lock: threading.Lock) -> dict[str, Any]:
+def preset_config(overrides: list[str], lock: threading.Lock) -> PlainConfig:
     """The config of the form's preset choices alone (its config-group overrides): where its keys are meant to go."""
     groups = group_options()
     return _compose_typed([o for o in overrides if o.split("=", 1)[0].lstrip("+~") in groups], lock)
@@ -186,7 +212,7 @@ def validate(
     lock: threading.Lock,
     policy: Optional[PathPolicy] = None,
     endpoints: frozenset[str] = frozenset(),
-) -> dict[str, Any]:
+) -> PlainConfig:
     """The CLI's checks before anything starts: compose with Hydra, the typed schema, the output folder, the keys
     and the skill files. Returns the resolved config; raises UsageError with the CLI's one-line message.
 
@@ -239,17 +265,17 @@ class Launch:
             return "stopping" if self.stopped else "running"
         return "stopped" if self.stopped else ("finished" if code == 0 else f"exited {code}")
 
-    def to_dict(self, jobs: Any = None) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "command": self.command,
-            "run_dir": self.run_dir,
-            "status": self.status(jobs),
-            "started": self.started,
-            "job_id": self.job_id,
-            "resumable": self.process is not None and self.process.poll() not in (None, 0),
-            "log": list(self.log)[-200:],
-        }
+    def to_dict(self, jobs: Any = None) -> LaunchView:
+        return LaunchView(
+            id=self.id,
+            command=self.command,
+            run_dir=self.run_dir,
+            status=self.status(jobs),
+            started=self.started,
+            job_id=self.job_id,
+            resumable=self.process is not None and self.process.poll() not in (None, 0),
+            log=list(self.log)[-200:],
+        )
 
 
 def _escalate(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
@@ -327,7 +353,7 @@ class Launcher:
             self._jobs = JobSubmissionClient(self.ray_address)
         return self._jobs
 
-    def schema(self, presets: dict[str, str]) -> dict[str, Any]:
+    def schema(self, presets: dict[str, str]) -> dict[str, FormField]:
         """The form's fields, with placeholders from the chosen presets when an experiment is chosen."""
         schema = form_schema()
         if presets.get("experiment"):
@@ -335,11 +361,11 @@ class Launcher:
                 schema[name]["placeholder"] = value
         return schema
 
-    def check(self, form: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    def check(self, form: JSONObject) -> tuple[list[str], PlainConfig]:
         overrides = overrides_from_form(form)
         return overrides, validate(overrides, self._hydra_lock, self.policy, self.endpoints)
 
-    def launch(self, form: dict[str, Any]) -> Launch:
+    def launch(self, form: JSONObject) -> Launch:
         overrides, data = self.check(form)
         return self._start(overrides, data)
 
@@ -352,7 +378,7 @@ class Launcher:
             raise UsageError(f"{lid} is still running; stop it first")
         return self._start(old.overrides, validate(old.overrides, self._hydra_lock, self.policy, self.endpoints))
 
-    def _start(self, overrides: list[str], data: dict[str, Any]) -> Launch:
+    def _start(self, overrides: list[str], data: PlainConfig) -> Launch:
         from skillopt_ray.cli.launch import run_dir_for
 
         run_dir = str(run_dir_for(data))
@@ -430,7 +456,7 @@ class Launcher:
             if one.run_dir and one.process is not None and one.process.poll() is None
         }
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> list[LaunchView]:
         jobs = self._job_client() if self.ray_address and any(one.job_id for one in self.launches.values()) else None
         return [one.to_dict(jobs) for one in self.launches.values()]
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.config.plain import PlainConfig
 
 # Keys naming the environment variable whose value is sent somewhere (a key, a token) or handed to model code.
 SECRET_NAME_KEYS = ("api_key_env", "azure_ad_token_env", "search_auth_env", "env_allow")
@@ -138,7 +139,7 @@ class PathPolicy:
             raise UsageError(f"{key}={raw}: a skill file from the page must be Markdown or text (.md, .markdown, .txt)")
 
 
-def _get(data: dict[str, Any], dotted: str) -> Any:
+def _get(data: PlainConfig, dotted: str) -> Any:
     node: Any = data
     for part in dotted.split("."):
         if not isinstance(node, dict):
@@ -172,14 +173,14 @@ def _option_paths(options: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
-def refuse_no_sandbox(data: dict[str, Any]) -> None:
+def refuse_no_sandbox(data: PlainConfig) -> None:
     """Model-written code runs jailed when the launch comes from the page."""
     for key in SANDBOX_KEYS:
         if str(_get(data, key) or "").lower() == "none":
             raise UsageError(f"{key}=none: the page cannot turn the sandbox off (the command line accepts it)")
 
 
-def refuse_outside_paths(data: dict[str, Any], policy: PathPolicy) -> None:
+def refuse_outside_paths(data: PlainConfig, policy: PathPolicy) -> None:
     """Every path of a resolved config (and the run directory a run_name makes) must be under the policy's folders."""
     for key in ("output_dir", "skill_init", "env.data_dir", "env.manifest_dir", "eval.skill_path"):
         value = _get(data, key)
@@ -200,7 +201,7 @@ def refuse_outside_paths(data: dict[str, Any], policy: PathPolicy) -> None:
         policy.check("run_name", Path(data["output_dir"]) / "runs" / str(data["run_name"]))
 
 
-def refuse_from_page(data: dict[str, Any], policy: PathPolicy) -> None:
+def refuse_from_page(data: PlainConfig, policy: PathPolicy) -> None:
     """The checks a resolved config from the page must pass before any file it names is read."""
     refuse_no_sandbox(data)
     if _get(data, "env.benchmark"):

@@ -13,9 +13,12 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
+from skillopt_ray.jsontypes import JSONValue
+from skillopt_ray.records import Progress
 from skillopt_ray.rundir import STEP_DIFF, RunDir
+from skillopt_ray.stats import GateTestDict
 
 # The six stages of a training step, in order (the strip at the top of the watch view).
 STAGES = ("rollout", "reflect", "aggregate", "select", "update", "gate")
@@ -61,6 +64,80 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
         key = f"{prefix}.{k}" if prefix else str(k)
         out.update(_flatten(v, key) if isinstance(v, dict) else {key: v})
     return out
+
+
+class CurvePoint(TypedDict, total=False):
+    """One point of a run's score curve (step 0: the initial skill, with no epoch or action)."""
+
+    step: Optional[int]
+    epoch: Optional[int]
+    current: Optional[float]
+    candidate: Optional[float]
+    best: Optional[float]
+    action: Optional[str]
+
+
+class StepView(TypedDict):
+    """One step on a run's page: the gate's decision and why, the flipped tasks, the edits."""
+
+    id: str
+    epoch: int
+    step: int
+    global_step: Optional[int]
+    action: str
+    edit_budget: Optional[int]
+    edits: dict[str, int]
+    rollout_hard: Optional[float]
+    current: Optional[float]
+    candidate: Optional[float]
+    best: Optional[float]
+    reason: str
+    flipped: dict[str, list[str]]
+    has_diff: bool
+    gate_test: Optional[GateTestDict]
+
+
+class EpochView(TypedDict):
+    """An epoch boundary on a run's page: the slow update and the meta skill."""
+
+    epoch: int
+    slow_update: str
+    slow_action: str
+    slow_reason: str
+    meta_skill: str
+    meta_action: str
+
+
+class CostsView(TypedDict):
+    entries: JSONValue  # the ledger's rows per role and stage, as it saved them
+    totals: JSONValue
+    budget: JSONValue  # llm.budget of the run's config
+
+
+class ErrorsView(TypedDict):
+    infra: dict[str, int]
+    data: int
+
+
+class SkillView(TypedDict):
+    version: Optional[int]
+    text: str
+
+
+class RunDetail(TypedDict):
+    """Everything a run's page shows (GET /api/run)."""
+
+    row: dict[str, object]  # RunRow's fields
+    stages: list[str]
+    extra_stages: list[str]
+    live: Progress
+    curve: list[CurvePoint]
+    steps: list[StepView]
+    epochs: list[EpochView]
+    skill: SkillView
+    costs: CostsView
+    errors: ErrorsView
+    summary: Optional[dict[str, Any]]  # Summary.to_dict()
 
 
 @dataclass
@@ -200,10 +277,12 @@ def compare_rows(
     return [asdict(r) for r in rows]
 
 
-def curve(rd: RunDir) -> list[dict[str, Any]]:
+def curve(rd: RunDir) -> list[CurvePoint]:
     """Scores per step: the current skill's, the candidate's and the best so far, as the run recorded them."""
     state = rd.load_state() or {}
-    points = [{"step": 0, "current": state.get("initial_score"), "candidate": None, "best": state.get("initial_score")}]
+    points: list[CurvePoint] = [
+        {"step": 0, "current": state.get("initial_score"), "candidate": None, "best": state.get("initial_score")}
+    ]
     for h in history(rd):
         points.append(
             {
@@ -218,10 +297,10 @@ def curve(rd: RunDir) -> list[dict[str, Any]]:
     return points
 
 
-def steps(rd: RunDir) -> list[dict[str, Any]]:
+def steps(rd: RunDir) -> list[StepView]:
     """Per step: what the gate decided and why, the tasks that flipped, the edits, and whether a diff exists."""
     by_key = {(h.get("epoch"), h.get("step_in_epoch")): h for h in history(rd)}
-    out = []
+    out: list[StepView] = []
     for epoch, step in rd.step_ids():
         decision = rd.read_gate(epoch, step)
         gate = decision.to_dict() if decision is not None else {}
@@ -248,9 +327,9 @@ def steps(rd: RunDir) -> list[dict[str, Any]]:
     return out
 
 
-def epochs(rd: RunDir) -> list[dict[str, Any]]:
+def epochs(rd: RunDir) -> list[EpochView]:
     """The epoch boundary's blocks: the slow update (its text and gate decision) and the meta skill."""
-    out = []
+    out: list[EpochView] = []
     for epoch, rec in rd.epochs().items():
         slow = rec.slow.to_dict() if rec.slow is not None else {}
         meta = rec.meta.to_dict() if rec.meta is not None else {}
@@ -267,14 +346,14 @@ def epochs(rd: RunDir) -> list[dict[str, Any]]:
     return out
 
 
-def costs(rd: RunDir, cfg: dict[str, Any]) -> dict[str, Any]:
+def costs(rd: RunDir, cfg: dict[str, Any]) -> CostsView:
     """Tokens, calls and cost per role/stage, with the configured budget caps beside the totals."""
     ledger = rd.read_ledger()
     budget = ((cfg.get("llm") or {}).get("budget")) or {}
     return {"entries": ledger.get("entries", {}), "totals": ledger.get("totals", {}), "budget": budget}
 
 
-def errors(rd: RunDir) -> dict[str, Any]:
+def errors(rd: RunDir) -> ErrorsView:
     """Infra errors by kind and data errors, summed over the steps' rollouts."""
     kinds: dict[str, int] = {}
     data = 0
@@ -295,12 +374,12 @@ def current_skill(rd: RunDir) -> tuple[Optional[int], str]:
     return version, rd.find_skill(int(version)) or ""
 
 
-def live(rd: RunDir) -> dict[str, Any]:
+def live(rd: RunDir) -> Progress:
     """The driver's latest progress snapshot (stage, epoch/step, episodes done, ETA), if the run writes one."""
     return rd.read_progress()
 
 
-def run_detail(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> dict[str, Any]:
+def run_detail(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunDetail:
     rd = RunDir(path)
     cfg = rd.read_config()
     version, skill = current_skill(rd)

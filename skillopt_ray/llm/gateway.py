@@ -17,6 +17,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from skillopt_ray.config import LLMConfig, from_container
 from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.lifeline import Owner
 from skillopt_ray.llm.cache import ResponseCache, request_key
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, describe
@@ -403,7 +404,7 @@ class SenderActor:
     per-call CPU (milliseconds, more with a thousand connections in one pool) is what one gateway process
     runs out of first; shards spread it over processes and, placed with SPREAD, over nodes."""
 
-    def __init__(self, llm_cfg: dict[str, Any], owners: Optional[list[dict[str, Any]]] = None):
+    def __init__(self, llm_cfg: dict[str, Any], owners: Optional[list[Owner]] = None):
         from skillopt_ray.lifeline import watch
 
         watch(list(owners or []), "LLM sender")
@@ -443,7 +444,7 @@ class GatewayActor:
         llm_cfg: dict[str, Any],
         cache_path: Optional[str],
         ledger_path: Optional[str],
-        owners: Optional[list[dict[str, Any]]] = None,
+        owners: Optional[list[Owner]] = None,
         shards: int = 1,
     ):
         from skillopt_ray.lifeline import identity, watch

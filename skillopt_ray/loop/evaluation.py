@@ -26,6 +26,7 @@ from skillopt_ray.stages.rollout import (
 )
 from skillopt_ray.stages.sequential_gate import PlayFn, Request, first_samples, sequential_gate
 from skillopt_ray.state import RunState
+from skillopt_ray.stats import SequentialSamples
 
 Progress = Callable[..., None]
 
@@ -176,8 +177,8 @@ class Evaluator:
 
     def remember(self, gate: GateRecord) -> None:
         """Take a sequential gate's extra samples from its record (a resumed run's memoized gate included)."""
-        t = gate.gate_test or {}
-        if t.get("test") != "sequential" or not gate.eval_key:
+        t = gate.gate_test
+        if t is None or t.get("test") != "sequential" or not gate.eval_key:
             return
         self.extra[gate.eval_key] = {k: list(v) for k, v in t.get("candidate_samples", {}).items()}
         self.extra[t["current_eval"]] = {k: list(v) for k, v in t.get("current_samples", {}).items()}
@@ -200,11 +201,11 @@ class Evaluator:
             self._player(skills, keys, {t.task_id: t for t in selection}),
             ev.n_scored,
         )
-        extra = {
-            "current_eval": cur_key,
-            "candidate_samples": self.extra[eval_key],
-            "current_samples": self.extra[cur_key],
-        }
+        extra = SequentialSamples(
+            current_eval=cur_key,
+            candidate_samples=self.extra[eval_key],
+            current_samples=self.extra[cur_key],
+        )
         return self.policy.sequential_record(
             eval_key, ev, self.scores[cur_key], self.compare(ev, st, len(selection)), out, extra
         )

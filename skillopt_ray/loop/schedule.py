@@ -14,6 +14,8 @@ from typing import Any
 
 from skillopt_envs.base import Task
 
+from skillopt_ray.records import Progress
+
 
 class Stage:
     """The loop's stages as the progress display sees them: one spelling, for the loop that reports them and the
@@ -128,7 +130,7 @@ class EpisodePlan:
             + 3 * self.test
         )
 
-    def done(self, state: Any, snap: dict[str, Any]) -> int:
+    def done(self, state: Any, snap: Progress) -> int:
         """Planned episodes behind the run's position: `state` is the trainer's RunState, `snap` the live progress."""
         stage = str(snap.get("stage") or "")
         in_stage = int(snap.get("done") or 0)

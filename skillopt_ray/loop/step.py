@@ -32,6 +32,7 @@ from skillopt_ray.stages.reflect import ReflectOutput, reflect
 from skillopt_ray.stages.rollout import RolloutStats, summarize
 from skillopt_ray.stages.select import SelectOutput, autonomous_lr, rank_and_select, scheduled_lr
 from skillopt_ray.stages.update import UpdateOutput, update
+from skillopt_ray.stats import GateTestDict
 
 
 class PairedFields(TypedDict, total=False):
@@ -54,7 +55,7 @@ class AppendixCounts(TypedDict, total=False):
     n_appendix_notes_consolidated: int
 
 
-def paired_fields(test: Optional[dict[str, Any]]) -> PairedFields:
+def paired_fields(test: Optional[GateTestDict]) -> PairedFields:
     """The paired gate's numbers for the step record (and so the tracker): none without a test."""
     if not test:
         return {}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from skillopt_ray import prompts
+from skillopt_ray.config.plain import PlainConfig
 
 # The target's prompt around the skill and the request (role line, headings, message framing), in characters:
 # measured on the demo night, whose ~100-character requests with an empty skill averaged 93 estimated tokens.
@@ -160,7 +161,7 @@ def _cost(prices: dict[str, Any], *parts: tuple[Any, Spend]) -> float:
     return total
 
 
-def estimate(data: dict[str, Any], splits: dict[str, list[str]], tasks: Path, skill_chars: int = 0) -> Estimate:
+def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill_chars: int = 0) -> Estimate:
     """The night's estimate from its composed config (`data`), its task ids per split and its task folder."""
     o, llm, env = data["optimizer"], data["llm"], data["env"]
     sel = splits["val"] or splits["train"]  # nothing held out: the gate borrows the train split

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.sleep import night_state, review, skill_home
 from skillopt_ray.sleep.estimate import Estimate
@@ -52,7 +53,7 @@ class Plan:
     run_name: str
     tasks: Path
     overrides: list[str]
-    data: dict[str, Any]
+    data: PlainConfig
     splits: dict[str, list[str]]
     resumed: bool
     estimate: Optional[Estimate] = None

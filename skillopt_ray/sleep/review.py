@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from skillopt_ray.config.plain import PlainConfig
+
 REVIEW_FILE = "review.json"
 FORMAT = "skillopt_ray.sleep.tasks/1"
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
@@ -49,7 +51,7 @@ def write(folder: Path, header: dict[str, Any]) -> None:
     (folder / REVIEW_FILE).write_text(json.dumps({"format": FORMAT, **header}, indent=1) + "\n", encoding="utf-8")
 
 
-def run_endpoints(data: dict[str, Any]) -> list[Endpoint]:
+def run_endpoints(data: PlainConfig) -> list[Endpoint]:
     """The endpoints a run's config (as a plain dict) sends prompts to: the target's and the optimizer's."""
     llm = data.get("llm") or {}
     return [
@@ -59,7 +61,7 @@ def run_endpoints(data: dict[str, Any]) -> list[Endpoint]:
     ]
 
 
-def check_run(data: dict[str, Any]) -> None:
+def check_run(data: PlainConfig) -> None:
     """A training run on a harvested task folder (env.data_dir) obeys the same gate: ReviewRefused otherwise."""
     folder = (data.get("env") or {}).get("data_dir")
     if folder and Path(str(folder)).is_dir():

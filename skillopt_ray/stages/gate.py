@@ -24,7 +24,7 @@ from skillopt_ray.records import (
     is_accept,
 )
 from skillopt_ray.stages.sequential_gate import SequentialOutcome, SequentialRule
-from skillopt_ray.stats import Interval, PairedTest, mean_interval, paired_test
+from skillopt_ray.stats import GateTestDict, Interval, PairedTest, SequentialSamples, mean_interval, paired_test
 
 __all__ = ["ACCEPT", "ACCEPTING", "ACCEPT_NEW_BEST", "FORCE_ACCEPT", "REJECT", "GateDecision", "GatePolicy"]
 
@@ -295,7 +295,7 @@ class GatePolicy:
         eval_key: str,
         evs: tuple[Evaluation, Evaluation],
         scores: tuple[float, float, float, int],
-        gate_test: Optional[dict[str, Any]],
+        gate_test: Optional[GateTestDict],
     ) -> GateRecord:
         """The record of a decision on a candidate evaluated on the whole selection split (`evs`: it and the
         current skill's evaluation)."""
@@ -325,7 +325,7 @@ class GatePolicy:
         current: Evaluation,
         scores: tuple[float, float, float, int],
         out: SequentialOutcome,
-        extra: dict[str, Any],
+        extra: SequentialSamples,
     ) -> GateRecord:
         """The sequential gate's decision: accepted at a boundary or at the budget's end, with what it paid.
         `extra` holds every extra sample of both skills after this gate and the current skill's evaluation key,
@@ -335,9 +335,11 @@ class GatePolicy:
         if out.accepted:
             action = ACCEPT_NEW_BEST if cand > best else ACCEPT
         reason = self.sequential_reason(action, out, scores)
-        return self._full_record(
-            action, reason, eval_key, (ev, current), scores, {**out.to_test_dict(self.alpha), **extra}
-        )
+        test = out.to_test_dict(self.alpha)
+        test["current_eval"] = extra["current_eval"]
+        test["candidate_samples"] = extra["candidate_samples"]
+        test["current_samples"] = extra["current_samples"]
+        return self._full_record(action, reason, eval_key, (ev, current), scores, test)
 
     def sequential_reason(self, action: str, out: SequentialOutcome, scores: tuple[float, float, float, int]) -> str:
         """One sentence: the paired evidence, what was paid, the boundaries and the outcome."""

@@ -29,9 +29,9 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
-from skillopt_ray.stats import diff_interval, sign_test_p
+from skillopt_ray.stats import GateTestDict, diff_interval, sign_test_p
 
 # a request for one more sample: (which skill: "candidate" | "current", task id)
 Request = tuple[str, str]
@@ -90,18 +90,15 @@ class SequentialOutcome:
     candidate_extra: dict[str, list[float]] = field(default_factory=dict)
     current_extra: dict[str, list[float]] = field(default_factory=dict)
 
-    def to_test_dict(self, alpha: float) -> dict[str, Any]:
+    def to_test_dict(self, alpha: float) -> GateTestDict:
         """The gate record's `gate_test` entry: the paired test's usual keys plus the sequential ones."""
         d = asdict(self)
         d.pop("accepted")
-        return {
-            "test": "sequential",
-            "alpha": alpha,
-            "n": self.n_tasks,
-            "level": 0.95,
-            "significant": self.accepted,
-            **d,
-        }
+        # the sequential fields come in by name from asdict, after the paired test's own keys
+        return cast(
+            GateTestDict,
+            {"test": "sequential", "alpha": alpha, "n": self.n_tasks, "level": 0.95, "significant": self.accepted, **d},
+        )
 
 
 def pair_stats(cand: dict[str, list[float]], cur: dict[str, list[float]]) -> tuple[float, int, int, int, int]:
