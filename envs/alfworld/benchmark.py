@@ -37,9 +37,9 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ChatRequest, check_choice, missing_counts
 
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.wire import ResponseFormat
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject
 
 SYSTEM_PROMPT = "You are an expert agent who completes household tasks in the ALFRED text environment."
 ROLE_LINE = "You are an expert household agent acting in the ALFRED text world."

@@ -41,9 +41,8 @@ from skillopt_envs.custom.scorers import (
     unscorable_answer,
 )
 from skillopt_envs.custom.tasks import UserTask, read_source, task_check
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import SPLITS, agent_runner, chat, data_root, parse_ratio, ratio_split, split_name
-
-from skillopt_ray.jsontypes import JSONObject
 
 SEED_SKILL = """# Skill
 

@@ -31,9 +31,9 @@ from skillopt_envs.base import (
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, check_choice, data_folder, split_items
 
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.wire import ChatMessage, ContentPart
 
 if TYPE_CHECKING:  # only annotations name the agent runner

@@ -27,13 +27,12 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, check_choice, data_folder, infra_episode, missing_counts
 from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.data import SearchQAItem
 from skillopt_envs.searchqa.prompts import system_prompt, user_prompt
 from skillopt_envs.searchqa.scoring import score_answer
-
-from skillopt_ray.jsontypes import JSONObject
 
 # the reference starts from an empty skill: a title and a placeholder line
 SEED_SKILL = """# Skill: answering questions from search results

@@ -34,6 +34,7 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, infra_episode
 from skillopt_envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxStartError, SandboxUnavailable
 from skillopt_envs.spreadsheetbench import data as sb_data
@@ -51,8 +52,6 @@ from skillopt_envs.spreadsheetbench.scoring import (
     verification_message,
     wrong_cells_from_report,
 )
-
-from skillopt_ray.jsontypes import JSONObject
 
 SEED_SKILL = prompts.SEED_SKILL
 _READER = Path(readcells.__file__).read_text(encoding="utf-8")

@@ -14,22 +14,26 @@ from skillopt_ray.dashboard.security import WILDCARD, Guard, is_loopback
 from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK
 
 
-def _port_free(host: str, port: int) -> Optional[str]:
-    """None if the port can be bound, else why not (one line).
+def _listen(host: str, port: int) -> socket.socket | str:
+    """The listening socket, bound before the dashboard says its address (so the first request never finds the port
+    closed), else why it cannot be had (one line).
 
-    The probe binds as uvicorn does: IPv6 for an address with a colon (`::`, `::1`), and with SO_REUSEADDR, so the
+    It binds as uvicorn would: IPv6 for an address with a colon (`::`, `::1`), and with SO_REUSEADDR, so the
     connections a just-stopped dashboard left in TIME_WAIT do not hold its port for a minute; a server still
     listening there is refused all the same."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host.strip("[]"), port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return f"port {port} on {host} is already in use; pick another with --port (e.g. --port {port + 1})"
-            return f"cannot listen on {host}:{port}: {e.strerror}"
-    return None
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host.strip("[]"), port))
+        s.listen(128)
+    except OSError as e:
+        s.close()
+        if e.errno == errno.EADDRINUSE:
+            return f"port {port} on {host} is already in use; pick another with --port (e.g. --port {port + 1})"
+        return f"cannot listen on {host}:{port}: {e.strerror}"
+    s.set_inheritable(True)
+    return s
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,7 +88,7 @@ def _problem(a: argparse.Namespace) -> Optional[str]:
             return f"--allow-path {d}: no such directory"
     if a.project is not None and not Path(a.project).expanduser().is_dir():
         return f"--project {a.project}: no such directory"
-    return _port_free(a.host, a.port)
+    return None
 
 
 def _url(host: str, port: int, token: str) -> str:
@@ -104,6 +108,10 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from skillopt_ray.dashboard.server import Dashboard, build_app
 
+    sock = _listen(a.host, a.port)
+    if isinstance(sock, str):
+        print(f"error: {sock}", file=sys.stderr)
+        return EXIT_CONFIG
     guard = Guard.make(a.token, a.host, a.allowed_hosts.split(","))
     allow = tuple(Path(d).expanduser() for d in a.allow_path)
     project = Path(a.project).expanduser() if a.project else None
@@ -116,7 +124,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             flush=True,
         )
     print(f"dashboard: {_url(a.host, a.port, guard.token)}  (runs under {dash.outputs}; Ctrl-C stops it)", flush=True)
-    uvicorn.run(build_app(dash), host=a.host, port=a.port, log_level="warning", access_log=False)
+    config = uvicorn.Config(build_app(dash), log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
     return EXIT_OK
 
 

@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from skillopt_envs.sandbox import (
     BWRAP_ISOLATION,
@@ -40,7 +40,9 @@ from skillopt_envs.sandbox import (
 
 from skillopt_ray.harness.jail_export import Unpacked, unpack_export
 from skillopt_ray.harness.jail_launcher import FORWARDER_JS, LAUNCHER_PY
-from skillopt_ray.llm.wire import AgentOptions
+
+if TYPE_CHECKING:  # the jail's own modules run alone (as another user, with the system Python): no engine imports
+    from skillopt_ray.llm.wire import AgentOptions
 
 __all__ = ["FORWARDER_JS", "Jail", "JailLimits", "JailResult", "jail_env", "unpack_export"]
 
