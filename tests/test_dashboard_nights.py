@@ -146,6 +146,7 @@ def test_a_script_in_a_night_report_stays_text_in_a_real_browser(project, need_c
             expect(page.locator("#nights tbody")).to_contain_text("+0.300 [+0.100, +0.500]")
             expect(page.locator("#nights tbody")).to_contain_text("adopted")
             page.click("#nights tbody tr[data-stamp='20261127T031500Z']")
+            expect(page.locator("#night-stamp")).to_contain_text("20261127T031500Z", timeout=30_000)
             expect(page.locator("#night-report")).to_contain_text("<script>window.__pwned", timeout=30_000)
             expect(page.locator("#night-diffs")).to_contain_text("+- finish with DONE-OK.")
             page.wait_for_timeout(2500)  # a poll or two redraws the tab

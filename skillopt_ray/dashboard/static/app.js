@@ -507,9 +507,10 @@ async function openNight(stamp) {
   try {
     n = await getJSON(`/api/night?stamp=${encodeURIComponent(stamp)}`);
   } catch (e) {
-    $("#night-report").textContent = e.message;
+    if (state.nightStamp === stamp) $("#night-report").textContent = e.message;
     return;
   }
+  if (state.nightStamp !== stamp) return; // another night was picked while this one loaded: show that one only
   $("#night-stamp").textContent = `${n.stamp}: ${n.verdict || ""}, ${n.state || ""}`;
   $("#night-report").textContent = n.report_md; // model-written: text, never HTML
   fill($("#night-diffs"), n.diffs.map((d) => [
