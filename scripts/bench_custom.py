@@ -70,7 +70,7 @@ def measure(bench: str, env_cfg: dict[str, Any], url: str, a: argparse.Namespace
     from skillopt_envs import make
     from skillopt_envs.base import EpisodeContext
 
-    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.engine.envpool import EnvPool, PoolSettings
     from skillopt_ray.llm import gateway as gwmod
 
     tasks = make(bench, env_cfg).load_split("test")

@@ -39,7 +39,7 @@ from skillopt_envs.base import EpisodeContext  # noqa: E402
 from skillopt_envs.docvqa.benchmark import SEED_SKILL, DocVQABenchmark  # noqa: E402
 from skillopt_envs.docvqa.samples import ensure_samples  # noqa: E402
 
-from skillopt_ray.envpool import EnvPool, PoolSettings  # noqa: E402
+from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
 
 

@@ -78,9 +78,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    from skillopt_ray.sleep.harvest import Stores
-    from skillopt_ray.sleep.pipeline import HarvestOptions, run
-    from skillopt_ray.sleep.redact import Redactor
+    from skillopt_ray.sleep.harvest.pipeline import HarvestOptions, run
+    from skillopt_ray.sleep.harvest.redact import Redactor
+    from skillopt_ray.sleep.harvest.stores import Stores
 
     with tempfile.TemporaryDirectory() as t:
         root = Path(t)

@@ -47,7 +47,7 @@ from skillopt_envs.base import EpisodeContext  # noqa: E402
 from skillopt_envs.officeqa.benchmark import SEED_SKILL, OfficeQABenchmark  # noqa: E402
 from skillopt_envs.officeqa.samples import make_bulletins, write_bulletin  # noqa: E402
 
-from skillopt_ray.envpool import EnvPool, PoolSettings  # noqa: E402
+from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
 
 TURNS = 24

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from skillopt_envs.base import EpisodeResult, Task  # noqa: E402
 
 from skillopt_ray.config import Config, OptimizerConfig  # noqa: E402
+from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.llm.types import JsonResult  # noqa: E402
-from skillopt_ray.rundir import RunDir  # noqa: E402
-from skillopt_ray.tracking import Tracker  # noqa: E402
-from skillopt_ray.trainer import Splits, Trainer  # noqa: E402
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 
 
 class Runner:

@@ -10,7 +10,7 @@ with the time since the command started, samples the load average every 2 s, and
   - the progress lines: wall-clock seconds per stage (summed over steps and epochs);
   - the ledger's journal (`ledger.journal.jsonl`: every call is journaled when sent and when answered): calls,
     seconds and tokens per role and stage, and the slowest call;
-  - the start-up marks (skillopt_ray/startup_trace.py): seconds from the command to each mark;
+  - the start-up marks (skillopt_ray/base/startup_trace.py): seconds from the command to each mark;
   - the run directory: which loop stages were reached at least once;
   - /proc, every 2 s: the CPU seconds of every process the command started (the embedded model's server, Ray's
     own processes, each kind of actor), so the work can be told from the waiting.
@@ -228,7 +228,7 @@ def stages_reached(rd: Path) -> dict[str, bool]:
 
 
 def startup_marks(trace: Path, t0_wall: float) -> dict[str, float]:
-    from skillopt_ray.startup_trace import read
+    from skillopt_ray.base.startup_trace import read
 
     return read(str(trace), t0_wall)
 

@@ -52,7 +52,7 @@ from skillopt_envs.alfworld.game import AlfWorldGame  # noqa: E402
 from skillopt_envs.alfworld.protocol import Record, build_messages, goal_text, parse_reply  # noqa: E402
 from skillopt_envs.base import EpisodeContext, Task  # noqa: E402
 
-from skillopt_ray.envpool import EnvPool, PoolSettings  # noqa: E402
+from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
 from skillopt_ray.llm.types import ChatRequest  # noqa: E402
 

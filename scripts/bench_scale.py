@@ -123,7 +123,7 @@ def main() -> None:
     import ray
     from skillopt_envs.base import EpisodeContext
 
-    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.engine.envpool import EnvPool, PoolSettings
     from skillopt_ray.llm import gateway as gwmod
 
     load = os.getloadavg()

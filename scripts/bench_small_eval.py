@@ -10,10 +10,10 @@ concurrency (40 x 1 s / 16 = 2.5 s). Each round measures, in fresh processes:
 
   floor  `ray.init()` with the options the CLI uses, then one remote task (command -> task result);
   lean floor  the same with the CLI's own start of a private cluster (no autoscaler monitor, log monitor or
-         dashboard API server: skillopt_ray.private_apis.ray_init_lean);
+         dashboard API server: skillopt_ray.base.private_apis.ray_init_lean);
   cold   the eval command starting its own private Ray cluster;
   warm   the same command while a cluster kept up by `python -m skillopt_ray.cluster up` is running: its holder
-         runs the command (skillopt_ray/service.py) with idle copies of the previous run's actors (the cluster is
+         runs the command (skillopt_ray/cluster/service.py) with idle copies of the previous run's actors (the cluster is
          started before the round, one unmeasured run leaves those copies, and it is stopped after the round);
   attached  then the same command with SKILLOPT_SERVICE=off: attached to that kept cluster as a Ray job of its
          own (what a warm run did before the run service), in the same round.
@@ -168,7 +168,7 @@ def run_eval(cmd: list[str], srv: Any, env: dict[str, str], extra_roots: list[in
     times = list(srv.state.request_times)[before:]
     if not times:
         raise SystemExit("the eval run made no model call")
-    from skillopt_ray.startup_trace import read
+    from skillopt_ray.base.startup_trace import read
 
     marks = read(trace, wall0) if trace else {}
     return {"wall_s": wall, "first_call_s": times[0] - t0, "calls": len(times), "pss_mb": mem.peak_mb, "marks": marks}

@@ -6,7 +6,7 @@
 
 Each round runs, in fresh processes and in this order:
   floor  `ray.init()` with the options the CLI uses, then one remote task (command -> task result);
-  lean floor  the same with the CLI's own start of a private cluster (skillopt_ray.private_apis.ray_init_lean:
+  lean floor  the same with the CLI's own start of a private cluster (skillopt_ray.base.private_apis.ray_init_lean:
          no autoscaler monitor, log monitor or dashboard API server), which a run's first call is also set against;
   run    a 4-game ALFWorld eval-only command against the scripted server
          (`tests/scripted_server.py`, replaying each game's walkthrough):
@@ -16,7 +16,7 @@ cache, as any earlier run on the machine would have. Medians are printed, with t
 and the first call's distance from it (the target: within 1.5 s). With --baseline, each round also runs
 the same eval from that checkout (e.g. `git archive <commit> | tar -x -C /tmp/old`), right after this
 tree's, so both see the same machine load; the floor is measured once per round for both.
-The run's processes mark where they are (skillopt_ray/startup_trace.py, SKILLOPT_STARTUP_TRACE): the
+The run's processes mark where they are (skillopt_ray/base/startup_trace.py, SKILLOPT_STARTUP_TRACE): the
 medians of those marks show where the seconds before the first call go. --override KEY=VALUE adds an
 override to this tree's eval command (to compare a setting against the floor).
 """
@@ -43,7 +43,7 @@ import json, os, sys, time
 import ray
 opts = json.loads(sys.argv[1])
 if sys.argv[2:] == ["lean"]:  # the CLI's own start: no monitors, no dashboard API server (private_apis.ray_init_lean)
-    from skillopt_ray.private_apis import ray_init_lean
+    from skillopt_ray.base.private_apis import ray_init_lean
 
     ray_init_lean(**opts)
 else:
@@ -107,7 +107,7 @@ def floor(repo: Path, opts: dict, lean: bool = False) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["task"] - t0
 
 
-# where the seconds go, in order (skillopt_ray/startup_trace.py; an older checkout may have none of them)
+# where the seconds go, in order (skillopt_ray/base/startup_trace.py; an older checkout may have none of them)
 MARKS = (
     "cli-started",
     "ray-starting",
@@ -157,7 +157,7 @@ def eval_run(
     times = list(srv.state.request_times)[before:]
     if not times:
         raise SystemExit("the eval run made no model call")
-    from skillopt_ray.startup_trace import read
+    from skillopt_ray.base.startup_trace import read
 
     return times[0] - t0, end, read(str(trace), wall0)
 

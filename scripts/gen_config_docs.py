@@ -213,7 +213,7 @@ def presets(group: str) -> str:
 
 def sections() -> list[Section]:
     from skillopt_ray import config as c
-    from skillopt_ray.sweep_spec import AshaOptions, SweepOptions
+    from skillopt_ray.sweep.spec import AshaOptions, SweepOptions
 
     return [
         Section(
@@ -245,8 +245,8 @@ def sections() -> list[Section]:
 
 
 def render() -> str:
-    from skillopt_ray import sweep_spec
     from skillopt_ray.config import schema
+    from skillopt_ray.sweep import spec as sweep_spec
 
     notes = field_notes(Path(schema.__file__)) | field_notes(Path(sweep_spec.__file__))
     all_sections = sections()
@@ -257,7 +257,7 @@ def render() -> str:
         "# Configuration reference",
         "",
         "Every key of the run configuration and of the sweep command, generated from the typed schema",
-        "(`skillopt_ray/config/schema.py`, `skillopt_ray/sweep_spec.py`): types and defaults are the schema's, before any",
+        "(`skillopt_ray/config/schema.py`, `skillopt_ray/sweep/spec.py`): types and defaults are the schema's, before any",
         "preset. Presets change some of them (the embedded model's, the paper protocol's): `--cfg job` prints a",
         "composed configuration with every value as a run will see it. Set any key on the command line",
         "(`optimizer.learning_rate=6`); an unknown key or a value out of range stops the run before it starts, with",

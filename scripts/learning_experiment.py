@@ -28,9 +28,9 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from skillopt_ray.records import Evaluation  # noqa: E402
-from skillopt_ray.rundir import FINAL_EVALUATION, RunDir  # noqa: E402
-from skillopt_ray.stats import Interval, paired_bootstrap  # noqa: E402
+from skillopt_ray.base.stats import Interval, paired_bootstrap  # noqa: E402
+from skillopt_ray.runs.records import Evaluation  # noqa: E402
+from skillopt_ray.runs.rundir import FINAL_EVALUATION, RunDir  # noqa: E402
 
 MODEL = "qwen2.5-coder-1.5b"
 SLOT_TOKENS = 8192

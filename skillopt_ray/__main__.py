@@ -1,5 +1,5 @@
 import sys
 
-from skillopt_ray.service_client import command_main
+from skillopt_ray.cluster.client import command_main
 
 sys.exit(command_main())

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from skillopt_ray.config import Config, OptimizerConfig
+from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.llm.types import JsonResult
-from skillopt_ray.rundir import RunDir
-from skillopt_ray.tracking import Tracker
-from skillopt_ray.trainer import Splits, Trainer
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from tests.test_conformance_loop import FakeRunner, tasks
 
 SEED_SKILL = "# Seed skill\n- Be careful.\n\n## Execution Notes\n"

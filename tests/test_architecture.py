@@ -19,13 +19,18 @@ LONG_FILES_ALLOWED: set[str] = set()
 # the commands: what a user runs (docs/architecture.md, top floor)
 ENTRY_POINTS = {
     "skillopt_ray/__main__.py",
-    "skillopt_ray/service_client.py",
+    "skillopt_ray/sweep/__main__.py",
+    "skillopt_ray/compare/__main__.py",
+    "skillopt_ray/cluster/__main__.py",
+    "skillopt_ray/report/__main__.py",
+    "skillopt_ray/transfer/__main__.py",
+    "skillopt_ray/cluster/client.py",
     "skillopt_ray/cli/__init__.py",
     "skillopt_ray/cli/app.py",
-    "skillopt_ray/cluster.py",
-    "skillopt_ray/sweep.py",
-    "skillopt_ray/compare.py",
-    "skillopt_ray/transfer.py",
+    "skillopt_ray/cluster/command.py",
+    "skillopt_ray/sweep/command.py",
+    "skillopt_ray/compare/command.py",
+    "skillopt_ray/compare/transfer.py",
     "skillopt_ray/dashboard/__main__.py",
     "skillopt_ray/sleep/__main__.py",
     "skillopt_ray/sleep/cli.py",
@@ -40,10 +45,10 @@ LAUNCH_LAYER = {
     "skillopt_ray/cli/launch.py",
     "skillopt_ray/cli/report.py",
     "skillopt_ray/cli/errors.py",
-    "skillopt_ray/kept_cluster.py",
-    "skillopt_ray/holder.py",
-    "skillopt_ray/service.py",
-    "skillopt_ray/service_wire.py",
+    "skillopt_ray/runs/kept_cluster.py",
+    "skillopt_ray/cluster/holder.py",
+    "skillopt_ray/cluster/service.py",
+    "skillopt_ray/cluster/wire.py",
 }
 
 

@@ -328,7 +328,7 @@ def test_execute_leaves_the_callers_config_as_it_was(tmp_path, monkeypatch):
     """The embedded server's URL reaches the driver in execute()'s own copy (the caller's dict is reused by sweeps)."""
     import copy
 
-    import skillopt_ray.driver as driver_module
+    import skillopt_ray.engine.driver as driver_module
 
     data = cli.load(
         [

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray import cluster, kept_cluster
-from skillopt_ray.lifeline import start_ticks
+from skillopt_ray.base.lifeline import start_ticks
+from skillopt_ray.cluster import command as cluster
+from skillopt_ray.runs import kept_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 # what start_ray does in a run's CLI: attach when a kept cluster is up, then say where it is

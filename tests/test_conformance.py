@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 from skillopt_envs.base import EpisodeResult, Task
 
-from skillopt_ray import prompts, step_buffer
+from skillopt_ray import prompts
 from skillopt_ray.epoch.meta_skill import write_meta_skill
 from skillopt_ray.epoch.slow_update import build_pairs, keep, sample_tasks, write_slow_update
 from skillopt_ray.llm.types import JsonResult, MalformedOutput
+from skillopt_ray.loop import step_buffer
 from skillopt_ray.prompts.render import comparison_text, meta_skill_block, minibatch_text, step_buffer_text
+from skillopt_ray.runs.state import STATE_VERSION, RunState, StateVersionError
 from skillopt_ray.skill.appendix import flush_notes
 from skillopt_ray.skill.document import (
     append_to_appendix_field,
@@ -45,7 +47,6 @@ from skillopt_ray.stages.context import OptimizerContext
 from skillopt_ray.stages.reflect import appendix_notes_of, normalise, reflect, split_minibatches
 from skillopt_ray.stages.select import _pick, autonomous_lr, coerce_nonnegative_int, rank_and_select, scheduled_lr
 from skillopt_ray.stages.update import update
-from skillopt_ray.state import STATE_VERSION, RunState, StateVersionError
 
 SS, SE = "<!-- SLOW_UPDATE_START -->", "<!-- SLOW_UPDATE_END -->"
 AS, AE = "<!-- APPENDIX_START -->", "<!-- APPENDIX_END -->"

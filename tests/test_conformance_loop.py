@@ -26,11 +26,11 @@ import pytest
 from skillopt_envs.base import EpisodeResult, Task
 
 from skillopt_ray.config import Config, OptimizerConfig
+from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.llm.types import JsonResult
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.skill.document import SLOW_END, SLOW_START
-from skillopt_ray.tracking import Tracker
-from skillopt_ray.trainer import Splits, Trainer
 
 SEED = 42
 SEED_SKILL = "# Seed skill\n- Be careful.\n"

@@ -21,7 +21,7 @@ from scripted_server import Policies, ScriptedServer
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.dashboard import views
 from skillopt_ray.dashboard.launcher import Launcher, form_schema, overrides_from_form
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

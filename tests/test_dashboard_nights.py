@@ -20,7 +20,7 @@ from skillopt_ray.dashboard import nights
 from skillopt_ray.dashboard.security import Guard
 from skillopt_ray.dashboard.server import Dashboard
 from skillopt_ray.sleep import cli as sleep_cli
-from skillopt_ray.sleep import staging
+from skillopt_ray.sleep.proposal import staging
 
 HOSTILE = (
     "# Night report\n\n<script>window.__pwned=(window.__pwned||0)+1</script>\n"

@@ -12,10 +12,10 @@ from skillopt_envs.base import DataError, EpisodeResult, Task
 
 from skillopt_ray.cli.report import summary_table
 from skillopt_ray.config import Config, ConfigError, OptimizerConfig, validate
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.stages.rollout import check_data
-from skillopt_ray.tracking import Tracker
-from skillopt_ray.trainer import Splits, Trainer
 from tests.test_conformance_loop import SEED, SEED_SKILL, ScriptedOptimizer, tasks
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray.lifeline import start_ticks
+from skillopt_ray.base.lifeline import start_ticks
 
 pytestmark = pytest.mark.slow
 

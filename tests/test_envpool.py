@@ -11,7 +11,7 @@ from scripted_server import Fault, Policies, ScriptedServer
 from skillopt_envs.alfworld.data import walk_split
 from skillopt_envs.base import EpisodeContext
 
-from skillopt_ray.envpool import EnvPool, PoolSettings
+from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor
 from skillopt_ray.llm.types import GatewayLost, LLMRequestRejected
 
@@ -108,7 +108,7 @@ def test_hung_episode_times_out_and_is_reported_as_infra_failure(ray_cluster, al
 
 
 def test_slots_send_a_task_back_to_its_previous_actor_when_it_is_free():
-    from skillopt_ray.envpool import Slots
+    from skillopt_ray.engine.envpool import Slots
 
     async def go():
         s = Slots(actors=2, per_actor=1)
@@ -135,7 +135,7 @@ def test_replayed_games_go_back_to_the_actor_that_has_them_loaded(ray_cluster, a
 
 
 def test_a_chat_benchmark_gets_one_actor_with_every_slot_and_an_eval_no_idle_actors():
-    from skillopt_ray.envpool import pool_shape
+    from skillopt_ray.engine.envpool import pool_shape
 
     assert pool_shape(4, 4, holds_state=False) == (1, 16)  # the same 16 episodes at once, one process
     assert pool_shape(4, 4, holds_state=False, eval_tasks=40) == (1, 16)
@@ -166,7 +166,7 @@ def test_benchmarks_say_whether_their_episodes_keep_state_in_the_actor(tmp_path)
 def test_replays_start_the_tasks_that_took_longest_first():
     from skillopt_envs.base import Task
 
-    from skillopt_ray.envpool import start_order
+    from skillopt_ray.engine.envpool import start_order
 
     tasks = [Task(i, "t", {}) for i in ("a", "b", "c", "d")]
     assert start_order(tasks, {}) == [0, 1, 2, 3]  # nothing played yet: the tasks' own order

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from skillopt_ray.cli.report import mlflow_lines, report
-from skillopt_ray.report import lr_text
+from skillopt_ray.runs.report import lr_text
 
 
 def _outcome(uri: str) -> dict:

@@ -13,10 +13,10 @@ import pytest
 from skillopt_envs.base import NOT_PLAYED, EpisodeResult, Task
 
 from skillopt_ray.config import Config, OptimizerConfig
+from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.llm.types import JsonResult
-from skillopt_ray.rundir import RunDir
-from skillopt_ray.tracking import Tracker
-from skillopt_ray.trainer import Splits, Trainer
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 
 
 class Runner:
@@ -126,7 +126,7 @@ def test_the_pool_cancels_the_episodes_left_on_their_actors(ray_cluster):
     from skillopt_envs.base import EpisodeContext
     from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
-    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.engine.envpool import EnvPool, PoolSettings
     from skillopt_ray.llm.gateway import GatewayActor
     from tests.test_scale import _echo, _llm
 

@@ -7,11 +7,7 @@ import math
 import pytest
 from skillopt_envs.base import EpisodeContext, EpisodeResult
 
-from skillopt_ray.records import ACCEPT_NEW_BEST, REJECT, Evaluation, GateRecord
-from skillopt_ray.stages.gate import GatePolicy
-from skillopt_ray.stages.reflect import split_minibatches
-from skillopt_ray.stages.rollout import repeat_context, summarize
-from skillopt_ray.stats import (
+from skillopt_ray.base.stats import (
     mean_interval,
     paired_bootstrap,
     paired_test,
@@ -21,6 +17,10 @@ from skillopt_ray.stats import (
     t975,
     wilson,
 )
+from skillopt_ray.runs.records import ACCEPT_NEW_BEST, REJECT, Evaluation, GateRecord
+from skillopt_ray.stages.gate import GatePolicy
+from skillopt_ray.stages.reflect import split_minibatches
+from skillopt_ray.stages.rollout import repeat_context, summarize
 
 Z = 1.959963984540054  # the normal's 0.975 quantile
 
@@ -201,7 +201,7 @@ def test_early_stop_counts_a_lost_repeat_as_a_third_of_a_task():
 
 
 def test_the_report_prints_the_paired_test_and_the_intervals():
-    from skillopt_ray.report import interval_text, paired_text
+    from skillopt_ray.runs.report import interval_text, paired_text
 
     t = sign_test([1.0] * 5 + [0.0] * 13, 0.05).to_dict()
     line = paired_text(t)

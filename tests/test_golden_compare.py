@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from skillopt_ray import compare
+from skillopt_ray.compare import command as compare
 
 DATA = Path(__file__).parent / "data" / "golden"
 BASELINE = "optimizer.learning_rate=2,optimizer.gate_metric=hard"

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from test_golden_compare import DATA, check
 
-from skillopt_ray import compare, sweep, sweep_report
+from skillopt_ray.compare import command as compare
+from skillopt_ray.sweep import command as sweep
+from skillopt_ray.sweep import report as sweep_report
 
 BASE = ["+experiment=searchqa", "+smoke=tiny", "output_dir=out", "+sweep=lr", "sweep.seeds=2"]
 # a run directory's name ends in the hash of its whole config: a new config key elsewhere changes it, so it is masked

@@ -252,7 +252,7 @@ def test_transfer_runs_the_three_benchmarks_in_codex_on_ray(ray_cluster, tmp_pat
     from skillopt_envs.livemathematicianbench.benchmark import LiveMathBenchmark
     from skillopt_envs.officeqa.benchmark import OfficeQABenchmark
 
-    from skillopt_ray.transfer import main
+    from skillopt_ray.compare.transfer import main
 
     tasks = {
         t.task_id: (b.name, t)

@@ -11,7 +11,7 @@ from conftest import need_bwrap, need_harness, qa_fixture
 from scripted_server import ScriptedServer
 from test_harness_e2e import AgentPolicy
 
-from skillopt_ray.transfer import main, wilson
+from skillopt_ray.compare.transfer import main, wilson
 
 
 def test_wilson_interval():

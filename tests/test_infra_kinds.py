@@ -166,7 +166,7 @@ def test_the_pool_keeps_the_kind_of_an_env_failure_through_real_actors(ray_clust
     from skillopt_envs.base import EpisodeContext
     from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
-    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.engine.envpool import EnvPool, PoolSettings
     from skillopt_ray.llm.gateway import GatewayActor
 
     role = {"provider": "openai", "model": "scripted", "base_url": "http://127.0.0.1:9", "structured_output": "none"}

@@ -43,7 +43,7 @@ from conftest import qa_fixture
 from scripted_server import Policies, ScriptedServer, ServerState
 
 from skillopt_ray.llm.ledger import journal_path, read_journal
-from skillopt_ray.tracking import store_state
+from skillopt_ray.runs.tracking import store_state
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

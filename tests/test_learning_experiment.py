@@ -7,7 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from skillopt_ray.records import Evaluation
+from skillopt_ray.runs.records import Evaluation  # noqa: E402
 
 _PATH = Path(__file__).resolve().parent.parent / "scripts" / "learning_experiment.py"
 _spec = importlib.util.spec_from_file_location("learning_experiment", _PATH)

@@ -9,13 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from skillopt_ray.lifeline import EXIT_OWNER_GONE, alive, identity
+from skillopt_ray.base.lifeline import EXIT_OWNER_GONE, alive, identity
 
 REPO = Path(__file__).resolve().parent.parent
 
 _WATCHER = """
 import json, sys, time
-from skillopt_ray.lifeline import watch
+from skillopt_ray.base.lifeline import watch
 print(watch([json.loads(sys.argv[1])], "test watcher"), flush=True)
 time.sleep(60)
 """

@@ -39,7 +39,7 @@ def test_local_preset_without_its_model_is_one_line_naming_the_install_command(t
 
 def test_a_run_on_the_tiny_model_ends_by_saying_what_its_zeros_mean(tmp_path, capsys):
     from skillopt_ray.cli.report import _tiny_model_note
-    from skillopt_ray.rundir import RunDir
+    from skillopt_ray.runs.rundir import RunDir
 
     _, tiny = cli_typed(["+experiment=searchqa"])
     RunDir(tmp_path).write_config(tiny)

@@ -29,7 +29,7 @@ from scripted_server import ScriptedServer
 from skillopt_envs.base import DataError, EpisodeContext
 
 from skillopt_ray.config import ConfigError
-from skillopt_ray.envpool import EnvPool, PoolSettings, check_fits
+from skillopt_ray.engine.envpool import EnvPool, PoolSettings, check_fits
 from skillopt_ray.llm.gateway import GatewayActor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ def test_cluster_preset_fits_a_two_cpu_head():
 def test_driver_is_pinned_to_the_node_of_the_command_that_made_the_run_directory(cluster):
     import ray
 
-    from skillopt_ray.driver import driver_options
+    from skillopt_ray.engine.driver import driver_options
 
     node_a = cluster["workers"][0].node_id
 
@@ -179,9 +179,9 @@ def test_a_driver_on_a_node_without_the_run_directory_stops_with_one_error(clust
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from skillopt_ray.driver import DriverActor
-    from skillopt_ray.exit_codes import EXIT_CONFIG
-    from skillopt_ray.lifeline import identity
+    from skillopt_ray.base.exit_codes import EXIT_CONFIG
+    from skillopt_ray.base.lifeline import identity
+    from skillopt_ray.engine.driver import DriverActor
 
     node_b = cluster["workers"][1].node_id
     run_dir = tmp_path / "runs" / "not-on-this-node"  # as the driver's node sees it: not there

@@ -139,7 +139,7 @@ def test_repeated_rollouts_and_the_paired_gate_resume_after_a_kill_exactly(walkt
     # the report and MLflow show the test and the intervals
     from mlflow.tracking import MlflowClient
 
-    from skillopt_ray import report
+    from skillopt_ray.runs import report
 
     text = report.story_text(report.load(ref_dir))
     assert "paired test (paired_bootstrap, alpha 0.05): difference" in text and "95% intervals over tasks" in text

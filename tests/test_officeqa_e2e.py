@@ -101,7 +101,7 @@ def test_a_node_without_the_corpus_stops_the_run_in_one_line(ray_cluster, tmp_pa
     import ray
     from skillopt_envs.base import DataError, EpisodeContext
 
-    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.engine.envpool import EnvPool, PoolSettings
 
     sample = tmp_path / "samples"
     bench = OfficeQABenchmark({"options": {"sample_dir": str(sample)}})

@@ -1,4 +1,4 @@
-"""The private APIs of Hydra and MLflow the project uses live in skillopt_ray.private_apis only; each is called
+"""The private APIs of Hydra and MLflow the project uses live in skillopt_ray.base.private_apis only; each is called
 here, so an upgrade that moves one fails this test by name (not a user's run)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import skillopt_ray
-from skillopt_ray import private_apis
+from skillopt_ray.base import private_apis
 
 PRIVATE = re.compile(
     r"^\s*(?:from|import)\s+(?:ray|mlflow|hydra|omegaconf)[\w.]*\._\w"  # a private module
@@ -73,7 +73,7 @@ LEAN_RUN = """
 import json, os, subprocess
 import ray
 from ray._private import node, parameter
-from skillopt_ray.private_apis import ray_init_lean
+from skillopt_ray.base.private_apis import ray_init_lean
 
 before = (parameter.RayParams, node.Node.start_api_server)
 ray_init_lean(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,

@@ -19,9 +19,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from skillopt_ray.driver import plays_episodes
+from skillopt_ray.engine.driver import plays_episodes
 from skillopt_ray.loop.schedule import EpisodePlan, Schedule
-from skillopt_ray.progress import PlainDisplay, RunClock, fmt_duration, headline, time_line
+from skillopt_ray.runs.progress import PlainDisplay, RunClock, fmt_duration, headline, time_line
 
 REPO = Path(__file__).resolve().parent.parent
 NOTE = "ALFWorld: no data configured (env.data_dir / ALFWORLD_DATA) - using built-in sample games in /home/someone/.cache/skillopt_ray/alfworld_samples"
@@ -29,7 +29,7 @@ NOTE = "ALFWorld: no data configured (env.data_dir / ALFWORLD_DATA) - using buil
 # A run as the driver reports it: start-up, a long stage name, episodes, tokens and cost.
 FEED = f"""
 import sys, time
-from skillopt_ray.progress import make_display
+from skillopt_ray.runs.progress import make_display
 note = {NOTE!r}
 d = make_display(sys.argv[1])
 snaps = [{{"phase": "starting", "stage": "starting Ray"}}, {{"phase": "starting", "stage": "loading the splits", "notes": [note]}}]
@@ -267,7 +267,7 @@ def test_run_clock_adds_up_commands(tmp_path):
 def test_command_clock_counts_from_the_process_start():
     code = (
         "import time; time.sleep(1.5)\n"
-        "from skillopt_ray.progress import _process_start\n"
+        "from skillopt_ray.runs.progress import _process_start\n"
         "print(time.time() - _process_start())"
     )
     out = subprocess.run(

@@ -12,7 +12,7 @@ import pytest
 
 from skillopt_ray.cli import identity, provenance
 from skillopt_ray.cli.errors import UsageError
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 
 
 def test_a_command_record_has_line_overrides_config_version_commit_and_hash(monkeypatch):

@@ -17,7 +17,7 @@ from skillopt_envs.base import EpisodeContext
 
 from skillopt_ray import cli
 from skillopt_ray.config import from_container
-from skillopt_ray.driver import load_splits
+from skillopt_ray.engine.driver import load_splits
 from skillopt_ray.llm.types import ChatResult
 
 

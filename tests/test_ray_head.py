@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from skillopt_ray import cli, private_apis
+from skillopt_ray import cli
+from skillopt_ray.base import private_apis
 from skillopt_ray.cli import ray_session
 
 

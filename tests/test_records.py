@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray import records
-from skillopt_ray.records import GateRecord, RecordError, StepRecord, Summary, is_accept
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.runs import records
+from skillopt_ray.runs.records import GateRecord, RecordError, StepRecord, Summary, is_accept
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from tests.test_conformance_loop import make_run
 
 LEGACY = Path(__file__).parent / "data" / "rundir_v0"
@@ -118,7 +118,7 @@ def test_a_bumped_schema_is_written_and_a_newer_one_refused():
 
 
 def test_report_on_a_damaged_run_says_so_in_one_line(tmp_path, capsys):
-    from skillopt_ray import report
+    from skillopt_ray.runs import report
 
     run = tmp_path / "run"
     shutil.copytree(LEGACY / "finished", run)

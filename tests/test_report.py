@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from skillopt_ray import report
+from skillopt_ray.runs import report
 
 REPO = Path(__file__).resolve().parent.parent
 SKILL0 = "# Skill\n\n- look before acting\n"

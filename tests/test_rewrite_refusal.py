@@ -14,13 +14,13 @@ from test_conformance_loop import FakeRunner, tasks
 
 from skillopt_ray import cli, prompts
 from skillopt_ray.config import Config, OptimizerConfig
+from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.llm.gateway import bounded_schema
 from skillopt_ray.llm.types import JsonResult
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.skill.echo import prompt_echo
 from skillopt_ray.stages.update import ECHOED, update
-from skillopt_ray.tracking import Tracker
-from skillopt_ray.trainer import Splits, Trainer
 
 SKILL = "# Skill\n\nNo rules yet: training adds what it learns about these tasks here.\n"
 # what the 1.5B rewriter returned in the house-style round (docs/local-model.md)

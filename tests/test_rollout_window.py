@@ -18,7 +18,7 @@ from skillopt_envs.alfworld.game import AlfWorldGame, read_walkthrough
 from skillopt_envs.alfworld.openings import Opening, Openings
 from skillopt_envs.base import EpisodeContext, Task
 
-from skillopt_ray.envpool import start_order
+from skillopt_ray.engine.envpool import start_order
 from skillopt_ray.llm.types import ChatResult
 
 # ---------------------------------------------------------------- start order
@@ -180,7 +180,7 @@ def test_a_first_rollout_plays_the_longest_walkthroughs_first(ray_cluster, alfwo
     import ray
     from scripted_server import Policies, ScriptedServer
 
-    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.engine.envpool import EnvPool, PoolSettings
     from skillopt_ray.llm.gateway import GatewayActor
 
     by_length = {len(walkthroughs[t.task_id]): t for t in walk_split(alfworld_root, "all")}

@@ -89,7 +89,7 @@ def test_the_pool_does_not_replay_an_episode_whose_endpoint_is_down(ray_cluster)
     from skillopt_envs.base import EpisodeContext
     from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
-    from skillopt_ray.envpool import EnvPool, PoolSettings
+    from skillopt_ray.engine.envpool import EnvPool, PoolSettings
     from skillopt_ray.llm.gateway import GatewayActor
 
     role = {"provider": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1", "structured_output": "none"}

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import skillopt_ray
-from skillopt_ray import rundir
+from skillopt_ray.runs import rundir
 
 PACKAGE = Path(skillopt_ray.__file__).parent
 READERS = [

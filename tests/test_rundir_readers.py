@@ -8,8 +8,8 @@ import json
 import pytest
 
 from skillopt_ray.dashboard import views
-from skillopt_ray.records import RecordError
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.runs.records import RecordError
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 
 
 def test_a_launched_run_has_a_state_or_a_config_beside_its_identity(tmp_path):

@@ -14,13 +14,13 @@ import pytest
 from skillopt_envs.base import EpisodeResult, Task
 
 from skillopt_ray.config import Config, OptimizerConfig
+from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.llm.types import JsonResult
-from skillopt_ray.report import paired_text
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.runs.report import paired_text
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.stages.gate import GatePolicy
 from skillopt_ray.stages.sequential_gate import SequentialRule, pair_stats, sequential_gate
-from skillopt_ray.tracking import Tracker
-from skillopt_ray.trainer import Splits, Trainer
 
 # ---------------------------------------------------------------- the procedure on its own
 
@@ -124,7 +124,7 @@ def test_the_record_and_the_report_say_what_was_paid():
 
 
 def test_the_slow_update_gate_under_the_sequential_setting_takes_the_sign_test():
-    from skillopt_ray.records import Evaluation
+    from skillopt_ray.runs.records import Evaluation
 
     policy = GatePolicy(test="sequential")
     a = Evaluation(n=4, n_scored=4, hard=1.0, soft=1.0, tasks={f"t{i}": [1.0, 1.0] for i in range(4)})

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from test_cluster import _cli, _env  # the kept cluster's command and a command's environment
 
-from skillopt_ray import service, service_client
-from skillopt_ray.exit_codes import EXIT_STOPPED
-from skillopt_ray.lifeline import start_ticks
+from skillopt_ray.base.exit_codes import EXIT_STOPPED
+from skillopt_ray.base.lifeline import start_ticks
+from skillopt_ray.cluster import client as service_client
+from skillopt_ray.cluster import service
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
@@ -361,7 +362,7 @@ def test_the_holder_composes_a_repeated_command_once_until_a_config_file_changes
     from types import SimpleNamespace
 
     from skillopt_ray.cli import app
-    from skillopt_ray.warm import StandbyPool, serve
+    from skillopt_ray.engine.warm import StandbyPool, serve
 
     conf = tmp_path / "conf"
     shutil.copytree(REPO / "conf", conf)
@@ -388,7 +389,7 @@ def test_the_holder_composes_a_repeated_command_once_until_a_config_file_changes
 def test_a_fresh_actor_of_a_served_run_gets_the_handed_variables_in_its_runtime_env():
     """The holder's first run of a kind has no idle actor to adopt: the start-up trace it was handed must reach the
     freshly started actor through its runtime environment, beside what the options already set."""
-    from skillopt_ray.warm import with_env
+    from skillopt_ray.engine.warm import with_env
 
     options = {"num_cpus": 0, "runtime_env": {"env_vars": {"A": "1"}, "working_dir": "/x"}}
     got = with_env(options, {"SKILLOPT_STARTUP_TRACE": "/tmp/t"})

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from test_report import make_run
 
-from skillopt_ray import compare, report
-from skillopt_ray.sweep import write_skill_diffs
+from skillopt_ray.compare import command as compare
+from skillopt_ray.runs import report
+from skillopt_ray.sweep.command import write_skill_diffs
 
 
 def _two_runs(tmp_path: Path) -> tuple[Path, Path]:

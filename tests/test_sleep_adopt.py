@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray.sleep import adopt, staging
 from skillopt_ray.sleep.cli import main
 from skillopt_ray.sleep.lock import Busy, adopt_lock, night_lock
-from skillopt_ray.sleep.staging import NightProposal, stage_night
+from skillopt_ray.sleep.proposal import adopt, staging
+from skillopt_ray.sleep.proposal.staging import NightProposal, stage_night
 
 LIVE = "---\nname: deploy\ndescription: how we deploy\n---\n\nRun make deploy.\n"
 NEW = "---\nname: deploy\ndescription: how we deploy\n---\n\nRun make test, then make deploy.\n"

@@ -19,9 +19,9 @@ from sleep_recording import _gateway
 
 from skillopt_ray.harness import commands, runner
 from skillopt_ray.sleep import cli as sleep_cli
-from skillopt_ray.sleep import memory
-from skillopt_ray.sleep.tasks import MinedTask
-from skillopt_ray.sleep.tasks_file import write_tasks
+from skillopt_ray.sleep.harvest.task_folder import write_tasks
+from skillopt_ray.sleep.harvest.tasks import MinedTask
+from skillopt_ray.sleep.proposal import memory
 
 pytestmark = pytest.mark.slow
 

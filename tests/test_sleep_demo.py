@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray.sleep import pipeline
-from skillopt_ray.sleep.harvest import Stores
-from skillopt_ray.sleep.tasks import valid_check
+from skillopt_ray.sleep.harvest import pipeline
+from skillopt_ray.sleep.harvest.stores import Stores
+from skillopt_ray.sleep.harvest.tasks import valid_check
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "sleep-demo"

@@ -1,4 +1,4 @@
-"""A night says what it may spend before its first model call (skillopt_ray.sleep.estimate): calls and tokens from
+"""A night says what it may spend before its first model call (skillopt_ray.sleep.night.estimate): calls and tokens from
 the task counts, the `+experiment=sleep` schedule and the models' budgets. The slow demo test compares the figures
 with a real night's ledger (tests/test_sleep_demo.py)."""
 
@@ -10,7 +10,8 @@ import pytest
 from test_sleep_night import task_folder
 
 from skillopt_ray.sleep import cli as sleep_cli
-from skillopt_ray.sleep import estimate, night
+from skillopt_ray.sleep.night import estimate
+from skillopt_ray.sleep.night import runner as night
 
 
 def planned(tmp_path: Path, *overrides: str) -> night.Plan:

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from sleep_fixtures import claude_session, codex_session, jsonl
 
-from skillopt_ray.sleep import review
+from skillopt_ray.cli import review_gate as review
 from skillopt_ray.sleep.cli import main
-from skillopt_ray.sleep.harvest import Stores
-from skillopt_ray.sleep.pipeline import HarvestOptions, run
-from skillopt_ray.sleep.redact import Redactor
+from skillopt_ray.sleep.harvest.pipeline import HarvestOptions, run
+from skillopt_ray.sleep.harvest.redact import Redactor
+from skillopt_ray.sleep.harvest.stores import Stores
 
 
 @pytest.fixture
@@ -263,7 +263,7 @@ def test_task_folder_loads_with_the_custom_loader_unchanged(stores):
 
 
 def test_check_program_reports_failures_in_words_without_patterns(tmp_path):
-    from skillopt_ray.sleep.tasks_file import CHECK_PROGRAM
+    from skillopt_ray.sleep.harvest.task_folder import CHECK_PROGRAM
 
     task = {"metadata": {"checks": [{"op": "contains", "arg": "zebra-42"}, {"op": "max_chars", "arg": 100}]}}
     (tmp_path / "task.json").write_text(json.dumps(task))
@@ -402,7 +402,7 @@ def test_remote_optimizer_needs_send_digests(stores, capsys):
 def test_send_digests_is_asked_once_per_project_and_host(stores, capsys, monkeypatch):
     from scripted_server import ScriptedServer
 
-    from skillopt_ray.sleep import review as review_mod
+    from skillopt_ray.cli import review_gate as review_mod
 
     project, ch, cc = stores
     codex_session(ch, str(project), ["Add a retry to the uploader"])

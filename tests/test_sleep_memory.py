@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from skillopt_ray.sleep import memory
 from skillopt_ray.sleep.cli import main
-from skillopt_ray.sleep.staging import stage_night
+from skillopt_ray.sleep.proposal import memory
+from skillopt_ray.sleep.proposal.staging import stage_night
 from tests.test_sleep_adopt import proj, propose  # noqa: F401 - the staged-project fixture, shared
 
 B, E = memory.begin_marker("deploy"), memory.end_marker("deploy")

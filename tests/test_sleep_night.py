@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from scripted_server import Policies, ScriptedServer
 
+from skillopt_ray.cli import review_gate as review
 from skillopt_ray.sleep import cli as sleep_cli
-from skillopt_ray.sleep import night_state, review
-from skillopt_ray.sleep.tasks import MinedTask
-from skillopt_ray.sleep.tasks_file import write_tasks
+from skillopt_ray.sleep.harvest.task_folder import write_tasks
+from skillopt_ray.sleep.harvest.tasks import MinedTask
+from skillopt_ray.sleep.night import state as night_state
 
 pytestmark = pytest.mark.slow
 

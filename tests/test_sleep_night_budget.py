@@ -20,7 +20,8 @@ import pytest
 from scripted_server import ScriptedServer
 from test_sleep_night import PlantedRule, night, task_folder
 
-from skillopt_ray.sleep import night_state, staging
+from skillopt_ray.sleep.night import state as night_state
+from skillopt_ray.sleep.proposal import staging
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray.sleep import schedule
 from skillopt_ray.sleep.cli import main
+from skillopt_ray.sleep.night import schedule
 
 FAKE = """#!/bin/sh
 # a crontab stand-in: -l prints the table file, - replaces it from stdin

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from skillopt_ray.sleep import skill_home
+from skillopt_ray.sleep.proposal import skill_home
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_a_learned_skill_gets_a_name_and_description(tmp_path):
 
 
 def test_the_report_says_unverified_and_recommends_fresh_validation_tasks_after_n_looks(tmp_path):
-    from skillopt_ray.sleep.night_report import GateLine, NightReport
+    from skillopt_ray.sleep.night.report import GateLine, NightReport
 
     rep = NightReport("night-x", str(tmp_path), {"train": 3, "val": 0, "test": 0}, val_looks=5, val_looks_max=5)
     rep.gates = [GateLine("e01_s001", "accept_new_best", "", 0.2, 0.05, 0.35, 40)]
@@ -86,7 +86,7 @@ def test_the_minutes_cap_stops_calls_and_the_night_names_its_flag(monkeypatch):
     from skillopt_ray.config import BudgetConfig
     from skillopt_ray.llm.ledger import Ledger
     from skillopt_ray.llm.types import BudgetExceeded
-    from skillopt_ray.sleep.night import stopped_by
+    from skillopt_ray.sleep.night.runner import stopped_by
 
     t0 = time.monotonic()
     led = Ledger({}, BudgetConfig(max_minutes=2.0))
@@ -101,7 +101,7 @@ def test_the_minutes_cap_stops_calls_and_the_night_names_its_flag(monkeypatch):
 
 def test_a_night_composes_for_a_project_path_with_spaces_commas_and_quotes(tmp_path):
     from skillopt_ray import cli
-    from skillopt_ray.sleep.night import NightOptions, overrides_for
+    from skillopt_ray.sleep.night.runner import NightOptions, overrides_for
 
     project = tmp_path / "my proj, v=2 'x' [a]"
     tasks = project / ".skillopt" / "tasks"

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from test_sleep_adopt import LIVE, live_bytes, propose, refused
 
-from skillopt_ray.sleep import night, status
 from skillopt_ray.sleep.cli import main
-from skillopt_ray.sleep.night import NightOptions
-from skillopt_ray.sleep.staging import stage_night
+from skillopt_ray.sleep.night import runner as night
+from skillopt_ray.sleep.night.runner import NightOptions
+from skillopt_ray.sleep.proposal import status
+from skillopt_ray.sleep.proposal.staging import stage_night
 
 
 def unchanged(tmp: Path, project: Path, stamp: str) -> Path:

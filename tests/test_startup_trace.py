@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from skillopt_ray import startup_trace
+from skillopt_ray.base import startup_trace
 
 
 def test_marks_are_written_only_when_asked_and_read_back_in_seconds(tmp_path, monkeypatch):
@@ -17,7 +17,7 @@ def test_marks_are_written_only_when_asked_and_read_back_in_seconds(tmp_path, mo
     assert not path.exists()
     monkeypatch.setenv(startup_trace.ENV, str(path))
     startup_trace.mark("ray-up")
-    code = "from skillopt_ray.startup_trace import mark; mark('env-actor-started'); mark('ray-up')"
+    code = "from skillopt_ray.base.startup_trace import mark; mark('env-actor-started'); mark('ray-up')"
     subprocess.run([sys.executable, "-c", code], check=True)  # another process inherits the variable
     lines = path.read_text().splitlines()
     assert [line.split()[0] for line in lines] == ["ray-up", "env-actor-started", "ray-up"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray.tracking import Tracker, TrackingError, ensure_store, sqlite_path, store_state
+from skillopt_ray.runs.tracking import Tracker, TrackingError, ensure_store, sqlite_path, store_state
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ _CREATE = """
 import sys, time
 from pathlib import Path
 import mlflow.store.db.utils, mlflow.tracking  # imports first: the kill must land while the store is being made
-from skillopt_ray.tracking import Tracker
+from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 print("ready", flush=True)
 Tracker(True, sys.argv[1], "exp", Path(sys.argv[2]))
 print("made", flush=True)
@@ -126,7 +126,7 @@ def test_a_transient_store_error_is_retried_and_never_forks_a_second_run(tmp_pat
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.setattr("skillopt_ray.tracking.time.sleep", lambda s: None)
+    monkeypatch.setattr("skillopt_ray.runs.tracking.time.sleep", lambda s: None)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tr = Tracker(True, uri, "exp", tmp_path / "art")
     run_id = tr.start({}, "r", {}, lambda rec: None)

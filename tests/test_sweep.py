@@ -23,8 +23,11 @@ from conftest import qa_fixture
 from scipy import stats
 from scripted_server import Policies, ScriptedServer
 
-from skillopt_ray import compare, sweep, sweep_spec, sweep_tune
 from skillopt_ray.cli import UsageError
+from skillopt_ray.compare import command as compare
+from skillopt_ray.sweep import command as sweep
+from skillopt_ray.sweep import spec as sweep_spec
+from skillopt_ray.sweep import tune as sweep_tune
 
 
 def test_presets_combine_with_seeds_and_command_line_params():
@@ -769,7 +772,7 @@ def test_asha_stops_a_trial_between_steps_and_its_run_resumes_when_asked(ray_clu
 
 
 def test_trials_share_one_embedded_server_when_their_settings_agree():
-    from skillopt_ray.sweep import shared_embedded_settings
+    from skillopt_ray.sweep.command import shared_embedded_settings
 
     def trial(provider="embedded", ctx=8192, url=None, cache_mode="record"):
         emb = {

@@ -8,7 +8,7 @@ import threading
 
 from skillopt_envs.base import EpisodeContext
 
-from skillopt_ray.envpool import EnvPool, EpisodeCrash, PoolSettings, episode_error
+from skillopt_ray.engine.envpool import EnvPool, EpisodeCrash, PoolSettings, episode_error
 from skillopt_ray.llm.types import GatewayLost, LLMUnavailable
 
 

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from skillopt_ray.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, metric_key, sweep_run_name, ui_link
+from skillopt_ray.runs.tracking import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    Tracker,
+    metric_key,
+    sweep_run_name,
+    ui_link,
+)
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +171,9 @@ def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
     """A real scripted run: grouped metrics that compare reads back, the skill history artifacts, the run's story."""
     from mlflow.tracking import MlflowClient
 
-    from skillopt_ray import cli, compare_records, report
+    from skillopt_ray import cli
+    from skillopt_ray.compare import records as compare_records
+    from skillopt_ray.runs import report
 
     overrides = [
         "+experiment=alfworld",
@@ -226,7 +235,7 @@ def test_initial_score_is_step_zero_of_current_score_and_tags_are_tags(tmp_path,
     directory's provenance; the run starts when its first command started."""
     import time
 
-    from skillopt_ray.rundir import RunDir
+    from skillopt_ray.runs.rundir import RunDir
 
     rd = RunDir(tmp_path / "rd")
     rd.root.mkdir()

@@ -9,18 +9,18 @@ import math
 from pathlib import Path
 from typing import Any
 
+from skillopt_ray.base.stats import GateTestDict, PairedTestDict, paired_test
 from skillopt_ray.cli.launch import driver_lost
 from skillopt_ray.cli.provenance import collect
-from skillopt_ray.compare_stats import Spread, summarize
+from skillopt_ray.compare.stats import Spread, summarize
 from skillopt_ray.dashboard.launcher import Launch, LaunchView
-from skillopt_ray.envpool import PoolSettings, actor_options
-from skillopt_ray.progress import RunClock
-from skillopt_ray.records import GateRecord, Outcome, Provenance, Session, Timing
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.engine.envpool import PoolSettings, actor_options
+from skillopt_ray.engine.warm import ActorOptions
+from skillopt_ray.runs.progress import RunClock
+from skillopt_ray.runs.records import GateRecord, Outcome, Provenance, Session, Timing
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.stages.sequential_gate import SequentialOutcome
-from skillopt_ray.stats import GateTestDict, PairedTestDict, paired_test
-from skillopt_ray.sweep_report import TrialReport, step_report
-from skillopt_ray.warm import ActorOptions
+from skillopt_ray.sweep.report import TrialReport, step_report
 
 
 def keys_of(td: Any) -> set[str]:

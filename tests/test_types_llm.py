@@ -40,8 +40,8 @@ from skillopt_ray.llm.wire import (
     ToolCall,
     ToolSpec,
 )
-from skillopt_ray.sleep.staging import ManifestRow, live_row
-from skillopt_ray.sleep.tasks import MinedTask, RuleCheck, TaskMetadata, valid_check
+from skillopt_ray.sleep.harvest.tasks import MinedTask, RuleCheck, TaskMetadata, valid_check
+from skillopt_ray.sleep.proposal.staging import ManifestRow, live_row
 
 
 def keys(td: Any) -> set[str]:

@@ -11,9 +11,9 @@ import shutil
 import uuid
 from pathlib import Path
 
-from skillopt_ray.sleep.splits import assign
-from skillopt_ray.sleep.tasks import MinedTask
-from skillopt_ray.sleep.tasks_file import write_tasks
+from skillopt_ray.sleep.harvest.splits import assign
+from skillopt_ray.sleep.harvest.task_folder import write_tasks
+from skillopt_ray.sleep.harvest.tasks import MinedTask
 
 HERE = Path(__file__).resolve().parent
 REAL = HERE.parent.parent / "tests" / "data" / "sessions"

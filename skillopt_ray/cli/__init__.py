@@ -11,13 +11,13 @@
 The names below are the ones other modules and tests use.
 """
 
+from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files, needs_embedded_server
 from skillopt_ray.cli.compose import CONF_DIR, compose, experiments, load, resolve_paths, typed
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.launch import execute, run_dir_for, run_one
 from skillopt_ray.cli.ray_session import start_ray
 from skillopt_ray.cli.report import summary_table
-from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 
 
 def main(argv=None) -> int:

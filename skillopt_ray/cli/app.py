@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.base.folder import in_folder
+from skillopt_ray.base.startup_trace import mark
 from skillopt_ray.cli.compose import (
     CONF_DIR,
     CONFIG_NAME,
@@ -41,9 +44,6 @@ from skillopt_ray.cli.compose import (
 )
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.config.plain import PlainConfig
-from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
-from skillopt_ray.startup_trace import mark
-from skillopt_ray.utils.folder import in_folder
 
 
 @dataclass
@@ -108,7 +108,7 @@ def _job(cfg: Any) -> int:
 
 
 def _hydra_args(argv: list[str]) -> Any:
-    from skillopt_ray.private_apis import hydra_args_parser
+    from skillopt_ray.base.private_apis import hydra_args_parser
 
     try:  # flags may come anywhere (`... seed=1,2 -m`), as users write them
         return hydra_args_parser().parse_intermixed_args(argv)
@@ -150,7 +150,7 @@ def jobs_of(args: Any, overrides: list[str]) -> list[list[str]]:
     try:
         start_hydra(_conf_dir(args), _search_dirs(args))  # glob() lists config groups through Hydra's loader
         parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-        from skillopt_ray.private_apis import hydra_split_jobs
+        from skillopt_ray.base.private_apis import hydra_split_jobs
 
         return hydra_split_jobs(parser.parse_overrides(mine))
     except HydraException as e:
@@ -201,10 +201,10 @@ def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> l
 
 def composed_data(args: Any, job: list[str], prices: list[PriceOverride]) -> PlainConfig:
     """A job's config, composed and typed (paths not yet resolved). The kept cluster's holder remembers what it
-    composed for the same overrides while no file of the config folders changed (skillopt_ray/warm.py)."""
+    composed for the same overrides while no file of the config folders changed (skillopt_ray/engine/warm.py)."""
     import copy
 
-    from skillopt_ray.warm import serving
+    from skillopt_ray.engine.warm import serving
 
     served = serving()
     key = ""

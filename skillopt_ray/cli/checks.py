@@ -76,7 +76,7 @@ def check_embedded_model(data: PlainConfig) -> None:
 
 def check_reviewed_tasks(data: PlainConfig) -> None:
     """A harvested task folder (skillopt_ray.sleep) goes to a remote endpoint only once reviewed."""
-    from skillopt_ray.sleep.review import ReviewRefused, check_run
+    from skillopt_ray.cli.review_gate import ReviewRefused, check_run
 
     try:
         check_run(data)

@@ -168,8 +168,8 @@ def start_hydra(config_dir: Optional[Path] = None, search_dirs: Iterable[str] = 
     from hydra.core.global_hydra import GlobalHydra
     from hydra.version import setbase
 
+    from skillopt_ray.base.private_apis import hydra_create
     from skillopt_ray.config import register_schema
-    from skillopt_ray.private_apis import hydra_create
 
     setbase("1.3")  # as @hydra.main(version_base="1.3") does
     register_schema()

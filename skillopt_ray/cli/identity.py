@@ -22,7 +22,7 @@ import skillopt_envs
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.provenance import tool_version
 from skillopt_ray.config.plain import PlainConfig
-from skillopt_ray.records import Identity, RunInputs
+from skillopt_ray.runs.records import Identity, RunInputs
 
 # where each benchmark reads its data when env.data_dir is not set
 _MAX_FILES = 200_000
@@ -180,7 +180,7 @@ def only_code_changed(old: Identity, new: Identity) -> bool:
 def runs_before_a_change(run_dir: Path, record: Identity) -> list[str]:
     """One note for each run beside a new derived `run_dir` made from this configuration by other code: an edit
     (a comment) between a kill and its rerun otherwise starts anew, paying again, without a word."""
-    from skillopt_ray.rundir import RunDir
+    from skillopt_ray.runs.rundir import RunDir
 
     notes = []
     for other in sorted(run_dir.parent.glob(run_dir.name.rsplit("-", 1)[0] + "-*")):
@@ -197,7 +197,7 @@ def runs_before_a_change(run_dir: Path, record: Identity) -> list[str]:
 
 def check_or_record(run_dir: Path, record: Identity, resuming: bool) -> None:
     """On resume, refuse a run directory made from other inputs; otherwise record the inputs' identity."""
-    from skillopt_ray.rundir import RunDir
+    from skillopt_ray.runs.rundir import RunDir
 
     rd = RunDir(run_dir)
     old = rd.read_identity()

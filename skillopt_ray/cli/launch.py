@@ -18,6 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_ray.base.exit_codes import EXIT_ERROR
+from skillopt_ray.base.startup_trace import mark
 from skillopt_ray.cli.checks import (
     check_endpoints,
     check_keys,
@@ -32,10 +34,8 @@ from skillopt_ray.cli.identity import check_or_record, identity_record, runs_bef
 from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
 from skillopt_ray.config.plain import PlainConfig
-from skillopt_ray.exit_codes import EXIT_ERROR
-from skillopt_ray.records import Identity, Origin, Outcome
-from skillopt_ray.rundir import RunDir
-from skillopt_ray.startup_trace import mark
+from skillopt_ray.runs.records import Identity, Origin, Outcome
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 
 
 def run_dir_for(data: PlainConfig, record: Optional[Identity] = None) -> Path:
@@ -152,7 +152,7 @@ def execute(
     `origin`: the command that asks for the run (`argv`, Hydra `overrides`; default this process's argv), kept
     in the run directory's provenance. Used by the CLI and by each sweep trial, so both run exactly the same code.
     `checked`: the command's preflight already made the checks that need no cluster (cli.app.preflight): not again."""
-    from skillopt_ray.progress import RunClock, make_display
+    from skillopt_ray.runs.progress import RunClock, make_display
 
     run_dir = _open_run(data, run_dir, origin, checked)
     clock = RunClock(run_dir).begin()
@@ -206,7 +206,7 @@ def _drive(data: PlainConfig, run_dir: Path, embedded: Optional[EmbeddedStart], 
     )
     # the driver's imports (the LLM client, the engine, the stages: about a second) load while Ray starts
     loader = threading.Thread(
-        target=importlib.import_module, args=("skillopt_ray.driver",), name="import-driver", daemon=True
+        target=importlib.import_module, args=("skillopt_ray.engine.driver",), name="import-driver", daemon=True
     )
     loader.start()
     mark("ray-starting")
@@ -215,14 +215,14 @@ def _drive(data: PlainConfig, run_dir: Path, embedded: Optional[EmbeddedStart], 
     if embedded is not None:
         run_cfg = with_endpoint(data, embedded.wait())
     loader.join()
-    from skillopt_ray import warm
-    from skillopt_ray.driver import DriverActor, driver_options, start_gateway
-    from skillopt_ray.envpool import prestart_actor
+    from skillopt_ray.engine import warm
+    from skillopt_ray.engine.driver import DriverActor, driver_options, start_gateway
+    from skillopt_ray.engine.envpool import prestart_actor
 
     # the driver, the gateway and the env actors exit within ~0.1 s of the command's death (no paid calls after a
     # kill); on the kept cluster's holder the command is the process that asked for the run
     me = warm.run_owner()
-    spawn = warm.spawner()  # new actors, or the kept cluster's idle copies (skillopt_ray/warm.py)
+    spawn = warm.spawner()  # new actors, or the kept cluster's idle copies (skillopt_ray/engine/warm.py)
     driver_opts = driver_options(run_cfg)
     # with the driver on this node, its gateway (on the driver's node) and its first env actor are started here
     # too: the three processes come up at once instead of one after the other

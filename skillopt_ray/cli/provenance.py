@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from skillopt_ray.config.plain import PlainConfig
-from skillopt_ray.records import GitState, Provenance
+from skillopt_ray.runs.records import GitState, Provenance
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # skillopt_ray/
 # what decides a run's behaviour besides its config: the code and every prompt or template shipped beside it

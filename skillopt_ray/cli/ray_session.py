@@ -34,7 +34,7 @@ def start_ray(data: PlainConfig) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = data["ray"]["address"] or os.environ.get("RAY_ADDRESS")
     if address and address not in ("auto", "local"):
-        from skillopt_ray.warm import serving
+        from skillopt_ray.engine.warm import serving
 
         if serving() is not None:
             raise UsageError(
@@ -52,7 +52,7 @@ def start_ray(data: PlainConfig) -> None:
         if address:
             ray.init(address=address, **COMMON_INIT)
         else:
-            from skillopt_ray.private_apis import ray_init_lean
+            from skillopt_ray.base.private_apis import ray_init_lean
 
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             lean = data["ray"].get("head", "lean") == "lean"
@@ -85,7 +85,7 @@ def attach_kept_cluster() -> bool:
     life (its idle clock waits). False when there is none."""
     import ray
 
-    from skillopt_ray import kept_cluster
+    from skillopt_ray.runs import kept_cluster
 
     kept = kept_cluster.live()
     if kept is None:
@@ -96,12 +96,12 @@ def attach_kept_cluster() -> bool:
             file=sys.stderr,
         )
         return False
-    from skillopt_ray.private_apis import ray_set_auth_mode
+    from skillopt_ray.base.private_apis import ray_set_auth_mode
 
     ray_set_auth_mode(kept.auth_mode)  # the kept cluster asks for its token (see cluster.py)
     kept_cluster.take_lease()
-    from skillopt_ray.service import handed_environment
-    from skillopt_ray.startup_trace import ENV
+    from skillopt_ray.base.startup_trace import ENV
+    from skillopt_ray.cluster.service import handed_environment
 
     # workers are the kept cluster's children, not this process's: what this command's environment adds or changes
     # (a key exported since `up`, a start-up trace) is handed to this job's workers explicitly

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from skillopt_ray.exit_codes import EXIT_OK
-from skillopt_ray.records import MlflowRun, Outcome
-from skillopt_ray.report import kinds_text
-from skillopt_ray.startup_trace import mark
+from skillopt_ray.base.exit_codes import EXIT_OK
+from skillopt_ray.base.startup_trace import mark
+from skillopt_ray.runs.records import MlflowRun, Outcome
+from skillopt_ray.runs.report import kinds_text
 
 
 def summary_table(s: dict[str, Any]) -> str:
@@ -77,7 +77,7 @@ def report(outcome: Outcome) -> int:
         print(f"error: {outcome['message']}", file=sys.stderr)
         return int(outcome["exit"])
     print(summary_table(outcome["summary"]))
-    from skillopt_ray.progress import time_line
+    from skillopt_ray.runs.progress import time_line
 
     print(time_line(outcome.get("timing")))
     print(f"run directory: {outcome['run_dir']}")
@@ -93,7 +93,7 @@ def report(outcome: Outcome) -> int:
 def _tiny_model_note(run_dir: Any) -> None:
     """A run on the shipped tiny model ends by saying what its scores mean (llm/embedded.py)."""
     from skillopt_ray.llm.embedded import tiny_model_note
-    from skillopt_ray.rundir import RunDir
+    from skillopt_ray.runs.rundir import RunDir
 
     try:
         note = tiny_model_note(RunDir(run_dir).read_config())
@@ -107,7 +107,7 @@ def mlflow_lines(ml: MlflowRun) -> list[str]:
     """Where the run's MLflow record is and how to look at it, each said once: the command that serves a local
     store (the light `mlflow server --workers 1`, as the docs say) or the server already holding it, the run's
     page, and its experiment's runs table (the bare experiment link opens MLflow's GenAI Traces view)."""
-    from skillopt_ray.tracking import ui_link
+    from skillopt_ray.runs.tracking import ui_link
 
     uri = str(ml["tracking_uri"])
     if uri.startswith(("http://", "https://")):

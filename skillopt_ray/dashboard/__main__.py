@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_OK
 from skillopt_ray.dashboard.security import WILDCARD, Guard, is_loopback
-from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK
 
 
 def _listen(host: str, port: int) -> socket.socket | str:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypedDict
 
+from skillopt_envs.jsontypes import JSONObject, JSONValue
+
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.dashboard.keys import refuse_key_redirects
@@ -35,7 +37,6 @@ from skillopt_ray.dashboard.limits import (
     refuse_group_path,
     refuse_unsafe_overrides,
 )
-from skillopt_ray.jsontypes import JSONObject, JSONValue
 
 # The form: name -> (override key, kind). Kinds: choice lists come from the config tree (see `form_schema`).
 FIELDS: dict[str, tuple[str, str]] = {
@@ -312,7 +313,7 @@ def mark_killed(run_dir: Path) -> Optional[str]:
     """End the run's MLflow run as KILLED if it is still RUNNING (a run stopped before its tracker could say so).
 
     Returns a line for the log when something went wrong, else None."""
-    from skillopt_ray.rundir import RunDir
+    from skillopt_ray.runs.rundir import RunDir
 
     record = RunDir(run_dir).read_mlflow_run()
     if not record or not record.get("run_id"):

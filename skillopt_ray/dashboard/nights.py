@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.jsontypes import JSONObject, JSONValue
-from skillopt_ray.sleep import staging, status
+from skillopt_envs.jsontypes import JSONObject, JSONValue
+
+from skillopt_ray.sleep.proposal import staging, status
 
 MAX_TEXT_BYTES = 1 << 20  # a report or a skill larger than this is shown cut (a real one is a few KiB)
 NIGHTS_DIR = Path(".skillopt") / "nights"

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Optional
 
+from skillopt_envs.jsontypes import JSONObject
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
@@ -26,7 +27,6 @@ from skillopt_ray.dashboard.keys import key_routes, url_host
 from skillopt_ray.dashboard.launcher import Launcher
 from skillopt_ray.dashboard.limits import PathPolicy
 from skillopt_ray.dashboard.security import Guard, GuardMiddleware
-from skillopt_ray.jsontypes import JSONObject
 
 STATIC = Path(__file__).resolve().parent / "static"
 # A form's JSON is a few hundred bytes; anything much larger is refused before it is read whole.

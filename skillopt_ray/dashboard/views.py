@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypedDict
 
-from skillopt_ray.jsontypes import JSONValue
-from skillopt_ray.records import Progress
-from skillopt_ray.rundir import STEP_DIFF, RunDir
-from skillopt_ray.stats import GateTestDict
+from skillopt_envs.jsontypes import JSONValue
+
+from skillopt_ray.base.stats import GateTestDict
+from skillopt_ray.runs.records import Progress
+from skillopt_ray.runs.rundir import STEP_DIFF, RunDir
 
 # The six stages of a training step, in order (the strip at the top of the watch view).
 STAGES = ("rollout", "reflect", "aggregate", "select", "update", "gate")

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from skillopt_envs.jsontypes import JSONObject
+
 from skillopt_ray import prompts
 from skillopt_ray.epoch import ask_for_text
-from skillopt_ray.jsontypes import JSONObject
 
 
 async def write_meta_skill(llm: Any, user: str, key: str) -> tuple[JSONObject, Optional[str]]:

@@ -8,10 +8,10 @@ import random
 from typing import Any, Optional
 
 from skillopt_envs.base import EpisodeResult, Task
+from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
 from skillopt_ray.epoch import ask_for_text
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.prompts.render import conversation_text
 
 CATEGORIES = {

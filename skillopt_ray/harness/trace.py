@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject
 
 _LABEL = re.compile(r"<answer>\s*([A-E])\s*</answer>", re.IGNORECASE)
 _TAG = re.compile(r"<answer>", re.IGNORECASE)

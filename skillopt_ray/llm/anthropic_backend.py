@@ -18,8 +18,9 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Optional, TypedDict
 
+from skillopt_envs.jsontypes import JSONObject
+
 from skillopt_ray.config import LLMRoleConfig
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.client import Completion, RetryPolicy
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable
 from skillopt_ray.llm.wire import AnthropicTurn, ChatBody, ChatMessage, ToolCall, ToolSpec

@@ -20,8 +20,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional, TypedDict
 
+from skillopt_envs.jsontypes import JSONObject
+
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.context import context_advice, context_overflow
 from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
 from skillopt_ray.llm.wire import ChatBody, ChatMessage, ContentPart, ToolCall

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject
 
 _CODES = ("context_length_exceeded", "exceed_context_size", "string_above_max_length")
 _WORDING = re.compile(

@@ -103,7 +103,7 @@ class EmbeddedServer:
             import xllamacpp  # noqa: F401
         except ImportError:
             raise EmbeddedUnavailable("the embedded backend needs xllamacpp: pip install xllamacpp") from None
-        from skillopt_ray.lifeline import pipe
+        from skillopt_ray.base.lifeline import pipe
         from skillopt_ray.llm.embedded_orphans import OWNER_ENV, owner_marker, reap_orphans
 
         for line in reap_orphans():

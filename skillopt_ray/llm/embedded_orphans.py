@@ -2,7 +2,7 @@
 
 A server started by EmbeddedServer runs `python -m skillopt_ray.llm.embedded_server` and carries its starter's
 identity (pid and start time) in its environment. It exits by itself when its starter dies (a lifeline pipe, see
-skillopt_ray/lifeline.py); one that did not (frozen, or started by an older version that had no lifeline but the
+skillopt_ray/base/lifeline.py); one that did not (frozen, or started by an older version that had no lifeline but the
 marker) is an orphan when its starter has ended. We stop only such processes: this user's, running that module,
 carrying the marker, whose starter is gone. A process that merely looks like one (the same command line without
 the marker, or a live starter) is left alone.
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from skillopt_ray.lifeline import running, start_ticks
+from skillopt_ray.base.lifeline import running, start_ticks
 
 OWNER_ENV = "SKILLOPT_EMBEDDED_OWNER"
 MODULE = "skillopt_ray.llm.embedded_server"

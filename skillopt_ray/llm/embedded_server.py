@@ -17,7 +17,7 @@ def _owner_gone(why: str) -> None:
 
 
 def _hold_lifeline(fd: int) -> None:
-    from skillopt_ray.lifeline import hold
+    from skillopt_ray.base.lifeline import hold
     from skillopt_ray.llm.embedded_orphans import OWNER_ENV, parse_marker
 
     owner = parse_marker(os.environ.get(OWNER_ENV))

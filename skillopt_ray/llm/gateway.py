@@ -14,10 +14,11 @@ from typing import Any, Optional
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
+from skillopt_envs.jsontypes import JSONObject
 
+from skillopt_ray.base.io import atomic_write_json, read_json
+from skillopt_ray.base.lifeline import Owner
 from skillopt_ray.config import LLMConfig, from_container
-from skillopt_ray.jsontypes import JSONObject
-from skillopt_ray.lifeline import Owner
 from skillopt_ray.llm.cache import ResponseCache, request_key
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, describe
@@ -40,7 +41,6 @@ from skillopt_ray.llm.types import (
     ReplyTruncated,
 )
 from skillopt_ray.llm.wire import AgentSettings, CachedReply, CachePayload, ResponseFormat
-from skillopt_ray.utils.io import atomic_write_json, read_json
 
 
 def response_format(mode: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]:
@@ -405,7 +405,7 @@ class SenderActor:
     runs out of first; shards spread it over processes and, placed with SPREAD, over nodes."""
 
     def __init__(self, llm_cfg: dict[str, Any], owners: Optional[list[Owner]] = None):
-        from skillopt_ray.lifeline import watch
+        from skillopt_ray.base.lifeline import watch
 
         watch(list(owners or []), "LLM sender")
         self.endpoints = role_endpoints(from_container({"experiment": "_", "llm": llm_cfg}).llm)
@@ -447,8 +447,8 @@ class GatewayActor:
         owners: Optional[list[Owner]] = None,
         shards: int = 1,
     ):
-        from skillopt_ray.lifeline import identity, watch
-        from skillopt_ray.startup_trace import mark
+        from skillopt_ray.base.lifeline import identity, watch
+        from skillopt_ray.base.startup_trace import mark
 
         watch(list(owners or []), "LLM gateway")  # the run's owner gone: exit before another queued call is sent
         mark("gateway-started")

@@ -7,8 +7,7 @@ import re
 from typing import Any
 
 import jsonschema
-
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)

@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Optional, TypedDict
 
+from skillopt_envs.jsontypes import JSONObject
+
 from skillopt_ray.config import BudgetConfig, PriceConfig
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.llm.types import BudgetExceeded
 
 

@@ -14,7 +14,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject
+
 from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, read_body, snippet
 from skillopt_ray.llm.wire import ChatBody, ChatMessage, ResponseFormat, ToolCall, ToolSpec
 

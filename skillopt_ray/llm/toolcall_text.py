@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from skillopt_ray.jsontypes import JSONObject, JSONValue
+from skillopt_envs.jsontypes import JSONObject, JSONValue
+
 from skillopt_ray.llm.wire import FlatToolCall, ToolSpec
 
 _FENCED = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)

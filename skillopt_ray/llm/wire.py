@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional, TypedDict, Union
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject
 
 
 class ImageURL(TypedDict, total=False):

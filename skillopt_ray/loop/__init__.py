@@ -1,4 +1,4 @@
-"""The training loop's parts, each with one job; `skillopt_ray.trainer.Trainer` orchestrates them.
+"""The training loop's parts, each with one job; `skillopt_ray.engine.trainer.Trainer` orchestrates them.
 
 schedule    splits, batch order, the episode plan (what the run will play)
 evaluation  scoring a skill on a split with the score cache; gate comparisons; early stop

@@ -9,16 +9,16 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from skillopt_envs.base import Task
+from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
 from skillopt_ray.epoch.meta_skill import write_meta_skill
 from skillopt_ray.epoch.slow_update import build_pairs, keep, sample_tasks, write_slow_update
-from skillopt_ray.jsontypes import JSONObject
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule, Stage
-from skillopt_ray.records import FORCE_ACCEPT, MetaSkillRecord, SlowUpdateRecord
-from skillopt_ray.rundir import META_RESULT, META_SKILL, SLOW_RESULT, RunDir
+from skillopt_ray.runs.records import FORCE_ACCEPT, MetaSkillRecord, SlowUpdateRecord
+from skillopt_ray.runs.rundir import META_RESULT, META_SKILL, SLOW_RESULT, RunDir
 from skillopt_ray.skill.document import (
     extract_slow_update_field,
     inject_empty_slow_update_field,

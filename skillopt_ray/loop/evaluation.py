@@ -11,9 +11,11 @@ from typing import Any, Optional, cast
 
 from skillopt_envs.base import EpisodeContext, EpisodeResult, Task
 
+from skillopt_ray.base.stats import SequentialSamples
 from skillopt_ray.loop.schedule import Stage
-from skillopt_ray.records import SKIP_NO_REWRITE, Evaluation, GateRecord
-from skillopt_ray.rundir import RunDir
+from skillopt_ray.runs.records import SKIP_NO_REWRITE, Evaluation, GateRecord
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.state import RunState
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.gate import GatePolicy
 from skillopt_ray.stages.rollout import (
@@ -25,8 +27,6 @@ from skillopt_ray.stages.rollout import (
     summarize,
 )
 from skillopt_ray.stages.sequential_gate import PlayFn, Request, first_samples, sequential_gate
-from skillopt_ray.state import RunState
-from skillopt_ray.stats import SequentialSamples
 
 Progress = Callable[..., None]
 

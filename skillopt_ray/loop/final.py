@@ -7,12 +7,13 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Optional
 
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject
+
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule
-from skillopt_ray.records import Evaluation, Summary
-from skillopt_ray.rundir import BEST_SKILL, FINAL_EVALUATION, HISTORY_LIST, LEDGER, SUMMARY
+from skillopt_ray.runs.records import Evaluation, Summary
+from skillopt_ray.runs.rundir import BEST_SKILL, FINAL_EVALUATION, HISTORY_LIST, LEDGER, SUMMARY
 from skillopt_ray.skill.document import skill_hash
 
 

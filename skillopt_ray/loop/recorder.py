@@ -12,9 +12,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
-from skillopt_ray.records import StepRecord
-from skillopt_ray.rundir import RunDir
-from skillopt_ray.state import RunState
+from skillopt_ray.runs.records import StepRecord
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.state import RunState
 
 
 class SimulatedInterrupt(RuntimeError):

@@ -14,7 +14,7 @@ from typing import Any
 
 from skillopt_envs.base import Task
 
-from skillopt_ray.records import Progress
+from skillopt_ray.runs.records import Progress
 
 
 class Stage:

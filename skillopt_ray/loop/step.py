@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.base import EpisodeResult
+from skillopt_envs.jsontypes import JSONObject
 
-from skillopt_ray import step_buffer
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_ray.base.stats import GateTestDict
+from skillopt_ray.loop import step_buffer
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule, Stage
 from skillopt_ray.prompts.render import step_buffer_text
-from skillopt_ray.records import REJECT, SKIP_NO_PATCHES, SKIP_NO_REWRITE, GateRecord, LrDecision, StepRecord
-from skillopt_ray.rundir import STEP_CANDIDATE, STEP_DIFF, RunDir
+from skillopt_ray.runs.records import REJECT, SKIP_NO_PATCHES, SKIP_NO_REWRITE, GateRecord, LrDecision, StepRecord
+from skillopt_ray.runs.rundir import STEP_CANDIDATE, STEP_DIFF, RunDir
 from skillopt_ray.skill.appendix import FlushResult, flush_notes
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.aggregate import AggregateOutput, aggregate
@@ -32,7 +33,6 @@ from skillopt_ray.stages.reflect import ReflectOutput, reflect
 from skillopt_ray.stages.rollout import RolloutStats, summarize
 from skillopt_ray.stages.select import SelectOutput, autonomous_lr, rank_and_select, scheduled_lr
 from skillopt_ray.stages.update import UpdateOutput, update
-from skillopt_ray.stats import GateTestDict
 
 
 class PairedFields(TypedDict, total=False):

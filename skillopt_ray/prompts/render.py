@@ -94,7 +94,7 @@ class RejectedItem(TypedDict, total=False):
 
 
 class BufferEntry(TypedDict, total=False):
-    """One step in the step buffer (built by skillopt_ray.step_buffer, kept in state.json, rendered here); a
+    """One step in the step buffer (built by skillopt_ray.loop.step_buffer, kept in state.json, rendered here); a
     rejected step with items also keeps the scores and the rejected items."""
 
     step: int

@@ -10,15 +10,16 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_OK
 from skillopt_ray.cli.errors import UsageError
-from skillopt_ray.exit_codes import EXIT_CONFIG, EXIT_OK
-from skillopt_ray.sleep import adopt_cli, pipeline, state
-from skillopt_ray.sleep.harvest import SOURCES, Stores
-from skillopt_ray.sleep.llm_setup import MinerRefused
+from skillopt_ray.cli.review_gate import ReviewRefused
+from skillopt_ray.sleep import proposal_verbs as adopt_cli
+from skillopt_ray.sleep.harvest import pipeline, state
+from skillopt_ray.sleep.harvest.llm_setup import MinerRefused
+from skillopt_ray.sleep.harvest.scope import SCOPES
+from skillopt_ray.sleep.harvest.stores import SOURCES, Stores
+from skillopt_ray.sleep.harvest.timeutil import parse_lookback
 from skillopt_ray.sleep.lock import Busy
-from skillopt_ray.sleep.review import ReviewRefused
-from skillopt_ray.sleep.scope import SCOPES
-from skillopt_ray.sleep.timeutil import parse_lookback
 
 NIGHT = ("run", "dry-run")
 
@@ -43,7 +44,7 @@ def harvest_flags(h: argparse.ArgumentParser) -> None:
 
 
 def night_flags(n: argparse.ArgumentParser) -> None:
-    from skillopt_ray.sleep.skill_home import DEFAULT_NAME, INSTALL_TO, TARGETS
+    from skillopt_ray.sleep.proposal.skill_home import DEFAULT_NAME, INSTALL_TO, TARGETS
 
     harvest_flags(n)
     n.add_argument(
@@ -125,7 +126,7 @@ def harvest_report(a: argparse.Namespace) -> pipeline.HarvestReport:
     opts = options(a)
     llm = None
     if not a.no_model:
-        from skillopt_ray.sleep.llm_setup import digest_host, gateway, llm_config
+        from skillopt_ray.sleep.harvest.llm_setup import digest_host, gateway, llm_config
 
         calls = a.max_calls or 2 * a.max_sessions  # a reply and, when it is not JSON, one re-ask
         cfg = llm_config(a.overrides)
@@ -144,16 +145,16 @@ def harvest_report(a: argparse.Namespace) -> pipeline.HarvestReport:
 
 def check_memory(project: Path, a: argparse.Namespace) -> None:
     """--memory: the target reads a memory file and its block's markers are editable, said before the night runs."""
-    from skillopt_ray.sleep import memory
-    from skillopt_ray.sleep.skill_home import parse
+    from skillopt_ray.sleep.proposal import memory
+    from skillopt_ray.sleep.proposal.skill_home import parse
 
     name = parse(a.skill.read_text(encoding="utf-8"), a.name).name if a.skill else a.name
     memory.find_block(memory.read_live(memory.memory_path(project, a.target)), name)
 
 
 def night(a: argparse.Namespace) -> int:
-    """`run` / `dry-run`: one night (skillopt_ray.sleep.night)."""
-    from skillopt_ray.sleep.night import NightOptions, run_night
+    """`run` / `dry-run`: one night (skillopt_ray.sleep.night.runner)."""
+    from skillopt_ray.sleep.night.runner import NightOptions, run_night
 
     project = (a.project or repo_root()).expanduser().resolve()
     for flag in ("max_cost", "max_minutes", "max_tokens"):

@@ -12,7 +12,8 @@ from typing import Any, Optional
 
 from skillopt_envs.base import EpisodeResult
 
-from skillopt_ray.records import (
+from skillopt_ray.base.stats import GateTestDict, Interval, PairedTest, SequentialSamples, mean_interval, paired_test
+from skillopt_ray.runs.records import (
     ACCEPT,
     ACCEPT_NEW_BEST,
     ACCEPTING,
@@ -24,7 +25,6 @@ from skillopt_ray.records import (
     is_accept,
 )
 from skillopt_ray.stages.sequential_gate import SequentialOutcome, SequentialRule
-from skillopt_ray.stats import GateTestDict, Interval, PairedTest, SequentialSamples, mean_interval, paired_test
 
 __all__ = ["ACCEPT", "ACCEPTING", "ACCEPT_NEW_BEST", "FORCE_ACCEPT", "REJECT", "GateDecision", "GatePolicy"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict, Union
 
-from skillopt_ray.jsontypes import JSONValue
+from skillopt_envs.jsontypes import JSONValue
 
 PayloadKey = Literal["edits", "revise_suggestions", "skill_candidates"]
 

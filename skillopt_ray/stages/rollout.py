@@ -8,8 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional, Protocol, cast
 
 from skillopt_envs.base import DataError, EpisodeContext, EpisodeResult, Task
-
-from skillopt_ray.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject
 
 # the loop stage an episode key's first part names (see stage_of_key)
 KEY_STAGES = {"train": "rollout", "eval": "validate", "slow": "slow:rollout", "meta": "meta:rollout"}

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, cast
 
-from skillopt_ray.stats import GateTestDict, diff_interval, sign_test_p
+from skillopt_ray.base.stats import GateTestDict, diff_interval, sign_test_p
 
 # a request for one more sample: (which skill: "candidate" | "current", task id)
 Request = tuple[str, str]

@@ -1,0 +1,1 @@
+"""The kept cluster (`python -m skillopt_ray.cluster up|status|down`): its holder process, the run service it offers and their wire messages; and the front door's client that hands a command to it."""

@@ -1,0 +1,1 @@
+"""`python -m skillopt_ray.report RUN_DIR`: a run's story (skillopt_ray.runs.report)."""

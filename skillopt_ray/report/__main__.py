@@ -1,0 +1,5 @@
+import sys
+
+from skillopt_ray.runs.report import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Harvest: session stores read, redacted, mined into a reviewed folder of tasks."""

@@ -1,0 +1,110 @@
+"""Claude Code sessions: `$CLAUDE_CONFIG_DIR/projects/*/*.jsonl` (sub-agent files skipped), read by record type."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_ray.harness import trace
+from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, DigestBuilder, SessionDigest
+from skillopt_ray.sleep.harvest.sources.lines import records
+
+SOURCE = "claude_code"
+_KNOWN = {
+    "summary",
+    "system",
+    "file-history-snapshot",
+    "queue-operation",
+    "attachment",
+    "progress",
+    "custom-title",
+    "last-prompt",
+}
+_EDITS = {"Edit", "Write", "MultiEdit", "NotebookEdit"}
+# user-role text the user did not type: slash-command wrappers, hook output, the CLI's caveats
+_COMMAND_NAME = re.compile(r"<command-name>\s*(/?[^<\s]+)\s*</command-name>")
+_NOT_TYPED = ("<command-", "<local-command", "<system-reminder", "Caveat:", "<bash-", "<user-prompt-submit-hook")
+
+
+def home(override: Optional[str] = None) -> Path:
+    """`--claude-home`, else $CLAUDE_CONFIG_DIR, else ~/.claude."""
+    return Path(override or os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser()
+
+
+def session_files(root: Path) -> Iterator[Path]:
+    """One file per session; sub-agents' own files (agent-*.jsonl, subagents/) are not sessions the user ran."""
+    for f in sorted((root / "projects").glob("*/*.jsonl")):
+        if not f.name.startswith("agent-"):
+            yield f
+
+
+def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bool]) -> Optional[SessionDigest]:
+    """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
+    b = DigestBuilder(SessionDigest(SOURCE, path.stem, str(path)), redact)
+    calls: list[dict[str, Any]] = []
+    skipped: Counter = Counter()
+    for rec in records(path, skipped):
+        kind = rec.get("type")
+        if kind not in ("user", "assistant"):
+            if kind not in _KNOWN:
+                b.unknown(str(kind))
+            continue
+        if rec.get("isSidechain"):
+            continue  # a sub-agent's turn inside the session
+        if not b.digest.cwd and rec.get("cwd"):
+            if not in_scope(str(rec["cwd"])):
+                return None
+            b.digest.cwd = str(rec["cwd"])
+            b.digest.session_id = str(rec.get("sessionId") or b.digest.session_id)
+            b.digest.git_branch = str(rec.get("gitBranch") or "")[:200]
+        b.time(rec.get("timestamp"))
+        msg = _obj(rec.get("message"))
+        if kind == "user" and not rec.get("isMeta"):
+            _user(b, msg.get("content"))
+        elif kind == "assistant":
+            _assistant(b, msg.get("content"), calls)
+    if not b.digest.cwd:
+        return None
+    t = trace.claude_session_trace(calls)
+    for cmd in t.commands:
+        b.tool("", command=cmd)
+    for f in t.files_read:
+        b.tool("", file=f)
+    return b.finish(skipped)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _user(b: DigestBuilder, content: Any) -> None:
+    """What the user typed: a string, or text blocks (tool results are the tools' output, not the user's)."""
+    if isinstance(content, str):
+        texts = [content]
+    else:
+        texts = [str(c.get("text") or "") for c in content or [] if isinstance(c, dict) and c.get("type") == "text"]
+    for text in texts:
+        m = _COMMAND_NAME.search(text)
+        if m:
+            b.slash(m.group(1))
+        if text.strip() and not text.lstrip().startswith(_NOT_TYPED):
+            b.user(text)
+
+
+def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]]) -> None:
+    blocks = [c for c in content or [] if isinstance(c, dict)] if isinstance(content, list) else []
+    for c in blocks:
+        if c.get("type") == "text":
+            b.reply(str(c.get("text") or ""))
+        elif c.get("type") == "tool_use":
+            name = str(c.get("name") or "tool")
+            inp = _obj(c.get("input"))
+            b.tool(name, file=str(inp.get("file_path") or "") if name in _EDITS else "")
+            if name == "Skill" and isinstance(inp.get("skill"), str):
+                b.skill(inp["skill"])
+            if name in ("Bash", "Read") and len(calls) < 4 * MAX_COMMANDS:
+                calls.append({"type": "assistant", "message": {"content": [c]}})

@@ -1,0 +1,142 @@
+"""Codex CLI sessions: `$CODEX_HOME/sessions/**/rollout-*.jsonl` and `archived_sessions/*.jsonl`, read by event kind.
+
+The reference reads only the archive folder (Codex Desktop's), not the CLI's own dated rollout tree."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_ray.harness import trace
+from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_REPLIES, MAX_TEXT, DigestBuilder, SessionDigest
+from skillopt_ray.sleep.harvest.sources.lines import records
+
+SOURCE = "codex"
+_TOP = {"session_meta", "response_item", "event_msg", "turn_context", "compacted", "world_state", "token_usage_record"}
+_TOOL_CALLS = {"function_call", "custom_tool_call", "local_shell_call", "web_search_call"}
+_QUIET_ITEMS = {"function_call_output", "custom_tool_call_output", "reasoning", "message"}
+_QUIET_EVENTS = {
+    "token_count", "agent_reasoning", "agent_reasoning_section_break", "task_started", "task_complete",
+    "exec_command_begin", "exec_command_end", "patch_apply_begin", "patch_apply_end", "item_completed",
+    "item_started", "turn_aborted", "error", "mcp_tool_call_begin", "mcp_tool_call_end", "web_search_begin",
+    "web_search_end", "turn_diff", "stream_error", "background_event", "plan_update", "entered_review_mode",
+    "exited_review_mode", "user_message", "agent_message", "context_compacted", "thread_settings_applied",
+}  # fmt: skip
+# kinds never read, passed over unparsed (tool output is most of a log's bytes)
+_UNREAD = (b'"function_call_output"', b'"custom_tool_call_output"', b'"token_count"', b'"token_usage_record"')
+MAX_FALLBACK = 50  # user messages held until the end (each cut to the digest's text size)
+
+
+def home(override: Optional[str] = None) -> Path:
+    """`--codex-home`, else $CODEX_HOME, else ~/.codex."""
+    return Path(override or os.environ.get("CODEX_HOME") or Path.home() / ".codex").expanduser()
+
+
+def session_files(root: Path) -> Iterator[Path]:
+    """The CLI's dated rollouts, then the archived ones."""
+    yield from sorted((root / "sessions").glob("**/rollout-*.jsonl"))
+    yield from sorted((root / "archived_sessions").glob("*.jsonl"))
+
+
+def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bool]) -> Optional[SessionDigest]:
+    """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
+    b = DigestBuilder(SessionDigest(SOURCE, _id_from_name(path), str(path)), redact)
+    calls: list[dict[str, Any]] = []
+    fallback_users: list[str] = []
+    fallback_replies: deque = deque(maxlen=MAX_REPLIES)
+    skipped: Counter = Counter()
+    for rec in records(path, skipped, _UNREAD):
+        kind, p = rec.get("type"), rec.get("payload")
+        p = p if isinstance(p, dict) else {}
+        b.time(rec.get("timestamp"))
+        if kind == "session_meta":
+            if not _meta(b, p, in_scope):
+                return None
+        elif kind == "turn_context" and not b.digest.cwd and p.get("cwd"):
+            if not in_scope(str(p["cwd"])):
+                return None
+            b.digest.cwd = str(p["cwd"])
+        elif kind == "event_msg":
+            _event(b, p)
+        elif kind == "response_item":
+            _item(b, p, calls, fallback_users, fallback_replies)
+        elif kind not in _TOP:
+            b.unknown(str(kind))
+    if not b.digest.cwd:
+        return None  # no recorded folder: never in any project's scope
+    if b.digest.user_turns == 0:  # Codex 0.171 logs what the user typed only as a model-facing message
+        for text in fallback_users:
+            b.user(text)
+    if not b.has_replies():
+        for text in fallback_replies:
+            b.reply(text)
+    _commands(b, calls)
+    return b.finish(skipped)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _id_from_name(path: Path) -> str:
+    """rollout-<date>-<uuid>.jsonl: the uuid's five groups (the id until session_meta gives it)."""
+    parts = path.stem.split("-")
+    return "-".join(parts[-5:]) if len(parts) >= 6 else path.stem
+
+
+def _meta(b: DigestBuilder, p: dict[str, Any], in_scope: Callable[[str], bool]) -> bool:
+    d = b.digest
+    if p.get("id"):
+        d.session_id = str(p["id"])
+    b.instant(p.get("timestamp"))
+    cwd = str(p.get("cwd") or "")
+    if cwd:
+        if not in_scope(cwd):
+            return False
+        d.cwd = cwd
+    git = _obj(p.get("git"))
+    d.git_commit = str(git.get("commit_hash") or "")[:64]
+    d.git_branch = str(git.get("branch") or "")[:200]
+    return True
+
+
+def _event(b: DigestBuilder, p: dict[str, Any]) -> None:
+    sub = p.get("type")
+    if sub == "user_message":
+        b.user(str(p.get("message") or ""))
+    elif sub == "agent_message":
+        b.reply(str(p.get("message") or ""))
+    elif sub not in _QUIET_EVENTS:
+        b.unknown(f"event_msg:{sub}")
+
+
+def _item(
+    b: DigestBuilder, p: dict[str, Any], calls: list[dict[str, Any]], fallback: list[str], replies: deque
+) -> None:
+    """A model-facing item: tool calls (names and, through harness/trace.py, commands and files read); user and
+    assistant messages, used when the log has no user_message/agent_message events (user messages that open
+    with a tag are Codex's own preambles: environment, instructions)."""
+    sub = p.get("type")
+    if sub in _TOOL_CALLS:
+        b.tool(str(p.get("name") or sub))
+        if sub == "function_call" and len(calls) < 4 * MAX_COMMANDS:
+            calls.append({"type": "response_item", "payload": p})
+    elif sub == "message" and p.get("role") in ("user", "assistant"):
+        text = "\n".join(str(c.get("text") or "") for c in p.get("content") or [] if isinstance(c, dict))
+        if p["role"] == "assistant":
+            replies.append(text[-MAX_TEXT:])
+        elif text.strip() and not text.lstrip().startswith("<") and len(fallback) < MAX_FALLBACK:
+            fallback.append(text[:MAX_TEXT])
+    elif sub not in _QUIET_ITEMS:
+        b.unknown(f"response_item:{sub}")
+
+
+def _commands(b: DigestBuilder, calls: list[dict[str, Any]]) -> None:
+    t = trace.codex_session_trace(calls, b.digest.cwd)
+    for cmd in t.commands:
+        b.tool("", command=cmd)
+    for f in t.files_read:
+        b.tool("", file=f)

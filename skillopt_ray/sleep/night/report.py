@@ -1,0 +1,96 @@
+"""A night's report: each gate decision with its paired difference and interval, the verdict (accepted, rejected,
+or unverified when the gate judged on borrowed tasks), how often this validation set has been looked at, and what
+the night spent. Read from the run directory the night's run wrote."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+
+
+@dataclass
+class GateLine:
+    step: str
+    action: str
+    reason: str
+    mean_diff: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    episodes: int | None = None
+
+
+@dataclass
+class NightReport:
+    run_name: str
+    run_dir: str
+    tasks: dict[str, int]
+    gates: list[GateLine] = field(default_factory=list)
+    verdict: str = "rejected"  # accepted | rejected | unverified
+    val_looks: int = 1
+    val_looks_max: int = 5
+    tokens: int = 0
+    cost_usd: float = 0.0
+    live_path: str = ""
+    proposed: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return any(g.action.startswith("accept") for g in self.gates)
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.verdict == "unverified":
+            out.append("unverified: the night had no validation tasks of its own; the gate judged on train tasks")
+        if self.val_looks >= self.val_looks_max:
+            out.append(
+                f"this validation set has decided {self.val_looks} nights (limit {self.val_looks_max}): gains on it "
+                "are less trustworthy each time; harvest fresh validation tasks"
+            )
+        return out
+
+    def summary(self) -> str:
+        lines = [
+            f"night {self.run_name}: {self.verdict}; tasks {self.tasks}; {self.tokens} tokens, ${self.cost_usd:.4f}"
+        ]
+        for g in self.gates:
+            ci = f"paired difference {g.mean_diff:+.3f} [{g.lo:+.3f}, {g.hi:+.3f}]" if g.mean_diff is not None else ""
+            lines.append(f"  {g.step}: {g.action} {ci}".rstrip())
+        lines += [f"  note: {n}" for n in self.notes()]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as staging and report.json keep it (staging reads `verdict` and the `gates` rows)."""
+        return asdict(self) | {"notes": self.notes(), "changed": self.changed}
+
+
+def gate_line(step: str, g: dict[str, Any]) -> GateLine:
+    t = g.get("gate_test") or {}
+    return GateLine(
+        step, str(g.get("action")), str(g.get("reason") or ""), t.get("mean_diff"), t.get("lo"), t.get("hi"),
+        t.get("episodes"),
+    )  # fmt: skip
+
+
+def build_report(
+    run_dir: Path, run_name: str, splits: dict[str, list[str]], looks: int, looks_max: int, borrowed: bool
+) -> NightReport:
+    rd = RunDir(run_dir)
+    gates = [gate_line(p.parent.name, json.loads(p.read_text())) for p in sorted(run_dir.glob("steps/*/gate.json"))]
+    totals = (rd.read_ledger() or {}).get("totals") or {}
+    rep = NightReport(
+        run_name, str(run_dir), {k: len(v) for k, v in splits.items()}, gates, "rejected", looks, looks_max,
+        int(totals.get("tokens") or 0), float(totals.get("cost_usd") or 0.0),
+    )  # fmt: skip
+    if rep.changed:
+        rep.verdict = "unverified" if borrowed else "accepted"
+    return rep
+
+
+def write_report(folder: Path, rep: NightReport) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(rep.as_dict(), indent=1) + "\n")
+    (folder / "report.md").write_text(f"# Night {rep.run_name}\n\n```\n{rep.summary()}\n```\n", encoding="utf-8")

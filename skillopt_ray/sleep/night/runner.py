@@ -1,0 +1,351 @@
+"""One night: the night's task folder (a fresh harvest, or --tasks) trained on by the runner's own loop with the
+`+experiment=sleep` preset (one run, one MLflow run, its gate), then the best skill written as a real agent skill
+and handed to staging. No second optimizer: the night is a run, and resumes after a kill like any run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.cli import review_gate as review
+from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.sleep.harvest.state import STATE_DIR
+from skillopt_ray.sleep.night import state as night_state
+from skillopt_ray.sleep.night.estimate import Estimate
+from skillopt_ray.sleep.night.report import NightReport, build_report, write_report
+from skillopt_ray.sleep.proposal import skill_home
+
+# a budget's config key -> the flag that sets it, to say which cap stopped a night
+CAP_FLAGS = {
+    "llm.budget.max_tokens": "--max-tokens",
+    "llm.budget.max_cost_usd": "--max-cost",
+    "llm.budget.max_minutes": "--max-minutes",
+    "llm.budget.max_calls": "llm.budget.max_calls",
+}
+
+
+@dataclass
+class NightOptions:
+    project: Path
+    tasks: Optional[Path] = None  # a reviewed task folder; None: harvest one now
+    target: str = "chat"
+    skill: Optional[Path] = None  # a hand-written SKILL.md to start from
+    name: str = skill_home.DEFAULT_NAME
+    install_to: str = "project"
+    max_tokens: int = 0
+    max_cost: float = 0.0
+    max_minutes: float = 0.0
+    i_reviewed: bool = False
+    dry_run: bool = False
+    val_looks_max: int = 5
+    overrides: list[str] = field(default_factory=list)
+    memory: bool = False  # also propose the rules as a marked block of AGENTS.md / CLAUDE.md
+
+
+@dataclass
+class Plan:
+    """A night's run before it starts: its name, task folder, composed config and what it will play."""
+
+    run_name: str
+    tasks: Path
+    overrides: list[str]
+    data: PlainConfig
+    splits: dict[str, list[str]]
+    resumed: bool
+    estimate: Optional[Estimate] = None
+
+
+def task_splits(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """The folder's task ids per split (task.json's `split`), and the ids of tasks with no rule check (a rubric
+    only: their check.py cannot score them)."""
+    out: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    unchecked: list[str] = []
+    for t in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            meta = json.loads((t / "task.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if meta.get("split") in out:
+            out[meta["split"]].append(t.name)
+        if not (meta.get("metadata") or {}).get("checks"):
+            unchecked.append(t.name)
+    return out, unchecked
+
+
+def check_scorable(tasks: Path, splits: dict[str, list[str]], unchecked: list[str]) -> None:
+    """A night spends nothing on tasks none of which can be scored: rubric-only tasks (the heuristic miner's) are
+    not judged yet, and every episode would be a data error, never a real 0."""
+    if not splits["train"] and not splits["val"]:
+        raise ValueError(f"{tasks} holds no train or val task; harvest more sessions or give another --tasks folder")
+    played = set(splits["train"]) | set(splits["val"])
+    if played <= set(unchecked):
+        raise ValueError(
+            f"no train or val task in {tasks} has a rule check (a rubric alone is not judged yet): mine with a model "
+            "(e.g. llm=local) or add checks to the tasks' task.json"
+        )
+    if played & set(unchecked):
+        n = len(played & set(unchecked))
+        print(
+            f"note: {n} of {len(played)} train/val tasks have no rule check and will count as data errors",
+            file=sys.stderr,
+        )
+
+
+def quoted(value: str) -> str:
+    """A Hydra override value taken literally: spaces, commas, brackets, `=` and quotes in a project's path."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[str, list[str]], init: Optional[Path]):
+    """The run's Hydra overrides: the preset, the folder, the night's name, the project's MLflow experiment, the
+    budgets, the target; the user's own model settings last (they win)."""
+    out = [
+        "+experiment=sleep",
+        f"env.data_dir={quoted(str(tasks))}",
+        f"run_name={run_name}",
+        f"output_dir={quoted(str(opts.project / STATE_DIR / 'nights'))}",
+        f"tracking.experiment_name={quoted('sleep-' + opts.project.resolve().name)}",
+        f"llm.budget.max_tokens={opts.max_tokens}",
+        f"llm.budget.max_cost_usd={opts.max_cost}",
+        f"llm.budget.max_minutes={opts.max_minutes}",
+        "debug.progress=off",
+    ]
+    if not splits["val"]:  # nothing held out: the gate borrows the train split, and the night is unverified
+        out.append("env.selection_split=train")
+    if not splits["test"]:  # the run's closing test needs tasks: the selection's (its score says nothing new)
+        out.append(f"env.test_split={'val' if splits['val'] else 'train'}")
+    if opts.target != "chat":
+        out.append(f"llm.target.harness={opts.target}")
+    if init is not None:
+        out.append(f"skill_init={quoted(str(init))}")
+    return out + list(opts.overrides)
+
+
+def starting_skill(opts: NightOptions) -> Optional[Path]:
+    """The skill a night trains from: --skill, else the learned skill already installed where this night would
+    propose it (a later night builds on the one you adopted), else None (the empty seed)."""
+    if opts.skill is not None:
+        return opts.skill
+    live = skill_home.live_path(opts.project, opts.target, opts.install_to, opts.name)
+    return live if live.is_file() and not live.is_symlink() else None
+
+
+def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
+    from skillopt_ray import cli
+
+    splits, unchecked = task_splits(tasks)
+    check_scorable(tasks, splits, unchecked)
+    init = None
+    source = starting_skill(opts)
+    if source is not None:
+        init = opts.project / STATE_DIR / "nights" / f"{run_name}.start.md"
+        init.parent.mkdir(parents=True, exist_ok=True)
+        init.write_text(skill_home.parse(source.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
+    ov = overrides_for(opts, run_name, tasks, splits, init)
+    _obj, data = cli.typed(cli.compose(ov))
+    data = cli.resolve_paths(data)
+    review.require_reviewed(tasks, review.run_endpoints(data), opts.i_reviewed)
+    if opts.i_reviewed and review.read(tasks).get("reviewed") is False:  # the person says so: the run's check agrees
+        review.write(tasks, {**review.read(tasks), "reviewed": True, "reviewed_by": "--i-reviewed"})
+    return Plan(run_name, tasks, ov, data, splits, resumed)
+
+
+def spend_line(p: Plan, opts: NightOptions) -> str:
+    """What the night will play and the caps on what it may spend, said before anything is spent."""
+    o = p.data["optimizer"]
+    caps = [
+        f"{v} {unit}" for v, unit in ((opts.max_tokens, "tokens"), (opts.max_cost, "USD"), (opts.max_minutes, "minutes"))
+        if v
+    ]  # fmt: skip
+    n_sel = len(p.splits["val"] or p.splits["train"])
+    first = len(p.splits["train"]) + 2 * n_sel * o["rollouts_per_task"]
+    return (
+        f"night {p.run_name}{' (resumed)' if p.resumed else ''}: {len(p.splits['train'])} train, "
+        f"{len(p.splits['val'])} val, {len(p.splits['test'])} test tasks from {p.tasks}; at least {first} episodes "
+        f"plus up to {o['gate_seq_budget']:g}x the gate's first pass where its decision is close, and a few "
+        f"optimizer calls a step; caps: {', '.join(caps) or 'none (give --max-tokens, --max-cost, --max-minutes)'}"
+    )
+
+
+def say_estimate(opts: NightOptions, p: Plan) -> None:
+    """The night's estimated spend (skillopt_ray.sleep.night.estimate), printed before the run makes any model call."""
+    from skillopt_ray.sleep.night import estimate
+
+    source = starting_skill(opts)  # its body is in every prompt
+    chars = len(skill_home.parse(source.read_text(encoding="utf-8")).body.strip()) if source else 0
+    p.estimate = estimate.estimate(p.data, p.splits, p.tasks, chars)
+    for line in p.estimate.lines(opts.max_tokens, opts.max_cost):
+        print(line, file=sys.stderr)
+
+
+def stopped_by(message: str) -> str:
+    for key, flag in CAP_FLAGS.items():
+        if key in message:
+            return flag
+    return ""
+
+
+def start(opts: NightOptions, harvest: Any) -> tuple[Path, str, bool]:
+    """The night's task folder and run name: the unfinished night's when there is one (a kill resumes it), else
+    a new night on --tasks or on a fresh harvest (`harvest()` returns its folder)."""
+    st = night_state.load(opts.project)
+    if st.current is not None and (opts.tasks is None or Path(st.current.tasks) == opts.tasks.resolve()):
+        return Path(st.current.tasks), st.current.run_name, True
+    tasks = (opts.tasks or harvest()).resolve()
+    return tasks, f"night-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}", False
+
+
+def remember(opts: NightOptions, p: Plan) -> None:
+    """The night in progress, once its config is known to be good: a kill from here on resumes it."""
+    if opts.dry_run or p.resumed:
+        return
+    st = night_state.load(opts.project)
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    st.current = night_state.Current(p.run_name, str(p.tasks), now)
+    night_state.save(opts.project, st)
+
+
+def run_night(opts: NightOptions, harvest: Any) -> int:
+    """The whole night; returns the exit code. Budget stops (exit 3) keep the night current, to be resumed."""
+    from skillopt_ray.cli import execute
+    from skillopt_ray.cli.report import report
+
+    tasks, run_name, resumed = start(opts, harvest)
+    p = plan(opts, tasks, run_name, resumed)
+    remember(opts, p)
+    print(spend_line(p, opts), file=sys.stderr)
+    say_estimate(opts, p)
+    outcome = execute(p.data, None, {"overrides": p.overrides})
+    code = report(outcome)
+    if code != EXIT_OK:
+        flag = stopped_by(str(outcome.get("message") or ""))
+        if flag:
+            print(
+                f"the night stopped at its {flag} cap; nothing staged; rerun the same command to resume",
+                file=sys.stderr,
+            )
+        return code if code != EXIT_OK else EXIT_STOPPED
+    return finish(opts, p, Path(outcome["run_dir"]))
+
+
+def never_scored(run_dir: Path) -> bool:
+    """Every evaluation the run made scored no task (data errors only): its zeros are not results."""
+    path = run_dir / "scores.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    evals = [json.loads(ln).get("eval") or {} for ln in lines if ln.strip()]
+    return bool(evals) and all(not e.get("n_scored") for e in evals)
+
+
+def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
+    """The best skill as SKILL.md, the report, the state, and (unless a dry run) the staged proposal."""
+    st = night_state.load(opts.project)
+    if never_scored(run_dir):
+        st.current = None  # the night ran to its end: a rerun would only repeat it
+        night_state.save(opts.project, st)
+        print(f"error: no episode of the night could be scored (every check a data error: {run_dir / 'steps'}); "
+              "nothing staged", file=sys.stderr)  # fmt: skip
+        return EXIT_ERROR
+    fp = night_state.val_fingerprint(p.splits["val"] or p.splits["train"])
+    looks = st.val_looks.get(fp, 0) + 1
+    source = starting_skill(opts)
+    start_text = source.read_text(encoding="utf-8") if source else ""
+    doc = skill_home.parse(start_text, opts.name)
+    best = (run_dir / "best_skill.md").read_text(encoding="utf-8")
+    live = skill_home.live_path(opts.project, opts.target, opts.install_to, doc.name, opts.skill)
+    folder = run_dir / "night" / "skill" / skill_home.check_name(doc.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(doc.text(skill_home.without_seed(best)), encoding="utf-8")
+    rep = build_report(run_dir, p.run_name, p.splits, looks, opts.val_looks_max, borrowed=not p.splits["val"])
+    rep.live_path, rep.proposed = str(live), str(folder / "SKILL.md")
+    write_report(run_dir / "night", rep)
+    print(rep.summary())
+    say_spent(p, run_dir)
+    if opts.dry_run:
+        print(f"dry run: nothing staged (the proposal is in {folder})")
+        return EXIT_OK
+    from skillopt_ray.sleep.proposal import staging
+
+    st.val_looks[fp] = looks
+    st.nights += 1
+    st.current = None
+    # staged before the state lets the night go, so a kill while staging resumes it; a kill after staging and before
+    # the save resumes a night already staged (whole, by its manifest), which is not staged twice
+    done = staging.staging_root(opts.project) / p.run_name.removeprefix("night-") / staging.MANIFEST
+    if done.is_file():
+        print(f"staged in {done.parent} before a kill stopped the night; adopt it with: "
+              f"python -m skillopt_ray.sleep adopt --project {opts.project}")  # fmt: skip
+        code = EXIT_OK
+    else:
+        code = stage(opts, p, folder, live, rep)
+    night_state.save(opts.project, st)
+    return code
+
+
+def say_spent(p: Plan, run_dir: Path) -> None:
+    """What the night spent beside its estimate, printed and kept as night/estimate.json."""
+    from skillopt_ray.runs.rundir import RunDir
+    from skillopt_ray.sleep.night import estimate
+
+    if p.estimate is None:
+        return
+    totals = (RunDir(run_dir).read_ledger() or {}).get("totals") or {}
+    print(f"  {estimate.compare(p.estimate, totals)}")
+    out = p.estimate.as_dict() | {"spent": {k: totals.get(k) for k in ("calls", "tokens", "cost_usd")}}
+    (run_dir / "night" / "estimate.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
+def memory_proposal(opts: NightOptions, name: str, skill_md: Path) -> Optional[tuple[str, Path]]:
+    """With --memory, the memory file with the learned skill's body in its marked block (None without the flag)."""
+    if not opts.memory:
+        return None
+    from skillopt_ray.sleep.proposal import memory
+
+    body = skill_home.parse(skill_md.read_text(encoding="utf-8"), name).body
+    return memory.proposal(opts.project, opts.target, name, body)
+
+
+def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
+    """Hand every finished night to staging, also one whose gate accepted nothing (staged `changed: false`, for
+    `status` to show and `adopt` to refuse), so each night leaves its report where you look for it."""
+    from skillopt_ray.sleep.proposal import staging
+
+    root = live.parent.parent  # <root>/<name>/SKILL.md: adoption may write only under the skills folder
+    try:
+        mem = memory_proposal(opts, folder.name, folder / "SKILL.md") if rep.changed else None
+    except ValueError as e:
+        print(f"error: staging refused the night's memory block: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    proposal = staging.NightProposal(
+        project=opts.project,
+        stamp=p.run_name.removeprefix("night-"),
+        skill_name=folder.name,
+        proposed_skill_dir=folder,
+        live_skill_dir=live.parent,
+        skill_roots=[root],
+        report_md=(folder.parent.parent / "report.md").read_text(encoding="utf-8"),
+        report=rep.as_dict(),
+        evidence_dir=Path(rep.run_dir) / "steps",
+        memory=mem,
+    )
+    try:
+        where = staging.stage_night(proposal)
+    except (ValueError, OSError) as e:
+        print(f"error: staging refused the night: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    if not rep.changed:
+        if staging.first_install(staging.load_manifest(where)):
+            print(f"staged in {where} (changed nothing: no candidate skill passed the gate; no skill is live yet, so "
+                  f"adopting installs the one it started from: python -m skillopt_ray.sleep adopt --project "
+                  f"{opts.project})")  # fmt: skip
+        else:
+            print(f"staged in {where} (changed nothing: no candidate skill passed the gate; nothing to adopt)")
+        return EXIT_OK
+    print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
+    return EXIT_OK

@@ -1,0 +1,138 @@
+"""`status`: the project's staged nights, their scores and verdicts, which are adopted, undone or pending, and whether
+a pending one still applies (its pins match the live files). Read-only: it recovers nothing, it says what to run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, TypedDict
+
+from skillopt_envs.jsontypes import JSONObject
+
+from skillopt_ray.sleep.proposal import staging
+from skillopt_ray.sleep.proposal.adopt import ADOPTED, UNDONE, wal_path
+from skillopt_ray.sleep.proposal.staging import StagedManifest, file_pin
+
+
+class NightRow(TypedDict, total=False):
+    """One staged night as `status` lists it (an unreadable one has its stamp and state only)."""
+
+    stamp: str
+    skill: str
+    live_skill_dir: str
+    verdict: str
+    verified: bool
+    summary: JSONObject
+    state: str
+    folder: str
+    memory: str  # the memory file the night proposes a block for, and the block's size
+
+
+class NightsStatus(TypedDict):
+    """What `status --json` prints."""
+
+    project: str
+    nights: list[NightRow]
+    pending: list[str]
+    interrupted: Optional[str]
+
+
+def night_state(night: Path, m: StagedManifest) -> str:
+    if (night / UNDONE).exists():
+        return "undone"
+    if (night / ADOPTED).exists():
+        return "adopted"
+    if staging.first_install(m):
+        return "pending (changed nothing; adopting installs the skill it started from: no skill is live yet)"
+    if staging.unchanged(m):
+        return "changed nothing (nothing to adopt)"
+    stale = any(file_pin(Path(r["live_path"])) != r["live_sha256"] for r in m["files"] if _plain(r["live_path"]))
+    return "pending (stale: the live skill changed since staging)" if stale else "pending"
+
+
+def _plain(path: str) -> bool:
+    p = Path(path)
+    return not p.is_symlink() and (p.is_file() or not p.exists())
+
+
+def collect(project: Path) -> NightsStatus:
+    rows: list[NightRow] = []
+    for night in staging.nights(project):
+        try:
+            m = staging.load_manifest(night)
+        except ValueError as e:
+            rows.append({"stamp": night.name, "state": f"unreadable: {e}"})
+            continue
+        rows.append(
+            {
+                "stamp": m["stamp"],
+                "skill": m["skill_name"],
+                "live_skill_dir": m["live_skill_dir"],
+                "verdict": m["verdict"],
+                "verified": m["verified"],
+                "summary": m["summary"],
+                "state": night_state(night, m),
+                "folder": str(night),
+            }
+        )
+        note = memory_note(night, m)
+        if note:
+            rows[-1]["memory"] = note
+    wal = wal_path(project)
+    return {
+        "project": str(project.resolve()),
+        "nights": rows,
+        "pending": [r["stamp"] for r in rows if str(r["state"]).startswith("pending")],
+        "interrupted": str(wal) if wal.exists() else None,
+    }
+
+
+def memory_note(night: Path, m: StagedManifest) -> Optional[str]:
+    """The staged memory block in one line: which file, which block, how many lines it proposes."""
+    from skillopt_ray.sleep.proposal import memory
+
+    for row in m["files"]:
+        if row["kind"] != "memory":
+            continue
+        try:
+            inner = memory.block_text((night / row["rel"]).read_bytes().decode("utf-8"), m["skill_name"])
+        except (OSError, ValueError) as e:
+            return f"{row['live_path']}: unreadable staged block ({e})"
+        return f"{row['live_path']}: block {m['skill_name']!r}, {len((inner or '').splitlines())} lines"
+    return None
+
+
+def fmt_summary(s: JSONObject) -> str:
+    parts = []
+    if "before" in s and "after" in s:
+        parts.append(f"score {s['before']:.3f} -> {s['after']:.3f}")
+    if s.get("mean_diff") is not None:
+        parts.append(
+            f"paired diff {s['mean_diff']:+.3f} [{s.get('lo', float('nan')):+.3f}, {s.get('hi', float('nan')):+.3f}]"
+        )
+    return "; ".join(parts)
+
+
+def render(st: NightsStatus) -> str:
+    if not st["nights"]:
+        return f"no staged nights in {staging.staging_root(Path(st['project']))}"
+    lines = []
+    for r in st["nights"]:
+        if "verdict" not in r:
+            lines.append(f"{r['stamp']}  {r['state']}")
+            continue
+        extra = fmt_summary(r["summary"])
+        lines.append(f"{r['stamp']}  {r['skill']}  {r['verdict']}  {r['state']}" + (f"  ({extra})" if extra else ""))
+        if r.get("memory"):
+            lines.append(f"  memory {r['memory']}")
+    if st["pending"]:
+        lines.append(f"pending: {', '.join(st['pending'])} (adopt with: python -m skillopt_ray.sleep adopt --project "
+                     f"{st['project']} --night STAMP)")  # fmt: skip
+    if st["interrupted"]:
+        lines.append(f"an adoption was interrupted ({st['interrupted']}); the next `adopt` rolls it back")
+    return "\n".join(lines)
+
+
+def status(project: Path, as_json: bool) -> str:
+    st = collect(project)
+    return json.dumps(st, indent=1, sort_keys=True) if as_json else render(st)
