@@ -234,14 +234,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mix", type=float, nargs=3, default=[1.0, 1.0, 1.0], metavar=("WORSE", "EQUAL", "BETTER"),
                     help="how often a candidate is worse, equal, better (weights)")  # fmt: skip
     ap.add_argument("--gates", nargs="+", default=list(GATES), choices=list(GATES))
-    ap.add_argument("--sequential", type=float, nargs=5, default=None,
-                    metavar=("ACCEPT", "REJECT", "FINAL", "BUDGET", "PER_SQRT"),
-                    help="the sequential gate's boundaries (net paired wins) and extra budget (default: the runner's)")  # fmt: skip
+    ap.add_argument("--sequential", type=float, nargs=6, default=None,
+                    metavar=("ACCEPT", "REJECT", "FINAL", "BUDGET", "PER_SQRT", "TASK_P"),
+                    help="the sequential gate's boundaries (net paired wins), extra budget and level over tasks "
+                         "(default: the runner's)")  # fmt: skip
     a = ap.parse_args(argv)
     rule = SequentialRule()
     if a.sequential:
-        acc, rej, fin, budget, per_sqrt = a.sequential
-        rule = SequentialRule(acc, rej, fin, budget, margin_per_sqrt=per_sqrt)
+        acc, rej, fin, budget, per_sqrt, task_p = a.sequential
+        rule = SequentialRule(acc, rej, fin, budget, margin_per_sqrt=per_sqrt, task_p=task_p)
     print(
         f"{a.trainings} trainings x {a.steps} candidates per row; a candidate's effect is -e, 0 or +e logit "
         f"(weights {' : '.join(f'{w:g}' for w in a.mix)}); alpha={a.alpha}; hard gate"

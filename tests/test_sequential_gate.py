@@ -20,7 +20,7 @@ from skillopt_ray.runs.report import paired_text
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.stages.gate import GatePolicy
-from skillopt_ray.stages.sequential_gate import SequentialRule, pair_stats, sequential_gate
+from skillopt_ray.stages.sequential_gate import SequentialRule, pair_stats, sequential_gate, sign_flip_p
 
 # ---------------------------------------------------------------- the procedure on its own
 
@@ -42,8 +42,8 @@ def run(rule, cand, cur, script=None, log=None):
 
 def test_a_clear_winner_is_accepted_at_the_first_look_with_no_extra_episode():
     cand = {f"t{i}": [1.0] for i in range(10)}
-    cur = {f"t{i}": [1.0 if i < 3 else 0.0] for i in range(10)}  # 7 pairs won, none lost: net +7 >= 6
-    out = run(SequentialRule(), cand, cur)
+    cur = {f"t{i}": [1.0 if i < 3 else 0.0] for i in range(10)}  # 7 pairs won, none lost: net +7 >= 5, p = 2^-7
+    out = run(SequentialRule(accept_at=6), cand, cur)
     assert out.accepted and out.stopped == "accept_boundary"
     assert (out.episodes, out.looks, out.net, out.n_better, out.n_worse) == (10, 1, 7.0, 7, 0)
     assert out.candidate_extra == {} and out.current_extra == {}
@@ -52,7 +52,7 @@ def test_a_clear_winner_is_accepted_at_the_first_look_with_no_extra_episode():
 def test_a_clear_loser_is_rejected_at_once():
     cand = {f"t{i}": [0.0] for i in range(10)}
     cur = {f"t{i}": [1.0 if i < 2 else 0.0] for i in range(10)}  # net -2: the reject boundary
-    out = run(SequentialRule(), cand, cur)
+    out = run(SequentialRule(reject_at=2), cand, cur)
     assert not out.accepted and out.stopped == "reject_boundary" and out.episodes == 10
 
 
@@ -61,7 +61,7 @@ def test_a_close_call_plays_pairs_on_the_tasks_that_disagreed_first_then_decides
     cur = {f"t{i}": [1.0 if i == 3 else 0.0] for i in range(9)}  # net +2: undecided
     script = {(w, t): [1.0 if w == "candidate" else 0.0] * 10 for w in ("candidate", "current") for t in cand}
     log: list[Any] = []
-    out = run(SequentialRule(), cand, cur, script, log)
+    out = run(SequentialRule(accept_at=6), cand, cur, script, log)
     # the first look's extra pairs go to tasks whose pair disagreed (t0..t3), both skills each time
     assert {t for _, t in log[0]} <= {"t0", "t1", "t2", "t3"}
     assert sorted(w for w, _ in log[0]) == ["candidate", "candidate", "current", "current"]
@@ -71,22 +71,22 @@ def test_a_close_call_plays_pairs_on_the_tasks_that_disagreed_first_then_decides
 
 
 def test_the_budget_ends_a_close_call_at_the_final_margin():
-    rule = SequentialRule(accept_at=6, reject_at=2, final_at=4, extra_budget=1.0, min_extra=0)
-    cand = {f"t{i}": [1.0 if i < 3 else 0.0] for i in range(8)}
-    cur = {f"t{i}": [0.0] for i in range(8)}  # net +3
-    ties = {(w, t): [1.0] * 20 for w in ("candidate", "current") for t in cand}  # every new pair a tie
+    rule = SequentialRule(accept_at=7, reject_at=2, final_at=5, extra_budget=1.0, min_extra=0)
+    cand = {f"t{i}": [1.0 if i < 4 else 0.0] for i in range(8)}
+    cur = {f"t{i}": [0.0] for i in range(8)}  # net +4 over 4 tasks: p = 1/16
+    ties = {(w, t): [1.0, 0.0] * 10 for w in ("candidate", "current") for t in cand}  # every new pair a tie
     out = run(rule, cand, cur, ties)
-    assert out.stopped == "budget" and out.episodes == 16 and not out.accepted  # +3 < 4 at the end
-    out = run(SequentialRule(accept_at=6, reject_at=2, final_at=3, extra_budget=1.0, min_extra=0), cand, cur,
+    assert out.stopped == "budget" and out.episodes == 16 and not out.accepted  # +4 < 5 at the end
+    out = run(SequentialRule(accept_at=7, reject_at=2, final_at=4, extra_budget=1.0, min_extra=0), cand, cur,
               {k: list(v) for k, v in ties.items()})  # fmt: skip
-    assert out.stopped == "budget" and out.accepted  # +3 >= 3
+    assert out.stopped == "budget" and out.accepted  # +4 >= 4 and p = 1/16 <= 0.1
 
 
 def test_the_current_skills_unpaired_samples_make_a_pair_cost_one_episode():
     cand = {"a": [1.0], "b": [0.0]}
     cur = {"a": [0.0, 0.0, 0.0], "b": [1.0]}  # a: two stored samples of the current skill wait for partners
     log: list[Any] = []
-    run(SequentialRule(accept_at=6, reject_at=2, final_at=4, extra_budget=2.0, min_extra=0), cand, cur,
+    run(SequentialRule(accept_at=6, reject_at=2, final_at=4, extra_budget=2.0, min_extra=0, task_p=0.5), cand, cur,
         {("candidate", "a"): [1.0, 1.0], ("candidate", "b"): [0.0] * 4, ("current", "b"): [1.0] * 4}, log)  # fmt: skip
     assert log[0][0] == ("candidate", "a") and ("current", "a") not in log[0]
 
@@ -95,14 +95,14 @@ def test_an_unscored_sample_is_no_pair_never_a_zero():
     cand = {f"t{i}": [1.0 if i < 3 else 0.0] for i in range(6)}
     cur = {f"t{i}": [0.0] for i in range(6)}
     script = {(w, t): [None] * 20 for w in ("candidate", "current") for t in cand}  # every extra episode fails
-    out = run(SequentialRule(extra_budget=1.0), cand, cur, script)
+    out = run(SequentialRule(extra_budget=1.0, task_p=0.2), cand, cur, script)
     assert out.pairs == 6 and out.net == 3.0 and out.candidate_extra == {} and out.current_extra == {}
 
 
 def test_tasks_one_side_did_not_score_take_no_part():
     net, disc, pairs, better, worse = pair_stats({"a": [1.0], "b": [1.0, 0.0]}, {"a": [0.0], "b": [1.0]})
     assert (net, disc, pairs, better, worse) == (1.0, 1, 2, 1, 0)
-    out = run(SequentialRule(extra_budget=0), {"a": [1.0], "gone": [1.0]}, {"a": [0.0]})
+    out = run(SequentialRule(extra_budget=0, task_p=0.6), {"a": [1.0], "gone": [1.0]}, {"a": [0.0]})
     assert out.n_tasks == 1 and out.pairs == 1
 
 
@@ -273,11 +273,46 @@ def test_the_custom_preset_uses_auto_and_the_paper_preset_the_papers_gate():
 
 
 def test_a_handful_of_tasks_still_gets_pairs_enough_to_accept():
-    cand = {"a": [1.0], "b": [1.0]}
-    cur = {"a": [0.0], "b": [0.0]}
+    cand = {t: [1.0] for t in "abcde"}
+    cur = {t: [1.0 if t in "cde" else 0.0] for t in "abcde"}  # net +2 over 5 tasks
     script = {(w, t): [1.0 if w == "candidate" else 0.0] * 20 for w in ("candidate", "current") for t in cand}
-    out = run(SequentialRule(), cand, cur, script)  # 2 tasks: 2 x 2 extra episodes would never reach +7
-    assert out.accepted and out.net >= 7 and out.episodes <= 2 + 24
+    out = run(SequentialRule(), cand, cur, script)  # 5 tasks: 5 x 2 extra episodes would never reach +5
+    assert out.accepted and out.net >= 5 and out.episodes <= 5 + 24 and out.p_value <= 0.1
+
+
+# ---------------------------------------------------------------- the task is the unit of evidence (issue 47)
+
+
+def test_repeats_of_a_few_tasks_never_accept_whatever_they_replay():
+    """A deterministic endpoint that does not say temperature 0: 3 tasks won, replayed as often as asked."""
+    cand = {t: [1.0] for t in "abc"}
+    cur = {t: [0.0] for t in "abc"}
+    script = {(w, t): [1.0 if w == "candidate" else 0.0] * 40 for w in ("candidate", "current") for t in cand}
+    log: list[Any] = []
+    out = run(SequentialRule(), cand, cur, script, log)
+    assert not out.accepted and out.stopped == "too_few_tasks" and log == []  # nothing more paid
+    assert SequentialRule().min_tasks == 4 and out.p_value == 0.125
+    seven = run(SequentialRule(accept_at=5, task_p=0.2), cand, cur, script)  # 1/8 <= 0.2: pairs may be played
+    assert seven.n_tasks == 3 and seven.p_value == 0.125  # however many replays: 3 observations
+
+
+def test_the_sign_flip_test_counts_tasks_not_pairs():
+    assert sign_flip_p([1.0, 1.0, 1.0]) == 0.125
+    assert sign_flip_p([7.0, 7.0, 7.0]) == 0.125  # 7 replays of each of 3 tasks: still 3 observations
+    assert sign_flip_p([1.0, 1.0, -1.0]) == 0.5 and sign_flip_p([]) == 1.0 and sign_flip_p([0.0, 0.0]) == 1.0
+    assert abs(sign_flip_p([1.0] * 6) - 1 / 64) < 1e-12
+
+
+def test_exact_ties_stop_paying_once_they_cannot_change_the_decision():
+    """Every pair a tie (a clean run whose extra pairs replay ties): a settled task gets no more pairs, and once too
+    few tasks could still favour the candidate the gate stops."""
+    cand = {f"t{i}": [1.0] for i in range(7)}
+    cur = {f"t{i}": [1.0] for i in range(7)}
+    script = {(w, t): [1.0] * 40 for w in ("candidate", "current") for t in cand}
+    log: list[Any] = []
+    out = run(SequentialRule(), cand, cur, script, log)
+    assert not out.accepted and out.stopped == "settled"
+    assert out.episodes - 7 <= 8, out  # before: the whole budget (24 extra episodes), every pair a tie
 
 
 # ---------------------------------------------------------------- a deterministic target: a repeat is no fresh evidence
@@ -287,13 +322,13 @@ def test_a_deterministic_target_counts_each_task_once_and_plays_no_extra_pair():
     cand = {"a": [1.0, 1.0, 1.0], "b": [1.0, 1.0, 1.0], "c": [0.0, 0.0, 0.0]}
     cur = {"a": [0.0, 0.0, 0.0], "b": [0.0, 0.0, 0.0], "c": [0.0, 0.0, 0.0]}
     log: list[Any] = []
-    out = run(SequentialRule(deterministic=True), cand, cur, log=log)
+    out = run(SequentialRule(deterministic=True, task_p=0.5), cand, cur, log=log)
     assert log == [] and out.looks == 1 and out.stopped == "budget"
     assert (out.net, out.pairs, out.n_better) == (2.0, 3, 2)  # three repeats of a replay are one pair per task
-    assert not out.accepted  # 2 tasks better cannot reach the final margin +4
-    stochastic = run(SequentialRule(), cand, cur, {(w, t): [1.0 if w == "candidate" and t != "c" else 0.0] * 20
-                                                    for w in ("candidate", "current") for t in cand})  # fmt: skip
-    assert stochastic.accepted and stochastic.net >= 7  # fresh samples that keep agreeing are evidence
+    assert not out.accepted  # 2 tasks better cannot reach the final margin +3
+    sampled = run(SequentialRule(), cand, cur, {(w, t): [1.0 if w == "candidate" and t != "c" else 0.0] * 20
+                                                for w in ("candidate", "current") for t in cand})  # fmt: skip
+    assert not sampled.accepted and sampled.n_tasks == 3  # without temperature 0 either: 3 tasks, 3 observations
 
 
 def test_gate_seq_deterministic_false_on_the_command_line_is_taken():
@@ -327,10 +362,11 @@ class ReplayRunner:
         return out
 
 
-@pytest.mark.parametrize("temperature,accepted", [(0.0, False), (None, True)])
+@pytest.mark.parametrize("temperature,accepted", [(0.0, False), (None, False)])
 def test_at_temperature_0_replays_of_two_won_tasks_do_not_accept(tmp_path, temperature, accepted):
-    """At temperature 0 the gate pays only the first pass and rejects; a target with no temperature set (sampled)
-    plays extra pairs, and two tasks that keep being won reach the accept boundary."""
+    """At temperature 0 the gate pays only the first pass and rejects; a deterministic endpoint that does not say
+    temperature 0 replays the two won tasks as often as the gate asks, and still cannot accept (each task is one
+    observation: 2 tasks better of 18 is p = 1/4)."""
     cfg = Config(experiment="sequential")
     cfg.llm.target.temperature = temperature
     cfg.optimizer = OptimizerConfig(epochs=1, batch_size=1, minibatch_size=8, slow_update=False, meta_skill=False,
@@ -343,5 +379,7 @@ def test_at_temperature_0_replays_of_two_won_tasks_do_not_accept(tmp_path, tempe
     asyncio.run(trainer.run())
     gate = json.loads((rd.root / "steps" / "e01_s002" / "gate.json").read_text())
     assert gate["action"].startswith("accept") is accepted, gate["reason"]
-    if not accepted:
+    if temperature == 0.0:
         assert gate["gate_test"]["episodes"] == 18 and "deterministic target counts each task once" in gate["reason"]
+    else:
+        assert gate["gate_test"]["tasks_better"] == 2 and gate["gate_test"]["p_value"] == 0.25, gate["reason"]

@@ -281,6 +281,7 @@ class CustomBenchmark(Benchmark):
         if out.infra:
             return _infra(task, out.reason, "sandbox_start")
         system, user, info = shown
+        info = {**info, **_judge_info(t, reply, out.value is None)}
         if out.value is None:
             r = self._result(task, t, reply, answer, 0.0, out.reason, system, user, info, check=out)
             r.fail_reason, r.error = "data_error", f"data: {out.reason}"
@@ -371,6 +372,15 @@ class CustomBenchmark(Benchmark):
             return self._check_result(task, t, reply, extract_answer(reply), res, system, user, info)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _judge_info(t: UserTask, reply: str, unscored: bool) -> dict[str, Any]:
+    """For a task whose metadata holds a rubric: what the runner's judge reads (the request, the rubric, the reply),
+    and whether the check gave no score (then only the judge can score it; until it does, a data error)."""
+    rubric = (t.raw.get("metadata") or {}).get("rubric")
+    if not isinstance(rubric, str) or not rubric.strip():
+        return {}
+    return {"judge": {"prompt": t.prompt, "rubric": rubric.strip(), "outcome": reply, "unscored": unscored}}
 
 
 def _check_verdict(t: UserTask, value: float, hard: bool, out: checks.CheckOutcome) -> str:

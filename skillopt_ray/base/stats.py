@@ -140,6 +140,10 @@ class GateTestDict(PairedTestDict, total=False):
     reject_at: float
     final_at: float
     stopped: str
+    task_p: float
+    tasks_better: int
+    tasks_worse: int
+    judge_errors: int
     n_tasks: int
     candidate_extra: dict[str, list[float]]
     current_extra: dict[str, list[float]]

@@ -94,9 +94,9 @@ def check_keys(data: PlainConfig) -> None:
 
 def check_endpoints(data: PlainConfig) -> None:
     """Every remote role has its endpoint and the environment variable holding its key."""
-    for role in ("target", "optimizer"):
-        r = data["llm"][role]
-        if r["provider"] == "embedded":
+    for role in ("target", "optimizer", "judge"):
+        r = data["llm"].get(role) or {}
+        if not r.get("model") or r["provider"] == "embedded":  # an unset judge is the optimizer's endpoint
             continue
         if r["provider"] == "azure" and not r.get("azure_endpoint"):
             raise UsageError(f"Azure backend needs an endpoint: set AZURE_OPENAI_ENDPOINT or llm.{role}.azure_endpoint")

@@ -134,8 +134,8 @@ class EmbeddedStart:
 def with_endpoint(data: PlainConfig, url: str) -> PlainConfig:
     """A copy of the config whose embedded roles call `url`."""
     out = copy.deepcopy(data)
-    for r in ("target", "optimizer"):
-        if out["llm"][r]["provider"] == "embedded":
+    for r in ("target", "optimizer", "judge"):
+        if r in out["llm"] and out["llm"][r].get("model") and out["llm"][r]["provider"] == "embedded":
             out["llm"][r]["base_url"] = url
     return out
 

@@ -21,6 +21,7 @@ from skillopt_ray.config.schema import (
     PriceConfig,
     RayConfig,
     TrackingConfig,
+    judge_role,
     register_schema,
 )
 from skillopt_ray.config.validation import SPLITS, check_run_name, validate
@@ -39,6 +40,7 @@ __all__ = [
     "EvalConfig",
     "LLMConfig",
     "LLMRoleConfig",
+    "judge_role",
     "OptimizerConfig",
     "PriceConfig",
     "RayConfig",

@@ -41,7 +41,11 @@ def run_identity(cfg_dict: Mapping[str, Any], inputs: Optional[Mapping[str, obje
     the data, or upgrading the tool, gives a new identity instead of the old results."""
     ident = {k: v for k, v in cfg_dict.items() if k not in _IDENTITY_EXCLUDE}
     llm = {k: v for k, v in dict(ident.get("llm", {})).items() if k not in _LLM_NOT_IDENTITY}
-    for role in ("target", "optimizer"):
+    if isinstance(llm.get("judge"), dict) and not llm["judge"].get("model"):
+        llm.pop(
+            "judge"
+        )  # the optimizer's endpoint judges: already in the identity (and runs before the judge keep theirs)
+    for role in ("target", "optimizer", "judge"):
         if isinstance(llm.get(role), dict):
             r = {k: v for k, v in llm[role].items() if k not in _ROLE_NOT_IDENTITY}
             if r.get("provider") == "embedded":

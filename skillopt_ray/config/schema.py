@@ -141,6 +141,10 @@ class LLMConfig:
     base_url: Optional[str] = None  # convenience: applies to both roles when set
     target: LLMRoleConfig = field(default_factory=LLMRoleConfig)
     optimizer: LLMRoleConfig = field(default_factory=LLMRoleConfig)
+    # the judge of rubric tasks (a task with a rubric and no rule check; docs/sleep.md). Its model left empty: the
+    # optimizer's endpoint, whole. Set llm.judge.model (and provider, base_url, api_key_env, ... as for any role) for
+    # another endpoint, e.g. another preset's optimizer
+    judge: LLMRoleConfig = field(default_factory=lambda: LLMRoleConfig(model=""))
     cache_mode: str = "record"  # record | replay | off
     max_retries: int = 6
     retry_base_s: float = 1.0
@@ -152,6 +156,11 @@ class LLMConfig:
     prices: dict[str, PriceConfig] = field(default_factory=dict)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
+
+
+def judge_role(llm: LLMConfig) -> LLMRoleConfig:
+    """The judge's endpoint: llm.judge when its model is set, else the optimizer's."""
+    return llm.judge if llm.judge.model else llm.optimizer
 
 
 @dataclass
@@ -204,11 +213,14 @@ class OptimizerConfig:
     gate_alpha: float = 0.05  # the paired test's one-sided level
     # the sequential gate's boundaries in net paired wins (task units), and its extra episodes at most as a multiple
     # of the first pass's (calibrated by scripts/bench_gate.py: worse candidates accepted at most 2% at 18 tasks)
-    gate_seq_accept_at: float = 7.0
-    gate_seq_reject_at: float = 2.0
-    gate_seq_final_at: float = 4.0
-    gate_seq_budget: float = 2.0
+    gate_seq_accept_at: float = 5.0
+    gate_seq_reject_at: float = 3.0
+    gate_seq_final_at: float = 3.0
+    gate_seq_budget: float = 3.0
     gate_seq_min_extra: int = 24  # ... but at least this many extra episodes (small selection sets)
+    # each task is one observation (its repeats and extra pairs together): the exact sign-flip test over tasks must
+    # also reach this p-value to accept, so replays of a few tasks never do (a split needs 2^-tasks <= this to accept)
+    gate_seq_task_p: float = 0.1
     # does the target replay the same episode for the same task? Then a repeat is no fresh evidence: each task counts
     # once and no extra pairs are played. auto: yes for a chat target at temperature 0; true | false force it
     gate_seq_deterministic: str = "auto"

@@ -31,6 +31,10 @@ def _check_sequential(o: Any) -> None:
         raise ConfigError(
             f"optimizer.gate_seq_deterministic={o.gate_seq_deterministic!r} is invalid; use auto, true or false"
         )
+    if not 0 < o.gate_seq_task_p < 1:
+        raise ConfigError(
+            f"optimizer.gate_seq_task_p={o.gate_seq_task_p!r} is invalid; use a p-value in (0, 1), e.g. 0.05"
+        )
     if o.gate_seq_budget < 0:
         raise ConfigError(f"optimizer.gate_seq_budget={o.gate_seq_budget!r} is invalid; use 0 or more (e.g. 2.0)")
     if o.gate_seq_min_extra < 0:
@@ -55,8 +59,9 @@ def validate(cfg: Config) -> Config:
     _choice("mode", cfg.mode, ("train", "eval"))
     check_run_name(cfg.run_name)
     _validate_optimizer(cfg.optimizer)
-    for role in ("target", "optimizer"):
-        _validate_role(cfg, role, getattr(cfg.llm, role))
+    for role in ("target", "optimizer", "judge"):
+        if role != "judge" or cfg.llm.judge.model:  # an unset judge is the optimizer's endpoint, checked as such
+            _validate_role(cfg, role, getattr(cfg.llm, role))
     for key in (
         "max_cost_usd",
         "max_tokens",
@@ -268,7 +273,7 @@ def _check_url(key: str, url: Optional[str]) -> None:
 def _check_urls(cfg: Config) -> None:
     """Endpoint URLs are http(s) with a host: anything else would be retried as a dropped connection."""
     _check_url("llm.base_url", cfg.llm.base_url)
-    for role in ("target", "optimizer"):
+    for role in ("target", "optimizer", "judge"):
         r: LLMRoleConfig = getattr(cfg.llm, role)
         _check_url(f"llm.{role}.base_url", r.base_url)
         _check_url(f"llm.{role}.azure_endpoint", r.azure_endpoint)

@@ -28,6 +28,7 @@ from skillopt_ray.runs.state import RunState
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.skill.document import inject_empty_appendix_field
 from skillopt_ray.stages.gate import GatePolicy
+from skillopt_ray.stages.judge import Judge
 
 __all__ = ["SimulatedInterrupt", "Splits", "Trainer", "limit_tasks"]
 
@@ -59,7 +60,7 @@ class Trainer:
         self.policy = GatePolicy.from_config(o, len(splits.selection), deterministic)
         self.evaluator = Evaluator(
             rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed,
-            max_data_fraction=o.max_data_error_fraction,
+            max_data_fraction=o.max_data_error_fraction, judge=Judge(llm),
         )  # fmt: skip
         parts = (cfg, llm, self.recorder, self.evaluator, self.schedule)
         self.steps = TrainStep(*parts, guard, self._set_progress)
@@ -94,6 +95,12 @@ class Trainer:
         rec.save()
 
     async def run(self) -> JSONObject:
+        try:
+            return await self._run()
+        finally:
+            self.evaluator.save_judge()
+
+    async def _run(self) -> JSONObject:
         await self.init_state()
         st = self.state
         if st.initial_score is None:

@@ -18,7 +18,7 @@ from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.io import atomic_write_json, read_json
 from skillopt_ray.base.lifeline import Owner
-from skillopt_ray.config import LLMConfig, from_container
+from skillopt_ray.config import LLMConfig, from_container, judge_role
 from skillopt_ray.llm.cache import ResponseCache, request_key
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, describe
@@ -67,13 +67,18 @@ def bounded_schema(schema: Any, max_items: Optional[int], max_chars: Optional[in
     return out
 
 
+# the model roles: the target plays episodes, the optimizer edits the skill, the judge compares outcomes of rubric
+# tasks (its own endpoint, or the optimizer's: stages/judge.py)
+ROLES = ("target", "optimizer", "judge")
+
+
 def role_endpoints(cfg: LLMConfig) -> dict[str, Endpoint]:
     """One SDK client per role (a role without its own base_url takes llm.base_url): a RoleEndpoint, or an
     AnthropicEndpoint with the same interface for provider=anthropic."""
     retry = RetryPolicy.from_config(cfg)
     out: dict[str, Endpoint] = {}
-    for i, role in enumerate(("target", "optimizer")):
-        rc = getattr(cfg, role)
+    for i, role in enumerate(ROLES):
+        rc = judge_role(cfg) if role == "judge" else getattr(cfg, role)
         if cfg.base_url and not rc.base_url:
             rc.base_url = cfg.base_url
         if rc.provider == "anthropic":  # the Messages API through the anthropic SDK
@@ -97,7 +102,7 @@ class Gateway:
         self.senders: list[Any] = []
         self.respawn_sender: Optional[Any] = None  # () -> a new sender actor
         self._next_sender = 0
-        for role in ("target", "optimizer"):
+        for role in ROLES:
             rc = self.endpoints[role].cfg
             ep_key = f"{rc.provider}|{rc.base_url or rc.azure_endpoint}|{rc.model}"
             if ep_key not in self.limiters:
@@ -145,7 +150,7 @@ class Gateway:
 
     def _check_role(self, role: str) -> None:
         if role not in self.endpoints:
-            raise LLMConfigError(f"unknown role {role!r}; use 'target' or 'optimizer'")
+            raise LLMConfigError(f"unknown role {role!r}; use 'target', 'optimizer' or 'judge'")
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         self._check_role(req.role)

@@ -18,6 +18,7 @@ from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.state import RunState
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.gate import GatePolicy
+from skillopt_ray.stages.judge import Judge, Material, material, outcome
 from skillopt_ray.stages.rollout import (
     check_data,
     check_infra,
@@ -26,7 +27,7 @@ from skillopt_ray.stages.rollout import (
     stage_of_key,
     summarize,
 )
-from skillopt_ray.stages.sequential_gate import PlayFn, Request, first_samples, sequential_gate
+from skillopt_ray.stages.sequential_gate import PlayFn, Request, VerdictFn, first_samples, sequential_gate
 
 Progress = Callable[..., None]
 
@@ -42,6 +43,7 @@ class Evaluator:
         progress: Progress,
         seed: int = 42,
         max_data_fraction: float = 1.0,
+        judge: Optional[Judge] = None,
     ):
         self.rd = rd
         self.runner = runner
@@ -54,10 +56,17 @@ class Evaluator:
         self.scores: dict[str, Evaluation] = {}  # evaluation key -> scores: the score cache
         # the sequential gate's extra samples beyond an evaluation's own: evaluation key -> task id -> gate scores
         self.extra: dict[str, dict[str, list[float]]] = {}
+        self.judge = judge  # scores rubric tasks and compares their outcomes pairwise in the gate (stages/judge.py)
+        self.materials: dict[str, Material] = {}  # judged tasks (a rubric, no rule check): what the judge reads
+        # judged tasks' outcomes per evaluation key and task, in sample order (the evaluation's own, then the gate's)
+        self.outcomes: dict[str, dict[str, list[str]]] = {}
 
     def load(self) -> None:
         """The score cache of an earlier command on this run directory, and its sequential gates' samples."""
         self.scores = self.rd.scores()
+        for key, ev in self.scores.items():
+            if ev.outcomes:
+                self.outcomes[key] = {t: list(v) for t, v in ev.outcomes.items()}
         for gate in self.rd.gates():
             self.remember(gate)
 
@@ -85,7 +94,37 @@ class Evaluator:
         """Episodes of a skill on tasks, uncached (training rollouts and the epoch boundary's pairs); with
         `repeats`, that many of each task, a task's repeats side by side."""
         ctx = self.context(key, training, seed)
-        return await rollout_repeats(self.runner, tasks, skill, ctx, repeats, self.max_infra_fraction, what)
+        res = await rollout_repeats(self.runner, tasks, skill, ctx, repeats, self.max_infra_fraction, what)
+        await self.judged(res, key)
+        return res
+
+    async def judged(self, results: list[Any], key: str, agreement: bool = False) -> None:
+        """Episodes only the judge can score get its scores (in place), and their tasks are remembered as judged;
+        with `agreement`, rule-checked episodes with a rubric are judged too, to count the agreement."""
+        if self.judge is None:
+            return
+        await self.judge.score_results(results, key, agreement)
+        for r in results:
+            m = material(r)
+            if m is not None and r.info["judge"].get("unscored") is False and "score" in r.info["judge"]:
+                self.materials[r.task_id] = m
+
+    def save_judge(self) -> None:
+        """judge.json: the judge's counts of this command added to the earlier commands' (nothing when it judged
+        nothing)."""
+        if self.judge is None or not any(self.judge.stats.as_dict().values()):
+            return
+        before = self.rd.read_judge()
+        now = self.judge.stats.as_dict()
+        self.rd.write_judge({k: int(before.get(k) or 0) + v for k, v in now.items()})
+        self.judge.stats = type(self.judge.stats)()
+
+    def keep_outcomes(self, key: str, results: list[Any]) -> None:
+        """The judged tasks' outcomes of an evaluation, in the order of its samples (scored episodes only)."""
+        store = self.outcomes.setdefault(key, {})
+        for r in results:
+            if r.scored and r.task_id in self.materials:
+                store.setdefault(r.task_id, []).append(outcome(r))
 
     @property
     def repeats(self) -> int:
@@ -121,10 +160,15 @@ class Evaluator:
                 what,
                 stop,
             )
+            await self.judged(res, f"eval/{skill_hash(skill)}", agreement=True)
             check_data(res, self.max_data_fraction, what)
             stats = Evaluation.from_dict(summarize(res, self.repeats).to_dict())
             if stats.not_played:
                 return key, stats
+            self.outcomes.pop(key, None)
+            self.keep_outcomes(key, res)
+            if self.outcomes.get(key):
+                stats.outcomes = {t: list(v) for t, v in self.outcomes[key].items()}
             self.scores[key] = stats
             self.rd.append_score(key, stats)
         return key, self.scores[key]
@@ -200,6 +244,8 @@ class Evaluator:
             self.samples(cur_key),
             self._player(skills, keys, {t.task_id: t for t in selection}),
             ev.n_scored,
+            self._verdict(keys),
+            frozenset(self.materials),
         )
         extra = SequentialSamples(
             current_eval=cur_key,
@@ -210,6 +256,24 @@ class Evaluator:
             eval_key, ev, self.scores[cur_key], self.compare(ev, st, len(selection)), out, extra
         )
 
+    def _verdict(self, keys: dict[str, str]) -> Optional[VerdictFn]:
+        """The sequential gate's judge of a judged task's pair j: the current skill's outcome against the
+        candidate's, through the judge (None where an outcome is not known: an error, never a win or a loss)."""
+        judge = self.judge
+        if judge is None or not self.materials:
+            return None
+
+        async def verdict(task_id: str, j: int) -> Optional[float]:
+            cur = self.outcomes.get(keys["current"], {}).get(task_id, [])
+            cand = self.outcomes.get(keys["candidate"], {}).get(task_id, [])
+            if j >= len(cur) or j >= len(cand):
+                judge.stats.pair_comparisons += 1
+                judge.stats.pair_errors += 1
+                return None
+            return await judge.pairwise(self.materials[task_id], cur[j], cand[j], f"gate/{task_id}")
+
+        return verdict
+
     def _player(self, skills: dict[str, str], keys: dict[str, str], by_id: dict[str, Task]) -> PlayFn:
         """The sequential gate's `play`: the next sample of each (skill, task) asked, in its own repeat context of
         the skill's evaluation (so a resumed run replays it from the response cache), both skills at once."""
@@ -219,7 +283,9 @@ class Evaluator:
             ctx = self.context(f"eval/{skill_hash(skills[who])}", False)
             ctxs = [repeat_context(ctx, self.repeats + len(store.get(t, []))) for _, t in items]
             results = await self.runner.run([by_id[t] for _, t in items], skills[who], ctxs)
+            await self.judged(results, ctx.key)
             check_infra(results, self.max_infra_fraction, "selection")
+            self.keep_outcomes(keys[who], results)
             out: list[tuple[int, Optional[float]]] = []
             for (i, t), r in zip(items, results):
                 score = self.policy.per_episode(r.hard, r.soft) if r.scored else None

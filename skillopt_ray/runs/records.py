@@ -320,10 +320,13 @@ class Evaluation(Record):
     # repeats as [hard, soft] (`tasks` then holds their means); absent from files of single-rollout runs
     repeats: Optional[int] = None
     task_repeats: Optional[dict[str, list[list[float]]]] = None
+    # judged tasks only (a rubric, no rule check): each scored sample's outcome, in sample order, for the gate's
+    # pairwise judge (a resumed run compares the same outcomes); absent otherwise
+    outcomes: Optional[dict[str, list[str]]] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
-        for k in ("repeats", "task_repeats"):
+        for k in ("repeats", "task_repeats", "outcomes"):
             if d.get(k) is None:
                 d.pop(k, None)
         return d

@@ -295,7 +295,8 @@ def paired_text(t: GateTestDict) -> str:
     verdict = "significant" if t.get("significant") else "not significant"
     if t.get("test") == "sequential":
         return (
-            f"sequential paired gate: net {_f(t.get('net'), 0)} paired wins over {t.get('pairs')} pairs, "
+            f"sequential paired gate: net {_f(t.get('net'), 2)} over {t.get('n')} tasks ({t.get('pairs')} pairs, "
+            f"p={_f(t.get('p_value'), 4)}), "
             f"{t.get('episodes')} episodes in {t.get('looks')} looks (first pass {t.get('first_pass')}), difference "
             f"{_f(t.get('mean_diff'), 4)} [{_f(t.get('lo'), 4)}, {_f(t.get('hi'), 4)}] over {t.get('n')} tasks: "
             f"{'accepted' if t.get('significant') else 'rejected'} ({str(t.get('stopped', '')).replace('_', ' ')})"

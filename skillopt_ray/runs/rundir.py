@@ -60,6 +60,7 @@ SCORES = "scores.jsonl"
 LR_HISTORY = "lr_history.jsonl"
 SUMMARY = "summary.json"
 BEST_SKILL = "best_skill.md"
+JUDGE = "judge.json"
 SESSIONS = "sessions.json"
 PROVENANCE = "provenance.json"
 MLFLOW_RUN = "mlflow_run.json"
@@ -276,6 +277,20 @@ class RunDir:
             if m:
                 out.append(SkillVersion(int(m.group(1)), self.read_text(p.relative_to(self.root)) or ""))
         return out
+
+    def write_judge(self, stats: dict[str, Any]) -> Path:
+        """judge.json: what the judge of rubric tasks did in this run (stages/judge.JudgeStats, summed over commands:
+        `stats` already holds the earlier commands' counts)."""
+        return self.write_json(JUDGE, stats)
+
+    def read_judge(self) -> dict[str, Any]:
+        """judge.json as a dict ({} when the run judged nothing)."""
+        path = self.root / JUDGE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
 
     def write_best_skill(self, text: str) -> Path:
         return self.write_text(BEST_SKILL, text)

@@ -121,14 +121,15 @@ class GatePolicy:
             getattr(o, "gate_alpha", 0.05),
             getattr(o, "rollouts_per_task", 1),
             SequentialRule(
-                accept_at=getattr(o, "gate_seq_accept_at", 7.0),
-                reject_at=getattr(o, "gate_seq_reject_at", 2.0),
-                final_at=getattr(o, "gate_seq_final_at", 4.0),
-                extra_budget=getattr(o, "gate_seq_budget", 2.0),
+                accept_at=getattr(o, "gate_seq_accept_at", 5.0),
+                reject_at=getattr(o, "gate_seq_reject_at", 3.0),
+                final_at=getattr(o, "gate_seq_final_at", 3.0),
+                extra_budget=getattr(o, "gate_seq_budget", 3.0),
                 min_extra=getattr(o, "gate_seq_min_extra", 24),
                 deterministic={"true": True, "false": False}.get(
                     str(getattr(o, "gate_seq_deterministic", "auto")).lower(), deterministic_target
                 ),
+                task_p=getattr(o, "gate_seq_task_p", 0.1),
             ),
             bool(getattr(o, "gate_no_regression", False)),
         )
@@ -342,25 +343,29 @@ class GatePolicy:
         return self._full_record(action, reason, eval_key, (ev, current), scores, test)
 
     def sequential_reason(self, action: str, out: SequentialOutcome, scores: tuple[float, float, float, int]) -> str:
-        """One sentence: the paired evidence, what was paid, the boundaries and the outcome."""
+        """One sentence: the paired evidence (pairs and tasks), what was paid, the boundaries and the outcome."""
         cand, cur, best, n = scores
         how = {
-            "accept_boundary": f"reached the accept boundary +{out.accept_at:g}",
+            "accept_boundary": f"reached the accept boundary +{out.accept_at:g} with p <= {out.task_p:g} over tasks",
             "reject_boundary": f"reached the reject boundary -{out.reject_at:g}",
-            "budget": f"extra episodes spent; accept at +{out.final_at:g} at the end",
+            "budget": f"extra episodes spent; accept at +{out.final_at:g} and p <= {out.task_p:g} at the end",
+            "too_few_tasks": f"{out.n_tasks} tasks can never reach p <= {out.task_p:g} (each task is one observation; "
+            f"at least {self.rule.min_tasks} are needed): no extra pair was played",
+            "settled": f"more pairs could not change the decision; accept at +{out.final_at:g} and p <= {out.task_p:g}",
         }[out.stopped]
-        if (
-            self.rule.deterministic and out.stopped == "budget"
-        ):  # no extra pair was played: a repeat would have replayed the same episode
+        if self.rule.deterministic and out.stopped == "budget":  # no extra pair: a repeat would replay the episode
             how = f"a deterministic target counts each task once; accept at +{out.final_at:g}"
         verdict = "accepted" if is_accept(action) else "rejected"
         if action == ACCEPT_NEW_BEST:
             verdict += " and the best so far"
+        judged = f"; {out.judge_errors} judged pairs unusable (dropped)" if out.judge_errors else ""
         return (
             f"candidate {cand:.4f} vs current {cur:.4f} (best {best:.4f}), {self.metric} score over {n} selection "
             f"tasks; sequential paired gate: net {out.net:+g} paired wins over {out.pairs} pairs ({out.n_better} "
-            f"better, {out.n_worse} worse) after {out.looks} looks and {out.episodes} episodes (first pass "
-            f"{out.first_pass}), paired difference {out.mean_diff:+.4f} [{out.lo:+.4f}, {out.hi:+.4f}]: {how}: {verdict}"
+            f"better, {out.n_worse} worse{judged}) after {out.looks} looks and {out.episodes} episodes (first pass "
+            f"{out.first_pass}); over {out.n_tasks} tasks as units {out.tasks_better} better, {out.tasks_worse} worse, "
+            f"p={out.p_value:.4f}; paired difference {out.mean_diff:+.4f} [{out.lo:+.4f}, {out.hi:+.4f}]: {how}: "
+            f"{verdict}"
         )
 
     def early_record(self, ev: Evaluation, current: Evaluation, current_score: float, best_score: float) -> GateRecord:

@@ -1,27 +1,32 @@
 """The sequential paired gate (optimizer.gate_test=sequential): more episodes only where the decision is close.
 
 The candidate plays every selection task once per repeat (the usual first pass) and each episode is paired with
-the current skill's episode of the same task and repeat. The evidence is the **net paired wins**: over all pairs,
-the candidate's gate score minus the current skill's (for the hard gate, pairs won by the candidate and lost by
-the current skill minus the reverse; tied pairs carry no evidence). This is Wald's sequential probability ratio
-test on the discordant pairs (under "no difference" a discordant pair favours either side with probability 1/2,
-whatever each task's difficulty): its boundaries are constant in the net count.
+the current skill's episode of the same task and repeat. A pair's difference is the candidate's gate score minus the
+current skill's (for the hard gate +1, 0 or -1), or for a judged task (a rubric, no rule check) the judge's pairwise
+verdict. Two things must hold to accept:
 
-- net >= `accept_at`: accept; net <= -`reject_at`: reject (a clear loser stops at once);
-- otherwise play more pairs (the candidate and the current skill on the same task, fresh samples) on the tasks
-  whose pairs disagreed or whose samples varied, a few per look, until `extra_budget` x (tasks x repeats) more
-  episodes are paid; then accept at `final_at`.
-- When the target is deterministic (a chat model at temperature 0), a repeated pair replays the first one: counting
-  it again would turn one task's difference into several "wins". Each task then counts once (its first sample) and
-  no extra pairs are played; the decision is the first pass's net against `final_at`.
-- On a large split the first look already holds many pairs: both accept margins grow with the square root of the
-  first look's discordant pairs (`margin_per_sqrt`), so the first look's overshoot cannot accept a worse candidate.
+- **the net paired wins** (the sum over all pairs) reach Wald's boundaries, as in a sequential probability ratio
+  test on the discordant pairs: net >= `accept_at` at a look accepts, net <= -`reject_at` rejects (a clear loser
+  stops at once), and when the extra episodes (`extra_budget` x the first pass's, at least `min_extra`) run out the
+  net must reach `final_at`; on a large split both accept margins grow with the square root of the first look's
+  discordant pairs (`margin_per_sqrt`), so the first look's overshoot cannot accept a worse candidate;
+- **the task is the unit of evidence**: all pairs of one task (its repeats and its extra pairs) form one
+  observation, and the exact sign-flip test over tasks must give p <= `task_p` (under "no difference" a task's
+  summed difference is as likely negative as positive; the p-value is the share of the 2^n sign assignments whose
+  sum reaches the observed net). Repeats of a task never count as independent evidence, whatever the temperature:
+  a deterministic endpoint replaying 3 tasks 7 times reaches p = 1/8 at best. A split of n tasks can never go below
+  2^-n, so a split of fewer than `min_tasks` tasks pays no extra pair and rejects (a night says so before it spends).
+
+More pairs go to the tasks whose pairs disagreed or whose samples varied, a few per look. A task whose repeated
+pairs replayed the first exactly (the same samples on both sides) is settled and gets no more; once the tasks that
+could still favour the candidate are too few to reach `task_p`, no more pairs are paid (exact ties stop costing).
+When the target is known to be deterministic (a chat model at temperature 0), each task keeps its first sample and
+no extra pairs are played.
 
 The current skill's extra samples are kept and reused by later gates (a pair then costs one episode); an accepted
 candidate's samples become the current skill's. The margins are calibrated by `scripts/bench_gate.py`
-(docs/performance.md): worse candidates accepted at most 2% at 18 selection tasks, at about 1.7x the first pass's
-episodes on average. Every extra sample has its own repeat context, so a resumed run replays them from the
-response cache and reaches the same decisions.
+(docs/performance.md). Every extra sample has its own repeat context, so a resumed run replays them from the
+response cache (and a judged pair from the judge's) and reaches the same decisions.
 """
 
 from __future__ import annotations
@@ -31,29 +36,37 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, cast
 
-from skillopt_ray.base.stats import GateTestDict, diff_interval, sign_test_p
+import numpy as np
+
+from skillopt_ray.base.stats import GateTestDict, diff_interval
 
 # a request for one more sample: (which skill: "candidate" | "current", task id)
 Request = tuple[str, str]
 # plays the requests (each the next sample of that skill on that task) and returns each one's gate score, or None
 # when the episode could not be scored (infrastructure or data error: the pair is dropped, never a 0)
 PlayFn = Callable[[list[Request]], Awaitable[list[Optional[float]]]]
+# the judged difference of pair j of a task (candidate's sample j against the current skill's sample j): +1, 0, -1,
+# or None when the judge's reply was unusable (the pair is dropped and counted, never a win or a loss)
+VerdictFn = Callable[[str, int], Awaitable[Optional[float]]]
+
+GRID = 60  # observations are exact on multiples of 1/60 (hard and judged pairs are whole numbers; soft ones rounded)
 
 
 @dataclass(frozen=True)
 class SequentialRule:
-    """The boundaries, in net paired wins (task units; a hard pair counts -1, 0 or +1)."""
+    """The boundaries in net paired wins (a hard pair counts -1, 0 or +1), the task-level level and the budget."""
 
-    accept_at: float = 7.0
-    reject_at: float = 2.0
-    final_at: float = 4.0
-    extra_budget: float = 2.0  # extra episodes at most, as a multiple of the first pass's episodes
+    accept_at: float = 5.0
+    reject_at: float = 3.0
+    final_at: float = 3.0
+    extra_budget: float = 3.0  # extra episodes at most, as a multiple of the first pass's episodes
     min_extra: int = 24  # but at least this many: a handful of tasks still gets pairs enough to reach a boundary
-    margin_per_sqrt: float = 1.4  # accept margins at least this x sqrt(first look's discordant pairs)
+    margin_per_sqrt: float = 1.2  # accept margins at least this x sqrt(first look's discordant pairs)
     pairs_per_look: int = 0  # 0: about one in nine tasks per look (at least 2)
     # the target replays the same episode for the same task (a chat model at temperature 0): a repeat is not fresh
-    # evidence, so each task counts once and no extra pairs are played
+    # evidence, so each task keeps its first sample and no extra pairs are played
     deterministic: bool = False
+    task_p: float = 0.1  # the sign-flip test over tasks must reach this p-value (each task one observation)
 
     def margins(self, first_discordant: int) -> tuple[float, float]:
         """(accept, final) margins for a split whose first look had this many discordant pairs."""
@@ -64,14 +77,35 @@ class SequentialRule:
     def per_look(self, n_tasks: int) -> int:
         return self.pairs_per_look or max(2, math.ceil(n_tasks / 9))
 
+    @property
+    def min_tasks(self) -> int:
+        """The fewest tasks that can ever accept: all of them favouring the candidate gives p = 2^-n <= task_p."""
+        return max(1, math.ceil(-math.log2(self.task_p))) if 0 < self.task_p < 1 else 1
+
+
+def sign_flip_p(diffs: list[float]) -> float:
+    """One-sided exact p-value of sum(diffs) under random signs: the share of the 2^n sign assignments of |d| whose
+    sum is at least the observed one (d on a 1/GRID grid; zeros carry nothing)."""
+    ws = [round(abs(d) * GRID) for d in diffs]
+    observed = sum(w if d > 0 else -w for w, d in zip(ws, diffs))
+    ws = [w for w in ws if w]
+    if not ws:
+        return 1.0
+    total = sum(ws)
+    dist = np.zeros(2 * total + 1)
+    dist[total] = 1.0
+    for w in ws:
+        dist = (np.roll(dist, w) + np.roll(dist, -w)) / 2  # no wrap: |partial sums| stay within total
+    return float(min(1.0, dist[observed + total :].sum()))
+
 
 @dataclass
 class SequentialOutcome:
-    """What the sequential gate did: the decision, what it paid, and the paired evidence."""
+    """What the sequential gate did: the decision, what it paid, and the paired evidence (in task units)."""
 
     accepted: bool
-    net: float
-    discordant: int
+    net: float  # net paired wins: the sum over every pair
+    discordant: int  # pairs that differ
     pairs: int
     looks: int
     episodes: int  # paid for this decision: the first pass plus the extra samples played
@@ -79,14 +113,18 @@ class SequentialOutcome:
     accept_at: float
     reject_at: float
     final_at: float
-    stopped: str  # accept_boundary | reject_boundary | budget
-    mean_diff: float
+    stopped: str  # accept_boundary | reject_boundary | budget | too_few_tasks | settled
+    mean_diff: float  # the mean over tasks of each task's mean paired difference
     lo: float
     hi: float
     n_tasks: int
-    n_better: int
+    n_better: int  # pairs won by the candidate
     n_worse: int
-    p_value: float  # the sign test over every pair, for reading only: the boundaries decide
+    p_value: float  # the exact sign-flip test over tasks (each task one observation): it must reach task_p
+    task_p: float = 0.1
+    tasks_better: int = 0  # tasks whose summed difference favours the candidate
+    tasks_worse: int = 0
+    judge_errors: int = 0  # judged pairs dropped for an unusable judge reply
     candidate_extra: dict[str, list[float]] = field(default_factory=dict)
     current_extra: dict[str, list[float]] = field(default_factory=dict)
 
@@ -102,38 +140,66 @@ class SequentialOutcome:
 
 
 def pair_stats(cand: dict[str, list[float]], cur: dict[str, list[float]]) -> tuple[float, int, int, int, int]:
-    """(net, discordant, pairs, better, worse) over the pairs: sample j of a task against sample j."""
-    net, disc, pairs, better, worse = 0.0, 0, 0, 0, 0
-    for t, cs in cand.items():
-        ks = cur.get(t, [])
-        for c, k in zip(cs, ks):
-            pairs += 1
-            d = c - k
-            net += d
-            if d != 0:
-                disc += 1
-                better += d > 0
-                worse += d < 0
-    return net, disc, pairs, better, worse
+    """(net, discordant, pairs, better, worse) over the scored pairs: sample j of a task against sample j."""
+    ds = [c - k for t, cs in cand.items() for c, k in zip(cs, cur.get(t, []))]
+    return sum(ds), sum(d != 0 for d in ds), len(ds), sum(d > 0 for d in ds), sum(d < 0 for d in ds)
 
 
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
+@dataclass
+class _Evidence:
+    """Both sides' samples on the tasks both scored, and each task's pair differences as far as they are known."""
 
+    cand: dict[str, list[float]]
+    cur: dict[str, list[float]]
+    verdict: Optional[VerdictFn] = None
+    judged: frozenset[str] = frozenset()
+    diffs: dict[str, list[Optional[float]]] = field(default_factory=dict)
 
-def _choose(cand: dict[str, list[float]], cur: dict[str, list[float]], k: int) -> list[str]:
-    """The next tasks to sample: where samples disagreed or varied first, then where the current skill already
-    has an unpaired sample (a pair for one episode), then the least sampled; ties in task order."""
+    async def update(self) -> None:
+        """Pair differences for the pairs not yet compared (a judged task asks the judge)."""
+        for t, cs in self.cand.items():
+            have = self.diffs.setdefault(t, [])
+            for j in range(len(have), min(len(cs), len(self.cur[t]))):
+                if t in self.judged and self.verdict is not None:
+                    have.append(await self.verdict(t, j))
+                else:
+                    have.append(cs[j] - self.cur[t][j])
 
-    def priority(i_t: tuple[int, str]) -> tuple[bool, bool, int, int]:
-        i, t = i_t
-        cs, ks = cand[t], cur.get(t, [])
-        varied = len(set(cs) | set(ks)) > 1
-        cheap = len(ks) > len(cs)
-        return (varied, cheap, -len(cs), -i)
+    def means(self) -> dict[str, float]:
+        """Each task's mean difference over its usable pairs (tasks with none take no part)."""
+        return {t: s / n for t, (s, n) in self.sums().items()}
 
-    ranked = sorted(enumerate(cand), key=priority, reverse=True)
-    return [t for _, t in ranked[:k]]
+    def sums(self) -> dict[str, tuple[float, int]]:
+        """Each task's summed difference and its number of usable pairs (tasks with none take no part)."""
+        out = {}
+        for t, ds in self.diffs.items():
+            ok = [d for d in ds if d is not None]
+            if ok:
+                out[t] = (sum(ok), len(ok))
+        return out
+
+    def observations(self) -> list[float]:
+        """One value a task for the test over tasks: its summed difference (its mean times its pairs)."""
+        return [s / n for s, n in self.sums().values()]
+
+    def pair_stats(self) -> tuple[float, int, int, int, int]:
+        """(net, discordant, pairs, better, worse) over every usable pair."""
+        ds = [d for v in self.diffs.values() for d in v if d is not None]
+        return sum(ds), sum(d != 0 for d in ds), len(ds), sum(d > 0 for d in ds), sum(d < 0 for d in ds)
+
+    def settled(self, t: str) -> bool:
+        """A task whose repeated pairs replayed the first exactly: more of them would carry nothing new."""
+        cs, ks, ds = self.cand[t], self.cur[t], self.diffs.get(t, [])
+        return len(ds) >= 2 and len(set(cs)) == 1 and len(set(ks)) == 1 and len(set(ds)) == 1
+
+    def could_favour(self) -> int:
+        """Tasks that favour the candidate or could still come to (not settled)."""
+        m = self.means()
+        return sum(1 for t in self.cand if m.get(t, 0.0) > 0 or not self.settled(t))
+
+    @property
+    def errors(self) -> int:
+        return sum(d is None for ds in self.diffs.values() for d in ds)
 
 
 async def sequential_gate(
@@ -142,37 +208,66 @@ async def sequential_gate(
     cur: dict[str, list[float]],
     play: PlayFn,
     first_pass: int,
+    verdict: Optional[VerdictFn] = None,
+    judged: frozenset[str] = frozenset(),
 ) -> SequentialOutcome:
     """Decide on a candidate from its first-pass samples `cand` and the current skill's samples `cur` (task id ->
     gate score per sample, in sample order), playing more samples through `play` while the decision is close.
-    Only tasks both sides scored take part. `cand` and `cur` are not changed; the extra samples are returned."""
+    The `judged` tasks' pairs are compared by `verdict` (the judge), the others by their scores. Only tasks both
+    sides scored take part. `cand` and `cur` are not changed; the extra samples are returned."""
     cand, cur = _paired_tasks(cand, cur, 1 if rule.deterministic else None)
-    start_c = {t: len(v) for t, v in cand.items()}
-    start_k = {t: len(v) for t, v in cur.items()}
-    net, disc, *_ = pair_stats(cand, cur)
-    accept_at, final_at = rule.margins(disc)
-    budget = 0 if rule.deterministic else max(rule.min_extra, math.floor(rule.extra_budget * first_pass))
-    budget = budget if rule.extra_budget > 0 else 0
-    extra, looks, stopped = 0, 1, "budget"
+    ev = _Evidence(cand, cur, verdict, judged)
+    starts = ({t: len(v) for t, v in cand.items()}, {t: len(v) for t, v in cur.items()})
+    await ev.update()
+    margins = rule.margins(ev.pair_stats()[1])
+    budget = max(rule.min_extra, math.floor(rule.extra_budget * first_pass))
+    budget = 0 if rule.deterministic or rule.extra_budget <= 0 else budget
+    extra, looks = 0, 1
     while True:
-        net, disc, *_ = pair_stats(cand, cur)
-        if net >= accept_at:
-            stopped = "accept_boundary"
+        stopped = _stop(rule, ev, margins, extra >= budget)
+        if stopped:
             break
-        if net <= -rule.reject_at:
-            stopped = "reject_boundary"
-            break
-        if extra >= budget or not cand:
-            break
-        requests = _look(cand, cur, rule.per_look(len(cand)), budget - extra)
+        requests = _look(ev, rule.per_look(len(cand)), budget - extra)
         scores = await play(requests)
         extra += len(requests)
         looks += 1
         _absorb(requests, scores, cand, cur)
-    net, disc, pairs, better, worse = pair_stats(cand, cur)
-    accepted = stopped == "accept_boundary" or (stopped == "budget" and net >= final_at)
-    diffs = [_mean(cand[t]) - _mean(cur[t]) for t in cand]
-    iv = diff_interval(diffs)
+        await ev.update()
+    return _outcome(rule, ev, (stopped, looks, first_pass, extra), margins, starts)
+
+
+def _stop(rule: SequentialRule, ev: _Evidence, margins: tuple[float, float], spent: bool) -> str:
+    """Why the gate stops at this look ("" to play more pairs)."""
+    net = ev.pair_stats()[0]
+    if net >= margins[0] and sign_flip_p(ev.observations()) <= rule.task_p:
+        return "accept_boundary"
+    if net <= -rule.reject_at:
+        return "reject_boundary"
+    if len(ev.cand) < rule.min_tasks:
+        return "too_few_tasks"
+    if spent or not ev.cand:
+        return "budget"
+    if ev.could_favour() < rule.min_tasks or all(ev.settled(t) for t in ev.cand):
+        return "settled"
+    return ""
+
+
+def _outcome(
+    rule: SequentialRule,
+    ev: _Evidence,
+    paid: tuple[str, int, int, int],
+    margins: tuple[float, float],
+    starts: tuple[dict[str, int], dict[str, int]],
+) -> SequentialOutcome:
+    stopped, looks, first_pass, extra = paid
+    start_c, start_k = starts
+    net, disc, pairs, better, worse = ev.pair_stats()
+    obs = ev.observations()
+    p = sign_flip_p(obs)
+    accepted = stopped == "accept_boundary" or (
+        stopped in ("budget", "settled") and net >= margins[1] and p <= rule.task_p
+    )
+    iv = diff_interval(list(ev.means().values()))
     return SequentialOutcome(
         accepted=accepted,
         net=net,
@@ -181,19 +276,23 @@ async def sequential_gate(
         looks=looks,
         episodes=first_pass + extra,
         first_pass=first_pass,
-        accept_at=accept_at,
+        accept_at=margins[0],
         reject_at=rule.reject_at,
-        final_at=final_at,
+        final_at=margins[1],
         stopped=stopped,
         mean_diff=iv.mean,
         lo=iv.lo,
         hi=iv.hi,
-        n_tasks=len(cand),
+        n_tasks=len(obs),
         n_better=better,
         n_worse=worse,
-        p_value=sign_test_p(better, worse),
-        candidate_extra={t: v[start_c[t] :] for t, v in cand.items() if len(v) > start_c[t]},
-        current_extra={t: v[start_k[t] :] for t, v in cur.items() if len(v) > start_k[t]},
+        p_value=p,
+        task_p=rule.task_p,
+        tasks_better=sum(o > 0 for o in obs),
+        tasks_worse=sum(o < 0 for o in obs),
+        judge_errors=ev.errors,
+        candidate_extra={t: v[start_c[t] :] for t, v in ev.cand.items() if len(v) > start_c[t]},
+        current_extra={t: v[start_k[t] :] for t, v in ev.cur.items() if len(v) > start_k[t]},
     )
 
 
@@ -206,13 +305,29 @@ def _paired_tasks(
     return both, {t: list(cur[t][:keep]) for t in both}
 
 
-def _look(cand: dict[str, list[float]], cur: dict[str, list[float]], k: int, left: int) -> list[Request]:
+def _choose(ev: _Evidence, k: int) -> list[str]:
+    """The next tasks to sample, settled ones never: where pairs disagreed or samples varied first, then where the
+    current skill already has an unpaired sample (a pair for one episode), then the least sampled; ties in task
+    order."""
+
+    def priority(i_t: tuple[int, str]) -> tuple[bool, bool, int, int]:
+        i, t = i_t
+        cs, ks = ev.cand[t], ev.cur.get(t, [])
+        varied = len(set(cs) | set(ks)) > 1 or any(ev.diffs.get(t) or [])
+        cheap = len(ks) > len(cs)
+        return (varied, cheap, -len(cs), -i)
+
+    open_ = [(i, t) for i, t in enumerate(ev.cand) if not ev.settled(t)]
+    return [t for _, t in sorted(open_, key=priority, reverse=True)[:k]]
+
+
+def _look(ev: _Evidence, k: int, left: int) -> list[Request]:
     """One look's requests: a pair on each of the next `k` tasks (the candidate alone where the current skill has
     an unpaired sample), within the `left` episodes of the budget (at least one pair)."""
     requests: list[Request] = []
     cost = 0
-    for t in _choose(cand, cur, k):
-        need = 1 if len(cur[t]) > len(cand[t]) else 2
+    for t in _choose(ev, k):
+        need = 1 if len(ev.cur[t]) > len(ev.cand[t]) else 2
         if cost + need > left and requests:
             break
         requests.append(("candidate", t))
