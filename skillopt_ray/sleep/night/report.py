@@ -36,6 +36,9 @@ class NightReport:
     cost_usd: float = 0.0
     live_path: str = ""
     proposed: str = ""
+    # the judge of rubric tasks (stages/judge.py): its counts (judge.json), the best skill's judged score on the
+    # selection tasks with its spread over their samples, and its agreement with rule checks where a task has both
+    judge: dict[str, Any] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -59,12 +62,54 @@ class NightReport:
         for g in self.gates:
             ci = f"paired difference {g.mean_diff:+.3f} [{g.lo:+.3f}, {g.hi:+.3f}]" if g.mean_diff is not None else ""
             lines.append(f"  {g.step}: {g.action} {ci}".rstrip())
+        lines += judge_lines(self.judge)
         lines += [f"  note: {n}" for n in self.notes()]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
         """The report as staging and report.json keep it (staging reads `verdict` and the `gates` rows)."""
         return asdict(self) | {"notes": self.notes(), "changed": self.changed}
+
+
+def judge_lines(j: dict[str, Any]) -> list[str]:
+    """What the judge did, in a few lines (none when it judged nothing)."""
+    if not j:
+        return []
+    out = []
+    if j.get("score") is not None:
+        out.append(
+            f"  judged score of the best skill: {j['score']:.3f} ± {j['spread']:.3f} (sd over {j['samples']} samples "
+            f"of {j['tasks']} rubric tasks)"
+        )
+    if j.get("pair_comparisons") or j.get("scores"):
+        out.append(
+            f"  judge: {j.get('pair_comparisons', 0)} pairwise comparisons ({j.get('pair_errors', 0)} unusable, "
+            f"{j.get('order_disagreements', 0)} ties by order disagreement), {j.get('scores', 0)} scores "
+            f"({j.get('score_errors', 0)} unusable)"
+        )
+    n = int(j.get("agree") or 0) + int(j.get("disagree") or 0)
+    if n:
+        out.append(f"  judge agreed with the rule checks on {j['agree']} of {n} episodes ({j['agree'] / n:.0%})")
+    return out
+
+
+def judged_score(rd: RunDir) -> dict[str, Any]:
+    """The best skill's judged score on the rubric tasks of the selection split: the mean over their samples and
+    the samples' standard deviation ({} when no task was judged)."""
+    try:
+        best = (rd.load_state() or {}).get("best_eval")
+    except (OSError, ValueError):
+        return {}
+    ev = rd.scores().get(str(best or ""))
+    if ev is None or not ev.outcomes:
+        return {}
+    reps = ev.task_repeats or {t: [v] for t, v in ev.tasks.items()}
+    xs = [r[1] for t in ev.outcomes for r in reps.get(t, [])]
+    if not xs:
+        return {}
+    mean = sum(xs) / len(xs)
+    sd = (sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+    return {"score": mean, "spread": sd, "samples": len(xs), "tasks": len(ev.outcomes)}
 
 
 def gate_line(step: str, g: dict[str, Any]) -> GateLine:
@@ -85,6 +130,7 @@ def build_report(
         run_name, str(run_dir), {k: len(v) for k, v in splits.items()}, gates, "rejected", looks, looks_max,
         int(totals.get("tokens") or 0), float(totals.get("cost_usd") or 0.0),
     )  # fmt: skip
+    rep.judge = {**rd.read_judge(), **judged_score(rd)}
     if rep.changed:
         rep.verdict = "unverified" if borrowed else "accepted"
     return rep

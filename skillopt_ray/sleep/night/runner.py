@@ -62,8 +62,8 @@ class Plan:
 
 
 def task_splits(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
-    """The folder's task ids per split (task.json's `split`), and the ids of tasks with no rule check (a rubric
-    only: their check.py cannot score them)."""
+    """The folder's task ids per split (task.json's `split`), and the ids of tasks nothing can score: no rule check
+    and no rubric (a rubric alone is scored by the judge, stages/judge.py)."""
     out: dict[str, list[str]] = {"train": [], "val": [], "test": []}
     unchecked: list[str] = []
     for t in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
@@ -73,26 +73,27 @@ def task_splits(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
             continue
         if meta.get("split") in out:
             out[meta["split"]].append(t.name)
-        if not (meta.get("metadata") or {}).get("checks"):
+        md = meta.get("metadata") or {}
+        if not md.get("checks") and not str(md.get("rubric") or "").strip():
             unchecked.append(t.name)
     return out, unchecked
 
 
 def check_scorable(tasks: Path, splits: dict[str, list[str]], unchecked: list[str]) -> None:
-    """A night spends nothing on tasks none of which can be scored: rubric-only tasks (the heuristic miner's) are
-    not judged yet, and every episode would be a data error, never a real 0."""
+    """A night spends nothing on tasks none of which can be scored (no rule check and no rubric for the judge):
+    every episode would be a data error, never a real 0."""
     if not splits["train"] and not splits["val"]:
         raise ValueError(f"{tasks} holds no train or val task; harvest more sessions or give another --tasks folder")
     played = set(splits["train"]) | set(splits["val"])
     if played <= set(unchecked):
         raise ValueError(
-            f"no train or val task in {tasks} has a rule check (a rubric alone is not judged yet): mine with a model "
-            "(e.g. llm=local) or add checks to the tasks' task.json"
+            f"no train or val task in {tasks} has a rule check or a rubric: mine with a model (e.g. llm=local) or add "
+            "checks or a rubric to the tasks' task.json"
         )
     if played & set(unchecked):
         n = len(played & set(unchecked))
         print(
-            f"note: {n} of {len(played)} train/val tasks have no rule check and will count as data errors",
+            f"note: {n} of {len(played)} train/val tasks have no rule check and no rubric and will count as data errors",
             file=sys.stderr,
         )
 
@@ -173,6 +174,24 @@ def spend_line(p: Plan, opts: NightOptions) -> str:
     )
 
 
+def too_few_line(p: Plan) -> Optional[str]:
+    """Said before anything is spent: a selection split too small for the sequential gate ever to accept (each task
+    is one observation; stages/sequential_gate.py)."""
+    from skillopt_ray.stages.sequential_gate import SequentialRule
+
+    o = p.data["optimizer"]
+    if o.get("gate_test") not in ("sequential", "auto"):
+        return None
+    need = SequentialRule(task_p=float(o.get("gate_seq_task_p", 0.1))).min_tasks
+    n = len(p.splits["val"] or p.splits["train"])
+    if n >= need:
+        return None
+    return (
+        f"note: {n} selection task(s) can never pass the gate (each task counts once: at least {need} are needed); "
+        "this night can only report, never change the skill: harvest more sessions or raise --val-fraction"
+    )
+
+
 def say_estimate(opts: NightOptions, p: Plan) -> None:
     """The night's estimated spend (skillopt_ray.sleep.night.estimate), printed before the run makes any model call."""
     from skillopt_ray.sleep.night import estimate
@@ -220,6 +239,9 @@ def run_night(opts: NightOptions, harvest: Any) -> int:
     p = plan(opts, tasks, run_name, resumed)
     remember(opts, p)
     print(spend_line(p, opts), file=sys.stderr)
+    few = too_few_line(p)
+    if few:
+        print(few, file=sys.stderr)
     say_estimate(opts, p)
     outcome = execute(p.data, None, {"overrides": p.overrides})
     code = report(outcome)
