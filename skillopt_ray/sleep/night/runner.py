@@ -264,13 +264,23 @@ def never_scored(run_dir: Path) -> bool:
     return bool(evals) and all(not e.get("n_scored") for e in evals)
 
 
+def _judge_errors(run_dir: Path) -> int:
+    """Unusable judge replies the run counted (judge.json), 0 without a judge."""
+    from skillopt_ray.runs.rundir import RunDir
+
+    j = RunDir(run_dir).read_judge()
+    return int(j.get("score_errors") or 0) + int(j.get("pair_errors") or 0)
+
+
 def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     """The best skill as SKILL.md, the report, the state, and (unless a dry run) the staged proposal."""
     st = night_state.load(opts.project)
     if never_scored(run_dir):
         st.current = None  # the night ran to its end: a rerun would only repeat it
         night_state.save(opts.project, st)
-        print(f"error: no episode of the night could be scored (every check a data error: {run_dir / 'steps'}); "
+        judge = _judge_errors(run_dir)
+        why = f"the judge's replies were unusable {judge} times" if judge else "every check a data error"
+        print(f"error: no episode of the night could be scored ({why}: {run_dir / 'steps'}); "
               "nothing staged", file=sys.stderr)  # fmt: skip
         return EXIT_ERROR
     fp = night_state.val_fingerprint(p.splits["val"] or p.splits["train"])
