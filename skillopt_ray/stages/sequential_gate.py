@@ -49,6 +49,7 @@ PlayFn = Callable[[list[Request]], Awaitable[list[Optional[float]]]]
 # or None when the judge's reply was unusable (the pair is dropped and counted, never a win or a loss)
 VerdictFn = Callable[[str, int], Awaitable[Optional[float]]]
 
+SETTLED_AFTER = 3  # identical pairs (the first and two replays) that settle a task
 GRID = 60  # observations are exact on multiples of 1/60 (hard and judged pairs are whole numbers; soft ones rounded)
 
 
@@ -66,6 +67,7 @@ class SequentialRule:
     # the target replays the same episode for the same task (a chat model at temperature 0): a repeat is not fresh
     # evidence, so each task keeps its first sample and no extra pairs are played
     deterministic: bool = False
+    interim_share: float = 0.5  # a look before the budget's end accepts at this share of task_p (many looks)
     task_p: float = 0.1  # the sign-flip test over tasks must reach this p-value (each task one observation)
 
     def margins(self, first_discordant: int) -> tuple[float, float]:
@@ -188,9 +190,9 @@ class _Evidence:
         return sum(ds), sum(d != 0 for d in ds), len(ds), sum(d > 0 for d in ds), sum(d < 0 for d in ds)
 
     def settled(self, t: str) -> bool:
-        """A task whose repeated pairs replayed the first exactly: more of them would carry nothing new."""
+        """A task whose pairs replayed the first exactly, twice: more of them would carry nothing new."""
         cs, ks, ds = self.cand[t], self.cur[t], self.diffs.get(t, [])
-        return len(ds) >= 2 and len(set(cs)) == 1 and len(set(ks)) == 1 and len(set(ds)) == 1
+        return len(ds) >= SETTLED_AFTER and len(set(cs)) == 1 and len(set(ks)) == 1 and len(set(ds)) == 1
 
     def could_favour(self) -> int:
         """Tasks that favour the candidate or could still come to (not settled)."""
@@ -239,7 +241,7 @@ async def sequential_gate(
 def _stop(rule: SequentialRule, ev: _Evidence, margins: tuple[float, float], spent: bool) -> str:
     """Why the gate stops at this look ("" to play more pairs)."""
     net = ev.pair_stats()[0]
-    if net >= margins[0] and sign_flip_p(ev.observations()) <= rule.task_p:
+    if net >= margins[0] and sign_flip_p(ev.observations()) <= rule.task_p * rule.interim_share:
         return "accept_boundary"
     if net <= -rule.reject_at:
         return "reject_boundary"
@@ -306,16 +308,16 @@ def _paired_tasks(
 
 
 def _choose(ev: _Evidence, k: int) -> list[str]:
-    """The next tasks to sample, settled ones never: where pairs disagreed or samples varied first, then where the
-    current skill already has an unpaired sample (a pair for one episode), then the least sampled; ties in task
-    order."""
+    """The next tasks to sample, settled ones never: the least sampled first (each task is one observation, so the
+    test needs every task's sign, not many pairs of a few); among those, where the current skill already has an
+    unpaired sample (a pair for one episode), then where pairs disagreed or samples varied; ties in task order."""
 
-    def priority(i_t: tuple[int, str]) -> tuple[bool, bool, int, int]:
+    def priority(i_t: tuple[int, str]) -> tuple[int, bool, bool, int]:
         i, t = i_t
         cs, ks = ev.cand[t], ev.cur.get(t, [])
         varied = len(set(cs) | set(ks)) > 1 or any(ev.diffs.get(t) or [])
         cheap = len(ks) > len(cs)
-        return (varied, cheap, -len(cs), -i)
+        return (-len(cs), cheap, varied, -i)
 
     open_ = [(i, t) for i, t in enumerate(ev.cand) if not ev.settled(t)]
     return [t for _, t in sorted(open_, key=priority, reverse=True)[:k]]
