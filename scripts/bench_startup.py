@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from skillopt_envs.base import EnvSettings
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the scripted OpenAI-compatible server, a test double, lives with the tests
@@ -182,7 +184,7 @@ def main() -> None:
     import skillopt_envs
     from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
 
-    env_cfg = {"name": "alfworld", "data_dir": a.data, "manifest_dir": None, "options": {}}
+    env_cfg: EnvSettings = {"name": "alfworld", "data_dir": a.data, "manifest_dir": None, "options": {}}
     bench = skillopt_envs.make("alfworld", env_cfg)
     tasks = bench.load_split("test")[:4]
     work = Path(tempfile.mkdtemp(prefix="bench_startup_"))
