@@ -13,7 +13,7 @@ from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import MalformedOutput
-from skillopt_ray.stages.payload import Item, Patch, PayloadKey, items_of
+from skillopt_ray.runs.payload import Item, Patch, PayloadKey, items_of
 
 
 @dataclass

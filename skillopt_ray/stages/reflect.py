@@ -15,8 +15,8 @@ from skillopt_envs.jsontypes import JSONObject
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import MalformedOutput
 from skillopt_ray.prompts.render import minibatch_text
+from skillopt_ray.runs.payload import Patch
 from skillopt_ray.stages.context import OptimizerContext
-from skillopt_ray.stages.payload import Patch
 
 
 def is_failure(r: EpisodeResult) -> bool:

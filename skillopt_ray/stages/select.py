@@ -13,7 +13,7 @@ from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
 from skillopt_ray.llm.types import MalformedOutput
-from skillopt_ray.stages.payload import Item, LrChoice, Patch, RankingReply, items_of
+from skillopt_ray.runs.payload import Item, LrChoice, Patch, RankingReply, items_of
 
 NO_BOUND = 999  # lr_schedule=autonomous: every merged item is kept, no ranking call
 
