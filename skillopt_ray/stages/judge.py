@@ -24,8 +24,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from skillopt_envs.base import EpisodeResult
+from skillopt_envs.chat import ChatRequest
 
-from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.llm.types import MalformedOutput
 
 ROLE = "judge"
 MAX_CHARS = 6000  # of each quoted text: a long outcome is cut in its middle, marked

@@ -76,6 +76,13 @@ class SequentialRule:
         accept = max(self.accept_at, float(grown))
         return accept, max(self.final_at, accept - (self.accept_at - self.final_at))
 
+    def extra_for(self, first_pass: int) -> int:
+        """The most extra episodes a decision may play after a first pass of `first_pass` episodes: none for a
+        deterministic target or without a budget."""
+        if self.deterministic or self.extra_budget <= 0:
+            return 0
+        return max(self.min_extra, math.floor(self.extra_budget * first_pass))
+
     def per_look(self, n_tasks: int) -> int:
         return self.pairs_per_look or max(2, math.ceil(n_tasks / 9))
 
@@ -222,8 +229,7 @@ async def sequential_gate(
     starts = ({t: len(v) for t, v in cand.items()}, {t: len(v) for t, v in cur.items()})
     await ev.update()
     margins = rule.margins(ev.pair_stats()[1])
-    budget = max(rule.min_extra, math.floor(rule.extra_budget * first_pass))
-    budget = 0 if rule.deterministic or rule.extra_budget <= 0 else budget
+    budget = rule.extra_for(first_pass)
     extra, looks = 0, 1
     while True:
         stopped = _stop(rule, ev, margins, extra >= budget)
