@@ -15,7 +15,7 @@ better one (+e) refused, how often an equal one (0) was accepted, and the true q
 training (in success-rate points over the task population). Gates compared at equal paid episodes: the paper's
 gate and the paired gates play the same `rollouts_per_task` episodes per selection task.
 
-    .venv/bin/python scripts/bench_gate.py            # the README's table (about 2-4 minutes on one core)
+    .venv/bin/python scripts/bench_gate.py            # the full table (two processes; see docs/performance.md)
     .venv/bin/python scripts/bench_gate.py --trainings 50 --tasks 18 --spreads 0.5
 """
 
@@ -28,6 +28,8 @@ import math
 import random
 import statistics
 import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -219,6 +221,42 @@ def paid_text(paid: list[int]) -> str:
     return f"{statistics.mean(ordered):.1f}, {ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]}"
 
 
+@dataclass(frozen=True)
+class RowSpec:
+    """One row of the table: a setting and a gate, over `trainings` seeded trainings."""
+
+    n: int
+    spread: float
+    effect: float
+    repeats: int
+    gate: str
+    trainings: int
+    steps: int
+    alpha: float
+    mix: tuple[float, ...]
+    rule: SequentialRule
+
+
+def table_row(spec: RowSpec) -> str:
+    """Play a row's trainings and format its line (runs in a worker process)."""
+    policy = GatePolicy("hard", 0.5, True, False, GATES[spec.gate]["test"], spec.alpha, spec.repeats)
+    t = Tally(gains=[])
+
+    async def run_all() -> None:
+        for s in range(spec.trainings):
+            await training(spec.rule, 1000 + s, spec.n, spec.spread, spec.effect, spec.steps, spec.repeats, policy, t,
+                           spec.mix)  # type: ignore[arg-type]  # fmt: skip
+
+    asyncio.run(run_all())
+    gains = t.gains or [0.0]
+    return (
+        f"| {spec.n} | {spec.spread} ({flip_rate(spec.spread):.2f}) | {spec.effect} | {spec.repeats} | {spec.gate} "
+        f"| {t.rate(t.worse_accepted, t.worse)} | {t.rate(t.better_refused, t.better)} "
+        f"| {t.rate(t.equal_accepted, t.equal)} | {statistics.mean(gains):+.1f} ± {statistics.pstdev(gains):.1f} "
+        f"| {paid_text(t.paid)} |"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trainings", type=int, default=200, help="seeded trainings per setting and gate")
@@ -234,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mix", type=float, nargs=3, default=[1.0, 1.0, 1.0], metavar=("WORSE", "EQUAL", "BETTER"),
                     help="how often a candidate is worse, equal, better (weights)")  # fmt: skip
     ap.add_argument("--gates", nargs="+", default=list(GATES), choices=list(GATES))
+    ap.add_argument("--jobs", type=int, default=2, help="rows played at once, one process each")
     ap.add_argument("--sequential", type=float, nargs=6, default=None,
                     metavar=("ACCEPT", "REJECT", "FINAL", "BUDGET", "PER_SQRT", "TASK_P"),
                     help="the sequential gate's boundaries (net paired wins), extra budget and level over tasks "
@@ -243,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.sequential:
         acc, rej, fin, budget, per_sqrt, task_p = a.sequential
         rule = SequentialRule(acc, rej, fin, budget, margin_per_sqrt=per_sqrt, task_p=task_p)
+    started = time.monotonic()
     print(
         f"{a.trainings} trainings x {a.steps} candidates per row; a candidate's effect is -e, 0 or +e logit "
         f"(weights {' : '.join(f'{w:g}' for w in a.mix)}); alpha={a.alpha}; hard gate"
@@ -252,25 +292,16 @@ def main(argv: list[str] | None = None) -> int:
         "| true gain, points (mean ± sd) | episodes/gate (mean, p95) |"
     )
     print(head)
-    print("|" + "---|" * 10)
-    for n, spread, effect, r in product(a.tasks, a.spreads, a.effects, a.repeats):
-        for gate in a.gates:
-            policy = GatePolicy("hard", 0.5, True, False, GATES[gate]["test"], a.alpha, r)
-            t = Tally(gains=[])
-
-            async def run_all(policy: GatePolicy = policy, t: Tally = t, n: int = n, spread: float = spread,
-                              effect: float = effect, r: int = r) -> None:  # fmt: skip
-                for s in range(a.trainings):
-                    await training(rule, 1000 + s, n, spread, effect, a.steps, r, policy, t, tuple(a.mix))  # type: ignore[arg-type]
-
-            asyncio.run(run_all())
-            gains = t.gains or [0.0]
-            print(
-                f"| {n} | {spread} ({flip_rate(spread):.2f}) | {effect} | {r} | {gate} | {t.rate(t.worse_accepted, t.worse)} "
-                f"| {t.rate(t.better_refused, t.better)} | {t.rate(t.equal_accepted, t.equal)} "
-                f"| {statistics.mean(gains):+.1f} ± {statistics.pstdev(gains):.1f} | {paid_text(t.paid)} |",
-                flush=True,
-            )
+    print("|" + "---|" * 10, flush=True)
+    specs = [
+        RowSpec(n, spread, effect, r, gate, a.trainings, a.steps, a.alpha, tuple(a.mix), rule)
+        for n, spread, effect, r in product(a.tasks, a.spreads, a.effects, a.repeats)
+        for gate in a.gates
+    ]
+    with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:  # rows are independent: one per process
+        for line in pool.map(table_row, specs):
+            print(line, flush=True)
+    print(f"({time.monotonic() - started:.0f} s wall clock, {a.jobs} processes)")
     return 0
 
 

@@ -5,8 +5,9 @@ ends in a good outcome with probability sigmoid(theta - d_i) (d_i ~ N(0, spread�
 the runner's own `Judge` (both orders, a disagreement is a tie) over a simulated judge model: shown a good and a
 bad outcome it prefers the good one with probability 1 - `--noise`; shown two of the same quality it answers
 "A" (the outcome shown first) with probability `--bias`, else "B" or tie; each call is an independent draw. The
-decision is the runner's sequential gate (`sequential_gate`, the runner's default rule) with the judge as its
-pairwise verdict, the candidate and the current skill sampled in their own repeat order, as in a night.
+decision is the runner's sequential gate (`sequential_gate`, with the rule of the `+experiment=sleep` preset a
+night runs) with the judge as its pairwise verdict, the candidate and the current skill sampled in their own
+repeat order, as in a night.
 
 Counted per row: how often a useless rule (theta unchanged) is accepted, how often a helpful one (+`--effect`
 logits) is accepted, and how a harmful one (-effect) fares; and the judge calls paid per decision.
@@ -99,6 +100,16 @@ async def one_night(seed: int, n_tasks: int, spread: float, effect: float, noise
     return out.accepted, model.calls
 
 
+def night_rule() -> SequentialRule:
+    """The sequential gate a night runs: the `+experiment=sleep` preset's, composed as a night composes it."""
+    from skillopt_ray import cli
+    from skillopt_ray.config import OptimizerConfig
+    from skillopt_ray.stages.gate import GatePolicy
+
+    _obj, cfg = cli.typed(cli.compose(["+experiment=sleep", "env.data_dir=/nowhere"]))
+    return GatePolicy.from_config(OptimizerConfig(**cfg["optimizer"]), 6, False).rule
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nights", type=int, default=400, help="simulated gate decisions per row and rule kind")
@@ -112,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-look", type=int, default=None, help="pairs per look (default: the runner's)")
     ap.add_argument("--interim", type=float, default=None, help="a look's share of task_p (default: the runner's)")
     a = ap.parse_args(argv)
-    rule = SequentialRule()
+    rule = night_rule()
     if a.interim is not None:
         rule = replace(rule, interim_share=a.interim)
     if a.per_look is not None:
@@ -121,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         rule = replace(rule, min_extra=a.min_extra)
     if a.task_p is not None:
         rule = replace(rule, task_p=a.task_p)
-    print(f"{a.nights} simulated gate decisions per cell; the runner's sequential gate (task_p={rule.task_p}, "
-          f"accept at +{rule.accept_at:g}); judge bias to the first shown {a.bias}; effect ±{a.effect} logits")  # fmt: skip
+    print(f"{a.nights} simulated gate decisions per cell; a night's sequential gate (task_p={rule.task_p}, a look at "
+          f"{rule.interim_share:g} of it, accept at +{rule.accept_at:g}, at least {rule.min_extra} extra episodes); "
+          f"judge bias to the first shown {a.bias}; effect ±{a.effect} logits")  # fmt: skip
     print(
         "| tasks | judge noise | useless accepted | helpful accepted | harmful accepted | judge calls/decision (mean) |"
     )

@@ -35,6 +35,8 @@ def _check_sequential(o: Any) -> None:
         raise ConfigError(
             f"optimizer.gate_seq_task_p={o.gate_seq_task_p!r} is invalid; use a p-value in (0, 1), e.g. 0.05"
         )
+    if not 0 < o.gate_seq_look_share <= 1:
+        raise ConfigError(f"optimizer.gate_seq_look_share={o.gate_seq_look_share!r} is invalid; use a share in (0, 1]")
     if o.gate_seq_budget < 0:
         raise ConfigError(f"optimizer.gate_seq_budget={o.gate_seq_budget!r} is invalid; use 0 or more (e.g. 2.0)")
     if o.gate_seq_min_extra < 0:

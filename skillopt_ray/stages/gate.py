@@ -135,6 +135,7 @@ class GatePolicy:
                 deterministic={"true": True, "false": False}.get(
                     str(getattr(o, "gate_seq_deterministic", "auto")).lower(), deterministic_target
                 ),
+                interim_share=getattr(o, "gate_seq_look_share", 1.0),
                 task_p=getattr(o, "gate_seq_task_p", 0.1),
             ),
             bool(getattr(o, "gate_no_regression", False)),

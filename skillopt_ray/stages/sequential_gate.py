@@ -67,7 +67,7 @@ class SequentialRule:
     # the target replays the same episode for the same task (a chat model at temperature 0): a repeat is not fresh
     # evidence, so each task keeps its first sample and no extra pairs are played
     deterministic: bool = False
-    interim_share: float = 0.5  # a look before the budget's end accepts at this share of task_p (many looks)
+    interim_share: float = 1.0  # a look before the budget's end accepts at this share of task_p (many looks)
     task_p: float = 0.1  # the sign-flip test over tasks must reach this p-value (each task one observation)
 
     def margins(self, first_discordant: int) -> tuple[float, float]:
