@@ -313,6 +313,7 @@ def test_exact_ties_stop_paying_once_they_cannot_change_the_decision():
     out = run(SequentialRule(), cand, cur, script, log)
     assert not out.accepted and out.stopped == "settled"
     assert out.episodes - 7 <= 8, out  # before: the whole budget (24 extra episodes), every pair a tie
+    assert all(len(v) <= 1 for v in out.candidate_extra.values())  # one replay settles a task
 
 
 # ---------------------------------------------------------------- a deterministic target: a repeat is no fresh evidence

@@ -49,7 +49,7 @@ PlayFn = Callable[[list[Request]], Awaitable[list[Optional[float]]]]
 # or None when the judge's reply was unusable (the pair is dropped and counted, never a win or a loss)
 VerdictFn = Callable[[str, int], Awaitable[Optional[float]]]
 
-SETTLED_AFTER = 3  # identical pairs (the first and two replays) that settle a task
+SETTLED_AFTER = 2  # identical pairs (the first and a replay) that settle a task
 GRID = 60  # observations are exact on multiples of 1/60 (hard and judged pairs are whole numbers; soft ones rounded)
 
 
@@ -197,7 +197,7 @@ class _Evidence:
         return sum(ds), sum(d != 0 for d in ds), len(ds), sum(d > 0 for d in ds), sum(d < 0 for d in ds)
 
     def settled(self, t: str) -> bool:
-        """A task whose pairs replayed the first exactly, twice: more of them would carry nothing new."""
+        """A task whose pairs replayed the first exactly: more of them would carry nothing new."""
         cs, ks, ds = self.cand[t], self.cur[t], self.diffs.get(t, [])
         return len(ds) >= SETTLED_AFTER and len(set(cs)) == 1 and len(set(ks)) == 1 and len(set(ds)) == 1
 
