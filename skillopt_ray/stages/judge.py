@@ -19,6 +19,7 @@ counted in `JudgeStats`, the pair dropped or the episode left unscored, never a 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
@@ -180,18 +181,21 @@ class Judge:
 
     async def score_results(self, results: list[EpisodeResult], key: str, agreement: bool = False) -> None:
         """Judge every episode that awaits the judge (in place: its scores, or an infra error of kind llm for an
-        unusable reply); with `agreement`, also the rule-checked episodes that carry a rubric, counting agreement."""
-        for r in results:
-            m = material(r)
-            if m is None or not (awaits_judge(r) or (agreement and r.scored)):
-                continue
-            got = await self.score(m, outcome(r), f"{key}/{r.task_id}/score")
-            if awaits_judge(r):
-                _apply(r, got)
-            elif got is not None:
-                agrees = got[1] == (r.hard >= 1.0)
-                self.stats.agree += agrees
-                self.stats.disagree += not agrees
+        unusable reply), concurrently; with `agreement`, also the rule-checked episodes that carry a rubric,
+        counting the judge's agreement with their checks."""
+        todo = [r for r in results if material(r) is not None and (awaits_judge(r) or (agreement and r.scored))]
+        await asyncio.gather(*(self._score_one(r, key) for r in todo))
+
+    async def _score_one(self, r: EpisodeResult, key: str) -> None:
+        m = material(r)
+        assert m is not None  # chosen by score_results
+        got = await self.score(m, outcome(r), f"{key}/{r.task_id}/score")
+        if awaits_judge(r):
+            _apply(r, got)
+        elif got is not None:
+            agrees = got[1] == (r.hard >= 1.0)
+            self.stats.agree += agrees
+            self.stats.disagree += not agrees
 
 
 def _apply(r: EpisodeResult, got: Optional[tuple[float, bool, str]]) -> None:
