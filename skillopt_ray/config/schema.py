@@ -207,12 +207,14 @@ class OptimizerConfig:
     # episodes per task in training, selection and test (each its own sample); a task scores the mean (reference: 1)
     rollouts_per_task: int = 1
     # none: the reference's strict improvement; paired_bootstrap | sign: also a significant per-task improvement;
-    # sequential: paired episodes, more of them only where the decision is close (Wald's SPRT on paired wins);
+    # sequential: paired episodes, more of them only where the decision is close (Wald's SPRT on paired wins and an
+    # exact sign-flip test over tasks, each task one observation);
     # auto: sequential when the selection split has fewer than 30 tasks, else none (+experiment=custom)
     gate_test: str = "none"
     gate_alpha: float = 0.05  # the paired test's one-sided level
-    # the sequential gate's boundaries in net paired wins (task units), and its extra episodes at most as a multiple
-    # of the first pass's (calibrated by scripts/bench_gate.py: worse candidates accepted at most 2% at 18 tasks)
+    # the sequential gate's boundaries in net paired wins (a hard pair counts -1, 0 or +1), and its extra episodes at
+    # most as a multiple of the first pass's (calibrated by scripts/bench_gate.py: worse candidates accepted at most
+    # 2% at 18 tasks); gate_seq_task_p below must pass too
     gate_seq_accept_at: float = 5.0
     gate_seq_reject_at: float = 3.0
     gate_seq_final_at: float = 3.0
