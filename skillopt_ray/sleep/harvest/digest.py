@@ -14,6 +14,8 @@ from skillopt_ray.sleep.harvest.timeutil import parse_instant, stamp
 MAX_REQUESTS = 6  # the reference's miner reads the first six user prompts
 MAX_REPLIES = 3
 MAX_TEXT = 800
+MAX_CORRECTION = 200
+MAX_COMMAND = 300
 MAX_CORRECTIONS = 6
 MAX_FILES = 20
 MAX_COMMANDS = 20
@@ -80,7 +82,8 @@ class SessionDigest:
 
 @dataclass
 class DigestBuilder:
-    """Fills a SessionDigest record by record, keeping only bounded, redacted text."""
+    """Fills a SessionDigest record by record, keeping only bounded, redacted text. Every text is redacted whole
+    and cut afterwards: a cut first would leave the part of a secret before it, which no pattern recognises."""
 
     digest: SessionDigest
     redact: Callable[[str], str]
@@ -112,9 +115,11 @@ class DigestBuilder:
         if d.ended is None or t > d.ended:
             d.ended = t
 
-    def user(self, text: str) -> None:
-        """A turn the user typed: a request (the first few), and a correction or thanks after the first."""
+    def user(self, text: str, redacted: bool = False) -> None:
+        """A turn the user typed: a request (the first few), and a correction or thanks after the first.
+        `redacted`: the text was redacted already (and cut to MAX_TEXT)."""
         text = (text or "").strip()
+        clean = (lambda t: t) if redacted else self.redact
         if not text:
             return
         d = self.digest
@@ -123,15 +128,15 @@ class DigestBuilder:
             if _NEGATIVE.search(text):
                 d.negative += 1
                 if len(d.corrections) < MAX_CORRECTIONS:
-                    d.corrections.append(self.redact(text[:200]))
+                    d.corrections.append(clean(text)[:MAX_CORRECTION])
             elif _POSITIVE.search(text):
                 d.positive += 1
         if len(d.requests) < MAX_REQUESTS:
-            d.requests.append(self.redact(text[:MAX_TEXT]))
+            d.requests.append(clean(text)[:MAX_TEXT])
 
     def reply(self, text: str) -> None:
         if text and text.strip():
-            self._replies.append(text.strip()[-MAX_TEXT:])  # redacted once, when the session ends
+            self._replies.append(text.strip())  # redacted once, when the session ends, then cut
 
     def has_replies(self) -> bool:
         return bool(self._replies)
@@ -145,9 +150,9 @@ class DigestBuilder:
             self.skill(m.group(1))
         d = self.digest
         if command and len(d.commands) < MAX_COMMANDS:
-            d.commands.append(self.redact(command[:300]))
+            d.commands.append(self.redact(command)[:MAX_COMMAND])
         if file and len(d.files) < MAX_FILES and file not in d.files:
-            d.files.append(self.redact(file[:300]))
+            d.files.append(self.redact(file)[:MAX_COMMAND])
 
     def slash(self, name: str) -> None:
         """A slash command the user typed (its name only: its arguments may hold anything)."""
@@ -164,7 +169,7 @@ class DigestBuilder:
     def finish(self, skipped: Counter) -> SessionDigest:
         self._widen(parse_instant(self._last))
         d = self.digest
-        d.replies = [self.redact(r) for r in self._replies]
+        d.replies = [self.redact(r)[-MAX_TEXT:] for r in self._replies]
         d.tools = dict(self._tools)
         d.unknown_kinds = dict(self._unknown)
         d.skipped_lines = dict(skipped)

@@ -18,7 +18,7 @@ from skillopt_ray.sleep.harvest.redact import Redactor
 from skillopt_ray.sleep.harvest.scope import Scope, Window
 from skillopt_ray.sleep.harvest.stores import HarvestCounts, Stores, collect
 from skillopt_ray.sleep.harvest.task_folder import Written, write_tasks
-from skillopt_ray.sleep.harvest.tasks import MinedTask
+from skillopt_ray.sleep.harvest.tasks import MAX_PROMPT, MAX_RUBRIC, MinedTask
 from skillopt_ray.sleep.harvest.timeutil import stamp, utc_now
 
 DEFAULT_LOOKBACK = timedelta(hours=72)
@@ -65,8 +65,9 @@ def dedup(tasks: list[MinedTask]) -> list[MinedTask]:
 
 
 def redact_task(t: MinedTask, redact: Redactor) -> MinedTask:
-    """The model's reply is redacted again before it is written: it may repeat what it was never shown."""
-    t.prompt, t.rubric = redact(t.prompt), redact(t.rubric)
+    """The model's reply is redacted again before it is written: it may repeat what it was never shown. Redacted
+    whole, then cut (a cut first leaves part of a secret no pattern recognises)."""
+    t.prompt, t.rubric = redact(t.prompt)[:MAX_PROMPT], redact(t.rubric)[:MAX_RUBRIC]
     t.checks = [{**c, "arg": redact(c["arg"])} if isinstance(c["arg"], str) else c for c in t.checks]
     return t
 

@@ -69,7 +69,7 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
         return None  # no recorded folder: never in any project's scope
     if b.digest.user_turns == 0:  # Codex 0.171 logs what the user typed only as a model-facing message
         for text in fallback_users:
-            b.user(text)
+            b.user(text, redacted=True)
     if not b.has_replies():
         for text in fallback_replies:
             b.reply(text)
@@ -127,9 +127,9 @@ def _item(
     elif sub == "message" and p.get("role") in ("user", "assistant"):
         text = "\n".join(str(c.get("text") or "") for c in p.get("content") or [] if isinstance(c, dict))
         if p["role"] == "assistant":
-            replies.append(text[-MAX_TEXT:])
+            replies.append(text)  # whole: the digest redacts before it cuts
         elif text.strip() and not text.lstrip().startswith("<") and len(fallback) < MAX_FALLBACK:
-            fallback.append(text[:MAX_TEXT])
+            fallback.append(b.redact(text)[:MAX_TEXT])  # redacted whole, then cut
     elif sub not in _QUIET_ITEMS:
         b.unknown(f"response_item:{sub}")
 
