@@ -6,7 +6,6 @@ passwords the patterns missed before."""
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,10 @@ from skillopt_ray.sleep.harvest.redact import Redactor
 
 # (what is planted, the part that must not survive)
 NEW = {
-    "aws_secret": ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"),
+    "aws_secret": (
+        "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
+        "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
+    ),
     "key_base": ("SECRET_KEY_BASE=4f9a2b7c1d8e3f6a0b5c9d2e7f1a4b8c", "4f9a2b7c1d8e3f6a0b5c9d2e7f1a4b8c"),
     "app_secret": ("export MY_APP_SECRET_VALUE=Zq8Wm3Kt7Rp2Lx9Vn4", "Zq8Wm3Kt7Rp2Lx9Vn4"),
     "password_flag": ("deploy --password Hunter2IsNotAGoodOne", "Hunter2IsNotAGoodOne"),
