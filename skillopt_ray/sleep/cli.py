@@ -189,7 +189,8 @@ def summary(r: pipeline.HarvestReport) -> str:
     sessions = ", ".join(f"{k} {v}" for k, v in sorted(r["sessions"].items())) or "none"
     return "\n".join(
         [
-            f"harvest window {r['window']['since'] or 'all'} .. {r['window']['until']} (scope {r['scope']})",
+            f"harvest window {r['window']['since'] or 'all'} .. {r['window']['until']} (scope {r['scope']}; "
+            f"{r['window'].get('from') or ''})",
             f"sessions: {sessions}; left out: {r['out_of_scope']} other folders, {r['out_of_window']} outside the "
             f"window, {r['duplicates']} duplicates, {r['sleep_sessions']} that only ran sleep",
             f"redacted: {red}",

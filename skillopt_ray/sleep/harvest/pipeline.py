@@ -40,14 +40,14 @@ class HarvestOptions:
     digest_host: str = ""  # a remote optimizer the user allowed this time (--send-digests): remembered
 
 
-def window_for(opts: HarvestOptions, st: state.HarvestState) -> Window:
-    """An explicit --lookback, else since the project's last harvest, else the last 72 hours."""
+def window_for(opts: HarvestOptions, st: state.HarvestState) -> tuple[Window, str]:
+    """An explicit --lookback, else since the project's last harvest, else the last 72 hours; and which it is."""
     now = utc_now()
     if opts.lookback_given:
-        return Window(now - opts.lookback if opts.lookback is not None else None, now)
+        return Window(now - opts.lookback if opts.lookback is not None else None, now), "--lookback"
     if st.last_harvest is not None:
-        return Window(st.last_harvest, now)
-    return Window(now - DEFAULT_LOOKBACK, now)
+        return Window(st.last_harvest, now), "since the last harvest (--lookback to choose)"
+    return Window(now - DEFAULT_LOOKBACK, now), "the default 72h (first harvest)"
 
 
 def dedup(tasks: list[MinedTask]) -> list[MinedTask]:
@@ -115,7 +115,8 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     """The whole harvest; returns the report (numbers only, no transcript text), also written beside the state."""
     project = opts.project.resolve()
     st = state.load(project)
-    window = window_for(opts, st)
+    window, why = window_for(opts, st)
+    found = [p for p in opts.stores.homes().values() if p.is_dir()]
     redact = redactor or Redactor.from_environment()
     digests, counts = collect(opts.stores, Scope.of(project, opts.scope), window, redact, opts.max_sessions)
     tasks, miner = mine(digests, project, llm)
@@ -126,11 +127,14 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     header = {"project": str(project), "harvested": stamp(window.until), "sessions": len(digests)}
     written = write_tasks(out, tasks, assigned, project, header)
     st.splits.update(assigned)
-    st.last_harvest, st.harvests = window.until, st.harvests + 1
+    if found:  # a harvest that read no store leaves the next window where it was
+        st.last_harvest = window.until
+    st.harvests += 1
     if opts.digest_host and opts.digest_host not in st.digest_hosts:
         st.digest_hosts.append(opts.digest_host)
     state.save(project, st)
     report = _report(opts, window, counts, redact, miner, out, written, assigned)
+    report["window"]["from"] = why if found else why + "; no session store found: window not moved"
     path = project / state.STATE_DIR / REPORT_FILE
     path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return report

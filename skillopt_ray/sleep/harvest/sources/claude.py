@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from skillopt_ray.harness import trace
 from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, DigestBuilder, SessionDigest
-from skillopt_ray.sleep.harvest.sources.lines import records
+from skillopt_ray.sleep.harvest.sources.lines import ODD, records
 
 SOURCE = "claude_code"
 _KNOWN = {
@@ -48,25 +48,11 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     calls: list[dict[str, Any]] = []
     skipped: Counter = Counter()
     for rec in records(path, skipped):
-        kind = rec.get("type")
-        if kind not in ("user", "assistant"):
-            if kind not in _KNOWN:
-                b.unknown(str(kind))
-            continue
-        if rec.get("isSidechain"):
-            continue  # a sub-agent's turn inside the session
-        if not b.digest.cwd and rec.get("cwd"):
-            if not in_scope(str(rec["cwd"])):
+        try:
+            if not _record(b, rec, in_scope, calls):
                 return None
-            b.digest.cwd = str(rec["cwd"])
-            b.digest.session_id = str(rec.get("sessionId") or b.digest.session_id)
-            b.digest.git_branch = str(rec.get("gitBranch") or "")[:200]
-        b.time(rec.get("timestamp"))
-        msg = _obj(rec.get("message"))
-        if kind == "user" and not rec.get("isMeta"):
-            _user(b, msg.get("content"))
-        elif kind == "assistant":
-            _assistant(b, msg.get("content"), calls)
+        except ODD:
+            skipped["odd_record"] += 1
     if not b.digest.cwd:
         return None
     t = trace.claude_session_trace(calls)
@@ -77,8 +63,38 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     return b.finish(skipped)
 
 
+def _record(
+    b: DigestBuilder, rec: dict[str, Any], in_scope: Callable[[str], bool], calls: list[dict[str, Any]]
+) -> bool:
+    """One record into the digest; False when the session's recorded folder is out of scope."""
+    kind = rec.get("type")
+    if kind not in ("user", "assistant"):
+        if kind not in _KNOWN:
+            b.unknown(str(kind))
+        return True
+    if rec.get("isSidechain"):
+        return True  # a sub-agent's turn inside the session
+    if not b.digest.cwd and rec.get("cwd"):
+        if not in_scope(str(rec["cwd"])):
+            return False
+        b.digest.cwd = str(rec["cwd"])
+        b.digest.session_id = str(rec.get("sessionId") or b.digest.session_id)
+        b.digest.git_branch = str(rec.get("gitBranch") or "")[:200]
+    b.time(rec.get("timestamp"))
+    msg = _obj(rec.get("message"))
+    if kind == "user" and not rec.get("isMeta"):
+        _user(b, msg.get("content"))
+    elif kind == "assistant":
+        _assistant(b, msg.get("content"), calls)
+    return True
+
+
 def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _is_text(block: dict[str, Any]) -> bool:
+    return isinstance(block.get("text"), str)
 
 
 def _user(b: DigestBuilder, content: Any) -> None:
@@ -86,7 +102,8 @@ def _user(b: DigestBuilder, content: Any) -> None:
     if isinstance(content, str):
         texts = [content]
     else:
-        texts = [str(c.get("text") or "") for c in content or [] if isinstance(c, dict) and c.get("type") == "text"]
+        blocks = content if isinstance(content, list) else []
+        texts = [c["text"] for c in blocks if isinstance(c, dict) and c.get("type") == "text" and _is_text(c)]
     for text in texts:
         m = _COMMAND_NAME.search(text)
         if m:
@@ -98,13 +115,13 @@ def _user(b: DigestBuilder, content: Any) -> None:
 def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]]) -> None:
     blocks = [c for c in content or [] if isinstance(c, dict)] if isinstance(content, list) else []
     for c in blocks:
-        if c.get("type") == "text":
-            b.reply(str(c.get("text") or ""))
+        if c.get("type") == "text" and _is_text(c):
+            b.reply(c["text"])
         elif c.get("type") == "tool_use":
             name = str(c.get("name") or "tool")
             inp = _obj(c.get("input"))
             b.tool(name, file=str(inp.get("file_path") or "") if name in _EDITS else "")
             if name == "Skill" and isinstance(inp.get("skill"), str):
                 b.skill(inp["skill"])
-            if name in ("Bash", "Read") and len(calls) < 4 * MAX_COMMANDS:
+            if name in ("Bash", "Read") and inp and len(calls) < 4 * MAX_COMMANDS:
                 calls.append({"type": "assistant", "message": {"content": [c]}})

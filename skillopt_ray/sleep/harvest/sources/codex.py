@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from skillopt_ray.harness import trace
 from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_REPLIES, MAX_TEXT, DigestBuilder, SessionDigest
-from skillopt_ray.sleep.harvest.sources.lines import records
+from skillopt_ray.sleep.harvest.sources.lines import ODD, records
 
 SOURCE = "codex"
 _TOP = {"session_meta", "response_item", "event_msg", "turn_context", "compacted", "world_state", "token_usage_record"}
@@ -49,22 +49,11 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     fallback_replies: deque = deque(maxlen=MAX_REPLIES)
     skipped: Counter = Counter()
     for rec in records(path, skipped, _UNREAD):
-        kind, p = rec.get("type"), rec.get("payload")
-        p = p if isinstance(p, dict) else {}
-        b.time(rec.get("timestamp"))
-        if kind == "session_meta":
-            if not _meta(b, p, in_scope):
+        try:
+            if not _record(b, rec, in_scope, calls, fallback_users, fallback_replies):
                 return None
-        elif kind == "turn_context" and not b.digest.cwd and p.get("cwd"):
-            if not in_scope(str(p["cwd"])):
-                return None
-            b.digest.cwd = str(p["cwd"])
-        elif kind == "event_msg":
-            _event(b, p)
-        elif kind == "response_item":
-            _item(b, p, calls, fallback_users, fallback_replies)
-        elif kind not in _TOP:
-            b.unknown(str(kind))
+        except ODD:
+            skipped["odd_record"] += 1
     if not b.digest.cwd:
         return None  # no recorded folder: never in any project's scope
     if b.digest.user_turns == 0:  # Codex 0.171 logs what the user typed only as a model-facing message
@@ -77,8 +66,39 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     return b.finish(skipped)
 
 
+def _record(
+    b: DigestBuilder,
+    rec: dict[str, Any],
+    in_scope: Callable[[str], bool],
+    calls: list[dict[str, Any]],
+    fallback_users: list[str],
+    fallback_replies: deque,
+) -> bool:
+    """One record into the digest; False when the session's recorded folder is out of scope."""
+    kind, p = rec.get("type"), _obj(rec.get("payload"))
+    b.time(rec.get("timestamp"))
+    if kind == "session_meta":
+        return _meta(b, p, in_scope)
+    if kind == "turn_context" and not b.digest.cwd and p.get("cwd"):
+        if not in_scope(str(p["cwd"])):
+            return False
+        b.digest.cwd = str(p["cwd"])
+    elif kind == "event_msg":
+        _event(b, p)
+    elif kind == "response_item":
+        _item(b, p, calls, fallback_users, fallback_replies)
+    elif kind not in _TOP:
+        b.unknown(str(kind))
+    return True
+
+
 def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    """A text field's text; anything else (a number, an object) holds none."""
+    return value if isinstance(value, str) else ""
 
 
 def _id_from_name(path: Path) -> str:
@@ -106,9 +126,9 @@ def _meta(b: DigestBuilder, p: dict[str, Any], in_scope: Callable[[str], bool]) 
 def _event(b: DigestBuilder, p: dict[str, Any]) -> None:
     sub = p.get("type")
     if sub == "user_message":
-        b.user(str(p.get("message") or ""))
+        b.user(_text(p.get("message")))
     elif sub == "agent_message":
-        b.reply(str(p.get("message") or ""))
+        b.reply(_text(p.get("message")))
     elif sub not in _QUIET_EVENTS:
         b.unknown(f"event_msg:{sub}")
 
@@ -125,7 +145,9 @@ def _item(
         if sub == "function_call" and len(calls) < 4 * MAX_COMMANDS:
             calls.append({"type": "response_item", "payload": p})
     elif sub == "message" and p.get("role") in ("user", "assistant"):
-        text = "\n".join(str(c.get("text") or "") for c in p.get("content") or [] if isinstance(c, dict))
+        content = p.get("content")
+        blocks = content if isinstance(content, list) else [{"text": content}] if isinstance(content, str) else []
+        text = "\n".join(_text(c.get("text")) for c in blocks if isinstance(c, dict))
         if p["role"] == "assistant":
             replies.append(text)  # whole: the digest redacts before it cuts
         elif text.strip() and not text.lstrip().startswith("<") and len(fallback) < MAX_FALLBACK:
