@@ -272,9 +272,6 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
         return EXIT_OK
     from skillopt_ray.sleep.proposal import staging
 
-    st.val_looks[fp] = looks
-    st.nights += 1
-    st.current = None
     # staged before the state lets the night go, so a kill while staging resumes it; a kill after staging and before
     # the save resumes a night already staged (whole, by its manifest), which is not staged twice
     done = staging.staging_root(opts.project) / p.run_name.removeprefix("night-") / staging.MANIFEST
@@ -283,9 +280,25 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
               f"python -m skillopt_ray.sleep adopt --project {opts.project}")  # fmt: skip
         code = EXIT_OK
     else:
-        code = stage(opts, p, folder, live, rep)
+        try:
+            code = stage(opts, p, folder, live, rep, screen_rules(start_text, folder / "SKILL.md", p.tasks))
+        except OSError as e:  # a full disk: the night stays current, its run finished, so a rerun pays nothing again
+            print(f"error: staging the night failed ({e}); nothing is lost: free the space and rerun the same "
+                  "command to resume (the night's calls are not paid again)", file=sys.stderr)  # fmt: skip
+            return EXIT_ERROR
+    st.val_looks[fp] = looks
+    st.nights += 1
+    st.current = None
     night_state.save(opts.project, st)
     return code
+
+
+def screen_rules(start_text: str, proposed: Path, tasks: Path) -> list[str]:
+    """Why the night's added rules need a person's eyes (guard.screen_rules), against the task folder's requests."""
+    from skillopt_ray.sleep.harvest import guard
+
+    prompts = [f.read_text(encoding="utf-8", errors="replace")[:20_000] for f in sorted(tasks.glob("*/task.md"))]
+    return guard.screen_rules(start_text, proposed.read_text(encoding="utf-8"), guard.suspect_sentences(prompts))
 
 
 def say_spent(p: Plan, run_dir: Path) -> None:
@@ -311,9 +324,10 @@ def memory_proposal(opts: NightOptions, name: str, skill_md: Path) -> Optional[t
     return memory.proposal(opts.project, opts.target, name, body)
 
 
-def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
+def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport, flags: list[str]) -> int:
     """Hand every finished night to staging, also one whose gate accepted nothing (staged `changed: false`, for
-    `status` to show and `adopt` to refuse), so each night leaves its report where you look for it."""
+    `status` to show and `adopt` to refuse), so each night leaves its report where you look for it. `flags`: why its
+    added rules need a person's eyes (adopt then needs --allow-flagged). An OSError (a full disk) propagates."""
     from skillopt_ray.sleep.proposal import staging
 
     root = live.parent.parent  # <root>/<name>/SKILL.md: adoption may write only under the skills folder
@@ -333,10 +347,11 @@ def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightRepor
         report=rep.as_dict(),
         evidence_dir=Path(rep.run_dir) / "steps",
         memory=mem,
+        flags=flags if rep.changed else [],
     )
     try:
         where = staging.stage_night(proposal)
-    except (ValueError, OSError) as e:
+    except ValueError as e:
         print(f"error: staging refused the night: {e}", file=sys.stderr)
         return EXIT_CONFIG
     if not rep.changed:
@@ -346,6 +361,10 @@ def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightRepor
                   f"{opts.project})")  # fmt: skip
         else:
             print(f"staged in {where} (changed nothing: no candidate skill passed the gate; nothing to adopt)")
+        return EXIT_OK
+    if flags:
+        print(f"staged in {where}, FLAGGED: {'; '.join(flags)}. Read its SKILL.md; to adopt it anyway: "
+              f"python -m skillopt_ray.sleep adopt --allow-flagged --project {opts.project}")  # fmt: skip
         return EXIT_OK
     print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
     return EXIT_OK
