@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
 
-from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_OK
+from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.review_gate import ReviewRefused
 from skillopt_ray.sleep import proposal_verbs as adopt_cli
@@ -226,3 +227,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ValueError, MinerRefused, ReviewRefused, UsageError, Busy) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    except KeyboardInterrupt:
+        print(f"interrupted: rerun the same command to {'resume the night' if a.verb in NIGHT else 'harvest'}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_STOPPED
+    except OSError as e:  # a full disk, a folder gone: one line, and what to do
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        print(f"error: {'the disk is full' if full else 'cannot go on'} ({e}); "
+              f"{'free space, then ' if full else ''}rerun the same command to resume", file=sys.stderr)  # fmt: skip
+        return EXIT_ERROR
