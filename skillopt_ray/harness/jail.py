@@ -456,7 +456,7 @@ class Jail:
         result.exported = got.whole
         result.export_problem = "" if got.whole else _export_problem(got, result.stderr)
         result.over_limit = str(got.note.get("over_limit", ""))
-        result.skipped = int(got.note.get("skipped", 0))
+        result.skipped = int(got.note.get("skipped", 0)) + got.too_long
         result.timed_out = result.timed_out or bool(got.note.get("timed_out"))
         if "cli_status" in got.note:  # the CLI's own exit status, not the launcher's
             result.returncode = int(got.note["cli_status"])

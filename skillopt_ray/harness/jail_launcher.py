@@ -55,11 +55,34 @@ def mount(src, dst, fstype, flags, data):
     if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
         die("cannot mount " + dst + ": " + os.strerror(ctypes.get_errno()))
 
-def chown_tree(top, uid, gid):
-    for parent, dirs, files in os.walk(top):
-        for name in dirs + files:
-            os.lchown(os.path.join(parent, name), uid, gid)
-    os.lchown(top, uid, gid)
+def copy_seed(seed, inside):
+    # the seed (the host's workspace: after a first attempt, what the agent left) copied iteratively (shutil.copytree
+    # recurses: a thousand nested folders raised RecursionError); symlinks as symlinks, other special files left
+    # out. Returns what it made, for give_tree
+    made, todo = [], [""]
+    while todo:
+        rel = todo.pop()
+        src, dst = os.path.join(seed, rel), os.path.join(inside, rel)
+        for name in sorted(os.listdir(src)):
+            s, d = os.path.join(src, name), os.path.join(dst, name)
+            st = os.lstat(s)
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(d, stat.S_IMODE(st.st_mode) | 0o700)
+                todo.append(os.path.join(rel, name))
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(s), d)
+            elif stat.S_ISREG(st.st_mode):
+                shutil.copyfile(s, d, follow_symlinks=False)
+                os.chmod(d, stat.S_IMODE(st.st_mode))
+            else:
+                continue
+            made.append(d)
+    return made
+
+def give_tree(paths, uid, gid):
+    # the copy handed to the agent's uid once whole (root here may not write into a folder it no longer owns)
+    for path in paths:
+        os.lchown(path, uid, gid)
 
 def set_up(uid):
     if cfg["devpts"] and libc.mount(b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | 8, b"newinstance,ptmxmode=0666,mode=0620"):
@@ -69,14 +92,15 @@ def set_up(uid):
     for name, (area, seed, target, mode) in cfg["dirs"].items():
         inside = os.path.join(area, name)
         os.mkdir(inside)
+        made = []
         try:
             if seed:
-                shutil.copytree(seed, inside, symlinks=True, dirs_exist_ok=True)
-        except (OSError, shutil.Error) as e:
+                made = copy_seed(seed, inside)
+        except OSError as e:
             die("the agent's %s does not fit the jail's disk limit (%d MB, %d files): raise llm.target.agent.disk_mb "
                 "or llm.target.agent.disk_files (%s)" % (name, cfg["areas"][0][1] >> 20, cfg["areas"][0][2], str(e)[:200]))
         os.chmod(inside, mode)
-        chown_tree(inside, uid, cfg["gid"])
+        give_tree(made + [inside], uid, cfg["gid"])
         for stash, path, is_dir in cfg["read_only"]:  # a read-only host path that lies inside this folder
             if path.startswith(target + "/"):
                 place_read_only(stash, os.path.join(inside, os.path.relpath(path, target)), is_dir)
@@ -261,23 +285,59 @@ def add_file(tar, path, arcname, st, state):
         state["links"][key] = arcname
 
 def add_tree(tar, top, arc, state):
-    device = os.lstat(top).st_dev
-    for parent, dirs, files in os.walk(top):
-        rel = os.path.relpath(parent, top)
-        dirs[:] = [d for d in dirs if os.lstat(os.path.join(parent, d)).st_dev == device]  # not a read-only mount
-        for name in sorted(dirs + files):
-            path, arcname = os.path.join(parent, name), os.path.normpath(os.path.join(arc, rel, name))
-            try:
-                st = os.lstat(path)
-                if stat.S_ISDIR(st.st_mode):
-                    os.chmod(path, 0o700)
-                    add(tar, dir_info(arcname), None, state)
-                elif stat.S_ISREG(st.st_mode):
-                    add_file(tar, path, arcname, st, state)
-                else:
-                    state["skipped"] += 1
-            except OSError:  # vanished or unreadable: left out, counted
+    # iterative and by relative names from the folder being read (os.chdir), so neither a folder nested a thousand
+    # deep nor a path past PATH_MAX can stop it; every entry's failure is its own (left out, counted). Nothing of
+    # the agent's runs any more: no folder changes under the walk
+    try:
+        os.chmod(top, 0o700)  # `chmod 000 /workspace` left nothing to read
+        os.chdir(top)
+        device = os.lstat(".").st_dev
+    except OSError:
+        state["skipped"] += 1
+        return
+    stack = [(arc, add_entries(tar, arc, device, state))]
+    while stack:
+        where, subdirs = stack[-1]
+        if not subdirs:
+            stack.pop()
+            if stack:
+                os.chdir("..")
+            continue
+        name = subdirs.pop(0)
+        try:
+            os.chdir(name)
+        except OSError:
+            state["skipped"] += 1
+            continue
+        inner = where + "/" + name
+        stack.append((inner, add_entries(tar, inner, device, state)))
+    os.chdir("/")
+
+def add_entries(tar, where, device, state):
+    # the current folder's files and folder headers, in name order; returns its sub-folders to walk into
+    try:
+        names = sorted(os.listdir("."))
+    except OSError:
+        state["skipped"] += 1
+        return []
+    subdirs = []
+    for name in names:
+        arcname = where + "/" + name
+        try:
+            st = os.lstat(name)
+            if stat.S_ISDIR(st.st_mode):
+                if st.st_dev != device:
+                    continue  # a read-only mount of the host's
+                os.chmod(name, 0o700)
+                add(tar, dir_info(arcname), None, state)
+                subdirs.append(name)
+            elif stat.S_ISREG(st.st_mode):
+                add_file(tar, name, arcname, st, state)
+            else:
                 state["skipped"] += 1
+        except OSError:  # vanished or unreadable: left out, counted
+            state["skipped"] += 1
+    return subdirs
 
 def dir_info(name):
     info = tarfile.TarInfo(name)
@@ -292,7 +352,8 @@ def export_files(export, area, note):
                 for name in cfg["export"]:
                     add_tree(tar, os.path.join(area, name), name, state)
             except OverLimit as e:
-                note["over_limit"] = "%s: the archive would pass %d MB" % (e.args[0], cfg["export_budget"] >> 20)
+                where = e.args[0] if len(e.args[0]) <= 300 else e.args[0][:140] + "..." + e.args[0][-140:]
+                note["over_limit"] = "%s: the archive would pass %d MB" % (where, cfg["export_budget"] >> 20)
             note.update(skipped=state["skipped"], members=state["members"], bytes=state["bytes"])
             data = json.dumps(note).encode()
             info = tarfile.TarInfo(".status.json")

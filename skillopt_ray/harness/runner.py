@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import glob
 import secrets
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from skillopt_envs.sandbox import userns_filter
 
 from skillopt_ray.harness import commands, trace
 from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
+from skillopt_ray.harness.workspace import remove_tree
 from skillopt_ray.llm.agent_api import AgentAPIServer, CallRecord
 from skillopt_ray.llm.wire import AgentOptions
 from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
@@ -202,7 +202,7 @@ async def run_agent(
                 break
         return _agent_run(settings, attempts, final, workspace, collect)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        remove_tree(root)
 
 
 def agent_stage(key: str) -> str:
