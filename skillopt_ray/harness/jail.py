@@ -93,6 +93,7 @@ class JailResult:
     skipped: int = 0  # what the agent left that was not sent back: symlinks, devices, unreadable files
     over_limit: str = ""  # the agent's files passed the archive's byte limit: where it stopped (the rest stayed)
     export_problem: str = ""  # why the files did not come back whole (the launcher's or the host's failure)
+    export_host_fault: bool = False  # the host itself failed to unpack them (evidence outside the agent's reach)
 
 
 def _free_port() -> int:
@@ -455,6 +456,7 @@ class Jail:
         export.unlink(missing_ok=True)
         result.exported = got.whole
         result.export_problem = "" if got.whole else _export_problem(got, result.stderr)
+        result.export_host_fault = bool(got.problem)
         result.over_limit = str(got.note.get("over_limit", ""))
         result.skipped = int(got.note.get("skipped", 0)) + got.too_long
         result.timed_out = result.timed_out or bool(got.note.get("timed_out"))
