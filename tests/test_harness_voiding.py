@@ -99,3 +99,23 @@ def test_an_agent_that_locks_codexs_answer_file_is_scored_not_voided(tmp_path, m
     model = HostileModel(LOCKS[lock])
     run = asyncio.run(run_agent(model, AgentSettings("codex", "m", 60.0), wd, "go", "k"))
     assert run.final_message == "<answer>done</answer>" and run.attempts == 1
+
+
+ATTACH = (
+    'python3 -c "import ctypes, subprocess; libc = ctypes.CDLL(None, use_errno=True); '
+    "pid = int(subprocess.run(['pgrep', '-x', 'codex'], capture_output=True, text=True).stdout.split()[0]); "
+    "r = libc.ptrace(16, pid, 0, 0); print('ATTACH', r, ctypes.get_errno())\""
+)
+
+
+def test_no_command_can_attach_to_codex(tmp_path, monkeypatch):
+    """A command that attaches to Codex (to inject an exit of its choosing) is refused: EPERM; Codex answers."""
+    need_bwrap()
+    need_harness("codex")
+    wd = tmp_path / "ws"
+    prepare_workspace(wd, render_skill_md("", "D"), WorkspaceSpec(task="t"))
+    monkeypatch.setattr(tempfile, "tempdir", tempfile.mkdtemp(prefix="jp-"))  # short: the socket path lies under it
+    model = HostileModel(ATTACH)
+    run = asyncio.run(run_agent(model, AgentSettings("codex", "m", 60.0), wd, "go", "k"))
+    assert "ATTACH -1 1" in model.output, model.output
+    assert run.final_message == "<answer>done</answer>" and run.attempts == 1

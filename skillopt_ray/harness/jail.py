@@ -39,7 +39,7 @@ from skillopt_envs.sandbox import (
 )
 
 from skillopt_ray.harness.jail_export import Unpacked, unpack_export
-from skillopt_ray.harness.jail_launcher import FORWARDER_JS, LAUNCHER_PY
+from skillopt_ray.harness.jail_launcher import FORWARDER_JS, INIT_PY, LAUNCHER_PY
 
 if TYPE_CHECKING:  # the jail's own modules run alone (as another user, with the system Python): no engine imports
     from skillopt_ray.llm.wire import AgentOptions
@@ -203,6 +203,29 @@ def _seccomp_args(fds: list[int]) -> list[str]:
     os.close(w)
     fds.append(r)
     return ["--seccomp", str(r)]
+
+
+# (audit arch, ptrace, process_vm_readv, process_vm_writev) per machine
+_TRACE_SYSCALLS = {"x86_64": (0xC000003E, 101, 310, 311), "aarch64": (0xC00000B7, 117, 270, 271)}
+
+
+def no_trace_filter() -> Optional[bytes]:
+    """A seccomp filter refusing ptrace and cross-process memory reads and writes (EPERM), for the CLI and every
+    command it runs: no command can attach to the CLI and make it exit as it pleases. None on an unknown machine."""
+    import platform
+    import struct
+
+    spec = _TRACE_SYSCALLS.get(platform.machine())
+    if spec is None:
+        return None
+    arch, *calls = spec
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow), (ld, 0, 0, 0)]
+    for i, nr in enumerate(calls):  # each: refused when it matches, else the next test
+        prog.append((jeq, len(calls) - i, 0, nr))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
 
 
 # folders the launcher covers with its tmpfs, and the system folders bubblewrap mounts whole
@@ -371,6 +394,8 @@ class Jail:
             "cwd": JAIL_WORKSPACE,
             "devpts": os.geteuid() != 0,  # see _dev_args
             "read_only": self._stashed_read_only(),
+            "no_trace": (no_trace_filter() or b"").hex(),
+            "init_py": INIT_PY,
         }
 
     async def run(

@@ -35,6 +35,62 @@ srv.listen(Number(port), '127.0.0.1', () => {
 });
 """
 
+# pid 1 of the agent's PID namespace: `python -I -S -c INIT_PY <config json> -- <CLI argv>...`. It starts the CLI
+# and reaps every orphan the agent's commands leave (a CLI as pid 1 reaped none: hundreds of zombies in one
+# command), and ends as the CLI ends, which ends the namespace. Its signal handlers are the defaults, so the kernel
+# drops any signal a member of the namespace sends it; it makes itself not dumpable first thing (before the CLI, and
+# so any command, exists), and refuses ptrace and cross-process memory access to itself and all it starts.
+INIT_PY = r"""
+import ctypes, json, os, resource, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+cfg = json.loads(sys.argv[1])
+cmd = sys.argv[3:]
+
+def die(msg):
+    sys.stderr.write("skillopt-jail: " + msg + "\n")
+    os._exit(125)
+
+def no_tracing():
+    prog = bytes.fromhex(cfg["no_trace"]) if cfg["no_trace"] else b""
+    if not prog:
+        return
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs without CAP_SYS_ADMIN
+        die("cannot set no_new_privs: " + os.strerror(ctypes.get_errno()))
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    fprog = Prog(len(prog) // 8, prog)
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        die("cannot forbid tracing: " + os.strerror(ctypes.get_errno()))
+
+def ended(status):
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(sig, signal.SIG_DFL)
+no_tracing()
+cli = os.fork()
+if cli == 0:
+    os.chdir(cfg["cwd"])
+    fsize = min(cfg["file_bytes"], cfg["export_bytes"])  # a limit is never raised again
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    try:
+        os.execvp(cmd[0], cmd)
+    finally:
+        os._exit(127)
+while True:
+    try:
+        done, status = os.waitpid(-1, 0)
+    except InterruptedError:
+        continue
+    except ChildProcessError:
+        os._exit(125)
+    if done == cli:
+        os._exit(ended(status))
+"""
+
 # Runs as `python -I -S -c LAUNCHER_PY <config json> <forwarder argv>... -- <CLI argv>...`; see the module docstring.
 LAUNCHER_PY = r"""
 import ctypes, io, json, os, resource, shutil, signal, stat, sys, tarfile, time
@@ -163,24 +219,27 @@ def start_cli(export):
         export.close()
         if libc.unshare(CLONE_NEWPID) != 0:  # the next child is the first process (pid 1) of a namespace of its own
             die("cannot make the agent's PID namespace: " + os.strerror(ctypes.get_errno()), 126)
-        cli = os.fork()
-        if cli == 0:
+        init = os.fork()
+        if init == 0:
             own_proc()
             drop(cfg["uid"])
-            os.chdir(cfg["cwd"])
-            fsize = min(cfg["file_bytes"], cfg["export_bytes"])  # a limit is never raised again
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-            try:
-                os.execvp(cmd[0], cmd)
-            finally:
-                os._exit(127)
+            run_init()
         drop(cfg["uid"])
         while True:
             try:
-                os._exit(ended(os.waitpid(cli, 0)[1]))
+                os._exit(ended(os.waitpid(init, 0)[1]))
             except InterruptedError:
                 continue
     return pid
+
+def run_init():
+    # pid 1 of the agent's namespace is INIT_PY, a program of its own (not this launcher's copy, whose command line
+    # names the launcher's code), started with what it needs to start the CLI
+    init_cfg = {k: cfg[k] for k in ("cwd", "file_bytes", "export_bytes", "no_trace")}
+    try:
+        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", cfg["init_py"], json.dumps(init_cfg), "--", *cmd])
+    finally:
+        os._exit(127)
 
 def run_cli(pid):
     timed_out = []
