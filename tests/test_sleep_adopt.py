@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from skillopt_ray.sleep.cli import main
-from skillopt_ray.sleep.lock import Busy, adopt_lock, night_lock
 from skillopt_ray.sleep.proposal import adopt, staging
+from skillopt_ray.sleep.proposal.lock import Busy, adopt_lock, night_lock
 from skillopt_ray.sleep.proposal.staging import NightProposal, stage_night
 
 LIVE = "---\nname: deploy\ndescription: how we deploy\n---\n\nRun make deploy.\n"
@@ -232,7 +232,7 @@ def test_interrupted_adopt_refuses_when_file_changed_meanwhile(tmp_path, proj, m
 KILLER = """
 import os, signal, sys
 from pathlib import Path
-from skillopt_ray.sleep import adopt, staging
+from skillopt_ray.sleep.proposal import adopt, staging
 real = staging.write_atomic
 def write_then_kill(path, data, mode=0o644):
     if Path(path).name == "SKILL.md" and ".agents" in str(path):
