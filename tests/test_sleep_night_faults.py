@@ -88,6 +88,8 @@ def test_an_accepted_dangerous_rule_is_staged_flagged_and_adopt_needs_the_flag(
     (staged,) = (project / ".skillopt" / "staging").iterdir()
     m = json.loads((staged / "manifest.json").read_text())
     assert m["verdict"] == "accepted" and m["flags"] and "rm -rf /" in m["flags"][0]
+    assert sleep_cli.main(["status", "--project", str(project)]) == 0
+    assert "FLAGGED a destructive command" in capsys.readouterr().out
     assert sleep_cli.main(["adopt", "--project", str(project)]) == 2
     assert "--allow-flagged" in capsys.readouterr().err
     assert not (project / ".agents").exists()
