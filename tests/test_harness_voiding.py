@@ -119,3 +119,17 @@ def test_no_command_can_attach_to_codex(tmp_path, monkeypatch):
     run = asyncio.run(run_agent(model, AgentSettings("codex", "m", 60.0), wd, "go", "k"))
     assert "ATTACH -1 1" in model.output, model.output
     assert run.final_message == "<answer>done</answer>" and run.attempts == 1
+
+
+def test_a_session_log_rewritten_to_show_broken_tools_does_not_void_when_the_gateway_saw_a_process_run(tmp_path):
+    """The session log lives in the agent's home: a command can rewrite it to show only failed spawns. The tool
+    results the CLI sent back through the gateway are outside its reach: one that says a process ran wins."""
+    from test_harness_signals import SPAWN_FAIL, _codex_item
+
+    forged = [_codex_item("c0", "ls", SPAWN_FAIL, -1, pid=None)]
+    run = _attempt("codex", forged)
+    with pytest.raises(HarnessError, match="tools were broken"):
+        _final_message(_settings("codex"), run, tmp_path)
+    run.process_ran = True
+    (tmp_path / "codex_last_message.txt").write_text("<answer>B</answer>")
+    assert _final_message(_settings("codex"), run, tmp_path) == "<answer>B</answer>"

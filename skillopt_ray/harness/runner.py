@@ -23,6 +23,7 @@ from skillopt_ray.llm.wire import AgentOptions
 from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
 
 HARNESSES = ("codex", "claude_code")
+PROCESS_RAN = "Process exited with code"  # Codex's header on a command's output, written once a process ran
 BIN = {"codex": "codex", "claude_code": "claude"}
 PREFIX = {"codex": "codex", "claude_code": "claude"}  # file prefix of the raw transcript and the summary
 
@@ -164,6 +165,9 @@ class _Attempt:
     # the CLI logged an interrupted turn: only a command of the agent's can send it SIGINT (the jail ends it with
     # SIGKILL), so the failure is the agent's own
     interrupted: bool = False
+    # a tool result the CLI sent back through the gateway says a process ran: the tools worked, whatever the session
+    # log (which the agent's commands can rewrite) says
+    process_ran: bool = False
 
 
 async def run_agent(
@@ -298,7 +302,12 @@ async def _run_attempt(
         and e["payload"].get("reason") == "interrupted"
         for e in events
     )
-    return _Attempt(res, raw, list(server.calls), t, first, started=bool(events), interrupted=interrupted)
+    ran = any(
+        PROCESS_RAN in str(m.get("content")) for r in server.requests for m in r["messages"] if m.get("role") == "tool"
+    )
+    return _Attempt(
+        res, raw, list(server.calls), t, first, started=bool(events), interrupted=interrupted, process_ran=ran
+    )
 
 
 def acted(run: _Attempt) -> bool:
@@ -332,7 +341,7 @@ def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> s
         raise HarnessError(
             f"the jail could not send the {harness} agent's files back: {res.export_problem}", "jail_export"
         )
-    broken = trace.broken_tools(run.trace)
+    broken = None if run.process_ran else trace.broken_tools(run.trace)
     if broken:
         raise HarnessError(f"the {harness} agent's tools were broken: {broken}")
     if harness == "codex":
