@@ -174,3 +174,23 @@ def test_ordinary_text_near_the_new_patterns_is_left_alone():
     ):
         assert r(text) == text, text
     assert not r.counts
+
+
+def test_codex_messages_held_in_case_a_log_has_no_user_events_count_only_when_used(tmp_path):
+    """Codex logs a user's words as an event and, again, as a model-facing message (held in case the log has no
+    events): the second copy's redactions are counted only when it is used."""
+    from skillopt_ray.sleep.harvest.sources import codex
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    key = PLANTED["openai_key"][0]
+    msg = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Deploy with " + key}]}
+    held = ({"timestamp": "2020-01-01T10:00:00.000Z", "type": "response_item", "payload": msg},)
+    both = codex_session(tmp_path / "c1", str(project), ["Deploy with " + key], extra=held)
+    r = Redactor()
+    d = codex.parse(both, r, lambda cwd: True)
+    assert d is not None and r.counts["openai_key"] == 1  # the event's copy only
+    only = codex_session(tmp_path / "c2", str(project), [], extra=held)
+    r = Redactor()
+    d = codex.parse(only, r, lambda cwd: True)
+    assert d is not None and d.requests and "[REDACTED:openai_key]" in d.requests[0] and r.counts["openai_key"] == 1

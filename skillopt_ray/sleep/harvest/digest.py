@@ -115,9 +115,24 @@ class DigestBuilder:
         if d.ended is None or t > d.ended:
             d.ended = t
 
-    def user(self, text: str, redacted: bool = False) -> None:
+    def held(self, text: str) -> tuple[str, Counter]:
+        """`text` redacted and cut to MAX_TEXT for later use, and what its redaction counted, taken back out of the
+        redactor's counts until `user(..., counted=...)` uses it (a held text that is never used counts nothing)."""
+        counts = getattr(self.redact, "counts", None)
+        before = Counter(counts) if isinstance(counts, Counter) else None
+        out = self.redact(text)[:MAX_TEXT]
+        if before is None or not isinstance(counts, Counter):
+            return out, Counter()
+        delta = counts - before
+        counts.subtract(delta)
+        return out, delta
+
+    def user(self, text: str, redacted: bool = False, counted: Optional[Counter] = None) -> None:
         """A turn the user typed: a request (the first few), and a correction or thanks after the first.
-        `redacted`: the text was redacted already (and cut to MAX_TEXT)."""
+        `redacted`: the text was redacted already (held), `counted` what that redaction counted."""
+        counts = getattr(self.redact, "counts", None)
+        if counted and isinstance(counts, Counter):
+            counts.update(counted)
         text = (text or "").strip()
         clean = (lambda t: t) if redacted else self.redact
         if not text:

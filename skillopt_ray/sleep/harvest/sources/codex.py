@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.harness import trace
-from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_REPLIES, MAX_TEXT, DigestBuilder, SessionDigest
+from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_REPLIES, DigestBuilder, SessionDigest
 from skillopt_ray.sleep.harvest.sources.lines import ODD, records
 
 SOURCE = "codex"
@@ -45,7 +45,7 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
     b = DigestBuilder(SessionDigest(SOURCE, _id_from_name(path), str(path)), redact)
     calls: list[dict[str, Any]] = []
-    fallback_users: list[str] = []
+    fallback_users: list[tuple[str, Counter]] = []
     fallback_replies: deque = deque(maxlen=MAX_REPLIES)
     skipped: Counter = Counter()
     for rec in records(path, skipped, _UNREAD):
@@ -57,8 +57,8 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     if not b.digest.cwd:
         return None  # no recorded folder: never in any project's scope
     if b.digest.user_turns == 0:  # Codex 0.171 logs what the user typed only as a model-facing message
-        for text in fallback_users:
-            b.user(text, redacted=True)
+        for text, counted in fallback_users:
+            b.user(text, redacted=True, counted=counted)
     if not b.has_replies():
         for text in fallback_replies:
             b.reply(text)
@@ -71,7 +71,7 @@ def _record(
     rec: dict[str, Any],
     in_scope: Callable[[str], bool],
     calls: list[dict[str, Any]],
-    fallback_users: list[str],
+    fallback_users: list[tuple[str, Counter]],
     fallback_replies: deque,
 ) -> bool:
     """One record into the digest; False when the session's recorded folder is out of scope."""
@@ -134,7 +134,11 @@ def _event(b: DigestBuilder, p: dict[str, Any]) -> None:
 
 
 def _item(
-    b: DigestBuilder, p: dict[str, Any], calls: list[dict[str, Any]], fallback: list[str], replies: deque
+    b: DigestBuilder,
+    p: dict[str, Any],
+    calls: list[dict[str, Any]],
+    fallback: list[tuple[str, Counter]],
+    replies: deque,
 ) -> None:
     """A model-facing item: tool calls (names and, through harness/trace.py, commands and files read); user and
     assistant messages, used when the log has no user_message/agent_message events (user messages that open
@@ -151,7 +155,7 @@ def _item(
         if p["role"] == "assistant":
             replies.append(text)  # whole: the digest redacts before it cuts
         elif text.strip() and not text.lstrip().startswith("<") and len(fallback) < MAX_FALLBACK:
-            fallback.append(b.redact(text)[:MAX_TEXT])  # redacted whole, then cut
+            fallback.append(b.held(text))  # redacted whole, then cut; counted only if used
     elif sub not in _QUIET_ITEMS:
         b.unknown(f"response_item:{sub}")
 
