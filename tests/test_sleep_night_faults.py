@@ -95,3 +95,33 @@ def test_an_accepted_dangerous_rule_is_staged_flagged_and_adopt_needs_the_flag(
     assert not (project / ".agents").exists()
     assert sleep_cli.main(["adopt", "--project", str(project), "--allow-flagged"]) == 0
     assert "rm -rf /" in Path(project / ".agents" / "skills" / "tidy" / "SKILL.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_real_ctrl_c_mid_night_is_one_line_and_the_rerun_resumes(tmp_path):
+    """SIGINT to the night's process group while its calls run (as a terminal's Ctrl-C): exit 3, the last line says
+    how to resume, no traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    task_folder(project)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "COMPATIBLE_API_KEY": "x"}
+    with ScriptedServer(PlantedRule("HELPFUL")) as srv:
+        argv = [sys.executable, "-m", "skillopt_ray.sleep", "run", "--project", str(project), "--tasks",
+                str(project / ".skillopt" / "tasks"), "llm=compatible", f"llm.base_url={srv.base_url}",
+                "tracking=none"]  # fmt: skip
+        p = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+                             start_new_session=True)  # fmt: skip
+        t0 = time.monotonic()
+        while srv.state.attempts < 8 and p.poll() is None and time.monotonic() - t0 < 240:
+            time.sleep(0.2)
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    assert p.returncode == 3, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("interrupted: rerun the same command")
+    assert night_state.load(project).current is not None
