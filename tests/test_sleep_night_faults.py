@@ -4,6 +4,7 @@ whose accepted rule carries a dangerous action is staged flagged and `adopt` nee
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 from pathlib import Path
@@ -125,3 +126,48 @@ def test_a_real_ctrl_c_mid_night_is_one_line_and_the_rerun_resumes(tmp_path):
     assert p.returncode == 3, err[-3000:]
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("interrupted: rerun the same command")
     assert night_state.load(project).current is not None
+
+
+@pytest.mark.slow
+def test_a_real_full_disk_mid_night_is_one_line_and_the_rerun_finishes(tmp_path):
+    """The project on a 64 MB tmpfs, filled while the night's calls run: the night ends with one line saying to free
+    space and rerun (105 lines before: the driver's own error report failed on the same disk); freed, the rerun
+    resumes and stages the night. Needs root to mount the tmpfs."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        project = mnt / "proj"
+        project.mkdir()
+        task_folder(project)
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "COMPATIBLE_API_KEY": "x"}
+        with ScriptedServer(PlantedRule("HELPFUL")) as srv:
+            argv = [sys.executable, "-m", "skillopt_ray.sleep", "run", "--project", str(project), "--tasks",
+                    str(project / ".skillopt" / "tasks"), "llm=compatible", f"llm.base_url={srv.base_url}",
+                    "tracking=none"]  # fmt: skip
+            p = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+            t0 = time.monotonic()
+            while srv.state.attempts < 8 and p.poll() is None and time.monotonic() - t0 < 240:
+                time.sleep(0.2)
+            with open(mnt / "filler", "wb") as f, contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * (1 << 20))
+            _, err = p.communicate(timeout=300)
+            assert p.returncode == 1 and "Traceback" not in err, err[-3000:]
+            last = err.strip().splitlines()[-1]
+            assert "disk is full" in last and "rerun the same command to resume" in last, last
+            (mnt / "filler").unlink()
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert list((project / ".skillopt" / "staging").iterdir())
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])

@@ -215,6 +215,14 @@ def install_shells(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def os_error_line(e: OSError) -> str:
+    """An OSError in one line with what to do, also one a Ray worker raised (its text carries the remote traceback)."""
+    text = f"[Errno {e.errno}] {e.strerror}" if e.errno and e.strerror else (str(e).strip().splitlines() or [""])[-1]
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text
+    head = "the disk is full" if full else "cannot go on"
+    return f"{head} ({text[:300]}); {'free space, then ' if full else ''}rerun the same command to resume"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = parser()
     a = p.parse_args(argv)
@@ -232,7 +240,5 @@ def main(argv: Optional[list[str]] = None) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_STOPPED
     except OSError as e:  # a full disk, a folder gone: one line, and what to do
-        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-        print(f"error: {'the disk is full' if full else 'cannot go on'} ({e}); "
-              f"{'free space, then ' if full else ''}rerun the same command to resume", file=sys.stderr)  # fmt: skip
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return EXIT_ERROR

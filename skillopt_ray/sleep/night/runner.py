@@ -225,12 +225,15 @@ def run_night(opts: NightOptions, harvest: Any) -> int:
     outcome = execute(p.data, None, {"overrides": p.overrides})
     code = report(outcome)
     if code != EXIT_OK:
-        flag = stopped_by(str(outcome.get("message") or ""))
+        message = str(outcome.get("message") or "")
+        flag = stopped_by(message)
         if flag:
             print(
                 f"the night stopped at its {flag} cap; nothing staged; rerun the same command to resume",
                 file=sys.stderr,
             )
+        elif any(w in message for w in ("disk is full", "No space left on device", "Disk quota exceeded")):
+            print("the disk is full: free space, then rerun the same command to resume", file=sys.stderr)
         return code if code != EXIT_OK else EXIT_STOPPED
     return finish(opts, p, Path(outcome["run_dir"]))
 
