@@ -20,6 +20,7 @@ from skillopt_ray.sleep.harvest import heuristic_miner as heuristic
 from skillopt_ray.sleep.harvest.digest import SessionDigest
 from skillopt_ray.sleep.harvest.recipe import proposed
 from skillopt_ray.sleep.harvest.tasks import GENERIC_RUBRIC, KINDS, OUTCOMES, MinedTask, generalise, valid_check
+from skillopt_ray.sleep.harvest.verify import Evidence
 
 STAGE = "harvest_mine"
 MAX_REPLY_TOKENS = 800
@@ -125,6 +126,7 @@ def _task(item: MinedItem, d: SessionDigest, project: Path, suspects: list[str],
         skill_hint=heuristic.skill_hint(d),
         workspace=proposed(d.git_commit) if kind == "agent" else {"kind": "empty"},
         miner="model",
+        evidence=Evidence.of(d),
     )
 
 

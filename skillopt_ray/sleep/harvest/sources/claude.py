@@ -46,6 +46,7 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
     b = DigestBuilder(SessionDigest(SOURCE, path.stem, str(path)), redact)
     calls: list[dict[str, Any]] = []
+    bash: dict[str, str] = {}  # a Bash call's id -> its command, until its result says how it ended
     skipped: Counter = Counter()
     for rec in records(path, skipped):
         kind = rec.get("type")
@@ -64,9 +65,9 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
         b.time(rec.get("timestamp"))
         msg = _obj(rec.get("message"))
         if kind == "user" and not rec.get("isMeta"):
-            _user(b, msg.get("content"))
+            _user(b, msg.get("content"), bash)
         elif kind == "assistant":
-            _assistant(b, msg.get("content"), calls)
+            _assistant(b, msg.get("content"), calls, bash)
     if not b.digest.cwd:
         return None
     t = trace.claude_session_trace(calls)
@@ -81,12 +82,17 @@ def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _user(b: DigestBuilder, content: Any) -> None:
-    """What the user typed: a string, or text blocks (tool results are the tools' output, not the user's)."""
+def _user(b: DigestBuilder, content: Any, bash: dict[str, str]) -> None:
+    """What the user typed: a string, or text blocks (tool results are the tools' output, not the user's: a Bash
+    call's result says only whether its command failed)."""
     if isinstance(content, str):
         texts = [content]
     else:
-        texts = [str(c.get("text") or "") for c in content or [] if isinstance(c, dict) and c.get("type") == "text"]
+        blocks = [c for c in content or [] if isinstance(c, dict)]
+        for c in blocks:
+            if c.get("type") == "tool_result" and str(c.get("tool_use_id")) in bash:
+                b.ran(bash.pop(str(c.get("tool_use_id"))), c.get("is_error") is not True)
+        texts = [str(c.get("text") or "") for c in blocks if c.get("type") == "text"]
     for text in texts:
         m = _COMMAND_NAME.search(text)
         if m:
@@ -95,7 +101,7 @@ def _user(b: DigestBuilder, content: Any) -> None:
             b.user(text)
 
 
-def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]]) -> None:
+def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]], bash: dict[str, str]) -> None:
     blocks = [c for c in content or [] if isinstance(c, dict)] if isinstance(content, list) else []
     for c in blocks:
         if c.get("type") == "text":
@@ -106,5 +112,7 @@ def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]]) -> N
             b.tool(name, file=str(inp.get("file_path") or "") if name in _EDITS else "")
             if name == "Skill" and isinstance(inp.get("skill"), str):
                 b.skill(inp["skill"])
+            if name == "Bash" and isinstance(inp.get("command"), str) and len(bash) < 4 * MAX_COMMANDS:
+                bash[str(c.get("id"))] = inp["command"]
             if name in ("Bash", "Read") and len(calls) < 4 * MAX_COMMANDS:
                 calls.append({"type": "assistant", "message": {"content": [c]}})
