@@ -154,7 +154,8 @@ def check_memory(project: Path, a: argparse.Namespace) -> None:
 
 def night(a: argparse.Namespace) -> int:
     """`run` / `dry-run`: one night (skillopt_ray.sleep.night.runner)."""
-    from skillopt_ray.sleep.night.runner import NightOptions, run_night
+    from skillopt_ray.sleep.night.runner import NightOptions
+    from skillopt_ray.sleep.night.skills_night import night as run_night
 
     project = (a.project or repo_root()).expanduser().resolve()
     for flag in ("max_cost", "max_minutes", "max_tokens"):
