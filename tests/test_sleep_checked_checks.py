@@ -43,12 +43,19 @@ def _claude(home: Path, cwd: str, turns: list[tuple[str, Any]], sid: str = "c1")
     return jsonl(home / "projects" / cwd.replace("/", "-") / f"{sid}.jsonl", recs)
 
 
-def _codex(home: Path, cwd: str, turns: list[tuple[str, Any]], sid: str = "01a22055-0000-7000-8000-000000000001"):
-    """A Codex 0.171 rollout: the user's turns only as model-facing messages, commands as finished items."""
-    recs: list[dict[str, Any]] = [{"timestamp": T0, "type": "session_meta", "payload": {"id": sid, "timestamp": T0,
-                                                                                         "cwd": cwd}}]  # fmt: skip
+def _codex(home: Path, cwd: str, turns: list[tuple[str, Any]], sid: str = "01a22055-0000-7000-8000-000000000001",
+           commit: str = "") -> Path:  # fmt: skip
+    """A Codex 0.171 rollout: the user's turns only as model-facing messages, commands as finished items, patches
+    as apply_patch calls."""
+    meta: dict[str, Any] = {"id": sid, "timestamp": T0, "cwd": cwd}
+    if commit:
+        meta["git"] = {"commit_hash": commit, "branch": "main"}
+    recs: list[dict[str, Any]] = [{"timestamp": T0, "type": "session_meta", "payload": meta}]
     for kind, value in turns:
-        if kind in ("user", "reply"):
+        if kind == "patch":
+            call = {"type": "custom_tool_call", "name": "apply_patch", "call_id": "p", "input": value}
+            recs.append({"timestamp": T0, "type": "response_item", "payload": call})
+        elif kind in ("user", "reply"):
             role, part = ("user", "input_text") if kind == "user" else ("assistant", "output_text")
             item = {"type": "message", "role": role, "content": [{"type": part, "text": value}]}
             recs.append({"timestamp": T0, "type": "response_item", "payload": item})
@@ -201,3 +208,73 @@ def test_the_real_cli_logs_record_each_commands_exit_status(tmp_path):
     assert sorted(runs.values()) == sorted(
         [[("cat README.md", True)], [("cat .agents/skills/demo/SKILL.md", True)]] * 2
     ), runs
+
+
+CALC = "def add(a, b):\n    return a - b\n"
+TEST_CALC = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 2), 4)\n        self.assertEqual(add(2, 3), 5)\n"
+
+
+def _repo(project: Path, test: str = TEST_CALC) -> str:
+    import subprocess
+
+    project.mkdir()
+    (project / "calc.py").write_text(CALC)
+    (project / "test_calc.py").write_text(test)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "calc"]):
+        subprocess.run(["git", "-C", str(project), *cmd], check=True, env={**env, "PATH": "/usr/bin:/bin"})
+    return subprocess.run(["git", "-C", str(project), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
+def _patch(old: str, new: str) -> tuple[str, str]:
+    return (
+        "patch",
+        f"*** Begin Patch\n*** Update File: calc.py\n@@\n-    return {old}\n+    return {new}\n*** End Patch",
+    )
+
+
+UNITTEST = "python3 -m unittest -q test_calc"
+
+
+def test_a_command_check_is_tried_on_the_replayed_workspaces_accepted_and_corrected(tmp_path, capsys):
+    project, ch, cc = tmp_path / "proj", tmp_path / "codex", tmp_path / "claude"
+    commit = _repo(project)
+    _codex(ch, str(project), commit=commit, turns=[
+        ("user", "Fix add() in calc.py so that the tests pass"),
+        ("bash", (UNITTEST, True)),
+        _patch("a - b", "a * b"),
+        ("bash", (UNITTEST, True)),
+        ("reply", "Fixed."),
+        ("user", "no, it still fails"),
+        _patch("a * b", "a + b"),
+        ("bash", (UNITTEST, False)),
+        ("reply", "Fixed now."),
+        ("user", "thanks"),
+    ])  # fmt: skip
+    (task,) = _harvest(project, ch, cc, "--no-model").values()
+    m = task["metadata"]
+    assert m["checks"] == [{"op": "command_succeeds", "arg": UNITTEST}] and m["workspace"]["kind"] == "git"
+    (r,) = m["check_review"]
+    assert r["status"] == "verified" and "replayed" in r["reason"] and "fails on one they corrected" in r["reason"], r
+    assert (project / "calc.py").read_text() == CALC  # replayed in a scratch folder, never the checkout
+
+
+def test_a_command_check_that_passes_on_the_replayed_corrected_workspace_is_dropped(tmp_path, capsys):
+    project, ch, cc = tmp_path / "proj", tmp_path / "codex", tmp_path / "claude"
+    commit = _repo(project, TEST_CALC.replace("        self.assertEqual(add(2, 3), 5)\n", ""))  # 2*2 is 4 too
+    _codex(ch, str(project), commit=commit, turns=[
+        ("user", "Fix add() in calc.py so that the tests pass"),
+        ("bash", (UNITTEST, True)),
+        _patch("a - b", "a * b"),
+        ("reply", "Fixed."),
+        ("user", "no, that's wrong: add(2, 3) must be 5"),
+        _patch("a * b", "a + b"),
+        ("bash", (UNITTEST, False)),
+        ("reply", "Fixed now."),
+        ("user", "thanks"),
+    ])  # fmt: skip
+    (task,) = _harvest(project, ch, cc, "--no-model").values()
+    assert task["metadata"]["checks"] == [] and task["metadata"]["rubric"]
+    (r,) = _review(project)["checks"][next(iter(_review(project)["checks"]))]
+    assert r["status"] == "dropped" and r["reason"].startswith("it passes on the workspace"), r

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional, TypedDict
 
+from skillopt_ray.sleep.harvest.replay import MAX_EDIT_CHARS, FileEdit
 from skillopt_ray.sleep.harvest.timeutil import parse_instant, stamp
 
 MAX_REQUESTS = 6  # the reference's miner reads the first six user prompts
@@ -60,6 +61,9 @@ class SessionDigest:
     accepted_reply: str = ""  # the agent's last reply before the user's thanks (the outcome they accepted)
     corrected_replies: list[str] = field(default_factory=list)  # its last reply before each correction
     correction_turns: list[int] = field(default_factory=list)  # the user turns that corrected
+    accepted_turn: int = 0  # the user turn that thanked (0: none)
+    edits: list[FileEdit] = field(default_factory=list)  # the session's file edits in order (never sent or written)
+    edits_whole: bool = True  # False when an edit could not be kept (too long, a path outside the session's folder)
     user_turns: int = 0
     positive: int = 0
     negative: int = 0
@@ -103,6 +107,7 @@ class DigestBuilder:
     _unknown: Counter = field(default_factory=Counter)
     _last: Any = None  # the latest record's stamp, as written
     _pending: str = ""  # the agent's latest reply since the user's last turn (the outcome that turn answers)
+    _edit_chars: int = 0
 
     def time(self, value: Any) -> None:
         """A record's stamp. Logs are appended in order: the first stamp is parsed now, the latest when the session
@@ -144,6 +149,7 @@ class DigestBuilder:
                         d.corrected_replies.append(self.redact(self._pending))
             elif _POSITIVE.search(text):
                 d.positive += 1
+                d.accepted_turn = d.user_turns
                 if self._pending:
                     d.accepted_reply = self.redact(self._pending)
         self._pending = ""
@@ -176,6 +182,16 @@ class DigestBuilder:
             d.commands.append(self.redact(command[:300]))
         if file and len(d.files) < MAX_FILES and file not in d.files:
             d.files.append(self.redact(file[:300]))
+
+    def edit(self, e: FileEdit) -> None:
+        """A file edit that succeeded, kept for the workspace replay (replay.py) while the session's edits fit."""
+        d = self.digest
+        self._edit_chars += len(e["old"]) + len(e["new"])
+        unreadable = not e["new"] if e["op"] == "patch" else not e["path"]
+        if unreadable or self._edit_chars > MAX_EDIT_CHARS:
+            d.edits_whole, d.edits = False, []
+        if d.edits_whole:
+            d.edits.append({**e, "turn": d.user_turns})
 
     def slash(self, name: str) -> None:
         """A slash command the user typed (its name only: its arguments may hold anything)."""

@@ -121,8 +121,8 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     digests, counts = collect(opts.stores, Scope.of(project, opts.scope), window, redact, opts.max_sessions)
     tasks, miner = mine(digests, project, llm)
     tasks = dedup([redact_task(t, redact) for t in tasks])[: opts.max_tasks]
-    reviews = verify.review_all(tasks, opts.check_runner)
     recipe.verified(project, [t.workspace for t in tasks])
+    reviews = verify.review_all(tasks, opts.check_runner, project)
     assigned = splits.assign([t.id for t in tasks], st.splits, opts.val_fraction, opts.test_fraction)
     out = opts.output or project / state.STATE_DIR / "tasks"
     header = {"project": str(project), "harvested": stamp(window.until), "sessions": len(digests)}

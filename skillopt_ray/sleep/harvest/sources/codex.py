@@ -4,6 +4,7 @@ The reference reads only the archive folder (Codex Desktop's), not the CLI's own
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -84,7 +85,8 @@ class Timeline:
     def add(self, kind: str, text: str, ok: bool = True) -> None:
         self.kinds.add(kind)
         if len(self.entries) < MAX_TIMELINE:
-            self.entries.append((kind, text[:MAX_TEXT] if kind != "reply" else text[-MAX_TEXT:], ok))
+            cut = text if kind == "patch" else text[-MAX_TEXT:] if kind.startswith("reply") else text[:MAX_TEXT]
+            self.entries.append((kind, cut, ok))
 
     def replay(self, b: DigestBuilder) -> None:
         users = "user_event" if "user_event" in self.kinds else "user_item"
@@ -96,6 +98,8 @@ class Timeline:
                 b.reply(text)
             elif kind == "run":
                 b.ran(text, ok)
+            elif kind == "patch":
+                b.edit({"op": "patch", "path": "", "old": "", "new": text, "every": False, "turn": 0})
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -156,6 +160,8 @@ def _item(b: DigestBuilder, p: dict[str, Any], calls: list[dict[str, Any]], time
     sub = p.get("type")
     if sub in _TOOL_CALLS:
         b.tool(str(p.get("name") or sub))
+        if p.get("name") == "apply_patch":
+            timeline.add("patch", _patch_text(p))
         if sub == "function_call" and len(calls) < 4 * MAX_COMMANDS:
             calls.append({"type": "response_item", "payload": p})
     elif sub == "message" and p.get("role") in ("user", "assistant"):
@@ -166,6 +172,17 @@ def _item(b: DigestBuilder, p: dict[str, Any], calls: list[dict[str, Any]], time
             timeline.add("user_item", text)
     elif sub not in _QUIET_ITEMS:
         b.unknown(f"response_item:{sub}")
+
+
+def _patch_text(p: dict[str, Any]) -> str:
+    """An apply_patch call's patch: a custom tool's `input`, or a function call's arguments' `input`."""
+    if isinstance(p.get("input"), str):
+        return str(p["input"])
+    try:
+        args = json.loads(str(p.get("arguments") or "{}"))
+    except ValueError:
+        return ""
+    return str(args.get("input") or "") if isinstance(args, dict) else ""
 
 
 def _commands(b: DigestBuilder, calls: list[dict[str, Any]]) -> None:
