@@ -58,6 +58,9 @@ def test_two_skills_one_manifest_adopted_and_undone_per_skill_and_all_at_once(tm
     assert main(["status", "--project", str(proj)]) == 0
     out = capsys.readouterr().out
     assert f"{STAMP}  deploy  accepted  pending" in out and f"{STAMP}  review  accepted  adopted" in out, out
+    from skillopt_ray.sleep.proposal import staging, status
+
+    assert status.night_state(night, staging.load_manifest(night)) == "adopted: review; pending: deploy"
     assert adopt(proj) == 0  # all at once: the one still pending
     assert live(proj) == NEW
     assert adopt(proj, "--undo", "--skill", "deploy") == 0

@@ -74,6 +74,9 @@ def run(opts: NightOptions, tasks: Path, run_name: str, resumed: bool, routes: l
     print(f"night {run_name}: {len(routes)} skills, each on its own tasks and gate: "
           + ", ".join(f"{r.name} ({len(r.tasks)} tasks{', from ' + str(r.live) if r.live else ''})" for r in routes),
           file=sys.stderr)  # fmt: skip
+    if opts.memory:
+        print("note: --memory proposes a memory block for a night of one skill only; this night proposes none "
+              "(give --skill to train one skill with its block)", file=sys.stderr)  # fmt: skip
     remember(opts, run_name, tasks, resumed)
     spent = {"tokens": 0.0, "cost_usd": 0.0}
     t0 = time.monotonic()

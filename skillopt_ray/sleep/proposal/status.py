@@ -39,6 +39,13 @@ class NightsStatus(TypedDict):
 
 
 def night_state(night: Path, m: StagedManifest) -> str:
+    if entries(m):  # a night of several skills: each skill's state
+        from skillopt_ray.sleep.proposal.adopt_skills import skill_states
+
+        by: dict[str, list[str]] = {}
+        for name, state in skill_states(night, m).items():
+            by.setdefault(state, []).append(name)
+        return "; ".join(f"{state}: {', '.join(names)}" for state, names in sorted(by.items()))
     if (night / UNDONE).exists():
         return "undone"
     if (night / ADOPTED).exists():
