@@ -91,3 +91,21 @@ def test_two_used_skills_each_get_their_own_gate_and_one_manifest(ray_cluster, t
     assert "HELPFUL" in (project / ".agents" / "skills" / "sort" / "SKILL.md").read_text()
     assert sleep_cli.main(["adopt", "--project", str(project), "--undo"]) == 0
     assert {n: (project / ".agents" / "skills" / n / "SKILL.md").read_bytes() for n in LIVE} == before
+
+
+def test_each_skills_run_gets_what_the_earlier_runs_left_of_the_nights_caps(tmp_path):
+    from skillopt_ray.sleep.night.runner import NightOptions
+    from skillopt_ray.sleep.night.skill_routes import Route
+    from skillopt_ray.sleep.night.skills_night import options_for
+
+    opts = NightOptions(project=tmp_path, max_tokens=10_000, max_cost=2.0, name="learned", memory=True)
+    used = Route("tidy", tmp_path / "tidy" / "SKILL.md", ["a"])
+    o = options_for(opts, used, tmp_path / "sub", {"tokens": 7_500, "cost_usd": 0.5}, t0=0.0)
+    assert (o.max_tokens, o.max_cost, o.max_minutes) == (2_500, 1.5, 0.0)
+    assert (o.skill, o.name, o.tasks, o.memory) == (used.live, "tidy", tmp_path / "sub", False)
+    spent = options_for(opts, Route("learned", None, ["b"]), tmp_path / "s2", {"tokens": 12_000, "cost_usd": 0}, 0.0)
+    assert spent.max_tokens == 1 and spent.skill is None and spent.name == "learned"  # a cap spent stops at once
+    assert (
+        options_for(NightOptions(project=tmp_path), used, tmp_path, {"tokens": 9e9, "cost_usd": 9e9}, 0.0).max_tokens
+        == 0
+    )
