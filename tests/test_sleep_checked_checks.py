@@ -278,3 +278,44 @@ def test_a_command_check_that_passes_on_the_replayed_corrected_workspace_is_drop
     assert task["metadata"]["checks"] == [] and task["metadata"]["rubric"]
     (r,) = _review(project)["checks"][next(iter(_review(project)["checks"]))]
     assert r["status"] == "dropped" and r["reason"].startswith("it passes on the workspace"), r
+
+
+def test_without_a_correction_the_workspace_before_the_edits_is_the_outcome_to_fail_on(tmp_path, capsys):
+    project, ch, cc = tmp_path / "proj", tmp_path / "codex", tmp_path / "claude"
+    commit = _repo(project)
+    _codex(ch, str(project), commit=commit, turns=[
+        ("user", "Fix add() in calc.py so that the tests pass"),
+        ("bash", (UNITTEST, True)),
+        _patch("a - b", "a + b"),
+        ("bash", (UNITTEST, False)),
+        ("reply", "Fixed."),
+        ("user", "thanks"),
+    ])  # fmt: skip
+    (task,) = _harvest(project, ch, cc, "--no-model").values()
+    (r,) = task["metadata"]["check_review"]
+    assert r["status"] == "verified" and r["reason"].endswith("fails before the session's edits"), r
+
+
+def test_codex_patches_and_claude_edits_replay_exactly_or_not_at_all(tmp_path):
+    import pytest
+
+    from skillopt_ray.sleep.harvest.replay import apply, apply_patch, relative
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("one\ntwo\nthree\n")
+    apply_patch(ws, "*** Begin Patch\n*** Add File: pkg/new.py\n+x = 1\n*** Update File: a.py\n*** Move to: b.py\n"
+                    "@@\n one\n-two\n+2\n*** End Patch")  # fmt: skip
+    assert (ws / "pkg" / "new.py").read_text() == "x = 1\n" and (ws / "b.py").read_text() == "one\n2\nthree\n"
+    assert not (ws / "a.py").exists()
+    apply(ws, {"op": "replace", "path": "b.py", "old": "2", "new": "two", "every": False, "turn": 1})
+    assert (ws / "b.py").read_text() == "one\ntwo\nthree\n"
+    for bad in ("*** Begin Patch\n*** Update File: b.py\n@@\n-missing\n+x\n*** End Patch",
+                "*** Begin Patch\n*** Add File: ../out.py\n+x\n*** End Patch"):  # fmt: skip
+        with pytest.raises(ValueError):
+            apply_patch(ws, bad)
+    with pytest.raises(ValueError):  # "o" is in the file more than once: not an exact edit
+        apply(ws, {"op": "replace", "path": "b.py", "old": "o", "new": "0", "every": False, "turn": 1})
+    assert not (tmp_path / "out.py").exists()
+    assert relative("/home/u/proj/src/x.py", "/home/u/proj") == "src/x.py"
+    assert relative("/etc/passwd", "/home/u/proj") == "" and relative("../x", "/home/u/proj") == ""

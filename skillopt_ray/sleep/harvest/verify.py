@@ -159,10 +159,10 @@ def replay_verdict(c: RuleCheck, t: MinedTask, project: Path, run: ReplyRunner) 
         got.append(res)
     accepted, corrected, before = got[0], got[1:-1], got[-1]
     status, reason = reply_verdict(accepted, corrected, True, WORKSPACE)
-    if status != "unverified" or before:
-        return (
-            (status, reason) if status != "unverified" else ("unverified", "it passes before the session's edits too")
-        )
+    if status != "unverified":
+        return status, reason
+    if before:
+        return "unverified", "it passes before the session's edits too: it may pass with the work not done"
     return "verified", f"it passes on the {WORKSPACE} the user accepted and fails before the session's edits"
 
 
