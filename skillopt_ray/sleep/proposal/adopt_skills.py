@@ -136,6 +136,8 @@ def undo_skills(project: Path, stamp: Optional[str], skill: Optional[str]) -> st
         views = [entry_view(m, e) for e in entries(m) if e["skill_name"] in chosen]
         rows = {r["live_path"]: (r, v) for v in views for r in v["files"]}
         for s in done:
+            if s.live not in rows:
+                raise Refused(f"{s.live} is in night {m['stamp']}'s receipt but not its manifest (edited); undo refused")
             row, view = rows[s.live]
             adopt.check_path(row, list(view["skill_roots"]))
             if file_pin(Path(s.live)) != s.after:
