@@ -109,3 +109,26 @@ def test_each_skills_run_gets_what_the_earlier_runs_left_of_the_nights_caps(tmp_
         options_for(NightOptions(project=tmp_path), used, tmp_path, {"tokens": 9e9, "cost_usd": 9e9}, 0.0).max_tokens
         == 0
     )
+
+
+def test_the_real_cli_sessions_that_read_a_skill_route_to_it(tmp_path):
+    """Codex CLI 0.171 and Claude Code 2.1.197 (the committed logs) each read .agents/skills/demo/SKILL.md in one
+    session: with that skill installed, those two tasks train it and the other two the learned skill."""
+    from sleep_fixtures import real_fixtures
+
+    from skillopt_ray.sleep.harvest import pipeline
+    from skillopt_ray.sleep.harvest.stores import Stores
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    real_fixtures(project, tmp_path / "codex", tmp_path / "claude")
+    opts = pipeline.HarvestOptions(project, Stores("all", tmp_path / "codex", tmp_path / "claude"), lookback=None,
+                                   lookback_given=True)  # fmt: skip
+    out = Path(pipeline.run(opts)["output"])
+    demo = install(project, "demo")
+    (used, rest) = routes_of(project, "codex", out, "learned")
+    assert (used.name, used.live, len(used.tasks)) == ("demo", demo, 2) and (rest.live, len(rest.tasks)) == (None, 2)
+    sources = {
+        json.loads((out / t / "task.json").read_text())["metadata"]["source_sessions"][0]["id"] for t in used.tasks
+    }
+    assert len(sources) == 2  # one Codex session and one Claude Code session
