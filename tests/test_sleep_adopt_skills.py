@@ -98,3 +98,30 @@ def test_an_unverified_skill_needs_the_flag_and_an_unchanged_one_stages_no_file(
     capsys.readouterr()
     assert main(["status", "--project", str(proj)]) == 0
     assert "review  rejected  changed nothing" in capsys.readouterr().out
+
+
+class Killed(BaseException):
+    pass
+
+
+def test_an_all_at_once_adoption_killed_midway_is_rolled_back_whole(tmp_path, proj, monkeypatch, capsys):
+    from skillopt_ray.sleep.proposal import adopt as adopt_mod
+
+    stage_skills(proj, STAMP, [proposal(tmp_path, proj, "deploy"), proposal(tmp_path, proj, "review")], "#\n")
+    real_put, calls = adopt_mod.put, []
+
+    def put_then_die(live, copy):
+        calls.append(live)
+        real_put(live, copy)
+        raise Killed  # deploy's file written, review's not, no receipt
+
+    monkeypatch.setattr(adopt_mod, "put", put_then_die)
+    with pytest.raises(Killed):
+        adopt(proj)
+    assert len(calls) == 1 and live(proj)["deploy"] == NEW["deploy"] and adopt_mod.wal_path(proj).exists()
+    monkeypatch.setattr(adopt_mod, "put", real_put)
+    capsys.readouterr()
+    assert adopt(proj, "--skill", "review") == 0  # the next adopt rolls the whole transaction back first
+    assert "rolled back" in capsys.readouterr().out
+    assert live(proj) == {"deploy": LIVE["deploy"], "review": NEW["review"]}
+    assert adopt(proj, "--undo") == 0 and live(proj) == LIVE
