@@ -93,7 +93,9 @@ def run(opts: NightOptions, tasks: Path, run_name: str, resumed: bool, routes: l
         if run_dir is None:
             return code
         c = conclude(ropts, p, run_dir)
-        if c is not None:
+        if c is None:
+            print(f"skill {route.name}: left out of the night (none of its episodes was scored)", file=sys.stderr)
+        else:
             done.append((ropts, c))
             spent["tokens"] += c.rep.tokens
             spent["cost_usd"] += c.rep.cost_usd
