@@ -17,6 +17,7 @@ from typing import Any
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK
 from skillopt_ray.cli import review_gate as review
+from skillopt_ray.runs.rundir import RunDir
 from skillopt_ray.sleep.harvest.state import STATE_DIR
 from skillopt_ray.sleep.night import runner
 from skillopt_ray.sleep.night import state as night_state
@@ -92,13 +93,14 @@ def run(opts: NightOptions, tasks: Path, run_name: str, resumed: bool, routes: l
         code, run_dir = train(ropts, p)
         if run_dir is None:
             return code
+        totals = (RunDir(run_dir).read_ledger() or {}).get("totals") or {}
+        spent["tokens"] += float(totals.get("tokens") or 0)
+        spent["cost_usd"] += float(totals.get("cost_usd") or 0.0)
         c = conclude(ropts, p, run_dir)
         if c is None:
             print(f"skill {route.name}: left out of the night (none of its episodes was scored)", file=sys.stderr)
         else:
             done.append((ropts, c))
-            spent["tokens"] += c.rep.tokens
-            spent["cost_usd"] += c.rep.cost_usd
     return finish(opts, run_name, done)
 
 
