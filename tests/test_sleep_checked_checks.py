@@ -319,3 +319,14 @@ def test_codex_patches_and_claude_edits_replay_exactly_or_not_at_all(tmp_path):
     assert not (tmp_path / "out.py").exists()
     assert relative("/home/u/proj/src/x.py", "/home/u/proj") == "src/x.py"
     assert relative("/etc/passwd", "/home/u/proj") == "" and relative("../x", "/home/u/proj") == ""
+
+
+def test_a_codex_session_longer_than_the_timeline_keeps_its_last_replies(tmp_path, monkeypatch):
+    from skillopt_ray.sleep.harvest.sources import codex
+
+    monkeypatch.setattr(codex, "MAX_TIMELINE", 5)
+    turns = [("user", "Tidy the module please")] + [("bash", (f"ls {i}", False)) for i in range(10)]
+    path = _codex(tmp_path, "/p", turns + [("reply", "first"), ("reply", "the last word"), _patch("a", "b")])
+    d = codex.parse(path, lambda s: s, lambda cwd: True)
+    assert d is not None and d.replies[-1] == "the last word" and len(d.runs) == 4
+    assert d.edits_whole is False and d.edits == []  # a patch past the timeline: no replay of this session

@@ -137,7 +137,9 @@ def undo_skills(project: Path, stamp: Optional[str], skill: Optional[str]) -> st
         rows = {r["live_path"]: (r, v) for v in views for r in v["files"]}
         for s in done:
             if s.live not in rows:
-                raise Refused(f"{s.live} is in night {m['stamp']}'s receipt but not its manifest (edited); undo refused")
+                raise Refused(
+                    f"{s.live} is in night {m['stamp']}'s receipt but not its manifest (edited); undo refused"
+                )
             row, view = rows[s.live]
             adopt.check_path(row, list(view["skill_roots"]))
             if file_pin(Path(s.live)) != s.after:

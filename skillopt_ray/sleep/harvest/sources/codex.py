@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.harness import trace
-from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_TEXT, DigestBuilder, SessionDigest
+from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_REPLIES, MAX_TEXT, DigestBuilder, SessionDigest
+from skillopt_ray.sleep.harvest.replay import MAX_EDIT_CHARS
 from skillopt_ray.sleep.harvest.sources.lines import records
 
 SOURCE = "codex"
@@ -29,7 +30,7 @@ _QUIET_EVENTS = {
 }  # fmt: skip
 # kinds never read, passed over unparsed (tool output is most of a log's bytes)
 _UNREAD = (b'"function_call_output"', b'"custom_tool_call_output"', b'"token_count"', b'"token_usage_record"')
-MAX_TIMELINE = 400  # turns, replies and command results held until the end (each cut to the digest's text size)
+MAX_TIMELINE = 5000  # turns, replies, command results and patches held until the end (texts cut as the digest's)
 
 
 def home(override: Optional[str] = None) -> Path:
@@ -81,17 +82,29 @@ class Timeline:
 
     entries: list[tuple[str, str, bool]] = field(default_factory=list)  # (kind, text, ok)
     kinds: set[str] = field(default_factory=set)
+    tail: deque = field(default_factory=lambda: deque(maxlen=MAX_REPLIES))  # replies past a full timeline
+    patch_chars: int = 0
+    tail_patch: bool = False
 
     def add(self, kind: str, text: str, ok: bool = True) -> None:
         self.kinds.add(kind)
+        if kind == "patch":
+            self.patch_chars += len(text)
+            text = text if self.patch_chars <= MAX_EDIT_CHARS else ""  # past the replay's budget: not replayable
+        else:
+            text = text[-MAX_TEXT:] if kind.startswith("reply") else text[:MAX_TEXT]
         if len(self.entries) < MAX_TIMELINE:
-            cut = text if kind == "patch" else text[-MAX_TEXT:] if kind.startswith("reply") else text[:MAX_TEXT]
-            self.entries.append((kind, cut, ok))
+            self.entries.append((kind, text, ok))
+        elif kind.startswith("reply"):
+            self.tail.append((kind, text, ok))  # a very long session: its last replies are still the outcome
+        elif kind == "patch":
+            self.tail_patch = True  # an edit that cannot be kept: this session's workspace cannot be replayed
 
     def replay(self, b: DigestBuilder) -> None:
         users = "user_event" if "user_event" in self.kinds else "user_item"
         replies = "reply_event" if "reply_event" in self.kinds else "reply_item"
-        for kind, text, ok in self.entries:
+        lost = [("patch", "", False)] if self.tail_patch else []
+        for kind, text, ok in [*self.entries, *self.tail, *lost]:
             if kind == users:
                 b.user(text)
             elif kind == replies:
