@@ -132,3 +132,21 @@ def test_the_real_cli_sessions_that_read_a_skill_route_to_it(tmp_path):
         json.loads((out / t / "task.json").read_text())["metadata"]["source_sessions"][0]["id"] for t in used.tasks
     }
     assert len(sources) == 2  # one Codex session and one Claude Code session
+
+
+def test_skill_names_an_installed_skill_to_train_alone(tmp_path, capsys, monkeypatch):
+    from test_sleep_night import task_folder
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    tidy = install(project, "tidy")
+    folder = task_folder(project, n_val=3)
+    monkeypatch.setenv("COMPATIBLE_API_KEY", "k")
+    argv = ["dry-run", "--project", str(project), "--tasks", str(folder), "llm=compatible",
+            "llm.base_url=https://api.example.com/v1", "ray.address=127.0.0.1:9"]  # fmt: skip
+    assert sleep_cli.main([*argv, "--skill", "tidy"]) == 2  # the review gate stops it before any call
+    assert "review.json" in capsys.readouterr().err
+    (start,) = (project / ".skillopt" / "nights").glob("night-*.start.md")
+    assert start.read_text() == tidy.read_text().split("---\n", 2)[2]  # it started from the installed skill
+    assert sleep_cli.main([*argv, "--skill", "nosuch"]) == 2
+    assert "is not a file or an installed skill's name" in capsys.readouterr().err
