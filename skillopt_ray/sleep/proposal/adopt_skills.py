@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.sleep.lock import adopt_lock
 from skillopt_ray.sleep.proposal import adopt, staging
 from skillopt_ray.sleep.proposal.adopt import Refused, Step
+from skillopt_ray.sleep.proposal.lock import adopt_lock
 from skillopt_ray.sleep.proposal.staging import ABSENT, StagedManifest, file_pin, write_atomic
 from skillopt_ray.sleep.proposal.staging_skills import SkillEntry, entries, entry_view
 
