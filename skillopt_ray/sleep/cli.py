@@ -200,6 +200,9 @@ def summary(r: pipeline.HarvestReport) -> str:
             f"window, {r['duplicates']} duplicates, {r['sleep_sessions']} that only ran sleep",
             f"redacted: {red}",
             f"tasks: {r['tasks_new']} new, {r['tasks_kept']} already there; splits {r['splits']} ({r['mining'].get('miner')})",
+            "mined checks tried on the sessions' outcomes: "
+            + ", ".join(f"{v} {k}" for k, v in (r.get("checks") or {}).items())
+            + " (review.json says why)",
             f'written to {r["output"]} (review it, then set "reviewed": true in its review.json)',
         ]
         + ([f"model mining stopped: {r['mining'].get('stopped_by')}"] if r["mining"].get("stopped_by") else [])
