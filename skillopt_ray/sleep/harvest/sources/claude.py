@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from skillopt_ray.harness import trace
 from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, DigestBuilder, SessionDigest
+from skillopt_ray.sleep.harvest.replay import FileEdit, relative
 from skillopt_ray.sleep.harvest.sources.lines import ODD, records
 
 SOURCE = "claude_code"
@@ -46,10 +47,11 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
     b = DigestBuilder(SessionDigest(SOURCE, path.stem, str(path)), redact)
     calls: list[dict[str, Any]] = []
+    pending: dict[str, Any] = {}  # a Bash or edit call's id -> its command or edits, until its result says how it ended
     skipped: Counter = Counter()
     for rec in records(path, skipped):
         try:
-            if not _record(b, rec, in_scope, calls):
+            if not _record(b, rec, in_scope, calls, pending):
                 return None
         except ODD:
             skipped["odd_record"] += 1
@@ -64,7 +66,11 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
 
 
 def _record(
-    b: DigestBuilder, rec: dict[str, Any], in_scope: Callable[[str], bool], calls: list[dict[str, Any]]
+    b: DigestBuilder,
+    rec: dict[str, Any],
+    in_scope: Callable[[str], bool],
+    calls: list[dict[str, Any]],
+    pending: dict[str, Any],
 ) -> bool:
     """One record into the digest; False when the session's recorded folder is out of scope."""
     kind = rec.get("type")
@@ -83,9 +89,9 @@ def _record(
     b.time(rec.get("timestamp"))
     msg = _obj(rec.get("message"))
     if kind == "user" and not rec.get("isMeta"):
-        _user(b, msg.get("content"))
+        _user(b, msg.get("content"), pending)
     elif kind == "assistant":
-        _assistant(b, msg.get("content"), calls)
+        _assistant(b, msg.get("content"), calls, pending)
     return True
 
 
@@ -97,13 +103,17 @@ def _is_text(block: dict[str, Any]) -> bool:
     return isinstance(block.get("text"), str)
 
 
-def _user(b: DigestBuilder, content: Any) -> None:
-    """What the user typed: a string, or text blocks (tool results are the tools' output, not the user's)."""
+def _user(b: DigestBuilder, content: Any, pending: dict[str, Any]) -> None:
+    """What the user typed: a string, or text blocks (tool results are the tools' output, not the user's: a Bash
+    call's result says only whether its command failed, an edit's whether it was made)."""
     if isinstance(content, str):
         texts = [content]
     else:
-        blocks = content if isinstance(content, list) else []
-        texts = [c["text"] for c in blocks if isinstance(c, dict) and c.get("type") == "text" and _is_text(c)]
+        blocks = [c for c in content if isinstance(c, dict)] if isinstance(content, list) else []
+        for c in blocks:
+            if c.get("type") == "tool_result" and str(c.get("tool_use_id")) in pending:
+                _result(b, pending.pop(str(c.get("tool_use_id"))), c.get("is_error") is not True)
+        texts = [c["text"] for c in blocks if c.get("type") == "text" and _is_text(c)]
     for text in texts:
         m = _COMMAND_NAME.search(text)
         if m:
@@ -112,7 +122,30 @@ def _user(b: DigestBuilder, content: Any) -> None:
             b.user(text)
 
 
-def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]]) -> None:
+def _result(b: DigestBuilder, call: Any, ok: bool) -> None:
+    if isinstance(call, str):
+        b.ran(call, ok)
+    elif ok:
+        for e in call:
+            b.edit(e)
+
+
+def _edits(name: str, inp: dict[str, Any], cwd: str) -> list[FileEdit]:
+    """An Edit / MultiEdit / Write call's edits, its path relative to the session's folder ("" outside it)."""
+    path = relative(str(inp.get("file_path") or ""), cwd)
+    if name == "Write":
+        return [
+            {"op": "write", "path": path, "old": "", "new": str(inp.get("content") or ""), "every": False, "turn": 0}
+        ]
+    parts = inp.get("edits") if name == "MultiEdit" else [inp]
+    return [
+        {"op": "replace", "path": path, "old": str(p.get("old_string") or ""), "new": str(p.get("new_string") or ""),
+         "every": p.get("replace_all") is True, "turn": 0}
+        for p in parts if isinstance(p, dict)
+    ] if isinstance(parts, list) else []  # fmt: skip
+
+
+def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]], pending: dict[str, Any]) -> None:
     blocks = [c for c in content or [] if isinstance(c, dict)] if isinstance(content, list) else []
     for c in blocks:
         if c.get("type") == "text" and _is_text(c):
@@ -123,5 +156,9 @@ def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]]) -> N
             b.tool(name, file=str(inp.get("file_path") or "") if name in _EDITS else "")
             if name == "Skill" and isinstance(inp.get("skill"), str):
                 b.skill(inp["skill"])
+            if name == "Bash" and isinstance(inp.get("command"), str) and len(pending) < 4 * MAX_COMMANDS:
+                pending[str(c.get("id"))] = inp["command"]
+            elif name in ("Edit", "MultiEdit", "Write") and len(pending) < 4 * MAX_COMMANDS:
+                pending[str(c.get("id"))] = _edits(name, inp, b.digest.cwd)
             if name in ("Bash", "Read") and inp and len(calls) < 4 * MAX_COMMANDS:
                 calls.append({"type": "assistant", "message": {"content": [c]}})
