@@ -63,6 +63,8 @@ def test_every_split_of_a_secret_across_every_cut_leaves_no_fragment(kind):
         ("command", dg.MAX_COMMAND, True),
         ("file", dg.MAX_COMMAND, True),
         ("reply", dg.MAX_TEXT, False),
+        ("run", dg.MAX_COMMAND, True),
+        ("corrected_reply", dg.MAX_TEXT, False),
     ]
     checked = 0
     for site, cut, head in sites:
@@ -78,12 +80,18 @@ def test_every_split_of_a_secret_across_every_cut_leaves_no_fragment(kind):
                 b.tool("Bash", command=text)
             elif site == "file":
                 b.tool("Read", file=text)
+            elif site == "run":
+                b.ran(text, True)
+            elif site == "corrected_reply":
+                b.user("first request")
+                b.reply(text)
+                b.user("no, that is wrong")
             else:
                 b.reply(text)
             out = json.dumps(b.finish(__import__("collections").Counter()).summary())
             assert not leaked(out, secret), (kind, site, kept, leaked(out, secret))
             checked += 1
-    assert checked == 5 * (len(secret) - 1)
+    assert checked == 7 * (len(secret) - 1)
 
 
 def _sessions(ch: Path, cc: Path, project: Path, kept_of) -> None:
