@@ -10,6 +10,7 @@ import zlib
 from typing import Any
 
 import pytest
+from helpers import llm_config
 from skillopt_envs.base import NOT_PLAYED, EpisodeResult, Task
 
 from skillopt_ray.config import Config, OptimizerConfig
@@ -133,7 +134,7 @@ def test_the_pool_cancels_the_episodes_left_on_their_actors(ray_cluster):
     env_cfg = {"options": {"tasks": 8, "calls": 10, "think_s": 0.5}}  # each episode: 10 calls, 0.5 s apart
     tasks = SyntheticBenchmark(env_cfg).load_split("val")
     with _echo() as srv:
-        gw = GatewayActor.remote(_llm(srv.base_url), None, None, None)
+        gw = GatewayActor.remote(llm_config(_llm(srv.base_url)), None, None, None)
         pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(2, 2, 0.0, 60.0, 1))  # 4 slots for 8 episodes
         try:
             seen: list[str] = []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need_bwrap, need_harness, qa_fixture
+from helpers import checked
 from scripted_server import Policies, ScriptedServer
 
 SKILL_FILE = ".agents/skills/skillopt-target/SKILL.md"
@@ -249,9 +250,9 @@ def test_codex_target_training_step_reaches_the_gate(ray_cluster, tmp_path):
             f"env.data_dir={tmp_path / 'qa'}",
             "env.options.split_source=folders",
         ]
-        _obj, data = cli.typed(cli.compose(overrides))
+        data = cli.plain(cli.compose(overrides))
         data = cli.resolve_paths(data)
-        code, rd = cli.run_one(data), cli.run_dir_for(data)
+        code, rd = cli.run_one(checked(data)), cli.run_dir_for(data)
         assert code == 0
         summary = json.loads((rd / "summary.json").read_text())
         assert summary["test"]["initial"]["hard"] == 0.0 and summary["test"]["best"]["hard"] == 1.0, summary["test"]

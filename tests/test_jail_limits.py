@@ -292,13 +292,11 @@ def test_the_limits_are_config_keys_validated_and_handed_to_the_jail():
 
     base = ["+experiment=searchqa", "llm=codex"]
     with pytest.raises(cli.UsageError, match=r"llm.target.agent.processes=8 is invalid; it must be >= 64"):
-        cli.typed(cli.compose([*base, "llm.target.agent.processes=8"]))
+        cli.compose([*base, "llm.target.agent.processes=8"])
     with pytest.raises(cli.UsageError, match=r"llm.target.agent.disk_mb=0 is invalid"):
-        cli.typed(cli.compose([*base, "llm.target.agent.disk_mb=0"]))
-    obj, _ = cli.typed(
-        cli.compose(
-            [*base, "llm.target.agent.processes=300", "llm.target.agent.disk_files=999", "llm.target.agent.tmp_mb=64"]
-        )
+        cli.compose([*base, "llm.target.agent.disk_mb=0"])
+    obj = cli.compose(
+        [*base, "llm.target.agent.processes=300", "llm.target.agent.disk_files=999", "llm.target.agent.tmp_mb=64"]
     )
     settings = AgentSettings.from_gateway(agent_settings(obj.llm.target), 60.0)
     assert settings.limits == JailLimits(processes=300, disk_mb=1024, disk_files=999, file_mb=256, tmp_mb=64)

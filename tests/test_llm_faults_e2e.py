@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from conftest import qa_fixture
+from helpers import checked
 from scripted_server import Fault, Policies, ScriptedServer
 
 from skillopt_ray import cli
@@ -28,9 +29,9 @@ def _run(url: str, out: Path, data: Path, *extra: str) -> tuple[int, Path]:
         *FAST_RETRIES,
         *extra,
     ]
-    _obj, cfg = cli.typed(cli.compose(overrides))
+    cfg = cli.plain(cli.compose(overrides))
     cfg = cli.resolve_paths(cfg)
-    return cli.run_one(cfg), cli.run_dir_for(cfg)
+    return cli.run_one(checked(cfg)), cli.run_dir_for(cfg)
 
 
 def _outcome(rd: Path) -> tuple:

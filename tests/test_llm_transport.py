@@ -59,7 +59,7 @@ def req(i=0, role_name="target", stage="rollout"):
 
 def test_paper_preset_sends_what_a_reasoning_model_accepts(run, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "llm=paper", "llm.target.model=gpt-5.4-mini"]))
+    obj = cli.compose(["+experiment=searchqa", "llm=paper", "llm.target.model=gpt-5.4-mini"])
     assert (obj.llm.target.model, obj.llm.optimizer.model) == ("gpt-5.4-mini", "gpt-5.5")
     with ScriptedServer(policy=_echo, reasoning_model=True) as srv:
         for r in (obj.llm.target, obj.llm.optimizer):
@@ -98,9 +98,9 @@ def test_temperature_is_left_out_unless_set_and_remote_presets_set_none(server, 
     run(gateway(server.base_url, role=dict(temperature=0.3)).chat(req(2)))
     assert server.state.bodies[-1]["temperature"] == 0.3
     for preset in ("openai", "azure", "compatible", "paper"):
-        obj, _ = cli.typed(cli.compose(["+experiment=searchqa", f"llm={preset}"]))
+        obj = cli.compose(["+experiment=searchqa", f"llm={preset}"])
         assert obj.llm.target.temperature is None and obj.llm.optimizer.temperature is None, preset
-    obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "llm=embedded"]))
+    obj = cli.compose(["+experiment=searchqa", "llm=embedded"])
     assert obj.llm.target.temperature == 0.0  # the embedded model keeps its own
 
 
@@ -223,7 +223,7 @@ def test_a_silent_endpoint_is_named_quickly_and_within_60s_by_default(silent_por
     assert time.monotonic() - t0 < 3  # not the 60 s read timeout
     assert "nothing answered" in e.value.message and str(silent_port) in e.value.message
     for preset in ("openai", "azure", "compatible", "paper"):  # what the defaults guarantee, per preset
-        obj, _ = cli.typed(cli.compose(["+experiment=searchqa", f"llm={preset}"]))
+        obj = cli.compose(["+experiment=searchqa", f"llm={preset}"])
         for r in (obj.llm.target, obj.llm.optimizer):
             assert silent_endpoint_named_after(r) <= 60 and r.connect_timeout_s * 2 < obj.llm.retry_window_s <= 60, (
                 preset
@@ -301,7 +301,6 @@ def test_content_filter_is_a_named_counted_error(server, run):
 def test_faults_cross_the_gateway_actor_as_one_line(ray_cluster, server):
     import ray
 
-    from skillopt_ray.config import to_container
     from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
     from skillopt_ray.llm.types import LLMInternalError
 
@@ -314,7 +313,7 @@ def test_faults_cross_the_gateway_actor_as_one_line(ray_cluster, server):
         retry_window_s=0.5,
         max_retries=2,
     )
-    actor = GatewayActor.remote(to_container(__import__("dataclasses").asdict(cfg)), None, None)
+    actor = GatewayActor.remote(cfg, None, None)
     handle = LLMHandle(actor)
     server.inject(*[Fault(200, truncated=True)] * 10)
 

@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from helpers import checked
 from scripted_server import Policies, ScriptedServer
 from skillopt_envs.officeqa.benchmark import OfficeQABenchmark
 
@@ -73,9 +74,9 @@ def test_officeqa_experiment_uses_tools_over_turns_and_learns(ray_cluster, tmp_p
             "env.limit_selection=4",
             "env.limit_test=4",
         ]
-        _obj, data = cli.typed(cli.compose(overrides))
+        data = cli.plain(cli.compose(overrides))
         data = cli.resolve_paths(data)
-        code = cli.run_one(data)
+        code = cli.run_one(checked(data))
         rd = cli.run_dir_for(data)
         bodies = list(srv.state.bodies)
     assert code == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from helpers import llm_config
 from scripted_server import ScriptedServer
 from skillopt_envs.base import EpisodeContext
 
@@ -38,7 +39,7 @@ def test_sharded_gateway_keeps_ledger_cache_limits_and_answers_exact(ray_cluster
 
     with _echo(latency_s=0.2) as srv:
         gw = GatewayActor.remote(
-            _llm(srv.base_url, cache_mode="record"),
+            llm_config(_llm(srv.base_url, cache_mode="record")),
             str(tmp_path / "cache.sqlite"),
             str(tmp_path / "ledger.json"),
             None,
@@ -72,7 +73,7 @@ def test_sharded_gateway_budget_stops_at_the_same_call_as_one_gateway(ray_cluste
     for shards in (1, 3):
         with _echo() as srv:
             gw = GatewayActor.remote(
-                _llm(srv.base_url, budget={"max_calls": 5}),
+                llm_config(_llm(srv.base_url, budget={"max_calls": 5})),
                 None,
                 str(tmp_path / f"ledger{shards}.json"),
                 None,
@@ -102,7 +103,7 @@ def test_a_lost_shard_is_replaced_and_no_call_or_episode_is_lost(ray_cluster):
     env_cfg = {"options": {"tasks": 12, "calls": 2}}
     tasks = SyntheticBenchmark(env_cfg).load_split("train")
     with _echo(latency_s=0.5) as srv:
-        gw = GatewayActor.remote(_llm(srv.base_url), None, None, None, shards=2)
+        gw = GatewayActor.remote(llm_config(_llm(srv.base_url)), None, None, None, shards=2)
         pids = ray.get(gw.pids.remote())
         pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(2, 6, 0.0, 60.0, 2))
         try:
@@ -137,7 +138,7 @@ def test_pool_reaches_its_slots_with_one_call_episodes(ray_cluster):
     with _echo(latency_s=0.5) as srv:
         role_llm = _llm(srv.base_url)
         role_llm["target"]["max_concurrency"] = 64
-        gw = GatewayActor.remote(role_llm, None, None, None)
+        gw = GatewayActor.remote(llm_config(role_llm), None, None, None)
         pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(2, 16, 0.0, 60.0, 1))
         try:
             asyncio.run(pool.run(tasks[:2], "# s", EpisodeContext("warm", False, 1, 1)))

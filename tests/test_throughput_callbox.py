@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from helpers import llm_config
 
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.types import ChatRequest, ChatResult, LLMError, LLMInternalError, LLMUnavailable
@@ -171,7 +172,7 @@ def test_through_a_real_gateway_actor(ray_cluster, tmp_path):
     url = srv.start()
     role = {"provider": "openai", "model": "scripted", "base_url": url, "structured_output": "none"}
     llm_cfg = {"backend": "compatible", "target": role, "optimizer": role, "cache_mode": "off"}
-    actor = GatewayActor.remote(llm_cfg, None, str(tmp_path / "ledger.json"))
+    actor = GatewayActor.remote(llm_config(llm_cfg), None, str(tmp_path / "ledger.json"))
     try:
         handle = LLMHandle(actor)
 

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import checked
 
 from skillopt_ray.runs.tracking import (
     EXPERIMENT_KIND,
@@ -186,9 +187,9 @@ def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
         "debug.progress=off",
         "env.options.skip_missing_games=true",
     ]
-    _obj, data = cli.typed(cli.compose(overrides))
+    data = cli.plain(cli.compose(overrides))
     data = cli.resolve_paths(data)
-    assert cli.run_one(data) == 0
+    assert cli.run_one(checked(data)) == 0
     rd = cli.run_dir_for(data)
     ml = json.loads((rd / "mlflow_run.json").read_text())
     client = MlflowClient(ml["tracking_uri"])
