@@ -101,3 +101,19 @@ def real_fixtures(project: Path, codex_home: Path, claude_home: Path) -> list[Pa
             dest.write_text(f.read_text("utf-8").replace("{PROJECT}", str(project)), encoding="utf-8")
             out.append(dest)
     return out
+
+
+def task_folder(project: Path, n_val: int = 14) -> Path:
+    """A night's task folder as the harvest writes it: chat tasks whose check.py wants DONE-OK in the reply; 2 train,
+    n_val val, 1 test."""
+    from skillopt_ray.sleep.harvest.task_folder import write_tasks
+    from skillopt_ray.sleep.harvest.tasks import MinedTask
+
+    tasks = [
+        MinedTask(f"Please tidy the notes file, part {i}.", "chat", [{"op": "contains", "arg": "DONE-OK"}])
+        for i in range(n_val + 3)
+    ]
+    splits = {t.id: "train" if i < 2 else "test" if i == n_val + 2 else "val" for i, t in enumerate(tasks)}
+    out = project / ".skillopt" / "tasks"
+    write_tasks(out, tasks, splits, project, {"project": str(project)})
+    return out

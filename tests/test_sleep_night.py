@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from scripted_server import Policies, ScriptedServer
+from sleep_fixtures import task_folder
 
 from skillopt_ray.cli import review_gate as review
 from skillopt_ray.sleep import cli as sleep_cli
@@ -48,18 +49,6 @@ class PlantedRule(Policies):
         out = super()._opt_analyst(system, prompt)
         out["patch"]["edits"] = [{"op": "append", "content": RULES[self.rule]}]
         return out
-
-
-def task_folder(project: Path, n_val: int = 14) -> Path:
-    """Part 1's writer: chat tasks whose check.py wants DONE-OK in the reply; 2 train, n_val val, 1 test."""
-    tasks = [
-        MinedTask(f"Please tidy the notes file, part {i}.", "chat", [{"op": "contains", "arg": "DONE-OK"}])
-        for i in range(n_val + 3)
-    ]
-    splits = {t.id: "train" if i < 2 else "test" if i == n_val + 2 else "val" for i, t in enumerate(tasks)}
-    out = project / ".skillopt" / "tasks"
-    write_tasks(out, tasks, splits, project, {"project": str(project)})
-    return out
 
 
 def night(project: Path, srv: ScriptedServer, *extra: str, tracking: str = "tracking=none") -> int:

@@ -64,7 +64,7 @@ def test_a_night_starts_from_the_installed_learned_skill(tmp_path):
     own.write_text("Mine.\n")
     assert night.starting_skill(NightOptions(project=project, name="tidy", skill=own)) == own  # --skill wins
     assert night.starting_skill(NightOptions(project=project, name="tidy", target="claude_code")) is None
-    from test_sleep_night import task_folder
+    from sleep_fixtures import task_folder
 
     tasks = task_folder(project, n_val=2)
     p = night.plan(opts, tasks, "night-20261129T010000Z", False)
