@@ -19,3 +19,22 @@ def llm_config(llm: dict[str, Any]) -> Any:
     from skillopt_ray.config import from_container
 
     return from_container({"experiment": "_", "llm": llm}).llm
+
+
+def echo_llm(url: str, **extra: Any) -> dict[str, Any]:
+    """A plain `llm` section whose roles call the scripted server at `url` (no structured output)."""
+    role = {
+        "provider": "openai",
+        "model": "scripted",
+        "base_url": url,
+        "structured_output": "none",
+        "max_concurrency": 8,
+    }
+    return {"backend": "compatible", "target": role, "optimizer": role, **extra}
+
+
+def echo_server(latency_s: float = 0.0) -> Any:
+    """A scripted server that answers each call with `ok <its sample key>` (so a reply names its task)."""
+    from scripted_server import ScriptedServer
+
+    return ScriptedServer(policy=lambda body, headers: f"ok {headers.get('x-skillopt-key', '')}", latency_s=latency_s)

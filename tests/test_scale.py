@@ -6,28 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+from helpers import echo_llm as _llm
+from helpers import echo_server as _echo
 from helpers import llm_config
-from scripted_server import ScriptedServer
 from skillopt_envs.base import EpisodeContext
 
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, ChatRequest
-
-
-def _llm(url: str, **extra):
-    role = {
-        "provider": "openai",
-        "model": "scripted",
-        "base_url": url,
-        "structured_output": "none",
-        "max_concurrency": 8,
-    }
-    return {"backend": "compatible", "target": role, "optimizer": role, **extra}
-
-
-def _echo(latency_s: float = 0.0) -> ScriptedServer:
-    return ScriptedServer(policy=lambda body, headers: f"ok {headers.get('x-skillopt-key', '')}", latency_s=latency_s)
 
 
 def _req(i: int, tag: str = "s") -> ChatRequest:

@@ -139,6 +139,41 @@ def test_a_cancelled_caller_cancels_its_call_in_the_gateway():
     assert actor.cancel_calls.calls == 1 and actor.boxes.running() == 0 and not b.waiting
 
 
+def test_a_cancel_that_arrives_before_its_call_keeps_the_call_from_starting():
+    """An actor may take two calls of one caller in either order: a call cancelled before its submit arrived is
+    never started, and the caller can wait for its cancels to be taken (an acknowledged cancel)."""
+    started: list[str] = []
+
+    async def chat(r: ChatRequest) -> ChatResult:
+        started.append(r.key)
+        await asyncio.sleep(5 if r.key == "dropped" else 0)
+        return ChatResult("ran")
+
+    async def go() -> Mailboxes:
+        boxes = Mailboxes(chat, lambda e, _r: e)
+        boxes.cancel("caller", [2])  # the cancel first...
+        boxes.submit("caller", [(1, req("kept")), (2, req("gone"))])  # ...then the batch it names
+        await asyncio.sleep(0.01)
+        return boxes
+
+    boxes = asyncio.run(go())
+    assert started == ["kept"] and boxes.running() == 0
+
+    async def acknowledged() -> tuple[FakeActor, list[str]]:
+        actor = FakeActor(chat)
+        b = CallBatcher(actor)
+        task = asyncio.ensure_future(b.call(req("dropped")))
+        while "dropped" not in started:  # running on the actor
+            await asyncio.sleep(0.005)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await b.cancels_acknowledged()  # the cancel is sent at once and taken
+        return actor, list(b._cancels)
+
+    actor, unacknowledged = asyncio.run(acknowledged())
+    assert actor.cancel_calls.calls == 1 and actor.boxes.running() == 0 and unacknowledged == []
+
+
 def test_a_dead_gateway_fails_every_call_still_out():
     class Died(Exception):
         pass

@@ -38,10 +38,11 @@ def test_episode_errors_travel_as_themselves_or_as_a_named_stand_in():
 
 def test_a_pool_sends_many_episodes_in_few_actor_calls(ray_cluster):
     import ray
+    from helpers import echo_llm as _llm
+    from helpers import echo_server as _echo
     from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
     from skillopt_ray.llm.gateway import GatewayActor
-    from tests.test_scale import _echo, _llm
 
     env_cfg = {"options": {"tasks": 120, "calls": 2}}
     tasks = SyntheticBenchmark(env_cfg).load_split("train")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from skillopt_ray.cli import checks
+import skillopt_ray.cli.checks as checks
 from skillopt_ray.cli.compose import absolute, plain
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.config.schema import Config
