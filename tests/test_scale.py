@@ -134,4 +134,4 @@ def test_pool_reaches_its_slots_with_one_call_episodes(ray_cluster):
         finally:
             pool.shutdown()
         assert all(r.hard == 1.0 for r in results) and srv.state.peak_in_flight == 32
-        assert wall < 8.0  # the bound is 1.0 s; one call at a time would be 32 s
+        assert wall < 16.0  # the bound is 1.0 s; one call at a time would be 32 s (a busy machine is not that slow)
