@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import qa_fixture
 from helpers import checked
 from scripted_server import Fault, Policies, ScriptedServer
 
 from skillopt_ray import cli
+
+pytestmark = pytest.mark.slow  # Ray clusters and whole runs: minutes (pytest -m "not slow" leaves them out)
 
 FAST_RETRIES = ["llm.retry_base_s=0.05", "llm.retry_max_s=0.2", "llm.retry_window_s=5"]
 

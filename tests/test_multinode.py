@@ -33,6 +33,8 @@ from skillopt_ray.config import ConfigError
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings, check_fits
 from skillopt_ray.llm.gateway import GatewayActor
 
+pytestmark = pytest.mark.slow  # Ray clusters and whole runs: minutes (pytest -m "not slow" leaves them out)
+
 REPO = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
 # node loss noticed in about 10 s instead of Ray's default tens of seconds, yet a node busy on a loaded 2-core

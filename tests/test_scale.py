@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from helpers import echo_llm as _llm
 from helpers import echo_server as _echo
 from helpers import llm_config
@@ -14,6 +15,8 @@ from skillopt_envs.base import EpisodeContext
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, ChatRequest
+
+pytestmark = pytest.mark.slow  # Ray clusters and whole runs: minutes (pytest -m "not slow" leaves them out)
 
 
 def _req(i: int, tag: str = "s") -> ChatRequest:
