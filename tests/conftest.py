@@ -135,3 +135,54 @@ def qa_fixture(root: Path) -> dict:
         (root / split).mkdir(parents=True)
         (root / split / "items.json").write_text(json.dumps(part))
     return {it["id"]: ("qa", f"<answer>{it['answers'][0]}</answer>", "<answer>I do not know</answer>") for it in items}
+
+
+@pytest.fixture()
+def run():
+    """One event loop per test: the SDK's HTTP pool belongs to the loop that opened it."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    yield loop.run_until_complete
+    loop.close()
+
+
+@pytest.fixture()
+def server():
+    """A scripted server answering each chat call with its last message as JSON (`{"answer": ...}`)."""
+    from helpers import _echo
+    from scripted_server import ScriptedServer
+
+    srv = ScriptedServer(policy=_echo)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture()
+def silent_port():
+    """A TCP port that accepts connections and never sends a byte."""
+    import socket
+    import threading
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(64)
+    held, stop = [], threading.Event()
+
+    def accept():
+        lsock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(lsock.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield lsock.getsockname()[1]
+    stop.set()
+    t.join(2)
+    for c in held:
+        c.close()
+    lsock.close()

@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from helpers import _echo  # noqa: F401 - shared with other test files
 from scripted_server import Fault, ScriptedServer
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
@@ -19,18 +20,6 @@ from skillopt_ray.llm.types import (
     LLMUnavailable,
     MalformedOutput,
 )
-
-
-def _echo(body, headers):
-    return json.dumps({"answer": body["messages"][-1]["content"]})
-
-
-@pytest.fixture()
-def server():
-    srv = ScriptedServer(policy=_echo)
-    srv.start()
-    yield srv
-    srv.stop()
 
 
 def make_cfg(url: str, **kw) -> LLMConfig:
@@ -57,14 +46,6 @@ def make_cfg(url: str, **kw) -> LLMConfig:
 
 def req(i=0, stage="analyst"):
     return ChatRequest("optimizer", stage, [{"role": "user", "content": f"q{i}"}], key=f"k{i}")
-
-
-@pytest.fixture()
-def run():
-    """One event loop per test: the SDK's HTTP pool belongs to the loop that opened it."""
-    loop = asyncio.new_event_loop()
-    yield loop.run_until_complete
-    loop.close()
 
 
 def test_retries_on_5xx_and_429_honouring_retry_after(server, tmp_path, monkeypatch, run):

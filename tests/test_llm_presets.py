@@ -8,6 +8,7 @@ import asyncio
 import json
 
 import pytest
+from helpers import MessagesServer
 from scripted_server import Fault, ScriptedServer
 
 from skillopt_ray import cli
@@ -15,8 +16,6 @@ from skillopt_ray.cli.checks import check_keys
 from skillopt_ray.config import ConfigError, from_container, to_container
 from skillopt_ray.llm.gateway import Gateway
 from skillopt_ray.llm.types import ChatRequest, LLMRequestRejected
-from tests.test_agent_api_anthropic import MessagesServer
-from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
 
 
 def _echo(body, headers):

@@ -23,8 +23,6 @@ from skillopt_ray.llm.types import (
     ReplyFiltered,
     ReplyTruncated,
 )
-from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
-from tests.test_llm_transport import silent_port  # noqa: F401 - a port that accepts and never answers
 
 
 def _answer(body, headers):

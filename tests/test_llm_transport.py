@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 import urllib.request
 
 import pytest
+from helpers import _echo, gateway, req, role
 from scripted_server import Fault, ScriptedServer
 
 from skillopt_ray import cli
-from skillopt_ray.config import LLMConfig, LLMRoleConfig
+from skillopt_ray.config import LLMConfig
 from skillopt_ray.llm.client import TransportFault, parse_completion, silent_endpoint_named_after
 from skillopt_ray.llm.gateway import Gateway
 from skillopt_ray.llm.types import (
@@ -26,33 +25,6 @@ from skillopt_ray.llm.types import (
     ReplyFiltered,
     ReplyTruncated,
 )
-from tests.test_llm_gateway import _echo, run, server  # noqa: E402,F401 - the echo server and loop fixtures, shared
-
-
-def role(url: str, **kw) -> LLMRoleConfig:
-    base = dict(provider="openai", model="m", base_url=url, timeout_s=5.0, temperature=0.0, max_tokens=64)
-    base.update(kw)
-    return LLMRoleConfig(**base)
-
-
-def gateway(url: str, cache=None, **kw) -> Gateway:
-    r = role(url, **kw.pop("role", {}))
-    cfg = LLMConfig(
-        backend="compatible",
-        target=r,
-        optimizer=LLMRoleConfig(**vars(r)),
-        retry_base_s=0.05,
-        retry_max_s=0.2,
-        retry_window_s=kw.pop("window", 10.0),
-        max_retries=kw.pop("retries", 4),
-        **kw,
-    )
-    return Gateway(cfg, cache)
-
-
-def req(i=0, role_name="target", stage="rollout"):
-    return ChatRequest(role_name, stage, [{"role": "user", "content": f"q{i}"}], key=f"k{i}")
-
 
 # --- reasoning-model endpoints ------------------------------------------------------------------------------------
 
@@ -186,32 +158,6 @@ def test_non_json_bodies_are_named():
         ).finish_reason
         == "length"
     )
-
-
-@pytest.fixture()
-def silent_port():
-    """A TCP port that accepts connections and never sends a byte."""
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(64)
-    held, stop = [], threading.Event()
-
-    def accept():
-        lsock.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(lsock.accept()[0])
-            except OSError:
-                continue
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield lsock.getsockname()[1]
-    stop.set()
-    t.join(2)
-    for c in held:
-        c.close()
-    lsock.close()
 
 
 def test_a_silent_endpoint_is_named_quickly_and_within_60s_by_default(silent_port, run):
