@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from custom_helpers import write_jsonl
 from helpers import checked
 from scripted_server import Policies, ScriptedServer
-from test_custom import write_jsonl
 
 from skillopt_ray import cli
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import qa_fixture
 from helpers import checked
+from officeqa_helpers import tool_agent
 from scripted_server import Fault, Policies, ScriptedServer
 from skillopt_envs.officeqa.benchmark import OfficeQABenchmark
 
 from skillopt_ray import cli
-from tests.test_officeqa_e2e import tool_agent
 
 pytestmark = pytest.mark.slow
 

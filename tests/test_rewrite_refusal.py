@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_conformance_loop import FakeRunner, tasks
+from conformance_helpers import FakeRunner, tasks
 
 from skillopt_ray import cli, prompts
 from skillopt_ray.config import Config, OptimizerConfig

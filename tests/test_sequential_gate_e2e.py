@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from custom_helpers import write_jsonl
 from helpers import checked
 from scripted_server import Policies, ScriptedServer
-from test_custom import write_jsonl
 
 from skillopt_ray import cli
 

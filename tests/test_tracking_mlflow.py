@@ -131,7 +131,7 @@ def test_tracker_experiment_kind_names_and_groups(tmp_path, store_template):
 
 
 def test_skill_history_logged_when_asked_and_when_the_run_ends_never_by_metrics(tmp_path, store_template):
-    from test_report import make_run
+    from report_helpers import make_run
 
     rd = make_run(tmp_path / "rd")
     tr = _tracker(tmp_path, store_template)
