@@ -186,3 +186,15 @@ def silent_port():
     for c in held:
         c.close()
     lsock.close()
+
+
+@pytest.fixture
+def proj(tmp_path):
+    """A project with a live skill (`.agents/skills/deploy/SKILL.md`) for the adopt tests."""
+    from sleep_fixtures import LIVE
+
+    project = tmp_path / "my project"
+    live = project / ".agents" / "skills" / "deploy"
+    live.mkdir(parents=True)
+    (live / "SKILL.md").write_text(LIVE)
+    return project

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_sleep_adopt import LIVE, live_bytes, propose, refused
+from sleep_fixtures import LIVE, live_bytes, propose, refused
 
 from skillopt_ray.sleep.cli import main
 from skillopt_ray.sleep.night import runner as night
