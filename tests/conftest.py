@@ -198,3 +198,55 @@ def proj(tmp_path):
     live.mkdir(parents=True)
     (live / "SKILL.md").write_text(LIVE)
     return project
+
+
+@pytest.fixture()
+def local_head():
+    """A private Ray head on loopback (every port chosen free), stopped by its pids afterwards."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from cluster_helpers import _free_ports, head_pids, stop_by_pids, wait_for_job_api
+
+    temp_dir = tempfile.mkdtemp(prefix="rh.", dir="/tmp")  # short: Ray's socket paths have a length limit
+    # every port chosen free: Ray's default agent ports clash with other clusters on a busy machine
+    gcs, dash, client, agent_http, agent_grpc, runtime_env, metrics = _free_ports(7)
+    env = dict(
+        os.environ,
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+    )
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    subprocess.run(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={gcs}",
+            f"--dashboard-port={dash}",
+            "--dashboard-host=127.0.0.1",
+            f"--ray-client-server-port={client}",
+            f"--temp-dir={temp_dir}",
+            "--num-cpus=2",
+            "--include-dashboard=true",
+            "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={agent_http}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={runtime_env}",
+            f"--metrics-export-port={metrics}",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    try:
+        wait_for_job_api(f"http://127.0.0.1:{dash}")
+        yield env, f"http://127.0.0.1:{dash}"
+    finally:
+        stop_by_pids(temp_dir)
+        assert not head_pids(temp_dir)
