@@ -250,3 +250,15 @@ def local_head():
     finally:
         stop_by_pids(temp_dir)
         assert not head_pids(temp_dir)
+
+
+@pytest.fixture
+def need_chromium():
+    """Chromium and Playwright for the browser tests, or skip (locally) / fail (CI=true)."""
+    from dashboard_browser import CHROMIUM
+
+    if CHROMIUM is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("CI=true but Chromium is not installed (scripts/install.sh installs the chromium package)")
+        pytest.skip("Chromium is not installed")
+    pytest.importorskip("playwright")
