@@ -8,13 +8,11 @@ import threading
 from typing import Any
 
 from aiohttp import web
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.agent_api import message_object
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.types import (
-    ChatRequest,
-)
 
 
 def checked(data: Any) -> Any:

@@ -9,10 +9,11 @@ import asyncio
 import json
 
 import pytest
-from helpers import MessagesServer  # noqa: F401 - shared with other test files
+from helpers import MessagesServer
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.llm.agent_api import AgentReply, messages_to_chat, responses_events, responses_to_chat
-from skillopt_ray.llm.types import ChatRequest, LLMRequestRejected
+from skillopt_ray.llm.types import LLMRequestRejected
 
 
 def _gateway(url, tmp_path):

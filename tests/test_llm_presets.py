@@ -10,12 +10,13 @@ import json
 import pytest
 from helpers import MessagesServer
 from scripted_server import Fault, ScriptedServer
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray import cli
 from skillopt_ray.cli.checks import check_keys
 from skillopt_ray.config import ConfigError, from_container, to_container
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.types import ChatRequest, LLMRequestRejected
+from skillopt_ray.llm.types import LLMRequestRejected
 
 
 def _echo(body, headers):

@@ -11,10 +11,11 @@ from helpers import echo_llm as _llm
 from helpers import echo_server as _echo
 from helpers import llm_config
 from skillopt_envs.base import EpisodeContext
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
-from skillopt_ray.llm.types import BudgetExceeded, ChatRequest
+from skillopt_ray.llm.types import BudgetExceeded
 
 pytestmark = pytest.mark.slow  # Ray clusters and whole runs: minutes (pytest -m "not slow" leaves them out)
 

@@ -13,8 +13,8 @@ import pytest
 from sleep_fixtures import LIVE, NEW, live_bytes, propose, refused
 
 from skillopt_ray.sleep.cli import main
-from skillopt_ray.sleep.lock import Busy, adopt_lock, night_lock
 from skillopt_ray.sleep.proposal import adopt, staging
+from skillopt_ray.sleep.proposal.lock import Busy, adopt_lock, night_lock
 from skillopt_ray.sleep.proposal.staging import stage_night
 
 
