@@ -10,7 +10,7 @@ import os
 import sys
 
 import pytest
-from test_jail_limits import _jail, _run
+from harness_helpers import _jail, _run
 
 from skillopt_ray.harness.jail import JailLimits
 from skillopt_ray.harness.workspace import remove_tree

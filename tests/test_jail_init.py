@@ -4,7 +4,7 @@ with `sh` as the CLI."""
 
 from __future__ import annotations
 
-from test_jail_limits import _jail, _run
+from harness_helpers import _jail, _run
 
 # the CLI is a program that waits for its own child only (as Codex does): orphans are pid 1's to reap
 ORPHANS = (

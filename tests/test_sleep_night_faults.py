@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from scripted_server import ScriptedServer
-from test_sleep_night import RULES, PlantedRule, night, task_folder
+from sleep_fixtures import RULES, PlantedRule, night, task_folder
 
 from skillopt_ray import cli as app
 from skillopt_ray.sleep import cli as sleep_cli

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 from scripted_server import ScriptedServer
-from sleep_fixtures import claude_session, codex_session
-from test_sleep_harvest import SECRETS, _needles
+from sleep_fixtures import SECRETS, _needles, claude_session, codex_session
 
 from skillopt_ray.sleep.cli import main
 from skillopt_ray.sleep.harvest import digest as dg
