@@ -103,11 +103,10 @@ async def one_night(seed: int, n_tasks: int, spread: float, effect: float, noise
 def night_rule() -> SequentialRule:
     """The sequential gate a night runs: the `+experiment=sleep` preset's, composed as a night composes it."""
     from skillopt_ray import cli
-    from skillopt_ray.config import OptimizerConfig
     from skillopt_ray.stages.gate import GatePolicy
 
-    _obj, cfg = cli.typed(cli.compose(["+experiment=sleep", "env.data_dir=/nowhere"]))
-    return GatePolicy.from_config(OptimizerConfig(**cfg["optimizer"]), 6, False).rule
+    cfg = cli.compose(["+experiment=sleep", "env.data_dir=/nowhere"])
+    return GatePolicy.from_config(cfg.optimizer, 6, False).rule
 
 
 def main(argv: list[str] | None = None) -> int:

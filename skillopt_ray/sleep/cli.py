@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
 
-from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_OK
+from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.review_gate import ReviewRefused
 from skillopt_ray.sleep import proposal_verbs as adopt_cli
@@ -55,7 +56,7 @@ def night_flags(n: argparse.ArgumentParser) -> None:
     )
     n.add_argument("--tasks", type=Path, help="a reviewed task folder instead of a fresh harvest")
     n.add_argument("--target", choices=TARGETS, default="chat", help="replay as chat, or as Codex / Claude Code runs")
-    n.add_argument("--skill", type=Path, help="a hand-written SKILL.md to start from (the proposal replaces it)")
+    n.add_argument("--skill", type=Path, help="a SKILL.md (or an installed skill's name) to train alone on every task")
     n.add_argument("--name", default=DEFAULT_NAME, help="the learned skill's name (its folder)")
     n.add_argument("--install-to", choices=INSTALL_TO, default="project", help="the project's skills or yours")
     n.add_argument("--max-cost", type=float, default=0.0, help="the night's cap in USD (0: none)")
@@ -154,7 +155,8 @@ def check_memory(project: Path, a: argparse.Namespace) -> None:
 
 def night(a: argparse.Namespace) -> int:
     """`run` / `dry-run`: one night (skillopt_ray.sleep.night.runner)."""
-    from skillopt_ray.sleep.night.runner import NightOptions, run_night
+    from skillopt_ray.sleep.night.runner import NightOptions
+    from skillopt_ray.sleep.night.skills_night import night as run_night
 
     project = (a.project or repo_root()).expanduser().resolve()
     for flag in ("max_cost", "max_minutes", "max_tokens"):
@@ -163,7 +165,12 @@ def night(a: argparse.Namespace) -> int:
     if a.tasks is not None and not (a.tasks / "review.json").is_file() and not a.tasks.is_dir():
         raise ValueError(f"--tasks {a.tasks} is not a task folder; give the folder `harvest` wrote")
     if a.skill is not None and not a.skill.is_file():
-        raise ValueError(f"--skill {a.skill} is not a file; give the hand-written skill's SKILL.md")
+        from skillopt_ray.sleep.night.skill_routes import skill_file
+
+        installed = skill_file(project, a.target, str(a.skill)) if len(a.skill.parts) == 1 else None
+        if installed is None:
+            raise ValueError(f"--skill {a.skill} is not a file or an installed skill's name; give a SKILL.md")
+        a.skill = installed
     if a.memory:
         check_memory(project, a)
     opts = NightOptions(
@@ -189,11 +196,15 @@ def summary(r: pipeline.HarvestReport) -> str:
     sessions = ", ".join(f"{k} {v}" for k, v in sorted(r["sessions"].items())) or "none"
     return "\n".join(
         [
-            f"harvest window {r['window']['since'] or 'all'} .. {r['window']['until']} (scope {r['scope']})",
+            f"harvest window {r['window']['since'] or 'all'} .. {r['window']['until']} (scope {r['scope']}; "
+            f"{r['window'].get('from') or ''})",
             f"sessions: {sessions}; left out: {r['out_of_scope']} other folders, {r['out_of_window']} outside the "
             f"window, {r['duplicates']} duplicates, {r['sleep_sessions']} that only ran sleep",
             f"redacted: {red}",
             f"tasks: {r['tasks_new']} new, {r['tasks_kept']} already there; splits {r['splits']} ({r['mining'].get('miner')})",
+            "mined checks tried on the sessions' outcomes: "
+            + ", ".join(f"{v} {k}" for k, v in (r.get("checks") or {}).items())
+            + " (review.json says why)",
             f'written to {r["output"]} (review it, then set "reviewed": true in its review.json)',
         ]
         + ([f"model mining stopped: {r['mining'].get('stopped_by')}"] if r["mining"].get("stopped_by") else [])
@@ -213,6 +224,14 @@ def install_shells(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def os_error_line(e: OSError) -> str:
+    """An OSError in one line with what to do, also one a Ray worker raised (its text carries the remote traceback)."""
+    text = f"[Errno {e.errno}] {e.strerror}" if e.errno and e.strerror else (str(e).strip().splitlines() or [""])[-1]
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text
+    head = "the disk is full" if full else "cannot go on"
+    return f"{head} ({text[:300]}); {'free space, then ' if full else ''}rerun the same command to resume"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = parser()
     a = p.parse_args(argv)
@@ -225,3 +244,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ValueError, MinerRefused, ReviewRefused, UsageError, Busy) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    except KeyboardInterrupt:
+        print(f"interrupted: rerun the same command to {'resume the night' if a.verb in NIGHT else 'harvest'}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_STOPPED
+    except OSError as e:  # a full disk, a folder gone: one line, and what to do
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        return EXIT_ERROR

@@ -15,6 +15,7 @@ TEXT_OPS = ("contains", "not_contains", "regex", "section_present")
 OPS = (*TEXT_OPS, "max_chars", "tool_called", "command_succeeds")
 MAX_ARG = 300
 MAX_PROMPT = 4000
+MAX_RUBRIC = 300
 GENERIC_RUBRIC = "The response does what task.md asks, completely and correctly, and nothing the task did not ask for."
 _ABS_PATH = re.compile(r"(?<![\w.])(?:~|/[\w.\-]+)(?:/[\w.\-@+]+)+/?")
 
@@ -38,6 +39,7 @@ class TaskMetadata(TypedDict):
     workspace: dict[str, str]
     miner: str
     task_type: str
+    check_review: list[Any]  # each mined check's verdict on its session's evidence (verify.py)
 
 
 @dataclass
@@ -54,6 +56,8 @@ class MinedTask:
     skill_hint: str = ""
     workspace: dict[str, str] = field(default_factory=lambda: {"kind": "empty"})
     miner: str = "heuristic"
+    evidence: Any = None  # verify.Evidence: the session's accepted and corrected outcomes (never written)
+    check_review: list[Any] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -70,6 +74,7 @@ class MinedTask:
             "workspace": self.workspace,
             "miner": self.miner,
             "task_type": self.kind,
+            "check_review": self.check_review,
         }
 
 
@@ -83,7 +88,7 @@ def generalise(prompt: str, project: str) -> str:
             return p[len(root) + 1 :] or "."
         return "<path>"
 
-    return _ABS_PATH.sub(sub, prompt).strip()[:MAX_PROMPT]
+    return _ABS_PATH.sub(sub, prompt).strip()  # cut to MAX_PROMPT after redaction (pipeline.redact_task)
 
 
 def valid_check(raw: Any) -> Optional[RuleCheck]:
