@@ -26,12 +26,13 @@ def test_the_estimate_counts_the_schedule_by_hand(tmp_path):
     p = planned(tmp_path, "optimizer.gate_seq_deterministic='false'")  # a sampling target: more gate pairs
     e = estimate.estimate(p.data, p.splits, p.tasks, 0)
     # baseline on 2 val + 2 train episodes + 1 test = 5; planned adds the gate's first pass (2), the final selection
-    # (2) and the best and final skills on test (2): 11; the sequential gate may add max(24, 2 x 2) = 24 more
-    assert e.episodes == (5, 11, 35)
+    # (2) and the best and final skills on test (2): 11; 2 selection tasks can never pass the gate (each task one
+    # observation: 2^-2 is above its level), so it plays no extra pair
+    assert e.episodes == (5, 11, 11)
     # one step of 2 train episodes: 2 analysts (a failure and a success minibatch of 2), 1 final merge
     assert e.planned.calls == 11 + 3
     # at most: a merge per analyst pair and a ranking call, every JSON reply re-asked once
-    assert e.at_most.calls == 35 + 2 * (2 + 1 + 1)
+    assert e.at_most.calls == 11 + 2 * (2 + 1 + 1)
     assert 0 < e.first_pass.tokens < e.planned.tokens < e.at_most.tokens
     # every planned call pays at least its completion budget's worth in the planned figure
     budget = 11 * p.data["llm"]["target"]["max_tokens"] + 3 * p.data["llm"]["optimizer"]["max_tokens"]

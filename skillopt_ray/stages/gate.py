@@ -163,10 +163,12 @@ class GatePolicy:
         """The step gate plays more paired episodes where the decision is close (optimizer.gate_test=sequential)."""
         return self.test == "sequential" and self.use_gate
 
-    def extra_episodes(self, first_pass: int) -> int:
+    def extra_episodes(self, first_pass: int, n_tasks: Optional[int] = None) -> int:
         """The most extra episodes one decision may play after a first pass of `first_pass` (0 but for the
-        sequential gate)."""
-        return self.rule.extra_for(first_pass) if self.sequential else 0
+        sequential gate, and 0 on `n_tasks` selection tasks too few ever to accept: it plays no extra pair)."""
+        if not self.sequential or (n_tasks is not None and n_tasks < self.rule.min_tasks):
+            return 0
+        return self.rule.extra_for(first_pass)
 
     def per_episode(self, hard: float, soft: float) -> float:
         return gate_score(hard, soft, self.metric, self.mixed_weight)

@@ -107,11 +107,12 @@ def hierarchical_merges(k: int, batch: int) -> int:
 
 def gate_extra(data: PlainConfig, n_tasks: int, first_pass: int) -> int:
     """The extra episodes the night's gate may play per decision, by the gate's own policy: none unless it is the
-    sequential gate, nor for a deterministic target (chat at temperature 0 replays its episode)."""
+    sequential gate, nor for a deterministic target (chat at temperature 0 replays its episode), nor on a split too
+    small ever to accept (each task one observation)."""
     cfg = from_container(data)
     target = cfg.llm.target
     policy = GatePolicy.from_config(cfg.optimizer, n_tasks, deterministic_target(target.harness, target.temperature))
-    return policy.extra_episodes(first_pass)
+    return policy.extra_episodes(first_pass, n_tasks)
 
 
 def _tokens(chars: float, cap: int = 0) -> int:
