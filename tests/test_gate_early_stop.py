@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from skillopt_envs.base import NOT_PLAYED, EpisodeResult, Task
+from skillopt_envs.chat import JsonResult
 
 from skillopt_ray.config import Config, OptimizerConfig
 from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
-from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 
