@@ -1,5 +1,5 @@
 """How far past a token cap a night spends: `python -m skillopt_ray.sleep run --max-tokens N` on a scripted night
-(tests/test_sleep_night.py's task folder and planted-rule server), its ledger's tokens printed beside the cap.
+(tests/sleep/test_sleep_night.py's task folder and planted-rule server), its ledger's tokens printed beside the cap.
 
     python scripts/bench_night_budget.py [--cap 1500] [--python PATH]
 
