@@ -20,7 +20,7 @@ from skillopt_ray.dashboard import nights
 from skillopt_ray.dashboard.security import Guard
 from skillopt_ray.dashboard.server import Dashboard
 from skillopt_ray.sleep import cli as sleep_cli
-from skillopt_ray.sleep.proposal import staging
+from skillopt_ray.sleep.proposal import seal, staging
 
 HOSTILE = (
     "# Night report\n\n<script>window.__pwned=(window.__pwned||0)+1</script>\n"
@@ -109,7 +109,13 @@ def test_a_manifest_cannot_make_the_page_show_another_file(project, tmp_path):
     m["files"][0]["live_path"] = str(secret)  # pointed elsewhere, its pin no longer the file's
     m["files"][0]["rel"] = "../../../../secret.txt"
     (night / "manifest.json").write_text(json.dumps(m))
-    d = nights.night_detail(night)["diffs"][0]
+    with pytest.raises(ValueError, match="does not match its seal"):
+        nights.night_detail(night)
+    m["files"][0]["rel"] = "skill/SKILL.md"
+    m["files"][0]["live_sha256"] = staging.sha256_bytes(secret.read_bytes())  # a file whose bytes one can know
+    (night / "manifest.json").write_text(json.dumps(m))
+    seal.seal_path(night / "manifest.json").write_bytes(seal.seal_bytes(night, (night / "manifest.json").read_bytes()))
+    d = nights.night_detail(night)["diffs"][0]  # sealed here, yet its live path is outside every skill root
     assert "private notes" not in json.dumps(d) and d["base"].startswith("gone")
 
 

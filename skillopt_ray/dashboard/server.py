@@ -21,6 +21,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.dashboard import nights, views
 from skillopt_ray.dashboard.keys import key_routes, url_host
@@ -61,6 +62,7 @@ class Dashboard:
         policy = PathPolicy.make(Path(cwd), self.outputs, allow_paths)
         hosts = frozenset(url_host(h) for h in allow_endpoints if h.strip())
         self.launcher = Launcher(cwd, ray_address, policy, hosts)
+        self.rows: views.RowCache = untrusted.StatCache()  # the table's rows, read again when a run's files change
 
     def resolve(self, run_id: str) -> Path:
         """A run id from the page, as a run directory under the output folder (never outside it)."""
@@ -80,9 +82,12 @@ class Dashboard:
             raise KeyError(run_id)
         return path
 
-    def runs(self) -> list[JSONObject]:
-        paths = views.find_runs(self.outputs)
-        return views.compare_rows(self.outputs, paths, self.launcher.alive_run_dirs(), self.launcher.stopped_run_dirs())
+    def runs(self) -> JSONObject:
+        """The table's rows, and a note when the walk of the output folder stopped early."""
+        walk = views.walk_runs(self.outputs)
+        alive, stopped = self.launcher.alive_run_dirs(), self.launcher.stopped_run_dirs()
+        rows = views.compare_rows(self.outputs, walk.found, alive, stopped, self.rows)
+        return {"outputs": str(self.outputs), "runs": rows, "note": walk.stopped}
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -139,7 +144,7 @@ def _view_routes(dash: Dashboard) -> list[Route]:
             return _error(str(e))
 
     async def runs(_: Request) -> Response:
-        return JSONResponse({"outputs": str(dash.outputs), "runs": await asyncio.to_thread(dash.runs)})
+        return JSONResponse(await asyncio.to_thread(dash.runs))
 
     async def run(request: Request) -> Response:
         try:

@@ -17,8 +17,9 @@ from typing import Any, Optional, TypedDict
 
 from skillopt_envs.jsontypes import JSONValue
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.base.stats import GateTestDict
-from skillopt_ray.runs.records import Progress
+from skillopt_ray.runs.records import Progress, RecordError
 from skillopt_ray.runs.rundir import STEP_DIFF, RunDir
 
 # The six stages of a training step, in order (the strip at the top of the watch view).
@@ -36,25 +37,14 @@ def is_run_dir(path: Path) -> bool:
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Run directories under `root` (itself included), sorted by path."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found: list[Path] = []
-    stack = [(root, 0)]
-    while stack:
-        here, depth = stack.pop()
-        if is_run_dir(here):
-            found.append(here)
-            continue
-        if depth >= MAX_DEPTH:
-            continue
-        try:
-            children = sorted(p for p in here.iterdir() if p.is_dir() and not p.name.startswith("."))
-        except OSError:
-            continue
-        stack += [(c, depth + 1) for c in children]
-    return sorted(found)
+    """Run directories under `root` (itself included), sorted by path (see `walk_runs`)."""
+    return walk_runs(root).found
+
+
+def walk_runs(root: Path) -> untrusted.Walk:
+    """Run directories under `root`: hidden folders and symlinks skipped, the walk bounded in entries and time (an
+    output folder of `/` or of 20,000 empty folders must not make every poll walk them all)."""
+    return untrusted.find_dirs(Path(root), is_run_dir, MAX_DEPTH)
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -160,6 +150,7 @@ class RunRow:
     swept: dict[str, Any] = field(default_factory=dict)
     sweep: str = ""  # the sweep this run is a trial of ("" for a run of its own)
     trial: str = ""  # the trial's key within its sweep
+    error: str = ""  # why the run's files could not be read (one line); the other rows are shown all the same
 
 
 def _run_id(root: Path, path: Path) -> str:
@@ -235,6 +226,39 @@ def run_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) 
     )
 
 
+# What a run folder anyone could write into may throw at the readers: a damaged or planted file, or a value of the
+# wrong type where a record expects another. One such run is shown as unreadable, never the whole table lost.
+ROW_ERRORS = (RecordError, ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError)
+
+
+def safe_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunRow:
+    """`run_row`, or a row saying in one line why this run's files cannot be read."""
+    try:
+        return run_row(root, path, alive, stopped)
+    except ROW_ERRORS as e:
+        return RunRow(id=_run_id(root, path), path=str(path), status="unreadable", error=str(e).splitlines()[0][:300])
+
+
+RowCache = untrusted.StatCache[str, tuple[RunRow, dict[str, Any]]]
+
+
+def cached_row(root: Path, path: Path, alive: bool, stopped: bool, cache: RowCache) -> tuple[RunRow, dict[str, Any]]:
+    """A run's row and config, read again only when a file at the run's top changed (the live status is always
+    read afresh: it depends on the clock)."""
+
+    def read() -> tuple[RunRow, dict[str, Any]]:
+        return safe_row(root, path), RunDir(path).read_config()
+
+    row, cfg = cache.get(str(path), untrusted.stamp_of(path), read)
+    row = RunRow(**asdict(row))
+    if not row.error:
+        try:
+            row.status = status_of(RunDir(path), alive, stopped)
+        except ROW_ERRORS as e:
+            row.status, row.error = "unreadable", str(e).splitlines()[0][:300]
+    return row, cfg
+
+
 def _incidental(key: str) -> bool:
     """Keys that differ between runs without making them different experiments (the seed has its own column)."""
     return key in ("seed", "output_dir", "run_name") or key.startswith(("debug.", "tracking."))
@@ -256,14 +280,18 @@ def swept_keys(flat: list[dict[str, Any]]) -> list[str]:
 
 
 def compare_rows(
-    root: Path, paths: list[Path], alive: Optional[set[str]] = None, stopped: Optional[set[str]] = None
+    root: Path,
+    paths: list[Path],
+    alive: Optional[set[str]] = None,
+    stopped: Optional[set[str]] = None,
+    cache: Optional[RowCache] = None,
 ) -> list[dict[str, Any]]:
     """Table rows for runs. Each row's swept values are the keys that differ within its group of comparable runs
     (same benchmark, mode and sweep), so runs of other benchmarks do not make every key look swept; a sweep's
     trials carry the sweep's name and their trial key."""
-    alive, stopped = alive or set(), stopped or set()
-    rows = [run_row(root, p, str(p) in alive, str(p) in stopped) for p in paths]
-    configs = [RunDir(p).read_config() for p in paths]
+    alive, stopped, cache = alive or set(), stopped or set(), cache or untrusted.StatCache()
+    both = [cached_row(root, p, str(p) in alive, str(p) in stopped, cache) for p in paths]
+    rows, configs = [r for r, _ in both], [c for _, c in both]
     groups: dict[tuple[str, str, str], list[int]] = {}
     for i, cfg in enumerate(configs):
         groups.setdefault(_group_key(cfg), []).append(i)

@@ -9,6 +9,7 @@ from typing import Optional, TypedDict
 
 from skillopt_envs.jsontypes import JSONObject
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.sleep.proposal import staging
 from skillopt_ray.sleep.proposal.adopt import ADOPTED, UNDONE, wal_path
 from skillopt_ray.sleep.proposal.staging import StagedManifest, file_pin
@@ -95,21 +96,23 @@ def memory_note(night: Path, m: StagedManifest) -> Optional[str]:
         if row["kind"] != "memory":
             continue
         try:
-            inner = memory.block_text((night / row["rel"]).read_bytes().decode("utf-8"), m["skill_name"])
-        except (OSError, ValueError) as e:
+            inner = memory.block_text(untrusted.read_text(night, row["rel"], 1 << 20), m["skill_name"])
+        except (OSError, ValueError) as e:  # untrusted.Untrusted and MemoryRefused are ValueErrors
             return f"{row['live_path']}: unreadable staged block ({e})"
         return f"{row['live_path']}: block {m['skill_name']!r}, {len((inner or '').splitlines())} lines"
     return None
 
 
+def _num(value: object, sign: str = "") -> str:
+    return format(value, f"{sign}.3f") if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+
 def fmt_summary(s: JSONObject) -> str:
     parts = []
     if "before" in s and "after" in s:
-        parts.append(f"score {s['before']:.3f} -> {s['after']:.3f}")
+        parts.append(f"score {_num(s['before'])} -> {_num(s['after'])}")
     if s.get("mean_diff") is not None:
-        parts.append(
-            f"paired diff {s['mean_diff']:+.3f} [{s.get('lo', float('nan')):+.3f}, {s.get('hi', float('nan')):+.3f}]"
-        )
+        parts.append(f"paired diff {_num(s['mean_diff'], '+')} [{_num(s.get('lo'), '+')}, {_num(s.get('hi'), '+')}]")
     return "; ".join(parts)
 
 
