@@ -331,7 +331,7 @@ def steps(rd: RunDir) -> list[StepView]:
     by_key = {(h.get("epoch"), h.get("step_in_epoch")): h for h in history(rd)}
     out: list[StepView] = []
     for epoch, step in rd.step_ids():
-        decision = rd.read_gate(epoch, step)
+        decision = _or(None, rd.read_gate, epoch, step)
         gate = decision.to_dict() if decision is not None else {}
         rec = by_key.get((epoch, step)) or {}
         out.append(
@@ -408,22 +408,30 @@ def live(rd: RunDir) -> Progress:
     return rd.read_progress()
 
 
+def _or(default: Any, read: Any, *args: Any) -> Any:
+    """One part of a run's page, or `default` when its files cannot be read (the rest of the page is still shown)."""
+    try:
+        return read(*args)
+    except ROW_ERRORS:
+        return default
+
+
 def run_detail(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunDetail:
     rd = RunDir(path)
     cfg = rd.read_config()
-    version, skill = current_skill(rd)
+    version, skill = _or((None, ""), current_skill, rd)
     return {
-        "row": asdict(run_row(root, path, alive, stopped)),
+        "row": asdict(safe_row(root, path, alive, stopped)),
         "stages": list(STAGES),
         "extra_stages": list(EXTRA_STAGES),
         "live": live(rd),
-        "curve": curve(rd),
-        "steps": steps(rd),
-        "epochs": epochs(rd),
+        "curve": _or([], curve, rd),
+        "steps": _or([], steps, rd),
+        "epochs": _or([], epochs, rd),
         "skill": {"version": version, "text": skill},
-        "costs": costs(rd, cfg),
-        "errors": errors(rd),
-        "summary": rd.summary(),
+        "costs": _or({"entries": {}, "totals": {}, "budget": {}}, costs, rd, cfg),
+        "errors": _or({"infra": {}, "data": 0}, errors, rd),
+        "summary": _or(None, rd.summary),
     }
 
 
@@ -445,7 +453,7 @@ def step_diff(path: Path, step_id: str) -> str:
 
 def best_skill(path: Path) -> str:
     rd = RunDir(path)
-    return rd.read_best_skill() or current_skill(rd)[1]
+    return rd.read_best_skill() or _or((None, ""), current_skill, rd)[1]
 
 
 def skill_diff(path_a: Path, path_b: Path) -> str:
