@@ -12,6 +12,7 @@ Keys are never part of the command: the CLI reads them from the environment as a
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
 import signal
@@ -28,7 +29,7 @@ from skillopt_envs.jsontypes import JSONObject, JSONValue
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.config.plain import PlainConfig
-from skillopt_ray.dashboard.keys import refuse_key_redirects
+from skillopt_ray.dashboard.keys import MLFLOW_SECRETS, refuse_key_redirects, tracking_is_home
 from skillopt_ray.dashboard.limits import (
     PathPolicy,
     check_choice,
@@ -60,6 +61,7 @@ LOG_LINES = 2000
 RUN_DIR_LINE = "run directory: "  # how the CLI names the run directory it opened
 # A form's extra overrides are a handful; Hydra parses thousands for seconds each check (8,000: 10 s).
 MAX_EXTRA_OVERRIDES = 200
+MAX_NESTING = 16  # brackets inside one override: a config value is a list of lists at most
 STOP_GRACE_S = 30.0  # after SIGINT, how long a run may take to save and end before its process group is terminated
 
 
@@ -158,6 +160,28 @@ def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> JSONOb
     return out
 
 
+def whole_number(name: str, value: JSONValue) -> int:
+    """A form's number field as an int; UsageError for 1.5, true, 1e999, a list or text that is not one."""
+    bad = UsageError(f"{name}={str(value)[:40]}: a whole number is needed")
+    if isinstance(value, bool) or isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise bad
+    try:
+        return int(value)  # type: ignore[arg-type]  # a list or an object raises TypeError
+    except (TypeError, ValueError, OverflowError):
+        raise bad from None
+
+
+def nesting_problem(overrides: list[str]) -> None:
+    """UsageError for an override nesting lists or dicts deeper than a config does (Hydra's parser recurses)."""
+    for one in overrides:
+        depth = deepest = 0
+        for ch in one:
+            depth += 1 if ch in "[{(" else -1 if ch in "]})" else 0
+            deepest = max(deepest, depth)
+        if deepest > MAX_NESTING:
+            raise UsageError(f"{one[:40]}...: nested {deepest} deep; the page takes at most {MAX_NESTING} levels")
+
+
 def overrides_from_form(form: JSONObject) -> list[str]:
     """Hydra overrides for the filled fields (empty ones keep the config's value), then the free-form extras."""
     out: list[str] = []
@@ -172,10 +196,7 @@ def overrides_from_form(form: JSONObject) -> list[str]:
                 raise UsageError(f"{name}={value!r}: use true or false")
             value = str(value).lower()
         elif kind == "int":
-            try:
-                value = int(value)  # type: ignore[arg-type]  # a list or an object raises TypeError: refused below
-            except (TypeError, ValueError):
-                raise UsageError(f"{name}={value!r}: a whole number is needed") from None
+            value = whole_number(name, value)
         out.append(f"{key}={value}")
     extra = str(form.get("extra") or "").strip()
     if extra:
@@ -187,6 +208,7 @@ def overrides_from_form(form: JSONObject) -> list[str]:
             raise UsageError(
                 f"{len(out)} overrides: the page takes at most {MAX_EXTRA_OVERRIDES} (the command line takes more)"
             )
+    nesting_problem(out)
     return out
 
 
@@ -202,10 +224,21 @@ def _compose_typed(overrides: list[str], lock: threading.Lock) -> PlainConfig:
     return resolve_paths(data)
 
 
+# Settings that say where a key is sent (an endpoint URL, the tracking server, a search proxy, which variable holds
+# the key): the preset's values for them are where its keys are meant to go.
+KEY_SETTINGS = ("llm.", "tracking.", "env.options.search_")
+
+
 def preset_config(overrides: list[str], lock: threading.Lock) -> PlainConfig:
-    """The config of the form's preset choices alone (its config-group overrides): where its keys are meant to go."""
+    """The form's config with every setting of where a key goes left as its presets set it (the config groups and
+    the other overrides, a custom experiment's env.data_dir say, kept): where its keys are meant to go."""
     groups = group_options()
-    return _compose_typed([o for o in overrides if o.split("=", 1)[0].lstrip("+~") in groups], lock)
+
+    def keeps(override: str) -> bool:
+        key = override.split("=", 1)[0].lstrip("+~")
+        return key in groups or not key.startswith(KEY_SETTINGS)
+
+    return _compose_typed([o for o in overrides if keeps(o)], lock)
 
 
 def validate(
@@ -228,7 +261,7 @@ def validate(
     if policy is not None:
         refuse_from_page(data, policy)
         refuse_key_redirects(data, preset_config(overrides, lock), endpoints)
-    check_output_dir(Path(data["output_dir"]))
+    check_output_dir(Path(data["output_dir"]), create=False)  # a check leaves no folder behind; the run makes it
     check_keys(data)
     check_skill_files(data)
     return data
@@ -364,7 +397,10 @@ class Launcher:
 
     def check(self, form: JSONObject) -> tuple[list[str], PlainConfig]:
         overrides = overrides_from_form(form)
-        return overrides, validate(overrides, self._hydra_lock, self.policy, self.endpoints)
+        try:
+            return overrides, validate(overrides, self._hydra_lock, self.policy, self.endpoints)
+        except RecursionError:
+            raise UsageError("an override nests too deeply for the config parser; write the value flat") from None
 
     def launch(self, form: JSONObject) -> Launch:
         overrides, data = self.check(form)
@@ -388,12 +424,15 @@ class Launcher:
         if self.ray_address:
             launch.job_id = self._submit(launch)
         else:
-            self._spawn(launch)
+            self._spawn(launch, data)
         self.launches[lid] = launch
         return launch
 
-    def _spawn(self, launch: Launch) -> None:
+    def _spawn(self, launch: Launch, data: PlainConfig) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "SKILLOPT_PROGRESS": "plain"}
+        if self.policy is not None and not tracking_is_home(data):
+            for name in MLFLOW_SECRETS:  # the token goes only to the server the user's environment names
+                env.pop(name, None)
         proc = subprocess.Popen(
             [*command_for(launch.overrides), "debug.progress=plain"],
             cwd=self.cwd,

@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from skillopt_ray.base import untrusted
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.dashboard import nights, views
-from skillopt_ray.dashboard.keys import key_routes, url_host
+from skillopt_ray.dashboard.keys import allowed_endpoint, key_routes
 from skillopt_ray.dashboard.launcher import Launcher
 from skillopt_ray.dashboard.limits import PathPolicy
 from skillopt_ray.dashboard.security import Guard, GuardMiddleware
@@ -56,13 +56,19 @@ class Dashboard:
         project: Optional[Path] = None,
     ):
         self.outputs = Path(outputs).resolve()
-        # the project whose staged nights the Nights tab lists (read-only)
-        self.project = Path(project).resolve() if project else nights.project_for(self.outputs, Path(cwd))
+        self.cwd = Path(cwd)
+        self.given_project = Path(project).resolve() if project else None
         self.guard = guard or Guard.make(None, "127.0.0.1")
         policy = PathPolicy.make(Path(cwd), self.outputs, allow_paths)
-        hosts = frozenset(url_host(h) for h in allow_endpoints if h.strip())
+        hosts = frozenset(allowed_endpoint(h) for h in allow_endpoints if h.strip())
         self.launcher = Launcher(cwd, ray_address, policy, hosts)
         self.rows: views.RowCache = untrusted.StatCache()  # the table's rows, read again when a run's files change
+
+    @property
+    def project(self) -> Optional[Path]:
+        """The project whose staged nights the Nights tab lists (read-only): the one given, else found again at each
+        poll (a project whose first night is staged after the dashboard started is shown without a restart)."""
+        return self.given_project or nights.project_for(self.outputs, self.cwd)
 
     def resolve(self, run_id: str) -> Path:
         """A run id from the page, as a run directory under the output folder (never outside it)."""
