@@ -300,3 +300,21 @@ def test_review_json_that_is_not_a_boolean_is_an_error(tmp_path, text):
         review_gate.require_reviewed(tmp_path, remote, False)
     (tmp_path / "review.json").write_text('{"reviewed": true}')
     review_gate.require_reviewed(tmp_path, remote, False)
+
+
+def test_a_copied_sweep_folder_names_no_tracking_server_and_no_file_elsewhere(tmp_path, secret, monkeypatch):
+    from skillopt_ray.compare.records import read_sweep_meta
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    meta = {"trials": [], "parent_run_id": "p", "tracking_uri": "HTTP://127.0.0.1:28999"}
+    (sweep / "sweep.json").write_text(json.dumps(meta))
+    assert read_sweep_meta(sweep)["tracking_uri"] is None  # the MLflow token is not sent where a folder says
+    meta["tracking_uri"] = "http://127.0.0.1:5000/"
+    (sweep / "sweep.json").write_text(json.dumps(meta))
+    assert read_sweep_meta(sweep)["tracking_uri"] == "http://127.0.0.1:5000/"
+    (sweep / "sweep.json").unlink()
+    (sweep / "sweep.json").symlink_to(secret)
+    with pytest.raises(ValueError, match="symlink"):
+        read_sweep_meta(sweep)
