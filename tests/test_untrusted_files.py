@@ -318,3 +318,50 @@ def test_a_copied_sweep_folder_names_no_tracking_server_and_no_file_elsewhere(tm
     (sweep / "sweep.json").symlink_to(secret)
     with pytest.raises(ValueError, match="symlink"):
         read_sweep_meta(sweep)
+
+
+def test_a_fifo_in_a_night_never_blocks_status_or_the_nights_tab(project):
+    (project / "AGENTS.md").write_text("# agents\n")
+    proposed = project / "proposals" / "m"
+    proposed.mkdir(parents=True)
+    (proposed / "SKILL.md").write_text(OLD + "- more\n")
+    skills = project / ".agents" / "skills"
+    night = staging.stage_night(
+        staging.NightProposal(
+            project,
+            "20261128T031500Z",
+            "tidy",
+            proposed,
+            skills / "tidy",
+            [skills],
+            "# n\n",
+            {"verdict": "accepted"},
+            memory=("# agents\nrules\n", project / "AGENTS.md"),
+        )  # fmt: skip
+    )
+    (night / "memory" / "AGENTS.md").unlink()
+    os.mkfifo(night / "memory" / "AGENTS.md")  # the staged memory block
+    (project / ".agents" / "skills" / "tidy" / "SKILL.md").unlink()
+    os.mkfifo(project / ".agents" / "skills" / "tidy" / "SKILL.md")  # the live skill
+    done: list[object] = []
+    t = threading.Thread(
+        target=lambda: done.append((nights.night_rows(project), nights.night_detail(night))), daemon=True
+    )
+    t.start()
+    t.join(timeout=20)
+    assert done, "a FIFO in a night blocked the reader"
+    rows, detail = done[0]  # type: ignore[misc]
+    assert rows["nights"][0]["state"].startswith("pending (stale")
+    assert detail["diffs"][0]["base"].startswith("gone")
+
+
+def test_a_manifest_of_300_rows_makes_a_bounded_answer(project):
+    night = stage(project)
+    m = json.loads((night / "manifest.json").read_text())
+    big = ("x" * 99 + "\n") * (1 << 14)  # 1.6 MB, under the per-file cap of the reader's callers
+    (night / "skill" / "SKILL.md").write_text(big[: (1 << 20) - 1])
+    m["files"] = [dict(m["files"][0]) for _ in range(300)]
+    (night / "manifest.json").write_text(json.dumps(m))
+    reseal(night / "manifest.json")
+    answer = json.dumps(nights.night_detail(night))
+    assert len(answer) < 16 << 20 and "left out" in answer

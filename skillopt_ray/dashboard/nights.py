@@ -117,6 +117,11 @@ def night_detail(night: Path) -> JSONObject:
             )
         )
         diffs.append({"rel": rel, "live_path": str(row.get("live_path") or ""), "base": source, "diff": text})
+    if len(m["files"]) > MAX_DIFF_ROWS:
+        more = len(m["files"]) - MAX_DIFF_ROWS
+        diffs.append(
+            {"rel": "", "live_path": "", "base": f"left out: {more} more files; read them in {night}", "diff": ""}
+        )
     return {
         "stamp": m["stamp"],
         "skill": m.get("skill_name"),

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,13 +95,31 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+MAX_PIN_BYTES = 64 << 20  # a skill file is a few KiB; a live "file" larger than this is not one to pin
+
+
 def file_pin(path: Path) -> str:
-    """The sha256 of a regular file's bytes, or "absent" when nothing is there (a symlink is never followed)."""
-    if not os.path.lexists(path):
+    """The sha256 of a regular file's bytes, or "absent" when nothing is there. Opened without following a symlink
+    and without blocking (a FIFO put where a skill was is refused, never waited on); size-capped."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
         return ABSENT
-    if path.is_symlink() or not path.is_file():
-        raise ValueError(f"{path} is not a regular file (a symlink or a folder); move it away and stage again")
-    return sha256_bytes(path.read_bytes())
+    except OSError as e:
+        raise ValueError(
+            f"{path} is not a regular file ({e.strerror}: a symlink?); move it away and stage again"
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file (a folder, FIFO or device); move it away and stage again")
+        if st.st_size > MAX_PIN_BYTES:
+            raise ValueError(f"{path} is {st.st_size} bytes, too large for a skill file; move it away")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return sha256_bytes(f.read(MAX_PIN_BYTES + 1))
+    finally:
+        os.close(fd)
 
 
 def within(path: str, root: str) -> bool:

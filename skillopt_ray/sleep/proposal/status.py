@@ -47,38 +47,44 @@ def night_state(night: Path, m: StagedManifest) -> str:
         return "pending (changed nothing; adopting installs the skill it started from: no skill is live yet)"
     if staging.unchanged(m):
         return "changed nothing (nothing to adopt)"
-    stale = any(file_pin(Path(r["live_path"])) != r["live_sha256"] for r in m["files"] if _plain(r["live_path"]))
+    stale = any(_pin(r["live_path"]) != r["live_sha256"] for r in m["files"])
     return "pending (stale: the live skill changed since staging)" if stale else "pending"
 
 
-def _plain(path: str) -> bool:
-    p = Path(path)
-    return not p.is_symlink() and (p.is_file() or not p.exists())
+def _pin(path: str) -> str:
+    """The live file's pin; a symlink, folder or FIFO put there since staging is simply not the pinned file."""
+    try:
+        return file_pin(Path(path))
+    except ValueError:
+        return "not a plain file"
+
+
+def night_row(night: Path) -> NightRow:
+    """One night as `status` lists it; ValueError when its manifest or a file it pins cannot be read."""
+    m = staging.load_manifest(night)
+    row: NightRow = {
+        "stamp": m["stamp"],
+        "skill": m["skill_name"],
+        "live_skill_dir": m["live_skill_dir"],
+        "verdict": m["verdict"],
+        "verified": m["verified"],
+        "summary": m["summary"],
+        "state": night_state(night, m),
+        "folder": str(night),
+    }
+    note = memory_note(night, m)
+    if note:
+        row["memory"] = note
+    return row
 
 
 def collect(project: Path) -> NightsStatus:
     rows: list[NightRow] = []
     for night in staging.nights(project):
         try:
-            m = staging.load_manifest(night)
-        except ValueError as e:
-            rows.append({"stamp": night.name, "state": f"unreadable: {e}"})
-            continue
-        rows.append(
-            {
-                "stamp": m["stamp"],
-                "skill": m["skill_name"],
-                "live_skill_dir": m["live_skill_dir"],
-                "verdict": m["verdict"],
-                "verified": m["verified"],
-                "summary": m["summary"],
-                "state": night_state(night, m),
-                "folder": str(night),
-            }
-        )
-        note = memory_note(night, m)
-        if note:
-            rows[-1]["memory"] = note
+            rows.append(night_row(night))
+        except ValueError as e:  # one unreadable night is a row saying why; the others are listed all the same
+            rows.append({"stamp": night.name, "state": f"unreadable: {str(e).splitlines()[0]}"})
     wal = wal_path(project)
     return {
         "project": str(project.resolve()),
