@@ -365,3 +365,28 @@ def test_a_manifest_of_300_rows_makes_a_bounded_answer(project):
     reseal(night / "manifest.json")
     answer = json.dumps(nights.night_detail(night))
     assert len(answer) < 16 << 20 and "left out" in answer
+
+
+def test_a_costly_walk_is_reused_and_a_runs_page_is_read_again_only_when_it_changes(tmp_path, monkeypatch):
+    d = dash(tmp_path)
+    run = make_run(d.outputs, "a")
+    walks: list[int] = []
+
+    def cut_short(root: Path) -> untrusted.Walk:
+        walks.append(1)
+        return untrusted.Walk([run], "stopped looking after 20000 entries")
+
+    monkeypatch.setattr(views, "walk_runs", cut_short)
+    assert d.runs()["note"].startswith("stopped looking") and d.runs()["runs"][0]["id"] == "runs/a"
+    assert len(walks) == 1  # an output folder of `/` is not walked at every 2 s poll
+    pages: list[Path] = []
+    real = views.run_detail
+    monkeypatch.setattr(views, "run_detail", lambda root, path, *a: pages.append(path) or real(root, path, *a))
+    first = views.cached_detail(d.outputs, run, False, False, d.rows, d.details)
+    views.cached_detail(d.outputs, run, False, False, d.rows, d.details)
+    assert len(pages) == 1 and first["skill"]["text"] == "# the run's own skill\n"
+    (run / "steps" / "e01_s001" / "gate.json.tmp").write_text("{}")
+    os.replace(run / "steps" / "e01_s001" / "gate.json.tmp", run / "steps" / "e01_s001" / "gate.json")
+    os.utime(run / "steps" / "e01_s001", ns=(1, 1))  # the folder's new mtime, whatever the clock's resolution
+    views.cached_detail(d.outputs, run, False, False, d.rows, d.details)
+    assert len(pages) == 2  # a step's new record is seen at the next poll

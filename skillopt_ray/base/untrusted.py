@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -196,6 +197,7 @@ class Entry:
     is_file: bool
     mtime_ns: int
     size: int
+    ino: int
 
 
 def list_dir(root: Path, rel: Rel = ".", limit: int = MAX_ENTRIES) -> list[Entry]:
@@ -216,9 +218,8 @@ def list_dir(root: Path, rel: Rel = ".", limit: int = MAX_ENTRIES) -> list[Entry
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                out.append(
-                    Entry(e.name, stat.S_ISDIR(st.st_mode), stat.S_ISREG(st.st_mode), st.st_mtime_ns, st.st_size)
-                )
+                kind = st.st_mode
+                out.append(Entry(e.name, stat.S_ISDIR(kind), stat.S_ISREG(kind), st.st_mtime_ns, st.st_size, st.st_ino))
     except OSError:
         pass
     finally:
@@ -286,22 +287,26 @@ class StatCache(Generic[K, V]):
     def __init__(self, size: int = 512):
         self.size = size
         self._items: dict[K, tuple[Hashable, V]] = {}
+        self._lock = threading.Lock()  # the dashboard's polls run in worker threads
 
     def get(self, key: K, stamp: Hashable, compute: Callable[[], V]) -> V:
-        hit = self._items.get(key)
+        with self._lock:
+            hit = self._items.get(key)
         if hit is not None and hit[0] == stamp:
             return hit[1]
         value = compute()
-        self._items.pop(key, None)
-        self._items[key] = (stamp, value)
-        while len(self._items) > self.size:
-            self._items.pop(next(iter(self._items)))
+        with self._lock:
+            self._items.pop(key, None)
+            self._items[key] = (stamp, value)
+            while len(self._items) > self.size:
+                self._items.pop(next(iter(self._items)))
         return value
 
 
-def stamp_of(root: Path, rels: tuple[str, ...] = (".",)) -> tuple[tuple[str, int, int], ...]:
-    """The (name, mtime, size) of the entries of these folders under `root`: changes when any file in them does."""
+def stamp_of(root: Path, rels: tuple[str, ...] = (".",)) -> tuple[tuple[str, int, int, int], ...]:
+    """The (name, mtime, size, inode) of the entries of these folders under `root`: changes when a file in them is
+    written or replaced (an atomic rename brings a new inode, whatever the clock's resolution)."""
     out = []
     for rel in rels:
-        out += [(f"{rel}/{e.name}", e.mtime_ns, e.size) for e in list_dir(root, rel)]
+        out += [(f"{rel}/{e.name}", e.mtime_ns, e.size, e.ino) for e in list_dir(root, rel)]
     return tuple(out)

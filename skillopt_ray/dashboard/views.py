@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, TypedDict
+from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.jsontypes import JSONValue
 
@@ -433,6 +433,21 @@ def run_detail(root: Path, path: Path, alive: bool = False, stopped: bool = Fals
         "errors": _or({"infra": {}, "data": 0}, errors, rd),
         "summary": _or(None, rd.summary),
     }
+
+
+DetailCache = untrusted.StatCache[str, RunDetail]
+
+
+def cached_detail(
+    root: Path, path: Path, alive: bool, stopped: bool, rows: RowCache, details: DetailCache
+) -> RunDetail:
+    """A run's page, read again only when a file at its top or a step or epoch folder changed; its row's status and
+    the live progress are read afresh (they depend on the clock)."""
+    stamp = untrusted.stamp_of(path, (".", "steps", "epochs"))
+    detail = cast(RunDetail, dict(details.get(str(path), stamp, lambda: run_detail(root, path))))
+    detail["row"] = asdict(cached_row(root, path, alive, stopped, rows)[0])
+    detail["live"] = live(RunDir(path))
+    return detail
 
 
 def unfenced(text: str) -> str:
