@@ -103,7 +103,7 @@ def test_a_file_over_its_cap_is_refused_before_it_is_read(tmp_path):
     d = dash(tmp_path)
     run = make_run(d.outputs, "a")
     with open(run / "history.jsonl", "wb") as f:
-        f.truncate(50 << 20)  # 50 MB (sparse: costs no disk)
+        f.truncate(80 << 20)  # 80 MB (sparse: costs no disk)
     with pytest.raises(untrusted.Untrusted, match="over the"):
         untrusted.read_bytes(run, "history.jsonl")
     assert RunDir(run).history_rows() == []

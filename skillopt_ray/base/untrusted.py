@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Generic, Optional, TypeVar, Union
 
-MAX_BYTES = 32 << 20  # a run's largest file (a long run's history) is a few MB
+MAX_BYTES = 64 << 20  # a long run's history is a few MB; a file past this is refused unread
 MAX_ENTRIES = 5000  # entries one folder listing looks at
 WALK_ENTRIES = 20000  # entries one walk looks at, over all its folders
 WALK_SECONDS = 2.0

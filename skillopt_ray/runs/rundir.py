@@ -82,6 +82,9 @@ JOBS = "jobs.json"
 EMBEDDED_LOG = "embedded_server.log"
 
 Rel = Union[str, Path]
+# The score cache holds every evaluation's per-task results: a long run on a large benchmark writes far more than any
+# other file, and losing it would pay for the evaluations again.
+SCORES_MAX_BYTES = 1 << 30
 
 
 class RunDir:
@@ -193,10 +196,10 @@ class RunDir:
         except untrusted.Untrusted as e:
             raise RecordError(f"{e}; the file is damaged or was planted") from None
 
-    def _lines(self, rel: Rel) -> list[Any]:
+    def _lines(self, rel: Rel, limit: int = untrusted.MAX_BYTES) -> list[Any]:
         """A JSON-lines file's records ([] when missing or refused: the step folders still hold the steps)."""
         try:
-            return untrusted.read_json_lines(self.root, rel)
+            return untrusted.read_json_lines(self.root, rel, limit)
         except untrusted.Untrusted:
             return []
 
@@ -385,7 +388,7 @@ class RunDir:
     def scores(self) -> dict[str, Evaluation]:
         """The score cache: evaluation key -> Evaluation (a key evaluated twice: the last line wins)."""
         out = {}
-        for d in self._lines(SCORES):
+        for d in self._lines(SCORES, SCORES_MAX_BYTES):
             e = ScoreEntry.from_dict(d, str(self.root / SCORES))
             out[e.key] = e.eval
         return out

@@ -425,12 +425,13 @@ def manifest_problem(m: dict[str, Any]) -> Optional[str]:
 
 
 def nights(project: Path) -> list[Path]:
-    """Staged nights, oldest first: real folders with a manifest (unfinished and symlinked ones are skipped)."""
+    """Staged nights, oldest first: plain folders with a manifest of their own (unfinished and symlinked ones are
+    skipped; the listing is bounded, as any folder someone else can write into)."""
     root = staging_root(project)
     if not root.is_dir() or root.is_symlink():
         return []
-    return sorted(
-        d
-        for d in root.iterdir()
-        if _STAMP.match(d.name) and d.is_dir() and not d.is_symlink() and (d / MANIFEST).is_file()
-    )
+    return [
+        root / e.name
+        for e in untrusted.list_dir(root)
+        if e.is_dir and _STAMP.match(e.name) and untrusted.is_file(root, f"{e.name}/{MANIFEST}")
+    ]
