@@ -148,3 +148,33 @@ def test_the_nights_project_is_found_at_each_poll(tmp_path):
         )
         rows = httpx.get(s.base + "/api/nights", headers=s.auth()).json()["nights"]
         assert [r["stamp"] for r in rows] == ["20261128T031500Z"]
+
+
+def test_a_run_folders_mlflow_record_sends_the_token_nowhere(tmp_path, monkeypatch):
+    import http.server
+    import threading
+
+    from skillopt_ray.dashboard.launcher import mark_killed
+
+    seen: list[str] = []
+
+    class Listener(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's protocol
+            seen.append(self.headers.get("Authorization") or "")
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Listener)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "mlflow-secret-token")
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+        uri = f"HTTP://127.0.0.1:{server.server_port}"
+        (tmp_path / "mlflow_run.json").write_text(json.dumps({"run_id": "r1", "tracking_uri": uri}))
+        note = mark_killed(tmp_path)
+    finally:
+        server.shutdown()
+    assert seen == [] and note is not None and "not the server MLFLOW_TRACKING_URI names" in note

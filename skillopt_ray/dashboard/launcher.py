@@ -29,7 +29,14 @@ from skillopt_envs.jsontypes import JSONObject, JSONValue
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.config.plain import PlainConfig
-from skillopt_ray.dashboard.keys import MLFLOW_SECRETS, refuse_key_redirects, tracking_is_home
+from skillopt_ray.dashboard.keys import (
+    MLFLOW_SECRETS,
+    endpoint_of,
+    is_http,
+    refuse_key_redirects,
+    tracking_home,
+    tracking_is_home,
+)
 from skillopt_ray.dashboard.limits import (
     PathPolicy,
     check_choice,
@@ -351,6 +358,11 @@ def mark_killed(run_dir: Path) -> Optional[str]:
     record = RunDir(run_dir).read_mlflow_run()
     if not record or not record.get("run_id"):
         return None  # no MLflow run (tracking off, or stopped before it opened)
+    uri = str(record.get("tracking_uri") or "")
+    if is_http(uri) and endpoint_of(uri) != tracking_home():  # a run folder's file never sends the token anywhere
+        return (
+            f"note: not marking MLflow run {record['run_id']} KILLED at {uri}: not the server MLFLOW_TRACKING_URI names"
+        )
     try:
         from mlflow.tracking import MlflowClient
 
