@@ -108,6 +108,8 @@ def test_a_custom_experiment_is_checked_from_the_page_and_check_makes_no_folder(
     (tmp_path / "tasks").mkdir()
     form = {"experiment": "custom", "extra": f"env.data_dir={tmp_path / 'tasks'} output_dir={tmp_path / 'outputs' / 'new'}"}  # fmt: skip
     with Served(_dash(tmp_path)) as s:
+        schema = httpx.get(s.base + "/api/schema", params={"experiment": "custom"}, headers=s.auth())
+        assert schema.status_code == 200 and schema.json()["epochs"]["placeholder"] != "", schema.text
         r = s.post("/api/check", form)
         assert r.status_code == 200, r.text
         assert s.post("/api/check", _form(tmp_path)).status_code == 200

@@ -156,7 +156,10 @@ def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> JSONOb
             overrides.append(f"{FIELDS[name][0]}={value}")
             refuse_group_path(overrides[-1], group_options())
     with lock:  # Hydra's composition uses process-wide state
-        _obj, data = typed(compose(overrides))
+        try:
+            _obj, data = typed(compose(overrides))
+        except UsageError:  # a benchmark that needs its tasks folder (custom): the other values do not depend on it
+            _obj, data = typed(compose([*overrides, "env.data_dir=."]))
     data = resolve_paths(data)
     out: JSONObject = {}
     for name, dotted in PLACEHOLDER_FROM.items():

@@ -194,7 +194,9 @@ class RunDir:
         except untrusted.Missing:
             return None
         except untrusted.Untrusted as e:
-            raise RecordError(f"{Path(rel).name} cannot be read as JSON: {e}; the file is damaged or was planted") from None
+            raise RecordError(
+                f"{Path(rel).name} cannot be read as JSON: {e}; the file is damaged or was planted"
+            ) from None
 
     def _lines(self, rel: Rel, limit: int = untrusted.MAX_BYTES) -> list[Any]:
         """A JSON-lines file's records ([] when missing or refused: the step folders still hold the steps)."""
