@@ -44,7 +44,11 @@ def find_runs(root: Path) -> list[Path]:
 def walk_runs(root: Path) -> untrusted.Walk:
     """Run directories under `root`: hidden folders and symlinks skipped, the walk bounded in entries and time (an
     output folder of `/` or of 20,000 empty folders must not make every poll walk them all)."""
-    return untrusted.find_dirs(Path(root), is_run_dir, MAX_DEPTH)
+    walk = untrusted.find_dirs(Path(root), is_run_dir, MAX_DEPTH)
+    top = Path(root).resolve()
+    # a folder swapped for a symlink while it was walked leads nowhere outside
+    walk.found = [p for p in walk.found if p.resolve() == top or top in p.resolve().parents]
+    return walk
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
