@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -142,12 +143,15 @@ def test_a_poll_of_unchanged_runs_reads_them_once(tmp_path, monkeypatch):
 def test_walking_the_output_folder_is_bounded(tmp_path):
     root = tmp_path / "many"
     for i in range(300):
-        (root / f"d{i:04d}").mkdir(parents=True)
+        (root / "aaa" / f"d{i:04d}").mkdir(parents=True)
     make_run(root, "late")
     walk = untrusted.find_dirs(root, views.is_run_dir, views.MAX_DEPTH, entries=100)
-    assert walk.stopped.startswith("stopped looking after 100 entries")
+    assert re.match(r"stopped looking after 10\d entries", walk.stopped), walk.stopped
     full = untrusted.find_dirs(root, views.is_run_dir, views.MAX_DEPTH)
     assert full.stopped == "" and full.found == [root / "runs" / "late"]
+    # breadth first: a run two levels down is found before the walk spends its budget inside a huge folder
+    shallow = untrusted.find_dirs(root, views.is_run_dir, views.MAX_DEPTH, entries=400)
+    assert shallow.found == [root / "runs" / "late"] and shallow.stopped
 
 
 def test_paths_in_records_are_relative_and_plain():

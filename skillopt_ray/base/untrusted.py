@@ -22,6 +22,7 @@ import os
 import stat
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -243,37 +244,46 @@ def find_dirs(
     seconds: float = WALK_SECONDS,
 ) -> Walk:
     """Folders under `root` (itself included) for which `wanted` holds, not descending into them, hidden folders
-    and symlinks skipped; stops after `entries` entries or `seconds` (saying so)."""
+    and symlinks skipped. Breadth first (shallow finds come before the depths of one huge folder), at most
+    MAX_ENTRIES looked at per folder; stops after `entries` entries and folders or `seconds`, saying so."""
     root = Path(root)
     walk = Walk([])
     if not root.is_dir():
         return walk
-    deadline, seen = time.monotonic() + seconds, 0
-    stack = [(root, 0)]
-    while stack:
-        here, depth = stack.pop()
-        if wanted(here):
-            walk.found.append(here)
-            continue
-        if depth >= max_depth:
-            continue
-        try:
-            with os.scandir(here) as it:
-                kids = []
-                for e in it:
-                    seen += 1
-                    if e.is_dir(follow_symlinks=False) and not e.name.startswith("."):
-                        kids.append(Path(e.path))
-                    if seen >= entries:
-                        break
-        except OSError:
-            continue
-        stack += [(k, depth + 1) for k in sorted(kids, reverse=True)]
+    deadline, seen = time.monotonic() + seconds, 1
+    if wanted(root):
+        return Walk([root])
+    queue = deque([(root, 0)])
+    while queue:
+        here, depth = queue.popleft()
+        kids, looked = _subfolders(here, min(MAX_ENTRIES, max(entries - seen, 0)))
+        seen += looked + 1  # an empty folder costs a listing too
+        for kid in kids:  # tested as they are listed: a run two levels down is found before a huge folder's depths
+            if wanted(kid):
+                walk.found.append(kid)
+            elif depth + 1 < max_depth:
+                queue.append((kid, depth + 1))
         if seen >= entries or time.monotonic() > deadline:
             walk.stopped = f"stopped looking after {seen} entries under {root}; point it at a smaller folder"
             break
     walk.found.sort()
     return walk
+
+
+def _subfolders(here: Path, limit: int) -> tuple[list[Path], int]:
+    """A folder's plain, not hidden sub-folders (sorted) among its first `limit` entries, and how many it looked at."""
+    kids, n = [], 0
+    try:
+        with os.scandir(here) as it:
+            for e in it:
+                if n >= limit:
+                    break
+                n += 1
+                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False):
+                    kids.append(Path(e.path))
+    except OSError:
+        pass
+    return sorted(kids), n
 
 
 K = TypeVar("K", bound=Hashable)
