@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.base import untrusted
-from skillopt_ray.sleep.lock import adopt_lock
 from skillopt_ray.sleep.proposal import seal, staging
+from skillopt_ray.sleep.proposal.lock import adopt_lock
 from skillopt_ray.sleep.proposal.staging import (
     ABSENT,
     ManifestRow,
