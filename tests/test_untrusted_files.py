@@ -394,3 +394,19 @@ def test_a_costly_walk_is_reused_and_a_runs_page_is_read_again_only_when_it_chan
     os.utime(run / "steps" / "e01_s001", ns=(1, 1))  # the folder's new mtime, whatever the clock's resolution
     views.cached_detail(d.outputs, run, False, False, d.rows, d.details)
     assert len(pages) == 2  # a step's new record is seen at the next poll
+
+
+def test_a_sealed_manifest_cannot_aim_a_row_at_another_file_in_the_root(project, capsys):
+    other = project / ".agents" / "skills" / "other" / "SKILL.md"
+    other.parent.mkdir(parents=True)
+    other.write_text("someone else's skill\n")
+    night = stage(project)
+    m = json.loads((night / "manifest.json").read_text())
+    row = m["files"][0]
+    row["live_path"] = row["live_realpath"] = str(other)
+    row["live_sha256"] = staging.sha256_bytes(other.read_bytes())
+    (night / "manifest.json").write_text(json.dumps(m))
+    reseal(night / "manifest.json")  # inside the skill root, pinned right, yet not where `skill/SKILL.md` installs
+    assert sleep_cli.main(["adopt", "--project", str(project)]) == 2
+    assert "is not where row skill/SKILL.md installs" in capsys.readouterr().err
+    assert other.read_text() == "someone else's skill\n"

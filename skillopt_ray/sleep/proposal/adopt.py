@@ -185,6 +185,20 @@ def check_path(row: ManifestRow, roots: list[str]) -> Path:
     return live
 
 
+def check_derived(row: ManifestRow, m: StagedManifest) -> None:
+    """The live path is the one its row's place derives: a skill file is the skill folder joined with the file's path
+    inside the proposal (`skill/notes.md` -> `<live skill folder>/notes.md`), a memory file the project's own
+    AGENTS.md or CLAUDE.md. A manifest cannot aim one row at another file inside the same root."""
+    live = row["live_path"]
+    if row["kind"] == "memory":
+        ok = os.path.realpath(os.path.dirname(live)) == m["project"] and os.path.basename(live) in staging.MEMORY_NAMES
+    else:
+        inside = os.path.relpath(live, m["live_skill_dir"])
+        ok = not inside.startswith("..") and row["rel"].endswith("/" + inside) and row["kind"] == "skill"
+    if not ok:
+        raise Refused(f"{live} is not where row {row['rel']} installs (under {m['live_skill_dir']}); refused")
+
+
 def preflight(project: Path, night: Path, m: StagedManifest) -> list[tuple[ManifestRow, Path]]:
     if m["project"] != os.path.realpath(project):
         raise Refused(f"night {m['stamp']} was staged for {m['project']}, not this project; refused")
@@ -195,6 +209,7 @@ def preflight(project: Path, night: Path, m: StagedManifest) -> list[tuple[Manif
         if root_real != row["root"]:
             raise Refused(f"the skill root {row['root']} now resolves to {root_real}; refused")
         live = check_path(row, roots if row["kind"] == "memory" else list(m["skill_roots"]))
+        check_derived(row, m)
         proposed = night / row["rel"]
         if staging.sha256_bytes(copy_bytes(project, str(proposed))) != row["sha256"]:
             raise Refused(f"{proposed} changed since staging (its sha256 is not the manifest's); stage again")
