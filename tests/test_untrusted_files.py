@@ -410,3 +410,20 @@ def test_a_sealed_manifest_cannot_aim_a_row_at_another_file_in_the_root(project,
     assert sleep_cli.main(["adopt", "--project", str(project)]) == 2
     assert "is not where row skill/SKILL.md installs" in capsys.readouterr().err
     assert other.read_text() == "someone else's skill\n"
+
+
+def test_a_config_of_nested_yaml_aliases_is_not_expanded(tmp_path):
+    d = dash(tmp_path)
+    good, bomb = make_run(d.outputs, "good"), make_run(d.outputs, "bomb")
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]  # 10**10 values
+    (bomb / "config.yaml").write_text("\n".join(lines) + "\nexperiment: *a9\nllm: {budget: *a9}\n")
+    done: list[object] = []
+    t = threading.Thread(target=lambda: done.append((d.runs(), views.run_detail(d.outputs, bomb))), daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert done, "a YAML alias bomb in a run's config.yaml hung the dashboard"
+    rows, detail = done[0]  # type: ignore[misc]
+    assert {r["id"] for r in rows["runs"]} == {"runs/good", "runs/bomb"}
+    assert RunDir(bomb).read_config() == {} and RunDir(good).read_config()["experiment"] == "searchqa"
+    assert len(json.dumps(detail)) < 1 << 20

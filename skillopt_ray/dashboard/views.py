@@ -51,13 +51,22 @@ def walk_runs(root: Path) -> untrusted.Walk:
     return walk
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+# A config's keys as compared between runs: a real one has a few hundred, a few levels deep.
+MAX_FLAT_KEYS = 5000
+MAX_FLAT_DEPTH = 16
+
+
+def _flatten(d: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
+    """dotted.key -> value, bounded in keys and depth (a run folder's config is anyone's to write)."""
     if not isinstance(d, dict):
         return {prefix: d}
     out: dict[str, Any] = {}
-    for k, v in d.items():
+    for k, v in list(d.items())[:MAX_FLAT_KEYS]:
         key = f"{prefix}.{k}" if prefix else str(k)
-        out.update(_flatten(v, key) if isinstance(v, dict) else {key: v})
+        deeper = isinstance(v, dict) and depth < MAX_FLAT_DEPTH
+        out.update(_flatten(v, key, depth + 1) if deeper else {key: v if not isinstance(v, dict) else "{...}"})
+        if len(out) >= MAX_FLAT_KEYS:
+            break
     return out
 
 

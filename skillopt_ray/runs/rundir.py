@@ -85,6 +85,8 @@ Rel = Union[str, Path]
 # The score cache holds every evaluation's per-task results: a long run on a large benchmark writes far more than any
 # other file, and losing it would pay for the evaluations again.
 SCORES_MAX_BYTES = 1 << 30
+CONFIG_MAX_BYTES = 4 << 20  # a resolved config is a few KB
+CONFIG_MAX_ALIASES = 20
 
 
 class RunDir:
@@ -210,10 +212,10 @@ class RunDir:
         atomic_write_text(path, text)
         return path
 
-    def read_text(self, rel: Rel) -> Optional[str]:
+    def read_text(self, rel: Rel, limit: int = untrusted.MAX_BYTES) -> Optional[str]:
         """A text file's content; None when it is missing, or refused (see `read_json`)."""
         try:
-            return untrusted.read_text(self.root, rel)
+            return untrusted.read_text(self.root, rel, limit)
         except untrusted.Untrusted:
             return None
 
@@ -229,10 +231,15 @@ class RunDir:
         atomic_write_text(self.root / CONFIG, yaml.safe_dump(cfg, sort_keys=False))
 
     def read_config(self) -> dict[str, Any]:
-        """The resolved config as written ({} when missing or unreadable: a story without it is still a story)."""
+        """The resolved config as written ({} when missing or unreadable: a story without it is still a story).
+
+        A config this code wrote has no YAML aliases; one with many is refused unread, since a few nested aliases
+        (a "billion laughs" file) expand to more values than any reader can walk or any answer can hold."""
+        text = self.read_text(CONFIG, CONFIG_MAX_BYTES) or ""
         try:
-            data = yaml.safe_load(self.read_text(CONFIG) or "")
-        except yaml.YAMLError:
+            aliases = sum(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=yaml.SafeLoader))
+            data = yaml.safe_load(text) if aliases <= CONFIG_MAX_ALIASES else None
+        except (yaml.YAMLError, RecursionError):
             return {}
         return data if isinstance(data, dict) else {}
 
