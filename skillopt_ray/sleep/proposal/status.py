@@ -13,6 +13,7 @@ from skillopt_ray.base import untrusted
 from skillopt_ray.sleep.proposal import staging
 from skillopt_ray.sleep.proposal.adopt import ADOPTED, UNDONE, wal_path
 from skillopt_ray.sleep.proposal.staging import StagedManifest, file_pin
+from skillopt_ray.sleep.proposal.staging_skills import entries, entry_view
 
 
 class NightRow(TypedDict, total=False):
@@ -39,6 +40,13 @@ class NightsStatus(TypedDict):
 
 
 def night_state(night: Path, m: StagedManifest) -> str:
+    if entries(m):  # a night of several skills: each skill's state
+        from skillopt_ray.sleep.proposal.adopt_skills import skill_states
+
+        by: dict[str, list[str]] = {}
+        for name, state in skill_states(night, m).items():
+            by.setdefault(state, []).append(name)
+        return "; ".join(f"{state}: {', '.join(names)}" for state, names in sorted(by.items()))
     if (night / UNDONE).exists():
         return "undone"
     if (night / ADOPTED).exists():
@@ -59,9 +67,12 @@ def _pin(path: str) -> str:
         return "not a plain file"
 
 
-def night_row(night: Path) -> NightRow:
-    """One night as `status` lists it; ValueError when its manifest or a file it pins cannot be read."""
+def night_rows(night: Path) -> list[NightRow]:
+    """One night as `status` lists it (a row per skill for a night of several); ValueError when its manifest or a
+    file it pins cannot be read."""
     m = staging.load_manifest(night)
+    if entries(m):
+        return skill_rows(night, m)
     row: NightRow = {
         "stamp": m["stamp"],
         "skill": m["skill_name"],
@@ -75,23 +86,41 @@ def night_row(night: Path) -> NightRow:
     note = memory_note(night, m)
     if note:
         row["memory"] = note
-    return row
+    return [row]
 
 
 def collect(project: Path) -> NightsStatus:
     rows: list[NightRow] = []
     for night in staging.nights(project):
         try:
-            rows.append(night_row(night))
-        except ValueError as e:  # one unreadable night is a row saying why; the others are listed all the same
+            rows += night_rows(night)
+        except (ValueError, KeyError, TypeError) as e:  # one unreadable night is a row saying why; the rest are listed
             rows.append({"stamp": night.name, "state": f"unreadable: {str(e).splitlines()[0]}"})
     wal = wal_path(project)
     return {
         "project": str(project.resolve()),
         "nights": rows,
-        "pending": [r["stamp"] for r in rows if str(r["state"]).startswith("pending")],
+        "pending": list(dict.fromkeys(r["stamp"] for r in rows if str(r["state"]).startswith("pending"))),
         "interrupted": str(wal) if wal.exists() else None,
     }
+
+
+def skill_rows(night: Path, m: StagedManifest) -> list[NightRow]:
+    """A night that trained several skills: one row per skill, its state read from the night's receipts."""
+    from skillopt_ray.sleep.proposal.adopt_skills import skill_states
+
+    states = skill_states(night, m)
+    out: list[NightRow] = []
+    for e in entries(m):
+        state = states[e["skill_name"]]
+        if state == "unchanged":
+            state = "changed nothing (nothing to adopt)"
+        elif state == "pending":
+            state = night_state(night, entry_view(m, e))  # as a night of this skill alone: stale, first install
+        out.append({"stamp": m["stamp"], "skill": e["skill_name"], "live_skill_dir": e["live_skill_dir"],
+                    "verdict": e["verdict"], "verified": e["verified"], "summary": e["summary"], "state": state,
+                    "folder": str(night)})  # fmt: skip
+    return out
 
 
 def memory_note(night: Path, m: StagedManifest) -> Optional[str]:
@@ -136,7 +165,7 @@ def render(st: NightsStatus) -> str:
             lines.append(f"  memory {r['memory']}")
     if st["pending"]:
         lines.append(f"pending: {', '.join(st['pending'])} (adopt with: python -m skillopt_ray.sleep adopt --project "
-                     f"{st['project']} --night STAMP)")  # fmt: skip
+                     f"{st['project']} --night STAMP, and --skill NAME for one skill of a night that trained several)")  # fmt: skip
     if st["interrupted"]:
         lines.append(f"an adoption was interrupted ({st['interrupted']}); the next `adopt` rolls it back")
     return "\n".join(lines)
