@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_dashboard_security import TOKEN, Served
+from dashboard_served import TOKEN, Served
 
 from skillopt_ray.dashboard import __main__ as dashboard_main
 from skillopt_ray.dashboard.keys import allowed_endpoint, endpoint_of, key_routes, tracking_is_home

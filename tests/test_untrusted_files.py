@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_dashboard_security import TOKEN, Served
+from dashboard_served import TOKEN, Served
 
 from skillopt_ray.base import untrusted
 from skillopt_ray.cli import review_gate
