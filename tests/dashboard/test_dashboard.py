@@ -254,7 +254,7 @@ def test_the_page_launches_watches_diffs_and_compares_in_a_real_browser(two_runs
                 )
                 page = browser.new_page(viewport={"width": 1400, "height": 1500})
                 page.goto(f"http://127.0.0.1:{port}/?token={TOKEN}")
-                assert "token" not in page.url  # the cookie carries it; the address bar and history do not
+                assert "token" not in page.url  # the tab's sessionStorage keeps it; the address bar and history do not
                 page.click("#tab-launch")
                 page.wait_for_selector("#launch-form select[name=experiment]")
                 page.select_option("select[name=experiment]", "searchqa")
@@ -424,8 +424,9 @@ Promise.allSettled(tries).then((all) => {{
 
 @pytest.mark.slow
 def test_a_page_from_another_origin_cannot_launch_or_read_in_a_real_browser(tmp_path, need_chromium):
-    """The user has the dashboard open (its cookie set); a page on another port of the same host (same site, so a
-    SameSite cookie alone would not stop it) posts to the launch API by fetch and by a text/plain form: no run."""
+    """The user has the dashboard open (its token in the tab's sessionStorage, no cookie); a page on another port of
+    the same host posts to the launch API by fetch and by a text/plain form: no run, and the browser holds no cookie
+    of the dashboard's that the other port's server would receive."""
     from playwright.sync_api import sync_playwright
 
     out = tmp_path / "out"
@@ -452,8 +453,9 @@ def test_a_page_from_another_origin_cannot_launch_or_read_in_a_real_browser(tmp_
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
             context = browser.new_context()
             page = context.new_page()
-            page.goto(f"{base}/?token={TOKEN}")  # the user's own tab: the token cookie is now in the browser
-            assert any(c["name"].startswith("skillopt_dashboard_") for c in context.cookies())
+            page.goto(f"{base}/?token={TOKEN}")  # the user's own tab
+            page.wait_for_function("sessionStorage.getItem('skillopt-dashboard-token') !== null")
+            assert context.cookies() == []
             page.goto(f"http://127.0.0.1:{evil_port}/index.html")
             page.wait_for_function("document.title.startsWith('done')", timeout=30_000)
             title = page.title()

@@ -103,11 +103,14 @@ def test_a_url_from_the_form_gets_no_key_meant_for_another_host(tmp_path, monkey
         assert ("llm.target", "OPENAI_API_KEY", "api.openai.com", True) in keys
         assert SECRET not in ok.text
         assert not s.dash.launcher.launches
-    with Served(_dash(tmp_path, allow_endpoints=("listener.example",))) as s:
+    with Served(_dash(tmp_path, allow_endpoints=("listener.example:8000",))) as s:
         ok = s.post("/api/check", form)
         assert ok.status_code == 200, ok.text
         assert ("llm.target", "listener.example") in {(k["setting"], k["host"]) for k in ok.json()["keys"]}
-        assert s.post("/api/check", tracking).status_code == 200
+        # the MLflow token goes only to the server the environment names, never to one allowed for model keys
+        assert s.post("/api/check", tracking).status_code == 400
+        other_port = _form(tmp_path, llm="openai", base_url="http://listener.example:8001/v1")
+        assert s.post("/api/check", other_port).status_code == 400  # an allowed host:port opens no other port
 
 
 def test_a_body_over_the_limit_answers_413_at_once(tmp_path):

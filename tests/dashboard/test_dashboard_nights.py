@@ -20,7 +20,7 @@ from skillopt_ray.dashboard import nights
 from skillopt_ray.dashboard.security import Guard
 from skillopt_ray.dashboard.server import Dashboard
 from skillopt_ray.sleep import cli as sleep_cli
-from skillopt_ray.sleep.proposal import staging
+from skillopt_ray.sleep.proposal import seal, staging
 
 HOSTILE = (
     "# Night report\n\n<script>window.__pwned=(window.__pwned||0)+1</script>\n"
@@ -109,7 +109,13 @@ def test_a_manifest_cannot_make_the_page_show_another_file(project, tmp_path):
     m["files"][0]["live_path"] = str(secret)  # pointed elsewhere, its pin no longer the file's
     m["files"][0]["rel"] = "../../../../secret.txt"
     (night / "manifest.json").write_text(json.dumps(m))
-    d = nights.night_detail(night)["diffs"][0]
+    with pytest.raises(ValueError, match="does not match its seal"):
+        nights.night_detail(night)
+    m["files"][0]["rel"] = "skill/SKILL.md"
+    m["files"][0]["live_sha256"] = staging.sha256_bytes(secret.read_bytes())  # a file whose bytes one can know
+    (night / "manifest.json").write_text(json.dumps(m))
+    seal.seal_path(night / "manifest.json").write_bytes(seal.seal_bytes(night, (night / "manifest.json").read_bytes()))
+    d = nights.night_detail(night)["diffs"][0]  # sealed here, yet its live path is outside every skill root
     assert "private notes" not in json.dumps(d) and d["base"].startswith("gone")
 
 
@@ -152,6 +158,14 @@ def test_a_script_in_a_night_report_stays_text_in_a_real_browser(project, need_c
             page.wait_for_timeout(2500)  # a poll or two redraws the tab
             assert page.evaluate("window.__pwned") is None
             assert page.locator("main script, main img").count() == 0
+            # a night whose manifest was edited answers 422: the tab shows that night and why, not the one before
+            night = staging.staging_root(project) / "20261128T031500Z"
+            (night / "manifest.json").write_text((night / "manifest.json").read_text().replace("tidy", "tidy2"))
+            expect(page.locator("#nights tbody")).to_contain_text("unreadable", timeout=30_000)
+            page.click("#nights tbody tr[data-stamp='20261128T031500Z']")
+            expect(page.locator("#night-stamp")).to_contain_text("20261128T031500Z: unreadable", timeout=30_000)
+            expect(page.locator("#night-report")).to_contain_text("does not match its seal")
+            expect(page.locator("#night-diffs")).to_be_empty()
             assert not errors, errors
             browser.close()
     finally:

@@ -43,16 +43,16 @@ def test_api_needs_the_token(served):
     assert httpx.post(served.base + "/api/check", json=_form(served)).status_code == 401
 
 
-def test_the_page_url_token_sets_a_strict_httponly_cookie_that_the_page_fetches_use(served):
+def test_the_token_travels_as_a_header_never_as_a_cookie(served):
+    """A cookie for 127.0.0.1 goes to every port of it (another local user's server would log it): the page keeps
+    the token its URL brought in sessionStorage (its own origin, port included) and sends it as a header."""
     page = httpx.get(served.base + "/?token=" + TOKEN)
-    assert page.status_code == 200
-    cookie = page.headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN in cookie
-    name = cookie.split("=", 1)[0]
-    ok = httpx.get(served.base + "/api/runs", cookies={name: TOKEN})
-    assert ok.status_code == 200 and "runs" in ok.json()
-    assert "set-cookie" not in httpx.get(served.base + "/?token=wrong").headers
-    assert httpx.get(served.base + "/api/runs", cookies={name: "wrong"}).status_code == 401
+    assert page.status_code == 200 and "set-cookie" not in page.headers
+    for name in ("skillopt_dashboard_" + str(served.port), "token"):
+        assert httpx.get(served.base + "/api/runs", cookies={name: TOKEN}).status_code == 401
+    assert httpx.get(served.base + "/api/runs", headers=served.auth()).status_code == 200
+    script = httpx.get(served.base + "/static/app.js").text
+    assert "sessionStorage" in script and "Authorization: `Bearer ${token}`" in script
 
 
 @pytest.mark.parametrize("path", ["/", "/api/runs", "/static/app.js"])
@@ -75,7 +75,7 @@ def test_a_foreign_origin_is_refused_even_with_the_token(served):
         r = served.post("/api/check", _form(served), served.auth(Origin=origin))
         assert r.status_code == 403, origin
     assert served.post("/api/launch", _form(served), served.auth(Origin="http://evil.example")).status_code == 403
-    # a tag on a page of another port (same site: no Origin header on a GET, the cookie goes along) is refused too
+    # a tag on a page of another port (same site: no Origin header on a GET) is refused too, token or not
     for site in ("same-site", "cross-site"):
         assert httpx.get(served.base + "/api/runs", headers=served.auth(**{"Sec-Fetch-Site": site})).status_code == 403
     assert not any(served.dash.launcher.launches)

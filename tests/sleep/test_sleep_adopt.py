@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from sleep_fixtures import LIVE, NEW, live_bytes, propose, refused
@@ -97,7 +98,16 @@ def test_dotdot_and_escaping_root_refused_at_staging_and_in_edited_manifest(tmp_
     m = json.loads((night / "manifest.json").read_text())
     m["files"][0]["live_path"] = str(proj / ".agents" / "skills" / ".." / "evil.md")
     (night / "manifest.json").write_text(json.dumps(m))
+    assert "does not match its seal" in refused(proj, capsys=capsys)
+    reseal(night / "manifest.json")  # even a manifest this machine sealed may not name a path with '..'
     assert "'..'" in refused(proj, capsys=capsys)
+
+
+def reseal(path: Path) -> None:
+    """Seal a file as staging would (what only this machine's key can do)."""
+    from skillopt_ray.sleep.proposal import seal
+
+    seal.seal_path(path).write_bytes(seal.seal_bytes(path, path.read_bytes()))
 
 
 def test_unverified_needs_flag_and_auto_adopt_never(tmp_path, proj, capsys):
@@ -153,9 +163,9 @@ def test_interrupted_adopt_rolls_back_on_next_command(tmp_path, proj, monkeypatc
     stage_night(propose(tmp_path, proj, "20261128T041500Z"))
     real_put, calls = adopt.put, []
 
-    def put_then_die(live, copy):
+    def put_then_die(project, live, copy):
         calls.append(live)
-        real_put(live, copy)
+        real_put(project, live, copy)
         raise Killed  # the first file written, the second not, no receipt
 
     monkeypatch.setattr(adopt, "put", put_then_die)
@@ -174,7 +184,7 @@ def test_interrupted_adopt_rolls_back_on_next_command(tmp_path, proj, monkeypatc
 
 def test_interrupted_adopt_refuses_when_file_changed_meanwhile(tmp_path, proj, monkeypatch, capsys):
     stage_night(propose(tmp_path, proj, "20261128T041500Z"))
-    monkeypatch.setattr(adopt, "put", lambda live, copy: (_ for _ in ()).throw(Killed()))
+    monkeypatch.setattr(adopt, "put", lambda project, live, copy: (_ for _ in ()).throw(Killed()))
     with pytest.raises(Killed):
         adopt.adopt(proj)
     monkeypatch.undo()

@@ -110,9 +110,9 @@ def test_an_all_at_once_adoption_killed_midway_is_rolled_back_whole(tmp_path, pr
     stage_skills(proj, STAMP, [proposal(tmp_path, proj, "deploy"), proposal(tmp_path, proj, "review")], "#\n")
     real_put, calls = adopt_mod.put, []
 
-    def put_then_die(live, copy):
+    def put_then_die(project, live, copy):
         calls.append(live)
-        real_put(live, copy)
+        real_put(project, live, copy)
         raise Killed  # deploy's file written, review's not, no receipt
 
     monkeypatch.setattr(adopt_mod, "put", put_then_die)
