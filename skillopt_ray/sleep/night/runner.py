@@ -16,9 +16,11 @@ from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_
 from skillopt_ray.cli import review_gate as review
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.sleep.harvest.state import STATE_DIR
+from skillopt_ray.sleep.night import scorable
 from skillopt_ray.sleep.night import state as night_state
 from skillopt_ray.sleep.night.estimate import Estimate
 from skillopt_ray.sleep.night.report import NightReport, build_report, write_report
+from skillopt_ray.sleep.night.scorable import FolderTasks
 from skillopt_ray.sleep.proposal import skill_home
 
 # a budget's config key -> the flag that sets it, to say which cap stopped a night
@@ -59,42 +61,20 @@ class Plan:
     splits: dict[str, list[str]]
     resumed: bool
     estimate: Optional[Estimate] = None
+    left_out: dict[str, str] = field(default_factory=dict)  # task id -> "<split>: why it cannot be scored"
 
 
-def task_splits(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
-    """The folder's task ids per split (task.json's `split`), and the ids of tasks with no rule check (a rubric
-    only: their check.py cannot score them)."""
-    out: dict[str, list[str]] = {"train": [], "val": [], "test": []}
-    unchecked: list[str] = []
-    for t in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        try:
-            meta = json.loads((t / "task.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if meta.get("split") in out:
-            out[meta["split"]].append(t.name)
-        if not (meta.get("metadata") or {}).get("checks"):
-            unchecked.append(t.name)
-    return out, unchecked
-
-
-def check_scorable(tasks: Path, splits: dict[str, list[str]], unchecked: list[str]) -> None:
-    """A night spends nothing on tasks none of which can be scored: rubric-only tasks (the heuristic miner's) are
-    not judged yet, and every episode would be a data error, never a real 0."""
-    if not splits["train"] and not splits["val"]:
-        raise ValueError(f"{tasks} holds no train or val task; harvest more sessions or give another --tasks folder")
-    played = set(splits["train"]) | set(splits["val"])
-    if played <= set(unchecked):
-        raise ValueError(
-            f"no train or val task in {tasks} has a rule check (a rubric alone is not judged yet): mine with a model "
-            "(e.g. llm=local) or add checks to the tasks' task.json"
-        )
-    if played & set(unchecked):
-        n = len(played & set(unchecked))
-        print(
-            f"note: {n} of {len(played)} train/val tasks have no rule check and will count as data errors",
-            file=sys.stderr,
-        )
+def check_scorable(tasks: Path, found: FolderTasks) -> None:
+    """Tasks that cannot be scored are left out, one line each; a night with no scorable train or val task spends
+    nothing (every episode would be a data error, never a real 0)."""
+    for tid, why in sorted(found.left_out.items()):
+        split, _, reason = why.partition(": ")
+        print(f"left out {tid} ({split}): {reason}", file=sys.stderr)
+    if not found.splits["train"] and not found.splits["val"]:
+        fix = "mine with a model (e.g. llm=local) or add checks to the tasks' task.json" if found.left_out else (
+            "harvest more sessions or give another --tasks folder"
+        )  # fmt: skip
+        raise ValueError(f"{tasks} holds no train or val task that can be scored ({len(found.left_out)} left out); {fix}")
 
 
 def quoted(value: str) -> str:
@@ -102,9 +82,12 @@ def quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[str, list[str]], init: Optional[Path]):
-    """The run's Hydra overrides: the preset, the folder, the night's name, the project's MLflow experiment, the
-    budgets, the target; the user's own model settings last (they win)."""
+def overrides_for(
+    opts: NightOptions, run_name: str, tasks: Path, splits: dict[str, list[str]], init: Optional[Path],
+    left_out: Optional[list[str]] = None,
+) -> list[str]:  # fmt: skip
+    """The run's Hydra overrides: the preset, the folder (less the tasks left out), the night's name, the project's
+    MLflow experiment, the budgets, the target; the user's own model settings last (they win)."""
     out = [
         "+experiment=sleep",
         f"env.data_dir={quoted(str(tasks))}",
@@ -116,6 +99,8 @@ def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[s
         f"llm.budget.max_minutes={opts.max_minutes}",
         "debug.progress=off",
     ]
+    if left_out:
+        out.append(f"env.options.exclude=[{','.join(quoted(t) for t in left_out)}]")
     if not splits["val"]:  # nothing held out: the gate borrows the train split, and the night is unverified
         out.append("env.selection_split=train")
     if not splits["test"]:  # the run's closing test needs tasks: the selection's (its score says nothing new)
@@ -139,21 +124,22 @@ def starting_skill(opts: NightOptions) -> Optional[Path]:
 def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
     from skillopt_ray import cli
 
-    splits, unchecked = task_splits(tasks)
-    check_scorable(tasks, splits, unchecked)
+    found = scorable.read_folder(tasks)
+    check_scorable(tasks, found)
+    splits = found.splits
     init = None
     source = starting_skill(opts)
     if source is not None:
         init = opts.project / STATE_DIR / "nights" / f"{run_name}.start.md"
         init.parent.mkdir(parents=True, exist_ok=True)
         init.write_text(skill_home.parse(source.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
-    ov = overrides_for(opts, run_name, tasks, splits, init)
+    ov = overrides_for(opts, run_name, tasks, splits, init, sorted(found.left_out))
     _obj, data = cli.typed(cli.compose(ov))
     data = cli.resolve_paths(data)
     review.require_reviewed(tasks, review.run_endpoints(data), opts.i_reviewed)
     if opts.i_reviewed and review.read(tasks).get("reviewed") is False:  # the person says so: the run's check agrees
         review.write(tasks, {**review.read(tasks), "reviewed": True, "reviewed_by": "--i-reviewed"})
-    return Plan(run_name, tasks, ov, data, splits, resumed)
+    return Plan(run_name, tasks, ov, data, splits, resumed, left_out=found.left_out)
 
 
 def spend_line(p: Plan, opts: NightOptions) -> str:
@@ -263,6 +249,7 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     folder.mkdir(parents=True)
     (folder / "SKILL.md").write_text(doc.text(skill_home.without_seed(best)), encoding="utf-8")
     rep = build_report(run_dir, p.run_name, p.splits, looks, opts.val_looks_max, borrowed=not p.splits["val"])
+    rep.left_out = dict(p.left_out)
     rep.live_path, rep.proposed = str(live), str(folder / "SKILL.md")
     write_report(run_dir / "night", rep)
     print(rep.summary())
