@@ -100,7 +100,9 @@ def test_a_night_with_an_unscorable_validation_task_trains_on_the_rest(ray_clust
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
     lines = [ln for ln in out.err.splitlines() if ln.startswith("left out ")]
-    assert lines == [f"left out {bad} (val): " + scorable.read_folder(project / ".skillopt" / "tasks").left_out[bad][5:]]
+    assert lines == [
+        f"left out {bad} (val): " + scorable.read_folder(project / ".skillopt" / "tasks").left_out[bad][5:]
+    ]
     rep = report_of(project)
     assert rep["tasks"] == {"train": 2, "val": 3, "test": 1}, rep
     assert list(rep["left_out"]) == [bad] and any("1 task(s) left out" in n for n in rep["notes"])

@@ -74,7 +74,9 @@ def check_scorable(tasks: Path, found: FolderTasks) -> None:
         fix = "mine with a model (e.g. llm=local) or add checks to the tasks' task.json" if found.left_out else (
             "harvest more sessions or give another --tasks folder"
         )  # fmt: skip
-        raise ValueError(f"{tasks} holds no train or val task that can be scored ({len(found.left_out)} left out); {fix}")
+        raise ValueError(
+            f"{tasks} holds no train or val task that can be scored ({len(found.left_out)} left out); {fix}"
+        )
 
 
 def quoted(value: str) -> str:
