@@ -16,7 +16,7 @@ from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_
 from skillopt_ray.cli import review_gate as review
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.sleep.harvest.state import STATE_DIR
-from skillopt_ray.sleep.night import scorable
+from skillopt_ray.sleep.night import scorable, settings
 from skillopt_ray.sleep.night import state as night_state
 from skillopt_ray.sleep.night.estimate import Estimate
 from skillopt_ray.sleep.night.report import NightReport, build_report, write_report
@@ -48,6 +48,8 @@ class NightOptions:
     val_looks_max: int = 5
     overrides: list[str] = field(default_factory=list)
     memory: bool = False  # also propose the rules as a marked block of AGENTS.md / CLAUDE.md
+    argv: list[str] = field(default_factory=list)  # `run`'s arguments, kept for `schedule` (settings.py)
+    auto_adopt: bool = False  # adopt a night the gate accepted on its own validation tasks
 
 
 @dataclass
@@ -207,6 +209,8 @@ def run_night(opts: NightOptions, harvest: Any) -> int:
     tasks, run_name, resumed = start(opts, harvest)
     p = plan(opts, tasks, run_name, resumed)
     remember(opts, p)
+    if opts.argv and not opts.dry_run:  # the settings proved good: `schedule` repeats this night
+        settings.save(opts.project, opts.argv, Path.cwd(), p.data.get("llm"))
     print(spend_line(p, opts), file=sys.stderr)
     say_estimate(opts, p)
     outcome = execute(p.data, None, {"overrides": p.overrides})
@@ -336,5 +340,27 @@ def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightRepor
         else:
             print(f"staged in {where} (changed nothing: no candidate skill passed the gate; nothing to adopt)")
         return EXIT_OK
-    print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
+    if not opts.auto_adopt:
+        print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
+        return EXIT_OK
+    return auto_adopt(opts, where, rep)
+
+
+def auto_adopt(opts: NightOptions, where: Path, rep: NightReport) -> int:
+    """`run --auto-adopt`: the night just staged is adopted, never one whose gate judged on borrowed tasks
+    (unverified: it stays staged, exit 0); a refusal of adoption itself is one line and exit 2, the night staged."""
+    from skillopt_ray.sleep.lock import Busy
+    from skillopt_ray.sleep.proposal import adopt
+
+    print(f"staged in {where}")
+    if rep.verdict != "accepted":
+        print(f"not adopted: the night is {rep.verdict}; --auto-adopt installs only a night accepted on its own "
+              f"validation tasks (read its report, then: python -m skillopt_ray.sleep adopt --project {opts.project} "
+              "--allow-unverified)", file=sys.stderr)  # fmt: skip
+        return EXIT_OK
+    try:
+        print(adopt.auto_adopt(opts.project, where.name))
+    except (ValueError, OSError, Busy) as e:
+        print(f"error: the night is staged but --auto-adopt was refused: {e}", file=sys.stderr)
+        return EXIT_CONFIG
     return EXIT_OK
