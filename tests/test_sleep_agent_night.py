@@ -122,9 +122,9 @@ def test_a_night_on_agent_tasks_is_adopted_and_the_real_cli_loads_the_skill(
     adopted = mem.read_text()
     assert adopted.startswith(MEMORY) and memory.block_text(adopted, "tidy") == RULE + "\n"
 
-    # the user's own CLI on the adopted project: Claude Code lists skills only with its Skill tool, which the
-    # runner's episodes withhold (they point the agent at SKILL.md instead)
-    monkeypatch.setattr(commands, "CLAUDE_TOOLS", commands.CLAUDE_TOOLS + ",Skill")
+    # the CLI on the adopted project with the jail's own tool set (`--tools Read,Bash`, no Skill tool): Claude Code
+    # then lists no skill by itself, and the jail names the project's skills in an appended system prompt
+    assert commands.CLAUDE_TOOLS == "Read,Bash"
     ws = tmp_path / "again"
     shutil.copytree(project, ws, ignore=shutil.ignore_patterns(".skillopt"))
     policy = UsesTheSkill(harness)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from skillopt_envs.sandbox import userns_filter
 
-from skillopt_ray.harness import commands, trace
+from skillopt_ray.harness import commands, skill_list, trace
 from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
 from skillopt_ray.llm.agent_api import AgentAPIServer, CallRecord
 from skillopt_ray.llm.wire import AgentOptions
@@ -244,6 +244,7 @@ def _cli_launch(
         settings.model,
         settings.claude_effort,
         add_dirs=options.add_dirs,
+        append_system=skill_list.listing(workspace),
     )
     extra = {
         "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{jail.port}",
