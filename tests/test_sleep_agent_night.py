@@ -109,6 +109,10 @@ def test_a_night_on_agent_tasks_is_adopted_and_the_real_cli_loads_the_skill(
     (rep,) = (project / ".skillopt" / "nights" / "runs").glob("night-*/night/report.json")
     report = json.loads(rep.read_text())
     assert report["verdict"] == "accepted", report
+    # the estimate printed before the first call, from the CLI's measured per-episode calls, beside the ledger
+    est = json.loads((rep.parent / "estimate.json").read_text())
+    spent, plan = est["spent"]["tokens"], est["planned"]["tokens"]
+    assert plan / 2 <= spent <= 2 * plan and spent <= est["at_most"]["tokens"], est
     live_skill = project / SKILLS[harness] / "tidy" / "SKILL.md"
     assert report["live_path"] == str(live_skill) and not live_skill.exists()
     mem = project / memory.FILES[harness]
