@@ -173,7 +173,7 @@ def night(a: argparse.Namespace) -> int:
         project=project, tasks=a.tasks, target=a.target, skill=a.skill, name=a.name, install_to=a.install_to,
         max_tokens=a.max_tokens, max_cost=a.max_cost, max_minutes=a.max_minutes, i_reviewed=a.i_reviewed,
         dry_run=a.verb == "dry-run", val_looks_max=a.val_looks, overrides=list(a.overrides), memory=a.memory,
-        argv=run_argv(a), auto_adopt=a.auto_adopt,
+        argv=run_argv(a, project), auto_adopt=a.auto_adopt,
     )  # fmt: skip
 
     def fresh() -> Path:
@@ -187,13 +187,14 @@ def night(a: argparse.Namespace) -> int:
         return run_night(opts, fresh)
 
 
-def run_argv(a: argparse.Namespace) -> list[str]:
-    """This night's arguments as `schedule` repeats them (skillopt_ray.sleep.night.settings)."""
+def run_argv(a: argparse.Namespace, project: Optional[Path] = None) -> list[str]:
+    """This night's arguments as `schedule` repeats them (skillopt_ray.sleep.night.settings), the project named
+    even when it was found from the current folder."""
     from skillopt_ray.sleep.night.settings import run_argv as argv_of
 
     n = argparse.ArgumentParser()
     night_flags(n)
-    return argv_of(a, n.parse_args([]))
+    return argv_of(argparse.Namespace(**{**vars(a), "project": project or a.project}), n.parse_args([]))
 
 
 def summary(r: pipeline.HarvestReport) -> str:
