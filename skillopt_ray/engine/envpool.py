@@ -33,7 +33,7 @@ from typing import Any, Optional, Union
 import ray
 import skillopt_envs
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EnvSettings, EpisodeContext, EpisodeResult, Task
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.lifeline import Owner
@@ -197,7 +197,7 @@ def settings_from(ray_cfg: dict[str, Any], actors: int, per_actor: int) -> PoolS
 
 @ray.remote
 class EnvActor:
-    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any, owners: Optional[list[Owner]] = None):
+    def __init__(self, env_name: str, env_cfg: EnvSettings, gateway: Any, owners: Optional[list[Owner]] = None):
         from skillopt_ray.base.lifeline import watch
 
         watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
@@ -328,7 +328,7 @@ class EnvPool:
     def __init__(
         self,
         env_name: str,
-        env_cfg: dict[str, Any],
+        env_cfg: EnvSettings,
         gateway: Any,
         settings: PoolSettings,
         owners: Optional[list[Owner]] = None,
@@ -493,7 +493,7 @@ class EnvPool:
         if stop is None:
             return list(await asyncio.gather(*jobs))
         waiter = asyncio.ensure_future(stopped.wait())
-        pending = set(jobs)
+        pending: set[asyncio.Future[Any]] = set(jobs)
         try:
             while pending and not stopped.is_set():
                 _, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)

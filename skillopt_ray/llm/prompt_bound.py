@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from skillopt_ray.llm.types import IMAGE_PART_CHARS, ChatRequest, content_text
+from skillopt_envs.chat import IMAGE_PART_CHARS, ChatRequest, content_text
 
 PER_MESSAGE = 8  # a message's framing (role, separators) in tokens, at most
 MARGIN = 1.25
