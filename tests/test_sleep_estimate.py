@@ -54,9 +54,9 @@ def test_a_deterministic_target_gets_no_extra_gate_pairs(tmp_path):
 def test_the_estimate_counts_extra_gate_pairs_by_the_gates_own_rule(tmp_path):
     """No budget for extra pairs means none, as the gate plays them (the estimate once counted gate_seq_min_extra)."""
     p = planned(tmp_path, "optimizer.gate_seq_deterministic='false'", "optimizer.gate_seq_budget=0")
-    assert estimate.estimate(p.data, p.splits, p.tasks, 0).episodes == (5, 11, 11)
+    assert estimate.estimate(p.data, p.splits, p.tasks, 0).episodes == (5, 8, 11)
     strict = {**p.data, "optimizer": {**p.data["optimizer"], "gate_test": "none", "gate_seq_budget": 2.0}}
-    assert estimate.estimate(strict, p.splits, p.tasks, 0).episodes == (5, 11, 11)  # not the sequential gate
+    assert estimate.estimate(strict, p.splits, p.tasks, 0).episodes == (5, 8, 11)  # not the sequential gate
 
 
 def test_prices_give_a_cost_and_low_caps_are_named(tmp_path):
