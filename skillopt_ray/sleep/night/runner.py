@@ -204,12 +204,22 @@ def remember(opts: NightOptions, p: Plan) -> None:
 
 def run_night(opts: NightOptions, harvest: Any) -> int:
     """The whole night; returns the exit code. Budget stops (exit 3) keep the night current, to be resumed."""
+    return run_started(opts, *start(opts, harvest))
+
+
+def run_started(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> int:
+    """The night on its task folder and name (start()): one run training one skill on every task."""
+    p = plan(opts, tasks, run_name, resumed)
+    remember(opts, p)
+    code, run_dir = train(opts, p)
+    return finish(opts, p, run_dir) if run_dir is not None else code
+
+
+def train(opts: NightOptions, p: Plan) -> tuple[int, Optional[Path]]:
+    """The night's run, its spend said first: (exit code, its run directory when it finished)."""
     from skillopt_ray.cli import execute
     from skillopt_ray.cli.report import report
 
-    tasks, run_name, resumed = start(opts, harvest)
-    p = plan(opts, tasks, run_name, resumed)
-    remember(opts, p)
     if opts.argv and not opts.dry_run:  # the settings proved good: `schedule` repeats this night
         settings.save(opts.project, opts.argv, Path.cwd(), p.data.get("llm"))
     print(spend_line(p, opts), file=sys.stderr)
@@ -223,8 +233,8 @@ def run_night(opts: NightOptions, harvest: Any) -> int:
                 f"the night stopped at its {flag} cap; nothing staged; rerun the same command to resume",
                 file=sys.stderr,
             )
-        return code if code != EXIT_OK else EXIT_STOPPED
-    return finish(opts, p, Path(outcome["run_dir"]))
+        return (code if code != EXIT_OK else EXIT_STOPPED), None
+    return EXIT_OK, Path(outcome["run_dir"])
 
 
 def never_scored(run_dir: Path) -> bool:
@@ -233,15 +243,24 @@ def never_scored(run_dir: Path) -> bool:
     return bool(evals) and all(not e.n_scored for e in evals)
 
 
-def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
-    """The best skill as SKILL.md, the report, the state, and (unless a dry run) the staged proposal."""
+@dataclass
+class Concluded:
+    """A finished night's run as a proposal: the SKILL.md folder written, where it would go, its report."""
+
+    folder: Path
+    live: Path
+    rep: NightReport
+    fingerprint: str  # of the validation set that decided it
+    looks: int
+
+
+def conclude(opts: NightOptions, p: Plan, run_dir: Path) -> Optional[Concluded]:
+    """The best skill as SKILL.md and the report, printed; None (said in one line) when no episode was scored."""
     st = night_state.load(opts.project)
     if never_scored(run_dir):
-        st.current = None  # the night ran to its end: a rerun would only repeat it
-        night_state.save(opts.project, st)
         print(f"error: no episode of the night could be scored (every check a data error: {run_dir / 'steps'}); "
               "nothing staged", file=sys.stderr)  # fmt: skip
-        return EXIT_ERROR
+        return None
     fp = night_state.val_fingerprint(p.splits["val"] or p.splits["train"])
     looks = st.val_looks.get(fp, 0) + 1
     source = starting_skill(opts)
@@ -259,12 +278,23 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     write_report(run_dir / "night", rep)
     print(rep.summary())
     say_spent(p, run_dir)
+    return Concluded(folder, live, rep, fp, looks)
+
+
+def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
+    """The best skill as SKILL.md, the report, the state, and (unless a dry run) the staged proposal."""
+    c = conclude(opts, p, run_dir)
+    st = night_state.load(opts.project)
+    if c is None:
+        st.current = None  # the night ran to its end: a rerun would only repeat it
+        night_state.save(opts.project, st)
+        return EXIT_ERROR
     if opts.dry_run:
-        print(f"dry run: nothing staged (the proposal is in {folder})")
+        print(f"dry run: nothing staged (the proposal is in {c.folder})")
         return EXIT_OK
     from skillopt_ray.sleep.proposal import staging
 
-    st.val_looks[fp] = looks
+    st.val_looks[c.fingerprint] = c.looks
     st.nights += 1
     st.current = None
     # staged before the state lets the night go, so a kill while staging resumes it; a kill after staging and before
@@ -275,7 +305,7 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
               f"python -m skillopt_ray.sleep adopt --project {opts.project}")  # fmt: skip
         code = EXIT_OK
     else:
-        code = stage(opts, p, folder, live, rep)
+        code = stage(opts, p, c.folder, c.live, c.rep)
     night_state.save(opts.project, st)
     return code
 
@@ -303,29 +333,36 @@ def memory_proposal(opts: NightOptions, name: str, skill_md: Path) -> Optional[t
     return memory.proposal(opts.project, opts.target, name, body)
 
 
+def proposal_of(opts: NightOptions, stamp: str, folder: Path, live: Path, rep: NightReport) -> Any:
+    """What staging needs of one trained skill (a staging.NightProposal); its skill root is the folder that holds
+    the skill's folder: adoption may write only under it."""
+    from skillopt_ray.sleep.proposal import staging
+
+    return staging.NightProposal(
+        project=opts.project,
+        stamp=stamp,
+        skill_name=folder.name,
+        proposed_skill_dir=folder,
+        live_skill_dir=live.parent,
+        skill_roots=[live.parent.parent],
+        report_md=(folder.parent.parent / "report.md").read_text(encoding="utf-8"),
+        report=rep.as_dict(),
+        evidence_dir=Path(rep.run_dir) / "steps",
+    )
+
+
 def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
     """Hand every finished night to staging, also one whose gate accepted nothing (staged `changed: false`, for
     `status` to show and `adopt` to refuse), so each night leaves its report where you look for it."""
     from skillopt_ray.sleep.proposal import staging
 
-    root = live.parent.parent  # <root>/<name>/SKILL.md: adoption may write only under the skills folder
     try:
         mem = memory_proposal(opts, folder.name, folder / "SKILL.md") if rep.changed else None
     except ValueError as e:
         print(f"error: staging refused the night's memory block: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    proposal = staging.NightProposal(
-        project=opts.project,
-        stamp=p.run_name.removeprefix("night-"),
-        skill_name=folder.name,
-        proposed_skill_dir=folder,
-        live_skill_dir=live.parent,
-        skill_roots=[root],
-        report_md=(folder.parent.parent / "report.md").read_text(encoding="utf-8"),
-        report=rep.as_dict(),
-        evidence_dir=Path(rep.run_dir) / "steps",
-        memory=mem,
-    )
+    proposal = proposal_of(opts, p.run_name.removeprefix("night-"), folder, live, rep)
+    proposal.memory = mem
     try:
         where = staging.stage_night(proposal)
     except (ValueError, OSError) as e:
@@ -342,20 +379,21 @@ def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightRepor
     if not opts.auto_adopt:
         print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
         return EXIT_OK
-    return auto_adopt(opts, where, rep)
+    print(f"staged in {where}")
+    return auto_adopt(opts, where)
 
 
-def auto_adopt(opts: NightOptions, where: Path, rep: NightReport) -> int:
+def auto_adopt(opts: NightOptions, where: Path) -> int:
     """`run --auto-adopt`: the night just staged is adopted, never one whose gate judged on borrowed tasks
-    (unverified: it stays staged, exit 0); a refusal of adoption itself is one line and exit 2, the night staged."""
-    from skillopt_ray.sleep.proposal import adopt
+    (unverified, by its manifest: it stays staged, exit 0); a refusal of adoption itself is one line and exit 2,
+    the night staged. A night of several skills is adopted whole, as a bare `adopt` does."""
+    from skillopt_ray.sleep.proposal import adopt, staging
     from skillopt_ray.sleep.proposal.lock import Busy
 
-    print(f"staged in {where}")
-    if rep.verdict != "accepted":
-        print(f"not adopted: the night is {rep.verdict}; --auto-adopt installs only a night accepted on its own "
-              f"validation tasks (read its report, then: python -m skillopt_ray.sleep adopt --project {opts.project} "
-              "--allow-unverified)", file=sys.stderr)  # fmt: skip
+    if not staging.load_manifest(where)["verified"]:
+        print("not adopted: the night is unverified (its gate judged on borrowed train tasks); --auto-adopt installs "
+              f"only a night accepted on its own validation tasks (read its report, then: python -m skillopt_ray.sleep "
+              f"adopt --project {opts.project} --allow-unverified)", file=sys.stderr)  # fmt: skip
         return EXIT_OK
     try:
         print(adopt.auto_adopt(opts.project, where.name))
