@@ -96,7 +96,7 @@ def test_a_malformed_reply_falls_back_to_the_heuristic(tmp_path, capsys, monkeyp
     assert t["metadata"]["miner"] == "heuristic"
 
 
-CAP = 2000
+CAP = 3000
 
 
 def test_the_token_cap_stops_mining_before_the_server_count_crosses_it(tmp_path, capsys, monkeypatch):
