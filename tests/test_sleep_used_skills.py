@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from scripted_server import ScriptedServer
-from test_sleep_night import PlantedRule
+from sleep_fixtures import PlantedRule
 
 from skillopt_ray.sleep import cli as sleep_cli
 from skillopt_ray.sleep.harvest.task_folder import write_tasks
@@ -135,7 +135,7 @@ def test_the_real_cli_sessions_that_read_a_skill_route_to_it(tmp_path):
 
 
 def test_skill_names_an_installed_skill_to_train_alone(tmp_path, capsys, monkeypatch):
-    from test_sleep_night import task_folder
+    from sleep_fixtures import task_folder
 
     project = tmp_path / "proj"
     project.mkdir()

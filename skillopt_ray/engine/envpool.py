@@ -504,6 +504,10 @@ class EnvPool:
             if not j.done():
                 j.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
+        # the cancels reached the actors: once run() returns, no cancelled episode makes another model call
+        await asyncio.gather(
+            *(b.cancels_acknowledged() for b in self._batchers.values() if b.loop is asyncio.get_running_loop())
+        )
         return [
             j.result()
             if not j.cancelled()

@@ -19,7 +19,7 @@ from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.io import atomic_write_json, read_json
 from skillopt_ray.base.lifeline import Owner
-from skillopt_ray.config import LLMConfig, from_container
+from skillopt_ray.config import LLMConfig
 from skillopt_ray.config.routing import resolved_api
 from skillopt_ray.llm.cache import ResponseCache, request_key
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
@@ -418,11 +418,11 @@ class SenderActor:
     per-call CPU (milliseconds, more with a thousand connections in one pool) is what one gateway process
     runs out of first; shards spread it over processes and, placed with SPREAD, over nodes."""
 
-    def __init__(self, llm_cfg: dict[str, Any], owners: Optional[list[Owner]] = None):
+    def __init__(self, llm_cfg: LLMConfig, owners: Optional[list[Owner]] = None):
         from skillopt_ray.base.lifeline import watch
 
         watch(list(owners or []), "LLM sender")
-        self.endpoints = role_endpoints(from_container({"experiment": "_", "llm": llm_cfg}).llm)
+        self.endpoints = role_endpoints(llm_cfg)
 
     async def send(self, req: ChatRequest, budget: Optional[int]) -> Completion:
         try:
@@ -450,12 +450,13 @@ class SenderActor:
 class GatewayActor:
     """Ray-hosted Gateway shared by the driver and the environment actors.
 
-    `shards` > 1 moves the HTTP sending into that many SenderActors (spread over nodes); the cache, ledger,
-    budgets and rate/concurrency limits stay in this actor, so they are exact whatever the number of shards."""
+    `llm_cfg` is the run's checked `llm` section (typed: not rebuilt or validated here). `shards` > 1 moves the HTTP
+    sending into that many SenderActors (spread over nodes); the cache, ledger, budgets and rate/concurrency limits
+    stay in this actor, so they are exact whatever the number of shards."""
 
     def __init__(
         self,
-        llm_cfg: dict[str, Any],
+        llm_cfg: LLMConfig,
         cache_path: Optional[str],
         ledger_path: Optional[str],
         owners: Optional[list[Owner]] = None,
@@ -466,8 +467,7 @@ class GatewayActor:
 
         watch(list(owners or []), "LLM gateway")  # the run's owner gone: exit before another queued call is sent
         mark("gateway-started")
-        cfg = from_container({"experiment": "_", "llm": llm_cfg}).llm
-        self.gw = Gateway(cfg, cache_path, ledger_path)
+        self.gw = Gateway(llm_cfg, cache_path, ledger_path)
         mark("gateway-ready")
         self.boxes = Mailboxes(self.gw.chat, _one_line)  # batched chat calls (skillopt_ray/llm/callbox.py)
         if shards > 1:

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.cli import review_gate as review
+from skillopt_ray.cli.preflight import Checked
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.runs.rundir import RunDir
 from skillopt_ray.sleep.harvest.state import STATE_DIR
@@ -60,11 +61,15 @@ class Plan:
     run_name: str
     tasks: Path
     overrides: list[str]
-    data: PlainConfig
+    checked: Checked  # the night's run config after every check (cli.preflight), the review gate included
     splits: dict[str, list[str]]
     resumed: bool
     estimate: Optional[Estimate] = None
     left_out: dict[str, str] = field(default_factory=dict)  # task id -> "<split>: why it cannot be scored"
+
+    @property
+    def data(self) -> PlainConfig:
+        return self.checked.data
 
 
 def check_scorable(tasks: Path, found: FolderTasks) -> None:
@@ -139,12 +144,11 @@ def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
         init.parent.mkdir(parents=True, exist_ok=True)
         init.write_text(skill_home.parse(source.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
     ov = overrides_for(opts, run_name, tasks, splits, init, sorted(found.left_out))
-    _obj, data = cli.typed(cli.compose(ov))
-    data = cli.resolve_paths(data)
-    review.require_reviewed(tasks, review.run_endpoints(data), opts.i_reviewed)
+    config = cli.compose(ov)
     if opts.i_reviewed and review.read(tasks).get("reviewed") is False:  # the person says so: the run's check agrees
         review.write(tasks, {**review.read(tasks), "reviewed": True, "reviewed_by": "--i-reviewed"})
-    return Plan(run_name, tasks, ov, data, splits, resumed, left_out=found.left_out)
+    # the review gate: once, in preflight
+    return Plan(run_name, tasks, ov, cli.preflight(config), splits, resumed, left_out=found.left_out)
 
 
 def spend_line(p: Plan, opts: NightOptions) -> str:
@@ -224,7 +228,7 @@ def train(opts: NightOptions, p: Plan) -> tuple[int, Optional[Path]]:
         settings.save(opts.project, opts.argv, Path.cwd(), p.data.get("llm"))
     print(spend_line(p, opts), file=sys.stderr)
     say_estimate(opts, p)
-    outcome = execute(p.data, None, {"overrides": p.overrides})
+    outcome = execute(p.checked, None, {"overrides": p.overrides})
     code = report(outcome)
     if code != EXIT_OK:
         flag = stopped_by(str(outcome.get("message") or ""))
