@@ -3,15 +3,23 @@ adopted at once; a night judged on borrowed train tasks (unverified) stays stage
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from scripted_server import ScriptedServer
-from test_sleep_night import PlantedRule, night, report_of, task_folder
+from sleep_fixtures import PlantedRule, night, task_folder
 
 from skillopt_ray.sleep import cli as sleep_cli
 from skillopt_ray.sleep.harvest.task_folder import write_tasks
 from skillopt_ray.sleep.harvest.tasks import MinedTask
 
 pytestmark = pytest.mark.slow
+
+
+def report_of(project: Path) -> dict:
+    (rep,) = (project / ".skillopt" / "nights" / "runs").glob("night-*/night/report.json")
+    return json.loads(rep.read_text())
 
 
 def test_auto_adopt_installs_an_accepted_night(ray_cluster, tmp_path, capsys):

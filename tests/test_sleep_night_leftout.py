@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from scripted_server import ScriptedServer
-from test_sleep_night import PlantedRule, night, report_of
+from sleep_fixtures import PlantedRule, night
 
 from skillopt_ray.sleep import cli as sleep_cli
 from skillopt_ray.sleep.harvest import splits
@@ -21,6 +21,11 @@ from skillopt_ray.sleep.night import scorable
 ONE_TRAIN = ["h-000000000002"]
 THREE_VAL = ["h-000000000000", "h-000000000001", "h-000000000004"]
 FOUR_TEST = ["h-000000000003", "h-000000000009", "h-00000000000a", "h-00000000000b"]
+
+
+def report_of(project: Path) -> dict:
+    (rep,) = (project / ".skillopt" / "nights" / "runs").glob("night-*/night/report.json")
+    return json.loads(rep.read_text())
 
 
 def counts(assigned: dict[str, str]) -> dict[str, int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from scripted_server import ScriptedServer
-from test_sleep_night import PlantedRule, task_folder
+from sleep_fixtures import PlantedRule, task_folder
 
 from skillopt_ray.sleep import cli as sleep_cli
 from skillopt_ray.sleep.night import settings
