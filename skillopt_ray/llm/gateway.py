@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
-from skillopt_envs.chat import ChatRequest, JsonExtractionError, ResponseFormat
+from skillopt_envs.chat import ChatRequest, ChatResult, JsonExtractionError, JsonResult, ResponseFormat
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.io import atomic_write_json, read_json
@@ -33,8 +33,6 @@ from skillopt_ray.llm.responses import ResponsesEndpoint
 from skillopt_ray.llm.types import (
     BudgetExceeded,
     CacheMiss,
-    ChatResult,
-    JsonResult,
     LLMConfigError,
     LLMError,
     LLMInternalError,

@@ -135,7 +135,7 @@ def finish(opts: NightOptions, run_name: str, done: list[tuple[NightOptions, Con
     where = staging.staging_root(opts.project) / stamp
     code = EXIT_OK
     if not (where / staging.MANIFEST).is_file():  # else staged before a kill stopped the night: not twice
-        props = [proposal_of(o, stamp, c.folder, c.live, c.rep) for o, c in done]
+        props = [proposal_of(o, stamp, c.folder, c.live, c.rep, c.flags) for o, c in done]
         md = f"# Night {run_name}\n\n" + "\n".join(p.report_md for p in props)
         try:
             stage_skills(opts.project, stamp, props, md)
@@ -147,6 +147,9 @@ def finish(opts: NightOptions, run_name: str, done: list[tuple[NightOptions, Con
         changed = [c.folder.name for _, c in done if c.rep.changed]
         print(f"staged in {where} ({', '.join(changed) or 'no skill'} changed); adopt all with: python -m "
               f"skillopt_ray.sleep adopt --project {opts.project}, or one with --skill NAME")  # fmt: skip
-        if opts.auto_adopt and changed:
+        if opts.auto_adopt and changed and any(c.flags for _, c in done):
+            print("not adopted: a skill of the night is flagged; read it, then adopt with --allow-flagged",
+                  file=sys.stderr)  # fmt: skip
+        elif opts.auto_adopt and changed:
             code = runner.auto_adopt(opts, where)
     return code
