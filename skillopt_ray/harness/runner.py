@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from skillopt_envs.sandbox import userns_filter
 
-from skillopt_ray.harness import commands, trace
+from skillopt_ray.harness import commands, skill_list, trace
 from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
 from skillopt_ray.harness.workspace import remove_tree
 from skillopt_ray.llm.agent_api import AgentAPIServer, CallRecord
@@ -250,6 +250,7 @@ def _cli_launch(
         settings.model,
         settings.claude_effort,
         add_dirs=options.add_dirs,
+        append_system=skill_list.listing(workspace),
     )
     extra = {
         "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{jail.port}",

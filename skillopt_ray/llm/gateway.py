@@ -27,9 +27,11 @@ from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, descr
 from skillopt_ray.llm.endpoint import Endpoint
 from skillopt_ray.llm.jsonout import parse_and_validate
 from skillopt_ray.llm.ledger import Ledger, journal_path
+from skillopt_ray.llm.prompt_bound import PromptBound
 from skillopt_ray.llm.ratelimit import EndpointLimiter
 from skillopt_ray.llm.responses import ResponsesEndpoint
 from skillopt_ray.llm.types import (
+    BudgetExceeded,
     CacheMiss,
     LLMConfigError,
     LLMError,
@@ -110,6 +112,7 @@ class Gateway:
             )
         self.ledger_path = ledger_path
         self._released = asyncio.Event()  # set (and replaced) whenever a call's budget hold is released
+        self.prompt_bound = PromptBound()  # worst-case prompt tokens, calibrated on the endpoint's own counts
         prior = read_json(ledger_path) if ledger_path and Path(ledger_path).exists() else None
         self.ledger = Ledger(
             cfg.prices, cfg.budget, prior, journal=journal_path(ledger_path)
@@ -230,20 +233,24 @@ class Gateway:
         """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger."""
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
-        completion_est = budget or ep.completion_budget(req)
+        wanted = budget or ep.completion_budget(req)
         if ep.cfg.max_reply_tokens:  # the request is capped there (request_kwargs), so is its worst case
-            completion_est = min(completion_est, ep.cfg.max_reply_tokens)
+            wanted = min(wanted, ep.cfg.max_reply_tokens)
         prompt_est = req.prompt_chars() // 4
+        where = f"{ep.cfg.provider}|{ep.cfg.base_url or ep.cfg.azure_endpoint}|{ep.cfg.model}"
+        prompt_worst, chars = self.prompt_bound.worst(req, where)
+        # under a token or cost cap the completion limit sent is what remains (Ledger.hold): never past the cap
+        hold, completion_est = await self.admit(ep.cfg.model, prompt_worst, wanted)
         est = prompt_est + completion_est
-        hold = await self.admit(ep.cfg.model, prompt_est, completion_est)
         call = None
         try:
             async with limiter:
                 await limiter.acquire_window(est)
                 # journaled before it is sent: a kill from here on leaves it counted as lost, not forgotten
                 call = self.ledger.begin(req.role, req.stage, ep.cfg.model, prompt_est, completion_est)
+                sent = completion_est if completion_est < wanted else budget
                 try:
-                    comp = await (self._sharded_send(req, budget) if self.senders else ep.send(req, budget))
+                    comp = await (self._sharded_send(req, sent) if self.senders else ep.send(req, sent))
                 except ReplyFiltered:
                     self.ledger.record_incomplete(req.role, req.stage, "filtered", call)
                     raise
@@ -262,6 +269,13 @@ class Gateway:
                 reasoning_tokens=comp.reasoning_tokens,
                 cached_tokens=comp.cached_tokens,
             )
+            self.prompt_bound.observe(where, chars, comp.prompt_tokens)
+            if completion_est < wanted and comp.finish_reason == "length":
+                raise BudgetExceeded(
+                    f"budget cap reached: a {req.role}/{req.stage} reply was cut at the {completion_est} tokens left "
+                    f"under {self.ledger.room(ep.cfg.model, 0)[1] or 'the cap'}; raise it and rerun the same command "
+                    "to resume"
+                )
             return comp
         finally:
             self.ledger.release(hold)
@@ -269,15 +283,15 @@ class Gateway:
             if call is not None:
                 self.ledger.settle(call)  # cancelled by its caller: no outcome line was written
 
-    async def admit(self, model: str, prompt_est: int, completion_est: int) -> int:
+    async def admit(self, model: str, prompt_worst: int, completion: int) -> tuple[int, int]:
         """Wait until the ledger admits a call of this worst case (Ledger.hold): while calls in flight could carry
-        it over a cap it waits for them to settle; a cap already reached raises BudgetExceeded. Returns the hold."""
-        cost_est = self.ledger.cost_of(model, prompt_est, completion_est)
+        it over a cap it waits for them to settle; a cap already reached (or too close for a minimal call) raises
+        BudgetExceeded. Returns the hold and the completion limit to send."""
         while True:
             released = self._released  # taken before the check: a release after it wakes this wait
-            hold = self.ledger.hold(prompt_est + completion_est, cost_est)
-            if hold is not None:
-                return hold
+            admitted = self.ledger.hold(model, prompt_worst, completion)
+            if admitted is not None:
+                return admitted
             await released.wait()
 
     def _wake_admissions(self) -> None:

@@ -29,7 +29,7 @@ _CLIENT = """
 import asyncio, sys
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.types import ChatRequest
+from skillopt_envs.chat import ChatRequest
 url, d, n, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 role = dict(provider="openai", model="m", base_url=url, api_key_env="SKILLOPT_TEST_KEY", timeout_s=60.0,
             max_concurrency=n, max_tokens=max_tokens)

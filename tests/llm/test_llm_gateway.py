@@ -167,16 +167,17 @@ def test_concurrent_calls_never_overshoot_max_calls(tmp_path, run):
         srv.stop()
 
 
-def test_concurrent_calls_stop_within_one_call_of_a_token_cap(tmp_path, run):
+def test_concurrent_calls_never_cross_a_token_cap_by_the_servers_count(tmp_path, run):
     """40 calls at once against a token cap: each is admitted only while what is spent plus the worst case of the
-    calls in flight and its own stays under the cap (or alone), so the run ends within one call of the cap, where
-    counting only answered calls let every call in flight through."""
+    calls in flight and its own stays under the cap, the last ones with their completion limit clamped to what
+    remains; below a minimal reply the run stops naming the cap. The server's own count never passes the cap (it
+    ended 50 tokens past a 5,000-token cap when a call alone was always admitted)."""
     srv = ScriptedServer(policy=_echo, latency_s=0.05)
     srv.start()
     try:
         cfg = make_cfg(srv.base_url, conc=64)
-        cfg.target.max_tokens = cfg.optimizer.max_tokens = 40  # a call's worst case: 40 + its prompt's estimate
-        cfg.budget.max_tokens = 60
+        cfg.target.max_tokens = cfg.optimizer.max_tokens = 40
+        cfg.budget.max_tokens = 100
         gw = Gateway(cfg, None)
 
         async def many():
@@ -184,34 +185,67 @@ def test_concurrent_calls_stop_within_one_call_of_a_token_cap(tmp_path, run):
 
         out = run(many())
         refused = [r for r in out if isinstance(r, BudgetExceeded)]
-        assert refused and all("llm.budget.max_tokens=60" in str(r) for r in refused)
+        assert refused and all("llm.budget.max_tokens=100" in str(r) for r in refused)
         t = gw.ledger.totals()
-        per_call = max(1, t["tokens"] // t["calls"])
-        assert 60 <= t["tokens"] <= 60 + per_call, t  # reached the cap, then at most one call more
-        assert t["calls"] > 1 and gw.ledger.in_flight == 0 and gw.ledger.held() == (0, 0.0)
-        assert srv.state.prompt_tokens + srv.state.completion_tokens == t["tokens"]
+        served = srv.state.prompt_tokens + srv.state.completion_tokens
+        assert 50 < served == t["tokens"] <= 100, t
+        assert t["calls"] > 3 and gw.ledger.in_flight == 0 and gw.ledger.held() == (0, 0.0)
     finally:
         srv.stop()
 
 
-def test_ledger_holds_admit_alone_or_under_the_cap_and_release():
+def test_the_last_call_under_a_cap_asks_only_for_what_remains(tmp_path, run):
+    """One call at a time: each later call's prompt bound is calibrated on the server's counts; the completion
+    limit of the call that would cross the cap is cut to what remains (the request says so), and the run stops
+    naming the cap before the server's count passes it."""
+    bodies: list[dict] = []
+
+    def record(body, headers):
+        bodies.append(body)
+        return "word " * 20  # 25 tokens by the scripted count
+
+    srv = ScriptedServer(policy=record)
+    srv.start()
+    try:
+        cfg = make_cfg(srv.base_url)
+        cfg.target.max_tokens = cfg.optimizer.max_tokens = 200
+        cfg.budget.max_tokens = 700
+        gw = Gateway(cfg, None)
+        stopped = ""
+        for i in range(40):
+            try:
+                run(gw.chat(req(i)))
+            except BudgetExceeded as e:
+                stopped = str(e)
+                break
+        asked = [b.get("max_tokens") for b in bodies]
+        assert asked[0] == 200 and min(asked) < 200, asked  # the last calls asked for what remained
+        assert "llm.budget.max_tokens=700" in stopped
+        assert srv.state.prompt_tokens + srv.state.completion_tokens <= 700
+    finally:
+        srv.stop()
+
+
+def test_ledger_holds_clamp_to_what_remains_wait_for_calls_in_flight_and_release():
     from skillopt_ray.config import BudgetConfig
-    from skillopt_ray.llm.ledger import Ledger
+    from skillopt_ray.llm.ledger import MIN_COMPLETION, Ledger
 
     led = Ledger({}, BudgetConfig(max_tokens=100))
-    first = led.hold(150, 0.0)  # over the cap on its own, but nothing is in flight: admitted, so a run progresses
-    assert first is not None and led.in_flight == 1 and led.near_cap(1, 0.0) == "llm.budget.max_tokens"
-    assert led.hold(10, 0.0) is None  # would cross the cap with the call in flight: waits
-    led.release(first)
-    led.release(first)  # twice is once
+    first = led.hold("m", 50, 80)  # 50 + 80 would cross 100: admitted alone with its reply limit cut to 50
+    assert first is not None and first[1] == 50 and led.in_flight == 1
+    assert led.hold("m", 10, 10) is None  # would cross the cap with the call in flight: waits
+    led.release(first[0])
+    led.release(first[0])  # twice is once
     assert led.in_flight == 0 and led.held() == (0, 0.0)
-    a, b = led.hold(40, 0.0), led.hold(40, 0.0)
-    assert a is not None and b is not None and led.hold(40, 0.0) is None  # 80 held + 40 > 100
-    led.release(a)
-    led.release(b)
+    a, b = led.hold("m", 20, 20), led.hold("m", 20, 20)
+    assert a is not None and b is not None and led.hold("m", 20, 20) is None  # 80 held + 40 > 100
+    led.release(a[0])
+    led.release(b[0])
+    with pytest.raises(BudgetExceeded, match="llm.budget.max_tokens=100"):
+        led.hold("m", 100 - MIN_COMPLETION + 1, 40)  # not even a minimal reply fits
     led.record("optimizer", "analyst", "m", 90, 10)  # spent: 100 = the cap
     with pytest.raises(BudgetExceeded, match="llm.budget.max_tokens=100"):
-        led.hold(1, 0.0)
+        led.hold("m", 1, 1)
 
 
 def test_concurrency_limit_holds(tmp_path, run):

@@ -109,6 +109,10 @@ def test_a_night_on_agent_tasks_is_adopted_and_the_real_cli_loads_the_skill(
     (rep,) = (project / ".skillopt" / "nights" / "runs").glob("night-*/night/report.json")
     report = json.loads(rep.read_text())
     assert report["verdict"] == "accepted", report
+    # the estimate printed before the first call, from the CLI's measured per-episode calls, beside the ledger
+    est = json.loads((rep.parent / "estimate.json").read_text())
+    spent, plan = est["spent"]["tokens"], est["planned"]["tokens"]
+    assert plan / 2 <= spent <= 2 * plan and spent <= est["at_most"]["tokens"], est
     live_skill = project / SKILLS[harness] / "tidy" / "SKILL.md"
     assert report["live_path"] == str(live_skill) and not live_skill.exists()
     mem = project / memory.FILES[harness]
@@ -122,9 +126,9 @@ def test_a_night_on_agent_tasks_is_adopted_and_the_real_cli_loads_the_skill(
     adopted = mem.read_text()
     assert adopted.startswith(MEMORY) and memory.block_text(adopted, "tidy") == RULE + "\n"
 
-    # the user's own CLI on the adopted project: Claude Code lists skills only with its Skill tool, which the
-    # runner's episodes withhold (they point the agent at SKILL.md instead)
-    monkeypatch.setattr(commands, "CLAUDE_TOOLS", commands.CLAUDE_TOOLS + ",Skill")
+    # the CLI on the adopted project with the jail's own tool set (`--tools Read,Bash`, no Skill tool): Claude Code
+    # then lists no skill by itself, and the jail names the project's skills in an appended system prompt
+    assert commands.CLAUDE_TOOLS == "Read,Bash"
     ws = tmp_path / "again"
     shutil.copytree(project, ws, ignore=shutil.ignore_patterns(".skillopt"))
     policy = UsesTheSkill(harness)

@@ -25,16 +25,17 @@ def planned(tmp_path: Path, *overrides: str) -> night.Plan:
 def test_the_estimate_counts_the_schedule_by_hand(tmp_path):
     p = planned(tmp_path, "optimizer.gate_seq_deterministic='false'")  # a sampling target: more gate pairs
     e = estimate.estimate(p.data, p.splits, p.tasks, 0)
-    # baseline on 2 val + 2 train episodes + 1 test = 5; planned adds the gate's first pass (2), the final selection
-    # (2) and the best and final skills on test (2): 11; the sequential gate may add max(24, 2 x 2) = 24 more
-    assert e.episodes == (5, 11, 35)
+    # baseline on 2 val + 2 train episodes + 1 test = 5; planned adds the gate's first pass (2) and the best skill on
+    # test (1): 8 (the final skill is the best); at most also a final skill other than the best, on selection (2) and
+    # test (1), and the max(24, 2 x 2) = 24 pairs the sequential gate may add: 35
+    assert e.episodes == (5, 8, 35)
     # one step of 2 train episodes: 2 analysts (a failure and a success minibatch of 2), 1 final merge
-    assert e.planned.calls == 11 + 3
+    assert e.planned.calls == 8 + 3
     # at most: a merge per analyst pair and a ranking call, every JSON reply re-asked once
     assert e.at_most.calls == 35 + 2 * (2 + 1 + 1)
     assert 0 < e.first_pass.tokens < e.planned.tokens < e.at_most.tokens
     # every planned call pays at least its completion budget's worth in the planned figure
-    budget = 11 * p.data["llm"]["target"]["max_tokens"] + 3 * p.data["llm"]["optimizer"]["max_tokens"]
+    budget = 8 * p.data["llm"]["target"]["max_tokens"] + 3 * p.data["llm"]["optimizer"]["max_tokens"]
     assert e.planned.completion_tokens == budget
     more = estimate.estimate(p.data, {**p.splits, "train": p.splits["train"] * 4}, p.tasks, 0)
     assert more.planned.calls > e.planned.calls and more.at_most.tokens > e.at_most.tokens
@@ -45,17 +46,17 @@ def test_the_estimate_counts_the_schedule_by_hand(tmp_path):
 def test_a_deterministic_target_gets_no_extra_gate_pairs(tmp_path):
     p = planned(tmp_path)  # the embedded model at temperature 0: the gate plays its first pass only
     e = estimate.estimate(p.data, p.splits, p.tasks, 0)
-    assert e.episodes == (5, 11, 11) and e.at_most.calls == 11 + 2 * (2 + 1 + 1)
+    assert e.episodes == (5, 8, 11) and e.at_most.calls == 11 + 2 * (2 + 1 + 1)
     none = estimate.estimate({**p.data, "optimizer": {**p.data["optimizer"], "use_gate": False}}, p.splits, p.tasks)
-    assert none.episodes[2] == none.episodes[1]
+    assert none.episodes == e.episodes  # no gate: no extra pairs either
 
 
 def test_the_estimate_counts_extra_gate_pairs_by_the_gates_own_rule(tmp_path):
     """No budget for extra pairs means none, as the gate plays them (the estimate once counted gate_seq_min_extra)."""
     p = planned(tmp_path, "optimizer.gate_seq_deterministic='false'", "optimizer.gate_seq_budget=0")
-    assert estimate.estimate(p.data, p.splits, p.tasks, 0).episodes == (5, 11, 11)
+    assert estimate.estimate(p.data, p.splits, p.tasks, 0).episodes == (5, 8, 11)
     strict = {**p.data, "optimizer": {**p.data["optimizer"], "gate_test": "none", "gate_seq_budget": 2.0}}
-    assert estimate.estimate(strict, p.splits, p.tasks, 0).episodes == (5, 11, 11)  # not the sequential gate
+    assert estimate.estimate(strict, p.splits, p.tasks, 0).episodes == (5, 8, 11)  # not the sequential gate
 
 
 def test_prices_give_a_cost_and_low_caps_are_named(tmp_path):
@@ -91,5 +92,25 @@ def test_dry_run_prints_the_estimate_before_any_model_call(tmp_path, capsys, mon
     with pytest.raises(Launched):
         sleep_cli.main([*argv, "--max-tokens", "500"])
     (err,) = seen
-    assert "estimate (before any model call): first pass 5 calls" in err and "as planned 14 calls" in err, err
+    assert "estimate (before any model call): first pass 5 calls" in err and "as planned 11 calls" in err, err
     assert "--max-tokens cap (500) is below the planned spend" in err
+
+
+def test_an_agent_episode_is_counted_as_the_clis_own_calls(tmp_path):
+    """Issue 47: a jailed Codex night estimated "at most ~56,836 tokens" spent 354,765: each of its episodes was
+    counted as one chat-sized call. Now an episode is AGENT_CALLS calls (at most the call limit), each carrying the
+    CLI's own measured request; tests/test_sleep_agent_night.py checks the figure against real-CLI nights."""
+    chat = planned(tmp_path)
+    codex = estimate.estimate(
+        {**chat.data, "llm": {**chat.data["llm"], "target": {**chat.data["llm"]["target"], "harness": "codex"}}},
+        chat.splits, chat.tasks, 0,
+    )  # fmt: skip
+    plain = estimate.estimate(chat.data, chat.splits, chat.tasks, 0)
+    eps = codex.episodes[1]
+    assert codex.episodes[:2] == plain.episodes[:2]  # (an agent is not deterministic: more gate pairs at most)
+    assert codex.planned.calls - plain.planned.calls == eps * (estimate.AGENT_CALLS - 1)
+    # every planned agent call carries Codex's own request (~7,000 tokens)
+    per_call = estimate.AGENT_REQUEST_CHARS["codex"] // 4
+    assert codex.planned.prompt_tokens >= eps * estimate.AGENT_CALLS * per_call
+    assert codex.at_most.tokens >= codex.episodes[2] * 60 * per_call
+    assert any("agent episode is counted as 2 calls" in ln for ln in codex.lines())

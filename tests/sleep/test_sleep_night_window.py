@@ -25,7 +25,9 @@ def test_a_second_night_harvests_only_since_the_first_and_rubric_only_tasks_spen
             codex_session(ch, str(project), [prompt], start=stamp(dt.datetime.now(dt.timezone.utc)))
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
-        assert "has a rule check" in err and err.strip().splitlines()[-1].startswith("error:"), err
+        assert "no train or val task that can be scored" in err and err.strip().splitlines()[-1].startswith("error:"), (
+            err
+        )
         rep = json.loads((project / ".skillopt" / "harvest-report.json").read_text())
         assert rep["tasks_new"] == 1 and rep["out_of_window"] == night - 1, (night, rep)
     assert not (project / ".skillopt" / "nights").exists() and not (project / ".skillopt" / "nights.json").exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from skillopt_ray.sleep.cli import main
-from skillopt_ray.sleep.night import schedule
+from skillopt_ray.sleep.night import schedule, settings
 
 FAKE = """#!/bin/sh
 # a crontab stand-in: -l prints the table file, - replaces it from stdin
@@ -36,6 +36,12 @@ def crontab(tmp_path, monkeypatch) -> Path:
     return table
 
 
+def ran_here(project: Path) -> Path:
+    """A night's settings as `run` keeps them: `schedule` repeats the project's last run."""
+    settings.save(project, ["--project", str(project.resolve())], project.resolve(), {})
+    return project
+
+
 def cron_to_shell(line: str) -> str:
     """What cron hands to sh: the five time fields dropped, `\\%` unescaped (an unescaped `%` would end the command)."""
     cmd = line.split(" ", 5)[5]
@@ -47,6 +53,7 @@ def test_schedule_is_idempotent_keeps_other_lines_and_unschedule_removes(tmp_pat
     crontab.write_text("0 1 * * * echo mine\n")
     project = tmp_path / "proj"
     project.mkdir()
+    ran_here(project)
     assert main(["schedule", "--project", str(project), "--hour", "4", "--minute", "5"]) == 0
     assert main(["schedule", "--project", str(project), "--hour", "4", "--minute", "6"]) == 0
     table = crontab.read_text()
@@ -62,6 +69,7 @@ def test_cron_line_quotes_spaces_quotes_and_percent(tmp_path, crontab):
     project = tmp_path / 'it\'s a "project" $HOME %d `x`'
     project.mkdir()
     (project / ".skillopt").mkdir()
+    ran_here(project)
     recorder = tmp_path / "fake python's dir" / "py"
     recorder.parent.mkdir()
     out = tmp_path / "argv.json"
@@ -77,11 +85,13 @@ def test_cron_line_quotes_spaces_quotes_and_percent(tmp_path, crontab):
 def test_control_characters_and_bad_times_refused(tmp_path, crontab, capsys):
     bad = tmp_path / "a\nb"
     bad.mkdir()
+    ran_here(bad)
     assert main(["schedule", "--project", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert "control character" in err and "\n" not in err
     ok = tmp_path / "ok"
     ok.mkdir()
+    ran_here(ok)
     assert main(["schedule", "--project", str(ok), "--hour", "24"]) == 2
     assert "time of day" in capsys.readouterr().err
     assert not crontab.exists()
@@ -90,6 +100,7 @@ def test_control_characters_and_bad_times_refused(tmp_path, crontab, capsys):
 def test_print_installs_nothing_and_shows_a_timer(tmp_path, crontab, capsys):
     project = tmp_path / "p 100%"
     project.mkdir()
+    ran_here(project)
     assert main(["schedule", "--project", str(project), "--print"]) == 0
     out = capsys.readouterr().out
     assert not crontab.exists()

@@ -37,6 +37,7 @@ class NightReport:
     cost_usd: float = 0.0
     live_path: str = ""
     proposed: str = ""
+    left_out: dict[str, str] = field(default_factory=dict)  # task id -> "<split>: why it could not be scored"
 
     @property
     def changed(self) -> bool:
@@ -44,6 +45,11 @@ class NightReport:
 
     def notes(self) -> list[str]:
         out = []
+        if self.left_out:
+            out.append(
+                f"{len(self.left_out)} task(s) left out: they cannot be scored ({', '.join(sorted(self.left_out))}; "
+                "report.json says why)"
+            )
         if self.verdict == "unverified":
             out.append("unverified: the night had no validation tasks of its own; the gate judged on train tasks")
         if self.val_looks >= self.val_looks_max:
