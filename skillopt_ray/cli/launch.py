@@ -1,4 +1,5 @@
-"""Launch one run: its directory, the embedded model server, Ray, the driver actor; wait and return the outcome.
+"""Launch one run: its directory, the embedded model server, its engine (Ray and the driver actor, or the
+one-process engine: cli/engine_choice.py); wait and return the outcome.
 
 `execute(data)` is the one code path of a run, for the CLI and for every sweep trial. It never
 writes into the config it is given (the embedded server's URL goes into its own copy).
@@ -29,6 +30,7 @@ from skillopt_ray.cli.checks import (
     needs_embedded_server,
     skill_warnings,
 )
+from skillopt_ray.cli.engine_choice import EngineChoice, choose
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record, runs_before_a_change
 from skillopt_ray.cli.provenance import collect
@@ -154,6 +156,8 @@ def execute(
     `checked`: the command's preflight already made the checks that need no cluster (cli.app.preflight): not again."""
     from skillopt_ray.runs.progress import RunClock, make_display
 
+    engine = choose(data)
+    print(engine.line(), file=sys.stderr)
     run_dir = _open_run(data, run_dir, origin, checked)
     clock = RunClock(run_dir).begin()
     progress = make_display(data["debug"]["progress"], started_at=clock.started)
@@ -165,7 +169,7 @@ def execute(
 
             print(f"note: {NOTICE}", file=sys.stderr)
             embedded = EmbeddedStart(data, run_dir)
-        outcome = _drive(data, run_dir, embedded, progress, clock)
+        outcome = _drive(data, run_dir, embedded, progress, clock, engine)
     finally:
         progress.close()
         clock.end(outcome.get("status", "interrupted"))
@@ -196,8 +200,18 @@ def _open_run(data: PlainConfig, run_dir: Optional[Path], origin: Optional[Origi
     return run_dir
 
 
-def _drive(data: PlainConfig, run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any) -> Outcome:
-    """Start Ray (and wait for the embedded server, if any), run the driver actor and follow it to its outcome."""
+def _drive(
+    data: PlainConfig,
+    run_dir: Path,
+    embedded: Optional[EmbeddedStart],
+    progress: Any,
+    clock: Any,
+    engine: EngineChoice,
+) -> Outcome:
+    """Start Ray (and wait for the embedded server, if any), run the driver actor and follow it to its outcome; or
+    run it all in this process (the one-process engine)."""
+    if engine.kind == "local":
+        return _drive_local(data, run_dir, embedded, progress, clock)
     import ray
 
     run_cfg = data
@@ -246,6 +260,18 @@ def _drive(data: PlainConfig, run_dir: Path, embedded: Optional[EmbeddedStart], 
     finally:
         end_actors(driver, ref, [gateway, *early])
     return outcome
+
+
+def _drive_local(
+    data: PlainConfig, run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any
+) -> Outcome:
+    """The run in this process: the same driver, gateway and env workers, on threads instead of Ray actors."""
+    from skillopt_ray.engine.local import run_local
+
+    progress.update({"phase": "starting", "stage": "starting" + (" the embedded model server" if embedded else "")})
+    run_cfg = with_endpoint(data, embedded.wait()) if embedded is not None else data
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    return run_local(run_cfg, run_dir, progress, clock)
 
 
 def end_actors(driver: Any, ref: Any, others: list[Any]) -> None:

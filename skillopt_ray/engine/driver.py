@@ -1,4 +1,8 @@
-"""The driver actor: one Ray actor owns a run — its state, checkpoints, gateway and environment pool.
+"""The driver: one object owns a run — its state, checkpoints, gateway and environment pool.
+
+It runs as the Ray actor `DriverActor`, or in the command's own process (the one-process engine,
+skillopt_ray/engine/local.py); the executor it is given starts and calls the run's other parts.
+This module imports no Ray: the Ray names are made on first use.
 
 It returns an outcome record rather than raising, so the CLI can print one line
 that names the problem (and exit non-zero) without a traceback.
@@ -13,9 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional, cast
 
-import ray
 import skillopt_envs
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from skillopt_envs.base import DataError, EpisodeContext
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
@@ -25,9 +27,10 @@ from skillopt_ray.base.stats import mean_interval
 from skillopt_ray.config import ConfigError, from_container, redact, validate
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings, pool_shape
+from skillopt_ray.engine.executor import Executor, ray_executor
 from skillopt_ray.engine.trainer import SimulatedInterrupt, Splits, Trainer, limit_tasks
 from skillopt_ray.engine.warm import ActorOptions, Spawner, fresh
-from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
+from skillopt_ray.llm.gateway import GatewayHost, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.runs.progress import Eta
 from skillopt_ray.runs.records import Outcome, Progress, Summary
@@ -75,7 +78,9 @@ class Run:
         owners: Optional[list[Optional[Owner]]] = None,
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
+        executor: Optional[Executor] = None,
     ):
+        self.executor = executor or ray_executor()  # where the gateway and the env workers run
         self.cfg_dict = cfg_dict
         self.prestarted = list(env_actors or [])  # env actors the command started beside this actor
         self.owners = [o for o in (owners or []) if o]  # processes whose death ends every actor of this run
@@ -97,7 +102,7 @@ class Run:
         if note:
             self.notes.append(note)
         if self.gateway is None:
-            self.gateway = start_gateway(self.cfg_dict, str(self.rd.root), self.owners)
+            self.gateway = start_gateway(self.cfg_dict, str(self.rd.root), self.owners)  # on Ray: see _drive
         self.rd.write_config(redact(self.cfg_dict))
         llm = LLMHandle(self.gateway)
         self.set_progress(stage="starting environment actors")
@@ -123,6 +128,7 @@ class Run:
             ),
             owners=self.owners,
             prestarted=self.prestarted,
+            executor=self.executor,
         )
         self.set_progress(stage="opening the MLflow store")
         mark("env-actors-requested")
@@ -325,10 +331,10 @@ class Run:
     async def _close(self) -> None:
         if self.gateway is not None:
             try:
-                await self.gateway.close.remote()
+                await self.executor.call(self.gateway, "close")
             except Exception:  # noqa: BLE001
                 pass
-            ray.kill(self.gateway, no_restart=True)
+            self.executor.stop(self.gateway)
         if self.pool is not None:
             self.pool.shutdown()
 
@@ -411,10 +417,15 @@ def plays_episodes(stage: str) -> bool:
 def start_gateway(cfg_dict: PlainConfig, run_dir: str, owners: list[Owner], spawn: Spawner = fresh) -> Any:
     """The run's LLM gateway actor, on this node: it writes the ledger and cache into the run directory, and it must
     not die with a worker node. The command starts it beside the driver actor (both processes come up at once)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from skillopt_ray.engine.ray_executor import RayExecutor
+
     rd = RunDir(run_dir)
     llm = cfg_dict["llm"]
-    return spawn(
-        GatewayActor,
+    return RayExecutor(spawn).start(
+        GatewayHost,
         ActorOptions(
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         ),
@@ -430,6 +441,9 @@ def driver_options(cfg_dict: PlainConfig) -> ActorOptions:
     """Ray options for the driver actor. With ray.driver_node=local (the default) it runs on the calling
     process's node, where that process has just made the run directory; `any` lets Ray place it (the run
     directory must then be on a path every node mounts; the driver checks that it can see it)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     opts = ActorOptions(num_cpus=0)
     if (cfg_dict.get("ray") or {}).get("driver_node", "local") == "local":
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
@@ -442,6 +456,8 @@ def run_dir_unseen(run_dir: str, owner: Optional[Owner]) -> Optional[str]:
     """Why this node cannot hold the run (the run directory, made before the driver starts, is not here), or None."""
     if Path(run_dir).is_dir():
         return None
+    import ray
+
     here = ray.get_runtime_context().get_node_id()
     made_on = f" on node {str(owner['node'])[:12]}" if owner and owner.get("node") and owner["node"] != here else ""
     return (
@@ -451,8 +467,13 @@ def run_dir_unseen(run_dir: str, owner: Optional[Owner]) -> Optional[str]:
     )
 
 
-@ray.remote(num_cpus=0, max_concurrency=8)  # type: ignore[call-overload]  # Ray's stubs omit actor options
-class DriverActor:
+class Driver:
+    """A run, its live progress record and the progress calls of the command that follows it (the Ray actor
+    `DriverActor`, or an object in the command's own process)."""
+
+    ray_name = "DriverActor"
+    ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 8}
+
     def __init__(
         self,
         cfg_dict: PlainConfig,
@@ -460,6 +481,7 @@ class DriverActor:
         owner: Optional[Owner] = None,
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
+        executor: Optional[Executor] = None,
     ):
         from skillopt_ray.base.lifeline import identity, watch
 
@@ -467,7 +489,9 @@ class DriverActor:
         mark("driver-started")
         self._unseen = run_dir_unseen(run_dir, owner)  # checked before Run makes a stray directory on this node
         self._run_dir = run_dir
-        self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()], gateway, env_actors)
+        self._run = (
+            None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()], gateway, env_actors, executor)
+        )
         self._ledger: dict[str, Any] = {}
         self._eta = Eta()
 
@@ -512,10 +536,19 @@ class DriverActor:
         snap = self._run.snapshot()
         if self._run.gateway is not None:
             try:
-                self._ledger = await self._run.gateway.ledger_snapshot.remote()
+                self._ledger = await self._run.executor.call(self._run.gateway, "ledger_snapshot")
             except Exception:  # noqa: BLE001 - gateway gone at the end of a run
                 pass
         if self._ledger:
             snap["tokens"] = self._ledger["totals"]["tokens"]
             snap["cost_usd"] = self._ledger["totals"]["cost_usd"]
         return snap
+
+
+def __getattr__(name: str) -> Any:
+    """`DriverActor`: the Ray actor class of Driver, made (and Ray imported) on first use."""
+    if name != "DriverActor":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from skillopt_ray.engine.ray_executor import remote_class
+
+    return remote_class(Driver)
