@@ -139,7 +139,15 @@ def reference_command(tasks: Path, srv_url: str, out_dir: Path, concurrency: int
     """The reference stand-in: a thread pool of model calls over the same tasks (scripts/bench_reference_pool.py)."""
     script = REPO / "scripts" / "bench_reference_pool.py"
     out = out_dir / "reference.json"
-    return [sys.executable, str(script), str(tasks), str(tasks.parent / "skill.md"), srv_url, str(concurrency), str(out)]
+    return [
+        sys.executable,
+        str(script),
+        str(tasks),
+        str(tasks.parent / "skill.md"),
+        srv_url,
+        str(concurrency),
+        str(out),
+    ]
 
 
 def eval_command(tasks: Path, srv_url: str, out_dir: Path, concurrency: int, mode: Optional[str] = None) -> list[str]:

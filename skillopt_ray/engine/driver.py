@@ -489,9 +489,7 @@ class Driver:
         mark("driver-started")
         self._unseen = run_dir_unseen(run_dir, owner)  # checked before Run makes a stray directory on this node
         self._run_dir = run_dir
-        self._run = (
-            None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()], gateway, env_actors, executor)
-        )
+        self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()], gateway, env_actors, executor)
         self._ledger: dict[str, Any] = {}
         self._eta = Eta()
 

@@ -169,7 +169,6 @@ def prestart_actor(
     """One env actor started by the command beside the driver actor (every pool has at least one), so its process
     comes up while the driver's does. It takes as many episodes at once as the largest pool shape could give it."""
     from skillopt_ray.config import ConfigError
-
     from skillopt_ray.engine.ray_executor import RayExecutor
     from skillopt_ray.engine.warm import fresh
 

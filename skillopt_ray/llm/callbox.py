@@ -197,7 +197,11 @@ class CallBatcher:
     def _fail(self, seqs: list[int], error: BaseException) -> None:
         ray_exceptions = sys.modules.get("ray.exceptions")  # a batcher's actor is a Ray actor: Ray is loaded
         cause = getattr(error, "cause", None)
-        if ray_exceptions is not None and isinstance(error, ray_exceptions.RayTaskError) and isinstance(cause, LLMError):
+        if (
+            ray_exceptions is not None
+            and isinstance(error, ray_exceptions.RayTaskError)
+            and isinstance(cause, LLMError)
+        ):
             error = cause  # its one-line message, not Ray's wrapper text
         for seq in seqs:
             fut = self.waiting.pop(seq, None)
