@@ -33,7 +33,7 @@ def main() -> None:
             messages=[{"role": "system", "content": system}, {"role": "user", "content": row["prompt"]}],
         )
         m = re.search(r"<answer>(.*?)</answer>", reply.choices[0].message.content or "", re.S)
-        return int(bool(m) and m.group(1).strip() == str(row["answer"]).strip())
+        return int(m is not None and m.group(1).strip() == str(row["answer"]).strip())
 
     with ThreadPoolExecutor(int(workers)) as pool:
         scores = dict(zip((r["id"] for r in rows), pool.map(one, rows)))
