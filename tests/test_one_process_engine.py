@@ -117,7 +117,7 @@ def test_a_local_eval_never_imports_ray(tmp_path):
     assert calls == 12
     lines = p.stderr.splitlines()
     said = [line for line in lines if not line.startswith("import time:")]
-    assert said[0].startswith("engine: one process (ray.mode=auto"), said[:3]  # its first line says which and why
+    assert any(x.startswith("engine: one process (ray.mode=auto") for x in said[:3]), said[:3]  # which and why
     imported = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
     assert "skillopt_ray.engine.local" in imported and "ray" not in imported
     [summary] = list((tmp_path / "out" / "runs").glob("*/summary.json"))

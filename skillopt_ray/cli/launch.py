@@ -157,8 +157,8 @@ def execute(
     from skillopt_ray.runs.progress import RunClock, make_display
 
     engine = choose(data)
-    print(engine.line(), file=sys.stderr)
     run_dir = _open_run(data, run_dir, origin, checked)
+    print(engine.line(), file=sys.stderr)  # after the checks, whose errors are one line
     clock = RunClock(run_dir).begin()
     progress = make_display(data["debug"]["progress"], started_at=clock.started)
     outcome = Outcome(status="interrupted")
