@@ -12,26 +12,26 @@ from skillopt_ray.runs import rundir
 
 PACKAGE = Path(skillopt_ray.__file__).parent
 READERS = [
-    "report.py",
-    "compare.py",
-    "compare_groups.py",
-    "compare_records.py",
-    "compare_render.py",
-    "compare_stats.py",
-    "sweep.py",
-    "sweep_report.py",
-    "sweep_trials.py",
-    "sweep_tune.py",
-    "tracking.py",
-    "transfer.py",
-    "progress.py",
-    "driver.py",
+    "runs/report.py",
+    "compare/command.py",
+    "compare/groups.py",
+    "compare/records.py",
+    "compare/render.py",
+    "compare/stats.py",
+    "sweep/command.py",
+    "sweep/report.py",
+    "sweep/trials.py",
+    "sweep/tune.py",
+    "runs/tracking.py",
+    "compare/transfer.py",
+    "runs/progress.py",
+    "engine/driver.py",
 ]
 READER_DIRS = ["dashboard", "cli"]
 # Pieces of the names RunDir builds from a number (skills/skill_v0003.md, steps/e01_s002, final/eval_test_...).
 PATTERN_PIECES = ("skills/skill_v", "steps/e", "epochs/e", "final/eval_", "_results.json")
 # Names that are not a run's file where they appear.
-NOT_A_RUN_FILE = {("sweep_tune.py", "embedded_server.log")}  # the sweep folder's shared model server log
+NOT_A_RUN_FILE = {("sweep/tune.py", "embedded_server.log")}  # the sweep folder's shared model server log
 
 
 def run_dir_names() -> set[str]:
@@ -76,7 +76,7 @@ def test_no_reader_names_a_run_directory_file():
     found = []
     for path in reader_files():
         for line, text in string_literals(path):
-            hits = [n for n in names if n in text and (path.name, n) not in NOT_A_RUN_FILE]
+            hits = [n for n in names if n in text and (path.relative_to(PACKAGE).as_posix(), n) not in NOT_A_RUN_FILE]
             hits += [p for p in PATTERN_PIECES if p in text]
             if hits:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {text!r} names {hits}")

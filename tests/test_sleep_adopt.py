@@ -232,7 +232,7 @@ def test_interrupted_adopt_refuses_when_file_changed_meanwhile(tmp_path, proj, m
 KILLER = """
 import os, signal, sys
 from pathlib import Path
-from skillopt_ray.sleep import adopt, staging
+from skillopt_ray.sleep.proposal import adopt, staging
 real = staging.write_atomic
 def write_then_kill(path, data, mode=0o644):
     if Path(path).name == "SKILL.md" and ".agents" in str(path):

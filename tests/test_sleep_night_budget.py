@@ -191,7 +191,7 @@ _STAGE = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from skillopt_ray.sleep import staging
+    from skillopt_ray.sleep.proposal import staging
     project, kill_in = Path(sys.argv[1]), sys.argv[2]
     real = getattr(staging, kill_in)
     def killed(*a, **k):
