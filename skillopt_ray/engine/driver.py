@@ -134,7 +134,7 @@ class Run:
         mark("env-actors-requested")
         # MLflow's import, store and run creation take seconds: they go on in a thread beside the first episodes;
         # the first use of the tracker waits for them
-        self.tracker = TrackerWhenReady(self._open_tracker)
+        self.tracker = TrackerWhenReady(self._open_tracker, getattr(self.executor, "wait_first_call", None))
         return bench, llm
 
     def _open_tracker(self) -> Tracker:
@@ -373,16 +373,22 @@ class Run:
 
 
 class TrackerWhenReady:
-    """A Tracker being opened in a thread: any use waits until it is open, and raises what opening raised."""
+    """A Tracker being opened in a thread: any use waits until it is open, and raises what opening raised.
 
-    def __init__(self, open_tracker: Any):
+    `after`, when given, is waited for first: in one process MLflow's import (seconds of CPU) would hold the GIL from
+    the imports the first model call needs, so it starts once that call went out."""
+
+    def __init__(self, open_tracker: Any, after: Optional[Any] = None):
         self._done = threading.Event()
         self._tracker: Optional[Tracker] = None
         self._error: Optional[BaseException] = None
-        threading.Thread(target=self._open, args=(open_tracker,), name="mlflow-open", daemon=True).start()
+        args = (open_tracker, after)
+        threading.Thread(target=self._open, args=args, name="mlflow-open", daemon=True).start()
 
-    def _open(self, open_tracker: Any) -> None:
+    def _open(self, open_tracker: Any, after: Optional[Any]) -> None:
         try:
+            if after is not None:
+                after()
             self._tracker = open_tracker()
         except BaseException as e:  # noqa: BLE001 - raised to whoever uses the tracker
             self._error = e

@@ -25,6 +25,8 @@ from typing import Any, Optional, Protocol
 from skillopt_ray.engine.warm import ActorOptions
 
 STOP_WAIT_S = 5.0  # how long stop() waits for a local actor's thread to finish its loop
+FIRST_CALL_WAIT_S = 10.0  # how long wait_first_call() waits at most (a run that makes no model call goes on)
+MODEL_CALLS = frozenset({"chat", "chat_json", "agent_chat"})  # the gateway's methods that call the model
 
 
 class Executor(Protocol):
@@ -56,8 +58,11 @@ class ActorStartError(RuntimeError):
 class LocalActor:
     """An object living on its own thread and event loop; `ask(method, *args)` runs a method there from anywhere."""
 
-    def __init__(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]):
+    def __init__(
+        self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], asked: Optional[threading.Event] = None
+    ):
         self.name = getattr(cls, "ray_name", cls.__name__)
+        self._asked = asked  # set at the first model call asked of it
         self.loop = asyncio.new_event_loop()
         self.obj: Any = None
         self._error: Optional[BaseException] = None
@@ -90,6 +95,8 @@ class LocalActor:
         """The method's result, awaited on the caller's loop (a cancel there cancels it here too)."""
         if self.loop.is_closed():
             raise ActorStartError(f"the {self.name} has stopped")
+        if self._asked is not None and method in MODEL_CALLS:
+            self._asked.set()
         return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._invoke(method, args), self.loop))
 
     def stop(self) -> None:
@@ -109,8 +116,15 @@ class LocalExecutor:
 
     kind = "local"
 
+    def __init__(self) -> None:
+        self.first_call = threading.Event()  # a model call was asked of a part this executor started
+
     def start(self, cls: type, options: ActorOptions, *args: Any, **kwargs: Any) -> LocalActor:
-        return LocalActor(cls, args, kwargs)
+        return LocalActor(cls, args, kwargs, self.first_call)
+
+    def wait_first_call(self) -> None:
+        """Block until the run's first model call was asked (or FIRST_CALL_WAIT_S went by)."""
+        self.first_call.wait(FIRST_CALL_WAIT_S)
 
     def call(self, handle: LocalActor, method: str, *args: Any) -> Awaitable[Any]:
         return handle.ask(method, *args)
