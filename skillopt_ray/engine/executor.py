@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import logging
 import os
 import sys
 import threading
@@ -71,6 +72,8 @@ class LocalActor:
 
     def _serve(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         asyncio.set_event_loop(self.loop)
+        # what a Ray actor's loop reports goes to its worker's log file, never to the command: here, to debug logging
+        self.loop.set_exception_handler(_quiet)
         try:
             self.obj = cls(*args, **kwargs)  # on its own thread, as a Ray actor's constructor runs in its process
         except Exception as e:  # noqa: BLE001 - raised to every caller
@@ -78,11 +81,13 @@ class LocalActor:
         try:
             self.loop.run_forever()
         finally:
-            left = asyncio.all_tasks(self.loop)  # what was still running when it was stopped: cancelled, then ended
+            # what still ran when it was stopped (a run cancelled by Ctrl-C, calls its caller gave up on) is cancelled
+            # and let go quietly, as a Ray actor's calls end with its process
+            left = asyncio.all_tasks(self.loop)
             for task in left:
                 task.cancel()
             with contextlib.suppress(Exception):
-                self.loop.run_until_complete(asyncio.wait_for(asyncio.gather(*left, return_exceptions=True), 2.0))
+                self.loop.run_until_complete(asyncio.wait_for(asyncio.gather(*left, return_exceptions=True), 0.5))
             self.loop.close()
 
     async def _invoke(self, method: str, args: tuple[Any, ...]) -> Any:
@@ -109,6 +114,10 @@ class LocalActor:
             return
         if threading.current_thread() is not self._thread:
             self._thread.join(STOP_WAIT_S)
+
+
+def _quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    logging.getLogger(__name__).debug("local actor: %s", context.get("message"), exc_info=context.get("exception"))
 
 
 class LocalExecutor:
