@@ -236,6 +236,8 @@ def summarize(rows: list[dict[str, Any]], floors: list[float], lean: list[float]
     med: dict[str, Any] = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "marks"}
     labels = [m for m in rows[0]["marks"] if all(m in r["marks"] for r in rows)]
     med["marks"] = {m: statistics.median(r["marks"][m] for r in rows) for m in labels}
+    if not floors:  # --no-floor
+        return med
     med["wall_over_floor"] = statistics.median(r["wall_s"] / f for r, f in zip(rows, floors))
     med["first_call_over_floor"] = statistics.median(r["first_call_s"] / f for r, f in zip(rows, floors))
     med["first_call_minus_floor_s"] = statistics.median(r["first_call_s"] - f for r, f in zip(rows, floors))
@@ -250,6 +252,7 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--no-warm", action="store_true", help="measure the cold path only")
+    ap.add_argument("--no-floor", action="store_true", help="skip Ray's floors (a loaded machine may time them out)")
     ap.add_argument(
         "--trace",
         action="store_true",
@@ -280,8 +283,9 @@ def main() -> None:
         run_eval(cmd, srv, cold_env, [])  # unmeasured: the MLflow store, the compile caches
         run_eval(ref_cmd, srv, cold_env, [])
         for i in range(a.rounds):
-            floors.append(floor(REPO, opts))
-            lean_floors.append(floor(REPO, opts, lean=True))
+            if not a.no_floor:
+                floors.append(floor(REPO, opts))
+                lean_floors.append(floor(REPO, opts, lean=True))
             rows["reference"].append(run_eval(ref_cmd, srv, cold_env, []))
             rows["local"].append(run_eval(local_cmd, srv, cold_env, []))
             rows["cold"].append(run_eval(cmd, srv, cold_env, []))
@@ -294,14 +298,16 @@ def main() -> None:
                 for k, r in rows.items()
                 if r
             )
-            print(f"round {i + 1}: floor {floors[-1]:.2f}s lean {lean_floors[-1]:.2f}s  {shown}", flush=True)
+            floored = f"floor {floors[-1]:.2f}s lean {lean_floors[-1]:.2f}s  " if floors else ""
+            print(f"round {i + 1}: {floored}{shown}", flush=True)
     load1 = os.getloadavg()[0]
     print(
         f"\n{a.items} items x 1 call at {a.latency:g}s, {a.concurrency} at a time: bound {bound:.2f}s; medians of "
         f"{a.rounds} rounds; load average {load0:.1f} before, {load1:.1f} after, on {os.cpu_count()} CPUs"
     )
-    print(f"floor (ray.init + one task) {statistics.median(floors):.2f} s")
-    print(f"lean floor (the CLI's own start + one task) {statistics.median(lean_floors):.2f} s")
+    if floors:
+        print(f"floor (ray.init + one task) {statistics.median(floors):.2f} s")
+        print(f"lean floor (the CLI's own start + one task) {statistics.median(lean_floors):.2f} s")
     result: dict[str, Any] = {
         "bound_s": bound,
         "floors_s": floors,
@@ -314,11 +320,16 @@ def main() -> None:
             continue
         m = summarize(r, floors, lean_floors)
         result[name] = {"rounds": r, "median": m}
+        against = (
+            f" ({m['first_call_over_floor']:.2f}x floor, {m['first_call_minus_floor_s']:+.2f} s; "
+            f"{m['first_call_minus_lean_floor_s']:+.2f} s over the lean floor)"
+            if floors
+            else ""
+        )
         print(
-            f"{name:>8}: wall {m['wall_s']:.2f} s ({m['wall_s'] / bound:.2f}x bound, {m['wall_over_floor']:.2f}x floor)"
-            f"  first call {m['first_call_s']:.2f} s ({m['first_call_over_floor']:.2f}x floor, "
-            f"{m['first_call_minus_floor_s']:+.2f} s; {m['first_call_minus_lean_floor_s']:+.2f} s over the lean floor)"
-            f"  resident {m['pss_mb']:.0f} MB"
+            f"{name:>9}: wall {m['wall_s']:.2f} s ({m['wall_s'] / bound:.2f}x bound"
+            + (f", {m['wall_over_floor']:.2f}x floor" if floors else "")
+            + f")  first call {m['first_call_s']:.2f} s{against}  resident {m['pss_mb']:.0f} MB"
             + (f"  (idle actors up {m['standby_s']:.1f} s after the previous run)" if "standby_s" in m else "")
         )
         if name != "reference" and rows["reference"]:

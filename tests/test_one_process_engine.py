@@ -215,3 +215,47 @@ def test_the_same_job_in_both_engines_writes_the_same_records(ray_cluster, tmp_p
     for mode in ("cluster", "resumed"):
         for key in local:
             assert local[key] == got[mode][key], (mode, key)
+
+
+def _eval_job(url: str, tasks: Path, out: Path, *extra: str) -> dict:
+    data = _data(
+        f"env.data_dir={tasks}",
+        f"eval.skill_path={tasks.parent / 'skill.md'}",
+        "mode=eval",
+        "eval.split=test",
+        "llm=compatible",
+        f"llm.base_url={url}",
+        f"output_dir={out}",
+        "debug.progress=off",
+        "tracking=none",
+        "ray.mode=local",
+        *extra,
+        experiment="custom",
+    )
+    return cli.resolve_paths(data)
+
+
+@pytest.mark.slow
+def test_a_local_run_keeps_its_budget_and_replays_its_cache(tmp_path, monkeypatch):
+    """The gateway's budget stops a local run with the usual exit, and a recorded local run replays with the
+    endpoint gone (the same gateway code as on Ray, hosted on a thread)."""
+    from skillopt_ray.base.exit_codes import EXIT_STOPPED
+
+    monkeypatch.setenv("SKILLOPT_CLUSTER_HOME", str(tmp_path / "no-kept-cluster"))
+    tasks = write_tasks(tmp_path / "data", 8)
+    with ScriptedServer(policy=reply) as srv:
+        capped = _eval_job(
+            srv.base_url, tasks, tmp_path / "capped", "llm.budget.max_calls=3", "llm.target.max_concurrency=1"
+        )
+        assert cli.run_one(capped) == EXIT_STOPPED
+        assert len(srv.state.request_times) <= 3  # not one call past the cap
+        data = _eval_job(srv.base_url, tasks, tmp_path / "out")
+        assert cli.run_one(data) == 0
+        url = srv.base_url
+    recorded = json.loads((cli.run_dir_for(data) / "summary.json").read_text())
+    replay = _eval_job(url, tasks, tmp_path / "out", "llm.cache_mode=replay")
+    assert cli.run_one(replay) == 0  # the server is gone: every reply comes from the run's cache
+    replayed = json.loads((cli.run_dir_for(replay) / "summary.json").read_text())
+    assert replayed["eval"] == recorded["eval"] and replayed["eval"]["hard"] == 1.0
+    assert replayed["tokens"]["calls"] == recorded["tokens"]["calls"] == 8  # no call of its own
+    assert replayed["tokens"]["cache_hits"] == recorded["tokens"]["cache_hits"] + 8
