@@ -207,7 +207,8 @@ class AgentInfo(TypedDict, total=False):
 class AgentRunner(Protocol):
     """Runs an agent CLI (llm.target.harness) for an episode; the engine hands one over as `EpisodeContext.agent`."""
 
-    trace_to_optimizer: bool  # whether the analysts see the agent's trace summary
+    @property
+    def trace_to_optimizer(self) -> bool: ...  # whether the analysts see the agent's trace summary
 
     async def run(self, task: AgentTask, key: str) -> AgentOutcome: ...
 

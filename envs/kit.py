@@ -1,9 +1,9 @@
 """The shared plumbing every benchmark needs, behind one import: split names and their aliases, the data folder,
 manifests, seeded splits by ratio, sample folders made once, a chat call and the agent runner.
 
-A benchmark (built-in, a user's task file or a plugin outside the package) imports this module and `base`, never the
-engine: the model handle comes as `run_episode`'s `llm`, the agent runner as `EpisodeContext.agent`, and the only
-engine names it needs (the request record, the JSON reader) are re-exported here.
+A benchmark (built-in, a user's task file or a plugin outside the package) imports this module, `base` and `chat`,
+never the engine: the model handle comes as `run_episode`'s `llm`, the agent runner as `EpisodeContext.agent`, and the
+chat vocabulary it speaks to the handle (the request record, a message, the JSON reader) is re-exported here.
 """
 
 from __future__ import annotations
@@ -35,16 +35,13 @@ from skillopt_envs.base import (
     read_json_list,
 )
 
+# the chat vocabulary a model handle takes and answers in (the request record, a message, the tolerant JSON reader)
+from skillopt_envs.chat import ChatMessage, ChatRequest, extract_json
+
 # the answer normalisers and similarity measures the built-ins score with, shared so that every benchmark means the
 # same thing by "exact match", "F1" and "ANLS"
 from skillopt_envs.docvqa.scoring import anls  # noqa: E402 - after the contract it builds on
 from skillopt_envs.searchqa.scoring import best_f1, normalize  # noqa: E402
-
-# the engine's public surface a benchmark may use: the request record a model handle takes and the tolerant JSON
-# reader (both plain, dependency-free modules); nothing else of the engine is reached from a benchmark
-from skillopt_ray.llm.jsonout import extract_json  # noqa: E402
-from skillopt_ray.llm.types import ChatRequest  # noqa: E402
-from skillopt_ray.llm.wire import ChatMessage  # noqa: E402
 
 T = TypeVar("T")
 
@@ -214,7 +211,7 @@ def limited(items: list[T], limit: int) -> list[T]:
     return items[:limit] if limit > 0 else items
 
 
-def ensure_samples(root: Path, write: Callable[[Path], None], made_by: str) -> Path:
+def ensure_samples(root: Path, write: Callable[[Path], object], made_by: str) -> Path:
     """A sample folder made once: `write` fills a fresh temporary folder beside `root`, which then replaces `root`
     whole, so a run interrupted halfway never leaves a partial folder that looks complete. Processes that ask at
     the same time (the command's checks, the driver, env actors) take turns on a lock file beside `root`: one

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from skillopt_envs.base import EnvSettings
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "tests"))  # the scripted server, a test double, lives with the tests
@@ -31,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the scripted server, a test double, l
 from bench_scale import cpu_s  # noqa: E402 - after the path set-up
 
 
-def write_data(root: Path, n: int) -> dict[str, dict[str, Any]]:
+def write_data(root: Path, n: int) -> dict[str, EnvSettings]:
     """A JSONL task file and a SearchQA data folder of `n` test tasks each (plus one train and one val task, which
     the benchmarks ask for); returns each benchmark's env config."""
     rows = [{"id": f"c{i}", "prompt": f"Question {i}?", "answer": f"a{i}", "split": "test"} for i in range(n)]
@@ -64,7 +66,7 @@ def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     return server, server.stdout.readline().strip()  # type: ignore[union-attr]
 
 
-def measure(bench: str, env_cfg: dict[str, Any], url: str, a: argparse.Namespace, server_pid: int) -> dict[str, Any]:
+def measure(bench: str, env_cfg: EnvSettings, url: str, a: argparse.Namespace, server_pid: int) -> dict[str, Any]:
     """Warm-up pass, then `a.passes` measured passes of the test split; the best measured pass."""
     import ray
     from skillopt_envs import make

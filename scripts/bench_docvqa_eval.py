@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from skillopt_envs.base import EnvSettings
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the scripted OpenAI-compatible server, a test double, lives with the tests
@@ -43,7 +45,7 @@ from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
 
 
-def run_once(env_cfg: dict, tasks: list, latency: float, actors: int, per_actor: int) -> dict:
+def run_once(env_cfg: EnvSettings, tasks: list, latency: float, actors: int, per_actor: int) -> dict:
     answers = {t.task_id: (t.task_type, f"<answer>{t.payload['answers'][0]}</answer>", "") for t in tasks}
     srv = ScriptedServer(Policies(target="walkthrough", answers=answers), latency_s=latency)
     srv.start()
@@ -117,7 +119,7 @@ def main() -> int:
     t0 = time.monotonic()
     root = ensure_samples(str(Path(tmp.name) / "pages"), {"train": 1, "val": 1, "test": a.questions})
     made = time.monotonic() - t0
-    env_cfg = {"data_dir": str(root), "options": {"target_provider": "openai"}}
+    env_cfg: EnvSettings = {"data_dir": str(root), "options": {"target_provider": "openai"}}
     tasks = DocVQABenchmark(env_cfg).load_split("test")  # paths only: the driver reads no image
     if a.scan_noise > 0:
         add_scan_noise([t.payload["image_path"] for t in tasks], a.scan_noise)

@@ -36,9 +36,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from skillopt_envs.base import EpisodeContext, EpisodeResult, Task  # noqa: E402
+from skillopt_envs.chat import ChatRequest, content_text  # noqa: E402
 from skillopt_envs.synthetic.benchmark import SyntheticBenchmark  # noqa: E402
 
-from skillopt_ray.llm.types import ChatRequest, content_text  # noqa: E402
 from skillopt_ray.runs.records import Evaluation  # noqa: E402
 from skillopt_ray.stages.gate import GatePolicy  # noqa: E402
 from skillopt_ray.stages.rollout import repeat_context, rollout_repeats, summarize  # noqa: E402

@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from skillopt_envs.base import EnvSettings
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the scripted OpenAI-compatible server, a test double, lives with the tests
@@ -115,7 +117,7 @@ def policy(body: dict, headers: dict) -> object:
 
 
 def run(a: argparse.Namespace, data: Path) -> dict:
-    env_cfg = {"data_dir": str(data), "max_turns": TURNS, "options": {"target_provider": "openai"}}
+    env_cfg: EnvSettings = {"data_dir": str(data), "max_turns": TURNS, "options": {"target_provider": "openai"}}
     tasks = OfficeQABenchmark(env_cfg).load_split("test")
     srv = ScriptedServer(policy=policy, latency_s=a.latency)
     srv.start()

@@ -51,10 +51,10 @@ from skillopt_envs.alfworld.data import walk_split  # noqa: E402
 from skillopt_envs.alfworld.game import AlfWorldGame  # noqa: E402
 from skillopt_envs.alfworld.protocol import Record, build_messages, goal_text, parse_reply  # noqa: E402
 from skillopt_envs.base import EpisodeContext, Task  # noqa: E402
+from skillopt_envs.chat import ChatRequest  # noqa: E402
 
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
-from skillopt_ray.llm.types import ChatRequest  # noqa: E402
 
 SKILL = "# skill\nReply with one admissible action."
 

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from skillopt_envs.base import EnvSettings
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the scripted OpenAI-compatible server, a test double, lives with the tests
@@ -139,7 +141,7 @@ def main() -> None:
             logging_level=logging.ERROR,
         )
         per_actor = -(-a.episodes // a.actors)
-        env_cfg = {"options": {"tasks": a.episodes, "calls": a.calls}}
+        env_cfg: EnvSettings = {"options": {"tasks": a.episodes, "calls": a.calls}}
         from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
         tasks = SyntheticBenchmark(env_cfg).load_split("train")

@@ -24,6 +24,7 @@ override to this tree's eval command (to compare a setting against the floor).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -33,6 +34,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+# the environment this script was started with, taken before anything is imported: its child processes get this,
+# not what its own imports set (making the ALFWorld sample games imports alfworld, which points ALFWORLD_DATA at an
+# empty ~/.cache/alfworld; a run started with that variable would look for its games there and fail)
+STARTED_WITH = dict(os.environ)
+
+from skillopt_envs.base import EnvSettings  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -64,8 +72,7 @@ def init_options(repo: Path) -> dict:
         "import json; from skillopt_ray.cli.ray_session import local_init_options as f; "
         "print(json.dumps(f({'ray': {'num_cpus': None, 'object_store_memory_mb': 256}})))"
     )
-    env = dict(os.environ, PYTHONPATH=str(repo))
-    out = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, env=child_env(repo), capture_output=True, text=True)
     if out.returncode == 0:
         return json.loads(out.stdout)
     # older checkouts: the options their cli.start_ray passed
@@ -79,11 +86,23 @@ def init_options(repo: Path) -> dict:
     )
 
 
+@functools.cache
+def import_path(repo: Path) -> str:
+    """PYTHONPATH for a checkout: its folder, and for another checkout than the installed one also its own benchmarks
+    under their package name (envs/ installs as skillopt_envs: without this link the installed tree's would load)."""
+    if repo == REPO or not (repo / "envs").is_dir():
+        return str(repo)
+    links = Path(tempfile.mkdtemp(prefix="bench_startup_pkgs_"))
+    (links / "skillopt_envs").symlink_to(repo / "envs")
+    return os.pathsep.join((str(repo), str(links)))
+
+
 def child_env(repo: Path) -> dict:
-    # a Ray temp folder of our own: ray.init() in an older checkout would otherwise join a cluster `ray start` left
+    """The environment the script started with, the checkout on the import path, and a Ray temp folder of our own
+    (ray.init() in an older checkout would otherwise join a cluster `ray start` left)."""
     return dict(
-        os.environ,
-        PYTHONPATH=str(repo),
+        STARTED_WITH,
+        PYTHONPATH=import_path(repo),
         RAY_AUTH_MODE="disabled",
         RAY_USAGE_STATS_ENABLED="0",
         RAY_TMPDIR=f"/tmp/bsr{os.getpid()}",
@@ -182,7 +201,7 @@ def main() -> None:
     import skillopt_envs
     from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
 
-    env_cfg = {"name": "alfworld", "data_dir": a.data, "manifest_dir": None, "options": {}}
+    env_cfg: EnvSettings = {"name": "alfworld", "data_dir": a.data, "manifest_dir": None, "options": {}}
     bench = skillopt_envs.make("alfworld", env_cfg)
     tasks = bench.load_split("test")[:4]
     work = Path(tempfile.mkdtemp(prefix="bench_startup_"))

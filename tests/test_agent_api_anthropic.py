@@ -11,9 +11,10 @@ import threading
 
 import pytest
 from aiohttp import web
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.llm.agent_api import AgentReply, message_object, messages_to_chat, responses_events, responses_to_chat
-from skillopt_ray.llm.types import ChatRequest, LLMRequestRejected
+from skillopt_ray.llm.types import LLMRequestRejected
 
 
 class MessagesServer:

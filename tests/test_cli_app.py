@@ -304,9 +304,10 @@ def test_the_advice_when_retries_stop_names_what_stopped_them():
 def test_a_reply_ceiling_caps_what_a_benchmark_asks_for():
     import asyncio
 
+    from skillopt_envs.chat import ChatRequest
+
     from skillopt_ray.config import LLMRoleConfig
     from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint
-    from skillopt_ray.llm.types import ChatRequest
 
     obj, _ = cli.typed(cli.compose(["+experiment=spreadsheetbench"]))  # zero config: the embedded model
     assert obj.llm.target.max_reply_tokens == 160 and obj.env.options.get("max_completion_tokens", 16384) == 16384

@@ -30,7 +30,6 @@ from skillopt_ray.llm.types import JsonResult, MalformedOutput
 from skillopt_ray.loop import step_buffer
 from skillopt_ray.prompts.render import comparison_text, meta_skill_block, minibatch_text, step_buffer_text
 from skillopt_ray.runs.state import STATE_VERSION, RunState, StateVersionError
-from skillopt_ray.skill.appendix import flush_notes
 from skillopt_ray.skill.document import (
     append_to_appendix_field,
     appendix_notes,
@@ -43,6 +42,7 @@ from skillopt_ray.skill.document import (
 )
 from skillopt_ray.skill.edits import apply_edits
 from skillopt_ray.stages.aggregate import aggregate
+from skillopt_ray.stages.appendix import flush_notes
 from skillopt_ray.stages.context import OptimizerContext
 from skillopt_ray.stages.reflect import appendix_notes_of, normalise, reflect, split_minibatches
 from skillopt_ray.stages.select import _pick, autonomous_lr, coerce_nonnegative_int, rank_and_select, scheduled_lr

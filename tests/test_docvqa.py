@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 from skillopt_envs.base import DataError, EpisodeContext
+from skillopt_envs.chat import ChatRequest, content_text
 from skillopt_envs.docvqa import benchmark as bm
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import samples
 from skillopt_envs.docvqa.benchmark import SEED_SKILL, DocVQABenchmark, task_timeout
 from skillopt_envs.docvqa.scoring import anls, extract_answer, gold_strings, levenshtein, score_answer
 
-from skillopt_ray.llm.types import ChatRequest, ChatResult, content_text
+from skillopt_ray.llm.types import ChatResult
 
 SHIPPED = Path(__file__).resolve().parent.parent / "envs" / "docvqa" / "splits"
 
@@ -434,7 +435,7 @@ def test_prompt_size_counts_text_parts_and_images():
             },
         ],
     )
-    from skillopt_ray.llm.types import IMAGE_PART_CHARS
+    from skillopt_envs.chat import IMAGE_PART_CHARS
 
     assert req.prompt_chars() == 4 + 2 + 1 + IMAGE_PART_CHARS  # the data URL's length does not count
     assert content_text(req.messages[1]["content"]) == "xy\n[image]"

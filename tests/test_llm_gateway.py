@@ -8,17 +8,11 @@ import time
 
 import pytest
 from scripted_server import Fault, ScriptedServer
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.types import (
-    BudgetExceeded,
-    CacheMiss,
-    ChatRequest,
-    LLMRequestRejected,
-    LLMUnavailable,
-    MalformedOutput,
-)
+from skillopt_ray.llm.types import BudgetExceeded, CacheMiss, LLMRequestRejected, LLMUnavailable, MalformedOutput
 
 
 def _echo(body, headers):
@@ -125,7 +119,7 @@ def test_json_reask_then_malformed(server, tmp_path, run):
 
 
 def test_json_extraction_handles_fences_and_think_blocks():
-    from skillopt_ray.llm.jsonout import extract_json
+    from skillopt_envs.chat import extract_json
 
     assert extract_json('<think>{"no": 1}</think>Sure:\n```json\n{"a": [1, 2]}\n```') == {"a": [1, 2]}
     assert extract_json('noise {"b": 2} tail') == {"b": 2}

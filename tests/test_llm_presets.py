@@ -9,12 +9,13 @@ import json
 
 import pytest
 from scripted_server import Fault, ScriptedServer
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray import cli
 from skillopt_ray.cli.checks import check_keys
 from skillopt_ray.config import ConfigError, from_container, to_container
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.types import ChatRequest, LLMRequestRejected
+from skillopt_ray.llm.types import LLMRequestRejected
 from tests.test_agent_api_anthropic import MessagesServer
 from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
 

@@ -10,19 +10,13 @@ import time
 
 import pytest
 from scripted_server import Fault, ScriptedServer
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray import cli
 from skillopt_ray.config import BudgetConfig, ConfigError, LLMConfig, LLMRoleConfig, PriceConfig
+from skillopt_ray.config.routing import listed_for_responses, resolved_api
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.routing import listed_for_responses, resolved_api
-from skillopt_ray.llm.types import (
-    BudgetExceeded,
-    CacheMiss,
-    ChatRequest,
-    LLMUnavailable,
-    ReplyFiltered,
-    ReplyTruncated,
-)
+from skillopt_ray.llm.types import BudgetExceeded, CacheMiss, LLMUnavailable, ReplyFiltered, ReplyTruncated
 from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
 from tests.test_llm_transport import silent_port  # noqa: F401 - a port that accepts and never answers
 

@@ -12,13 +12,13 @@ import urllib.request
 
 import pytest
 from scripted_server import Fault, ScriptedServer
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray import cli
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.client import TransportFault, parse_completion, silent_endpoint_named_after
 from skillopt_ray.llm.gateway import Gateway
 from skillopt_ray.llm.types import (
-    ChatRequest,
     LLMError,
     LLMRequestRejected,
     LLMUnavailable,

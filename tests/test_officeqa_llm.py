@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from scripted_server import ScriptedServer
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.types import ChatRequest
 
 TOOLS = [
     {

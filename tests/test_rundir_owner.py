@@ -1,5 +1,5 @@
 """RunDir is the only code that names run-directory files: the tools that read runs (report, compare, sweep,
-tracking, transfer, the dashboard, the CLI, the driver) go through its readers and writers, so a file's name or
+tracking, transfer, the dashboard, the CLI, the driver, the sleep wing) go through its readers and writers, so a file's name or
 layout changes in one place."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ READERS = [
     "runs/progress.py",
     "engine/driver.py",
 ]
-READER_DIRS = ["dashboard", "cli"]
+READER_DIRS = ["dashboard", "cli", "sleep", "sleep/night", "sleep/proposal"]
 # Pieces of the names RunDir builds from a number (skills/skill_v0003.md, steps/e01_s002, final/eval_test_...).
 PATTERN_PIECES = ("skills/skill_v", "steps/e", "epochs/e", "final/eval_", "_results.json")
 # Names that are not a run's file where they appear.

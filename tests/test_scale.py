@@ -8,10 +8,11 @@ import json
 
 from scripted_server import ScriptedServer
 from skillopt_envs.base import EpisodeContext
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
-from skillopt_ray.llm.types import BudgetExceeded, ChatRequest
+from skillopt_ray.llm.types import BudgetExceeded
 
 
 def _llm(url: str, **extra):

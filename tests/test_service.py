@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from test_cluster import _cli, _env  # the kept cluster's command and a command's environment
 
+from skillopt_ray.base import environ
 from skillopt_ray.base.exit_codes import EXIT_STOPPED
 from skillopt_ray.base.lifeline import start_ticks
 from skillopt_ray.cluster import client as service_client
@@ -32,12 +33,12 @@ sys.path.insert(0, str(REPO / "scripts"))
 def test_env_difference_ignores_what_a_shell_sets_and_rays_own_settings():
     ours = {"HOME": "/root", "OPENAI_API_KEY": "a", "PWD": "/x", "SHLVL": "1", "RAY_AUTH_MODE": "token"}
     same = dict(ours, PWD="/elsewhere", SHLVL="3", RAY_AUTH_MODE="disabled", COLUMNS="120")
-    assert service.env_difference(same, ours) == []
-    assert service.env_difference(dict(ours, OPENAI_API_KEY="b"), ours) == ["OPENAI_API_KEY"]
-    assert service.env_difference(dict(ours, ALFWORLD_DATA="/d"), ours) == ["ALFWORLD_DATA"]
+    assert environ.env_difference(same, ours) == []
+    assert environ.env_difference(dict(ours, OPENAI_API_KEY="b"), ours) == ["OPENAI_API_KEY"]
+    assert environ.env_difference(dict(ours, ALFWORLD_DATA="/d"), ours) == ["ALFWORLD_DATA"]
     gone = dict(ours)
     del gone["OPENAI_API_KEY"]
-    assert service.env_difference(gone, ours) == ["OPENAI_API_KEY"]  # unset since `up` counts too
+    assert environ.env_difference(gone, ours) == ["OPENAI_API_KEY"]  # unset since `up` counts too
 
 
 def test_a_command_started_through_a_pyenv_shim_counts_as_the_same_environment():
@@ -47,9 +48,9 @@ def test_a_command_started_through_a_pyenv_shim_counts_as_the_same_environment()
     ours = {"HOME": "/home/u", "PATH": "/usr/local/bin:/usr/bin", "PYENV_ROOT": root, "OPENAI_API_KEY": "a"}
     shim = dict(ours, PATH=f"{root}/versions/3.11.9/bin:{root}/libexec:{root}/shims:/usr/local/bin:/usr/bin")
     shim |= {"PYENV_VERSION": "3.11.9", "PYENV_DIR": "/work", "PYENV_HOOK_PATH": f"{root}/pyenv.d"}
-    assert service.env_difference(shim, ours) == []
-    assert service.env_difference(dict(shim, PATH="/opt/tools/bin:" + shim["PATH"]), ours) == ["PATH"]  # a real one
-    assert service.env_difference(dict(shim, OPENAI_API_KEY="b"), ours) == ["OPENAI_API_KEY"]
+    assert environ.env_difference(shim, ours) == []
+    assert environ.env_difference(dict(shim, PATH="/opt/tools/bin:" + shim["PATH"]), ours) == ["PATH"]  # a real one
+    assert environ.env_difference(dict(shim, OPENAI_API_KEY="b"), ours) == ["OPENAI_API_KEY"]
 
 
 @pytest.mark.parametrize(

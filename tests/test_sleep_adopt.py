@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from skillopt_ray.sleep.cli import main
-from skillopt_ray.sleep.lock import Busy, adopt_lock, night_lock
 from skillopt_ray.sleep.proposal import adopt, staging
+from skillopt_ray.sleep.proposal.lock import Busy, adopt_lock, night_lock
 from skillopt_ray.sleep.proposal.staging import NightProposal, stage_night
 
 LIVE = "---\nname: deploy\ndescription: how we deploy\n---\n\nRun make deploy.\n"

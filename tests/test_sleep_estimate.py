@@ -50,6 +50,14 @@ def test_a_deterministic_target_gets_no_extra_gate_pairs(tmp_path):
     assert none.episodes[2] == none.episodes[1]
 
 
+def test_the_estimate_counts_extra_gate_pairs_by_the_gates_own_rule(tmp_path):
+    """No budget for extra pairs means none, as the gate plays them (the estimate once counted gate_seq_min_extra)."""
+    p = planned(tmp_path, "optimizer.gate_seq_deterministic='false'", "optimizer.gate_seq_budget=0")
+    assert estimate.estimate(p.data, p.splits, p.tasks, 0).episodes == (5, 11, 11)
+    strict = {**p.data, "optimizer": {**p.data["optimizer"], "gate_test": "none", "gate_seq_budget": 2.0}}
+    assert estimate.estimate(strict, p.splits, p.tasks, 0).episodes == (5, 11, 11)  # not the sequential gate
+
+
 def test_prices_give_a_cost_and_low_caps_are_named(tmp_path):
     p = planned(tmp_path, "llm.prices.smollm2-135m.input_per_mtok=1", "llm.prices.smollm2-135m.output_per_mtok=2")
     e = estimate.estimate(p.data, p.splits, p.tasks, 0)

@@ -16,8 +16,8 @@ import pytest
 
 from skillopt_ray.base.io import atomic_write_json
 from skillopt_ray.runs.records import GateRecord
-from skillopt_ray.skill.appendix import FlushResult
 from skillopt_ray.stages.aggregate import AggregateOutput
+from skillopt_ray.stages.appendix import FlushResult
 from skillopt_ray.stages.reflect import ReflectOutput
 from skillopt_ray.stages.select import SelectOutput
 from skillopt_ray.stages.update import UpdateOutput

@@ -11,9 +11,10 @@ import time
 from typing import Any
 
 import pytest
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
-from skillopt_ray.llm.types import ChatRequest, ChatResult, LLMError, LLMInternalError, LLMUnavailable
+from skillopt_ray.llm.types import ChatResult, LLMError, LLMInternalError, LLMUnavailable
 
 
 class Method:

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.config import from_container
 from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint
-from skillopt_ray.llm.types import ChatRequest
 
 REPLY = {
     "id": "c1",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from skillopt_envs.base import EnvSettings
+from skillopt_envs.chat import ChatMessage, ChatRequest, ContentPart, FunctionCall, ToolCall, ToolSpec
 from skillopt_envs.livemathematicianbench.data import Choice, coerce_choices, coerce_correct
 from skillopt_envs.livemathematicianbench.shuffle import shuffle_choices
 
@@ -28,18 +29,7 @@ from skillopt_ray.llm.agent_calls import agent_settings
 from skillopt_ray.llm.anthropic_backend import to_messages
 from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint, parse_completion
 from skillopt_ray.llm.ledger import JournalLine, Ledger, LedgerEntry
-from skillopt_ray.llm.types import ChatRequest
-from skillopt_ray.llm.wire import (
-    AgentOptions,
-    AgentSettings,
-    AnthropicTurn,
-    ChatBody,
-    ChatMessage,
-    ContentPart,
-    FunctionCall,
-    ToolCall,
-    ToolSpec,
-)
+from skillopt_ray.llm.wire import AgentOptions, AgentSettings, AnthropicTurn, ChatBody
 from skillopt_ray.sleep.harvest.tasks import MinedTask, RuleCheck, TaskMetadata, valid_check
 from skillopt_ray.sleep.proposal.staging import ManifestRow, live_row
 

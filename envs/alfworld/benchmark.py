@@ -37,10 +37,9 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.chat import ResponseFormat
 from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ChatRequest, check_choice, missing_counts
-
-from skillopt_ray.llm.wire import ResponseFormat
 
 SEED_SKILL_PATH = Path(__file__).resolve().parent / "seed_skill.md"
 SEED_SKILL = SEED_SKILL_PATH.read_text(encoding="utf-8")
@@ -255,8 +254,8 @@ class AlfWorldBenchmark(Benchmark):
     def _manifest_dir(self) -> Optional[Path]:
         """The manifests that define the splits: env.manifest_dir, else the shipped paper split on real data;
         None = every game under the split folders (sample games, or split_source=folders)."""
-        if self.env_cfg.get("manifest_dir"):
-            return Path(self.env_cfg["manifest_dir"]).expanduser()
+        if manifests := self.env_cfg.get("manifest_dir"):
+            return Path(manifests).expanduser()
         if self._using_samples or self.options.split_source == "folders":
             return None
         return alf_data.PAPER_SPLIT_DIR

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from skillopt_envs.chat import ChatMessage
 from skillopt_envs.jsontypes import JSONObject
 
 SYSTEM_PROMPT = "You are an expert agent who completes household tasks in the ALFRED text environment."
@@ -113,7 +114,7 @@ def user_prompt(
 
 def build_messages(
     skill: str, task: str, memory: list[Record], observation: str, admissible: list[str], window: int = 2
-) -> list[dict[str, str]]:
+) -> list[ChatMessage]:
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": user_prompt(skill, task, memory, observation, admissible, window)},

@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 
 from skillopt_envs.base import (
     LLM,
+    AgentInfo,
     AgentTask,
     Benchmark,
     DataError,
@@ -29,6 +30,7 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.chat import ChatMessage
 from skillopt_envs.custom import check as checks
 from skillopt_envs.custom.scorers import (
     GRADED,
@@ -221,9 +223,9 @@ class CustomBenchmark(Benchmark):
             return await self._agent_task_episode(task, t, skill, llm, ctx)
         system, user = self._system(skill, t), self._user(t)
         runner = agent_runner(ctx)
-        info: dict[str, Any] = {}
+        info: AgentInfo = {}
         if runner is None:
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            messages: list[ChatMessage] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
             reply = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t0", self.options.max_tokens, ctx.stage)
         else:
             tags = self.options.scorer not in (SCRIPT, "contains")  # the scorers that take the tagged answer
@@ -252,7 +254,7 @@ class CustomBenchmark(Benchmark):
         return f"{t.prompt}\n\n## Choices\n{listed}\n\nAnswer with the label of one choice."
 
     async def _scored(
-        self, task: Task, t: UserTask, reply: str, system: str, user: str, info: dict[str, Any]
+        self, task: Task, t: UserTask, reply: str, system: str, user: str, info: AgentInfo
     ) -> EpisodeResult:
         answer = extract_answer(reply)
         if self.options.scorer == SCRIPT:
@@ -297,7 +299,7 @@ class CustomBenchmark(Benchmark):
         reason: str,
         system: str,
         user: str,
-        info: dict[str, Any],
+        info: AgentInfo,
         check: Optional[checks.CheckOutcome] = None,
     ) -> EpisodeResult:
         """The scored episode with what the analysts read: the prompt, the reply, the expected answer and the
@@ -350,11 +352,11 @@ class CustomBenchmark(Benchmark):
             runner = agent_runner(ctx)
             if runner is None:
                 system, user = self._system(skill, t), t.prompt
-                messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+                messages: list[ChatMessage] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
                 reply = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t0", self.options.max_tokens, ctx.stage)
                 _copy_workspace(folder / "workspace", ws)
                 (ws / "reply.txt").write_text(reply, encoding="utf-8")
-                info: dict[str, Any] = {}
+                info: AgentInfo = {}
             else:
                 files = _workspace_files(folder / "workspace")
                 at = AgentTask(skill, AGENT_DESCRIPTION, AGENT_PREAMBLE, t.prompt, AGENT_PROMPT,

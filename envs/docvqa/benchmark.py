@@ -28,13 +28,12 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.chat import ChatMessage, ContentPart
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import prompts, upstream
 from skillopt_envs.docvqa.scoring import has_answer_tag, scored_episode
 from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, check_choice, data_folder, split_items
-
-from skillopt_ray.llm.wire import ChatMessage, ContentPart
 
 if TYPE_CHECKING:  # only annotations name the agent runner
     from skillopt_envs.base import AgentRunner
@@ -210,7 +209,11 @@ class DocVQABenchmark(Benchmark):
         tasks = []
         for it in items:
             # a path (or where in a parquet file the page is): the env actor reads the image, never the driver
-            payload = {"question": it["question"], "answers": list(it["answers"]), "image_path": it["image_path"]}
+            payload: dict[str, Any] = {
+                "question": it["question"],
+                "answers": list(it["answers"]),
+                "image_path": it["image_path"],
+            }
             payload["docId"] = it["docId"]
             for key in ("page_source", "text_path"):
                 if it.get(key):

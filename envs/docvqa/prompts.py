@@ -12,7 +12,7 @@ import base64
 import mimetypes
 from pathlib import Path
 
-from skillopt_ray.llm.wire import ChatMessage, ContentPart, ImageURL
+from skillopt_envs.chat import ChatMessage, ContentPart, ImageURL
 
 SYSTEM_TEMPLATE = """You are an expert agent for answering questions about scanned and digital documents from their images.
 

@@ -30,6 +30,7 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.chat import ChatMessage
 from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, data_folder, split_items
 from skillopt_envs.livemathematicianbench import data as lm
@@ -37,8 +38,6 @@ from skillopt_envs.livemathematicianbench import prompts
 from skillopt_envs.livemathematicianbench.data import Choice
 from skillopt_envs.livemathematicianbench.scoring import has_answer_tag, scored_episode
 from skillopt_envs.livemathematicianbench.shuffle import shuffle_choices
-
-from skillopt_ray.llm.wire import ChatMessage
 
 # the reference's seed skill (about 1 KB), in this project's words
 SEED_SKILL = """# Skill: choosing the exact statement in research-mathematics multiple choice

@@ -33,6 +33,7 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.chat import ChatMessage, ToolCall
 from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import ChatRequest, check_choice, data_folder, split_items
 from skillopt_envs.officeqa import data as oq
@@ -40,8 +41,6 @@ from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.oracle import OracleReadError, build_context
 from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
 from skillopt_envs.officeqa.tools import TOOL_SCHEMAS, CorpusReadError, LineCache, ToolRuntime
-
-from skillopt_ray.llm.wire import ChatMessage, ToolCall
 
 if TYPE_CHECKING:  # only annotations name the agent runner
     from skillopt_envs.base import AgentRunner

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Optional
 
-from skillopt_ray.llm.wire import ToolCall
+from skillopt_envs.chat import ToolCall
 
 MAX_CANDIDATES_SHOWN = 20
 

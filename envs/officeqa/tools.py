@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_envs.chat import ToolSpec
 from skillopt_envs.officeqa import stream
-
-from skillopt_ray.llm.wire import ToolSpec
 
 MAX_GLOB = 50
 READ_LINES = 80

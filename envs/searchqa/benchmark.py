@@ -15,10 +15,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from skillopt_envs.base import (
     LLM,
+    AgentInfo,
     Benchmark,
     DataError,
     EnvSettings,
@@ -27,6 +28,7 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.chat import ChatMessage
 from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, check_choice, data_folder, infra_episode, missing_counts
 from skillopt_envs.searchqa import data as qa_data
@@ -219,7 +221,7 @@ class SearchQABenchmark(Benchmark):
         p = task.payload
         question, golds = p["question"], list(p["answers"])
         user = user_prompt(truncate_context(p["context"], self.options.max_context_chars), question)
-        extra: dict[str, Any] = {}
+        extra: AgentInfo = {}
         if ctx.agent is not None:
             from skillopt_envs.searchqa.agent import agent_reply
 
@@ -230,7 +232,7 @@ class SearchQABenchmark(Benchmark):
             extra = outcome.info
         else:
             system = system_prompt(skill)
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            messages: list[ChatMessage] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
             content = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t0", stage=ctx.stage)
         predicted = extract_answer(content)
         s = score_answer(predicted, golds)

@@ -34,6 +34,7 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.chat import ChatMessage
 from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import chat, infra_episode
 from skillopt_envs.sandbox import ISOLATIONS, Limits, Sandbox, SandboxStartError, SandboxUnavailable
@@ -279,7 +280,7 @@ class SpreadsheetBenchmark(Benchmark):
     ) -> EpisodeResult:
         """The chat protocol: the turn loop in a scratch folder, then the last script scored on every case."""
         p = task.payload
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        messages: list[ChatMessage] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         trajectory: list[dict[str, Any]] = []
         scratch = Path(tempfile.mkdtemp(prefix="skillopt-sheet-"))
         try:
@@ -319,7 +320,7 @@ class SpreadsheetBenchmark(Benchmark):
     async def _turns(
         self,
         task: Task,
-        messages: list[dict[str, str]],
+        messages: list[ChatMessage],
         trajectory: list[dict[str, Any]],
         areas: list[Area],
         expected: list[tuple[SheetValues, str]],

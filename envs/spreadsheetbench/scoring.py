@@ -180,7 +180,7 @@ def case_report(case_no: int, v: CaseVerdict) -> str:
     return "\n".join(body)
 
 
-def exec_error_report(case_no: int, error: str) -> str:
+def exec_error_report(case_no: str, error: str) -> str:
     return f"## Execution (case {case_no})\nERROR: {error[:500]}"
 
 

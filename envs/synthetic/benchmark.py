@@ -21,6 +21,7 @@ from skillopt_envs.base import (
     Task,
     parse_options,
 )
+from skillopt_envs.chat import ChatMessage
 from skillopt_envs.kit import chat
 
 SPLITS = {"train": 0, "val": 1, "valid_seen": 1, "selection": 1, "test": 2, "valid_unseen": 2}
@@ -70,7 +71,10 @@ class SyntheticBenchmark(Benchmark):
         for turn in range(self.options.calls):
             if turn and self.options.think_s:
                 await asyncio.sleep(self.options.think_s)
-            messages = [{"role": "system", "content": skill}, {"role": "user", "content": f"{task.task_id} {filler}"}]
+            messages: list[ChatMessage] = [
+                {"role": "system", "content": skill},
+                {"role": "user", "content": f"{task.task_id} {filler}"},
+            ]
             reply = await chat(llm, messages, f"{ctx.key}/{task.task_id}/t{turn}", stage=ctx.stage)
             hits += task.task_id in reply
             replies.append(reply)

@@ -1,1 +1,1 @@
-"""Leaf helpers that import nothing of the package: exit codes, statistics, the start-up trace, process lifelines, Ray's private APIs in one place, atomic file writes and folder checks."""
+"""Leaf helpers that import nothing of the package: exit codes, statistics, the start-up trace, process lifelines, Ray's private APIs in one place, atomic file writes, folder checks and the comparison of two process environments."""

@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.config.plain import PlainConfig
@@ -242,7 +242,8 @@ def resolve_paths(data: PlainConfig) -> PlainConfig:
     """A copy with absolute paths (actors and Tune trials run elsewhere or change their working directory)."""
     data = copy.deepcopy(data)
     data["output_dir"] = str(Path(data["output_dir"]).expanduser().resolve())
-    for sect, key in ((data["env"], "data_dir"), (data["env"], "manifest_dir"), (data["eval"], "skill_path")):
+    env = cast("dict[str, Any]", data["env"])  # written key by key
+    for sect, key in ((env, "data_dir"), (env, "manifest_dir"), (data["eval"], "skill_path")):
         if sect.get(key):
             sect[key] = str(Path(os.path.expandvars(sect[key])).expanduser().resolve())
     opts = data["env"].get("options")

@@ -101,8 +101,8 @@ def data_roots(data: PlainConfig) -> dict[str, str]:
     raw = env.get("data_dir") or (os.environ.get(var, "") if var else "")
     if raw:
         roots["data"] = _resolved(raw, "env.data_dir" if env.get("data_dir") else str(var))
-    if env.get("manifest_dir"):
-        roots["manifests"] = env["manifest_dir"]
+    if manifests := env.get("manifest_dir"):
+        roots["manifests"] = manifests
     return roots
 
 
@@ -126,8 +126,10 @@ def run_inputs(data: PlainConfig) -> RunInputs:
         except OSError:
             data_fp["check"] = "unreadable"
     inputs = RunInputs(skills=skills, data=data_fp or "built-in samples", version=tool_version(), code=code_hash())
-    if data["env"].get("benchmark"):  # a plugin's class scores the episodes: an edited one must not resume stale
-        inputs["benchmark_code"] = plugin_code_hash(data["env"]["name"], data["env"]["benchmark"])
+    if benchmark := data["env"].get(
+        "benchmark"
+    ):  # a plugin's class scores the episodes: an edited one must not resume stale
+        inputs["benchmark_code"] = plugin_code_hash(data["env"]["name"], benchmark)
     return inputs
 
 

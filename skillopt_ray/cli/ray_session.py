@@ -100,8 +100,8 @@ def attach_kept_cluster() -> bool:
 
     ray_set_auth_mode(kept.auth_mode)  # the kept cluster asks for its token (see cluster.py)
     kept_cluster.take_lease()
+    from skillopt_ray.base.environ import handed_environment
     from skillopt_ray.base.startup_trace import ENV
-    from skillopt_ray.cluster.service import handed_environment
 
     # workers are the kept cluster's children, not this process's: what this command's environment adds or changes
     # (a key exported since `up`, a start-up trace) is handed to this job's workers explicitly

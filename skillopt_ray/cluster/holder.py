@@ -28,7 +28,8 @@ POLL_S = 2.0
 def hold(args: argparse.Namespace) -> int:
     """Start the cluster and its run service, write the record, serve commands until `down` (SIGTERM) or the idle
     timeout, stop the cluster."""
-    from skillopt_ray.cluster.service import Service, entry_main, holder_environment
+    from skillopt_ray.base.environ import holder_environment
+    from skillopt_ray.cluster.service import Service, entry_main
 
     started_with = holder_environment()  # before anything below sets a variable: what the workers inherit
     # a cluster that outlives the command is a listener: Ray's token (~/.ray/auth_token, the user's own) guards it

@@ -5,7 +5,10 @@ frames: why it does not run the command here, that it took it, the run's output,
 
 from __future__ import annotations
 
-from typing import Optional, TypedDict
+from typing import TYPE_CHECKING, Optional, TypedDict
+
+if TYPE_CHECKING:  # the engine's own record (the command reads it as JSON: no engine import at run time)
+    from skillopt_ray.engine.warm import Readiness
 
 
 class Frame(TypedDict, total=False):
@@ -17,13 +20,6 @@ class Frame(TypedDict, total=False):
     out: str  # the run's standard output, as printed
     err: str  # the run's standard error
     exit: int  # the run's exit code: the last frame
-
-
-class Readiness(TypedDict):
-    """The holder's idle actors, and how many of them are up."""
-
-    idle: int
-    ready: int
 
 
 class Serving(TypedDict):

@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Optional, TypedDict, cast
 
+from skillopt_envs.base import EnvSettings
+
 from skillopt_ray.config.schema import MISSING, Config
 
 _SECRET_KEY = re.compile(r"(^|_)(api_key|key|token|secret|password)$")
@@ -45,7 +47,7 @@ class PlainConfig(TypedDict):
     resume: bool
     skill_init: Optional[str]
     llm: dict[str, Any]
-    env: dict[str, Any]
+    env: EnvSettings  # as a benchmark receives it
     optimizer: dict[str, Any]
     ray: dict[str, Any]
     tracking: dict[str, Any]

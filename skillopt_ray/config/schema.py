@@ -66,7 +66,7 @@ class LLMRoleConfig:
     context_tokens: Optional[int] = None
     reasoning_effort: Optional[str] = None  # none | minimal | low | medium | high | xhigh; sent only when set
     # the OpenAI API that carries the role's calls: chat (Chat Completions), responses (the Responses API), or auto:
-    # the Responses API for the models the reference sends there (skillopt_ray/llm/routing.py), chat otherwise
+    # the Responses API for the models the reference sends there (skillopt_ray/config/routing.py), chat otherwise
     api: str = "auto"
     reasoning_summary: Optional[str] = None  # Responses API only: auto | concise | detailed; None: not asked for
     # a server's own reasoning switch: server_default (nothing sent) | enabled | disabled, sent as thinking_wire

@@ -179,7 +179,7 @@ def _validate_role(cfg: Config, role: str, r: LLMRoleConfig) -> None:
 
 def _validate_api(role: str, r: LLMRoleConfig) -> None:
     """Which API the role speaks, and the settings only one API (or one server) takes."""
-    from skillopt_ray.llm.routing import RESPONSES_PROVIDERS, resolved_api
+    from skillopt_ray.config.routing import RESPONSES_PROVIDERS, resolved_api
 
     _choice(f"llm.{role}.api", r.api, ("auto", "chat", "responses"))
     if r.reasoning_summary is not None:

@@ -553,6 +553,6 @@ def __getattr__(name: str) -> Any:
     """`DriverActor`: the Ray actor class of Driver, made (and Ray imported) on first use."""
     if name != "DriverActor":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from skillopt_ray.engine.ray_executor import remote_class
+    from skillopt_ray.base.ray_class import remote_class
 
     return remote_class(Driver)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import skillopt_envs
-from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EnvSettings, EpisodeContext, EpisodeResult, Task
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.lifeline import Owner
@@ -203,7 +203,7 @@ class EnvWorker:
     ray_name = "EnvActor"
     ray_options: dict[str, Any] = {}
 
-    def __init__(self, env_name: str, env_cfg: dict[str, Any], gateway: Any, owners: Optional[list[Owner]] = None):
+    def __init__(self, env_name: str, env_cfg: EnvSettings, gateway: Any, owners: Optional[list[Owner]] = None):
         from skillopt_ray.base.lifeline import watch
 
         watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
@@ -285,7 +285,7 @@ def __getattr__(name: str) -> Any:
     """`EnvActor`: the Ray actor class of EnvWorker, made (and Ray imported) on first use."""
     if name != "EnvActor":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from skillopt_ray.engine.ray_executor import remote_class
+    from skillopt_ray.base.ray_class import remote_class
 
     return remote_class(EnvWorker)
 
@@ -355,7 +355,7 @@ class EnvPool:
     def __init__(
         self,
         env_name: str,
-        env_cfg: dict[str, Any],
+        env_cfg: EnvSettings,
         gateway: Any,
         settings: PoolSettings,
         owners: Optional[list[Owner]] = None,
@@ -509,7 +509,7 @@ class EnvPool:
         if stop is None:
             return list(await asyncio.gather(*jobs))
         waiter = asyncio.ensure_future(stopped.wait())
-        pending = set(jobs)
+        pending: set[asyncio.Future[Any]] = set(jobs)
         try:
             while pending and not stopped.is_set():
                 _, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)

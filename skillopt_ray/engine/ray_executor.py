@@ -1,8 +1,5 @@
-"""The Ray executor: a run's parts as Ray actors (see skillopt_ray/engine/executor.py for the interface).
-
-Each plain class names its Ray actor (`ray_name`, the process title `ray::<name>`) and its default options
-(`ray_options`); `remote_class` makes that actor class once per process.
-"""
+"""The Ray executor: a run's parts as Ray actors (see skillopt_ray/engine/executor.py for the interface; the actor
+classes come from skillopt_ray/base/ray_class.py)."""
 
 from __future__ import annotations
 
@@ -12,21 +9,9 @@ from typing import Any
 
 import ray
 
+from skillopt_ray.base.ray_class import remote_class
 from skillopt_ray.engine.warm import ActorOptions, Spawner, fresh
 from skillopt_ray.llm.callbox import CallBatcher
-
-_CLASSES: dict[type, Any] = {}
-
-
-def remote_class(cls: type) -> Any:
-    """The Ray actor class of the plain class `cls`, named `cls.ray_name`, with `cls.ray_options` as defaults."""
-    made = _CLASSES.get(cls)
-    if made is None:
-        name = getattr(cls, "ray_name", cls.__name__)
-        named = type(name, (cls,), {"__module__": cls.__module__, "__qualname__": name})
-        options = dict(getattr(cls, "ray_options", {}))
-        made = _CLASSES[cls] = ray.remote(**options)(named) if options else ray.remote(named)
-    return made
 
 
 class RayExecutor:

@@ -27,7 +27,7 @@ from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.state import RunState
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.skill.document import inject_empty_appendix_field
-from skillopt_ray.stages.gate import GatePolicy
+from skillopt_ray.stages.gate import GatePolicy, deterministic_target
 
 __all__ = ["SimulatedInterrupt", "Splits", "Trainer", "limit_tasks"]
 
@@ -55,7 +55,7 @@ class Trainer:
         self.schedule = Schedule(o, splits, cfg.seed)
         self.recorder = Recorder(rundir, tracker, cfg.debug.interrupt_after)
         target = cfg.llm.target
-        deterministic = target.harness == "chat" and target.temperature == 0
+        deterministic = deterministic_target(target.harness, target.temperature)
         self.policy = GatePolicy.from_config(o, len(splits.selection), deterministic)
         self.evaluator = Evaluator(
             rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed,

@@ -22,14 +22,19 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Protocol, TypedDict
 
-from skillopt_ray.cluster.wire import Readiness
-
 if TYPE_CHECKING:
     from skillopt_ray.config.plain import PlainConfig
 
 from skillopt_ray.base.lifeline import Owner
 
 ADOPT_TIMEOUT_S = 120.0
+
+
+class Readiness(TypedDict):
+    """The holder's idle actors, and how many of them are up."""
+
+    idle: int
+    ready: int
 
 
 class RuntimeEnv(TypedDict, total=False):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from skillopt_envs.chat import ChatRequest
+
 from skillopt_ray import prompts
-from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.llm.types import MalformedOutput
 
 
 async def ask_for_text(

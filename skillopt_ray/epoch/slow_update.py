@@ -61,7 +61,7 @@ def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[Episode
     error) is left out rather than counted as a failure."""
     by_prev = {r.task_id: r for r in prev}
     by_curr = {r.task_id: r for r in curr}
-    pairs = []
+    pairs: list[JSONObject] = []
     for t in tasks:
         p, c = by_prev.get(t.task_id), by_curr.get(t.task_id)
         if any(r is not None and not r.scored for r in (p, c)):

@@ -22,8 +22,8 @@ from skillopt_ray.harness.episode import (
 from skillopt_ray.harness.runner import AgentSettings, HarnessError, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+from skillopt_ray.llm.ledger import stage_of_key
 from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
-from skillopt_ray.stages.rollout import stage_of_key
 
 
 async def episode_context(llm: Any, ctx: EpisodeContext) -> EpisodeContext:

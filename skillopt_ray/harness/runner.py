@@ -209,7 +209,7 @@ async def run_agent(
 
 def agent_stage(key: str) -> str:
     """The ledger stage of an agent episode whose context gave none: the one its key names."""
-    from skillopt_ray.stages.rollout import stage_of_key
+    from skillopt_ray.llm.ledger import stage_of_key
 
     return stage_of_key(key)
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, TypedDict, Union, cast
 
 from aiohttp import web
+from skillopt_envs.chat import ChatMessage, ChatRequest, ContentPart, FunctionSpec, ToolCall, ToolSpec
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.llm.toolcall_text import settle_reply
-from skillopt_ray.llm.types import ChatRequest, LLMError
-from skillopt_ray.llm.wire import ChatMessage, ContentPart, FlatToolCall, FunctionSpec, ToolCall, ToolSpec
+from skillopt_ray.llm.types import LLMError
+from skillopt_ray.llm.wire import FlatToolCall
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ import json
 import re
 from typing import Any, cast
 
+from skillopt_envs.chat import ChatMessage, ToolCall
+
 from skillopt_ray.llm.agent_api import AgentReply, AgentRequest
 from skillopt_ray.llm.cache import request_key
 from skillopt_ray.llm.endpoint import Endpoint
 from skillopt_ray.llm.types import CacheMiss
-from skillopt_ray.llm.wire import AgentOptions, AgentSettings, CachePayload, ChatMessage, FlatToolCall, ToolCall
+from skillopt_ray.llm.wire import AgentOptions, AgentSettings, CachePayload, FlatToolCall
 
 
 def flat_call(c: ToolCall) -> FlatToolCall:

@@ -18,12 +18,13 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Optional, TypedDict
 
+from skillopt_envs.chat import ChatMessage, ChatRequest, ToolCall, ToolSpec
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.config import LLMRoleConfig
 from skillopt_ray.llm.client import Completion, RetryPolicy
-from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable
-from skillopt_ray.llm.wire import AnthropicTurn, ChatBody, ChatMessage, ToolCall, ToolSpec
+from skillopt_ray.llm.types import LLMConfigError, LLMRequestRejected, LLMUnavailable
+from skillopt_ray.llm.wire import AnthropicTurn, ChatBody
 
 # the efforts Claude takes (the Messages API's output_config.effort, as the reference's Claude backend passes
 # them to the CLI); any other value (none, minimal) sends no effort, leaving the model's default

@@ -20,12 +20,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional, TypedDict
 
+from skillopt_envs.chat import ChatMessage, ChatRequest, ContentPart, ToolCall
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.context import context_advice, context_overflow
-from skillopt_ray.llm.types import ChatRequest, LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
-from skillopt_ray.llm.wire import ChatBody, ChatMessage, ContentPart, ToolCall
+from skillopt_ray.llm.types import LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
+from skillopt_ray.llm.wire import ChatBody
 
 
 class _OpenAIOnFirstUse:
@@ -105,7 +106,7 @@ def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
                 f"missing API key: set the environment variable {role_cfg.api_key_env or 'AZURE_OPENAI_API_KEY'}"
                 " (or llm.<role>.azure_ad_token_env for Entra ID)"
             )
-        from skillopt_ray.llm.routing import resolved_api
+        from skillopt_ray.config.routing import resolved_api
 
         # Azure's Responses API came with the 2025-03-01-preview version; chat keeps the long-standing default
         responses = resolved_api(role_cfg.provider, role_cfg.api, role_cfg.model) == "responses"

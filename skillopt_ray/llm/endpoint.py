@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional, Protocol
 
+from skillopt_envs.chat import ChatRequest
+
 from skillopt_ray.config import LLMRoleConfig
 from skillopt_ray.llm.client import Completion
-from skillopt_ray.llm.types import ChatRequest
 from skillopt_ray.llm.wire import ChatBody
 
 

@@ -16,23 +16,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional, cast
 
+from skillopt_envs.chat import ChatRequest, JsonExtractionError, ResponseFormat
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.io import atomic_write_json, read_json
 from skillopt_ray.base.lifeline import Owner
 from skillopt_ray.config import LLMConfig, from_container
+from skillopt_ray.config.routing import resolved_api
 from skillopt_ray.llm.cache import ResponseCache, request_key
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
 from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, describe
 from skillopt_ray.llm.endpoint import Endpoint
-from skillopt_ray.llm.jsonout import JsonExtractionError, parse_and_validate
+from skillopt_ray.llm.jsonout import parse_and_validate
 from skillopt_ray.llm.ledger import Ledger, journal_path
 from skillopt_ray.llm.ratelimit import EndpointLimiter
 from skillopt_ray.llm.responses import ResponsesEndpoint
-from skillopt_ray.llm.routing import resolved_api
 from skillopt_ray.llm.types import (
     CacheMiss,
-    ChatRequest,
     ChatResult,
     JsonResult,
     LLMConfigError,
@@ -42,7 +42,7 @@ from skillopt_ray.llm.types import (
     ReplyFiltered,
     ReplyTruncated,
 )
-from skillopt_ray.llm.wire import AgentSettings, CachedReply, CachePayload, ResponseFormat
+from skillopt_ray.llm.wire import AgentSettings, CachedReply, CachePayload
 
 
 def response_format(mode: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]:
@@ -563,7 +563,7 @@ def _actor_died(e: BaseException) -> bool:
 
 
 def _ray_class(cls: type) -> Any:
-    from skillopt_ray.engine.ray_executor import remote_class
+    from skillopt_ray.base.ray_class import remote_class
 
     return remote_class(cls)
 

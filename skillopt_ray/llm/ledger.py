@@ -26,6 +26,21 @@ from skillopt_envs.jsontypes import JSONObject
 from skillopt_ray.config import BudgetConfig, PriceConfig
 from skillopt_ray.llm.types import BudgetExceeded
 
+# the loop stage an episode key's first part names (see stage_of_key)
+KEY_STAGES = {"train": "rollout", "eval": "validate", "slow": "slow:rollout", "meta": "meta:rollout"}
+
+
+def stage_of_key(key: str) -> str:
+    """The ledger stage of an episode from its sample key, so that the target's calls are booked by the stage they
+    ran in: training batches `train/...` -> rollout, skill evaluations `eval/...` (the gate's selection split and the
+    final test split; the key does not say which) -> validate, the epoch boundary's paired rollouts `slow/...` or
+    `meta/...` -> slow:rollout or meta:rollout, an eval-only run `evalonly/<split>/...` -> eval:<split>. Keys of any
+    other shape stay rollout."""
+    head, _, rest = key.partition("/")
+    if head == "evalonly":
+        return f"eval:{rest.split('/', 1)[0]}" if rest else "eval"
+    return KEY_STAGES.get(head, "rollout")
+
 
 @dataclass
 class LedgerEntry:

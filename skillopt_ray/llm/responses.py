@@ -14,10 +14,11 @@ import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from skillopt_envs.chat import ChatMessage, ResponseFormat, ToolCall, ToolSpec
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, read_body, snippet
-from skillopt_ray.llm.wire import ChatBody, ChatMessage, ResponseFormat, ToolCall, ToolSpec
+from skillopt_ray.llm.wire import ChatBody
 
 # --- request: chat-shaped keyword arguments -> a Responses body --------------------------------------------------
 

@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from skillopt_envs.chat import ToolSpec
 from skillopt_envs.jsontypes import JSONObject, JSONValue
 
-from skillopt_ray.llm.wire import FlatToolCall, ToolSpec
+from skillopt_ray.llm.wire import FlatToolCall
 
 _FENCED = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 _TAGGED = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)

@@ -1,4 +1,5 @@
-"""Request/response records and the errors the LLM layer raises.
+"""Response records and the errors the LLM layer raises (the request record is the benchmarks' contract's:
+skillopt_envs.chat.ChatRequest).
 
 Errors carry only plain strings so they pickle across Ray actor boundaries;
 messages name the endpoint, the model and the fix, never a key.
@@ -7,51 +8,9 @@ messages name the endpoint, the model and the fix, never a key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-from skillopt_ray.llm.wire import ChatMessage, ResponseFormat, ToolCall, ToolSpec
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    role: str  # "target" | "optimizer"
-    stage: str  # rollout, analyst, merge, ranking, rewrite, slow_update, meta_skill, ...
-    # content is a string, or a list of OpenAI content parts ({type: text, text} / {type: image_url, image_url: {url}})
-    messages: list[ChatMessage]
-    key: str = ""  # sample key: keeps repeated samples distinct in the cache
-    response_format: Optional[ResponseFormat] = None
-    max_tokens: Optional[int] = None
-    temperature: Optional[float] = None
-    # OpenAI function tools offered to the model (Chat Completions `tools`), and `tool_choice` ("auto", ...)
-    tools: Optional[list[ToolSpec]] = None
-    tool_choice: Optional[str] = None
-
-    def prompt_chars(self) -> int:
-        """The prompt's size in characters for estimates (rate limits): text as is, an image part as IMAGE_PART_CHARS."""
-        return sum(len(content_text(m.get("content"), IMAGE_PART_CHARS * "x")) for m in self.messages)
-
-
-# an image counts about 1,000 tokens (OpenAI's high-detail tile count for a page-sized image), 4 characters each
-IMAGE_PART_CHARS = 4000
-
-
-def content_text(content: Any, image: str = "[image]") -> str:
-    """A message's content as text: a string as it is; content parts as their texts, each image as `image`."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                out.append(str(part.get("text") or ""))
-            elif isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
-                out.append(image)
-            else:
-                out.append(str(part))
-        return "\n".join(out)
-    return str(content)
+from skillopt_envs.chat import ToolCall
 
 
 @dataclass

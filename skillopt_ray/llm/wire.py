@@ -1,46 +1,14 @@
-"""The chat-completions shapes the LLM layer sends and reads, as TypedDicts.
-
-Every endpoint (Chat Completions, Responses, Anthropic Messages, the agent CLIs' own APIs) is translated to and
-from these shapes, so benchmarks, optimizer stages and the gateway see one vocabulary. Keys are optional
-(total=False) where the wire omits them: a system message has no tool calls, a tool message no role-specific
-extras. Tool parameter schemas and `response_format` schemas are arbitrary JSON Schema, typed as JSON values.
+"""The LLM layer's own wire shapes, as TypedDicts: request bodies, what the response cache keys and keeps, the
+agent API's flat tool calls and a role's agent settings. The messages, tools and response formats they carry are the
+benchmarks' contract's (skillopt_envs.chat), shared with every benchmark.
 """
 
 from __future__ import annotations
 
 from typing import Optional, TypedDict, Union
 
+from skillopt_envs.chat import ChatMessage, ResponseFormat, ToolCall, ToolSpec
 from skillopt_envs.jsontypes import JSONObject
-
-
-class ImageURL(TypedDict, total=False):
-    url: str
-    detail: str  # auto | low | high
-
-
-class ContentPart(TypedDict, total=False):
-    """One part of a message's content: {type: text, text} or {type: image_url, image_url: {url, detail}}."""
-
-    type: str
-    text: str
-    image_url: ImageURL
-
-
-# a message's content: plain text, content parts (text and images), or None (an assistant turn of tool calls only)
-MessageContent = Union[str, list[ContentPart], None]
-
-
-class FunctionCall(TypedDict):
-    name: str
-    arguments: str  # JSON text, as the API sends it
-
-
-class ToolCall(TypedDict):
-    """A tool call as Chat Completions sends it: {id, type: "function", function: {name, arguments}}."""
-
-    id: str
-    type: str
-    function: FunctionCall
 
 
 class FlatToolCall(TypedDict):
@@ -49,45 +17,6 @@ class FlatToolCall(TypedDict):
     id: str
     name: str
     arguments: str
-
-
-class ChatMessage(TypedDict, total=False):
-    """One chat message. `_closed` marks, while an agent request is translated, a turn that takes no more tool
-    calls; it is removed before the message is sent."""
-
-    role: str  # system | user | assistant | tool
-    content: MessageContent
-    tool_calls: list[ToolCall]
-    tool_call_id: str
-    name: str
-    _closed: bool
-
-
-class FunctionSpec(TypedDict, total=False):
-    name: str
-    description: str
-    parameters: JSONObject  # a JSON Schema object
-    strict: bool
-
-
-class ToolSpec(TypedDict):
-    """A function tool offered to the model (Chat Completions `tools` entry)."""
-
-    type: str  # "function"
-    function: FunctionSpec
-
-
-class JsonSchemaSpec(TypedDict, total=False):
-    name: str
-    schema: JSONObject
-    strict: bool
-
-
-class ResponseFormat(TypedDict, total=False):
-    """Chat's `response_format`: {type: json_object} or {type: json_schema, json_schema: {name, schema, strict}}."""
-
-    type: str
-    json_schema: JsonSchemaSpec
 
 
 class AnthropicTurn(TypedDict):

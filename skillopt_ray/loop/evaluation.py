@@ -12,20 +12,14 @@ from typing import Any, Optional, cast
 from skillopt_envs.base import EpisodeContext, EpisodeResult, Task
 
 from skillopt_ray.base.stats import SequentialSamples
+from skillopt_ray.llm.ledger import stage_of_key
 from skillopt_ray.loop.schedule import Stage
 from skillopt_ray.runs.records import SKIP_NO_REWRITE, Evaluation, GateRecord
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.state import RunState
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.gate import GatePolicy
-from skillopt_ray.stages.rollout import (
-    check_data,
-    check_infra,
-    repeat_context,
-    rollout_repeats,
-    stage_of_key,
-    summarize,
-)
+from skillopt_ray.stages.rollout import check_data, check_infra, repeat_context, rollout_repeats, summarize
 from skillopt_ray.stages.sequential_gate import PlayFn, Request, first_samples, sequential_gate
 
 Progress = Callable[..., None]

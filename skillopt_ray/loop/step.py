@@ -22,13 +22,13 @@ from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule, Stage
 from skillopt_ray.prompts.render import step_buffer_text
+from skillopt_ray.runs.payload import Item, LrChoice
 from skillopt_ray.runs.records import REJECT, SKIP_NO_PATCHES, SKIP_NO_REWRITE, GateRecord, LrDecision, StepRecord
 from skillopt_ray.runs.rundir import STEP_CANDIDATE, STEP_DIFF, RunDir
-from skillopt_ray.skill.appendix import FlushResult, flush_notes
 from skillopt_ray.skill.document import skill_hash
 from skillopt_ray.stages.aggregate import AggregateOutput, aggregate
+from skillopt_ray.stages.appendix import FlushResult, flush_notes
 from skillopt_ray.stages.context import OptimizerContext
-from skillopt_ray.stages.payload import Item, LrChoice
 from skillopt_ray.stages.reflect import ReflectOutput, reflect
 from skillopt_ray.stages.rollout import RolloutStats, summarize
 from skillopt_ray.stages.select import SelectOutput, autonomous_lr, rank_and_select, scheduled_lr

@@ -8,8 +8,8 @@ from typing import Any
 
 from skillopt_envs.base import EpisodeResult
 
-from skillopt_ray.prompts.render import BufferEntry, FailurePattern, RejectedItem
-from skillopt_ray.stages.payload import Item
+from skillopt_ray.runs.payload import Item
+from skillopt_ray.runs.state import BufferEntry, FailurePattern, RejectedItem
 from skillopt_ray.stages.reflect import Analysis, is_failure, scored
 
 

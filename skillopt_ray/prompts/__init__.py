@@ -8,11 +8,11 @@ import json
 from functools import cache
 from pathlib import Path
 
+from skillopt_envs.chat import ChatMessage
 from skillopt_envs.jsontypes import JSONObject, JSONValue
 
-from skillopt_ray.llm.wire import ChatMessage
 from skillopt_ray.prompts.render import meta_skill_block
-from skillopt_ray.stages.payload import Item, Patch, PayloadKey, items_of
+from skillopt_ray.runs.payload import Item, Patch, PayloadKey, items_of
 
 SYSTEM_DIR = Path(__file__).parent / "system"
 

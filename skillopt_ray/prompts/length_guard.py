@@ -34,8 +34,8 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from skillopt_envs.base import EpisodeResult
+from skillopt_envs.chat import content_text
 
-from skillopt_ray.llm.types import content_text
 from skillopt_ray.prompts.render import PROMPT_BLOCKS, comparison_text, minibatch_text, sub_blocks
 
 KEY = "llm.optimizer.context_tokens"

@@ -3,9 +3,11 @@ longitudinal comparison and the meta-skill block. Nothing is truncated."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, Union
+from typing import Any
 
 from skillopt_envs.base import EpisodeResult
+
+from skillopt_ray.runs.state import BufferEntry, RejectedItem
 
 # Sub-blocks every chat benchmark can fill; a benchmark adds its own as info["analyst_blocks"] ([title, text] pairs).
 PROMPT_BLOCKS = (("Target System Prompt", "target_system_prompt"), ("Target User Prompt", "target_user_prompt"))
@@ -69,42 +71,6 @@ STEP_BUFFER_PREAMBLE = (
     "What follows summarises the earlier steps of this epoch: do not propose again edits that were "
     "rejected, and concentrate on the failure patterns that are still open.\n"
 )
-
-
-class FailurePattern(TypedDict):
-    """Failed episodes of a step that share a fail-reason prefix, under the analysts' label for them."""
-
-    pattern: str
-    count: int
-    task_ids: list[str]
-
-
-class RejectedItem(TypedDict, total=False):
-    """The part of a rejected update item the step buffer keeps (by update mode: an edit, a suggestion or a
-    skill candidate)."""
-
-    op: str
-    content: str
-    target: str
-    type: str
-    title: str
-    instruction: str
-    change_summary: Union[list[str], str]
-    source_type: str
-
-
-class BufferEntry(TypedDict, total=False):
-    """One step in the step buffer (built by skillopt_ray.loop.step_buffer, kept in state.json, rendered here); a
-    rejected step with items also keeps the scores and the rejected items."""
-
-    step: int
-    action: str
-    n_total: int
-    n_fail: int
-    failure_patterns: list[FailurePattern]
-    score_before: float
-    score_after: float
-    rejected_edits: list[RejectedItem]
 
 
 def _rejected_line(i: int, item: RejectedItem) -> str:

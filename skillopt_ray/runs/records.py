@@ -30,8 +30,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, TypedDict, TypeVar
 
 from skillopt_ray.base.stats import GateTestDict, Interval, mean_interval
+from skillopt_ray.runs.payload import LrChoice
 from skillopt_ray.runs.state import Counts, RunState, StateVersionError
-from skillopt_ray.stages.payload import LrChoice
 
 if TYPE_CHECKING:
     from skillopt_ray.config.plain import PlainConfig

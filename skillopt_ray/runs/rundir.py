@@ -312,8 +312,13 @@ class RunDir:
 
     def gates(self) -> list[GateRecord]:
         """Every step's gate record written so far, in step order (the sequential gate's samples live in them)."""
+        return [g for _, g in self.step_gates()]
+
+    def step_gates(self) -> list[tuple[str, GateRecord]]:
+        """Every step's gate record written so far with its step's name (e01_s002), in step order."""
         steps = sorted(filter(None, (self.parse_step_name(p.name) for p in (self.root / "steps").glob("e*_s*"))))
-        return [g for g in (self.read_gate(e, s) for e, s in steps) if g is not None]
+        found = ((self.step_name(e, s), self.read_gate(e, s)) for e, s in steps)
+        return [(name, g) for name, g in found if g is not None]
 
     def commit_step(self, rec: StepRecord) -> None:
         """Append a completed step to history.jsonl (before the state commit, so a rerun of the step replaces it)."""

@@ -12,13 +12,48 @@ differently, so it cannot be continued faithfully and the loader says so.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict, Union
 
 from skillopt_envs.jsontypes import JSONObject
 
-from skillopt_ray.prompts.render import BufferEntry
-
 STATE_VERSION = 2
+
+
+class FailurePattern(TypedDict):
+    """Failed episodes of a step that share a fail-reason prefix, under the analysts' label for them."""
+
+    pattern: str
+    count: int
+    task_ids: list[str]
+
+
+class RejectedItem(TypedDict, total=False):
+    """The part of a rejected update item the step buffer keeps (by update mode: an edit, a suggestion or a
+    skill candidate)."""
+
+    op: str
+    content: str
+    target: str
+    type: str
+    title: str
+    instruction: str
+    change_summary: Union[list[str], str]
+    source_type: str
+
+
+class BufferEntry(TypedDict, total=False):
+    """One step in the step buffer (built by skillopt_ray.loop.step_buffer, kept in state.json, shown to the optimizer by
+    skillopt_ray.prompts.render); a
+    rejected step with items also keeps the scores and the rejected items."""
+
+    step: int
+    action: str
+    n_total: int
+    n_fail: int
+    failure_patterns: list[FailurePattern]
+    score_before: float
+    score_after: float
+    rejected_edits: list[RejectedItem]
 
 
 class StateVersionError(RuntimeError):

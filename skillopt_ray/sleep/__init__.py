@@ -1,1 +1,2 @@
-"""Skills from your own agent sessions: harvest Codex and Claude Code session logs into a reviewed task file."""
+"""Skills from your own agent sessions (`python -m skillopt_ray.sleep`): the command here, its parts in harvest/
+(session logs into a reviewed task folder), night/ (training on them) and proposal/ (staging, adopting, undoing)."""

@@ -19,7 +19,7 @@ from skillopt_ray.sleep.harvest.llm_setup import MinerRefused
 from skillopt_ray.sleep.harvest.scope import SCOPES
 from skillopt_ray.sleep.harvest.stores import SOURCES, Stores
 from skillopt_ray.sleep.harvest.timeutil import parse_lookback
-from skillopt_ray.sleep.lock import Busy
+from skillopt_ray.sleep.proposal.lock import Busy
 
 NIGHT = ("run", "dry-run")
 
@@ -177,7 +177,7 @@ def night(a: argparse.Namespace) -> int:
         print(summary(r), file=sys.stderr)
         return Path(r["output"])
 
-    from skillopt_ray.sleep.lock import night_lock
+    from skillopt_ray.sleep.proposal.lock import night_lock
 
     with night_lock(project):  # a second night for the same project exits with one line
         return run_night(opts, fresh)

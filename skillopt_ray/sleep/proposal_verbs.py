@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_OK
-from skillopt_ray.sleep.lock import Busy
 from skillopt_ray.sleep.night import schedule
 from skillopt_ray.sleep.proposal import adopt, status
+from skillopt_ray.sleep.proposal.lock import Busy
 
 VERBS = ("status", "adopt", "schedule", "unschedule")
 

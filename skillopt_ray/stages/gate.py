@@ -92,6 +92,12 @@ def flipped(candidate: Evaluation, current: Evaluation, repeats: int = 1) -> dic
     }
 
 
+def deterministic_target(harness: str, temperature: Optional[float]) -> bool:
+    """The target replays the same episode for a task (a chat model at temperature 0): what
+    optimizer.gate_seq_deterministic=auto follows."""
+    return harness == "chat" and temperature == 0
+
+
 @dataclass(frozen=True)
 class GatePolicy:
     metric: str = "hard"  # optimizer.gate_metric: hard | soft | mixed
@@ -154,6 +160,11 @@ class GatePolicy:
     def sequential(self) -> bool:
         """The step gate plays more paired episodes where the decision is close (optimizer.gate_test=sequential)."""
         return self.test == "sequential" and self.use_gate
+
+    def extra_episodes(self, first_pass: int) -> int:
+        """The most extra episodes one decision may play after a first pass of `first_pass` (0 but for the
+        sequential gate)."""
+        return self.rule.extra_for(first_pass) if self.sequential else 0
 
     def per_episode(self, hard: float, soft: float) -> float:
         return gate_score(hard, soft, self.metric, self.mixed_weight)

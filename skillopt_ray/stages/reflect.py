@@ -9,13 +9,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.base import EpisodeResult
+from skillopt_envs.chat import ChatRequest
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
-from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.llm.types import MalformedOutput
 from skillopt_ray.prompts.render import minibatch_text
+from skillopt_ray.runs.payload import Patch
 from skillopt_ray.stages.context import OptimizerContext
-from skillopt_ray.stages.payload import Patch
 
 
 def is_failure(r: EpisodeResult) -> bool:

@@ -8,11 +8,12 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from skillopt_envs.chat import ChatRequest
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
-from skillopt_ray.llm.types import ChatRequest, MalformedOutput
-from skillopt_ray.stages.payload import Item, LrChoice, Patch, RankingReply, items_of
+from skillopt_ray.llm.types import MalformedOutput
+from skillopt_ray.runs.payload import Item, LrChoice, Patch, RankingReply, items_of
 
 NO_BOUND = 999  # lr_schedule=autonomous: every merged item is kept, no ranking call
 

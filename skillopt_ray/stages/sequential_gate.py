@@ -61,6 +61,13 @@ class SequentialRule:
         accept = max(self.accept_at, float(grown))
         return accept, max(self.final_at, accept - (self.accept_at - self.final_at))
 
+    def extra_for(self, first_pass: int) -> int:
+        """The most extra episodes a decision may play after a first pass of `first_pass` episodes: none for a
+        deterministic target or without a budget."""
+        if self.deterministic or self.extra_budget <= 0:
+            return 0
+        return max(self.min_extra, math.floor(self.extra_budget * first_pass))
+
     def per_look(self, n_tasks: int) -> int:
         return self.pairs_per_look or max(2, math.ceil(n_tasks / 9))
 
@@ -151,8 +158,7 @@ async def sequential_gate(
     start_k = {t: len(v) for t, v in cur.items()}
     net, disc, *_ = pair_stats(cand, cur)
     accept_at, final_at = rule.margins(disc)
-    budget = 0 if rule.deterministic else max(rule.min_extra, math.floor(rule.extra_budget * first_pass))
-    budget = budget if rule.extra_budget > 0 else 0
+    budget = rule.extra_for(first_pass)
     extra, looks, stopped = 0, 1, "budget"
     while True:
         net, disc, *_ = pair_stats(cand, cur)

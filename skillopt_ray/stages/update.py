@@ -14,14 +14,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from skillopt_envs.chat import ChatRequest
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
-from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.llm.types import MalformedOutput
+from skillopt_ray.runs.payload import Item
 from skillopt_ray.skill.document import keep_protected_regions
 from skillopt_ray.skill.echo import prompt_echo
 from skillopt_ray.skill.edits import EditReport, apply_edits
-from skillopt_ray.stages.payload import Item
 
 
 @dataclass

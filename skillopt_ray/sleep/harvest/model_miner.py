@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TypedDict
 
+from skillopt_envs.chat import ChatRequest
 from skillopt_envs.jsontypes import JSONObject, JSONValue
 
-from skillopt_ray.llm.types import BudgetExceeded, ChatRequest, LLMError, MalformedOutput
+from skillopt_ray.llm.types import BudgetExceeded, LLMError, MalformedOutput
 from skillopt_ray.sleep.harvest import guard
 from skillopt_ray.sleep.harvest import heuristic_miner as heuristic
 from skillopt_ray.sleep.harvest.digest import SessionDigest

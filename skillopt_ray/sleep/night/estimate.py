@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from skillopt_ray import prompts
-from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config.plain import PlainConfig, from_container
+from skillopt_ray.stages.gate import GatePolicy, deterministic_target
 
 # The target's prompt around the skill and the request (role line, headings, message framing), in characters:
 # measured on the demo night, whose ~100-character requests with an empty skill averaged 93 estimated tokens.
@@ -104,18 +105,13 @@ def hierarchical_merges(k: int, batch: int) -> int:
     return calls
 
 
-def gate_extra(o: dict[str, Any], target: dict[str, Any], n_tasks: int, first_pass: int) -> int:
-    """The extra episodes the sequential gate may play per decision: none when it is not the gate, or when the target
-    is deterministic (chat at temperature 0 replays its episode, so the gate plays no extra pair)."""
-    from skillopt_ray.stages.gate import SMALL_SELECTION
-
-    test = o.get("gate_test")
-    if not o.get("use_gate", True) or not (test == "sequential" or (test == "auto" and n_tasks < SMALL_SELECTION)):
-        return 0
-    auto = str(target.get("harness") or "chat") == "chat" and target.get("temperature") == 0
-    if {"true": True, "false": False}.get(str(o.get("gate_seq_deterministic", "auto")).lower(), auto):
-        return 0
-    return max(int(o["gate_seq_min_extra"]), math.floor(float(o["gate_seq_budget"]) * first_pass))
+def gate_extra(data: PlainConfig, n_tasks: int, first_pass: int) -> int:
+    """The extra episodes the night's gate may play per decision, by the gate's own policy: none unless it is the
+    sequential gate, nor for a deterministic target (chat at temperature 0 replays its episode)."""
+    cfg = from_container(data)
+    target = cfg.llm.target
+    policy = GatePolicy.from_config(cfg.optimizer, n_tasks, deterministic_target(target.harness, target.temperature))
+    return policy.extra_episodes(first_pass)
 
 
 def _tokens(chars: float, cap: int = 0) -> int:
@@ -178,7 +174,7 @@ def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill
     eps_first = n_sel + epochs * sum(batches) + n_te
     eps_planned = n_sel + epochs * (sum(batches) + per_epoch * n_sel) + max(0, epochs - 1) * boundary + n_sel + 3 * n_te
     tgt, opt = llm["target"], llm["optimizer"]
-    extra = gate_extra(o, tgt, len(sel), n_sel)
+    extra = gate_extra(data, len(sel), n_sel)
     eps_most = eps_planned + steps * extra
 
     t_out = int((env.get("options") or {}).get("max_tokens") or tgt.get("max_tokens") or 0)

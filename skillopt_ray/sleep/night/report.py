@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillopt_ray.runs.rundir import RunDir  # noqa: E402
+from skillopt_ray.runs.records import GateRecord, is_accept
+from skillopt_ray.runs.rundir import RunDir
 
 
 @dataclass
@@ -39,7 +40,7 @@ class NightReport:
 
     @property
     def changed(self) -> bool:
-        return any(g.action.startswith("accept") for g in self.gates)
+        return any(is_accept(g.action) for g in self.gates)
 
     def notes(self) -> list[str]:
         out = []
@@ -67,19 +68,18 @@ class NightReport:
         return asdict(self) | {"notes": self.notes(), "changed": self.changed}
 
 
-def gate_line(step: str, g: dict[str, Any]) -> GateLine:
-    t = g.get("gate_test") or {}
-    return GateLine(
-        step, str(g.get("action")), str(g.get("reason") or ""), t.get("mean_diff"), t.get("lo"), t.get("hi"),
-        t.get("episodes"),
-    )  # fmt: skip
+def gate_line(step: str, g: GateRecord) -> GateLine:
+    t = g.gate_test
+    if t is None:  # the plain gate: no paired difference to show
+        return GateLine(step, g.action, g.reason or "")
+    return GateLine(step, g.action, g.reason or "", t.get("mean_diff"), t.get("lo"), t.get("hi"), t.get("episodes"))
 
 
 def build_report(
     run_dir: Path, run_name: str, splits: dict[str, list[str]], looks: int, looks_max: int, borrowed: bool
 ) -> NightReport:
     rd = RunDir(run_dir)
-    gates = [gate_line(p.parent.name, json.loads(p.read_text())) for p in sorted(run_dir.glob("steps/*/gate.json"))]
+    gates = [gate_line(step, g) for step, g in rd.step_gates()]
     totals = (rd.read_ledger() or {}).get("totals") or {}
     rep = NightReport(
         run_name, str(run_dir), {k: len(v) for k, v in splits.items()}, gates, "rejected", looks, looks_max,

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.cli import review_gate as review
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.runs.rundir import RunDir
 from skillopt_ray.sleep.harvest.state import STATE_DIR
 from skillopt_ray.sleep.night import state as night_state
 from skillopt_ray.sleep.night.estimate import Estimate
@@ -236,10 +237,8 @@ def run_night(opts: NightOptions, harvest: Any) -> int:
 
 def never_scored(run_dir: Path) -> bool:
     """Every evaluation the run made scored no task (data errors only): its zeros are not results."""
-    path = run_dir / "scores.jsonl"
-    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-    evals = [json.loads(ln).get("eval") or {} for ln in lines if ln.strip()]
-    return bool(evals) and all(not e.get("n_scored") for e in evals)
+    evals = RunDir(run_dir).scores().values()
+    return bool(evals) and all(not e.n_scored for e in evals)
 
 
 def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
@@ -256,7 +255,7 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     source = starting_skill(opts)
     start_text = source.read_text(encoding="utf-8") if source else ""
     doc = skill_home.parse(start_text, opts.name)
-    best = (run_dir / "best_skill.md").read_text(encoding="utf-8")
+    best = RunDir(run_dir).best_skill_path.read_text(encoding="utf-8")
     live = skill_home.live_path(opts.project, opts.target, opts.install_to, doc.name, opts.skill)
     folder = run_dir / "night" / "skill" / skill_home.check_name(doc.name)
     shutil.rmtree(folder, ignore_errors=True)

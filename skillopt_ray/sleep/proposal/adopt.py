@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.sleep.lock import adopt_lock
 from skillopt_ray.sleep.proposal import staging
+from skillopt_ray.sleep.proposal.lock import adopt_lock
 from skillopt_ray.sleep.proposal.staging import ABSENT, ManifestRow, StagedManifest, file_pin, write_atomic
 
 WAL = "adopt-transaction.json"

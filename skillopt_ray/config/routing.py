@@ -1,7 +1,8 @@
 """Which API a role speaks: the reference's rule for sending a model through OpenAI's Responses API.
 
-Both the schema's validation (skillopt_ray/config.py) and the LLM layer (skillopt_ray/llm/client.py,
-skillopt_ray/llm/responses.py) read this rule, so it lives here, importing nothing of either.
+Both the schema's validation (skillopt_ray/config/validation.py) and the LLM layer (skillopt_ray/llm/client.py,
+skillopt_ray/llm/gateway.py) read this rule: it lives with the configuration, on the floor beneath the LLM layer, and
+imports nothing.
 """
 
 from __future__ import annotations

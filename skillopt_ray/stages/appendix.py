@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from skillopt_envs.chat import ChatRequest
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
-from skillopt_ray.llm.types import ChatRequest, MalformedOutput
+from skillopt_ray.llm.types import MalformedOutput
 from skillopt_ray.skill.document import append_to_appendix_field, appendix_notes, set_appendix_notes
 
 
