@@ -43,7 +43,7 @@ def test_auto_runs_a_small_chat_job_in_one_process_and_says_why(no_kept_cluster,
     _without_ray(monkeypatch)
     got = choose(_data())
     assert got.kind == "local"
-    assert got.line().startswith("engine: one process (ray.mode=auto: 16 episodes at a time")
+    assert got.line() == "engine: one process (auto: 16 episodes at a time, no cluster named or kept up)"
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_auto_keeps_ray_where_a_job_asks_for_it(no_kept_cluster, monkeypatch, ov
 def test_auto_keeps_alfworld_on_ray(no_kept_cluster, monkeypatch):
     _without_ray(monkeypatch)
     got = choose(_data(experiment="alfworld"))
-    assert got.kind == "ray" and "alfworld's episodes run faster in processes of their own" in got.why
+    assert got.line() == "engine: Ray (auto: alfworld plays faster in processes of its own)"
 
 
 def test_auto_joins_a_kept_cluster(tmp_path, monkeypatch):
@@ -117,7 +117,7 @@ def test_a_local_eval_never_imports_ray(tmp_path):
     assert calls == 12
     lines = p.stderr.splitlines()
     said = [line for line in lines if not line.startswith("import time:")]
-    assert any(x.startswith("engine: one process (ray.mode=auto") for x in said[:3]), said[:3]  # which and why
+    assert any(x.startswith("engine: one process (auto: ") for x in said[:3]), said[:3]  # which and why
     imported = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
     assert "skillopt_ray.engine.local" in imported and "ray" not in imported
     [summary] = list((tmp_path / "out" / "runs").glob("*/summary.json"))

@@ -28,6 +28,7 @@ class EngineChoice:
     why: str
 
     def line(self) -> str:
+        """One line (under 80 columns for every choice auto makes but a long ray.address)."""
         where = "one process" if self.kind == "local" else "Ray"
         return f"engine: {where} ({self.why})"
 
@@ -48,12 +49,9 @@ def choose(data: PlainConfig) -> EngineChoice:
         return EngineChoice("local", "ray.mode=local")
     why_ray = _needs_ray(data, address)
     if why_ray:
-        return EngineChoice("ray", f"ray.mode=auto: {why_ray}")
+        return EngineChoice("ray", f"auto: {why_ray}")
     episodes = int(r["env_actors"]) * int(r["episodes_per_actor"])
-    return EngineChoice(
-        "local",
-        f"ray.mode=auto: {episodes} episodes at a time, no cluster named or kept up; ray.mode=cluster runs it on Ray",
-    )
+    return EngineChoice("local", f"auto: {episodes} episodes at a time, no cluster named or kept up")
 
 
 def _needs_ray(data: PlainConfig, address: object) -> str:
@@ -71,7 +69,7 @@ def _needs_ray(data: PlainConfig, address: object) -> str:
     from skillopt_ray.runs import kept_cluster
 
     if kept_cluster.live() is not None:
-        return "a cluster is kept up (python -m skillopt_ray.cluster up)"
+        return "a cluster is kept up"
     if int(r.get("gateway_shards") or 1) > 1:
         return f"ray.gateway_shards={r['gateway_shards']} sends from processes of their own"
     if r.get("driver_node", "local") != "local":
@@ -82,7 +80,7 @@ def _needs_ray(data: PlainConfig, address: object) -> str:
     if int(r["env_actors"]) > LOCAL_MAX_WORKERS:
         return f"ray.env_actors={r['env_actors']} (one process takes up to {LOCAL_MAX_WORKERS})"
     if not _one_process(data):
-        return f"{data['env']['name']}'s episodes run faster in processes of their own"
+        return f"{data['env']['name']} plays faster in processes of its own"
     return ""
 
 
