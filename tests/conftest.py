@@ -135,3 +135,130 @@ def qa_fixture(root: Path) -> dict:
         (root / split).mkdir(parents=True)
         (root / split / "items.json").write_text(json.dumps(part))
     return {it["id"]: ("qa", f"<answer>{it['answers'][0]}</answer>", "<answer>I do not know</answer>") for it in items}
+
+
+@pytest.fixture()
+def run():
+    """One event loop per test: the SDK's HTTP pool belongs to the loop that opened it."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    yield loop.run_until_complete
+    loop.close()
+
+
+@pytest.fixture()
+def server():
+    """A scripted server answering each chat call with its last message as JSON (`{"answer": ...}`)."""
+    from helpers import _echo
+    from scripted_server import ScriptedServer
+
+    srv = ScriptedServer(policy=_echo)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture()
+def silent_port():
+    """A TCP port that accepts connections and never sends a byte."""
+    import socket
+    import threading
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(64)
+    held, stop = [], threading.Event()
+
+    def accept():
+        lsock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(lsock.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield lsock.getsockname()[1]
+    stop.set()
+    t.join(2)
+    for c in held:
+        c.close()
+    lsock.close()
+
+
+@pytest.fixture
+def proj(tmp_path):
+    """A project with a live skill (`.agents/skills/deploy/SKILL.md`) for the adopt tests."""
+    from sleep_fixtures import LIVE
+
+    project = tmp_path / "my project"
+    live = project / ".agents" / "skills" / "deploy"
+    live.mkdir(parents=True)
+    (live / "SKILL.md").write_text(LIVE)
+    return project
+
+
+@pytest.fixture()
+def local_head():
+    """A private Ray head on loopback (every port chosen free), stopped by its pids afterwards."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from cluster_helpers import _free_ports, head_pids, stop_by_pids, wait_for_job_api
+
+    temp_dir = tempfile.mkdtemp(prefix="rh.", dir="/tmp")  # short: Ray's socket paths have a length limit
+    # every port chosen free: Ray's default agent ports clash with other clusters on a busy machine
+    gcs, dash, client, agent_http, agent_grpc, runtime_env, metrics = _free_ports(7)
+    env = dict(
+        os.environ,
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+    )
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    subprocess.run(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={gcs}",
+            f"--dashboard-port={dash}",
+            "--dashboard-host=127.0.0.1",
+            f"--ray-client-server-port={client}",
+            f"--temp-dir={temp_dir}",
+            "--num-cpus=2",
+            "--include-dashboard=true",
+            "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={agent_http}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={runtime_env}",
+            f"--metrics-export-port={metrics}",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    try:
+        wait_for_job_api(f"http://127.0.0.1:{dash}")
+        yield env, f"http://127.0.0.1:{dash}"
+    finally:
+        stop_by_pids(temp_dir)
+        assert not head_pids(temp_dir)
+
+
+@pytest.fixture
+def need_chromium():
+    """Chromium and Playwright for the browser tests, or skip (locally) / fail (CI=true)."""
+    from dashboard_browser import CHROMIUM
+
+    if CHROMIUM is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("CI=true but Chromium is not installed (scripts/install.sh installs the chromium package)")
+        pytest.skip("Chromium is not installed")
+    pytest.importorskip("playwright")

@@ -15,12 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from conformance_helpers import FakeRunner, tasks
+
 from skillopt_ray.config import Config, OptimizerConfig
 from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
-from tests.test_conformance_loop import FakeRunner, tasks
 
 SEED_SKILL = "# Seed skill\n- Be careful.\n\n## Execution Notes\n"
 STAGES = ("reflect", "aggregate", "select", "update", "gate", "appendix_notes")

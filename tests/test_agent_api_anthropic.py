@@ -7,58 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 
 import pytest
-from aiohttp import web
+from helpers import MessagesServer
 from skillopt_envs.chat import ChatRequest
 
-from skillopt_ray.llm.agent_api import AgentReply, message_object, messages_to_chat, responses_events, responses_to_chat
+from skillopt_ray.llm.agent_api import AgentReply, messages_to_chat, responses_events, responses_to_chat
 from skillopt_ray.llm.types import LLMRequestRejected
-
-
-class MessagesServer:
-    """Answers POST /v1/messages from a queue of (status, reply) and keeps the bodies it got."""
-
-    def __init__(self, replies):
-        self.replies = list(replies)
-        self.bodies = []
-        self.port = 0
-
-    async def _messages(self, request):
-        self.bodies.append(await request.json())
-        status, reply = self.replies.pop(0)
-        if status != 200:
-            return web.json_response(
-                {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}, status=status
-            )
-        return web.json_response(message_object(reply, f"msg_{len(self.bodies)}", "claude-test"))
-
-    def __enter__(self):
-        ready = threading.Event()
-        self.loop = asyncio.new_event_loop()
-
-        def serve():
-            asyncio.set_event_loop(self.loop)
-            app = web.Application()
-            app.router.add_post("/v1/messages", self._messages)
-            self.runner = web.AppRunner(app)
-            self.loop.run_until_complete(self.runner.setup())
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
-            self.loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]
-            ready.set()
-            self.loop.run_forever()
-
-        self.thread = threading.Thread(target=serve, daemon=True)
-        self.thread.start()
-        ready.wait(10)
-        return self
-
-    def __exit__(self, *exc):
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 def _gateway(url, tmp_path):

@@ -47,7 +47,7 @@ def _claude_body() -> dict[str, Any]:
 async def _ask(policy: Any, path: str, body: dict[str, Any], tmp_path, calls: int = 1, **server_kw) -> list[dict]:
     """`calls` posts of `body` to a fresh episode endpoint whose model is the scripted server."""
     with ScriptedServer(policy=policy) as srv:
-        obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "llm=compatible", f"llm.base_url={srv.base_url}"]))
+        obj = cli.compose(["+experiment=searchqa", "llm=compatible", f"llm.base_url={srv.base_url}"])
         gw = Gateway(obj.llm, None)
         server = AgentAPIServer(gw, "ep/t1", **server_kw)
         sock = str(tmp_path / "agent.sock")

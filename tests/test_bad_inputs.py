@@ -250,5 +250,5 @@ def test_a_run_name_is_a_name_not_a_path(capsys, tmp_path, name):
     _assert_refused(code, err, out, f"run_name={name!r}", "not a plain name")
     assert sorted(p.name for p in user.iterdir()) == ["config.yaml"] and (user / "config.yaml").read_text() == "mine\n"
     assert code == 2 and "Ray" not in err
-    obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "run_name=my run_2.v1"]))
+    obj = cli.compose(["+experiment=searchqa", "run_name=my run_2.v1"])
     assert obj.run_name == "my run_2.v1"  # a name may hold what a folder name may

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import qa_fixture
+from helpers import checked
 from scripted_server import Policies, ScriptedServer
 
 from skillopt_ray import cli
@@ -60,7 +61,8 @@ def test_prices_for_any_model_name(capsys):
             "+llm.prices.my_model.output_per_mtok=2",
         ]
     )
-    obj, data = cli.typed(cfg)
+    obj = cfg
+    data = cli.plain(obj)
     assert (
         obj.llm.prices["gpt-5.4-mini"].input_per_mtok == 0.75 and obj.llm.prices["gpt-5.4-mini"].output_per_mtok == 4.5
     )
@@ -70,7 +72,7 @@ def test_prices_for_any_model_name(capsys):
         "cached_input_per_mtok": None,  # None: cached prompt tokens cost the input price
     }
     assert data["llm"]["prices"]["my_model"]["output_per_mtok"] == 2.0
-    obj, _ = cli.typed(cli.compose(["+experiment=alfworld", "llm=openai", "llm.prices.gpt-4o.input_per_mtok=3"]))
+    obj = cli.compose(["+experiment=alfworld", "llm=openai", "llm.prices.gpt-4o.input_per_mtok=3"])
     assert (obj.llm.prices["gpt-4o"].input_per_mtok, obj.llm.prices["gpt-4o"].output_per_mtok) == (
         3.0,
         10.0,
@@ -262,7 +264,7 @@ def test_a_named_run_whose_inputs_changed_refuses_to_resume(capsys, tmp_path, mo
 
 
 def test_the_embedded_preset_retries_a_timed_out_call(capsys):
-    obj, _ = cli.typed(cli.compose(["+experiment=searchqa"]))  # the zero-config default
+    obj = cli.compose(["+experiment=searchqa"])  # the zero-config default
     for r in (obj.llm.target, obj.llm.optimizer):
         assert r.silence_probe_s == 0 and 2 * r.timeout_s <= obj.llm.retry_window_s  # a second attempt fits the window
     code, _, err = _main(capsys, "+experiment=searchqa", "llm.optimizer.timeout_s=800", *FAST_FAIL[:0], "--cfg", "job")
@@ -309,7 +311,7 @@ def test_a_reply_ceiling_caps_what_a_benchmark_asks_for():
     from skillopt_ray.config import LLMRoleConfig
     from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint
 
-    obj, _ = cli.typed(cli.compose(["+experiment=spreadsheetbench"]))  # zero config: the embedded model
+    obj = cli.compose(["+experiment=spreadsheetbench"])  # zero config: the embedded model
     assert obj.llm.target.max_reply_tokens == 160 and obj.env.options.get("max_completion_tokens", 16384) == 16384
 
     async def sent(role: LLMRoleConfig, asked: int, budget=None) -> int:
@@ -349,21 +351,18 @@ def test_execute_leaves_the_callers_config_as_it_was(tmp_path, monkeypatch):
             return FakeDriver
 
         @staticmethod
-        def remote(cfg, run_dir, owner):
+        def remote(cfg, run_dir, owner, **_kw):
             seen["cfg"] = cfg
             raise cli.UsageError("stopped by the test")
 
     monkeypatch.setattr(launch, "start_ray", lambda d: None)
     monkeypatch.setattr(driver_module, "DriverActor", FakeDriver)
     monkeypatch.setattr(driver_module, "driver_options", lambda cfg: {})
+    run = checked(data)
     with pytest.raises(cli.UsageError, match="stopped by the test"):
-        launch.execute(data)
-    assert data == before
-    assert (
-        seen["cfg"]["llm"]["target"]["base_url"]
-        == seen["cfg"]["llm"]["optimizer"]["base_url"]
-        == "http://127.0.0.1:9/v1"
-    )
+        launch.execute(run)
+    assert data == before and run.data == before
+    assert seen["cfg"].llm.target.base_url == seen["cfg"].llm.optimizer.base_url == "http://127.0.0.1:9/v1"
 
 
 def test_a_prompt_longer_than_the_context_gets_advice_about_the_context():

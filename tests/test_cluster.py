@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cluster_helpers import _cli, _env
 
 from skillopt_ray.base.lifeline import start_ticks
 from skillopt_ray.cluster import command as cluster
@@ -22,27 +23,6 @@ ATTACH = (
     "start_ray({'ray': {'address': None, 'num_cpus': None, 'object_store_memory_mb': 128}}); "
     "print(ray.get_runtime_context().gcs_address, flush=True); time.sleep(float(sys.argv[1]))"
 )
-
-
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    """A command's environment with the kept cluster's record in `home` (tests/test_service.py uses it too): none of
-    the settings that would keep a command from the cluster or make its environment differ from the holder's."""
-    env = dict(os.environ, SKILLOPT_CLUSTER_HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO))
-    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "SKILLOPT_SERVICE", "SKILLOPT_STARTUP_TRACE", "PYTEST_CURRENT_TEST"):
-        env.pop(name, None)
-    env.update(extra)
-    return env
-
-
-def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "skillopt_ray.cluster", *args],
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=REPO,
-    )
 
 
 def _wait_gone(pid: int, start: str, timeout_s: float) -> bool:

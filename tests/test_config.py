@@ -33,12 +33,13 @@ def test_the_benchmarks_with_an_agent_harness_are_the_references():
 
 @pytest.mark.parametrize("exp,llm,ray", list(itertools.product(EXPERIMENTS, LLMS, RAYS)))
 def test_every_config_composes_and_validates(exp, llm, ray):
-    cfg = cli.compose([f"+experiment={exp}", f"llm={llm}", f"ray={ray}"])
+    overrides = [f"+experiment={exp}", f"llm={llm}", f"ray={ray}"]
     if llm in ("codex", "claude_code") and exp not in HARNESS_BENCHMARKS:
         with pytest.raises(Exception, match=f"llm.target.harness={llm} is not supported by the {exp} benchmark"):
-            cli.typed(cfg)  # an agent harness target on a benchmark without one: refused in one line
+            cli.compose(overrides)  # an agent harness target on a benchmark without one: refused in one line
         return
-    obj, data = cli.typed(cfg)
+    obj = cli.compose(overrides)
+    data = cli.plain(obj)
     assert obj.experiment == exp == data["env"]["name"]
     o = obj.optimizer  # the paper protocol
     assert (
@@ -59,7 +60,8 @@ def test_every_config_composes_and_validates(exp, llm, ray):
 def test_the_local_model_experiment_composes_on_the_worked_example():
     """+experiment=local_coder: the worked example's tasks through the custom benchmark, scored by its check script,
     one epoch of two steps with the paired soft gate (sized for 2 cores)."""
-    obj, data = cli.typed(cli.compose(["+experiment=local_coder", "llm=local"]))
+    obj = cli.compose(["+experiment=local_coder", "llm=local"])
+    data = cli.plain(obj)
     assert (obj.experiment, data["env"]["name"]) == ("local_coder", "custom")
     assert data["env"]["options"]["scorer"] == "script"
     assert Path(data["env"]["options"]["check"]).name == "check.py" and Path(data["env"]["data_dir"]).is_file()
@@ -75,7 +77,7 @@ def test_the_local_model_experiment_composes_on_the_worked_example():
 
 
 def test_smoke_overlay_and_overrides():
-    obj, _ = cli.typed(cli.compose(["+experiment=alfworld", "+smoke=tiny", "optimizer.learning_rate=6", "seed=3"]))
+    obj = cli.compose(["+experiment=alfworld", "+smoke=tiny", "optimizer.learning_rate=6", "seed=3"])
     assert obj.optimizer.batch_size == 1 and obj.optimizer.learning_rate == 6 and obj.seed == 3  # conf/smoke/tiny.yaml
 
 
@@ -203,4 +205,4 @@ def test_unimplemented_benchmark_is_a_clear_data_error():
 
 def test_min_learning_rate_above_learning_rate_is_named():
     with pytest.raises(cli.UsageError, match="optimizer.min_learning_rate=3 is larger than optimizer.learning_rate=2"):
-        cli.typed(cli.compose(["+experiment=alfworld", "optimizer.learning_rate=2", "optimizer.min_learning_rate=3"]))
+        cli.compose(["+experiment=alfworld", "optimizer.learning_rate=2", "optimizer.min_learning_rate=3"])

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from skillopt_ray.cli.compose import compose, experiments, typed
+from skillopt_ray.cli.compose import compose, experiments, plain
 from skillopt_ray.config import Config, from_container
 
 TASKS = "env.data_dir=examples/python-functions/tasks.jsonl"
@@ -20,7 +20,7 @@ def _slow(data):
 
 @pytest.mark.parametrize("name", [e for e in experiments() if NEEDS.get(e, []) is not None])
 def test_the_direct_rebuild_equals_omegaconfs_merge(name, monkeypatch):
-    _, data = typed(compose([f"+experiment={name}", *NEEDS.get(name, [])]))
+    data = plain(compose([f"+experiment={name}", *NEEDS.get(name, [])]))
     with monkeypatch.context() as m:
         m.setattr(OmegaConf, "merge", lambda *a, **k: pytest.fail("the direct rebuild fell back to OmegaConf"))
         fast = from_container(data)
@@ -32,7 +32,7 @@ def test_the_direct_rebuild_equals_omegaconfs_merge(name, monkeypatch):
 
 
 def test_a_dict_that_does_not_fit_gets_omegaconfs_error():
-    _, data = typed(compose(["+experiment=alfworld"]))
+    data = plain(compose(["+experiment=alfworld"]))
     bad = dict(data, optimizer=dict(data["optimizer"], learning_rate="many"))
     with pytest.raises(OmegaConfBaseException, match="learning_rate"):
         from_container(bad)
@@ -41,6 +41,6 @@ def test_a_dict_that_does_not_fit_gets_omegaconfs_error():
 
 
 def test_ints_given_for_floats_are_floats():
-    _, data = typed(compose(["+experiment=alfworld"]))
+    data = plain(compose(["+experiment=alfworld"]))
     data["llm"]["target"]["temperature"] = 1  # an int where the schema says float
     assert isinstance(from_container(data).llm.target.temperature, float)

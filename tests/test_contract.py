@@ -12,11 +12,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import skillopt_envs
+from helpers import gateway
 from scripted_server import ScriptedServer
 
 from skillopt_ray.loop.evaluation import Evaluator
-from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
-from tests.test_llm_transport import gateway
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = ROOT / "envs"

@@ -3,14 +3,12 @@ with a stand-in model. Check scripts in the sandbox are in tests/test_custom_che
 
 from __future__ import annotations
 
-import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import skillopt_envs
-from skillopt_envs.base import DataError, EpisodeContext
+from custom_helpers import FakeLLM, bench, play, write_jsonl
+from skillopt_envs.base import DataError
 from skillopt_envs.custom.scorers import SCORERS, ScoreInput, extract_answer, parse_number
 from skillopt_envs.kit import parse_ratio, ratio_split, split_counts
 
@@ -19,11 +17,6 @@ from skillopt_ray import cli
 
 def score(name: str, reply: str, golds: list[str], task: dict[str, Any] | None = None, tol: float = 1e-6) -> float:
     return SCORERS[name](ScoreInput(reply, extract_answer(reply), golds, task or {}, tol)).value
-
-
-def write_jsonl(path: Path, rows: list[Any]) -> Path:
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
 
 
 # ---------- scorers ----------
@@ -91,10 +84,6 @@ def test_ratio_split_is_seeded_and_covers_every_item():
 
 
 # ---------- task files ----------
-
-
-def bench(data: Path, **options: Any) -> Any:
-    return skillopt_envs.make("custom", {"name": "custom", "data_dir": str(data), "options": options})
 
 
 def test_a_jsonl_file_splits_by_ratio_and_keeps_given_splits(tmp_path):
@@ -165,31 +154,6 @@ def test_a_missing_check_is_refused_before_the_run(tmp_path):
 
 
 # ---------- episodes with a stand-in model ----------
-
-
-class Reply:
-    def __init__(self, content: str):
-        self.content = content
-
-
-class FakeLLM:
-    """Answers every target call with `reply`; records the messages it was sent."""
-
-    def __init__(self, reply: str):
-        self.reply = reply
-        self.sent: list[Any] = []
-
-    async def chat(self, req: Any) -> Reply:
-        self.sent.append(req)
-        return Reply(self.reply)
-
-
-CTX = EpisodeContext("t/e1", True, 1, 0)
-
-
-def play(b: Any, split: str, llm: FakeLLM, skill: str = "# Skill\nRULE-1") -> Any:
-    task = b.load_split(split)[0]
-    return asyncio.run(b.run_episode(task, skill, llm, CTX))
 
 
 def test_a_chat_episode_shows_the_analysts_prompt_reply_answer_and_reason(tmp_path):

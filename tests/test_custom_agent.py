@@ -10,8 +10,8 @@ import re
 import pytest
 import skillopt_envs
 from conftest import need_bwrap, need_harness
+from harness_helpers import SKILL_FILE, _eval, _gateway
 from scripted_server import ScriptedServer
-from test_harness_e2e import SKILL_FILE, _eval, _gateway
 
 pytestmark = pytest.mark.slow
 

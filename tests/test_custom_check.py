@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import skillopt_envs
+from custom_helpers import CTX, FakeLLM, write_jsonl
 from skillopt_envs.custom.check import make_sandbox, run_check
-from test_custom import CTX, FakeLLM, write_jsonl
 
 pytestmark = pytest.mark.usefixtures("needs_bwrap")
 

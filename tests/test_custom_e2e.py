@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from custom_helpers import write_jsonl
+from helpers import checked
 from scripted_server import Policies, ScriptedServer
-from test_custom import write_jsonl
 
 from skillopt_ray import cli
 
@@ -45,9 +46,9 @@ def test_a_jsonl_task_file_trains_a_skill_that_learns(ray_cluster, tmp_path):
             "optimizer.batch_size=4",
             "optimizer.minibatch_size=2",
         ]
-        _obj, d = cli.typed(cli.compose(overrides))
+        d = cli.plain(cli.compose(overrides))
         d = cli.resolve_paths(d)
-        code, rd = cli.run_one(d), cli.run_dir_for(d)
+        code, rd = cli.run_one(checked(d)), cli.run_dir_for(d)
     assert code == 0
     summary = json.loads((rd / "summary.json").read_text())
     assert summary["test"]["initial"]["hard"] == 0.0 and summary["test"]["best"]["hard"] == 1.0, summary["test"]

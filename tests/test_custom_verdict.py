@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_custom import FakeLLM, bench, play, write_jsonl
+from custom_helpers import FakeLLM, bench, play, write_jsonl
 
 from skillopt_ray.prompts.render import trajectory_block
 

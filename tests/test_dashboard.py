@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import qa_fixture
+from dashboard_browser import CHROMIUM, TOKEN, _dashboard_cmd, _wait_http
 from scripted_server import Policies, ScriptedServer
 
 from skillopt_ray.cli.errors import UsageError
@@ -24,7 +25,6 @@ from skillopt_ray.dashboard.launcher import Launcher, form_schema, overrides_fro
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _cli(url: str, out: Path, data: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -220,49 +220,10 @@ def _opened_run_dir(launch, timeout: float = 180.0) -> Path:
 # ---------------------------------------------------------------- the page in a real browser
 
 
-TOKEN = "browser-test-token"
-
-
-def _dashboard_cmd(port: int, outputs: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "skillopt_ray.dashboard",
-        "--port",
-        str(port),
-        "--outputs",
-        str(outputs),
-        "--token",
-        TOKEN,
-    ]
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _wait_http(url: str, timeout: float = 60.0, token: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    while True:
-        try:
-            urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=2).read()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
-
-
-@pytest.fixture
-def need_chromium():
-    if CHROMIUM is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("CI=true but Chromium is not installed (scripts/install.sh installs the chromium package)")
-        pytest.skip("Chromium is not installed")
-    pytest.importorskip("playwright")
 
 
 @pytest.mark.slow

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_dashboard import CHROMIUM, _dashboard_cmd, _wait_http, need_chromium  # noqa: F401 - a fixture
-from test_dashboard import TOKEN as CMD_TOKEN
-from test_dashboard_security import TOKEN, Served, _free_port
+from dashboard_browser import CHROMIUM, _dashboard_cmd, _wait_http
+from dashboard_browser import TOKEN as CMD_TOKEN
+from dashboard_served import TOKEN, Served, _free_port
 
 from skillopt_ray.dashboard import nights
 from skillopt_ray.dashboard.security import Guard

@@ -8,6 +8,7 @@ import asyncio
 import json
 
 import pytest
+from conformance_helpers import SEED, SEED_SKILL, ScriptedOptimizer, tasks
 from skillopt_envs.base import DataError, EpisodeResult, Task
 
 from skillopt_ray.cli.report import summary_table
@@ -16,7 +17,6 @@ from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.stages.rollout import check_data
-from tests.test_conformance_loop import SEED, SEED_SKILL, ScriptedOptimizer, tasks
 
 
 class Runner:

@@ -667,7 +667,7 @@ def test_presets_pick_the_page_input_and_the_paper_parameters(llm, provider, sen
     from skillopt_ray.config import LLMRoleConfig
     from skillopt_ray.llm.client import RoleEndpoint
 
-    _obj, data = cli.typed(cli.compose(["+experiment=docvqa", f"llm={llm}"]))
+    data = cli.plain(cli.compose(["+experiment=docvqa", f"llm={llm}"]))
     opts = bm.DocVQAOptions.parse(data["env"]["options"])
     assert data["env"]["name"] == "docvqa" and data["env"]["max_turns"] == 1
     assert opts.target_provider == provider and opts.sends_images is sends and opts.image_detail == "auto"

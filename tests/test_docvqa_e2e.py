@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import checked
 from scripted_server import Policies, ScriptedServer
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa.samples import ensure_samples
@@ -41,9 +42,9 @@ def test_docvqa_experiment_learns_and_sends_the_page_image(ray_cluster, tmp_path
             "env.limit_selection=2",
             "env.limit_test=4",
         ]
-        _obj, data = cli.typed(cli.compose(overrides))
+        data = cli.plain(cli.compose(overrides))
         data = cli.resolve_paths(data)
-        code = cli.run_one(data)
+        code = cli.run_one(checked(data))
         rd = cli.run_dir_for(data)
         targets = [
             b for b in srv.state.bodies if len(b["messages"]) >= 2 and isinstance(b["messages"][1]["content"], list)
@@ -156,9 +157,9 @@ def test_parquet_data_in_place_pages_read_by_the_env_actors(ray_cluster, tmp_pat
             f"env.options.page_cache={tmp_path / 'pages'}",
             "optimizer.epochs=1",
         ]
-        _obj, cfg = cli.typed(cli.compose(overrides))
+        cfg = cli.plain(cli.compose(overrides))
         cfg = cli.resolve_paths(cfg)
-        code = cli.run_one(cfg)
+        code = cli.run_one(checked(cfg))
         rd = cli.run_dir_for(cfg)
         sent = [
             base64.b64decode(b["messages"][1]["content"][1]["image_url"]["url"].split(",", 1)[1])

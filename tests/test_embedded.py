@@ -46,7 +46,8 @@ def test_embedded_server_chat_and_schema_json_then_clean_shutdown(tmp_path):
 def _local(*extra: str):
     from skillopt_ray import cli
 
-    return cli.typed(cli.compose(["+experiment=searchqa", "llm=local", *extra]))
+    obj = cli.compose(["+experiment=searchqa", "llm=local", *extra])
+    return obj, cli.plain(obj)
 
 
 def test_local_preset_starts_its_server_with_tools_on_a_small_model(tmp_path):

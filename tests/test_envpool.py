@@ -7,6 +7,7 @@ import contextlib
 import time
 
 import pytest
+from helpers import llm_config
 from scripted_server import Fault, Policies, ScriptedServer
 from skillopt_envs.alfworld.data import walk_split
 from skillopt_envs.base import EpisodeContext
@@ -35,7 +36,7 @@ def pool_on_scripted(alfworld_root, walkthroughs, settings: PoolSettings, latenc
     srv = ScriptedServer(Policies(walkthroughs, "walkthrough"), latency_s=latency_s)
     srv.start()
     srv.inject(*faults)
-    gw = GatewayActor.remote(_llm_cfg(srv.base_url), None, None)
+    gw = GatewayActor.remote(llm_config(_llm_cfg(srv.base_url)), None, None)
     pool = EnvPool("alfworld", {"data_dir": str(alfworld_root), "options": {}}, gw, settings)
     try:
         yield pool
@@ -193,7 +194,7 @@ def test_a_replayed_rollout_plays_its_longest_games_first(ray_cluster, alfworld_
     tasks = [by_length[n] for n in sorted(by_length)[:4]]  # shortest first: the replay must turn this around
     policies = KeyLog(walkthroughs, "walkthrough", wander=0)
     with ScriptedServer(policies) as srv:
-        gw = GatewayActor.remote(_llm_cfg(srv.base_url), None, None)
+        gw = GatewayActor.remote(llm_config(_llm_cfg(srv.base_url)), None, None)
         pool = EnvPool("alfworld", {"data_dir": str(alfworld_root), "options": {}}, gw, PoolSettings(1, 1, 0.0, 120, 1))
         try:
             first = asyncio.run(pool.run(tasks, "# skill", EpisodeContext("order1", False, 40, 2)))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import qa_fixture
+from helpers import checked
 from scripted_server import Policies, ScriptedServer
 from skillopt_envs.spreadsheetbench.samples import SAMPLE_SPLITS, SOLUTIONS, TEMPLATES
 
@@ -34,9 +35,9 @@ def _run(url: str, out: Path, experiment: str, *extra: str) -> tuple[int, Path]:
         "optimizer.lr_schedule=cosine",
         *extra,
     ]
-    _obj, data = cli.typed(cli.compose(overrides))
+    data = cli.plain(cli.compose(overrides))
     data = cli.resolve_paths(data)
-    return cli.run_one(data), cli.run_dir_for(data)
+    return cli.run_one(checked(data)), cli.run_dir_for(data)
 
 
 def _check_learned(rd: Path) -> dict:
@@ -107,10 +108,10 @@ def test_an_already_running_embedded_server_is_used_instead_of_starting_one(ray_
             f"env.data_dir={tmp_path / 'qa'}",
             "env.options.split_source=folders",
         ]  # fixture items, not the paper split's ids
-        _obj, data = cli.typed(cli.compose(overrides))
+        data = cli.plain(cli.compose(overrides))
         data = cli.resolve_paths(data)
         rd = cli.run_dir_for(data)  # before the run: execute() fills in the roles' base_url
-        code = cli.run_one(data)
+        code = cli.run_one(checked(data))
         assert srv.state.attempts > 0  # every call went to the given server
     assert code == 0
     assert not (rd / "embedded_server.log").exists()

@@ -10,6 +10,8 @@ import zlib
 from typing import Any
 
 import pytest
+from helpers import echo_llm, llm_config
+from scripted_server import ScriptedServer
 from skillopt_envs.base import NOT_PLAYED, EpisodeResult, Task
 
 from skillopt_ray.config import Config, OptimizerConfig
@@ -119,21 +121,24 @@ def test_only_the_hard_gate_stops_early(tmp_path, metric):
 
 def test_the_pool_cancels_the_episodes_left_on_their_actors(ray_cluster):
     """Real env actors and gateway: once `stop` says so, episodes in flight are cancelled on the actors and come
-    back not_played, and no further model call is made for them."""
-    import time
+    back not_played, and no further model call is made for them.
 
+    Load-independent: two tasks are answered at once, every other task's calls are held by the server until the test
+    opens it, so which episodes finish is fixed (not a race against the clock). Opened after the cancel, the held
+    calls are answered; an episode that was not cancelled would then make its next call. Episodes played afterwards
+    on the same actors are the barrier: the cancels were sent to the actors before them."""
     import ray
     from skillopt_envs.base import EpisodeContext
     from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
     from skillopt_ray.engine.envpool import EnvPool, PoolSettings
     from skillopt_ray.llm.gateway import GatewayActor
-    from tests.test_scale import _echo, _llm
 
-    env_cfg = {"options": {"tasks": 8, "calls": 10, "think_s": 0.5}}  # each episode: 10 calls, 0.5 s apart
+    env_cfg = {"options": {"tasks": 8, "calls": 3}}
     tasks = SyntheticBenchmark(env_cfg).load_split("val")
-    with _echo() as srv:
-        gw = GatewayActor.remote(_llm(srv.base_url), None, None, None)
+    fast = {t.task_id for t in tasks[:2]}
+    with GatedServer(fast) as srv:
+        gw = GatewayActor.remote(llm_config(echo_llm(srv.base_url)), None, None, None)
         pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(2, 2, 0.0, 60.0, 1))  # 4 slots for 8 episodes
         try:
             seen: list[str] = []
@@ -143,16 +148,45 @@ def test_the_pool_cancels_the_episodes_left_on_their_actors(ray_cluster):
                 return len(seen) >= 2
 
             results = asyncio.run(pool.run(tasks, "# skill", EpisodeContext("cancel", False, 4, 0), stop=stop))
-            calls_at_return = srv.state.attempts
-            time.sleep(5.5)  # long enough for episodes that kept running to finish (9 more calls, 0.5 s apart)
-            # the 4 episodes in flight when the stop came: at most the call each had on its way (plus one if the
-            # cancel itself was slow); left running, the two started last alone would make about 18 more
-            assert srv.state.attempts - calls_at_return <= 8
+            held = srv.held_keys()
+            srv.open()  # the held calls are answered now: a live episode would go on to its next call
+            after = asyncio.run(pool.run(tasks[:2] * 2, "# skill", EpisodeContext("after", False, 4, 0)))
+            held_after = srv.held_keys()
         finally:
+            srv.open()
             pool.shutdown()
             ray.kill(gw)
     assert [r.task_id for r in results] == [t.task_id for t in tasks]
-    played = [r for r in results if not r.not_played]
-    assert {r.task_id for r in played} >= set(seen) and all(r.hard == 1.0 for r in played)
-    assert sum(r.not_played for r in results) >= 4  # at least the 4 episodes that never got a slot
-    assert calls_at_return < 8 * 10
+    assert {r.task_id for r in results if not r.not_played} == fast and set(seen) == fast
+    assert all(r.hard == 1.0 for r in results if not r.not_played)
+    assert sum(r.not_played for r in results) == 6  # the ones held in flight and the ones that never got a slot
+    # a held episode was cancelled on its first call (sent, or on its way, when the stop came): no second call,
+    # however late the first arrived; one call each for at most the 4 slots' episodes
+    for keys in (held, held_after):
+        assert all(k.startswith("cancel/") and k.endswith("/t0") for k in keys), keys
+        assert len(keys) == len(set(keys)) <= 4, keys
+    assert set(held) <= set(held_after)
+    assert all(r.hard == 1.0 for r in after)
+
+
+class GatedServer(ScriptedServer):
+    """The echo server, holding every call of a task not in `fast` until open() (the calls' sample keys kept)."""
+
+    def __init__(self, fast: set[str]):
+        super().__init__(policy=lambda body, headers: f"ok {headers.get('x-skillopt-key', '')}")
+        self.fast = fast
+        self.keys: list[str] = []
+        self._open = False
+
+    def open(self) -> None:
+        self._open = True
+
+    def held_keys(self) -> list[str]:
+        return sorted(k for k in self.keys if k.split("/")[-2] not in self.fast)
+
+    async def _chat(self, request):  # type: ignore[override]
+        key = request.headers.get("x-skillopt-key", "")
+        self.keys.append(key)
+        while key.split("/")[-2] not in self.fast and not self._open:
+            await asyncio.sleep(0.01)
+        return await super()._chat(request)

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from golden_helpers import DATA, check
 
 from skillopt_ray.compare import command as compare
 
-DATA = Path(__file__).parent / "data" / "golden"
 BASELINE = "optimizer.learning_rate=2,optimizer.gate_metric=hard"
 
 
@@ -30,13 +29,6 @@ def sweep_dir(tmp_path: Path) -> Path:
         t["run_dir"] = str(sdir / t["run_dir"])
     (sdir / "sweep.json").write_text(json.dumps(meta, indent=2))
     return sdir
-
-
-def check(name: str, text: str) -> None:
-    path = DATA / name
-    if os.environ.get("SKILLOPT_GOLDEN_WRITE") == "1":
-        path.write_text(text, encoding="utf-8")
-    assert path.read_text(encoding="utf-8") == text, f"{name} changed: diff it against this test's output"
 
 
 def _run(capsys: Any, sdir: Path, *args: str) -> str:

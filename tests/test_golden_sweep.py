@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_golden_compare import DATA, check
+from golden_helpers import DATA, check
 
 from skillopt_ray.compare import command as compare
 from skillopt_ray.sweep import command as sweep

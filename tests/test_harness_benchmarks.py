@@ -307,10 +307,11 @@ def test_officeqa_refuses_a_corpus_under_a_gold_answer_folder(tmp_path, recorder
 def test_officeqa_harness_only_offline_with_tools(overrides):
     for llm in (["llm=codex"], ["llm=claude_code"], ["llm=compatible", "llm.target.harness=codex"]):
         with pytest.raises(Exception, match="runs OfficeQA only offline with local tools"):
-            cli.typed(cli.compose(["+experiment=officeqa", *llm, *overrides]))
-    obj, data = cli.typed(cli.compose(["+experiment=officeqa", "llm=codex"]))
+            cli.compose(["+experiment=officeqa", *llm, *overrides])
+    obj = cli.compose(["+experiment=officeqa", "llm=codex"])
+    data = cli.plain(obj)
     assert data["env"]["options"]["target_harness"] == "codex"
-    _obj, data = cli.typed(cli.compose(["+experiment=officeqa", "llm=compatible", *overrides]))
+    data = cli.plain(cli.compose(["+experiment=officeqa", "llm=compatible", *overrides]))
     assert data["env"]["options"]["target_harness"] == "chat"
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from conftest import need_bwrap, need_harness
+from harness_helpers import SKILL_FILE, _eval, _gateway
 from scripted_server import ScriptedServer
-from test_harness_e2e import SKILL_FILE, _eval, _gateway
 
 pytestmark = pytest.mark.slow
 
@@ -173,7 +173,7 @@ def test_linked_corpus_and_page_are_read_only_and_their_neighbours_hidden(tmp_pa
     workspace's docs/ link and the image's own path, cannot write there, and sees nothing beside them."""
     need_bwrap()
     need_harness("codex")
-    from test_harness_sandbox import EscapingModel
+    from harness_helpers import EscapingModel
 
     from skillopt_ray.harness.episode import HarnessTask, run_harness_task
 

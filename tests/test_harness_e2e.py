@@ -7,77 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from pathlib import Path
 
 import pytest
 from conftest import need_bwrap, need_harness, qa_fixture
-from scripted_server import Policies, ScriptedServer
-
-SKILL_FILE = ".agents/skills/skillopt-target/SKILL.md"
-
-
-class AgentPolicy:
-    """Target: read SKILL.md first (through the harness's own shell tool), then answer right only if the skill
-    holds the rule for the task's type. Optimizer: the rule-gated scripted analysts."""
-
-    def __init__(self, answers: dict):
-        self.answers = answers
-        self.optimizer = Policies(target="rule_gated", answers=answers)
-        self.skill_reads: list[tuple[str, str]] = []  # (task id, path the skill was read from)
-        self.target_calls = 0
-
-    def __call__(self, body, headers):
-        if headers.get("x-skillopt-role") != "target":
-            return self.optimizer.answer(body, headers)
-        if not body.get("tools"):  # a chat target: the rule-gated scripted reply
-            return self.optimizer.answer(body, headers)
-        self.target_calls += 1
-        names = {t["function"]["name"] for t in body["tools"]}
-        tool_text = "\n".join(str(m.get("content")) for m in body["messages"] if m["role"] == "tool")
-        m = re.search(r"/([^/]+)/a\d+$", headers.get("x-skillopt-key", ""))
-        task_id = m.group(1) if m else ""
-        if 'name: "skillopt-target"' not in tool_text:
-            cmd = f"cat {SKILL_FILE}"
-            if "exec_command" in names:
-                call = {"name": "exec_command", "arguments": json.dumps({"cmd": cmd})}
-            else:
-                call = {"name": "Bash", "arguments": json.dumps({"command": cmd, "description": "read the skill"})}
-            return {
-                "content": "",
-                "tool_calls": [{"id": f"call-{self.target_calls}", "type": "function", "function": call}],
-            }
-        # the skill reached the model as the output of the command that read SKILL_FILE
-        assert "## Dynamic Guidance" in tool_text
-        self.skill_reads.append((task_id, SKILL_FILE))
-        task_type, right, wrong = self.answers[task_id]
-        return right if f"RULE-{task_type}" in tool_text else wrong
-
-
-def _gateway(url: str, harness: str, tmp: Path, mode: str = "record"):
-    from skillopt_ray.config import from_container
-    from skillopt_ray.llm.gateway import Gateway
-
-    llm = {
-        "backend": "compatible",
-        "base_url": url,
-        "cache_mode": mode,
-        "target": {"provider": "openai", "model": "scripted", "harness": harness, "max_tokens": 256},
-        "optimizer": {"provider": "openai", "model": "scripted"},
-        "prices": {"scripted": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}},
-    }
-    cfg = from_container({"experiment": "_", "llm": llm}).llm
-    return Gateway(cfg, str(tmp / "cache.sqlite"), str(tmp / "ledger.json"))
-
-
-async def _eval(gw, bench, tasks, skill, key="eval/test"):
-    from skillopt_envs.base import EpisodeContext
-
-    from skillopt_ray.harness.agent_runner import episode_context
-
-    ctx = await episode_context(gw, EpisodeContext(key, False, 1, 8))  # as an env actor hands it over
-    out = [await bench.run_episode(t, skill, gw, ctx) for t in tasks]
-    await gw.close()
-    return out
+from harness_helpers import SKILL_FILE, AgentPolicy, _eval, _gateway
+from helpers import checked
+from scripted_server import ScriptedServer
 
 
 @pytest.mark.parametrize("harness,cli", [("codex", "codex"), ("claude_code", "claude")])
@@ -249,9 +184,9 @@ def test_codex_target_training_step_reaches_the_gate(ray_cluster, tmp_path):
             f"env.data_dir={tmp_path / 'qa'}",
             "env.options.split_source=folders",
         ]
-        _obj, data = cli.typed(cli.compose(overrides))
+        data = cli.plain(cli.compose(overrides))
         data = cli.resolve_paths(data)
-        code, rd = cli.run_one(data), cli.run_dir_for(data)
+        code, rd = cli.run_one(checked(data)), cli.run_dir_for(data)
         assert code == 0
         summary = json.loads((rd / "summary.json").read_text())
         assert summary["test"]["initial"]["hard"] == 0.0 and summary["test"]["best"]["hard"] == 1.0, summary["test"]

@@ -4,31 +4,14 @@ workspace, it fails to; the only key it holds is its own endpoint's token."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 
 from conftest import need_bwrap, need_harness
+from harness_helpers import EscapingModel
 
 from skillopt_ray.harness.runner import AgentSettings, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
-from skillopt_ray.llm.agent_api import AgentReply
-
-
-class EscapingModel:
-    """Asks the agent to run `script` once, then answers; keeps what the command printed."""
-
-    def __init__(self, script: str):
-        self.script = script
-        self.output = ""
-
-    async def agent_chat(self, req):
-        tool_msgs = [m for m in req.messages if m["role"] == "tool"]
-        if not tool_msgs:
-            call = {"id": "", "name": "exec_command", "arguments": json.dumps({"cmd": self.script})}
-            return AgentReply("", [call], 5, 5)
-        self.output = str(tool_msgs[-1]["content"])
-        return AgentReply("<answer>done</answer>", [], 5, 2)
 
 
 def test_agent_cannot_reach_the_network_read_home_or_keys_or_write_outside(tmp_path):

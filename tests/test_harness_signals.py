@@ -7,62 +7,25 @@ the slow ones drive both real CLIs through a benchmark against a scripted model.
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from harness_helpers import (
+    PS_OUT,
+    WORDS,
+    _attempt,
+    _codex_item,
+    _settings,
+    codex_noisy_commands,
+)
 
 from skillopt_ray.harness import trace
-from skillopt_ray.harness.jail import JailResult
 from skillopt_ray.harness.runner import (
     AgentSettings,
     HarnessError,
-    _Attempt,
     _final_message,
     codex_sandbox_problem,
 )
-from skillopt_ray.llm.agent_api import CallRecord
 
-WORDS = 'echo "seccomp bwrap: execution error"'
-
-
-def _codex_item(cid: str, cmd: str, out: str, code: int, pid: str | None = "4242", cwd: str = "file:///workspace"):
-    """A finished command as Codex 0.171.0 logs it (an `item_completed` event holding a CommandExecution)."""
-    item = {
-        "type": "CommandExecution",
-        "id": cid,
-        "command": ["/bin/bash", "-lc", cmd],
-        "cwd": cwd,
-        "source": "unified_exec_startup",
-        "status": "completed" if code == 0 else "failed",
-        "aggregated_output": out,
-        "exit_code": code,
-    }
-    if pid is not None:
-        item["process_id"] = pid
-    return {"type": "event_msg", "payload": {"type": "item_completed", "item": item}}
-
-
-def _codex_call(cid: str, cmd: str):
-    args = json.dumps({"cmd": cmd})
-    return {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "arguments": args, "call_id": cid}}  # fmt: skip
-
-
-def _codex_output(cid: str, out: str, code: int):
-    text = f"Chunk ID: ab12cd\nWall time: 0.0000 seconds\nProcess exited with code {code}\nOutput:\n{out}"
-    return {"type": "response_item", "payload": {"type": "function_call_output", "call_id": cid, "output": text}}
-
-
-PS_OUT = "root 1 0.0 0.0 3376 1428 ? Ss 06:09 0:00 /usr/bin/bwrap --die-with-parent --seccomp 9 --cap-drop ALL"
 SPAWN_FAIL = "Failed to create unified exec process: No such file or directory (os error 2)"
-
-
-def codex_noisy_commands() -> list[dict]:
-    """`ps aux` (the jail's own --seccomp flag in its output), an echo of the alarming words, and `false`."""
-    ev: list[dict] = []
-    for cid, cmd, out, code in (("c0", "ps aux", PS_OUT, 0), ("c1", WORDS, "seccomp bwrap: execution error\n", 0),
-                                ("c2", "false", "", 1)):  # fmt: skip
-        ev += [_codex_call(cid, cmd), _codex_item(cid, cmd, out, code), _codex_output(cid, out, code)]
-    return ev
 
 
 def claude_noisy_commands() -> list[dict]:
@@ -136,18 +99,6 @@ def test_the_analysts_trace_lists_no_tool_errors_for_noisy_commands():
 
 
 # ---------- the runner's verdict on one attempt ----------
-
-
-def _attempt(harness: str, events: list[dict], *, rc: int = 0, calls: int = 2, started: bool = True, **res):
-    t = trace.codex_session_trace(events, "/workspace") if harness == "codex" else trace.claude_session_trace(events)
-    result = JailResult(rc, res.pop("stdout", ""), res.pop("stderr", ""), res.pop("timed_out", False),
-                        res.pop("oom", False), 1.0, 10.0)  # fmt: skip
-    recs = [CallRecord("responses", 5, 2, False, []) for _ in range(calls)]
-    return _Attempt(result, result.stdout, recs, t, 0.5, started=started)
-
-
-def _settings(harness: str, **kw) -> AgentSettings:
-    return AgentSettings(harness, "m", 60.0, **kw)
 
 
 def test_codex_noisy_run_that_exits_zero_is_scored(tmp_path):

@@ -8,8 +8,8 @@ import json
 
 import pytest
 from conftest import need_bwrap, need_harness, qa_fixture
+from harness_helpers import AgentPolicy
 from scripted_server import ScriptedServer
-from test_harness_e2e import AgentPolicy
 
 from skillopt_ray.compare.transfer import main, wilson
 

@@ -123,7 +123,8 @@ def test_each_convention_is_exercised_beyond_empty_input():
 
 
 def test_the_house_style_experiment_composes_with_a_fixed_split():
-    obj, data = cli.typed(cli.compose(["+experiment=local_house_style", "llm=local"]))
+    obj = cli.compose(["+experiment=local_house_style", "llm=local"])
+    data = cli.plain(obj)
     assert (obj.experiment, data["env"]["name"]) == ("local_house_style", "custom")
     opts = data["env"]["options"]
     assert Path(data["env"]["data_dir"]).resolve() == (EXAMPLE / "tasks.jsonl").resolve()

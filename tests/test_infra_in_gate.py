@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from conformance_helpers import SEED, SEED_SKILL, ScriptedOptimizer, tasks
 from skillopt_envs.base import EpisodeResult, Task
 
 from skillopt_ray.config import Config, OptimizerConfig
@@ -14,7 +15,6 @@ from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.stages.rollout import summarize
-from tests.test_conformance_loop import SEED, SEED_SKILL, ScriptedOptimizer, tasks
 
 
 class Runner:

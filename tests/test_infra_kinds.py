@@ -12,6 +12,7 @@ from pathlib import Path
 import openpyxl
 import pytest
 from conftest import need_bwrap
+from helpers import llm_config
 from skillopt_envs.base import INFRA_KINDS, EpisodeResult
 from skillopt_envs.sandbox import Sandbox, SandboxStartError
 from skillopt_envs.spreadsheetbench import readcells
@@ -170,7 +171,7 @@ def test_the_pool_keeps_the_kind_of_an_env_failure_through_real_actors(ray_clust
     from skillopt_ray.llm.gateway import GatewayActor
 
     role = {"provider": "openai", "model": "scripted", "base_url": "http://127.0.0.1:9", "structured_output": "none"}
-    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)
+    gw = GatewayActor.remote(llm_config({"backend": "compatible", "target": role, "optimizer": role}), None, None)
     env = {"options": {"tasks": 2, "raise_error": raise_error}}
     tasks = SyntheticBenchmark(env).load_split("train")
     pool = EnvPool("synthetic", env, gw, PoolSettings(1, 2, 0.0, 60.0, 1))

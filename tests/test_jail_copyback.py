@@ -13,8 +13,7 @@ import tempfile
 
 import pytest
 from conftest import need_bwrap, need_harness
-from test_harness_signals import _attempt, _settings, codex_noisy_commands
-from test_jail_limits import HostileModel, _hostile_run, _jail, _run
+from harness_helpers import HostileModel, _attempt, _hostile_run, _jail, _run, _settings, codex_noisy_commands
 
 from skillopt_ray.harness.jail import JailLimits
 from skillopt_ray.harness.runner import AgentSettings, HarnessError, _final_message, run_agent

@@ -18,44 +18,12 @@ from pathlib import Path
 
 import pytest
 from conftest import need_bwrap, need_harness
+from harness_helpers import HostileModel, _hostile_run, _jail, _run
 
-from skillopt_ray.harness.jail import Jail, JailLimits, jail_env, unpack_export
+from skillopt_ray.harness.jail import Jail, JailLimits, unpack_export
 from skillopt_ray.harness.runner import AgentSettings, HarnessError, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
 from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
-from skillopt_ray.llm.agent_api import AgentReply
-
-
-class HostileModel:
-    """Asks the agent to run `script` once, then answers; keeps what the command printed."""
-
-    def __init__(self, script: str, harness: str = "codex"):
-        self.script = script
-        self.harness = harness
-        self.output = ""
-
-    async def agent_chat(self, req):
-        tool_msgs = [m for m in req.messages if m["role"] == "tool"]
-        if not tool_msgs:
-            if self.harness == "codex":
-                call = {"id": "", "name": "exec_command", "arguments": json.dumps({"cmd": self.script})}
-            else:
-                call = {"id": "", "name": "Bash", "arguments": json.dumps({"command": self.script})}
-            return AgentReply("", [call], 5, 5)
-        self.output = str(tool_msgs[-1]["content"])
-        return AgentReply("<answer>done</answer>", [], 5, 2)
-
-
-def _uid_processes(uid: int) -> list[int]:
-    found = []
-    for e in os.listdir("/proc"):
-        if e.isdigit():
-            try:
-                if os.stat(f"/proc/{e}").st_uid == uid:
-                    found.append(int(e))
-            except OSError:
-                pass
-    return found
 
 
 def _cmdlines() -> list[bytes]:
@@ -67,33 +35,6 @@ def _cmdlines() -> list[bytes]:
             except OSError:
                 pass
     return found
-
-
-def _hostile_run(
-    tmp_path: Path, monkeypatch, script: str, limits: JailLimits, memory_mb: int = 4096, harness: str = "codex"
-):
-    """Run `script` as the agent's one command under Codex (or Claude Code) in the real jail; return what the model
-    saw, the run, and the host workspace. Checks that nothing is left on the host: no process of the jail's uid (the
-    command prints it first), nothing in the temporary folder the runner used (a private one here)."""
-    need_bwrap()
-    need_harness("codex" if harness == "codex" else "claude")
-    wd = tmp_path / "predictions" / "x" / "codex_exec"
-    prepare_workspace(wd, render_skill_md("", "D"), WorkspaceSpec(task="t"))
-    host_tmp = Path(tempfile.mkdtemp(prefix="jl-"))  # short: the endpoint's socket path lies under it
-    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
-    model = HostileModel("echo JAIL-UID=$(id -u); " + script, harness)
-    settings = AgentSettings(harness, "m", 60.0, memory_mb=memory_mb, limits=limits)
-    t0 = time.monotonic()
-    try:
-        run = asyncio.run(run_agent(model, settings, wd, "go", "k"))
-        assert time.monotonic() - t0 < 45  # ended, never hung
-        uid = int(re.search(r"JAIL-UID=(\d+)", model.output).group(1))  # type: ignore[union-attr]
-        if os.geteuid() == 0:  # as root the jail has a uid of its own: none of its processes may outlive it
-            assert uid >= 200_000 and _uid_processes(uid) == []
-        assert os.listdir(host_tmp) == []
-    finally:
-        shutil.rmtree(host_tmp, ignore_errors=True)  # a failed run must not leave it behind either
-    return model.output, run, wd
 
 
 FORK_LOOP = (
@@ -171,20 +112,6 @@ def test_a_workspace_larger_than_the_disk_limit_is_a_named_error(tmp_path):
         asyncio.run(run_agent(HostileModel("true"), settings, wd, "go", "k"))
     assert "disk limit" in str(err.value) and "llm.target.agent.disk_mb" in str(err.value)
     assert err.value.kind == "sandbox_start"
-
-
-def _jail(tmp_path: Path, limits: JailLimits = JailLimits()) -> tuple[Jail, Path]:
-    need_bwrap()
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    prefix = tmp_path / "prefix"
-    prefix.mkdir()
-    return Jail(tmp_path / "j", prefix, limits=limits), ws
-
-
-def _run(jail: Jail, ws: Path, script: str, timeout_s: float = 30.0, memory_mb: int = 4096):
-    env = jail_env(jail.home_path(), jail.prefix_path(), {})
-    return asyncio.run(jail.run(ws, env, ["sh", "-c", script], timeout_s, memory_mb))
 
 
 def test_tmp_counts_against_the_memory_limit(tmp_path):
@@ -292,13 +219,11 @@ def test_the_limits_are_config_keys_validated_and_handed_to_the_jail():
 
     base = ["+experiment=searchqa", "llm=codex"]
     with pytest.raises(cli.UsageError, match=r"llm.target.agent.processes=8 is invalid; it must be >= 64"):
-        cli.typed(cli.compose([*base, "llm.target.agent.processes=8"]))
+        cli.compose([*base, "llm.target.agent.processes=8"])
     with pytest.raises(cli.UsageError, match=r"llm.target.agent.disk_mb=0 is invalid"):
-        cli.typed(cli.compose([*base, "llm.target.agent.disk_mb=0"]))
-    obj, _ = cli.typed(
-        cli.compose(
-            [*base, "llm.target.agent.processes=300", "llm.target.agent.disk_files=999", "llm.target.agent.tmp_mb=64"]
-        )
+        cli.compose([*base, "llm.target.agent.disk_mb=0"])
+    obj = cli.compose(
+        [*base, "llm.target.agent.processes=300", "llm.target.agent.disk_files=999", "llm.target.agent.tmp_mb=64"]
     )
     settings = AgentSettings.from_gateway(agent_settings(obj.llm.target), 60.0)
     assert settings.limits == JailLimits(processes=300, disk_mb=1024, disk_files=999, file_mb=256, tmp_mb=64)

@@ -47,6 +47,7 @@ def _prompt_est(i: int) -> int:
     return (400 + i) // 4  # the gateway's estimate: prompt characters / 4
 
 
+@pytest.mark.slow  # repeated SIGKILLs of whole processes: over 20 s
 def test_calls_in_flight_at_a_sigkill_are_lost_counted_and_capped(tmp_path):
     srv = ScriptedServer(policy=lambda body, headers: "{}", latency_s=60.0)  # answers held past the kill
     srv.start()

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from scripted_server import ScriptedServer
 
 from skillopt_ray.config import BudgetConfig
@@ -58,6 +59,7 @@ def _start(url: str, d: Path, cap: int) -> subprocess.Popen:
     return p
 
 
+@pytest.mark.slow  # repeated SIGKILLs of whole processes: over 20 s
 def test_budget_cap_is_exact_after_repeated_sigkills(tmp_path):
     cap, kills = 60, 3
     srv = ScriptedServer(policy=_echo)

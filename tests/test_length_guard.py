@@ -99,7 +99,7 @@ def analyst_parts(kind: str = "failure", k: int = 8):
 
 
 def embedded_optimizer() -> LLMRoleConfig:
-    obj, _ = cli.typed(cli.compose(["+experiment=spreadsheetbench", "+smoke=tiny"]))  # llm=embedded is the default
+    obj = cli.compose(["+experiment=spreadsheetbench", "+smoke=tiny"])  # llm=embedded is the default
     return obj.llm.optimizer
 
 
@@ -113,7 +113,7 @@ def guard_for(context_tokens: int) -> LengthGuard:
 
 @pytest.mark.parametrize("preset", ["paper", "openai", "azure", "compatible"])
 def test_remote_presets_leave_the_guard_off(preset):
-    obj, _ = cli.typed(cli.compose(["+experiment=spreadsheetbench", f"llm={preset}"]))
+    obj = cli.compose(["+experiment=spreadsheetbench", f"llm={preset}"])
     assert obj.llm.optimizer.context_tokens is None and not LengthGuard.for_role(obj.llm.optimizer).enabled
 
 
@@ -301,7 +301,7 @@ def test_estimate_counts_digits_one_by_one():
 
 
 def test_context_tokens_must_leave_room_for_the_reply():
-    obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "llm=paper"]))
+    obj = cli.compose(["+experiment=searchqa", "llm=paper"])
     obj.llm.optimizer.context_tokens = 16384  # llm=paper asks 16384 completion tokens
     with pytest.raises(ConfigError, match="llm.optimizer.context_tokens=16384 leaves no room"):
         validate(obj)

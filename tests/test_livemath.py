@@ -442,7 +442,7 @@ def test_paper_preset_sends_the_reasoning_model_parameters(tmp_path):
     from skillopt_ray.config import LLMConfig, LLMRoleConfig
     from skillopt_ray.llm.gateway import Gateway, LLMHandle
 
-    _obj, data = cli.typed(cli.compose(["+experiment=livemathematicianbench", "llm=paper"]))
+    data = cli.plain(cli.compose(["+experiment=livemathematicianbench", "llm=paper"]))
     env = data["env"]
     assert env["name"] == "livemathematicianbench" and env["max_turns"] == 1 and data["seed"] == 42
     opts = bm.LiveMathOptions.parse(env["options"])

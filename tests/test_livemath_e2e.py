@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from helpers import checked as checked_run
 from scripted_server import Policies, ScriptedServer
 from skillopt_envs.livemathematicianbench.benchmark import LiveMathBenchmark
 from skillopt_envs.livemathematicianbench.samples import ensure_samples
@@ -59,9 +60,9 @@ def test_livemath_experiment_learns_with_seeded_choice_orders(ray_cluster, tmp_p
             "env.limit_train=8",
             "env.limit_test=6",
         ]
-        _obj, data = cli.typed(cli.compose(overrides))
+        data = cli.plain(cli.compose(overrides))
         data = cli.resolve_paths(data)
-        code = cli.run_one(data)
+        code = cli.run_one(checked_run(data))
         rd = cli.run_dir_for(data)
     assert code == 0
     summary = json.loads((rd / "summary.json").read_text())

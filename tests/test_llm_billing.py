@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import gateway, req
 from scripted_server import Fault, ScriptedServer
 
 from skillopt_ray.config import BudgetConfig, PriceConfig
 from skillopt_ray.llm.types import BudgetExceeded, LLMUnavailable, ReplyFiltered, ReplyTruncated
-from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
-from tests.test_llm_transport import gateway, req
 
 
 def _long(body, headers):

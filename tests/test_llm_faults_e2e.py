@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import qa_fixture
+from helpers import checked
 from scripted_server import Fault, Policies, ScriptedServer
 
 from skillopt_ray import cli
+
+pytestmark = pytest.mark.slow  # Ray clusters and whole runs: minutes (pytest -m "not slow" leaves them out)
 
 FAST_RETRIES = ["llm.retry_base_s=0.05", "llm.retry_max_s=0.2", "llm.retry_window_s=5"]
 
@@ -28,9 +32,9 @@ def _run(url: str, out: Path, data: Path, *extra: str) -> tuple[int, Path]:
         *FAST_RETRIES,
         *extra,
     ]
-    _obj, cfg = cli.typed(cli.compose(overrides))
+    cfg = cli.plain(cli.compose(overrides))
     cfg = cli.resolve_paths(cfg)
-    return cli.run_one(cfg), cli.run_dir_for(cfg)
+    return cli.run_one(checked(cfg)), cli.run_dir_for(cfg)
 
 
 def _outcome(rd: Path) -> tuple:

@@ -8,6 +8,7 @@ import asyncio
 import json
 
 import pytest
+from helpers import MessagesServer
 from scripted_server import Fault, ScriptedServer
 from skillopt_envs.chat import ChatRequest
 
@@ -16,8 +17,6 @@ from skillopt_ray.cli.checks import check_keys
 from skillopt_ray.config import ConfigError, from_container, to_container
 from skillopt_ray.llm.gateway import Gateway
 from skillopt_ray.llm.types import LLMRequestRejected
-from tests.test_agent_api_anthropic import MessagesServer
-from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
 
 
 def _echo(body, headers):
@@ -26,7 +25,7 @@ def _echo(body, headers):
 
 def _preset(name: str, url: str, *extra: str):
     """The preset composed for SearchQA, both roles sent to the scripted server."""
-    obj, _ = cli.typed(cli.compose(["+experiment=searchqa", f"llm={name}", *extra]))
+    obj = cli.compose(["+experiment=searchqa", f"llm={name}", *extra])
     obj.llm.target.base_url = obj.llm.optimizer.base_url = url
     return obj
 
@@ -51,7 +50,7 @@ def keys(monkeypatch):
 
 
 def test_qwen_preset_sends_the_references_parameters_and_thinking_switch(keys, run):
-    obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "llm=qwen"]))
+    obj = cli.compose(["+experiment=searchqa", "llm=qwen"])
     assert (obj.llm.target.base_url, obj.llm.target.model) == ("http://localhost:8000/v1", "Qwen/Qwen3.5-4B")
     with ScriptedServer(policy=_echo) as srv:
         target, optimizer = _bodies(_preset("qwen", srv.base_url), srv, run)
@@ -68,7 +67,7 @@ def test_qwen_preset_sends_the_references_parameters_and_thinking_switch(keys, r
 
 
 def test_minimax_preset_sends_the_default_model_and_its_thinking_object(keys, run):
-    obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "llm=minimax"]))
+    obj = cli.compose(["+experiment=searchqa", "llm=minimax"])
     assert (obj.llm.target.base_url, obj.llm.target.model) == ("https://api.minimax.io/v1", "MiniMax-M3")
     with ScriptedServer(policy=_echo) as srv:
         target, _ = _bodies(_preset("minimax", srv.base_url), srv, run)
@@ -79,10 +78,8 @@ def test_minimax_preset_sends_the_default_model_and_its_thinking_object(keys, ru
         target, _ = _bodies(_preset("minimax", srv.base_url, "llm.target.model=MiniMax-M2.5"), srv, run)
         assert target["thinking"] == {"type": "adaptive"}  # M2 models always think
     with pytest.raises((ConfigError, cli.UsageError)) as e:
-        cli.typed(
-            cli.compose(
-                ["+experiment=searchqa", "llm=minimax", "llm.target.model=MiniMax-M2", "llm.target.thinking=disabled"]
-            )
+        cli.compose(
+            ["+experiment=searchqa", "llm=minimax", "llm.target.model=MiniMax-M2", "llm.target.thinking=disabled"]
         )
     assert "MiniMax-M2 models always think" in str(e.value)
 
@@ -90,7 +87,7 @@ def test_minimax_preset_sends_the_default_model_and_its_thinking_object(keys, ru
 @pytest.mark.parametrize(("preset", "var"), [("qwen", "QWEN_CHAT_API_KEY"), ("minimax", "MINIMAX_API_KEY")])
 def test_a_missing_key_is_named_in_one_line(keys, preset, var):
     keys.delenv(var)
-    _obj, data = cli.typed(cli.compose(["+experiment=searchqa", f"llm={preset}"]))
+    data = cli.plain(cli.compose(["+experiment=searchqa", f"llm={preset}"]))
     with pytest.raises(cli.UsageError) as e:
         check_keys(to_container(data))
     assert var in str(e.value) and "llm.target" in str(e.value) and "\n" not in str(e.value)
@@ -129,7 +126,7 @@ def test_claude_reasoning_effort_maps_as_the_reference(tmp_path):
         "none": None,
         "minimal": None,
     }
-    obj, _ = cli.typed(cli.compose(["+experiment=searchqa", "llm=claude"]))
+    obj = cli.compose(["+experiment=searchqa", "llm=claude"])
     assert obj.llm.target.reasoning_effort == obj.llm.optimizer.reasoning_effort == "medium"
     with pytest.raises((ConfigError, cli.UsageError)):
-        cli.typed(cli.compose(["+experiment=searchqa", "llm=paper", "llm.target.reasoning_effort=max"]))
+        cli.compose(["+experiment=searchqa", "llm=paper", "llm.target.reasoning_effort=max"])

@@ -17,8 +17,6 @@ from skillopt_ray.config import BudgetConfig, ConfigError, LLMConfig, LLMRoleCon
 from skillopt_ray.config.routing import listed_for_responses, resolved_api
 from skillopt_ray.llm.gateway import Gateway
 from skillopt_ray.llm.types import BudgetExceeded, CacheMiss, LLMUnavailable, ReplyFiltered, ReplyTruncated
-from tests.test_llm_gateway import run  # noqa: F401 - the event-loop fixture, shared
-from tests.test_llm_transport import silent_port  # noqa: F401 - a port that accepts and never answers
 
 
 def _answer(body, headers):
@@ -77,7 +75,7 @@ def test_auto_sends_the_reference_model_list_to_responses_by_name_or_name_dash_s
 def test_settings_only_one_api_takes_are_one_line_errors(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     ok = ["+experiment=searchqa", "llm=paper"]
-    obj, _ = cli.typed(cli.compose([*ok, "llm.target.model=gpt-5-codex", "llm.target.reasoning_summary=auto"]))
+    obj = cli.compose([*ok, "llm.target.model=gpt-5-codex", "llm.target.reasoning_summary=auto"])
     assert obj.llm.target.reasoning_summary == "auto"
     bad = {
         "llm.target.reasoning_summary=auto": "Responses API only",
@@ -86,13 +84,13 @@ def test_settings_only_one_api_takes_are_one_line_errors(monkeypatch):
     }
     for override, words in bad.items():
         with pytest.raises((ConfigError, cli.UsageError)) as e:
-            cli.typed(cli.compose([*ok, override]))
+            cli.compose([*ok, override])
         assert words.replace(" only", "") in str(e.value) and "\n" not in str(e.value), override
     with pytest.raises((ConfigError, cli.UsageError)) as e:
-        cli.typed(cli.compose(["+experiment=searchqa", "llm=claude", "llm.target.api=responses"]))
+        cli.compose(["+experiment=searchqa", "llm=claude", "llm.target.api=responses"])
     assert "provider openai or azure" in str(e.value)
     with pytest.raises((ConfigError, cli.UsageError)) as e:
-        cli.typed(cli.compose(["+experiment=searchqa", "llm=azure", "llm.target.model=gpt-5.4-pro"]))
+        cli.compose(["+experiment=searchqa", "llm=azure", "llm.target.model=gpt-5.4-pro"])
     assert "azure_api_version=2024-10-21 predates" in str(e.value)
 
 
@@ -293,7 +291,7 @@ def test_a_silent_responses_endpoint_is_named_by_the_probe(silent_port, run):
     t0 = time.monotonic()
     with pytest.raises(LLMUnavailable) as e:
         run(gw.chat(req("anyone?")))
-    assert time.monotonic() - t0 < 5 and "nothing answered" in e.value.message  # not the 60 s read timeout
+    assert time.monotonic() - t0 < 60 / 2 and "nothing answered" in e.value.message  # not the 60 s read timeout
 
 
 def test_a_hung_responses_route_is_named_by_a_probe_of_that_route(run):
@@ -303,7 +301,7 @@ def test_a_hung_responses_route_is_named_by_a_probe_of_that_route(run):
         t0 = time.monotonic()
         with pytest.raises(LLMUnavailable) as e:
             run(gw.chat(req("anyone?")))
-        assert time.monotonic() - t0 < 3 and "POST /responses" in e.value.message
+        assert time.monotonic() - t0 < 20 / 2 and "POST /responses" in e.value.message  # not the 20 s read timeout
     with ScriptedServer(policy=_answer) as srv:  # a slow call on a live route is waited for, probed on its route
         srv.inject(Fault(200, hang_s=1.5, finish_reason="stop"))
         gw = gateway(srv.base_url, role=dict(silence_probe_s=0.3))

@@ -9,7 +9,8 @@ import pytest
 def _local(*extra: str):
     from skillopt_ray import cli
 
-    return cli.typed(cli.compose(["+experiment=searchqa", "llm=local", *extra]))
+    obj = cli.compose(["+experiment=searchqa", "llm=local", *extra])
+    return obj, cli.plain(obj)
 
 
 def test_local_preset_composes_to_the_installed_coder_model_on_both_roles():
@@ -55,4 +56,5 @@ def test_a_run_on_the_tiny_model_ends_by_saying_what_its_zeros_mean(tmp_path, ca
 def cli_typed(overrides: list[str]):
     from skillopt_ray import cli
 
-    return cli.typed(cli.compose(overrides))
+    obj = cli.compose(overrides)
+    return obj, cli.plain(obj)

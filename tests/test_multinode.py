@@ -24,6 +24,7 @@ import pytest
 import ray
 import yaml
 from conftest import qa_fixture
+from helpers import llm_config
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from scripted_server import ScriptedServer
 from skillopt_envs.base import DataError, EpisodeContext
@@ -31,6 +32,8 @@ from skillopt_envs.base import DataError, EpisodeContext
 from skillopt_ray.config import ConfigError
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings, check_fits
 from skillopt_ray.llm.gateway import GatewayActor
+
+pytestmark = pytest.mark.slow  # Ray clusters and whole runs: minutes (pytest -m "not slow" leaves them out)
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
@@ -133,7 +136,7 @@ def _gateway(url: str):
         ray.get_runtime_context().get_node_id(), soft=False
     )  # the head, as the driver pins it
     return GatewayActor.options(scheduling_strategy=here).remote(
-        {"backend": "compatible", "target": role, "optimizer": role}, None, None
+        llm_config({"backend": "compatible", "target": role, "optimizer": role}), None, None
     )
 
 
@@ -162,7 +165,9 @@ def test_driver_is_pinned_to_the_node_of_the_command_that_made_the_run_directory
 
     @ray.remote(num_cpus=0)
     def options_from_here(driver_node: str):
-        return ray.get_runtime_context().get_node_id(), driver_options({"ray": {"driver_node": driver_node}})
+        from skillopt_ray.config import RayConfig
+
+        return ray.get_runtime_context().get_node_id(), driver_options(RayConfig(driver_node=driver_node))
 
     here, opts = ray.get(
         options_from_here.options(
@@ -181,13 +186,14 @@ def test_a_driver_on_a_node_without_the_run_directory_stops_with_one_error(clust
 
     from skillopt_ray.base.exit_codes import EXIT_CONFIG
     from skillopt_ray.base.lifeline import identity
+    from skillopt_ray.config import Config
     from skillopt_ray.engine.driver import DriverActor
 
     node_b = cluster["workers"][1].node_id
     run_dir = tmp_path / "runs" / "not-on-this-node"  # as the driver's node sees it: not there
     driver = DriverActor.options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_b, soft=False)
-    ).remote({}, str(run_dir), identity())
+    ).remote(Config(experiment="_"), str(run_dir), identity())
     out = ray.get(driver.run.remote(), timeout=60)
     ray.kill(driver)
     assert out["status"] == "error" and out["exit"] == EXIT_CONFIG

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from kill_helpers import REPO, HoldingServer, _after_kill, _cache, _comparable, _decisions, _kill_when, _ledger
 from scripted_server import Policies
-from test_kill_cli import REPO, HoldingServer, _after_kill, _cache, _comparable, _decisions, _kill_when, _ledger
 
 pytestmark = pytest.mark.slow
 REPEATS = 3

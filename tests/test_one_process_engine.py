@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import checked
 from scripted_server import Policies, ScriptedServer
 
 from skillopt_ray import cli
@@ -23,7 +24,7 @@ from bench_small_eval import eval_command, reply, write_tasks  # noqa: E402
 
 
 def _data(*overrides: str, experiment: str = "livemathematicianbench") -> dict:
-    _obj, data = cli.typed(cli.compose([f"+experiment={experiment}", *overrides]))
+    data = cli.plain(cli.compose([f"+experiment={experiment}", *overrides]))
     return data
 
 
@@ -197,13 +198,13 @@ def test_the_same_job_in_both_engines_writes_the_same_records(ray_cluster, tmp_p
     with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
         for mode in ("local", "cluster"):
             data = _livemath_job(srv.base_url, tmp_path / mode, root, mode)
-            assert cli.run_one(data) == 0
+            assert cli.run_one(checked(data)) == 0
             got[mode] = _records(cli.run_dir_for(data), tmp_path / mode)
         stopped = _livemath_job(srv.base_url, tmp_path / "resumed", root, "local")
         stopped["debug"]["interrupt_after"] = "e1s1:reflect"
-        assert cli.run_one(stopped) == EXIT_STOPPED
+        assert cli.run_one(checked(stopped)) == EXIT_STOPPED
         data = _livemath_job(srv.base_url, tmp_path / "resumed", root, "cluster")
-        assert cli.run_one(data) == 0
+        assert cli.run_one(checked(data)) == 0
         got["resumed"] = _records(cli.run_dir_for(data), tmp_path / "resumed")
     local = got["local"]
     assert local["summary"]["counts"]["accept"] >= 1  # a job that learned something, so the records say something
@@ -247,14 +248,14 @@ def test_a_local_run_keeps_its_budget_and_replays_its_cache(tmp_path, monkeypatc
         capped = _eval_job(
             srv.base_url, tasks, tmp_path / "capped", "llm.budget.max_calls=3", "llm.target.max_concurrency=1"
         )
-        assert cli.run_one(capped) == EXIT_STOPPED
+        assert cli.run_one(checked(capped)) == EXIT_STOPPED
         assert len(srv.state.request_times) <= 3  # not one call past the cap
         data = _eval_job(srv.base_url, tasks, tmp_path / "out")
-        assert cli.run_one(data) == 0
+        assert cli.run_one(checked(data)) == 0
         url = srv.base_url
     recorded = json.loads((cli.run_dir_for(data) / "summary.json").read_text())
     replay = _eval_job(url, tasks, tmp_path / "out", "llm.cache_mode=replay")
-    assert cli.run_one(replay) == 0  # the server is gone: every reply comes from the run's cache
+    assert cli.run_one(checked(replay)) == 0  # the server is gone: every reply comes from the run's cache
     replayed = json.loads((cli.run_dir_for(replay) / "summary.json").read_text())
     assert replayed["eval"] == recorded["eval"] and replayed["eval"]["hard"] == 1.0
     assert replayed["tokens"]["calls"] == recorded["tokens"]["calls"] == 8  # no call of its own

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from conftest import qa_fixture
+from helpers import checked
 from scripted_server import Policies, ScriptedServer
 
 from skillopt_ray import cli
@@ -54,9 +55,9 @@ def _run(url: str, out: Path, data: Path, *extra: str) -> tuple[int, Path]:
         *FAST_RETRIES,
         *extra,
     ]
-    _obj, cfg = cli.typed(cli.compose(overrides))
+    cfg = cli.plain(cli.compose(overrides))
     cfg = cli.resolve_paths(cfg)
-    return cli.run_one(cfg), cli.run_dir_for(cfg)
+    return cli.run_one(checked(cfg)), cli.run_dir_for(cfg)
 
 
 def test_calls_out_of_retries_take_fallbacks_and_the_run_finishes(ray_cluster, tmp_path, capsys):

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import skillopt_envs
 from scripted_server import Policies, ScriptedServer
-from test_cluster_job import local_head  # noqa: F401 - the fixture: a private head on loopback
 
 from skillopt_ray import cli
 

@@ -12,6 +12,7 @@ import re
 
 import pytest
 import skillopt_envs
+from helpers import checked
 from skillopt_envs.alfworld.game import read_walkthrough
 from skillopt_envs.base import EpisodeContext
 
@@ -29,7 +30,7 @@ def _samples(monkeypatch):
 
 
 def _compose(*extra: str):
-    _obj, d = cli.typed(cli.compose(["+experiment=alfworld", "+smoke=tiny", *extra]))
+    d = cli.plain(cli.compose(["+experiment=alfworld", "+smoke=tiny", *extra]))
     cfg = from_container(d)
     bench = skillopt_envs.make("alfworld", d["env"])
     return cfg, bench, load_splits(bench, cfg)
@@ -111,8 +112,8 @@ def test_the_impossible_setting_line_appears_at_start_up(ray_cluster, tmp_path, 
             *samples,
         ]
         for turns, expect_note in ((cfg.env.max_turns, False), (3, True)):
-            _obj, c = cli.typed(cli.compose([*overrides, f"env.max_turns={turns}"]))
-            code = cli.run_one(cli.resolve_paths(c))
+            c = cli.plain(cli.compose([*overrides, f"env.max_turns={turns}"]))
+            code = cli.run_one(checked(c))
             captured = capsys.readouterr()
             lines = [ln for ln in captured.err.splitlines() if "is below the walkthrough" in ln]
             assert code == 0, captured.err

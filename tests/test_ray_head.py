@@ -13,10 +13,11 @@ from skillopt_ray.cli import ray_session
 
 
 def test_ray_head_defaults_to_lean_and_a_bad_value_is_one_line():
-    obj, data = cli.typed(cli.compose(["+experiment=alfworld"]))
+    obj = cli.compose(["+experiment=alfworld"])
+    data = cli.plain(obj)
     assert obj.ray.head == data["ray"]["head"] == "lean"
     with pytest.raises(cli.UsageError, match=r"ray\.head='fat': use lean .* or full"):
-        cli.typed(cli.compose(["+experiment=alfworld", "ray.head=fat"]))
+        cli.compose(["+experiment=alfworld", "ray.head=fat"])
 
 
 @pytest.mark.parametrize("head,expected", [("lean", "lean"), ("full", "ray.init")])
@@ -29,6 +30,6 @@ def test_a_private_cluster_starts_with_the_head_the_config_names(monkeypatch, he
     monkeypatch.setattr(private_apis, "ray_init_lean", lambda **kw: started.append(("lean", kw)))
     monkeypatch.setattr(ray, "init", lambda **kw: started.append(("ray.init", kw)))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    _, data = cli.typed(cli.compose(["+experiment=alfworld", f"ray.head={head}", "ray.num_cpus=2"]))
+    data = cli.plain(cli.compose(["+experiment=alfworld", f"ray.head={head}", "ray.num_cpus=2"]))
     ray_session.start_ray(data)
     assert [(how, kw["address"], kw["num_cpus"]) for how, kw in started] == [(expected, "local", 2)]

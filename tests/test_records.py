@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conformance_helpers import make_run
 
 from skillopt_ray.runs import records
 from skillopt_ray.runs.records import GateRecord, RecordError, StepRecord, Summary, is_accept
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
-from tests.test_conformance_loop import make_run
 
 LEGACY = Path(__file__).parent / "data" / "rundir_v0"
 

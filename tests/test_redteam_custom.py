@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import skillopt_envs
+from custom_helpers import CTX, FakeLLM
 from skillopt_envs.base import AgentOutcome, AgentTask, EpisodeContext
 from skillopt_envs.custom.check import make_sandbox, run_check, verdict
 from skillopt_envs.kit import SPLITS
-from test_custom import CTX, FakeLLM
 
 
 def _agent_tasks(root: Path, check_body: str) -> Path:

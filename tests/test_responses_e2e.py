@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 from conftest import qa_fixture
+from helpers import checked
+from officeqa_helpers import tool_agent
 from scripted_server import Fault, Policies, ScriptedServer
 from skillopt_envs.officeqa.benchmark import OfficeQABenchmark
 
 from skillopt_ray import cli
-from tests.test_officeqa_e2e import tool_agent
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +34,9 @@ def _run(url: str, out: Path, *extra: str) -> tuple[int, Path]:
         "llm.retry_max_s=0.2",
         *extra,
     ]
-    _obj, data = cli.typed(cli.compose(overrides))
+    data = cli.plain(cli.compose(overrides))
     data = cli.resolve_paths(data)
-    return cli.run_one(data), cli.run_dir_for(data)
+    return cli.run_one(checked(data)), cli.run_dir_for(data)
 
 
 def _searchqa(url: str, out: Path, data: Path, *extra: str) -> tuple[int, Path]:

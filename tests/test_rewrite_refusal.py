@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_conformance_loop import FakeRunner, tasks
+from conformance_helpers import FakeRunner, tasks
 
 from skillopt_ray import cli, prompts
 from skillopt_ray.config import Config, OptimizerConfig
@@ -177,7 +177,7 @@ def test_a_refused_rewrite_ends_the_step_as_skip_no_rewrite_without_a_gate_rollo
 def test_the_house_style_run_refuses_echoes_and_its_rewriter_can_write_the_control_skill():
     """llm=local bounds every string under the optimizer's grammar; the house-style experiment must leave the
     rewrite room for a skill as long as the hand-written control (the first round's cap of 300 could not)."""
-    obj, _ = cli.typed(cli.compose(["+experiment=local_house_style", "llm=local"]))
+    obj = cli.compose(["+experiment=local_house_style", "llm=local"])
     assert obj.optimizer.refuse_echoed_rewrites is True
     rc = obj.llm.optimizer
     bounded = bounded_schema(prompts.REWRITE_SCHEMA, rc.schema_max_items, rc.schema_max_chars)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import llm_config
 from skillopt_envs.alfworld import benchmark as alf_benchmark
 from skillopt_envs.alfworld.benchmark import AlfWorldBenchmark
 from skillopt_envs.alfworld.data import manifest_split, walk_split
@@ -195,7 +196,7 @@ def test_a_first_rollout_plays_the_longest_walkthroughs_first(ray_cluster, alfwo
     role = {"provider": "openai", "model": "scripted", "structured_output": "none", "max_concurrency": 4}
     with ScriptedServer(KeyLog(walkthroughs, "walkthrough")) as srv:
         llm = {"backend": "compatible", "target": {**role, "base_url": srv.base_url}}
-        gw = GatewayActor.remote({**llm, "optimizer": llm["target"]}, None, None)
+        gw = GatewayActor.remote(llm_config({**llm, "optimizer": llm["target"]}), None, None)
         pool = EnvPool("alfworld", {"data_dir": str(alfworld_root), "options": {}}, gw, PoolSettings(1, 1, 0.0, 120, 1))
         try:
             results = asyncio.run(pool.run(tasks, "# skill", EpisodeContext("first", False, 40, 2)))

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import qa_fixture
+from helpers import checked, llm_config
 from scripted_server import Policies, ScriptedServer
 
 from skillopt_ray import cli
@@ -54,7 +55,9 @@ def test_the_data_fingerprint_walks_a_linked_folder_once(tmp_path):
     plain = tree_fingerprint(tmp_path / "d")
     os.symlink("..", tmp_path / "d" / "sub" / "up")  # a cycle: d/sub/up/sub/up/...
     started = time.monotonic()
-    assert tree_fingerprint(tmp_path / "d") == plain and time.monotonic() - started < 5
+    assert (
+        tree_fingerprint(tmp_path / "d") == plain and time.monotonic() - started < 30
+    )  # walked once, not 200,000 files
     (tmp_path / "d" / "sub" / "x.txt").write_text("22")
     assert tree_fingerprint(tmp_path / "d") != plain  # still sees edits
 
@@ -94,7 +97,9 @@ def test_the_pool_does_not_replay_an_episode_whose_endpoint_is_down(ray_cluster)
 
     role = {"provider": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1", "structured_output": "none"}
     fast = {"retry_base_s": 0.05, "retry_max_s": 0.1, "retry_window_s": 1.0}
-    gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role, **fast}, None, None)
+    gw = GatewayActor.remote(
+        llm_config({"backend": "compatible", "target": role, "optimizer": role, **fast}), None, None
+    )
     env = {"options": {"tasks": 2}}
     tasks = SyntheticBenchmark(env).load_split("train")
     pool = EnvPool("synthetic", env, gw, PoolSettings(1, 2, 0.0, 60.0, 2))
@@ -171,7 +176,7 @@ def _searchqa(url: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
         "env.options.split_source=folders",
         *extra,
     ]
-    _obj, cfg = cli.typed(cli.compose(overrides))
+    cfg = cli.plain(cli.compose(overrides))
     return cli.resolve_paths(cfg)
 
 
@@ -184,7 +189,7 @@ def test_a_dead_endpoint_stops_the_run_within_a_minute(ray_cluster, tmp_path, ca
     with DeadEndpoint(mode) as ep:
         cfg = _searchqa(ep.base_url, tmp_path)
         started = time.monotonic()
-        code = cli.run_one(cfg)
+        code = cli.run_one(checked(cfg))
         ended = time.monotonic()
         posts = ep.posts()
     err = capsys.readouterr().err
@@ -228,7 +233,7 @@ def test_a_dead_driver_actor_is_one_line_and_the_rerun_finishes(ray_cluster, tmp
     with ScriptedServer(policy=policy, latency_s=0.2) as srv:
         cfg = _searchqa(srv.base_url, tmp_path)
         monkeypatch.setattr(launch, "follow", follow_then_kill)
-        code = cli.run_one(cfg)
+        code = cli.run_one(checked(cfg))
         err = capsys.readouterr().err
         lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
         assert code == 1 and len(lines) == 1, err
@@ -236,7 +241,7 @@ def test_a_dead_driver_actor_is_one_line_and_the_rerun_finishes(ray_cluster, tmp
         assert lines[0].endswith("rerun the same command to resume") and str(cli.run_dir_for(cfg)) in lines[0]
         assert "Traceback" not in err and "ActorDiedError" not in err
         monkeypatch.setattr(launch, "follow", real_follow)
-        code = cli.run_one(cfg)
+        code = cli.run_one(checked(cfg))
         err = capsys.readouterr().err
     assert code == 0, err
     assert f"resuming run in {cli.run_dir_for(cfg)}" in err

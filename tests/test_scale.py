@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from scripted_server import ScriptedServer
+import pytest
+from helpers import echo_llm as _llm
+from helpers import echo_server as _echo
+from helpers import llm_config
 from skillopt_envs.base import EpisodeContext
 from skillopt_envs.chat import ChatRequest
 
@@ -14,20 +17,7 @@ from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded
 
-
-def _llm(url: str, **extra):
-    role = {
-        "provider": "openai",
-        "model": "scripted",
-        "base_url": url,
-        "structured_output": "none",
-        "max_concurrency": 8,
-    }
-    return {"backend": "compatible", "target": role, "optimizer": role, **extra}
-
-
-def _echo(latency_s: float = 0.0) -> ScriptedServer:
-    return ScriptedServer(policy=lambda body, headers: f"ok {headers.get('x-skillopt-key', '')}", latency_s=latency_s)
+pytestmark = pytest.mark.slow  # Ray clusters and whole runs: minutes (pytest -m "not slow" leaves them out)
 
 
 def _req(i: int, tag: str = "s") -> ChatRequest:
@@ -39,7 +29,7 @@ def test_sharded_gateway_keeps_ledger_cache_limits_and_answers_exact(ray_cluster
 
     with _echo(latency_s=0.2) as srv:
         gw = GatewayActor.remote(
-            _llm(srv.base_url, cache_mode="record"),
+            llm_config(_llm(srv.base_url, cache_mode="record")),
             str(tmp_path / "cache.sqlite"),
             str(tmp_path / "ledger.json"),
             None,
@@ -73,7 +63,7 @@ def test_sharded_gateway_budget_stops_at_the_same_call_as_one_gateway(ray_cluste
     for shards in (1, 3):
         with _echo() as srv:
             gw = GatewayActor.remote(
-                _llm(srv.base_url, budget={"max_calls": 5}),
+                llm_config(_llm(srv.base_url, budget={"max_calls": 5})),
                 None,
                 str(tmp_path / f"ledger{shards}.json"),
                 None,
@@ -103,7 +93,7 @@ def test_a_lost_shard_is_replaced_and_no_call_or_episode_is_lost(ray_cluster):
     env_cfg = {"options": {"tasks": 12, "calls": 2}}
     tasks = SyntheticBenchmark(env_cfg).load_split("train")
     with _echo(latency_s=0.5) as srv:
-        gw = GatewayActor.remote(_llm(srv.base_url), None, None, None, shards=2)
+        gw = GatewayActor.remote(llm_config(_llm(srv.base_url)), None, None, None, shards=2)
         pids = ray.get(gw.pids.remote())
         pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(2, 6, 0.0, 60.0, 2))
         try:
@@ -138,7 +128,7 @@ def test_pool_reaches_its_slots_with_one_call_episodes(ray_cluster):
     with _echo(latency_s=0.5) as srv:
         role_llm = _llm(srv.base_url)
         role_llm["target"]["max_concurrency"] = 64
-        gw = GatewayActor.remote(role_llm, None, None, None)
+        gw = GatewayActor.remote(llm_config(role_llm), None, None, None)
         pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(2, 16, 0.0, 60.0, 1))
         try:
             asyncio.run(pool.run(tasks[:2], "# s", EpisodeContext("warm", False, 1, 1)))
@@ -148,4 +138,4 @@ def test_pool_reaches_its_slots_with_one_call_episodes(ray_cluster):
         finally:
             pool.shutdown()
         assert all(r.hard == 1.0 for r in results) and srv.state.peak_in_flight == 32
-        assert wall < 8.0  # the bound is 1.0 s; one call at a time would be 32 s
+        assert wall < 16.0  # the bound is 1.0 s; one call at a time would be 32 s (a busy machine is not that slow)

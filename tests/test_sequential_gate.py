@@ -267,8 +267,8 @@ def test_auto_takes_the_sequential_gate_below_30_selection_tasks_and_the_papers_
 def test_the_custom_preset_uses_auto_and_the_paper_preset_the_papers_gate():
     from skillopt_ray import cli
 
-    _obj, custom = cli.typed(cli.compose(["+experiment=custom", "env.data_dir=/nowhere"]))
-    _obj, paper = cli.typed(cli.compose(["+experiment=alfworld"]))
+    custom = cli.plain(cli.compose(["+experiment=custom", "env.data_dir=/nowhere"]))
+    paper = cli.plain(cli.compose(["+experiment=alfworld"]))
     assert custom["optimizer"]["gate_test"] == "auto" and paper["optimizer"]["gate_test"] == "none"
 
 
@@ -299,7 +299,7 @@ def test_a_deterministic_target_counts_each_task_once_and_plays_no_extra_pair():
 def test_gate_seq_deterministic_false_on_the_command_line_is_taken():
     from skillopt_ray import cli
 
-    _obj, cfg = cli.typed(cli.compose(["+experiment=alfworld", "optimizer.gate_seq_deterministic=false"]))
+    cfg = cli.plain(cli.compose(["+experiment=alfworld", "optimizer.gate_seq_deterministic=false"]))
     assert GatePolicy.from_config(OptimizerConfig(**cfg["optimizer"]), 18, True).rule.deterministic is False
 
 

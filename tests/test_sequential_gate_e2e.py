@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from custom_helpers import write_jsonl
+from helpers import checked
 from scripted_server import Policies, ScriptedServer
-from test_custom import write_jsonl
 
 from skillopt_ray import cli
 
@@ -60,9 +61,9 @@ def test_the_sequential_gate_refuses_a_harmful_rule_and_accepts_a_helpful_one(ra
             "env.options.scorer=numeric", "env.limit_selection=12", "optimizer.slow_update=false",
             "optimizer.meta_skill=false",
         ]  # fmt: skip
-        _obj, d = cli.typed(cli.compose(overrides))
+        d = cli.plain(cli.compose(overrides))
         d = cli.resolve_paths(d)
-        code, rd = cli.run_one(d), cli.run_dir_for(d)
+        code, rd = cli.run_one(checked(d)), cli.run_dir_for(d)
     assert code == 0
     gates = [json.loads(p.read_text()) for p in sorted(Path(rd, "steps").glob("*/gate.json"))]
     for g in gates:

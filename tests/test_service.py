@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cluster import _cli, _env  # the kept cluster's command and a command's environment
+from cluster_helpers import _cli, _env  # the kept cluster's command and a command's environment
 
 from skillopt_ray.base import environ
 from skillopt_ray.base.exit_codes import EXIT_STOPPED

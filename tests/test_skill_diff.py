@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_report import make_run
+from report_helpers import make_run
 
 from skillopt_ray.compare import command as compare
 from skillopt_ray.runs import report

@@ -7,61 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
+from sleep_fixtures import LIVE, NEW, live_bytes, propose, refused
 
 from skillopt_ray.sleep.cli import main
 from skillopt_ray.sleep.proposal import adopt, staging
 from skillopt_ray.sleep.proposal.lock import Busy, adopt_lock, night_lock
-from skillopt_ray.sleep.proposal.staging import NightProposal, stage_night
-
-LIVE = "---\nname: deploy\ndescription: how we deploy\n---\n\nRun make deploy.\n"
-NEW = "---\nname: deploy\ndescription: how we deploy\n---\n\nRun make test, then make deploy.\n"
-
-
-def propose(tmp: Path, project: Path, stamp: str, text: str = NEW, verified: bool = True, **kw) -> NightProposal:
-    src = Path(tempfile.mkdtemp(dir=tmp, prefix=f"proposal-{stamp}-"))
-    (src / "SKILL.md").write_text(text)
-    (src / "notes.md").write_text("more\n")
-    report = {"verified": verified, "verdict": "accepted" if verified else "unverified"}
-    report |= {"scores": {"before": 0.5, "after": 0.75}, "interval": {"mean_diff": 0.25, "lo": 0.05, "hi": 0.45}}
-    return NightProposal(
-        project=project,
-        stamp=stamp,
-        skill_name="deploy",
-        proposed_skill_dir=src,
-        live_skill_dir=project / ".agents" / "skills" / "deploy",
-        skill_roots=[project / ".agents" / "skills"],
-        report_md="# night\n",
-        report=report,
-        **kw,
-    )
-
-
-@pytest.fixture
-def proj(tmp_path):
-    project = tmp_path / "my project"
-    live = project / ".agents" / "skills" / "deploy"
-    live.mkdir(parents=True)
-    (live / "SKILL.md").write_text(LIVE)
-    return project
-
-
-def live_bytes(project: Path) -> dict[str, bytes]:
-    root = project / ".agents" / "skills" / "deploy"
-    return {p.name: p.read_bytes() for p in sorted(root.iterdir())} if root.exists() else {}
-
-
-def refused(project: Path, *args: str, capsys) -> str:
-    before = live_bytes(project)
-    assert main(["adopt", "--project", str(project), *args]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("error: ")
-    assert live_bytes(project) == before
-    return err
+from skillopt_ray.sleep.proposal.staging import stage_night
 
 
 def test_stage_writes_pins_and_manifest_last(tmp_path, proj, monkeypatch):

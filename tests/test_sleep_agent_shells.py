@@ -19,9 +19,8 @@ import pytest
 from aiohttp import web
 from conftest import need_harness
 from scripted_server import ScriptedServer
-from sleep_fixtures import claude_session, codex_session
+from sleep_fixtures import claude_session, codex_session, harvest, tasks_of
 from sleep_recording import _gateway
-from test_sleep_harvest import harvest, tasks_of
 
 from skillopt_ray.llm.agent_api import AgentAPIServer
 from skillopt_ray.sleep import agent_shells

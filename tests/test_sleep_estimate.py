@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_sleep_night import task_folder
+from sleep_fixtures import task_folder
 
 from skillopt_ray.sleep import cli as sleep_cli
 from skillopt_ray.sleep.night import estimate

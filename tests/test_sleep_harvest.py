@@ -7,10 +7,9 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
-from sleep_fixtures import claude_session, codex_session, jsonl
+from sleep_fixtures import SECRETS, _needles, claude_session, codex_session, harvest, jsonl, tasks_of
 
 from skillopt_ray.cli import review_gate as review
 from skillopt_ray.sleep.cli import main
@@ -24,25 +23,6 @@ def stores(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
     return project, tmp_path / "codex", tmp_path / "claude"
-
-
-def harvest(project, codex_home, claude_home, **kw):
-    opts = HarvestOptions(
-        project=project,
-        stores=Stores(kw.pop("source", "all"), codex_home, claude_home),
-        lookback=None,
-        lookback_given=kw.pop("lookback_given", True),
-        **kw,
-    )
-    return run(opts, None, kw.get("redactor") or Redactor())
-
-
-def tasks_of(project: Path) -> dict[str, dict]:
-    out = {}
-    for d in sorted((project / ".skillopt" / "tasks").iterdir()):
-        if d.is_dir():
-            out[(d / "task.md").read_text().strip()] = json.loads((d / "task.json").read_text())
-    return out
 
 
 def test_both_sources_in_scope_only_and_codex_duplicates_read_once(stores):
@@ -121,35 +101,6 @@ def test_window_compares_instants_across_midnight_in_a_non_utc_timezone(stores, 
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
-
-
-SECRETS = {
-    "openai_key": "sk-proj-" + "A1b2C3d4" * 5,
-    "anthropic_key": "sk-ant-api03-" + "Zy9x" * 8,
-    "aws_access_key": "AKIA" + "QWERTYUIOPASDFGH",
-    "github_token": "ghp_" + "a1B2" * 9,
-    "slack_token": "xoxb-" + "1234567890-abcdefghij",
-    "google_api_key": "AIza" + "S" * 35,
-    "stripe_key": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
-    "huggingface_token": "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123",
-    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-    "bearer_credential": "Bearer " + "q8Zt4Lm2Pw9Xc7Vb",
-    "connection_string": "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=" + "K3yV4lu3Secret==",
-    "pem_private_key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7secretbody\n-----END RSA PRIVATE KEY-----",
-    "secret_assignment": "gitlab_api_key: " + "glx7Qm2Rt9Lp4Wv8",
-    "url_credentials": "postgres://admin:" + "S3cr3tPassw0rd" + "@db.example.com/app",
-    "environment_value": "env-value-" + "9f8e7d6c5b4a",
-}
-
-
-def _needles(value: str) -> list[str]:
-    """The secret part of a planted value (what must not appear)."""
-    for sep in ("Bearer ", "AccountKey=", "api_key: ", "admin:"):
-        if sep in value:
-            return [value.split(sep, 1)[1].split("@")[0]]
-    if "PRIVATE KEY" in value:
-        return ["MIIEowIBAAKCAQEA7secretbody"]
-    return [value]
 
 
 def test_every_secret_pattern_is_redacted_in_both_sources_and_counted(stores, monkeypatch):

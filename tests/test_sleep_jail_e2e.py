@@ -12,9 +12,9 @@ import subprocess
 import pytest
 import skillopt_envs
 from conftest import need_bwrap, need_harness
+from harness_helpers import _eval, _gateway
 from scripted_server import ScriptedServer
 from sleep_fixtures import claude_session, codex_session
-from test_harness_e2e import _eval, _gateway
 
 from skillopt_ray.sleep.cli import main
 

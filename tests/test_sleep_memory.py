@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from sleep_fixtures import propose
 
 from skillopt_ray.sleep.cli import main
 from skillopt_ray.sleep.proposal import memory
 from skillopt_ray.sleep.proposal.staging import stage_night
-from tests.test_sleep_adopt import proj, propose  # noqa: F401 - the staged-project fixture, shared
 
 B, E = memory.begin_marker("deploy"), memory.end_marker("deploy")
 HEAD = "# Our rules\r\n\r\nUse tabs.\r\n"  # CRLF and no UTF-8 trouble: the bytes outside the block must survive

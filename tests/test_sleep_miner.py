@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 
 from scripted_server import ScriptedServer
-from sleep_fixtures import claude_session, codex_session
-from test_sleep_harvest import SECRETS, _needles, tasks_of
+from sleep_fixtures import SECRETS, _needles, claude_session, codex_session, tasks_of
 
 from skillopt_ray.sleep.cli import main
 

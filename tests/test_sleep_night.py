@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_server import Policies, ScriptedServer
+from scripted_server import ScriptedServer
+from sleep_fixtures import PlantedRule, night, task_folder
 
 from skillopt_ray.cli import review_gate as review
 from skillopt_ray.sleep import cli as sleep_cli
@@ -22,51 +23,6 @@ from skillopt_ray.sleep.harvest.tasks import MinedTask
 from skillopt_ray.sleep.night import state as night_state
 
 pytestmark = pytest.mark.slow
-
-P_RIGHT = {"base": 0.5, "HELPFUL": 0.85, "HARMFUL": 0.15}
-RULES = {
-    "HELPFUL": "- HELPFUL: finish with the word DONE-OK.",
-    "HARMFUL": "- HARMFUL: stop before you finish.",
-    "NEUTRAL": "- NEUTRAL: keep a calm tone.",  # leaves the target's chances as they were: a tie
-}
-
-
-class PlantedRule(Policies):
-    """A noisy target (the draw comes from each episode's own sample key) and analysts that plant one rule."""
-
-    def __init__(self, rule: str):
-        super().__init__()
-        self.rule = rule
-
-    def target_reply(self, body: dict[str, Any], key: str) -> str:
-        system = "\n".join(str(m.get("content") or "") for m in body["messages"])
-        p = P_RIGHT["HARMFUL" if "HARMFUL" in system else "HELPFUL" if "HELPFUL" in system else "base"]
-        draw = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
-        return "All done: DONE-OK" if draw < p else "I gave up."
-
-    def _opt_analyst(self, system: str, prompt: str) -> dict[str, Any]:
-        out = super()._opt_analyst(system, prompt)
-        out["patch"]["edits"] = [{"op": "append", "content": RULES[self.rule]}]
-        return out
-
-
-def task_folder(project: Path, n_val: int = 14) -> Path:
-    """Part 1's writer: chat tasks whose check.py wants DONE-OK in the reply; 2 train, n_val val, 1 test."""
-    tasks = [
-        MinedTask(f"Please tidy the notes file, part {i}.", "chat", [{"op": "contains", "arg": "DONE-OK"}])
-        for i in range(n_val + 3)
-    ]
-    splits = {t.id: "train" if i < 2 else "test" if i == n_val + 2 else "val" for i, t in enumerate(tasks)}
-    out = project / ".skillopt" / "tasks"
-    write_tasks(out, tasks, splits, project, {"project": str(project)})
-    return out
-
-
-def night(project: Path, srv: ScriptedServer, *extra: str, tracking: str = "tracking=none") -> int:
-    return sleep_cli.main(
-        ["run", "--project", str(project), "--tasks", str(project / ".skillopt" / "tasks"), *extra,
-         "llm=compatible", f"llm.base_url={srv.base_url}", tracking]
-    )  # fmt: skip
 
 
 def report_of(project: Path) -> dict[str, Any]:

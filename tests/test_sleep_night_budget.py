@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from scripted_server import ScriptedServer
-from test_sleep_night import PlantedRule, night, task_folder
+from sleep_fixtures import PlantedRule, night, task_folder
 
 from skillopt_ray.sleep.night import state as night_state
 from skillopt_ray.sleep.proposal import staging

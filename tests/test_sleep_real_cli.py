@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import need_bwrap, need_harness
+from sleep_fixtures import harvest, tasks_of
 from sleep_recording import SESSIONS, demo_project, record
-from test_sleep_harvest import harvest, tasks_of
 
 pytestmark = pytest.mark.slow
 

@@ -107,7 +107,7 @@ def test_a_night_composes_for_a_project_path_with_spaces_commas_and_quotes(tmp_p
     tasks = project / ".skillopt" / "tasks"
     splits = {"train": ["a"], "val": ["b"], "test": ["c"]}
     ov = overrides_for(NightOptions(project=project), "night-1", tasks, splits, None)
-    _obj, data = cli.typed(cli.compose(ov))
+    data = cli.plain(cli.compose(ov))
     assert data["env"]["data_dir"] == str(tasks)
     assert data["output_dir"] == str(project / ".skillopt" / "nights")
     assert data["tracking"]["experiment_name"] == f"sleep-{project.name}"

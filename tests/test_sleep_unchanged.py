@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_sleep_adopt import LIVE, live_bytes, propose, refused
+from sleep_fixtures import LIVE, live_bytes, propose, refused
 
 from skillopt_ray.sleep.cli import main
 from skillopt_ray.sleep.night import runner as night
@@ -64,7 +64,7 @@ def test_a_night_starts_from_the_installed_learned_skill(tmp_path):
     own.write_text("Mine.\n")
     assert night.starting_skill(NightOptions(project=project, name="tidy", skill=own)) == own  # --skill wins
     assert night.starting_skill(NightOptions(project=project, name="tidy", target="claude_code")) is None
-    from test_sleep_night import task_folder
+    from sleep_fixtures import task_folder
 
     tasks = task_folder(project, n_val=2)
     p = night.plan(opts, tasks, "night-20261129T010000Z", False)

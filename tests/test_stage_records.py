@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stage_record_runs import VARIANTS, run_variant, stage_files
 
 from skillopt_ray.base.io import atomic_write_json
 from skillopt_ray.runs.records import GateRecord
@@ -21,7 +22,6 @@ from skillopt_ray.stages.appendix import FlushResult
 from skillopt_ray.stages.reflect import ReflectOutput
 from skillopt_ray.stages.select import SelectOutput
 from skillopt_ray.stages.update import UpdateOutput
-from tests.stage_record_runs import VARIANTS, run_variant, stage_files
 
 FIXTURES = Path(__file__).parent / "fixtures" / "stage_records"
 CODECS: dict[str, Callable[[Any], Any]] = {

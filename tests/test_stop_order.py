@@ -11,8 +11,8 @@ import time
 
 import pytest
 from conftest import qa_fixture
+from kill_helpers import _cli
 from scripted_server import Policies, ScriptedServer
-from test_kill_cli import _cli
 
 
 def _wait_for(cond, timeout_s: float, what: str, proc: subprocess.Popen) -> None:

@@ -7,10 +7,10 @@ In-process tests drive a CallBatcher against Mailboxes through a stand-in for a 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
+from helpers import llm_config
 from skillopt_envs.chat import ChatRequest
 
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
@@ -90,18 +90,24 @@ def test_calls_started_one_by_one_while_others_are_out_share_a_batch():
 
 
 def test_a_slow_call_does_not_hold_the_fast_ones_of_its_batch():
-    async def go() -> tuple[float, float]:
-        b = CallBatcher(FakeActor(echo_after))
-        t0 = time.monotonic()
+    async def go() -> tuple[bool, str]:
+        release = asyncio.Event()  # the slow call is answered only when the test says so: no race with a clock
+
+        async def chat(r: ChatRequest) -> ChatResult:
+            if r.key.startswith("slow"):
+                await release.wait()
+            return ChatResult(f"reply to {r.key}")
+
+        b = CallBatcher(FakeActor(chat))
         slow = asyncio.ensure_future(b.call(req("slow-1")))
         fast = await asyncio.gather(*(b.call(req(f"k{i}")) for i in range(20)))
-        fast_at = time.monotonic() - t0
         assert all(r.content.startswith("reply to k") for r in fast)
-        await slow
-        return fast_at, time.monotonic() - t0
+        slow_was_out = not slow.done()
+        release.set()
+        return slow_was_out, (await slow).content
 
-    fast_at, slow_at = asyncio.run(go())
-    assert fast_at < 0.35 < slow_at  # the fast replies came back while the slow one (0.5 s) was still out
+    slow_was_out, slow_reply = asyncio.run(go())
+    assert slow_was_out and slow_reply == "reply to slow-1"  # the fast replies came back while the slow one was out
 
 
 def test_an_error_reaches_its_own_caller_only_as_itself():
@@ -139,6 +145,41 @@ def test_a_cancelled_caller_cancels_its_call_in_the_gateway():
     assert actor.cancel_calls.calls == 1 and actor.boxes.running() == 0 and not b.waiting
 
 
+def test_a_cancel_that_arrives_before_its_call_keeps_the_call_from_starting():
+    """An actor may take two calls of one caller in either order: a call cancelled before its submit arrived is
+    never started, and the caller can wait for its cancels to be taken (an acknowledged cancel)."""
+    started: list[str] = []
+
+    async def chat(r: ChatRequest) -> ChatResult:
+        started.append(r.key)
+        await asyncio.sleep(5 if r.key == "dropped" else 0)
+        return ChatResult("ran")
+
+    async def go() -> Mailboxes:
+        boxes = Mailboxes(chat, lambda e, _r: e)
+        boxes.cancel("caller", [2])  # the cancel first...
+        boxes.submit("caller", [(1, req("kept")), (2, req("gone"))])  # ...then the batch it names
+        await asyncio.sleep(0.01)
+        return boxes
+
+    boxes = asyncio.run(go())
+    assert started == ["kept"] and boxes.running() == 0
+
+    async def acknowledged() -> tuple[FakeActor, list[str]]:
+        actor = FakeActor(chat)
+        b = CallBatcher(actor)
+        task = asyncio.ensure_future(b.call(req("dropped")))
+        while "dropped" not in started:  # running on the actor
+            await asyncio.sleep(0.005)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await b.cancels_acknowledged()  # the cancel is sent at once and taken
+        return actor, list(b._cancels)
+
+    actor, unacknowledged = asyncio.run(acknowledged())
+    assert actor.cancel_calls.calls == 1 and actor.boxes.running() == 0 and unacknowledged == []
+
+
 def test_a_dead_gateway_fails_every_call_still_out():
     class Died(Exception):
         pass
@@ -172,7 +213,7 @@ def test_through_a_real_gateway_actor(ray_cluster, tmp_path):
     url = srv.start()
     role = {"provider": "openai", "model": "scripted", "base_url": url, "structured_output": "none"}
     llm_cfg = {"backend": "compatible", "target": role, "optimizer": role, "cache_mode": "off"}
-    actor = GatewayActor.remote(llm_cfg, None, str(tmp_path / "ledger.json"))
+    actor = GatewayActor.remote(llm_config(llm_cfg), None, str(tmp_path / "ledger.json"))
     try:
         handle = LLMHandle(actor)
 

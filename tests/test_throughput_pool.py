@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from helpers import llm_config
 from skillopt_envs.base import EpisodeContext
 
 from skillopt_ray.engine.envpool import EnvPool, EpisodeCrash, PoolSettings, episode_error
@@ -37,15 +38,16 @@ def test_episode_errors_travel_as_themselves_or_as_a_named_stand_in():
 
 def test_a_pool_sends_many_episodes_in_few_actor_calls(ray_cluster):
     import ray
+    from helpers import echo_llm as _llm
+    from helpers import echo_server as _echo
     from skillopt_envs.synthetic.benchmark import SyntheticBenchmark
 
     from skillopt_ray.llm.gateway import GatewayActor
-    from tests.test_scale import _echo, _llm
 
     env_cfg = {"options": {"tasks": 120, "calls": 2}}
     tasks = SyntheticBenchmark(env_cfg).load_split("train")
     with _echo(latency_s=0.05) as srv:
-        gw = GatewayActor.remote(_llm(srv.base_url), None, None, None)
+        gw = GatewayActor.remote(llm_config(_llm(srv.base_url)), None, None, None)
         pool = EnvPool("synthetic", env_cfg, gw, PoolSettings(2, 60, 0.0, 60.0, 1))
         try:
             results = asyncio.run(pool.run(tasks, "# skill", EpisodeContext("batched", False, 2, 0)))

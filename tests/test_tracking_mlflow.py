@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import checked
 
 from skillopt_ray.runs.tracking import (
     EXPERIMENT_KIND,
@@ -130,7 +131,7 @@ def test_tracker_experiment_kind_names_and_groups(tmp_path, store_template):
 
 
 def test_skill_history_logged_when_asked_and_when_the_run_ends_never_by_metrics(tmp_path, store_template):
-    from test_report import make_run
+    from report_helpers import make_run
 
     rd = make_run(tmp_path / "rd")
     tr = _tracker(tmp_path, store_template)
@@ -186,9 +187,9 @@ def test_training_run_in_mlflow(ray_cluster, scripted, alfworld_root, tmp_path):
         "debug.progress=off",
         "env.options.skip_missing_games=true",
     ]
-    _obj, data = cli.typed(cli.compose(overrides))
+    data = cli.plain(cli.compose(overrides))
     data = cli.resolve_paths(data)
-    assert cli.run_one(data) == 0
+    assert cli.run_one(checked(data)) == 0
     rd = cli.run_dir_for(data)
     ml = json.loads((rd / "mlflow_run.json").read_text())
     client = MlflowClient(ml["tracking_uri"])

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import checked
 
 from skillopt_ray import cli
 
@@ -34,14 +35,12 @@ def _data(url: str, out: Path, alfworld_root: Path, *extra: str) -> dict:
         "optimizer.lr_schedule=cosine",
         *extra,
     ]
-    cfg = cli.compose(overrides)
-    _obj, data = cli.typed(cfg)
-    return cli.resolve_paths(data)
+    return cli.load(overrides)
 
 
 def _run(url, out, root, *extra) -> tuple[int, Path]:
     data = _data(url, out, root, *extra)
-    return cli.run_one(data), cli.run_dir_for(data)
+    return cli.run_one(checked(data)), cli.run_dir_for(data)
 
 
 def _fingerprint(run_dir: Path) -> dict:
@@ -212,7 +211,7 @@ def test_infra_failures_stop_the_run_with_a_clear_error(ray_cluster, scripted, a
     data = _data(scripted.base_url, tmp_path / "o", root)
     for g in (root / "json_2.1.1" / "valid_seen").glob("*/*/game.tw-pddl"):
         g.write_text("{not json")  # present but unloadable: every selection episode is an infrastructure failure
-    code = cli.run_one(data)
+    code = cli.run_one(checked(data))
     err = capsys.readouterr().err
     assert code == cli.EXIT_ERROR
     assert "failed for infrastructure reasons" in err

@@ -1,7 +1,8 @@
 """The front door, one module per job:
 
-- `compose`     compose the config with Hydra and check it (schema, ranges, prices for any model)
+- `compose`     compose the config with Hydra and validate it into the typed Config (schema, ranges, prices)
 - `checks`      checks that need no cluster (output folder, keys, skill files)
+- `preflight`   every check of a run, made once: `preflight(config) -> Checked`, what `execute` runs
 - `identity`    what a run's identity covers beyond its config, and the resume check
 - `ray_session` start a private Ray cluster or join one
 - `launch`      one run: its directory, the embedded server, Ray, the driver actor (`execute`)
@@ -13,9 +14,20 @@ The names below are the ones other modules and tests use.
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files, needs_embedded_server
-from skillopt_ray.cli.compose import CONF_DIR, compose, experiments, load, resolve_paths, typed
+from skillopt_ray.cli.compose import (
+    CONF_DIR,
+    absolute,
+    compose,
+    compose_node,
+    experiments,
+    load,
+    plain,
+    resolve_paths,
+    typed,
+)
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.launch import execute, run_dir_for, run_one
+from skillopt_ray.cli.preflight import Checked, preflight
 from skillopt_ray.cli.ray_session import start_ray
 from skillopt_ray.cli.report import summary_table
 
@@ -28,20 +40,25 @@ def main(argv=None) -> int:
 
 __all__ = [
     "CONF_DIR",
+    "Checked",
     "EXIT_CONFIG",
     "EXIT_ERROR",
     "EXIT_OK",
     "EXIT_STOPPED",
     "UsageError",
+    "absolute",
     "check_keys",
     "check_output_dir",
     "check_skill_files",
     "compose",
+    "compose_node",
     "execute",
     "experiments",
     "load",
     "main",
     "needs_embedded_server",
+    "plain",
+    "preflight",
     "resolve_paths",
     "run_dir_for",
     "run_one",

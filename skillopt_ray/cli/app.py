@@ -34,16 +34,19 @@ from skillopt_ray.cli.compose import (
     CONF_DIR,
     CONFIG_NAME,
     PriceOverride,
+    absolute,
     apply_prices,
-    compose,
+    compose_node,
     explain,
+    plain,
     refuse_repeated_keys,
-    resolve_paths,
     split_price_overrides,
     typed,
 )
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.cli.preflight import Checked
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config.schema import Config
 
 
 @dataclass
@@ -52,6 +55,7 @@ class _Session:
 
     prices: list[PriceOverride] = field(default_factory=list)
     codes: list[int] = field(default_factory=list)
+    checked: dict[tuple[str, ...], Checked] = field(default_factory=dict)  # each job's, by its overrides
     stopped: bool = False  # a job hit bad input (a missing key, Ray unreachable): the jobs after it would too
 
 
@@ -85,17 +89,25 @@ def task(cfg: Any) -> int:
     return code
 
 
+def job_key(overrides: list[str]) -> tuple[str, ...]:
+    """A job by its own overrides (Hydra's settings left out), as main() and Hydra's launcher both spell them."""
+    return tuple(sorted(o for o in overrides if not o.lstrip("+~").startswith("hydra")))
+
+
 def _job(cfg: Any) -> int:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     from skillopt_ray.cli.launch import run_dir_for, run_one
+    from skillopt_ray.cli.preflight import preflight
 
     hc = HydraConfig.get()
-    apply_prices(cfg, _SESSION.prices)
-    _obj, data = typed(cfg)
-    with in_folder(hc.runtime.cwd):  # hydra.job.chdir=true moved us into the job's folder; paths are the caller's
-        data = resolve_paths(data)
+    checked = _SESSION.checked.get(job_key([str(o) for o in hc.overrides.task]))
+    if checked is None:  # a job main() did not plan (another sweeper's): checked here, once
+        apply_prices(cfg, _SESSION.prices)
+        with in_folder(hc.runtime.cwd):  # hydra.job.chdir=true moved us into the job's folder; paths are the caller's
+            checked = preflight(typed(cfg))
+    data = checked.data
     run_dir = hydra_run_dir(hc, data)
     if run_dir is None and hc.mode == RunMode.MULTIRUN:
         run_dir = run_dir_for(data)
@@ -104,7 +116,7 @@ def _job(cfg: Any) -> int:
             if link.is_symlink():
                 link.unlink()
             link.symlink_to(run_dir, target_is_directory=True)
-    return run_one(data, run_dir, [str(o) for o in hc.overrides.task])
+    return run_one(checked, run_dir, [str(o) for o in hc.overrides.task])
 
 
 def _hydra_args(argv: list[str]) -> Any:
@@ -159,48 +171,30 @@ def jobs_of(args: Any, overrides: list[str]) -> list[list[str]]:
         GlobalHydra.instance().clear()
 
 
-def preflight(args: Any, overrides: list[str], prices: list[PriceOverride]) -> list[PlainConfig]:
-    """Compose and validate every job before any starts (one line and exit 2 for the first bad one); returns each
-    job's checked config."""
-    import json
-
-    from skillopt_ray.cli.checks import (
-        check_benchmark_data,
-        check_embedded_model,
-        check_harness,
-        check_output_dir,
-        check_reviewed_tasks,
-        check_skill_files,
-        run_splits,
-    )
+def check_jobs(args: Any, overrides: list[str], prices: list[PriceOverride]) -> list[Checked]:
+    """Compose, validate and check every job before any starts (one line and exit 2 for the first bad one); each
+    job once (cli.preflight). Returns each job's Checked, also kept for Hydra's task function."""
+    from skillopt_ray.cli.preflight import preflight
 
     jobs = jobs_of(args, overrides) if args.multirun else [[o for o in overrides if not o.startswith("hydra.")]]
     swept = {o.split("=", 1)[0] for o in overrides if o not in (jobs[0] if jobs else [])}
-    data_read: set[str] = set()  # jobs reading the same data and splits: read once
-    checked: list[PlainConfig] = []
+    data_seen: set[str] = set()  # jobs reading the same data and splits: read once
+    checked: list[Checked] = []
     for job in jobs:
         try:
-            data = resolve_paths(composed_data(args, job, prices))
-            check_skill_files(data)
-            check_harness(data)  # a missing agent CLI: one line before Ray, not a failed episode after it
-            check_embedded_model(data)  # llm=local without its installed model: the install command, before Ray
-            check_reviewed_tasks(data)  # harvested sessions leave the machine only once a person has read them
-            seen = json.dumps([data["env"], run_splits(data)], sort_keys=True, default=str)
-            if seen not in data_read:
-                check_benchmark_data(data)
-                data_read.add(seen)
-            check_output_dir(Path(data["output_dir"]))
-            checked.append(data)
+            one = preflight(composed(args, job, prices), data_seen)
         except UsageError as e:
             if not args.multirun:
                 raise
             which = " ".join(o for o in job if o.split("=", 1)[0] in swept)
             raise UsageError(f"{e} (in the job {which}; no job was started)") from None
+        _SESSION.checked[job_key(job)] = one
+        checked.append(one)
     return checked
 
 
-def composed_data(args: Any, job: list[str], prices: list[PriceOverride]) -> PlainConfig:
-    """A job's config, composed and typed (paths not yet resolved). The kept cluster's holder remembers what it
+def composed(args: Any, job: list[str], prices: list[PriceOverride]) -> Config:
+    """A job's config, composed and validated (paths not yet resolved). The kept cluster's holder remembers what it
     composed for the same overrides while no file of the config folders changed (skillopt_ray/engine/warm.py)."""
     import copy
 
@@ -212,15 +206,15 @@ def composed_data(args: Any, job: list[str], prices: list[PriceOverride]) -> Pla
         key = config_fingerprint([_conf_dir(args), *map(Path, _search_dirs(args))], [args.config_name or "", *job])
         if key in served.memo:
             return copy.deepcopy(served.memo[key])
-    cfg = compose(
+    cfg = compose_node(
         job, config_dir=_conf_dir(args), config_name=args.config_name or CONFIG_NAME, search_dirs=_search_dirs(args)
     )
     apply_prices(cfg, prices)
-    _obj, data = typed(cfg)
+    config = typed(cfg)
     if served is not None:
         served.memo.clear()  # one entry: the command a researcher repeats
-        served.memo[key] = copy.deepcopy(data)
-    return data
+        served.memo[key] = copy.deepcopy(config)
+    return config
 
 
 def config_fingerprint(folders: list[Path], words: list[str]) -> str:
@@ -265,14 +259,14 @@ def given_run_dir(overrides: list[str]) -> Optional[Path]:
     return None
 
 
-def run_checked(data: PlainConfig, overrides: list[str]) -> int:
-    """Run a config preflight composed and checked, as Hydra's task function would: in the run directory the
-    command names (`hydra.run.dir=PATH`), or one derived from the config; the checks are not made again."""
+def run_checked(checked: Checked, overrides: list[str]) -> int:
+    """Run a config check_jobs composed and checked, as Hydra's task function would: in the run directory the
+    command names (`hydra.run.dir=PATH`), or one derived from the config."""
     from skillopt_ray.cli.launch import run_one
 
     task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]  # what Hydra records as the job's
     try:
-        return run_one(data, given_run_dir(overrides), task, checked=True)
+        return run_one(checked, given_run_dir(overrides), task)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -294,14 +288,14 @@ def _show_one_config(args: Any, overrides: list[str], prices: list[PriceOverride
 
     from skillopt_ray.config import redact
 
-    cfg = compose(
+    cfg = compose_node(
         overrides,
         config_dir=_conf_dir(args),
         config_name=args.config_name or CONFIG_NAME,
         search_dirs=_search_dirs(args),
     )
     apply_prices(cfg, prices)
-    data: Any = redact(resolve_paths(typed(cfg)[1]))
+    data: Any = redact(plain(absolute(typed(cfg))))
     if args.package:
         for part in args.package.split("."):
             if not isinstance(data, dict) or part not in data:
@@ -343,6 +337,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
     argv = [a for a in argv if a != "--debug"]
     _SESSION.codes.clear()
+    _SESSION.checked.clear()
     _SESSION.stopped = False
     try:
         args = _hydra_args(argv)
@@ -363,7 +358,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.shell_completion and completion.handle(args.overrides, lambda: _run_hydra(passed)):
             return EXIT_OK
         if not other:
-            checked = preflight(args, overrides, _SESSION.prices)
+            checked = check_jobs(args, overrides, _SESSION.prices)
             if plain_single_run(args, flags, overrides) and len(checked) == 1:
                 return run_checked(checked[0], overrides)
         _run_hydra(passed)

@@ -8,6 +8,8 @@ from typing import cast
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config.schema import ConfigError
+from skillopt_ray.config.skill_files import SkillTexts, read_skill_file, skill_paths
 from skillopt_ray.llm.wire import AgentOptions
 
 
@@ -117,44 +119,25 @@ def check_endpoints(data: PlainConfig) -> None:
 
 def skill_files(data: PlainConfig) -> list[tuple[str, str]]:
     """(key, path) of the skill documents this run reads."""
-    keys = [("skill_init", data.get("skill_init"))]
-    if data["mode"] == "eval":
-        keys.append(("eval.skill_path", data["eval"].get("skill_path")))
-    return [(k, v) for k, v in keys if v]
+    return skill_paths(data.get("skill_init"), data["mode"], data["eval"].get("skill_path"))
 
 
-def check_skill_files(data: PlainConfig) -> None:
-    """Skill documents the run will read: present, regular, UTF-8 text."""
+def check_skill_files(data: PlainConfig) -> SkillTexts:
+    """The skill documents the run will read, read once: present, regular, UTF-8 text (config.skill_files)."""
+    texts: SkillTexts = {}
     for key, value in skill_files(data):
-        path = Path(value)
-        if not path.is_file():
-            raise UsageError(f"{key}={value!r} is not a file; give the path to a skill .md file")
         try:
-            raw = path.read_bytes()
-        except OSError as e:
-            raise UsageError(
-                f"{key}={value!r} cannot be read ({e.strerror}); give the path to a skill .md file"
-            ) from None
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise UsageError(
-                f"{key}={value!r} is not UTF-8 text (byte {e.start} cannot be decoded: a binary file?); "
-                "give the path to a skill .md file"
-            ) from None
-        if b"\x00" in raw:
-            raise UsageError(f"{key}={value!r} contains NUL bytes (a binary file?); give the path to a skill .md file")
+            texts[key] = read_skill_file(value, key)
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
+    return texts
 
 
-def skill_warnings(data: PlainConfig) -> list[str]:
+def skill_warnings(data: PlainConfig, texts: SkillTexts) -> list[str]:
     """One line per skill file that is empty or blank (the run is allowed, but is rarely what was meant)."""
     out = []
     for key, value in skill_files(data):
-        try:
-            blank = not Path(value).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            continue  # check_skill_files names these
-        if blank:
+        if key in texts and not texts[key].strip():
             fix = (
                 "drop skill_init to start from the benchmark's seed skill"
                 if key == "skill_init"

@@ -1,8 +1,10 @@
 """Compose and validate the configuration: Hydra over `conf/` with the typed schema, errors as one line.
 
 `compose(overrides)` is the same composition the Hydra application does (same search path, same
-override grammar); `typed(cfg)` turns it into the checked dataclass and a plain dict; `resolve_paths`
-makes paths absolute before anything crosses into actors or Tune trials.
+override grammar), validated once into the typed `Config`; `compose_node` is the composition alone (Hydra's
+node, for the sweep command's own config) and `typed(node)` validates a node Hydra composed; `absolute` (and
+`resolve_paths` for plain data) makes paths absolute before anything crosses into actors or Tune trials;
+`plain(config)` is the same config as plain data.
 
 Prices are set per model name (`llm.prices.<model>.input_per_mtok=0.15`), and model names such as
 `gpt-5.4-mini` or `Qwen/Qwen2.5-7B` are not keys Hydra's override grammar can spell, so those
@@ -21,6 +23,7 @@ from typing import Any, Optional, cast
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config.schema import Config
 
 CONF_DIR = Path(os.environ.get("SKILLOPT_CONF_DIR", Path(__file__).resolve().parent.parent.parent / "conf"))
 CONFIG_NAME = "config"
@@ -182,10 +185,23 @@ def compose(
     config_dir: Optional[Path] = None,
     config_name: str = CONFIG_NAME,
     search_dirs: Iterable[str] = (),
+    extra_keys: Iterable[str] = (),
+) -> Config:
+    """A run's config: composed by Hydra once and validated once (schema, ranges, rules between keys); paths as
+    given (see absolute). Errors are one-line UsageErrors."""
+    return typed(compose_node(overrides, config_dir, config_name, search_dirs, True, extra_keys))
+
+
+def compose_node(
+    overrides: list[str],
+    config_dir: Optional[Path] = None,
+    config_name: str = CONFIG_NAME,
+    search_dirs: Iterable[str] = (),
     require_experiment: bool = True,
     extra_keys: Iterable[str] = (),
 ) -> Any:
-    """Hydra composition with our strict schema; errors become one-line UsageErrors.
+    """Hydra composition with our strict schema (the OmegaConf node, not validated); errors become one-line
+    UsageErrors.
 
     `config_name` is `config` (a run) or `sweep_config` (the sweep command: a run's config plus `sweep.*`)."""
     from hydra.core.global_hydra import GlobalHydra
@@ -219,8 +235,8 @@ def check_experiment(cfg: Any, conf_dir: Optional[Path] = None) -> None:
         raise UsageError(f"no experiment chosen: add +experiment=<name> (one of {', '.join(experiments(conf_dir))})")
 
 
-def typed(cfg: Any) -> tuple[Any, PlainConfig]:
-    """(the checked Config dataclass, the same as a plain dict)."""
+def typed(cfg: Any) -> Config:
+    """The checked Config of a node Hydra composed (validated here, once)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -235,7 +251,21 @@ def typed(cfg: Any) -> tuple[Any, PlainConfig]:
         raise UsageError(str(e)) from None
     except OmegaConfBaseException as e:
         raise UsageError(explain(e)) from None
-    return obj, data  # type: ignore[return-value]
+    return obj
+
+
+def plain(config: Config) -> PlainConfig:
+    """The config as plain data (what the run directory keeps, the identity hashes and benchmarks read)."""
+    import dataclasses
+
+    return dataclasses.asdict(config)  # type: ignore[return-value]  # Config's fields are PlainConfig's keys
+
+
+def absolute(config: Config) -> Config:
+    """A copy with absolute paths (see resolve_paths); rebuilt field by field, not validated again."""
+    from skillopt_ray.config import from_container
+
+    return from_container(resolve_paths(plain(config)))
 
 
 def resolve_paths(data: PlainConfig) -> PlainConfig:
@@ -256,5 +286,5 @@ def resolve_paths(data: PlainConfig) -> PlainConfig:
 
 
 def load(overrides: list[str], **kw: Any) -> PlainConfig:
-    """compose + typed + resolve_paths: the plain, checked, absolute config a run is launched with."""
-    return resolve_paths(typed(compose(overrides, **kw))[1])
+    """compose + absolute, as plain data: the checked, absolute config a run is launched with."""
+    return plain(absolute(compose(overrides, **kw)))

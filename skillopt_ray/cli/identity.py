@@ -16,12 +16,14 @@ import hashlib
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 import skillopt_envs
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.provenance import tool_version
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config.skill_files import SkillTexts
 from skillopt_ray.runs.records import Identity, RunInputs
 
 # where each benchmark reads its data when env.data_dir is not set
@@ -106,12 +108,16 @@ def data_roots(data: PlainConfig) -> dict[str, str]:
     return roots
 
 
-def run_inputs(data: PlainConfig) -> RunInputs:
-    """What the run reads besides its config: skill contents, data fingerprints, the tool's version."""
+def run_inputs(data: PlainConfig, texts: Optional[SkillTexts] = None) -> RunInputs:
+    """What the run reads besides its config: skill contents (`texts`: as the preflight read them; else read
+    here), data fingerprints, the tool's version."""
     from skillopt_ray.cli.checks import skill_files
 
     skills = {}
     for key, path in skill_files(data):
+        if texts is not None and key in texts:
+            skills[key] = hashlib.sha256(texts[key].encode("utf-8")).hexdigest()[:16]  # the file's own bytes
+            continue
         try:
             skills[key] = file_digest(path)
         except OSError:
@@ -220,8 +226,8 @@ def check_or_record(run_dir: Path, record: Identity, resuming: bool) -> None:
         rd.write_identity(record)
 
 
-def identity_record(data: PlainConfig) -> Identity:
+def identity_record(data: PlainConfig, texts: Optional[SkillTexts] = None) -> Identity:
     from skillopt_ray.config import run_identity
 
-    inputs = run_inputs(data)
+    inputs = run_inputs(data, texts)
     return Identity(identity=run_identity(data, inputs), config=run_identity(data), inputs=inputs)

@@ -1,8 +1,9 @@
 """Launch one run: its directory, the embedded model server, its engine (Ray and the driver actor, or the
 one-process engine: cli/engine_choice.py); wait and return the outcome.
 
-`execute(data)` is the one code path of a run, for the CLI and for every sweep trial. It never
-writes into the config it is given (the embedded server's URL goes into its own copy).
+`execute(checked)` is the one code path of a run, for the CLI, `-m`, every sweep trial, a night and transfer; it takes
+only a `Checked` (cli.preflight), so it checks nothing again. It never writes into the config it is given (the
+embedded server's URL goes into its own copy).
 Start-up overlaps what can overlap: the embedded llama.cpp server starts beside Ray, not after it.
 """
 
@@ -21,21 +22,15 @@ from typing import Any, Optional
 
 from skillopt_ray.base.exit_codes import EXIT_ERROR
 from skillopt_ray.base.startup_trace import mark
-from skillopt_ray.cli.checks import (
-    check_endpoints,
-    check_keys,
-    check_output_dir,
-    check_reviewed_tasks,
-    check_skill_files,
-    needs_embedded_server,
-    skill_warnings,
-)
+from skillopt_ray.cli.checks import needs_embedded_server, skill_warnings
 from skillopt_ray.cli.engine_choice import EngineChoice, choose
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record, runs_before_a_change
+from skillopt_ray.cli.preflight import Checked
 from skillopt_ray.cli.provenance import collect
 from skillopt_ray.cli.ray_session import start_ray
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config.schema import Config
 from skillopt_ray.runs.records import Identity, Origin, Outcome
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 
@@ -133,31 +128,29 @@ class EmbeddedStart:
             self.server.stop()
 
 
-def with_endpoint(data: PlainConfig, url: str) -> PlainConfig:
+def with_endpoint(config: Config, url: str) -> Config:
     """A copy of the config whose embedded roles call `url`."""
-    out = copy.deepcopy(data)
-    for r in ("target", "optimizer"):
-        if out["llm"][r]["provider"] == "embedded":
-            out["llm"][r]["base_url"] = url
+    out = copy.deepcopy(config)
+    for role in (out.llm.target, out.llm.optimizer):
+        if role.provider == "embedded":
+            role.base_url = url
     return out
 
 
-def execute(
-    data: PlainConfig,
-    run_dir: Optional[Path] = None,
-    origin: Optional[Origin] = None,
-    checked: bool = False,
-) -> Outcome:
+def execute(checked: Checked, run_dir: Optional[Path] = None, origin: Optional[Origin] = None) -> Outcome:
     """One training (or eval) run through the driver actor; the outcome dict it returns says how it ended.
 
+    `checked`: the run's config after every check (cli.preflight): nothing is checked again here.
     `run_dir`: where the run lives (default: derived from the config and its inputs, see run_dir_for).
     `origin`: the command that asks for the run (`argv`, Hydra `overrides`; default this process's argv), kept
-    in the run directory's provenance. Used by the CLI and by each sweep trial, so both run exactly the same code.
-    `checked`: the command's preflight already made the checks that need no cluster (cli.app.preflight): not again."""
+    in the run directory's provenance."""
     from skillopt_ray.runs.progress import RunClock, make_display
 
+    if not isinstance(checked, Checked):  # a dict or a bare Config has skipped the checks
+        raise TypeError("execute() runs a Checked config: pass it through skillopt_ray.cli.preflight first")
+    data = checked.data
     engine = choose(data)
-    run_dir = _open_run(data, run_dir, origin, checked)
+    run_dir = _open_run(checked, run_dir, origin)
     print(engine.line(), file=sys.stderr)  # after the checks, whose errors are one line
     clock = RunClock(run_dir).begin()
     progress = make_display(data["debug"]["progress"], started_at=clock.started)
@@ -169,7 +162,7 @@ def execute(
 
             print(f"note: {NOTICE}", file=sys.stderr)
             embedded = EmbeddedStart(data, run_dir)
-        outcome = _drive(data, run_dir, embedded, progress, clock, engine)
+        outcome = _drive(checked, run_dir, embedded, progress, clock, engine)
     finally:
         progress.close()
         clock.end(outcome.get("status", "interrupted"))
@@ -180,28 +173,22 @@ def execute(
     return outcome
 
 
-def _open_run(data: PlainConfig, run_dir: Optional[Path], origin: Optional[Origin], checked: bool) -> Path:
-    """Check the run's inputs (unless the preflight did) and prepare its run directory (identity, provenance, the
-    job's record); returns it."""
-    if not checked:
-        check_reviewed_tasks(data)
-        check_skill_files(data)
-    for line in skill_warnings(data):
+def _open_run(checked: Checked, run_dir: Optional[Path], origin: Optional[Origin]) -> Path:
+    """Prepare the run directory of a checked run (identity, provenance, the job's record); returns it."""
+    data = checked.data
+    for line in skill_warnings(data, checked.skills):
         print(line, file=sys.stderr)
-    record = identity_record(data)
+    record = identity_record(data, checked.skills)
     run_dir = Path(run_dir) if run_dir else run_dir_for(data, record)
-    if not checked:
-        check_output_dir(Path(data["output_dir"]))
     prepare_run_dir(run_dir, data, record)
     origin = origin or {}
     RunDir(run_dir).write_provenance(collect(origin.get("overrides", []), data, origin.get("argv")))
     record_job(run_dir)
-    (check_endpoints if checked else check_keys)(data)  # the harness and the embedded model: in the preflight
     return run_dir
 
 
 def _drive(
-    data: PlainConfig,
+    checked: Checked,
     run_dir: Path,
     embedded: Optional[EmbeddedStart],
     progress: Any,
@@ -211,10 +198,10 @@ def _drive(
     """Start Ray (and wait for the embedded server, if any), run the driver actor and follow it to its outcome; or
     run it all in this process (the one-process engine)."""
     if engine.kind == "local":
-        return _drive_local(data, run_dir, embedded, progress, clock)
+        return _drive_local(checked, run_dir, embedded, progress, clock)
     import ray
 
-    run_cfg = data
+    data, run_cfg = checked.data, checked.config
     progress.update(
         {"phase": "starting", "stage": "starting Ray" + (" and the embedded model server" if embedded else "")}
     )
@@ -227,7 +214,7 @@ def _drive(
     start_ray(data)
     mark("ray-up")
     if embedded is not None:
-        run_cfg = with_endpoint(data, embedded.wait())
+        run_cfg = with_endpoint(run_cfg, embedded.wait())
     loader.join()
     from skillopt_ray.engine import warm
     from skillopt_ray.engine.driver import DriverActor, driver_options, start_gateway
@@ -237,15 +224,15 @@ def _drive(
     # kill); on the kept cluster's holder the command is the process that asked for the run
     me = warm.run_owner()
     spawn = warm.spawner()  # new actors, or the kept cluster's idle copies (skillopt_ray/engine/warm.py)
-    driver_opts = driver_options(run_cfg)
+    driver_opts = driver_options(run_cfg.ray)
     # with the driver on this node, its gateway (on the driver's node) and its first env actor are started here
     # too: the three processes come up at once instead of one after the other
     local = "scheduling_strategy" in driver_opts
     owners = [me] if me else []
     gateway = start_gateway(run_cfg, str(run_dir), owners, spawn) if local else None
-    early = [a for a in [prestart_actor(run_cfg, gateway, owners, spawn) if local else None] if a is not None]
+    early = [a for a in [prestart_actor(data, gateway, owners, spawn) if local else None] if a is not None]
     started = {"gateway": gateway, "env_actors": early} if local else {}
-    driver = spawn(DriverActor, driver_opts, run_cfg, str(run_dir), me, **started)
+    driver = spawn(DriverActor, driver_opts, run_cfg, str(run_dir), me, skills=checked.skills, **started)
     mark("actors-requested")
     warm.wait_ready()
     ref = driver.run.remote()
@@ -263,15 +250,17 @@ def _drive(
 
 
 def _drive_local(
-    data: PlainConfig, run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any
+    checked: Checked, run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any
 ) -> Outcome:
     """The run in this process: the same driver, gateway and env workers, on threads instead of Ray actors."""
     from skillopt_ray.engine.local import run_local
 
     progress.update({"phase": "starting", "stage": "starting" + (" the embedded model server" if embedded else "")})
-    run_cfg = with_endpoint(data, embedded.wait()) if embedded is not None else data
+    run_cfg = checked.config
+    if embedded is not None:
+        run_cfg = with_endpoint(run_cfg, embedded.wait())
     print(f"run directory: {run_dir}", file=sys.stderr)
-    return run_local(run_cfg, run_dir, progress, clock)
+    return run_local(run_cfg, run_dir, progress, clock, checked.skills)
 
 
 def end_actors(driver: Any, ref: Any, others: list[Any]) -> None:
@@ -321,12 +310,10 @@ def follow(driver: Any, ref: Any, progress: Any, clock: Any) -> None:
             pass
 
 
-def run_one(
-    data: PlainConfig, run_dir: Optional[Path] = None, overrides: Optional[list[str]] = None, checked: bool = False
-) -> int:
-    """Run a composed, validated config end to end and print how it ended; returns the exit code."""
+def run_one(checked: Checked, run_dir: Optional[Path] = None, overrides: Optional[list[str]] = None) -> int:
+    """Run a checked config end to end and print how it ended; returns the exit code."""
     from skillopt_ray.cli.report import report
 
-    outcome = execute(data, run_dir, {"overrides": list(overrides or [])}, checked)
+    outcome = execute(checked, run_dir, {"overrides": list(overrides or [])})
     mark("run-ended")
     return report(outcome)

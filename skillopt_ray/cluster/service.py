@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Optional, TextIO
 from skillopt_ray.cluster.wire import Serving, StatusAnswer
 
 if TYPE_CHECKING:
-    from skillopt_ray.config.plain import PlainConfig
+    from skillopt_ray.config.schema import Config
 
 from skillopt_ray.base.environ import env_difference
 from skillopt_ray.base.folder import in_folder
@@ -148,7 +148,7 @@ class Service:
         self.path = home / SOCKET
         self.env = dict(env)  # the holder's environment at its start: what every worker of the cluster inherits
         self.pool = StandbyPool()
-        self.memo: dict[str, PlainConfig] = {}  # the last composed config, for a repeated command
+        self.memo: dict[str, Config] = {}  # the last composed config, for a repeated command
         self.last_used = time.monotonic()
         from skillopt_ray.cli.provenance import code_hash
 

@@ -146,13 +146,13 @@ def _run_cells(
                     "tracking.experiment_name=transfer", *([f"tracking.parent_run_id={parent}"] if parent else []),
                 ]  # fmt: skip
                 try:
-                    _obj, data = cli.typed(cli.compose(overrides))
+                    config = cli.compose(overrides)
                 except Exception as e:  # noqa: BLE001 - a bad override: one line, then stop
                     print(f"error: {t.label} / {bench}: {e}", file=sys.stderr)
                     return None
-                data = cli.resolve_paths(data)
-                code = cli.run_one(data)
-                cells.append(cell_from_run(name, t.label, bench, cli.run_dir_for(data), args.split, code))
+                checked = cli.preflight(config)  # checked once; a bad input stops the command, as before
+                code = cli.run_one(checked)
+                cells.append(cell_from_run(name, t.label, bench, cli.run_dir_for(checked.data), args.split, code))
     return cells
 
 

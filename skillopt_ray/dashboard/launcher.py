@@ -137,7 +137,7 @@ PLACEHOLDER_FROM = {
 def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> JSONObject:
     """What the empty fields mean for these presets: the composed config's values (a `+smoke=tiny` run's epochs and
     schedule, not the paper's), by field name."""
-    from skillopt_ray.cli.compose import compose, resolve_paths, typed
+    from skillopt_ray.cli.compose import absolute, compose, plain
 
     overrides = []
     for name in PRESET_FIELDS:
@@ -147,8 +147,8 @@ def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> JSONOb
             overrides.append(f"{FIELDS[name][0]}={value}")
             refuse_group_path(overrides[-1], group_options())
     with lock:  # Hydra's composition uses process-wide state
-        _obj, data = typed(compose(overrides))
-    data = resolve_paths(data)
+        config = compose(overrides)
+    data = plain(absolute(config))
     out: JSONObject = {}
     for name, dotted in PLACEHOLDER_FROM.items():
         node: Any = data
@@ -191,15 +191,15 @@ def overrides_from_form(form: JSONObject) -> list[str]:
 
 
 def _compose_typed(overrides: list[str], lock: threading.Lock) -> PlainConfig:
-    from skillopt_ray.cli.compose import apply_prices, compose, resolve_paths, split_price_overrides, typed
+    from skillopt_ray.cli.compose import absolute, apply_prices, compose_node, plain, split_price_overrides, typed
 
-    plain, prices = split_price_overrides(overrides)
+    rest, prices = split_price_overrides(overrides)
     with lock:  # Hydra's composition uses process-wide state
-        cfg = compose(plain)
+        cfg = compose_node(rest)
         if prices:
             apply_prices(cfg, prices)
-        _obj, data = typed(cfg)
-    return resolve_paths(data)
+        config = typed(cfg)
+    return plain(absolute(config))
 
 
 def preset_config(overrides: list[str], lock: threading.Lock) -> PlainConfig:

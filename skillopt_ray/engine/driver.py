@@ -24,8 +24,9 @@ from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_
 from skillopt_ray.base.lifeline import Owner
 from skillopt_ray.base.startup_trace import mark
 from skillopt_ray.base.stats import mean_interval
-from skillopt_ray.config import ConfigError, from_container, redact, validate
+from skillopt_ray.config import Config, ConfigError, RayConfig, redact
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config.skill_files import SkillTexts, read_skill_file
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings, pool_shape
 from skillopt_ray.engine.executor import Executor, ray_executor
 from skillopt_ray.engine.trainer import SimulatedInterrupt, Splits, Trainer, limit_tasks
@@ -41,24 +42,6 @@ from skillopt_ray.skill.document import normalize_markers
 from skillopt_ray.stages.rollout import InfraFailure, check_data, rollout_repeats, summarize
 
 
-def read_skill_file(path: Path, key: str) -> str:
-    """A skill document as text; anything that is not a UTF-8 text file is a config error naming the key."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"{key}={str(path)!r} is not a UTF-8 text file (byte {e.start} cannot be decoded); "
-            "give the path to a skill .md file"
-        ) from None
-    except OSError as e:
-        raise ConfigError(
-            f"{key}={str(path)!r} cannot be read ({e.strerror}); give the path to a skill .md file"
-        ) from None
-    if "\x00" in text:
-        raise ConfigError(f"{key}={str(path)!r} contains NUL bytes (a binary file?); give the path to a skill .md file")
-    return text
-
-
 def load_splits(bench: Any, cfg: Any) -> Splits:
     e = cfg.env
     return Splits(
@@ -69,22 +52,27 @@ def load_splits(bench: Any, cfg: Any) -> Splits:
 
 
 class Run:
-    """Everything one run needs, built inside the driver process."""
+    """Everything one run needs, built inside the driver process from the config the command checked (it is not
+    validated again here) and the skill documents' text the command read (`skills`, by config key)."""
 
     def __init__(
         self,
-        cfg_dict: PlainConfig,
+        cfg: Config,
         run_dir: str,
         owners: Optional[list[Optional[Owner]]] = None,
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
+        skills: Optional[SkillTexts] = None,
         executor: Optional[Executor] = None,
     ):
+        import dataclasses
+
         self.executor = executor or ray_executor()  # where the gateway and the env workers run
-        self.cfg_dict = cfg_dict
+        self.cfg = cfg
+        self.cfg_dict = cast(PlainConfig, dataclasses.asdict(cfg))  # for the benchmark, config.yaml and MLflow
+        self.skills = dict(skills or {})
         self.prestarted = list(env_actors or [])  # env actors the command started beside this actor
         self.owners = [o for o in (owners or []) if o]  # processes whose death ends every actor of this run
-        self.cfg = validate(from_container(cfg_dict))
         self.rd = RunDir(run_dir).ensure()
         self.progress = Progress(phase="starting")
         self.pool: Optional[EnvPool] = None
@@ -102,7 +90,7 @@ class Run:
         if note:
             self.notes.append(note)
         if self.gateway is None:
-            self.gateway = start_gateway(self.cfg_dict, str(self.rd.root), self.owners)  # on Ray: see _drive
+            self.gateway = start_gateway(self.cfg, str(self.rd.root), self.owners)  # on Ray: see cli/launch._drive
         self.rd.write_config(redact(self.cfg_dict))
         llm = LLMHandle(self.gateway)
         self.set_progress(stage="starting environment actors")
@@ -241,14 +229,13 @@ class Run:
                 self.notes.append(f"could not mark the MLflow run ended: {e}")
         return {"status": "error", "exit": code, "message": message, "notes": self.notes, "run_dir": str(self.rd.root)}
 
+    def _skill_text(self, key: str, value: str) -> str:
+        """A skill document's text: as the command read it, or read here by the same rule."""
+        return self.skills[key] if key in self.skills else read_skill_file(value, key)
+
     def _initial_skill(self, bench: Any) -> str:
         if self.cfg.skill_init:
-            p = Path(self.cfg.skill_init).expanduser()
-            if not p.is_file():
-                raise ConfigError(
-                    f"skill_init={self.cfg.skill_init!r} is not a file; give the path to a skill .md file"
-                )
-            return normalize_markers(read_skill_file(p, "skill_init"))
+            return normalize_markers(self._skill_text("skill_init", self.cfg.skill_init))
         return bench.seed_skill()
 
     def _eval_tasks(self, bench: Any) -> list[Any]:
@@ -262,11 +249,7 @@ class Run:
     async def _eval_only(self, bench: Any) -> dict[str, Any]:
         cfg = self.cfg
         p = Path(cfg.eval.skill_path or "").expanduser()
-        if not p.is_file():
-            raise ConfigError(
-                f"eval.skill_path={cfg.eval.skill_path!r} is not a file; give the path to a skill .md file"
-            )
-        skill = normalize_markers(read_skill_file(p, "eval.skill_path"))
+        skill = normalize_markers(self._skill_text("eval.skill_path", cfg.eval.skill_path or ""))
         split = cfg.eval.split
         tasks = self._eval_tasks(bench)
         reps = cfg.optimizer.rollouts_per_task  # each task played that many times, scored by their mean
@@ -420,30 +403,30 @@ def plays_episodes(stage: str) -> bool:
     return stage == "rollout" or stage.startswith(("validate", "eval")) or stage.endswith(":rollout")
 
 
-def start_gateway(cfg_dict: PlainConfig, run_dir: str, owners: list[Owner], spawn: Spawner = fresh) -> Any:
+def start_gateway(cfg: Config, run_dir: str, owners: list[Owner], spawn: Spawner = fresh) -> Any:
     """The run's LLM gateway actor, on this node: it writes the ledger and cache into the run directory, and it must
-    not die with a worker node. The command starts it beside the driver actor (both processes come up at once)."""
+    not die with a worker node. The command starts it beside the driver actor (both processes come up at once).
+    It gets the typed `llm` section, as checked."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from skillopt_ray.engine.ray_executor import RayExecutor
 
     rd = RunDir(run_dir)
-    llm = cfg_dict["llm"]
     return RayExecutor(spawn).start(
         GatewayHost,
         ActorOptions(
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         ),
-        llm,
-        str(rd.cache_path) if llm.get("cache_mode", "record") != "off" else None,
+        cfg.llm,
+        str(rd.cache_path) if cfg.llm.cache_mode != "off" else None,
         str(rd.ledger_path),
         owners,
-        shards=int((cfg_dict.get("ray") or {}).get("gateway_shards", 1)),
+        shards=int(cfg.ray.gateway_shards),
     )
 
 
-def driver_options(cfg_dict: PlainConfig) -> ActorOptions:
+def driver_options(ray_cfg: RayConfig) -> ActorOptions:
     """Ray options for the driver actor. With ray.driver_node=local (the default) it runs on the calling
     process's node, where that process has just made the run directory; `any` lets Ray place it (the run
     directory must then be on a path every node mounts; the driver checks that it can see it)."""
@@ -451,7 +434,7 @@ def driver_options(cfg_dict: PlainConfig) -> ActorOptions:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     opts = ActorOptions(num_cpus=0)
-    if (cfg_dict.get("ray") or {}).get("driver_node", "local") == "local":
+    if ray_cfg.driver_node == "local":
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False
         )
@@ -482,11 +465,12 @@ class Driver:
 
     def __init__(
         self,
-        cfg_dict: PlainConfig,
+        cfg: Config,
         run_dir: str,
         owner: Optional[Owner] = None,
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
+        skills: Optional[SkillTexts] = None,
         executor: Optional[Executor] = None,
     ):
         from skillopt_ray.base.lifeline import identity, watch
@@ -495,7 +479,9 @@ class Driver:
         mark("driver-started")
         self._unseen = run_dir_unseen(run_dir, owner)  # checked before Run makes a stray directory on this node
         self._run_dir = run_dir
-        self._run = None if self._unseen else Run(cfg_dict, run_dir, [owner, identity()], gateway, env_actors, executor)
+        self._run = (
+            None if self._unseen else Run(cfg, run_dir, [owner, identity()], gateway, env_actors, skills, executor)
+        )
         self._ledger: dict[str, Any] = {}
         self._eta = Eta()
 

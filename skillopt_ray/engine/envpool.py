@@ -520,6 +520,8 @@ class EnvPool:
             if not j.done():
                 j.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
+        # the cancels reached the actors: once run() returns, no cancelled episode makes another model call
+        await self.executor.cancels_acknowledged()
         return [
             j.result()
             if not j.cancelled()

@@ -43,6 +43,8 @@ class Executor(Protocol):
 
     async def gather(self, calls: Iterable[Awaitable[Any]]) -> list[Any]: ...
 
+    async def cancels_acknowledged(self) -> None: ...
+
     def done(self, call: Any) -> tuple[bool, Any]: ...
 
     def stop(self, handle: Any) -> None: ...
@@ -143,6 +145,10 @@ class LocalExecutor:
 
     async def gather(self, calls: Iterable[Awaitable[Any]]) -> list[Any]:
         return list(await asyncio.gather(*calls))
+
+    async def cancels_acknowledged(self) -> None:
+        """A cancelled local call was cancelled on its worker's loop; one turn of it lets that land."""
+        await asyncio.sleep(0)
 
     def done(self, call: Any) -> tuple[bool, Any]:
         if isinstance(call, (asyncio.Future, concurrent.futures.Future)):

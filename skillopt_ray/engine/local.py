@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from skillopt_ray.base.startup_trace import mark
-from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config import Config
+from skillopt_ray.config.skill_files import SkillTexts
 from skillopt_ray.engine.driver import Driver
 from skillopt_ray.engine.executor import LocalExecutor
 from skillopt_ray.llm.gateway import GatewayHost
@@ -27,23 +28,22 @@ from skillopt_ray.runs.rundir import RunDir
 FOLLOW_EVERY_S = 1.0  # how often the command's display takes the driver's progress (as `follow` does on Ray)
 
 
-def run_local(data: PlainConfig, run_dir: Path, progress: Any, clock: Any) -> Outcome:
-    """Run the config in this process and return its outcome (what the driver actor returns on Ray)."""
-    return asyncio.run(_run(data, run_dir, progress, clock))
+def run_local(cfg: Config, run_dir: Path, progress: Any, clock: Any, skills: SkillTexts) -> Outcome:
+    """Run the checked config in this process and return its outcome (what the driver actor returns on Ray)."""
+    return asyncio.run(_run(cfg, run_dir, progress, clock, skills))
 
 
-def start_gateway(executor: LocalExecutor, data: PlainConfig, run_dir: Path) -> Any:
+def start_gateway(executor: LocalExecutor, cfg: Config, run_dir: Path) -> Any:
     """The run's gateway, on a thread of its own, writing the ledger and cache into the run directory."""
     rd = RunDir(str(run_dir))
-    llm = data["llm"]
-    cache = str(rd.cache_path) if llm.get("cache_mode", "record") != "off" else None
-    return executor.start(GatewayHost, {}, llm, cache, str(rd.ledger_path), [])
+    cache = str(rd.cache_path) if cfg.llm.cache_mode != "off" else None
+    return executor.start(GatewayHost, {}, cfg.llm, cache, str(rd.ledger_path), [])
 
 
-async def _run(data: PlainConfig, run_dir: Path, progress: Any, clock: Any) -> Outcome:
+async def _run(cfg: Config, run_dir: Path, progress: Any, clock: Any, skills: SkillTexts) -> Outcome:
     executor = LocalExecutor()
-    gateway = start_gateway(executor, data, run_dir)
-    driver = Driver(data, str(run_dir), None, gateway, [], executor)
+    gateway = start_gateway(executor, cfg, run_dir)
+    driver = Driver(cfg, str(run_dir), None, gateway, [], skills, executor)
     mark("driver-submitted")
     run = asyncio.ensure_future(driver.run())
     try:

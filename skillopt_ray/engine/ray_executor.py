@@ -37,6 +37,11 @@ class RayExecutor:
             b = self._batchers[id(handle)] = CallBatcher(handle)
         return b.call(item)
 
+    async def cancels_acknowledged(self) -> None:
+        """Until every actor took the cancels this loop's batchers sent (no cancelled call starts after)."""
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(b.cancels_acknowledged() for b in self._batchers.values() if b.loop is loop))
+
     async def gather(self, calls: Iterable[Awaitable[Any]]) -> list[Any]:
         return list(await asyncio.gather(*calls))
 

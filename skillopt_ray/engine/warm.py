@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Protocol, TypedDict
 
 if TYPE_CHECKING:
-    from skillopt_ray.config.plain import PlainConfig
+    from skillopt_ray.config.schema import Config
 
 from skillopt_ray.base.lifeline import Owner
 
@@ -220,7 +220,7 @@ class Serving:
 
     pool: StandbyPool
     owner: Optional[Owner]
-    memo: dict[str, PlainConfig] = field(default_factory=dict)  # the last composed config (cli.app.composed_data)
+    memo: dict[str, Config] = field(default_factory=dict)  # the last composed config (cli.app.composed)
 
 
 _SERVING: ContextVar[Optional[Serving]] = ContextVar("skillopt_serving", default=None)
@@ -232,9 +232,7 @@ def serving() -> Optional[Serving]:
 
 
 @contextlib.contextmanager
-def serve(
-    pool: StandbyPool, owner: Optional[Owner], memo: Optional[dict[str, PlainConfig]] = None
-) -> Iterator[Serving]:
+def serve(pool: StandbyPool, owner: Optional[Owner], memo: Optional[dict[str, Config]] = None) -> Iterator[Serving]:
     token = _SERVING.set(Serving(pool, owner, memo if memo is not None else {}))
     try:
         yield _SERVING.get()  # type: ignore[misc]

@@ -38,6 +38,8 @@ class Mailbox:
 
     ready: list[Outcome] = field(default_factory=list)
     running: dict[int, asyncio.Task] = field(default_factory=dict)
+    # calls cancelled before their submit arrived (an actor may start two calls of one caller in either order)
+    cancelled: set[int] = field(default_factory=set)
     event: asyncio.Event = field(default_factory=asyncio.Event)
     last_seen: float = field(default_factory=time.monotonic)
 
@@ -66,6 +68,9 @@ class Mailboxes:
         """Start each (sequence number, item); returns how many."""
         box = self._box(name)
         for seq, item in calls:
+            if seq in box.cancelled:  # its caller gave up on it before it arrived: never started
+                box.cancelled.discard(seq)
+                continue
             box.running[seq] = asyncio.ensure_future(self._run(box, seq, item))
         return len(calls)
 
@@ -95,12 +100,15 @@ class Mailboxes:
         return out
 
     def cancel(self, name: str, seqs: list[int]) -> None:
-        """Stop these calls: their callers were cancelled (an episode the gate no longer needs)."""
+        """Stop these calls: their callers were cancelled (an episode the gate no longer needs). A call not started
+        here yet is not started when it arrives. Once this returns, no call it names makes progress."""
         box = self._box(name)
         for seq in seqs:
             task = box.running.get(seq)
             if task is not None:
                 task.cancel()
+            elif not any(seq == s for s, _ok, _v in box.ready):  # not run yet (a finished one waits in `ready`)
+                box.cancelled.add(seq)
 
     def running(self) -> int:
         return sum(len(b.running) for b in self._boxes.values())
@@ -120,6 +128,7 @@ class CallBatcher:
         self._dropped: list[int] = []
         self._flush_due = False
         self._poller: Optional[asyncio.Task] = None
+        self._cancels: set[asyncio.Future] = set()  # cancel_calls sent and not yet acknowledged
         self.batches = 0  # submits sent (tests and benchmarks read it)
 
     async def call(self, item: Any) -> Any:
@@ -150,7 +159,14 @@ class CallBatcher:
     def _send_cancels(self) -> None:
         dropped, self._dropped = self._dropped, []
         if dropped:
-            self.actor.cancel_calls.remote(self.box, dropped)
+            ack = asyncio.ensure_future(_acknowledged(self.actor.cancel_calls.remote(self.box, dropped)))
+            self._cancels.add(ack)
+            ack.add_done_callback(self._cancels.discard)
+
+    async def cancels_acknowledged(self) -> None:
+        """Wait until the actor has taken every cancel sent so far (the calls it names then make no progress there)."""
+        self._send_cancels()
+        await asyncio.gather(*list(self._cancels), return_exceptions=True)
 
     def _schedule(self) -> None:
         """Flush at the end of this loop turn when no call is out (a lone call waits for nothing); with calls out,
@@ -207,3 +223,10 @@ class CallBatcher:
             fut = self.waiting.pop(seq, None)
             if fut is not None and not fut.done():
                 fut.set_exception(error)
+
+
+async def _acknowledged(ref: Any) -> None:
+    try:
+        await ref
+    except Exception:  # noqa: BLE001 - an actor that died has nothing left running
+        pass

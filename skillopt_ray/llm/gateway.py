@@ -21,7 +21,7 @@ from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.io import atomic_write_json, read_json
 from skillopt_ray.base.lifeline import Owner
-from skillopt_ray.config import LLMConfig, from_container
+from skillopt_ray.config import LLMConfig
 from skillopt_ray.config.routing import resolved_api
 from skillopt_ray.llm.cache import ResponseCache, request_key
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
@@ -410,11 +410,11 @@ class Sender:
     ray_name = "SenderActor"
     ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4096}
 
-    def __init__(self, llm_cfg: dict[str, Any], owners: Optional[list[Owner]] = None):
+    def __init__(self, llm_cfg: LLMConfig, owners: Optional[list[Owner]] = None):
         from skillopt_ray.base.lifeline import watch
 
         watch(list(owners or []), "LLM sender")
-        self.endpoints = role_endpoints(from_container({"experiment": "_", "llm": llm_cfg}).llm)
+        self.endpoints = role_endpoints(llm_cfg)
 
     async def send(self, req: ChatRequest, budget: Optional[int]) -> Completion:
         try:
@@ -442,15 +442,16 @@ class GatewayHost:
     """The run's Gateway, shared by the driver and the environment workers (the Ray actor `GatewayActor`, or an
     object of the one-process engine).
 
-    `shards` > 1 (on Ray only) moves the HTTP sending into that many SenderActors (spread over nodes); the cache,
-    ledger, budgets and rate/concurrency limits stay in this actor, so they are exact whatever the number of shards."""
+    `llm_cfg` is the run's checked `llm` section (typed: not rebuilt or validated here). `shards` > 1 (on Ray only)
+    moves the HTTP sending into that many SenderActors (spread over nodes); the cache, ledger, budgets and
+    rate/concurrency limits stay in this actor, so they are exact whatever the number of shards."""
 
     ray_name = "GatewayActor"
     ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4096}
 
     def __init__(
         self,
-        llm_cfg: dict[str, Any],
+        llm_cfg: LLMConfig,
         cache_path: Optional[str],
         ledger_path: Optional[str],
         owners: Optional[list[Owner]] = None,
@@ -461,8 +462,7 @@ class GatewayHost:
 
         watch(list(owners or []), "LLM gateway")  # the run's owner gone: exit before another queued call is sent
         mark("gateway-started")
-        cfg = from_container({"experiment": "_", "llm": llm_cfg}).llm
-        self.gw = Gateway(cfg, cache_path, ledger_path)
+        self.gw = Gateway(llm_cfg, cache_path, ledger_path)
         mark("gateway-ready")
         self.boxes = Mailboxes(self.gw.chat, _one_line)  # batched chat calls (skillopt_ray/llm/callbox.py)
         if shards > 1 and "ray" in sys.modules:  # shards are processes: the one-process engine sends from here

@@ -55,7 +55,7 @@ def night_flags(n: argparse.ArgumentParser) -> None:
     )
     n.add_argument("--tasks", type=Path, help="a reviewed task folder instead of a fresh harvest")
     n.add_argument("--target", choices=TARGETS, default="chat", help="replay as chat, or as Codex / Claude Code runs")
-    n.add_argument("--skill", type=Path, help="a hand-written SKILL.md to start from (the proposal replaces it)")
+    n.add_argument("--skill", type=Path, help="a SKILL.md (or an installed skill's name) to train alone on every task")
     n.add_argument("--name", default=DEFAULT_NAME, help="the learned skill's name (its folder)")
     n.add_argument("--install-to", choices=INSTALL_TO, default="project", help="the project's skills or yours")
     n.add_argument("--max-cost", type=float, default=0.0, help="the night's cap in USD (0: none)")
@@ -154,7 +154,8 @@ def check_memory(project: Path, a: argparse.Namespace) -> None:
 
 def night(a: argparse.Namespace) -> int:
     """`run` / `dry-run`: one night (skillopt_ray.sleep.night.runner)."""
-    from skillopt_ray.sleep.night.runner import NightOptions, run_night
+    from skillopt_ray.sleep.night.runner import NightOptions
+    from skillopt_ray.sleep.night.skills_night import night as run_night
 
     project = (a.project or repo_root()).expanduser().resolve()
     for flag in ("max_cost", "max_minutes", "max_tokens"):
@@ -163,7 +164,12 @@ def night(a: argparse.Namespace) -> int:
     if a.tasks is not None and not (a.tasks / "review.json").is_file() and not a.tasks.is_dir():
         raise ValueError(f"--tasks {a.tasks} is not a task folder; give the folder `harvest` wrote")
     if a.skill is not None and not a.skill.is_file():
-        raise ValueError(f"--skill {a.skill} is not a file; give the hand-written skill's SKILL.md")
+        from skillopt_ray.sleep.night.skill_routes import skill_file
+
+        installed = skill_file(project, a.target, str(a.skill)) if len(a.skill.parts) == 1 else None
+        if installed is None:
+            raise ValueError(f"--skill {a.skill} is not a file or an installed skill's name; give a SKILL.md")
+        a.skill = installed
     if a.memory:
         check_memory(project, a)
     opts = NightOptions(
@@ -194,6 +200,9 @@ def summary(r: pipeline.HarvestReport) -> str:
             f"window, {r['duplicates']} duplicates, {r['sleep_sessions']} that only ran sleep",
             f"redacted: {red}",
             f"tasks: {r['tasks_new']} new, {r['tasks_kept']} already there; splits {r['splits']} ({r['mining'].get('miner')})",
+            "mined checks tried on the sessions' outcomes: "
+            + ", ".join(f"{v} {k}" for k, v in (r.get("checks") or {}).items())
+            + " (review.json says why)",
             f'written to {r["output"]} (review it, then set "reviewed": true in its review.json)',
         ]
         + ([f"model mining stopped: {r['mining'].get('stopped_by')}"] if r["mining"].get("stopped_by") else [])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_OK
 from skillopt_ray.sleep.night import schedule
-from skillopt_ray.sleep.proposal import adopt, status
+from skillopt_ray.sleep.proposal import adopt_skills, status
 from skillopt_ray.sleep.proposal.lock import Busy
 
 VERBS = ("status", "adopt", "schedule", "unschedule")
@@ -22,6 +22,7 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
         "--night", help="the night's stamp (default: the newest pending one; with --undo the newest adopted)"
     )
     a.add_argument("--undo", action="store_true", help="restore what the night's adoption replaced")
+    a.add_argument("--skill", help="of a night that trained several skills, only this one (default: all of them)")
     a.add_argument("--allow-unverified", action="store_true", help="adopt a night whose gate judged on borrowed tasks")
     c = sub.add_parser("schedule", help="a nightly run in your crontab (or --print it and a systemd timer)")
     c.add_argument("--print", dest="only_print", action="store_true", help="print the lines, install nothing")
@@ -39,7 +40,7 @@ def dispatch(a: argparse.Namespace, project: Path) -> int:
         if a.verb == "status":
             out = status.status(project, a.json)
         elif a.verb == "adopt":
-            out = adopt.undo(project, a.night) if a.undo else adopt.adopt(project, a.night, a.allow_unverified)
+            out = adopt_skills.dispatch(project, a.night, a.skill, a.undo, a.allow_unverified)
         elif a.verb == "schedule":
             out = schedule.schedule(project, a.hour, a.minute, a.only_print)
         else:

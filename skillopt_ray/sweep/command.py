@@ -39,8 +39,9 @@ import yaml
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK
 from skillopt_ray.base.io import atomic_write_json
-from skillopt_ray.cli import UsageError, check_output_dir, compose, resolve_paths, typed
+from skillopt_ray.cli import UsageError, absolute, check_output_dir, compose, plain, preflight
 from skillopt_ray.compare.render import sweep_comparison
+from skillopt_ray.config import from_container
 from skillopt_ray.runs.tracking import TrackingError
 from skillopt_ray.sweep.report import (
     METRIC,
@@ -112,17 +113,20 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
     if spec.dry_run:
         return dry_run(spec, trials, name, sdir, previous)
     check_output_dir(out)
-    sdir.mkdir(parents=True, exist_ok=True)
-    parent = _Parent(first, name, sdir, meta.get("parent_run_id"))
     for t in trials:
         t.status = _status(t, previous)
+    runnable = [
+        t for t in trials if t.status in ("new", "unfinished") or (t.status == "stopped" and spec.resume_stopped)
+    ]
+    data_seen: set[str] = set()  # trials reading the same data and splits: read once
+    for t in runnable:  # every check of a trial's run, once, before anything of the sweep is made (cli.preflight)
+        t.checked = preflight(from_container(t.data), data_seen)
+    sdir.mkdir(parents=True, exist_ok=True)
+    parent = _Parent(first, name, sdir, meta.get("parent_run_id"))
     stopped_before = {str(t.run_dir) for t in trials if t.status == "stopped"}
     atomic_write_json(meta_path, _sweep_meta(name, spec, trials, overrides, parent, previous))
     if parent.enabled:
         _log_sweep_params(parent, spec, trials)
-    runnable = [
-        t for t in trials if t.status in ("new", "unfinished") or (t.status == "stopped" and spec.resume_stopped)
-    ]
     print(
         f"sweep {name}: {len(trials)} trials ({sum(t.status == 'finished' for t in trials)} finished, "
         f"{len(stopped_before)} stopped by a scheduler{' - resuming them' if spec.resume_stopped and stopped_before else ''}), "
@@ -178,7 +182,7 @@ def show_config(spec: SweepSpec, overrides: list[str]) -> None:
     """--cfg job: the sweep's options as composed, and the trials' shared run config (secrets masked)."""
     from skillopt_ray.config import redact
 
-    base = redact(resolve_paths(typed(compose(overrides, search_dirs=spec.search_dirs, extra_keys=option_keys()))[1]))
+    base = redact(plain(absolute(compose(overrides, search_dirs=spec.search_dirs, extra_keys=option_keys()))))
     sweep = {
         "presets": spec.presets,
         "params": {k: p.describe() for k, p in spec.params.items()},

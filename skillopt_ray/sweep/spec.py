@@ -285,11 +285,11 @@ def compose_sweep(overrides: list[str], search_dirs: tuple[str, ...] = ()) -> Sw
     """The `sweep` node composed by Hydra from the sweep's own overrides, as plain data."""
     from omegaconf import OmegaConf
 
-    from skillopt_ray.cli.compose import compose
+    from skillopt_ray.cli.compose import compose_node
 
     register_sweep_schema()
     try:
-        cfg = compose(
+        cfg = compose_node(
             overrides,
             config_name=SWEEP_CONFIG,
             search_dirs=(*search_dirs, str(SWEEPS_DIR)),

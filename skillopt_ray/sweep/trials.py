@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypedDict
 
-from skillopt_ray.cli import compose, needs_embedded_server, resolve_paths, run_dir_for, typed
+from skillopt_ray.cli import Checked, absolute, compose, compose_node, needs_embedded_server, plain, run_dir_for
 from skillopt_ray.compare.groups import norm_value
 from skillopt_ray.compare.records import run_finished
 from skillopt_ray.config.plain import PlainConfig
@@ -53,9 +53,11 @@ class _TrialPlanBase(TypedDict):
 
 
 class TrialPlan(_TrialPlanBase, total=False):
-    """What a Tune trial runs: its config, key, run directory and (when planned by the sweep) provenance."""
+    """What a Tune trial runs: its config, key, run directory and (when planned by the sweep) provenance and its
+    checked config (the same as `data`, checked before Tune started)."""
 
     origin: Origin  # the sweep's command line and the overrides that compose the trial
+    checked: Checked
 
 
 class SweepContext(TypedDict):
@@ -91,6 +93,7 @@ class Trial:
     run_dir: Path
     values: dict[str, Any] = field(default_factory=dict)  # swept key -> the value Tune hands the trial
     status: str = "new"  # new | finished | stopped | unfinished
+    checked: Optional[Checked] = None  # set by the sweep (cli.preflight) for a trial it will run
 
     def finished(self) -> bool:
         return run_finished(self.run_dir)
@@ -131,16 +134,15 @@ def compose_trial(
         + [_override(k, values[k]) for k in keys]
         + [f"seed={int(values['seed'])}"]
     )
-    _obj, data = typed(compose(ovr, search_dirs=search_dirs))
-    data = resolve_paths(data)
+    data = plain(absolute(compose(ovr, search_dirs=search_dirs)))
     return data, {k: norm_value(_get(data, k)) for k in keys}
 
 
 def plan_trials(spec: SweepSpec, overrides: list[str]) -> list[Trial]:
     """Every trial Tune will run, composed and resolved now (one per run directory)."""
-    # the sweep's own keys are known here too, so `seeds=3` is answered with sweep.seeds
-    base_data = resolve_paths(typed(compose(overrides, search_dirs=spec.search_dirs, extra_keys=option_keys()))[1])
-    base_seed = int(base_data["seed"])
+    # the sweep's own keys are known here too, so `seeds=3` is answered with sweep.seeds; the base is composed for
+    # its seed only: each trial's config is composed and validated once, below
+    base_seed = int(compose_node(overrides, search_dirs=spec.search_dirs, extra_keys=option_keys()).seed)
     seeds = [base_seed + s for s in spec.seeds] if spec.seeds_are_offsets else spec.seeds
     keys = spec.keys
     trials: list[Trial] = []

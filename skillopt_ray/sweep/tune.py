@@ -3,7 +3,6 @@ they are recorded), the concurrency cap, the shared embedded server, ASHA, and w
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import os
 import sys
@@ -14,8 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.cli import UsageError, run_dir_for, start_ray
+from skillopt_ray.cli import UsageError, preflight, run_dir_for, start_ray
 from skillopt_ray.compare.records import read_steps, run_finished
+from skillopt_ray.config import from_container
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.runs.records import Origin, Outcome
 from skillopt_ray.sweep.report import (
@@ -75,14 +75,11 @@ def _trainable(config: dict[str, Any], plans: dict[str, TrialPlan], ctx: SweepCo
 
     keys = ctx["keys"]
     plan = plans.get(signature(config, keys))
-    if plan is None:  # not planned (should not happen): compose it here the same way
+    if plan is None:  # not planned (should not happen): compose and check it here the same way
         data, params = compose_trial(ctx["overrides"], ctx["fixed"], config, keys, tuple(ctx["search_dirs"]))
         key = trial_key(params, int(config["seed"]))
-        plan = TrialPlan(
-            data=prepare(data, ctx, params, key, int(config["seed"])),
-            key=key,
-            run_dir=str(run_dir_for(data)),
-        )
+        prepared = prepare(data, ctx, params, key, int(config["seed"]))
+        plan = TrialPlan(data=prepared, key=key, run_dir=str(run_dir_for(data)))
     run_dir, key = Path(plan["run_dir"]), plan["key"]
     with _run_dir_lock(run_dir):
         reported = 0  # the last step handed to Tune
@@ -105,7 +102,8 @@ def _trainable(config: dict[str, Any], plans: dict[str, TrialPlan], ctx: SweepCo
 
         def run() -> None:
             try:
-                outcome.update(execute(copy.deepcopy(plan["data"]), run_dir, plan.get("origin")))
+                checked = plan.get("checked") or preflight(from_container(plan["data"]))
+                outcome.update(execute(checked, run_dir, plan.get("origin")))
             except BaseException as e:  # noqa: BLE001 - handed to the trial thread below
                 outcome.update(Outcome(status="error", message=f"{type(e).__name__}: {e}"))
 
@@ -134,8 +132,9 @@ def _trial_plans(spec: SweepSpec, trials: list[Trial], overrides: list[str], ctx
     """Each trial's prepared config, key, run directory and provenance, keyed by its point in the search space."""
     plans: dict[str, TrialPlan] = {}
     for t in trials:
-        plans[signature({**t.values, "seed": t.seed}, spec.keys)] = TrialPlan(
-            data=prepare(t.data, ctx, t.params, t.key, t.seed),
+        data = prepare(t.data, ctx, t.params, t.key, t.seed)
+        plan = plans[signature({**t.values, "seed": t.seed}, spec.keys)] = TrialPlan(
+            data=data,
             key=t.key,
             run_dir=str(t.run_dir),
             # the trial's provenance: the sweep's command line and the overrides that compose this trial
@@ -149,6 +148,8 @@ def _trial_plans(spec: SweepSpec, trials: list[Trial], overrides: list[str], ctx
                 ],
             ),
         )
+        if t.checked is not None:  # a trial the sweep will run: checked before Tune started
+            plan["checked"] = t.checked.with_data(data)
     return plans
 
 

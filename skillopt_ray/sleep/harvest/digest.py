@@ -7,8 +7,9 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
+from skillopt_ray.sleep.harvest.replay import MAX_EDIT_CHARS, FileEdit
 from skillopt_ray.sleep.harvest.timeutil import parse_instant, stamp
 
 MAX_REQUESTS = 6  # the reference's miner reads the first six user prompts
@@ -17,6 +18,7 @@ MAX_TEXT = 800
 MAX_CORRECTIONS = 6
 MAX_FILES = 20
 MAX_COMMANDS = 20
+MAX_RUNS = 40  # commands with their recorded exit status, in order
 
 # what a user says when the agent got it wrong, and when it got it right (English; first words of a turn)
 _NEGATIVE = re.compile(
@@ -25,6 +27,14 @@ _NEGATIVE = re.compile(
 )
 _SKILL_READ = re.compile(r"skills/([\w.\-]+)/SKILL\.md")
 _POSITIVE = re.compile(r"(?i)^\s*(?:thanks|thank you|lgtm|perfect|great|works now|looks good|nice\b|ship it)")
+
+
+class CommandRun(TypedDict):
+    """A command the agent ran, whether it exited 0, and the user turn it ran in (1 = after the first request)."""
+
+    command: str
+    ok: bool
+    turn: int
 
 
 @dataclass
@@ -47,6 +57,13 @@ class SessionDigest:
     files: list[str] = field(default_factory=list)
     skills: list[str] = field(default_factory=list)
     slash_commands: list[str] = field(default_factory=list)  # what the user typed as /name (Claude Code)
+    runs: list[CommandRun] = field(default_factory=list)
+    accepted_reply: str = ""  # the agent's last reply before the user's thanks (the outcome they accepted)
+    corrected_replies: list[str] = field(default_factory=list)  # its last reply before each correction
+    correction_turns: list[int] = field(default_factory=list)  # the user turns that corrected
+    accepted_turn: int = 0  # the user turn that thanked (0: none)
+    edits: list[FileEdit] = field(default_factory=list)  # the session's file edits in order (never sent or written)
+    edits_whole: bool = True  # False when an edit could not be kept (too long, a path outside the session's folder)
     user_turns: int = 0
     positive: int = 0
     negative: int = 0
@@ -72,6 +89,7 @@ class SessionDigest:
             "last_replies": self.replies,
             "tools": self.tools,
             "commands": self.commands,
+            "command_results": [{"command": r["command"], "exit": "ok" if r["ok"] else "failed"} for r in self.runs],
             "files": self.files,
             "skills": self.skills,
             "outcome": self.outcome,
@@ -88,6 +106,8 @@ class DigestBuilder:
     _tools: Counter = field(default_factory=Counter)
     _unknown: Counter = field(default_factory=Counter)
     _last: Any = None  # the latest record's stamp, as written
+    _pending: str = ""  # the agent's latest reply since the user's last turn (the outcome that turn answers)
+    _edit_chars: int = 0
 
     def time(self, value: Any) -> None:
         """A record's stamp. Logs are appended in order: the first stamp is parsed now, the latest when the session
@@ -124,14 +144,28 @@ class DigestBuilder:
                 d.negative += 1
                 if len(d.corrections) < MAX_CORRECTIONS:
                     d.corrections.append(self.redact(text[:200]))
+                    d.correction_turns.append(d.user_turns)
+                    if self._pending:
+                        d.corrected_replies.append(self.redact(self._pending))
             elif _POSITIVE.search(text):
                 d.positive += 1
+                d.accepted_turn = d.user_turns
+                if self._pending:
+                    d.accepted_reply = self.redact(self._pending)
+        self._pending = ""
         if len(d.requests) < MAX_REQUESTS:
             d.requests.append(self.redact(text[:MAX_TEXT]))
 
     def reply(self, text: str) -> None:
         if text and text.strip():
             self._replies.append(text.strip()[-MAX_TEXT:])  # redacted once, when the session ends
+            self._pending = text.strip()[-MAX_TEXT:]
+
+    def ran(self, command: str, ok: bool) -> None:
+        """A command with its recorded exit status (0: ok), in the order the session ran them."""
+        d = self.digest
+        if command.strip() and len(d.runs) < MAX_RUNS:
+            d.runs.append({"command": self.redact(command.strip()[:300]), "ok": ok, "turn": d.user_turns})
 
     def has_replies(self) -> bool:
         return bool(self._replies)
@@ -148,6 +182,16 @@ class DigestBuilder:
             d.commands.append(self.redact(command[:300]))
         if file and len(d.files) < MAX_FILES and file not in d.files:
             d.files.append(self.redact(file[:300]))
+
+    def edit(self, e: FileEdit) -> None:
+        """A file edit that succeeded, kept for the workspace replay (replay.py) while the session's edits fit."""
+        d = self.digest
+        self._edit_chars += len(e["old"]) + len(e["new"])
+        unreadable = not e["new"] if e["op"] == "patch" else not e["path"]
+        if unreadable or self._edit_chars > MAX_EDIT_CHARS:
+            d.edits_whole, d.edits = False, []
+        if d.edits_whole:
+            d.edits.append({**e, "turn": d.user_turns})
 
     def slash(self, name: str) -> None:
         """A slash command the user typed (its name only: its arguments may hold anything)."""

@@ -15,11 +15,11 @@ class MinerRefused(Exception):
 
 def llm_config(overrides: list[str]) -> Any:
     """The composed `llm` section (the run's own defaults and checks)."""
-    from skillopt_ray.cli.compose import compose, typed
+    from skillopt_ray.cli.compose import compose
     from skillopt_ray.cli.errors import UsageError
 
     try:  # an experiment only to make the config whole: the harvest reads its llm section alone
-        cfg, _ = typed(compose(["+experiment=custom", "env.data_dir=.", *overrides]))
+        cfg = compose(["+experiment=custom", "env.data_dir=.", *overrides])
     except UsageError as e:
         raise MinerRefused(str(e)) from None
     return cfg.llm

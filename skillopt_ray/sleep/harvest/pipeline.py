@@ -12,7 +12,7 @@ from typing import Any, Optional, TypedDict
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.sleep.harvest import heuristic_miner as heuristic
-from skillopt_ray.sleep.harvest import model_miner, recipe, splits, state
+from skillopt_ray.sleep.harvest import model_miner, recipe, splits, state, verify
 from skillopt_ray.sleep.harvest.digest import SessionDigest
 from skillopt_ray.sleep.harvest.redact import Redactor
 from skillopt_ray.sleep.harvest.scope import Scope, Window
@@ -38,6 +38,7 @@ class HarvestOptions:
     val_fraction: float = 0.34
     test_fraction: float = 0.2
     digest_host: str = ""  # a remote optimizer the user allowed this time (--send-digests): remembered
+    check_runner: Optional[verify.ReplyRunner] = None  # how reply checks are tried (None: the check sandbox)
 
 
 def window_for(opts: HarvestOptions, st: state.HarvestState) -> Window:
@@ -93,6 +94,7 @@ class HarvestReport(TypedDict):
     tasks_kept: int
     splits: dict[str, int]
     empty_workspaces: dict[str, str]
+    checks: dict[str, int]  # mined checks verified / unverified / dropped on their sessions' evidence
 
 
 def mine(digests: list[SessionDigest], project: Path, llm: Any) -> tuple[list[MinedTask], JSONObject]:
@@ -120,16 +122,21 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     tasks, miner = mine(digests, project, llm)
     tasks = dedup([redact_task(t, redact) for t in tasks])[: opts.max_tasks]
     recipe.verified(project, [t.workspace for t in tasks])
+    reviews = verify.review_all(tasks, opts.check_runner, project)
     assigned = splits.assign([t.id for t in tasks], st.splits, opts.val_fraction, opts.test_fraction)
     out = opts.output or project / state.STATE_DIR / "tasks"
     header = {"project": str(project), "harvested": stamp(window.until), "sessions": len(digests)}
-    written = write_tasks(out, tasks, assigned, project, header)
+    written = write_tasks(out, tasks, assigned, project, header, reviews)
     st.splits.update(assigned)
     st.last_harvest, st.harvests = window.until, st.harvests + 1
     if opts.digest_host and opts.digest_host not in st.digest_hosts:
         st.digest_hosts.append(opts.digest_host)
     state.save(project, st)
     report = _report(opts, window, counts, redact, miner, out, written, assigned)
+    report["checks"] = {
+        s: sum(1 for rs in reviews.values() for r in rs if r["status"] == s)
+        for s in ("verified", "unverified", "dropped")
+    }
     path = project / state.STATE_DIR / REPORT_FILE
     path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return report
@@ -165,4 +172,5 @@ def _report(
         "tasks_kept": len(written.kept),
         "splits": {s: sum(1 for v in assigned.values() if v == s) for s in ("train", "val", "test")},
         "empty_workspaces": written.empty_workspaces,
+        "checks": {},
     }

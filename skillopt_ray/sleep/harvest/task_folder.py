@@ -8,7 +8,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from skillopt_ray.cli import review_gate as review
 from skillopt_ray.sleep.harvest.recipe import materialise
@@ -25,11 +25,17 @@ class Written:
 
 
 def write_tasks(
-    out: Path, tasks: list[MinedTask], splits: dict[str, str], project: Path, header: dict[str, Any]
+    out: Path,
+    tasks: list[MinedTask],
+    splits: dict[str, str],
+    project: Path,
+    header: dict[str, Any],
+    checks: Optional[dict[str, Any]] = None,
 ) -> Written:
     """One folder per task: task.md (the prompt, all the target reads), task.json (split and metadata: the
     scorer's checks and rubric, read by the check only), check.py, workspace/. A task already in the folder is left
-    as it is; review.json goes back to unreviewed whenever a task is added."""
+    as it is; review.json goes back to unreviewed whenever a task is added, and lists each new task's mined checks
+    as verified, unverified or dropped, with the reason (`checks`, per task id)."""
     out.mkdir(parents=True, exist_ok=True)
     done = Written()
     for t in tasks:
@@ -56,5 +62,11 @@ def write_tasks(
     prior = review.read(out)
     reviewed = bool(prior.get("reviewed")) and not done.new
     ids = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
-    review.write(out, {**header, "reviewed": reviewed, "tasks": ids})
+    said = (
+        {k: v for k, v in (prior.get("checks") or {}).items() if k in ids}
+        if isinstance(prior.get("checks"), dict)
+        else {}
+    )
+    said.update({k: v for k, v in (checks or {}).items() if k in done.new})
+    review.write(out, {**header, "reviewed": reviewed, "tasks": ids, "checks": said})
     return done

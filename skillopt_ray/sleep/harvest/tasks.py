@@ -38,6 +38,7 @@ class TaskMetadata(TypedDict):
     workspace: dict[str, str]
     miner: str
     task_type: str
+    check_review: list[Any]  # each mined check's verdict on its session's evidence (verify.py)
 
 
 @dataclass
@@ -54,6 +55,8 @@ class MinedTask:
     skill_hint: str = ""
     workspace: dict[str, str] = field(default_factory=lambda: {"kind": "empty"})
     miner: str = "heuristic"
+    evidence: Any = None  # verify.Evidence: the session's accepted and corrected outcomes (never written)
+    check_review: list[Any] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -70,6 +73,7 @@ class MinedTask:
             "workspace": self.workspace,
             "miner": self.miner,
             "task_type": self.kind,
+            "check_review": self.check_review,
         }
 
 

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.cli import review_gate as review
+from skillopt_ray.cli.preflight import Checked
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.runs.rundir import RunDir
 from skillopt_ray.sleep.harvest.state import STATE_DIR
@@ -56,10 +57,14 @@ class Plan:
     run_name: str
     tasks: Path
     overrides: list[str]
-    data: PlainConfig
+    checked: Checked  # the night's run config after every check (cli.preflight), the review gate included
     splits: dict[str, list[str]]
     resumed: bool
     estimate: Optional[Estimate] = None
+
+    @property
+    def data(self) -> PlainConfig:
+        return self.checked.data
 
 
 def task_splits(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
@@ -149,12 +154,10 @@ def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
         init.parent.mkdir(parents=True, exist_ok=True)
         init.write_text(skill_home.parse(source.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
     ov = overrides_for(opts, run_name, tasks, splits, init)
-    _obj, data = cli.typed(cli.compose(ov))
-    data = cli.resolve_paths(data)
-    review.require_reviewed(tasks, review.run_endpoints(data), opts.i_reviewed)
+    config = cli.compose(ov)
     if opts.i_reviewed and review.read(tasks).get("reviewed") is False:  # the person says so: the run's check agrees
         review.write(tasks, {**review.read(tasks), "reviewed": True, "reviewed_by": "--i-reviewed"})
-    return Plan(run_name, tasks, ov, data, splits, resumed)
+    return Plan(run_name, tasks, ov, cli.preflight(config), splits, resumed)  # the review gate: once, in preflight
 
 
 def spend_line(p: Plan, opts: NightOptions) -> str:
@@ -214,15 +217,25 @@ def remember(opts: NightOptions, p: Plan) -> None:
 
 def run_night(opts: NightOptions, harvest: Any) -> int:
     """The whole night; returns the exit code. Budget stops (exit 3) keep the night current, to be resumed."""
+    return run_started(opts, *start(opts, harvest))
+
+
+def run_started(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> int:
+    """The night on its task folder and name (start()): one run training one skill on every task."""
+    p = plan(opts, tasks, run_name, resumed)
+    remember(opts, p)
+    code, run_dir = train(opts, p)
+    return finish(opts, p, run_dir) if run_dir is not None else code
+
+
+def train(opts: NightOptions, p: Plan) -> tuple[int, Optional[Path]]:
+    """The night's run, its spend said first: (exit code, its run directory when it finished)."""
     from skillopt_ray.cli import execute
     from skillopt_ray.cli.report import report
 
-    tasks, run_name, resumed = start(opts, harvest)
-    p = plan(opts, tasks, run_name, resumed)
-    remember(opts, p)
     print(spend_line(p, opts), file=sys.stderr)
     say_estimate(opts, p)
-    outcome = execute(p.data, None, {"overrides": p.overrides})
+    outcome = execute(p.checked, None, {"overrides": p.overrides})
     code = report(outcome)
     if code != EXIT_OK:
         flag = stopped_by(str(outcome.get("message") or ""))
@@ -231,8 +244,8 @@ def run_night(opts: NightOptions, harvest: Any) -> int:
                 f"the night stopped at its {flag} cap; nothing staged; rerun the same command to resume",
                 file=sys.stderr,
             )
-        return code if code != EXIT_OK else EXIT_STOPPED
-    return finish(opts, p, Path(outcome["run_dir"]))
+        return (code if code != EXIT_OK else EXIT_STOPPED), None
+    return EXIT_OK, Path(outcome["run_dir"])
 
 
 def never_scored(run_dir: Path) -> bool:
@@ -241,15 +254,24 @@ def never_scored(run_dir: Path) -> bool:
     return bool(evals) and all(not e.n_scored for e in evals)
 
 
-def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
-    """The best skill as SKILL.md, the report, the state, and (unless a dry run) the staged proposal."""
+@dataclass
+class Concluded:
+    """A finished night's run as a proposal: the SKILL.md folder written, where it would go, its report."""
+
+    folder: Path
+    live: Path
+    rep: NightReport
+    fingerprint: str  # of the validation set that decided it
+    looks: int
+
+
+def conclude(opts: NightOptions, p: Plan, run_dir: Path) -> Optional[Concluded]:
+    """The best skill as SKILL.md and the report, printed; None (said in one line) when no episode was scored."""
     st = night_state.load(opts.project)
     if never_scored(run_dir):
-        st.current = None  # the night ran to its end: a rerun would only repeat it
-        night_state.save(opts.project, st)
         print(f"error: no episode of the night could be scored (every check a data error: {run_dir / 'steps'}); "
               "nothing staged", file=sys.stderr)  # fmt: skip
-        return EXIT_ERROR
+        return None
     fp = night_state.val_fingerprint(p.splits["val"] or p.splits["train"])
     looks = st.val_looks.get(fp, 0) + 1
     source = starting_skill(opts)
@@ -266,12 +288,23 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
     write_report(run_dir / "night", rep)
     print(rep.summary())
     say_spent(p, run_dir)
+    return Concluded(folder, live, rep, fp, looks)
+
+
+def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
+    """The best skill as SKILL.md, the report, the state, and (unless a dry run) the staged proposal."""
+    c = conclude(opts, p, run_dir)
+    st = night_state.load(opts.project)
+    if c is None:
+        st.current = None  # the night ran to its end: a rerun would only repeat it
+        night_state.save(opts.project, st)
+        return EXIT_ERROR
     if opts.dry_run:
-        print(f"dry run: nothing staged (the proposal is in {folder})")
+        print(f"dry run: nothing staged (the proposal is in {c.folder})")
         return EXIT_OK
     from skillopt_ray.sleep.proposal import staging
 
-    st.val_looks[fp] = looks
+    st.val_looks[c.fingerprint] = c.looks
     st.nights += 1
     st.current = None
     # staged before the state lets the night go, so a kill while staging resumes it; a kill after staging and before
@@ -282,7 +315,7 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
               f"python -m skillopt_ray.sleep adopt --project {opts.project}")  # fmt: skip
         code = EXIT_OK
     else:
-        code = stage(opts, p, folder, live, rep)
+        code = stage(opts, p, c.folder, c.live, c.rep)
     night_state.save(opts.project, st)
     return code
 
@@ -310,29 +343,36 @@ def memory_proposal(opts: NightOptions, name: str, skill_md: Path) -> Optional[t
     return memory.proposal(opts.project, opts.target, name, body)
 
 
+def proposal_of(opts: NightOptions, stamp: str, folder: Path, live: Path, rep: NightReport) -> Any:
+    """What staging needs of one trained skill (a staging.NightProposal); its skill root is the folder that holds
+    the skill's folder: adoption may write only under it."""
+    from skillopt_ray.sleep.proposal import staging
+
+    return staging.NightProposal(
+        project=opts.project,
+        stamp=stamp,
+        skill_name=folder.name,
+        proposed_skill_dir=folder,
+        live_skill_dir=live.parent,
+        skill_roots=[live.parent.parent],
+        report_md=(folder.parent.parent / "report.md").read_text(encoding="utf-8"),
+        report=rep.as_dict(),
+        evidence_dir=Path(rep.run_dir) / "steps",
+    )
+
+
 def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
     """Hand every finished night to staging, also one whose gate accepted nothing (staged `changed: false`, for
     `status` to show and `adopt` to refuse), so each night leaves its report where you look for it."""
     from skillopt_ray.sleep.proposal import staging
 
-    root = live.parent.parent  # <root>/<name>/SKILL.md: adoption may write only under the skills folder
     try:
         mem = memory_proposal(opts, folder.name, folder / "SKILL.md") if rep.changed else None
     except ValueError as e:
         print(f"error: staging refused the night's memory block: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    proposal = staging.NightProposal(
-        project=opts.project,
-        stamp=p.run_name.removeprefix("night-"),
-        skill_name=folder.name,
-        proposed_skill_dir=folder,
-        live_skill_dir=live.parent,
-        skill_roots=[root],
-        report_md=(folder.parent.parent / "report.md").read_text(encoding="utf-8"),
-        report=rep.as_dict(),
-        evidence_dir=Path(rep.run_dir) / "steps",
-        memory=mem,
-    )
+    proposal = proposal_of(opts, p.run_name.removeprefix("night-"), folder, live, rep)
+    proposal.memory = mem
     try:
         where = staging.stage_night(proposal)
     except (ValueError, OSError) as e:

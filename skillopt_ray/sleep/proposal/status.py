@@ -12,6 +12,7 @@ from skillopt_envs.jsontypes import JSONObject
 from skillopt_ray.sleep.proposal import staging
 from skillopt_ray.sleep.proposal.adopt import ADOPTED, UNDONE, wal_path
 from skillopt_ray.sleep.proposal.staging import StagedManifest, file_pin
+from skillopt_ray.sleep.proposal.staging_skills import entries, entry_view
 
 
 class NightRow(TypedDict, total=False):
@@ -38,6 +39,13 @@ class NightsStatus(TypedDict):
 
 
 def night_state(night: Path, m: StagedManifest) -> str:
+    if entries(m):  # a night of several skills: each skill's state
+        from skillopt_ray.sleep.proposal.adopt_skills import skill_states
+
+        by: dict[str, list[str]] = {}
+        for name, state in skill_states(night, m).items():
+            by.setdefault(state, []).append(name)
+        return "; ".join(f"{state}: {', '.join(names)}" for state, names in sorted(by.items()))
     if (night / UNDONE).exists():
         return "undone"
     if (night / ADOPTED).exists():
@@ -63,6 +71,9 @@ def collect(project: Path) -> NightsStatus:
         except ValueError as e:
             rows.append({"stamp": night.name, "state": f"unreadable: {e}"})
             continue
+        if entries(m):
+            rows += skill_rows(night, m)
+            continue
         rows.append(
             {
                 "stamp": m["stamp"],
@@ -82,9 +93,27 @@ def collect(project: Path) -> NightsStatus:
     return {
         "project": str(project.resolve()),
         "nights": rows,
-        "pending": [r["stamp"] for r in rows if str(r["state"]).startswith("pending")],
+        "pending": list(dict.fromkeys(r["stamp"] for r in rows if str(r["state"]).startswith("pending"))),
         "interrupted": str(wal) if wal.exists() else None,
     }
+
+
+def skill_rows(night: Path, m: StagedManifest) -> list[NightRow]:
+    """A night that trained several skills: one row per skill, its state read from the night's receipts."""
+    from skillopt_ray.sleep.proposal.adopt_skills import skill_states
+
+    states = skill_states(night, m)
+    out: list[NightRow] = []
+    for e in entries(m):
+        state = states[e["skill_name"]]
+        if state == "unchanged":
+            state = "changed nothing (nothing to adopt)"
+        elif state == "pending":
+            state = night_state(night, entry_view(m, e))  # as a night of this skill alone: stale, first install
+        out.append({"stamp": m["stamp"], "skill": e["skill_name"], "live_skill_dir": e["live_skill_dir"],
+                    "verdict": e["verdict"], "verified": e["verified"], "summary": e["summary"], "state": state,
+                    "folder": str(night)})  # fmt: skip
+    return out
 
 
 def memory_note(night: Path, m: StagedManifest) -> Optional[str]:
@@ -127,7 +156,7 @@ def render(st: NightsStatus) -> str:
             lines.append(f"  memory {r['memory']}")
     if st["pending"]:
         lines.append(f"pending: {', '.join(st['pending'])} (adopt with: python -m skillopt_ray.sleep adopt --project "
-                     f"{st['project']} --night STAMP)")  # fmt: skip
+                     f"{st['project']} --night STAMP, and --skill NAME for one skill of a night that trained several)")  # fmt: skip
     if st["interrupted"]:
         lines.append(f"an adoption was interrupted ({st['interrupted']}); the next `adopt` rolls it back")
     return "\n".join(lines)

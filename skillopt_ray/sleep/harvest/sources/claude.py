@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from skillopt_ray.harness import trace
 from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, DigestBuilder, SessionDigest
+from skillopt_ray.sleep.harvest.replay import FileEdit, relative
 from skillopt_ray.sleep.harvest.sources.lines import records
 
 SOURCE = "claude_code"
@@ -46,6 +47,7 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
     b = DigestBuilder(SessionDigest(SOURCE, path.stem, str(path)), redact)
     calls: list[dict[str, Any]] = []
+    pending: dict[str, Any] = {}  # a Bash or edit call's id -> its command or edits, until its result says how it ended
     skipped: Counter = Counter()
     for rec in records(path, skipped):
         kind = rec.get("type")
@@ -64,9 +66,9 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
         b.time(rec.get("timestamp"))
         msg = _obj(rec.get("message"))
         if kind == "user" and not rec.get("isMeta"):
-            _user(b, msg.get("content"))
+            _user(b, msg.get("content"), pending)
         elif kind == "assistant":
-            _assistant(b, msg.get("content"), calls)
+            _assistant(b, msg.get("content"), calls, pending)
     if not b.digest.cwd:
         return None
     t = trace.claude_session_trace(calls)
@@ -81,12 +83,17 @@ def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _user(b: DigestBuilder, content: Any) -> None:
-    """What the user typed: a string, or text blocks (tool results are the tools' output, not the user's)."""
+def _user(b: DigestBuilder, content: Any, pending: dict[str, Any]) -> None:
+    """What the user typed: a string, or text blocks (tool results are the tools' output, not the user's: a Bash
+    call's result says only whether its command failed, an edit's whether it was made)."""
     if isinstance(content, str):
         texts = [content]
     else:
-        texts = [str(c.get("text") or "") for c in content or [] if isinstance(c, dict) and c.get("type") == "text"]
+        blocks = [c for c in content or [] if isinstance(c, dict)]
+        for c in blocks:
+            if c.get("type") == "tool_result" and str(c.get("tool_use_id")) in pending:
+                _result(b, pending.pop(str(c.get("tool_use_id"))), c.get("is_error") is not True)
+        texts = [str(c.get("text") or "") for c in blocks if c.get("type") == "text"]
     for text in texts:
         m = _COMMAND_NAME.search(text)
         if m:
@@ -95,7 +102,30 @@ def _user(b: DigestBuilder, content: Any) -> None:
             b.user(text)
 
 
-def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]]) -> None:
+def _result(b: DigestBuilder, call: Any, ok: bool) -> None:
+    if isinstance(call, str):
+        b.ran(call, ok)
+    elif ok:
+        for e in call:
+            b.edit(e)
+
+
+def _edits(name: str, inp: dict[str, Any], cwd: str) -> list[FileEdit]:
+    """An Edit / MultiEdit / Write call's edits, its path relative to the session's folder ("" outside it)."""
+    path = relative(str(inp.get("file_path") or ""), cwd)
+    if name == "Write":
+        return [
+            {"op": "write", "path": path, "old": "", "new": str(inp.get("content") or ""), "every": False, "turn": 0}
+        ]
+    parts = inp.get("edits") if name == "MultiEdit" else [inp]
+    return [
+        {"op": "replace", "path": path, "old": str(p.get("old_string") or ""), "new": str(p.get("new_string") or ""),
+         "every": p.get("replace_all") is True, "turn": 0}
+        for p in parts if isinstance(p, dict)
+    ] if isinstance(parts, list) else []  # fmt: skip
+
+
+def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]], pending: dict[str, Any]) -> None:
     blocks = [c for c in content or [] if isinstance(c, dict)] if isinstance(content, list) else []
     for c in blocks:
         if c.get("type") == "text":
@@ -106,5 +136,9 @@ def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]]) -> N
             b.tool(name, file=str(inp.get("file_path") or "") if name in _EDITS else "")
             if name == "Skill" and isinstance(inp.get("skill"), str):
                 b.skill(inp["skill"])
+            if name == "Bash" and isinstance(inp.get("command"), str) and len(pending) < 4 * MAX_COMMANDS:
+                pending[str(c.get("id"))] = inp["command"]
+            elif name in ("Edit", "MultiEdit", "Write") and len(pending) < 4 * MAX_COMMANDS:
+                pending[str(c.get("id"))] = _edits(name, inp, b.digest.cwd)
             if name in ("Bash", "Read") and len(calls) < 4 * MAX_COMMANDS:
                 calls.append({"type": "assistant", "message": {"content": [c]}})

@@ -4,14 +4,17 @@ The reference reads only the archive folder (Codex Desktop's), not the CLI's own
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.harness import trace
 from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_REPLIES, MAX_TEXT, DigestBuilder, SessionDigest
+from skillopt_ray.sleep.harvest.replay import MAX_EDIT_CHARS
 from skillopt_ray.sleep.harvest.sources.lines import records
 
 SOURCE = "codex"
@@ -27,7 +30,7 @@ _QUIET_EVENTS = {
 }  # fmt: skip
 # kinds never read, passed over unparsed (tool output is most of a log's bytes)
 _UNREAD = (b'"function_call_output"', b'"custom_tool_call_output"', b'"token_count"', b'"token_usage_record"')
-MAX_FALLBACK = 50  # user messages held until the end (each cut to the digest's text size)
+MAX_TIMELINE = 5000  # turns, replies, command results and patches held until the end (texts cut as the digest's)
 
 
 def home(override: Optional[str] = None) -> Path:
@@ -45,8 +48,7 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
     b = DigestBuilder(SessionDigest(SOURCE, _id_from_name(path), str(path)), redact)
     calls: list[dict[str, Any]] = []
-    fallback_users: list[str] = []
-    fallback_replies: deque = deque(maxlen=MAX_REPLIES)
+    timeline = Timeline()
     skipped: Counter = Counter()
     for rec in records(path, skipped, _UNREAD):
         kind, p = rec.get("type"), rec.get("payload")
@@ -60,21 +62,57 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
                 return None
             b.digest.cwd = str(p["cwd"])
         elif kind == "event_msg":
-            _event(b, p)
+            _event(b, p, timeline)
         elif kind == "response_item":
-            _item(b, p, calls, fallback_users, fallback_replies)
+            _item(b, p, calls, timeline)
         elif kind not in _TOP:
             b.unknown(str(kind))
     if not b.digest.cwd:
         return None  # no recorded folder: never in any project's scope
-    if b.digest.user_turns == 0:  # Codex 0.171 logs what the user typed only as a model-facing message
-        for text in fallback_users:
-            b.user(text)
-    if not b.has_replies():
-        for text in fallback_replies:
-            b.reply(text)
+    timeline.replay(b)
     _commands(b, calls)
     return b.finish(skipped)
+
+
+@dataclass
+class Timeline:
+    """What the user typed, the agent's replies and the commands' exit statuses, in the log's order, replayed once
+    the whole log is read: Codex 0.171 logs what the user typed only as a model-facing message, older versions as
+    events too (the events win when there are any; the messages are then the same turns again)."""
+
+    entries: list[tuple[str, str, bool]] = field(default_factory=list)  # (kind, text, ok)
+    kinds: set[str] = field(default_factory=set)
+    tail: deque = field(default_factory=lambda: deque(maxlen=MAX_REPLIES))  # replies past a full timeline
+    patch_chars: int = 0
+    tail_patch: bool = False
+
+    def add(self, kind: str, text: str, ok: bool = True) -> None:
+        self.kinds.add(kind)
+        if kind == "patch":
+            self.patch_chars += len(text)
+            text = text if self.patch_chars <= MAX_EDIT_CHARS else ""  # past the replay's budget: not replayable
+        else:
+            text = text[-MAX_TEXT:] if kind.startswith("reply") else text[:MAX_TEXT]
+        if len(self.entries) < MAX_TIMELINE:
+            self.entries.append((kind, text, ok))
+        elif kind.startswith("reply"):
+            self.tail.append((kind, text, ok))  # a very long session: its last replies are still the outcome
+        elif kind == "patch":
+            self.tail_patch = True  # an edit that cannot be kept: this session's workspace cannot be replayed
+
+    def replay(self, b: DigestBuilder) -> None:
+        users = "user_event" if "user_event" in self.kinds else "user_item"
+        replies = "reply_event" if "reply_event" in self.kinds else "reply_item"
+        lost = [("patch", "", False)] if self.tail_patch else []
+        for kind, text, ok in [*self.entries, *self.tail, *lost]:
+            if kind == users:
+                b.user(text)
+            elif kind == replies:
+                b.reply(text)
+            elif kind == "run":
+                b.ran(text, ok)
+            elif kind == "patch":
+                b.edit({"op": "patch", "path": "", "old": "", "new": text, "every": False, "turn": 0})
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -103,35 +141,61 @@ def _meta(b: DigestBuilder, p: dict[str, Any], in_scope: Callable[[str], bool]) 
     return True
 
 
-def _event(b: DigestBuilder, p: dict[str, Any]) -> None:
+def _event(b: DigestBuilder, p: dict[str, Any], timeline: Timeline) -> None:
     sub = p.get("type")
     if sub == "user_message":
-        b.user(str(p.get("message") or ""))
+        timeline.add("user_event", str(p.get("message") or ""))
     elif sub == "agent_message":
-        b.reply(str(p.get("message") or ""))
+        timeline.add("reply_event", str(p.get("message") or ""))
+    elif sub == "item_completed" and _obj(p.get("item")).get("type") == "CommandExecution":
+        _ran(timeline, _obj(p.get("item")))
+    elif sub == "exec_command_end":  # the CLI's older form of a finished command
+        _ran(timeline, p)
     elif sub not in _QUIET_EVENTS:
         b.unknown(f"event_msg:{sub}")
 
 
-def _item(
-    b: DigestBuilder, p: dict[str, Any], calls: list[dict[str, Any]], fallback: list[str], replies: deque
-) -> None:
+def _ran(timeline: Timeline, item: dict[str, Any]) -> None:
+    """A finished command and its exit status (a shell's `-lc` wrapper taken off, as the model wrote it)."""
+    cmd = item.get("command")
+    if isinstance(cmd, list):
+        words = [str(w) for w in cmd]
+        cmd = words[-1] if len(words) == 3 and words[1] in ("-lc", "-c") else " ".join(words)
+    code = item.get("exit_code")
+    if isinstance(cmd, str) and isinstance(code, int) and not isinstance(code, bool) and code != -1:
+        timeline.add("run", cmd, code == 0)
+
+
+def _item(b: DigestBuilder, p: dict[str, Any], calls: list[dict[str, Any]], timeline: Timeline) -> None:
     """A model-facing item: tool calls (names and, through harness/trace.py, commands and files read); user and
     assistant messages, used when the log has no user_message/agent_message events (user messages that open
     with a tag are Codex's own preambles: environment, instructions)."""
     sub = p.get("type")
     if sub in _TOOL_CALLS:
         b.tool(str(p.get("name") or sub))
+        if p.get("name") == "apply_patch":
+            timeline.add("patch", _patch_text(p))
         if sub == "function_call" and len(calls) < 4 * MAX_COMMANDS:
             calls.append({"type": "response_item", "payload": p})
     elif sub == "message" and p.get("role") in ("user", "assistant"):
         text = "\n".join(str(c.get("text") or "") for c in p.get("content") or [] if isinstance(c, dict))
         if p["role"] == "assistant":
-            replies.append(text[-MAX_TEXT:])
-        elif text.strip() and not text.lstrip().startswith("<") and len(fallback) < MAX_FALLBACK:
-            fallback.append(text[:MAX_TEXT])
+            timeline.add("reply_item", text)
+        elif text.strip() and not text.lstrip().startswith("<"):
+            timeline.add("user_item", text)
     elif sub not in _QUIET_ITEMS:
         b.unknown(f"response_item:{sub}")
+
+
+def _patch_text(p: dict[str, Any]) -> str:
+    """An apply_patch call's patch: a custom tool's `input`, or a function call's arguments' `input`."""
+    if isinstance(p.get("input"), str):
+        return str(p["input"])
+    try:
+        args = json.loads(str(p.get("arguments") or "{}"))
+    except ValueError:
+        return ""
+    return str(args.get("input") or "") if isinstance(args, dict) else ""
 
 
 def _commands(b: DigestBuilder, calls: list[dict[str, Any]]) -> None:

@@ -1,0 +1,173 @@
+"""`adopt [--skill NAME] [--undo]` on a night that trained several skills (staging_skills.py): one skill, or every
+pending (or adopted) skill at once, as one transaction of adopt.py's kind (lock, recovery, preflight of every pin,
+backups, write-ahead record, files, receipt). Every refusal leaves the live files byte-identical, and an undo
+restores exactly the bytes the adoption replaced.
+
+Receipts are numbered files in the night's `receipts/` folder ("001-adopt.json", "002-undo.json", ...), each naming
+the skills it moved; a skill's state is read from them in order."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+from skillopt_ray.sleep.proposal import adopt, staging
+from skillopt_ray.sleep.proposal.adopt import Refused, Step
+from skillopt_ray.sleep.proposal.lock import adopt_lock
+from skillopt_ray.sleep.proposal.staging import ABSENT, StagedManifest, file_pin, write_atomic
+from skillopt_ray.sleep.proposal.staging_skills import SkillEntry, entries, entry_view
+
+RECEIPTS = "receipts"
+
+
+def receipts(night: Path) -> list[dict[str, Any]]:
+    folder = night / RECEIPTS
+    if not folder.is_dir() or folder.is_symlink():
+        return []
+    return [adopt.read_json(p) for p in sorted(folder.glob("[0-9][0-9][0-9]-*.json")) if not p.is_symlink()]
+
+
+def skill_states(night: Path, m: StagedManifest) -> dict[str, str]:
+    """Each skill's state: adopted, undone, pending, or unchanged (its gate accepted nothing and a skill is live)."""
+    out = {e["skill_name"]: ("pending" if e["files"] else "unchanged") for e in entries(m)}
+    for r in receipts(night):
+        for name in r.get("skills") or []:
+            if name in out:
+                out[name] = "adopted" if r.get("op") == "adopt" else "undone"
+    return out
+
+
+def is_multi(night: Path) -> bool:
+    try:
+        return bool(entries(staging.load_manifest(night)))
+    except ValueError:
+        return False
+
+
+def find_night(project: Path, stamp: Optional[str], want: str) -> Path:
+    """The night named, else the newest night with something to `want` (pending: adopt; adopted: undo), of either
+    kind (a single-skill night by adopt.py's own rules)."""
+    if stamp:
+        night = staging.staging_root(project) / stamp
+        if night not in staging.nights(project):
+            raise Refused(f"no staged night {stamp} in {staging.staging_root(project)}; `status` lists them")
+        return night
+    singles = set(adopt.pending_nights(staging.nights(project))) if want == "pending" else set()
+    for night in reversed(staging.nights(project)):
+        if is_multi(night):
+            if want in skill_states(night, staging.load_manifest(night)).values():
+                return night
+        elif night in singles or (want == "adopted" and (night / adopt.ADOPTED).exists()
+                                  and not (night / adopt.UNDONE).exists()):  # fmt: skip
+            return night
+    return adopt.find_night(project, None, want)  # a single-skill night's own refusal, in its own words
+
+
+def _chosen(m: StagedManifest, states: dict[str, str], skill: Optional[str], want: str) -> list[SkillEntry]:
+    all_e = entries(m)
+    if skill is not None:
+        match = [e for e in all_e if e["skill_name"] == skill]
+        if not match:
+            raise Refused(
+                f"night {m['stamp']} trained no skill {skill!r}; it trained {[e['skill_name'] for e in all_e]}"
+            )
+        if states[skill] != want:
+            raise Refused(f"skill {skill} of night {m['stamp']} is {states[skill]}, not {want}")
+        return match
+    out = [e for e in all_e if states[e["skill_name"]] == want]
+    if not out:
+        raise Refused(f"night {m['stamp']} has no {want} skill; `status` lists them")
+    return out
+
+
+def _next_receipt(night: Path, op: str) -> Path:
+    folder = night / RECEIPTS
+    folder.mkdir(exist_ok=True)
+    n = len(list(folder.glob("[0-9][0-9][0-9]-*.json"))) + 1
+    return folder / f"{n:03d}-{op}.json"
+
+
+def adopt_skills(project: Path, stamp: Optional[str], skill: Optional[str], allow_unverified: bool) -> str:
+    """Installs one skill of a night (`skill`) or all its pending ones, as one transaction."""
+    with adopt_lock(project):
+        notes = [n for n in [adopt.recover(project)] if n]
+        night = find_night(project, stamp, "pending")
+        m = staging.load_manifest(night)
+        chosen = _chosen(m, skill_states(night, m), skill, "pending")
+        unverified = [e["skill_name"] for e in chosen if e["changed"] and not e["verified"]]
+        if unverified and not allow_unverified:
+            raise Refused(f"night {m['stamp']}'s gate for {', '.join(unverified)} was unverified (it judged on "
+                          "borrowed tasks); read its report, then pass --allow-unverified to adopt it anyway")  # fmt: skip
+        rows = [(e, row, live) for e in chosen for row, live in adopt.preflight(project, night, entry_view(m, e))]
+        receipt = _next_receipt(night, "adopt")
+        backup = night / "backup" / receipt.stem
+        if backup.exists():
+            shutil.rmtree(backup)
+        steps, names = [], []
+        for i, (e, row, live) in enumerate(rows):
+            copy = None
+            if row["live_sha256"] != ABSENT:
+                copy = backup / str(i)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(copy, live.read_bytes())
+            steps.append(Step(str(live), row["live_sha256"], str(copy) if copy else None, row["sha256"],
+                              str(night / row["rel"])))  # fmt: skip
+            names.append(e["skill_name"])
+        skills = [e["skill_name"] for e in chosen]
+        record = {"op": "adopt", "stamp": m["stamp"], "skills": skills, "steps": [s.as_dict() for s in steps],
+                  "step_skills": names}  # fmt: skip
+        adopt.run_steps(project, "adopt", m["stamp"], receipt, steps, record)
+        said = f"adopted {', '.join(skills)} of night {m['stamp']}: {len(steps)} file(s) written"
+        return "\n".join(notes + [said])
+
+
+def undo_skills(project: Path, stamp: Optional[str], skill: Optional[str]) -> str:
+    """Restores what the adoption of one skill (or of every adopted skill of the night) replaced."""
+    with adopt_lock(project):
+        notes = [n for n in [adopt.recover(project)] if n]
+        night = find_night(project, stamp, "adopted")
+        m = staging.load_manifest(night)
+        chosen = {e["skill_name"] for e in _chosen(m, skill_states(night, m), skill, "adopted")}
+        done: list[Step] = []
+        for r in receipts(night):  # each chosen skill's latest adoption (a skill is adopted once: pending -> adopted)
+            if r.get("op") == "adopt":
+                done += [Step(**s) for s, n in zip(r["steps"], r["step_skills"]) if n in chosen]
+        views = [entry_view(m, e) for e in entries(m) if e["skill_name"] in chosen]
+        rows = {r["live_path"]: (r, v) for v in views for r in v["files"]}
+        for s in done:
+            if s.live not in rows:
+                raise Refused(
+                    f"{s.live} is in night {m['stamp']}'s receipt but not its manifest (edited); undo refused"
+                )
+            row, view = rows[s.live]
+            adopt.check_path(row, list(view["skill_roots"]))
+            if file_pin(Path(s.live)) != s.after:
+                raise Refused(f"{s.live} changed since night {m['stamp']} was adopted; undo refused, nothing touched")
+            if s.before_copy and file_pin(Path(s.before_copy)) != s.before:
+                raise Refused(f"the backup {s.before_copy} does not match its pin; undo refused, nothing touched")
+        steps = [Step(s.live, s.after, s.after_copy, s.before, s.before_copy) for s in done]
+        record = {"op": "undo", "stamp": m["stamp"], "skills": sorted(chosen), "steps": [s.as_dict() for s in steps]}
+        adopt.run_steps(project, "undo", m["stamp"], _next_receipt(night, "undo"), steps, record)
+        for s in steps:
+            if s.after == ABSENT:
+                try:
+                    Path(s.live).parent.rmdir()  # the skill folder adoption created, when now empty
+                except OSError:
+                    pass
+        return "\n".join(
+            notes + [f"undid {', '.join(sorted(chosen))} of night {m['stamp']}: {len(steps)} file(s) restored"]
+        )
+
+
+def dispatch(project: Path, stamp: Optional[str], skill: Optional[str], undo: bool, allow_unverified: bool) -> str:
+    """`adopt` for either kind of night: a several-skill night here, a single-skill one by adopt.py (`--skill` then
+    has to name its skill)."""
+    want = "adopted" if undo else "pending"
+    night = find_night(project, stamp, want)
+    if is_multi(night):
+        return undo_skills(project, night.name, skill) if undo else adopt_skills(project, night.name, skill,
+                                                                               allow_unverified)  # fmt: skip
+    if skill is not None and staging.load_manifest(night)["skill_name"] != skill:
+        raise Refused(f"night {night.name} trained only {staging.load_manifest(night)['skill_name']!r}, not {skill!r}")
+    return adopt.undo(project, night.name) if undo else adopt.adopt(project, night.name, allow_unverified)
