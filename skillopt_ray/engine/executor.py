@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import copy
 import inspect
 import logging
 import os
@@ -131,6 +132,10 @@ class LocalExecutor:
         self.first_call = threading.Event()  # a model call was asked of a part this executor started
 
     def start(self, cls: type, options: ActorOptions, *args: Any, **kwargs: Any) -> LocalActor:
+        """The part on its own thread, given its own copy of its arguments (as Ray's serialization gives an actor
+        one: the gateway fills in its roles' endpoints in the config it gets), handles to other parts shared."""
+        keep: dict[int, Any] = {id(a): a for a in (*args, *kwargs.values()) if isinstance(a, LocalActor)}
+        args, kwargs = copy.deepcopy((args, kwargs), keep)
         return LocalActor(cls, args, kwargs, self.first_call)
 
     def wait_first_call(self) -> None:
