@@ -9,6 +9,7 @@ tests can check the ledger against the server's own numbers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import threading
@@ -32,6 +33,7 @@ class Fault:
     malformed: bool = False  # answer 200 with text that is not JSON
     truncated: bool = False  # answer 200 with a chat-completion JSON body cut off halfway
     hang_up_midway: bool = False  # answer 200 announcing the whole reply's Content-Length, close after half of it
+    trickle_s: float = 0.0  # answer 200 announcing Content-Length 1e9, then one byte every trickle_s (never ends)
     html: bool = False  # answer 200 with an HTML page (a proxy's or a web server's)
     reset: bool = False  # drop the connection without answering
     finish_reason: Optional[str] = None  # answer normally but with this finish_reason (length, content_filter)
@@ -331,6 +333,8 @@ class ScriptedServer:
         if isinstance(content, dict):  # a reply that calls tools
             tool_calls = content.get("tool_calls") or None
             content = content.get("content") or ""
+        if f is not None and f.trickle_s:
+            return await self._trickle(request, f.trickle_s)
         if f is not None and f.hang_up_midway:  # billed by the server, never read whole by the client
             return await self._hang_up_midway(request, api, body, content, tool_calls)
         if f is not None and f.truncated:  # cut before the usage: not counted as answered, as the client never sees it
@@ -384,6 +388,20 @@ class ScriptedServer:
         request.transport.close()  # type: ignore[union-attr]
         raise asyncio.CancelledError()
 
+    async def _trickle(self, request: web.Request, every_s: float) -> web.StreamResponse:
+        """Headers announcing a 1e9-byte body, then one byte every `every_s` until the client or the server stops."""
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.content_length = 10**9
+        await resp.prepare(request)
+        await resp.write(b"{")
+        with contextlib.suppress(ConnectionError, RuntimeError):  # the client hung up
+            for _ in range(int(300 / every_s)):
+                await asyncio.sleep(every_s)
+                await resp.write(b" ")
+        if request.transport is not None:
+            request.transport.close()
+        raise asyncio.CancelledError()
+
     async def _fault_response(self, request: web.Request, f: Fault) -> Optional[web.Response]:
         """What an injected fault answers before any policy runs (None: the fault shapes the reply instead)."""
         if f.hang_s:
@@ -396,7 +414,7 @@ class ScriptedServer:
                 text="<html><head><title>Welcome</title></head><body>It works!</body></html>",
                 content_type="text/html",
             )
-        if not (f.malformed or f.truncated or f.finish_reason or f.hang_up_midway):
+        if not (f.malformed or f.truncated or f.finish_reason or f.hang_up_midway or f.trickle_s):
             h = {"Retry-After": str(f.retry_after)} if f.retry_after is not None else {}
             return web.json_response(
                 {"error": {"message": f"injected {f.status}", "type": "injected"}}, status=f.status, headers=h

@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 from skillopt_envs.base import EpisodeResult, Task
+from skillopt_envs.chat import JsonResult
 
 from skillopt_ray import prompts
 from skillopt_ray.epoch.meta_skill import write_meta_skill
 from skillopt_ray.epoch.slow_update import build_pairs, keep, sample_tasks, write_slow_update
-from skillopt_ray.llm.types import JsonResult, MalformedOutput
+from skillopt_ray.llm.types import MalformedOutput
 from skillopt_ray.loop import step_buffer
 from skillopt_ray.prompts.render import comparison_text, meta_skill_block, minibatch_text, step_buffer_text
 from skillopt_ray.runs.state import STATE_VERSION, RunState, StateVersionError

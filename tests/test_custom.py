@@ -278,3 +278,22 @@ def test_the_regex_scorer_keeps_python_re_semantics():
     for pattern, answer in cases:
         want = 1.0 if __import__("re").search(pattern, answer) else 0.0
         assert score("regex", f"<answer>{answer}</answer>", [pattern]) == want, pattern
+
+
+def test_the_all_split_of_a_file_of_test_tasks_is_every_task(tmp_path):
+    """`mode=eval eval.split=all` on tasks that all name the test split: the empty train split is no reason to
+    refuse; only a file without any task is."""
+    rows = [{"id": f"q{i}", "prompt": f"p{i}", "answer": "a", "split": "test"} for i in range(3)]
+    b = bench(write_jsonl(tmp_path / "t.jsonl", rows))
+    assert [t.task_id for t in b.load_split("all")] == ["q0", "q1", "q2"]
+    with pytest.raises(DataError, match="the train split"):
+        b.load_split("train")
+    from skillopt_ray.cli.checks import check_benchmark_data
+
+    skill = tmp_path / "skill.md"
+    skill.write_text("- rule\n")
+    data = cli.load(
+        ["+experiment=custom", f"env.data_dir={tmp_path / 't.jsonl'}", "mode=eval", "eval.split=all",
+         f"eval.skill_path={skill}"]
+    )  # fmt: skip
+    check_benchmark_data(data)  # the front door reads the split the run reads, and agrees

@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pytest
 from skillopt_envs.base import DataError, EpisodeContext
-from skillopt_envs.chat import ChatRequest, content_text
+from skillopt_envs.chat import ChatRequest, ChatResult, content_text
 from skillopt_envs.docvqa import benchmark as bm
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import samples
 from skillopt_envs.docvqa.benchmark import SEED_SKILL, DocVQABenchmark, task_timeout
 from skillopt_envs.docvqa.scoring import anls, extract_answer, gold_strings, levenshtein, score_answer
-
-from skillopt_ray.llm.types import ChatResult
 
 SHIPPED = Path(__file__).resolve().parent.parent / "envs" / "docvqa" / "splits"
 

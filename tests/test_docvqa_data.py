@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 from skillopt_envs.base import DataError, EpisodeContext
-from skillopt_envs.chat import ChatRequest
+from skillopt_envs.chat import ChatRequest, ChatResult
 from skillopt_envs.docvqa import data as dv
 from skillopt_envs.docvqa import samples
 from skillopt_envs.docvqa.benchmark import DocVQABenchmark
 from skillopt_envs.docvqa.scoring import extract_answer, score_answer
-
-from skillopt_ray.llm.types import ChatResult
 
 
 class FakeLLM:

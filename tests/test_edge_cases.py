@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from skillopt_envs.chat import JsonResult
 from skillopt_envs.searchqa.benchmark import evaluation_block
 from skillopt_envs.spreadsheetbench.benchmark import prepare_script
 
-from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.skill.document import APPENDIX_END, APPENDIX_HEADING, APPENDIX_START
 from skillopt_ray.stages.select import _pick, rank_and_select
 from skillopt_ray.stages.update import update

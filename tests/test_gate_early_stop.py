@@ -13,10 +13,10 @@ import pytest
 from helpers import echo_llm, llm_config
 from scripted_server import ScriptedServer
 from skillopt_envs.base import NOT_PLAYED, EpisodeResult, Task
+from skillopt_envs.chat import JsonResult
 
 from skillopt_ray.config import Config, OptimizerConfig
 from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
-from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 

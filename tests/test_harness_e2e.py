@@ -126,7 +126,7 @@ def test_commands_that_print_alarming_words_or_exit_non_zero_leave_the_episode_s
     assert not res.infra_error and res.hard == 1.0, (res.error, res.fail_reason)
     assert len(policy.outputs) == 4
     assert "--seccomp" in policy.outputs[0]  # the model saw a jail's flags
-    # the CLI is pid 1 of its own PID namespace: ps shows no host process, bwrap included
+    # the CLI runs in a PID namespace of its own (under the jail's init): ps shows no host process, bwrap included
     ps_lines = [ln for ln in policy.outputs[0].splitlines() if ln.startswith("agent ")]
     commands = [ln.split(None, 10)[-1] for ln in ps_lines]
     assert commands and not any(c.split()[0].endswith("bwrap") for c in commands), commands

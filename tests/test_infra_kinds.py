@@ -66,7 +66,7 @@ def test_a_spreadsheet_episode_whose_sandbox_cannot_start_raises_a_named_infra_e
 
     class Llm:
         async def chat(self, req):
-            from skillopt_ray.llm.types import ChatResult
+            from skillopt_envs.chat import ChatResult
 
             return ChatResult(f"```python\n{SOLUTIONS[template_of(task.task_id)]}```", 10, 10, False, "stop")
 
@@ -127,7 +127,7 @@ def test_the_benchmark_turns_a_recalculation_failure_into_an_unscored_episode(tm
 
     class Llm:
         async def chat(self, req):
-            from skillopt_ray.llm.types import ChatResult
+            from skillopt_envs.chat import ChatResult
 
             return ChatResult(f"```python\n{SOLUTIONS[template_of(task.task_id)]}```", 10, 10, False, "stop")
 

@@ -87,18 +87,33 @@ def test_the_cli_exit_status_is_its_own_not_the_launchers(tmp_path):
 KILLS = (
     "L=$(for c in /proc/[0-9]*/cmdline; do grep -qs 'MS_NOSUI[D]' $c && echo $c; done | cut -d/ -f3 | sort -n | head -1); "
     "echo LAUNCHER=$L; kill -0 $L && echo LAUNCHER-SIGNALABLE; "
-    "(kill -9 $L; pkill -9 node; pkill -9 codex; pkill -9 claude; kill -9 1) 2>&1; "
+    "(kill -9 $L; kill -9 1; kill -INT 1; kill -TERM 1) 2>&1; "
     "echo AFTER"
 )
+ENDS_THE_CLI = "pkill -9 node; pkill -9 codex; pkill -9 claude; sleep 1"
 
 
 @pytest.mark.parametrize("harness", ["codex", "claude_code"])
-def test_the_agents_commands_cannot_end_the_cli_or_the_launcher(tmp_path, monkeypatch, harness):
-    """`kill -0`/`kill -9` of the launcher, `pkill -9 node`/`codex`/`claude` and `kill -9 1`: the CLI lives on,
-    answers, and the episode is scored (before, the CLI died and a wrong answer became an unscored infra error)."""
+def test_the_agents_commands_cannot_end_the_launcher_or_the_init(tmp_path, monkeypatch, harness):
+    """`kill -0`/`kill -9` of the launcher and `kill -9`/`-INT`/`-TERM` of pid 1 (the jail's init): neither is
+    reached, the CLI lives on, answers, and the episode is scored."""
     out, run, _ = _hostile_run(tmp_path, monkeypatch, KILLS, JailLimits(), harness=harness)
-    assert "LAUNCHER=" in out and "LAUNCHER-SIGNALABLE" not in out, out  # its /proc lists no launcher to signal
+    assert "LAUNCHER=" in out and "LAUNCHER-SIGNALABLE" not in out and "AFTER" in out, out
     assert run.final_message == "<answer>done</answer>" and run.attempts == 1, out
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude_code"])
+def test_a_cli_the_agent_kills_is_its_own_episode_scored(tmp_path, monkeypatch, harness):
+    """`pkill -9` of the CLI itself (no longer pid 1: the init is): the agent ended its own run after it acted, so
+    the episode is scored on what it left, here nothing (an empty reply, retried), never an infra error."""
+    need_bwrap()
+    need_harness("codex" if harness == "codex" else "claude")
+    wd = tmp_path / "ws"
+    prepare_workspace(wd, render_skill_md("", "D"), WorkspaceSpec(task="t"))
+    monkeypatch.setattr(tempfile, "tempdir", tempfile.mkdtemp(prefix="jk-"))  # short: the socket path lies under it
+    model = HostileModel(ENDS_THE_CLI, harness)
+    run = asyncio.run(run_agent(model, AgentSettings(harness, "m", 60.0), wd, "go", "k"))
+    assert run.final_message == "" and run.attempts == 2
 
 
 def test_a_codex_the_agent_interrupts_is_the_agents_episode_scored(tmp_path, monkeypatch):

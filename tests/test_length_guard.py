@@ -10,11 +10,11 @@ import urllib.request
 
 import pytest
 from skillopt_envs.base import EpisodeResult
+from skillopt_envs.chat import JsonResult
 
 from skillopt_ray import cli, prompts
 from skillopt_ray.config import ConfigError, LLMRoleConfig, validate
 from skillopt_ray.llm.context import context_advice, context_overflow
-from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.prompts.length_guard import FLOOR, LengthGuard, estimate_tokens
 from skillopt_ray.prompts.render import comparison_text, minibatch_text
 from skillopt_ray.stages.context import OptimizerContext

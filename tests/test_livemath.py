@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from skillopt_envs import data_env_var, make, names
 from skillopt_envs.base import DataError, EpisodeContext
-from skillopt_envs.chat import ChatRequest
+from skillopt_envs.chat import ChatRequest, ChatResult
 from skillopt_envs.livemathematicianbench import benchmark as bm
 from skillopt_envs.livemathematicianbench import data as lm
 from skillopt_envs.livemathematicianbench.prompts import system_prompt, user_prompt
@@ -20,7 +20,6 @@ from skillopt_envs.livemathematicianbench.samples import ensure_samples
 from skillopt_envs.livemathematicianbench.scoring import evaluation_block, extract_answer, parse_label, score_reply
 from skillopt_envs.livemathematicianbench.shuffle import item_seed, shuffle_choices
 
-from skillopt_ray.llm.types import ChatResult
 from skillopt_ray.prompts.render import trajectory_block
 
 SHIPPED = Path(__file__).resolve().parent.parent / "envs" / "livemathematicianbench" / "splits"

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 from skillopt_envs.base import DataError, EpisodeContext
-from skillopt_envs.chat import ChatRequest
+from skillopt_envs.chat import ChatRequest, ChatResult
 from skillopt_envs.livemathematicianbench import benchmark as bm
 from skillopt_envs.livemathematicianbench import data as lm
-
-from skillopt_ray.llm.types import ChatResult
 
 SHIPPED = Path(__file__).resolve().parent.parent / "envs" / "livemathematicianbench" / "splits"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "livemathematicianbench"

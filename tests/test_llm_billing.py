@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -109,3 +110,14 @@ def test_a_200_whose_connection_closes_half_way_is_unread_not_forgotten(srv, run
     with pytest.raises(LLMUnavailable) as err:
         run(gw.chat(req(2)))
     assert err.value.unread == 3 and gw.ledger.totals()["unread"] == 3 and "cut off after" in err.value.message
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_body_that_never_ends_is_bounded_by_the_timeout(srv, run, api):
+    """Content-Length 1e9 and one byte at a time, each well inside the read timeout: the body's whole read is
+    bounded by timeout_s too, so the call ends (a billed, unread reply) instead of holding its slot for ever."""
+    srv.inject(Fault(200, trickle_s=0.2), Fault(200, trickle_s=0.2))
+    gw = gateway(srv.base_url, retries=1, role={"api": api, "timeout_s": 1.0})
+    with pytest.raises(LLMUnavailable) as err:
+        run(asyncio.wait_for(gw.chat(req(3)), 60))
+    assert err.value.unread == 2 and "did not end within 1s" in err.value.message

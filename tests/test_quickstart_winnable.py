@@ -15,11 +15,11 @@ import skillopt_envs
 from helpers import checked
 from skillopt_envs.alfworld.game import read_walkthrough
 from skillopt_envs.base import EpisodeContext
+from skillopt_envs.chat import ChatResult
 
 from skillopt_ray import cli
 from skillopt_ray.config import from_container
 from skillopt_ray.engine.driver import load_splits
-from skillopt_ray.llm.types import ChatResult
 
 
 @pytest.fixture(autouse=True)

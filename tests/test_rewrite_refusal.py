@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from conformance_helpers import FakeRunner, tasks
+from skillopt_envs.chat import JsonResult
 
 from skillopt_ray import cli, prompts
 from skillopt_ray.config import Config, OptimizerConfig
 from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
 from skillopt_ray.llm.gateway import bounded_schema
-from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 from skillopt_ray.skill.echo import prompt_echo

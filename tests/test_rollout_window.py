@@ -18,9 +18,9 @@ from skillopt_envs.alfworld.data import manifest_split, walk_split
 from skillopt_envs.alfworld.game import AlfWorldGame, read_walkthrough
 from skillopt_envs.alfworld.openings import Opening, Openings
 from skillopt_envs.base import EpisodeContext, Task
+from skillopt_envs.chat import ChatResult
 
 from skillopt_ray.engine.envpool import start_order
-from skillopt_ray.llm.types import ChatResult
 
 # ---------------------------------------------------------------- start order
 

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 from skillopt_envs.base import DataError, EpisodeContext
+from skillopt_envs.chat import ChatResult
 from skillopt_envs.searchqa import data as qa_data
 from skillopt_envs.searchqa.benchmark import SEED_SKILL, SearchQABenchmark, extract_answer, truncate_context
 from skillopt_envs.searchqa.scoring import normalize, score, score_answer, token_f1
-
-from skillopt_ray.llm.types import ChatResult
 
 SHIPPED = Path(__file__).resolve().parent.parent / "envs" / "searchqa" / "splits"
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "searchqa" / "searchqa_id_split"

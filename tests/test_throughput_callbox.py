@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from helpers import llm_config
-from skillopt_envs.chat import ChatRequest
+from skillopt_envs.chat import ChatRequest, ChatResult
 
 from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
-from skillopt_ray.llm.types import ChatResult, LLMError, LLMInternalError, LLMUnavailable
+from skillopt_ray.llm.types import LLMError, LLMInternalError, LLMUnavailable
 
 
 class Method:

@@ -33,6 +33,11 @@ _ROLE_NOT_IDENTITY = (
 )
 
 
+# optimizer keys that decide whether a run stops and what it reports, not what it computes: raising one, as the
+# refusal advises, resumes the same run rather than paying for its calls again
+_OPTIMIZER_NOT_IDENTITY = ("max_data_error_fraction", "max_infra_failure_fraction")
+
+
 def run_identity(cfg_dict: Mapping[str, Any], inputs: Optional[Mapping[str, object]] = None) -> str:
     """Stable hash of everything that determines a run's results.
 
@@ -48,6 +53,8 @@ def run_identity(cfg_dict: Mapping[str, Any], inputs: Optional[Mapping[str, obje
                 r.pop("base_url", None)  # a local server on a free port, chosen at start
             llm[role] = r
     ident["llm"] = llm
+    if isinstance(ident.get("optimizer"), Mapping):
+        ident["optimizer"] = {k: v for k, v in ident["optimizer"].items() if k not in _OPTIMIZER_NOT_IDENTITY}
     if inputs:
         ident["_inputs"] = inputs
     blob = json.dumps(ident, sort_keys=True, default=str)

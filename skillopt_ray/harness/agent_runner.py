@@ -4,7 +4,6 @@ one of these (EpisodeContext.agent), so that benchmarks run the agent CLI withou
 from __future__ import annotations
 
 import math
-import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,7 +20,7 @@ from skillopt_ray.harness.episode import (
 )
 from skillopt_ray.harness.runner import AgentSettings, HarnessError, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
-from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace, remove_tree
 from skillopt_ray.llm.ledger import stage_of_key
 from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
 
@@ -91,7 +90,7 @@ class HarnessRunner:
             return self._outcome(HarnessOutcome(run, skill_md))
         finally:
             if own:
-                shutil.rmtree(root.parent, ignore_errors=True)
+                remove_tree(root.parent)
 
     def _outcome(self, out: HarnessOutcome) -> AgentOutcome:
         if out.run is None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from skillopt_envs.base import AgentInfo
 
 from skillopt_ray.harness.runner import AgentRun, AgentSettings, HarnessError, run_agent
 from skillopt_ray.harness.skill_md import render_skill_md
-from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace, remove_tree
 from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
 
 
@@ -181,4 +180,4 @@ async def run_harness_task(
             return HarnessOutcome(None, skill_md, str(e), e.kind)
         return HarnessOutcome(run, skill_md)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        remove_tree(root)

@@ -39,7 +39,7 @@ from skillopt_envs.sandbox import (
 )
 
 from skillopt_ray.harness.jail_export import Unpacked, unpack_export
-from skillopt_ray.harness.jail_launcher import FORWARDER_JS, LAUNCHER_PY
+from skillopt_ray.harness.jail_launcher import FORWARDER_JS, INIT_PY, LAUNCHER_PY
 
 if TYPE_CHECKING:  # the jail's own modules run alone (as another user, with the system Python): no engine imports
     from skillopt_ray.llm.wire import AgentOptions
@@ -93,6 +93,7 @@ class JailResult:
     skipped: int = 0  # what the agent left that was not sent back: symlinks, devices, unreadable files
     over_limit: str = ""  # the agent's files passed the archive's byte limit: where it stopped (the rest stayed)
     export_problem: str = ""  # why the files did not come back whole (the launcher's or the host's failure)
+    export_host_fault: bool = False  # the host itself failed to unpack them (evidence outside the agent's reach)
 
 
 def _free_port() -> int:
@@ -202,6 +203,29 @@ def _seccomp_args(fds: list[int]) -> list[str]:
     os.close(w)
     fds.append(r)
     return ["--seccomp", str(r)]
+
+
+# (audit arch, ptrace, process_vm_readv, process_vm_writev) per machine
+_TRACE_SYSCALLS = {"x86_64": (0xC000003E, 101, 310, 311), "aarch64": (0xC00000B7, 117, 270, 271)}
+
+
+def no_trace_filter() -> Optional[bytes]:
+    """A seccomp filter refusing ptrace and cross-process memory reads and writes (EPERM), for the CLI and every
+    command it runs: no command can attach to the CLI and make it exit as it pleases. None on an unknown machine."""
+    import platform
+    import struct
+
+    spec = _TRACE_SYSCALLS.get(platform.machine())
+    if spec is None:
+        return None
+    arch, *calls = spec
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow), (ld, 0, 0, 0)]
+    for i, nr in enumerate(calls):  # each: refused when it matches, else the next test
+        prog.append((jeq, len(calls) - i, 0, nr))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
 
 
 # folders the launcher covers with its tmpfs, and the system folders bubblewrap mounts whole
@@ -370,6 +394,8 @@ class Jail:
             "cwd": JAIL_WORKSPACE,
             "devpts": os.geteuid() != 0,  # see _dev_args
             "read_only": self._stashed_read_only(),
+            "no_trace": (no_trace_filter() or b"").hex(),
+            "init_py": INIT_PY,
         }
 
     async def run(
@@ -455,8 +481,9 @@ class Jail:
         export.unlink(missing_ok=True)
         result.exported = got.whole
         result.export_problem = "" if got.whole else _export_problem(got, result.stderr)
+        result.export_host_fault = bool(got.problem)
         result.over_limit = str(got.note.get("over_limit", ""))
-        result.skipped = int(got.note.get("skipped", 0))
+        result.skipped = int(got.note.get("skipped", 0)) + got.too_long
         result.timed_out = result.timed_out or bool(got.note.get("timed_out"))
         if "cli_status" in got.note:  # the CLI's own exit status, not the launcher's
             result.returncode = int(got.note["cli_status"])

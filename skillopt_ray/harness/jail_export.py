@@ -4,6 +4,7 @@ came whole (its closing note came through and every member it counts arrived).""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+NOTE_BYTES = 1 << 16  # the closing note's most (the launcher keeps the path it names to 300 characters)
 SPARSE = "SKILLOPT.sparse"  # the pax record of a sparse file: [its full size, [[offset, length], ...] of its data]
 
 
@@ -23,6 +25,7 @@ class Unpacked:
     note: dict[str, Any] = field(default_factory=dict)
     members: int = 0
     problem: str = ""
+    too_long: int = 0  # members whose path is longer than the host can name (left out, like the launcher's skips)
 
     @property
     def whole(self) -> bool:
@@ -34,18 +37,21 @@ def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> b
     return f.read(limit) if f is not None else b""
 
 
-def _target(dests: dict[str, Path], name: str) -> Optional[Path]:
+def _target(dests: dict[str, Path], name: str, safe: set[Path]) -> Optional[Path]:
     """Where an archive member goes on the host: under the destination its first component names, never through
-    a symlink or out of it; None when it has no such place."""
+    a symlink or out of it; None when it has no such place. `safe`: folders this unpacking made (or checked), whose
+    children need no second look (resolving every member's path again made a thousand nested folders take 40 s)."""
     top, _, rel = name.partition("/")
     dest = dests.get(top)
     parts = Path(rel).parts
     if dest is None or not rel or rel.startswith("/") or ".." in parts:
         return None
     target = dest.joinpath(*parts)
-    real_dest, real_parent = os.path.realpath(dest), os.path.realpath(target.parent)
-    if real_parent != real_dest and not real_parent.startswith(real_dest + os.sep):
-        return None
+    if target.parent not in safe:
+        real_dest, real_parent = os.path.realpath(dest), os.path.realpath(target.parent)
+        if real_parent != real_dest and not real_parent.startswith(real_dest + os.sep):
+            return None
+        safe.add(target.parent)
     return None if target.is_symlink() else target
 
 
@@ -104,23 +110,28 @@ def unpack_export(path: Path, dests: dict[str, Path]) -> Unpacked:
     counted as arrived (it was sent; the host keeps it out); one the host failed to write is the problem named."""
     got = Unpacked()
     links: dict[str, Path] = {}
+    safe: set[Path] = set()
     try:
         with tarfile.open(path, mode="r:") as tar:
             for member in tar:
                 if member.name == ".status.json" and member.isfile():
-                    got.note = json.loads(_read_member(tar, member, 4096) or b"{}")
+                    got.note = json.loads(_read_member(tar, member, NOTE_BYTES) or b"{}")
                     continue
                 got.members += 1
-                target = _target(dests, member.name)
-                if target is None:
-                    continue
                 try:
-                    if _write_member(tar, member, target, links) and member.isfile():
-                        links[member.name] = target
+                    target = _target(dests, member.name, safe)
+                    if target is not None and _write_member(tar, member, target, links):
+                        if member.isfile():
+                            links[member.name] = target
+                        elif member.isdir() and not target.is_symlink():
+                            safe.add(target)
                 except (IsADirectoryError, FileExistsError, NotADirectoryError):
                     continue  # a file where the host holds a folder, or the other way round: the host's stays
                 except OSError as e:
-                    got.problem = got.problem or f"{member.name}: {e.strerror or e}"
+                    if e.errno == errno.ENAMETOOLONG:  # a path nested past what the host can name: the agent's own
+                        got.too_long += 1
+                    else:
+                        got.problem = got.problem or f"{member.name[:300]}: {e.strerror or e}"
     except (OSError, tarfile.TarError, ValueError) as e:
         got.problem = got.problem or (f"the archive is cut or malformed ({e})" if got.note else "")
     return got

@@ -35,6 +35,62 @@ srv.listen(Number(port), '127.0.0.1', () => {
 });
 """
 
+# pid 1 of the agent's PID namespace: `python -I -S -c INIT_PY <config json> -- <CLI argv>...`. It starts the CLI
+# and reaps every orphan the agent's commands leave (a CLI as pid 1 reaped none: hundreds of zombies in one
+# command), and ends as the CLI ends, which ends the namespace. Its signal handlers are the defaults, so the kernel
+# drops any signal a member of the namespace sends it; it makes itself not dumpable first thing (before the CLI, and
+# so any command, exists), and refuses ptrace and cross-process memory access to itself and all it starts.
+INIT_PY = r"""
+import ctypes, json, os, resource, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+cfg = json.loads(sys.argv[1])
+cmd = sys.argv[3:]
+
+def die(msg):
+    sys.stderr.write("skillopt-jail: " + msg + "\n")
+    os._exit(125)
+
+def no_tracing():
+    prog = bytes.fromhex(cfg["no_trace"]) if cfg["no_trace"] else b""
+    if not prog:
+        return
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs without CAP_SYS_ADMIN
+        die("cannot set no_new_privs: " + os.strerror(ctypes.get_errno()))
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    fprog = Prog(len(prog) // 8, prog)
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        die("cannot forbid tracing: " + os.strerror(ctypes.get_errno()))
+
+def ended(status):
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(sig, signal.SIG_DFL)
+no_tracing()
+cli = os.fork()
+if cli == 0:
+    os.chdir(cfg["cwd"])
+    fsize = min(cfg["file_bytes"], cfg["export_bytes"])  # a limit is never raised again
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    try:
+        os.execvp(cmd[0], cmd)
+    finally:
+        os._exit(127)
+while True:
+    try:
+        done, status = os.waitpid(-1, 0)
+    except InterruptedError:
+        continue
+    except ChildProcessError:
+        os._exit(125)
+    if done == cli:
+        os._exit(ended(status))
+"""
+
 # Runs as `python -I -S -c LAUNCHER_PY <config json> <forwarder argv>... -- <CLI argv>...`; see the module docstring.
 LAUNCHER_PY = r"""
 import ctypes, io, json, os, resource, shutil, signal, stat, sys, tarfile, time
@@ -55,11 +111,34 @@ def mount(src, dst, fstype, flags, data):
     if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
         die("cannot mount " + dst + ": " + os.strerror(ctypes.get_errno()))
 
-def chown_tree(top, uid, gid):
-    for parent, dirs, files in os.walk(top):
-        for name in dirs + files:
-            os.lchown(os.path.join(parent, name), uid, gid)
-    os.lchown(top, uid, gid)
+def copy_seed(seed, inside):
+    # the seed (the host's workspace: after a first attempt, what the agent left) copied iteratively (shutil.copytree
+    # recurses: a thousand nested folders raised RecursionError); symlinks as symlinks, other special files left
+    # out. Returns what it made, for give_tree
+    made, todo = [], [""]
+    while todo:
+        rel = todo.pop()
+        src, dst = os.path.join(seed, rel), os.path.join(inside, rel)
+        for name in sorted(os.listdir(src)):
+            s, d = os.path.join(src, name), os.path.join(dst, name)
+            st = os.lstat(s)
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(d, stat.S_IMODE(st.st_mode) | 0o700)
+                todo.append(os.path.join(rel, name))
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(s), d)
+            elif stat.S_ISREG(st.st_mode):
+                shutil.copyfile(s, d, follow_symlinks=False)
+                os.chmod(d, stat.S_IMODE(st.st_mode))
+            else:
+                continue
+            made.append(d)
+    return made
+
+def give_tree(paths, uid, gid):
+    # the copy handed to the agent's uid once whole (root here may not write into a folder it no longer owns)
+    for path in paths:
+        os.lchown(path, uid, gid)
 
 def set_up(uid):
     if cfg["devpts"] and libc.mount(b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | 8, b"newinstance,ptmxmode=0666,mode=0620"):
@@ -69,14 +148,15 @@ def set_up(uid):
     for name, (area, seed, target, mode) in cfg["dirs"].items():
         inside = os.path.join(area, name)
         os.mkdir(inside)
+        made = []
         try:
             if seed:
-                shutil.copytree(seed, inside, symlinks=True, dirs_exist_ok=True)
-        except (OSError, shutil.Error) as e:
+                made = copy_seed(seed, inside)
+        except OSError as e:
             die("the agent's %s does not fit the jail's disk limit (%d MB, %d files): raise llm.target.agent.disk_mb "
                 "or llm.target.agent.disk_files (%s)" % (name, cfg["areas"][0][1] >> 20, cfg["areas"][0][2], str(e)[:200]))
         os.chmod(inside, mode)
-        chown_tree(inside, uid, cfg["gid"])
+        give_tree(made + [inside], uid, cfg["gid"])
         for stash, path, is_dir in cfg["read_only"]:  # a read-only host path that lies inside this folder
             if path.startswith(target + "/"):
                 place_read_only(stash, os.path.join(inside, os.path.relpath(path, target)), is_dir)
@@ -139,24 +219,27 @@ def start_cli(export):
         export.close()
         if libc.unshare(CLONE_NEWPID) != 0:  # the next child is the first process (pid 1) of a namespace of its own
             die("cannot make the agent's PID namespace: " + os.strerror(ctypes.get_errno()), 126)
-        cli = os.fork()
-        if cli == 0:
+        init = os.fork()
+        if init == 0:
             own_proc()
             drop(cfg["uid"])
-            os.chdir(cfg["cwd"])
-            fsize = min(cfg["file_bytes"], cfg["export_bytes"])  # a limit is never raised again
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-            try:
-                os.execvp(cmd[0], cmd)
-            finally:
-                os._exit(127)
+            run_init()
         drop(cfg["uid"])
         while True:
             try:
-                os._exit(ended(os.waitpid(cli, 0)[1]))
+                os._exit(ended(os.waitpid(init, 0)[1]))
             except InterruptedError:
                 continue
     return pid
+
+def run_init():
+    # pid 1 of the agent's namespace is INIT_PY, a program of its own (not this launcher's copy, whose command line
+    # names the launcher's code), started with what it needs to start the CLI
+    init_cfg = {k: cfg[k] for k in ("cwd", "file_bytes", "export_bytes", "no_trace")}
+    try:
+        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", cfg["init_py"], json.dumps(init_cfg), "--", *cmd])
+    finally:
+        os._exit(127)
 
 def run_cli(pid):
     timed_out = []
@@ -261,23 +344,59 @@ def add_file(tar, path, arcname, st, state):
         state["links"][key] = arcname
 
 def add_tree(tar, top, arc, state):
-    device = os.lstat(top).st_dev
-    for parent, dirs, files in os.walk(top):
-        rel = os.path.relpath(parent, top)
-        dirs[:] = [d for d in dirs if os.lstat(os.path.join(parent, d)).st_dev == device]  # not a read-only mount
-        for name in sorted(dirs + files):
-            path, arcname = os.path.join(parent, name), os.path.normpath(os.path.join(arc, rel, name))
-            try:
-                st = os.lstat(path)
-                if stat.S_ISDIR(st.st_mode):
-                    os.chmod(path, 0o700)
-                    add(tar, dir_info(arcname), None, state)
-                elif stat.S_ISREG(st.st_mode):
-                    add_file(tar, path, arcname, st, state)
-                else:
-                    state["skipped"] += 1
-            except OSError:  # vanished or unreadable: left out, counted
+    # iterative and by relative names from the folder being read (os.chdir), so neither a folder nested a thousand
+    # deep nor a path past PATH_MAX can stop it; every entry's failure is its own (left out, counted). Nothing of
+    # the agent's runs any more: no folder changes under the walk
+    try:
+        os.chmod(top, 0o700)  # `chmod 000 /workspace` left nothing to read
+        os.chdir(top)
+        device = os.lstat(".").st_dev
+    except OSError:
+        state["skipped"] += 1
+        return
+    stack = [(arc, add_entries(tar, arc, device, state))]
+    while stack:
+        where, subdirs = stack[-1]
+        if not subdirs:
+            stack.pop()
+            if stack:
+                os.chdir("..")
+            continue
+        name = subdirs.pop(0)
+        try:
+            os.chdir(name)
+        except OSError:
+            state["skipped"] += 1
+            continue
+        inner = where + "/" + name
+        stack.append((inner, add_entries(tar, inner, device, state)))
+    os.chdir("/")
+
+def add_entries(tar, where, device, state):
+    # the current folder's files and folder headers, in name order; returns its sub-folders to walk into
+    try:
+        names = sorted(os.listdir("."))
+    except OSError:
+        state["skipped"] += 1
+        return []
+    subdirs = []
+    for name in names:
+        arcname = where + "/" + name
+        try:
+            st = os.lstat(name)
+            if stat.S_ISDIR(st.st_mode):
+                if st.st_dev != device:
+                    continue  # a read-only mount of the host's
+                os.chmod(name, 0o700)
+                add(tar, dir_info(arcname), None, state)
+                subdirs.append(name)
+            elif stat.S_ISREG(st.st_mode):
+                add_file(tar, name, arcname, st, state)
+            else:
                 state["skipped"] += 1
+        except OSError:  # vanished or unreadable: left out, counted
+            state["skipped"] += 1
+    return subdirs
 
 def dir_info(name):
     info = tarfile.TarInfo(name)
@@ -292,7 +411,8 @@ def export_files(export, area, note):
                 for name in cfg["export"]:
                     add_tree(tar, os.path.join(area, name), name, state)
             except OverLimit as e:
-                note["over_limit"] = "%s: the archive would pass %d MB" % (e.args[0], cfg["export_budget"] >> 20)
+                where = e.args[0] if len(e.args[0]) <= 300 else e.args[0][:140] + "..." + e.args[0][-140:]
+                note["over_limit"] = "%s: the archive would pass %d MB" % (where, cfg["export_budget"] >> 20)
             note.update(skipped=state["skipped"], members=state["members"], bytes=state["bytes"])
             data = json.dumps(note).encode()
             info = tarfile.TarInfo(".status.json")

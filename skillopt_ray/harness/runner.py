@@ -4,8 +4,9 @@ what comes back (final message, raw transcript, summaries, usage, tool errors)."
 from __future__ import annotations
 
 import glob
+import os
 import secrets
-import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from skillopt_envs.sandbox import userns_filter
 
 from skillopt_ray.harness import commands, trace
 from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
+from skillopt_ray.harness.workspace import remove_tree
 from skillopt_ray.llm.wire import AgentOptions
 from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:  # the agent API server (aiohttp) loads with the first agent e
     from skillopt_ray.llm.agent_api import CallRecord
 
 HARNESSES = ("codex", "claude_code")
+PROCESS_RAN = "Process exited with code"  # Codex's header on a command's output, written once a process ran
 BIN = {"codex": "codex", "claude_code": "claude"}
 PREFIX = {"codex": "codex", "claude_code": "claude"}  # file prefix of the raw transcript and the summary
 
@@ -164,6 +167,9 @@ class _Attempt:
     # the CLI logged an interrupted turn: only a command of the agent's can send it SIGINT (the jail ends it with
     # SIGKILL), so the failure is the agent's own
     interrupted: bool = False
+    # a tool result the CLI sent back through the gateway says a process ran: the tools worked, whatever the session
+    # log (which the agent's commands can rewrite) says
+    process_ran: bool = False
 
 
 async def run_agent(
@@ -204,7 +210,7 @@ async def run_agent(
                 break
         return _agent_run(settings, attempts, final, workspace, collect)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        remove_tree(root)
 
 
 def agent_stage(key: str) -> str:
@@ -300,7 +306,19 @@ async def _run_attempt(
         and e["payload"].get("reason") == "interrupted"
         for e in events
     )
-    return _Attempt(res, raw, list(server.calls), t, first, started=bool(events), interrupted=interrupted)
+    ran = any(
+        PROCESS_RAN in str(m.get("content")) for r in server.requests for m in r["messages"] if m.get("role") == "tool"
+    )
+    return _Attempt(
+        res, raw, list(server.calls), t, first, started=bool(events), interrupted=interrupted, process_ran=ran
+    )
+
+
+def acted(run: _Attempt) -> bool:
+    """Whether the agent's commands may have run: the gateway (outside the jail) answered with a tool call. Before
+    that nothing the agent controls ran, so a failure is the jail's, the launcher's or the CLI's; after it, only
+    evidence outside the jail (the gateway's error, the host's own failure) makes the episode an infra error."""
+    return any(c.tool_calls for c in run.calls)
 
 
 def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> str:
@@ -308,9 +326,12 @@ def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> s
     broke, judged from structure only: the jail's and the CLI's exit status, the time and memory limits, whether
     the CLI started (its session log) and reached its model (the endpoint's calls), the CLI's own error events and
     whether its shell tool could ever start a process. What a command printed, or its exit code, is the model's
-    observation, never a reason to drop the episode."""
+    observation, never a reason to drop the episode; and once the agent has run commands (acted), a CLI that died,
+    ran out of time or memory, or files the launcher could not send back are the agent's own: scored on what it
+    left."""
     res, harness = run.result, settings.harness
-    if res.out_of_memory:
+    mine = acted(run)
+    if res.out_of_memory and not mine:
         raise HarnessError(f"the {harness} agent went past its memory limit ({settings.memory_mb} MB)")
     if not run.calls and not res.timed_out:
         said = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1][:300]
@@ -320,11 +341,11 @@ def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> s
                 kind="sandbox_start",
             )
         raise HarnessError(f"the {harness} CLI started but never called its model ({said})", kind="env")
-    if not res.exported and not res.timed_out:  # the files are the episode's output: without them nothing is scored
+    if not res.exported and not res.timed_out and (res.export_host_fault or not mine):
         raise HarnessError(
             f"the jail could not send the {harness} agent's files back: {res.export_problem}", "jail_export"
         )
-    broken = trace.broken_tools(run.trace)
+    broken = None if run.process_ran else trace.broken_tools(run.trace)
     if broken:
         raise HarnessError(f"the {harness} agent's tools were broken: {broken}")
     if harness == "codex":
@@ -334,18 +355,37 @@ def _final_message(settings: AgentSettings, run: _Attempt, workspace: Path) -> s
 
 
 def _codex_final(settings: AgentSettings, run: _Attempt, workspace: Path) -> str:
-    """Codex's last message file; a timeout or a non-zero exit (the reference raises there, with no retry) is a
-    HarnessError naming the CLI's own error event when it wrote one."""
+    """Codex's last message file; a timeout or a non-zero exit before the agent ran anything (the reference raises
+    there, with no retry) is a HarnessError naming the CLI's own error event when it wrote one. After, or when the
+    agent interrupted it, the episode is scored on what it left: the file when it is still a file, else what the
+    model last said as the gateway answered it (the agent can replace or lock the file, never the gateway's record)."""
     res = run.result
-    if res.timed_out:
-        raise HarnessError(f"codex exec ran past its {settings.timeout_s:g} s limit", kind="timeout")
-    last = workspace / commands.CODEX_LAST_MESSAGE
-    if res.returncode != 0 and run.interrupted:  # the agent's own doing: scored on what it left
-        return last.read_text("utf-8", "replace") if last.exists() else ""
-    if res.returncode != 0:
+    failed = res.timed_out or res.returncode != 0 or res.out_of_memory or not res.exported
+    if failed and not (acted(run) or run.interrupted):
+        if res.timed_out:
+            raise HarnessError(f"codex exec ran past its {settings.timeout_s:g} s limit", kind="timeout")
         said = run.trace.cli_errors[0] if run.trace.cli_errors else run.raw[:300]
         raise HarnessError(f"codex exec failed with exit code {res.returncode}: {said}")
-    return last.read_text("utf-8", "replace") if last.exists() else ""
+    answer = read_regular(workspace / commands.CODEX_LAST_MESSAGE)
+    if not (answer or "").strip():  # never written, or replaced by the agent (a folder, a link, a FIFO, locked)
+        answer = next((c.text for c in reversed(run.calls) if c.text.strip() and not c.tool_calls), "")
+    return answer or ""
+
+
+def read_regular(path: Path, limit: int = 1 << 20) -> Optional[str]:
+    """A file's text when it is a regular file (never through a symlink, never a FIFO that would block), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _agent_run(

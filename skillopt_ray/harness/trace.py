@@ -137,9 +137,10 @@ def codex_session_trace(events: list[dict[str, Any]], workspace: str = "") -> Ag
 
 def _codex_command(t: AgentTrace, call: dict[str, Any]) -> None:
     """A shell call's command line (and the file it reads, if any) from a function_call item."""
+    raw = call.get("arguments") or "{}"
     try:
-        args = json.loads(call.get("arguments") or "{}")
-    except ValueError:
+        args = raw if isinstance(raw, dict) else json.loads(raw) if isinstance(raw, str) else {}
+    except (ValueError, RecursionError):
         args = {}
     cmd = args.get("cmd") or args.get("command") if isinstance(args, dict) else None
     if isinstance(cmd, list):
@@ -197,7 +198,9 @@ def claude_session_trace(events: list[dict[str, Any]]) -> AgentTrace:
 def _claude_block(t: AgentTrace, b: dict[str, Any]) -> None:
     """One block of an assistant message: a Bash or Read call (commands, files read), or text (final message)."""
     if b.get("type") == "tool_use":
-        inp = b.get("input") or {}
+        inp = b.get("input")
+        if not isinstance(inp, dict):
+            return  # a tool input of another shape names no command or file
         if b.get("name") == "Bash" and inp.get("command"):
             t.commands.append(str(inp["command"]))
             t.files_read += _files_of(str(inp["command"]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -63,3 +64,39 @@ def prepare_workspace(work_dir: str | Path, skill_md: str, spec: WorkspaceSpec) 
             lines.append(f"- `{rel}` (source: `{image.resolve()}`)")
         (wd / "ATTACHMENTS.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return wd
+
+
+def remove_tree(top: Path) -> int:
+    """Remove a folder an agent filled, whatever its depth: iteratively (shutil.rmtree recurses, and a thousand nested
+    folders raised RecursionError past its ignore_errors), never through a symlink, each entry's failure its own.
+    Returns how many entries could not be removed."""
+    failed = 0
+    try:
+        is_dir = top.is_dir() and not top.is_symlink()
+    except OSError:
+        return 1
+    if not is_dir:
+        with contextlib.suppress(FileNotFoundError):
+            top.unlink()
+        return 0
+    stack: list[tuple[str, bool]] = [(str(top), False)]  # (folder, its entries already removed or queued)
+    while stack:
+        path, emptied = stack.pop()
+        try:
+            if emptied:
+                os.rmdir(path)
+                continue
+            os.chmod(path, 0o700)  # an agent's `chmod 000` folder is still the caller's to remove
+            stack.append((path, True))
+            with os.scandir(path) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append((e.path, False))
+                    else:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(e.path)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            failed += 1
+    return failed

@@ -540,6 +540,7 @@ class CallRecord:
     tool_calls: list[str]
     error: str = ""
     cost_usd: float = 0.0
+    text: str = ""  # the reply's text as the gateway answered it: what the agent last said, kept outside its jail
 
 
 def call_id(key: str, n: int, i: int) -> str:
@@ -547,6 +548,7 @@ def call_id(key: str, n: int, i: int) -> str:
     return "call_" + hashlib.sha256(f"{key}|{n}|{i}".encode()).hexdigest()[:20]
 
 
+MAX_KEPT_TEXT = 100_000  # of a reply's text, kept for the episode (a final answer, if the CLI never wrote it)
 # model calls one episode may make: past it, an agent that calls tools in a loop gets a plain final message
 MAX_AGENT_CALLS = 60
 CALL_LIMIT_TEXT = "Stopped: this episode reached its limit of {n} model calls."
@@ -628,6 +630,7 @@ class AgentAPIServer:
                 reply.cached,
                 [c["name"] for c in reply.tool_calls],
                 cost_usd=reply.cost_usd,
+                text=reply.content[-MAX_KEPT_TEXT:],
             )
         )
         return reply

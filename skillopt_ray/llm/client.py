@@ -235,27 +235,41 @@ def snippet(text: str, n: int = 60) -> str:
 _snippet = snippet
 
 
-async def read_body(http: Any) -> str:
+async def read_body(http: Any, limit_s: float) -> str:
     """The text of an HTTP 200 answer read to its end; a connection that closes (or stalls) half-way through the body
-    is a TransportFault carrying the bytes that arrived: the endpoint answered, and so billed, that reply."""
+    is a TransportFault carrying the bytes that arrived: the endpoint answered, and so billed, that reply. The whole
+    body must arrive within `limit_s` (the role's timeout_s): a body that trickles a byte at a time inside the read
+    timeout would otherwise hold the call for ever."""
     got = bytearray()
+    deadline = time.monotonic() + limit_s
+    chunks = http.aiter_bytes().__aiter__()
     try:
-        async for chunk in http.aiter_bytes():
+        while True:
+            try:
+                chunk = await asyncio.wait_for(chunks.__anext__(), max(deadline - time.monotonic(), 0.0))
+            except StopAsyncIteration:
+                break
             got += chunk
     except Exception as exc:  # noqa: BLE001 - whatever the transport raised, the answer's status was 200
-        announced = http.headers.get("content-length")
-        of = f" of {announced} announced" if announced else ""
-        stalled = "Timeout" in type(exc).__name__
-        raise TransportFault(
-            "read_timeout" if stalled else "truncated",
-            f"HTTP 200 whose body {'stalled' if stalled else 'was cut off'} after {len(got)}{of} bytes "
-            f"({type(exc).__name__})",
-            body_bytes=len(got),
-            billed=True,
-        ) from exc
+        raise _body_fault(http, exc, len(got), limit_s) from exc
     finally:
         await http.aclose()
     return bytes(got).decode(http.charset_encoding or "utf-8", errors="replace")
+
+
+def _body_fault(http: Any, exc: BaseException, got: int, limit_s: float) -> TransportFault:
+    announced = http.headers.get("content-length")
+    of = f" of {announced} announced" if announced else ""
+    if isinstance(exc, asyncio.TimeoutError):  # our own wall-clock bound
+        said = f"did not end within {limit_s:g}s (timeout_s): {got}{of} bytes had arrived"
+        return TransportFault("read_timeout", f"HTTP 200 whose body {said}", body_bytes=got, billed=True)
+    stalled = "Timeout" in type(exc).__name__
+    return TransportFault(
+        "read_timeout" if stalled else "truncated",
+        f"HTTP 200 whose body {'stalled' if stalled else 'was cut off'} after {got}{of} bytes ({type(exc).__name__})",
+        body_bytes=got,
+        billed=True,
+    )
 
 
 def decode_json_body(body: str, content_type: str) -> Any:
@@ -498,7 +512,7 @@ class RoleEndpoint:
         # known for what it is (a billed reply) rather than as a connection error of unknown status
         http = await self.client.post("/chat/completions", **wire_request(kw, headers), stream=True)
         self._last_answer = time.monotonic()
-        return parse_completion(await read_body(http), http.headers.get("content-type", ""))
+        return parse_completion(await read_body(http, self.cfg.timeout_s), http.headers.get("content-type", ""))
 
     def probe_request(self) -> tuple[str, JSONObject]:
         """The liveness probe: a call to the route the run's calls use, with `messages` that are not a list, which an

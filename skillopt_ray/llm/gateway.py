@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional, cast
 
-from skillopt_envs.chat import ChatRequest, JsonExtractionError, ResponseFormat
+from skillopt_envs.chat import ChatRequest, ChatResult, JsonExtractionError, JsonResult, ResponseFormat
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.io import atomic_write_json, read_json
@@ -33,8 +33,6 @@ from skillopt_ray.llm.ratelimit import EndpointLimiter
 from skillopt_ray.llm.responses import ResponsesEndpoint
 from skillopt_ray.llm.types import (
     CacheMiss,
-    ChatResult,
-    JsonResult,
     LLMConfigError,
     LLMError,
     LLMInternalError,

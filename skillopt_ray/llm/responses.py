@@ -221,4 +221,4 @@ class ResponsesEndpoint(RoleEndpoint):
         async with self.client.responses.with_streaming_response.create(**body, extra_headers=headers or None) as raw:
             self._last_answer = time.monotonic()
             http = raw.http_response
-            return parse_response(await read_body(http), http.headers.get("content-type", ""))
+            return parse_response(await read_body(http, self.cfg.timeout_s), http.headers.get("content-type", ""))

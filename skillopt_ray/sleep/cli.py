@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
 
-from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_OK
+from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.review_gate import ReviewRefused
 from skillopt_ray.sleep import proposal_verbs as adopt_cli
@@ -195,7 +196,8 @@ def summary(r: pipeline.HarvestReport) -> str:
     sessions = ", ".join(f"{k} {v}" for k, v in sorted(r["sessions"].items())) or "none"
     return "\n".join(
         [
-            f"harvest window {r['window']['since'] or 'all'} .. {r['window']['until']} (scope {r['scope']})",
+            f"harvest window {r['window']['since'] or 'all'} .. {r['window']['until']} (scope {r['scope']}; "
+            f"{r['window'].get('from') or ''})",
             f"sessions: {sessions}; left out: {r['out_of_scope']} other folders, {r['out_of_window']} outside the "
             f"window, {r['duplicates']} duplicates, {r['sleep_sessions']} that only ran sleep",
             f"redacted: {red}",
@@ -222,6 +224,14 @@ def install_shells(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def os_error_line(e: OSError) -> str:
+    """An OSError in one line with what to do, also one a Ray worker raised (its text carries the remote traceback)."""
+    text = f"[Errno {e.errno}] {e.strerror}" if e.errno and e.strerror else (str(e).strip().splitlines() or [""])[-1]
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text
+    head = "the disk is full" if full else "cannot go on"
+    return f"{head} ({text[:300]}); {'free space, then ' if full else ''}rerun the same command to resume"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = parser()
     a = p.parse_args(argv)
@@ -234,3 +244,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ValueError, MinerRefused, ReviewRefused, UsageError, Busy) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    except KeyboardInterrupt:
+        print(f"interrupted: rerun the same command to {'resume the night' if a.verb in NIGHT else 'harvest'}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_STOPPED
+    except OSError as e:  # a full disk, a folder gone: one line, and what to do
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        return EXIT_ERROR

@@ -24,6 +24,7 @@ def add_verbs(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--undo", action="store_true", help="restore what the night's adoption replaced")
     a.add_argument("--skill", help="of a night that trained several skills, only this one (default: all of them)")
     a.add_argument("--allow-unverified", action="store_true", help="adopt a night whose gate judged on borrowed tasks")
+    a.add_argument("--allow-flagged", action="store_true", help="adopt a night whose added rules were flagged")
     c = sub.add_parser("schedule", help="a nightly run in your crontab (or --print it and a systemd timer)")
     c.add_argument("--print", dest="only_print", action="store_true", help="print the lines, install nothing")
     c.add_argument("--hour", type=int, default=schedule.DEFAULT_HOUR)
@@ -40,7 +41,7 @@ def dispatch(a: argparse.Namespace, project: Path) -> int:
         if a.verb == "status":
             out = status.status(project, a.json)
         elif a.verb == "adopt":
-            out = adopt_skills.dispatch(project, a.night, a.skill, a.undo, a.allow_unverified)
+            out = adopt_skills.dispatch(project, a.night, a.skill, a.undo, a.allow_unverified, a.allow_flagged)
         elif a.verb == "schedule":
             out = schedule.schedule(project, a.hour, a.minute, a.only_print)
         else:

@@ -15,6 +15,8 @@ from skillopt_ray.sleep.harvest.timeutil import parse_instant, stamp
 MAX_REQUESTS = 6  # the reference's miner reads the first six user prompts
 MAX_REPLIES = 3
 MAX_TEXT = 800
+MAX_CORRECTION = 200
+MAX_COMMAND = 300
 MAX_CORRECTIONS = 6
 MAX_FILES = 20
 MAX_COMMANDS = 20
@@ -98,7 +100,8 @@ class SessionDigest:
 
 @dataclass
 class DigestBuilder:
-    """Fills a SessionDigest record by record, keeping only bounded, redacted text."""
+    """Fills a SessionDigest record by record, keeping only bounded, redacted text. Every text is redacted whole
+    and cut afterwards: a cut first would leave the part of a secret before it, which no pattern recognises."""
 
     digest: SessionDigest
     redact: Callable[[str], str]
@@ -106,7 +109,8 @@ class DigestBuilder:
     _tools: Counter = field(default_factory=Counter)
     _unknown: Counter = field(default_factory=Counter)
     _last: Any = None  # the latest record's stamp, as written
-    _pending: str = ""  # the agent's latest reply since the user's last turn (the outcome that turn answers)
+    _pending: tuple[str, bool] = ("", False)  # the agent's latest reply since the user's last turn, and whether it
+    # was redacted already (the outcome that turn answers)
     _edit_chars: int = 0
 
     def time(self, value: Any) -> None:
@@ -132,40 +136,69 @@ class DigestBuilder:
         if d.ended is None or t > d.ended:
             d.ended = t
 
-    def user(self, text: str) -> None:
-        """A turn the user typed: a request (the first few), and a correction or thanks after the first."""
+    def held(self, text: str, tail: bool = False) -> tuple[str, Counter]:
+        """`text` redacted whole, then cut to MAX_TEXT (its end when `tail`), for later use, and what its redaction
+        counted, taken back out of the redactor's counts until it is used (a held text never used counts nothing)."""
+        counts = getattr(self.redact, "counts", None)
+        before = Counter(counts) if isinstance(counts, Counter) else None
+        whole = self.redact(text)
+        out = whole[-MAX_TEXT:] if tail else whole[:MAX_TEXT]
+        if before is None or not isinstance(counts, Counter):
+            return out, Counter()
+        delta = counts - before
+        counts.subtract(delta)
+        return out, delta
+
+    def _count(self, counted: Optional[Counter]) -> None:
+        counts = getattr(self.redact, "counts", None)
+        if counted and isinstance(counts, Counter):
+            counts.update(counted)
+
+    def _reply_text(self, text: str, redacted: bool) -> str:
+        return (text if redacted else self.redact(text))[-MAX_TEXT:]
+
+    def user(self, text: str, redacted: bool = False, counted: Optional[Counter] = None) -> None:
+        """A turn the user typed: a request (the first few), and a correction or thanks after the first.
+        `redacted`: the text was redacted already (held), `counted` what that redaction counted."""
+        self._count(counted)
         text = (text or "").strip()
+        clean = (lambda t: t) if redacted else self.redact
         if not text:
             return
         d = self.digest
         d.user_turns += 1
+        pending, done = self._pending
         if d.user_turns > 1:
             if _NEGATIVE.search(text):
                 d.negative += 1
                 if len(d.corrections) < MAX_CORRECTIONS:
-                    d.corrections.append(self.redact(text[:200]))
+                    d.corrections.append(clean(text)[:MAX_CORRECTION])
                     d.correction_turns.append(d.user_turns)
-                    if self._pending:
-                        d.corrected_replies.append(self.redact(self._pending))
+                    if pending:
+                        d.corrected_replies.append(self._reply_text(pending, done))
             elif _POSITIVE.search(text):
                 d.positive += 1
                 d.accepted_turn = d.user_turns
-                if self._pending:
-                    d.accepted_reply = self.redact(self._pending)
-        self._pending = ""
+                if pending:
+                    d.accepted_reply = self._reply_text(pending, done)
+        self._pending = ("", False)
         if len(d.requests) < MAX_REQUESTS:
-            d.requests.append(self.redact(text[:MAX_TEXT]))
+            d.requests.append(clean(text)[:MAX_TEXT])
 
-    def reply(self, text: str) -> None:
+    def reply(self, text: str, redacted: bool = False, counted: Optional[Counter] = None) -> None:
+        """One of the agent's replies, kept whole (redacted, then cut, when the session ends) unless `redacted`."""
+        self._count(counted)
         if text and text.strip():
-            self._replies.append(text.strip()[-MAX_TEXT:])  # redacted once, when the session ends
-            self._pending = text.strip()[-MAX_TEXT:]
+            self._replies.append((text.strip(), redacted))
+            self._pending = (text.strip(), redacted)
 
-    def ran(self, command: str, ok: bool) -> None:
+    def ran(self, command: str, ok: bool, redacted: bool = False, counted: Optional[Counter] = None) -> None:
         """A command with its recorded exit status (0: ok), in the order the session ran them."""
+        self._count(counted)
         d = self.digest
         if command.strip() and len(d.runs) < MAX_RUNS:
-            d.runs.append({"command": self.redact(command.strip()[:300]), "ok": ok, "turn": d.user_turns})
+            text = command.strip() if redacted else self.redact(command.strip())
+            d.runs.append({"command": text[:MAX_COMMAND], "ok": ok, "turn": d.user_turns})
 
     def has_replies(self) -> bool:
         return bool(self._replies)
@@ -179,9 +212,9 @@ class DigestBuilder:
             self.skill(m.group(1))
         d = self.digest
         if command and len(d.commands) < MAX_COMMANDS:
-            d.commands.append(self.redact(command[:300]))
+            d.commands.append(self.redact(command)[:MAX_COMMAND])
         if file and len(d.files) < MAX_FILES and file not in d.files:
-            d.files.append(self.redact(file[:300]))
+            d.files.append(self.redact(file)[:MAX_COMMAND])
 
     def edit(self, e: FileEdit) -> None:
         """A file edit that succeeded, kept for the workspace replay (replay.py) while the session's edits fit."""
@@ -208,7 +241,7 @@ class DigestBuilder:
     def finish(self, skipped: Counter) -> SessionDigest:
         self._widen(parse_instant(self._last))
         d = self.digest
-        d.replies = [self.redact(r) for r in self._replies]
+        d.replies = [self._reply_text(r, done) for r, done in self._replies]
         d.tools = dict(self._tools)
         d.unknown_kinds = dict(self._unknown)
         d.skipped_lines = dict(skipped)

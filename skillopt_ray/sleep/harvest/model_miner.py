@@ -114,7 +114,7 @@ def _task(item: MinedItem, d: SessionDigest, project: Path, suspects: list[str],
         checks = [x for x in checks if x["op"] not in ("command_succeeds", "tool_called")]
     checks, refused = guard.clean_checks(checks, suspects)
     c.refused_checks += refused
-    rubric = str(item.get("rubric") or "").strip()[:300]
+    rubric = str(item.get("rubric") or "").strip()  # cut after redaction (pipeline.redact_task)
     if rubric and guard.echoes(rubric, suspects):
         c.refused_rubrics += 1
         rubric = ""

@@ -18,7 +18,7 @@ from skillopt_ray.sleep.harvest.redact import Redactor
 from skillopt_ray.sleep.harvest.scope import Scope, Window
 from skillopt_ray.sleep.harvest.stores import HarvestCounts, Stores, collect
 from skillopt_ray.sleep.harvest.task_folder import Written, write_tasks
-from skillopt_ray.sleep.harvest.tasks import MinedTask
+from skillopt_ray.sleep.harvest.tasks import MAX_PROMPT, MAX_RUBRIC, MinedTask
 from skillopt_ray.sleep.harvest.timeutil import stamp, utc_now
 
 DEFAULT_LOOKBACK = timedelta(hours=72)
@@ -41,14 +41,14 @@ class HarvestOptions:
     check_runner: Optional[verify.ReplyRunner] = None  # how reply checks are tried (None: the check sandbox)
 
 
-def window_for(opts: HarvestOptions, st: state.HarvestState) -> Window:
-    """An explicit --lookback, else since the project's last harvest, else the last 72 hours."""
+def window_for(opts: HarvestOptions, st: state.HarvestState) -> tuple[Window, str]:
+    """An explicit --lookback, else since the project's last harvest, else the last 72 hours; and which it is."""
     now = utc_now()
     if opts.lookback_given:
-        return Window(now - opts.lookback if opts.lookback is not None else None, now)
+        return Window(now - opts.lookback if opts.lookback is not None else None, now), "--lookback"
     if st.last_harvest is not None:
-        return Window(st.last_harvest, now)
-    return Window(now - DEFAULT_LOOKBACK, now)
+        return Window(st.last_harvest, now), "since the last harvest (--lookback to choose)"
+    return Window(now - DEFAULT_LOOKBACK, now), "the default 72h (first harvest)"
 
 
 def dedup(tasks: list[MinedTask]) -> list[MinedTask]:
@@ -66,8 +66,9 @@ def dedup(tasks: list[MinedTask]) -> list[MinedTask]:
 
 
 def redact_task(t: MinedTask, redact: Redactor) -> MinedTask:
-    """The model's reply is redacted again before it is written: it may repeat what it was never shown."""
-    t.prompt, t.rubric = redact(t.prompt), redact(t.rubric)
+    """The model's reply is redacted again before it is written: it may repeat what it was never shown. Redacted
+    whole, then cut (a cut first leaves part of a secret no pattern recognises)."""
+    t.prompt, t.rubric = redact(t.prompt)[:MAX_PROMPT], redact(t.rubric)[:MAX_RUBRIC]
     t.checks = [{**c, "arg": redact(c["arg"])} if isinstance(c["arg"], str) else c for c in t.checks]
     return t
 
@@ -116,7 +117,8 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     """The whole harvest; returns the report (numbers only, no transcript text), also written beside the state."""
     project = opts.project.resolve()
     st = state.load(project)
-    window = window_for(opts, st)
+    window, why = window_for(opts, st)
+    found = [p for p in opts.stores.homes().values() if p.is_dir()]
     redact = redactor or Redactor.from_environment()
     digests, counts = collect(opts.stores, Scope.of(project, opts.scope), window, redact, opts.max_sessions)
     tasks, miner = mine(digests, project, llm)
@@ -128,11 +130,14 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     header = {"project": str(project), "harvested": stamp(window.until), "sessions": len(digests)}
     written = write_tasks(out, tasks, assigned, project, header, reviews)
     st.splits.update(assigned)
-    st.last_harvest, st.harvests = window.until, st.harvests + 1
+    if found:  # a harvest that read no store leaves the next window where it was
+        st.last_harvest = window.until
+    st.harvests += 1
     if opts.digest_host and opts.digest_host not in st.digest_hosts:
         st.digest_hosts.append(opts.digest_host)
     state.save(project, st)
     report = _report(opts, window, counts, redact, miner, out, written, assigned)
+    report["window"]["from"] = why if found else why + "; no session store found: window not moved"
     report["checks"] = {
         s: sum(1 for rs in reviews.values() for r in rs if r["status"] == s)
         for s in ("verified", "unverified", "dropped")

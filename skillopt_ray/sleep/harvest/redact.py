@@ -25,6 +25,18 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     ("connection_string", r"(?i)((?:AccountKey|SharedAccessKey|Password|Pwd)\s*=\s*)(?!\[REDACTED)[^;\s\"']{4,}"),
     ("azure_sas", r"(?i)([?&]sig=)[A-Za-z0-9%/+=]{16,}"),
     ("url_credentials", r"(?i)(\b[a-z][a-z0-9+.\-]*://[^/\s:@]+:)[^@\s/]{3,}(?=@)"),
+    (  # a name that holds a secret word anywhere: AWS_SECRET_ACCESS_KEY=, SECRET_KEY_BASE=, db_password:
+        "secret_assignment",
+        r"(?i)(\b\w*(?:secret|passw(?:or)?d|key_base|access_key|private_key|api_key|credentials?)\w*"
+        r"[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)[^\s\"',;}{]{4,}",
+    ),
+    ("secret_assignment", r"\b([A-Z0-9_]*TOKEN[A-Z0-9_]*\s*=\s*[\"']?)(?!\[REDACTED)[^\s\"',;}{]{4,}"),
+    ("password_flag", r"(?i)(--pass(?:wor)?d(?:=|\s+)[\"']?)(?!\[REDACTED|-)[^\s\"']{3,}"),
+    (  # `-p X` / `-pX` after a database client (mysql's password; psql's -p is a port), `-a X` after redis-cli
+        "password_flag",
+        r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mongo|mongosh|mongodump|mongorestore)\b"
+        r"[^\n;|&]*?\s-p\s?[\"']?|\bredis-cli\b[^\n;|&]*?\s-a\s?[\"']?)(?!\[REDACTED|-)[^\s\"']{3,}",
+    ),
     (
         "secret_assignment",
         r"(?i)((?:api[_-]?key|secret|token|passwd|password|private[_-]?key|credential)s?"
@@ -37,7 +49,7 @@ _COMPILED = tuple((kind, re.compile(p)) for kind, p in _PATTERNS)
 _TRIGGERS = (
     "private key", "sk-", "akia", "asia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "aiza",
     "_live_", "_test_", "hf_", "eyj", "bearer", "basic", "token", "key", "password", "pwd", "sig=", "://",
-    "secret", "passwd", "credential",
+    "secret", "passwd", "credential", "mysql", "mariadb", "mongo", "redis-cli", "key_base",
 )  # fmt: skip
 # a name whose `_`-separated words include one of these (PWD, the working folder, is not a password)
 _SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS",

@@ -15,6 +15,7 @@ TEXT_OPS = ("contains", "not_contains", "regex", "section_present")
 OPS = (*TEXT_OPS, "max_chars", "tool_called", "command_succeeds")
 MAX_ARG = 300
 MAX_PROMPT = 4000
+MAX_RUBRIC = 300
 GENERIC_RUBRIC = "The response does what task.md asks, completely and correctly, and nothing the task did not ask for."
 _ABS_PATH = re.compile(r"(?<![\w.])(?:~|/[\w.\-]+)(?:/[\w.\-@+]+)+/?")
 
@@ -87,7 +88,7 @@ def generalise(prompt: str, project: str) -> str:
             return p[len(root) + 1 :] or "."
         return "<path>"
 
-    return _ABS_PATH.sub(sub, prompt).strip()[:MAX_PROMPT]
+    return _ABS_PATH.sub(sub, prompt).strip()  # cut to MAX_PROMPT after redaction (pipeline.redact_task)
 
 
 def valid_check(raw: Any) -> Optional[RuleCheck]:

@@ -238,12 +238,15 @@ def train(opts: NightOptions, p: Plan) -> tuple[int, Optional[Path]]:
     outcome = execute(p.checked, None, {"overrides": p.overrides})
     code = report(outcome)
     if code != EXIT_OK:
-        flag = stopped_by(str(outcome.get("message") or ""))
+        message = str(outcome.get("message") or "")
+        flag = stopped_by(message)
         if flag:
             print(
                 f"the night stopped at its {flag} cap; nothing staged; rerun the same command to resume",
                 file=sys.stderr,
             )
+        elif any(w in message for w in ("disk is full", "No space left on device", "Disk quota exceeded")):
+            print("the disk is full: free space, then rerun the same command to resume", file=sys.stderr)
         return (code if code != EXIT_OK else EXIT_STOPPED), None
     return EXIT_OK, Path(outcome["run_dir"])
 
@@ -263,6 +266,7 @@ class Concluded:
     rep: NightReport
     fingerprint: str  # of the validation set that decided it
     looks: int
+    flags: list[str] = field(default_factory=list)  # why its added rules need a person's eyes (screen_rules)
 
 
 def conclude(opts: NightOptions, p: Plan, run_dir: Path) -> Optional[Concluded]:
@@ -288,7 +292,16 @@ def conclude(opts: NightOptions, p: Plan, run_dir: Path) -> Optional[Concluded]:
     write_report(run_dir / "night", rep)
     print(rep.summary())
     say_spent(p, run_dir)
-    return Concluded(folder, live, rep, fp, looks)
+    flags = screen_rules(start_text, folder / "SKILL.md", p.tasks) if rep.changed else []
+    return Concluded(folder, live, rep, fp, looks, flags)
+
+
+def screen_rules(start_text: str, proposed: Path, tasks: Path) -> list[str]:
+    """Why the night's added rules need a person's eyes (guard.screen_rules), against the task folder's requests."""
+    from skillopt_ray.sleep.harvest import guard
+
+    prompts = [f.read_text(encoding="utf-8", errors="replace")[:20_000] for f in sorted(tasks.glob("*/task.md"))]
+    return guard.screen_rules(start_text, proposed.read_text(encoding="utf-8"), guard.suspect_sentences(prompts))
 
 
 def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
@@ -304,9 +317,6 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
         return EXIT_OK
     from skillopt_ray.sleep.proposal import staging
 
-    st.val_looks[c.fingerprint] = c.looks
-    st.nights += 1
-    st.current = None
     # staged before the state lets the night go, so a kill while staging resumes it; a kill after staging and before
     # the save resumes a night already staged (whole, by its manifest), which is not staged twice
     done = staging.staging_root(opts.project) / p.run_name.removeprefix("night-") / staging.MANIFEST
@@ -315,7 +325,15 @@ def finish(opts: NightOptions, p: Plan, run_dir: Path) -> int:
               f"python -m skillopt_ray.sleep adopt --project {opts.project}")  # fmt: skip
         code = EXIT_OK
     else:
-        code = stage(opts, p, c.folder, c.live, c.rep)
+        try:
+            code = stage(opts, p, c)
+        except OSError as e:  # a full disk: the night stays current, its run finished, so a rerun pays nothing again
+            print(f"error: staging the night failed ({e}); nothing is lost: free the space and rerun the same "
+                  "command to resume (the night's calls are not paid again)", file=sys.stderr)  # fmt: skip
+            return EXIT_ERROR
+    st.val_looks[c.fingerprint] = c.looks
+    st.nights += 1
+    st.current = None
     night_state.save(opts.project, st)
     return code
 
@@ -343,7 +361,9 @@ def memory_proposal(opts: NightOptions, name: str, skill_md: Path) -> Optional[t
     return memory.proposal(opts.project, opts.target, name, body)
 
 
-def proposal_of(opts: NightOptions, stamp: str, folder: Path, live: Path, rep: NightReport) -> Any:
+def proposal_of(
+    opts: NightOptions, stamp: str, folder: Path, live: Path, rep: NightReport, flags: Optional[list[str]] = None
+) -> Any:
     """What staging needs of one trained skill (a staging.NightProposal); its skill root is the folder that holds
     the skill's folder: adoption may write only under it."""
     from skillopt_ray.sleep.proposal import staging
@@ -358,24 +378,29 @@ def proposal_of(opts: NightOptions, stamp: str, folder: Path, live: Path, rep: N
         report_md=(folder.parent.parent / "report.md").read_text(encoding="utf-8"),
         report=rep.as_dict(),
         evidence_dir=Path(rep.run_dir) / "steps",
+        flags=list(flags or []),
     )
 
 
-def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightReport) -> int:
+def stage(opts: NightOptions, p: Plan, c: Concluded) -> int:
     """Hand every finished night to staging, also one whose gate accepted nothing (staged `changed: false`, for
-    `status` to show and `adopt` to refuse), so each night leaves its report where you look for it."""
+    `status` to show and `adopt` to refuse), so each night leaves its report where you look for it. A night whose
+    added rules were flagged (c.flags) is staged flagged: adopt then needs --allow-flagged. An OSError (a full disk)
+    propagates: the night stays current."""
     from skillopt_ray.sleep.proposal import staging
+
+    folder, live, rep = c.folder, c.live, c.rep
 
     try:
         mem = memory_proposal(opts, folder.name, folder / "SKILL.md") if rep.changed else None
     except ValueError as e:
         print(f"error: staging refused the night's memory block: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    proposal = proposal_of(opts, p.run_name.removeprefix("night-"), folder, live, rep)
+    proposal = proposal_of(opts, p.run_name.removeprefix("night-"), folder, live, rep, c.flags)
     proposal.memory = mem
     try:
         where = staging.stage_night(proposal)
-    except (ValueError, OSError) as e:
+    except ValueError as e:
         print(f"error: staging refused the night: {e}", file=sys.stderr)
         return EXIT_CONFIG
     if not rep.changed:
@@ -385,6 +410,10 @@ def stage(opts: NightOptions, p: Plan, folder: Path, live: Path, rep: NightRepor
                   f"{opts.project})")  # fmt: skip
         else:
             print(f"staged in {where} (changed nothing: no candidate skill passed the gate; nothing to adopt)")
+        return EXIT_OK
+    if c.flags:
+        print(f"staged in {where}, FLAGGED: {'; '.join(c.flags)}. Read its SKILL.md; to adopt it anyway: "
+              f"python -m skillopt_ray.sleep adopt --allow-flagged --project {opts.project}")  # fmt: skip
         return EXIT_OK
     print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
     return EXIT_OK

@@ -135,7 +135,7 @@ def finish(opts: NightOptions, run_name: str, done: list[tuple[NightOptions, Con
     where = staging.staging_root(opts.project) / stamp
     code = EXIT_OK
     if not (where / staging.MANIFEST).is_file():  # else staged before a kill stopped the night: not twice
-        props = [proposal_of(o, stamp, c.folder, c.live, c.rep) for o, c in done]
+        props = [proposal_of(o, stamp, c.folder, c.live, c.rep, c.flags) for o, c in done]
         md = f"# Night {run_name}\n\n" + "\n".join(p.report_md for p in props)
         try:
             stage_skills(opts.project, stamp, props, md)

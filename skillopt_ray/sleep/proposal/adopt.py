@@ -173,7 +173,9 @@ def preflight(project: Path, night: Path, m: StagedManifest) -> list[tuple[Manif
     return out
 
 
-def adopt(project: Path, stamp: Optional[str] = None, allow_unverified: bool = False) -> str:
+def adopt(
+    project: Path, stamp: Optional[str] = None, allow_unverified: bool = False, allow_flagged: bool = False
+) -> str:
     """Installs a staged night; returns the line to print, raises Refused with one line."""
     with adopt_lock(project):
         notes = [n for n in [recover(project)] if n]
@@ -188,6 +190,12 @@ def adopt(project: Path, stamp: Optional[str] = None, allow_unverified: bool = F
             raise Refused(
                 f"night {m['stamp']}'s gate was unverified (it judged on borrowed tasks); read its report, then "
                 "pass --allow-unverified to adopt it anyway"
+            )
+        flags = m.get("flags") or []
+        if flags and not allow_flagged:
+            raise Refused(
+                f"night {m['stamp']}'s proposed rules were flagged ({'; '.join(map(str, flags))[:400]}); read its "
+                "SKILL.md, then pass --allow-flagged to adopt it anyway"
             )
         rows = preflight(project, night, m)
         backup = night / "backup"

@@ -88,7 +88,9 @@ def _next_receipt(night: Path, op: str) -> Path:
     return folder / f"{n:03d}-{op}.json"
 
 
-def adopt_skills(project: Path, stamp: Optional[str], skill: Optional[str], allow_unverified: bool) -> str:
+def adopt_skills(
+    project: Path, stamp: Optional[str], skill: Optional[str], allow_unverified: bool, allow_flagged: bool = False
+) -> str:
     """Installs one skill of a night (`skill`) or all its pending ones, as one transaction."""
     with adopt_lock(project):
         notes = [n for n in [adopt.recover(project)] if n]
@@ -99,6 +101,10 @@ def adopt_skills(project: Path, stamp: Optional[str], skill: Optional[str], allo
         if unverified and not allow_unverified:
             raise Refused(f"night {m['stamp']}'s gate for {', '.join(unverified)} was unverified (it judged on "
                           "borrowed tasks); read its report, then pass --allow-unverified to adopt it anyway")  # fmt: skip
+        flagged = [f"{e['skill_name']}: {f}" for e in chosen if e["changed"] for f in e.get("flags") or []]
+        if flagged and not allow_flagged:
+            raise Refused(f"night {m['stamp']}'s proposed rules were flagged ({'; '.join(flagged)[:400]}); read their "
+                          "SKILL.md, then pass --allow-flagged to adopt them anyway")  # fmt: skip
         rows = [(e, row, live) for e in chosen for row, live in adopt.preflight(project, night, entry_view(m, e))]
         receipt = _next_receipt(night, "adopt")
         backup = night / "backup" / receipt.stem
@@ -160,14 +166,24 @@ def undo_skills(project: Path, stamp: Optional[str], skill: Optional[str]) -> st
         )
 
 
-def dispatch(project: Path, stamp: Optional[str], skill: Optional[str], undo: bool, allow_unverified: bool) -> str:
+def dispatch(
+    project: Path,
+    stamp: Optional[str],
+    skill: Optional[str],
+    undo: bool,
+    allow_unverified: bool,
+    allow_flagged: bool = False,
+) -> str:
     """`adopt` for either kind of night: a several-skill night here, a single-skill one by adopt.py (`--skill` then
     has to name its skill)."""
     want = "adopted" if undo else "pending"
     night = find_night(project, stamp, want)
     if is_multi(night):
-        return undo_skills(project, night.name, skill) if undo else adopt_skills(project, night.name, skill,
-                                                                               allow_unverified)  # fmt: skip
+        if undo:
+            return undo_skills(project, night.name, skill)
+        return adopt_skills(project, night.name, skill, allow_unverified, allow_flagged)
     if skill is not None and staging.load_manifest(night)["skill_name"] != skill:
         raise Refused(f"night {night.name} trained only {staging.load_manifest(night)['skill_name']!r}, not {skill!r}")
-    return adopt.undo(project, night.name) if undo else adopt.adopt(project, night.name, allow_unverified)
+    if undo:
+        return adopt.undo(project, night.name)
+    return adopt.adopt(project, night.name, allow_unverified, allow_flagged)

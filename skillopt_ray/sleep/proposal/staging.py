@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypedDict, cast
 
@@ -48,6 +48,7 @@ class NightProposal:
     report: dict[str, Any]
     evidence_dir: Optional[Path] = None
     memory: Optional[tuple[str, Path]] = None
+    flags: list[str] = field(default_factory=list)  # why its added rules need a person's eyes (guard.screen_rules)
 
 
 class ManifestRow(TypedDict):
@@ -82,6 +83,7 @@ class _ManifestFields(TypedDict):
 
 class StagedManifest(_ManifestFields, total=False):
     changed: bool  # whether the gate accepted a change (absent in manifests staged before the field existed)
+    flags: list[str]  # why its added rules need a person's eyes: adopt then needs --allow-flagged
 
 
 def staging_root(project: Path) -> Path:
@@ -266,6 +268,17 @@ def stage_night(p: NightProposal) -> Path:
         raise ValueError("no skill roots given; staging needs the folders adoption may write under")
     check_target(p.live_skill_dir, roots)
     final, night = reserve(p.project, p.stamp)
+    try:
+        write_night(p, night, roots, verified)
+        publish(night, final)
+    except BaseException:  # a full disk, a kill: no scratch folder left behind (the night stays resumable)
+        shutil.rmtree(night, ignore_errors=True)
+        raise
+    return final
+
+
+def write_night(p: NightProposal, night: Path, roots: list[str], verified: bool) -> None:
+    """The night's files in its scratch folder, manifest.json last."""
     redact = Redactor.from_environment()
     rows = skill_rows(p, night, roots)
     if p.memory is not None:
@@ -288,10 +301,9 @@ def stage_night(p: NightProposal) -> Path:
         "summary": summary_of(report),
         "evidence_files": evidence,
         "files": rows,
+        "flags": [str(f) for f in p.flags],
     }
     write_atomic(night / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-    publish(night, final)
-    return final
 
 
 def gate_verified(report: dict[str, Any]) -> bool:

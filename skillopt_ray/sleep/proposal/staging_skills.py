@@ -20,7 +20,7 @@ from skillopt_ray.sleep.proposal.staging import ManifestRow, NightProposal, Stag
 SKILLS_DIR = "skills"
 
 
-class SkillEntry(TypedDict):
+class _SkillEntryFields(TypedDict):
     """One trained skill of a night: its gate's verdict and which of the manifest's rows are its files."""
 
     skill_name: str
@@ -31,6 +31,10 @@ class SkillEntry(TypedDict):
     changed: bool
     summary: JSONObject
     files: list[str]  # the `rel` of each of its rows in the manifest's `files`
+
+
+class SkillEntry(_SkillEntryFields, total=False):
+    flags: list[str]  # why its added rules need a person's eyes: adopt then needs --allow-flagged
 
 
 def entries(m: StagedManifest) -> list[SkillEntry]:
@@ -99,6 +103,7 @@ def stage_skills(project: Path, stamp: str, proposals: list[NightProposal], repo
             "skill_roots": sorted({os.path.realpath(r) for r in p.skill_roots}), "verified": verified,
             "verdict": str(report.get("verdict") or ("accepted" if verified else "unverified")),
             "changed": staging.changed(report), "summary": staging.summary_of(report), "files": [r["rel"] for r in mine],
+            "flags": [str(f) for f in p.flags],
         })  # fmt: skip
     (night / "report.md").write_text(redact(report_md), encoding="utf-8")
     (night / "report.json").write_text(json.dumps({"skills": reports}, indent=1, sort_keys=True, default=str) + "\n")

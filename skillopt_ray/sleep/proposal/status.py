@@ -27,6 +27,7 @@ class NightRow(TypedDict, total=False):
     state: str
     folder: str
     memory: str  # the memory file the night proposes a block for, and the block's size
+    flags: list[str]  # why its added rules need a person's eyes (adopt needs --allow-flagged)
 
 
 class NightsStatus(TypedDict):
@@ -89,6 +90,9 @@ def collect(project: Path) -> NightsStatus:
         note = memory_note(night, m)
         if note:
             rows[-1]["memory"] = note
+        flags = m.get("flags")
+        if isinstance(flags, list) and flags:
+            rows[-1]["flags"] = [str(f)[:300] for f in flags[:20]]
     wal = wal_path(project)
     return {
         "project": str(project.resolve()),
@@ -154,6 +158,8 @@ def render(st: NightsStatus) -> str:
         lines.append(f"{r['stamp']}  {r['skill']}  {r['verdict']}  {r['state']}" + (f"  ({extra})" if extra else ""))
         if r.get("memory"):
             lines.append(f"  memory {r['memory']}")
+        for flag in r.get("flags") or []:
+            lines.append(f"  FLAGGED {flag} (adopt needs --allow-flagged)")
     if st["pending"]:
         lines.append(f"pending: {', '.join(st['pending'])} (adopt with: python -m skillopt_ray.sleep adopt --project "
                      f"{st['project']} --night STAMP, and --skill NAME for one skill of a night that trained several)")  # fmt: skip

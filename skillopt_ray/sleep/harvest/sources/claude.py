@@ -12,7 +12,7 @@ from typing import Any, Optional
 from skillopt_ray.harness import trace
 from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, DigestBuilder, SessionDigest
 from skillopt_ray.sleep.harvest.replay import FileEdit, relative
-from skillopt_ray.sleep.harvest.sources.lines import records
+from skillopt_ray.sleep.harvest.sources.lines import ODD, records
 
 SOURCE = "claude_code"
 _KNOWN = {
@@ -50,25 +50,11 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     pending: dict[str, Any] = {}  # a Bash or edit call's id -> its command or edits, until its result says how it ended
     skipped: Counter = Counter()
     for rec in records(path, skipped):
-        kind = rec.get("type")
-        if kind not in ("user", "assistant"):
-            if kind not in _KNOWN:
-                b.unknown(str(kind))
-            continue
-        if rec.get("isSidechain"):
-            continue  # a sub-agent's turn inside the session
-        if not b.digest.cwd and rec.get("cwd"):
-            if not in_scope(str(rec["cwd"])):
+        try:
+            if not _record(b, rec, in_scope, calls, pending):
                 return None
-            b.digest.cwd = str(rec["cwd"])
-            b.digest.session_id = str(rec.get("sessionId") or b.digest.session_id)
-            b.digest.git_branch = str(rec.get("gitBranch") or "")[:200]
-        b.time(rec.get("timestamp"))
-        msg = _obj(rec.get("message"))
-        if kind == "user" and not rec.get("isMeta"):
-            _user(b, msg.get("content"), pending)
-        elif kind == "assistant":
-            _assistant(b, msg.get("content"), calls, pending)
+        except ODD:
+            skipped["odd_record"] += 1
     if not b.digest.cwd:
         return None
     t = trace.claude_session_trace(calls)
@@ -79,8 +65,42 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     return b.finish(skipped)
 
 
+def _record(
+    b: DigestBuilder,
+    rec: dict[str, Any],
+    in_scope: Callable[[str], bool],
+    calls: list[dict[str, Any]],
+    pending: dict[str, Any],
+) -> bool:
+    """One record into the digest; False when the session's recorded folder is out of scope."""
+    kind = rec.get("type")
+    if kind not in ("user", "assistant"):
+        if kind not in _KNOWN:
+            b.unknown(str(kind))
+        return True
+    if rec.get("isSidechain"):
+        return True  # a sub-agent's turn inside the session
+    if not b.digest.cwd and rec.get("cwd"):
+        if not in_scope(str(rec["cwd"])):
+            return False
+        b.digest.cwd = str(rec["cwd"])
+        b.digest.session_id = str(rec.get("sessionId") or b.digest.session_id)
+        b.digest.git_branch = str(rec.get("gitBranch") or "")[:200]
+    b.time(rec.get("timestamp"))
+    msg = _obj(rec.get("message"))
+    if kind == "user" and not rec.get("isMeta"):
+        _user(b, msg.get("content"), pending)
+    elif kind == "assistant":
+        _assistant(b, msg.get("content"), calls, pending)
+    return True
+
+
 def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _is_text(block: dict[str, Any]) -> bool:
+    return isinstance(block.get("text"), str)
 
 
 def _user(b: DigestBuilder, content: Any, pending: dict[str, Any]) -> None:
@@ -89,11 +109,11 @@ def _user(b: DigestBuilder, content: Any, pending: dict[str, Any]) -> None:
     if isinstance(content, str):
         texts = [content]
     else:
-        blocks = [c for c in content or [] if isinstance(c, dict)]
+        blocks = [c for c in content if isinstance(c, dict)] if isinstance(content, list) else []
         for c in blocks:
             if c.get("type") == "tool_result" and str(c.get("tool_use_id")) in pending:
                 _result(b, pending.pop(str(c.get("tool_use_id"))), c.get("is_error") is not True)
-        texts = [str(c.get("text") or "") for c in blocks if c.get("type") == "text"]
+        texts = [c["text"] for c in blocks if c.get("type") == "text" and _is_text(c)]
     for text in texts:
         m = _COMMAND_NAME.search(text)
         if m:
@@ -128,8 +148,8 @@ def _edits(name: str, inp: dict[str, Any], cwd: str) -> list[FileEdit]:
 def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]], pending: dict[str, Any]) -> None:
     blocks = [c for c in content or [] if isinstance(c, dict)] if isinstance(content, list) else []
     for c in blocks:
-        if c.get("type") == "text":
-            b.reply(str(c.get("text") or ""))
+        if c.get("type") == "text" and _is_text(c):
+            b.reply(c["text"])
         elif c.get("type") == "tool_use":
             name = str(c.get("name") or "tool")
             inp = _obj(c.get("input"))
@@ -140,5 +160,5 @@ def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]], pend
                 pending[str(c.get("id"))] = inp["command"]
             elif name in ("Edit", "MultiEdit", "Write") and len(pending) < 4 * MAX_COMMANDS:
                 pending[str(c.get("id"))] = _edits(name, inp, b.digest.cwd)
-            if name in ("Bash", "Read") and len(calls) < 4 * MAX_COMMANDS:
+            if name in ("Bash", "Read") and inp and len(calls) < 4 * MAX_COMMANDS:
                 calls.append({"type": "assistant", "message": {"content": [c]}})

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.harness import trace
-from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_REPLIES, MAX_TEXT, DigestBuilder, SessionDigest
+from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_REPLIES, DigestBuilder, SessionDigest
 from skillopt_ray.sleep.harvest.replay import MAX_EDIT_CHARS
-from skillopt_ray.sleep.harvest.sources.lines import records
+from skillopt_ray.sleep.harvest.sources.lines import ODD, records
 
 SOURCE = "codex"
 _TOP = {"session_meta", "response_item", "event_msg", "turn_context", "compacted", "world_state", "token_usage_record"}
@@ -48,25 +48,14 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
     """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
     b = DigestBuilder(SessionDigest(SOURCE, _id_from_name(path), str(path)), redact)
     calls: list[dict[str, Any]] = []
-    timeline = Timeline()
+    timeline = Timeline(b)
     skipped: Counter = Counter()
     for rec in records(path, skipped, _UNREAD):
-        kind, p = rec.get("type"), rec.get("payload")
-        p = p if isinstance(p, dict) else {}
-        b.time(rec.get("timestamp"))
-        if kind == "session_meta":
-            if not _meta(b, p, in_scope):
+        try:
+            if not _record(b, rec, in_scope, calls, timeline):
                 return None
-        elif kind == "turn_context" and not b.digest.cwd and p.get("cwd"):
-            if not in_scope(str(p["cwd"])):
-                return None
-            b.digest.cwd = str(p["cwd"])
-        elif kind == "event_msg":
-            _event(b, p, timeline)
-        elif kind == "response_item":
-            _item(b, p, calls, timeline)
-        elif kind not in _TOP:
-            b.unknown(str(kind))
+        except ODD:
+            skipped["odd_record"] += 1
     if not b.digest.cwd:
         return None  # no recorded folder: never in any project's scope
     timeline.replay(b)
@@ -80,7 +69,8 @@ class Timeline:
     the whole log is read: Codex 0.171 logs what the user typed only as a model-facing message, older versions as
     events too (the events win when there are any; the messages are then the same turns again)."""
 
-    entries: list[tuple[str, str, bool]] = field(default_factory=list)  # (kind, text, ok)
+    b: DigestBuilder  # holds each text redacted whole, then cut (a cut first leaves part of a secret)
+    entries: list[tuple[str, str, bool, Counter]] = field(default_factory=list)  # (kind, text, ok, its redactions)
     kinds: set[str] = field(default_factory=set)
     tail: deque = field(default_factory=lambda: deque(maxlen=MAX_REPLIES))  # replies past a full timeline
     patch_chars: int = 0
@@ -88,35 +78,63 @@ class Timeline:
 
     def add(self, kind: str, text: str, ok: bool = True) -> None:
         self.kinds.add(kind)
+        counted: Counter = Counter()
         if kind == "patch":
             self.patch_chars += len(text)
             text = text if self.patch_chars <= MAX_EDIT_CHARS else ""  # past the replay's budget: not replayable
-        else:
-            text = text[-MAX_TEXT:] if kind.startswith("reply") else text[:MAX_TEXT]
+        elif len(self.entries) < MAX_TIMELINE or kind.startswith("reply"):
+            text, counted = self.b.held(text, tail=kind.startswith("reply"))
         if len(self.entries) < MAX_TIMELINE:
-            self.entries.append((kind, text, ok))
+            self.entries.append((kind, text, ok, counted))
         elif kind.startswith("reply"):
-            self.tail.append((kind, text, ok))  # a very long session: its last replies are still the outcome
+            self.tail.append((kind, text, ok, counted))  # a very long session: its last replies are still the outcome
         elif kind == "patch":
             self.tail_patch = True  # an edit that cannot be kept: this session's workspace cannot be replayed
 
     def replay(self, b: DigestBuilder) -> None:
+        """Each held text into the digest (its redactions counted only now, for the copy that is used)."""
         users = "user_event" if "user_event" in self.kinds else "user_item"
         replies = "reply_event" if "reply_event" in self.kinds else "reply_item"
-        lost = [("patch", "", False)] if self.tail_patch else []
-        for kind, text, ok in [*self.entries, *self.tail, *lost]:
+        lost: list[tuple[str, str, bool, Counter]] = [("patch", "", False, Counter())] if self.tail_patch else []
+        for kind, text, ok, counted in [*self.entries, *self.tail, *lost]:
             if kind == users:
-                b.user(text)
+                b.user(text, redacted=True, counted=counted)
             elif kind == replies:
-                b.reply(text)
+                b.reply(text, redacted=True, counted=counted)
             elif kind == "run":
-                b.ran(text, ok)
+                b.ran(text, ok, redacted=True, counted=counted)
             elif kind == "patch":
                 b.edit({"op": "patch", "path": "", "old": "", "new": text, "every": False, "turn": 0})
 
 
+def _record(
+    b: DigestBuilder, rec: dict[str, Any], in_scope: Callable[[str], bool], calls: list[dict[str, Any]], t: Timeline
+) -> bool:
+    """One record into the digest; False when the session's recorded folder is out of scope."""
+    kind, p = rec.get("type"), _obj(rec.get("payload"))
+    b.time(rec.get("timestamp"))
+    if kind == "session_meta":
+        return _meta(b, p, in_scope)
+    if kind == "turn_context" and not b.digest.cwd and p.get("cwd"):
+        if not in_scope(str(p["cwd"])):
+            return False
+        b.digest.cwd = str(p["cwd"])
+    elif kind == "event_msg":
+        _event(b, p, t)
+    elif kind == "response_item":
+        _item(b, p, calls, t)
+    elif kind not in _TOP:
+        b.unknown(str(kind))
+    return True
+
+
 def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    """A text field's text; anything else (a number, an object) holds none."""
+    return value if isinstance(value, str) else ""
 
 
 def _id_from_name(path: Path) -> str:
@@ -144,9 +162,9 @@ def _meta(b: DigestBuilder, p: dict[str, Any], in_scope: Callable[[str], bool]) 
 def _event(b: DigestBuilder, p: dict[str, Any], timeline: Timeline) -> None:
     sub = p.get("type")
     if sub == "user_message":
-        timeline.add("user_event", str(p.get("message") or ""))
+        timeline.add("user_event", _text(p.get("message")))
     elif sub == "agent_message":
-        timeline.add("reply_event", str(p.get("message") or ""))
+        timeline.add("reply_event", _text(p.get("message")))
     elif sub == "item_completed" and _obj(p.get("item")).get("type") == "CommandExecution":
         _ran(timeline, _obj(p.get("item")))
     elif sub == "exec_command_end":  # the CLI's older form of a finished command
@@ -178,7 +196,9 @@ def _item(b: DigestBuilder, p: dict[str, Any], calls: list[dict[str, Any]], time
         if sub == "function_call" and len(calls) < 4 * MAX_COMMANDS:
             calls.append({"type": "response_item", "payload": p})
     elif sub == "message" and p.get("role") in ("user", "assistant"):
-        text = "\n".join(str(c.get("text") or "") for c in p.get("content") or [] if isinstance(c, dict))
+        content = p.get("content")
+        blocks = content if isinstance(content, list) else [{"text": content}] if isinstance(content, str) else []
+        text = "\n".join(_text(c.get("text")) for c in blocks if isinstance(c, dict))
         if p["role"] == "assistant":
             timeline.add("reply_item", text)
         elif text.strip() and not text.lstrip().startswith("<"):

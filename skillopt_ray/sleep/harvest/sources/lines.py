@@ -17,7 +17,7 @@ HEAD = 256  # where a record's kind is written
 def records(path: Path, skipped: Counter, skip: tuple[bytes, ...] = ()) -> Iterator[dict[str, Any]]:
     """The file's JSON objects in order. A line that is not JSON counts as `bad_json`, except an unfinished last line
     (a session still being written) which counts as `truncated`; an oversized line as `oversized`. Bytes that are not
-    UTF-8 are replaced, never fatal. A line whose head holds one of the `skip` markers (a record kind the reader
+    UTF-8 are replaced, never fatal; a record nested too deep to parse counts as `too_deep`. A line whose head holds one of the `skip` markers (a record kind the reader
     never uses, such as a tool's whole output) is passed over without being parsed."""
     with path.open("rb") as f:
         while True:
@@ -34,6 +34,9 @@ def records(path: Path, skipped: Counter, skip: tuple[bytes, ...] = ()) -> Itera
                 val = json.loads(line.decode("utf-8", "replace"))
             except ValueError:
                 skipped["truncated" if not line.endswith(b"\n") else "bad_json"] += 1
+                continue
+            except RecursionError:  # arrays nested past the parser's depth
+                skipped["too_deep"] += 1
                 continue
             if isinstance(val, dict):
                 yield val
@@ -54,3 +57,6 @@ def first_record(path: Path) -> dict[str, Any]:
     for rec in records(path, Counter()):
         return rec
     return {}
+
+
+ODD = (TypeError, AttributeError, ValueError, KeyError, RecursionError)  # a record of a shape the reader did not expect
