@@ -227,6 +227,10 @@ class Benchmark(ABC):
     # False: a chat episode is model calls and scoring only, nothing kept in its env actor between episodes (no game,
     # no sandbox, no corpus), so one actor runs all of a run's concurrent episodes and no others are started
     holds_env_state: bool = True
+    # False: its episodes want processes of their own (environment steps that hold the CPU in Python, a library that
+    # is not thread-safe): `ray.mode=auto` runs it on Ray. True: the one-process engine may host its env workers
+    # (each on a thread). Model-written code never runs in the engine's process either way: sandboxes and jails do.
+    one_process: ClassVar[bool] = True
 
     @classmethod
     def check_options(cls, raw: JSONObject) -> None:

@@ -1,19 +1,21 @@
 """The one place every model call goes through: cache, limits, retries, ledger, budget, JSON re-ask.
 
-`Gateway` is plain async Python (unit-testable); `GatewayActor` hosts it as a Ray
-async actor so the driver and every environment actor share its limits.
+`Gateway` is plain async Python (unit-testable); `GatewayHost` hosts it for the run (as the Ray actor
+`GatewayActor`, or as an object of the one-process engine: skillopt_ray/engine/executor.py) so the driver and every
+environment worker share its limits. This module imports no Ray: the Ray names are made on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
-import ray
-from ray.exceptions import RayActorError, RayTaskError
 from skillopt_envs.chat import ChatRequest, ChatResult, JsonExtractionError, JsonResult, ResponseFormat
 from skillopt_envs.jsontypes import JSONObject
 
@@ -318,7 +320,9 @@ class Gateway:
             try:
                 with _unwrapped():
                     return await sender.send.remote(req, budget)
-            except RayActorError:
+            except Exception as e:
+                if not _actor_died(e):
+                    raise
                 if self.senders[i] is sender and self.respawn_sender is not None:
                     self.senders[i] = self.respawn_sender()
                 if attempt:
@@ -410,11 +414,13 @@ def _one_line(exc: Exception, req: ChatRequest) -> LLMError:
     return LLMInternalError(f"{req.role}/{req.stage} call failed in the LLM gateway: {type(exc).__name__}: {first}")
 
 
-@ray.remote(num_cpus=0, max_concurrency=4096)  # type: ignore[call-overload]  # Ray's stubs omit actor options
-class SenderActor:
+class Sender:
     """One shard of the gateway's HTTP sending: its own SDK clients and retries, nothing else. The SDK's
     per-call CPU (milliseconds, more with a thousand connections in one pool) is what one gateway process
-    runs out of first; shards spread it over processes and, placed with SPREAD, over nodes."""
+    runs out of first; shards spread it over processes and, placed with SPREAD, over nodes (Ray only)."""
+
+    ray_name = "SenderActor"
+    ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4096}
 
     def __init__(self, llm_cfg: LLMConfig, owners: Optional[list[Owner]] = None):
         from skillopt_ray.base.lifeline import watch
@@ -444,13 +450,16 @@ class SenderActor:
             await ep.close()
 
 
-@ray.remote(num_cpus=0, max_concurrency=4096)  # type: ignore[call-overload]  # Ray's stubs omit actor options
-class GatewayActor:
-    """Ray-hosted Gateway shared by the driver and the environment actors.
+class GatewayHost:
+    """The run's Gateway, shared by the driver and the environment workers (the Ray actor `GatewayActor`, or an
+    object of the one-process engine).
 
-    `llm_cfg` is the run's checked `llm` section (typed: not rebuilt or validated here). `shards` > 1 moves the HTTP
-    sending into that many SenderActors (spread over nodes); the cache, ledger, budgets and rate/concurrency limits
-    stay in this actor, so they are exact whatever the number of shards."""
+    `llm_cfg` is the run's checked `llm` section (typed: not rebuilt or validated here). `shards` > 1 (on Ray only)
+    moves the HTTP sending into that many SenderActors (spread over nodes); the cache, ledger, budgets and
+    rate/concurrency limits stay in this actor, so they are exact whatever the number of shards."""
+
+    ray_name = "GatewayActor"
+    ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4096}
 
     def __init__(
         self,
@@ -468,11 +477,12 @@ class GatewayActor:
         self.gw = Gateway(llm_cfg, cache_path, ledger_path)
         mark("gateway-ready")
         self.boxes = Mailboxes(self.gw.chat, _one_line)  # batched chat calls (skillopt_ray/llm/callbox.py)
-        if shards > 1:
+        if shards > 1 and "ray" in sys.modules:  # shards are processes: the one-process engine sends from here
             sender_owners = [*(owners or []), identity()]
+            sender_class = _ray_class(Sender)
 
             def spawn() -> Any:
-                return SenderActor.options(scheduling_strategy="SPREAD").remote(llm_cfg, sender_owners)  # type: ignore[attr-defined]  # .options comes from @ray.remote
+                return sender_class.options(scheduling_strategy="SPREAD").remote(llm_cfg, sender_owners)
 
             self.gw.respawn_sender = spawn
             self.gw.senders = [spawn() for _ in range(shards)]
@@ -542,80 +552,93 @@ class GatewayActor:
                 await s.close.remote()
             except Exception:  # noqa: BLE001 - a shard already gone
                 pass
-            ray.kill(s, no_restart=True)
+            sys.modules["ray"].kill(s, no_restart=True)  # senders exist only on Ray
 
 
 @contextlib.contextmanager
-def _unwrapped():
+def _unwrapped() -> Iterator[None]:
     """Re-raise an LLMError from the gateway actor as itself: Ray's wrapper matches `except LLMError` but its
     str() is the remote trace (ANSI colours, pid, actor id); the original's str() is the one-line message."""
     try:
         yield
-    except RayTaskError as e:
+    except Exception as e:
+        ray_exceptions = sys.modules.get("ray.exceptions")  # only a call through Ray raises Ray's wrapper
         cause = getattr(e, "cause", None)
-        if isinstance(cause, LLMError):
+        if ray_exceptions is not None and isinstance(e, ray_exceptions.RayTaskError) and isinstance(cause, LLMError):
             raise cause from None
         raise
 
 
+def _actor_died(e: BaseException) -> bool:
+    ray_exceptions = sys.modules.get("ray.exceptions")
+    return ray_exceptions is not None and isinstance(e, ray_exceptions.RayActorError)
+
+
+def _ray_class(cls: type) -> Any:
+    from skillopt_ray.base.ray_class import remote_class
+
+    return remote_class(cls)
+
+
+def __getattr__(name: str) -> Any:
+    """`GatewayActor` and `SenderActor`: the Ray actor classes, made (and Ray imported) on first use."""
+    plain = {"GatewayActor": GatewayHost, "SenderActor": Sender}.get(name)
+    if plain is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _ray_class(plain)
+
+
 class LLMHandle:
-    """What stages and episodes hold: a thin async facade over a Gateway or a GatewayActor."""
+    """What stages and episodes hold: a thin async facade over a Gateway, a GatewayActor (Ray) or a gateway of the
+    one-process engine (an object on its own event loop: its `ask(method, *args)` runs the method there)."""
 
     def __init__(self, target: Any):
         self._t = target
         self._remote = hasattr(target, "chat") and hasattr(target.chat, "remote")
+        self._asks = not self._remote and callable(getattr(target, "ask", None))
         self._modes: dict[str, str] = {}  # structured-output mode per role: static config, fetched once
         # a gateway actor takes chat calls in batches (skillopt_ray/llm/callbox.py): one batcher per event loop
         self._batched = self._remote and hasattr(getattr(target, "submit", None), "remote")
         self._batcher: Optional[CallBatcher] = None
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        """The gateway's `method`, wherever it runs."""
+        if self._asks:
+            return await self._t.ask(method, *args)
+        if self._remote:
+            with _unwrapped():
+                return await getattr(self._t, method).remote(*args)
+        out = getattr(self._t, method)(*args)
+        return await out if inspect.isawaitable(out) else out
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         if self._batched:
             if self._batcher is None or self._batcher.loop is not asyncio.get_running_loop():
                 self._batcher = CallBatcher(self._t)
             return await self._batcher.call(req)
-        if self._remote:
-            with _unwrapped():
-                return await self._t.chat.remote(req)
-        return await self._t.chat(req)
+        return cast(ChatResult, await self._call("chat", req))
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy sent to another process starts its own batcher (and mailbox): two must never share one."""
         return {**self.__dict__, "_batcher": None}
 
     async def chat_json(self, req: ChatRequest, schema: Optional[JSONObject], name: str = "reply") -> JsonResult:
-        if self._remote:
-            with _unwrapped():
-                return await self._t.chat_json.remote(req, schema, name)
-        return await self._t.chat_json(req, schema, name)
+        return cast(JsonResult, await self._call("chat_json", req, schema, name))
 
     async def response_format_for(self, role: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]:
         """Built here from the role's mode, so an episode turn costs one call to the gateway, not two."""
         if role not in self._modes:
-            self._modes[role] = (
-                await self._t.structured_output_mode.remote(role)
-                if self._remote
-                else self._t.structured_output_mode(role)
-            )
+            self._modes[role] = await self._call("structured_output_mode", role)
         return response_format(self._modes[role], schema, name)
 
     async def agent_chat(self, req: Any) -> Any:
-        if self._remote:
-            with _unwrapped():
-                return await self._t.agent_chat.remote(req)
-        return await self._t.agent_chat(req)
+        return await self._call("agent_chat", req)
 
     async def agent_settings(self, role: str = "target") -> AgentSettings:
-        if self._remote:
-            return await self._t.agent_settings.remote(role)
-        return self._t.agent_settings(role)
+        return cast(AgentSettings, await self._call("agent_settings", role))
 
     async def ledger_snapshot(self) -> dict[str, Any]:
-        if self._remote:
-            return await self._t.ledger_snapshot.remote()
-        return self._t.ledger_snapshot()
+        return cast(dict[str, Any], await self._call("ledger_snapshot"))
 
     async def save_ledger(self) -> dict[str, Any]:
-        if self._remote:
-            return await self._t.save_ledger.remote()
-        return self._t.save_ledger()
+        return cast(dict[str, Any], await self._call("save_ledger"))

@@ -339,6 +339,7 @@ def test_execute_leaves_the_callers_config_as_it_was(tmp_path, monkeypatch):
             "llm.embedded.server_url=http://127.0.0.1:9/v1",
             f"output_dir={tmp_path}",
             "debug.progress=off",
+            "ray.mode=cluster",
         ]
     )
     before = copy.deepcopy(data)

@@ -42,7 +42,7 @@ def test_a_chat_eval_runs_all_its_slots_on_one_env_actor(tmp_path):
     env.pop("RAY_ADDRESS", None)
     with ScriptedServer(policy=reply, latency_s=1.0) as srv:
         cmd = eval_command(tasks, srv.base_url, tmp_path / "out", 12)
-        cmd += ["ray.env_actors=3", "ray.episodes_per_actor=4"]  # 12 slots, as 3 actors x 4 would give
+        cmd += ["ray.env_actors=3", "ray.episodes_per_actor=4", "ray.mode=cluster"]  # 12 slots, as 3 actors x 4 give
         p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         peak = srv.state.peak_in_flight

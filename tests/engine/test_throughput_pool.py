@@ -54,7 +54,7 @@ def test_a_pool_sends_many_episodes_in_few_actor_calls(ray_cluster):
             assert [r.task_id for r in results] == [t.task_id for t in tasks]
             assert all(r.hard == 1.0 and not r.infra_error for r in results)  # each reply reached its own episode
             assert srv.state.attempts == 240
-            batches = sum(b.batches for b in pool._batchers.values())
+            batches = sum(b.batches for b in pool.executor._batchers.values())
             assert batches <= 20  # 120 episodes, not one actor call each
         finally:
             pool.shutdown()
