@@ -99,7 +99,7 @@ def test_dry_run_prints_the_estimate_before_any_model_call(tmp_path, capsys, mon
 def test_an_agent_episode_is_counted_as_the_clis_own_calls(tmp_path):
     """Issue 47: a jailed Codex night estimated "at most ~56,836 tokens" spent 354,765: each of its episodes was
     counted as one chat-sized call. Now an episode is AGENT_CALLS calls (at most the call limit), each carrying the
-    CLI's own measured request; tests/test_sleep_agent_night.py checks the figure against real-CLI nights."""
+    CLI's own measured request; tests/sleep/test_sleep_agent_night.py checks the figure against real-CLI nights."""
     chat = planned(tmp_path)
     codex = estimate.estimate(
         {**chat.data, "llm": {**chat.data["llm"], "target": {**chat.data["llm"]["target"], "harness": "codex"}}},

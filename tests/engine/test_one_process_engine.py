@@ -17,7 +17,7 @@ from skillopt_ray import cli
 from skillopt_ray.cli.engine_choice import LOCAL_MAX_EPISODES, choose
 from skillopt_ray.cli.errors import UsageError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_small_eval import eval_command, reply, write_tasks  # noqa: E402
