@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Protocol, TypedDict, TypeVar
 
+from skillopt_envs.chat import ChatRequest, ChatResult, JsonResult, ResponseFormat
 from skillopt_envs.jsontypes import JSONObject
 
 if TYPE_CHECKING:
@@ -142,9 +143,12 @@ class EpisodeContext:
 
 
 class LLM(Protocol):
-    async def chat(self, req: Any) -> Any: ...
-    async def chat_json(self, req: Any, schema: Any, name: str = "reply") -> Any: ...
-    async def response_format_for(self, role: str, schema: dict, name: str) -> Any: ...
+    """The model handle an episode gets (`run_episode`'s `llm`): a chat call, a chat call whose reply is JSON checked
+    against `schema`, and the response format a role's endpoint takes for `schema` (None: it takes none)."""
+
+    async def chat(self, req: ChatRequest) -> ChatResult: ...
+    async def chat_json(self, req: ChatRequest, schema: JSONObject, name: str = "reply") -> JsonResult: ...
+    async def response_format_for(self, role: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]: ...
 
 
 @dataclass
@@ -223,6 +227,10 @@ class Benchmark(ABC):
     # False: a chat episode is model calls and scoring only, nothing kept in its env actor between episodes (no game,
     # no sandbox, no corpus), so one actor runs all of a run's concurrent episodes and no others are started
     holds_env_state: bool = True
+    # False: its episodes want processes of their own (environment steps that hold the CPU in Python, a library that
+    # is not thread-safe): `ray.mode=auto` runs it on Ray. True: the one-process engine may host its env workers
+    # (each on a thread). Model-written code never runs in the engine's process either way: sandboxes and jails do.
+    one_process: ClassVar[bool] = True
 
     @classmethod
     def check_options(cls, raw: JSONObject) -> None:

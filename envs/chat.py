@@ -1,5 +1,6 @@
 """The chat vocabulary between a benchmark and the model handle it is given: the message shapes (Chat Completions'
-own, as TypedDicts), the request record a handle takes, and the tolerant reader of JSON in a reply.
+own, as TypedDicts), the request record a handle takes and the replies it returns, and the tolerant reader of JSON
+in a reply.
 
 The LLM layer translates every endpoint (Chat Completions, Responses, Anthropic Messages, the agent CLIs' APIs) to
 and from these shapes, so benchmarks, the optimizer's stages and the gateway see one vocabulary. It lives in the
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, TypedDict, Union
 
 from skillopt_envs.jsontypes import JSONObject
@@ -130,6 +131,29 @@ def content_text(content: Any, image: str = "[image]") -> str:
                 out.append(str(part))
         return "\n".join(out)
     return str(content)
+
+
+# ---------- the replies ----------
+
+
+@dataclass
+class ChatResult:
+    content: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+    finish_reason: str = ""
+    # the reply's tool calls as the API sends them: [{id, type: "function", function: {name, arguments}}]
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    reasoning_summary: str = ""  # the model's summary of its reasoning (Responses API, llm.<role>.reasoning_summary)
+
+
+@dataclass
+class JsonResult:
+    data: Any
+    raw: str
+    reasked: bool = False
+    errors: list[str] = field(default_factory=list)
 
 
 # ---------- JSON in a reply ----------

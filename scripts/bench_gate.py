@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from skillopt_envs.base import EpisodeContext, EpisodeResult, Task  # noqa: E402
-from skillopt_envs.chat import ChatRequest, content_text  # noqa: E402
+from skillopt_envs.chat import ChatRequest, ChatResult, content_text  # noqa: E402
 from skillopt_envs.synthetic.benchmark import SyntheticBenchmark  # noqa: E402
 
 from skillopt_ray.runs.records import Evaluation  # noqa: E402
@@ -56,23 +56,18 @@ def sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
-@dataclass
-class Reply:
-    content: str
-
-
 class SimulatedTarget:
     """The target model of the simulation: wins task i with skill v with probability sigmoid(theta_v - d_i)."""
 
     def __init__(self, theta: dict[str, float], difficulty: dict[str, float], seed: int):
         self.theta, self.difficulty, self.seed = theta, difficulty, seed
 
-    async def chat(self, req: ChatRequest) -> Reply:
+    async def chat(self, req: ChatRequest) -> ChatResult:
         skill, user = content_text(req.messages[0].get("content")), content_text(req.messages[1].get("content"))
         task_id = user.split(" ", 1)[0]
         p = sigmoid(self.theta[skill] - self.difficulty[task_id])
         draw = random.Random(f"{self.seed}|{req.key}").random()
-        return Reply(task_id if draw < p else "no")
+        return ChatResult(task_id if draw < p else "no")
 
     async def chat_json(self, req: Any, schema: Any, name: str = "reply") -> Any:
         raise NotImplementedError("the simulated target only plays episodes")

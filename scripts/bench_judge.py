@@ -32,7 +32,8 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from skillopt_ray.llm.types import JsonResult  # noqa: E402
+from skillopt_envs.chat import JsonResult  # noqa: E402
+
 from skillopt_ray.stages.judge import Judge, Material  # noqa: E402
 from skillopt_ray.stages.sequential_gate import Request, SequentialRule, sequential_gate  # noqa: E402
 

@@ -1,5 +1,5 @@
 """How far past a token cap a night spends: `python -m skillopt_ray.sleep run --max-tokens N` on a scripted night
-(tests/test_sleep_night.py's task folder and planted-rule server), its ledger's tokens printed beside the cap.
+(tests/sleep/test_sleep_night.py's task folder and planted-rule server), its ledger's tokens printed beside the cap.
 
     python scripts/bench_night_budget.py [--cap 1500] [--python PATH]
 
@@ -8,7 +8,10 @@ with the same server and tasks (the server runs here; the night is a subprocess)
 
 Measured 2026-11-29 (2 cores): caps of 800 / 1,500 / 4,000 tokens ended at 2,951 / 2,951 / 4,699 tokens when only
 answered calls counted, and at 1,905 / 1,905 / 4,019 with budget holds (the night's largest call, an analyst call,
-is 1,185 tokens; it is admitted alone once the calls before it settle)."""
+is 1,185 tokens; it is admitted alone once the calls before it settle). Measured 2026-12-07 (2 cores) with each
+call's worst case held against the cap and the last completion limit cut to what remains: caps of 1,500 / 4,000
+ended at 720 / 2,951 by the server's count, never past the cap (the next call, that 1,185-token analyst call, did
+not fit in what remained, so the night stopped before it)."""
 
 from __future__ import annotations
 

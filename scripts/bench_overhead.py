@@ -20,10 +20,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from skillopt_envs.base import EpisodeResult, Task  # noqa: E402
+from skillopt_envs.chat import JsonResult  # noqa: E402
 
 from skillopt_ray.config import Config, OptimizerConfig  # noqa: E402
 from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
-from skillopt_ray.llm.types import JsonResult  # noqa: E402
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 

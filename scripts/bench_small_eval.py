@@ -11,14 +11,17 @@ concurrency (40 x 1 s / 16 = 2.5 s). Each round measures, in fresh processes:
   floor  `ray.init()` with the options the CLI uses, then one remote task (command -> task result);
   lean floor  the same with the CLI's own start of a private cluster (no autoscaler monitor, log monitor or
          dashboard API server: skillopt_ray.base.private_apis.ray_init_lean);
-  cold   the eval command starting its own private Ray cluster;
+  reference  the reference's way (scripts/bench_reference_pool.py): a plain thread pool of `--concurrency` SDK calls;
+  local  the eval command on the one-process engine (`ray.mode=local`: no Ray at all);
+  cold   the eval command starting its own private Ray cluster (`ray.mode=cluster`);
   warm   the same command while a cluster kept up by `python -m skillopt_ray.cluster up` is running: its holder
          runs the command (skillopt_ray/cluster/service.py) with idle copies of the previous run's actors (the cluster is
          started before the round, one unmeasured run leaves those copies, and it is stopped after the round);
   attached  then the same command with SKILLOPT_SERVICE=off: attached to that kept cluster as a Ray job of its
          own (what a warm run did before the run service), in the same round.
 
-For each: wall time (command -> exit), time to the first model call, both also as ratios to the floor, and the
+Each round runs them in that order, so every row of a round sees the same machine load; the ratios of the rows to
+`reference` are printed too (a shared machine's absolute seconds drift, its ratios much less). For each: wall time (command -> exit), time to the first model call, both also as ratios to the floor, and the
 peak resident memory of the run's processes (proportional set size, so pages shared between Ray's processes count
 once; the warm figure adds the kept cluster's own processes). One unmeasured cold run comes first (MLflow store,
 Python caches), as any earlier run on the machine would have made them. Medians are printed with the load average.
@@ -132,7 +135,23 @@ class MemorySampler:
         self._thread.join()
 
 
-def eval_command(tasks: Path, srv_url: str, out_dir: Path, concurrency: int) -> list[str]:
+def reference_command(tasks: Path, srv_url: str, out_dir: Path, concurrency: int) -> list[str]:
+    """The reference stand-in: a thread pool of model calls over the same tasks (scripts/bench_reference_pool.py)."""
+    script = REPO / "scripts" / "bench_reference_pool.py"
+    out = out_dir / "reference.json"
+    return [
+        sys.executable,
+        str(script),
+        str(tasks),
+        str(tasks.parent / "skill.md"),
+        srv_url,
+        str(concurrency),
+        str(out),
+    ]
+
+
+def eval_command(tasks: Path, srv_url: str, out_dir: Path, concurrency: int, mode: Optional[str] = None) -> list[str]:
+    """The eval command; `mode` sets ray.mode (local | cluster | auto; None: the configured default)."""
     return [
         sys.executable,
         "-m",
@@ -148,6 +167,7 @@ def eval_command(tasks: Path, srv_url: str, out_dir: Path, concurrency: int) -> 
         f"output_dir={out_dir}",
         "debug.progress=off",
         "resume=false",
+        *([f"ray.mode={mode}"] if mode else []),
     ]
 
 
@@ -216,6 +236,8 @@ def summarize(rows: list[dict[str, Any]], floors: list[float], lean: list[float]
     med: dict[str, Any] = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "marks"}
     labels = [m for m in rows[0]["marks"] if all(m in r["marks"] for r in rows)]
     med["marks"] = {m: statistics.median(r["marks"][m] for r in rows) for m in labels}
+    if not floors:  # --no-floor
+        return med
     med["wall_over_floor"] = statistics.median(r["wall_s"] / f for r, f in zip(rows, floors))
     med["first_call_over_floor"] = statistics.median(r["first_call_s"] / f for r, f in zip(rows, floors))
     med["first_call_minus_floor_s"] = statistics.median(r["first_call_s"] - f for r, f in zip(rows, floors))
@@ -230,6 +252,7 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--no-warm", action="store_true", help="measure the cold path only")
+    ap.add_argument("--no-floor", action="store_true", help="skip Ray's floors (a loaded machine may time them out)")
     ap.add_argument(
         "--trace",
         action="store_true",
@@ -249,16 +272,22 @@ def main() -> None:
     cold_env = dict(env, SKILLOPT_CLUSTER_HOME=str(work / "no-cluster"))
     opts = init_options(REPO)
     bound = a.items * a.latency / a.concurrency
-    rows: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": [], "attached": []}
+    rows: dict[str, list[dict[str, Any]]] = {"reference": [], "local": [], "cold": [], "warm": [], "attached": []}
     floors: list[float] = []
     lean_floors: list[float] = []
     load0 = os.getloadavg()[0]
     with ScriptedServer(policy=reply, latency_s=a.latency) as srv:
-        cmd = eval_command(tasks, srv.base_url, work / "out", a.concurrency)
+        cmd = eval_command(tasks, srv.base_url, work / "out", a.concurrency, "cluster")
+        local_cmd = eval_command(tasks, srv.base_url, work / "out", a.concurrency, "local")
+        ref_cmd = reference_command(tasks, srv.base_url, work, a.concurrency)
         run_eval(cmd, srv, cold_env, [])  # unmeasured: the MLflow store, the compile caches
+        run_eval(ref_cmd, srv, cold_env, [])
         for i in range(a.rounds):
-            floors.append(floor(REPO, opts))
-            lean_floors.append(floor(REPO, opts, lean=True))
+            if not a.no_floor:
+                floors.append(floor(REPO, opts))
+                lean_floors.append(floor(REPO, opts, lean=True))
+            rows["reference"].append(run_eval(ref_cmd, srv, cold_env, []))
+            rows["local"].append(run_eval(local_cmd, srv, cold_env, []))
             rows["cold"].append(run_eval(cmd, srv, cold_env, []))
             if not a.no_warm:
                 served, attached = warm_round(cmd, srv, env)
@@ -269,14 +298,16 @@ def main() -> None:
                 for k, r in rows.items()
                 if r
             )
-            print(f"round {i + 1}: floor {floors[-1]:.2f}s lean {lean_floors[-1]:.2f}s  {shown}", flush=True)
+            floored = f"floor {floors[-1]:.2f}s lean {lean_floors[-1]:.2f}s  " if floors else ""
+            print(f"round {i + 1}: {floored}{shown}", flush=True)
     load1 = os.getloadavg()[0]
     print(
         f"\n{a.items} items x 1 call at {a.latency:g}s, {a.concurrency} at a time: bound {bound:.2f}s; medians of "
         f"{a.rounds} rounds; load average {load0:.1f} before, {load1:.1f} after, on {os.cpu_count()} CPUs"
     )
-    print(f"floor (ray.init + one task) {statistics.median(floors):.2f} s")
-    print(f"lean floor (the CLI's own start + one task) {statistics.median(lean_floors):.2f} s")
+    if floors:
+        print(f"floor (ray.init + one task) {statistics.median(floors):.2f} s")
+        print(f"lean floor (the CLI's own start + one task) {statistics.median(lean_floors):.2f} s")
     result: dict[str, Any] = {
         "bound_s": bound,
         "floors_s": floors,
@@ -289,13 +320,28 @@ def main() -> None:
             continue
         m = summarize(r, floors, lean_floors)
         result[name] = {"rounds": r, "median": m}
+        against = (
+            f" ({m['first_call_over_floor']:.2f}x floor, {m['first_call_minus_floor_s']:+.2f} s; "
+            f"{m['first_call_minus_lean_floor_s']:+.2f} s over the lean floor)"
+            if floors
+            else ""
+        )
         print(
-            f"{name:>8}: wall {m['wall_s']:.2f} s ({m['wall_s'] / bound:.2f}x bound, {m['wall_over_floor']:.2f}x floor)"
-            f"  first call {m['first_call_s']:.2f} s ({m['first_call_over_floor']:.2f}x floor, "
-            f"{m['first_call_minus_floor_s']:+.2f} s; {m['first_call_minus_lean_floor_s']:+.2f} s over the lean floor)"
-            f"  resident {m['pss_mb']:.0f} MB"
+            f"{name:>9}: wall {m['wall_s']:.2f} s ({m['wall_s'] / bound:.2f}x bound"
+            + (f", {m['wall_over_floor']:.2f}x floor" if floors else "")
+            + f")  first call {m['first_call_s']:.2f} s{against}  resident {m['pss_mb']:.0f} MB"
             + (f"  (idle actors up {m['standby_s']:.1f} s after the previous run)" if "standby_s" in m else "")
         )
+        if name != "reference" and rows["reference"]:
+            ref = rows["reference"]
+            m["over_reference"] = {
+                k: statistics.median(x[k] / y[k] for x, y in zip(r, ref)) for k in ("wall_s", "first_call_s", "pss_mb")
+            }
+            o = m["over_reference"]
+            print(
+                f"          over the reference, same round: wall {o['wall_s']:.2f}x  first call "
+                f"{o['first_call_s']:.2f}x  resident {o['pss_mb']:.2f}x"
+            )
         for label, at in sorted(m["marks"].items(), key=lambda kv: kv[1]):
             print(f"        {label:<22} {at:6.2f} s")
     if a.json:

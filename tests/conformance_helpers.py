@@ -8,10 +8,10 @@ import re
 from typing import Any
 
 from skillopt_envs.base import EpisodeResult, Task
+from skillopt_envs.chat import JsonResult
 
 from skillopt_ray.config import Config, OptimizerConfig
 from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
-from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 

@@ -19,6 +19,13 @@ if "SKILLOPT_CLUSTER_HOME" not in os.environ:
 
     os.environ["SKILLOPT_CLUSTER_HOME"] = tempfile.mkdtemp(prefix="skillopt-test-cluster-")
 
+# the staging key that seals staged nights (skillopt_ray.sleep.proposal.seal) lives in the user's state folder: the
+# suite's in one of its own, never the developer's
+if "SKILLOPT_STATE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["SKILLOPT_STATE_DIR"] = tempfile.mkdtemp(prefix="skillopt-test-state-")
+
 REPO = Path(__file__).resolve().parent.parent
 _ROOT_LOGGING = (list(logging.root.handlers), logging.root.level)
 

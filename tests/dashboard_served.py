@@ -10,7 +10,7 @@ import httpx
 
 from skillopt_ray.dashboard.server import Dashboard, build_app
 
-TOKEN = "t0k3n-for-tests"
+TOKEN = "t0k3n-for-the-tests"  # 16+ characters: the command refuses a shorter one
 
 
 def _free_port() -> int:

@@ -349,6 +349,8 @@ class ScriptedServer:
             )
             return web.Response(text=text[: len(text) // 2], content_type="application/json")
         pt = sum(count_tokens(m.get("content") or "") for m in chat_body["messages"])
+        if chat_body.get("tools"):  # a real endpoint bills the tool definitions as prompt tokens too
+            pt += count_tokens(json.dumps(chat_body["tools"]))
         ct = count_tokens(content)
         st.prompt_tokens += pt
         st.completion_tokens += ct

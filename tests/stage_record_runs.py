@@ -1,6 +1,6 @@
 """Scripted one-epoch runs that exercise every stage record (reflect, aggregate, select, update, gate and the
 appendix flush) in each update mode; tests/fixtures/stage_records/ holds the records these runs wrote before the
-stage records were typed, and tests/test_stage_records.py checks today's code reads and writes them unchanged.
+stage records were typed, and tests/runs/test_stage_records.py checks today's code reads and writes them unchanged.
 
 Regenerate (only when a record's layout changes on purpose):
     .venv/bin/python -m tests.stage_record_runs tests/fixtures/stage_records
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from conformance_helpers import FakeRunner, tasks
+from skillopt_envs.chat import JsonResult
 
 from skillopt_ray.config import Config, OptimizerConfig
 from skillopt_ray.engine.trainer import Splits, Trainer  # noqa: E402
-from skillopt_ray.llm.types import JsonResult
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.tracking import Tracker  # noqa: E402
 

@@ -206,6 +206,7 @@ def _episode_result(
 class AlfWorldBenchmark(Benchmark):
     name = "alfworld"
     options_class = AlfWorldOptions
+    one_process = False  # a game's steps run Python on the CPU: Ray's env actors play games in parallel processes
 
     def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)

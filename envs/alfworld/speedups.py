@@ -67,7 +67,7 @@ def _pickled(obj: Any) -> Any:
 def _copy_context(context: dict[str, Any]) -> dict[str, Any]:
     """textgen's copy_context deep-copies two dicts per symbol, though they are only ever updated
     at the top level (`.update`) and their values (logic variables, names) are never mutated:
-    a shallow copy gives the same text (checked game by game in tests/test_alfworld.py)."""
+    a shallow copy gives the same text (checked game by game in tests/envs/test_alfworld.py)."""
     return {
         "state": context["state"],
         "facts": context["facts"],
@@ -177,7 +177,7 @@ class DeferredSas(str):
     planner library (`load_sas_replan(sas.encode())`) for `replan()`: policy commands and expert
     plans, which skillopt never asks for. Translating it costs as much as the plain translation.
     Its `encode` defers; the library wrapper (`PlannerLibraries`) loads it on the first replan,
-    which plans from the current state either way (checked plan for plan in tests/test_alfworld.py)."""
+    which plans from the current state either way (checked plan for plan in tests/envs/test_alfworld.py)."""
 
     def __new__(cls, produce: Callable[[], str]) -> DeferredSas:
         obj = super().__new__(cls, "")

@@ -14,7 +14,7 @@ import asyncio
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union, cast
 
@@ -74,6 +74,7 @@ class CustomOptions:
     sandbox: str = "bwrap"  # bwrap | none (none: checks run without isolation, unsafe)
     max_tokens: Optional[int] = None  # the target's completion budget per reply (None: llm.target's)
     metadata_type_key: str = "task_type"  # metadata field naming a task's type (per-type scores); absent: custom
+    exclude: list[str] = field(default_factory=list)  # task ids (an agent task's folder name) left out of every split
 
     @staticmethod
     def parse(raw: JSONObject) -> CustomOptions:
@@ -87,6 +88,8 @@ class CustomOptions:
             raise DataError(f"env.options.sandbox={o.sandbox!r} is invalid; use bwrap or none")
         if not 0.0 < o.hard_at <= 1.0 or o.tolerance < 0 or o.check_timeout_s <= 0:
             raise DataError("env.options: hard_at must be in (0, 1], tolerance >= 0 and check_timeout_s > 0")
+        if not isinstance(o.exclude, list) or not all(isinstance(t, str) for t in o.exclude):
+            raise DataError(f"env.options.exclude={o.exclude!r} is not a list of task ids; give e.g. [h-1a2b,h-3c4d]")
         ratio = o.split_ratio if isinstance(o.split_ratio, str) else ":".join(map(str, o.split_ratio))
         parse_ratio(ratio)
         o.split_ratio = ratio
@@ -144,7 +147,7 @@ class CustomBenchmark(Benchmark):
 
     def _all_splits(self) -> dict[str, list[UserTask]]:
         if self._splits is None:
-            kind, found = read_source(self.root, self.check)
+            kind, found = read_source(self.root, self.check, frozenset(self.options.exclude))
             self._splits = found if isinstance(found, dict) else self._by_ratio(found)
             self._validate(kind, [t for s in SPLITS for t in self._splits[s]])
         return self._splits

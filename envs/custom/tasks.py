@@ -142,10 +142,13 @@ def task_check(task: UserTask, shared_check: Optional[Path]) -> Optional[Path]:
     return shared_check
 
 
-def read_source(root: Path, shared_check: Optional[Path]) -> tuple[str, list[UserTask] | dict[str, list[UserTask]]]:
-    """What `root` holds: ("jsonl", tasks), ("split_files", {split: tasks}) or ("agent", tasks)."""
+def read_source(
+    root: Path, shared_check: Optional[Path], exclude: frozenset[str] = frozenset()
+) -> tuple[str, list[UserTask] | dict[str, list[UserTask]]]:
+    """What `root` holds: ("jsonl", tasks), ("split_files", {split: tasks}) or ("agent", tasks), less the tasks
+    `exclude` names (an agent task by its folder's name, never read: a broken one is left out whole)."""
     if root.is_file():
-        return "jsonl", read_jsonl(root)
+        return "jsonl", [t for t in read_jsonl(root) if t.id not in exclude]
     if not root.is_dir():
         raise DataError(f"env.data_dir={root} does not exist; give a tasks.jsonl file or a folder of tasks")
     files = {s: root / f"{s}.jsonl" for s in SPLITS}
@@ -153,8 +156,10 @@ def read_source(root: Path, shared_check: Optional[Path]) -> tuple[str, list[Use
         missing = [p.name for p in files.values() if not p.is_file()]
         if missing:
             raise DataError(f"{root} has some split files but not {', '.join(missing)}; give all three or one JSONL")
-        return "split_files", {s: _in_split(read_jsonl(p), s, p) for s, p in files.items()}
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return "split_files", {
+            s: [t for t in _in_split(read_jsonl(p), s, p) if t.id not in exclude] for s, p in files.items()
+        }
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in exclude)
     if not folders:
         raise DataError(
             f"{root} holds no train.jsonl/val.jsonl/test.jsonl and no task folders; give a tasks.jsonl, such a folder, "

@@ -1,6 +1,6 @@
 """Reference solutions for the house-style tasks, in the house style.
 
-Not shown to the model: tests/test_house_style.py runs each function through check.py to prove that every task can
+Not shown to the model: tests/envs/test_house_style.py runs each function through check.py to prove that every task can
 be passed and that its hidden tests follow the three house conventions (see README.md).
 """
 

@@ -54,9 +54,10 @@ def running(pid: int, start: Optional[str]) -> bool:
 
 
 def _node_id() -> Optional[str]:
+    ray = sys.modules.get("ray")  # never imported for this: a process without Ray (the one-process engine) has no node
+    if ray is None:
+        return None
     try:
-        import ray
-
         return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
     except Exception:  # noqa: BLE001 - outside Ray (unit tests, plain scripts): no node to compare
         return None

@@ -1,5 +1,5 @@
 """The one place that touches other projects' private or internal APIs (Hydra's, MLflow's and Ray's), each for a
-job their public API does not offer. tests/test_private_apis.py calls every function here, so an upgrade
+job their public API does not offer. tests/house/test_private_apis.py calls every function here, so an upgrade
 that moves one fails that test by name instead of a run. Nothing else in the project imports a private name.
 """
 

@@ -13,7 +13,16 @@ from skillopt_ray.config.skill_files import SkillTexts, read_skill_file, skill_p
 from skillopt_ray.llm.wire import AgentOptions
 
 
-def check_output_dir(path: Path) -> None:
+def check_output_dir(path: Path, create: bool = True) -> None:
+    """The output folder is writable: made and probed, or (create=False, a check that must leave no trace) its
+    nearest existing folder lets us make it."""
+    if not create:
+        here = path
+        while not os.path.lexists(here) and here != here.parent:
+            here = here.parent
+        if not here.is_dir() or not os.access(here, os.W_OK | os.X_OK):
+            raise UsageError(f"output directory {path} is not writable (at {here}); set output_dir=<writable folder>")
+        return
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".write_probe"

@@ -1,4 +1,5 @@
-"""Launch one run: its directory, the embedded model server, Ray, the driver actor; wait and return the outcome.
+"""Launch one run: its directory, the embedded model server, its engine (Ray and the driver actor, or the
+one-process engine: cli/engine_choice.py); wait and return the outcome.
 
 `execute(checked)` is the one code path of a run, for the CLI, `-m`, every sweep trial, a night and transfer; it takes
 only a `Checked` (cli.preflight), so it checks nothing again. It never writes into the config it is given (the
@@ -22,6 +23,7 @@ from typing import Any, Optional
 from skillopt_ray.base.exit_codes import EXIT_ERROR
 from skillopt_ray.base.startup_trace import mark
 from skillopt_ray.cli.checks import needs_embedded_server, skill_warnings
+from skillopt_ray.cli.engine_choice import EngineChoice, choose
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.identity import check_or_record, identity_record, runs_before_a_change
 from skillopt_ray.cli.preflight import Checked
@@ -148,7 +150,9 @@ def execute(checked: Checked, run_dir: Optional[Path] = None, origin: Optional[O
     if not isinstance(checked, Checked):  # a dict or a bare Config has skipped the checks
         raise TypeError("execute() runs a Checked config: pass it through skillopt_ray.cli.preflight first")
     data = checked.data
+    engine = choose(data)
     run_dir = _open_run(checked, run_dir, origin)
+    print(engine.line(), file=sys.stderr)  # after the checks, whose errors are one line
     clock = RunClock(run_dir).begin()
     progress = make_display(data["debug"]["progress"], started_at=clock.started)
     outcome = Outcome(status="interrupted")
@@ -159,7 +163,7 @@ def execute(checked: Checked, run_dir: Optional[Path] = None, origin: Optional[O
 
             print(f"note: {NOTICE}", file=sys.stderr)
             embedded = EmbeddedStart(data, run_dir)
-        outcome = _drive(checked, run_dir, embedded, progress, clock)
+        outcome = _drive(checked, run_dir, embedded, progress, clock, engine)
     finally:
         progress.close()
         clock.end(outcome.get("status", "interrupted"))
@@ -184,8 +188,18 @@ def _open_run(checked: Checked, run_dir: Optional[Path], origin: Optional[Origin
     return run_dir
 
 
-def _drive(checked: Checked, run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any) -> Outcome:
-    """Start Ray (and wait for the embedded server, if any), run the driver actor and follow it to its outcome."""
+def _drive(
+    checked: Checked,
+    run_dir: Path,
+    embedded: Optional[EmbeddedStart],
+    progress: Any,
+    clock: Any,
+    engine: EngineChoice,
+) -> Outcome:
+    """Start Ray (and wait for the embedded server, if any), run the driver actor and follow it to its outcome; or
+    run it all in this process (the one-process engine)."""
+    if engine.kind == "local":
+        return _drive_local(checked, run_dir, embedded, progress, clock)
     import ray
 
     data, run_cfg = checked.data, checked.config
@@ -234,6 +248,20 @@ def _drive(checked: Checked, run_dir: Path, embedded: Optional[EmbeddedStart], p
     finally:
         end_actors(driver, ref, [gateway, *early])
     return outcome
+
+
+def _drive_local(
+    checked: Checked, run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any
+) -> Outcome:
+    """The run in this process: the same driver, gateway and env workers, on threads instead of Ray actors."""
+    from skillopt_ray.engine.local import run_local
+
+    progress.update({"phase": "starting", "stage": "starting" + (" the embedded model server" if embedded else "")})
+    run_cfg = checked.config
+    if embedded is not None:
+        run_cfg = with_endpoint(run_cfg, embedded.wait())
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    return run_local(run_cfg, run_dir, progress, clock, checked.skills)
 
 
 def end_actors(driver: Any, ref: Any, others: list[Any]) -> None:

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.config.plain import PlainConfig
 
 REVIEW_FILE = "review.json"
 FORMAT = "skillopt_ray.sleep.tasks/1"
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+MAX_REVIEW_BYTES = 4 << 20  # the header and the task ids of a few thousand tasks
 
 
 class ReviewRefused(Exception):
@@ -37,14 +39,22 @@ class Endpoint:
 
 
 def read(folder: Path) -> dict[str, Any]:
+    """review.json as a dict ({} when the folder has none: not a harvested folder); ReviewRefused when it is there
+    but not a JSON object whose `reviewed` is true or false (a typo such as `flase` must not turn the gate off)."""
     path = folder / REVIEW_FILE
-    if not path.is_file():
-        return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
+        data = untrusted.read_json(folder, REVIEW_FILE, MAX_REVIEW_BYTES)
+    except untrusted.Missing:
         return {}
-    return data if isinstance(data, dict) else {}
+    except untrusted.Untrusted as e:
+        raise ReviewRefused(f'{e}; fix {path} ("reviewed": true or false) or harvest again') from None
+    if not isinstance(data, dict) or not isinstance(data.get("reviewed"), bool):
+        got = data.get("reviewed") if isinstance(data, dict) else data
+        raise ReviewRefused(
+            f'{path}: "reviewed" must be true or false, not {json.dumps(got)[:40]}; fix it (true only once a person '
+            "has read the tasks) or harvest again"
+        )
+    return data
 
 
 def write(folder: Path, header: dict[str, Any]) -> None:

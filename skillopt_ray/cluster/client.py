@@ -46,6 +46,8 @@ def wanted(argv: list[str], environ: dict[str, str]) -> bool:
     for arg in argv:
         if arg.split("=", 1)[0] in PRINT_ONLY or arg.split("=", 1)[0].lstrip("+~") == "ray.address":
             return False
+        if arg.lstrip("+~") == "ray.mode=local":  # in this process: no cluster at all
+            return False
     return True
 
 

@@ -18,7 +18,6 @@ it refuses to write into a folder that already holds comparison files unless --f
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -26,6 +25,7 @@ from typing import Optional
 from skillopt_ray.compare.groups import Point, Record, RunGroups, norm_value
 from skillopt_ray.compare.records import (
     read_steps,
+    read_sweep_meta,
     record_from_run_dir,
     records_from_mlflow,
     run_finished,
@@ -92,7 +92,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 )
             records, swept, counts = sweep_records(sdir)
             comp = Comparison(records, group_by or swept, counts)
-            meta = json.loads((sdir / "sweep.json").read_text())
+            meta = read_sweep_meta(sdir)
             parent, uri = meta.get("parent_run_id"), meta.get("tracking_uri")
         elif a.experiment:
             uri = a.tracking_uri or f"sqlite:///{Path('outputs').resolve() / 'mlflow.db'}"

@@ -3,11 +3,13 @@ place that decides which runs a sweep counts) or MLflow runs."""
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Optional, cast
+from urllib.parse import urlsplit
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.compare.groups import Point, Record
 from skillopt_ray.runs.records import RecordError
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
@@ -165,13 +167,41 @@ def records_from_mlflow(
     return records
 
 
+def read_sweep_meta(sweep_dir: Path) -> dict[str, Any]:
+    """A sweep folder's sweep.json, read as a planted file (no symlink, size-capped, JSON object), its tracking URI
+    kept only when it is a local store or the server this environment's MLFLOW_TRACKING_URI names: the MLflow token
+    goes nowhere a copied sweep folder says."""
+    try:
+        meta = untrusted.read_json(Path(sweep_dir), "sweep.json", 64 << 20)
+    except untrusted.Untrusted as e:
+        raise ValueError(f"{e}; --sweep-dir must be a folder made by python -m skillopt_ray.sweep") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("trials"), list):
+        raise ValueError(f"{Path(sweep_dir) / 'sweep.json'} is not a sweep's record (no trials list)")
+    uri = str(meta.get("tracking_uri") or "")
+    if _server(uri) and _server(uri) != _server(os.environ.get("MLFLOW_TRACKING_URI") or ""):
+        meta["tracking_uri"] = None  # its runs are read from their folders; nothing is sent to that server
+    return meta
+
+
+def _server(uri: str) -> str:
+    """`scheme://host:port` of an http(s) URI (lower case, default port written out), "" for anything else."""
+    try:
+        parts = urlsplit(uri.strip())
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower(), 0)
+    except ValueError:
+        return ""
+    if parts.scheme.lower() not in ("http", "https"):
+        return ""
+    return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{port}"
+
+
 def sweep_records(sweep_dir: Path) -> tuple[list[Record], list[str], dict[str, int]]:
     """The finished runs of a sweep, one per run directory, from the trials in its sweep.json.
 
     This is the one place that decides which runs a sweep's comparison counts; the sweep and
     `compare --sweep-dir` both call it. A run directory missing here (the sweep ran elsewhere) is
     read from the sweep's MLflow child run of that directory."""
-    meta = json.loads((sweep_dir / "sweep.json").read_text())
+    meta = read_sweep_meta(sweep_dir)
     group_by = list(meta.get("keys") or sorted(meta.get("grid") or {}))
     trials, seen = [], set()
     for t in meta["trials"]:

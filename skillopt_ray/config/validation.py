@@ -246,6 +246,10 @@ def _validate_runtime(cfg: Config) -> None:
     _at_least("ray.gateway_shards", cfg.ray.gateway_shards, 1)
     if cfg.ray.env_resource_per_actor <= 0:
         raise ConfigError(f"ray.env_resource_per_actor={cfg.ray.env_resource_per_actor!r}: it must be > 0")
+    if cfg.ray.mode not in ("auto", "local", "cluster"):
+        raise ConfigError(
+            f"ray.mode={cfg.ray.mode!r}: use auto (one process for a small job, Ray otherwise), local or cluster"
+        )
     if cfg.ray.head not in ("lean", "full"):
         raise ConfigError(f"ray.head={cfg.ray.head!r}: use lean (a private cluster without Ray's monitors) or full")
     if cfg.ray.driver_node not in ("local", "any"):

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import socket
 import sys
 from pathlib import Path
 from typing import Optional
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_OK
+from skillopt_ray.dashboard.keys import allowed_endpoint
 from skillopt_ray.dashboard.security import WILDCARD, Guard, is_loopback
 
 
@@ -49,7 +51,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="a Ray cluster's dashboard address (http://head:8265): runs are submitted as Ray jobs there",
     )
-    ap.add_argument("--token", default=None, help="the access token (default: a new random one each start)")
+    ap.add_argument(
+        "--token",
+        default=None,
+        help=f"the access token, at least {MIN_TOKEN_CHARS} characters (default: ${TOKEN_ENV}, else a new random one "
+        "each start); other local users can read a command line, so prefer the variable",
+    )
     ap.add_argument(
         "--allowed-hosts",
         default="",
@@ -66,9 +73,9 @@ def _parser() -> argparse.ArgumentParser:
         "--allow-endpoint",
         action="append",
         default=[],
-        metavar="HOST",
-        help="a host a URL typed in the form may send a key to (an endpoint, a tracking server), besides the host "
-        "the chosen preset sends it to (repeatable)",
+        metavar="HOST:PORT",
+        help="an address a URL typed in the form may send a model key to, besides the endpoint the chosen preset "
+        "sends it to (repeatable; the MLflow token goes only to MLFLOW_TRACKING_URI)",
     )
     ap.add_argument(
         "--project",
@@ -79,21 +86,41 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+TOKEN_ENV = "SKILLOPT_DASHBOARD_TOKEN"
+MIN_TOKEN_CHARS = 16  # a short token is guessed; the random one is 43
+
+
+def _token(a: argparse.Namespace) -> Optional[str]:
+    """The token the user chose (--token, else $SKILLOPT_DASHBOARD_TOKEN), None for a random one."""
+    return a.token if a.token is not None else os.environ.get(TOKEN_ENV) or None
+
+
 def _problem(a: argparse.Namespace) -> Optional[str]:
     """Bad arguments as one line naming the fix, else None."""
-    if a.token is not None and not a.token.strip():
-        return "--token is empty; give a token or leave --token out for a random one"
+    token = _token(a)
+    where = "--token" if a.token is not None else f"${TOKEN_ENV}"
+    if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
+        return (
+            f"{where} is {len(token.strip())} characters; give at least {MIN_TOKEN_CHARS} (a short token is guessed) "
+            "or leave it out for a random one"
+        )
     for d in a.allow_path:
         if not Path(d).expanduser().is_dir():
             return f"--allow-path {d}: no such directory"
     if a.project is not None and not Path(a.project).expanduser().is_dir():
         return f"--project {a.project}: no such directory"
+    for e in a.allow_endpoint:
+        try:
+            allowed_endpoint(e)
+        except ValueError as err:
+            return str(err)
     return None
 
 
 def _url(host: str, port: int, token: str) -> str:
     if host in WILDCARD:
         host = "::1" if host == "::" else "127.0.0.1"  # `::` may listen on IPv6 only, where 127.0.0.1 finds nothing
+    host = host.strip("[]")
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/?token={token}"
 
@@ -112,7 +139,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if isinstance(sock, str):
         print(f"error: {sock}", file=sys.stderr)
         return EXIT_CONFIG
-    guard = Guard.make(a.token, a.host, a.allowed_hosts.split(","))
+    guard = Guard.make(_token(a), a.host, a.allowed_hosts.split(","))
+    if a.token is not None:
+        print(
+            f"warning: --token is readable by other local users (ps, /proc/<pid>/cmdline); set {TOKEN_ENV} instead",
+            file=sys.stderr,
+            flush=True,
+        )
     allow = tuple(Path(d).expanduser() for d in a.allow_path)
     project = Path(a.project).expanduser() if a.project else None
     dash = Dashboard(Path(a.outputs), Path.cwd(), a.ray_address, guard, allow, tuple(a.allow_endpoint), project)

@@ -2,8 +2,10 @@
 
 A run sends each role's key (its `api_key_env`) to that role's endpoint, the MLflow token to the tracking server
 and OfficeQA's search key to its search proxy. A form that changes one of those URLs would otherwise hand the key
-to whatever host it names. From the page, a key goes only to the host its preset sends it to, or to a host the
-user allowed when starting the dashboard (`--allow-endpoint HOST`); the command line is not limited.
+to whatever address it names. From the page, a key goes only to the endpoint its preset sends it to (scheme, host
+and port: another port of the same host may be another user's listener), or to an endpoint the user allowed when
+starting the dashboard (`--allow-endpoint HOST:PORT`). The MLflow token goes only to the tracking server the user's
+environment names (MLFLOW_TRACKING_URI), never to one typed in the page. The command line is not limited.
 """
 
 from __future__ import annotations
@@ -34,8 +36,15 @@ class KeyRoute:
     def host(self) -> str:
         return url_host(self.url)
 
+    @property
+    def endpoint(self) -> str:
+        return endpoint_of(self.url)
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "host": self.host, "set": bool(os.environ.get(self.key_env))}
+        return {**asdict(self), "host": self.host, "endpoint": self.endpoint, "set": bool(os.environ.get(self.key_env))}
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def url_host(url: str) -> str:
@@ -44,6 +53,39 @@ def url_host(url: str) -> str:
         return (urlsplit(url if "://" in url else f"//{url}").hostname or "").lower()
     except ValueError:
         return url.lower()
+
+
+def endpoint_of(url: str) -> str:
+    """Where a URL sends its requests, as `scheme://host:port` (scheme and host lower case, the scheme's default
+    port written out); "" for none. A URL whose port does not parse is its own text, matching nothing else."""
+    if not url.strip():
+        return ""
+    try:
+        parts = urlsplit(url.strip() if "://" in url else f"http://{url.strip()}")
+        scheme = parts.scheme.lower()
+        port = parts.port or DEFAULT_PORTS.get(scheme, 0)
+    except ValueError:
+        return url.strip().lower()
+    host = (parts.hostname or "").lower()
+    return f"{scheme}://{host}:{port}" if host else ""
+
+
+def allowed_endpoint(value: str) -> str:
+    """An `--allow-endpoint` value as the `host:port` it allows (any scheme); ValueError (one line) for a bare host,
+    which would open every port of it."""
+    text = value.strip()
+    try:
+        parts = urlsplit(text if "://" in text else f"//{text}")
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"--allow-endpoint {value}: not HOST:PORT") from None
+    if not parts.hostname or port is None:
+        raise ValueError(f"--allow-endpoint {value}: give the port too (HOST:PORT, e.g. 127.0.0.1:8000)")
+    return f"{parts.hostname.lower()}:{port}"
+
+
+def _host_port(endpoint: str) -> str:
+    return endpoint.split("://", 1)[-1]
 
 
 def _get(data: PlainConfig, dotted: str) -> Any:
@@ -76,7 +118,7 @@ def key_routes(data: PlainConfig) -> list[KeyRoute]:
     out = _role_routes(data)
     tracking = data.get("tracking") or {}
     uri = str(tracking.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or "")
-    if tracking.get("mlflow", True) and uri.startswith(("http://", "https://")):
+    if tracking.get("mlflow", True) and is_http(uri):
         out += [KeyRoute("tracking.tracking_uri", uri, name) for name in MLFLOW_SECRETS]
     options = _get(data, "env.options") or {}
     if options.get("search_api_url") and options.get("search_auth_env"):
@@ -84,18 +126,41 @@ def key_routes(data: PlainConfig) -> list[KeyRoute]:
     return out
 
 
+def is_http(uri: str) -> bool:
+    """A URL MLflow's client sends credentials to (any letter case: `HTTP://` is http too)."""
+    return uri.strip().lower().startswith(("http://", "https://"))
+
+
+def tracking_home() -> str:
+    """The tracking server the user's environment names (where the MLflow token is meant to go), as an endpoint."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or ""
+    return endpoint_of(uri) if is_http(uri) else ""
+
+
+def tracking_is_home(data: PlainConfig) -> bool:
+    """Whether a run of this config sends MLflow requests only to the server the environment names (or to none)."""
+    tracking = data.get("tracking") or {}
+    uri = str(tracking.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or "")
+    return not tracking.get("mlflow", True) or not is_http(uri) or endpoint_of(uri) == tracking_home()
+
+
 def refuse_key_redirects(data: PlainConfig, preset: PlainConfig, allowed: frozenset[str]) -> None:
-    """UsageError if a key set in the environment would go to a host its preset does not send it to and the user
-    did not allow (`preset`: the same config composed from the form's preset choices only)."""
-    meant: dict[tuple[str, str], str] = {(r.setting, r.key_env): r.host for r in key_routes(preset)}
+    """UsageError if a key set in the environment would go to an endpoint (scheme, host, port) its preset does not
+    send it to and the user did not allow (`preset`: the same config composed from the form's preset choices only);
+    the MLflow token only ever to the environment's tracking server."""
+    meant: dict[tuple[str, str], str] = {(r.setting, r.key_env): r.endpoint for r in key_routes(preset)}
     for route in key_routes(data):
-        if not os.environ.get(route.key_env) or not route.host:
+        if not os.environ.get(route.key_env) or not route.endpoint:
             continue  # a key that is not set is sent nowhere
-        home: Optional[str] = meant.get((route.setting, route.key_env))
-        if route.host == home or route.host in allowed:
+        tracking = route.key_env in MLFLOW_SECRETS
+        home: Optional[str] = tracking_home() if tracking else meant.get((route.setting, route.key_env))
+        if route.endpoint == home or not tracking and _host_port(route.endpoint) in allowed:
             continue
-        where = f"meant for {home}" if home else "meant for no host the page may set"
-        raise UsageError(
-            f"{route.setting}: the page would send {route.key_env} ({where}) to {route.host}; start the dashboard "
-            f"with --allow-endpoint {route.host} to allow that host, or use the preset's endpoint"
+        where = f"meant for {home}" if home else "meant for no address the page may set"
+        fix = (
+            "set MLFLOW_TRACKING_URI in the dashboard's environment, or use the command line"
+            if tracking
+            else f"start the dashboard with --allow-endpoint {_host_port(route.endpoint)} to allow it, or use the "
+            "preset's endpoint"
         )
+        raise UsageError(f"{route.setting}: the page would send {route.key_env} ({where}) to {route.endpoint}; {fix}")

@@ -12,6 +12,7 @@ Keys are never part of the command: the CLI reads them from the environment as a
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
 import signal
@@ -28,7 +29,14 @@ from skillopt_envs.jsontypes import JSONObject, JSONValue
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.config.plain import PlainConfig
-from skillopt_ray.dashboard.keys import refuse_key_redirects
+from skillopt_ray.dashboard.keys import (
+    MLFLOW_SECRETS,
+    endpoint_of,
+    is_http,
+    refuse_key_redirects,
+    tracking_home,
+    tracking_is_home,
+)
 from skillopt_ray.dashboard.limits import (
     PathPolicy,
     check_choice,
@@ -60,6 +68,7 @@ LOG_LINES = 2000
 RUN_DIR_LINE = "run directory: "  # how the CLI names the run directory it opened
 # A form's extra overrides are a handful; Hydra parses thousands for seconds each check (8,000: 10 s).
 MAX_EXTRA_OVERRIDES = 200
+MAX_NESTING = 16  # brackets inside one override: a config value is a list of lists at most
 STOP_GRACE_S = 30.0  # after SIGINT, how long a run may take to save and end before its process group is terminated
 
 
@@ -147,7 +156,10 @@ def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> JSONOb
             overrides.append(f"{FIELDS[name][0]}={value}")
             refuse_group_path(overrides[-1], group_options())
     with lock:  # Hydra's composition uses process-wide state
-        config = compose(overrides)
+        try:
+            config = compose(overrides)
+        except UsageError:  # a benchmark that needs its tasks folder (custom): the other values do not depend on it
+            config = compose([*overrides, "env.data_dir=."])
     data = plain(absolute(config))
     out: JSONObject = {}
     for name, dotted in PLACEHOLDER_FROM.items():
@@ -156,6 +168,28 @@ def preset_placeholders(presets: dict[str, str], lock: threading.Lock) -> JSONOb
             node = node.get(part) if isinstance(node, dict) else None
         out[name] = node if node is not None else "the preset's"
     return out
+
+
+def whole_number(name: str, value: JSONValue) -> int:
+    """A form's number field as an int; UsageError for 1.5, true, 1e999, a list or text that is not one."""
+    bad = UsageError(f"{name}={str(value)[:40]}: a whole number is needed")
+    if isinstance(value, bool) or isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise bad
+    try:
+        return int(value)  # type: ignore[arg-type]  # a list or an object raises TypeError
+    except (TypeError, ValueError, OverflowError):
+        raise bad from None
+
+
+def nesting_problem(overrides: list[str]) -> None:
+    """UsageError for an override nesting lists or dicts deeper than a config does (Hydra's parser recurses)."""
+    for one in overrides:
+        depth = deepest = 0
+        for ch in one:
+            depth += 1 if ch in "[{(" else -1 if ch in "]})" else 0
+            deepest = max(deepest, depth)
+        if deepest > MAX_NESTING:
+            raise UsageError(f"{one[:40]}...: nested {deepest} deep; the page takes at most {MAX_NESTING} levels")
 
 
 def overrides_from_form(form: JSONObject) -> list[str]:
@@ -172,10 +206,7 @@ def overrides_from_form(form: JSONObject) -> list[str]:
                 raise UsageError(f"{name}={value!r}: use true or false")
             value = str(value).lower()
         elif kind == "int":
-            try:
-                value = int(value)  # type: ignore[arg-type]  # a list or an object raises TypeError: refused below
-            except (TypeError, ValueError):
-                raise UsageError(f"{name}={value!r}: a whole number is needed") from None
+            value = whole_number(name, value)
         out.append(f"{key}={value}")
     extra = str(form.get("extra") or "").strip()
     if extra:
@@ -187,6 +218,7 @@ def overrides_from_form(form: JSONObject) -> list[str]:
             raise UsageError(
                 f"{len(out)} overrides: the page takes at most {MAX_EXTRA_OVERRIDES} (the command line takes more)"
             )
+    nesting_problem(out)
     return out
 
 
@@ -202,10 +234,21 @@ def _compose_typed(overrides: list[str], lock: threading.Lock) -> PlainConfig:
     return plain(absolute(config))
 
 
+# Settings that say where a key is sent (an endpoint URL, the tracking server, a search proxy, which variable holds
+# the key): the preset's values for them are where its keys are meant to go.
+KEY_SETTINGS = ("llm.", "tracking.", "env.options.search_")
+
+
 def preset_config(overrides: list[str], lock: threading.Lock) -> PlainConfig:
-    """The config of the form's preset choices alone (its config-group overrides): where its keys are meant to go."""
+    """The form's config with every setting of where a key goes left as its presets set it (the config groups and
+    the other overrides, a custom experiment's env.data_dir say, kept): where its keys are meant to go."""
     groups = group_options()
-    return _compose_typed([o for o in overrides if o.split("=", 1)[0].lstrip("+~") in groups], lock)
+
+    def keeps(override: str) -> bool:
+        key = override.split("=", 1)[0].lstrip("+~")
+        return key in groups or not key.startswith(KEY_SETTINGS)
+
+    return _compose_typed([o for o in overrides if keeps(o)], lock)
 
 
 def validate(
@@ -228,7 +271,7 @@ def validate(
     if policy is not None:
         refuse_from_page(data, policy)
         refuse_key_redirects(data, preset_config(overrides, lock), endpoints)
-    check_output_dir(Path(data["output_dir"]))
+    check_output_dir(Path(data["output_dir"]), create=False)  # a check leaves no folder behind; the run makes it
     check_keys(data)
     check_skill_files(data)
     return data
@@ -318,6 +361,11 @@ def mark_killed(run_dir: Path) -> Optional[str]:
     record = RunDir(run_dir).read_mlflow_run()
     if not record or not record.get("run_id"):
         return None  # no MLflow run (tracking off, or stopped before it opened)
+    uri = str(record.get("tracking_uri") or "")
+    if is_http(uri) and endpoint_of(uri) != tracking_home():  # a run folder's file never sends the token anywhere
+        return (
+            f"note: not marking MLflow run {record['run_id']} KILLED at {uri}: not the server MLFLOW_TRACKING_URI names"
+        )
     try:
         from mlflow.tracking import MlflowClient
 
@@ -364,7 +412,10 @@ class Launcher:
 
     def check(self, form: JSONObject) -> tuple[list[str], PlainConfig]:
         overrides = overrides_from_form(form)
-        return overrides, validate(overrides, self._hydra_lock, self.policy, self.endpoints)
+        try:
+            return overrides, validate(overrides, self._hydra_lock, self.policy, self.endpoints)
+        except RecursionError:
+            raise UsageError("an override nests too deeply for the config parser; write the value flat") from None
 
     def launch(self, form: JSONObject) -> Launch:
         overrides, data = self.check(form)
@@ -388,12 +439,15 @@ class Launcher:
         if self.ray_address:
             launch.job_id = self._submit(launch)
         else:
-            self._spawn(launch)
+            self._spawn(launch, data)
         self.launches[lid] = launch
         return launch
 
-    def _spawn(self, launch: Launch) -> None:
+    def _spawn(self, launch: Launch, data: PlainConfig) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "SKILLOPT_PROGRESS": "plain"}
+        if self.policy is not None and not tracking_is_home(data):
+            for name in MLFLOW_SECRETS:  # the token goes only to the server the user's environment names
+                env.pop(name, None)
         proc = subprocess.Popen(
             [*command_for(launch.overrides), "debug.progress=plain"],
             cwd=self.cwd,

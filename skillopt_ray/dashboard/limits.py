@@ -149,13 +149,25 @@ def _get(data: PlainConfig, dotted: str) -> Any:
 
 
 def _tracking_path(uri: Optional[str]) -> Optional[str]:
-    """The local file a tracking URI writes to (sqlite:///..., file:..., or a bare path); None for a server URL."""
+    """The local file a tracking URI writes to (a plain `sqlite:///PATH`, `file:...` or a bare path); None for an
+    http(s) server. Any other scheme (`sqlite+pysqlite://`, `postgresql://`, a driver's own options) is refused from
+    the page: what it opens or where it writes is not a path this check can see."""
     if not uri:
         return None
-    for scheme in ("sqlite:///", "file://", "file:"):
+    low = uri.strip().lower()
+    if low.startswith(("http://", "https://")):
+        return None
+    if uri.startswith("sqlite:///"):
+        return uri[len("sqlite:///") :].split("?", 1)[0] or "."
+    for scheme in ("file://", "file:"):
         if uri.startswith(scheme):
             return uri[len(scheme) :] or "."
-    return None if "://" in uri else uri
+    if ":" in uri.split("/", 1)[0]:
+        raise UsageError(
+            f"tracking.tracking_uri={uri[:200]}: the page takes an http(s) server, a plain sqlite:///PATH or a "
+            "folder (the command line accepts other stores)"
+        )
+    return uri
 
 
 def _option_paths(options: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.jsontypes import JSONObject, JSONValue
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.sleep.proposal import staging, status
 
-MAX_TEXT_BYTES = 1 << 20  # a report or a skill larger than this is shown cut (a real one is a few KiB)
+MAX_TEXT_BYTES = 1 << 20  # a report or a skill larger than this is not shown (a real one is a few KiB)
+MAX_DIFF_ROWS = 50  # a night proposes one skill folder of a few files; the diffs past this many are left out
+MAX_TOTAL_BYTES = 4 << 20  # the texts diffed for one answer, over every file
 NIGHTS_DIR = Path(".skillopt") / "nights"
 
 
@@ -50,47 +54,60 @@ def find_night(project: Optional[Path], stamp: str) -> Path:
     raise KeyError(stamp[:80])
 
 
-def _read(path: Path) -> Optional[bytes]:
-    """A regular file's bytes (at most MAX_TEXT_BYTES + 1), never through a symlink; None when there is none."""
+def _read(root: Path, rel: str) -> Optional[bytes]:
+    """A regular file's bytes under `root` (at most MAX_TEXT_BYTES + 1), read as an untrusted file: no absolute path,
+    no `..`, no symlink at any level, no FIFO or device; None when there is none or it is refused."""
     try:
-        if path.is_symlink() or not path.is_file():
-            return None
-        with open(path, "rb") as f:
-            return f.read(MAX_TEXT_BYTES + 1)
-    except OSError:
+        return untrusted.read_bytes(root, rel, limit=MAX_TEXT_BYTES)
+    except untrusted.Untrusted:
         return None
 
 
 def _text(data: Optional[bytes]) -> str:
     if data is None:
         return ""
-    cut = len(data) > MAX_TEXT_BYTES
-    return data[:MAX_TEXT_BYTES].decode("utf-8", errors="replace") + ("\n[... cut]" if cut else "")
+    return data.decode("utf-8", errors="replace")
 
 
-def _base(night: Path, index: int, row: Mapping[str, Any]) -> tuple[str, str]:
+def _live_bytes(m: Mapping[str, Any], row: Mapping[str, Any]) -> Optional[bytes]:
+    """The live file a row replaces, read only under the skill root (or the project, for a memory file) the sealed
+    manifest names, reached through plain folders from there."""
+    live, root = str(row.get("live_path") or ""), str(row.get("root") or "")
+    roots = [*m.get("skill_roots", []), m.get("project")] if row.get("kind") == "memory" else m.get("skill_roots", [])
+    if root not in roots or not staging.within(live, root) or live == root:
+        return None
+    return _read(Path(root), os.path.relpath(live, root))
+
+
+def _base(night: Path, index: int, m: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, str]:
     """(the text the proposal replaces, where it came from): the live file or adoption's backup copy, read only when
     its sha256 is the one staging pinned, so a manifest cannot make the page show some other file."""
     pin = str(row.get("live_sha256") or "")
     if pin == staging.ABSENT:
         return "", "absent"
-    for path in (Path(str(row.get("live_path") or "")), night / "backup" / str(index)):
-        data = _read(path)
-        if data is not None and len(data) <= MAX_TEXT_BYTES and hashlib.sha256(data).hexdigest() == pin:
-            return _text(data), str(path)
+    for data, source in (
+        (_live_bytes(m, row), str(row.get("live_path"))),
+        (_read(night, f"backup/{index}"), str(night / "backup" / str(index))),
+    ):
+        if data is not None and hashlib.sha256(data).hexdigest() == pin:
+            return _text(data), source
     return "", "gone (the file staging saw is no longer on disk; the proposal is shown whole)"
 
 
 def night_detail(night: Path) -> JSONObject:
     """One staged night: its row, report.md as text, and a unified diff per proposed file against what it replaces."""
     m = staging.load_manifest(night)
-    diffs = []
-    for i, row in enumerate(m.get("files") or []):
-        if not isinstance(row, dict):
-            continue
+    diffs: list[JSONValue] = []
+    budget = MAX_TOTAL_BYTES
+    for i, row in enumerate(m["files"][:MAX_DIFF_ROWS]):
         rel = str(row.get("rel") or "")
-        proposed = _text(_read(night / rel)) if rel and ".." not in Path(rel).parts else ""
-        base, source = _base(night, i, row)
+        proposed = _text(_read(night, rel)) if budget > 0 else ""
+        base, source = _base(night, i, m, row) if budget > 0 else ("", "left out")
+        budget -= len(proposed) + len(base)
+        if budget < 0:
+            note = f"left out: the night's files are over {MAX_TOTAL_BYTES >> 20} MiB in all; read them in {night}"
+            diffs.append({"rel": rel, "live_path": str(row.get("live_path") or ""), "base": note, "diff": ""})
+            continue
         text = "".join(
             difflib.unified_diff(
                 base.splitlines(keepends=True),
@@ -100,6 +117,11 @@ def night_detail(night: Path) -> JSONObject:
             )
         )
         diffs.append({"rel": rel, "live_path": str(row.get("live_path") or ""), "base": source, "diff": text})
+    if len(m["files"]) > MAX_DIFF_ROWS:
+        more = len(m["files"]) - MAX_DIFF_ROWS
+        diffs.append(
+            {"rel": "", "live_path": "", "base": f"left out: {more} more files; read them in {night}", "diff": ""}
+        )
     return {
         "stamp": m["stamp"],
         "skill": m.get("skill_name"),
@@ -107,6 +129,6 @@ def night_detail(night: Path) -> JSONObject:
         "verified": m.get("verified"),
         "summary": m.get("summary") or {},
         "state": status.night_state(night, m),
-        "report_md": _text(_read(night / "report.md")),
+        "report_md": _text(_read(night, "report.md")),
         "diffs": diffs,
     }

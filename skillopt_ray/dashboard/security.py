@@ -2,9 +2,11 @@
 
 A page on any other site can make the user's browser send requests to 127.0.0.1, and a DNS name that rebinds to
 127.0.0.1 reaches it too, so listening on loopback alone protects nothing. Like Jupyter's and MLflow's servers, every
-request must name an allowed Host, every `/api/*` call must carry the token printed at start-up (an
-`Authorization: Bearer` header, or the HttpOnly cookie the page URL's `?token=` sets), and a POST must be JSON sent
-from the page's own origin (a cross-site form can only send `text/plain`, urlencoded or multipart bodies).
+request must name an allowed Host, every `/api/*` call must carry the token printed at start-up as an
+`Authorization: Bearer` header, and a POST must be JSON sent from the page's own origin (a cross-site form can only
+send `text/plain`, urlencoded or multipart bodies). The page keeps the token its URL brought in the tab's
+sessionStorage, which belongs to its origin, port included: a cookie would not do, since browsers send a cookie for
+127.0.0.1 to every port of it, so any local user's server on another port would receive it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import json
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
 from typing import Any, Optional
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -26,7 +27,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WILDCARD = ("0.0.0.0", "::", "")
-COOKIE_PREFIX = "skillopt_dashboard_"
 # Sent with every answer. The page is its own files and JSON from this server, so the policy allows nothing else: no
 # inline or foreign script (text from a run directory can never run as script, even if it reached the page as
 # HTML), no inline style attributes, no framing by another site.
@@ -93,23 +93,9 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
 
-def cookie_name(port: int) -> str:
-    """Per port: browsers share cookies between ports of one host, and two dashboards must not overwrite each other."""
-    return f"{COOKIE_PREFIX}{port}"
-
-
 def _bearer(headers: dict[str, str]) -> Optional[str]:
     auth = headers.get("authorization", "")
     return auth[7:].strip() if auth[:7].lower() == "bearer " else None
-
-
-def _cookie(headers: dict[str, str], name: str) -> Optional[str]:
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(headers.get("cookie", ""))
-    except Exception:  # noqa: BLE001 - a malformed Cookie header is the same as none
-        return None
-    return jar[name].value if name in jar else None
 
 
 @dataclass(frozen=True)
@@ -136,11 +122,6 @@ class GuardMiddleware:
         if refusal is not None:
             await _send_json(send, refusal.status, {"error": refusal.message})
             return
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        page_token = (query.get("token") or [None])[0]
-        if scope["path"] == "/" and self.guard.token_ok(page_token):
-            await self.app(scope, receive, _with_cookie(send, cookie_name(port), self.guard.token))
-            return
         await self.app(scope, receive, send)
 
     def refusal(self, scope: Scope, headers: dict[str, str], port: int) -> Optional[Refusal]:
@@ -162,8 +143,7 @@ class GuardMiddleware:
             if ctype != "application/json":
                 return Refusal(415, "send the body as JSON with Content-Type: application/json")
         if scope["path"].startswith("/api/"):
-            given = _bearer(headers) or _cookie(headers, cookie_name(port))
-            if not g.token_ok(given):
+            if not g.token_ok(_bearer(headers)):
                 return Refusal(
                     401, "missing or wrong token: open the URL the dashboard printed (it ends in ?token=...)"
                 )
@@ -180,12 +160,6 @@ def _with_headers(send: Send, extra: Iterable[tuple[bytes, bytes]]) -> Send:
         await send(message)
 
     return wrapped
-
-
-def _with_cookie(send: Send, name: str, token: str) -> Send:
-    """`send` that adds the token cookie to the response start: HttpOnly (no script reads it) and SameSite=Strict."""
-    cookie = f"{name}={token}; Path=/; HttpOnly; SameSite=Strict"
-    return _with_headers(send, [(b"set-cookie", cookie.encode("latin-1"))])
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:

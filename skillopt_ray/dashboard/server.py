@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Optional
@@ -21,9 +22,10 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.dashboard import nights, views
-from skillopt_ray.dashboard.keys import key_routes, url_host
+from skillopt_ray.dashboard.keys import allowed_endpoint, key_routes
 from skillopt_ray.dashboard.launcher import Launcher
 from skillopt_ray.dashboard.limits import PathPolicy
 from skillopt_ray.dashboard.security import Guard, GuardMiddleware
@@ -33,6 +35,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES = 64 * 1024
 # A run id is a path under the output folder a few levels deep; a longer one names no run.
 MAX_RUN_ID_CHARS = 1024
+SLOW_WALK_S = 0.5  # a walk of the output folder slower than this (or cut short) ...
+WALK_REUSE_S = 30.0  # ... is reused for this long before the folder is walked again
 
 
 class BodyTooLarge(UsageError):
@@ -55,12 +59,21 @@ class Dashboard:
         project: Optional[Path] = None,
     ):
         self.outputs = Path(outputs).resolve()
-        # the project whose staged nights the Nights tab lists (read-only)
-        self.project = Path(project).resolve() if project else nights.project_for(self.outputs, Path(cwd))
+        self.cwd = Path(cwd)
+        self.given_project = Path(project).resolve() if project else None
         self.guard = guard or Guard.make(None, "127.0.0.1")
         policy = PathPolicy.make(Path(cwd), self.outputs, allow_paths)
-        hosts = frozenset(url_host(h) for h in allow_endpoints if h.strip())
+        hosts = frozenset(allowed_endpoint(h) for h in allow_endpoints if h.strip())
         self.launcher = Launcher(cwd, ray_address, policy, hosts)
+        self.rows: views.RowCache = untrusted.StatCache()  # the table's rows, read again when a run's files change
+        self.details: views.DetailCache = untrusted.StatCache(64)  # the runs' pages, likewise
+        self._walk: Optional[tuple[untrusted.Walk, float]] = None  # a costly walk and when it was made
+
+    @property
+    def project(self) -> Optional[Path]:
+        """The project whose staged nights the Nights tab lists (read-only): the one given, else found again at each
+        poll (a project whose first night is staged after the dashboard started is shown without a restart)."""
+        return self.given_project or nights.project_for(self.outputs, self.cwd)
 
     def resolve(self, run_id: str) -> Path:
         """A run id from the page, as a run directory under the output folder (never outside it)."""
@@ -80,9 +93,23 @@ class Dashboard:
             raise KeyError(run_id)
         return path
 
-    def runs(self) -> list[JSONObject]:
-        paths = views.find_runs(self.outputs)
-        return views.compare_rows(self.outputs, paths, self.launcher.alive_run_dirs(), self.launcher.stopped_run_dirs())
+    def walk(self) -> untrusted.Walk:
+        """The run folders under the output folder. A walk that was cut short or slow (an output folder of `/`) is
+        reused for WALK_REUSE_S, so polls every 2 s do not walk the disk every time."""
+        now = time.monotonic()
+        if self._walk is not None and now - self._walk[1] < WALK_REUSE_S:
+            return self._walk[0]
+        walk = views.walk_runs(self.outputs)
+        costly = bool(walk.stopped) or time.monotonic() - now > SLOW_WALK_S
+        self._walk = (walk, now) if costly else None
+        return walk
+
+    def runs(self) -> JSONObject:
+        """The table's rows, and a note when the walk of the output folder stopped early."""
+        walk = self.walk()
+        alive, stopped = self.launcher.alive_run_dirs(), self.launcher.stopped_run_dirs()
+        rows = views.compare_rows(self.outputs, walk.found, alive, stopped, self.rows)
+        return {"outputs": str(self.outputs), "runs": rows, "note": walk.stopped}
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -139,7 +166,7 @@ def _view_routes(dash: Dashboard) -> list[Route]:
             return _error(str(e))
 
     async def runs(_: Request) -> Response:
-        return JSONResponse({"outputs": str(dash.outputs), "runs": await asyncio.to_thread(dash.runs)})
+        return JSONResponse(await asyncio.to_thread(dash.runs))
 
     async def run(request: Request) -> Response:
         try:
@@ -148,7 +175,9 @@ def _view_routes(dash: Dashboard) -> list[Route]:
             return _error("no such run under the output folder", 404)
         alive = str(path) in dash.launcher.alive_run_dirs()
         stopped = str(path) in dash.launcher.stopped_run_dirs()
-        detail = await asyncio.to_thread(views.run_detail, dash.outputs, path, alive, stopped)
+        detail = await asyncio.to_thread(
+            views.cached_detail, dash.outputs, path, alive, stopped, dash.rows, dash.details
+        )
         if str(path) in dash.launcher.stopping_run_dirs():
             detail["row"]["status"] = "stopping"
         return JSONResponse(detail)

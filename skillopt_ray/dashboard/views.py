@@ -13,12 +13,13 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, TypedDict
+from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.jsontypes import JSONValue
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.base.stats import GateTestDict
-from skillopt_ray.runs.records import Progress
+from skillopt_ray.runs.records import Progress, RecordError
 from skillopt_ray.runs.rundir import STEP_DIFF, RunDir
 
 # The six stages of a training step, in order (the strip at the top of the watch view).
@@ -36,34 +37,36 @@ def is_run_dir(path: Path) -> bool:
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Run directories under `root` (itself included), sorted by path."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found: list[Path] = []
-    stack = [(root, 0)]
-    while stack:
-        here, depth = stack.pop()
-        if is_run_dir(here):
-            found.append(here)
-            continue
-        if depth >= MAX_DEPTH:
-            continue
-        try:
-            children = sorted(p for p in here.iterdir() if p.is_dir() and not p.name.startswith("."))
-        except OSError:
-            continue
-        stack += [(c, depth + 1) for c in children]
-    return sorted(found)
+    """Run directories under `root` (itself included), sorted by path (see `walk_runs`)."""
+    return walk_runs(root).found
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+def walk_runs(root: Path) -> untrusted.Walk:
+    """Run directories under `root`: hidden folders and symlinks skipped, the walk bounded in entries and time (an
+    output folder of `/` or of 20,000 empty folders must not make every poll walk them all)."""
+    walk = untrusted.find_dirs(Path(root), is_run_dir, MAX_DEPTH)
+    top = Path(root).resolve()
+    # a folder swapped for a symlink while it was walked leads nowhere outside
+    walk.found = [p for p in walk.found if p.resolve() == top or top in p.resolve().parents]
+    return walk
+
+
+# A config's keys as compared between runs: a real one has a few hundred, a few levels deep.
+MAX_FLAT_KEYS = 5000
+MAX_FLAT_DEPTH = 16
+
+
+def _flatten(d: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
+    """dotted.key -> value, bounded in keys and depth (a run folder's config is anyone's to write)."""
     if not isinstance(d, dict):
         return {prefix: d}
     out: dict[str, Any] = {}
-    for k, v in d.items():
+    for k, v in list(d.items())[:MAX_FLAT_KEYS]:
         key = f"{prefix}.{k}" if prefix else str(k)
-        out.update(_flatten(v, key) if isinstance(v, dict) else {key: v})
+        deeper = isinstance(v, dict) and depth < MAX_FLAT_DEPTH
+        out.update(_flatten(v, key, depth + 1) if deeper else {key: v if not isinstance(v, dict) else "{...}"})
+        if len(out) >= MAX_FLAT_KEYS:
+            break
     return out
 
 
@@ -160,6 +163,7 @@ class RunRow:
     swept: dict[str, Any] = field(default_factory=dict)
     sweep: str = ""  # the sweep this run is a trial of ("" for a run of its own)
     trial: str = ""  # the trial's key within its sweep
+    error: str = ""  # why the run's files could not be read (one line); the other rows are shown all the same
 
 
 def _run_id(root: Path, path: Path) -> str:
@@ -235,6 +239,39 @@ def run_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) 
     )
 
 
+# What a run folder anyone could write into may throw at the readers: a damaged or planted file, or a value of the
+# wrong type where a record expects another. One such run is shown as unreadable, never the whole table lost.
+ROW_ERRORS = (RecordError, ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError)
+
+
+def safe_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunRow:
+    """`run_row`, or a row saying in one line why this run's files cannot be read."""
+    try:
+        return run_row(root, path, alive, stopped)
+    except ROW_ERRORS as e:
+        return RunRow(id=_run_id(root, path), path=str(path), status="unreadable", error=str(e).splitlines()[0][:300])
+
+
+RowCache = untrusted.StatCache[str, tuple[RunRow, dict[str, Any]]]
+
+
+def cached_row(root: Path, path: Path, alive: bool, stopped: bool, cache: RowCache) -> tuple[RunRow, dict[str, Any]]:
+    """A run's row and config, read again only when a file at the run's top changed (the live status is always
+    read afresh: it depends on the clock)."""
+
+    def read() -> tuple[RunRow, dict[str, Any]]:
+        return safe_row(root, path), RunDir(path).read_config()
+
+    row, cfg = cache.get(str(path), untrusted.stamp_of(path), read)
+    row = RunRow(**asdict(row))
+    if not row.error:
+        try:
+            row.status = status_of(RunDir(path), alive, stopped)
+        except ROW_ERRORS as e:
+            row.status, row.error = "unreadable", str(e).splitlines()[0][:300]
+    return row, cfg
+
+
 def _incidental(key: str) -> bool:
     """Keys that differ between runs without making them different experiments (the seed has its own column)."""
     return key in ("seed", "output_dir", "run_name") or key.startswith(("debug.", "tracking."))
@@ -256,14 +293,18 @@ def swept_keys(flat: list[dict[str, Any]]) -> list[str]:
 
 
 def compare_rows(
-    root: Path, paths: list[Path], alive: Optional[set[str]] = None, stopped: Optional[set[str]] = None
+    root: Path,
+    paths: list[Path],
+    alive: Optional[set[str]] = None,
+    stopped: Optional[set[str]] = None,
+    cache: Optional[RowCache] = None,
 ) -> list[dict[str, Any]]:
     """Table rows for runs. Each row's swept values are the keys that differ within its group of comparable runs
     (same benchmark, mode and sweep), so runs of other benchmarks do not make every key look swept; a sweep's
     trials carry the sweep's name and their trial key."""
-    alive, stopped = alive or set(), stopped or set()
-    rows = [run_row(root, p, str(p) in alive, str(p) in stopped) for p in paths]
-    configs = [RunDir(p).read_config() for p in paths]
+    alive, stopped, cache = alive or set(), stopped or set(), cache or untrusted.StatCache()
+    both = [cached_row(root, p, str(p) in alive, str(p) in stopped, cache) for p in paths]
+    rows, configs = [r for r, _ in both], [c for _, c in both]
     groups: dict[tuple[str, str, str], list[int]] = {}
     for i, cfg in enumerate(configs):
         groups.setdefault(_group_key(cfg), []).append(i)
@@ -303,7 +344,7 @@ def steps(rd: RunDir) -> list[StepView]:
     by_key = {(h.get("epoch"), h.get("step_in_epoch")): h for h in history(rd)}
     out: list[StepView] = []
     for epoch, step in rd.step_ids():
-        decision = rd.read_gate(epoch, step)
+        decision = _or(None, rd.read_gate, epoch, step)
         gate = decision.to_dict() if decision is not None else {}
         rec = by_key.get((epoch, step)) or {}
         out.append(
@@ -380,23 +421,46 @@ def live(rd: RunDir) -> Progress:
     return rd.read_progress()
 
 
+def _or(default: Any, read: Any, *args: Any) -> Any:
+    """One part of a run's page, or `default` when its files cannot be read (the rest of the page is still shown)."""
+    try:
+        return read(*args)
+    except ROW_ERRORS:
+        return default
+
+
 def run_detail(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunDetail:
     rd = RunDir(path)
     cfg = rd.read_config()
-    version, skill = current_skill(rd)
+    version, skill = _or((None, ""), current_skill, rd)
     return {
-        "row": asdict(run_row(root, path, alive, stopped)),
+        "row": asdict(safe_row(root, path, alive, stopped)),
         "stages": list(STAGES),
         "extra_stages": list(EXTRA_STAGES),
         "live": live(rd),
-        "curve": curve(rd),
-        "steps": steps(rd),
-        "epochs": epochs(rd),
+        "curve": _or([], curve, rd),
+        "steps": _or([], steps, rd),
+        "epochs": _or([], epochs, rd),
         "skill": {"version": version, "text": skill},
-        "costs": costs(rd, cfg),
-        "errors": errors(rd),
-        "summary": rd.summary(),
+        "costs": _or({"entries": {}, "totals": {}, "budget": {}}, costs, rd, cfg),
+        "errors": _or({"infra": {}, "data": 0}, errors, rd),
+        "summary": _or(None, rd.summary),
     }
+
+
+DetailCache = untrusted.StatCache[str, RunDetail]
+
+
+def cached_detail(
+    root: Path, path: Path, alive: bool, stopped: bool, rows: RowCache, details: DetailCache
+) -> RunDetail:
+    """A run's page, read again only when a file at its top or a step or epoch folder changed; its row's status and
+    the live progress are read afresh (they depend on the clock)."""
+    stamp = untrusted.stamp_of(path, (".", "steps", "epochs"))
+    detail = cast(RunDetail, dict(details.get(str(path), stamp, lambda: run_detail(root, path))))
+    detail["row"] = asdict(cached_row(root, path, alive, stopped, rows)[0])
+    detail["live"] = live(RunDir(path))
+    return detail
 
 
 def unfenced(text: str) -> str:
@@ -417,7 +481,7 @@ def step_diff(path: Path, step_id: str) -> str:
 
 def best_skill(path: Path) -> str:
     rd = RunDir(path)
-    return rd.read_best_skill() or current_skill(rd)[1]
+    return rd.read_best_skill() or _or((None, ""), current_skill, rd)[1]
 
 
 def skill_diff(path_a: Path, path_b: Path) -> str:

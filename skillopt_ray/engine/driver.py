@@ -1,4 +1,8 @@
-"""The driver actor: one Ray actor owns a run — its state, checkpoints, gateway and environment pool.
+"""The driver: one object owns a run — its state, checkpoints, gateway and environment pool.
+
+It runs as the Ray actor `DriverActor`, or in the command's own process (the one-process engine,
+skillopt_ray/engine/local.py); the executor it is given starts and calls the run's other parts.
+This module imports no Ray: the Ray names are made on first use.
 
 It returns an outcome record rather than raising, so the CLI can print one line
 that names the problem (and exit non-zero) without a traceback.
@@ -13,9 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional, cast
 
-import ray
 import skillopt_envs
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from skillopt_envs.base import DataError, EpisodeContext
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
@@ -26,9 +28,10 @@ from skillopt_ray.config import Config, ConfigError, RayConfig, redact
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.config.skill_files import SkillTexts, read_skill_file
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings, pool_shape
+from skillopt_ray.engine.executor import Executor, ray_executor
 from skillopt_ray.engine.trainer import SimulatedInterrupt, Splits, Trainer, limit_tasks
 from skillopt_ray.engine.warm import ActorOptions, Spawner, fresh
-from skillopt_ray.llm.gateway import GatewayActor, LLMHandle
+from skillopt_ray.llm.gateway import GatewayHost, LLMHandle
 from skillopt_ray.llm.types import BudgetExceeded, LLMError
 from skillopt_ray.runs.progress import Eta
 from skillopt_ray.runs.records import Outcome, Progress, Summary
@@ -60,9 +63,11 @@ class Run:
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
         skills: Optional[SkillTexts] = None,
+        executor: Optional[Executor] = None,
     ):
         import dataclasses
 
+        self.executor = executor or ray_executor()  # where the gateway and the env workers run
         self.cfg = cfg
         self.cfg_dict = cast(PlainConfig, dataclasses.asdict(cfg))  # for the benchmark, config.yaml and MLflow
         self.skills = dict(skills or {})
@@ -85,7 +90,7 @@ class Run:
         if note:
             self.notes.append(note)
         if self.gateway is None:
-            self.gateway = start_gateway(self.cfg, str(self.rd.root), self.owners)
+            self.gateway = start_gateway(self.cfg, str(self.rd.root), self.owners)  # on Ray: see cli/launch._drive
         self.rd.write_config(redact(self.cfg_dict))
         llm = LLMHandle(self.gateway)
         self.set_progress(stage="starting environment actors")
@@ -111,12 +116,13 @@ class Run:
             ),
             owners=self.owners,
             prestarted=self.prestarted,
+            executor=self.executor,
         )
         self.set_progress(stage="opening the MLflow store")
         mark("env-actors-requested")
         # MLflow's import, store and run creation take seconds: they go on in a thread beside the first episodes;
         # the first use of the tracker waits for them
-        self.tracker = TrackerWhenReady(self._open_tracker)
+        self.tracker = TrackerWhenReady(self._open_tracker, getattr(self.executor, "wait_first_call", None))
         return bench, llm
 
     def _open_tracker(self) -> Tracker:
@@ -308,10 +314,10 @@ class Run:
     async def _close(self) -> None:
         if self.gateway is not None:
             try:
-                await self.gateway.close.remote()
+                await self.executor.call(self.gateway, "close")
             except Exception:  # noqa: BLE001
                 pass
-            ray.kill(self.gateway, no_restart=True)
+            self.executor.stop(self.gateway)
         if self.pool is not None:
             self.pool.shutdown()
 
@@ -350,16 +356,22 @@ class Run:
 
 
 class TrackerWhenReady:
-    """A Tracker being opened in a thread: any use waits until it is open, and raises what opening raised."""
+    """A Tracker being opened in a thread: any use waits until it is open, and raises what opening raised.
 
-    def __init__(self, open_tracker: Any):
+    `after`, when given, is waited for first: in one process MLflow's import (seconds of CPU) would hold the GIL from
+    the imports the first model call needs, so it starts once that call went out."""
+
+    def __init__(self, open_tracker: Any, after: Optional[Any] = None):
         self._done = threading.Event()
         self._tracker: Optional[Tracker] = None
         self._error: Optional[BaseException] = None
-        threading.Thread(target=self._open, args=(open_tracker,), name="mlflow-open", daemon=True).start()
+        args = (open_tracker, after)
+        threading.Thread(target=self._open, args=args, name="mlflow-open", daemon=True).start()
 
-    def _open(self, open_tracker: Any) -> None:
+    def _open(self, open_tracker: Any, after: Optional[Any]) -> None:
         try:
+            if after is not None:
+                after()
             self._tracker = open_tracker()
         except BaseException as e:  # noqa: BLE001 - raised to whoever uses the tracker
             self._error = e
@@ -395,9 +407,14 @@ def start_gateway(cfg: Config, run_dir: str, owners: list[Owner], spawn: Spawner
     """The run's LLM gateway actor, on this node: it writes the ledger and cache into the run directory, and it must
     not die with a worker node. The command starts it beside the driver actor (both processes come up at once).
     It gets the typed `llm` section, as checked."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from skillopt_ray.engine.ray_executor import RayExecutor
+
     rd = RunDir(run_dir)
-    return spawn(
-        GatewayActor,
+    return RayExecutor(spawn).start(
+        GatewayHost,
         ActorOptions(
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         ),
@@ -413,6 +430,9 @@ def driver_options(ray_cfg: RayConfig) -> ActorOptions:
     """Ray options for the driver actor. With ray.driver_node=local (the default) it runs on the calling
     process's node, where that process has just made the run directory; `any` lets Ray place it (the run
     directory must then be on a path every node mounts; the driver checks that it can see it)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     opts = ActorOptions(num_cpus=0)
     if ray_cfg.driver_node == "local":
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
@@ -425,6 +445,8 @@ def run_dir_unseen(run_dir: str, owner: Optional[Owner]) -> Optional[str]:
     """Why this node cannot hold the run (the run directory, made before the driver starts, is not here), or None."""
     if Path(run_dir).is_dir():
         return None
+    import ray
+
     here = ray.get_runtime_context().get_node_id()
     made_on = f" on node {str(owner['node'])[:12]}" if owner and owner.get("node") and owner["node"] != here else ""
     return (
@@ -434,8 +456,13 @@ def run_dir_unseen(run_dir: str, owner: Optional[Owner]) -> Optional[str]:
     )
 
 
-@ray.remote(num_cpus=0, max_concurrency=8)  # type: ignore[call-overload]  # Ray's stubs omit actor options
-class DriverActor:
+class Driver:
+    """A run, its live progress record and the progress calls of the command that follows it (the Ray actor
+    `DriverActor`, or an object in the command's own process)."""
+
+    ray_name = "DriverActor"
+    ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 8}
+
     def __init__(
         self,
         cfg: Config,
@@ -444,6 +471,7 @@ class DriverActor:
         gateway: Any = None,
         env_actors: Optional[list[Any]] = None,
         skills: Optional[SkillTexts] = None,
+        executor: Optional[Executor] = None,
     ):
         from skillopt_ray.base.lifeline import identity, watch
 
@@ -451,7 +479,9 @@ class DriverActor:
         mark("driver-started")
         self._unseen = run_dir_unseen(run_dir, owner)  # checked before Run makes a stray directory on this node
         self._run_dir = run_dir
-        self._run = None if self._unseen else Run(cfg, run_dir, [owner, identity()], gateway, env_actors, skills)
+        self._run = (
+            None if self._unseen else Run(cfg, run_dir, [owner, identity()], gateway, env_actors, skills, executor)
+        )
         self._ledger: dict[str, Any] = {}
         self._eta = Eta()
 
@@ -496,10 +526,19 @@ class DriverActor:
         snap = self._run.snapshot()
         if self._run.gateway is not None:
             try:
-                self._ledger = await self._run.gateway.ledger_snapshot.remote()
+                self._ledger = await self._run.executor.call(self._run.gateway, "ledger_snapshot")
             except Exception:  # noqa: BLE001 - gateway gone at the end of a run
                 pass
         if self._ledger:
             snap["tokens"] = self._ledger["totals"]["tokens"]
             snap["cost_usd"] = self._ledger["totals"]["cost_usd"]
         return snap
+
+
+def __getattr__(name: str) -> Any:
+    """`DriverActor`: the Ray actor class of Driver, made (and Ray imported) on first use."""
+    if name != "DriverActor":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from skillopt_ray.base.ray_class import remote_class
+
+    return remote_class(Driver)

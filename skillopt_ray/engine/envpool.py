@@ -1,4 +1,4 @@
-"""A pool of Ray actors hosting environment instances.
+"""A pool of environment workers: Ray actors, or objects of the one-process engine (skillopt_ray/engine/executor.py).
 
 Episodes run concurrently and independently (no lock-step): each takes a free
 slot, so one slow episode never holds the others. Dead or hung actors are
@@ -24,23 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import ray
 import skillopt_envs
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from skillopt_envs.base import INFRA_KINDS, NOT_PLAYED, DataError, EnvSettings, EpisodeContext, EpisodeResult, Task
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.lifeline import Owner
 from skillopt_ray.base.startup_trace import mark
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.engine.executor import Executor, ray_executor, ray_failure
 from skillopt_ray.engine.warm import ActorOptions
-from skillopt_ray.llm.callbox import CallBatcher, Mailboxes
+from skillopt_ray.llm.callbox import Mailboxes
 from skillopt_ray.llm.gateway import LLMHandle
 from skillopt_ray.llm.types import GatewayLost, LLMError, LLMUnavailable, ReplyIncomplete
 
@@ -74,7 +74,7 @@ def episode_error(e: Exception, item: Any) -> Exception:
     survive pickling as an EpisodeCrash."""
     import pickle
 
-    if isinstance(e, RayActorError):
+    if ray_failure(e) is not None:
         return GatewayLost(
             f"the LLM gateway actor died ({_first_line(e)}); no episode can reach the model: "
             "rerun the same command to resume the run"
@@ -169,17 +169,18 @@ def prestart_actor(
     """One env actor started by the command beside the driver actor (every pool has at least one), so its process
     comes up while the driver's does. It takes as many episodes at once as the largest pool shape could give it."""
     from skillopt_ray.config import ConfigError
+    from skillopt_ray.engine.ray_executor import RayExecutor
+    from skillopt_ray.engine.warm import fresh
 
     r = cfg_dict["ray"]
     s = settings_from(r, r["env_actors"], r["env_actors"] * r["episodes_per_actor"])
     env_name = cfg_dict["env"]["name"]
+    executor = RayExecutor(spawn or fresh)
     try:
-        resource = resolve_env_resource(s.env_resource, env_name, ray.cluster_resources())
+        resource = resolve_env_resource(s.env_resource, env_name, executor.resources())
     except ConfigError:
         return None  # the driver's pool says what is wrong, as a config error
-    from skillopt_ray.engine.warm import fresh
-
-    return (spawn or fresh)(EnvActor, actor_options(s, resource, []), env_name, cfg_dict["env"], gateway, owners)
+    return executor.start(EnvWorker, actor_options(s, resource, []), env_name, cfg_dict["env"], gateway, owners)
 
 
 def settings_from(ray_cfg: dict[str, Any], actors: int, per_actor: int) -> PoolSettings:
@@ -195,15 +196,20 @@ def settings_from(ray_cfg: dict[str, Any], actors: int, per_actor: int) -> PoolS
     )
 
 
-@ray.remote
-class EnvActor:
+class EnvWorker:
+    """Hosts one benchmark instance and runs its episodes (the Ray actor `EnvActor`, or an object of the one-process
+    engine on a thread of its own)."""
+
+    ray_name = "EnvActor"
+    ray_options: dict[str, Any] = {}
+
     def __init__(self, env_name: str, env_cfg: EnvSettings, gateway: Any, owners: Optional[list[Owner]] = None):
         from skillopt_ray.base.lifeline import watch
 
         watch(list(owners or []), "env actor")  # the owner (CLI, driver) gone: stop before starting another episode
         mark("env-actor-started")
         self.llm = LLMHandle(gateway)
-        self.boxes = Mailboxes(lambda item: self.run(*item), episode_error)  # episodes sent in batches (submit)
+        self.boxes = Mailboxes(self.play, episode_error)  # episodes sent in batches (submit), on Ray
         self.bench: Any = None
         self.started_one = False  # whether an episode has started here (the first one marks it)
         self.data_error = ""  # this node cannot run the benchmark: every episode here says why
@@ -223,8 +229,7 @@ class EnvActor:
             mark("env-actor-ready")
         except DataError as e:
             self.data_error = (
-                f"the {env_name} env actor on node {ray.util.get_node_ip_address()} "
-                f"({ray.get_runtime_context().get_node_id()[:12]}) cannot load the benchmark: {e}; every node that hosts "
+                f"the {env_name} env actor on {where()} cannot load the benchmark: {e}; every node that hosts "
                 f"env actors must see the data at the same path (a shared filesystem), or advertise the resource "
                 f"skillopt_env_{env_name} only on the nodes that have it"
             )
@@ -240,6 +245,10 @@ class EnvActor:
         result = await self.bench.run_episode(task, skill, self.llm, await episode_context(self.llm, ctx))
         return result.to_dict()
 
+    async def play(self, item: tuple[Task, str, EpisodeContext]) -> JSONObject:
+        """One episode sent as one item (task, skill, context): what the pool sends."""
+        return await self.run(*item)
+
     def submit(self, box: str, episodes: list[tuple[int, Any]]) -> int:
         """Start a batch of episodes, each (sequence number, (task, skill, context)); each result waits in the
         caller's mailbox for collect(). One actor call for many episodes: skillopt_ray/llm/callbox.py."""
@@ -252,7 +261,8 @@ class EnvActor:
         self.boxes.cancel(box, seqs)
 
     def node(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+        ray = sys.modules.get("ray")
+        return str(ray.get_runtime_context().get_node_id()) if ray is not None and ray.is_initialized() else "local"
 
     def pid(self) -> int:
         return os.getpid()
@@ -261,6 +271,23 @@ class EnvActor:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def where() -> str:
+    """This process's node, for messages: its address and Ray node id, or "this machine" outside Ray."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return "this machine"
+    return f"node {ray.util.get_node_ip_address()} ({ray.get_runtime_context().get_node_id()[:12]})"
+
+
+def __getattr__(name: str) -> Any:
+    """`EnvActor`: the Ray actor class of EnvWorker, made (and Ray imported) on first use."""
+    if name != "EnvActor":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from skillopt_ray.base.ray_class import remote_class
+
+    return remote_class(EnvWorker)
 
 
 def turns_guess(task: Task, turns: dict[str, int]) -> Optional[float]:
@@ -333,28 +360,31 @@ class EnvPool:
         settings: PoolSettings,
         owners: Optional[list[Owner]] = None,
         prestarted: Optional[list[Any]] = None,
+        executor: Optional[Executor] = None,
     ):
         self.owners = list(owners or [])
         self.env_name = env_name
         self.env_cfg = env_cfg
         self.gateway = gateway
         self.s = settings
-        cluster = ray.cluster_resources()
-        self.resource = resolve_env_resource(settings.env_resource, env_name, cluster)
-        check_fits(settings, self.resource, cluster)
+        self.executor = executor or ray_executor()
+        self.resource: Optional[str] = None  # placement: only a cluster has nodes that advertise resources
+        if self.executor.kind == "ray":
+            cluster = self.executor.resources()
+            self.resource = resolve_env_resource(settings.env_resource, env_name, cluster)
+            check_fits(settings, self.resource, cluster)
         self.suspect_nodes: dict[str, float] = {}  # node id -> when it last lost an actor (monotonic)
         ready = list(prestarted or [])  # started beside the driver (prestart_actor): adopted, the rest spawned here
         for extra in ready[settings.actors :]:
-            ray.kill(extra, no_restart=True)
+            self.executor.stop(extra)
         self.actors: list[Any] = ready[: settings.actors] + [
             self._spawn() for _ in range(settings.actors - len(ready[: settings.actors]))
         ]
-        self.actor_node_refs: list[Any] = [a.node.remote() for a in self.actors]
+        self.actor_node_refs: list[Any] = [self.executor.call(a, "node") for a in self.actors]
         self.generation = [0] * settings.actors
         self.replaced = 0
         self.retried_episodes = 0
         self._slots: Optional[Slots] = None
-        self._batchers: dict[int, CallBatcher] = {}
         self.home: dict[str, int] = {}  # task_id -> actor that last ran it (cache affinity)
         self.affinity_hits = 0
         self._slots_loop: Optional[asyncio.AbstractEventLoop] = None
@@ -364,20 +394,14 @@ class EnvPool:
 
     def _spawn(self) -> Any:
         recent = sorted(n for n, t in self.suspect_nodes.items() if time.monotonic() - t < SUSPECT_NODE_S)
-        return EnvActor.options(  # type: ignore[attr-defined]  # .options comes from @ray.remote
-            **actor_options(self.s, self.resource, recent)
-        ).remote(self.env_name, self.env_cfg, self.gateway, self.owners)
+        options = actor_options(self.s, self.resource, recent)
+        return self.executor.start(EnvWorker, options, self.env_name, self.env_cfg, self.gateway, self.owners)
 
     def _note_lost_node(self, idx: int) -> None:
         """Remember the node of a lost actor, when it is known, so its replacement goes elsewhere."""
-        ref = self.actor_node_refs[idx]
-        ready, _ = ray.wait([ref], timeout=0)
-        if not ready:
-            return
-        try:
-            self.suspect_nodes[ray.get(ready[0])] = time.monotonic()
-        except Exception:  # noqa: BLE001 - the actor died before it could say where it ran
-            pass
+        known, node = self.executor.done(self.actor_node_refs[idx])  # not known: it died before it said
+        if known:
+            self.suspect_nodes[node] = time.monotonic()
 
     def _slot_pool(self) -> Slots:
         """Free slots, bound to the running event loop."""
@@ -387,23 +411,13 @@ class EnvPool:
             self._slots = Slots(len(self.actors), self.s.episodes_per_actor)
         return self._slots
 
-    def _batcher(self, idx: int) -> CallBatcher:
-        """Episodes for actor `idx` go through its batcher (one per actor and event loop; a replacement gets its own)."""
-        b = self._batchers.get(idx)
-        if b is None or b.actor is not self.actors[idx] or b.loop is not asyncio.get_running_loop():
-            b = self._batchers[idx] = CallBatcher(self.actors[idx])
-        return b
-
     def _replace(self, idx: int, gen: int) -> None:
         if self.generation[idx] != gen:
             return  # another episode already replaced this actor
-        try:
-            ray.kill(self.actors[idx], no_restart=True)
-        except Exception:  # noqa: BLE001 - it may already be dead
-            pass
+        self.executor.stop(self.actors[idx])
         self._note_lost_node(idx)
         self.actors[idx] = self._spawn()
-        self.actor_node_refs[idx] = self.actors[idx].node.remote()
+        self.actor_node_refs[idx] = self.executor.call(self.actors[idx], "node")
         self.generation[idx] += 1
         self.replaced += 1
 
@@ -419,7 +433,7 @@ class EnvPool:
             gen = self.generation[idx]
             try:
                 # an episode the caller no longer needs, or one timed out, is cancelled on the actor too
-                episode = self._batcher(idx).call((task, skill, ctx))
+                episode = self.executor.send(self.actors[idx], "play", (task, skill, ctx))
                 data = await asyncio.wait_for(episode, timeout=self.s.episode_timeout_s)
                 self.home[task.task_id] = idx
                 return EpisodeResult.from_dict(data)
@@ -437,21 +451,23 @@ class EnvPool:
                     break
             except NodeDataError as e:
                 raise DataError(str(getattr(e, "cause", None) or e).strip().splitlines()[-1]) from None
-            except (asyncio.TimeoutError, GetTimeoutError):
+            except TimeoutError:  # asyncio's, and Ray's GetTimeoutError
                 last_error, kind = (
                     f"episode timed out after {self.s.episode_timeout_s:.0f}s (actor replaced)",
                     "timeout",
                 )
                 self._replace(idx, gen)
-            except RayActorError as e:
-                if isinstance(e, RayTaskError):  # raised inside the episode: the actor it called (the gateway) died
+            except Exception as e:  # noqa: BLE001 - environment code failed; retried, then reported
+                lost = ray_failure(e)
+                if lost == "callee":  # raised inside the episode: the actor it called (the gateway) died
                     raise GatewayLost(
                         f"the LLM gateway actor died ({_first_line(e)}); no episode can reach the model: "
                         "rerun the same command to resume the run"
                     ) from None
-                last_error, kind = f"environment actor died: {_first_line(e)}", "actor_died"
-                self._replace(idx, gen)
-            except Exception as e:  # noqa: BLE001 - environment code failed; retried, then reported
+                if lost == "actor":
+                    last_error, kind = f"environment actor died: {_first_line(e)}", "actor_died"
+                    self._replace(idx, gen)
+                    continue
                 cause = getattr(e, "cause", None) or e  # the environment's own exception, not Ray's wrapper
                 name = getattr(cause, "type_name", "") or type(cause).__name__  # EpisodeCrash names the original
                 last_error = f"{name}: {str(cause).splitlines()[-1][:300] if str(cause) else ''}"
@@ -505,9 +521,7 @@ class EnvPool:
                 j.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
         # the cancels reached the actors: once run() returns, no cancelled episode makes another model call
-        await asyncio.gather(
-            *(b.cancels_acknowledged() for b in self._batchers.values() if b.loop is asyncio.get_running_loop())
-        )
+        await self.executor.cancels_acknowledged()
         return [
             j.result()
             if not j.cancelled()
@@ -519,17 +533,14 @@ class EnvPool:
 
     async def actor_nodes(self) -> list[str]:
         """The Ray node id each actor runs on (in actor order): the answers each actor gave when it was spawned."""
-        return list(await asyncio.gather(*self.actor_node_refs))
+        return await self.executor.gather(self.actor_node_refs)
 
     async def actor_pids(self) -> list[int]:
-        return list(await asyncio.gather(*(a.pid.remote() for a in self.actors)))
+        return await self.executor.gather(self.executor.call(a, "pid") for a in self.actors)
 
     async def memory_mb(self) -> list[float]:
-        return list(await asyncio.gather(*(a.memory_mb.remote() for a in self.actors)))
+        return await self.executor.gather(self.executor.call(a, "memory_mb") for a in self.actors)
 
     def shutdown(self) -> None:
         for a in self.actors:
-            try:
-                ray.kill(a, no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass
+            self.executor.stop(a)

@@ -103,9 +103,11 @@ def claude_argv(
     max_thinking_tokens: int = 0,
     permission_mode: str = "bypassPermissions",
     add_dirs: tuple[str, ...] = (),
+    append_system: str = "",
 ) -> list[str]:
     """`claude -p` as the reference runs it, the exec prompt after `--`. Claude Code 2.1.197 has no
-    --max-thinking-tokens flag; the cap goes in through MAX_THINKING_TOKENS in its environment instead."""
+    --max-thinking-tokens flag; the cap goes in through MAX_THINKING_TOKENS in its environment instead.
+    `append_system` (the workspace's skills, skill_list.py) goes in with --append-system-prompt."""
     argv = [claude, "-p", "--output-format", "text", "--permission-mode", permission_mode, "--add-dir", work_dir]
     argv += ["--tools", CLAUDE_TOOLS, "--allowedTools", CLAUDE_TOOLS]
     if model:
@@ -115,6 +117,8 @@ def claude_argv(
         argv += ["--effort", e]
     for d in add_dirs:
         argv += ["--add-dir", d]
+    if append_system:
+        argv += ["--append-system-prompt", append_system]
     return argv + ["--", prompt]
 
 

@@ -11,16 +11,18 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from skillopt_envs.sandbox import userns_filter
 
-from skillopt_ray.harness import commands, trace
+from skillopt_ray.harness import commands, skill_list, trace
 from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
 from skillopt_ray.harness.workspace import remove_tree
-from skillopt_ray.llm.agent_api import AgentAPIServer, CallRecord
 from skillopt_ray.llm.wire import AgentOptions
 from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
+
+if TYPE_CHECKING:  # the agent API server (aiohttp) loads with the first agent episode, not with every chat run
+    from skillopt_ray.llm.agent_api import CallRecord
 
 HARNESSES = ("codex", "claude_code")
 PROCESS_RAN = "Process exited with code"  # Codex's header on a command's output, written once a process ran
@@ -250,6 +252,7 @@ def _cli_launch(
         settings.model,
         settings.claude_effort,
         add_dirs=options.add_dirs,
+        append_system=skill_list.listing(workspace),
     )
     extra = {
         "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{jail.port}",
@@ -279,6 +282,8 @@ async def _run_attempt(
     token = secrets.token_hex(16)  # the only key the agent holds: it opens nothing but its own endpoint
     cmd, extra = _cli_launch(settings, jail, home, workspace, prompt, token, options)
     env = jail_env(jail.home_path(), jail.prefix_path(), extra)
+    from skillopt_ray.llm.agent_api import AgentAPIServer
+
     server = AgentAPIServer(llm, where[0], stage=where[1])
     await server.start(jail.socket_path)
     t_launch = time.monotonic()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -210,10 +211,13 @@ class CallBatcher:
                     fut.set_exception(value)
 
     def _fail(self, seqs: list[int], error: BaseException) -> None:
-        from ray.exceptions import RayTaskError
-
+        ray_exceptions = sys.modules.get("ray.exceptions")  # a batcher's actor is a Ray actor: Ray is loaded
         cause = getattr(error, "cause", None)
-        if isinstance(error, RayTaskError) and isinstance(cause, LLMError):
+        if (
+            ray_exceptions is not None
+            and isinstance(error, ray_exceptions.RayTaskError)
+            and isinstance(cause, LLMError)
+        ):
             error = cause  # its one-line message, not Ray's wrapper text
         for seq in seqs:
             fut = self.waiting.pop(seq, None)

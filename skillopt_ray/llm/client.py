@@ -443,7 +443,7 @@ def wire_request(kw: ChatBody, headers: dict[str, str]) -> WireRequest:
     was the largest share of the gateway's CPU per call (scripts/bench_scale.py); our body is already plain JSON,
     so the client's documented `post` sends it as it is, with the same auth, headers, timeout and status errors,
     and hands back the HTTP response unparsed. The server gets the same JSON, path and headers
-    (tests/test_throughput_wire.py)."""
+    (tests/llm/test_throughput_wire.py)."""
     body = kw.copy()
     body.pop("extra_body", None)
     options: WireOptions = {"security": {"bearer_auth": True}}

@@ -1,20 +1,22 @@
 """The one place every model call goes through: cache, limits, retries, ledger, budget, JSON re-ask.
 
-`Gateway` is plain async Python (unit-testable); `GatewayActor` hosts it as a Ray
-async actor so the driver and every environment actor share its limits.
+`Gateway` is plain async Python (unit-testable); `GatewayHost` hosts it for the run (as the Ray actor
+`GatewayActor`, or as an object of the one-process engine: skillopt_ray/engine/executor.py) so the driver and every
+environment worker share its limits. This module imports no Ray: the Ray names are made on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
-import ray
-from ray.exceptions import RayActorError, RayTaskError
-from skillopt_envs.chat import ChatRequest, JsonExtractionError, ResponseFormat
+from skillopt_envs.chat import ChatRequest, ChatResult, JsonExtractionError, JsonResult, ResponseFormat
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.io import atomic_write_json, read_json
@@ -27,12 +29,12 @@ from skillopt_ray.llm.client import Completion, RetryPolicy, RoleEndpoint, descr
 from skillopt_ray.llm.endpoint import Endpoint
 from skillopt_ray.llm.jsonout import parse_and_validate
 from skillopt_ray.llm.ledger import Ledger, journal_path
+from skillopt_ray.llm.prompt_bound import PromptBound
 from skillopt_ray.llm.ratelimit import EndpointLimiter
 from skillopt_ray.llm.responses import ResponsesEndpoint
 from skillopt_ray.llm.types import (
+    BudgetExceeded,
     CacheMiss,
-    ChatResult,
-    JsonResult,
     LLMConfigError,
     LLMError,
     LLMInternalError,
@@ -117,6 +119,7 @@ class Gateway:
             )
         self.ledger_path = ledger_path
         self._released = asyncio.Event()  # set (and replaced) whenever a call's budget hold is released
+        self.prompt_bound = PromptBound()  # worst-case prompt tokens, calibrated on the endpoint's own counts
         prior = read_json(ledger_path) if ledger_path and Path(ledger_path).exists() else None
         self.ledger = Ledger(
             cfg.prices, cfg.budget, prior, journal=journal_path(ledger_path)
@@ -237,20 +240,24 @@ class Gateway:
         """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger."""
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
-        completion_est = budget or ep.completion_budget(req)
+        wanted = budget or ep.completion_budget(req)
         if ep.cfg.max_reply_tokens:  # the request is capped there (request_kwargs), so is its worst case
-            completion_est = min(completion_est, ep.cfg.max_reply_tokens)
+            wanted = min(wanted, ep.cfg.max_reply_tokens)
         prompt_est = req.prompt_chars() // 4
+        where = f"{ep.cfg.provider}|{ep.cfg.base_url or ep.cfg.azure_endpoint}|{ep.cfg.model}"
+        prompt_worst, chars = self.prompt_bound.worst(req, where)
+        # under a token or cost cap the completion limit sent is what remains (Ledger.hold): never past the cap
+        hold, completion_est = await self.admit(ep.cfg.model, prompt_worst, wanted)
         est = prompt_est + completion_est
-        hold = await self.admit(ep.cfg.model, prompt_est, completion_est)
         call = None
         try:
             async with limiter:
                 await limiter.acquire_window(est)
                 # journaled before it is sent: a kill from here on leaves it counted as lost, not forgotten
                 call = self.ledger.begin(req.role, req.stage, ep.cfg.model, prompt_est, completion_est)
+                sent = completion_est if completion_est < wanted else budget
                 try:
-                    comp = await (self._sharded_send(req, budget) if self.senders else ep.send(req, budget))
+                    comp = await (self._sharded_send(req, sent) if self.senders else ep.send(req, sent))
                 except ReplyFiltered:
                     self.ledger.record_incomplete(req.role, req.stage, "filtered", call)
                     raise
@@ -269,6 +276,13 @@ class Gateway:
                 reasoning_tokens=comp.reasoning_tokens,
                 cached_tokens=comp.cached_tokens,
             )
+            self.prompt_bound.observe(where, chars, comp.prompt_tokens)
+            if completion_est < wanted and comp.finish_reason == "length":
+                raise BudgetExceeded(
+                    f"budget cap reached: a {req.role}/{req.stage} reply was cut at the {completion_est} tokens left "
+                    f"under {self.ledger.room(ep.cfg.model, 0)[1] or 'the cap'}; raise it and rerun the same command "
+                    "to resume"
+                )
             return comp
         finally:
             self.ledger.release(hold)
@@ -276,15 +290,15 @@ class Gateway:
             if call is not None:
                 self.ledger.settle(call)  # cancelled by its caller: no outcome line was written
 
-    async def admit(self, model: str, prompt_est: int, completion_est: int) -> int:
+    async def admit(self, model: str, prompt_worst: int, completion: int) -> tuple[int, int]:
         """Wait until the ledger admits a call of this worst case (Ledger.hold): while calls in flight could carry
-        it over a cap it waits for them to settle; a cap already reached raises BudgetExceeded. Returns the hold."""
-        cost_est = self.ledger.cost_of(model, prompt_est, completion_est)
+        it over a cap it waits for them to settle; a cap already reached (or too close for a minimal call) raises
+        BudgetExceeded. Returns the hold and the completion limit to send."""
         while True:
             released = self._released  # taken before the check: a release after it wakes this wait
-            hold = self.ledger.hold(prompt_est + completion_est, cost_est)
-            if hold is not None:
-                return hold
+            admitted = self.ledger.hold(model, prompt_worst, completion)
+            if admitted is not None:
+                return admitted
             await released.wait()
 
     def _wake_admissions(self) -> None:
@@ -311,7 +325,9 @@ class Gateway:
             try:
                 with _unwrapped():
                     return await sender.send.remote(req, budget)
-            except RayActorError:
+            except Exception as e:
+                if not _actor_died(e):
+                    raise
                 if self.senders[i] is sender and self.respawn_sender is not None:
                     self.senders[i] = self.respawn_sender()
                 if attempt:
@@ -403,11 +419,13 @@ def _one_line(exc: Exception, req: ChatRequest) -> LLMError:
     return LLMInternalError(f"{req.role}/{req.stage} call failed in the LLM gateway: {type(exc).__name__}: {first}")
 
 
-@ray.remote(num_cpus=0, max_concurrency=4096)  # type: ignore[call-overload]  # Ray's stubs omit actor options
-class SenderActor:
+class Sender:
     """One shard of the gateway's HTTP sending: its own SDK clients and retries, nothing else. The SDK's
     per-call CPU (milliseconds, more with a thousand connections in one pool) is what one gateway process
-    runs out of first; shards spread it over processes and, placed with SPREAD, over nodes."""
+    runs out of first; shards spread it over processes and, placed with SPREAD, over nodes (Ray only)."""
+
+    ray_name = "SenderActor"
+    ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4096}
 
     def __init__(self, llm_cfg: LLMConfig, owners: Optional[list[Owner]] = None):
         from skillopt_ray.base.lifeline import watch
@@ -437,13 +455,16 @@ class SenderActor:
             await ep.close()
 
 
-@ray.remote(num_cpus=0, max_concurrency=4096)  # type: ignore[call-overload]  # Ray's stubs omit actor options
-class GatewayActor:
-    """Ray-hosted Gateway shared by the driver and the environment actors.
+class GatewayHost:
+    """The run's Gateway, shared by the driver and the environment workers (the Ray actor `GatewayActor`, or an
+    object of the one-process engine).
 
-    `llm_cfg` is the run's checked `llm` section (typed: not rebuilt or validated here). `shards` > 1 moves the HTTP
-    sending into that many SenderActors (spread over nodes); the cache, ledger, budgets and rate/concurrency limits
-    stay in this actor, so they are exact whatever the number of shards."""
+    `llm_cfg` is the run's checked `llm` section (typed: not rebuilt or validated here). `shards` > 1 (on Ray only)
+    moves the HTTP sending into that many SenderActors (spread over nodes); the cache, ledger, budgets and
+    rate/concurrency limits stay in this actor, so they are exact whatever the number of shards."""
+
+    ray_name = "GatewayActor"
+    ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4096}
 
     def __init__(
         self,
@@ -461,11 +482,12 @@ class GatewayActor:
         self.gw = Gateway(llm_cfg, cache_path, ledger_path)
         mark("gateway-ready")
         self.boxes = Mailboxes(self.gw.chat, _one_line)  # batched chat calls (skillopt_ray/llm/callbox.py)
-        if shards > 1:
+        if shards > 1 and "ray" in sys.modules:  # shards are processes: the one-process engine sends from here
             sender_owners = [*(owners or []), identity()]
+            sender_class = _ray_class(Sender)
 
             def spawn() -> Any:
-                return SenderActor.options(scheduling_strategy="SPREAD").remote(llm_cfg, sender_owners)  # type: ignore[attr-defined]  # .options comes from @ray.remote
+                return sender_class.options(scheduling_strategy="SPREAD").remote(llm_cfg, sender_owners)
 
             self.gw.respawn_sender = spawn
             self.gw.senders = [spawn() for _ in range(shards)]
@@ -535,80 +557,93 @@ class GatewayActor:
                 await s.close.remote()
             except Exception:  # noqa: BLE001 - a shard already gone
                 pass
-            ray.kill(s, no_restart=True)
+            sys.modules["ray"].kill(s, no_restart=True)  # senders exist only on Ray
 
 
 @contextlib.contextmanager
-def _unwrapped():
+def _unwrapped() -> Iterator[None]:
     """Re-raise an LLMError from the gateway actor as itself: Ray's wrapper matches `except LLMError` but its
     str() is the remote trace (ANSI colours, pid, actor id); the original's str() is the one-line message."""
     try:
         yield
-    except RayTaskError as e:
+    except Exception as e:
+        ray_exceptions = sys.modules.get("ray.exceptions")  # only a call through Ray raises Ray's wrapper
         cause = getattr(e, "cause", None)
-        if isinstance(cause, LLMError):
+        if ray_exceptions is not None and isinstance(e, ray_exceptions.RayTaskError) and isinstance(cause, LLMError):
             raise cause from None
         raise
 
 
+def _actor_died(e: BaseException) -> bool:
+    ray_exceptions = sys.modules.get("ray.exceptions")
+    return ray_exceptions is not None and isinstance(e, ray_exceptions.RayActorError)
+
+
+def _ray_class(cls: type) -> Any:
+    from skillopt_ray.base.ray_class import remote_class
+
+    return remote_class(cls)
+
+
+def __getattr__(name: str) -> Any:
+    """`GatewayActor` and `SenderActor`: the Ray actor classes, made (and Ray imported) on first use."""
+    plain = {"GatewayActor": GatewayHost, "SenderActor": Sender}.get(name)
+    if plain is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _ray_class(plain)
+
+
 class LLMHandle:
-    """What stages and episodes hold: a thin async facade over a Gateway or a GatewayActor."""
+    """What stages and episodes hold: a thin async facade over a Gateway, a GatewayActor (Ray) or a gateway of the
+    one-process engine (an object on its own event loop: its `ask(method, *args)` runs the method there)."""
 
     def __init__(self, target: Any):
         self._t = target
         self._remote = hasattr(target, "chat") and hasattr(target.chat, "remote")
+        self._asks = not self._remote and callable(getattr(target, "ask", None))
         self._modes: dict[str, str] = {}  # structured-output mode per role: static config, fetched once
         # a gateway actor takes chat calls in batches (skillopt_ray/llm/callbox.py): one batcher per event loop
         self._batched = self._remote and hasattr(getattr(target, "submit", None), "remote")
         self._batcher: Optional[CallBatcher] = None
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        """The gateway's `method`, wherever it runs."""
+        if self._asks:
+            return await self._t.ask(method, *args)
+        if self._remote:
+            with _unwrapped():
+                return await getattr(self._t, method).remote(*args)
+        out = getattr(self._t, method)(*args)
+        return await out if inspect.isawaitable(out) else out
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         if self._batched:
             if self._batcher is None or self._batcher.loop is not asyncio.get_running_loop():
                 self._batcher = CallBatcher(self._t)
             return await self._batcher.call(req)
-        if self._remote:
-            with _unwrapped():
-                return await self._t.chat.remote(req)
-        return await self._t.chat(req)
+        return cast(ChatResult, await self._call("chat", req))
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy sent to another process starts its own batcher (and mailbox): two must never share one."""
         return {**self.__dict__, "_batcher": None}
 
     async def chat_json(self, req: ChatRequest, schema: Optional[JSONObject], name: str = "reply") -> JsonResult:
-        if self._remote:
-            with _unwrapped():
-                return await self._t.chat_json.remote(req, schema, name)
-        return await self._t.chat_json(req, schema, name)
+        return cast(JsonResult, await self._call("chat_json", req, schema, name))
 
     async def response_format_for(self, role: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]:
         """Built here from the role's mode, so an episode turn costs one call to the gateway, not two."""
         if role not in self._modes:
-            self._modes[role] = (
-                await self._t.structured_output_mode.remote(role)
-                if self._remote
-                else self._t.structured_output_mode(role)
-            )
+            self._modes[role] = await self._call("structured_output_mode", role)
         return response_format(self._modes[role], schema, name)
 
     async def agent_chat(self, req: Any) -> Any:
-        if self._remote:
-            with _unwrapped():
-                return await self._t.agent_chat.remote(req)
-        return await self._t.agent_chat(req)
+        return await self._call("agent_chat", req)
 
     async def agent_settings(self, role: str = "target") -> AgentSettings:
-        if self._remote:
-            return await self._t.agent_settings.remote(role)
-        return self._t.agent_settings(role)
+        return cast(AgentSettings, await self._call("agent_settings", role))
 
     async def ledger_snapshot(self) -> dict[str, Any]:
-        if self._remote:
-            return await self._t.ledger_snapshot.remote()
-        return self._t.ledger_snapshot()
+        return cast(dict[str, Any], await self._call("ledger_snapshot"))
 
     async def save_ledger(self) -> dict[str, Any]:
-        if self._remote:
-            return await self._t.save_ledger.remote()
-        return self._t.save_ledger()
+        return cast(dict[str, Any], await self._call("save_ledger"))

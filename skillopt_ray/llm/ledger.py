@@ -26,6 +26,9 @@ from skillopt_envs.jsontypes import JSONObject
 from skillopt_ray.config import BudgetConfig, PriceConfig
 from skillopt_ray.llm.types import BudgetExceeded
 
+MIN_COMPLETION = 16  # the smallest reply budget worth a call: below it a capped run stops instead of sending
+MAX_ROOM = 1 << 30  # a cost cap with a free model: no limit from it
+
 # the loop stage an episode key's first part names (see stage_of_key)
 KEY_STAGES = {"train": "rollout", "eval": "validate", "slow": "slow:rollout", "meta": "meta:rollout"}
 
@@ -364,35 +367,50 @@ class Ledger:
         """Worst-case tokens and cost of the calls admitted and not yet settled."""
         return sum(h[0] for h in self._holds.values()), sum(h[1] for h in self._holds.values())
 
-    def near_cap(self, tokens_est: int, cost_est: float) -> str:
-        """The cap (its config key) that a call of this worst case would cross on top of what is spent and of the
-        calls in flight at their worst case; "" when it fits under every cap."""
+    def room(self, model: str, prompt_worst: int) -> tuple[Optional[int], str]:
+        """The completion tokens a call with this worst-case prompt may ask for without crossing a token or cost cap,
+        on top of what is spent and of the calls in flight at their worst case, and the cap (its config key) that
+        leaves the least; (None, "") without a token or cost cap."""
         b = self.budget
-        if not (b.max_tokens or b.max_cost_usd):
-            return ""
         t = self.totals()
         held_tokens, held_cost = self.held()
-        tokens = t["tokens"] + t["lost_tokens_est"] + t["unread_tokens_est"]
-        if b.max_tokens and tokens + held_tokens + tokens_est > b.max_tokens:
-            return "llm.budget.max_tokens"
-        cost = t["cost_usd"] + t["lost_cost_usd_est"] + t["unread_cost_usd_est"]
-        if b.max_cost_usd and cost + held_cost + cost_est > b.max_cost_usd:
-            return "llm.budget.max_cost_usd"
-        return ""
+        rooms: list[tuple[int, str]] = []
+        if b.max_tokens:
+            spent = t["tokens"] + t["lost_tokens_est"] + t["unread_tokens_est"]
+            rooms.append((int(b.max_tokens - spent - held_tokens - prompt_worst), "llm.budget.max_tokens"))
+        if b.max_cost_usd:
+            spent_cost = t["cost_usd"] + t["lost_cost_usd_est"] + t["unread_cost_usd_est"]
+            left = b.max_cost_usd - spent_cost - held_cost - self.cost_of(model, prompt_worst, 0)
+            per_token = self.cost_of(model, 0, 1_000_000) / 1e6
+            fit = int(left / per_token) if per_token > 0 else (MAX_ROOM if left >= 0 else -1)
+            rooms.append((fit, "llm.budget.max_cost_usd"))
+        if not rooms:
+            return None, ""
+        return min(rooms)
 
-    def hold(self, tokens_est: int, cost_est: float) -> Optional[int]:
-        """Admit a call before it is sent: raises BudgetExceeded when a cap is already reached; returns None when
-        the call must wait because, with the calls in flight at their worst case, it could cross a token or cost
-        cap; else takes a hold on its worst case and returns the hold's id (give it to `release`). A call with
-        nothing in flight is always admitted below the caps, so a run makes progress and ends within one call of
-        a cap instead of overshooting by every call in flight."""
+    def hold(self, model: str, prompt_worst: int, completion: int) -> Optional[tuple[int, int]]:
+        """Admit a call before it is sent, at its worst case: raises BudgetExceeded when a cap is already reached, or
+        when even a minimal reply (MIN_COMPLETION tokens) would cross one; returns None when the call must wait for
+        the calls in flight, which with it could cross a token or cost cap; else takes a hold and returns its id
+        (give it to `release`) and the completion limit to send, `completion` clamped to what remains under the
+        caps. So no call is sent whose worst case crosses a cap: the endpoint's count never exceeds it."""
         self.check_budget()
-        if self._holds and self.near_cap(tokens_est, cost_est):
-            return None
+        room, cap = self.room(model, prompt_worst)
+        if room is not None and room < completion:
+            if self._holds:
+                return None
+            if room < MIN_COMPLETION:
+                raise BudgetExceeded(
+                    f"budget cap reached: the next call needs {prompt_worst} prompt tokens at worst and "
+                    f"{MIN_COMPLETION} for its reply, which would cross {cap}={getattr(self.budget, cap.split('.')[-1])}"
+                    f" ({max(0, room)} completion tokens left); raise it (e.g. {cap}=...) and rerun the same command "
+                    "to resume"
+                )
+            completion = room
         hid = next(self._hold_ids)
-        self._holds[hid] = (tokens_est, cost_est)
+        self._holds[hid] = (prompt_worst + completion, self.cost_of(model, prompt_worst, completion))
         self.in_flight += 1
-        return hid
+        return hid, completion
 
     def release(self, hold_id: int) -> None:
         """The held call ended (answered, failed or cancelled): what it spent is recorded, its hold goes."""

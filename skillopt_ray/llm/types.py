@@ -1,36 +1,11 @@
-"""Response records and the errors the LLM layer raises (the request record is the benchmarks' contract's:
-skillopt_envs.chat.ChatRequest).
+"""The errors the LLM layer raises (the request and reply records it carries are the benchmarks' contract's:
+skillopt_envs.chat).
 
 Errors carry only plain strings so they pickle across Ray actor boundaries;
 messages name the endpoint, the model and the fix, never a key.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any
-
-from skillopt_envs.chat import ToolCall
-
-
-@dataclass
-class ChatResult:
-    content: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached: bool = False
-    finish_reason: str = ""
-    # the reply's tool calls as the API sends them: [{id, type: "function", function: {name, arguments}}]
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    reasoning_summary: str = ""  # the model's summary of its reasoning (Responses API, llm.<role>.reasoning_summary)
-
-
-@dataclass
-class JsonResult:
-    data: Any
-    raw: str
-    reasked: bool = False
-    errors: list[str] = field(default_factory=list)
 
 
 class LLMError(Exception):

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from skillopt_envs.base import Task
-from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
 from skillopt_ray.epoch.meta_skill import write_meta_skill
@@ -137,12 +136,11 @@ class EpochBoundary:
         if "slow" in st.boundary_done:
             return
 
-        async def do_slow() -> JSONObject:
-            return (await self._write_slow(epoch, pairs)).to_dict()
+        async def do_slow() -> SlowUpdateRecord:
+            return await self._write_slow(epoch, pairs)
 
-        rec = SlowUpdateRecord.from_dict(
-            await self.rec.memo(f"{RunDir.epoch_dir(epoch)}/{SLOW_RESULT}", f"e{epoch}:slow_update", do_slow)
-        )
+        slow_rel = f"{RunDir.epoch_dir(epoch)}/{SLOW_RESULT}"
+        rec = await self.rec.record(slow_rel, f"e{epoch}:slow_update", SlowUpdateRecord.from_dict, do_slow)
         if rec.accepted:
             st.current_version = self.rec.new_version(rd.read_epoch_text(epoch, "candidate_skill.md") or "")
             st.current_score, st.current_eval = rec.candidate_full_score, rec.eval_key or ""
@@ -202,7 +200,7 @@ class EpochBoundary:
     async def _meta_skill(self, epoch: int, pairs: Pairs) -> str:
         st, rd = self.rec.state, self.rec.rd
 
-        async def do_meta() -> JSONObject:
+        async def do_meta() -> MetaSkillRecord:
             self.progress(stage=Stage.META_SKILL)
             user = self.guard.comparison_user(
                 pairs,
@@ -216,11 +214,10 @@ class EpochBoundary:
             )
             rd.write_epoch_text(epoch, "meta_skill_prompt.md", user)
             raw, _ = await write_meta_skill(self.llm, user, f"meta/e{epoch}")
-            return MetaSkillRecord.from_dict({**raw, "epoch": epoch}).to_dict()
+            return MetaSkillRecord.from_dict({**raw, "epoch": epoch})
 
-        rec = MetaSkillRecord.from_dict(
-            await self.rec.memo(f"{RunDir.epoch_dir(epoch)}/{META_RESULT}", f"e{epoch}:meta_skill", do_meta)
-        )
+        meta_rel = f"{RunDir.epoch_dir(epoch)}/{META_RESULT}"
+        rec = await self.rec.record(meta_rel, f"e{epoch}:meta_skill", MetaSkillRecord.from_dict, do_meta)
         if "meta" not in st.boundary_done:
             st.counts.dropped_epoch_calls += int(rec.error is not None)
             self._done("meta")

@@ -7,8 +7,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Optional
 
-from skillopt_envs.jsontypes import JSONObject
-
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule
@@ -33,12 +31,10 @@ class FinalEvaluation:
         test: dict[str, Evaluation] = {}
         for name, v in versions.items():
 
-            async def do_test(v: int = v, name: str = name) -> JSONObject:
-                return (await self.ev.evaluate(rec.skill_text(v), self.schedule.splits.test, f"test:{name}"))[
-                    1
-                ].to_dict()
+            async def do_test(v: int = v, name: str = name) -> Evaluation:
+                return (await self.ev.evaluate(rec.skill_text(v), self.schedule.splits.test, f"test:{name}"))[1]
 
-            test[name] = Evaluation.from_dict(await rec.memo(f"final/test_{name}.json", f"final:{name}", do_test))
+            test[name] = await rec.record(f"final/test_{name}.json", f"final:{name}", Evaluation.from_dict, do_test)
         rec.ledger = await self.llm.save_ledger()
         summary = self._summary(final_selection, versions, test)
         rec.write_history()

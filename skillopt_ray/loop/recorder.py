@@ -2,19 +2,28 @@
 the state commit — and the tracker calls that mirror them to MLflow.
 
 A stage's record is written before the next stage starts and the state is committed after each gate and each
-epoch-boundary stage; a rerun loads finished stage records (`memo`) instead of recomputing them, so a resumed run
-ends exactly where an uninterrupted one would.
+epoch-boundary stage; a rerun loads finished stage records (`record`: a typed record; `memo`: a list of them as
+JSON) instead of recomputing them, so a resumed run ends exactly where an uninterrupted one would.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Optional
+from typing import Any, Optional, Protocol, TypeVar
 
 from skillopt_ray.runs.records import StepRecord
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.state import RunState
+
+
+class StageRecord(Protocol):
+    """A stage's typed result: written as its JSON object, read back by its class's `from_dict`."""
+
+    def to_dict(self) -> Any: ...
+
+
+R = TypeVar("R", bound=StageRecord)
 
 
 class SimulatedInterrupt(RuntimeError):
@@ -53,8 +62,19 @@ class Recorder:
         if self.interrupt_after == label:
             raise SimulatedInterrupt(f"interrupted after {label} (debug.interrupt_after)")
 
+    async def record(self, rel: str, label: str, read: Callable[[Any], R], compute: Callable[[], Awaitable[R]]) -> R:
+        """A finished stage's typed record read back (`read`: its class's from_dict), or computed, written and
+        returned as it reads back."""
+        existing = self.rd.read_json(rel)
+        if existing is not None:
+            return read(existing)
+        data = (await compute()).to_dict()
+        self.rd.write_json(rel, data)
+        self.checkpoint(label)
+        return read(data)
+
     async def memo(self, rel: str, label: str, compute: Callable[[], Awaitable[Any]]) -> Any:
-        """Load a finished stage record, or compute and persist it."""
+        """Load a finished stage's plain JSON (a list of records), or compute and persist it."""
         existing = self.rd.read_json(rel)
         if existing is not None:
             return existing

@@ -160,20 +160,20 @@ class TrainStep:
     async def _reflect(
         self, ctx: OptimizerContext, epoch: int, step: int, results: list[EpisodeResult]
     ) -> ReflectOutput:
-        async def do_reflect() -> JSONObject:
+        async def do_reflect() -> ReflectOutput:
             self.progress(stage="reflect")
-            return (await reflect(ctx, results)).to_dict()
+            return await reflect(ctx, results)
 
         rel = f"{RunDir.step_dir(epoch, step)}/reflect.json"
-        return ReflectOutput.from_dict(await self.rec.memo(rel, f"e{epoch}s{step}:reflect", do_reflect))
+        return await self.rec.record(rel, f"e{epoch}s{step}:reflect", ReflectOutput.from_dict, do_reflect)
 
     async def _optimize(self, ctx: OptimizerContext, out: StepOutcome) -> None:
         """Aggregate, select, update and gate one step whose analysts proposed something."""
         refl, label = out.refl, out.label
 
-        async def do_aggregate() -> JSONObject:
+        async def do_aggregate() -> AggregateOutput:
             self.progress(stage="aggregate")
-            res = await aggregate(
+            return await aggregate(
                 ctx.llm,
                 refl.failure_patches,
                 refl.success_patches,
@@ -183,20 +183,19 @@ class TrainStep:
                 merge_batch_size=ctx.merge_batch_size,
                 key=ctx.key,
             )
-            return res.to_dict()
 
-        out.agg = AggregateOutput.from_dict(
-            await self.rec.memo(out.stage("aggregate"), f"{label}:aggregate", do_aggregate)
+        out.agg = await self.rec.record(
+            out.stage("aggregate"), f"{label}:aggregate", AggregateOutput.from_dict, do_aggregate
         )
         out.sel = await self._select(ctx, out)
         out.upd = await self._update(ctx, out)
 
-        async def do_gate() -> JSONObject:
+        async def do_gate() -> GateRecord:
             assert out.upd is not None  # the update ran just before
             selection = self.schedule.splits.selection
-            return (await self.ev.gate(out.upd.candidate, self.rec.state, selection, ctx.skill)).to_dict()
+            return await self.ev.gate(out.upd.candidate, self.rec.state, selection, ctx.skill)
 
-        out.gate = GateRecord.from_dict(await self.rec.memo(out.stage("gate"), f"{label}:gate", do_gate))
+        out.gate = await self.rec.record(out.stage("gate"), f"{label}:gate", GateRecord.from_dict, do_gate)
         self.ev.remember(out.gate)  # the sequential gate's extra samples, also when the gate was memoized
 
     async def _select(self, ctx: OptimizerContext, out: StepOutcome) -> SelectOutput:
@@ -204,10 +203,10 @@ class TrainStep:
         st, o, agg = self.rec.state, self.o, out.agg
         assert agg is not None  # select runs after aggregate
 
-        async def do_select() -> JSONObject:
+        async def do_select() -> SelectOutput:
             self.progress(stage="select")
             if ctx.mode == "full_rewrite_minibatch":  # no budget, no ranking, the scheduler does not move
-                return SelectOutput(budget=-1, selected=agg.merged, lr_step=st.lr_step).to_dict()
+                return SelectOutput(budget=-1, selected=agg.merged, lr_step=st.lr_step)
             decision, lr_step = None, st.lr_step
             if o.lr_control_mode == "autonomous":
                 decision = await self._autonomous_lr(ctx, out)
@@ -227,9 +226,9 @@ class TrainStep:
                 key=ctx.key,
             )
             res.lr_decision, res.lr_step = decision, lr_step
-            return res.to_dict()
+            return res
 
-        sel = SelectOutput.from_dict(await self.rec.memo(out.stage("select"), f"{out.label}:select", do_select))
+        sel = await self.rec.record(out.stage("select"), f"{out.label}:select", SelectOutput.from_dict, do_select)
         st.lr_step = sel.lr_step
         return sel
 
@@ -251,7 +250,7 @@ class TrainStep:
         return decision
 
     async def _update(self, ctx: OptimizerContext, out: StepOutcome) -> UpdateOutput:
-        async def do_update() -> JSONObject:
+        async def do_update() -> UpdateOutput:
             self.progress(stage="update")
             res = await update(
                 ctx.llm,
@@ -266,9 +265,9 @@ class TrainStep:
             if res.candidate is not None:
                 self.rec.rd.write_step_text(out.epoch, out.step, STEP_CANDIDATE, res.candidate)
                 self.rec.rd.write_step_text(out.epoch, out.step, STEP_DIFF, skill_diff(ctx.skill, res.candidate))
-            return res.to_dict()
+            return res
 
-        return UpdateOutput.from_dict(await self.rec.memo(out.stage("update"), f"{out.label}:update", do_update))
+        return await self.rec.record(out.stage("update"), f"{out.label}:update", UpdateOutput.from_dict, do_update)
 
     # ---------------------------------------------------------------- commit
     async def _commit(self, ctx: OptimizerContext, out: StepOutcome) -> None:
@@ -322,11 +321,11 @@ class TrainStep:
             return {}
         st, sd = self.rec.state, out.folder
 
-        async def do_flush() -> JSONObject:
+        async def do_flush() -> FlushResult:
             threshold = self.o.skill_aware_consolidate_threshold
-            return (await flush_notes(self.llm, self.rec.current, out.refl.notes, threshold, f"train/{sd}")).to_dict()
+            return await flush_notes(self.llm, self.rec.current, out.refl.notes, threshold, f"train/{sd}")
 
-        rec = FlushResult.from_dict(await self.rec.memo(out.stage("appendix_notes"), f"{sd}:appendix", do_flush))
+        rec = await self.rec.record(out.stage("appendix_notes"), f"{sd}:appendix", FlushResult.from_dict, do_flush)
         if rec.skill != self.rec.current:
             st.current_version = self.rec.new_version(rec.skill)
         notes = AppendixCounts(

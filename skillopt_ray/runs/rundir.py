@@ -23,14 +23,14 @@ generic `read_json` / `write_json` until they get a record of their own.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Optional, Union, cast
 
 import yaml
 
-from skillopt_ray.base.io import append_json_line, atomic_write_json, atomic_write_text, read_json_lines
+from skillopt_ray.base import untrusted
+from skillopt_ray.base.io import append_json_line, atomic_write_json, atomic_write_text
 from skillopt_ray.runs.records import (
     EpochRecord,
     Evaluation,
@@ -83,6 +83,11 @@ JOBS = "jobs.json"
 EMBEDDED_LOG = "embedded_server.log"
 
 Rel = Union[str, Path]
+# The score cache holds every evaluation's per-task results: a long run on a large benchmark writes far more than any
+# other file, and losing it would pay for the evaluations again.
+SCORES_MAX_BYTES = 1 << 30
+CONFIG_MAX_BYTES = 4 << 20  # a resolved config is a few KB
+CONFIG_MAX_ALIASES = 20
 
 
 class RunDir:
@@ -96,12 +101,16 @@ class RunDir:
 
     def is_run(self) -> bool:
         """A run directory: a folder with a config or a state."""
-        return (self.root / CONFIG).is_file() or (self.root / STATE).is_file()
+        return self.is_file(CONFIG) or self.is_file(STATE)
 
     def is_launched(self) -> bool:
         """A run a command has launched: a state, or a config beside its identity (a lone config.yaml may be any
         folder's). What the dashboard lists, including a run still starting."""
-        return (self.root / STATE).is_file() or (self.root / CONFIG).is_file() and (self.root / IDENTITY).is_file()
+        return self.is_file(STATE) or self.is_file(CONFIG) and self.is_file(IDENTITY)
+
+    def is_file(self, rel: Rel) -> bool:
+        """A regular file of the run's own (reached through no symlink)."""
+        return untrusted.is_file(self.root, rel)
 
     def check(self) -> RunDir:
         """This folder as a run directory, or a one-line RecordError saying why it is not one."""
@@ -180,29 +189,39 @@ class RunDir:
         return path
 
     def read_json(self, rel: Rel) -> Optional[Any]:
-        """A JSON file's content; None when it is missing; RecordError (one line) when it is not JSON."""
-        path = self.root / rel
-        if not path.is_file():
-            return None
+        """A JSON file's content; None when it is missing; RecordError (one line) when it is not JSON, or not a
+        plain file of the run's own (a symlink, a FIFO, a device: a run folder is anyone's to write into), or too
+        large. Every run file is read through `untrusted`."""
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise RecordError(f"{path} cannot be read as JSON ({e}); the file is damaged") from None
+            return untrusted.read_json(self.root, rel)
+        except untrusted.Missing:
+            return None
+        except untrusted.Untrusted as e:
+            raise RecordError(
+                f"{Path(rel).name} cannot be read as JSON: {e}; the file is damaged or was planted"
+            ) from None
+
+    def _lines(self, rel: Rel, limit: int = untrusted.MAX_BYTES) -> list[Any]:
+        """A JSON-lines file's records ([] when missing or refused: the step folders still hold the steps)."""
+        try:
+            return untrusted.read_json_lines(self.root, rel, limit)
+        except untrusted.Untrusted:
+            return []
 
     def write_text(self, rel: Rel, text: str) -> Path:
         path = self.root / rel
         atomic_write_text(path, text)
         return path
 
-    def read_text(self, rel: Rel) -> Optional[str]:
-        path = self.root / rel
+    def read_text(self, rel: Rel, limit: int = untrusted.MAX_BYTES) -> Optional[str]:
+        """A text file's content; None when it is missing, or refused (see `read_json`)."""
         try:
-            return path.read_text(encoding="utf-8") if path.is_file() else None
-        except (OSError, UnicodeDecodeError):
+            return untrusted.read_text(self.root, rel, limit)
+        except untrusted.Untrusted:
             return None
 
     def exists(self, rel: Rel) -> bool:
-        return (self.root / rel).exists()
+        return untrusted.lstat(self.root, rel) is not None
 
     def _record(self, cls: Any, rel: Rel) -> Any:
         data = self.read_json(rel)
@@ -213,10 +232,15 @@ class RunDir:
         atomic_write_text(self.root / CONFIG, yaml.safe_dump(cfg, sort_keys=False))
 
     def read_config(self) -> dict[str, Any]:
-        """The resolved config as written ({} when missing or unreadable: a story without it is still a story)."""
+        """The resolved config as written ({} when missing or unreadable: a story without it is still a story).
+
+        A config this code wrote has no YAML aliases; one with many is refused unread, since a few nested aliases
+        (a "billion laughs" file) expand to more values than any reader can walk or any answer can hold."""
+        text = self.read_text(CONFIG, CONFIG_MAX_BYTES) or ""
         try:
-            data = yaml.safe_load(self.read_text(CONFIG) or "")
-        except yaml.YAMLError:
+            aliases = sum(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=yaml.SafeLoader))
+            data = yaml.safe_load(text) if aliases <= CONFIG_MAX_ALIASES else None
+        except (yaml.YAMLError, RecursionError):
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -262,21 +286,26 @@ class RunDir:
 
     def find_skill(self, version: int) -> Optional[str]:
         """A skill version's text, None when that version is not on disk."""
-        return self.read_text(self.skill_path(version).relative_to(self.root))
+        return self.read_text(self.skill_rel(version))
+
+    def _listed(self, folder: str, pattern: str, dirs: bool = False) -> list[str]:
+        """Names in one of the run's folders matching `pattern` (plain files, or plain folders), sorted."""
+        return [
+            e.name
+            for e in untrusted.list_dir(self.root, folder)
+            if (e.is_dir if dirs else e.is_file) and re.fullmatch(pattern, e.name)
+        ]
+
+    def _skill_numbers(self) -> list[int]:
+        return [int(n[7:-3]) for n in self._listed("skills", r"skill_v\d+\.md")]
 
     def latest_skill_version(self) -> Optional[int]:
         """The highest skill version on disk (None before the first)."""
-        found = [re.fullmatch(r"skill_v(\d+)", p.stem) for p in (self.root / "skills").glob("skill_v*.md")]
-        return max((int(m.group(1)) for m in found if m), default=None)
+        return max(self._skill_numbers(), default=None)
 
     def skill_versions(self) -> list[SkillVersion]:
         """Every skill version on disk, in version order."""
-        out = []
-        for p in sorted((self.root / "skills").glob("skill_v*.md")):
-            m = re.fullmatch(r"skill_v(\d+)", p.stem)
-            if m:
-                out.append(SkillVersion(int(m.group(1)), self.read_text(p.relative_to(self.root)) or ""))
-        return out
+        return [SkillVersion(n, self.find_skill(n) or "") for n in sorted(self._skill_numbers())]
 
     def write_judge(self, stats: dict[str, Any]) -> Path:
         """judge.json: what the judge of rubric tasks did in this run (stages/judge.JudgeStats, summed over commands:
@@ -285,10 +314,9 @@ class RunDir:
 
     def read_judge(self) -> dict[str, Any]:
         """judge.json as a dict ({} when the run judged nothing)."""
-        path = self.root / JUDGE
         try:
-            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        except (OSError, ValueError):
+            data = self.read_json(JUDGE)  # through `untrusted`, as every run file
+        except RecordError:
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -308,11 +336,11 @@ class RunDir:
 
     def step_ids(self) -> list[tuple[int, int]]:
         """(epoch, step in epoch) of every step with a record folder, in order (a step in progress included)."""
-        found = [self.parse_step_name(p.name) for p in (self.root / "steps").glob("e*_s*") if p.is_dir()]
+        found = [self.parse_step_name(n) for n in self._listed("steps", r"e\d+_s\d+", dirs=True)]
         return sorted(f for f in found if f is not None)
 
     def has_step_text(self, epoch: int, step: int, name: str) -> bool:
-        return (self.root / self.step_dir(epoch, step) / name).is_file()
+        return self.is_file(f"{self.step_dir(epoch, step)}/{name}")
 
     def read_stage(self, epoch: int, step: int, stage: str) -> Optional[Any]:
         """A stage's record of a step as written (rollout, reflect, aggregate, select, update, appendix_notes);
@@ -331,8 +359,7 @@ class RunDir:
 
     def step_gates(self) -> list[tuple[str, GateRecord]]:
         """Every step's gate record written so far with its step's name (e01_s002), in step order."""
-        steps = sorted(filter(None, (self.parse_step_name(p.name) for p in (self.root / "steps").glob("e*_s*"))))
-        found = ((self.step_name(e, s), self.read_gate(e, s)) for e, s in steps)
+        found = ((self.step_name(e, s), self.read_gate(e, s)) for e, s in self.step_ids())
         return [(name, g) for name, g in found if g is not None]
 
     def commit_step(self, rec: StepRecord) -> None:
@@ -353,7 +380,7 @@ class RunDir:
         history.jsonl first (a line cut by a kill is skipped; a step redone after a resume: the last line wins),
         then history.json and the step folders' step_record.json for steps the lines lack (older runs)."""
         found: dict[int, dict[str, Any]] = {}
-        for d in read_json_lines(self.root / HISTORY):
+        for d in self._lines(HISTORY):
             if isinstance(d, dict) and "step" in d:
                 found[int(d["step"])] = d
         try:
@@ -363,9 +390,9 @@ class RunDir:
         for d in listed if isinstance(listed, list) else []:
             if isinstance(d, dict) and "step" in d:
                 found.setdefault(int(d["step"]), d)
-        for p in sorted((self.root / "steps").glob(f"e*_s*/{STEP_RECORD}")):
+        for epoch, step in self.step_ids():
             try:
-                d = self.read_json(p.relative_to(self.root))
+                d = self.read_json(f"{self.step_dir(epoch, step)}/{STEP_RECORD}")
             except RecordError:
                 continue
             if isinstance(d, dict) and "step" in d:
@@ -380,7 +407,7 @@ class RunDir:
         append_json_line(self.root / LR_HISTORY, rec.to_dict())
 
     def lr_decisions(self) -> list[LrDecision]:
-        return [LrDecision.from_dict(d, LR_HISTORY) for d in read_json_lines(self.root / LR_HISTORY)]
+        return [LrDecision.from_dict(d, LR_HISTORY) for d in self._lines(LR_HISTORY)]
 
     # ---------------------------------------------------------------- the score cache
     def append_score(self, key: str, ev: Evaluation) -> None:
@@ -389,7 +416,7 @@ class RunDir:
     def scores(self) -> dict[str, Evaluation]:
         """The score cache: evaluation key -> Evaluation (a key evaluated twice: the last line wins)."""
         out = {}
-        for d in read_json_lines(self.root / SCORES):
+        for d in self._lines(SCORES, SCORES_MAX_BYTES):
             e = ScoreEntry.from_dict(d, str(self.root / SCORES))
             out[e.key] = e.eval
         return out
@@ -417,13 +444,11 @@ class RunDir:
     def epochs(self) -> dict[int, EpochRecord]:
         """Every epoch boundary with a folder, by epoch number."""
         out = {}
-        for ed in sorted((self.root / "epochs").glob("e*")):
-            m = re.fullmatch(r"e(\d+)", ed.name)
-            if m:
-                n = int(m.group(1))
-                out[n] = EpochRecord(
-                    n, self.read_slow_update(n), self.read_meta_skill(n), self.read_epoch_text(n, META_SKILL)
-                )
+        for name in self._listed("epochs", r"e\d+", dirs=True):
+            n = int(name[1:])
+            out[n] = EpochRecord(
+                n, self.read_slow_update(n), self.read_meta_skill(n), self.read_epoch_text(n, META_SKILL)
+            )
         return out
 
     # ---------------------------------------------------------------- the end of a run
@@ -456,7 +481,7 @@ class RunDir:
             state = self.load_state()
         except RecordError:
             return False
-        return self.summary_path.is_file() and isinstance(state, dict) and state.get("phase") == "done"
+        return self.is_file(SUMMARY) and isinstance(state, dict) and state.get("phase") == "done"
 
     # ---------------------------------------------------------------- time on the run
     def read_sessions(self) -> list[Session]:

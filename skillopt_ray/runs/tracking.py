@@ -286,7 +286,7 @@ class Tracker:
         if exp is None:
             # a tracking server keeps artifacts where it is configured to (they travel through it, whichever node
             # logs them); a local store gets an absolute folder beside the run
-            remote = tracking_uri.startswith(("http://", "https://"))
+            remote = tracking_uri.lower().startswith(("http://", "https://"))  # HTTP:// is http too
             location = None if remote else artifact_root.resolve().as_uri()
             if not remote:
                 artifact_root.mkdir(parents=True, exist_ok=True)

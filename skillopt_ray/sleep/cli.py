@@ -64,6 +64,9 @@ def night_flags(n: argparse.ArgumentParser) -> None:
     n.add_argument("--val-looks", type=int, default=5, help="nights a validation set may decide before a warning")
     n.add_argument("--memory", action="store_true", help="also propose the rules as a marked AGENTS.md/CLAUDE.md block")
     n.add_argument("--i-reviewed", action="store_true", help="I have read the task folder (review.json)")
+    n.add_argument(
+        "--auto-adopt", action="store_true", help="adopt the night's skill when its gate accepted it on its own tasks"
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -177,6 +180,7 @@ def night(a: argparse.Namespace) -> int:
         project=project, tasks=a.tasks, target=a.target, skill=a.skill, name=a.name, install_to=a.install_to,
         max_tokens=a.max_tokens, max_cost=a.max_cost, max_minutes=a.max_minutes, i_reviewed=a.i_reviewed,
         dry_run=a.verb == "dry-run", val_looks_max=a.val_looks, overrides=list(a.overrides), memory=a.memory,
+        argv=run_argv(a, project), auto_adopt=a.auto_adopt,
     )  # fmt: skip
 
     def fresh() -> Path:
@@ -188,6 +192,16 @@ def night(a: argparse.Namespace) -> int:
 
     with night_lock(project):  # a second night for the same project exits with one line
         return run_night(opts, fresh)
+
+
+def run_argv(a: argparse.Namespace, project: Optional[Path] = None) -> list[str]:
+    """This night's arguments as `schedule` repeats them (skillopt_ray.sleep.night.settings), the project named
+    even when it was found from the current folder."""
+    from skillopt_ray.sleep.night.settings import run_argv as argv_of
+
+    n = argparse.ArgumentParser()
+    night_flags(n)
+    return argv_of(argparse.Namespace(**{**vars(a), "project": project or a.project}), n.parse_args([]))
 
 
 def summary(r: pipeline.HarvestReport) -> str:

@@ -30,8 +30,19 @@ const el = (tag, attrs, ...children) => build(document.createElement(tag), attrs
 const svgEl = (tag, attrs, ...children) => build(document.createElementNS(SVG_NS, tag), attrs, children);
 const fill = (node, ...children) => { node.replaceChildren(); return build(node, {}, children); };
 
-// The URL's ?token= set an HttpOnly cookie when the page loaded; keep the token out of the history and the screen.
-if (new URLSearchParams(location.search).has("token")) history.replaceState(null, "", location.pathname);
+// The URL's ?token= is kept in this tab's sessionStorage and sent as a header with every call. sessionStorage belongs
+// to this origin, port included; a cookie for 127.0.0.1 would go to every port of it, another user's server too.
+// The token leaves the URL at once (out of the history and the screen).
+const TOKEN_KEY = "skillopt-dashboard-token";
+{
+  const given = new URLSearchParams(location.search).get("token");
+  if (given) sessionStorage.setItem(TOKEN_KEY, given);
+  if (given !== null) history.replaceState(null, "", location.pathname);
+}
+function withToken(opts = {}) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { ...opts, headers: { ...(opts.headers || {}), Authorization: `Bearer ${token}` } } : opts;
+}
 
 function authProblem(r, body) {
   if (r.status !== 401) return;
@@ -41,14 +52,14 @@ function authProblem(r, body) {
 }
 
 async function getJSON(url, opts) {
-  const r = await fetch(url, opts);
+  const r = await fetch(url, withToken(opts));
   const body = await r.json().catch(() => ({}));
   authProblem(r, body);
   if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
   return body;
 }
 async function getText(url) {
-  const r = await fetch(url);
+  const r = await fetch(url, withToken());
   if (!r.ok) {
     const body = await r.json().catch(() => ({}));
     authProblem(r, body);
@@ -507,7 +518,12 @@ async function openNight(stamp) {
   try {
     n = await getJSON(`/api/night?stamp=${encodeURIComponent(stamp)}`);
   } catch (e) {
-    if (state.nightStamp === stamp) $("#night-report").textContent = e.message;
+    if (state.nightStamp !== stamp) return;
+    // an unreadable night (a 422): its own stamp and why, never the previous night's header and diff
+    $("#night-stamp").textContent = `${stamp}: unreadable`;
+    $("#night-report").textContent = e.message;
+    fill($("#night-diffs"));
+    document.querySelectorAll("#nights tbody tr").forEach((r) => r.classList.toggle("selected", r.dataset.stamp === stamp));
     return;
   }
   if (state.nightStamp !== stamp) return; // another night was picked while this one loaded: show that one only

@@ -1,4 +1,6 @@
-"""Stable splits: a hash of the task id picks train / val / test, and a split once given is kept forever."""
+"""Stable splits: a hash of the task id picks train / val / test, and a split once given is kept forever. A task new
+to this harvest may be moved from its hashed split so that each split has a task and, from four tasks on, train has
+two (a hash alone split 8 tasks 1 / 3 / 4); a task placed before never moves, so a validation task stays one."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import re
 import unicodedata
 
 SPLITS = ("train", "val", "test")
+MIN_TRAIN, MIN_TRAIN_FROM = 2, 4  # train keeps two tasks where a harvest has four or more
 _SPACE = re.compile(r"\s+")
 _PUNCT = re.compile(r"[^\w\s]")
 
@@ -36,7 +39,9 @@ def assign(ids: list[str], known: dict[str, str], val_fraction: float, test_frac
     if val_fraction < 0 or test_fraction < 0 or val_fraction + test_fraction >= 1:
         raise ValueError(f"val {val_fraction} and test {test_fraction} fractions must be >= 0 and sum below 1")
     out = {i: known.get(i) or hashed_split(i, val_fraction, test_fraction) for i in ids}
-    _fill_empty(out, [i for i in sorted(ids) if i not in known])
+    new = [i for i in sorted(ids) if i not in known]
+    _fill_empty(out, new)
+    _train_floor(out, new)
     return out
 
 
@@ -51,3 +56,18 @@ def _fill_empty(out: dict[str, str], new: list[str]) -> None:
         if donor is not None:
             out[donor] = split
             new.remove(donor)
+
+
+def _train_floor(out: dict[str, str], new: list[str]) -> None:
+    """From MIN_TRAIN_FROM tasks on, train gets MIN_TRAIN: new tasks move in from the larger of val and test while
+    that split keeps one task. Tasks placed before stay where they are, even if train stays short."""
+    if len(out) < MIN_TRAIN_FROM:
+        return
+    while sum(1 for v in out.values() if v == "train") < MIN_TRAIN:
+        sizes = {s: sum(1 for v in out.values() if v == s) for s in ("test", "val")}
+        movable = [i for i in new if out[i] != "train" and sizes[out[i]] >= 2]
+        if not movable:
+            return
+        donor = max(movable, key=lambda i: (sizes[out[i]], out[i] == "test"))
+        out[donor] = "train"
+        new.remove(donor)

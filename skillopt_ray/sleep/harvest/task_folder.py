@@ -59,7 +59,10 @@ def write_tasks(
                 done.empty_workspaces[t.id] = why
         os.replace(tmp, folder)  # a task folder appears whole or not at all
         done.new.append(t.id)
-    prior = review.read(out)
+    try:
+        prior = review.read(out)
+    except review.ReviewRefused:
+        prior = {}  # a damaged review.json: the folder goes back to unreviewed, rewritten whole below
     reviewed = bool(prior.get("reviewed")) and not done.new
     ids = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
     said = (

@@ -2,13 +2,15 @@
 schedule (`+experiment=sleep` and any overrides) and the models' token budgets, as three figures:
 
 - **first pass**: what the night spends whatever happens (the baseline on the selection split, every train
-  episode, the initial skill on test), prompts only: a floor;
+  episode, the initial skill on test), prompts only: a floor (a skill is evaluated on a split once: a night without
+  test tasks, whose test split is the selection split, plays no test episode of its own);
 - **as planned**: every episode the schedule plans and the optimizer calls of a step whose analysts all have
   something to say, each reply as long as its budget allows;
 - **at most**: that, plus every extra pair the sequential gate may play on a close decision, a re-ask of every
   JSON reply, a ranking call per step: a ceiling the night does not pass.
 
-Tokens are estimated as the gateway does before sending (prompt characters / 4, plus the completion budget). The
+Tokens are estimated as the gateway does before sending (prompt characters / 4, plus the completion budget); an
+agent target's episode is several calls, each carrying its CLI's own request (measured, AGENT_REQUEST_CHARS). The
 figures say nothing of quality; the caps (`--max-tokens`, `--max-cost`, `--max-minutes`) are what stop a night."""
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from skillopt_ray import prompts
 from skillopt_ray.config.plain import PlainConfig, from_container
+from skillopt_ray.llm.agent_api import MAX_AGENT_CALLS
 from skillopt_ray.stages.gate import GatePolicy, deterministic_target
 
 # The target's prompt around the skill and the request (role line, headings, message framing), in characters:
@@ -30,6 +33,13 @@ TARGET_FRAME_CHARS = 270
 # measured on the demo night (two-episode analyst prompts of about 5,100 characters with a 3,500-character system).
 TRAJECTORY_FRAME_CHARS = 500
 SCHEMA_CHARS = 1000  # a re-ask repeats the prompt and the reply, and adds the error and the schema
+# An agent episode is several calls, each carrying the CLI's own request around the task: its system prompt,
+# instructions, environment context and tool definitions, in characters, measured with Codex CLI 0.171 (20,455 of
+# messages and 7,506 of tools) and Claude Code 2.1.197 (6,574 and 4,490; `--tools Read,Bash`) jailed against the
+# scripted server. An unknown CLI is counted as the larger.
+AGENT_REQUEST_CHARS = {"codex": 28_000, "claude_code": 11_100}
+AGENT_CALLS = 2  # planned calls an episode: the real-CLI fixtures' agents run a command (read the skill), then answer
+AGENT_TURN_CHARS = 1_000  # what a turn adds to the next call's prompt: the reply and the command's output
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,7 @@ class Estimate:
     cost_planned: float = 0.0
     cost_at_most: float = 0.0
     agent_target: bool = False
+    agent_call_tokens: int = 0  # an agent call's first prompt, as estimated
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"episodes": dict(zip(("first_pass", "planned", "at_most"), self.episodes))}
@@ -80,7 +91,11 @@ class Estimate:
             f"({self.episodes[1]} planned episodes{extra})"
         ]
         if self.agent_target:
-            out.append("  an agent target makes several calls an episode: its episodes count one call each here")
+            out.append(
+                f"  an agent episode is counted as {AGENT_CALLS} calls as planned (the CLI's own request measured, "
+                f"~{self.agent_call_tokens:,} tokens a call), at most {MAX_AGENT_CALLS} (its call limit); longer "
+                "agent work spends more than planned"
+            )
         if max_tokens and max_tokens < p.tokens:
             out.append(f"  the --max-tokens cap ({max_tokens:,}) is below the planned spend: it may stop the night")
         if max_cost and self.cost_planned and max_cost < self.cost_planned:
@@ -113,6 +128,22 @@ def gate_extra(data: PlainConfig, n_tasks: int, first_pass: int) -> int:
     target = cfg.llm.target
     policy = GatePolicy.from_config(cfg.optimizer, n_tasks, deterministic_target(target.harness, target.temperature))
     return policy.extra_episodes(first_pass, n_tasks)
+
+
+def target_episode(harness: str, task_chars: int, skill_chars: int, t_out: int) -> tuple[Spend, Spend]:
+    """(as planned, at most) of one target episode: a chat call; or an agent's calls, AGENT_CALLS as planned and
+    its call limit at most, each with the CLI's own request, the task, and the turns before it (the first of
+    which reads the skill)."""
+    if harness == "chat":
+        one = Spend(1, _tokens(TARGET_FRAME_CHARS + skill_chars + task_chars), t_out)
+        return one, one
+    base = AGENT_REQUEST_CHARS.get(harness, max(AGENT_REQUEST_CHARS.values())) + task_chars
+
+    def calls(n: int) -> Spend:
+        grown = sum(i * AGENT_TURN_CHARS + (skill_chars if i else 0) for i in range(n))
+        return Spend(n, _tokens(n * base + grown), n * t_out)
+
+    return calls(AGENT_CALLS), calls(MAX_AGENT_CALLS)
 
 
 def _tokens(chars: float, cap: int = 0) -> int:
@@ -172,17 +203,22 @@ def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill
     boundary_pairs = 2 * min(int(o.get("slow_update_samples") or 0), n_tr) if o["slow_update"] or o["meta_skill"] else 0
     boundary = boundary_pairs + (n_sel if o["slow_update"] else 0)
 
+    # the run evaluates a skill on a split once: a test split borrowed from the selection split (a night without
+    # test tasks) replays nothing new, and the final skill is the best one unless a later step was rejected
+    n_te = 0 if not splits["test"] else n_te
     eps_first = n_sel + epochs * sum(batches) + n_te
-    eps_planned = n_sel + epochs * (sum(batches) + per_epoch * n_sel) + max(0, epochs - 1) * boundary + n_sel + 3 * n_te
+    core = n_sel + epochs * (sum(batches) + per_epoch * n_sel) + max(0, epochs - 1) * boundary
+    eps_planned = core + 2 * n_te  # the initial and the best skill on test
     tgt, opt = llm["target"], llm["optimizer"]
     extra = gate_extra(data, len(sel), n_sel)
-    eps_most = eps_planned + steps * extra
+    eps_most = core + n_sel + 3 * n_te + steps * extra  # and a final skill other than the best: selection and test
 
     t_out = int((env.get("options") or {}).get("max_tokens") or tgt.get("max_tokens") or 0)
     o_out = int(opt.get("max_tokens") or 0)
     o_cap = int(opt.get("context_tokens") or 0)
     task_chars = mean_task_chars(tasks, splits["train"] + splits["val"] + splits["test"])
-    episode = Spend(1, _tokens(TARGET_FRAME_CHARS + skill_chars + task_chars), t_out)
+    harness = str(tgt.get("harness") or "chat")
+    episode, episode_most = target_episode(harness, task_chars, skill_chars, t_out)
 
     mode, mb = str(o.get("update_mode") or "patch"), int(o["minibatch_size"])
     trajectory = task_chars + 4 * t_out + TRAJECTORY_FRAME_CHARS
@@ -195,9 +231,9 @@ def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill
     planned_opt, most_opt = _optimizer_spend(o, batches * epochs, (analyst, merge, ranking), mode, epochs)
     reask = Spend(most_opt.calls, most_opt.tokens + _tokens(SCHEMA_CHARS) * most_opt.calls, most_opt.completion_tokens)
 
-    first = Spend(eps_first, episode.prompt_tokens * eps_first, 0)  # prompts only: the replies may be short
+    first = Spend(episode.calls * eps_first, episode.prompt_tokens * eps_first, 0)  # prompts only: replies may be short
     planned = episode.times(eps_planned) + planned_opt
-    most = episode.times(eps_most) + most_opt + reask
+    most = episode_most.times(eps_most) + most_opt + reask
     prices = llm.get("prices") or {}
 
     def cost(target_part: Spend, opt_part: Spend) -> float:
@@ -205,8 +241,8 @@ def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill
 
     return Estimate(
         first, planned, most, (eps_first, eps_planned, eps_most),
-        cost(episode.times(eps_planned), planned_opt), cost(episode.times(eps_most), most_opt + reask),
-        agent_target=str(tgt.get("harness") or "chat") != "chat",
+        cost(episode.times(eps_planned), planned_opt), cost(episode_most.times(eps_most), most_opt + reask),
+        agent_target=harness != "chat", agent_call_tokens=_tokens(AGENT_REQUEST_CHARS.get(harness, 0) + task_chars),
     )  # fmt: skip
 
 

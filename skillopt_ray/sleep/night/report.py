@@ -40,6 +40,7 @@ class NightReport:
     # the judge of rubric tasks (stages/judge.py): its counts (judge.json), the best skill's judged score on the
     # selection tasks with its spread over their samples, and its agreement with rule checks where a task has both
     judge: dict[str, Any] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)  # task id -> "<split>: why it could not be scored"
 
     @property
     def changed(self) -> bool:
@@ -47,6 +48,11 @@ class NightReport:
 
     def notes(self) -> list[str]:
         out = []
+        if self.left_out:
+            out.append(
+                f"{len(self.left_out)} task(s) left out: they cannot be scored ({', '.join(sorted(self.left_out))}; "
+                "report.json says why)"
+            )
         if self.verdict == "unverified":
             out.append("unverified: the night had no validation tasks of its own; the gate judged on train tasks")
         if self.val_looks >= self.val_looks_max:

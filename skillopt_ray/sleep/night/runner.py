@@ -18,9 +18,11 @@ from skillopt_ray.cli.preflight import Checked
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.runs.rundir import RunDir
 from skillopt_ray.sleep.harvest.state import STATE_DIR
+from skillopt_ray.sleep.night import scorable, settings
 from skillopt_ray.sleep.night import state as night_state
 from skillopt_ray.sleep.night.estimate import Estimate
 from skillopt_ray.sleep.night.report import NightReport, build_report, write_report
+from skillopt_ray.sleep.night.scorable import FolderTasks
 from skillopt_ray.sleep.proposal import skill_home
 
 # a budget's config key -> the flag that sets it, to say which cap stopped a night
@@ -48,6 +50,8 @@ class NightOptions:
     val_looks_max: int = 5
     overrides: list[str] = field(default_factory=list)
     memory: bool = False  # also propose the rules as a marked block of AGENTS.md / CLAUDE.md
+    argv: list[str] = field(default_factory=list)  # `run`'s arguments, kept for `schedule` (settings.py)
+    auto_adopt: bool = False  # adopt a night the gate accepted on its own validation tasks
 
 
 @dataclass
@@ -61,46 +65,25 @@ class Plan:
     splits: dict[str, list[str]]
     resumed: bool
     estimate: Optional[Estimate] = None
+    left_out: dict[str, str] = field(default_factory=dict)  # task id -> "<split>: why it cannot be scored"
 
     @property
     def data(self) -> PlainConfig:
         return self.checked.data
 
 
-def task_splits(folder: Path) -> tuple[dict[str, list[str]], list[str]]:
-    """The folder's task ids per split (task.json's `split`), and the ids of tasks nothing can score: no rule check
-    and no rubric (a rubric alone is scored by the judge, stages/judge.py)."""
-    out: dict[str, list[str]] = {"train": [], "val": [], "test": []}
-    unchecked: list[str] = []
-    for t in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        try:
-            meta = json.loads((t / "task.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if meta.get("split") in out:
-            out[meta["split"]].append(t.name)
-        md = meta.get("metadata") or {}
-        if not md.get("checks") and not str(md.get("rubric") or "").strip():
-            unchecked.append(t.name)
-    return out, unchecked
-
-
-def check_scorable(tasks: Path, splits: dict[str, list[str]], unchecked: list[str]) -> None:
-    """A night spends nothing on tasks none of which can be scored (no rule check and no rubric for the judge):
-    every episode would be a data error, never a real 0."""
-    if not splits["train"] and not splits["val"]:
-        raise ValueError(f"{tasks} holds no train or val task; harvest more sessions or give another --tasks folder")
-    played = set(splits["train"]) | set(splits["val"])
-    if played <= set(unchecked):
+def check_scorable(tasks: Path, found: FolderTasks) -> None:
+    """Tasks that cannot be scored are left out, one line each; a night with no scorable train or val task spends
+    nothing (every episode would be a data error, never a real 0)."""
+    for tid, why in sorted(found.left_out.items()):
+        split, _, reason = why.partition(": ")
+        print(f"left out {tid} ({split}): {reason}", file=sys.stderr)
+    if not found.splits["train"] and not found.splits["val"]:
+        fix = "mine with a model (e.g. llm=local) or add checks to the tasks' task.json" if found.left_out else (
+            "harvest more sessions or give another --tasks folder"
+        )  # fmt: skip
         raise ValueError(
-            f"no train or val task in {tasks} has a rule check or a rubric: mine with a model (e.g. llm=local) or add "
-            "checks or a rubric to the tasks' task.json"
-        )
-    if played & set(unchecked):
-        n = len(played & set(unchecked))
-        print(
-            f"note: {n} of {len(played)} train/val tasks have no rule check and no rubric and will count as data errors",
-            file=sys.stderr,
+            f"{tasks} holds no train or val task that can be scored ({len(found.left_out)} left out); {fix}"
         )
 
 
@@ -109,9 +92,12 @@ def quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[str, list[str]], init: Optional[Path]):
-    """The run's Hydra overrides: the preset, the folder, the night's name, the project's MLflow experiment, the
-    budgets, the target; the user's own model settings last (they win)."""
+def overrides_for(
+    opts: NightOptions, run_name: str, tasks: Path, splits: dict[str, list[str]], init: Optional[Path],
+    left_out: Optional[list[str]] = None,
+) -> list[str]:  # fmt: skip
+    """The run's Hydra overrides: the preset, the folder (less the tasks left out), the night's name, the project's
+    MLflow experiment, the budgets, the target; the user's own model settings last (they win)."""
     out = [
         "+experiment=sleep",
         f"env.data_dir={quoted(str(tasks))}",
@@ -123,6 +109,8 @@ def overrides_for(opts: NightOptions, run_name: str, tasks: Path, splits: dict[s
         f"llm.budget.max_minutes={opts.max_minutes}",
         "debug.progress=off",
     ]
+    if left_out:
+        out.append(f"env.options.exclude=[{','.join(quoted(t) for t in left_out)}]")
     if not splits["val"]:  # nothing held out: the gate borrows the train split, and the night is unverified
         out.append("env.selection_split=train")
     if not splits["test"]:  # the run's closing test needs tasks: the selection's (its score says nothing new)
@@ -146,19 +134,21 @@ def starting_skill(opts: NightOptions) -> Optional[Path]:
 def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
     from skillopt_ray import cli
 
-    splits, unchecked = task_splits(tasks)
-    check_scorable(tasks, splits, unchecked)
+    found = scorable.read_folder(tasks)
+    check_scorable(tasks, found)
+    splits = found.splits
     init = None
     source = starting_skill(opts)
     if source is not None:
         init = opts.project / STATE_DIR / "nights" / f"{run_name}.start.md"
         init.parent.mkdir(parents=True, exist_ok=True)
         init.write_text(skill_home.parse(source.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
-    ov = overrides_for(opts, run_name, tasks, splits, init)
+    ov = overrides_for(opts, run_name, tasks, splits, init, sorted(found.left_out))
     config = cli.compose(ov)
     if opts.i_reviewed and review.read(tasks).get("reviewed") is False:  # the person says so: the run's check agrees
         review.write(tasks, {**review.read(tasks), "reviewed": True, "reviewed_by": "--i-reviewed"})
-    return Plan(run_name, tasks, ov, cli.preflight(config), splits, resumed)  # the review gate: once, in preflight
+    # the review gate: once, in preflight
+    return Plan(run_name, tasks, ov, cli.preflight(config), splits, resumed, left_out=found.left_out)
 
 
 def spend_line(p: Plan, opts: NightOptions) -> str:
@@ -252,6 +242,8 @@ def train(opts: NightOptions, p: Plan) -> tuple[int, Optional[Path]]:
     from skillopt_ray.cli import execute
     from skillopt_ray.cli.report import report
 
+    if opts.argv and not opts.dry_run:  # the settings proved good: `schedule` repeats this night
+        settings.save(opts.project, opts.argv, Path.cwd(), p.data.get("llm"))
     print(spend_line(p, opts), file=sys.stderr)
     few = too_few_line(p)
     if few:
@@ -320,6 +312,7 @@ def conclude(opts: NightOptions, p: Plan, run_dir: Path) -> Optional[Concluded]:
     folder.mkdir(parents=True)
     (folder / "SKILL.md").write_text(doc.text(skill_home.without_seed(best)), encoding="utf-8")
     rep = build_report(run_dir, p.run_name, p.splits, looks, opts.val_looks_max, borrowed=not p.splits["val"])
+    rep.left_out = dict(p.left_out)
     rep.live_path, rep.proposed = str(live), str(folder / "SKILL.md")
     write_report(run_dir / "night", rep)
     print(rep.summary())
@@ -443,9 +436,32 @@ def stage(opts: NightOptions, p: Plan, c: Concluded) -> int:
         else:
             print(f"staged in {where} (changed nothing: no candidate skill passed the gate; nothing to adopt)")
         return EXIT_OK
-    if c.flags:
+    if c.flags:  # never auto-adopted either: adopt refuses it without --allow-flagged
         print(f"staged in {where}, FLAGGED: {'; '.join(c.flags)}. Read its SKILL.md; to adopt it anyway: "
               f"python -m skillopt_ray.sleep adopt --allow-flagged --project {opts.project}")  # fmt: skip
         return EXIT_OK
-    print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
+    if not opts.auto_adopt:
+        print(f"staged in {where}; adopt it with: python -m skillopt_ray.sleep adopt --project {opts.project}")
+        return EXIT_OK
+    print(f"staged in {where}")
+    return auto_adopt(opts, where)
+
+
+def auto_adopt(opts: NightOptions, where: Path) -> int:
+    """`run --auto-adopt`: the night just staged is adopted, never one whose gate judged on borrowed tasks
+    (unverified, by its manifest: it stays staged, exit 0); a refusal of adoption itself is one line and exit 2,
+    the night staged. A night of several skills is adopted whole, as a bare `adopt` does."""
+    from skillopt_ray.sleep.proposal import adopt, staging
+    from skillopt_ray.sleep.proposal.lock import Busy
+
+    if not staging.load_manifest(where)["verified"]:
+        print("not adopted: the night is unverified (its gate judged on borrowed train tasks); --auto-adopt installs "
+              f"only a night accepted on its own validation tasks (read its report, then: python -m skillopt_ray.sleep "
+              f"adopt --project {opts.project} --allow-unverified)", file=sys.stderr)  # fmt: skip
+        return EXIT_OK
+    try:
+        print(adopt.auto_adopt(opts.project, where.name))
+    except (ValueError, OSError, Busy) as e:
+        print(f"error: the night is staged but --auto-adopt was refused: {e}", file=sys.stderr)
+        return EXIT_CONFIG
     return EXIT_OK

@@ -147,4 +147,9 @@ def finish(opts: NightOptions, run_name: str, done: list[tuple[NightOptions, Con
         changed = [c.folder.name for _, c in done if c.rep.changed]
         print(f"staged in {where} ({', '.join(changed) or 'no skill'} changed); adopt all with: python -m "
               f"skillopt_ray.sleep adopt --project {opts.project}, or one with --skill NAME")  # fmt: skip
+        if opts.auto_adopt and changed and any(c.flags for _, c in done):
+            print("not adopted: a skill of the night is flagged; read it, then adopt with --allow-flagged",
+                  file=sys.stderr)  # fmt: skip
+        elif opts.auto_adopt and changed:
+            code = runner.auto_adopt(opts, where)
     return code

@@ -12,9 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.sleep.proposal import staging
+from skillopt_ray.base import untrusted
+from skillopt_ray.sleep.proposal import seal, staging
 from skillopt_ray.sleep.proposal.lock import adopt_lock
-from skillopt_ray.sleep.proposal.staging import ABSENT, ManifestRow, StagedManifest, file_pin, write_atomic
+from skillopt_ray.sleep.proposal.staging import (
+    ABSENT,
+    ManifestRow,
+    StagedManifest,
+    file_pin,
+    write_atomic,
+    write_sealed,
+)
 
 WAL = "adopt-transaction.json"
 ADOPTED = "adopted.json"
@@ -44,13 +52,35 @@ def wal_path(project: Path) -> Path:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    """A transaction record or receipt adoption wrote: sealed by this machine (a planted or edited one is refused,
+    so it can never name where adoption writes) and a JSON object."""
+    try:
+        data = json.loads(seal.read_sealed(path.parent, path.name))
+    except (ValueError, RecursionError) as e:  # Unsealed is a ValueError
+        raise Refused(f"{str(e).splitlines()[0]}; delete {path} if no adoption of yours was interrupted") from None
     if not isinstance(data, dict):
         raise Refused(f"{path} is not a JSON object; it was edited by hand")
     return data
 
 
-def put(step_live: str, copy: Optional[str]) -> None:
+def drop(path: Path) -> None:
+    """A transaction record goes with its seal (so the exact bytes cannot be planted back later)."""
+    path.unlink()
+    seal.seal_path(path).unlink(missing_ok=True)
+
+
+def copy_bytes(project: Path, copy: str) -> bytes:
+    """A staged or backed-up copy's bytes: only from under the project's staging folder, no symlink followed there."""
+    root = str(staging.staging_root(project))
+    if not staging.within(copy, root) or copy == root:
+        raise Refused(f"{copy} is not under {root}; a transaction names only staged copies; refused")
+    try:
+        return untrusted.read_bytes(Path(root), os.path.relpath(copy, root))
+    except untrusted.Untrusted as e:
+        raise Refused(f"{e}; stage the night again") from None
+
+
+def put(project: Path, step_live: str, copy: Optional[str]) -> None:
     """The live file becomes the copy's bytes, or goes away when the copy is None."""
     live = Path(step_live)
     if copy is None:
@@ -59,19 +89,19 @@ def put(step_live: str, copy: Optional[str]) -> None:
         return
     live.parent.mkdir(parents=True, exist_ok=True)
     mode = live.stat().st_mode & 0o777 if live.is_file() and not live.is_symlink() else 0o644
-    write_atomic(live, Path(copy).read_bytes(), mode)  # an executable helper script stays executable
+    write_atomic(live, copy_bytes(project, copy), mode)  # an executable helper script stays executable
 
 
 def recover(project: Path) -> Optional[str]:
     """An interrupted transaction is rolled back (every file to its `before` bytes) unless its receipt was written,
     when it finished and only its record is left. A file matching neither side is refused, the record kept."""
     path = wal_path(project)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     wal = read_json(path)
     receipt = Path(wal["receipt"])
     if receipt.exists():
-        path.unlink()
+        drop(path)
         return f"finished the interrupted {wal['op']} of night {wal['stamp']} (its receipt was written)"
     steps = [Step(**s) for s in wal["steps"]]
     for s in steps:
@@ -83,19 +113,19 @@ def recover(project: Path) -> Optional[str]:
             )
     for s in steps:
         if file_pin(Path(s.live)) != s.before:
-            put(s.live, s.before_copy)
-    path.unlink()
+            put(project, s.live, s.before_copy)
+    drop(path)
     return f"rolled back the interrupted {wal['op']} of night {wal['stamp']}; the live files are as before it"
 
 
 def run_steps(project: Path, op: str, stamp: str, receipt: Path, steps: list[Step], record: dict[str, Any]) -> None:
     """The write-ahead record first, then the files, then the receipt, then the record goes."""
     wal = {"op": op, "stamp": stamp, "receipt": str(receipt), "steps": [s.as_dict() for s in steps]}
-    write_atomic(wal_path(project), json.dumps(wal, indent=1).encode())
+    write_sealed(wal_path(project), json.dumps(wal, indent=1).encode())
     for s in steps:
-        put(s.live, s.after_copy)
-    write_atomic(receipt, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
-    wal_path(project).unlink()
+        put(project, s.live, s.after_copy)
+    write_sealed(receipt, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    drop(wal_path(project))
 
 
 def find_night(project: Path, stamp: Optional[str], want: str) -> Path:
@@ -155,7 +185,23 @@ def check_path(row: ManifestRow, roots: list[str]) -> Path:
     return live
 
 
+def check_derived(row: ManifestRow, m: StagedManifest) -> None:
+    """The live path is the one its row's place derives: a skill file is the skill folder joined with the file's path
+    inside the proposal (`skill/notes.md` -> `<live skill folder>/notes.md`), a memory file the project's own
+    AGENTS.md or CLAUDE.md. A manifest cannot aim one row at another file inside the same root."""
+    live = row["live_path"]
+    if row["kind"] == "memory":
+        ok = os.path.realpath(os.path.dirname(live)) == m["project"] and os.path.basename(live) in staging.MEMORY_NAMES
+    else:
+        inside = os.path.relpath(live, m["live_skill_dir"])
+        ok = not inside.startswith("..") and row["rel"].endswith("/" + inside) and row["kind"] == "skill"
+    if not ok:
+        raise Refused(f"{live} is not where row {row['rel']} installs (under {m['live_skill_dir']}); refused")
+
+
 def preflight(project: Path, night: Path, m: StagedManifest) -> list[tuple[ManifestRow, Path]]:
+    if m["project"] != os.path.realpath(project):
+        raise Refused(f"night {m['stamp']} was staged for {m['project']}, not this project; refused")
     roots = list(m["skill_roots"]) + [m["project"]]
     out = []
     for row in m["files"]:
@@ -163,8 +209,9 @@ def preflight(project: Path, night: Path, m: StagedManifest) -> list[tuple[Manif
         if root_real != row["root"]:
             raise Refused(f"the skill root {row['root']} now resolves to {root_real}; refused")
         live = check_path(row, roots if row["kind"] == "memory" else list(m["skill_roots"]))
+        check_derived(row, m)
         proposed = night / row["rel"]
-        if proposed.is_symlink() or file_pin(proposed) != row["sha256"]:
+        if staging.sha256_bytes(copy_bytes(project, str(proposed))) != row["sha256"]:
             raise Refused(f"{proposed} changed since staging (its sha256 is not the manifest's); stage again")
         if file_pin(live) != row["live_sha256"]:
             was = "absent" if row["live_sha256"] == ABSENT else "as staged"

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,9 @@ from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.jsontypes import JSONObject
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.sleep.harvest.redact import Redactor
+from skillopt_ray.sleep.proposal import seal
 
 SCHEMA = "skillopt-ray-staging"
 VERSION = 1
@@ -94,13 +97,31 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+MAX_PIN_BYTES = 64 << 20  # a skill file is a few KiB; a live "file" larger than this is not one to pin
+
+
 def file_pin(path: Path) -> str:
-    """The sha256 of a regular file's bytes, or "absent" when nothing is there (a symlink is never followed)."""
-    if not os.path.lexists(path):
+    """The sha256 of a regular file's bytes, or "absent" when nothing is there. Opened without following a symlink
+    and without blocking (a FIFO put where a skill was is refused, never waited on); size-capped."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
         return ABSENT
-    if path.is_symlink() or not path.is_file():
-        raise ValueError(f"{path} is not a regular file (a symlink or a folder); move it away and stage again")
-    return sha256_bytes(path.read_bytes())
+    except OSError as e:
+        raise ValueError(
+            f"{path} is not a regular file ({e.strerror}: a symlink?); move it away and stage again"
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file (a folder, FIFO or device); move it away and stage again")
+        if st.st_size > MAX_PIN_BYTES:
+            raise ValueError(f"{path} is {st.st_size} bytes, too large for a skill file; move it away")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return sha256_bytes(f.read(MAX_PIN_BYTES + 1))
+    finally:
+        os.close(fd)
 
 
 def within(path: str, root: str) -> bool:
@@ -122,6 +143,13 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def write_sealed(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """`write_atomic` with this machine's seal beside it (the seal first: a kill between leaves a file whose seal
+    does not match, which is refused, never trusted)."""
+    write_atomic(seal.seal_path(path), seal.seal_bytes(path, data), mode)
+    write_atomic(path, data, mode)
 
 
 def fsync_dir(folder: Path) -> None:
@@ -303,7 +331,7 @@ def write_night(p: NightProposal, night: Path, roots: list[str], verified: bool)
         "files": rows,
         "flags": [str(f) for f in p.flags],
     }
-    write_atomic(night / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    write_sealed(night / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
 
 
 def gate_verified(report: dict[str, Any]) -> bool:
@@ -355,26 +383,67 @@ def summary_of(report: dict[str, Any]) -> JSONObject:
 
 
 def load_manifest(night: Path) -> StagedManifest:
-    """A staged night's manifest; a missing, symlinked or foreign one is refused with its path."""
+    """A staged night's manifest: read as an untrusted file, sealed by this machine (`seal`), of the shape staging
+    writes; anything else is refused (ValueError) in one line naming the file."""
     path = night / MANIFEST
-    if night.is_symlink() or path.is_symlink() or not path.is_file():
-        raise ValueError(f"{night} is not a staged night (no manifest.json of its own)")
+    if night.is_symlink() or not night.is_dir():
+        raise ValueError(f"{night} is not a staged night (no folder of its own)")
+    data = seal.read_sealed(night, MANIFEST)
     try:
-        m = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as e:
-        raise ValueError(f"{path} is not readable JSON ({e}); stage the night again") from None
+        m = untrusted.parse_json(untrusted.decode(data, path), path)
+    except untrusted.Untrusted as e:
+        raise ValueError(f"{e}; stage the night again") from None
     if not isinstance(m, dict) or m.get("schema") != SCHEMA or m.get("version") != VERSION:
         raise ValueError(f"{path} is not a {SCHEMA} v{VERSION} manifest; stage the night again")
-    return cast(StagedManifest, m)  # as stage_night wrote it (its schema and version checked)
+    problem = manifest_problem(m) or (f"its stamp is not {night.name}" if m["stamp"] != night.name else None)
+    if problem:
+        raise ValueError(f"{path}: {problem}; stage the night again")
+    return cast(StagedManifest, m)  # sealed here and of staging's shape
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "stamp": str,
+    "project": str,
+    "skill_name": str,
+    "live_skill_dir": str,
+    "skill_roots": list,
+    "verified": bool,
+    "verdict": str,
+    "summary": dict,
+    "files": list,
+}
+_ROW_KEYS = ("kind", "rel", "sha256", "live_path", "live_realpath", "live_sha256", "root")
+
+
+def manifest_problem(m: dict[str, Any]) -> Optional[str]:
+    """What is wrong with a manifest's shape (the first thing found), None when it is as staging writes it."""
+    for key, kind in _FIELD_TYPES.items():
+        if not isinstance(m.get(key), kind):
+            return f"`{key}` is missing or not a {getattr(kind, '__name__', kind)}"
+    if not _STAMP.match(m["stamp"]):
+        return f"`stamp` {m['stamp'][:40]!r} is not a UTC stamp"
+    if not all(isinstance(r, str) for r in m["skill_roots"]):
+        return "`skill_roots` holds a value that is not a path"
+    if not all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in m["summary"].values()):
+        return "`summary` holds a value that is not a number"
+    for i, row in enumerate(m["files"]):
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in _ROW_KEYS):
+            return f"file row {i} lacks one of {', '.join(_ROW_KEYS)}"
+        try:
+            untrusted.parts_of(row["rel"])
+        except untrusted.Untrusted as e:
+            return f"file row {i}: {e}"
+    return None
 
 
 def nights(project: Path) -> list[Path]:
-    """Staged nights, oldest first: real folders with a manifest (unfinished and symlinked ones are skipped)."""
+    """Staged nights, oldest first: plain folders with a manifest of their own (unfinished and symlinked ones are
+    skipped; the listing is bounded, as any folder someone else can write into)."""
     root = staging_root(project)
     if not root.is_dir() or root.is_symlink():
         return []
-    return sorted(
-        d
-        for d in root.iterdir()
-        if _STAMP.match(d.name) and d.is_dir() and not d.is_symlink() and (d / MANIFEST).is_file()
-    )
+    return [
+        root / e.name
+        for e in untrusted.list_dir(root)
+        if e.is_dir and _STAMP.match(e.name) and untrusted.is_file(root, f"{e.name}/{MANIFEST}")
+    ]

@@ -108,7 +108,7 @@ def stage_skills(project: Path, stamp: str, proposals: list[NightProposal], repo
     (night / "report.md").write_text(redact(report_md), encoding="utf-8")
     (night / "report.json").write_text(json.dumps({"skills": reports}, indent=1, sort_keys=True, default=str) + "\n")
     manifest = _manifest(project, stamp, out, rows, evidence)
-    staging.write_atomic(night / staging.MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    staging.write_sealed(night / staging.MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     staging.publish(night, final)
     return final
 

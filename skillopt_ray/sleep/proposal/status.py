@@ -9,6 +9,7 @@ from typing import Optional, TypedDict
 
 from skillopt_envs.jsontypes import JSONObject
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.sleep.proposal import staging
 from skillopt_ray.sleep.proposal.adopt import ADOPTED, UNDONE, wal_path
 from skillopt_ray.sleep.proposal.staging import StagedManifest, file_pin
@@ -55,44 +56,50 @@ def night_state(night: Path, m: StagedManifest) -> str:
         return "pending (changed nothing; adopting installs the skill it started from: no skill is live yet)"
     if staging.unchanged(m):
         return "changed nothing (nothing to adopt)"
-    stale = any(file_pin(Path(r["live_path"])) != r["live_sha256"] for r in m["files"] if _plain(r["live_path"]))
+    stale = any(_pin(r["live_path"]) != r["live_sha256"] for r in m["files"])
     return "pending (stale: the live skill changed since staging)" if stale else "pending"
 
 
-def _plain(path: str) -> bool:
-    p = Path(path)
-    return not p.is_symlink() and (p.is_file() or not p.exists())
+def _pin(path: str) -> str:
+    """The live file's pin; a symlink, folder or FIFO put there since staging is simply not the pinned file."""
+    try:
+        return file_pin(Path(path))
+    except ValueError:
+        return "not a plain file"
+
+
+def night_rows(night: Path) -> list[NightRow]:
+    """One night as `status` lists it (a row per skill for a night of several); ValueError when its manifest or a
+    file it pins cannot be read."""
+    m = staging.load_manifest(night)
+    if entries(m):
+        return skill_rows(night, m)
+    row: NightRow = {
+        "stamp": m["stamp"],
+        "skill": m["skill_name"],
+        "live_skill_dir": m["live_skill_dir"],
+        "verdict": m["verdict"],
+        "verified": m["verified"],
+        "summary": m["summary"],
+        "state": night_state(night, m),
+        "folder": str(night),
+    }
+    note = memory_note(night, m)
+    if note:
+        row["memory"] = note
+    flags = m.get("flags")
+    if isinstance(flags, list) and flags:
+        row["flags"] = [str(f)[:300] for f in flags[:20]]
+    return [row]
 
 
 def collect(project: Path) -> NightsStatus:
     rows: list[NightRow] = []
     for night in staging.nights(project):
         try:
-            m = staging.load_manifest(night)
-        except ValueError as e:
-            rows.append({"stamp": night.name, "state": f"unreadable: {e}"})
-            continue
-        if entries(m):
-            rows += skill_rows(night, m)
-            continue
-        rows.append(
-            {
-                "stamp": m["stamp"],
-                "skill": m["skill_name"],
-                "live_skill_dir": m["live_skill_dir"],
-                "verdict": m["verdict"],
-                "verified": m["verified"],
-                "summary": m["summary"],
-                "state": night_state(night, m),
-                "folder": str(night),
-            }
-        )
-        note = memory_note(night, m)
-        if note:
-            rows[-1]["memory"] = note
-        flags = m.get("flags")
-        if isinstance(flags, list) and flags:
-            rows[-1]["flags"] = [str(f)[:300] for f in flags[:20]]
+            rows += night_rows(night)
+        except (ValueError, KeyError, TypeError) as e:  # one unreadable night is a row saying why; the rest are listed
+            rows.append({"stamp": night.name, "state": f"unreadable: {str(e).splitlines()[0]}"})
     wal = wal_path(project)
     return {
         "project": str(project.resolve()),
@@ -128,21 +135,23 @@ def memory_note(night: Path, m: StagedManifest) -> Optional[str]:
         if row["kind"] != "memory":
             continue
         try:
-            inner = memory.block_text((night / row["rel"]).read_bytes().decode("utf-8"), m["skill_name"])
-        except (OSError, ValueError) as e:
+            inner = memory.block_text(untrusted.read_text(night, row["rel"], 1 << 20), m["skill_name"])
+        except (OSError, ValueError) as e:  # untrusted.Untrusted and MemoryRefused are ValueErrors
             return f"{row['live_path']}: unreadable staged block ({e})"
         return f"{row['live_path']}: block {m['skill_name']!r}, {len((inner or '').splitlines())} lines"
     return None
 
 
+def _num(value: object, sign: str = "") -> str:
+    return format(value, f"{sign}.3f") if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+
 def fmt_summary(s: JSONObject) -> str:
     parts = []
     if "before" in s and "after" in s:
-        parts.append(f"score {s['before']:.3f} -> {s['after']:.3f}")
+        parts.append(f"score {_num(s['before'])} -> {_num(s['after'])}")
     if s.get("mean_diff") is not None:
-        parts.append(
-            f"paired diff {s['mean_diff']:+.3f} [{s.get('lo', float('nan')):+.3f}, {s.get('hi', float('nan')):+.3f}]"
-        )
+        parts.append(f"paired diff {_num(s['mean_diff'], '+')} [{_num(s.get('lo'), '+')}, {_num(s.get('hi'), '+')}]")
     return "; ".join(parts)
 
 
