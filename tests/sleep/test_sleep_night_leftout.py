@@ -86,7 +86,8 @@ def test_a_guarded_task_is_left_out_with_its_reason_and_a_user_check_is_trusted(
 def test_a_folder_with_nothing_scorable_is_refused_before_any_call(tmp_path, capsys):
     project = tmp_path / "proj"
     project.mkdir()
-    tasks = [MinedTask(f"Explain the build, part {i}.", "chat", [], rubric="Clear.") for i in range(4)]
+    # no rule check and no rubric (a rubric alone is scorable: the judge scores it)
+    tasks = [MinedTask(f"Explain the build, part {i}.", "chat", [], rubric="") for i in range(4)]
     write_tasks(project / ".skillopt" / "tasks", tasks, {t.id: "val" for t in tasks}, project, {})
     code = sleep_cli.main(["dry-run", "--project", str(project), "--tasks", str(project / ".skillopt" / "tasks"),
                            "llm=compatible", "llm.base_url=http://127.0.0.1:9/v1"])  # fmt: skip
