@@ -369,21 +369,21 @@ def test_the_holder_composes_a_repeated_command_once_until_a_config_file_changes
     shutil.copytree(REPO / "conf", conf)
     args = SimpleNamespace(config_path=str(conf), config_name=None, config_dir=None)
     job = ["+experiment=custom", f"env.data_dir={REPO / 'examples/python-functions/tasks.jsonl'}", "seed=7"]
-    real = app.compose
+    real = app.compose_node
     calls = []
-    monkeypatch.setattr(app, "compose", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(app, "compose_node", lambda *a, **k: calls.append(1) or real(*a, **k))
     memo: dict = {}
     with serve(StandbyPool(), None, memo):
-        first = app.composed_data(args, job, [])
-        first["seed"] = 99  # a caller's change does not reach the remembered copy
-        second = app.composed_data(args, job, [])
-        assert len(calls) == 1 and second["seed"] == 7
+        first = app.composed(args, job, [])
+        first.seed = 99  # a caller's change does not reach the remembered copy
+        second = app.composed(args, job, [])
+        assert len(calls) == 1 and second.seed == 7
         (conf / "optimizer" / "paper.yaml").write_text((conf / "optimizer" / "paper.yaml").read_text() + "\n# edited\n")
-        app.composed_data(args, job, [])
+        app.composed(args, job, [])
         assert len(calls) == 2  # an edited config file: composed again
-        app.composed_data(args, [*job[:-1], "seed=8"], [])
+        app.composed(args, [*job[:-1], "seed=8"], [])
         assert len(calls) == 3  # other overrides: composed again
-    app.composed_data(args, job, [])
+    app.composed(args, job, [])
     assert len(calls) == 4  # outside the holder nothing is remembered
 
 

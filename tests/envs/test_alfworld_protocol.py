@@ -165,7 +165,7 @@ def test_composed_config_follows_the_reference():
     for llm, provider in (("embedded", "embedded"), ("openai", "openai"), ("compatible", "openai")):
         cfg = cli.compose(["+experiment=alfworld", f"llm={llm}"])
         assert cfg.env.history_window == 2 and cfg.env.max_turns == 50
-        assert cfg.env.options.target_provider == provider
+        assert cfg.env.options["target_provider"] == provider
         assert AlfWorldOptions.parse(dict(cfg.env.options)).constrained == (provider == "embedded")
 
 

@@ -70,7 +70,7 @@ def counted(monkeypatch, tmp_path):
     monkeypatch.setattr(Path, "read_bytes", read_bytes)
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: read_bytes(self).decode(*a, **k))
 
-    def drive(checked: Any, run_dir: Path, embedded: Any, progress: Any, clock: Any) -> dict:
+    def drive(checked: Any, run_dir: Path, embedded: Any, progress: Any, clock: Any, engine: Any = None) -> dict:
         drives.append(checked)
         return {"status": "error", "exit": cli.EXIT_STOPPED, "message": "stopped where Ray would start", "notes": []}
 
