@@ -218,10 +218,14 @@ def test_infra_failures_stop_the_run_with_a_clear_error(ray_cluster, scripted, a
 
 
 def test_missing_data_dir_is_one_line_exit_2(ray_cluster, scripted, tmp_path, capsys):
-    code, _ = _run(scripted.base_url, tmp_path / "o", tmp_path / "no-such-data")
-    err = capsys.readouterr().err
-    assert code == cli.EXIT_CONFIG
-    assert "error: ALFWorld data directory" in err and "does not exist" in err and "Traceback" not in err
+    """The data check runs once, in preflight (before any run directory): one line naming the folder and the fix."""
+    from skillopt_ray.cli.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        checked(_data(scripted.base_url, tmp_path / "o", tmp_path / "no-such-data"))
+    text = str(err.value)
+    assert text.startswith("ALFWorld data directory") and "does not exist" in text and "\n" not in text
+    assert not (tmp_path / "o").exists()
 
 
 def test_three_epochs_slow_update_and_meta_skill_see_their_inputs(ray_cluster, scripted, alfworld_root, tmp_path):

@@ -42,6 +42,7 @@ def test_a_jsonl_task_file_trains_a_skill_that_learns(ray_cluster, tmp_path):
             "env.options.scorer=numeric",
             "env.limit_train=4",
             "env.limit_selection=2",
+            "optimizer.gate_test=none",  # the paper gate: 2 selection tasks are too few for the sequential one
             "env.limit_test=4",
             "optimizer.batch_size=4",
             "optimizer.minibatch_size=2",

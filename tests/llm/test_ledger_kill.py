@@ -27,7 +27,8 @@ _CLIENT = """
 import asyncio, sys
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway
-from skillopt_ray.llm.types import BudgetExceeded, ChatRequest
+from skillopt_envs.chat import ChatRequest
+from skillopt_ray.llm.types import BudgetExceeded
 url, d, cap = sys.argv[1], sys.argv[2], int(sys.argv[3])
 role = dict(provider="openai", model="m", base_url=url, api_key_env="SKILLOPT_TEST_KEY", timeout_s=5.0, max_concurrency=1)
 cfg = LLMConfig(backend="compatible", target=LLMRoleConfig(**role), optimizer=LLMRoleConfig(**role))
