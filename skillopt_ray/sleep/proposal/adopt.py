@@ -281,19 +281,34 @@ def undo(project: Path, stamp: Optional[str] = None) -> str:
         roots = list(m["skill_roots"]) + [m["project"]]
         for s, row in zip(done, m["files"]):
             check_path(row, roots if row["kind"] == "memory" else list(m["skill_roots"]))
-            if file_pin(Path(s.live)) != s.after:
-                raise Refused(f"{s.live} changed since night {m['stamp']} was adopted; undo refused, nothing touched")
-            if s.before_copy and file_pin(Path(s.before_copy)) != s.before:
-                raise Refused(f"the backup {s.before_copy} does not match its pin; undo refused, nothing touched")
-        steps = [Step(s.live, s.after, s.after_copy, s.before, s.before_copy) for s in done]
+            check_still_adopted(s, m["stamp"])
+        steps = reversed_steps(done)
         run_steps(project, "undo", m["stamp"], night / UNDONE, steps, {"stamp": m["stamp"]})
-        for s in steps:
-            if s.after == ABSENT:
-                try:
-                    Path(s.live).parent.rmdir()  # the skill folder adoption created, when now empty
-                except OSError:
-                    pass
+        drop_created_folders(steps)
         return "\n".join(notes + [f"undid night {m['stamp']}: {len(steps)} file(s) restored"])
+
+
+def check_still_adopted(s: Step, stamp: str) -> None:
+    """Undo restores a file only while it still holds what adoption wrote, from a backup that still matches its pin."""
+    if file_pin(Path(s.live)) != s.after:
+        raise Refused(f"{s.live} changed since night {stamp} was adopted; undo refused, nothing touched")
+    if s.before_copy and file_pin(Path(s.before_copy)) != s.before:
+        raise Refused(f"the backup {s.before_copy} does not match its pin; undo refused, nothing touched")
+
+
+def reversed_steps(done: list[Step]) -> list[Step]:
+    """The steps that put back what the adoption's steps replaced."""
+    return [Step(s.live, s.after, s.after_copy, s.before, s.before_copy) for s in done]
+
+
+def drop_created_folders(steps: list[Step]) -> None:
+    """After an undo: the skill folders adoption created (their file was absent before), when now empty."""
+    for s in steps:
+        if s.after == ABSENT:
+            try:
+                Path(s.live).parent.rmdir()
+            except OSError:
+                pass
 
 
 def auto_adopt(project: Path, stamp: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from skillopt_ray.sleep.proposal import adopt, staging
 from skillopt_ray.sleep.proposal.adopt import Refused, Step
 from skillopt_ray.sleep.proposal.lock import adopt_lock
-from skillopt_ray.sleep.proposal.staging import ABSENT, StagedManifest, file_pin, write_atomic
+from skillopt_ray.sleep.proposal.staging import ABSENT, StagedManifest, write_atomic
 from skillopt_ray.sleep.proposal.staging_skills import SkillEntry, entries, entry_view
 
 RECEIPTS = "receipts"
@@ -148,19 +148,11 @@ def undo_skills(project: Path, stamp: Optional[str], skill: Optional[str]) -> st
                 )
             row, view = rows[s.live]
             adopt.check_path(row, list(view["skill_roots"]))
-            if file_pin(Path(s.live)) != s.after:
-                raise Refused(f"{s.live} changed since night {m['stamp']} was adopted; undo refused, nothing touched")
-            if s.before_copy and file_pin(Path(s.before_copy)) != s.before:
-                raise Refused(f"the backup {s.before_copy} does not match its pin; undo refused, nothing touched")
-        steps = [Step(s.live, s.after, s.after_copy, s.before, s.before_copy) for s in done]
+            adopt.check_still_adopted(s, m["stamp"])
+        steps = adopt.reversed_steps(done)
         record = {"op": "undo", "stamp": m["stamp"], "skills": sorted(chosen), "steps": [s.as_dict() for s in steps]}
         adopt.run_steps(project, "undo", m["stamp"], _next_receipt(night, "undo"), steps, record)
-        for s in steps:
-            if s.after == ABSENT:
-                try:
-                    Path(s.live).parent.rmdir()  # the skill folder adoption created, when now empty
-                except OSError:
-                    pass
+        adopt.drop_created_folders(steps)
         return "\n".join(
             notes + [f"undid {', '.join(sorted(chosen))} of night {m['stamp']}: {len(steps)} file(s) restored"]
         )
