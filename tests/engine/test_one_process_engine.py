@@ -72,6 +72,11 @@ def test_auto_keeps_alfworld_on_ray(no_kept_cluster, monkeypatch):
     assert got.line() == "engine: Ray (auto: alfworld plays faster in processes of its own)"
 
 
+def test_local_mode_refuses_a_benchmark_that_needs_processes(no_kept_cluster):
+    with pytest.raises(UsageError, match=r"ray.mode=local .* alfworld's episodes need processes of their own"):
+        choose(_data("ray.mode=local", experiment="alfworld"))
+
+
 def test_auto_joins_a_kept_cluster(tmp_path, monkeypatch):
     from skillopt_ray.runs import kept_cluster
 
