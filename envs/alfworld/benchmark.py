@@ -207,7 +207,7 @@ class AlfWorldBenchmark(Benchmark):
     name = "alfworld"
     options_class = AlfWorldOptions
     # a game's steps run Python on the CPU (Ray's env actors play games in parallel processes), and TextWorld's engine
-    # is not thread-safe: games on threads of one process failed (KeyError in its state, heap corruption)
+    # is not thread-safe: games on threads of one process failed (a KeyError in its state, a segfault)
     one_process = False
 
     def __init__(self, env_cfg: EnvSettings):
