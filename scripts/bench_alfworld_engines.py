@@ -63,7 +63,7 @@ def run(cmd: list[str], srv: Any, env: dict[str, str]) -> dict[str, Any]:
         raise SystemExit(f"eval run failed ({p.returncode}): {err[-3000:]}")
     times = list(srv.state.request_times)[before:]
     engine = next((line for line in err.splitlines() if line.startswith("engine: ")), "?")
-    score = next((line.split()[4] for line in err.splitlines() if line.startswith("eval on ")), "?")
+    score = next((line.split()[4] for line in (out + err).splitlines() if line.startswith("eval on ")), "?")
     return {
         "wall_s": wall,
         "first_call_s": times[0] - t0,
@@ -86,9 +86,10 @@ def main() -> None:
     a = ap.parse_args()
     import skillopt_envs
     from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
+    from skillopt_envs.base import EnvSettings
 
     options = {"skip_missing_games": True}
-    env_cfg = {"name": "alfworld", "data_dir": a.data, "manifest_dir": None, "options": options}
+    env_cfg: EnvSettings = {"name": "alfworld", "data_dir": a.data, "manifest_dir": None, "options": options}
     bench = skillopt_envs.make("alfworld", env_cfg)
     tasks = bench.load_split(a.split)
     tasks = tasks[: a.games] if a.split == "test" else tasks
@@ -114,13 +115,13 @@ def main() -> None:
         f"\n{len(tasks)} ALFWorld games ({a.split}) at {a.latency:g}s per call (wander {a.wander}); medians of {a.rounds} rounds; "
         f"load average {load0:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs"
     )
-    for name, r in rows.items():
-        med = {k: statistics.median(x[k] for x in r) for k in ("wall_s", "first_call_s", "pss_mb")}
-        ray = rows.get("cluster") or r
-        over = statistics.median(x["wall_s"] / y["wall_s"] for x, y in zip(r, ray))
+    for name, got in rows.items():
+        med = {k: statistics.median(x[k] for x in got) for k in ("wall_s", "first_call_s", "pss_mb")}
+        ray = rows.get("cluster") or got
+        over = statistics.median(x["wall_s"] / y["wall_s"] for x, y in zip(got, ray))
         print(
             f"{name:>8}: wall {med['wall_s']:.2f} s ({over:.2f}x Ray's, same round)  first call "
-            f"{med['first_call_s']:.2f} s  resident {med['pss_mb']:.0f} MB  [{r[-1]['engine']}]"
+            f"{med['first_call_s']:.2f} s  resident {med['pss_mb']:.0f} MB  [{got[-1]['engine']}]"
         )
 
 
