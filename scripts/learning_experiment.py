@@ -128,7 +128,8 @@ def run_dir_of(seed: int, out: Path) -> Optional[Path]:
 
 def load(seed: int, out: Path) -> Optional[RunResult]:
     rd = run_dir_of(seed, out)
-    summary = RunDir(rd).summary() if rd else None
+    read = RunDir(rd).read_summary() if rd else None
+    summary = read.to_dict() if read is not None else None
     if rd is None or summary is None:
         return None
     final = RunDir(rd).read_json(FINAL_EVALUATION) or {}

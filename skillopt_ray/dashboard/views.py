@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypedDict, cast
 
-from skillopt_envs.jsontypes import JSONValue
+from skillopt_envs.jsontypes import JSONObject, JSONValue
 
 from skillopt_ray.base import untrusted
 from skillopt_ray.base.stats import GateTestDict
-from skillopt_ray.runs.records import Progress, RecordError
+from skillopt_ray.runs.records import Progress, RecordError, Summary
 from skillopt_ray.runs.rundir import STEP_DIFF, RunDir
 
 # The six stages of a training step, in order (the strip at the top of the watch view).
@@ -141,7 +141,7 @@ class RunDetail(TypedDict):
     skill: SkillView
     costs: CostsView
     errors: ErrorsView
-    summary: Optional[dict[str, Any]]  # Summary.to_dict()
+    summary: Optional[JSONObject]  # Summary.to_dict()
 
 
 @dataclass
@@ -182,7 +182,7 @@ def status_of(rd: RunDir, alive: bool = False, stopped: bool = False) -> str:
     which also wins over a fresh progress record."""
     if alive:
         return "running"
-    summary = rd.summary()
+    summary = rd.read_summary()
     sessions = rd.read_sessions()
     last = sessions[-1].get("status") if sessions else None
     if stopped and summary is None:
@@ -198,11 +198,6 @@ def status_of(rd: RunDir, alive: bool = False, stopped: bool = False) -> str:
     return "stopped" if sessions else "starting"
 
 
-def history(rd: RunDir) -> list[dict[str, Any]]:
-    """The step records in step order, as the run wrote them (a step redone after a resume: its last record)."""
-    return rd.history_rows()
-
-
 def _number(value: Any) -> float:
     """A count or cost as a run file holds it; 0 for what is not a number (a run folder is anyone's to write, and
     one bad file must not take the whole table down)."""
@@ -216,24 +211,23 @@ def _number(value: Any) -> float:
 def run_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunRow:
     rd = RunDir(path)
     cfg = rd.read_config()
-    summary = rd.summary() or {}
-    state = rd.load_state() or {}
+    summary = rd.read_summary() or Summary()
+    state = rd.read_state_brief()
     ledger = rd.read_ledger().get("totals")
     ledger = ledger if isinstance(ledger, dict) else {}
-    test = summary.get("test") or {}
-    sel = summary.get("selection") or {}
+    sel = summary.selection or {}
     best_sel = sel.get("best", state.get("best_score"))
     return RunRow(
         id=_run_id(root, path),
         path=str(path),
-        experiment=str(cfg.get("experiment") or summary.get("experiment") or ""),
-        seed=cfg.get("seed", summary.get("seed")),
+        experiment=str(cfg.get("experiment") or summary.experiment or ""),
+        seed=cfg.get("seed", summary.seed),
         status=status_of(rd, alive, stopped),
-        steps=int(_number(state.get("global_step")) or len(history(rd))),
+        steps=int(_number(state.get("global_step")) or len(rd.history())),
         best_selection=best_sel,
-        test_initial=(test.get("initial") or {}).get("hard"),
-        test_best=(test.get("best") or {}).get("hard"),
-        test_final=(test.get("final") or {}).get("hard"),
+        test_initial=summary.test_score("initial"),
+        test_best=summary.test_score("best"),
+        test_final=summary.test_score("final"),
         cost_usd=_number(ledger.get("cost_usd")),
         tokens=int(_number(ledger.get("prompt_tokens")) + _number(ledger.get("completion_tokens"))),
     )
@@ -321,19 +315,19 @@ def compare_rows(
 
 def curve(rd: RunDir) -> list[CurvePoint]:
     """Scores per step: the current skill's, the candidate's and the best so far, as the run recorded them."""
-    state = rd.load_state() or {}
+    state = rd.read_state_brief()
     points: list[CurvePoint] = [
         {"step": 0, "current": state.get("initial_score"), "candidate": None, "best": state.get("initial_score")}
     ]
-    for h in history(rd):
+    for h in rd.history():
         points.append(
             {
-                "step": h.get("step"),
-                "epoch": h.get("epoch"),
-                "current": h.get("current_score"),
-                "candidate": h.get("candidate_gate_score"),
-                "best": h.get("best_score"),
-                "action": h.get("action"),
+                "step": h.step,
+                "epoch": h.epoch,
+                "current": h.current_score,
+                "candidate": h.candidate_gate_score,
+                "best": h.best_score,
+                "action": h.action,
             }
         )
     return points
@@ -341,22 +335,22 @@ def curve(rd: RunDir) -> list[CurvePoint]:
 
 def steps(rd: RunDir) -> list[StepView]:
     """Per step: what the gate decided and why, the tasks that flipped, the edits, and whether a diff exists."""
-    by_key = {(h.get("epoch"), h.get("step_in_epoch")): h for h in history(rd)}
+    by_key = {(h.epoch, h.step_in_epoch): h for h in rd.history()}
     out: list[StepView] = []
     for epoch, step in rd.step_ids():
         decision = _or(None, rd.read_gate, epoch, step)
         gate = decision.to_dict() if decision is not None else {}
-        rec = by_key.get((epoch, step)) or {}
+        rec = by_key.get((epoch, step))
         out.append(
             {
                 "id": RunDir.step_name(epoch, step),
                 "epoch": epoch,
                 "step": step,
-                "global_step": rec.get("step"),
-                "action": rec.get("action") or gate.get("action") or "(in progress)",
-                "edit_budget": rec.get("edit_budget"),
-                "edits": rec.get("edit_apply_summary") or {},
-                "rollout_hard": rec.get("rollout_hard"),
+                "global_step": rec.step if rec else None,
+                "action": (rec.action if rec else "") or gate.get("action") or "(in progress)",
+                "edit_budget": rec.edit_budget if rec else None,
+                "edits": (rec.edit_apply_summary if rec else None) or {},
+                "rollout_hard": rec.rollout_hard if rec else None,
                 "current": gate.get("current_score"),
                 "candidate": gate.get("candidate_score"),
                 "best": gate.get("best_score"),
@@ -399,21 +393,25 @@ def errors(rd: RunDir) -> ErrorsView:
     """Infra errors by kind and data errors, summed over the steps' rollouts."""
     kinds: dict[str, int] = {}
     data = 0
-    for h in history(rd):
-        for k, n in (h.get("infra_kinds") or {}).items():
+    for h in rd.history():
+        for k, n in (h.infra_kinds or {}).items():
             kinds[k] = kinds.get(k, 0) + int(n)
-        data += int(h.get("data_errors") or 0)
+        data += int(h.data_errors or 0)
     return {"infra": kinds, "data": data}
 
 
 def current_skill(rd: RunDir) -> tuple[Optional[int], str]:
-    state = rd.load_state() or {}
-    version = state.get("current_version")
+    version: Optional[int] = rd.read_state_brief().get("current_version")
     if version is None:
         version = rd.latest_skill_version()
         if version is None:
             return None, ""
     return version, rd.find_skill(int(version)) or ""
+
+
+def _summary(rd: RunDir) -> Optional[JSONObject]:
+    s = rd.read_summary()
+    return None if s is None else s.to_dict()
 
 
 def live(rd: RunDir) -> Progress:
@@ -444,7 +442,7 @@ def run_detail(root: Path, path: Path, alive: bool = False, stopped: bool = Fals
         "skill": {"version": version, "text": skill},
         "costs": _or({"entries": {}, "totals": {}, "budget": {}}, costs, rd, cfg),
         "errors": _or({"infra": {}, "data": 0}, errors, rd),
-        "summary": _or(None, rd.summary),
+        "summary": _or(None, _summary, rd),
     }
 
 

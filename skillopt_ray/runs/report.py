@@ -37,6 +37,7 @@ from skillopt_ray.runs.records import (
     is_accept,
 )
 from skillopt_ray.runs.rundir import BEST_SKILL, STEP_CANDIDATE, STEP_DIFF, RunDir
+from skillopt_ray.runs.state import StateBrief
 
 
 def kinds_text(kinds: Any) -> str:
@@ -73,7 +74,7 @@ class Story:
     versions: list[Version]
     epochs: dict[int, EpochRecord]
     summary: Optional[Summary]
-    state: dict[str, Any]  # state.json as written (older and partial states included)
+    state: StateBrief  # state.json's headline fields (older and partial states included)
     config: dict[str, Any] = field(default_factory=dict)
     sessions: list[Session] = field(default_factory=list)
 
@@ -83,7 +84,7 @@ class Story:
 
 
 def _versions(
-    rd: RunDir, history: list[StepRecord], epochs: dict[int, EpochRecord], state: dict[str, Any]
+    rd: RunDir, history: list[StepRecord], epochs: dict[int, EpochRecord], state: StateBrief
 ) -> list[Version]:
     """Every skill version on disk, with what made it: the initial skill, an accepted step, an epoch boundary, notes."""
     texts = {v.version: v.text for v in rd.skill_versions()}
@@ -154,8 +155,7 @@ def load(run_dir: str | Path) -> Story:
         if d is not None:
             diffs[rec.step] = d
     epochs = rd.epochs()
-    state = rd.load_state()
-    state = state if isinstance(state, dict) else {}
+    state = rd.read_state_brief()
     return Story(
         rd,
         history,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Optional, Union, cast
 
 import yaml
+from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base import untrusted
 from skillopt_ray.base.io import append_json_line, atomic_write_json, atomic_write_text
@@ -50,7 +51,7 @@ from skillopt_ray.runs.records import (
     StepRecord,
     Summary,
 )
-from skillopt_ray.runs.state import RunState
+from skillopt_ray.runs.state import RunState, StateBrief, state_brief
 
 CONFIG = "config.yaml"
 STATE = "state.json"
@@ -252,9 +253,10 @@ class RunDir:
     def write_state(self, state: RunState) -> None:
         atomic_write_json(self.state_path, state.to_dict())
 
-    def load_state(self) -> Optional[dict[str, Any]]:
-        """state.json as a plain dict (for views that do not need the typed state)."""
-        return self.read_json(STATE)
+    def read_state_brief(self) -> StateBrief:
+        """state.json's headline fields, for views of any run: older and partial states included, where
+        `read_state` refuses them ({} when there is no state)."""
+        return state_brief(self.read_json(STATE))
 
     def read_progress(self) -> Progress:
         """The driver's latest live progress snapshot ({} when the run writes none or it cannot be read)."""
@@ -374,12 +376,15 @@ class RunDir:
         """The whole list as one file (history.json), as the reference keeps it."""
         self.write_json(HISTORY_LIST, [h.to_dict() for h in history])
 
-    def history_rows(self, upto: Optional[int] = None) -> list[dict[str, Any]]:
-        """The one history reader, as written: one dict per step in step order, up to global step `upto` if given.
+    def history(self, upto: Optional[int] = None) -> list[StepRecord]:
+        """The one history reader: one record per step in step order, up to global step `upto` if given.
 
         history.jsonl first (a line cut by a kill is skipped; a step redone after a resume: the last line wins),
         then history.json and the step folders' step_record.json for steps the lines lack (older runs)."""
-        found: dict[int, dict[str, Any]] = {}
+        return [StepRecord.from_dict(d, str(self.root / HISTORY)) for d in self._history_objects(upto)]
+
+    def _history_objects(self, upto: Optional[int]) -> list[JSONObject]:
+        found: dict[int, JSONObject] = {}
         for d in self._lines(HISTORY):
             if isinstance(d, dict) and "step" in d:
                 found[int(d["step"])] = d
@@ -398,10 +403,6 @@ class RunDir:
             if isinstance(d, dict) and "step" in d:
                 found.setdefault(int(d["step"]), d)
         return [found[s] for s in sorted(found) if upto is None or s <= upto]
-
-    def history(self, upto: Optional[int] = None) -> list[StepRecord]:
-        """The step records (see `history_rows`), typed."""
-        return [StepRecord.from_dict(d, str(self.root / HISTORY)) for d in self.history_rows(upto)]
 
     def append_lr_decision(self, rec: LrDecision) -> None:
         append_json_line(self.root / LR_HISTORY, rec.to_dict())
@@ -470,18 +471,13 @@ class RunDir:
     def read_summary(self) -> Optional[Summary]:
         return self._record(Summary, SUMMARY)
 
-    def summary(self) -> Optional[dict[str, Any]]:
-        """summary.json as a plain dict (for callers that hand it on as JSON)."""
-        s = self.read_summary()
-        return None if s is None else s.to_dict()
-
     def finished(self) -> bool:
         """The run ran to its end: a summary, and a state whose phase is done."""
         try:
-            state = self.load_state()
+            state = self.read_state_brief()
         except RecordError:
             return False
-        return self.is_file(SUMMARY) and isinstance(state, dict) and state.get("phase") == "done"
+        return self.is_file(SUMMARY) and state.get("phase") == "done"
 
     # ---------------------------------------------------------------- time on the run
     def read_sessions(self) -> list[Session]:

@@ -104,7 +104,7 @@ def judged_score(rd: RunDir) -> dict[str, Any]:
     """The best skill's judged score on the rubric tasks of the selection split: the mean over their samples and
     the samples' standard deviation ({} when no task was judged)."""
     try:
-        best = (rd.load_state() or {}).get("best_eval")
+        best = rd.read_state_brief().get("best_eval")
     except (OSError, ValueError):
         return {}
     ev = rd.scores().get(str(best or ""))
