@@ -51,6 +51,7 @@ __all__ = [
     "GitState",
     "Identity",
     "Job",
+    "LedgerState",
     "MlflowRun",
     "Origin",
     "Outcome",
@@ -221,6 +222,14 @@ class EvalBrief(TypedDict, total=False):
     infra_errors: int
     data_errors: int
     repeats: int
+
+
+class LedgerState(TypedDict, total=False):
+    """ledger.json: every role/stage entry's fields (all numbers: skillopt_ray.llm.ledger.LedgerEntry), and their
+    totals (the same fields summed, plus `tokens`)."""
+
+    entries: dict[str, dict[str, float]]
+    totals: dict[str, float]
 
 
 def is_accept(action: Optional[str]) -> bool:

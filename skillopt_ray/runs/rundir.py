@@ -38,6 +38,7 @@ from skillopt_ray.runs.records import (
     GateRecord,
     Identity,
     Job,
+    LedgerState,
     LrDecision,
     MetaSkillRecord,
     MlflowRun,
@@ -269,10 +270,11 @@ class RunDir:
     def write_progress(self, snapshot: Progress) -> None:
         self.write_json(PROGRESS, snapshot)
 
-    def read_ledger(self) -> dict[str, Any]:
-        """The token/cost ledger as last saved (entries, totals); {} before the first save."""
+    def read_ledger(self) -> LedgerState:
+        """The token/cost ledger as last saved (entries, totals); {} before the first save. As read: a reader of a
+        run it did not make checks the numbers' types."""
         data = self.read_json(LEDGER)
-        return data if isinstance(data, dict) else {}
+        return cast(LedgerState, data) if isinstance(data, dict) else {}
 
     def write_error(self, text: str) -> Path:
         return self.write_text(ERROR, text)
