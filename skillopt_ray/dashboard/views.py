@@ -367,16 +367,15 @@ def epochs(rd: RunDir) -> list[EpochView]:
     """The epoch boundary's blocks: the slow update (its text and gate decision) and the meta skill."""
     out: list[EpochView] = []
     for epoch, rec in rd.epochs().items():
-        slow = rec.slow.to_dict() if rec.slow is not None else {}
-        meta = rec.meta.to_dict() if rec.meta is not None else {}
+        slow, meta = rec.slow, rec.meta
         out.append(
             {
                 "epoch": epoch,
-                "slow_update": slow.get("slow_update_content", ""),
-                "slow_action": slow.get("action", ""),
-                "slow_reason": slow.get("reason", ""),
-                "meta_skill": meta.get("meta_skill_content", ""),
-                "meta_action": meta.get("action", ""),
+                "slow_update": (slow.slow_update_content if slow else None) or "",
+                "slow_action": slow.action if slow else "",
+                "slow_reason": (slow.reason if slow else None) or "",
+                "meta_skill": (meta.meta_skill_content if meta else None) or "",
+                "meta_action": meta.action if meta else "",
             }
         )
     return out

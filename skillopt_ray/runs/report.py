@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.base.stats import GateTestDict
+from skillopt_ray.base.stats import GateTestDict, IntervalDict
 from skillopt_ray.runs.records import (
     EpochRecord,
     GateDecisionFields,
@@ -308,7 +308,7 @@ def paired_text(t: GateTestDict) -> str:
     )
 
 
-def interval_text(iv: Optional[dict[str, Any]]) -> str:
+def interval_text(iv: Optional[IntervalDict]) -> str:
     """'0.556 [0.337, 0.754] n=18', or '-' for a run written before intervals existed."""
     if not iv:
         return "-"
@@ -404,7 +404,7 @@ def _final_lines(s: Story) -> list[str]:
         return ["final: not reached yet"]
     if sm.mode == "eval":
         e = sm.eval or {}
-        iv = ((sm.intervals or {}).get("eval") or {}).get("hard")
+        iv = sm.interval("eval", "hard")
         return [
             f"evaluation of {sm.skill_path} on {sm.split}: hard {_f(e.get('hard'))}, soft {_f(e.get('soft'))} (n={e.get('n')})"
             + (f"; hard 95% interval over tasks {interval_text(iv)}" if iv else "")
