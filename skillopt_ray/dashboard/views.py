@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypedDict, cast
 
-from skillopt_envs.jsontypes import JSONObject, JSONValue
+from skillopt_envs.jsontypes import JSONObject, JSONValue, as_object
 
 from skillopt_ray.base import untrusted
 from skillopt_ray.base.stats import GateTestDict
@@ -56,11 +56,11 @@ MAX_FLAT_KEYS = 5000
 MAX_FLAT_DEPTH = 16
 
 
-def _flatten(d: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
+def _flatten(d: JSONValue, prefix: str = "", depth: int = 0) -> JSONObject:
     """dotted.key -> value, bounded in keys and depth (a run folder's config is anyone's to write)."""
     if not isinstance(d, dict):
         return {prefix: d}
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for k, v in list(d.items())[:MAX_FLAT_KEYS]:
         key = f"{prefix}.{k}" if prefix else str(k)
         deeper = isinstance(v, dict) and depth < MAX_FLAT_DEPTH
@@ -160,7 +160,7 @@ class RunRow:
     test_final: Optional[float] = None
     cost_usd: float = 0.0
     tokens: int = 0
-    swept: dict[str, Any] = field(default_factory=dict)
+    swept: JSONObject = field(default_factory=dict)
     sweep: str = ""  # the sweep this run is a trial of ("" for a run of its own)
     trial: str = ""  # the trial's key within its sweep
     error: str = ""  # why the run's files could not be read (one line); the other rows are shown all the same
@@ -208,6 +208,10 @@ def _number(value: Any) -> float:
     return out if out == out and abs(out) != float("inf") else 0.0
 
 
+def _seed(value: JSONValue) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def run_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunRow:
     rd = RunDir(path)
     cfg = rd.read_config()
@@ -221,7 +225,7 @@ def run_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) 
         id=_run_id(root, path),
         path=str(path),
         experiment=str(cfg.get("experiment") or summary.experiment or ""),
-        seed=cfg.get("seed", summary.seed),
+        seed=_seed(cfg.get("seed", summary.seed)),
         status=status_of(rd, alive, stopped),
         steps=int(_number(state.get("global_step")) or len(rd.history())),
         best_selection=best_sel,
@@ -246,14 +250,14 @@ def safe_row(root: Path, path: Path, alive: bool = False, stopped: bool = False)
         return RunRow(id=_run_id(root, path), path=str(path), status="unreadable", error=str(e).splitlines()[0][:300])
 
 
-RowCache = untrusted.StatCache[str, tuple[RunRow, dict[str, Any]]]
+RowCache = untrusted.StatCache[str, tuple[RunRow, JSONObject]]
 
 
-def cached_row(root: Path, path: Path, alive: bool, stopped: bool, cache: RowCache) -> tuple[RunRow, dict[str, Any]]:
+def cached_row(root: Path, path: Path, alive: bool, stopped: bool, cache: RowCache) -> tuple[RunRow, JSONObject]:
     """A run's row and config, read again only when a file at the run's top changed (the live status is always
     read afresh: it depends on the clock)."""
 
-    def read() -> tuple[RunRow, dict[str, Any]]:
+    def read() -> tuple[RunRow, JSONObject]:
         return safe_row(root, path), RunDir(path).read_config()
 
     row, cfg = cache.get(str(path), untrusted.stamp_of(path), read)
@@ -271,13 +275,13 @@ def _incidental(key: str) -> bool:
     return key in ("seed", "output_dir", "run_name") or key.startswith(("debug.", "tracking."))
 
 
-def _group_key(cfg: dict[str, Any]) -> tuple[str, str, str]:
+def _group_key(cfg: JSONObject) -> tuple[str, str, str]:
     """Runs worth comparing key by key: one benchmark, one mode, one sweep (or none)."""
-    tags = (cfg.get("tracking") or {}).get("tags") or {}
+    tags = as_object(as_object(cfg.get("tracking")).get("tags"))
     return (str(cfg.get("experiment") or ""), str(cfg.get("mode") or ""), str(tags.get("sweep") or ""))
 
 
-def swept_keys(flat: list[dict[str, Any]]) -> list[str]:
+def swept_keys(flat: list[JSONObject]) -> list[str]:
     """The config keys whose values differ between these runs (the seed, output paths and tracking aside).
 
     A key only some runs have (added to the schema after the older ones ran) is compared among those that have it,
@@ -292,7 +296,7 @@ def compare_rows(
     alive: Optional[set[str]] = None,
     stopped: Optional[set[str]] = None,
     cache: Optional[RowCache] = None,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Table rows for runs. Each row's swept values are the keys that differ within its group of comparable runs
     (same benchmark, mode and sweep), so runs of other benchmarks do not make every key look swept; a sweep's
     trials carry the sweep's name and their trial key."""
@@ -308,7 +312,7 @@ def compare_rows(
         for i, f in zip(members, flat):
             rows[i].swept = {k: f.get(k) for k in keys}
     for row, cfg in zip(rows, configs):
-        tags = (cfg.get("tracking") or {}).get("tags") or {}
+        tags = as_object(as_object(cfg.get("tracking")).get("tags"))
         row.sweep, row.trial = str(tags.get("sweep") or ""), str(tags.get("sweep.trial") or "")
     return [asdict(r) for r in rows]
 
@@ -381,10 +385,10 @@ def epochs(rd: RunDir) -> list[EpochView]:
     return out
 
 
-def costs(rd: RunDir, cfg: dict[str, Any]) -> CostsView:
+def costs(rd: RunDir, cfg: JSONObject) -> CostsView:
     """Tokens, calls and cost per role/stage, with the configured budget caps beside the totals."""
     ledger = rd.read_ledger()
-    budget = ((cfg.get("llm") or {}).get("budget")) or {}
+    budget = as_object(as_object(cfg.get("llm")).get("budget"))
     return {"entries": ledger.get("entries", {}), "totals": ledger.get("totals", {}), "budget": budget}
 
 

@@ -21,9 +21,12 @@ import difflib
 import html
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+from skillopt_envs.jsontypes import JSONObject, JSONValue, as_object
 
 from skillopt_ray.base.stats import GateTestDict, IntervalDict
 from skillopt_ray.runs.records import (
@@ -75,7 +78,7 @@ class Story:
     epochs: dict[int, EpochRecord]
     summary: Optional[Summary]
     state: StateBrief  # state.json's headline fields (older and partial states included)
-    config: dict[str, Any] = field(default_factory=dict)
+    config: JSONObject = field(default_factory=dict)
     sessions: list[Session] = field(default_factory=list)
 
     @property
@@ -226,7 +229,7 @@ def _skipped_reports(rd: RunDir, rec: StepRecord) -> list[str]:
     return out
 
 
-def lr_text(o: dict[str, Any]) -> str:
+def lr_text(o: Mapping[str, JSONValue]) -> str:
     """The edit budget as the schedule makes it, in words: a constant budget has no minimum to reach, so it is not
     written as a change (`constant 4->2` read as a decay from 4 to 2)."""
     top, low, kind = o.get("learning_rate", "?"), o.get("min_learning_rate", "?"), o.get("lr_schedule", "?")
@@ -241,7 +244,7 @@ def lr_text(o: dict[str, Any]) -> str:
 
 def story_text(s: Story, diffs: bool = False) -> str:
     out: list[str] = []
-    cfg, o = s.config, s.config.get("optimizer", {}) if isinstance(s.config.get("optimizer"), dict) else {}
+    cfg, o = s.config, as_object(s.config.get("optimizer"))
     out.append(f"run {s.root.name}")
     facts = [f"experiment {cfg.get('experiment', '?')}", f"seed {cfg.get('seed', '?')}"]
     if o:
@@ -317,8 +320,8 @@ def interval_text(iv: Optional[IntervalDict]) -> str:
 
 def _played(s: Story) -> str:
     """What a step's rollout count counts: tasks, or episodes when each task is played more than once."""
-    repeats = (s.config.get("optimizer") or {}).get("rollouts_per_task") or 1
-    return f"episodes ({repeats} per task)" if repeats > 1 else "tasks"
+    repeats = as_object(s.config.get("optimizer")).get("rollouts_per_task") or 1
+    return f"episodes ({repeats} per task)" if isinstance(repeats, (int, float)) and repeats > 1 else "tasks"
 
 
 def _step_lines(s: Story, rec: StepRecord, diffs: bool) -> list[str]:

@@ -24,6 +24,7 @@ generic `read_json` / `write_json` until they get a record of their own.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional, Union, cast
 
@@ -230,10 +231,10 @@ class RunDir:
         return None if data is None else cls.from_dict(data, str(self.root / rel))
 
     # ---------------------------------------------------------------- config, state, errors
-    def write_config(self, cfg: dict[str, Any]) -> None:
+    def write_config(self, cfg: Mapping[str, object]) -> None:
         atomic_write_text(self.root / CONFIG, yaml.safe_dump(cfg, sort_keys=False))
 
-    def read_config(self) -> dict[str, Any]:
+    def read_config(self) -> JSONObject:
         """The resolved config as written ({} when missing or unreadable: a story without it is still a story).
 
         A config this code wrote has no YAML aliases; one with many is refused unread, since a few nested aliases
