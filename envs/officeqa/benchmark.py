@@ -182,7 +182,7 @@ class OfficeQABenchmark(Benchmark):
             return None
         return oq.PAPER_SPLIT_DIR
 
-    def _items(self, split: str) -> list[dict[str, Any]]:
+    def _items(self, split: str) -> list[oq.OfficeItem]:
         folder = oq.split_folder(split)
         manifests = self._manifest_dir()
         if manifests is None:

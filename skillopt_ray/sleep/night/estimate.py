@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skillopt_envs.jsontypes import as_int, as_object
+
 from skillopt_ray import prompts
 from skillopt_ray.config.plain import PlainConfig, from_container
 from skillopt_ray.llm.agent_api import MAX_AGENT_CALLS
@@ -213,7 +215,7 @@ def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill
     extra = gate_extra(data, len(sel), n_sel)
     eps_most = core + n_sel + 3 * n_te + steps * extra  # and a final skill other than the best: selection and test
 
-    t_out = int((env.get("options") or {}).get("max_tokens") or tgt.get("max_tokens") or 0)
+    t_out = as_int(as_object(env.get("options")).get("max_tokens")) or int(tgt.get("max_tokens") or 0)
     o_out = int(opt.get("max_tokens") or 0)
     o_cap = int(opt.get("context_tokens") or 0)
     task_chars = mean_task_chars(tasks, splits["train"] + splits["val"] + splits["test"])
