@@ -312,18 +312,19 @@ class RunDir:
         """Every skill version on disk, in version order."""
         return [SkillVersion(n, self.find_skill(n) or "") for n in sorted(self._skill_numbers())]
 
-    def write_judge(self, stats: dict[str, Any]) -> Path:
+    def write_judge(self, stats: dict[str, int]) -> Path:
         """judge.json: what the judge of rubric tasks did in this run (stages/judge.JudgeStats, summed over commands:
         `stats` already holds the earlier commands' counts)."""
         return self.write_json(JUDGE, stats)
 
-    def read_judge(self) -> dict[str, Any]:
-        """judge.json as a dict ({} when the run judged nothing)."""
+    def read_judge(self) -> dict[str, int]:
+        """judge.json's counts ({} when the run judged nothing; a value that is not a count is left out)."""
         try:
             data = self.read_json(JUDGE)  # through `untrusted`, as every run file
         except RecordError:
             return {}
-        return data if isinstance(data, dict) else {}
+        items = data.items() if isinstance(data, dict) else ()
+        return {str(k): v for k, v in items if isinstance(v, int) and not isinstance(v, bool)}
 
     def write_best_skill(self, text: str) -> Path:
         return self.write_text(BEST_SKILL, text)
@@ -456,11 +457,11 @@ class RunDir:
         return out
 
     # ---------------------------------------------------------------- the end of a run
-    def write_eval_results(self, split: str, rows: list[dict[str, Any]]) -> None:
+    def write_eval_results(self, split: str, rows: list[JSONObject]) -> None:
         """An eval-only run's per-episode results on `split`."""
         self.write_json(f"final/eval_{split}_results.json", rows)
 
-    def read_eval_results(self, split: str) -> list[dict[str, Any]]:
+    def read_eval_results(self, split: str) -> list[JSONObject]:
         """An eval-only run's per-episode results on `split` ([] when it wrote none)."""
         data = self.read_json(f"final/eval_{split}_results.json")
         return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
@@ -533,7 +534,7 @@ class RunDir:
     def write_mlflow_run(self, record: MlflowRun) -> None:
         self.write_json(MLFLOW_RUN, record)
 
-    def write_skill_history(self, versions: list[dict[str, Any]], page: str) -> list[Path]:
+    def write_skill_history(self, versions: list[JSONObject], page: str) -> list[Path]:
         """skill_versions.json (one row per skill version) and skill_history.html (the page with the diffs)."""
         return [self.write_json(SKILL_VERSIONS, versions), self.write_text(SKILL_HISTORY, page)]
 
