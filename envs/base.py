@@ -51,6 +51,12 @@ class Task:
 NOT_PLAYED = "not_played"
 
 
+class EpisodeBase(TypedDict):
+    """The fields a benchmark gives every EpisodeResult of a task, whatever its outcome (`**base`)."""
+
+    task_description: str
+
+
 @dataclass
 class EpisodeResult:
     """One episode, always one per task. `infra_error` marks failures that are not the agent's."""

@@ -28,6 +28,7 @@ from skillopt_envs.base import (
     Benchmark,
     DataError,
     EnvSettings,
+    EpisodeBase,
     EpisodeContext,
     EpisodeResult,
     Task,
@@ -277,7 +278,7 @@ class OfficeQABenchmark(Benchmark):
         mode = self.options.search_mode
         offline = mode == "offline"
         candidates = corpus.index.candidates(files) if offline or files else []
-        base = {"task_description": p["question"]}
+        base = EpisodeBase(task_description=p["question"])
         try:
             oracle = await asyncio.to_thread(
                 build_context,
