@@ -333,7 +333,7 @@ class OfficeQABenchmark(Benchmark):
             )
         self._check_agent_paths(corpus)
         p = task.payload
-        extra = {
+        extra: JSONObject = {
             "source_files": list(p["source_files"]),
             "resolved_source_paths": [str(c) for c in candidates],
             "oracle_parsed_pages_included": bool(oracle),
@@ -381,7 +381,7 @@ class Episode:
             {"role": "system", "content": self.system},
             {"role": "user", "content": self.user},
         ]
-        self.conversation: list[dict[str, Any]] = [{"role": "user", "content": self.user}]
+        self.conversation: list[JSONObject] = [{"role": "user", "content": self.user}]
         self.final_answer = ""
         self.fail = ""
         self.response = ""
@@ -486,7 +486,7 @@ class Episode:
             self.fail = NO_ANSWER_FAIL
 
     def result(self, oracle_pages: int) -> EpisodeResult:
-        info: dict[str, Any] = {
+        info: JSONObject = {
             "target_system_prompt": self.system,
             "target_user_prompt": self.user,
             "source_files": self.files,
