@@ -59,7 +59,7 @@ def step_report(h: StepRecord, key: str, run_dir: Path) -> TrialReport:
         selection_score=_score(h.current_score),
         candidate_score=float(cand) if cand is not None else math.nan,
         best_selection_score=_score(h.best_score),
-        accepted=1 if h.action.startswith(("accept", "force")) else 0,
+        accepted=1 if h.accepted else 0,
         action=h.action,
         finished=0,
         trial=key,

@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("skillopt_ray", "envs")
 # issue 46 item 4: 292 lines before, under 150 after; lower it as more go, never raise it
-BUDGET = 118
+BUDGET = 117
 ANY_DICT = re.compile(r"\bdict\[str, *Any\]")
 ALIAS = re.compile(r"^\s*\w+\s*(:\s*TypeAlias\s*)?=\s*[\"']?(dict|Dict)\[str, *Any\]")
 
