@@ -37,14 +37,19 @@ class Checked:
         return Checked(from_container(data), data, self.skills)
 
 
-def preflight(config: Config, data_seen: Optional[set[str]] = None) -> Checked:
+def preflight(
+    config: Config, data_seen: Optional[set[str]] = None, skills: Optional[SkillTexts] = None
+) -> Checked:
     """Check a validated config for a run, once: its skill files, its agent CLI, the embedded model, the review of
     harvested tasks, its benchmark data, its output folder and the endpoints' keys. Raises UsageError (one line).
 
-    `data_seen`: data already read by an earlier job of the same command (jobs reading the same splits read once)."""
+    `data_seen`: data already read by an earlier job of the same command (jobs reading the same splits read once).
+    `skills`: the skill documents as `checks.check_skill_files` already read them for this config (a sweep reads
+    them when it plans its trials, to name their run directories): not read again."""
     config = absolute(config)
     data = plain(config)
-    skills = checks.check_skill_files(data)
+    if skills is None:
+        skills = checks.check_skill_files(data)
     checks.check_harness(data)  # a missing agent CLI: one line before Ray, not a failed episode after it
     checks.check_embedded_model(data)  # llm=local without its installed model: the install command, before Ray
     checks.check_reviewed_tasks(data)  # harvested sessions leave the machine only once a person has read them

@@ -120,7 +120,7 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
     ]
     data_seen: set[str] = set()  # trials reading the same data and splits: read once
     for t in runnable:  # every check of a trial's run, once, before anything of the sweep is made (cli.preflight)
-        t.checked = preflight(from_container(t.data), data_seen)
+        t.checked = preflight(from_container(t.data), data_seen, t.skills)
     sdir.mkdir(parents=True, exist_ok=True)
     parent = _Parent(first, name, sdir, meta.get("parent_run_id"))
     stopped_before = {str(t.run_dir) for t in trials if t.status == "stopped"}
