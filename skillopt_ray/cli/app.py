@@ -347,6 +347,17 @@ def _run_hydra(argv: list[str]) -> None:
             os.environ["HYDRA_FULL_ERROR"] = saved_err
 
 
+def _run(args: Any, flags: list[str], overrides: list[str]) -> Optional[int]:
+    """Run the command's jobs here (a plain run, or -m and Hydra's settings through cli.hydra_jobs); None when
+    Hydra's application runs them (another sweeper or launcher: what can be checked before it is)."""
+    if plain_single_run(args, flags, overrides):
+        return run_checked(check_jobs(args, overrides, _SESSION.prices)[0], overrides)
+    code = launch_here(args, overrides)
+    if code is None:
+        check_jobs(args, overrides, _SESSION.prices)  # another sweeper's jobs are checked as each starts
+    return code
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     mark("cli-started")
     from hydra.errors import HydraException
@@ -376,13 +387,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         if args.shell_completion and completion.handle(args.overrides, lambda: _run_hydra(passed)):
             return EXIT_OK
-        if not other:
-            if plain_single_run(args, flags, overrides):
-                return run_checked(check_jobs(args, overrides, _SESSION.prices)[0], overrides)
-            code = launch_here(args, overrides)
-            if code is not None:
-                return code
-            check_jobs(args, overrides, _SESSION.prices)  # another sweeper's jobs are checked as each starts
+        code = None if other else _run(args, flags, overrides)
+        if code is not None:
+            return code
         _run_hydra(passed)
         return max(_SESSION.codes, default=EXIT_OK)
     except _Exit as e:

@@ -321,3 +321,49 @@ def test_the_driver_takes_the_typed_config_without_validating_it_again(tmp_path,
         monkeypatch.setattr(owner, "validate", lambda _c: pytest.fail("validated again"))
     run = Run(config, str(tmp_path / "run"), skills={"skill_init": "# given"})
     assert run.cfg is config and run._skill_text("skill_init", "/nowhere.md") == "# given"
+
+
+# what builds or checks a config: none of it runs on the engine's side of a run
+_BUILDERS = {"from_container", "to_container", "compose", "compose_node", "typed", "preflight", "validate"}
+
+
+def test_the_engine_side_takes_the_typed_config_and_builds_none():
+    """The driver, the gateway and its sender shards get the typed config (or its frozen `llm` section), never a dict
+    they rebuild: no module of the engine, the LLM layer or the training loop calls a config builder or a validation,
+    or imports Hydra or OmegaConf (jsonschema's `validate` of a model's reply and `Stage.validate`, a progress
+    stage's name, are not a config's)."""
+    import ast
+
+    import skillopt_ray
+
+    root = Path(skillopt_ray.__file__).resolve().parent
+    found = []
+    for folder in ("engine", "llm", "loop", "epoch", "stages"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                    owner = getattr(f.value, "id", "") if isinstance(f, ast.Attribute) else ""
+                    if name in _BUILDERS and owner not in ("jsonschema", "Stage"):  # a reply's schema; a stage's name
+                        found.append(f"{where}: {name}()")
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                    if any(m.split(".")[0] in ("hydra", "omegaconf") for m in modules):
+                        found.append(f"{where}: imports {modules}")
+    assert found == []
+
+
+def test_the_gateway_of_a_run_gets_its_typed_llm_section(tmp_path, monkeypatch):
+    from skillopt_ray.config.schema import LLMConfig
+    from skillopt_ray.engine import local
+    from skillopt_ray.engine.executor import LocalExecutor
+    from skillopt_ray.llm.gateway import GatewayHost
+
+    config = cli.compose(["+experiment=searchqa", *LLM, f"output_dir={tmp_path}"])
+    given: list[tuple] = []
+    monkeypatch.setattr(LocalExecutor, "start", lambda self, cls, options, *args, **kw: given.append((cls, args)))
+    local.start_gateway(LocalExecutor(), config, tmp_path / "run")
+    [(cls, args)] = given
+    assert cls is GatewayHost and isinstance(args[0], LLMConfig) and args[0] is config.llm
