@@ -272,6 +272,10 @@ def test_a_launch_from_the_dashboard_is_composed_validated_and_checked_once(coun
     _driver_gets_the_typed_config(counted)
     assert counted.drives[0].data["debug"]["progress"] == "plain"  # the page follows its output line by line
     assert launched.run_dir.startswith(str(tmp_path / "out" / "runs"))
+    from skillopt_ray.runs.rundir import RunDir
+
+    recorded = RunDir(Path(launched.run_dir)).read_provenance()  # the command that reruns it, not the hand-off's
+    assert recorded["command_line"] == f"{launched.command} debug.progress=plain", recorded["command_line"]
 
 
 def _plant(kind: str, c: Counted, tmp_path: Path) -> Callable[..., None]:
