@@ -5,10 +5,12 @@
     python -m skillopt_ray +experiment=alfworld --cfg job        # the resolved config (secrets masked)
     python -m skillopt_ray --info | --help | -sc install=bash | --config-dir DIR | -cn NAME
 
-Everything Hydra offers works as Hydra documents it (`@hydra.main`, its launcher for `-m`, the full
-override grammar). What this module adds around it:
+Everything Hydra offers works as Hydra documents it (`@hydra.main`, its sweepers and launchers for `-m`, the
+full override grammar). What this module adds around it:
 - every job's config is composed and validated before the first one starts, so bad input is one
   line and exit code 2, and an unknown key is answered with the schema's nearest keys;
+- each job is composed once: a plain run here, `-m` and Hydra's own settings through cli.hydra_jobs (Hydra's basic
+  sweeper and launcher, done with the one composition; another sweeper or launcher is Hydra's application's);
 - `llm.prices.<model>.<field>=<value>` for any model name (see cli.compose);
 - where a run lives: `hydra.run.dir` (or `hydra.sweep.dir` + `hydra.sweep.subdir` under `-m`) given
   explicitly is the run directory itself; otherwise the run directory is derived from the config
