@@ -118,6 +118,7 @@ class Origin(TypedDict, total=False):
 
     argv: list[str]
     overrides: list[str]
+    entry: str  # how the command is started, when this process was started otherwise (the dashboard's hand-off)
 
 
 class Progress(TypedDict, total=False):
