@@ -109,6 +109,22 @@ def test_the_engine_modules_import_no_ray():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_chat_episodes_path_to_its_first_call_imports_no_numpy_nor_the_agent_api():
+    """What the first model call waits for: numpy (only the sequential gate's p-value needs it) and the agent API's
+    web server (only agent targets) stay out of it."""
+    code = (
+        "import sys\n"
+        "import skillopt_ray.cli.app, skillopt_ray.cli.launch, skillopt_ray.engine.local\n"
+        "from skillopt_ray.config import LLMRoleConfig\n"
+        "from skillopt_ray.llm.wire import agent_settings\n"
+        "assert agent_settings(LLMRoleConfig(model='m'))['harness'] == 'chat'\n"
+        "print(sorted(m for m in ('numpy', 'skillopt_ray.llm.agent_api', 'aiohttp.web') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
 @pytest.mark.slow
 def test_a_local_eval_never_imports_ray(tmp_path):
     tasks = write_tasks(tmp_path / "data", 12)
