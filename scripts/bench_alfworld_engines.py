@@ -88,8 +88,12 @@ def main() -> None:
     from scripted_server import Policies, ScriptedServer, alfworld_walkthroughs
     from skillopt_envs.base import EnvSettings
 
-    options = {"skip_missing_games": True}
-    env_cfg: EnvSettings = {"name": "alfworld", "data_dir": a.data, "manifest_dir": None, "options": options}
+    env_cfg: EnvSettings = {
+        "name": "alfworld",
+        "data_dir": a.data,
+        "manifest_dir": None,
+        "options": {"skip_missing_games": True},
+    }
     bench = skillopt_envs.make("alfworld", env_cfg)
     tasks = bench.load_split(a.split)
     tasks = tasks[: a.games] if a.split == "test" else tasks
