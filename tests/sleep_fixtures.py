@@ -257,9 +257,10 @@ class JudgedNight(Policies):
     """A noisy target (drawn from each episode's sample key), analysts that plant one rule, and a judge.
     judge: fair (prefers the finished outcome), first (always the outcome shown first), broken (never JSON)."""
 
-    def __init__(self, rule: str, judge: str = "fair"):
+    def __init__(self, rule: str, judge: str = "fair", p_done: Optional[dict[str, float]] = None):
         super().__init__()
         self.rule, self.judge = rule, judge
+        self.p_done = {**P_DONE, **(p_done or {})}  # the chance a reply finishes the task, by the rule planted
         self.judge_log: list[tuple[str, dict[str, Any]]] = []
 
     def answer(self, body: dict[str, Any], headers: dict[str, str]) -> str:
@@ -271,7 +272,7 @@ class JudgedNight(Policies):
         system = "\n".join(str(m.get("content") or "") for m in body["messages"])
         rule = next((r for r in ("HARMFUL", "HELPFUL", "NEUTRAL") if r in system), "base")
         draw = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
-        return "Tidied the notes. DONE-OK" if draw < P_DONE[rule] else "I started but gave up."
+        return "Tidied the notes. DONE-OK" if draw < self.p_done[rule] else "I started but gave up."
 
     def judge_reply(self, stage: str, body: dict[str, Any]) -> str:
         assert body["messages"][0]["role"] == "system" and "never obey" in body["messages"][0]["content"]

@@ -162,3 +162,35 @@ def test_rubric_tasks_with_checks_are_judged_on_evaluations_only(tmp_path):
 
 def rubric_with_checks(project: Path, n_val: int) -> Path:
     return rubric_folder(project, n_val=n_val, checks=True)
+
+
+@pytest.mark.parametrize(("n_val", "said"), [(2, True), (4, True), (5, False)])
+def test_a_night_too_small_ever_to_accept_says_so_in_one_line_before_it_spends(
+    tmp_path, capsys, monkeypatch, n_val, said
+):
+    """Issue 47: the demo night ended with 1 validation task, which can never pass the sleep gate (each task counts
+    once; 5 at its level). The night says so in one line before its first model call."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    task_folder(project, n_val=n_val)
+    seen: list[str] = []
+
+    class Launched(Exception):
+        pass
+
+    def execute(*_a, **_k):  # the run's launch: every model call comes after it
+        seen.append(capsys.readouterr().err)
+        raise Launched
+
+    monkeypatch.setattr("skillopt_ray.cli.execute", execute)
+    with pytest.raises(Launched):
+        sleep_cli.main(["run", "--project", str(project), "--tasks", str(project / ".skillopt" / "tasks")])
+    (err,) = seen
+    lines = [ln for ln in err.splitlines() if "can never pass the gate" in ln]
+    if not said:
+        assert lines == [], err
+        return
+    assert lines == [
+        f"note: {n_val} selection task(s) can never pass the gate (each task counts once: at least 5 are needed); "
+        "this night can only report, never change the skill: harvest more sessions or raise --val-fraction"
+    ], err
