@@ -13,7 +13,7 @@ import unicodedata
 SPLITS = ("train", "val", "test")
 MIN_TRAIN, MIN_TRAIN_FROM = 2, 4  # train keeps two tasks where a harvest has four or more
 # the fewest validation tasks the sleep preset's gate can accept on (gate_seq_task_p 0.05: 2^-5 <= 0.05 < 2^-4);
-# tests/sleep/test_sleep_harvest.py keeps the two in step
+# tests/sleep/test_sleep_night_leftout.py keeps the two in step
 VAL_FLOOR = 5
 _SPACE = re.compile(r"\s+")
 _PUNCT = re.compile(r"[^\w\s]")
