@@ -194,3 +194,15 @@ def test_a_night_too_small_ever_to_accept_says_so_in_one_line_before_it_spends(
         f"note: {n_val} selection task(s) can never pass the gate (each task counts once: at least 5 are needed); "
         "this night can only report, never change the skill: harvest more sessions or raise --val-fraction"
     ], err
+
+
+def test_the_spend_line_says_the_gates_own_extra_episodes(tmp_path):
+    """The night's first line said "up to 3x the gate's first pass" whatever the gate would play: none for a
+    deterministic target or a split too small to accept, and the preset's floor of 240 otherwise."""
+    sampling = planned(tmp_path, SAMPLING, n_val=6)
+    opts = night.NightOptions(project=tmp_path / "proj")
+    assert "plus up to 240 more a gate where its decision is close" in night.spend_line(sampling, opts)
+    other = tmp_path / "b"
+    other.mkdir()
+    deterministic = planned(other, n_val=6)
+    assert "plus up to 0 more a gate" in night.spend_line(deterministic, opts)
