@@ -322,12 +322,14 @@ def test_step_records_come_from_history_jsonl_while_a_run_goes_on(tmp_path):
     (tmp_path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "curr')
     (tmp_path / "history.json").write_text(json.dumps(rows[:1]))  # written at epoch ends only: behind
     steps = compare.read_steps(tmp_path)
-    assert [(h["step"], h["current_score"]) for h in steps] == [
+    assert [(h.step, h.current_score) for h in steps] == [
         (1, 0.5),
         (2, 0.75),
     ]  # redone step: last record; half line skipped
     (tmp_path / "history.jsonl").unlink()
-    assert compare.read_steps(tmp_path) == rows[:1]  # runs from before history.jsonl
+    assert [(h.step, h.current_score) for h in compare.read_steps(tmp_path)] == [
+        (1, 0.5)
+    ]  # runs from before history.jsonl
     assert compare.read_steps(tmp_path / "missing") == []
 
 
@@ -594,8 +596,8 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
     for trial in results:
         history = compare.read_steps(Path(trial[0]["run_dir"]))
         steps = [r for r in trial if not r["finished"]]
-        assert [r["step"] for r in steps] == [h["step"] for h in history] and len(history) >= 2
-        assert [r["selection_score"] for r in steps] == [h["current_score"] for h in history]
+        assert [r["step"] for r in steps] == [h.step for h in history] and len(history) >= 2
+        assert [r["selection_score"] for r in steps] == [h.current_score for h in history]
         assert (
             trial[-1]["finished"] == 1
             and trial[-1]["test_hard_best"]
@@ -798,3 +800,26 @@ def test_trials_share_one_embedded_server_when_their_settings_agree():
     assert shared_embedded_settings([trial(cache_mode="replay")], 2) is None  # answers come from the cache
     assert shared_embedded_settings([trial(), trial(ctx=4096)], 2) is None  # settings differ: one server each
     assert shared_embedded_settings([trial(url="http://127.0.0.1:9/v1")], 2) is None  # the user gave one
+
+
+def test_a_planted_tracking_address_in_a_trial_folder_gets_no_request(tmp_path, capsys):
+    """A trial folder's MLflow record is a file anyone could plant: marking the trial stopped talks only to the
+    sweep's own store, never to an address the folder names (it would receive the sweep's MLflow credentials)."""
+    import socket
+
+    from skillopt_ray.runs.rundir import RunDir
+    from skillopt_ray.sweep.report import _mark_child
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.5)
+    planted = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    run_dir = tmp_path / "trial"
+    run_dir.mkdir()
+    RunDir(run_dir).write_mlflow_run({"run_id": "abc", "tracking_uri": planted, "experiment_id": "1"})
+    _mark_child(run_dir, "KILLED", {"sweep.status": "stopped"}, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with pytest.raises(socket.timeout):
+        listener.accept()
+    listener.close()
+    assert "records another MLflow store than the sweep's" in capsys.readouterr().err
