@@ -242,3 +242,69 @@ def night(project: Path, srv: ScriptedServer, *extra: str, tracking: str = "trac
         ["run", "--project", str(project), "--tasks", str(project / ".skillopt" / "tasks"), *extra,
          "llm=compatible", f"llm.base_url={srv.base_url}", tracking]
     )  # fmt: skip
+
+
+P_DONE = {"base": 0.5, "HELPFUL": 0.9, "HARMFUL": 0.1, "NEUTRAL": 0.5}
+JUDGE_RULES = {
+    "HELPFUL": "- HELPFUL: finish the work and say DONE-OK.",
+    "HARMFUL": "- HARMFUL: stop before you finish.",
+    "NEUTRAL": "- NEUTRAL: keep a calm tone.",
+}
+JUDGE_RUBRIC = "The notes file is tidied completely and the reply says the work is finished."
+
+
+class JudgedNight(Policies):
+    """A noisy target (drawn from each episode's sample key), analysts that plant one rule, and a judge.
+    judge: fair (prefers the finished outcome), first (always the outcome shown first), broken (never JSON)."""
+
+    def __init__(self, rule: str, judge: str = "fair", p_done: Optional[dict[str, float]] = None):
+        super().__init__()
+        self.rule, self.judge = rule, judge
+        self.p_done = {**P_DONE, **(p_done or {})}  # the chance a reply finishes the task, by the rule planted
+        self.judge_log: list[tuple[str, dict[str, Any]]] = []
+
+    def answer(self, body: dict[str, Any], headers: dict[str, str]) -> str:
+        if headers.get("x-skillopt-role") == "judge":
+            return self.judge_reply(headers.get("x-skillopt-stage", ""), body)
+        return super().answer(body, headers)
+
+    def target_reply(self, body: dict[str, Any], key: str) -> str:
+        system = "\n".join(str(m.get("content") or "") for m in body["messages"])
+        rule = next((r for r in ("HARMFUL", "HELPFUL", "NEUTRAL") if r in system), "base")
+        draw = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+        return "Tidied the notes. DONE-OK" if draw < self.p_done[rule] else "I started but gave up."
+
+    def judge_reply(self, stage: str, body: dict[str, Any]) -> str:
+        assert body["messages"][0]["role"] == "system" and "never obey" in body["messages"][0]["content"]
+        data = json.loads(body["messages"][1]["content"])  # the material arrives as one JSON object of data
+        self.judge_log.append((stage, data))
+        if self.judge == "broken":
+            return "I think the second one, probably."
+        if stage == "judge_score":
+            done = "DONE-OK" in data["outcome"]
+            return json.dumps({"score": 9 if done else 2, "meets_rubric": done, "reason": "as the rubric says"})
+        if self.judge == "first":
+            return json.dumps({"better": "A", "reason": "the first one"})
+        a, b = ("DONE-OK" in data["outcome_a"]), ("DONE-OK" in data["outcome_b"])
+        return json.dumps({"better": "A" if a and not b else "B" if b and not a else "tie", "reason": "r"})
+
+    def _opt_analyst(self, system: str, prompt: str) -> dict[str, Any]:
+        out = super()._opt_analyst(system, prompt)
+        out["patch"]["edits"] = [{"op": "append", "content": JUDGE_RULES[self.rule]}]
+        return out
+
+
+def rubric_folder(project: Path, n_val: int = 12, checks: bool = False) -> Path:
+    """Harvested tasks with a rubric and no rule check (the heuristic miner's kind): 2 train, n_val val, 1 test;
+    with `checks`, each also has the rule check task_folder's tasks have."""
+    from skillopt_ray.sleep.harvest.task_folder import write_tasks
+    from skillopt_ray.sleep.harvest.tasks import MinedTask
+
+    rule = [{"op": "contains", "arg": "DONE-OK"}] if checks else []
+    tasks = [
+        MinedTask(f"Please tidy the notes file, part {i}.", "chat", list(rule), JUDGE_RUBRIC) for i in range(n_val + 3)
+    ]
+    splits = {t.id: "train" if i < 2 else "test" if i == n_val + 2 else "val" for i, t in enumerate(tasks)}
+    out = project / ".skillopt" / "tasks"
+    write_tasks(out, tasks, splits, project, {"project": str(project)})
+    return out

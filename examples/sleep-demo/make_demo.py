@@ -38,6 +38,14 @@ SESSIONS = [
      [("contains", "SQLite"), ("not_contains", "I cannot"), ("max_chars", 400)]),
     ("claude", "Which flag makes the notes CLI print every SQL statement it runs? It is --verbose. Reply with the flag.",
      "--verbose", [("contains", "--verbose"), ("max_chars", 60)]),
+    ("codex", "Name the file that holds the notes tool's tests. Reply with the file name only: test_notes.py.",
+     "test_notes.py", [("contains", "test_notes.py"), ("max_chars", 60)]),
+    ("codex", "Give the one shell command that lists every note with the notes CLI (notes list), and nothing else.",
+     "notes list", [("contains", "notes list"), ("max_chars", 60)]),
+    ("claude", "Say in one sentence what `notes delete 3` does to the notes database.",
+     "It deletes the note whose id is 3 from notes.db.", [("contains", "3"), ("contains", "delete"), ("max_chars", 200)]),
+    ("claude", "Reply with the notes tool's licence name only; the LICENSE file says MIT.",
+     "MIT", [("contains", "MIT"), ("max_chars", 20)]),
 ]  # fmt: skip
 
 

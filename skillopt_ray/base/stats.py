@@ -160,10 +160,19 @@ class GateTestDict(PairedTestDict, total=False):
     current_eval: str
     candidate_samples: dict[str, list[float]]
     current_samples: dict[str, list[float]]
+    # judged tasks only: the outcomes of those extra samples, in the same order (what a later gate's judge compares)
+    candidate_outcomes: dict[str, list[str]]
+    current_outcomes: dict[str, list[str]]
 
 
-class SequentialSamples(TypedDict):
-    """The samples a sequential gate leaves for later gates (and a resumed run) in its `gate_test`."""
+class _JudgedOutcomes(TypedDict, total=False):
+    candidate_outcomes: dict[str, list[str]]
+    current_outcomes: dict[str, list[str]]
+
+
+class SequentialSamples(_JudgedOutcomes):
+    """The samples a sequential gate leaves for later gates (and a resumed run) in its `gate_test`; for judged tasks
+    also their outcomes (the pairs' material), so a resumed run's judge compares what the first command's did."""
 
     current_eval: str
     candidate_samples: dict[str, list[float]]

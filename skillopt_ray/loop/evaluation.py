@@ -61,6 +61,8 @@ class Evaluator:
         for key, ev in self.scores.items():
             if ev.outcomes:
                 self.outcomes[key] = {t: list(v) for t, v in ev.outcomes.items()}
+            for t, m in (ev.materials or {}).items():
+                self.materials[t] = Material(t, m["prompt"], m["rubric"])
         for gate in self.rd.gates():
             self.remember(gate)
 
@@ -163,6 +165,9 @@ class Evaluator:
             self.keep_outcomes(key, res)
             if self.outcomes.get(key):
                 stats.outcomes = {t: list(v) for t, v in self.outcomes[key].items()}
+                stats.materials = {
+                    t: {"prompt": self.materials[t].prompt, "rubric": self.materials[t].rubric} for t in stats.outcomes
+                }
             self.scores[key] = stats
             self.rd.append_score(key, stats)
         return key, self.scores[key]
@@ -220,6 +225,27 @@ class Evaluator:
             return
         self.extra[gate.eval_key] = {k: list(v) for k, v in t.get("candidate_samples", {}).items()}
         self.extra[t["current_eval"]] = {k: list(v) for k, v in t.get("current_samples", {}).items()}
+        # the judged tasks' outcomes: the evaluation's own, then those of the extra samples
+        for key, extra_outcomes in (
+            (gate.eval_key, t.get("candidate_outcomes")),
+            (t["current_eval"], t.get("current_outcomes")),
+        ):
+            if extra_outcomes:
+                own = self.own_outcomes(key)
+                self.outcomes[key] = {
+                    k: own.get(k, []) + list(extra_outcomes.get(k, [])) for k in {*own, *extra_outcomes}
+                }
+
+    def own_outcomes(self, key: str) -> dict[str, list[str]]:
+        """The judged tasks' outcomes of an evaluation's own samples (its score-cache entry)."""
+        ev = self.scores.get(key)
+        return {k: list(v) for k, v in ((ev.outcomes if ev else None) or {}).items()}
+
+    def extra_outcomes(self, key: str) -> dict[str, list[str]]:
+        """The judged tasks' outcomes of the sequential gates' extra samples of an evaluation, in sample order."""
+        own = self.own_outcomes(key)
+        got = {t: v[len(own.get(t, [])) :] for t, v in self.outcomes.get(key, {}).items()}
+        return {t: v for t, v in got.items() if v}
 
     async def sequential(
         self, skills_: tuple[str, str], evaluated: tuple[str, Evaluation], st: RunState, selection: list[Task]
@@ -246,6 +272,9 @@ class Evaluator:
             candidate_samples=self.extra[eval_key],
             current_samples=self.extra[cur_key],
         )
+        if self.materials:  # judged tasks: their extra samples' outcomes, for a resumed run's judge
+            extra["candidate_outcomes"] = self.extra_outcomes(eval_key)
+            extra["current_outcomes"] = self.extra_outcomes(cur_key)
         return self.policy.sequential_record(
             eval_key, ev, self.scores[cur_key], self.compare(ev, st, len(selection)), out, extra
         )

@@ -335,10 +335,13 @@ class Evaluation(Record):
     # judged tasks only (a rubric, no rule check): each scored sample's outcome, in sample order, for the gate's
     # pairwise judge (a resumed run compares the same outcomes); absent otherwise
     outcomes: Optional[dict[str, list[str]]] = None
+    # and what the judge reads of each such task ({"prompt", "rubric"}), so a resumed run's gate judges its pairs
+    # even when every evaluation it needs is in the score cache
+    materials: Optional[dict[str, dict[str, str]]] = None
 
     def to_dict(self) -> JSONObject:
         d = super().to_dict()
-        for k in ("repeats", "task_repeats", "outcomes"):
+        for k in ("repeats", "task_repeats", "outcomes", "materials"):
             if d.get(k) is None:
                 d.pop(k, None)
         return d

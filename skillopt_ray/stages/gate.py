@@ -354,6 +354,9 @@ class GatePolicy:
         test["current_eval"] = extra["current_eval"]
         test["candidate_samples"] = extra["candidate_samples"]
         test["current_samples"] = extra["current_samples"]
+        if extra.get("candidate_outcomes") or extra.get("current_outcomes"):
+            test["candidate_outcomes"] = extra.get("candidate_outcomes", {})
+            test["current_outcomes"] = extra.get("current_outcomes", {})
         return self._full_record(action, reason, eval_key, (ev, current), scores, test)
 
     def sequential_reason(self, action: str, out: SequentialOutcome, scores: tuple[float, float, float, int]) -> str:

@@ -125,3 +125,65 @@ def test_an_all_at_once_adoption_killed_midway_is_rolled_back_whole(tmp_path, pr
     assert "rolled back" in capsys.readouterr().out
     assert live(proj) == {"deploy": LIVE["deploy"], "review": NEW["review"]}
     assert adopt(proj, "--undo") == 0 and live(proj) == LIVE
+
+
+def concluded(tmp: Path, project: Path, name: str, changed: bool = True):
+    """What a several-skill night's run leaves of one skill (skills_night.finish takes it): its proposed SKILL.md
+    under the run's night/skill/<name>/, the report beside it, the gate's verdict."""
+    from skillopt_ray.sleep.night.report import GateLine, NightReport
+    from skillopt_ray.sleep.night.runner import Concluded, NightOptions
+
+    run = tmp / f"night-{STAMP}-{name}"
+    folder = run / "night" / "skill" / name
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(NEW[name] if changed else LIVE[name])
+    (run / "night" / "report.md").write_text(f"# {name}\n")
+    gate = GateLine("e01_s001", "accept_new_best" if changed else "reject", "r", 0.25, 0.05, 0.45)
+    rep = NightReport(f"night-{STAMP}-{name}", str(run), {"train": 2, "val": 5, "test": 1}, [gate],
+                      "accepted" if changed else "rejected")  # fmt: skip
+    live = project / ".agents" / "skills" / name / "SKILL.md"
+    opts = NightOptions(project=project, target="codex", skill=live, name=name)
+    return opts, Concluded(folder, live, rep, "fp", 1)
+
+
+def test_memory_is_carried_into_a_night_of_several_skills(tmp_path, proj, capsys):
+    """Issue 47: `--memory` was dropped from a night that trained the skills you already use (a note said so). Now the
+    changed skills' rules go into AGENTS.md, a marked block per skill, staged as one more entry of the night's one
+    manifest: adopted with the skills or alone (`--skill AGENTS.md`), undone byte for byte; the user's text stays."""
+    from skillopt_ray.sleep.night.runner import NightOptions
+    from skillopt_ray.sleep.night.skills_night import finish
+    from skillopt_ray.sleep.proposal import memory
+
+    agents = proj / "AGENTS.md"
+    agents.write_bytes(b"# House rules\r\n\r\nUse tabs.\r\n")
+    before = agents.read_bytes()
+    done = [concluded(tmp_path, proj, "deploy"), concluded(tmp_path, proj, "review", changed=False)]
+    opts = NightOptions(project=proj, target="codex", memory=True)
+    assert finish(opts, f"night-{STAMP}", done) == 0
+    (night,) = (proj / ".skillopt" / "staging").iterdir()
+    m = json.loads((night / "manifest.json").read_text())
+    assert [e["skill_name"] for e in m["skills"]] == ["deploy", "review", "AGENTS.md"], m["skills"]
+    proposed = (night / "memory" / "AGENTS.md").read_bytes().decode()
+    assert proposed.startswith(before.decode()) and memory.block_text(proposed, "review") is None  # changed only
+    assert "Run make test, then make deploy." in memory.block_text(proposed, "deploy")
+    assert adopt(proj, "--skill", "deploy") == 0 and agents.read_bytes() == before  # the skill alone
+    assert adopt(proj, "--skill", "AGENTS.md") == 0  # the memory block alone
+    assert agents.read_bytes() == proposed.encode() and live(proj)["review"] == LIVE["review"]
+    capsys.readouterr()
+    assert main(["status", "--project", str(proj)]) == 0
+    out = capsys.readouterr().out
+    assert f"{STAMP}  AGENTS.md  accepted  adopted" in out and f"{STAMP}  review  rejected" in out, out
+    assert adopt(proj, "--undo") == 0
+    assert agents.read_bytes() == before and live(proj) == LIVE
+    capsys.readouterr()
+
+
+def test_a_several_skill_night_without_memory_stages_no_memory_file(tmp_path, proj):
+    from skillopt_ray.sleep.night.runner import NightOptions
+    from skillopt_ray.sleep.night.skills_night import finish
+
+    done = [concluded(tmp_path, proj, "deploy")]
+    assert finish(NightOptions(project=proj, target="codex"), f"night-{STAMP}", done) == 0
+    (night,) = (proj / ".skillopt" / "staging").iterdir()
+    m = json.loads((night / "manifest.json").read_text())
+    assert [e["skill_name"] for e in m["skills"]] == ["deploy"] and not (night / "memory").exists()

@@ -7,76 +7,20 @@ win; the ledger books the judge's calls under their own role and stages."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_server import Policies, ScriptedServer
+from scripted_server import ScriptedServer
+from sleep_fixtures import JUDGE_RUBRIC as RUBRIC
+from sleep_fixtures import JudgedNight, rubric_folder
 
 from skillopt_ray.sleep import cli as sleep_cli
-from skillopt_ray.sleep.harvest.task_folder import write_tasks
-from skillopt_ray.sleep.harvest.tasks import MinedTask
 
 pytestmark = pytest.mark.slow
 
-P_DONE = {"base": 0.5, "HELPFUL": 0.9, "HARMFUL": 0.1, "NEUTRAL": 0.5}
-RULES = {
-    "HELPFUL": "- HELPFUL: finish the work and say DONE-OK.",
-    "HARMFUL": "- HARMFUL: stop before you finish.",
-    "NEUTRAL": "- NEUTRAL: keep a calm tone.",
-}
-RUBRIC = "The notes file is tidied completely and the reply says the work is finished."
-
-
-class JudgedNight(Policies):
-    """A noisy target (drawn from each episode's sample key), analysts that plant one rule, and a judge.
-    judge: fair (prefers the finished outcome), first (always the outcome shown first), broken (never JSON)."""
-
-    def __init__(self, rule: str, judge: str = "fair"):
-        super().__init__()
-        self.rule, self.judge = rule, judge
-        self.judge_log: list[tuple[str, dict[str, Any]]] = []
-
-    def answer(self, body: dict[str, Any], headers: dict[str, str]) -> str:
-        if headers.get("x-skillopt-role") == "judge":
-            return self.judge_reply(headers.get("x-skillopt-stage", ""), body)
-        return super().answer(body, headers)
-
-    def target_reply(self, body: dict[str, Any], key: str) -> str:
-        system = "\n".join(str(m.get("content") or "") for m in body["messages"])
-        rule = next((r for r in ("HARMFUL", "HELPFUL", "NEUTRAL") if r in system), "base")
-        draw = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
-        return "Tidied the notes. DONE-OK" if draw < P_DONE[rule] else "I started but gave up."
-
-    def judge_reply(self, stage: str, body: dict[str, Any]) -> str:
-        assert body["messages"][0]["role"] == "system" and "never obey" in body["messages"][0]["content"]
-        data = json.loads(body["messages"][1]["content"])  # the material arrives as one JSON object of data
-        self.judge_log.append((stage, data))
-        if self.judge == "broken":
-            return "I think the second one, probably."
-        if stage == "judge_score":
-            done = "DONE-OK" in data["outcome"]
-            return json.dumps({"score": 9 if done else 2, "meets_rubric": done, "reason": "as the rubric says"})
-        if self.judge == "first":
-            return json.dumps({"better": "A", "reason": "the first one"})
-        a, b = ("DONE-OK" in data["outcome_a"]), ("DONE-OK" in data["outcome_b"])
-        return json.dumps({"better": "A" if a and not b else "B" if b and not a else "tie", "reason": "r"})
-
-    def _opt_analyst(self, system: str, prompt: str) -> dict[str, Any]:
-        out = super()._opt_analyst(system, prompt)
-        out["patch"]["edits"] = [{"op": "append", "content": RULES[self.rule]}]
-        return out
-
-
-def rubric_folder(project: Path, n_val: int = 12) -> Path:
-    """Harvested tasks with a rubric and no rule check (the heuristic miner's kind): 2 train, n_val val, 1 test."""
-    tasks = [MinedTask(f"Please tidy the notes file, part {i}.", "chat", [], RUBRIC) for i in range(n_val + 3)]
-    splits = {t.id: "train" if i < 2 else "test" if i == n_val + 2 else "val" for i, t in enumerate(tasks)}
-    out = project / ".skillopt" / "tasks"
-    write_tasks(out, tasks, splits, project, {"project": str(project)})
-    return out
+SERVER: dict[str, Any] = {}  # the last night's counts by the scripted server
 
 
 def night(project: Path, policies: JudgedNight) -> tuple[int, dict[str, Any], Path]:
@@ -87,6 +31,11 @@ def night(project: Path, policies: JudgedNight) -> tuple[int, dict[str, Any], Pa
             ["run", "--project", str(project), "--tasks", str(project / ".skillopt" / "tasks"), "llm=compatible",
              f"llm.base_url={srv.base_url}", "tracking=none"]
         )  # fmt: skip
+        SERVER.update(
+            calls=sum(srv.state.requests.values()),
+            tokens=srv.state.prompt_tokens + srv.state.completion_tokens,
+            requests=dict(srv.state.requests),
+        )
     (run_dir,) = (project / ".skillopt" / "nights" / "runs").glob("night-*")
     rep = run_dir / "night" / "report.json"
     return code, json.loads(rep.read_text()) if rep.is_file() else {}, run_dir
@@ -112,6 +61,18 @@ def test_a_helpful_rule_is_accepted_on_rubric_only_tasks_and_the_ledger_books_th
     assert 0 < entries["judge/judge_pair"]["calls"] <= 2 * judged["pair_comparisons"]
     assert not any(k.startswith("optimizer/judge") for k in entries)
     assert rep["judge"]["score"] > 0.5 and rep["judge"]["samples"] >= 12 and "judged score" in out.out
+    # the printed estimate counts the judge's calls, within 2x of what the judge then cost by the server's count
+    est = json.loads((run_dir / "night" / "estimate.json").read_text())
+    judge_calls = sum(n for (role, _stage), n in SERVER["requests"].items() if role == "judge")
+    assert judge_calls == sum(v["calls"] for k, v in entries.items() if k.startswith("judge/"))
+    planned, most = est["judge"]["planned"]["calls"], est["judge"]["at_most"]["calls"]
+    assert planned / 2 <= judge_calls <= min(2 * planned, most), (judge_calls, est["judge"])
+    assert est["first_pass"]["calls"] <= SERVER["calls"] <= est["at_most"]["calls"], (SERVER, est)
+    assert "the judge's calls are in these figures" in out.err
+    print(
+        f"\njudged night: server {SERVER['calls']} calls ({judge_calls} the judge's), {SERVER['tokens']} tokens; "
+        f"estimate planned {est['planned']['calls']} calls ({planned} the judge's), at most {est['at_most']['calls']}"
+    )
 
 
 def test_a_harmful_rule_is_refused_on_rubric_only_tasks(ray_cluster, tmp_path, capsys):

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from scripted_server import ScriptedServer
-from sleep_fixtures import PlantedRule, night, task_folder
+from sleep_fixtures import JudgedNight, PlantedRule, night, rubric_folder, task_folder
 
 from skillopt_ray.sleep.night import state as night_state
 from skillopt_ray.sleep.proposal import staging
@@ -291,3 +291,83 @@ def test_a_night_killed_at_its_end_resumes_and_is_staged_once(ray_cluster, tmp_p
     assert staged.name == cur.run_name.removeprefix("night-")
     st = night_state.load(project)
     assert st.current is None and st.nights == 1
+
+
+class KeyedJudge(JudgedNight):
+    """A judged night's server (tests/sleep_fixtures.py) that remembers every judge request: two with the same sample
+    key and material are one call paid twice (the response cache would have answered the second)."""
+
+    def __init__(self) -> None:
+        super().__init__("HELPFUL")
+        self.asked: list[str] = []
+
+    def answer(self, body: dict[str, Any], headers: dict[str, str]) -> str:
+        if headers.get("x-skillopt-role") == "judge":  # the response cache's key: the sample key and the material
+            self.asked.append(headers.get("x-skillopt-key", "") + body["messages"][1]["content"])
+        return super().answer(body, headers)
+
+    def judge_reply(self, stage: str, body: dict[str, Any]) -> str:
+        """Every outcome meets the rubric on its own; only the pairwise verdict tells them apart, so a gate that
+        compared judged pairs by their scores (its judge's material lost on resume) would see ties only."""
+        if stage == "judge_score":
+            return json.dumps({"score": 8, "meets_rubric": True, "reason": "it meets the rubric"})
+        return super().judge_reply(stage, body)
+
+
+def _judge_pairs_settled(project: Path) -> int:
+    from skillopt_ray.llm.ledger import read_journal
+
+    try:
+        (path,) = runs(project).glob("night-*/ledger.journal.jsonl")
+    except ValueError:
+        return 0
+    return sum(e.calls for k, e in read_journal(path).items() if "judge_pair" in k)
+
+
+def _gate_of(project: Path) -> dict[str, Any]:
+    (path,) = runs(project).glob("night-*/steps/*/gate.json")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.slow
+def test_a_judged_night_killed_mid_gate_resumes_paying_no_judge_call_twice_and_decides_the_same(tmp_path):
+    """Issue 47: a resumed night lost what its gate's judge compares (the judged tasks' material, the outcomes of the
+    gate's extra samples): resumed from the score cache, its gate compared judged pairs by their absolute scores (here
+    all ties: it rejected what the uninterrupted night accepted). Killed in the middle of its gate's extra pairs, the
+    night resumes with the same command: the only judge calls paid twice are those the kill caught in flight, and the
+    gate decides exactly as an uninterrupted night on the same tasks did."""
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    for project in (whole, cut):
+        project.mkdir()
+        rubric_folder(project)
+    log = tmp_path / "night.log"
+    with ScriptedServer(KeyedJudge(), latency_s=0.02) as srv:
+        assert _night_process(whole, srv.base_url, log).wait(timeout=600) == 0, log.read_text()[-3000:]
+    reference = _gate_of(whole)
+    assert reference["gate_test"]["episodes"] > reference["gate_test"]["first_pass"]  # it played extra pairs
+    policy = KeyedJudge()
+    with ScriptedServer(policy, latency_s=0.02) as srv:
+        p = _night_process(cut, srv.base_url, log)
+        try:
+            deadline = time.monotonic() + 300
+            # the first look compares 12 pairs (24 calls): kill once the gate is well into its extra pairs
+            while _judge_pairs_settled(cut) < 34 and p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert p.poll() is None, log.read_text()[-2000:]
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        assert not list(runs(cut).glob("night-*/steps/*/gate.json"))  # stopped inside the gate
+        p = _night_process(cut, srv.base_url, log)
+        try:
+            code = p.wait(timeout=600)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert code == 0, log.read_text()[-3000:]
+    after = totals(cut)
+    twice = sum(n - 1 for n in Counter(policy.asked).values() if n > 1)
+    assert twice <= after["lost"], (twice, after)
+    resumed = _gate_of(cut)
+    assert resumed["action"] == reference["action"] and resumed["gate_test"] == reference["gate_test"]

@@ -36,9 +36,28 @@ def test_eight_new_tasks_keep_two_for_training_and_each_split_one():
     ids = ONE_TRAIN + THREE_VAL + FOUR_TEST
     assert counts({i: splits.hashed_split(i, 0.34, 0.2) for i in ids}) == {"train": 1, "val": 3, "test": 4}
     got = splits.assign(ids, {}, 0.34, 0.2)
-    assert counts(got) == {"train": 2, "val": 3, "test": 3}
+    # train takes one from the larger split (test), then val grows to the gate's floor from test, which keeps one
+    assert counts(got) == {"train": 2, "val": splits.VAL_FLOOR, "test": 1}
     assert got == splits.assign(list(reversed(ids)), {}, 0.34, 0.2)  # stable: the same ids, the same splits
-    assert all(got[i] == "val" for i in THREE_VAL)  # moved from the larger split (test)
+    assert all(got[i] == "val" for i in THREE_VAL)
+
+
+def test_val_grows_to_the_gates_floor_from_test_then_from_train():
+    """Issue 47: the demo's six tasks split 3 / 1 / 2, and one validation task can never accept. Val takes new tasks
+    from test (keeping one), then from train (keeping two), up to the fewest the sleep gate can accept on."""
+    from skillopt_ray.stages.sequential_gate import SequentialRule
+
+    preset = (Path(__file__).resolve().parents[2] / "conf" / "experiment" / "sleep.yaml").read_text()
+    task_p = float(preset.split("gate_seq_task_p:", 1)[1].split()[0])
+    assert SequentialRule(task_p=task_p).min_tasks == splits.VAL_FLOOR  # the floor is the night's gate's
+    six = ["h-" + f"{i:012x}" for i in range(6)]
+    assert counts(splits.assign(six, {}, 0.34, 0.2))["val"] == 3  # 2 train, 3 val, 1 test
+    ten = ["h-" + f"{i:012x}" for i in range(10)]
+    got = counts(splits.assign(ten, {}, 0.34, 0.2))
+    assert got["val"] >= splits.VAL_FLOOR and got["train"] >= 2 and got["test"] >= 1, got
+    many = ["h-" + f"{i:012x}" for i in range(40)]
+    hashed = counts({i: splits.hashed_split(i, 0.34, 0.2) for i in many})
+    assert counts(splits.assign(many, {}, 0.34, 0.2)) == hashed  # enough val already: nothing moves
 
 
 def test_four_tasks_split_two_one_one_and_fewer_are_left_as_hashed():

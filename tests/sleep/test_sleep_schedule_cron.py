@@ -90,12 +90,13 @@ def test_the_printed_line_under_crons_environment_stages_the_night_of_the_last_r
         assert "--max-tokens 400000" in cmd and "--name tidy" in cmd and f"llm.base_url={srv.base_url}" in cmd
         home = tmp_path / "cron-home"
         home.mkdir()
-        before = srv.state.attempts
+        before, served = srv.state.attempts, srv.state.prompt_tokens + srv.state.completion_tokens
         done = subprocess.run(
             ["env", "-i", f"HOME={home}", "PATH=/usr/bin:/bin", "SHELL=/bin/sh", "/bin/sh", "-c", cmd],
             capture_output=True, text=True, timeout=900, check=False,
         )  # fmt: skip
         assert srv.state.attempts > before  # the scheduled night called the night's model, not the embedded one
+        served = srv.state.prompt_tokens + srv.state.completion_tokens - served
     log = (project / ".skillopt" / "cron.log").read_text()
     assert done.returncode == 0, log[-3000:]
     first, second = staged(project)
@@ -106,4 +107,7 @@ def test_the_printed_line_under_crons_environment_stages_the_night_of_the_last_r
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["llm"]["budget"]["max_tokens"] == 400000 and config["llm"]["base_url"].startswith("http://127.0.0.1")
+    # the scheduled night's cap holds by the server's own count, which is what its ledger booked
+    ledger = json.loads((run_dir / "ledger.json").read_text())["totals"]
+    assert 0 < served == ledger["tokens"] <= 400000, (served, ledger)
     assert SECRET not in log

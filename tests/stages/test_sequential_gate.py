@@ -384,3 +384,82 @@ def test_at_temperature_0_replays_of_two_won_tasks_do_not_accept(tmp_path, tempe
         assert gate["gate_test"]["episodes"] == 18 and "deterministic target counts each task once" in gate["reason"]
     else:
         assert gate["gate_test"]["tasks_better"] == 2 and gate["gate_test"]["p_value"] == 0.25, gate["reason"]
+
+
+class JudgedRunner(NoisyRunner):
+    """NoisyRunner's episodes as rubric tasks only the judge scores: the outcome says WON or LOST (and which sample it
+    was, so every sample's outcome is its own text) and the episode waits for the judge (a data error until then)."""
+
+    async def run(self, tasks: list[Task], skill: str, ctx: Any, stop: Any = None) -> list[EpisodeResult]:
+        out = await super().run(tasks, skill, ctx, stop)
+        ctxs = ctx if isinstance(ctx, list) else [ctx] * len(tasks)
+        for r, c in zip(out, ctxs):
+            text = f"{'WON' if r.hard else 'LOST'} ({c.key} {c.seed})"
+            r.info = {"judge": {"prompt": "do it", "rubric": "it is done", "outcome": text, "unscored": True}}
+            r.hard = r.soft = 0.0
+            r.fail_reason, r.error = "data_error", "data: no rule check; the judge scores it"
+        return out
+
+
+class PlantedJudgingOptimizer(PlantedOptimizer):
+    """PlantedOptimizer, and the judge on the same endpoint: a WON outcome meets the rubric and beats a LOST one.
+    `asked` counts each distinct judge request (key and material): a response cache answers a repeat for free, so a
+    request asked again after a resume is paid again only when its material changed."""
+
+    def __init__(self, asked: Optional[dict[tuple[str, str], int]] = None) -> None:
+        self.asked = {} if asked is None else asked
+
+    async def chat_json(self, req: Any, schema: Any, name: str = "reply") -> JsonResult:
+        if req.role != "judge":  # step 3 proposes a rule that changes nothing: a close call, extra pairs
+            res = await super().chat_json(req, schema, name)
+            if "HARMFUL again" in res.raw:
+                res.data["patch"]["edits"][0]["content"] = "- NEUTRAL: keep a calm tone."
+            return res
+        material = json.loads(req.messages[1]["content"])
+        self.asked[(req.key, req.messages[1]["content"])] = self.asked.get((req.key, req.messages[1]["content"]), 0) + 1
+        if req.stage == "judge_score":
+            won = material["outcome"].startswith("WON")
+            data: dict[str, Any] = {"score": 9 if won else 2, "meets_rubric": won, "reason": "r"}
+        else:
+            a, b = material["outcome_a"].startswith("WON"), material["outcome_b"].startswith("WON")
+            data = {"better": "A" if a and not b else "B" if b and not a else "tie", "reason": "r"}
+        return JsonResult(data, json.dumps(data))
+
+
+def _train_judged(root, runner, asked) -> list[dict[str, Any]]:
+    cfg = Config(experiment="sequential")
+    cfg.optimizer = OptimizerConfig(epochs=1, batch_size=1, minibatch_size=8, slow_update=False, meta_skill=False,
+                                    gate_test="sequential")  # fmt: skip
+    rd = RunDir(root).ensure()
+    splits = Splits(
+        [Task(f"tr{i}", "t") for i in range(3)], [Task(f"va{i:02d}", "t") for i in range(18)], [Task("te0", "t")]
+    )
+    llm = PlantedJudgingOptimizer(asked)
+    trainer = Trainer(cfg, rd, llm, runner, Tracker(False, None, "seq", root.parent), splits, "# seed\n")
+    asyncio.run(trainer.run())
+    return json.loads((rd.root / "history.json").read_text())
+
+
+def test_a_run_stopped_mid_gate_resumes_with_the_judged_outcomes_of_the_gates_extra_samples(tmp_path):
+    """Issue 47: the outcomes of a gate's extra samples (what its judged pairs compare) were kept in memory only, so a
+    resumed run lost them: a later gate pairing the current skill's extra samples found no outcome (a pair dropped,
+    another decision) or compared misaligned ones (judge calls paid again). They are in the gate record now."""
+    full_asked: dict[tuple[str, str], int] = {}
+    full = _train_judged(tmp_path / "full", JudgedRunner(), full_asked)
+    gates = _gates(tmp_path / "full")
+    paid = [g["gate_test"]["episodes"] for g in gates]
+    assert paid[1] > 18 and paid[2] >= 18 + 8, paid  # step 2's gate played extra pairs; step 3's gate too
+    assert gates[1]["action"].startswith("accept")  # step 3 pairs with the accepted candidate's extra samples
+    # stopped in the middle of step 3's extra pairs: after the initial evaluation, two gates and step 3's first pass
+    cut_asked: dict[tuple[str, str], int] = {}
+    with pytest.raises(KeyboardInterrupt):
+        _train_judged(tmp_path / "cut", JudgedRunner(crash_after=18 + paid[0] + paid[1] + 18 + 4), cut_asked)
+    assert len(_gates(tmp_path / "cut")) == 2
+    resumed = _train_judged(tmp_path / "cut", JudgedRunner(), cut_asked)
+    assert [(h["action"], h["current_score"]) for h in resumed] == [(h["action"], h["current_score"]) for h in full]
+    assert [g["gate_test"] for g in _gates(tmp_path / "cut")] == [g["gate_test"] for g in gates]
+    # every judge request of the stopped and the resumed command together is one the uninterrupted run asked: with
+    # the response cache, no judge call is paid twice
+    assert set(cut_asked) == set(full_asked)
+    judged = json.loads((tmp_path / "cut" / "judge.json").read_text())
+    assert judged["pair_errors"] == 0, judged

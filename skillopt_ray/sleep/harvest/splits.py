@@ -1,6 +1,8 @@
 """Stable splits: a hash of the task id picks train / val / test, and a split once given is kept forever. A task new
-to this harvest may be moved from its hashed split so that each split has a task and, from four tasks on, train has
-two (a hash alone split 8 tasks 1 / 3 / 4); a task placed before never moves, so a validation task stays one."""
+to this harvest may be moved from its hashed split so that each split has a task, from four tasks on train has two
+(a hash alone split 8 tasks 1 / 3 / 4), and then val grows towards VAL_FLOOR from test (which keeps one) and from
+train (which keeps two): the night's gate counts each validation task once, and fewer than VAL_FLOOR can never
+accept. A task placed before never moves, so a validation task stays one."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import unicodedata
 
 SPLITS = ("train", "val", "test")
 MIN_TRAIN, MIN_TRAIN_FROM = 2, 4  # train keeps two tasks where a harvest has four or more
+# the fewest validation tasks the sleep preset's gate can accept on (gate_seq_task_p 0.05: 2^-5 <= 0.05 < 2^-4);
+# tests/sleep/test_sleep_night_leftout.py keeps the two in step
+VAL_FLOOR = 5
 _SPACE = re.compile(r"\s+")
 _PUNCT = re.compile(r"[^\w\s]")
 
@@ -42,6 +47,7 @@ def assign(ids: list[str], known: dict[str, str], val_fraction: float, test_frac
     new = [i for i in sorted(ids) if i not in known]
     _fill_empty(out, new)
     _train_floor(out, new)
+    _val_floor(out, new)
     return out
 
 
@@ -71,3 +77,15 @@ def _train_floor(out: dict[str, str], new: list[str]) -> None:
         donor = max(movable, key=lambda i: (sizes[out[i]], out[i] == "test"))
         out[donor] = "train"
         new.remove(donor)
+
+
+def _val_floor(out: dict[str, str], new: list[str]) -> None:
+    """Val grows towards VAL_FLOOR with new tasks: from test while it keeps one, then from train while it keeps
+    MIN_TRAIN (a night whose gate can never accept learns nothing from its train tasks either)."""
+    for donor_split, keep in (("test", 1), ("train", MIN_TRAIN)):
+        while sum(1 for v in out.values() if v == "val") < VAL_FLOOR:
+            movable = [i for i in new if out[i] == donor_split]
+            if not movable or sum(1 for v in out.values() if v == donor_split) <= keep:
+                break
+            out[movable[0]] = "val"
+            new.remove(movable[0])

@@ -9,6 +9,11 @@ schedule (`+experiment=sleep` and any overrides) and the models' token budgets, 
 - **at most**: that, plus every extra pair the sequential gate may play on a close decision, a re-ask of every
   JSON reply, a ranking call per step: a ceiling the night does not pass.
 
+Each figure counts the judge's calls (stages/judge.py) where the night has rubric tasks: a `judge_score` call per
+episode the judge scores (every episode of a rubric-only task; the evaluations' episodes of a rubric task with rule
+checks, for the agreement), and two `judge_pair` calls (both orders) per pair the sequential gate compares on a
+rubric-only selection task: its first look's pairs at each step's gate, and at most one more per extra episode.
+
 Tokens are estimated as the gateway does before sending (prompt characters / 4, plus the completion budget); an
 agent target's episode is several calls, each carrying its CLI's own request (measured, AGENT_REQUEST_CHARS). The
 figures say nothing of quality; the caps (`--max-tokens`, `--max-cost`, `--max-minutes`) are what stop a night."""
@@ -27,6 +32,7 @@ from skillopt_envs.jsontypes import JSONObject, as_int, as_object
 from skillopt_ray import prompts
 from skillopt_ray.config.plain import PlainConfig, from_container
 from skillopt_ray.llm.agent_api import MAX_AGENT_CALLS
+from skillopt_ray.stages import judge as judge_stage
 from skillopt_ray.stages.gate import GatePolicy, deterministic_target
 
 # The target's prompt around the skill and the request (role line, headings, message framing), in characters:
@@ -43,6 +49,7 @@ SCHEMA_CHARS = 1000  # a re-ask repeats the prompt and the reply, and adds the e
 AGENT_REQUEST_CHARS = {"codex": 28_000, "claude_code": 11_100}
 AGENT_CALLS = 2  # planned calls an episode: the real-CLI fixtures' agents run a command (read the skill), then answer
 AGENT_TURN_CHARS = 1_000  # what a turn adds to the next call's prompt: the reply and the command's output
+JUDGE_FRAME_CHARS = 120  # the judge's JSON object around the quoted request, rubric and outcomes
 
 
 @dataclass(frozen=True)
@@ -74,12 +81,17 @@ class Estimate:
     cost_at_most: float = 0.0
     agent_target: bool = False
     agent_call_tokens: int = 0  # an agent call's first prompt, as estimated
+    judge: tuple[Spend, Spend] = (Spend(), Spend())  # the judge's part of the planned and the at-most figures
 
     def as_dict(self) -> JSONObject:
         out: JSONObject = {"episodes": dict(zip(("first_pass", "planned", "at_most"), self.episodes))}
         for name in ("first_pass", "planned", "at_most"):
             s: Spend = getattr(self, name)
             out[name] = {"calls": s.calls, "tokens": s.tokens, "prompt_tokens": s.prompt_tokens}
+        out["judge"] = {
+            k: {"calls": s.calls, "tokens": s.tokens, "prompt_tokens": s.prompt_tokens}
+            for k, s in zip(("planned", "at_most"), self.judge)
+        }
         out["cost_usd"] = {"planned": self.cost_planned, "at_most": self.cost_at_most}
         return out
 
@@ -93,6 +105,12 @@ class Estimate:
             f"{p.calls} calls ~{p.tokens:,} tokens; at most {m.calls} calls ~{m.tokens:,} tokens{cost} "
             f"({self.episodes[1]} planned episodes{extra})"
         ]
+        if self.judge[1].calls:
+            j, jm = self.judge
+            out.append(
+                f"  the judge's calls are in these figures: {j.calls} as planned ~{j.tokens:,} tokens, at most "
+                f"{jm.calls} ~{jm.tokens:,} (a score per judged episode, both orders of each pair the gate compares)"
+            )
         if self.agent_target:
             out.append(
                 f"  an agent episode is counted as {AGENT_CALLS} calls as planned (the CLI's own request measured, "
@@ -127,10 +145,7 @@ def gate_extra(data: PlainConfig, n_tasks: int, first_pass: int) -> int:
     """The extra episodes the night's gate may play per decision, by the gate's own policy: none unless it is the
     sequential gate, nor for a deterministic target (chat at temperature 0 replays its episode), nor on a split too
     small ever to accept (each task one observation)."""
-    cfg = from_container(data)
-    target = cfg.llm.target
-    policy = GatePolicy.from_config(cfg.optimizer, n_tasks, deterministic_target(target.harness, target.temperature))
-    return policy.extra_episodes(first_pass, n_tasks)
+    return _policy(data, n_tasks).extra_episodes(first_pass, n_tasks)
 
 
 def target_episode(harness: str, task_chars: int, skill_chars: int, t_out: int) -> tuple[Spend, Spend]:
@@ -192,6 +207,105 @@ def _cost(prices: dict[str, Any], *parts: tuple[Any, Spend]) -> float:
     return total
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A split's tasks as the judge sees them: rubric-only tasks (the judge scores every episode and compares their
+    gate pairs), rubric tasks with rule checks (their evaluations' episodes judged too), and the split's size."""
+
+    only: int = 0
+    checked: int = 0
+    n: int = 0
+    rubric_chars: int = 0  # the rubrics' mean length
+
+    def share(self, evaluation: bool) -> float:
+        """The share of the split's episodes the judge scores (training episodes: rubric-only tasks alone)."""
+        return ((self.only + (self.checked if evaluation else 0)) / self.n) if self.n else 0.0
+
+
+def judged_tasks(folder: Path, ids: list[str]) -> Judged:
+    """Which of `ids` carry a rubric, with and without a rule check (their task.json's metadata)."""
+    only, checked, sizes = 0, 0, []
+    for t in ids:
+        try:
+            md = json.loads((folder / t / "task.json").read_text(encoding="utf-8")).get("metadata") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        rubric = md.get("rubric") if isinstance(md, dict) else None
+        if not isinstance(rubric, str) or not rubric.strip():
+            continue
+        sizes.append(len(rubric.strip()))
+        if md.get("checks"):
+            checked += 1
+        else:
+            only += 1
+    return Judged(only, checked, len(ids), round(sum(sizes) / len(sizes)) if sizes else 0)
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """A night's target episodes by what they are, for the judge's share: (first pass, planned, at most) on the
+    selection split and on test, the training episodes, the gates' looks and their extra episodes at most."""
+
+    selection: tuple[int, int, int]
+    test: tuple[int, int, int]
+    train: int
+    train_first: int
+    steps: int
+    first_look: int  # samples a gate's first look pairs per selection task (1 for a deterministic target)
+    extra: int  # a gate's extra episodes at most
+
+
+def judge_spend(
+    data: PlainConfig, splits: dict[str, list[str]], tasks: Path, eps: Episodes, call: tuple[int, int]
+) -> tuple[Spend, Spend, Spend]:
+    """(first pass, planned, at most) of the judge's calls: a score per judged episode, and both orders of each
+    pair the sequential gate compares on a rubric-only selection task. `call`: (the task's request in characters,
+    a target reply's budget in tokens)."""
+    sel_ids = splits["val"] or splits["train"]
+    sel, test = judged_tasks(tasks, sel_ids), judged_tasks(tasks, splits["test"] or sel_ids)
+    train = judged_tasks(tasks, splits["train"])
+    if not (sel.only + sel.checked + test.only + test.checked + train.only):
+        return Spend(), Spend(), Spend()
+    llm = data["llm"]
+    role = llm["judge"] if (llm.get("judge") or {}).get("model") else llm["optimizer"]
+    j_out, j_cap = int(role.get("max_tokens") or 0), int(role.get("context_tokens") or 0)
+    task_chars, t_out = call
+    reply = min(4 * t_out, judge_stage.MAX_CHARS) if t_out else judge_stage.MAX_CHARS
+    rubric = max(sel.rubric_chars, test.rubric_chars, train.rubric_chars)
+    quoted = JUDGE_FRAME_CHARS + task_chars + rubric
+    score = Spend(1, _tokens(len(judge_stage.SCORE_SYSTEM) + quoted + reply, j_cap), j_out)
+    pair = Spend(2, 2 * _tokens(len(judge_stage.PAIR_SYSTEM) + quoted + 2 * reply, j_cap), 2 * j_out)
+
+    def scores(i: int) -> int:
+        return math.ceil(
+            eps.selection[i] * sel.share(True) + eps.test[i] * test.share(True)
+            + (eps.train_first if i == 0 else eps.train) * train.share(False)
+        )  # fmt: skip
+
+    pairs = eps.steps * eps.first_look * sel.only
+    pairs_most = pairs + math.ceil(eps.steps * eps.extra * sel.share(False))
+    extra_scores = math.ceil(eps.steps * eps.extra * sel.share(False))
+    return (
+        Spend(scores(0), score.prompt_tokens * scores(0), 0),
+        score.times(scores(1)) + pair.times(pairs),
+        score.times(scores(2) + extra_scores) + pair.times(pairs_most),
+    )
+
+
+def optimizer_calls(data: PlainConfig, skill_chars: int, task_chars: int, t_out: int) -> tuple[Spend, Spend, Spend]:
+    """One analyst, merge and ranking call: the prompt (system, skill, what it reads) and the reply's budget."""
+    o, opt, env = data["optimizer"], data["llm"]["optimizer"], data["env"]
+    o_out, o_cap = int(opt.get("max_tokens") or 0), int(opt.get("context_tokens") or 0)
+    mode, mb = str(o.get("update_mode") or "patch"), int(o["minibatch_size"])
+    trajectory = task_chars + 4 * t_out + TRAJECTORY_FRAME_CHARS
+    analyst_sys = len(prompts.analyst_system("failure", mode, str(env.get("name") or ""), False, "both"))
+    analyst = Spend(1, _tokens(analyst_sys + skill_chars + mb * trajectory, o_cap), o_out)
+    merge_sys = len(prompts.system_prompt(f"merge_final{prompts.MODE_SUFFIX[mode]}"))
+    merge = Spend(1, _tokens(merge_sys + skill_chars + 2 * 4 * o_out, o_cap), o_out)
+    ranking = Spend(1, _tokens(len(prompts.system_prompt("ranking")) + skill_chars + 4 * o_out, o_cap), o_out)
+    return analyst, merge, ranking
+
+
 def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill_chars: int = 0) -> Estimate:
     """The night's estimate from its composed config (`data`), its task ids per split and its task folder."""
     o, llm, env = data["optimizer"], data["llm"], data["env"]
@@ -217,36 +331,55 @@ def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill
     eps_most = core + n_sel + 3 * n_te + steps * extra  # and a final skill other than the best: selection and test
 
     t_out = as_int(as_object(env.get("options")).get("max_tokens")) or int(tgt.get("max_tokens") or 0)
-    o_out = int(opt.get("max_tokens") or 0)
-    o_cap = int(opt.get("context_tokens") or 0)
     task_chars = mean_task_chars(tasks, splits["train"] + splits["val"] + splits["test"])
     harness = str(tgt.get("harness") or "chat")
     episode, episode_most = target_episode(harness, task_chars, skill_chars, t_out)
 
-    mode, mb = str(o.get("update_mode") or "patch"), int(o["minibatch_size"])
-    trajectory = task_chars + 4 * t_out + TRAJECTORY_FRAME_CHARS
-    analyst_sys = len(prompts.analyst_system("failure", mode, str(env.get("name") or ""), False, "both"))
-    analyst = Spend(1, _tokens(analyst_sys + skill_chars + mb * trajectory, o_cap), o_out)
-    merge_sys = len(prompts.system_prompt(f"merge_final{prompts.MODE_SUFFIX[mode]}"))
-    merge = Spend(1, _tokens(merge_sys + skill_chars + 2 * 4 * o_out, o_cap), o_out)
-    ranking = Spend(1, _tokens(len(prompts.system_prompt("ranking")) + skill_chars + 4 * o_out, o_cap), o_out)
-
-    planned_opt, most_opt = _optimizer_spend(o, batches * epochs, (analyst, merge, ranking), mode, epochs)
+    mode = str(o.get("update_mode") or "patch")
+    calls = optimizer_calls(data, skill_chars, task_chars, t_out)
+    planned_opt, most_opt = _optimizer_spend(o, batches * epochs, calls, mode, epochs)
     reask = Spend(most_opt.calls, most_opt.tokens + _tokens(SCHEMA_CHARS) * most_opt.calls, most_opt.completion_tokens)
 
-    first = Spend(episode.calls * eps_first, episode.prompt_tokens * eps_first, 0)  # prompts only: replies may be short
-    planned = episode.times(eps_planned) + planned_opt
-    most = episode_most.times(eps_most) + most_opt + reask
-    prices = llm.get("prices") or {}
+    sel_boundary = max(0, epochs - 1) * (n_sel if o["slow_update"] else 0)
+    sel_eps = n_sel + steps * n_sel + sel_boundary
+    judged = Episodes(
+        (n_sel, sel_eps, sel_eps + n_sel), (n_te, 2 * n_te, 3 * n_te),
+        epochs * sum(batches) + max(0, epochs - 1) * boundary_pairs, epochs * sum(batches),
+        steps if _pairs_judged(data, len(sel)) else 0, 1 if _deterministic(data) else r, extra,
+    )  # fmt: skip
+    j_first, j_planned, j_most = judge_spend(data, splits, tasks, judged, (task_chars, t_out))
 
-    def cost(target_part: Spend, opt_part: Spend) -> float:
-        return _cost(prices, (tgt.get("model"), target_part), (opt.get("model"), opt_part))
+    first = Spend(episode.calls * eps_first, episode.prompt_tokens * eps_first, 0) + j_first  # prompts only
+    planned = episode.times(eps_planned) + planned_opt + j_planned
+    most = episode_most.times(eps_most) + most_opt + reask + j_most
+    prices = llm.get("prices") or {}
+    j_model = ((llm.get("judge") or {}).get("model")) or opt.get("model")
+
+    def cost(target_part: Spend, opt_part: Spend, judge_part: Spend) -> float:
+        return _cost(prices, (tgt.get("model"), target_part), (opt.get("model"), opt_part), (j_model, judge_part))
 
     return Estimate(
         first, planned, most, (eps_first, eps_planned, eps_most),
-        cost(episode.times(eps_planned), planned_opt), cost(episode_most.times(eps_most), most_opt + reask),
+        cost(episode.times(eps_planned), planned_opt, j_planned),
+        cost(episode_most.times(eps_most), most_opt + reask, j_most),
         agent_target=harness != "chat", agent_call_tokens=_tokens(AGENT_REQUEST_CHARS.get(harness, 0) + task_chars),
+        judge=(j_planned, j_most),
     )  # fmt: skip
+
+
+def _policy(data: PlainConfig, n_tasks: int) -> GatePolicy:
+    cfg = from_container(data)
+    target = cfg.llm.target
+    return GatePolicy.from_config(cfg.optimizer, n_tasks, deterministic_target(target.harness, target.temperature))
+
+
+def _pairs_judged(data: PlainConfig, n_tasks: int) -> bool:
+    """The step gate compares pairs (the sequential gate): the judge compares a rubric-only task's."""
+    return _policy(data, n_tasks).sequential
+
+
+def _deterministic(data: PlainConfig) -> bool:
+    return _policy(data, 1).rule.deterministic
 
 
 def compare(est: Estimate, ledger_totals: Mapping[str, float]) -> str:

@@ -158,13 +158,16 @@ def spend_line(p: Plan, opts: NightOptions) -> str:
         f"{v} {unit}" for v, unit in ((opts.max_tokens, "tokens"), (opts.max_cost, "USD"), (opts.max_minutes, "minutes"))
         if v
     ]  # fmt: skip
+    from skillopt_ray.sleep.night.estimate import gate_extra
+
     n_sel = len(p.splits["val"] or p.splits["train"])
     first = len(p.splits["train"]) + 2 * n_sel * o["rollouts_per_task"]
+    extra = gate_extra(p.data, n_sel, n_sel * o["rollouts_per_task"])  # the gate's own rule: 0 where it plays none
     return (
         f"night {p.run_name}{' (resumed)' if p.resumed else ''}: {len(p.splits['train'])} train, "
         f"{len(p.splits['val'])} val, {len(p.splits['test'])} test tasks from {p.tasks}; at least {first} episodes "
-        f"plus up to {o['gate_seq_budget']:g}x the gate's first pass where its decision is close, and a few "
-        f"optimizer calls a step; caps: {', '.join(caps) or 'none (give --max-tokens, --max-cost, --max-minutes)'}"
+        f"plus up to {extra} more a gate where its decision is close, and a few optimizer calls a step; "
+        f"caps: {', '.join(caps) or 'none (give --max-tokens, --max-cost, --max-minutes)'}"
     )
 
 

@@ -1,8 +1,8 @@
 """A night over the skills you already use: each installed skill the harvested tasks exercised is trained on its own
 tasks with its own run and gate (starting from its live SKILL.md, proposed back into its own folder), tasks that
 exercised none train the learned skill, and all are staged as one night (staging_skills.py: one manifest, adopted
-or undone per skill or all at once). The night's caps hold for all its runs together: each run gets what the
-earlier ones left."""
+or undone per skill or all at once; with --memory, a memory file with a block per changed skill, an entry of its
+own). The night's caps hold for all its runs together: each run gets what the earlier ones left."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK
 from skillopt_ray.cli import review_gate as review
@@ -75,9 +75,6 @@ def run(opts: NightOptions, tasks: Path, run_name: str, resumed: bool, routes: l
     print(f"night {run_name}: {len(routes)} skills, each on its own tasks and gate: "
           + ", ".join(f"{r.name} ({len(r.tasks)} tasks{', from ' + str(r.live) if r.live else ''})" for r in routes),
           file=sys.stderr)  # fmt: skip
-    if opts.memory:
-        print("note: --memory proposes a memory block for a night of one skill only; this night proposes none "
-              "(give --skill to train one skill with its block)", file=sys.stderr)  # fmt: skip
     remember(opts, run_name, tasks, resumed)
     spent = {"tokens": 0.0, "cost_usd": 0.0}
     t0 = time.monotonic()
@@ -102,6 +99,24 @@ def run(opts: NightOptions, tasks: Path, run_name: str, resumed: bool, routes: l
         else:
             done.append((ropts, c))
     return finish(opts, run_name, done)
+
+
+def memory_of(opts: NightOptions, done: list[tuple[NightOptions, Concluded]]) -> Optional[tuple[str, Path]]:
+    """With --memory, the memory file with a marked block per changed skill holding its learned body (None without
+    the flag or a changed skill); a block's markers that cannot be edited safely refuse the staging (ValueError)."""
+    from skillopt_ray.sleep.proposal import memory, skill_home
+
+    changed = [c for _, c in done if c.rep.changed]
+    if not opts.memory or not changed:
+        return None
+    path = memory.memory_path(opts.project, opts.target)
+    text = memory.read_live(path)
+    for c in changed:
+        name = c.folder.name
+        text = memory.propose(
+            text, name, skill_home.parse((c.folder / "SKILL.md").read_text(encoding="utf-8"), name).body
+        )
+    return text, path
 
 
 def remember(opts: NightOptions, run_name: str, tasks: Path, resumed: bool) -> None:
@@ -138,7 +153,7 @@ def finish(opts: NightOptions, run_name: str, done: list[tuple[NightOptions, Con
         props = [proposal_of(o, stamp, c.folder, c.live, c.rep, c.flags) for o, c in done]
         md = f"# Night {run_name}\n\n" + "\n".join(p.report_md for p in props)
         try:
-            stage_skills(opts.project, stamp, props, md)
+            stage_skills(opts.project, stamp, props, md, memory_of(opts, done))
         except (ValueError, OSError) as e:
             print(f"error: staging refused the night: {e}", file=sys.stderr)
             code = EXIT_CONFIG

@@ -6,10 +6,11 @@ skill's rows; the top-level fields describe the night as a whole (verified: ever
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.jsontypes import JSONObject
 
@@ -76,7 +77,26 @@ def _adoptable(p: NightProposal) -> bool:
     return staging.changed(p.report) or staging.file_pin(p.live_skill_dir / "SKILL.md") == staging.ABSENT
 
 
-def stage_skills(project: Path, stamp: str, proposals: list[NightProposal], report_md: str) -> Path:
+def memory_entry(project: Path, memory: tuple[str, Path], proposals: list[NightProposal], night: Path) -> tuple[
+    ManifestRow, SkillEntry
+]:  # fmt: skip
+    """The memory file's row (staging.memory_row: only the project's own AGENTS.md or CLAUDE.md) and its entry,
+    accepted and verified as the changed skills whose blocks it holds."""
+    row = staging.memory_row(dataclasses.replace(proposals[0], memory=memory), night)
+    changed = [p for p in proposals if staging.changed(p.report)]
+    entry: SkillEntry = {
+        "skill_name": memory[1].name, "live_skill_dir": os.path.realpath(project),
+        "skill_roots": [os.path.realpath(project)], "verified": all(staging.gate_verified(p.report) for p in changed),
+        "verdict": "accepted", "changed": True, "summary": {}, "files": [row["rel"]],
+        "flags": [str(f) for p in changed for f in p.flags],
+    }  # fmt: skip
+    return row, entry
+
+
+def stage_skills(
+    project: Path, stamp: str, proposals: list[NightProposal], report_md: str,
+    memory: Optional[tuple[str, Path]] = None,
+) -> Path:  # fmt: skip
     """All the night's skills in one staged folder; the manifest, written last, lists each (see the module doc)."""
     names = [p.skill_name for p in proposals]
     if not proposals or len(set(names)) != len(names):
@@ -105,6 +125,10 @@ def stage_skills(project: Path, stamp: str, proposals: list[NightProposal], repo
             "changed": staging.changed(report), "summary": staging.summary_of(report), "files": [r["rel"] for r in mine],
             "flags": [str(f) for f in p.flags],
         })  # fmt: skip
+    if memory is not None:
+        row, entry = memory_entry(project, memory, proposals, night)
+        rows.append(row)
+        out.append(entry)
     (night / "report.md").write_text(redact(report_md), encoding="utf-8")
     (night / "report.json").write_text(json.dumps({"skills": reports}, indent=1, sort_keys=True, default=str) + "\n")
     manifest = _manifest(project, stamp, out, rows, evidence)
