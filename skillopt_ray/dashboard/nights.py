@@ -15,6 +15,8 @@ from skillopt_envs.jsontypes import JSONObject, JSONValue
 
 from skillopt_ray.base import untrusted
 from skillopt_ray.sleep.proposal import staging, status
+from skillopt_ray.sleep.proposal.adopt import Refused, read_json
+from skillopt_ray.sleep.proposal.adopt_skills import RECEIPTS
 
 MAX_TEXT_BYTES = 1 << 20  # a report or a skill larger than this is not shown (a real one is a few KiB)
 MAX_DIFF_ROWS = 50  # a night proposes one skill folder of a few files; the diffs past this many are left out
@@ -79,18 +81,38 @@ def _live_bytes(m: Mapping[str, Any], row: Mapping[str, Any]) -> Optional[bytes]
     return _read(Path(root), os.path.relpath(live, root))
 
 
+def _backups(night: Path, index: int, row: Mapping[str, Any]) -> list[str]:
+    """Where adoption may have copied the file a row replaced, relative to the night: `backup/<i>` for a night of one
+    skill; for a night of several, `backup/<receipt>/<i>` for each sealed adopt receipt with a step for the row's live
+    path (each adoption numbers its own steps from 0). Only candidates: `_base` still checks the pin."""
+    folder = night / RECEIPTS
+    if not folder.is_dir() or folder.is_symlink():
+        return [f"backup/{index}"]
+    out = []
+    for receipt in sorted(folder.glob("[0-9][0-9][0-9]-adopt.json"))[:MAX_DIFF_ROWS]:
+        try:
+            steps = read_json(receipt).get("steps") if not receipt.is_symlink() else None
+        except Refused:  # unsealed or edited: its word names no backup (the pin check below would hold anyway)
+            continue
+        for i, s in enumerate(steps[:MAX_DIFF_ROWS] if isinstance(steps, list) else []):
+            if isinstance(s, dict) and s.get("live") == row.get("live_path"):
+                out.append(f"backup/{receipt.stem}/{i}")
+    return out
+
+
 def _base(night: Path, index: int, m: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, str]:
     """(the text the proposal replaces, where it came from): the live file or adoption's backup copy, read only when
     its sha256 is the one staging pinned, so a manifest cannot make the page show some other file."""
     pin = str(row.get("live_sha256") or "")
     if pin == staging.ABSENT:
         return "", "absent"
-    for data, source in (
-        (_live_bytes(m, row), str(row.get("live_path"))),
-        (_read(night, f"backup/{index}"), str(night / "backup" / str(index))),
-    ):
+    data = _live_bytes(m, row)
+    if data is not None and hashlib.sha256(data).hexdigest() == pin:
+        return _text(data), str(row.get("live_path"))
+    for rel in _backups(night, index, row):
+        data = _read(night, rel)
         if data is not None and hashlib.sha256(data).hexdigest() == pin:
-            return _text(data), source
+            return _text(data), str(night / rel)
     return "", "gone (the file staging saw is no longer on disk; the proposal is shown whole)"
 
 

@@ -171,3 +171,52 @@ def test_a_script_in_a_night_report_stays_text_in_a_real_browser(project, need_c
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
+
+
+def _multi_live(project: Path, name: str) -> Path:
+    return project / ".agents" / "skills" / name / "SKILL.md"
+
+
+def test_a_night_of_several_skills_diffs_each_against_its_backup_once_adopted(tmp_path):
+    """Each adoption of a several-skill night keeps its backups under backup/<receipt>/<i>: the tab finds them, so an
+    adopted skill shows what it replaced (not "gone"), a pending one the live file, an undone one the restored file."""
+    from skillopt_ray.sleep.proposal.staging_skills import stage_skills
+
+    project = tmp_path / "multi"
+    skills = project / ".agents" / "skills"
+    props = []
+    for name in ("deploy", "review"):
+        _multi_live(project, name).parent.mkdir(parents=True)
+        _multi_live(project, name).write_text(f"Run make {name}.\n")
+        src = tmp_path / f"proposal-{name}"
+        src.mkdir()
+        (src / "SKILL.md").write_text(f"Run make test, then make {name}.\n")
+        report = {"verified": True, "verdict": "accepted", "changed": True}
+        props.append(staging.NightProposal(project, "20261128T041500Z", name, src, skills / name, [skills], "# n\n", report))  # fmt: skip
+    night = stage_skills(project, "20261128T041500Z", props, "# night\n")
+
+    def diffs() -> dict[str, dict]:
+        return {d["rel"].split("/")[1]: d for d in nights.night_detail(night)["diffs"]}
+
+    def replaced(d: dict, name: str) -> bool:
+        return f"-Run make {name}." in d["diff"] and f"+Run make test, then make {name}." in d["diff"]
+
+    assert sleep_cli.main(["adopt", "--project", str(project), "--skill", "review"]) == 0  # receipt 001: review
+    d = diffs()
+    assert replaced(d["review"], "review") and d["review"]["base"].endswith("backup/001-adopt/0"), d["review"]
+    assert replaced(d["deploy"], "deploy") and d["deploy"]["base"] == str(_multi_live(project, "deploy"))
+    assert sleep_cli.main(["adopt", "--project", str(project)]) == 0  # receipt 002: deploy, its backup at index 0
+    d = diffs()
+    assert replaced(d["review"], "review") and d["review"]["base"].endswith("backup/001-adopt/0")
+    assert replaced(d["deploy"], "deploy") and d["deploy"]["base"].endswith("backup/002-adopt/0"), d["deploy"]
+    assert sleep_cli.main(["adopt", "--project", str(project), "--undo", "--skill", "review"]) == 0
+    d = diffs()  # undone: the live file is again what staging saw
+    assert replaced(d["review"], "review") and d["review"]["base"] == str(_multi_live(project, "review"))
+    assert replaced(d["deploy"], "deploy") and "backup/002-adopt/0" in d["deploy"]["base"]
+
+
+def test_a_one_skill_night_undone_diffs_against_the_restored_live_file(project):
+    night = staging.staging_root(project) / "20261127T031500Z"
+    assert sleep_cli.main(["adopt", "--project", str(project), "--undo", "--night", night.name]) == 0
+    (d,) = nights.night_detail(night)["diffs"]
+    assert d["base"] == str(project / ".agents/skills/tidy/SKILL.md") and "+- finish with DONE-OK." in d["diff"]
