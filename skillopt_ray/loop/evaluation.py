@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Optional, cast
 
@@ -51,6 +52,8 @@ class Evaluator:
         # the sequential gate's extra samples beyond an evaluation's own: evaluation key -> task id -> gate scores
         self.extra: dict[str, dict[str, list[float]]] = {}
         self.judge = judge  # scores rubric tasks and compares their outcomes pairwise in the gate (stages/judge.py)
+        if judge is not None:  # the comparisons earlier commands on this run directory counted (a resume's replays)
+            judge.stats.counted = Counter(rd.read_judge_counted())
         self.materials: dict[str, Material] = {}  # judged tasks (a rubric, no rule check): what the judge reads
         # judged tasks' outcomes per evaluation key and task, in sample order (the evaluation's own, then the gate's)
         self.outcomes: dict[str, dict[str, list[str]]] = {}
@@ -94,12 +97,15 @@ class Evaluator:
         await self.judged(res, key)
         return res
 
-    async def judged(self, results: list[Any], key: str, agreement: bool = False) -> None:
+    async def judged(
+        self, results: list[Any], key: str, agreement: bool = False, samples: Optional[list[str]] = None
+    ) -> None:
         """Episodes only the judge can score get its scores (in place), and their tasks are remembered as judged;
-        with `agreement`, rule-checked episodes with a rubric are judged too, to count the agreement."""
+        with `agreement`, rule-checked episodes with a rubric are judged too, to count the agreement. `samples`:
+        each episode's sample key, where `key` does not tell them apart (Judge.score_results)."""
         if self.judge is None:
             return
-        await self.judge.score_results(results, key, agreement)
+        await self.judge.score_results(results, key, agreement, samples)
         for r in results:
             m = material(r)
             if m is not None and r.info["judge"].get("unscored") is False and "score" in r.info["judge"]:
@@ -107,13 +113,15 @@ class Evaluator:
 
     def save_judge(self) -> None:
         """judge.json: the judge's counts of this command added to the earlier commands' (nothing when it judged
-        nothing)."""
-        if self.judge is None or not any(self.judge.stats.as_dict().values()):
+        nothing), with which comparisons are counted: a resumed command meets again, answered by the response
+        cache, the comparisons the stopped one counted, and counts them no second time."""
+        if self.judge is None or not self.judge.stats.seen:
             return
         before = self.rd.read_judge()
-        now = self.judge.stats.as_dict()
-        self.rd.write_judge({k: int(before.get(k) or 0) + v for k, v in now.items()})
-        self.judge.stats = type(self.judge.stats)()
+        stats = self.judge.stats
+        counted = stats.ledger()
+        self.rd.write_judge({k: int(before.get(k) or 0) + v for k, v in stats.as_dict().items()}, counted)
+        self.judge.stats = type(stats)(seen=stats.seen, counted=Counter(counted))
 
     def keep_outcomes(self, key: str, results: list[Any]) -> None:
         """The judged tasks' outcomes of an evaluation, in the order of its samples (scored episodes only)."""
@@ -289,11 +297,11 @@ class Evaluator:
         async def verdict(task_id: str, j: int) -> Optional[float]:
             cur = self.outcomes.get(keys["current"], {}).get(task_id, [])
             cand = self.outcomes.get(keys["candidate"], {}).get(task_id, [])
+            identity = f"{keys['current']}|{keys['candidate']}|{task_id}|{j}"  # one gate's pair j of the task
             if j >= len(cur) or j >= len(cand):
-                judge.stats.pair_comparisons += 1
-                judge.stats.pair_errors += 1
+                judge.missing_pair(identity)
                 return None
-            return await judge.pairwise(self.materials[task_id], cur[j], cand[j], f"gate/{task_id}")
+            return await judge.pairwise(self.materials[task_id], cur[j], cand[j], f"gate/{task_id}", identity)
 
         return verdict
 
@@ -306,7 +314,7 @@ class Evaluator:
             ctx = self.context(f"eval/{skill_hash(skills[who])}", False)
             ctxs = [repeat_context(ctx, self.repeats + len(store.get(t, []))) for _, t in items]
             results = await self.runner.run([by_id[t] for _, t in items], skills[who], ctxs)
-            await self.judged(results, ctx.key)
+            await self.judged(results, ctx.key, samples=[c.key for c in ctxs])
             check_infra(results, self.max_infra_fraction, "selection")
             self.keep_outcomes(keys[who], results)
             out: list[tuple[int, Optional[float]]] = []

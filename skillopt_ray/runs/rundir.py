@@ -312,19 +312,28 @@ class RunDir:
         """Every skill version on disk, in version order."""
         return [SkillVersion(n, self.find_skill(n) or "") for n in sorted(self._skill_numbers())]
 
-    def write_judge(self, stats: dict[str, int]) -> Path:
+    def write_judge(self, stats: dict[str, int], counted: Optional[dict[str, int]] = None) -> Path:
         """judge.json: what the judge of rubric tasks did in this run (stages/judge.JudgeStats, summed over commands:
-        `stats` already holds the earlier commands' counts)."""
-        return self.write_json(JUDGE, stats)
+        `stats` already holds the earlier commands' counts), and under `counted` how many meetings of each comparison
+        those counts hold (so a resumed command counts none twice)."""
+        return self.write_json(JUDGE, {**stats, "counted": dict(sorted((counted or {}).items()))})
 
-    def read_judge(self) -> dict[str, int]:
-        """judge.json's counts ({} when the run judged nothing; a value that is not a count is left out)."""
+    def _judge_json(self) -> dict[str, Any]:
         try:
             data = self.read_json(JUDGE)  # through `untrusted`, as every run file
         except RecordError:
             return {}
-        items = data.items() if isinstance(data, dict) else ()
-        return {str(k): v for k, v in items if isinstance(v, int) and not isinstance(v, bool)}
+        return data if isinstance(data, dict) else {}
+
+    def read_judge(self) -> dict[str, int]:
+        """judge.json's counts ({} when the run judged nothing; a value that is not a count is left out)."""
+        return {str(k): v for k, v in self._judge_json().items() if isinstance(v, int) and not isinstance(v, bool)}
+
+    def read_judge_counted(self) -> dict[str, int]:
+        """judge.json's `counted`: each comparison's meetings the counts already hold ({} when none or not counts)."""
+        raw = self._judge_json().get("counted")
+        items = raw.items() if isinstance(raw, dict) else ()
+        return {str(k): v for k, v in items if isinstance(v, int) and not isinstance(v, bool) and v > 0}
 
     def write_best_skill(self, text: str) -> Path:
         return self.write_text(BEST_SKILL, text)

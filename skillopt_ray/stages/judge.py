@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from skillopt_envs.base import EpisodeResult
@@ -84,9 +85,23 @@ class JudgeStats:
     score_errors: int = 0
     agree: int = 0
     disagree: int = 0
+    # how many times each comparison (by its identity) was met, and how many of those earlier commands on this run
+    # directory counted already: a resumed command's replies from the response cache are the same comparisons
+    seen: Counter[str] = field(default_factory=Counter)
+    counted: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if isinstance(v, int)}
+
+    def fresh(self, identity: str) -> bool:
+        """Whether this meeting of a comparison is one no earlier command counted (its n-th meeting, past the n
+        earlier commands counted): only then do its outcomes go into the counts."""
+        self.seen[identity] += 1
+        return self.seen[identity] > self.counted[identity]
+
+    def ledger(self) -> dict[str, int]:
+        """Every comparison's meetings counted so far, this command's and the earlier ones' (for judge.json)."""
+        return {k: max(self.seen[k], self.counted[k]) for k in self.seen | self.counted}
 
     @property
     def agreement(self) -> Optional[float]:
@@ -152,48 +167,69 @@ class Judge:
         better = got.get("better") if got else None
         return better if better in ("A", "B", "tie") else None
 
-    async def pairwise(self, m: Material, current: str, candidate: str, key: str) -> Optional[float]:
+    async def pairwise(
+        self, m: Material, current: str, candidate: str, key: str, identity: Optional[str] = None
+    ) -> Optional[float]:
         """+1 the candidate's outcome is better, -1 worse, 0 a tie or orders that disagree; None: an unusable reply
-        (counted in stats.pair_errors)."""
+        (counted in stats.pair_errors, once per `identity`: see JudgeStats.fresh)."""
         first = await self._prefers(m, current, candidate, f"{key}/current-first")
         second = await self._prefers(m, candidate, current, f"{key}/candidate-first")
-        self.stats.pair_comparisons += 1
-        if first is None or second is None:
-            self.stats.pair_errors += 1
+        counts = self.stats.fresh(f"pair|{identity or key}")
+        v1 = {"A": -1.0, "B": 1.0, "tie": 0.0}.get(first or "")
+        v2 = {"A": 1.0, "B": -1.0, "tie": 0.0}.get(second or "")
+        self.stats.pair_comparisons += counts
+        if v1 is None or v2 is None:
+            self.stats.pair_errors += counts
             return None
-        v1 = {"A": -1.0, "B": 1.0, "tie": 0.0}[first]
-        v2 = {"A": 1.0, "B": -1.0, "tie": 0.0}[second]
         if v1 != v2:
-            self.stats.order_disagreements += 1
+            self.stats.order_disagreements += counts
             return 0.0
         return v1
 
+    def missing_pair(self, identity: str) -> None:
+        """A pair the gate could not compare (an outcome not known): an error, counted once per `identity`."""
+        counts = self.stats.fresh(f"pair|{identity}")
+        self.stats.pair_comparisons += counts
+        self.stats.pair_errors += counts
+
     async def score(self, m: Material, text: str, key: str) -> Optional[tuple[float, bool, str]]:
         """(score in [0, 1], meets the rubric, the reason) of one outcome; None: an unusable reply."""
+        return (await self._score(m, text, key))[0]
+
+    async def _score(
+        self, m: Material, text: str, key: str, sample: str = ""
+    ) -> tuple[Optional[tuple[float, bool, str]], bool]:
+        """score()'s answer, and whether it goes into the counts (JudgeStats.fresh, by its key and sample)."""
         data = {"request": m.prompt, "rubric": m.rubric, "outcome": text}
         got = await self._ask("judge_score", SCORE_SYSTEM, data, key, SCORE_SCHEMA)
-        self.stats.scores += 1
+        counts = self.stats.fresh(f"score|{key}|{sample}")
+        self.stats.scores += counts
         value, meets = (got or {}).get("score"), (got or {}).get("meets_rubric")
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10 or not isinstance(meets, bool):
-            self.stats.score_errors += 1
-            return None
+            self.stats.score_errors += counts
+            return None, counts
         assert got is not None  # a score was read from it
-        return value / 10.0, meets, str(got.get("reason") or "")[:300]
+        return (value / 10.0, meets, str(got.get("reason") or "")[:300]), counts
 
-    async def score_results(self, results: list[EpisodeResult], key: str, agreement: bool = False) -> None:
+    async def score_results(
+        self, results: list[EpisodeResult], key: str, agreement: bool = False, samples: Optional[list[str]] = None
+    ) -> None:
         """Judge every episode that awaits the judge (in place: its scores, or an infra error of kind llm for an
         unusable reply), concurrently; with `agreement`, also the rule-checked episodes that carry a rubric,
-        counting the judge's agreement with their checks."""
-        todo = [r for r in results if material(r) is not None and (awaits_judge(r) or (agreement and r.scored))]
-        await asyncio.gather(*(self._score_one(r, key) for r in todo))
+        counting the judge's agreement with their checks. `samples` (beside `results`) names each episode's sample
+        where `key` alone does not (the gate's extra samples): the identity it is counted by."""
+        tags = samples or [""] * len(results)
+        todo = [(r, tag) for r, tag in zip(results, tags)
+                if material(r) is not None and (awaits_judge(r) or (agreement and r.scored))]  # fmt: skip
+        await asyncio.gather(*(self._score_one(r, key, tag) for r, tag in todo))
 
-    async def _score_one(self, r: EpisodeResult, key: str) -> None:
+    async def _score_one(self, r: EpisodeResult, key: str, sample: str) -> None:
         m = material(r)
         assert m is not None  # chosen by score_results
-        got = await self.score(m, outcome(r), f"{key}/{r.task_id}/score")
+        got, counts = await self._score(m, outcome(r), f"{key}/{r.task_id}/score", sample)
         if awaits_judge(r):
             _apply(r, got)
-        elif got is not None:
+        elif got is not None and counts:
             agrees = got[1] == (r.hard >= 1.0)
             self.stats.agree += agrees
             self.stats.disagree += not agrees

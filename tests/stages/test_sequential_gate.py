@@ -463,3 +463,9 @@ def test_a_run_stopped_mid_gate_resumes_with_the_judged_outcomes_of_the_gates_ex
     assert set(cut_asked) == set(full_asked)
     judged = json.loads((tmp_path / "cut" / "judge.json").read_text())
     assert judged["pair_errors"] == 0, judged
+    # each judged comparison counted once: the replies the response cache gave the resumed command are not counted
+    # again, so the resumed run's counts are the uninterrupted run's
+    whole = json.loads((tmp_path / "full" / "judge.json").read_text())
+    assert {k: v for k, v in judged.items() if isinstance(v, int)} == {
+        k: v for k, v in whole.items() if isinstance(v, int)
+    }
