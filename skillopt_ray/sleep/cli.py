@@ -117,7 +117,24 @@ def options(a: argparse.Namespace) -> pipeline.HarvestOptions:
         max_tasks=a.max_tasks,
         val_fraction=a.val_fraction,
         test_fraction=a.test_fraction,
+        min_selection=gate_floor(list(a.overrides)),
     )
+
+
+def gate_floor(overrides: list[str]) -> int:
+    """The fewest selection tasks a night's gate can accept on, from the overrides the night will run with: the sleep
+    preset's (splits.VAL_FLOOR) unless they set optimizer.gate_seq_task_p; 0 (no floor) for a gate that is not the
+    sequential one."""
+    from skillopt_ray.sleep.harvest.splits import VAL_FLOOR
+    from skillopt_ray.stages.sequential_gate import SequentialRule
+
+    given = {k.lstrip("+"): v for k, _, v in (o.partition("=") for o in overrides)}
+    if given.get("optimizer.gate_test", "sequential") not in ("sequential", "auto"):
+        return 0
+    try:
+        return SequentialRule(task_p=float(given["optimizer.gate_seq_task_p"])).min_tasks
+    except (KeyError, ValueError):  # not given, or not a number (the night's own check says so)
+        return VAL_FLOOR
 
 
 def harvest(a: argparse.Namespace) -> int:

@@ -159,3 +159,39 @@ def test_no_planted_secret_reaches_a_request_or_a_file(tmp_path, capsys, monkeyp
             assert not any(needle in b for b in bodies), f"{kind} reached a request"
             assert not any(needle in f for f in files), f"{kind} reached a file"
     assert set(SECRETS) <= set(_report(capsys)["redactions"])
+
+
+def test_a_harvest_too_small_for_the_gate_says_so_before_its_first_model_call(tmp_path, capsys, monkeypatch):
+    """One session yields at most 3 mined tasks: fewer than the 5 validation tasks the sleep preset's gate needs to
+    ever accept, which is known before mining; the note comes before the miner's first call. Two sessions (up to 6
+    tasks) could reach it: no note."""
+    monkeypatch.setenv("COMPATIBLE_API_KEY", "test-key-not-secret")
+    project, ch, cc = _stores(tmp_path)
+    codex_session(ch, str(project), ["Please add a dry run to deploy.sh"])
+    said_before: list[str] = []
+
+    def policy(body, headers):
+        said_before.append(capsys.readouterr().err)  # what the harvest printed before this call
+        return json.dumps(GOOD)
+
+    with ScriptedServer(policy=policy) as srv:
+        assert main(_argv(project, ch, cc, srv.base_url, "--send-digests")) == 0
+    assert len(said_before) == 1
+    assert "at most 3 task(s)" in said_before[0] and "never pass the gate (at least 5" in said_before[0], said_before
+    assert _report(capsys)["tasks_new"] == 2  # it still mines: the tasks are kept for later nights
+
+    (tmp_path / "two").mkdir()
+    project2, ch2, cc2 = _stores(tmp_path / "two")
+    for prompt in ("Please add a dry run to deploy.sh", "Write the release notes for 2.0"):
+        codex_session(ch2, str(project2), [prompt])
+    with ScriptedServer(policy=lambda body, headers: json.dumps(GOOD)) as srv:
+        assert main(_argv(project2, ch2, cc2, srv.base_url, "--send-digests")) == 0
+    assert "never pass the gate" not in capsys.readouterr().err
+
+
+def test_the_harvests_gate_floor_follows_the_nights_overrides():
+    from skillopt_ray.sleep.cli import gate_floor
+
+    assert gate_floor([]) == 5 and gate_floor(["llm=compatible"]) == 5  # the sleep preset's gate
+    assert gate_floor(["optimizer.gate_seq_task_p=0.1"]) == 4 and gate_floor(["+optimizer.gate_seq_task_p=0.01"]) == 7
+    assert gate_floor(["optimizer.gate_test=paper"]) == 0  # not the sequential gate: no floor said

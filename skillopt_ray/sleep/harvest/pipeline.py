@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +39,7 @@ class HarvestOptions:
     val_fraction: float = 0.34
     test_fraction: float = 0.2
     digest_host: str = ""  # a remote optimizer the user allowed this time (--send-digests): remembered
+    min_selection: int = splits.VAL_FLOOR  # the fewest selection tasks the night's gate can accept on
     check_runner: Optional[verify.ReplyRunner] = None  # how reply checks are tried (None: the check sandbox)
 
 
@@ -63,6 +65,22 @@ def dedup(tasks: list[MinedTask]) -> list[MinedTask]:
         else:
             by_id[t.id] = t
     return list(by_id.values())
+
+
+def too_few_note(opts: HarvestOptions, sessions: int, out: Path) -> Optional[str]:
+    """Said before the model miner's first call, where the counts already tell: the task folder after this harvest
+    holds at most the tasks already in it plus MAX_PER_SESSION per session (the night's selection split is part of
+    it), and below the gate's floor no night on it can ever accept."""
+    have = sum(1 for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")) if out.is_dir() else 0
+    most = have + min(opts.max_tasks, model_miner.MAX_PER_SESSION * sessions)
+    if most >= opts.min_selection:
+        return None
+    return (
+        f"note: {sessions} session(s) and {have} task(s) already in {out} make at most {most} task(s), so a night "
+        f"on them can never pass the gate (at least {opts.min_selection} validation tasks are needed, each counted "
+        "once) and can only report: mining anyway, the tasks are kept for later nights (harvest more sessions, "
+        "e.g. a longer --lookback)"
+    )
 
 
 def redact_task(t: MinedTask, redact: Redactor) -> MinedTask:
@@ -121,12 +139,15 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     found = [p for p in opts.stores.homes().values() if p.is_dir()]
     redact = redactor or Redactor.from_environment()
     digests, counts = collect(opts.stores, Scope.of(project, opts.scope), window, redact, opts.max_sessions)
+    out = opts.output or project / state.STATE_DIR / "tasks"
+    note = too_few_note(opts, len(digests), out) if llm is not None else None
+    if note:
+        print(note, file=sys.stderr)
     tasks, miner = mine(digests, project, llm)
     tasks = dedup([redact_task(t, redact) for t in tasks])[: opts.max_tasks]
     recipe.verified(project, [t.workspace for t in tasks])
     reviews = verify.review_all(tasks, opts.check_runner, project)
     assigned = splits.assign([t.id for t in tasks], st.splits, opts.val_fraction, opts.test_fraction)
-    out = opts.output or project / state.STATE_DIR / "tasks"
     header = {"project": str(project), "harvested": stamp(window.until), "sessions": len(digests)}
     written = write_tasks(out, tasks, assigned, project, header, reviews)
     st.splits.update(assigned)
