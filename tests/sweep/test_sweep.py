@@ -823,3 +823,20 @@ def test_a_planted_tracking_address_in_a_trial_folder_gets_no_request(tmp_path, 
         listener.accept()
     listener.close()
     assert "records another MLflow store than the sweep's" in capsys.readouterr().err
+
+
+def test_a_best_selection_score_of_zero_is_reported_as_zero_not_missing(tmp_path):
+    """A run whose every skill scored 0 on selection has a best selection score of 0.0: Tune's last report (the trial
+    table's "best selection" column) said nan, as if the run had none."""
+    import shutil
+
+    from skillopt_ray.sweep import report as sweep_report
+
+    src = Path(__file__).parent.parent / "data" / "golden" / "sweep" / "runs" / "lr2-hard-s1"
+    rd = tmp_path / "run"
+    shutil.copytree(src, rd)
+    summary = json.loads((rd / "summary.json").read_text())
+    summary["selection"] = {"initial": 0.0, "best": 0.0, "final": 0.0}
+    (rd / "summary.json").write_text(json.dumps(summary))
+    out = sweep_report.final_report(rd, "t", None)
+    assert out["best_selection_score"] == 0.0 and out["selection_score"] == 0.0
