@@ -840,3 +840,15 @@ def test_a_best_selection_score_of_zero_is_reported_as_zero_not_missing(tmp_path
     (rd / "summary.json").write_text(json.dumps(summary))
     out = sweep_report.final_report(rd, "t", None)
     assert out["best_selection_score"] == 0.0 and out["selection_score"] == 0.0
+
+
+def test_a_dry_run_refuses_what_the_sweep_would_refuse(tmp_path, capsys, monkeypatch):
+    """`--dry-run` listed every trial as `new` for a data folder that does not exist; the sweep itself then refused
+    it. The dry run makes the same checks (and still makes nothing)."""
+    monkeypatch.chdir(tmp_path)
+    code = sweep.main(
+        ["+experiment=custom", f"env.data_dir={tmp_path / 'nowhere'}", "+sweep=lr", "output_dir=out", "--dry-run"]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: env.data_dir=") and "does not exist" in err[-1], err
+    assert not (tmp_path / "out").exists()
