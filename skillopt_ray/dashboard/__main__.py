@@ -158,7 +158,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
     print(f"dashboard: {_url(a.host, a.port, guard.token)}  (runs under {dash.outputs}; Ctrl-C stops it)", flush=True)
     config = uvicorn.Config(build_app(dash), log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shuts down, then raises the Ctrl-C again: the documented way to stop
+        print("dashboard: stopped", file=sys.stderr)
     return EXIT_OK
 
 
