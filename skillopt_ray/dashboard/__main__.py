@@ -104,6 +104,8 @@ def _problem(a: argparse.Namespace) -> Optional[str]:
             f"{where} is {len(token.strip())} characters; give at least {MIN_TOKEN_CHARS} (a short token is guessed) "
             "or leave it out for a random one"
         )
+    if not 1 <= a.port <= 65535:
+        return f"--port {a.port} is not a TCP port; give one from 1 to 65535"
     for d in a.allow_path:
         if not Path(d).expanduser().is_dir():
             return f"--allow-path {d}: no such directory"

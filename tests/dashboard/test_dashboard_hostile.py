@@ -260,3 +260,13 @@ def test_html_in_a_run_folder_stays_text_in_a_real_browser(tmp_path, need_chromi
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "0"])
+def test_a_port_out_of_range_is_one_line(port, capsys):
+    """--port 99999 ended in an OverflowError traceback from bind()."""
+    from skillopt_ray.dashboard.__main__ import main
+
+    assert main(["--port", port]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --port {port} is not a TCP port; give one from 1 to 65535", err
