@@ -139,7 +139,15 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None, extra_keys: Ite
             f"{kind}() needs a sweeper that samples (e.g. hydra-optuna-sweeper, hydra/sweeper=optuna) or python -m "
             "skillopt_ray.sweep; Hydra's basic sweeper runs lists, range() and glob()"
         )
-    if "Ambiguous value" in text or "sweep" in text.lower() and "--multirun" in text:
+    ambiguous = re.search(r"Ambiguous value for argument '([^']+)'", text)
+    if ambiguous:  # Hydra's advice reads "1. ... 2. ... 3. ... --multirun" with escaped quotes: said once, plainly
+        arg = ambiguous.group(1)
+        key, _, values = arg.partition("=")
+        return (
+            f"{arg} lists several values: add -m to run every combination (a multirun), or write "
+            f"{key}=[{values}] for a list value, or {key}='\"{values}\"' for a string"
+        )
+    if "sweep" in text.lower() and "--multirun" in text:
         return f"{text}; add -m to run every combination"
     return f"invalid configuration: {text[:400]}"
 

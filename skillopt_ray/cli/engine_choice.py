@@ -63,13 +63,13 @@ def choose(data: PlainConfig) -> EngineChoice:
 def _needs_ray(data: PlainConfig, address: object) -> str:
     """Why this job runs on Ray under ray.mode=auto, or "" when it fits in one process."""
     r = data["ray"]
+    from skillopt_ray.engine.warm import serving
+
+    if serving() is not None:  # before the next check: the holder has Ray started in its own process
+        return "the kept cluster's holder runs it"
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return "Ray is already started in this process"
-    from skillopt_ray.engine.warm import serving
-
-    if serving() is not None:
-        return "the kept cluster's holder runs it"
     if address and address != "local":
         return f"ray.address={address} names a cluster"
     from skillopt_ray.runs import kept_cluster

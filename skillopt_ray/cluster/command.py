@@ -135,7 +135,8 @@ def down(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m skillopt_ray.cluster", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
+    # `_hold` is the holder's own entry point (spawn_holder): not offered to users
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{up,status,down}")
     for name, text in (
         ("up", "start a cluster kept up between runs"),
         ("status", "say whether one is up"),

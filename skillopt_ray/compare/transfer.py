@@ -111,7 +111,13 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1 :]
-    ap = argparse.ArgumentParser(prog="python -m skillopt_ray.transfer", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m skillopt_ray.transfer",
+        usage="%(prog)s --skills A.md[,B.md] [options] [-- key=value ...]",
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog="Hydra overrides for every cell's run go after `--`, e.g. -- llm=compatible "
+        "llm.base_url=http://127.0.0.1:8000/v1 env.limit_test=40",
+    )
     ap.add_argument("--skills", required=True, help="comma-separated skill .md files")
     ap.add_argument(
         "--targets", default="chat,codex,claude_code", help="comma-separated: chat, codex, claude_code[:model]"
@@ -119,7 +125,13 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--benchmarks", default="searchqa", help="comma-separated experiment presets (conf/experiment)")
     ap.add_argument("--split", default="test")
     ap.add_argument("--out", default="outputs/transfer", help="output_dir of every cell's run")
-    return ap.parse_args(argv), extra
+    args, unknown = ap.parse_known_args(argv)
+    overrides = [a for a in unknown if "=" in a and not a.startswith("-")]
+    if overrides:
+        ap.error(f"{' '.join(overrides)}: Hydra overrides go after `--` (... -- {' '.join(overrides)})")
+    if unknown:
+        ap.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args, extra
 
 
 def _run_cells(

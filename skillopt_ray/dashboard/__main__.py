@@ -104,6 +104,8 @@ def _problem(a: argparse.Namespace) -> Optional[str]:
             f"{where} is {len(token.strip())} characters; give at least {MIN_TOKEN_CHARS} (a short token is guessed) "
             "or leave it out for a random one"
         )
+    if not 1 <= a.port <= 65535:
+        return f"--port {a.port} is not a TCP port; give one from 1 to 65535"
     for d in a.allow_path:
         if not Path(d).expanduser().is_dir():
             return f"--allow-path {d}: no such directory"
@@ -158,7 +160,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
     print(f"dashboard: {_url(a.host, a.port, guard.token)}  (runs under {dash.outputs}; Ctrl-C stops it)", flush=True)
     config = uvicorn.Config(build_app(dash), log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shuts down, then raises the Ctrl-C again: the documented way to stop
+        print("dashboard: stopped", file=sys.stderr)
     return EXIT_OK
 
 

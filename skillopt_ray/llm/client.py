@@ -351,6 +351,16 @@ def _tool_calls(raw: Any) -> list[ToolCall]:
     return out
 
 
+def _os_reason(exc: Optional[BaseException], depth: int = 4) -> str:
+    """The operating system's reason for a failed connect (`Connection refused`), from the cause chain."""
+    while exc is not None and depth:
+        if isinstance(exc, OSError) and exc.strerror:
+            return exc.strerror
+        exc = exc.__cause__ or exc.__context__
+        depth -= 1
+    return ""
+
+
 def _cause_names(exc: Optional[BaseException], depth: int = 4) -> set[str]:
     """Class names of the exceptions below `exc` in its cause chain."""
     names: set[str] = set()
@@ -382,6 +392,9 @@ def classify(exc: BaseException, cfg: LLMRoleConfig) -> TransportFault:
         and "ClientConnectorError" not in underneath
     ):
         return TransportFault("reset", f"connection closed mid-response ({_snippet(str(cause), 80)})")
+    if "ClientConnectorError" in underneath and not underneath & {"ServerTimeoutError", "TimeoutError"}:
+        # aiohttp: a refused or unreachable address, which the SDK also calls a ConnectTimeout
+        return TransportFault("connect", f"cannot connect ({_os_reason(cause) or 'refused'})")
     if isinstance(exc, openai.APITimeoutError) or "TimeoutException" in kinds:
         if kinds & {"ConnectTimeout", "PoolTimeout"}:
             return TransportFault("connect", f"connect timeout after {cfg.connect_timeout_s:g}s")

@@ -110,14 +110,16 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
     meta_path = sdir / "sweep.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     previous = {t["run_dir"]: t for t in meta.get("trials", [])}
-    if spec.dry_run:
+    data_seen: set[str] = set()  # trials reading the same data and splits: read once
+    if spec.dry_run:  # the same checks as a real start (a missing data folder is refused), with nothing made
+        for t in trials:
+            preflight(from_container(t.data), data_seen, t.skills, make_output=False)
         return dry_run(spec, trials, name, sdir, previous)
     for t in trials:
         t.status = _status(t, previous)
     runnable = [
         t for t in trials if t.status in ("new", "unfinished") or (t.status == "stopped" and spec.resume_stopped)
     ]
-    data_seen: set[str] = set()  # trials reading the same data and splits: read once
     for t in runnable:  # every check of a trial's run, once, before anything of the sweep is made (cli.preflight)
         t.checked = preflight(from_container(t.data), data_seen, t.skills)
     if not any(Path(t.data["output_dir"]) == out for t in runnable):  # else a trial's check made and probed it

@@ -77,7 +77,7 @@ def final_report(run_dir: Path, key: str, last: Optional[TrialReport]) -> TrialR
     )
     out = (last or TrialReport(step=0, epoch=0, candidate_score=math.nan, accepted=0, action="none")).copy()
     out["selection_score"] = float(final_sel if final_sel is not None else math.nan)  # METRIC
-    out["best_selection_score"] = float(sel["best"] or math.nan)
+    out["best_selection_score"] = _score(sel.get("best"))  # a best of 0.0 is a score, not a missing one
     out["test_hard_best"] = float(test["best"]["hard"])
     out["test_soft_best"] = float(test["best"]["soft"])
     out["finished"] = 1

@@ -107,7 +107,10 @@ def test_every_multirun_job_is_checked_before_any_starts(capsys, tmp_path):
     code, _, err = _main(capsys, "+experiment=alfworld", "-m", "optimizer.learning_rate=interval(1,5)", *FAST_FAIL)
     assert code == 2 and "interval() needs a sweeper that samples" in err and "Traceback" not in err
     code, _, err = _main(capsys, "+experiment=alfworld", "seed=1,2", *FAST_FAIL)  # a sweep without -m
-    assert code == 2 and "add -m to run every combination" in err
+    assert code == 2 and err == (  # one line, without Hydra's numbered advice and escaped quotes
+        "error: seed=1,2 lists several values: add -m to run every combination (a multirun), or write seed=[1,2] "
+        "for a list value, or seed='\"1,2\"' for a string"
+    ), err
 
 
 def _complete(install: str, line: str) -> list[str]:
@@ -213,6 +216,28 @@ def test_hydra_run_dir_and_a_multirun_through_the_launcher(ray_cluster, tmp_path
     assert (tmp_path / "sweep" / "multirun.yaml").is_file()
     for job in ("0", "1"):
         assert json.loads((tmp_path / "sweep" / job / "summary.json").read_text())["eval"]["n"] == 2
+
+
+def test_a_multirun_prints_hydras_lines_but_no_library_info_lines(tmp_path):
+    """Under -m Hydra configured its own logging (root at INFO on stdout): every model call printed an httpx
+    "HTTP Request: POST ..." line, which a single run never prints. Hydra's own lines stay."""
+    answers = qa_fixture(tmp_path / "qa")
+    skill = tmp_path / "skill.md"
+    skill.write_text("# answer briefly\n")
+    with ScriptedServer(Policies(target="rule_gated", answers=answers)) as srv:
+        args = _qa_args(srv.base_url, tmp_path / "qa", tmp_path / "out") + [f"eval.skill_path={skill}"]
+        p = subprocess.run(
+            [sys.executable, "-m", "skillopt_ray", *args, "ray.mode=local", "-m", "seed=1"],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert srv.state.attempts >= 2  # the job made its model calls
+    assert "Launching 1 jobs locally" in p.stdout and "#0 : " in p.stdout
+    assert "HTTP Request" not in p.stdout + p.stderr, (p.stdout + p.stderr)[-2000:]
 
 
 def test_run_identity_follows_skill_content_data_and_version(tmp_path, monkeypatch):

@@ -397,3 +397,13 @@ def test_a_fresh_actor_of_a_served_run_gets_the_handed_variables_in_its_runtime_
     assert got["runtime_env"] == {"env_vars": {"A": "1", "SKILLOPT_STARTUP_TRACE": "/tmp/t"}, "working_dir": "/x"}
     assert options["runtime_env"]["env_vars"] == {"A": "1"}  # the caller's options are left as they were
     assert with_env({"num_cpus": 0}, {}) == {"num_cpus": 0}
+
+
+def test_the_cluster_help_offers_up_status_and_down_only(capsys):
+    """`_hold` is the holder's own entry point: the help listed it beside the user's commands."""
+    from skillopt_ray.cluster.command import parser
+
+    ap = parser()
+    help_text = ap.format_help()
+    assert "{up,status,down}" in help_text and "_hold" not in help_text
+    assert ap.parse_args(["_hold", "--idle-minutes", "1"]).command == "_hold"  # still there for spawn_holder

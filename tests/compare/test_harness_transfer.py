@@ -55,3 +55,20 @@ def test_transfer_table_two_skills_three_targets(ray_cluster, tmp_path, capsys):
     runs = client.search_runs([exp.experiment_id], "tags.mlflow.runName = 'transfer'")
     assert runs and runs[0].data.metrics["transfer/hard.ruled.codex.searchqa"] == 1.0
     assert runs[0].data.metrics["transfer/hard.plain.claude_code.searchqa.n"] == 2.0
+
+
+def test_transfer_help_and_an_override_without_the_separator(capsys):
+    """The help says what the tool does and where overrides go; an override given before `--` is named with the
+    fix (it was answered "unrecognized arguments: llm=compatible")."""
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "logged to MLflow" in out and "-- key=value" in out and "go after `--`" in out
+    with pytest.raises(SystemExit) as e:
+        main(["--skills", "a.md", "llm=compatible", "seed=3"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2
+    assert err.endswith("llm=compatible seed=3: Hydra overrides go after `--` (... -- llm=compatible seed=3)"), err
+    with pytest.raises(SystemExit) as e:
+        main(["--skills", "a.md", "--bogus"])
+    assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err

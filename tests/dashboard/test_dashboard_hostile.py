@@ -189,7 +189,9 @@ def test_the_command_starts_again_right_after_ctrl_c(tmp_path):
             for _ in range(3):
                 assert client.get(f"http://127.0.0.1:{port}/api/runs").status_code == 200
             proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=30)
+            _, err = proc.communicate(timeout=30)
+        # Ctrl-C is how the dashboard stops: a clean end, not a KeyboardInterrupt traceback
+        assert proc.returncode == 0 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -258,3 +260,13 @@ def test_html_in_a_run_folder_stays_text_in_a_real_browser(tmp_path, need_chromi
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "0"])
+def test_a_port_out_of_range_is_one_line(port, capsys):
+    """--port 99999 ended in an OverflowError traceback from bind()."""
+    from skillopt_ray.dashboard.__main__ import main
+
+    assert main(["--port", port]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --port {port} is not a TCP port; give one from 1 to 65535", err

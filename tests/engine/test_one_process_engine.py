@@ -87,6 +87,19 @@ def test_auto_joins_a_kept_cluster(tmp_path, monkeypatch):
     assert got.kind == "ray" and "kept up" in got.why
 
 
+def test_a_command_the_kept_cluster_serves_says_so(no_kept_cluster, monkeypatch):
+    """The holder has Ray started in its own process: a served command's first line said "Ray is already started in
+    this process", the holder's view, where the user's command is served by the kept cluster."""
+    import types
+
+    from skillopt_ray.engine import warm
+
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: True))
+    with warm.serve(pool=None, owner=None):  # type: ignore[arg-type]
+        got = choose(_data())
+    assert got.line() == "engine: Ray (auto: the kept cluster's holder runs it)"
+
+
 def test_local_mode_with_an_address_is_a_one_line_error(no_kept_cluster):
     with pytest.raises(UsageError, match=r"ray.mode=local .* ray.address=10.0.0.1:6379 names a cluster"):
         choose(_data("ray.mode=local", "ray.address=10.0.0.1:6379"))

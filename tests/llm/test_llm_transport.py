@@ -278,3 +278,19 @@ def test_faults_cross_the_gateway_actor_as_one_line(ray_cluster, server):
         assert isinstance(e.value, LLMInternalError) and "\n" not in e.value.message and "ray::" not in e.value.message
     finally:
         ray.kill(actor)
+
+
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+def test_a_refused_connection_is_named_refused_not_a_timeout(http_client, run):
+    """A dead endpoint (nothing listens on the port) refuses at once: under the default aiohttp transport the SDK
+    raises its ConnectTimeout for it, and the run's last line said "connect timeout after 10s" for a port that
+    never waited."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gw = gateway(f"http://127.0.0.1:{port}/v1", role=dict(http_client=http_client), window=0.5, retries=1)
+    with pytest.raises(LLMUnavailable) as e:
+        run(gw.chat(req()))
+    assert "cannot connect" in e.value.message and "timeout" not in e.value.message, e.value.message

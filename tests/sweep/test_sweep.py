@@ -823,3 +823,32 @@ def test_a_planted_tracking_address_in_a_trial_folder_gets_no_request(tmp_path, 
         listener.accept()
     listener.close()
     assert "records another MLflow store than the sweep's" in capsys.readouterr().err
+
+
+def test_a_best_selection_score_of_zero_is_reported_as_zero_not_missing(tmp_path):
+    """A run whose every skill scored 0 on selection has a best selection score of 0.0: Tune's last report (the trial
+    table's "best selection" column) said nan, as if the run had none."""
+    import shutil
+
+    from skillopt_ray.sweep import report as sweep_report
+
+    src = Path(__file__).parent.parent / "data" / "golden" / "sweep" / "runs" / "lr2-hard-s1"
+    rd = tmp_path / "run"
+    shutil.copytree(src, rd)
+    summary = json.loads((rd / "summary.json").read_text())
+    summary["selection"] = {"initial": 0.0, "best": 0.0, "final": 0.0}
+    (rd / "summary.json").write_text(json.dumps(summary))
+    out = sweep_report.final_report(rd, "t", None)
+    assert out["best_selection_score"] == 0.0 and out["selection_score"] == 0.0
+
+
+def test_a_dry_run_refuses_what_the_sweep_would_refuse(tmp_path, capsys, monkeypatch):
+    """`--dry-run` listed every trial as `new` for a data folder that does not exist; the sweep itself then refused
+    it. The dry run makes the same checks (and still makes nothing)."""
+    monkeypatch.chdir(tmp_path)
+    code = sweep.main(
+        ["+experiment=custom", f"env.data_dir={tmp_path / 'nowhere'}", "+sweep=lr", "output_dir=out", "--dry-run"]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: env.data_dir=") and "does not exist" in err[-1], err
+    assert not (tmp_path / "out").exists()
