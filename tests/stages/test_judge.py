@@ -91,3 +91,19 @@ def test_judged_episodes_get_their_scores_and_an_unusable_reply_leaves_one_unsco
     j2 = Judge(FakeJudgeModel("broken"))
     asyncio.run(j2.score_results([broken], "eval/x"))
     assert not broken.scored and broken.infra_error and j2.stats.score_errors == 1
+
+
+def test_a_comparison_an_earlier_command_counted_is_not_counted_again():
+    """A resumed command meets again (answered by the response cache) the comparisons the stopped one counted:
+    judge.json's `counted` says how many meetings of each are in the counts; only meetings past those count."""
+    model = FakeJudgeModel("fair")
+    judge = Judge(model)
+    asyncio.run(judge.pairwise(M, "gave up", "all tidy", "gate/t1", "cur|cand|t1|0"))
+    assert judge.stats.pair_comparisons == 1 and judge.stats.ledger() == {"pair|cur|cand|t1|0": 1}
+    resumed = Judge(model)
+    resumed.stats.counted.update(judge.stats.ledger())
+    assert asyncio.run(resumed.pairwise(M, "gave up", "all tidy", "gate/t1", "cur|cand|t1|0")) == 1.0  # still decides
+    assert resumed.stats.pair_comparisons == 0  # counted by the earlier command
+    asyncio.run(resumed.pairwise(M, "gave up", "all tidy", "gate/t1", "cur|cand|t1|0"))  # a second meeting: new
+    asyncio.run(resumed.pairwise(M, "gave up", "all tidy", "gate/t1", "cur|cand|t1|1"))
+    assert resumed.stats.pair_comparisons == 2 and len(model.requests) == 8
