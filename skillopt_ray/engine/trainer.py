@@ -62,6 +62,7 @@ class Trainer:
             rundir, runner, self.policy, cfg.env, o.max_infra_failure_fraction, self._set_progress, seed=cfg.seed,
             max_data_fraction=o.max_data_error_fraction, judge=Judge(llm),
         )  # fmt: skip
+        self.recorder.before_record = self.evaluator.save_judge  # judge.json kept with every record (a kill's resume)
         parts = (cfg, llm, self.recorder, self.evaluator, self.schedule)
         self.steps = TrainStep(*parts, guard, self._set_progress)
         self.boundary = EpochBoundary(*parts, guard, self._set_progress)

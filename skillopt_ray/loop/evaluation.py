@@ -177,6 +177,7 @@ class Evaluator:
                     t: {"prompt": self.materials[t].prompt, "rubric": self.materials[t].rubric} for t in stats.outcomes
                 }
             self.scores[key] = stats
+            self.save_judge()  # before the record a resume starts from: a kill then loses no count it will not replay
             self.rd.append_score(key, stats)
         return key, self.scores[key]
 

@@ -38,6 +38,8 @@ class Recorder:
         self.state = RunState()
         self.history: list[StepRecord] = []  # one record per completed step
         self.ledger: LedgerState = {}  # the gateway's last ledger snapshot
+        # run before each record a resume starts from (the judge's counts: Evaluator.save_judge)
+        self.before_record: Callable[[], None] = lambda: None
         self._t0 = time.monotonic()
         self._wall_prior = 0.0
 
@@ -55,6 +57,7 @@ class Recorder:
     def save(self) -> None:
         """Commit the run state (the resume point)."""
         self.state.wall_time_s = self._wall_prior + (time.monotonic() - self._t0)
+        self.before_record()
         self.rd.write_state(self.state)
 
     # ---------------------------------------------------------------- stage records
@@ -69,6 +72,7 @@ class Recorder:
         if existing is not None:
             return read(existing)
         data = (await compute()).to_dict()
+        self.before_record()
         self.rd.write_json(rel, data)
         self.checkpoint(label)
         return read(data)

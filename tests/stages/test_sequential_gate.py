@@ -469,3 +469,26 @@ def test_a_run_stopped_mid_gate_resumes_with_the_judged_outcomes_of_the_gates_ex
     assert {k: v for k, v in judged.items() if isinstance(v, int)} == {
         k: v for k, v in whole.items() if isinstance(v, int)
     }
+
+
+def test_a_run_killed_mid_gate_keeps_the_judge_counts_of_the_work_it_recorded(tmp_path, monkeypatch):
+    """A kill (no `finally` runs) lost the judge counts of everything the killed command had recorded (its cached
+    evaluations are not judged again on resume): judge.json is written with each record now, and a resumed run's
+    counts equal the uninterrupted run's."""
+    _train_judged(tmp_path / "full", JudgedRunner(), {})
+    gates = _gates(tmp_path / "full")
+    paid = [g["gate_test"]["episodes"] for g in gates]
+
+    async def killed(self):  # Trainer.run without its `finally`: as a SIGKILL leaves it
+        return await self._run()
+
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "run", killed)
+        with pytest.raises(KeyboardInterrupt):
+            _train_judged(tmp_path / "cut", JudgedRunner(crash_after=18 + paid[0] + paid[1] + 18 + 4), {})
+    _train_judged(tmp_path / "cut", JudgedRunner(), {})
+    judged = json.loads((tmp_path / "cut" / "judge.json").read_text())
+    whole = json.loads((tmp_path / "full" / "judge.json").read_text())
+    assert {k: v for k, v in judged.items() if isinstance(v, int)} == {
+        k: v for k, v in whole.items() if isinstance(v, int)
+    }
