@@ -371,3 +371,8 @@ def test_a_judged_night_killed_mid_gate_resumes_paying_no_judge_call_twice_and_d
     assert twice <= after["lost"], (twice, after)
     resumed = _gate_of(cut)
     assert resumed["action"] == reference["action"] and resumed["gate_test"] == reference["gate_test"]
+    # judge.json counts each judged comparison once: the killed command's recorded work kept, the replays from the
+    # response cache not counted again
+    counts = [{k: v for k, v in json.loads(next(runs(p).glob("night-*/judge.json")).read_text()).items()
+               if isinstance(v, int)} for p in (whole, cut)]  # fmt: skip
+    assert counts[0] == counts[1], counts
