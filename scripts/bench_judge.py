@@ -95,9 +95,13 @@ async def one_night(seed: int, n_tasks: int, spread: float, effect: float, noise
 
     async def verdict(t: str, j: int) -> Optional[float]:
         m = Material(t, "Tidy the notes file.", "The notes are tidied completely.")
-        return await judge.pairwise(m, outcomes["current"][t][j], outcomes["candidate"][t][j], f"gate/{t}/{j}")
+        cur_j, cand_j = outcomes["current"][t][j], outcomes["candidate"][t][j]
+        return await judge.pairwise(m, cur_j, cand_j, f"gate/{t}/{j}", rule.judge_reask)
 
-    out = await sequential_gate(rule, cand, cur, play, n_tasks, verdict, frozenset(difficulty))
+    def replayed(t: str) -> bool:  # as the runner tells it: every outcome of both sides the same text
+        return all(len(set(outcomes[w][t])) == 1 for w in outcomes)
+
+    out = await sequential_gate(rule, cand, cur, play, n_tasks, verdict, frozenset(difficulty), replayed)
     return out.accepted, model.calls
 
 
@@ -122,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task-p", type=float, default=None, help="optimizer.gate_seq_task_p (default: the runner's)")
     ap.add_argument("--per-look", type=int, default=None, help="pairs per look (default: the runner's)")
     ap.add_argument("--interim", type=float, default=None, help="a look's share of task_p (default: the runner's)")
+    ap.add_argument("--reask", type=int, default=None, help="optimizer.gate_judge_reask (default: the runner's)")
     a = ap.parse_args(argv)
     rule = night_rule()
     if a.interim is not None:
@@ -132,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         rule = replace(rule, min_extra=a.min_extra)
     if a.task_p is not None:
         rule = replace(rule, task_p=a.task_p)
+    if a.reask is not None:
+        rule = replace(rule, judge_reask=a.reask)
     print(f"{a.nights} simulated gate decisions per cell; a night's sequential gate (task_p={rule.task_p}, a look at "
-          f"{rule.interim_share:g} of it, accept at +{rule.accept_at:g}, at least {rule.min_extra} extra episodes); "
+          f"{rule.interim_share:g} of it, accept at +{rule.accept_at:g}, at least {rule.min_extra} extra episodes, a tie judged again "
+          f"{rule.judge_reask}x); "
           f"judge bias to the first shown {a.bias}; effect ±{a.effect} logits")  # fmt: skip
     print(
         "| tasks | judge noise | useless accepted | helpful accepted | harmful accepted | judge calls/decision (mean) |"
