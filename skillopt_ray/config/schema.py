@@ -224,7 +224,7 @@ class OptimizerConfig:
     # also reach this p-value to accept, so replays of a few tasks never do (a split needs 2^-tasks <= this to accept)
     gate_seq_task_p: float = 0.1
     # a look before the extra episodes run out accepts only at this share of gate_seq_task_p (many looks on few
-    # tasks would otherwise give chance many tries; the sleep preset, whose nights have few tasks, sets 0.3)
+    # tasks would otherwise give chance many tries; the sleep preset, whose nights have few tasks, sets 0.03)
     gate_seq_look_share: float = 1.0
     # a judged pair (a rubric task, no rule check) the judge calls a tie is judged again this many times, both orders
     # each time, its verdict the mean of the rounds (scripts/bench_judge.py; rule-checked tasks never ask the judge)

@@ -13,11 +13,13 @@ from typing import Any, Optional
 
 from skillopt_envs.chat import JsonResult
 
+from skillopt_ray.config import OptimizerConfig
+from skillopt_ray.stages.gate import GatePolicy
 from skillopt_ray.stages.judge import Judge, Material
 from skillopt_ray.stages.sequential_gate import SequentialRule, sequential_gate
 
-# the night preset's gate (conf/experiment/sleep.yaml): the task-level test at 0.05, looks at 0.1 of it, 240 extra
-NIGHT = SequentialRule(task_p=0.05, interim_share=0.1, min_extra=240)
+# the night preset's gate (conf/experiment/sleep.yaml): the task-level test at 0.05, looks at 0.03 of it, 240 extra
+NIGHT = SequentialRule(task_p=0.05, interim_share=0.03, min_extra=240)
 M = Material("t", "Tidy the notes file.", "The notes are tidied completely.")
 
 
@@ -155,3 +157,12 @@ def test_a_task_whose_sign_is_clear_stops_taking_pairs_while_others_are_open():
     asked = [t for look in log for who, t in look if who == "candidate"]
     assert max(asked.count(t) for t in tasks[:5]) <= 4  # 1 + 3 extra pairs make the sign clear
     assert asked.count("t5") > 4  # the open task takes the rest
+
+
+def test_the_night_preset_judges_a_tie_again_and_the_option_reaches_the_gate():
+    from skillopt_ray import cli
+
+    night_rule = GatePolicy.from_config(cli.compose(["+experiment=sleep", "env.data_dir=/x"]).optimizer, 6).rule
+    assert night_rule.judge_reask == 1
+    assert (night_rule.task_p, night_rule.min_extra, night_rule.interim_share) == (0.05, 240, NIGHT.interim_share)
+    assert GatePolicy.from_config(OptimizerConfig(gate_judge_reask=0), 6).rule.judge_reask == 0
