@@ -7,7 +7,9 @@ folders. So everything read from one goes through here:
 - a path is taken relative to its root, never absolute, never with `..`;
 - every folder below the root is opened with `O_NOFOLLOW` relative to the one before (`dir_fd`), so no symlink is
   followed at any level, and the file itself is opened `O_NOFOLLOW | O_NONBLOCK` (a FIFO cannot block the open);
-- only a regular file is read, and its size is checked before reading (`Untrusted` past the cap);
+- only a regular file is read, and its size is checked before reading (`Untrusted` past the cap); a file with a
+  second name (a hard link) is refused too: it can be another folder's file (a key, a user's config) planted here
+  under an innocent name, and nothing this project writes has one;
 - text that is not UTF-8 and JSON that does not parse (or nests past the parser) are an `Untrusted` error for that
   one file, for the caller to show beside the other items;
 - folder listings and walks stop after a number of entries and a time budget.
@@ -99,6 +101,9 @@ def _open_file(root: Path, rel: Rel) -> tuple[int, os.stat_result, Path]:
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise Untrusted(f"{where} is not a regular file (a FIFO, device, socket or folder); refused")
+    if st.st_nlink > 1:
+        os.close(fd)
+        raise Untrusted(f"{where} has {st.st_nlink} names (a hard link to a file elsewhere?); refused: copy it instead")
     return fd, st, where
 
 

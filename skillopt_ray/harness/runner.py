@@ -3,18 +3,18 @@ what comes back (final message, raw transcript, summaries, usage, tool errors)."
 
 from __future__ import annotations
 
-import glob
 import os
 import secrets
 import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Optional
 
 from skillopt_envs.sandbox import userns_filter
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.harness import commands, skill_list, trace
 from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
 from skillopt_ray.harness.workspace import remove_tree
@@ -136,11 +136,35 @@ def _codex_extra(port: int) -> tuple[str, ...]:
     )
 
 
+SESSION_LOG_BYTES = 32 << 20  # one CLI session log; a longer one was grown by the agent, not the CLI
+SESSION_LOG_FILES = 64
+SESSION_LOG_DEPTH = 6  # Codex: sessions/YYYY/MM/DD/rollout-*.jsonl; Claude Code: projects/<project>/<session>.jsonl
+
+
+def _session_logs(home: Path, harness: str) -> list[PurePosixPath]:
+    """The CLI's session log files under the jail's home, found without following any link: the home is writable
+    by the agent's own commands, so a planted symlink, FIFO or hard link is skipped, not read."""
+    top = PurePosixPath(".codex/sessions" if harness == "codex" else ".claude/projects")
+    found: list[PurePosixPath] = []
+    stack = [(top, 0)]
+    while stack and len(found) < SESSION_LOG_FILES:
+        rel, depth = stack.pop()
+        for e in untrusted.list_dir(home, rel):
+            if e.is_dir and depth + 1 < SESSION_LOG_DEPTH:
+                stack.append((rel / e.name, depth + 1))
+            elif e.is_file and e.name.endswith(".jsonl"):
+                found.append(rel / e.name)
+    return sorted(found)[:SESSION_LOG_FILES]
+
+
 def _session_events(home: Path, harness: str) -> list[dict[str, Any]]:
-    pattern = ".codex/sessions/**/*.jsonl" if harness == "codex" else ".claude/projects/**/*.jsonl"
     events: list[dict[str, Any]] = []
-    for f in sorted(glob.glob(str(home / pattern), recursive=True)):
-        events += trace.read_jsonl(Path(f).read_text("utf-8", "replace"))
+    for rel in _session_logs(home, harness):
+        try:
+            data = untrusted.read_bytes(home, rel, SESSION_LOG_BYTES)
+        except untrusted.Untrusted:
+            continue
+        events += trace.read_jsonl(data.decode("utf-8", "replace"))
     return events
 
 

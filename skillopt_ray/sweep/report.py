@@ -114,14 +114,23 @@ class _Parent:
             print(f"note: {note}", file=sys.stderr)
 
 
-def _mark_child(run_dir: Path, status: str, tags: dict[str, str]) -> None:
-    """Set a trial's own MLflow run to `status` (its driver was ended with the trial) with `tags`."""
+def _mark_child(run_dir: Path, status: str, tags: dict[str, str], sweep_uri: str) -> None:
+    """Set a trial's own MLflow run to `status` (its driver was ended with the trial) with `tags`.
+
+    Only in the sweep's own store: the trial folder's record is a file anyone could plant, and a planted tracking
+    address would otherwise receive the sweep's MLflow credentials."""
     info = RunDir(run_dir).read_mlflow_run()
     if not info or not info.get("run_id") or not info.get("tracking_uri"):
         return
+    if info["tracking_uri"] != sweep_uri:
+        print(
+            f"note: {run_dir.name} records another MLflow store than the sweep's; its run is left as it is",
+            file=sys.stderr,
+        )
+        return
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(info["tracking_uri"])
+    client = MlflowClient(sweep_uri)
     try:
         if client.get_run(info["run_id"]).info.status == "RUNNING":
             client.set_terminated(info["run_id"], status)

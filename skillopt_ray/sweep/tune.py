@@ -160,6 +160,7 @@ def _record_results(
     trials: list[Trial],
     plans: dict[str, TrialPlan],
     previous: dict[str, TrialRow],
+    sweep_uri: str,
 ) -> list[str]:
     """Mark each trial Tune ended early as stopped (by the scheduler) or interrupted. Returns failure lines."""
     by_dir = {str(t.run_dir): t for t in trials}
@@ -195,9 +196,10 @@ def _record_results(
                     "sweep.stopped_by": spec.scheduler,
                     "sweep.stopped_at_step": str(stop.get("step")),
                 },
+                sweep_uri,
             )
         else:
-            _mark_child(t.run_dir, "KILLED", {"sweep.status": "interrupted"})
+            _mark_child(t.run_dir, "KILLED", {"sweep.status": "interrupted"}, sweep_uri)
     return failed
 
 
@@ -257,7 +259,7 @@ def _run_tune(
     finally:
         if embedded is not None:
             embedded.stop()
-    return _record_results(results, stops, spec, trials, plans, previous)
+    return _record_results(results, stops, spec, trials, plans, previous, parent.uri)
 
 
 def _start_shared_embedded(todo: list[PlainConfig], concurrent: int, sdir: Path) -> Any:

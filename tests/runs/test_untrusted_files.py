@@ -83,6 +83,23 @@ def test_symlinks_planted_in_a_run_folder_show_nothing_outside_it(tmp_path, secr
     assert "own skill" in answers[2].text  # the plain files of a run are still shown
 
 
+def test_a_hard_link_planted_in_a_run_folder_shows_nothing_outside_it(tmp_path, secret):
+    """A second name of a file elsewhere (a hard link, which no symlink check sees) is refused in one line."""
+    d = dash(tmp_path)
+    run = make_run(d.outputs, "a")
+    (run / "skills" / "skill_v0001.md").unlink()
+    os.link(secret, run / "skills" / "skill_v0001.md")
+    os.link(secret, run / "best_skill.md")
+    with pytest.raises(untrusted.Untrusted, match="hard link"):
+        untrusted.read_bytes(run, "best_skill.md")
+    with Served(d) as s:
+        answers = [get(s, "/api/run", id="runs/a"), get(s, "/api/skill_diff", a="runs/a", b="runs/a")]
+    for r in answers:
+        assert r.status_code in (200, 404), r.text
+        assert "sk-planted-secret" not in r.text, r.request.url
+    assert views.best_skill(run) == ""
+
+
 def test_a_fifo_or_a_device_in_a_run_folder_never_blocks_a_reader(tmp_path):
     d = dash(tmp_path)
     run = make_run(d.outputs, "a")

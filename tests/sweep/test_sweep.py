@@ -798,3 +798,26 @@ def test_trials_share_one_embedded_server_when_their_settings_agree():
     assert shared_embedded_settings([trial(cache_mode="replay")], 2) is None  # answers come from the cache
     assert shared_embedded_settings([trial(), trial(ctx=4096)], 2) is None  # settings differ: one server each
     assert shared_embedded_settings([trial(url="http://127.0.0.1:9/v1")], 2) is None  # the user gave one
+
+
+def test_a_planted_tracking_address_in_a_trial_folder_gets_no_request(tmp_path, capsys):
+    """A trial folder's MLflow record is a file anyone could plant: marking the trial stopped talks only to the
+    sweep's own store, never to an address the folder names (it would receive the sweep's MLflow credentials)."""
+    import socket
+
+    from skillopt_ray.runs.rundir import RunDir
+    from skillopt_ray.sweep.report import _mark_child
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.5)
+    planted = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    run_dir = tmp_path / "trial"
+    run_dir.mkdir()
+    RunDir(run_dir).write_mlflow_run({"run_id": "abc", "tracking_uri": planted, "experiment_id": "1"})
+    _mark_child(run_dir, "KILLED", {"sweep.status": "stopped"}, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with pytest.raises(socket.timeout):
+        listener.accept()
+    listener.close()
+    assert "records another MLflow store than the sweep's" in capsys.readouterr().err
