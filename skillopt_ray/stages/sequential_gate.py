@@ -18,10 +18,10 @@ verdict. Two things must hold to accept:
   a deterministic endpoint replaying 3 tasks 7 times reaches p = 1/8 at best. A split of n tasks can never go below
   2^-n, so a split of fewer than `min_tasks` tasks pays no extra pair and rejects (a night says so before it spends).
 
-More pairs go to the least sampled tasks whose sign is not yet clear (a task with `CLEAR_AFTER` pairs whose mean
-is `CLEAR_Z` standard errors from zero has its sign; the test needs every task's sign, not more of a clear one), a few
-per look; the choice looks only at each task's |mean| and spread, never its sign, so the test over tasks stays exact.
-A task whose repeated pairs replayed the first exactly (the same samples on both sides; for a judged task, the same
+More pairs go to the least sampled tasks (judged ones: whose sign is not yet clear; a judged task with `CLEAR_AFTER`
+pairs whose mean is `CLEAR_Z` standard errors from zero has its sign, and the test needs every task's sign, not more
+of a clear one), a few per look; the choice looks only at each task's |mean| and spread, never its sign, so the
+test over tasks stays exact. A task whose repeated pairs replayed the first exactly (the same samples on both sides; for a judged task, the same
 outcomes word for word, which `replayed` tells: equal judged verdicts alone are often chance) is settled and gets no
 more; once the tasks that could still favour the candidate are too few to reach `task_p`, no more pairs are paid
 (exact ties stop costing). A judged pair the judge calls a tie is judged again `judge_reask` times (both orders each
@@ -219,8 +219,12 @@ class _Evidence:
         return same
 
     def clear(self, t: str) -> bool:
-        """A task whose sign is clear: `CLEAR_AFTER` usable pairs or more, the mean `CLEAR_Z` standard errors from
-        zero (the variance at least `VAR_FLOOR`). It depends on |mean|, never the sign."""
+        """A judged task whose sign is clear: `CLEAR_AFTER` usable pairs or more, the mean `CLEAR_Z` standard errors
+        from zero (the variance at least `VAR_FLOOR`). It depends on |mean|, never the sign. Rule-checked tasks are
+        never skipped: there the net paired wins gain from more pairs of a clear winner (scripts/bench_gate.py:
+        skipping them cost about a point of gain in the 3-repeat rows)."""
+        if t not in self.judged:
+            return False
         ok = [d for d in self.diffs.get(t, []) if d is not None]
         n = len(ok)
         if n < CLEAR_AFTER:
