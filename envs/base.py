@@ -38,7 +38,7 @@ class EnvSettings(TypedDict, total=False):
     limit_test: int
     max_turns: int
     history_window: int
-    options: dict[str, Any]
+    options: JSONObject  # the benchmark's own options (env.options), free-form
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,12 @@ class Task:
 
 
 NOT_PLAYED = "not_played"
+
+
+class EpisodeBase(TypedDict):
+    """The fields a benchmark gives every EpisodeResult of a task, whatever its outcome (`**base`)."""
+
+    task_description: str
 
 
 @dataclass
@@ -75,7 +81,7 @@ class EpisodeResult:
     task_description: str = ""
     info: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @staticmethod
@@ -328,7 +334,7 @@ def read_json_list(path: Path, fix: str) -> list[Any]:
     return data
 
 
-def manifest_entries(path: Path, required: tuple[str, ...], fix: str) -> list[dict[str, Any]]:
+def manifest_entries(path: Path, required: tuple[str, ...], fix: str) -> list[JSONObject]:
     """A split manifest: a JSON list of objects, each with the `required` keys, no id listed twice (the reference's
     materialisers refuse repeated ids; a repeated id would be played and counted twice)."""
     items = read_json_list(path, fix)

@@ -114,8 +114,13 @@ class ChatRequest:
 IMAGE_PART_CHARS = 4000
 
 
-def content_text(content: Any, image: str = "[image]") -> str:
-    """A message's content as text: a string as it is; content parts as their texts, each image as `image`."""
+IMAGE_PART_TYPES = ("image_url", "input_image", "image")  # Chat Completions', Responses' and Messages' image parts
+
+
+def content_text(content: object, image: str = "[image]") -> str:
+    """A message's content as text: a string as it is; content parts as their texts (a text part of any API, a
+    Messages tool result's own content), each image as `image` (left out when `image` is ""); other object parts
+    are left out. One reader for chat content and for the Responses/Messages content the agent endpoint receives."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -123,12 +128,14 @@ def content_text(content: Any, image: str = "[image]") -> str:
     if isinstance(content, list):
         out = []
         for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                out.append(str(part.get("text") or ""))
-            elif isinstance(part, dict) and part.get("type") in ("image_url", "input_image"):
-                out.append(image)
-            else:
+            if not isinstance(part, dict):
                 out.append(str(part))
+            elif "text" in part:
+                out.append(str(part.get("text") or ""))
+            elif part.get("type") == "tool_result":
+                out.append(content_text(part.get("content"), image))
+            elif part.get("type") in IMAGE_PART_TYPES and image:
+                out.append(image)
         return "\n".join(out)
     return str(content)
 

@@ -12,3 +12,26 @@ from typing import TypeAlias, Union
 
 JSONValue: TypeAlias = Union[None, bool, int, float, str, Sequence["JSONValue"], Mapping[str, "JSONValue"]]
 JSONObject: TypeAlias = dict[str, JSONValue]
+
+
+def as_object(value: object) -> JSONObject:
+    """`value` when it is a JSON object, else {}: how a reader of JSON it did not write (a session log, a wire
+    body) walks into an object that may hold anything."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list[JSONValue]:
+    """`value` when it is a JSON array, else []."""
+    return value if isinstance(value, list) else []
+
+
+def as_int(value: object) -> int:
+    """`value` as a whole number when it is one (a number, or digits in a string), else 0."""
+    if isinstance(value, (int, float)) and value == value and abs(value) != float("inf"):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return 0
+    return 0

@@ -52,6 +52,7 @@ from skillopt_envs.alfworld.game import AlfWorldGame  # noqa: E402
 from skillopt_envs.alfworld.protocol import Record, build_messages, goal_text, parse_reply  # noqa: E402
 from skillopt_envs.base import EpisodeContext, Task  # noqa: E402
 from skillopt_envs.chat import ChatRequest  # noqa: E402
+from skillopt_envs.jsontypes import JSONObject  # noqa: E402
 
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings  # noqa: E402
 from skillopt_ray.llm.gateway import GatewayActor  # noqa: E402
@@ -320,7 +321,7 @@ def main() -> int:
     gw = GatewayActor.remote({"backend": "compatible", "target": role, "optimizer": role}, None, None)  # type: ignore[attr-defined]  # .remote comes from @ray.remote
     try:
         per_actor = max(1, a.concurrency // a.actors)
-        options = {"compile_cache": caches["pool"] or "off"}
+        options: JSONObject = {"compile_cache": caches["pool"] or "off"}
         pool = EnvPool(
             "alfworld",
             {"data_dir": str(root), "options": options},

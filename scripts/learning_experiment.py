@@ -128,23 +128,23 @@ def run_dir_of(seed: int, out: Path) -> Optional[Path]:
 
 def load(seed: int, out: Path) -> Optional[RunResult]:
     rd = run_dir_of(seed, out)
-    summary = RunDir(rd).summary() if rd else None
+    summary = RunDir(rd).read_summary() if rd else None
     if rd is None or summary is None:
         return None
     final = RunDir(rd).read_json(FINAL_EVALUATION) or {}
     initial, best = (Evaluation.from_dict(final[k], str(rd / FINAL_EVALUATION)) for k in ("initial", "best"))
-    tok = summary["tokens"]
+    tok = summary.tokens or {}
     return RunResult(
         seed,
         rd,
         initial,
         best,
-        summary.get("intervals") or {},
+        summary.intervals or {},
         int(tok["tokens"]),
         int(tok["calls"]),
-        float(summary["wall_time_s"]),
-        int(summary["counts"]["accept"]),
-        int(summary["steps"]),
+        float(summary.wall_time_s or 0.0),
+        int((summary.counts or {})["accept"]),
+        int(summary.steps or 0),
         RunDir(rd).read_best_skill() or "",
     )
 

@@ -178,7 +178,7 @@ def _episode_result(
     ref: str,
     won: bool,
     done: bool,
-    trajectory: list[dict[str, Any]],
+    trajectory: list[JSONObject],
     format_errors: int,
     max_turns: int,
 ) -> EpisodeResult:
@@ -375,7 +375,7 @@ class AlfWorldBenchmark(Benchmark):
         call, already asked with this opening."""
         goal = goal_text(first.observation)
         view = View(goal, [], first.observation, first.admissible)
-        trajectory: list[dict[str, Any]] = []
+        trajectory: list[JSONObject] = []
         won = done = False
         format_errors = 0
         for step in range(turn.ctx.max_turns):

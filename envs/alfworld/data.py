@@ -6,9 +6,10 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from skillopt_envs.base import DataError, Task, check_new_id, manifest_entries
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import SPLIT_ALIASES
 
 # Task types as the reference reports them, in its matching order: a game's type is the
@@ -64,11 +65,11 @@ def game_ref(gamefile: str | Path) -> str:
     return "/".join(parts[-4:-1]) if len(parts) >= 4 else str(gamefile)
 
 
-def game_payload(game: Path, ref: str) -> dict[str, Any]:
+def game_payload(game: Path, ref: str) -> JSONObject:
     """A game task's payload. `expected_turns` (the walkthrough's length, when the file has one) is the env pool's
     guess of how long an episode runs before it has played the game: it starts the longest first, so a long game
     does not start last and hold the rollout open alone. Only the order episodes start in depends on it."""
-    payload: dict[str, Any] = {"gamefile": str(game), "game_ref": ref}
+    payload: JSONObject = {"gamefile": str(game), "game_ref": ref}
     try:
         with open(game, encoding="utf-8") as f:
             steps = len(json.load(f).get("walkthrough") or [])

@@ -43,7 +43,7 @@ from skillopt_envs.custom.scorers import (
     unscorable_answer,
 )
 from skillopt_envs.custom.tasks import UserTask, read_source, task_check
-from skillopt_envs.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject, as_object
 from skillopt_envs.kit import SPLITS, agent_runner, chat, data_root, parse_ratio, ratio_split, split_name
 
 SEED_SKILL = """# Skill
@@ -201,7 +201,7 @@ class CustomBenchmark(Benchmark):
         return [Task(t.id, self._task_type(t), {"task": t.raw, "golds": t.golds, "folder": t.folder}) for t in tasks]
 
     def _task_type(self, t: UserTask) -> str:
-        value = (t.raw.get("metadata") or {}).get(self.options.metadata_type_key)
+        value = as_object(t.raw.get("metadata")).get(self.options.metadata_type_key)
         return str(value) if isinstance(value, (str, int)) and str(value).strip() else "custom"
 
     def seed_skill(self) -> str:
@@ -380,10 +380,10 @@ class CustomBenchmark(Benchmark):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _judge_info(t: UserTask, reply: str, unscored: bool) -> dict[str, Any]:
+def _judge_info(t: UserTask, reply: str, unscored: bool) -> JSONObject:
     """For a task whose metadata holds a rubric: what the runner's judge reads (the request, the rubric, the reply),
     and whether the check gave no score (then only the judge can score it; until it does, a data error)."""
-    rubric = (t.raw.get("metadata") or {}).get("rubric")
+    rubric = as_object(t.raw.get("metadata")).get("rubric")
     if not isinstance(rubric, str) or not rubric.strip():
         return {}
     return {"judge": {"prompt": t.prompt, "rubric": rubric.strip(), "outcome": reply, "unscored": unscored}}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import regex as _regex
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import anls, best_f1, normalize
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
@@ -42,7 +43,7 @@ class ScoreInput:
     reply: str
     answer: str
     golds: list[str]
-    task: dict[str, Any]
+    task: JSONObject
     tolerance: float = 1e-6
 
 
@@ -172,7 +173,7 @@ def check_patterns(golds: list[str], where: str) -> None:
             raise ValueError(f"{where}: answer {p!r} is not a valid regular expression ({e})") from None
 
 
-def unscorable_answer(scorer: str, golds: list[str], task: dict[str, Any]) -> str:
+def unscorable_answer(scorer: str, golds: list[str], task: JSONObject) -> str:
     """Why one of a task's answers can never be met by `scorer` ("" when each can): a numeric answer holding no
     number, an mcq answer naming none of the choices."""
     if scorer == "numeric":

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_envs.base import DataError
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import SPLIT_ALIASES, SPLITS
 
 KEYS = ("id", "prompt", "answer", "split", "choices", "system", "metadata")
@@ -33,7 +34,7 @@ class UserTask:
     prompt: str
     golds: list[str]
     split: Optional[str]
-    raw: dict[str, Any]
+    raw: JSONObject
     folder: Optional[str] = None
     where: str = ""  # the file and line (or task.json) it came from, for errors found later
 
@@ -64,7 +65,7 @@ def _golds(answer: Any, where: str) -> list[str]:
     raise DataError(f"{where}: answer must be a string or a list of strings, found {json.dumps(answer)[:80]}")
 
 
-def _split(raw: dict[str, Any], where: str) -> Optional[str]:
+def _split(raw: JSONObject, where: str) -> Optional[str]:
     value = raw.get("split")
     if value is None:
         _optional_types(raw, where)
@@ -75,7 +76,7 @@ def _split(raw: dict[str, Any], where: str) -> Optional[str]:
     return SPLIT_ALIASES[value]
 
 
-def _optional_types(raw: dict[str, Any], where: str) -> None:
+def _optional_types(raw: JSONObject, where: str) -> None:
     if "system" in raw and not isinstance(raw["system"], str):
         raise DataError(f"{where}: system must be a string (an extra system message for this task)")
     if "metadata" in raw and not isinstance(raw["metadata"], dict):
@@ -116,7 +117,7 @@ def read_agent_task(folder: Path, shared_check: Optional[Path]) -> UserTask:
     md = folder / "task.md"
     if not md.is_file():
         raise DataError(f"{folder} has no task.md; an agent task folder holds task.md, optional workspace/ and check")
-    raw: dict[str, Any] = {}
+    raw: JSONObject = {}
     if (folder / "task.json").is_file():
         try:
             raw = json.loads((folder / "task.json").read_text(encoding="utf-8"))

@@ -108,7 +108,7 @@ class LiveMathBenchmark(Benchmark):
         super().__init__(env_cfg)
         self.options = LiveMathOptions.parse(dict(env_cfg.get("options") or {}))
         self._root, self._using_samples = data_folder(env_cfg, "LIVEMATH_DATA", MISSING, self._samples, want_dir=False)
-        self._pool: Optional[dict[str, dict[str, Any]]] = None
+        self._pool: Optional[dict[str, JSONObject]] = None
 
     def _samples(self) -> Path:
         from skillopt_envs.livemathematicianbench.samples import ensure_samples
@@ -134,13 +134,13 @@ class LiveMathBenchmark(Benchmark):
     def _split_folders(self) -> bool:
         return self._root.is_dir() and lm.has_split_folders(self._root) and not self._using_samples
 
-    def _raw_pool(self) -> dict[str, dict[str, Any]]:
+    def _raw_pool(self) -> dict[str, JSONObject]:
         if self._pool is None:
             source = self._root / "data" if self._using_samples else self._root
-            self._pool = {it["id"]: it for it in lm.load_raw_items(source)}
+            self._pool = {str(it["id"]): it for it in lm.load_raw_items(source)}
         return self._pool
 
-    def _items(self, split: str) -> list[dict[str, Any]]:
+    def _items(self, split: str) -> list[JSONObject]:
         try:
             return self._read_items(lm.split_folder(split))
         except OSError as e:  # whatever the checks above did not foresee: still one line naming the file
@@ -149,7 +149,7 @@ class LiveMathBenchmark(Benchmark):
                 f"{where} cannot be read ({e.strerror or e}); check the files under env.data_dir / LIVEMATH_DATA"
             ) from None
 
-    def _read_items(self, folder: str) -> list[dict[str, Any]]:
+    def _read_items(self, folder: str) -> list[JSONObject]:
         manifests = self._manifest_dir()
         if self._split_folders():
             if manifests is not None:  # a manifest picks from the items of all the folders
@@ -175,7 +175,7 @@ class LiveMathBenchmark(Benchmark):
             )
         return self._pick(self._raw_pool(), self._raw_manifest_dir(), folder)
 
-    def _pick(self, pool: dict[str, dict[str, Any]], manifests: Path, folder: str) -> list[dict[str, Any]]:
+    def _pick(self, pool: dict[str, JSONObject], manifests: Path, folder: str) -> list[JSONObject]:
         ids = lm.read_manifest(manifests, folder)
         missing = [i for i in ids if i not in pool]
         if missing:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TypedDict
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
+from skillopt_envs.jsontypes import JSONObject, JSONValue, as_list
 from skillopt_envs.kit import SPLITS, check_followable, first_data_file, manifest_ids, split_name  # noqa: F401
 
 # SkillOpt's paper split: 177 items of the four monthly files, split 35 / 17 / 125
@@ -116,13 +118,13 @@ def _theorem_types(raw: Any) -> list[str]:
     return [s for s in (_text(v) for v in values if v is not None) if s]
 
 
-def normalize_row(row: dict[str, Any], index: int, month: str = "") -> Optional[dict[str, Any]]:
+def normalize_row(row: JSONObject, index: int, month: str = "") -> Optional[JSONObject]:
     """One raw upstream row in the normalised shape, or None when it lacks a question, choices or a correct label.
 
     `index` is the row's position in its file (`no` defaults to index + 1); `month` is used when the row has none.
     """
     nested = row.get("mcq")
-    mcq: dict[str, Any] = nested if isinstance(nested, dict) else row
+    mcq: JSONObject = nested if isinstance(nested, dict) else row
     question = _text(mcq.get("question"))
     choices = coerce_choices(mcq.get("choices"))
     correct, choices = coerce_correct(mcq.get("correct_choice"), choices)
@@ -136,8 +138,8 @@ def normalize_row(row: dict[str, Any], index: int, month: str = "") -> Optional[
     return {
         "id": f"{month}:{no}" if month else str(no),
         "question": question,
-        "choices": choices,
-        "correct_choice": correct,
+        "choices": [{"label": c["label"], "text": c["text"]} for c in choices],
+        "correct_choice": {"label": correct["label"], "text": correct["text"]},
         "theorem_type": _theorem_types(row.get("theorem_type")),
         "theorem": _text(row.get("theorem")),
         "sketch": _text(row.get("sketch")),
@@ -171,9 +173,9 @@ _RAW_FIX = (
 )
 
 
-def load_raw_items(path: Path) -> list[dict[str, Any]]:
+def load_raw_items(path: Path) -> list[JSONObject]:
     """Every usable row of the raw files under `path`, normalised; an id seen twice is an error."""
-    items: list[dict[str, Any]] = []
+    items: list[JSONObject] = []
     seen: dict[str, int] = {}
     for f in raw_files(path):
         for i, row in enumerate(read_json_list(f, _RAW_FIX)):
@@ -195,7 +197,7 @@ _ITEMS_FIX = (
 )
 
 
-def check_item(path: Path, n: int, it: Any) -> dict[str, Any]:
+def check_item(path: Path, n: int, it: object) -> JSONObject:
     """A stored item, checked for the fields an episode reads (it is otherwise used exactly as stored)."""
     if not isinstance(it, dict) or not all(k in it for k in ITEM_KEYS):
         raise DataError(f"{path}: item {n} ({str(it)[:80]}) lacks one of {', '.join(ITEM_KEYS)}; {_ITEMS_FIX}")
@@ -207,7 +209,7 @@ def check_item(path: Path, n: int, it: Any) -> dict[str, Any]:
     return it
 
 
-def read_items(path: Path) -> list[dict[str, Any]]:
+def read_items(path: Path) -> list[JSONObject]:
     """A split file's items as stored, each with the file it came from added (LOADED_FROM)."""
     items = read_json_list(path, _ITEMS_FIX)
     seen: dict[str, int] = {}
@@ -265,10 +267,10 @@ def _first_repeat(values: list[str]) -> str:
     return ""
 
 
-def item_defect(item: dict[str, Any]) -> str:
+def item_defect(item: Mapping[str, JSONValue]) -> str:
     """What keeps an item from being a fair multiple-choice question, or '' for a sound one. Labels are compared
     normalised and texts ignoring case, as the scorer compares them."""
-    choices = [c for c in item.get("choices") or [] if isinstance(c, dict)]
+    choices = [c for c in as_list(item.get("choices")) if isinstance(c, dict)]
     labels = [normalize_label(c.get("label")) for c in choices]
     if len(choices) < 2:
         return (
@@ -289,10 +291,9 @@ def item_defect(item: dict[str, Any]) -> str:
     return ""
 
 
-def task_type_of(item: dict[str, Any]) -> str:
+def task_type_of(item: Mapping[str, JSONValue]) -> str:
     """The item's first theorem type, else math_mcq."""
-    types = item.get("theorem_type") or []
-    if isinstance(types, str):
-        types = [types]
+    raw = item.get("theorem_type")
+    types = [raw] if isinstance(raw, str) else as_list(raw)
     first = next((str(t) for t in types if str(t).strip()), "")
     return first or DEFAULT_TASK_TYPE

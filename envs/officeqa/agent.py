@@ -9,9 +9,9 @@ calls with `Exceeded codex turn budget (<n>)`. Each call has 180 s (the referenc
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from skillopt_envs.base import AgentOutcome, AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import agent_turns_info, run_agent_turns, with_previous_attempt
 from skillopt_envs.officeqa import prompts
 from skillopt_envs.officeqa.scoring import extract_answer, has_answer_tag, score
@@ -64,7 +64,7 @@ async def agent_episode(
     roots: list[Path],
     candidates: list[Path],
     oracle: str,
-    extra: dict[str, Any],
+    extra: JSONObject,
 ) -> EpisodeResult:
     """Run the exec loop and score it as the chat loop's outcome is (normalised EM and token F1 of the first tag's
     text); `extra` is the benchmark's own info (source files, oracle pages). An agent that could not run is an
@@ -72,7 +72,7 @@ async def agent_episode(
     p = task.payload
     question, docs, files = p["question"], list(p["source_docs"]), list(p["source_files"])
     # the analysts' first entry is the chat path's user message: absolute candidate paths, no corpus note
-    conversation: list[dict[str, Any]] = [
+    conversation: list[JSONObject] = [
         {"role": "user", "content": prompts.user_prompt(question, oracle, [str(c) for c in candidates], docs, files)}
     ]
     base = prompts.user_prompt(
@@ -102,9 +102,9 @@ async def agent_episode(
 def _infra_result(
     task: Task,
     out: AgentOutcome,
-    conversation: list[dict[str, Any]],
+    conversation: list[JSONObject],
     outcomes: list[AgentOutcome],
-    prompts_info: dict[str, Any],
+    prompts_info: JSONObject,
 ) -> EpisodeResult:
     """The agent could not run (`out` is the failed call's outcome): an infra error row, never a score."""
     info = {**prompts_info, **agent_turns_info(outcomes)}
@@ -120,10 +120,10 @@ def _scored_result(
     final: str,
     fail: str,
     response: str,
-    conversation: list[dict[str, Any]],
+    conversation: list[JSONObject],
     outcomes: list[AgentOutcome],
     agent: AgentRunner,
-    prompts_info: dict[str, Any],
+    prompts_info: JSONObject,
 ) -> EpisodeResult:
     """The loop's answer (or its failure) scored against the ground truth, with each call's usage."""
     s = score(final, task.payload["ground_truth"], fail)

@@ -28,6 +28,7 @@ from skillopt_envs.base import (
     Benchmark,
     DataError,
     EnvSettings,
+    EpisodeBase,
     EpisodeContext,
     EpisodeResult,
     Task,
@@ -182,7 +183,7 @@ class OfficeQABenchmark(Benchmark):
             return None
         return oq.PAPER_SPLIT_DIR
 
-    def _items(self, split: str) -> list[dict[str, Any]]:
+    def _items(self, split: str) -> list[oq.OfficeItem]:
         folder = oq.split_folder(split)
         manifests = self._manifest_dir()
         if manifests is None:
@@ -277,7 +278,7 @@ class OfficeQABenchmark(Benchmark):
         mode = self.options.search_mode
         offline = mode == "offline"
         candidates = corpus.index.candidates(files) if offline or files else []
-        base = {"task_description": p["question"]}
+        base = EpisodeBase(task_description=p["question"])
         try:
             oracle = await asyncio.to_thread(
                 build_context,
@@ -332,7 +333,7 @@ class OfficeQABenchmark(Benchmark):
             )
         self._check_agent_paths(corpus)
         p = task.payload
-        extra = {
+        extra: JSONObject = {
             "source_files": list(p["source_files"]),
             "resolved_source_paths": [str(c) for c in candidates],
             "oracle_parsed_pages_included": bool(oracle),
@@ -380,7 +381,7 @@ class Episode:
             {"role": "system", "content": self.system},
             {"role": "user", "content": self.user},
         ]
-        self.conversation: list[dict[str, Any]] = [{"role": "user", "content": self.user}]
+        self.conversation: list[JSONObject] = [{"role": "user", "content": self.user}]
         self.final_answer = ""
         self.fail = ""
         self.response = ""
@@ -485,7 +486,7 @@ class Episode:
             self.fail = NO_ANSWER_FAIL
 
     def result(self, oracle_pages: int) -> EpisodeResult:
-        info: dict[str, Any] = {
+        info: JSONObject = {
             "target_system_prompt": self.system,
             "target_user_prompt": self.user,
             "source_files": self.files,

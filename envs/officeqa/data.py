@@ -17,11 +17,13 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 from skillopt_envs.base import DataError, check_new_id, read_json_list
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.kit import SPLIT_ALIASES, SPLITS, split_name  # noqa: F401 - SPLITS, SPLIT_ALIASES: re-exported
 
 PAPER_SPLIT_DIR = Path(__file__).resolve().parent / "splits"
@@ -62,7 +64,22 @@ def parse_list_field(value: Any) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def row_to_item(row: dict[str, Any], split: str) -> dict[str, Any]:
+class OfficeItem(TypedDict):
+    """One OfficeQA question in the reference's item fields."""
+
+    id: str
+    uid: str
+    question: str
+    ground_truth: str
+    answers: list[str]
+    task_type: str
+    category: str
+    source_files: list[str]
+    source_docs: list[str]
+    split: str
+
+
+def row_to_item(row: Mapping[str, object], split: str) -> OfficeItem:
     """One question in the reference's item fields (id = uid, the question stripped, ground_truth, answers,
     task_type and category: the row's category or difficulty...)."""
     uid = str(row.get("uid") or row.get("id") or "").strip()
@@ -82,7 +99,7 @@ def row_to_item(row: dict[str, Any], split: str) -> dict[str, Any]:
     }
 
 
-def read_csv_rows(path: Path) -> list[dict[str, Any]]:
+def read_csv_rows(path: Path) -> list[dict[str, str]]:
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:
             return list(csv.DictReader(f))
@@ -108,7 +125,7 @@ _ROWS_FIX = (
 )
 
 
-def _checked(items: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+def _checked(items: list[OfficeItem], path: Path) -> list[OfficeItem]:
     seen: dict[str, int] = {}
     for n, it in enumerate(items):
         if not it["id"] or not it["question"].strip():
@@ -117,7 +134,7 @@ def _checked(items: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
     return items
 
 
-def read_split_folder(folder: Path, split: str) -> list[dict[str, Any]]:
+def read_split_folder(folder: Path, split: str) -> list[OfficeItem]:
     path = split_file(folder)
     if path is None:
         raise DataError(f"{folder} holds no *.csv or *.json; {_ROWS_FIX}")
@@ -131,7 +148,7 @@ def read_split_folder(folder: Path, split: str) -> list[dict[str, Any]]:
     return _checked([row_to_item(r, split) for r in rows], path)
 
 
-def read_manifest(manifest_dir: Path, split: str) -> list[dict[str, Any]]:
+def read_manifest(manifest_dir: Path, split: str) -> list[JSONObject]:
     """The manifest's entries of a split (id and, in the shipped one, category), in order."""
     path = split_file(manifest_dir / split_folder(split))
     if path is None:
@@ -145,7 +162,7 @@ def read_manifest(manifest_dir: Path, split: str) -> list[dict[str, Any]]:
     return entries
 
 
-def items_from_full_csv(csv_path: Path, manifest_dir: Path, split: str) -> list[dict[str, Any]]:
+def items_from_full_csv(csv_path: Path, manifest_dir: Path, split: str) -> list[OfficeItem]:
     """The split's questions from the public CSV, in manifest order; a manifest field (category, source_files,
     source_docs) wins over the CSV's when present."""
     by_uid = {str(r.get("uid") or r.get("id") or "").strip(): r for r in read_csv_rows(csv_path)}
@@ -157,7 +174,7 @@ def items_from_full_csv(csv_path: Path, manifest_dir: Path, split: str) -> list[
         if row is None:
             missing.append(uid)
             continue
-        merged = dict(row)
+        merged: dict[str, object] = dict(row)
         for key in ("category", "source_files", "source_docs"):
             if entry.get(key):
                 merged[key] = entry[key]
@@ -167,7 +184,7 @@ def items_from_full_csv(csv_path: Path, manifest_dir: Path, split: str) -> list[
     return out
 
 
-def items_from_split_files(root: Path, manifest_dir: Path, split: str) -> list[dict[str, Any]]:
+def items_from_split_files(root: Path, manifest_dir: Path, split: str) -> list[OfficeItem]:
     """The split's questions picked by the manifest, in its order, from the items of every split file in `root`
     (a data folder of split files without officeqa_full.csv); a manifest field wins over the item's, as above."""
     pool = {it["id"]: it for s in SPLITS if split_file(root / s) for it in read_split_folder(root / s, s)}
@@ -178,12 +195,13 @@ def items_from_split_files(root: Path, manifest_dir: Path, split: str) -> list[d
         if uid not in pool:
             missing.append(uid)
             continue
-        item = {**pool[uid], "split": folder}
-        for key in ("category", "source_files", "source_docs"):
-            if entry.get(key):
-                item[key] = parse_list_field(entry[key]) if key != "category" else str(entry[key]).strip()
+        item = OfficeItem(**{**pool[uid], "split": folder})
+        if entry.get("source_files"):
+            item["source_files"] = parse_list_field(entry["source_files"])
+        if entry.get("source_docs"):
+            item["source_docs"] = parse_list_field(entry["source_docs"])
         if entry.get("category"):
-            item["task_type"] = item["category"]
+            item["category"] = item["task_type"] = str(entry["category"]).strip()
         out.append(item)
     if missing:
         fix = "add them to the split files, or give officeqa_full.csv of databricks/officeqa beside them"
@@ -203,9 +221,9 @@ def missing_ids_message(missing: list[str], split: str, manifest_dir: Path, data
     )
 
 
-def task_types(items: list[dict[str, Any]]) -> list[str]:
+def task_types(items: Sequence[Mapping[str, object]]) -> list[str]:
     """Distinct task types in first-appearance order, or ["officeqa"]."""
-    return list(dict.fromkeys(it["task_type"] for it in items)) or ["officeqa"]
+    return list(dict.fromkeys(str(it["task_type"]) for it in items)) or ["officeqa"]
 
 
 # ---------- the corpus ----------

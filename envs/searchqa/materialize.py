@@ -20,9 +20,9 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from skillopt_envs.base import DataError
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.searchqa import data as qa_data
 
 _FIELDS = ("key", "question", "context", "answers")
@@ -43,7 +43,7 @@ def _source_files(paths: list[str]) -> list[Path]:
     return out
 
 
-def _rows(path: Path) -> Iterator[dict[str, Any]]:
+def _rows(path: Path) -> Iterator[JSONObject]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -79,7 +79,7 @@ def materialize(sources: list[str], out: Path, manifest_dir: Path = qa_data.PAPE
             if i in where:
                 raise DataError(f"id {i} is listed in both the {where[i]} and the {s} split of {manifest_dir}")
             where[i] = s
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, JSONObject] = {}
     seen_in: dict[str, Path] = {}
     files = _source_files(sources)
     for path in files:

@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from skillopt_envs.base import AgentRunner, AgentTask, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.base import AgentRunner, AgentTask, EpisodeBase, EpisodeContext, EpisodeResult, Task
+from skillopt_envs.jsontypes import JSONObject
 from skillopt_envs.spreadsheetbench.prompts import extract_code
 
 DESCRIPTION = "Write solution.py that carries out the spreadsheet task in task.md on input.xlsx"
@@ -46,7 +47,7 @@ TIMEOUT_S = 600.0  # the benchmark's whole-task deadline
 
 async def agent_episode(
     bench: Any, task: Task, skill: str, agent: AgentRunner, ctx: EpisodeContext, user: str,
-    info: dict[str, Any], base: dict[str, Any], areas: Any, expected: Any,
+    info: dict[str, Any], base: EpisodeBase, areas: Any, expected: Any,
 ) -> EpisodeResult:  # fmt: skip
     """One agent run writes solution.py (else the reply's code block), then every case is scored with it."""
     p = task.payload
@@ -67,7 +68,7 @@ async def agent_episode(
     info["analyst_blocks"] = [["Spreadsheet Preview", info.get("spreadsheet_preview", "")], *blocks]
     solution = out.files.get("solution.py")
     code = solution.decode("utf-8", "replace") if solution is not None else extract_code(out.reply)
-    trajectory: list[dict[str, Any]] = [{"type": "message", "turn": 1, "content": out.reply}]
+    trajectory: list[JSONObject] = [{"type": "message", "turn": 1, "content": out.reply}]
     if not code.strip():
         return EpisodeResult(
             task.task_id, task.task_type, fail_reason="empty-code-block", n_turns=1, trajectory=trajectory,
@@ -77,8 +78,8 @@ async def agent_episode(
 
 
 async def _scored(
-    bench: Any, task: Task, code: str, trajectory: list[dict[str, Any]], info: dict[str, Any],
-    base: dict[str, Any], areas: Any, expected: Any, from_file: bool,
+    bench: Any, task: Task, code: str, trajectory: list[JSONObject], info: dict[str, Any],
+    base: EpisodeBase, areas: Any, expected: Any, from_file: bool,
 ) -> EpisodeResult:  # fmt: skip
     """The script run on every case in the benchmark's sandbox: hard = all passed, soft = the share passed."""
     cases = task.payload["cases"]

@@ -29,6 +29,7 @@ from skillopt_envs.base import (
     Benchmark,
     DataError,
     EnvSettings,
+    EpisodeBase,
     EpisodeContext,
     EpisodeResult,
     Task,
@@ -219,13 +220,13 @@ class SpreadsheetBenchmark(Benchmark):
 
     async def run_episode(self, task: Task, skill: str, llm: LLM, ctx: EpisodeContext) -> EpisodeResult:
         p = task.payload
-        base = {"task_description": p["instruction"]}
+        base = EpisodeBase(task_description=p["instruction"])
         loaded = self._load_inputs(task, base)
         if isinstance(loaded, EpisodeResult):
             return loaded
         areas, expected, preview = loaded
         system, user = prompts.system_prompt(skill), prompts.user_message(p, preview)
-        info: dict[str, Any] = {
+        info: JSONObject = {
             "target_system_prompt": system,
             "target_user_prompt": user,
             "spreadsheet_preview": preview,
@@ -240,7 +241,7 @@ class SpreadsheetBenchmark(Benchmark):
         return await self._chat_episode(task, system, user, info, base, areas, expected, llm, ctx)
 
     def _load_inputs(
-        self, task: Task, base: dict[str, Any]
+        self, task: Task, base: EpisodeBase
     ) -> tuple[list[Area], list[tuple[SheetValues, str]], str] | EpisodeResult:
         """The answer areas, each case's expected values and the first workbook's preview; a data_error
         result when the task's files or answer position cannot be read (the model is never called)."""
@@ -271,8 +272,8 @@ class SpreadsheetBenchmark(Benchmark):
         task: Task,
         system: str,
         user: str,
-        info: dict[str, Any],
-        base: dict[str, Any],
+        info: JSONObject,
+        base: EpisodeBase,
         areas: list[Area],
         expected: list[tuple[SheetValues, str]],
         llm: LLM,
@@ -281,7 +282,7 @@ class SpreadsheetBenchmark(Benchmark):
         """The chat protocol: the turn loop in a scratch folder, then the last script scored on every case."""
         p = task.payload
         messages: list[ChatMessage] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        trajectory: list[dict[str, Any]] = []
+        trajectory: list[JSONObject] = []
         scratch = Path(tempfile.mkdtemp(prefix="skillopt-sheet-"))
         try:
             code, case1_pred, turns = await self._turns(task, messages, trajectory, areas, expected, scratch, llm, ctx)
@@ -321,7 +322,7 @@ class SpreadsheetBenchmark(Benchmark):
         self,
         task: Task,
         messages: list[ChatMessage],
-        trajectory: list[dict[str, Any]],
+        trajectory: list[JSONObject],
         areas: list[Area],
         expected: list[tuple[SheetValues, str]],
         scratch: Path,

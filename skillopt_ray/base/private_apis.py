@@ -63,6 +63,20 @@ def hydra_split_jobs(parsed_overrides: list[Any]) -> list[list[str]]:
     return BasicSweeper.split_arguments(parsed_overrides, None)[0]
 
 
+def hydra_compose_job(hydra: Any, sweep_cfg: Any, overrides: list[str]) -> Any:
+    """One job of a multirun composed as Hydra's basic launcher composes it (the sweep's `hydra.*` overrides, then
+    the job's; the sweep's resolver cache copied, so `${now:...}` reads the same), Hydra's settings included."""
+    return hydra.config_loader.load_sweep_config(sweep_cfg, list(overrides))
+
+
+def hydra_context(hydra: Any, cfg: Any) -> Any:
+    """The HydraContext `run_job` takes: the instance's config loader and the callbacks `cfg` configures."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra.types import HydraContext
+
+    return HydraContext(config_loader=hydra.config_loader, callbacks=Callbacks(cfg))
+
+
 # ---- Ray: join a cluster whose authentication mode differs from the one this process started with -----------------
 
 

@@ -6,7 +6,24 @@ default options (`ray_options`); `remote_class` makes that actor class once per 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
+
+
+class RuntimeEnv(TypedDict, total=False):
+    env_vars: dict[str, str]
+
+
+class ActorOptions(TypedDict, total=False):
+    """The Ray options (`cls.options(**...)`, a class's default `ray_options`) a run's actors are started with."""
+
+    num_cpus: float
+    max_concurrency: int
+    resources: dict[str, float]
+    scheduling_strategy: object  # "SPREAD" or a Ray strategy object (NodeAffinitySchedulingStrategy)
+    label_selector: dict[str, str]
+    fallback_strategy: list[dict[str, dict[str, str]]]
+    runtime_env: RuntimeEnv
+
 
 _CLASSES: dict[type, Any] = {}
 

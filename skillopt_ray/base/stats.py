@@ -9,11 +9,9 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Optional, TypedDict
-
-from skillopt_envs.jsontypes import JSONObject
 
 GATE_TESTS = ("none", "paired_bootstrap", "sign")
 BOOTSTRAP_SEED = 0  # fixed: a decision depends on the scores alone
@@ -27,6 +25,17 @@ _T975 = (
 )  # fmt: skip
 
 
+class IntervalDict(TypedDict):
+    """An Interval as files keep it (summary.json's intervals)."""
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+    level: float
+    method: str
+
+
 @dataclass(frozen=True)
 class Interval:
     """A mean with its interval: `n` values went into it, `method` says how the bounds were computed."""
@@ -38,8 +47,8 @@ class Interval:
     level: float = 0.95
     method: str = ""
 
-    def to_dict(self) -> JSONObject:
-        return asdict(self)
+    def to_dict(self) -> IntervalDict:
+        return IntervalDict(mean=self.mean, lo=self.lo, hi=self.hi, n=self.n, level=self.level, method=self.method)
 
     def text(self, digits: int = 3) -> str:
         """'0.556 [0.337, 0.754] n=18' — how the report and the comparison print a score."""

@@ -8,6 +8,8 @@
 - `launch`      one run: its directory, the embedded server, Ray, the driver actor (`execute`)
 - `report`      what is printed when a run ends
 - `app`         the Hydra application (`python -m skillopt_ray`)
+- `hydra_jobs`  `-m` and Hydra's own settings: each job composed once, that composition checked and run by Hydra
+- `handoff`     a checked run handed to a process of its own (the dashboard's launches)
 
 The names below are the ones other modules and tests use.
 """

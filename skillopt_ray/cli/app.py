@@ -5,10 +5,12 @@
     python -m skillopt_ray +experiment=alfworld --cfg job        # the resolved config (secrets masked)
     python -m skillopt_ray --info | --help | -sc install=bash | --config-dir DIR | -cn NAME
 
-Everything Hydra offers works as Hydra documents it (`@hydra.main`, its launcher for `-m`, the full
-override grammar). What this module adds around it:
+Everything Hydra offers works as Hydra documents it (`@hydra.main`, its sweepers and launchers for `-m`, the
+full override grammar). What this module adds around it:
 - every job's config is composed and validated before the first one starts, so bad input is one
   line and exit code 2, and an unknown key is answered with the schema's nearest keys;
+- each job is composed once: a plain run here, `-m` and Hydra's own settings through cli.hydra_jobs (Hydra's basic
+  sweeper and launcher, done with the one composition; another sweeper or launcher is Hydra's application's);
 - `llm.prices.<model>.<field>=<value>` for any model name (see cli.compose);
 - where a run lives: `hydra.run.dir` (or `hydra.sweep.dir` + `hydra.sweep.subdir` under `-m`) given
   explicitly is the run directory itself; otherwise the run directory is derived from the config
@@ -44,6 +46,7 @@ from skillopt_ray.cli.compose import (
     typed,
 )
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.cli.hydra_jobs import HydraJobs, job_key
 from skillopt_ray.cli.preflight import Checked
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.config.schema import Config
@@ -87,11 +90,6 @@ def task(cfg: Any) -> int:
         _SESSION.stopped, code = True, EXIT_CONFIG
     _SESSION.codes.append(code)
     return code
-
-
-def job_key(overrides: list[str]) -> tuple[str, ...]:
-    """A job by its own overrides (Hydra's settings left out), as main() and Hydra's launcher both spell them."""
-    return tuple(sorted(o for o in overrides if not o.lstrip("+~").startswith("hydra")))
 
 
 def _job(cfg: Any) -> int:
@@ -171,18 +169,25 @@ def jobs_of(args: Any, overrides: list[str]) -> list[list[str]]:
         GlobalHydra.instance().clear()
 
 
-def check_jobs(args: Any, overrides: list[str], prices: list[PriceOverride]) -> list[Checked]:
+def check_jobs(
+    args: Any, overrides: list[str], prices: list[PriceOverride], here: Optional[HydraJobs] = None
+) -> list[Checked]:
     """Compose, validate and check every job before any starts (one line and exit 2 for the first bad one); each
-    job once (cli.preflight). Returns each job's Checked, also kept for Hydra's task function."""
+    job once (cli.preflight). Returns each job's Checked, also kept for Hydra's task function. `here`: the command
+    launched by cli.hydra_jobs, whose compositions of the jobs are the ones checked (and then run)."""
     from skillopt_ray.cli.preflight import preflight
 
-    jobs = jobs_of(args, overrides) if args.multirun else [[o for o in overrides if not o.startswith("hydra.")]]
+    if here is not None:
+        jobs = here.jobs(overrides)
+    else:
+        jobs = jobs_of(args, overrides) if args.multirun else [[o for o in overrides if not o.startswith("hydra.")]]
     swept = {o.split("=", 1)[0] for o in overrides if o not in (jobs[0] if jobs else [])}
     data_seen: set[str] = set()  # jobs reading the same data and splits: read once
     checked: list[Checked] = []
     for job in jobs:
         try:
-            one = preflight(composed(args, job, prices), data_seen)
+            config = here.compose(job, prices) if here is not None else composed(args, job, prices)
+            one = preflight(config, data_seen)
         except UsageError as e:
             if not args.multirun:
                 raise
@@ -191,6 +196,22 @@ def check_jobs(args: Any, overrides: list[str], prices: list[PriceOverride]) -> 
         _SESSION.checked[job_key(job)] = one
         checked.append(one)
     return checked
+
+
+def launch_here(args: Any, overrides: list[str]) -> Optional[int]:
+    """A command Hydra's application would run (-m, a Hydra flag or setting), run here instead with one composition
+    per job (cli.hydra_jobs); None when it is Hydra's to run (another sweeper or launcher)."""
+    from skillopt_ray.cli.hydra_jobs import start
+
+    here = start(args, overrides, _conf_dir(args), args.config_name or CONFIG_NAME, _search_dirs(args))
+    if here is None:
+        return None
+    try:
+        check_jobs(args, overrides, _SESSION.prices, here)
+        here.run(task)
+    finally:
+        here.close()
+    return max(_SESSION.codes, default=EXIT_OK)
 
 
 def composed(args: Any, job: list[str], prices: list[PriceOverride]) -> Config:
@@ -328,6 +349,17 @@ def _run_hydra(argv: list[str]) -> None:
             os.environ["HYDRA_FULL_ERROR"] = saved_err
 
 
+def _run(args: Any, flags: list[str], overrides: list[str]) -> Optional[int]:
+    """Run the command's jobs here (a plain run, or -m and Hydra's settings through cli.hydra_jobs); None when
+    Hydra's application runs them (another sweeper or launcher: what can be checked before it is)."""
+    if plain_single_run(args, flags, overrides):
+        return run_checked(check_jobs(args, overrides, _SESSION.prices)[0], overrides)
+    code = launch_here(args, overrides)
+    if code is None:
+        check_jobs(args, overrides, _SESSION.prices)  # another sweeper's jobs are checked as each starts
+    return code
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     mark("cli-started")
     from hydra.errors import HydraException
@@ -357,10 +389,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         if args.shell_completion and completion.handle(args.overrides, lambda: _run_hydra(passed)):
             return EXIT_OK
-        if not other:
-            checked = check_jobs(args, overrides, _SESSION.prices)
-            if plain_single_run(args, flags, overrides) and len(checked) == 1:
-                return run_checked(checked[0], overrides)
+        code = None if other else _run(args, flags, overrides)
+        if code is not None:
+            return code
         _run_hydra(passed)
         return max(_SESSION.codes, default=EXIT_OK)
     except _Exit as e:

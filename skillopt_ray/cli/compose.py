@@ -278,7 +278,7 @@ def resolve_paths(data: PlainConfig) -> PlainConfig:
             sect[key] = str(Path(os.path.expandvars(sect[key])).expanduser().resolve())
     opts = data["env"].get("options")
     if isinstance(opts, dict) and isinstance(opts.get("check"), str) and opts["check"]:  # a user's check script
-        opts["check"] = str(Path(os.path.expandvars(opts["check"])).expanduser().resolve())
+        opts["check"] = str(Path(os.path.expandvars(str(opts["check"]))).expanduser().resolve())
     skill_init = data.get("skill_init")
     if skill_init:
         data["skill_init"] = str(Path(skill_init).expanduser().resolve())

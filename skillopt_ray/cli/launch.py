@@ -183,7 +183,9 @@ def _open_run(checked: Checked, run_dir: Optional[Path], origin: Optional[Origin
     run_dir = Path(run_dir) if run_dir else run_dir_for(data, record)
     prepare_run_dir(run_dir, data, record)
     origin = origin or {}
-    RunDir(run_dir).write_provenance(collect(origin.get("overrides", []), data, origin.get("argv")))
+    RunDir(run_dir).write_provenance(
+        collect(origin.get("overrides", []), data, origin.get("argv"), origin.get("entry"))
+    )
     record_job(run_dir)
     return run_dir
 

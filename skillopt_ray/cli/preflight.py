@@ -37,14 +37,24 @@ class Checked:
         return Checked(from_container(data), data, self.skills)
 
 
-def preflight(config: Config, data_seen: Optional[set[str]] = None) -> Checked:
+def preflight(
+    config: Config,
+    data_seen: Optional[set[str]] = None,
+    skills: Optional[SkillTexts] = None,
+    make_output: bool = True,
+) -> Checked:
     """Check a validated config for a run, once: its skill files, its agent CLI, the embedded model, the review of
     harvested tasks, its benchmark data, its output folder and the endpoints' keys. Raises UsageError (one line).
 
-    `data_seen`: data already read by an earlier job of the same command (jobs reading the same splits read once)."""
+    `data_seen`: data already read by an earlier job of the same command (jobs reading the same splits read once).
+    `skills`: the skill documents as `checks.check_skill_files` already read them for this config (a sweep reads
+    them when it plans its trials, to name their run directories): not read again.
+    `make_output`: False leaves no folder behind (the dashboard checks a form it may not launch): the output folder
+    is then only shown to be one that can be made."""
     config = absolute(config)
     data = plain(config)
-    skills = checks.check_skill_files(data)
+    if skills is None:
+        skills = checks.check_skill_files(data)
     checks.check_harness(data)  # a missing agent CLI: one line before Ray, not a failed episode after it
     checks.check_embedded_model(data)  # llm=local without its installed model: the install command, before Ray
     checks.check_reviewed_tasks(data)  # harvested sessions leave the machine only once a person has read them
@@ -53,6 +63,6 @@ def preflight(config: Config, data_seen: Optional[set[str]] = None) -> Checked:
         checks.check_benchmark_data(data)
         if data_seen is not None:
             data_seen.add(seen)
-    checks.check_output_dir(Path(data["output_dir"]))
+    checks.check_output_dir(Path(data["output_dir"]), create=make_output)
     checks.check_endpoints(data)
     return Checked(config, data, skills)

@@ -109,12 +109,15 @@ def entry_point(argv: list[str]) -> str:
     return Path(argv[0]).name if argv else "python"
 
 
-def collect(overrides: list[str], config: PlainConfig, argv: Optional[list[str]] = None) -> Provenance:
-    """One command's provenance record. `config`: the resolved config (secrets are masked here)."""
+def collect(
+    overrides: list[str], config: PlainConfig, argv: Optional[list[str]] = None, entry: Optional[str] = None
+) -> Provenance:
+    """One command's provenance record. `config`: the resolved config (secrets are masked here). `entry`: how the
+    command is started, when not as this process was (default: entry_point)."""
     from skillopt_ray.config import redact
 
     argv = [mask(a) for a in (sys.argv if argv is None else argv)]
-    entry = entry_point(argv)
+    entry = entry or entry_point(argv)
     return Provenance(
         time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         entry_point=entry,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from skillopt_ray.base.exit_codes import EXIT_OK
@@ -60,7 +61,7 @@ def _scored(stats: dict[str, Any], lead: str) -> str:
     return f"{lead}scored {scored} of {n}"
 
 
-def lost_line(tok: dict[str, Any]) -> str:
+def lost_line(tok: Mapping[str, float]) -> str:
     """The calls a killed session sent whose replies never came back (the ledger's journal knows them)."""
     cost = f", ~${tok.get('lost_cost_usd_est', 0.0):.4f}" if tok.get("lost_cost_usd_est") else ""
     return (

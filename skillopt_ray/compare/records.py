@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from skillopt_ray.base import untrusted
 from skillopt_ray.compare.groups import Point, Record
-from skillopt_ray.runs.records import RecordError
+from skillopt_ray.runs.records import RecordError, StepRecord
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 
 
@@ -23,9 +23,9 @@ def run_finished(run_dir: Path) -> bool:
     return RunDir(run_dir).finished()
 
 
-def read_steps(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's step records so far, one per step in step order, as written (RunDir's one history reader)."""
-    return RunDir(run_dir).history_rows()
+def read_steps(run_dir: Path) -> list[StepRecord]:
+    """A run's step records so far, one per step in step order (RunDir's one history reader)."""
+    return RunDir(run_dir).history()
 
 
 def record_from_run_dir(params: dict[str, Any], seed: int, run_dir: Path) -> Record:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -306,5 +307,5 @@ def _mean(values: list[Any]) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
-def _params_text(params: dict[str, Any]) -> str:
+def _params_text(params: Mapping[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items()) or "(no swept keys)"

@@ -83,7 +83,7 @@ def cell_from_run(skill: str, target: str, bench: str, run_dir: Path, split: str
     """A cell's score from its run directory: the scored episodes' hard scores."""
     rows = RunDir(run_dir).read_eval_results(split)
     scored = [r for r in rows if not (r.get("infra_error") or r.get("fail_reason") in ("data_error", "not_played"))]
-    k = sum(1 for r in scored if float(r.get("hard") or 0) >= 1.0)
+    k = sum(1 for r in scored if isinstance(hard := r.get("hard"), (int, float)) and hard >= 1.0)
     n = len(scored)
     lo, hi = wilson(k, n)
     infra = sum(1 for r in rows if r.get("infra_error"))

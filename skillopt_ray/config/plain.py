@@ -81,7 +81,7 @@ def from_container(data: Mapping[str, object]) -> Config:
 
 
 @functools.cache
-def _hints(tp: Any) -> dict[str, Any]:
+def _hints(tp: Any) -> dict[str, object]:
     import typing
 
     return typing.get_type_hints(tp)

@@ -12,6 +12,7 @@ Keys are never part of the command: the CLI reads them from the environment as a
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import shlex
@@ -28,7 +29,9 @@ from typing import Any, Optional, TypedDict
 from skillopt_envs.jsontypes import JSONObject, JSONValue
 
 from skillopt_ray.cli.errors import UsageError
+from skillopt_ray.cli.preflight import Checked
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config.schema import Config
 from skillopt_ray.dashboard.keys import (
     MLFLOW_SECRETS,
     endpoint_of,
@@ -222,16 +225,12 @@ def overrides_from_form(form: JSONObject) -> list[str]:
     return out
 
 
-def _compose_typed(overrides: list[str], lock: threading.Lock) -> PlainConfig:
-    from skillopt_ray.cli.compose import absolute, apply_prices, compose_node, plain, split_price_overrides, typed
+def _compose_typed(overrides: list[str], lock: threading.Lock) -> Config:
+    """The form's run config, composed and validated as the command line does it (cli.compose), paths resolved."""
+    from skillopt_ray.cli.compose import absolute, compose
 
-    rest, prices = split_price_overrides(overrides)
     with lock:  # Hydra's composition uses process-wide state
-        cfg = compose_node(rest)
-        if prices:
-            apply_prices(cfg, prices)
-        config = typed(cfg)
-    return plain(absolute(config))
+        return absolute(compose(overrides))
 
 
 # Settings that say where a key is sent (an endpoint URL, the tracking server, a search proxy, which variable holds
@@ -239,16 +238,22 @@ def _compose_typed(overrides: list[str], lock: threading.Lock) -> PlainConfig:
 KEY_SETTINGS = ("llm.", "tracking.", "env.options.search_")
 
 
-def preset_config(overrides: list[str], lock: threading.Lock) -> PlainConfig:
+def _keeps(override: str, groups: Any) -> bool:
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key in groups or not key.startswith(KEY_SETTINGS)
+
+
+def preset_config(overrides: list[str], lock: threading.Lock, composed: Optional[PlainConfig] = None) -> PlainConfig:
     """The form's config with every setting of where a key goes left as its presets set it (the config groups and
-    the other overrides, a custom experiment's env.data_dir say, kept): where its keys are meant to go."""
+    the other overrides, a custom experiment's env.data_dir say, kept): where its keys are meant to go. A form that
+    sets none of them is its presets' config (`composed`, when given): not composed again."""
+    from skillopt_ray.cli.compose import plain
+
     groups = group_options()
-
-    def keeps(override: str) -> bool:
-        key = override.split("=", 1)[0].lstrip("+~")
-        return key in groups or not key.startswith(KEY_SETTINGS)
-
-    return _compose_typed([o for o in overrides if keeps(o)], lock)
+    kept = [o for o in overrides if _keeps(o, groups)]
+    if composed is not None and kept == overrides:
+        return composed
+    return plain(_compose_typed(kept, lock))
 
 
 def validate(
@@ -256,29 +261,25 @@ def validate(
     lock: threading.Lock,
     policy: Optional[PathPolicy] = None,
     endpoints: frozenset[str] = frozenset(),
-) -> PlainConfig:
-    """The CLI's checks before anything starts: compose with Hydra, the typed schema, the output folder, the keys
-    and the skill files. Returns the resolved config; raises UsageError with the CLI's one-line message.
+) -> Checked:
+    """The CLI's composition and checks before anything starts, once (cli.compose, cli.preflight): the checked run
+    that the launched process takes as it is (cli.handoff). Raises UsageError with the CLI's one-line message; a
+    check leaves no folder behind (the run makes its output folder).
 
     With a `policy` (a form that came over HTTP), overrides that reach past plain values are refused before Hydra
     sees them, the resolved paths are checked before any file they name is read, and a key goes to no host but its
     preset's and the `endpoints` the user allowed."""
-    from skillopt_ray.cli.checks import check_keys, check_output_dir, check_skill_files
+    from skillopt_ray.cli.compose import plain
+    from skillopt_ray.cli.preflight import preflight
 
     if policy is not None:
         refuse_unsafe_overrides(overrides)
-    data = _compose_typed(overrides, lock)
+    config = _compose_typed(overrides, lock)
     if policy is not None:
+        data = plain(config)
         refuse_from_page(data, policy)
-        refuse_key_redirects(data, preset_config(overrides, lock), endpoints)
-    check_output_dir(Path(data["output_dir"]), create=False)  # a check leaves no folder behind; the run makes it
-    check_keys(data)
-    check_skill_files(data)
-    return data
-
-
-def command_for(overrides: list[str]) -> list[str]:
-    return [sys.executable, "-m", "skillopt_ray", *overrides]
+        refuse_key_redirects(data, preset_config(overrides, lock, data), endpoints)
+    return preflight(config, make_output=False)
 
 
 def display_command(overrides: list[str]) -> str:
@@ -411,6 +412,10 @@ class Launcher:
         return schema
 
     def check(self, form: JSONObject) -> tuple[list[str], PlainConfig]:
+        overrides, checked = self._checked(form)
+        return overrides, checked.data
+
+    def _checked(self, form: JSONObject) -> tuple[list[str], Checked]:
         overrides = overrides_from_form(form)
         try:
             return overrides, validate(overrides, self._hydra_lock, self.policy, self.endpoints)
@@ -418,8 +423,8 @@ class Launcher:
             raise UsageError("an override nests too deeply for the config parser; write the value flat") from None
 
     def launch(self, form: JSONObject) -> Launch:
-        overrides, data = self.check(form)
-        return self._start(overrides, data)
+        overrides, checked = self._checked(form)
+        return self._start(overrides, checked)
 
     def resume(self, lid: str) -> Launch:
         """The same command again for a launch that has ended: the run resumes from its last completed stage."""
@@ -430,36 +435,52 @@ class Launcher:
             raise UsageError(f"{lid} is still running; stop it first")
         return self._start(old.overrides, validate(old.overrides, self._hydra_lock, self.policy, self.endpoints))
 
-    def _start(self, overrides: list[str], data: PlainConfig) -> Launch:
+    def _start(self, overrides: list[str], checked: Checked) -> Launch:
+        from skillopt_ray.cli.identity import identity_record
         from skillopt_ray.cli.launch import run_dir_for
 
-        run_dir = str(run_dir_for(data))
+        run_dir = str(run_dir_for(checked.data, identity_record(checked.data, checked.skills)))
         lid = f"L{len(self.launches) + 1:03d}"
         launch = Launch(lid, overrides, display_command(overrides), run_dir=run_dir)
         if self.ray_address:
             launch.job_id = self._submit(launch)
         else:
-            self._spawn(launch, data)
+            self._spawn(launch, checked)
         self.launches[lid] = launch
         return launch
 
-    def _spawn(self, launch: Launch, data: PlainConfig) -> None:
+    def _spawn(self, launch: Launch, checked: Checked) -> None:
+        """The checked run in a process of its own, which takes it as checked (cli.handoff) on its standard input."""
+        from skillopt_ray.cli import handoff
+
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "SKILLOPT_PROGRESS": "plain"}
-        if self.policy is not None and not tracking_is_home(data):
+        if self.policy is not None and not tracking_is_home(checked.data):
             for name in MLFLOW_SECRETS:  # the token goes only to the server the user's environment names
                 env.pop(name, None)
-        proc = subprocess.Popen(
-            [*command_for(launch.overrides), "debug.progress=plain"],
+        data = copy.deepcopy(checked.data)
+        data["debug"]["progress"] = "plain"  # the page follows its output line by line
+        overrides = [*launch.overrides, "debug.progress=plain"]
+        handed = handoff.encode(checked.with_data(data), overrides, handoff.command_argv(overrides))
+        proc = self._popen(
+            [sys.executable, "-m", "skillopt_ray.cli.handoff"],
             cwd=self.cwd,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             text=True,
             start_new_session=True,
         )
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # a process that died at once says why on its output
+            proc.stdin.write(handed.decode())
+            proc.stdin.close()
         launch.process = proc
         threading.Thread(target=_follow, args=(launch,), name=f"log-{launch.id}", daemon=True).start()
+
+    @staticmethod
+    def _popen(argv: list[str], **kw: Any) -> subprocess.Popen:
+        return subprocess.Popen(argv, **kw)
 
     def _submit(self, launch: Launch) -> str:
         entry = shlex.join(["python", "-m", "skillopt_ray", "ray=cluster", "debug.progress=plain", *launch.overrides])

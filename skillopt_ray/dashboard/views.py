@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypedDict, cast
 
-from skillopt_envs.jsontypes import JSONValue
+from skillopt_envs.jsontypes import JSONObject, JSONValue, as_object
 
 from skillopt_ray.base import untrusted
 from skillopt_ray.base.stats import GateTestDict
-from skillopt_ray.runs.records import Progress, RecordError
+from skillopt_ray.runs.records import Progress, RecordError, Summary
 from skillopt_ray.runs.rundir import STEP_DIFF, RunDir
 
 # The six stages of a training step, in order (the strip at the top of the watch view).
@@ -56,11 +56,11 @@ MAX_FLAT_KEYS = 5000
 MAX_FLAT_DEPTH = 16
 
 
-def _flatten(d: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
+def _flatten(d: JSONValue, prefix: str = "", depth: int = 0) -> JSONObject:
     """dotted.key -> value, bounded in keys and depth (a run folder's config is anyone's to write)."""
     if not isinstance(d, dict):
         return {prefix: d}
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for k, v in list(d.items())[:MAX_FLAT_KEYS]:
         key = f"{prefix}.{k}" if prefix else str(k)
         deeper = isinstance(v, dict) and depth < MAX_FLAT_DEPTH
@@ -141,7 +141,7 @@ class RunDetail(TypedDict):
     skill: SkillView
     costs: CostsView
     errors: ErrorsView
-    summary: Optional[dict[str, Any]]  # Summary.to_dict()
+    summary: Optional[JSONObject]  # Summary.to_dict()
 
 
 @dataclass
@@ -160,7 +160,7 @@ class RunRow:
     test_final: Optional[float] = None
     cost_usd: float = 0.0
     tokens: int = 0
-    swept: dict[str, Any] = field(default_factory=dict)
+    swept: JSONObject = field(default_factory=dict)
     sweep: str = ""  # the sweep this run is a trial of ("" for a run of its own)
     trial: str = ""  # the trial's key within its sweep
     error: str = ""  # why the run's files could not be read (one line); the other rows are shown all the same
@@ -182,7 +182,7 @@ def status_of(rd: RunDir, alive: bool = False, stopped: bool = False) -> str:
     which also wins over a fresh progress record."""
     if alive:
         return "running"
-    summary = rd.summary()
+    summary = rd.read_summary()
     sessions = rd.read_sessions()
     last = sessions[-1].get("status") if sessions else None
     if stopped and summary is None:
@@ -198,11 +198,6 @@ def status_of(rd: RunDir, alive: bool = False, stopped: bool = False) -> str:
     return "stopped" if sessions else "starting"
 
 
-def history(rd: RunDir) -> list[dict[str, Any]]:
-    """The step records in step order, as the run wrote them (a step redone after a resume: its last record)."""
-    return rd.history_rows()
-
-
 def _number(value: Any) -> float:
     """A count or cost as a run file holds it; 0 for what is not a number (a run folder is anyone's to write, and
     one bad file must not take the whole table down)."""
@@ -213,27 +208,30 @@ def _number(value: Any) -> float:
     return out if out == out and abs(out) != float("inf") else 0.0
 
 
+def _seed(value: JSONValue) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def run_row(root: Path, path: Path, alive: bool = False, stopped: bool = False) -> RunRow:
     rd = RunDir(path)
     cfg = rd.read_config()
-    summary = rd.summary() or {}
-    state = rd.load_state() or {}
+    summary = rd.read_summary() or Summary()
+    state = rd.read_state_brief()
     ledger = rd.read_ledger().get("totals")
     ledger = ledger if isinstance(ledger, dict) else {}
-    test = summary.get("test") or {}
-    sel = summary.get("selection") or {}
+    sel = summary.selection or {}
     best_sel = sel.get("best", state.get("best_score"))
     return RunRow(
         id=_run_id(root, path),
         path=str(path),
-        experiment=str(cfg.get("experiment") or summary.get("experiment") or ""),
-        seed=cfg.get("seed", summary.get("seed")),
+        experiment=str(cfg.get("experiment") or summary.experiment or ""),
+        seed=_seed(cfg.get("seed", summary.seed)),
         status=status_of(rd, alive, stopped),
-        steps=int(_number(state.get("global_step")) or len(history(rd))),
+        steps=int(_number(state.get("global_step")) or len(rd.history())),
         best_selection=best_sel,
-        test_initial=(test.get("initial") or {}).get("hard"),
-        test_best=(test.get("best") or {}).get("hard"),
-        test_final=(test.get("final") or {}).get("hard"),
+        test_initial=summary.test_score("initial"),
+        test_best=summary.test_score("best"),
+        test_final=summary.test_score("final"),
         cost_usd=_number(ledger.get("cost_usd")),
         tokens=int(_number(ledger.get("prompt_tokens")) + _number(ledger.get("completion_tokens"))),
     )
@@ -252,14 +250,14 @@ def safe_row(root: Path, path: Path, alive: bool = False, stopped: bool = False)
         return RunRow(id=_run_id(root, path), path=str(path), status="unreadable", error=str(e).splitlines()[0][:300])
 
 
-RowCache = untrusted.StatCache[str, tuple[RunRow, dict[str, Any]]]
+RowCache = untrusted.StatCache[str, tuple[RunRow, JSONObject]]
 
 
-def cached_row(root: Path, path: Path, alive: bool, stopped: bool, cache: RowCache) -> tuple[RunRow, dict[str, Any]]:
+def cached_row(root: Path, path: Path, alive: bool, stopped: bool, cache: RowCache) -> tuple[RunRow, JSONObject]:
     """A run's row and config, read again only when a file at the run's top changed (the live status is always
     read afresh: it depends on the clock)."""
 
-    def read() -> tuple[RunRow, dict[str, Any]]:
+    def read() -> tuple[RunRow, JSONObject]:
         return safe_row(root, path), RunDir(path).read_config()
 
     row, cfg = cache.get(str(path), untrusted.stamp_of(path), read)
@@ -277,13 +275,13 @@ def _incidental(key: str) -> bool:
     return key in ("seed", "output_dir", "run_name") or key.startswith(("debug.", "tracking."))
 
 
-def _group_key(cfg: dict[str, Any]) -> tuple[str, str, str]:
+def _group_key(cfg: JSONObject) -> tuple[str, str, str]:
     """Runs worth comparing key by key: one benchmark, one mode, one sweep (or none)."""
-    tags = (cfg.get("tracking") or {}).get("tags") or {}
+    tags = as_object(as_object(cfg.get("tracking")).get("tags"))
     return (str(cfg.get("experiment") or ""), str(cfg.get("mode") or ""), str(tags.get("sweep") or ""))
 
 
-def swept_keys(flat: list[dict[str, Any]]) -> list[str]:
+def swept_keys(flat: list[JSONObject]) -> list[str]:
     """The config keys whose values differ between these runs (the seed, output paths and tracking aside).
 
     A key only some runs have (added to the schema after the older ones ran) is compared among those that have it,
@@ -298,7 +296,7 @@ def compare_rows(
     alive: Optional[set[str]] = None,
     stopped: Optional[set[str]] = None,
     cache: Optional[RowCache] = None,
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """Table rows for runs. Each row's swept values are the keys that differ within its group of comparable runs
     (same benchmark, mode and sweep), so runs of other benchmarks do not make every key look swept; a sweep's
     trials carry the sweep's name and their trial key."""
@@ -314,26 +312,26 @@ def compare_rows(
         for i, f in zip(members, flat):
             rows[i].swept = {k: f.get(k) for k in keys}
     for row, cfg in zip(rows, configs):
-        tags = (cfg.get("tracking") or {}).get("tags") or {}
+        tags = as_object(as_object(cfg.get("tracking")).get("tags"))
         row.sweep, row.trial = str(tags.get("sweep") or ""), str(tags.get("sweep.trial") or "")
     return [asdict(r) for r in rows]
 
 
 def curve(rd: RunDir) -> list[CurvePoint]:
     """Scores per step: the current skill's, the candidate's and the best so far, as the run recorded them."""
-    state = rd.load_state() or {}
+    state = rd.read_state_brief()
     points: list[CurvePoint] = [
         {"step": 0, "current": state.get("initial_score"), "candidate": None, "best": state.get("initial_score")}
     ]
-    for h in history(rd):
+    for h in rd.history():
         points.append(
             {
-                "step": h.get("step"),
-                "epoch": h.get("epoch"),
-                "current": h.get("current_score"),
-                "candidate": h.get("candidate_gate_score"),
-                "best": h.get("best_score"),
-                "action": h.get("action"),
+                "step": h.step,
+                "epoch": h.epoch,
+                "current": h.current_score,
+                "candidate": h.candidate_gate_score,
+                "best": h.best_score,
+                "action": h.action,
             }
         )
     return points
@@ -341,22 +339,22 @@ def curve(rd: RunDir) -> list[CurvePoint]:
 
 def steps(rd: RunDir) -> list[StepView]:
     """Per step: what the gate decided and why, the tasks that flipped, the edits, and whether a diff exists."""
-    by_key = {(h.get("epoch"), h.get("step_in_epoch")): h for h in history(rd)}
+    by_key = {(h.epoch, h.step_in_epoch): h for h in rd.history()}
     out: list[StepView] = []
     for epoch, step in rd.step_ids():
         decision = _or(None, rd.read_gate, epoch, step)
         gate = decision.to_dict() if decision is not None else {}
-        rec = by_key.get((epoch, step)) or {}
+        rec = by_key.get((epoch, step))
         out.append(
             {
                 "id": RunDir.step_name(epoch, step),
                 "epoch": epoch,
                 "step": step,
-                "global_step": rec.get("step"),
-                "action": rec.get("action") or gate.get("action") or "(in progress)",
-                "edit_budget": rec.get("edit_budget"),
-                "edits": rec.get("edit_apply_summary") or {},
-                "rollout_hard": rec.get("rollout_hard"),
+                "global_step": rec.step if rec else None,
+                "action": (rec.action if rec else "") or gate.get("action") or "(in progress)",
+                "edit_budget": rec.edit_budget if rec else None,
+                "edits": (rec.edit_apply_summary if rec else None) or {},
+                "rollout_hard": rec.rollout_hard if rec else None,
                 "current": gate.get("current_score"),
                 "candidate": gate.get("candidate_score"),
                 "best": gate.get("best_score"),
@@ -373,25 +371,24 @@ def epochs(rd: RunDir) -> list[EpochView]:
     """The epoch boundary's blocks: the slow update (its text and gate decision) and the meta skill."""
     out: list[EpochView] = []
     for epoch, rec in rd.epochs().items():
-        slow = rec.slow.to_dict() if rec.slow is not None else {}
-        meta = rec.meta.to_dict() if rec.meta is not None else {}
+        slow, meta = rec.slow, rec.meta
         out.append(
             {
                 "epoch": epoch,
-                "slow_update": slow.get("slow_update_content", ""),
-                "slow_action": slow.get("action", ""),
-                "slow_reason": slow.get("reason", ""),
-                "meta_skill": meta.get("meta_skill_content", ""),
-                "meta_action": meta.get("action", ""),
+                "slow_update": (slow.slow_update_content if slow else None) or "",
+                "slow_action": slow.action if slow else "",
+                "slow_reason": (slow.reason if slow else None) or "",
+                "meta_skill": (meta.meta_skill_content if meta else None) or "",
+                "meta_action": meta.action if meta else "",
             }
         )
     return out
 
 
-def costs(rd: RunDir, cfg: dict[str, Any]) -> CostsView:
+def costs(rd: RunDir, cfg: JSONObject) -> CostsView:
     """Tokens, calls and cost per role/stage, with the configured budget caps beside the totals."""
     ledger = rd.read_ledger()
-    budget = ((cfg.get("llm") or {}).get("budget")) or {}
+    budget = as_object(as_object(cfg.get("llm")).get("budget"))
     return {"entries": ledger.get("entries", {}), "totals": ledger.get("totals", {}), "budget": budget}
 
 
@@ -399,21 +396,25 @@ def errors(rd: RunDir) -> ErrorsView:
     """Infra errors by kind and data errors, summed over the steps' rollouts."""
     kinds: dict[str, int] = {}
     data = 0
-    for h in history(rd):
-        for k, n in (h.get("infra_kinds") or {}).items():
+    for h in rd.history():
+        for k, n in (h.infra_kinds or {}).items():
             kinds[k] = kinds.get(k, 0) + int(n)
-        data += int(h.get("data_errors") or 0)
+        data += int(h.data_errors or 0)
     return {"infra": kinds, "data": data}
 
 
 def current_skill(rd: RunDir) -> tuple[Optional[int], str]:
-    state = rd.load_state() or {}
-    version = state.get("current_version")
+    version: Optional[int] = rd.read_state_brief().get("current_version")
     if version is None:
         version = rd.latest_skill_version()
         if version is None:
             return None, ""
     return version, rd.find_skill(int(version)) or ""
+
+
+def _summary(rd: RunDir) -> Optional[JSONObject]:
+    s = rd.read_summary()
+    return None if s is None else s.to_dict()
 
 
 def live(rd: RunDir) -> Progress:
@@ -444,7 +445,7 @@ def run_detail(root: Path, path: Path, alive: bool = False, stopped: bool = Fals
         "skill": {"version": version, "text": skill},
         "costs": _or({"entries": {}, "totals": {}, "budget": {}}, costs, rd, cfg),
         "errors": _or({"infra": {}, "data": 0}, errors, rd),
-        "summary": _or(None, rd.summary),
+        "summary": _or(None, _summary, rd),
     }
 
 

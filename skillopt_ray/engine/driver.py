@@ -461,7 +461,7 @@ class Driver:
     `DriverActor`, or an object in the command's own process)."""
 
     ray_name = "DriverActor"
-    ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 8}
+    ray_options: ActorOptions = {"num_cpus": 0, "max_concurrency": 8}
 
     def __init__(
         self,

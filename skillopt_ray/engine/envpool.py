@@ -201,7 +201,7 @@ class EnvWorker:
     engine on a thread of its own)."""
 
     ray_name = "EnvActor"
-    ray_options: dict[str, Any] = {}
+    ray_options: ActorOptions = {}
 
     def __init__(self, env_name: str, env_cfg: EnvSettings, gateway: Any, owners: Optional[list[Owner]] = None):
         from skillopt_ray.base.lifeline import watch

@@ -112,7 +112,8 @@ class Trainer:
                 await self.boundary.run(st.epoch)
         if st.phase == "final":
             await self.final.run()
-        return self.rd.summary() or {}
+        summary = self.rd.read_summary()
+        return summary.to_dict() if summary is not None else {}
 
     async def baseline(self) -> None:
         """The raw initial skill on the whole selection split: the first current and best scores."""

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from skillopt_ray.config.schema import Config
 
 from skillopt_ray.base.lifeline import Owner
+from skillopt_ray.base.ray_class import ActorOptions, RuntimeEnv
+
+__all__ = ["ActorOptions", "Readiness", "RuntimeEnv", "Spawner", "StandbyPool", "fresh", "with_env"]
 
 ADOPT_TIMEOUT_S = 120.0
 
@@ -35,22 +38,6 @@ class Readiness(TypedDict):
 
     idle: int
     ready: int
-
-
-class RuntimeEnv(TypedDict, total=False):
-    env_vars: dict[str, str]
-
-
-class ActorOptions(TypedDict, total=False):
-    """The Ray options (`cls.options(**...)`) the launch path starts a run's actors with."""
-
-    num_cpus: float
-    max_concurrency: int
-    resources: dict[str, float]
-    scheduling_strategy: object  # "SPREAD" or a Ray strategy object (NodeAffinitySchedulingStrategy)
-    label_selector: dict[str, str]
-    fallback_strategy: list[dict[str, dict[str, str]]]
-    runtime_env: RuntimeEnv
 
 
 class Spawner(Protocol):

@@ -12,7 +12,7 @@ from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray import prompts
 from skillopt_ray.epoch import ask_for_text
-from skillopt_ray.prompts.render import conversation_text
+from skillopt_ray.prompts.render import EpochPair, PairSide, conversation_text
 
 CATEGORIES = {
     (False, True): "improved",
@@ -39,7 +39,7 @@ def _task_text(task: Task, r: Optional[EpisodeResult]) -> str:
     return str(p.get("question") or (r.task_description if r else "") or p.get("instruction") or task.task_id)
 
 
-def _side(r: Optional[EpisodeResult]) -> JSONObject:
+def _side(r: Optional[EpisodeResult]) -> PairSide:
     if r is None:
         return {"hard": 0, "soft": 0.0, "predicted_answer": "N/A", "fail_reason": "no result"}
     return {
@@ -56,12 +56,12 @@ def _trajectory(r: Optional[EpisodeResult]) -> str:
     return conversation_text(r.trajectory) or "(empty trajectory)"
 
 
-def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[EpisodeResult]) -> list[JSONObject]:
+def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[EpisodeResult]) -> list[EpochPair]:
     """One pair per task, matched by id. A task that could not be scored on either side (infra or data
     error) is left out rather than counted as a failure."""
     by_prev = {r.task_id: r for r in prev}
     by_curr = {r.task_id: r for r in curr}
-    pairs: list[JSONObject] = []
+    pairs: list[EpochPair] = []
     for t in tasks:
         p, c = by_prev.get(t.task_id), by_curr.get(t.task_id)
         if any(r is not None and not r.scored for r in (p, c)):
@@ -81,7 +81,7 @@ def build_pairs(tasks: list[Task], prev: list[EpisodeResult], curr: list[Episode
     return pairs
 
 
-def keep(pairs: list[dict[str, Any]], policy: str) -> list[JSONObject]:
+def keep(pairs: list[EpochPair], policy: str) -> list[EpochPair]:
     return [p for p in pairs if p["category"] in POLICY[policy]]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
-from skillopt_envs.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject, as_int, as_object
 
 _LABEL = re.compile(r"<answer>\s*([A-E])\s*</answer>", re.IGNORECASE)
 _TAG = re.compile(r"<answer>", re.IGNORECASE)
@@ -111,31 +111,31 @@ def _files_of(cmd: str) -> list[str]:
     return [m.group(1).strip("'\"")] if m else []
 
 
-def codex_session_trace(events: list[dict[str, Any]], workspace: str = "") -> AgentTrace:
+def codex_session_trace(events: list[JSONObject], workspace: str = "") -> AgentTrace:
     """Read Codex's rollout log (`sessions/**/rollout-*.jsonl` under CODEX_HOME) by its event kinds. `workspace`
     is the agent's working folder as the CLI sees it (see _codex_item)."""
     t = AgentTrace()
     for ev in events:
-        p = ev.get("payload") or {}
+        p = as_object(ev.get("payload"))
         kind, sub = ev.get("type"), p.get("type")
         if kind == "response_item" and sub == "function_call":
             _codex_command(t, p)
         elif kind == "event_msg" and sub == "item_completed":
-            _codex_item(t, p.get("item") or {}, workspace)
+            _codex_item(t, as_object(p.get("item")), workspace)
         elif kind == "event_msg" and sub == "error":
             t.cli_errors.append(str(p.get("message") or "error event")[:300])
         elif kind == "event_msg" and sub == "token_count":
-            last = (p.get("info") or {}).get("last_token_usage") or {}
+            last = as_object(as_object(p.get("info")).get("last_token_usage"))
             if last:
                 t.usage_reports += 1
-                t.input_tokens += int(last.get("input_tokens") or 0)
-                t.output_tokens += int(last.get("output_tokens") or 0)
+                t.input_tokens += as_int(last.get("input_tokens"))
+                t.output_tokens += as_int(last.get("output_tokens"))
         elif kind == "event_msg" and sub == "agent_message":
             t.final_message = str(p.get("message") or "")
     return t
 
 
-def _codex_command(t: AgentTrace, call: dict[str, Any]) -> None:
+def _codex_command(t: AgentTrace, call: JSONObject) -> None:
     """A shell call's command line (and the file it reads, if any) from a function_call item."""
     raw = call.get("arguments") or "{}"
     try:
@@ -150,7 +150,7 @@ def _codex_command(t: AgentTrace, call: dict[str, Any]) -> None:
         t.files_read += _files_of(str(cmd))
 
 
-def _codex_item(t: AgentTrace, item: dict[str, Any], workspace: str) -> None:
+def _codex_item(t: AgentTrace, item: JSONObject, workspace: str) -> None:
     """A finished command item: a process was started (any exit code), or the harness never created one. A
     process that could not start in a folder the model chose (one that does not exist, say) is the model's own
     observation; in the workspace, which the runner made, it is the tool that is broken."""
@@ -166,12 +166,12 @@ def _codex_item(t: AgentTrace, item: dict[str, Any], workspace: str) -> None:
     t.tool_errors.append(f"{_shown_command(item)}: {said[:200]}")
 
 
-def _shown_command(item: dict[str, Any]) -> str:
+def _shown_command(item: JSONObject) -> str:
     cmd = item.get("command")
     return " ".join(map(str, cmd))[:120] if isinstance(cmd, list) else str(cmd or "command")[:120]
 
 
-def claude_session_trace(events: list[dict[str, Any]]) -> AgentTrace:
+def claude_session_trace(events: list[JSONObject]) -> AgentTrace:
     """Read Claude Code's session log (`projects/*/<session>.jsonl` under its config dir). Its tool results are
     observations only: an `is_error` result is a command that exited non-zero or a refused tool input, which the
     model sees and answers to; a Claude Code that cannot run its tools does not reach its model (the runner's
@@ -179,23 +179,23 @@ def claude_session_trace(events: list[dict[str, Any]]) -> AgentTrace:
     t = AgentTrace()
     seen_usage: set[str] = set()
     for ev in events:
-        msg = ev.get("message") or {}
+        msg = as_object(ev.get("message"))
         content = msg.get("content")
         if ev.get("type") != "assistant":
             continue
         mid = str(msg.get("id") or "")
-        usage = msg.get("usage") or {}
+        usage = as_object(msg.get("usage"))
         if usage and mid not in seen_usage:  # one message is logged once per content block
             seen_usage.add(mid)
             t.usage_reports += 1
-            t.input_tokens += int(usage.get("input_tokens") or 0)
-            t.output_tokens += int(usage.get("output_tokens") or 0)
+            t.input_tokens += as_int(usage.get("input_tokens"))
+            t.output_tokens += as_int(usage.get("output_tokens"))
         for b in content if isinstance(content, list) else []:
             _claude_block(t, b)
     return t
 
 
-def _claude_block(t: AgentTrace, b: dict[str, Any]) -> None:
+def _claude_block(t: AgentTrace, b: JSONObject) -> None:
     """One block of an assistant message: a Bash or Read call (commands, files read), or text (final message)."""
     if b.get("type") == "tool_use":
         inp = b.get("input")

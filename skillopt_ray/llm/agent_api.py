@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, TypedDict, Union, cast
 
 from aiohttp import web
-from skillopt_envs.chat import ChatMessage, ChatRequest, ContentPart, FunctionSpec, ToolCall, ToolSpec
+from skillopt_envs.chat import ChatMessage, ChatRequest, ContentPart, FunctionSpec, ToolCall, ToolSpec, content_text
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.llm.toolcall_text import settle_reply
@@ -43,30 +43,10 @@ class AgentReply:
     cost_usd: float = 0.0  # what the ledger charged for this call (0 for a cache hit)
 
 
-def _text_of(content: Any) -> str:
-    """Text of a Responses/Messages content value (a string or a list of parts)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for p in content:
-            if isinstance(p, dict):
-                if "text" in p:
-                    out.append(str(p.get("text") or ""))
-                elif p.get("type") in ("tool_result",):
-                    out.append(_text_of(p.get("content")))
-            elif isinstance(p, str):
-                out.append(p)
-        return "\n".join(out)
-    return str(content)
-
-
 def _parts(content: Any) -> Union[str, list[ContentPart]]:
     """Responses/Messages content parts as chat content: plain text when there is no image."""
     if not isinstance(content, list):
-        return _text_of(content)
+        return content_text(content, image="")
     parts: list[ContentPart] = []
     for p in content:
         if not isinstance(p, dict):
@@ -174,7 +154,7 @@ def responses_to_chat(body: dict[str, Any]) -> tuple[list[ChatMessage], list[Too
             )
         elif t in ("function_call_output", "custom_tool_call_output"):
             shown = _images_of(it.get("output"))
-            text = _text_of(it.get("output")) or (NO_TEXT if shown else "")
+            text = content_text(it.get("output"), image="") or (NO_TEXT if shown else "")
             out.append({"role": "tool", "tool_call_id": it.get("call_id"), "content": text})
             images += shown
     _flush_images(out, images)
@@ -336,7 +316,7 @@ def messages_to_chat(body: dict[str, Any]) -> tuple[list[ChatMessage], list[Tool
     for m in body.get("messages") or []:
         role, content = m.get("role"), m.get("content")
         if isinstance(content, str) or role == "system":
-            out.append({"role": role, "content": _text_of(content), "_closed": True})
+            out.append({"role": role, "content": content_text(content, image=""), "_closed": True})
         elif role == "assistant":
             out.append(_assistant_message(content or []))
         else:
@@ -394,7 +374,7 @@ def _add_user_blocks(out: list[ChatMessage], content: list[dict[str, Any]]) -> N
     for b in content:
         if b.get("type") == "tool_result":
             shown = _images_of(b.get("content"))
-            text = _text_of(b.get("content")) or (NO_TEXT if shown else "")
+            text = content_text(b.get("content"), image="") or (NO_TEXT if shown else "")
             out.append(
                 {
                     "role": "tool",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, TypedDict
 
 from skillopt_envs.chat import ChatMessage, ChatRequest, ContentPart, ToolCall
-from skillopt_envs.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject, as_int, as_object
 
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.context import context_advice, context_overflow
@@ -299,9 +299,8 @@ def decode_json_body(body: str, content_type: str) -> Any:
     return data
 
 
-def _usage_detail(usage: dict[str, Any], group: str, key: str) -> int:
-    details = usage.get(group)
-    return int(details.get(key) or 0) if isinstance(details, dict) else 0
+def _usage_detail(usage: JSONObject, group: str, key: str) -> int:
+    return as_int(as_object(usage.get(group)).get(key))
 
 
 def parse_completion(body: str, content_type: str) -> Completion:
@@ -315,17 +314,17 @@ def parse_completion(body: str, content_type: str) -> Completion:
         raise TransportFault("not_completion", "HTTP 200 with JSON that is not a chat completion (no choices)")
     choice = choices[0]
     raw_message = choice.get("message")
-    message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
+    message = as_object(raw_message)
     content = message.get("content")
     if isinstance(content, list):  # some servers send content parts
         content = "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
     raw_usage = data.get("usage")
-    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+    usage = as_object(raw_usage)
     return Completion(
         content=content if isinstance(content, str) else "",
         finish_reason=str(choice.get("finish_reason") or ""),
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
+        prompt_tokens=as_int(usage.get("prompt_tokens")),
+        completion_tokens=as_int(usage.get("completion_tokens")),
         tool_calls=_tool_calls(message.get("tool_calls")),
         reasoning_tokens=_usage_detail(usage, "completion_tokens_details", "reasoning_tokens"),
         cached_tokens=_usage_detail(usage, "prompt_tokens_details", "cached_tokens"),

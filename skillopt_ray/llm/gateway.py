@@ -14,13 +14,14 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.chat import ChatRequest, ChatResult, JsonExtractionError, JsonResult, ResponseFormat
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.io import atomic_write_json, read_json
 from skillopt_ray.base.lifeline import Owner
+from skillopt_ray.base.ray_class import ActorOptions
 from skillopt_ray.config import LLMConfig, judge_role
 from skillopt_ray.config.routing import resolved_api
 from skillopt_ray.llm.cache import ResponseCache, request_key
@@ -43,6 +44,16 @@ from skillopt_ray.llm.types import (
     ReplyTruncated,
 )
 from skillopt_ray.llm.wire import AgentSettings, CachedReply, CachePayload
+from skillopt_ray.runs.records import LedgerState
+
+
+class GatewayStats(TypedDict, total=False):
+    """What the gateway's endpoints went through, per role: retries, faults by kind, and (the gateway only) the peak
+    of calls in flight."""
+
+    retries: dict[str, int]
+    faults: dict[str, dict[str, int]]
+    peak_in_flight: dict[str, int]
 
 
 def response_format(mode: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]:
@@ -381,16 +392,16 @@ class Gateway:
         except JsonExtractionError as e:
             raise MalformedOutput(f"{req.role}/{req.stage}: malformed output after one re-ask: {e}") from None
 
-    def save_ledger(self) -> dict[str, Any]:
+    def save_ledger(self) -> LedgerState:
         data = self.ledger.to_dict()
         if self.ledger_path:
             atomic_write_json(self.ledger_path, data)
         return data
 
-    def ledger_snapshot(self) -> dict[str, Any]:
+    def ledger_snapshot(self) -> LedgerState:
         return self.ledger.to_dict()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> GatewayStats:
         return {
             "retries": {r: ep.retries_done for r, ep in self.endpoints.items()},
             "faults": {r: dict(ep.faults) for r, ep in self.endpoints.items()},
@@ -425,7 +436,7 @@ class Sender:
     runs out of first; shards spread it over processes and, placed with SPREAD, over nodes (Ray only)."""
 
     ray_name = "SenderActor"
-    ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4096}
+    ray_options: ActorOptions = {"num_cpus": 0, "max_concurrency": 4096}
 
     def __init__(self, llm_cfg: LLMConfig, owners: Optional[list[Owner]] = None):
         from skillopt_ray.base.lifeline import watch
@@ -439,7 +450,7 @@ class Sender:
         except Exception as e:  # noqa: BLE001 - see _one_line
             raise _one_line(e, req) from None
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> GatewayStats:
         return {
             "retries": {r: ep.retries_done for r, ep in self.endpoints.items()},
             "faults": {r: dict(ep.faults) for r, ep in self.endpoints.items()},
@@ -464,7 +475,7 @@ class GatewayHost:
     rate/concurrency limits stay in this actor, so they are exact whatever the number of shards."""
 
     ray_name = "GatewayActor"
-    ray_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4096}
+    ray_options: ActorOptions = {"num_cpus": 0, "max_concurrency": 4096}
 
     def __init__(
         self,
@@ -532,22 +543,23 @@ class GatewayHost:
     def agent_settings(self, role: str = "target") -> AgentSettings:
         return self.gw.agent_settings(role)
 
-    def save_ledger(self) -> dict[str, Any]:
+    def save_ledger(self) -> LedgerState:
         return self.gw.save_ledger()
 
-    def ledger_snapshot(self) -> dict[str, Any]:
+    def ledger_snapshot(self) -> LedgerState:
         return self.gw.ledger_snapshot()
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self) -> GatewayStats:
         out = self.gw.stats()
-        for st in await asyncio.gather(*(s.stats.remote() for s in self.gw.senders)):  # retries happen in the shards
-            for key in ("retries", "faults"):
-                for role, v in st[key].items():
-                    if key == "retries":
-                        out[key][role] += v
-                    else:
-                        for kind, n in v.items():
-                            out[key][role][kind] = out[key][role].get(kind, 0) + n
+        retries, faults = out.setdefault("retries", {}), out.setdefault("faults", {})
+        shards: list[GatewayStats] = await asyncio.gather(*(s.stats.remote() for s in self.gw.senders))
+        for st in shards:  # retries happen in the shards
+            for role, n in st.get("retries", {}).items():
+                retries[role] = retries.get(role, 0) + n
+            for role, kinds in st.get("faults", {}).items():
+                mine = faults.setdefault(role, {})
+                for kind, k in kinds.items():
+                    mine[kind] = mine.get(kind, 0) + k
         return out
 
     async def close(self) -> None:
@@ -623,7 +635,7 @@ class LLMHandle:
             return await self._batcher.call(req)
         return cast(ChatResult, await self._call("chat", req))
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         """A copy sent to another process starts its own batcher (and mailbox): two must never share one."""
         return {**self.__dict__, "_batcher": None}
 
@@ -642,8 +654,8 @@ class LLMHandle:
     async def agent_settings(self, role: str = "target") -> AgentSettings:
         return cast(AgentSettings, await self._call("agent_settings", role))
 
-    async def ledger_snapshot(self) -> dict[str, Any]:
-        return cast(dict[str, Any], await self._call("ledger_snapshot"))
+    async def ledger_snapshot(self) -> LedgerState:
+        return cast(LedgerState, await self._call("ledger_snapshot"))
 
-    async def save_ledger(self) -> dict[str, Any]:
-        return cast(dict[str, Any], await self._call("save_ledger"))
+    async def save_ledger(self) -> LedgerState:
+        return cast(LedgerState, await self._call("save_ledger"))

@@ -17,14 +17,16 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Optional, TypedDict
+from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.config import BudgetConfig, PriceConfig
 from skillopt_ray.llm.types import BudgetExceeded
+from skillopt_ray.runs.records import LedgerState
 
 MIN_COMPLETION = 16  # the smallest reply budget worth a call: below it a capped run stops instead of sending
 MAX_ROOM = 1 << 30  # a cost cap with a free model: no limit from it
@@ -85,13 +87,6 @@ class JournalLine(TypedDict, total=False):
     t: float
 
 
-class LedgerState(TypedDict, total=False):
-    """`ledger.json`: every role/stage entry's fields, and their totals."""
-
-    entries: dict[str, JSONObject]
-    totals: dict[str, float]
-
-
 def journal_path(ledger_path: Optional[str]) -> Optional[str]:
     """Where the journal of `ledger.json` lives (beside it)."""
     return str(Path(ledger_path).with_name(Path(ledger_path).stem + ".journal.jsonl")) if ledger_path else None
@@ -103,8 +98,9 @@ def _values(entry: LedgerEntry) -> JSONObject:
     return dict(entry.__dict__)
 
 
-def _entry_from(values: dict[str, Any]) -> LedgerEntry:
-    return LedgerEntry(**{k: v for k, v in values.items() if k in _FIELDS})
+def _entry_from(values: Mapping[str, object]) -> LedgerEntry:
+    known: Any = {k: v for k, v in values.items() if k in _FIELDS}  # numbers, as this code wrote them
+    return LedgerEntry(**known)
 
 
 def read_journal(path: str | Path) -> dict[str, LedgerEntry]:
@@ -128,7 +124,7 @@ def _price(
 def _replay(path: str | Path, prices: Optional[dict[str, PriceConfig]] = None) -> tuple[dict[str, LedgerEntry], int]:
     """(entries, how many calls were begun and never settled in this journal); lost calls priced with `prices`."""
     entries: dict[str, LedgerEntry] = {}
-    pending: dict[str, dict[str, Any]] = {}
+    pending: dict[str, JournalLine] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
@@ -138,7 +134,7 @@ def _replay(path: str | Path, prices: Optional[dict[str, PriceConfig]] = None) -
             if not isinstance(rec, dict):
                 continue
             if "p" in rec:  # a call about to be sent
-                pending[str(rec["p"])] = rec
+                pending[str(rec["p"])] = cast(JournalLine, rec)
                 continue
             if "d" in rec:  # that call's outcome came back (or it was cancelled)
                 pending.pop(str(rec["d"]), None)
@@ -417,5 +413,5 @@ class Ledger:
         if self._holds.pop(hold_id, None) is not None:
             self.in_flight -= 1
 
-    def to_dict(self) -> JSONObject:
+    def to_dict(self) -> LedgerState:
         return {"entries": {k: asdict(v) for k, v in sorted(self.entries.items())}, "totals": self.totals()}

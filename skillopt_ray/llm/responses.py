@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from skillopt_envs.chat import ChatMessage, ResponseFormat, ToolCall, ToolSpec
-from skillopt_envs.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject, as_int, as_object
 
 from skillopt_ray.llm.client import Completion, RoleEndpoint, TransportFault, decode_json_body, read_body, snippet
 from skillopt_ray.llm.wire import ChatBody
@@ -139,7 +139,7 @@ def request_body(kw: ChatBody, reasoning_summary: Optional[str] = None) -> JSONO
 # --- reply: a Responses body -> Completion -----------------------------------------------------------------------
 
 
-def _finish_reason(data: dict[str, Any], calls: list[ToolCall]) -> str:
+def _finish_reason(data: JSONObject, calls: list[ToolCall]) -> str:
     """Chat's finish_reason for a response's status: a reply cut by the budget is `length`, as in chat."""
     if data.get("status") == "incomplete":
         details = data.get("incomplete_details")
@@ -174,9 +174,8 @@ def _read_output(output: Any) -> tuple[str, list[ToolCall], str]:
     return "".join(text), calls, "\n\n".join(s for s in summary if s)
 
 
-def _detail(usage: dict[str, Any], group: str, key: str) -> int:
-    details = usage.get(group)
-    return int(details.get(key) or 0) if isinstance(details, dict) else 0
+def _detail(usage: JSONObject, group: str, key: str) -> int:
+    return as_int(as_object(usage.get(group)).get(key))
 
 
 def parse_response(body: str, content_type: str) -> Completion:
@@ -192,12 +191,12 @@ def parse_response(body: str, content_type: str) -> Completion:
         raise TransportFault("not_completion", f"HTTP 200 with a failed response: {snippet(str(err), 120)!r}")
     text, calls, summary = _read_output(data["output"])
     raw_usage = data.get("usage")
-    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+    usage = as_object(raw_usage)
     return Completion(
         content=text,
         finish_reason=_finish_reason(data, calls),
-        prompt_tokens=int(usage.get("input_tokens") or 0),
-        completion_tokens=int(usage.get("output_tokens") or 0),
+        prompt_tokens=as_int(usage.get("input_tokens")),
+        completion_tokens=as_int(usage.get("output_tokens")),
         tool_calls=calls,
         reasoning_tokens=_detail(usage, "output_tokens_details", "reasoning_tokens"),
         cached_tokens=_detail(usage, "input_tokens_details", "cached_tokens"),

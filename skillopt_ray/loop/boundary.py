@@ -16,6 +16,7 @@ from skillopt_ray.epoch.slow_update import build_pairs, keep, sample_tasks, writ
 from skillopt_ray.loop.evaluation import Evaluator
 from skillopt_ray.loop.recorder import Recorder
 from skillopt_ray.loop.schedule import Schedule, Stage
+from skillopt_ray.prompts.render import EpochPair
 from skillopt_ray.runs.records import FORCE_ACCEPT, MetaSkillRecord, SlowUpdateRecord
 from skillopt_ray.runs.rundir import META_RESULT, META_SKILL, SLOW_RESULT, RunDir
 from skillopt_ray.skill.document import (
@@ -26,7 +27,7 @@ from skillopt_ray.skill.document import (
 )
 from skillopt_ray.stages.gate import flipped
 
-Pairs = list[dict[str, Any]]
+Pairs = list[EpochPair]
 
 
 class EpochBoundary:

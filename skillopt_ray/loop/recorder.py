@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional, Protocol, TypeVar
 
-from skillopt_ray.runs.records import StepRecord
+from skillopt_ray.runs.records import LedgerState, StepRecord
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.runs.state import RunState
 
@@ -37,7 +37,7 @@ class Recorder:
         self.interrupt_after = interrupt_after
         self.state = RunState()
         self.history: list[StepRecord] = []  # one record per completed step
-        self.ledger: dict[str, Any] = {}  # the gateway's last ledger snapshot
+        self.ledger: LedgerState = {}  # the gateway's last ledger snapshot
         self._t0 = time.monotonic()
         self._wall_prior = 0.0
 

@@ -36,7 +36,7 @@ from typing import Any, Optional
 from skillopt_envs.base import EpisodeResult
 from skillopt_envs.chat import content_text
 
-from skillopt_ray.prompts.render import PROMPT_BLOCKS, comparison_text, minibatch_text, sub_blocks
+from skillopt_ray.prompts.render import PROMPT_BLOCKS, EpochPair, comparison_text, minibatch_text, sub_blocks
 
 KEY = "llm.optimizer.context_tokens"
 FLOOR = 160  # the smallest length a part is cut to (characters)
@@ -241,22 +241,25 @@ class LengthGuard:
         # vcap None: the prompt goes out as small as it gets; an endpoint that refuses it names the fix (llm/context.py)
         return bare(vcap if vcap is not None else FLOOR)
 
-    def comparison_user(self, pairs: list[dict[str, Any]], system: str, user_for: Callable[[str], str]) -> str:
+    def comparison_user(self, pairs: list[EpochPair], system: str, user_for: Callable[[str], str]) -> str:
         """`user_for(comparison_text(pairs))`, with each pair's trajectories cut until system + user fit."""
         full = user_for(comparison_text(pairs))
         if self.fits(system, full):
             return full
 
-        sides = ("prev_trajectory", "curr_trajectory")
+        def cut(p: EpochPair, cap: int, vcap: Optional[int]) -> EpochPair:
+            q = p.copy()
+            if p.get("prev_trajectory"):
+                q["prev_trajectory"] = cut_conversation(str(p["prev_trajectory"]), cap, vcap)
+            if p.get("curr_trajectory"):
+                q["curr_trajectory"] = cut_conversation(str(p["curr_trajectory"]), cap, vcap)
+            return q
 
         def at(cap: int, vcap: Optional[int] = None) -> str:
-            return user_for(
-                comparison_text(
-                    [{**p, **{k: cut_conversation(str(p[k]), cap, vcap) for k in sides if p.get(k)}} for p in pairs]
-                )
-            )
+            return user_for(comparison_text([cut(p, cap, vcap) for p in pairs]))
 
-        longest = max((len(str(p.get(k) or "")) for p in pairs for k in sides), default=FLOOR)
+        sides = [p.get(k) for p in pairs for k in ("prev_trajectory", "curr_trajectory")]
+        longest = max((len(str(s or "")) for s in sides), default=FLOOR)
         cap = _largest(FLOOR, longest, lambda c: self.fits(system, at(c)))
         if cap is not None:
             return at(cap)

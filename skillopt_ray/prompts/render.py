@@ -3,11 +3,33 @@ longitudinal comparison and the meta-skill block. Nothing is truncated."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from skillopt_envs.base import EpisodeResult
 
 from skillopt_ray.runs.state import BufferEntry, RejectedItem
+
+
+class PairSide(TypedDict):
+    """One side of a longitudinal pair: how the task went under one epoch's skill."""
+
+    hard: float
+    soft: float
+    predicted_answer: object  # what the benchmark's info recorded as the answer, shown as text
+    fail_reason: str
+
+
+class EpochPair(TypedDict):
+    """One task played under the previous and the current epoch's skill (the slow update's comparison)."""
+
+    id: str
+    task: str
+    category: str  # improved | regressed | persistent_fail | stable_success
+    prev: PairSide
+    curr: PairSide
+    prev_trajectory: str
+    curr_trajectory: str
+
 
 # Sub-blocks every chat benchmark can fill; a benchmark adds its own as info["analyst_blocks"] ([title, text] pairs).
 PROMPT_BLOCKS = (("Target System Prompt", "target_system_prompt"), ("Target User Prompt", "target_user_prompt"))
@@ -118,12 +140,12 @@ SECTIONS = (
 )
 
 
-def _side(label: str, s: dict[str, Any]) -> str:
+def _side(label: str, s: PairSide) -> str:
     verdict = "PASS" if s.get("hard") else "FAIL"
     return f"- {label} epoch: {verdict} (soft={float(s.get('soft') or 0):.2f}) — answer: {s.get('predicted_answer', 'N/A')}"
 
 
-def _pair_entry(p: dict[str, Any], with_trajectories: bool) -> str:
+def _pair_entry(p: EpochPair, with_trajectories: bool) -> str:
     lines = [f"#### Task {p['id']}: {p['task']}", _side("Prev", p["prev"]), _side("Curr", p["curr"])]
     if p["curr"].get("fail_reason"):
         lines.append(f"- Curr fail reason: {p['curr']['fail_reason']}")
@@ -132,19 +154,19 @@ def _pair_entry(p: dict[str, Any], with_trajectories: bool) -> str:
     text = "\n".join(lines)
     if with_trajectories:
         blocks = [
-            f"**{title}:**\n```\n{p[key]}\n```"
-            for title, key in (
-                ("Previous epoch trajectory", "prev_trajectory"),
-                ("Current epoch trajectory", "curr_trajectory"),
+            f"**{title}:**\n```\n{text}\n```"
+            for title, text in (
+                ("Previous epoch trajectory", p.get("prev_trajectory")),
+                ("Current epoch trajectory", p.get("curr_trajectory")),
             )
-            if p.get(key)
+            if text
         ]
         if blocks:
             text += "\n\n" + "\n".join(blocks)
     return text
 
 
-def comparison_text(pairs: list[dict[str, Any]]) -> str:
+def comparison_text(pairs: list[EpochPair]) -> str:
     count = {c: sum(p["category"] == c for p in pairs) for c, _, _ in SECTIONS}
     parts = [
         "## Longitudinal Comparison Summary\n"

@@ -27,9 +27,11 @@ code reads is refused with `RecordError`, one line naming the file. Keys a recor
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, TypedDict, TypeVar, Union, cast
 
-from skillopt_ray.base.stats import GateTestDict, Interval, mean_interval
+from skillopt_envs.jsontypes import JSONObject
+
+from skillopt_ray.base.stats import GateTestDict, Interval, IntervalDict, mean_interval
 from skillopt_ray.runs.payload import LrChoice
 from skillopt_ray.runs.state import Counts, RunState, StateVersionError
 
@@ -51,6 +53,7 @@ __all__ = [
     "GitState",
     "Identity",
     "Job",
+    "LedgerState",
     "MlflowRun",
     "Origin",
     "Outcome",
@@ -115,6 +118,7 @@ class Origin(TypedDict, total=False):
 
     argv: list[str]
     overrides: list[str]
+    entry: str  # how the command is started, when this process was started otherwise (the dashboard's hand-off)
 
 
 class Progress(TypedDict, total=False):
@@ -159,7 +163,7 @@ class Outcome(TypedDict, total=False):
     message: Optional[str]
     notes: list[str]
     run_dir: str
-    summary: dict[str, Any]  # Summary.to_dict()
+    summary: JSONObject  # Summary.to_dict()
     mlflow: Optional[MlflowRun]
     elapsed_s: float
     timing: Timing
@@ -223,6 +227,14 @@ class EvalBrief(TypedDict, total=False):
     repeats: int
 
 
+class LedgerState(TypedDict, total=False):
+    """ledger.json: every role/stage entry's fields (all numbers: skillopt_ray.llm.ledger.LedgerEntry), and their
+    totals (the same fields summed, plus `tokens`)."""
+
+    entries: dict[str, dict[str, float]]
+    totals: dict[str, float]
+
+
 def is_accept(action: Optional[str]) -> bool:
     """The one definition of an accepted step or slow update: accept, accept_new_best or force_accept."""
     return action in ACCEPTING
@@ -254,10 +266,10 @@ class Record:
     OMIT_NONE: ClassVar[bool] = True  # fields without a value are left out of the dict (else written as null)
     KEEP: ClassVar[frozenset[str]] = frozenset()  # fields written even when None (with OMIT_NONE)
 
-    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    extra: JSONObject = field(default_factory=dict, repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {}
         for f in fields(self):
             if f.name == "extra":
                 continue
@@ -324,7 +336,7 @@ class Evaluation(Record):
     # pairwise judge (a resumed run compares the same outcomes); absent otherwise
     outcomes: Optional[dict[str, list[str]]] = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = super().to_dict()
         for k in ("repeats", "task_repeats", "outcomes"):
             if d.get(k) is None:
@@ -474,7 +486,7 @@ class StepRecord(Record):
     gate_episodes: Optional[int] = None  # the sequential gate (optimizer.gate_test=sequential): episodes it paid
     gate_looks: Optional[int] = None  # and the looks it took at the paired evidence
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = super().to_dict()
         for k in self.OMITTED_WHEN_NONE:
             if d.get(k) is None:
@@ -595,7 +607,7 @@ class Summary(Record):
     seed: Optional[int] = None
     skill_path: Optional[str] = None
     split: Optional[str] = None
-    eval: Optional[dict[str, Any]] = None
+    eval: Optional[JSONObject] = None  # the eval-only run's scores (compare.stats summary)
     selection: Optional[dict[str, Optional[float]]] = None  # initial, best, final
     test: Optional[dict[str, EvalBrief]] = None  # initial, best, final -> Evaluation.brief()
     delta_test_hard_best_vs_initial: Optional[float] = None
@@ -609,19 +621,19 @@ class Summary(Record):
     counts: Optional[dict[str, int]] = None
     actions: Optional[dict[str, int]] = None
     steps: Optional[int] = None
-    tokens: Optional[dict[str, Any]] = None
+    tokens: Optional[dict[str, float]] = None  # the ledger's totals
     wall_time_s: Optional[float] = None
     # 95% intervals with their n (skillopt_ray.base.stats.Interval dicts): selection -> initial|best|final -> gate-score
     # interval over the selection tasks; test -> initial|best|final -> hard|soft -> interval over the test tasks
-    intervals: Optional[dict[str, dict[str, Any]]] = None
+    intervals: Optional[dict[str, dict[str, Union[IntervalDict, dict[str, IntervalDict]]]]] = None
     rollouts_per_task: Optional[int] = None  # written when above 1
 
-    def interval(self, split: str, which: str, metric: str = "hard") -> Optional[dict[str, Any]]:
+    def interval(self, split: str, which: str, metric: str = "hard") -> Optional[IntervalDict]:
         """A score's interval dict (mean, lo, hi, n, ...), or None for runs written before intervals existed."""
-        part = ((self.intervals or {}).get(split) or {}).get(which)
+        part: object = ((self.intervals or {}).get(split) or {}).get(which)
         if split == "test" and isinstance(part, dict):
             part = part.get(metric)
-        return part if isinstance(part, dict) else None
+        return cast(IntervalDict, part) if isinstance(part, dict) else None
 
     def test_score(self, which: str, metric: str = "hard") -> Optional[float]:
         """A test score of the initial, best or final skill (None for eval-only runs)."""

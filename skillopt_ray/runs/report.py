@@ -21,11 +21,14 @@ import difflib
 import html
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from skillopt_ray.base.stats import GateTestDict
+from skillopt_envs.jsontypes import JSONObject, JSONValue, as_object
+
+from skillopt_ray.base.stats import GateTestDict, IntervalDict
 from skillopt_ray.runs.records import (
     EpochRecord,
     GateDecisionFields,
@@ -37,6 +40,7 @@ from skillopt_ray.runs.records import (
     is_accept,
 )
 from skillopt_ray.runs.rundir import BEST_SKILL, STEP_CANDIDATE, STEP_DIFF, RunDir
+from skillopt_ray.runs.state import StateBrief
 
 
 def kinds_text(kinds: Any) -> str:
@@ -73,8 +77,8 @@ class Story:
     versions: list[Version]
     epochs: dict[int, EpochRecord]
     summary: Optional[Summary]
-    state: dict[str, Any]  # state.json as written (older and partial states included)
-    config: dict[str, Any] = field(default_factory=dict)
+    state: StateBrief  # state.json's headline fields (older and partial states included)
+    config: JSONObject = field(default_factory=dict)
     sessions: list[Session] = field(default_factory=list)
 
     @property
@@ -83,7 +87,7 @@ class Story:
 
 
 def _versions(
-    rd: RunDir, history: list[StepRecord], epochs: dict[int, EpochRecord], state: dict[str, Any]
+    rd: RunDir, history: list[StepRecord], epochs: dict[int, EpochRecord], state: StateBrief
 ) -> list[Version]:
     """Every skill version on disk, with what made it: the initial skill, an accepted step, an epoch boundary, notes."""
     texts = {v.version: v.text for v in rd.skill_versions()}
@@ -154,8 +158,7 @@ def load(run_dir: str | Path) -> Story:
         if d is not None:
             diffs[rec.step] = d
     epochs = rd.epochs()
-    state = rd.load_state()
-    state = state if isinstance(state, dict) else {}
+    state = rd.read_state_brief()
     return Story(
         rd,
         history,
@@ -226,7 +229,7 @@ def _skipped_reports(rd: RunDir, rec: StepRecord) -> list[str]:
     return out
 
 
-def lr_text(o: dict[str, Any]) -> str:
+def lr_text(o: Mapping[str, JSONValue]) -> str:
     """The edit budget as the schedule makes it, in words: a constant budget has no minimum to reach, so it is not
     written as a change (`constant 4->2` read as a decay from 4 to 2)."""
     top, low, kind = o.get("learning_rate", "?"), o.get("min_learning_rate", "?"), o.get("lr_schedule", "?")
@@ -241,7 +244,7 @@ def lr_text(o: dict[str, Any]) -> str:
 
 def story_text(s: Story, diffs: bool = False) -> str:
     out: list[str] = []
-    cfg, o = s.config, s.config.get("optimizer", {}) if isinstance(s.config.get("optimizer"), dict) else {}
+    cfg, o = s.config, as_object(s.config.get("optimizer"))
     out.append(f"run {s.root.name}")
     facts = [f"experiment {cfg.get('experiment', '?')}", f"seed {cfg.get('seed', '?')}"]
     if o:
@@ -308,7 +311,7 @@ def paired_text(t: GateTestDict) -> str:
     )
 
 
-def interval_text(iv: Optional[dict[str, Any]]) -> str:
+def interval_text(iv: Optional[IntervalDict]) -> str:
     """'0.556 [0.337, 0.754] n=18', or '-' for a run written before intervals existed."""
     if not iv:
         return "-"
@@ -317,8 +320,8 @@ def interval_text(iv: Optional[dict[str, Any]]) -> str:
 
 def _played(s: Story) -> str:
     """What a step's rollout count counts: tasks, or episodes when each task is played more than once."""
-    repeats = (s.config.get("optimizer") or {}).get("rollouts_per_task") or 1
-    return f"episodes ({repeats} per task)" if repeats > 1 else "tasks"
+    repeats = as_object(s.config.get("optimizer")).get("rollouts_per_task") or 1
+    return f"episodes ({repeats} per task)" if isinstance(repeats, (int, float)) and repeats > 1 else "tasks"
 
 
 def _step_lines(s: Story, rec: StepRecord, diffs: bool) -> list[str]:
@@ -404,7 +407,7 @@ def _final_lines(s: Story) -> list[str]:
         return ["final: not reached yet"]
     if sm.mode == "eval":
         e = sm.eval or {}
-        iv = ((sm.intervals or {}).get("eval") or {}).get("hard")
+        iv = sm.interval("eval", "hard")
         return [
             f"evaluation of {sm.skill_path} on {sm.split}: hard {_f(e.get('hard'))}, soft {_f(e.get('soft'))} (n={e.get('n')})"
             + (f"; hard 95% interval over tasks {interval_text(iv)}" if iv else "")

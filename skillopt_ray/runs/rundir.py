@@ -24,10 +24,12 @@ generic `read_json` / `write_json` until they get a record of their own.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional, Union, cast
 
 import yaml
+from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base import untrusted
 from skillopt_ray.base.io import append_json_line, atomic_write_json, atomic_write_text
@@ -37,6 +39,7 @@ from skillopt_ray.runs.records import (
     GateRecord,
     Identity,
     Job,
+    LedgerState,
     LrDecision,
     MetaSkillRecord,
     MlflowRun,
@@ -50,7 +53,7 @@ from skillopt_ray.runs.records import (
     StepRecord,
     Summary,
 )
-from skillopt_ray.runs.state import RunState
+from skillopt_ray.runs.state import RunState, StateBrief, state_brief
 
 CONFIG = "config.yaml"
 STATE = "state.json"
@@ -228,10 +231,10 @@ class RunDir:
         return None if data is None else cls.from_dict(data, str(self.root / rel))
 
     # ---------------------------------------------------------------- config, state, errors
-    def write_config(self, cfg: dict[str, Any]) -> None:
+    def write_config(self, cfg: Mapping[str, object]) -> None:
         atomic_write_text(self.root / CONFIG, yaml.safe_dump(cfg, sort_keys=False))
 
-    def read_config(self) -> dict[str, Any]:
+    def read_config(self) -> JSONObject:
         """The resolved config as written ({} when missing or unreadable: a story without it is still a story).
 
         A config this code wrote has no YAML aliases; one with many is refused unread, since a few nested aliases
@@ -252,9 +255,10 @@ class RunDir:
     def write_state(self, state: RunState) -> None:
         atomic_write_json(self.state_path, state.to_dict())
 
-    def load_state(self) -> Optional[dict[str, Any]]:
-        """state.json as a plain dict (for views that do not need the typed state)."""
-        return self.read_json(STATE)
+    def read_state_brief(self) -> StateBrief:
+        """state.json's headline fields, for views of any run: older and partial states included, where
+        `read_state` refuses them ({} when there is no state)."""
+        return state_brief(self.read_json(STATE))
 
     def read_progress(self) -> Progress:
         """The driver's latest live progress snapshot ({} when the run writes none or it cannot be read)."""
@@ -267,10 +271,11 @@ class RunDir:
     def write_progress(self, snapshot: Progress) -> None:
         self.write_json(PROGRESS, snapshot)
 
-    def read_ledger(self) -> dict[str, Any]:
-        """The token/cost ledger as last saved (entries, totals); {} before the first save."""
+    def read_ledger(self) -> LedgerState:
+        """The token/cost ledger as last saved (entries, totals); {} before the first save. As read: a reader of a
+        run it did not make checks the numbers' types."""
         data = self.read_json(LEDGER)
-        return data if isinstance(data, dict) else {}
+        return cast(LedgerState, data) if isinstance(data, dict) else {}
 
     def write_error(self, text: str) -> Path:
         return self.write_text(ERROR, text)
@@ -307,18 +312,19 @@ class RunDir:
         """Every skill version on disk, in version order."""
         return [SkillVersion(n, self.find_skill(n) or "") for n in sorted(self._skill_numbers())]
 
-    def write_judge(self, stats: dict[str, Any]) -> Path:
+    def write_judge(self, stats: dict[str, int]) -> Path:
         """judge.json: what the judge of rubric tasks did in this run (stages/judge.JudgeStats, summed over commands:
         `stats` already holds the earlier commands' counts)."""
         return self.write_json(JUDGE, stats)
 
-    def read_judge(self) -> dict[str, Any]:
-        """judge.json as a dict ({} when the run judged nothing)."""
+    def read_judge(self) -> dict[str, int]:
+        """judge.json's counts ({} when the run judged nothing; a value that is not a count is left out)."""
         try:
             data = self.read_json(JUDGE)  # through `untrusted`, as every run file
         except RecordError:
             return {}
-        return data if isinstance(data, dict) else {}
+        items = data.items() if isinstance(data, dict) else ()
+        return {str(k): v for k, v in items if isinstance(v, int) and not isinstance(v, bool)}
 
     def write_best_skill(self, text: str) -> Path:
         return self.write_text(BEST_SKILL, text)
@@ -374,12 +380,15 @@ class RunDir:
         """The whole list as one file (history.json), as the reference keeps it."""
         self.write_json(HISTORY_LIST, [h.to_dict() for h in history])
 
-    def history_rows(self, upto: Optional[int] = None) -> list[dict[str, Any]]:
-        """The one history reader, as written: one dict per step in step order, up to global step `upto` if given.
+    def history(self, upto: Optional[int] = None) -> list[StepRecord]:
+        """The one history reader: one record per step in step order, up to global step `upto` if given.
 
         history.jsonl first (a line cut by a kill is skipped; a step redone after a resume: the last line wins),
         then history.json and the step folders' step_record.json for steps the lines lack (older runs)."""
-        found: dict[int, dict[str, Any]] = {}
+        return [StepRecord.from_dict(d, str(self.root / HISTORY)) for d in self._history_objects(upto)]
+
+    def _history_objects(self, upto: Optional[int]) -> list[JSONObject]:
+        found: dict[int, JSONObject] = {}
         for d in self._lines(HISTORY):
             if isinstance(d, dict) and "step" in d:
                 found[int(d["step"])] = d
@@ -398,10 +407,6 @@ class RunDir:
             if isinstance(d, dict) and "step" in d:
                 found.setdefault(int(d["step"]), d)
         return [found[s] for s in sorted(found) if upto is None or s <= upto]
-
-    def history(self, upto: Optional[int] = None) -> list[StepRecord]:
-        """The step records (see `history_rows`), typed."""
-        return [StepRecord.from_dict(d, str(self.root / HISTORY)) for d in self.history_rows(upto)]
 
     def append_lr_decision(self, rec: LrDecision) -> None:
         append_json_line(self.root / LR_HISTORY, rec.to_dict())
@@ -452,11 +457,11 @@ class RunDir:
         return out
 
     # ---------------------------------------------------------------- the end of a run
-    def write_eval_results(self, split: str, rows: list[dict[str, Any]]) -> None:
+    def write_eval_results(self, split: str, rows: list[JSONObject]) -> None:
         """An eval-only run's per-episode results on `split`."""
         self.write_json(f"final/eval_{split}_results.json", rows)
 
-    def read_eval_results(self, split: str) -> list[dict[str, Any]]:
+    def read_eval_results(self, split: str) -> list[JSONObject]:
         """An eval-only run's per-episode results on `split` ([] when it wrote none)."""
         data = self.read_json(f"final/eval_{split}_results.json")
         return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
@@ -470,18 +475,13 @@ class RunDir:
     def read_summary(self) -> Optional[Summary]:
         return self._record(Summary, SUMMARY)
 
-    def summary(self) -> Optional[dict[str, Any]]:
-        """summary.json as a plain dict (for callers that hand it on as JSON)."""
-        s = self.read_summary()
-        return None if s is None else s.to_dict()
-
     def finished(self) -> bool:
         """The run ran to its end: a summary, and a state whose phase is done."""
         try:
-            state = self.load_state()
+            state = self.read_state_brief()
         except RecordError:
             return False
-        return self.is_file(SUMMARY) and isinstance(state, dict) and state.get("phase") == "done"
+        return self.is_file(SUMMARY) and state.get("phase") == "done"
 
     # ---------------------------------------------------------------- time on the run
     def read_sessions(self) -> list[Session]:
@@ -534,7 +534,7 @@ class RunDir:
     def write_mlflow_run(self, record: MlflowRun) -> None:
         self.write_json(MLFLOW_RUN, record)
 
-    def write_skill_history(self, versions: list[dict[str, Any]], page: str) -> list[Path]:
+    def write_skill_history(self, versions: list[JSONObject], page: str) -> list[Path]:
         """skill_versions.json (one row per skill version) and skill_history.html (the page with the diffs)."""
         return [self.write_json(SKILL_VERSIONS, versions), self.write_text(SKILL_HISTORY, page)]
 

@@ -12,7 +12,7 @@ differently, so it cannot be continued faithfully and the loader says so.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Optional, TypedDict, Union
+from typing import Any, Optional, TypedDict, Union, cast
 
 from skillopt_envs.jsontypes import JSONObject
 
@@ -54,6 +54,38 @@ class BufferEntry(TypedDict, total=False):
     score_before: float
     score_after: float
     rejected_edits: list[RejectedItem]
+
+
+class StateBrief(TypedDict, total=False):
+    """The headline fields of state.json as a view reads them from any run, older and partial states included (a
+    field missing or of the wrong type is left out)."""
+
+    phase: str
+    epoch: int
+    global_step: int
+    current_version: int
+    initial_score: Optional[float]
+    best_score: Optional[float]
+    best_eval: str
+
+
+_BRIEF_TYPES: dict[str, tuple[type, ...]] = {
+    "phase": (str,),
+    "epoch": (int,),
+    "global_step": (int,),
+    "current_version": (int,),
+    "initial_score": (int, float, type(None)),
+    "best_score": (int, float, type(None)),
+    "best_eval": (str,),
+}
+
+
+def state_brief(data: object) -> StateBrief:
+    """The headline fields of a state.json's content ({} for anything but an object)."""
+    if not isinstance(data, dict):
+        return StateBrief()
+    out = {k: data[k] for k, types in _BRIEF_TYPES.items() if isinstance(data.get(k, ...), types)}
+    return cast(StateBrief, {k: v for k, v in out.items() if not isinstance(v, bool)})
 
 
 class StateVersionError(RuntimeError):
@@ -103,7 +135,7 @@ class RunState:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> RunState:
+    def from_dict(d: JSONObject) -> RunState:
         version = d.get("version")
         if version != STATE_VERSION:
             raise StateVersionError(
@@ -117,6 +149,6 @@ class RunState:
             raise StateVersionError(
                 f"state.json has unknown fields {sorted(unknown)}; it was not written by this skillopt-ray"
             )
-        data = dict(d)
+        data: Any = dict(d)  # the values' types are the fields' own, as this code wrote them
         data["counts"] = Counts(**data.get("counts", {}))
         return RunState(**data)

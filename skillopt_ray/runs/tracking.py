@@ -18,9 +18,11 @@ import sqlite3
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Optional, TypeVar
+
+from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.runs.records import MlflowRun
 
@@ -249,7 +251,7 @@ def _not_found(e: Exception) -> bool:
     return getattr(e, "error_code", "") == "RESOURCE_DOES_NOT_EXIST"
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten(d: Mapping[str, object], prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
@@ -407,7 +409,7 @@ class Tracker:
         self.run_id = new_id
         return new_id
 
-    def log_params(self, params: dict[str, Any]) -> None:
+    def log_params(self, params: Mapping[str, object]) -> None:
         """The run's config as params; `tracking.tags` are not params (the run carries them as tags)."""
         if not self.enabled:
             return
@@ -445,7 +447,7 @@ class Tracker:
 
         try:
             story = load(root)
-            rows = [
+            rows: list[JSONObject] = [
                 {
                     "version": v.number,
                     "made_by": v.made_by,

@@ -112,7 +112,6 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
     previous = {t["run_dir"]: t for t in meta.get("trials", [])}
     if spec.dry_run:
         return dry_run(spec, trials, name, sdir, previous)
-    check_output_dir(out)
     for t in trials:
         t.status = _status(t, previous)
     runnable = [
@@ -120,7 +119,9 @@ def run_sweep(spec: SweepSpec, overrides: list[str]) -> int:
     ]
     data_seen: set[str] = set()  # trials reading the same data and splits: read once
     for t in runnable:  # every check of a trial's run, once, before anything of the sweep is made (cli.preflight)
-        t.checked = preflight(from_container(t.data), data_seen)
+        t.checked = preflight(from_container(t.data), data_seen, t.skills)
+    if not any(Path(t.data["output_dir"]) == out for t in runnable):  # else a trial's check made and probed it
+        check_output_dir(out)
     sdir.mkdir(parents=True, exist_ok=True)
     parent = _Parent(first, name, sdir, meta.get("parent_run_id"))
     stopped_before = {str(t.run_dir) for t in trials if t.status == "stopped"}

@@ -14,7 +14,7 @@ from skillopt_ray.base.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.base.io import atomic_write_json
 from skillopt_ray.compare.groups import norm_value
 from skillopt_ray.config.plain import PlainConfig
-from skillopt_ray.runs.records import MlflowRun
+from skillopt_ray.runs.records import MlflowRun, StepRecord
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.sweep.spec import SweepSpec
 from skillopt_ray.sweep.trials import Trial, TrialRow, _status
@@ -46,17 +46,21 @@ class TrialReport(TypedDict, total=False):
     test_soft_best: float
 
 
-def step_report(h: dict[str, Any], key: str, run_dir: Path) -> TrialReport:
+def _score(v: Optional[float]) -> float:
+    return math.nan if v is None else float(v)
+
+
+def step_report(h: StepRecord, key: str, run_dir: Path) -> TrialReport:
     """What a trial tells Tune after one training step (the step's record in the run's history)."""
-    cand = h.get("candidate_gate_score")
+    cand = h.candidate_gate_score
     return TrialReport(
-        step=int(h["step"]),
-        epoch=int(h.get("epoch") or 0),
-        selection_score=float(h["current_score"]),
+        step=h.step,
+        epoch=h.epoch,
+        selection_score=_score(h.current_score),
         candidate_score=float(cand) if cand is not None else math.nan,
-        best_selection_score=float(h["best_score"]),
-        accepted=1 if str(h.get("action", "")).startswith(("accept", "force")) else 0,
-        action=str(h.get("action")),
+        best_selection_score=_score(h.best_score),
+        accepted=1 if h.accepted else 0,
+        action=h.action,
         finished=0,
         trial=key,
         run_dir=str(run_dir),

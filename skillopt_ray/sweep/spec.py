@@ -16,11 +16,12 @@ import hashlib
 import itertools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional, TypedDict, Union  # noqa: UP035 - OmegaConf's structured configs want typing.Dict
 
-from skillopt_envs.jsontypes import JSONObject
+from skillopt_envs.jsontypes import JSONObject, JSONValue
 
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.compare.groups import norm_value
@@ -74,7 +75,7 @@ def register_sweep_schema() -> None:
 def option_keys() -> list[str]:
     """Every key the sweep schema knows, for did-you-mean answers (`sweep.max_concurrent`, `sweep.seeds`, ...)."""
 
-    def walk(d: dict[str, Any], prefix: str) -> list[str]:
+    def walk(d: Mapping[str, object], prefix: str) -> list[str]:
         out = []
         for k, v in d.items():
             out.append(prefix + k)
@@ -117,7 +118,7 @@ class Param:
 class SweepSpec:
     presets: list[str]
     params: dict[str, Param]
-    fixed: dict[str, Any]
+    fixed: JSONObject  # key -> the value every trial overrides it with
     seeds: list[int]
     max_concurrent: Optional[int] = None
     interrupt_after: Optional[int] = None
@@ -149,16 +150,16 @@ def _is_leaf(node: Any) -> bool:
     return not isinstance(node, dict) or (len(node) == 1 and next(iter(node)) in KINDS + ("grid_search",))
 
 
-def flatten_keys(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_keys(node: Mapping[str, JSONValue], prefix: str = "") -> JSONObject:
     """`{optimizer: {learning_rate: [2, 4]}}` -> `{"optimizer.learning_rate": [2, 4]}`; a one-key map
     named after a kind (`{uniform: [0, 1]}`) is a leaf, not a section."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for k, v in node.items():
         key = f"{prefix}{k}"
-        if _is_leaf(v):
-            out[key] = v
-        else:
+        if isinstance(v, dict) and not _is_leaf(v):
             out.update(flatten_keys(v, key + "."))
+        else:
+            out[key] = v
     return out
 
 
@@ -177,7 +178,7 @@ def parse_param(key: str, spec: Any, where: str) -> Param:
     if not isinstance(args, list) or not args:
         raise UsageError(f"{where}: {key}: {kind} needs a non-empty list of values")
     if kind in ("grid", "choice"):
-        seen: dict[str, Any] = {}
+        seen: JSONObject = {}
         for v in args:  # 4 and 4.0 are one value
             seen.setdefault(norm_value(v), v)
         return Param(key, kind, list(seen.values()))
@@ -426,7 +427,7 @@ def sample_seed(spec: SweepSpec, overrides: list[str]) -> int:
 
 def spec_blob(spec: SweepSpec, overrides: list[str]) -> str:
     space = {k: p.describe() for k, p in sorted(spec.params.items())}
-    blob: dict[str, Any] = {"grid": space, "fixed": spec.fixed, "seeds": spec.seeds, "overrides": sorted(overrides)}
+    blob: JSONObject = {"grid": space, "fixed": spec.fixed, "seeds": spec.seeds, "overrides": sorted(overrides)}
     if spec.num_samples > 1:
         blob["num_samples"] = spec.num_samples
     return json.dumps(blob, sort_keys=True, default=str)

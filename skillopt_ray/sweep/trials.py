@@ -10,10 +10,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypedDict
 
-from skillopt_ray.cli import Checked, absolute, compose, compose_node, needs_embedded_server, plain, run_dir_for
+from skillopt_ray.cli import (
+    Checked,
+    UsageError,
+    absolute,
+    check_skill_files,
+    compose,
+    compose_node,
+    needs_embedded_server,
+    plain,
+    run_dir_for,
+)
+from skillopt_ray.cli.identity import identity_record
 from skillopt_ray.compare.groups import norm_value
 from skillopt_ray.compare.records import run_finished
 from skillopt_ray.config.plain import PlainConfig
+from skillopt_ray.config.skill_files import SkillTexts
 from skillopt_ray.runs.records import Origin
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.sweep.spec import SweepSpec, expand, option_keys, sample_seed, search_space
@@ -94,6 +106,7 @@ class Trial:
     values: dict[str, Any] = field(default_factory=dict)  # swept key -> the value Tune hands the trial
     status: str = "new"  # new | finished | stopped | unfinished
     checked: Optional[Checked] = None  # set by the sweep (cli.preflight) for a trial it will run
+    skills: Optional[SkillTexts] = None  # its skill documents as read when it was planned (see read_skills)
 
     def finished(self) -> bool:
         return run_finished(self.run_dir)
@@ -128,33 +141,50 @@ def compose_trial(
     keys: list[str],
     search_dirs: tuple[str, ...] = (),
 ) -> tuple[PlainConfig, dict[str, str]]:
+    """A trial's run config, composed and validated once (paths resolved), and its swept values as the run has them.
+    `values["seed"]` None: the config's own seed (the sweep's first trial, which tells the seeds of the others)."""
     ovr = (
         overrides
         + [_override(k, v) for k, v in fixed.items()]
         + [_override(k, values[k]) for k in keys]
-        + [f"seed={int(values['seed'])}"]
+        + ([f"seed={int(values['seed'])}"] if values.get("seed") is not None else [])
     )
-    data = plain(absolute(compose(ovr, search_dirs=search_dirs)))
+    # the sweep's own keys are known here too, so `seeds=3` is answered with sweep.seeds
+    data = plain(absolute(compose(ovr, search_dirs=search_dirs, extra_keys=option_keys())))
     return data, {k: norm_value(_get(data, k)) for k in keys}
 
 
+def read_skills(data: PlainConfig) -> Optional[SkillTexts]:
+    """A trial's skill documents, read once when it is planned (its run directory's name hashes them; its check
+    takes them as read), or None when one cannot be read: a dry run still lists the trial, its check says why."""
+    try:
+        return check_skill_files(data)
+    except UsageError:
+        return None
+
+
 def plan_trials(spec: SweepSpec, overrides: list[str]) -> list[Trial]:
-    """Every trial Tune will run, composed and resolved now (one per run directory)."""
-    # the sweep's own keys are known here too, so `seeds=3` is answered with sweep.seeds; the base is composed for
-    # its seed only: each trial's config is composed and validated once, below
-    base_seed = int(compose_node(overrides, search_dirs=spec.search_dirs, extra_keys=option_keys()).seed)
-    seeds = [base_seed + s for s in spec.seeds] if spec.seeds_are_offsets else spec.seeds
+    """Every trial Tune will run, composed and resolved now (one per run directory): each composed and validated
+    once. Seeds given as offsets (sweep.seeds=N) count from the config's own seed, which the first trial (offset 0)
+    is composed with: no composition of its own."""
     keys = spec.keys
     trials: list[Trial] = []
     seen: dict[Path, Trial] = {}
-    for values in expand(search_space(spec, seeds), spec.num_samples, sample_seed(spec, overrides)):
+    base_seed: Optional[int] = None
+    for values in expand(search_space(spec, spec.seeds), spec.num_samples, sample_seed(spec, overrides)):
+        if spec.seeds_are_offsets:
+            if base_seed is None and values["seed"] != 0:  # no offset 0 first: not made by parse_args
+                base_seed = int(compose_node(overrides, search_dirs=spec.search_dirs, extra_keys=option_keys()).seed)
+            values = {**values, "seed": None if base_seed is None else base_seed + int(values["seed"])}
         data, params = compose_trial(overrides, spec.fixed, values, keys, spec.search_dirs)
-        rd = run_dir_for(data)
+        seed = int(data["seed"])
+        if base_seed is None and spec.seeds_are_offsets:
+            base_seed = seed
+        skills = read_skills(data)
+        rd = run_dir_for(data, identity_record(data, skills) if skills is not None else None)
         if rd in seen:  # two draws (or spellings) that make the same run: one trial
             continue
-        t = Trial(
-            trial_key(params, int(values["seed"])), params, int(values["seed"]), data, rd, {k: values[k] for k in keys}
-        )
+        t = Trial(trial_key(params, seed), params, seed, data, rd, {k: values[k] for k in keys}, skills=skills)
         seen[rd] = t
         trials.append(t)
     return trials

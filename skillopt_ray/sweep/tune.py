@@ -88,10 +88,10 @@ def _trainable(config: dict[str, Any], plans: dict[str, TrialPlan], ctx: SweepCo
         def report_new() -> None:
             nonlocal reported, last
             for h in read_steps(run_dir):
-                if int(h["step"]) > reported:
+                if h.step > reported:
                     last = step_report(h, key, run_dir)
                     tune.report(last)
-                    reported = int(h["step"])
+                    reported = h.step
 
         if run_finished(run_dir) or (str(run_dir) in ctx["stopped"] and not ctx["resume_stopped"]):
             report_new()  # replay what the run recorded, so Tune's table and the scheduler see it

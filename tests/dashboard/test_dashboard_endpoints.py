@@ -105,8 +105,11 @@ def test_deep_lists_and_huge_numbers_are_400s(tmp_path):
 
 
 def test_a_custom_experiment_is_checked_from_the_page_and_check_makes_no_folder(tmp_path):
+    # the page's check is the command's (cli.preflight): the custom benchmark's tasks are read, so there are some
     (tmp_path / "tasks").mkdir()
-    form = {"experiment": "custom", "extra": f"env.data_dir={tmp_path / 'tasks'} output_dir={tmp_path / 'outputs' / 'new'}"}  # fmt: skip
+    rows = [{"id": f"t{i}", "prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(12)]
+    (tmp_path / "tasks" / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    form = {"experiment": "custom", "extra": f"env.data_dir={tmp_path / 'tasks' / 'tasks.jsonl'} output_dir={tmp_path / 'outputs' / 'new'}"}  # fmt: skip
     with Served(_dash(tmp_path)) as s:
         schema = httpx.get(s.base + "/api/schema", params={"experiment": "custom"}, headers=s.auth())
         assert schema.status_code == 200 and schema.json()["epochs"]["placeholder"] != "", schema.text

@@ -69,6 +69,35 @@ def test_hydra_parser_search_path_and_job_split(tmp_path):
     assert jobs == [["seed=1", "mode=train"], ["seed=2", "mode=train"]]
 
 
+def test_hydra_job_composition_and_context(tmp_path):
+    """A multirun's job composed as Hydra's launcher composes it (the sweep's hydra overrides, its ${now:...}), and
+    the context Hydra's run_job takes."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from skillopt_ray.cli.compose import CONF_DIR
+    from skillopt_ray.config import register_schema
+
+    register_schema()
+    GlobalHydra.instance().clear()
+    try:
+        hydra = private_apis.hydra_create(CONF_DIR)
+        sweep = hydra.compose_config(
+            config_name="config",
+            overrides=["+experiment=searchqa", "seed=1,2", f"hydra.sweep.dir={tmp_path}/${{now:%H%M%S%f}}"],
+            run_mode=RunMode.MULTIRUN,
+            with_log_configuration=False,
+        )
+        folder = str(sweep.hydra.sweep.dir)
+        job = private_apis.hydra_compose_job(hydra, sweep, ["+experiment=searchqa", "seed=2"])
+        assert job.seed == 2 and str(job.hydra.sweep.dir) == folder  # the sweep's time, not the job's
+        assert list(job.hydra.overrides.task) == ["+experiment=searchqa", "seed=2"]
+        context = private_apis.hydra_context(hydra, sweep)
+        assert context.config_loader is hydra.config_loader and hasattr(context.callbacks, "on_job_start")
+    finally:
+        GlobalHydra.instance().clear()
+
+
 LEAN_RUN = """
 import json, os, subprocess
 import ray

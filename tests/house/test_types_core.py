@@ -17,7 +17,7 @@ from skillopt_ray.dashboard.launcher import Launch, LaunchView
 from skillopt_ray.engine.envpool import PoolSettings, actor_options
 from skillopt_ray.engine.warm import ActorOptions
 from skillopt_ray.runs.progress import RunClock
-from skillopt_ray.runs.records import GateRecord, Outcome, Provenance, Session, Timing
+from skillopt_ray.runs.records import GateRecord, Outcome, Provenance, Session, StepRecord, Timing
 from skillopt_ray.runs.rundir import RunDir  # noqa: E402
 from skillopt_ray.stages.sequential_gate import SequentialOutcome
 from skillopt_ray.sweep.report import TrialReport, step_report
@@ -89,7 +89,7 @@ def test_launch_and_outcome_views_have_their_declared_keys(tmp_path: Path) -> No
 
 
 def test_trial_report_and_spread_keys() -> None:
-    h = {"step": 2, "epoch": 1, "current_score": 0.5, "candidate_gate_score": None, "best_score": 0.6}
+    h = StepRecord(step=2, epoch=1, current_score=0.5, candidate_gate_score=None, best_score=0.6)
     report = step_report(h, "seed=1", Path("/tmp/run"))
     assert set(report) == keys_of(TrialReport) - {"test_hard_best", "test_soft_best"}
     assert math.isnan(report["candidate_score"]) and report["selection_score"] == 0.5

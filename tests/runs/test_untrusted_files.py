@@ -124,7 +124,7 @@ def test_a_file_over_its_cap_is_refused_before_it_is_read(tmp_path):
         f.truncate(80 << 20)  # 80 MB (sparse: costs no disk)
     with pytest.raises(untrusted.Untrusted, match="over the"):
         untrusted.read_bytes(run, "history.jsonl")
-    assert RunDir(run).history_rows() == []
+    assert RunDir(run).history() == []
     rows = views.compare_rows(d.outputs, [run])
     assert rows[0]["id"] == "runs/a"
 

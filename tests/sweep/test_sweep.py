@@ -322,12 +322,14 @@ def test_step_records_come_from_history_jsonl_while_a_run_goes_on(tmp_path):
     (tmp_path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "curr')
     (tmp_path / "history.json").write_text(json.dumps(rows[:1]))  # written at epoch ends only: behind
     steps = compare.read_steps(tmp_path)
-    assert [(h["step"], h["current_score"]) for h in steps] == [
+    assert [(h.step, h.current_score) for h in steps] == [
         (1, 0.5),
         (2, 0.75),
     ]  # redone step: last record; half line skipped
     (tmp_path / "history.jsonl").unlink()
-    assert compare.read_steps(tmp_path) == rows[:1]  # runs from before history.jsonl
+    assert [(h.step, h.current_score) for h in compare.read_steps(tmp_path)] == [
+        (1, 0.5)
+    ]  # runs from before history.jsonl
     assert compare.read_steps(tmp_path / "missing") == []
 
 
@@ -594,8 +596,8 @@ def test_sweep_reports_steps_resumes_logs_parent_and_children_and_compares(ray_c
     for trial in results:
         history = compare.read_steps(Path(trial[0]["run_dir"]))
         steps = [r for r in trial if not r["finished"]]
-        assert [r["step"] for r in steps] == [h["step"] for h in history] and len(history) >= 2
-        assert [r["selection_score"] for r in steps] == [h["current_score"] for h in history]
+        assert [r["step"] for r in steps] == [h.step for h in history] and len(history) >= 2
+        assert [r["selection_score"] for r in steps] == [h.current_score for h in history]
         assert (
             trial[-1]["finished"] == 1
             and trial[-1]["test_hard_best"]

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from skillopt_envs.jsontypes import JSONObject, as_int, as_object
 
 from skillopt_ray import prompts
 from skillopt_ray.config.plain import PlainConfig, from_container
@@ -72,8 +75,8 @@ class Estimate:
     agent_target: bool = False
     agent_call_tokens: int = 0  # an agent call's first prompt, as estimated
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"episodes": dict(zip(("first_pass", "planned", "at_most"), self.episodes))}
+    def as_dict(self) -> JSONObject:
+        out: JSONObject = {"episodes": dict(zip(("first_pass", "planned", "at_most"), self.episodes))}
         for name in ("first_pass", "planned", "at_most"):
             s: Spend = getattr(self, name)
             out[name] = {"calls": s.calls, "tokens": s.tokens, "prompt_tokens": s.prompt_tokens}
@@ -213,7 +216,7 @@ def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill
     extra = gate_extra(data, len(sel), n_sel)
     eps_most = core + n_sel + 3 * n_te + steps * extra  # and a final skill other than the best: selection and test
 
-    t_out = int((env.get("options") or {}).get("max_tokens") or tgt.get("max_tokens") or 0)
+    t_out = as_int(as_object(env.get("options")).get("max_tokens")) or int(tgt.get("max_tokens") or 0)
     o_out = int(opt.get("max_tokens") or 0)
     o_cap = int(opt.get("context_tokens") or 0)
     task_chars = mean_task_chars(tasks, splits["train"] + splits["val"] + splits["test"])
@@ -246,7 +249,7 @@ def estimate(data: PlainConfig, splits: dict[str, list[str]], tasks: Path, skill
     )  # fmt: skip
 
 
-def compare(est: Estimate, ledger_totals: dict[str, Any]) -> str:
+def compare(est: Estimate, ledger_totals: Mapping[str, float]) -> str:
     """The estimate beside what the night's ledger counted, for the night's report."""
     calls, tokens = int(ledger_totals.get("calls") or 0), int(ledger_totals.get("tokens") or 0)
     inside = est.first_pass.calls <= calls <= est.at_most.calls and tokens <= est.at_most.tokens

@@ -5,9 +5,11 @@ the night spent. Read from the run directory the night's run wrote."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+
+from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.runs.records import GateRecord, is_accept
 from skillopt_ray.runs.rundir import RunDir
@@ -39,7 +41,7 @@ class NightReport:
     proposed: str = ""
     # the judge of rubric tasks (stages/judge.py): its counts (judge.json), the best skill's judged score on the
     # selection tasks with its spread over their samples, and its agreement with rule checks where a task has both
-    judge: dict[str, Any] = field(default_factory=dict)
+    judge: dict[str, float] = field(default_factory=dict)
     left_out: dict[str, str] = field(default_factory=dict)  # task id -> "<split>: why it could not be scored"
 
     @property
@@ -73,12 +75,12 @@ class NightReport:
         lines += [f"  note: {n}" for n in self.notes()]
         return "\n".join(lines)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         """The report as staging and report.json keep it (staging reads `verdict` and the `gates` rows)."""
         return asdict(self) | {"notes": self.notes(), "changed": self.changed}
 
 
-def judge_lines(j: dict[str, Any]) -> list[str]:
+def judge_lines(j: Mapping[str, float]) -> list[str]:
     """What the judge did, in a few lines (none when it judged nothing)."""
     if not j:
         return []
@@ -100,11 +102,11 @@ def judge_lines(j: dict[str, Any]) -> list[str]:
     return out
 
 
-def judged_score(rd: RunDir) -> dict[str, Any]:
+def judged_score(rd: RunDir) -> dict[str, float]:
     """The best skill's judged score on the rubric tasks of the selection split: the mean over their samples and
     the samples' standard deviation ({} when no task was judged)."""
     try:
-        best = (rd.load_state() or {}).get("best_eval")
+        best = rd.read_state_brief().get("best_eval")
     except (OSError, ValueError):
         return {}
     ev = rd.scores().get(str(best or ""))

@@ -7,7 +7,9 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional, Union
+
+from skillopt_envs.jsontypes import JSONObject, JSONValue, as_object
 
 from skillopt_ray.harness import trace
 from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, DigestBuilder, SessionDigest
@@ -28,6 +30,8 @@ _KNOWN = {
 _EDITS = {"Edit", "Write", "MultiEdit", "NotebookEdit"}
 # user-role text the user did not type: slash-command wrappers, hook output, the CLI's caveats
 _COMMAND_NAME = re.compile(r"<command-name>\s*(/?[^<\s]+)\s*</command-name>")
+# a Bash call's command or an edit call's edits, until the call's result says how it ended
+Pending = Union[str, list[FileEdit]]
 _NOT_TYPED = ("<command-", "<local-command", "<system-reminder", "Caveat:", "<bash-", "<user-prompt-submit-hook")
 
 
@@ -46,8 +50,10 @@ def session_files(root: Path) -> Iterator[Path]:
 def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bool]) -> Optional[SessionDigest]:
     """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
     b = DigestBuilder(SessionDigest(SOURCE, path.stem, str(path)), redact)
-    calls: list[dict[str, Any]] = []
-    pending: dict[str, Any] = {}  # a Bash or edit call's id -> its command or edits, until its result says how it ended
+    calls: list[JSONObject] = []
+    pending: dict[
+        str, Pending
+    ] = {}  # a Bash or edit call's id -> its command or edits, until its result says how it ended
     skipped: Counter = Counter()
     for rec in records(path, skipped):
         try:
@@ -67,10 +73,10 @@ def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bo
 
 def _record(
     b: DigestBuilder,
-    rec: dict[str, Any],
+    rec: JSONObject,
     in_scope: Callable[[str], bool],
-    calls: list[dict[str, Any]],
-    pending: dict[str, Any],
+    calls: list[JSONObject],
+    pending: dict[str, Pending],
 ) -> bool:
     """One record into the digest; False when the session's recorded folder is out of scope."""
     kind = rec.get("type")
@@ -87,7 +93,7 @@ def _record(
         b.digest.session_id = str(rec.get("sessionId") or b.digest.session_id)
         b.digest.git_branch = str(rec.get("gitBranch") or "")[:200]
     b.time(rec.get("timestamp"))
-    msg = _obj(rec.get("message"))
+    msg = as_object(rec.get("message"))
     if kind == "user" and not rec.get("isMeta"):
         _user(b, msg.get("content"), pending)
     elif kind == "assistant":
@@ -95,15 +101,11 @@ def _record(
     return True
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _is_text(block: dict[str, Any]) -> bool:
+def _is_text(block: JSONObject) -> bool:
     return isinstance(block.get("text"), str)
 
 
-def _user(b: DigestBuilder, content: Any, pending: dict[str, Any]) -> None:
+def _user(b: DigestBuilder, content: JSONValue, pending: dict[str, Pending]) -> None:
     """What the user typed: a string, or text blocks (tool results are the tools' output, not the user's: a Bash
     call's result says only whether its command failed, an edit's whether it was made)."""
     if isinstance(content, str):
@@ -113,7 +115,7 @@ def _user(b: DigestBuilder, content: Any, pending: dict[str, Any]) -> None:
         for c in blocks:
             if c.get("type") == "tool_result" and str(c.get("tool_use_id")) in pending:
                 _result(b, pending.pop(str(c.get("tool_use_id"))), c.get("is_error") is not True)
-        texts = [c["text"] for c in blocks if c.get("type") == "text" and _is_text(c)]
+        texts = [str(c["text"]) for c in blocks if c.get("type") == "text" and _is_text(c)]
     for text in texts:
         m = _COMMAND_NAME.search(text)
         if m:
@@ -122,7 +124,7 @@ def _user(b: DigestBuilder, content: Any, pending: dict[str, Any]) -> None:
             b.user(text)
 
 
-def _result(b: DigestBuilder, call: Any, ok: bool) -> None:
+def _result(b: DigestBuilder, call: Pending, ok: bool) -> None:
     if isinstance(call, str):
         b.ran(call, ok)
     elif ok:
@@ -130,7 +132,7 @@ def _result(b: DigestBuilder, call: Any, ok: bool) -> None:
             b.edit(e)
 
 
-def _edits(name: str, inp: dict[str, Any], cwd: str) -> list[FileEdit]:
+def _edits(name: str, inp: JSONObject, cwd: str) -> list[FileEdit]:
     """An Edit / MultiEdit / Write call's edits, its path relative to the session's folder ("" outside it)."""
     path = relative(str(inp.get("file_path") or ""), cwd)
     if name == "Write":
@@ -145,19 +147,20 @@ def _edits(name: str, inp: dict[str, Any], cwd: str) -> list[FileEdit]:
     ] if isinstance(parts, list) else []  # fmt: skip
 
 
-def _assistant(b: DigestBuilder, content: Any, calls: list[dict[str, Any]], pending: dict[str, Any]) -> None:
+def _assistant(b: DigestBuilder, content: JSONValue, calls: list[JSONObject], pending: dict[str, Pending]) -> None:
     blocks = [c for c in content or [] if isinstance(c, dict)] if isinstance(content, list) else []
     for c in blocks:
         if c.get("type") == "text" and _is_text(c):
-            b.reply(c["text"])
+            b.reply(str(c["text"]))
         elif c.get("type") == "tool_use":
             name = str(c.get("name") or "tool")
-            inp = _obj(c.get("input"))
+            inp = as_object(c.get("input"))
             b.tool(name, file=str(inp.get("file_path") or "") if name in _EDITS else "")
-            if name == "Skill" and isinstance(inp.get("skill"), str):
-                b.skill(inp["skill"])
-            if name == "Bash" and isinstance(inp.get("command"), str) and len(pending) < 4 * MAX_COMMANDS:
-                pending[str(c.get("id"))] = inp["command"]
+            skill, command = inp.get("skill"), inp.get("command")
+            if name == "Skill" and isinstance(skill, str):
+                b.skill(skill)
+            if name == "Bash" and isinstance(command, str) and len(pending) < 4 * MAX_COMMANDS:
+                pending[str(c.get("id"))] = command
             elif name in ("Edit", "MultiEdit", "Write") and len(pending) < 4 * MAX_COMMANDS:
                 pending[str(c.get("id"))] = _edits(name, inp, b.digest.cwd)
             if name in ("Bash", "Read") and inp and len(calls) < 4 * MAX_COMMANDS:

@@ -10,7 +10,9 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
+
+from skillopt_envs.jsontypes import JSONObject, as_object
 
 from skillopt_ray.harness import trace
 from skillopt_ray.sleep.harvest.digest import MAX_COMMANDS, MAX_REPLIES, DigestBuilder, SessionDigest
@@ -47,7 +49,7 @@ def session_files(root: Path) -> Iterator[Path]:
 def parse(path: Path, redact: Callable[[str], str], in_scope: Callable[[str], bool]) -> Optional[SessionDigest]:
     """The session's digest, or None when its recorded folder is out of scope (it stops reading there)."""
     b = DigestBuilder(SessionDigest(SOURCE, _id_from_name(path), str(path)), redact)
-    calls: list[dict[str, Any]] = []
+    calls: list[JSONObject] = []
     timeline = Timeline(b)
     skipped: Counter = Counter()
     for rec in records(path, skipped, _UNREAD):
@@ -108,10 +110,10 @@ class Timeline:
 
 
 def _record(
-    b: DigestBuilder, rec: dict[str, Any], in_scope: Callable[[str], bool], calls: list[dict[str, Any]], t: Timeline
+    b: DigestBuilder, rec: JSONObject, in_scope: Callable[[str], bool], calls: list[JSONObject], t: Timeline
 ) -> bool:
     """One record into the digest; False when the session's recorded folder is out of scope."""
-    kind, p = rec.get("type"), _obj(rec.get("payload"))
+    kind, p = rec.get("type"), as_object(rec.get("payload"))
     b.time(rec.get("timestamp"))
     if kind == "session_meta":
         return _meta(b, p, in_scope)
@@ -128,11 +130,7 @@ def _record(
     return True
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """A text field's text; anything else (a number, an object) holds none."""
     return value if isinstance(value, str) else ""
 
@@ -143,7 +141,7 @@ def _id_from_name(path: Path) -> str:
     return "-".join(parts[-5:]) if len(parts) >= 6 else path.stem
 
 
-def _meta(b: DigestBuilder, p: dict[str, Any], in_scope: Callable[[str], bool]) -> bool:
+def _meta(b: DigestBuilder, p: JSONObject, in_scope: Callable[[str], bool]) -> bool:
     d = b.digest
     if p.get("id"):
         d.session_id = str(p["id"])
@@ -153,27 +151,27 @@ def _meta(b: DigestBuilder, p: dict[str, Any], in_scope: Callable[[str], bool]) 
         if not in_scope(cwd):
             return False
         d.cwd = cwd
-    git = _obj(p.get("git"))
+    git = as_object(p.get("git"))
     d.git_commit = str(git.get("commit_hash") or "")[:64]
     d.git_branch = str(git.get("branch") or "")[:200]
     return True
 
 
-def _event(b: DigestBuilder, p: dict[str, Any], timeline: Timeline) -> None:
+def _event(b: DigestBuilder, p: JSONObject, timeline: Timeline) -> None:
     sub = p.get("type")
     if sub == "user_message":
         timeline.add("user_event", _text(p.get("message")))
     elif sub == "agent_message":
         timeline.add("reply_event", _text(p.get("message")))
-    elif sub == "item_completed" and _obj(p.get("item")).get("type") == "CommandExecution":
-        _ran(timeline, _obj(p.get("item")))
+    elif sub == "item_completed" and as_object(p.get("item")).get("type") == "CommandExecution":
+        _ran(timeline, as_object(p.get("item")))
     elif sub == "exec_command_end":  # the CLI's older form of a finished command
         _ran(timeline, p)
     elif sub not in _QUIET_EVENTS:
         b.unknown(f"event_msg:{sub}")
 
 
-def _ran(timeline: Timeline, item: dict[str, Any]) -> None:
+def _ran(timeline: Timeline, item: JSONObject) -> None:
     """A finished command and its exit status (a shell's `-lc` wrapper taken off, as the model wrote it)."""
     cmd = item.get("command")
     if isinstance(cmd, list):
@@ -184,7 +182,7 @@ def _ran(timeline: Timeline, item: dict[str, Any]) -> None:
         timeline.add("run", cmd, code == 0)
 
 
-def _item(b: DigestBuilder, p: dict[str, Any], calls: list[dict[str, Any]], timeline: Timeline) -> None:
+def _item(b: DigestBuilder, p: JSONObject, calls: list[JSONObject], timeline: Timeline) -> None:
     """A model-facing item: tool calls (names and, through harness/trace.py, commands and files read); user and
     assistant messages, used when the log has no user_message/agent_message events (user messages that open
     with a tag are Codex's own preambles: environment, instructions)."""
@@ -207,7 +205,7 @@ def _item(b: DigestBuilder, p: dict[str, Any], calls: list[dict[str, Any]], time
         b.unknown(f"response_item:{sub}")
 
 
-def _patch_text(p: dict[str, Any]) -> str:
+def _patch_text(p: JSONObject) -> str:
     """An apply_patch call's patch: a custom tool's `input`, or a function call's arguments' `input`."""
     if isinstance(p.get("input"), str):
         return str(p["input"])
@@ -218,7 +216,7 @@ def _patch_text(p: dict[str, Any]) -> str:
     return str(args.get("input") or "") if isinstance(args, dict) else ""
 
 
-def _commands(b: DigestBuilder, calls: list[dict[str, Any]]) -> None:
+def _commands(b: DigestBuilder, calls: list[JSONObject]) -> None:
     t = trace.codex_session_trace(calls, b.digest.cwd)
     for cmd in t.commands:
         b.tool("", command=cmd)

@@ -8,13 +8,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from skillopt_envs.jsontypes import JSONObject
+
 # a line longer than this (a pasted binary, a huge tool output) is skipped without being held in memory
 MAX_LINE_BYTES = 4 * 1024 * 1024
 _CHUNK = 1024 * 1024
 HEAD = 256  # where a record's kind is written
 
 
-def records(path: Path, skipped: Counter, skip: tuple[bytes, ...] = ()) -> Iterator[dict[str, Any]]:
+def records(path: Path, skipped: Counter, skip: tuple[bytes, ...] = ()) -> Iterator[JSONObject]:
     """The file's JSON objects in order. A line that is not JSON counts as `bad_json`, except an unfinished last line
     (a session still being written) which counts as `truncated`; an oversized line as `oversized`. Bytes that are not
     UTF-8 are replaced, never fatal; a record nested too deep to parse counts as `too_deep`. A line whose head holds one of the `skip` markers (a record kind the reader
@@ -52,7 +54,7 @@ def _skip_rest(f: Any) -> None:
             return
 
 
-def first_record(path: Path) -> dict[str, Any]:
+def first_record(path: Path) -> JSONObject:
     """The file's first JSON object ({} when there is none): enough to know a session's id, folder and start."""
     for rec in records(path, Counter()):
         return rec
