@@ -2,9 +2,10 @@
 
 Each simulated night has `--tasks` validation tasks that only a judge can score. An episode of a skill on task i
 ends in a good outcome with probability sigmoid(theta - d_i) (d_i ~ N(0, spread²)), else a bad one. The judge is
-the runner's own `Judge` (both orders, a disagreement is a tie) over a simulated judge model: shown a good and a
-bad outcome it prefers the good one with probability 1 - `--noise`; shown two of the same quality it answers
-"A" (the outcome shown first) with probability `--bias`, else "B" or tie; each call is an independent draw. The
+the runner's own `Judge` (both orders, a disagreement is a tie, a tie judged again `optimizer.gate_judge_reask`
+times) over a simulated judge model: shown a good and a bad outcome it prefers the good one with probability
+1 - `--noise`; shown two of the same quality it answers "A" (the outcome shown first) with probability `--bias`,
+else "B" or tie; each call is an independent draw (every outcome has its own text, so no task settles). The
 decision is the runner's sequential gate (`sequential_gate`, with the rule of the `+experiment=sleep` preset a
 night runs) with the judge as its pairwise verdict, the candidate and the current skill sampled in their own
 repeat order, as in a night.
@@ -12,7 +13,7 @@ repeat order, as in a night.
 Counted per row: how often a useless rule (theta unchanged) is accepted, how often a helpful one (+`--effect`
 logits) is accepted, and how a harmful one (-effect) fares; and the judge calls paid per decision.
 
-    .venv/bin/python scripts/bench_judge.py                  # the table in docs/sleep.md (about a minute)
+    .venv/bin/python scripts/bench_judge.py                  # the table in docs/sleep.md (about a CPU-minute)
     .venv/bin/python scripts/bench_judge.py --tasks 6 12 --noise 0.1 0.3 --nights 400
 """
 
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nights", type=int, default=400, help="simulated gate decisions per row and rule kind")
     ap.add_argument("--tasks", type=int, nargs="+", default=[6, 12], help="validation tasks")
-    ap.add_argument("--noise", type=float, nargs="+", default=[0.1, 0.25], help="the judge's error rate on a pair")
+    ap.add_argument("--noise", type=float, nargs="+", default=[0.1, 0.2, 0.25], help="the judge's error rate on a pair")
     ap.add_argument("--bias", type=float, default=0.7, help="how often the judge picks the first shown of equals")
     ap.add_argument("--spread", type=float, default=1.0, help="task difficulty spread (logit sd)")
     ap.add_argument("--effect", type=float, default=2.0, help="a helpful rule's effect (logits); harmful: minus it")
