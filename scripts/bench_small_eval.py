@@ -252,6 +252,11 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--no-warm", action="store_true", help="measure the cold path only")
+    ap.add_argument(
+        "--paths",
+        default="reference,local,cold",
+        help="which of reference, local, cold to run each round (comma-separated; warm/attached follow --no-warm)",
+    )
     ap.add_argument("--no-floor", action="store_true", help="skip Ray's floors (a loaded machine may time them out)")
     ap.add_argument(
         "--trace",
@@ -261,6 +266,7 @@ def main() -> None:
     )
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
     a = ap.parse_args()
+    paths = set(a.paths.split(","))
     from scripted_server import ScriptedServer
 
     work = Path(tempfile.mkdtemp(prefix="bench_small_eval_"))
@@ -280,15 +286,15 @@ def main() -> None:
         cmd = eval_command(tasks, srv.base_url, work / "out", a.concurrency, "cluster")
         local_cmd = eval_command(tasks, srv.base_url, work / "out", a.concurrency, "local")
         ref_cmd = reference_command(tasks, srv.base_url, work, a.concurrency)
-        run_eval(cmd, srv, cold_env, [])  # unmeasured: the MLflow store, the compile caches
+        run_eval(cmd if "cold" in paths else local_cmd, srv, cold_env, [])  # unmeasured: the MLflow store, caches
         run_eval(ref_cmd, srv, cold_env, [])
         for i in range(a.rounds):
             if not a.no_floor:
                 floors.append(floor(REPO, opts))
                 lean_floors.append(floor(REPO, opts, lean=True))
-            rows["reference"].append(run_eval(ref_cmd, srv, cold_env, []))
-            rows["local"].append(run_eval(local_cmd, srv, cold_env, []))
-            rows["cold"].append(run_eval(cmd, srv, cold_env, []))
+            for name, command in (("reference", ref_cmd), ("local", local_cmd), ("cold", cmd)):
+                if name in paths:
+                    rows[name].append(run_eval(command, srv, cold_env, []))
             if not a.no_warm:
                 served, attached = warm_round(cmd, srv, env)
                 rows["warm"].append(served)

@@ -112,7 +112,9 @@ class HoldingServer(ScriptedServer):
         }
 
 
-def _cli(url: str, tmp_path: Path, out: Path) -> subprocess.Popen:
+def _cli(url: str, tmp_path: Path, out: Path, mode: str = "cluster") -> subprocess.Popen:
+    """The tiny SearchQA training command; `mode` is ray.mode (cluster: the Ray path, whose actors must end with the
+    command; local: the one-process engine)."""
     args = [
         sys.executable,
         "-m",
@@ -125,7 +127,7 @@ def _cli(url: str, tmp_path: Path, out: Path) -> subprocess.Popen:
         f"env.data_dir={tmp_path / 'qa'}",
         "env.options.split_source=folders",
         "debug.progress=off",
-        "ray.mode=cluster",  # the Ray path: its actors must end with the command
+        f"ray.mode={mode}",
     ]
     env = dict(os.environ, PYTHONPATH=str(REPO), RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     args.append("ray.episodes_per_actor=8")  # many calls in flight at the kill

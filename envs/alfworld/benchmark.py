@@ -206,7 +206,9 @@ def _episode_result(
 class AlfWorldBenchmark(Benchmark):
     name = "alfworld"
     options_class = AlfWorldOptions
-    one_process = False  # a game's steps run Python on the CPU: Ray's env actors play games in parallel processes
+    # a game's steps run Python on the CPU (Ray's env actors play games in parallel processes), and TextWorld's engine
+    # is not thread-safe: games on threads of one process failed (a KeyError in its state, a segfault)
+    one_process = False
 
     def __init__(self, env_cfg: EnvSettings):
         super().__init__(env_cfg)

@@ -46,6 +46,12 @@ def choose(data: PlainConfig) -> EngineChoice:
                 f"ray.mode=local runs the job in this process, but ray.address={address} names a cluster: drop the "
                 "address (and RAY_ADDRESS), or set ray.mode=cluster"
             )
+        if not _one_process(data):
+            raise UsageError(
+                f"ray.mode=local runs every env worker on a thread of this process, but {data['env']['name']}'s "
+                "episodes need processes of their own (its game engine is not thread-safe): set ray.mode=auto or "
+                "ray.mode=cluster"
+            )
         return EngineChoice("local", "ray.mode=local")
     why_ray = _needs_ray(data, address)
     if why_ray:

@@ -252,7 +252,7 @@ class OptimizerConfig:
 @dataclass
 class RayConfig:
     # where the job runs: local = in this one process (no Ray: threads for the env workers, sandboxes and jails as
-    # ever); cluster = on Ray; auto = local for a job that fits (nothing names a cluster, none kept up, a benchmark
+    # ever; refused for a benchmark that needs processes, e.g. ALFWorld); cluster = on Ray; auto = local for a job that fits (nothing names a cluster, none kept up, a benchmark
     # that runs in one process, <= 64 episodes at a time), Ray otherwise. The run's first line says which and why
     mode: str = "auto"
     address: Optional[str] = None  # None: start a local cluster; "auto" or host:port to join

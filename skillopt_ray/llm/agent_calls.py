@@ -14,7 +14,7 @@ from skillopt_ray.llm.agent_api import AgentReply, AgentRequest
 from skillopt_ray.llm.cache import request_key
 from skillopt_ray.llm.endpoint import Endpoint
 from skillopt_ray.llm.types import CacheMiss
-from skillopt_ray.llm.wire import AgentOptions, AgentSettings, CachePayload, FlatToolCall
+from skillopt_ray.llm.wire import CachePayload, FlatToolCall
 
 
 def flat_call(c: ToolCall) -> FlatToolCall:
@@ -101,15 +101,3 @@ async def agent_chat(gw: Any, req: AgentRequest) -> AgentReply:
             },
         )
     return reply
-
-
-def agent_settings(role_cfg: Any) -> AgentSettings:
-    """What a benchmark needs to run a role's episodes in an agent harness (no secrets: key names only)."""
-    from dataclasses import asdict
-
-    agent = getattr(role_cfg, "agent", None)
-    return {
-        "harness": getattr(role_cfg, "harness", "chat"),
-        "model": role_cfg.model,
-        "agent": cast(AgentOptions, asdict(agent)) if agent is not None else {},
-    }

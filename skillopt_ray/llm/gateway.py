@@ -357,7 +357,7 @@ class Gateway:
 
     def agent_settings(self, role: str = "target") -> AgentSettings:
         """The role's harness (chat | codex | claude_code), model and agent settings, for the benchmarks."""
-        from skillopt_ray.llm.agent_calls import agent_settings
+        from skillopt_ray.llm.wire import agent_settings  # not agent_calls: a chat run never loads the agent API
 
         self._check_role(role)
         return agent_settings(self.endpoints[role].cfg)

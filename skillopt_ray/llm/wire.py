@@ -5,7 +5,7 @@ benchmarks' contract's (skillopt_envs.chat), shared with every benchmark.
 
 from __future__ import annotations
 
-from typing import Optional, TypedDict, Union
+from typing import Any, Optional, TypedDict, Union, cast
 
 from skillopt_envs.chat import ChatMessage, ResponseFormat, ToolCall, ToolSpec
 from skillopt_envs.jsontypes import JSONObject
@@ -113,3 +113,15 @@ class AgentSettings(TypedDict):
     harness: str
     model: str
     agent: AgentOptions
+
+
+def agent_settings(role_cfg: Any) -> AgentSettings:
+    """What a benchmark needs to run a role's episodes in an agent harness (no secrets: key names only)."""
+    from dataclasses import asdict
+
+    agent = getattr(role_cfg, "agent", None)
+    return {
+        "harness": getattr(role_cfg, "harness", "chat"),
+        "model": role_cfg.model,
+        "agent": cast(AgentOptions, asdict(agent)) if agent is not None else {},
+    }

@@ -43,8 +43,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, cast
 
-import numpy as np
-
 from skillopt_ray.base.stats import GateTestDict, diff_interval
 
 # a request for one more sample: (which skill: "candidate" | "current", task id)
@@ -112,6 +110,8 @@ def sign_flip_p(diffs: list[float]) -> float:
     if not ws:
         return 1.0
     total = sum(ws)
+    import numpy as np  # here, not at the top: an eval or a run's first call does not wait for numpy's import
+
     dist = np.zeros(2 * total + 1)
     dist[total] = 1.0
     for w in ws:

@@ -72,6 +72,11 @@ def test_auto_keeps_alfworld_on_ray(no_kept_cluster, monkeypatch):
     assert got.line() == "engine: Ray (auto: alfworld plays faster in processes of its own)"
 
 
+def test_local_mode_refuses_a_benchmark_that_needs_processes(no_kept_cluster):
+    with pytest.raises(UsageError, match=r"ray.mode=local .* alfworld's episodes need processes of their own"):
+        choose(_data("ray.mode=local", experiment="alfworld"))
+
+
 def test_auto_joins_a_kept_cluster(tmp_path, monkeypatch):
     from skillopt_ray.runs import kept_cluster
 
@@ -98,6 +103,22 @@ def test_the_engine_modules_import_no_ray():
         "import skillopt_ray.cli.app, skillopt_ray.cli.launch, skillopt_ray.engine.local, skillopt_ray.engine.driver\n"
         "import skillopt_ray.engine.envpool, skillopt_ray.llm.gateway, skillopt_ray.engine.trainer\n"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_chat_episodes_path_to_its_first_call_imports_no_numpy_nor_the_agent_api():
+    """What the first model call waits for: numpy (only the sequential gate's p-value needs it) and the agent API's
+    web server (only agent targets) stay out of it."""
+    code = (
+        "import sys\n"
+        "import skillopt_ray.cli.app, skillopt_ray.cli.launch, skillopt_ray.engine.local\n"
+        "from skillopt_ray.config import LLMRoleConfig\n"
+        "from skillopt_ray.llm.wire import agent_settings\n"
+        "assert agent_settings(LLMRoleConfig(model='m'))['harness'] == 'chat'\n"
+        "print(sorted(m for m in ('numpy', 'skillopt_ray.llm.agent_api', 'aiohttp.web') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

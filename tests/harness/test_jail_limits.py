@@ -215,7 +215,7 @@ def test_unpack_of_a_cut_archive_keeps_what_came_whole(tmp_path):
 
 def test_the_limits_are_config_keys_validated_and_handed_to_the_jail():
     from skillopt_ray import cli
-    from skillopt_ray.llm.agent_calls import agent_settings
+    from skillopt_ray.llm.wire import agent_settings
 
     base = ["+experiment=searchqa", "llm=codex"]
     with pytest.raises(cli.UsageError, match=r"llm.target.agent.processes=8 is invalid; it must be >= 64"):

@@ -25,11 +25,10 @@ from skillopt_ray.llm.agent_api import (
     messages_to_chat,
     responses_to_chat,
 )
-from skillopt_ray.llm.agent_calls import agent_settings
 from skillopt_ray.llm.anthropic_backend import to_messages
 from skillopt_ray.llm.client import RetryPolicy, RoleEndpoint, parse_completion
 from skillopt_ray.llm.ledger import JournalLine, Ledger, LedgerEntry
-from skillopt_ray.llm.wire import AgentOptions, AgentSettings, AnthropicTurn, ChatBody
+from skillopt_ray.llm.wire import AgentOptions, AgentSettings, AnthropicTurn, ChatBody, agent_settings
 from skillopt_ray.sleep.harvest.tasks import MinedTask, RuleCheck, TaskMetadata, valid_check
 from skillopt_ray.sleep.proposal.staging import ManifestRow, live_row
 
