@@ -21,9 +21,9 @@ verdict. Two things must hold to accept:
 More pairs go to the least sampled tasks (judged ones: whose sign is not yet clear; a judged task with `CLEAR_AFTER`
 pairs whose mean is `CLEAR_Z` standard errors from zero has its sign, and the test needs every task's sign, not more
 of a clear one), a few per look; the choice looks only at each task's |mean| and spread, never its sign, so the
-test over tasks stays exact. A task whose repeated pairs replayed the first exactly (the same samples on both sides; for a judged task, the same
-outcomes word for word, which `replayed` tells: equal judged verdicts alone are often chance) is settled and gets no
-more; once the tasks that could still favour the candidate are too few to reach `task_p`, no more pairs are paid
+test over tasks stays exact. A task whose repeated pairs replayed the first exactly (the same samples on both
+sides; for a judged task, the same outcomes word for word, which `replayed` tells: equal judged verdicts alone are
+often chance) is settled and gets no more; once the tasks that could still favour the candidate are too few to reach `task_p`, no more pairs are paid
 (exact ties stop costing). A judged pair the judge calls a tie is judged again `judge_reask` times (both orders each
 time; its verdict the mean of the rounds): a tie from a noisy judge is mostly unresolved evidence, and a judge that
 always prefers the first shown ties every round, so it still never moves the gate.
