@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.reask is not None:
         rule = replace(rule, judge_reask=a.reask)
     print(f"{a.nights} simulated gate decisions per cell; a night's sequential gate (task_p={rule.task_p}, a look at "
-          f"{rule.interim_share:g} of it, accept at +{rule.accept_at:g}, at least {rule.min_extra} extra episodes, a tie judged again "
-          f"{rule.judge_reask}x); "
+          f"{rule.interim_share:g} of it, accept at +{rule.accept_at:g}, at least {rule.min_extra} extra episodes, "
+          f"a tie judged again {rule.judge_reask}x); "
           f"judge bias to the first shown {a.bias}; effect ±{a.effect} logits")  # fmt: skip
     print(
         "| tasks | judge noise | useless accepted | helpful accepted | harmful accepted | judge calls/decision (mean) |"

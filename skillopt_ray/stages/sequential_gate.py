@@ -10,24 +10,25 @@ verdict. Two things must hold to accept:
   stops at once), and when the extra episodes (`extra_budget` x the first pass's, at least `min_extra`) run out the
   net must reach `final_at`; on a large split both accept margins grow with the square root of the first look's
   discordant pairs (`margin_per_sqrt`), so the first look's overshoot cannot accept a worse candidate;
-- **the task is the unit of evidence**: all pairs of one task (its repeats and its extra pairs) form one
-  observation (its mean pair difference), and the exact sign-flip test over tasks must give p <= `task_p` (under
-  "no difference" a task's mean difference is as likely negative as positive; the p-value is the share of the 2^n
-  sign assignments of the tasks' means whose sum reaches the observed one: a permutation test on the means, so a
-  task that barely favours the candidate weighs little). Repeats of a task never count as independent evidence, whatever the temperature:
-  a deterministic endpoint replaying 3 tasks 7 times reaches p = 1/8 at best. A split of n tasks can never go below
-  2^-n, so a split of fewer than `min_tasks` tasks pays no extra pair and rejects (a night says so before it spends).
+- **the task is the unit of evidence**: all pairs of one task (its repeats and its extra pairs) form one observation
+  (its mean pair difference), and the exact sign-flip test over tasks must give p <= `task_p` (under "no difference"
+  a task's mean difference is as likely negative as positive; the p-value is the share of the 2^n sign assignments
+  of the tasks' means whose sum reaches the observed one: a permutation test on the means, so a task that barely
+  favours the candidate weighs little). Repeats of a task never count as independent evidence, whatever the
+  temperature: a deterministic endpoint replaying 3 tasks 7 times reaches p = 1/8 at best. A split of n tasks can
+  never go below 2^-n, so a split of fewer than `min_tasks` tasks pays no extra pair and rejects (a night says so
+  before it spends).
 
 More pairs go to the least sampled tasks (judged ones: whose sign is not yet clear; a judged task with `CLEAR_AFTER`
 pairs whose mean is `CLEAR_Z` standard errors from zero has its sign, and the test needs every task's sign, not more
-of a clear one), a few per look; the choice looks only at each task's |mean| and spread, never its sign, so the
-test over tasks stays exact. A task whose repeated pairs replayed the first exactly (the same samples on both
-sides; for a judged task, the same outcomes word for word, which `replayed` tells: equal judged verdicts alone are
-often chance) is settled and gets no more; once the tasks that could still favour the candidate are too few to reach `task_p`, no more pairs are paid
-(exact ties stop costing). A judged pair the judge calls a tie is judged again `judge_reask` times (both orders each
-time; its verdict the mean of the rounds): a tie from a noisy judge is mostly unresolved evidence, and a judge that
-always prefers the first shown ties every round, so it still never moves the gate.
-When the target is known to be deterministic (a chat model at temperature 0), each task keeps its first sample and
+of a clear one), a few per look; the choice looks only at each task's |mean| and spread, never its sign, so the test
+over tasks stays exact. A task whose repeated pairs replayed the first exactly (the same samples on both sides; for
+a judged task, the same outcomes word for word, which `replayed` tells: equal judged verdicts alone are often
+chance) is settled and gets no more; once the tasks that could still favour the candidate are too few to reach
+`task_p`, no more pairs are paid (exact ties stop costing). A judged pair the judge calls a tie is judged again
+`judge_reask` times (both orders each time; its verdict the mean of the rounds): a tie from a noisy judge is mostly
+unresolved evidence, and a judge that always prefers the first shown ties every round, so it still never moves the
+gate. When the target is known to be deterministic (a chat model at temperature 0), each task keeps its first sample and
 no extra pairs are played.
 
 The current skill's extra samples are kept and reused by later gates (a pair then costs one episode); an accepted
@@ -253,10 +254,11 @@ async def sequential_gate(
     judged: frozenset[str] = frozenset(),
     replayed: Optional[Callable[[str], bool]] = None,
 ) -> SequentialOutcome:
-    """Decide on a candidate from its first-pass samples `cand` and the current skill's samples `cur` (task id ->
-    gate score per sample, in sample order), playing more samples through `play` while the decision is close.
-    The `judged` tasks' pairs are compared by `verdict` (the judge), the others by their scores; `replayed` says
-    whether a judged task's outcomes so far replay its first ones. Only tasks both sides scored take part. `cand` and `cur` are not changed; the extra samples are returned."""
+    """Decide on a candidate from its first-pass samples `cand` and the current skill's samples `cur` (task id -> gate
+    score per sample, in sample order), playing more samples through `play` while the decision is close. The
+    `judged` tasks' pairs are compared by `verdict` (the judge), the others by their scores; `replayed` says whether
+    a judged task's outcomes so far replay its first ones. Only tasks both sides scored take part. `cand` and `cur`
+    are not changed; the extra samples are returned."""
     cand, cur = _paired_tasks(cand, cur, 1 if rule.deterministic else None)
     ev = _Evidence(cand, cur, verdict, judged, replayed)
     starts = ({t: len(v) for t, v in cand.items()}, {t: len(v) for t, v in cur.items()})
