@@ -15,7 +15,13 @@ better one (+e) refused, how often an equal one (0) was accepted, and the true q
 training (in success-rate points over the task population). Gates compared at equal paid episodes: the paper's
 gate and the paired gates play the same `rollouts_per_task` episodes per selection task.
 
-    .venv/bin/python scripts/bench_gate.py            # the full table (two processes; see docs/performance.md)
+Every gate of a setting plays the same seeded trainings (the same tasks and proposals), so its gain is compared with
+the paper gate's training by training: the closing lines give, per setting, the sequential gate's worse candidates
+accepted and its gain minus the paper gate's with the standard error of that paired difference, and whether the
+sequential gate's rows hold (worse accepted <= 0.02 at 18 tasks; gain >= the paper's, or within 1 standard error).
+
+    .venv/bin/python scripts/bench_gate.py            # paper and sequential rows (two processes; docs/performance.md)
+    .venv/bin/python scripts/bench_gate.py --gates paper paired_bootstrap sign sequential   # the full table
     .venv/bin/python scripts/bench_gate.py --trainings 50 --tasks 18 --spreads 0.5
 """
 
@@ -25,12 +31,13 @@ import argparse
 import asyncio
 import hashlib
 import math
+import os
 import random
 import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -66,7 +73,8 @@ class SimulatedTarget:
         skill, user = content_text(req.messages[0].get("content")), content_text(req.messages[1].get("content"))
         task_id = user.split(" ", 1)[0]
         p = sigmoid(self.theta[skill] - self.difficulty[task_id])
-        draw = random.Random(f"{self.seed}|{req.key}").random()
+        digest = hashlib.blake2b(f"{self.seed}|{req.key}".encode(), digest_size=8).digest()
+        draw = int.from_bytes(digest, "big") / 2**64  # uniform in [0, 1), fixed by the seed and the sample key
         return ChatResult(task_id if draw < p else "no")
 
     async def chat_json(self, req: Any, schema: Any, name: str = "reply") -> Any:
@@ -115,7 +123,13 @@ def eval_context(skill: str) -> EpisodeContext:
 async def evaluate(runner: InProcessRunner, skill: str, tasks: list[Task], repeats: int) -> Evaluation:
     ctx = eval_context(skill)
     res = await rollout_repeats(runner, tasks, skill, ctx, repeats, 1.0, "selection")
-    return Evaluation.from_dict(summarize(res, repeats).to_dict())
+    stats = summarize(res, repeats)
+    # the record the runner stores (`to_dict`'s keys), without its deep copy: the stats are not changed after this
+    d = {f.name: getattr(stats, f.name) for f in fields(stats)}
+    if stats.repeats is None:
+        d.pop("repeats")
+        d.pop("task_repeats")
+    return Evaluation.from_dict(d)
 
 
 async def training(
@@ -232,8 +246,13 @@ class RowSpec:
     rule: SequentialRule
 
 
-def table_row(spec: RowSpec) -> str:
-    """Play a row's trainings and format its line (runs in a worker process)."""
+def cost(spec: RowSpec) -> float:
+    """A row's rough CPU cost: its episodes (a sequential gate plays about twice the first pass)."""
+    return spec.trainings * spec.n * spec.repeats * (2.0 if spec.gate == "sequential" else 1.0)
+
+
+def table_row(spec: RowSpec) -> tuple[str, list[float], Tally]:
+    """Play a row's trainings: its line, each training's gain (in seed order) and the tally (in a worker process)."""
     policy = GatePolicy("hard", 0.5, True, False, GATES[spec.gate]["test"], spec.alpha, spec.repeats)
     t = Tally(gains=[])
 
@@ -244,12 +263,35 @@ def table_row(spec: RowSpec) -> str:
 
     asyncio.run(run_all())
     gains = t.gains or [0.0]
-    return (
+    se = statistics.stdev(gains) / math.sqrt(len(gains)) if len(gains) > 1 else 0.0
+    line = (
         f"| {spec.n} | {spec.spread} ({flip_rate(spec.spread):.2f}) | {spec.effect} | {spec.repeats} | {spec.gate} "
         f"| {t.rate(t.worse_accepted, t.worse)} | {t.rate(t.better_refused, t.better)} "
         f"| {t.rate(t.equal_accepted, t.equal)} | {statistics.mean(gains):+.1f} ± {statistics.pstdev(gains):.1f} "
-        f"| {paid_text(t.paid)} |"
+        f"({se:.1f}) | {paid_text(t.paid)} |"
     )
+    return line, gains, t
+
+
+def check_lines(specs: list[RowSpec], rows: list[tuple[str, list[float], Tally]]) -> list[str]:
+    """Per setting, the sequential gate against the paper gate on the same seeded trainings: its worse candidates
+    accepted, and its gain minus the paper's with the standard error of that paired difference."""
+    by = {(sp.n, sp.spread, sp.effect, sp.repeats, sp.gate): row for sp, row in zip(specs, rows)}
+    out = []
+    for (n, spread, effect, repeats, gate), (_, gains, t) in by.items():
+        paper = by.get((n, spread, effect, repeats, "paper"))
+        if gate != "sequential" or paper is None:
+            continue
+        diffs = [a - b for a, b in zip(gains, paper[1])]
+        d = statistics.mean(diffs)
+        se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+        worse = t.worse_accepted / t.worse if t.worse else 0.0
+        gain = "gain >= the paper's" if d >= 0 else "within 1 se" if d >= -se else "TRAILS by more than 1 se"
+        fa = "" if n != 18 else " (<= 0.02)" if worse <= 0.02 else " (ABOVE 0.02)"
+        out.append(f"{n} tasks, spread {spread}, effect {effect}, {repeats} repeat(s): sequential accepted "
+                   f"{worse:.3f} of worse candidates{fa}; gain minus the paper gate's {d:+.1f} (se {se:.1f}): "
+                   f"{gain}")  # fmt: skip
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--mix", type=float, nargs=3, default=[1.0, 1.0, 1.0], metavar=("WORSE", "EQUAL", "BETTER"),
                     help="how often a candidate is worse, equal, better (weights)")  # fmt: skip
-    ap.add_argument("--gates", nargs="+", default=list(GATES), choices=list(GATES))
+    ap.add_argument("--gates", nargs="+", default=["paper", "sequential"], choices=list(GATES),
+                    help="gates compared (default: the paper's and the sequential; all four: the full table)")  # fmt: skip
     ap.add_argument("--jobs", type=int, default=2, help="rows played at once, one process each")
     ap.add_argument("--sequential", type=float, nargs=6, default=None,
                     metavar=("ACCEPT", "REJECT", "FINAL", "BUDGET", "PER_SQRT", "TASK_P"),
@@ -284,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     head = (
         "| tasks | spread (flip rate) | effect e | repeats | gate | worse accepted | better refused | equal accepted "
-        "| true gain, points (mean ± sd) | episodes/gate (mean, p95) |"
+        "| true gain, points (mean ± sd (se)) | episodes/gate (mean, p95) |"
     )
     print(head)
     print("|" + "---|" * 10, flush=True)
@@ -293,10 +336,21 @@ def main(argv: list[str] | None = None) -> int:
         for n, spread, effect, r in product(a.tasks, a.spreads, a.effects, a.repeats)
         for gate in a.gates
     ]
+    rows = []
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:  # rows are independent: one per process
-        for line in pool.map(table_row, specs):
-            print(line, flush=True)
-    print(f"({time.monotonic() - started:.0f} s wall clock, {a.jobs} processes)")
+        # the costliest rows first (so the last ones running are short), printed in the table's order
+        futures = {
+            i: pool.submit(table_row, specs[i]) for i in sorted(range(len(specs)), key=lambda i: -cost(specs[i]))
+        }
+        for f in futures.values():  # the table waits for its first rows (the cheapest): a dot a finished row
+            f.add_done_callback(lambda _: print(".", end="", file=sys.stderr, flush=True))
+        for i in range(len(specs)):
+            rows.append(futures[i].result())
+            print(rows[-1][0], flush=True)
+    for line in check_lines(specs, rows):
+        print(line)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"({time.monotonic() - started:.0f} s wall clock, {a.jobs} processes, load {load:.1f} at the end)")
     return 0
 
 

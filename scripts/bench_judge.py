@@ -2,9 +2,10 @@
 
 Each simulated night has `--tasks` validation tasks that only a judge can score. An episode of a skill on task i
 ends in a good outcome with probability sigmoid(theta - d_i) (d_i ~ N(0, spread²)), else a bad one. The judge is
-the runner's own `Judge` (both orders, a disagreement is a tie) over a simulated judge model: shown a good and a
-bad outcome it prefers the good one with probability 1 - `--noise`; shown two of the same quality it answers
-"A" (the outcome shown first) with probability `--bias`, else "B" or tie; each call is an independent draw. The
+the runner's own `Judge` (both orders, a disagreement is a tie, a tie judged again `optimizer.gate_judge_reask`
+times) over a simulated judge model: shown a good and a bad outcome it prefers the good one with probability
+1 - `--noise`; shown two of the same quality it answers "A" (the outcome shown first) with probability `--bias`,
+else "B" or tie; each call is an independent draw (every outcome has its own text, so no task settles). The
 decision is the runner's sequential gate (`sequential_gate`, with the rule of the `+experiment=sleep` preset a
 night runs) with the judge as its pairwise verdict, the candidate and the current skill sampled in their own
 repeat order, as in a night.
@@ -12,7 +13,7 @@ repeat order, as in a night.
 Counted per row: how often a useless rule (theta unchanged) is accepted, how often a helpful one (+`--effect`
 logits) is accepted, and how a harmful one (-effect) fares; and the judge calls paid per decision.
 
-    .venv/bin/python scripts/bench_judge.py                  # the table in docs/sleep.md (about a minute)
+    .venv/bin/python scripts/bench_judge.py                  # the table in docs/sleep.md (about a CPU-minute)
     .venv/bin/python scripts/bench_judge.py --tasks 6 12 --noise 0.1 0.3 --nights 400
 """
 
@@ -95,9 +96,13 @@ async def one_night(seed: int, n_tasks: int, spread: float, effect: float, noise
 
     async def verdict(t: str, j: int) -> Optional[float]:
         m = Material(t, "Tidy the notes file.", "The notes are tidied completely.")
-        return await judge.pairwise(m, outcomes["current"][t][j], outcomes["candidate"][t][j], f"gate/{t}/{j}")
+        cur_j, cand_j = outcomes["current"][t][j], outcomes["candidate"][t][j]
+        return await judge.pairwise(m, cur_j, cand_j, f"gate/{t}/{j}", rule.judge_reask)
 
-    out = await sequential_gate(rule, cand, cur, play, n_tasks, verdict, frozenset(difficulty))
+    def replayed(t: str) -> bool:  # as the runner tells it: every outcome of both sides the same text
+        return all(len(set(outcomes[w][t])) == 1 for w in outcomes)
+
+    out = await sequential_gate(rule, cand, cur, play, n_tasks, verdict, frozenset(difficulty), replayed)
     return out.accepted, model.calls
 
 
@@ -114,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nights", type=int, default=400, help="simulated gate decisions per row and rule kind")
     ap.add_argument("--tasks", type=int, nargs="+", default=[6, 12], help="validation tasks")
-    ap.add_argument("--noise", type=float, nargs="+", default=[0.1, 0.25], help="the judge's error rate on a pair")
+    ap.add_argument("--noise", type=float, nargs="+", default=[0.1, 0.2, 0.25], help="the judge's error rate on a pair")
     ap.add_argument("--bias", type=float, default=0.7, help="how often the judge picks the first shown of equals")
     ap.add_argument("--spread", type=float, default=1.0, help="task difficulty spread (logit sd)")
     ap.add_argument("--effect", type=float, default=2.0, help="a helpful rule's effect (logits); harmful: minus it")
@@ -122,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task-p", type=float, default=None, help="optimizer.gate_seq_task_p (default: the runner's)")
     ap.add_argument("--per-look", type=int, default=None, help="pairs per look (default: the runner's)")
     ap.add_argument("--interim", type=float, default=None, help="a look's share of task_p (default: the runner's)")
+    ap.add_argument("--reask", type=int, default=None, help="optimizer.gate_judge_reask (default: the runner's)")
     a = ap.parse_args(argv)
     rule = night_rule()
     if a.interim is not None:
@@ -132,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         rule = replace(rule, min_extra=a.min_extra)
     if a.task_p is not None:
         rule = replace(rule, task_p=a.task_p)
+    if a.reask is not None:
+        rule = replace(rule, judge_reask=a.reask)
     print(f"{a.nights} simulated gate decisions per cell; a night's sequential gate (task_p={rule.task_p}, a look at "
-          f"{rule.interim_share:g} of it, accept at +{rule.accept_at:g}, at least {rule.min_extra} extra episodes); "
+          f"{rule.interim_share:g} of it, accept at +{rule.accept_at:g}, at least {rule.min_extra} extra episodes, "
+          f"a tie judged again {rule.judge_reask}x); "
           f"judge bias to the first shown {a.bias}; effect ±{a.effect} logits")  # fmt: skip
     print(
         "| tasks | judge noise | useless accepted | helpful accepted | harmful accepted | judge calls/decision (mean) |"

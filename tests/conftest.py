@@ -26,6 +26,10 @@ if "SKILLOPT_STATE_DIR" not in os.environ:
 
     os.environ["SKILLOPT_STATE_DIR"] = tempfile.mkdtemp(prefix="skillopt-test-state-")
 
+# every test composes its config afresh (tests count compositions and change config files); the compose cache's own
+# tests (tests/cli/test_compose_cache.py) turn it on in a folder of their own
+os.environ["SKILLOPT_COMPOSE_CACHE"] = "off"
+
 REPO = Path(__file__).resolve().parent.parent
 _ROOT_LOGGING = (list(logging.root.handlers), logging.root.level)
 

@@ -44,6 +44,7 @@ from skillopt_ray.cli.compose import (
     refuse_repeated_keys,
     split_price_overrides,
     typed,
+    typed_plain,
 )
 from skillopt_ray.cli.errors import UsageError
 from skillopt_ray.cli.hydra_jobs import HydraJobs, job_key
@@ -215,44 +216,38 @@ def launch_here(args: Any, overrides: list[str]) -> Optional[int]:
 
 
 def composed(args: Any, job: list[str], prices: list[PriceOverride]) -> Config:
-    """A job's config, composed and validated (paths not yet resolved). The kept cluster's holder remembers what it
-    composed for the same overrides while no file of the config folders changed (skillopt_ray/engine/warm.py)."""
+    """A job's config, composed and validated (paths not yet resolved). A command composed before with the same
+    overrides, config files and environment is read back from the compose cache (cli/compose_cache.py) and only
+    validated; the kept cluster's holder also remembers its last one in memory (skillopt_ray/engine/warm.py)."""
     import copy
 
+    import skillopt_ray.cli.compose_cache as compose_cache
     from skillopt_ray.engine.warm import serving
 
     served = serving()
-    key = ""
-    if served is not None:
-        key = config_fingerprint([_conf_dir(args), *map(Path, _search_dirs(args))], [args.config_name or "", *job])
-        if key in served.memo:
-            return copy.deepcopy(served.memo[key])
-    cfg = compose_node(
-        job, config_dir=_conf_dir(args), config_name=args.config_name or CONFIG_NAME, search_dirs=_search_dirs(args)
-    )
-    apply_prices(cfg, prices)
-    config = typed(cfg)
+    folders = [_conf_dir(args), *map(Path, _search_dirs(args))]
+    key = compose_cache.fingerprint(folders, [args.config_name or "", *job, *map(repr, prices)])
+    if served is not None and key in served.memo:
+        return copy.deepcopy(served.memo[key])
+    remembered = compose_cache.load(key)
+    if isinstance(remembered, dict):
+        try:
+            config = typed_plain(remembered)
+        except UsageError:  # an entry the schema no longer takes: composed afresh below
+            config = None
+    else:
+        config = None
+    if config is None:
+        cfg = compose_node(
+            job, config_dir=_conf_dir(args), config_name=args.config_name or CONFIG_NAME, search_dirs=_search_dirs(args)
+        )
+        apply_prices(cfg, prices)
+        config = typed(cfg)
+        compose_cache.save(key, plain(config))
     if served is not None:
         served.memo.clear()  # one entry: the command a researcher repeats
         served.memo[key] = copy.deepcopy(config)
     return config
-
-
-def config_fingerprint(folders: list[Path], words: list[str]) -> str:
-    """What a composed config depends on besides the code: the overrides and every file of the config folders
-    (path, size, modification time)."""
-    import hashlib
-    import json
-
-    files = []
-    for folder in folders:
-        for p in sorted(folder.rglob("*")):
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            files.append([str(p), st.st_size, st.st_mtime_ns])
-    return hashlib.sha256(json.dumps([words, files]).encode()).hexdigest()
 
 
 def plain_single_run(args: Any, flags: list[str], overrides: list[str]) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional, cast
 
@@ -94,28 +94,12 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None, extra_keys: Ite
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    from skillopt_ray.config import suggest_keys
-
     cause = exc.__cause__ or exc.__context__
     unknown = (ConfigKeyError, ConfigAttributeError)
     if isinstance(cause, unknown) or isinstance(exc, unknown):
-        err = cause if isinstance(cause, unknown) else exc
-        key = str(getattr(err, "full_key", "") or "")
-        if not key:
-            m = re.search(r"override '([^']+)'", str(exc))
-            key = m.group(1) if m else ""
-        if key and ("not in" in str(err) or "is not in struct" in str(err)):
-            for free in _FREE_MAPS:
-                if key.startswith(free + "."):
-                    return f"{key} is not set yet: {free} holds free entries, add one with +{key}=..."
-            if key.split(".", 1)[0] == "sweep" and not extra_keys:  # the sweep command's presets and options
-                return (
-                    f"{key} is an option of the sweep command: run python -m skillopt_ray.sweep with the same "
-                    "overrides (python -m skillopt_ray runs one configuration)"
-                )
-            near = _near_extra(key, list(extra_keys)) or suggest_keys(key)
-            hint = f"; did you mean {' or '.join(near)}?" if near else "; see --cfg job for the valid keys"
-            return f"unknown key {key}{hint}"
+        said = _unknown_key(exc, cause if isinstance(cause, unknown) else exc, extra_keys)
+        if said:
+            return said
     text = _flat(exc)
     if isinstance(exc, MissingConfigException) or "Could not find" in text or "Could not load" in text:
         m = re.search(r"Could not (?:find|load) '([^']+)/([^']+)'", text)
@@ -150,6 +134,29 @@ def explain(exc: BaseException, conf_dir: Optional[Path] = None, extra_keys: Ite
     if "sweep" in text.lower() and "--multirun" in text:
         return f"{text}; add -m to run every combination"
     return f"invalid configuration: {text[:400]}"
+
+
+def _unknown_key(exc: BaseException, err: BaseException, extra_keys: Iterable[str]) -> str:
+    """The line for a key the schema does not have ("" when the error names none)."""
+    from skillopt_ray.config import suggest_keys
+
+    key = str(getattr(err, "full_key", "") or "")
+    if not key:
+        m = re.search(r"override '([^']+)'", str(exc))
+        key = m.group(1) if m else ""
+    if not key or not ("not in" in str(err) or "is not in struct" in str(err)):
+        return ""
+    for free in _FREE_MAPS:
+        if key.startswith(free + "."):
+            return f"{key} is not set yet: {free} holds free entries, add one with +{key}=..."
+    if key.split(".", 1)[0] == "sweep" and not extra_keys:  # the sweep command's presets and options
+        return (
+            f"{key} is an option of the sweep command: run python -m skillopt_ray.sweep with the same "
+            "overrides (python -m skillopt_ray runs one configuration)"
+        )
+    near = _near_extra(key, list(extra_keys)) or suggest_keys(key)
+    hint = f"; did you mean {' or '.join(near)}?" if near else "; see --cfg job for the valid keys"
+    return f"unknown key {key}{hint}"
 
 
 def _near_extra(key: str, extra: list[str]) -> list[str]:
@@ -248,17 +255,29 @@ def typed(cfg: Any) -> Config:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from skillopt_ray.config import ConfigError, from_container, validate
-
     check_experiment(cfg)
     try:
         data = OmegaConf.to_container(cfg, resolve=True)
-        obj = from_container(data)  # type: ignore[arg-type]  # a config node resolves to a dict; strict: a key added with + that the schema lacks fails here, not in the driver
+    except OmegaConfBaseException as e:
+        raise UsageError(explain(e)) from None
+    return typed_plain(data)  # type: ignore[arg-type]  # a config node resolves to a dict
+
+
+def typed_plain(data: Mapping[str, object]) -> Config:
+    """The checked Config of plain config data (a resolved composition, or one the compose cache kept): strict (a
+    key added with + that the schema lacks fails here, not in the driver), validated once. OmegaConf is imported
+    only when the data does not fit the schema field by field (config.plain.from_container)."""
+    from skillopt_ray.config import ConfigError, from_container, validate
+
+    try:
+        obj = from_container(data)
         validate(obj)
     except ConfigError as e:
         raise UsageError(str(e)) from None
-    except OmegaConfBaseException as e:
-        raise UsageError(explain(e)) from None
+    except Exception as e:
+        if type(e).__module__.startswith("omegaconf"):  # the schema's own error, from OmegaConf's merge
+            raise UsageError(explain(e)) from None
+        raise
     return obj
 
 

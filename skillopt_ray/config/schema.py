@@ -224,8 +224,11 @@ class OptimizerConfig:
     # also reach this p-value to accept, so replays of a few tasks never do (a split needs 2^-tasks <= this to accept)
     gate_seq_task_p: float = 0.1
     # a look before the extra episodes run out accepts only at this share of gate_seq_task_p (many looks on few
-    # tasks would otherwise give chance many tries; the sleep preset, whose nights have few tasks, sets 0.3)
+    # tasks would otherwise give chance many tries; the sleep preset, whose nights have few tasks, sets 0.03)
     gate_seq_look_share: float = 1.0
+    # a judged pair (a rubric task, no rule check) the judge calls a tie is judged again this many times, both orders
+    # each time, its verdict the mean of the rounds (scripts/bench_judge.py; rule-checked tasks never ask the judge)
+    gate_judge_reask: int = 1
     # does the target replay the same episode for the same task? Then a repeat is no fresh evidence: each task counts
     # once and no extra pairs are played. auto: yes for a chat target at temperature 0; true | false force it
     gate_seq_deterministic: str = "auto"

@@ -39,6 +39,8 @@ def _check_sequential(o: Any) -> None:
         raise ConfigError(f"optimizer.gate_seq_look_share={o.gate_seq_look_share!r} is invalid; use a share in (0, 1]")
     if o.gate_seq_budget < 0:
         raise ConfigError(f"optimizer.gate_seq_budget={o.gate_seq_budget!r} is invalid; use 0 or more (e.g. 2.0)")
+    if o.gate_judge_reask < 0:
+        raise ConfigError(f"optimizer.gate_judge_reask={o.gate_judge_reask!r} is invalid; use 0 or more (e.g. 1)")
     if o.gate_seq_min_extra < 0:
         raise ConfigError(f"optimizer.gate_seq_min_extra={o.gate_seq_min_extra!r} is invalid; use 0 or more (e.g. 24)")
 

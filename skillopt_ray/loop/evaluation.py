@@ -275,6 +275,7 @@ class Evaluator:
             ev.n_scored,
             self._verdict(keys),
             frozenset(self.materials),
+            self._replayed(keys),
         )
         extra = SequentialSamples(
             current_eval=cur_key,
@@ -302,9 +303,20 @@ class Evaluator:
             if j >= len(cur) or j >= len(cand):
                 judge.missing_pair(identity)
                 return None
-            return await judge.pairwise(self.materials[task_id], cur[j], cand[j], f"gate/{task_id}", identity)
+            reask = self.policy.rule.judge_reask
+            return await judge.pairwise(self.materials[task_id], cur[j], cand[j], f"gate/{task_id}", reask, identity)
 
         return verdict
+
+    def _replayed(self, keys: dict[str, str]) -> Callable[[str], bool]:
+        """Whether a judged task's outcomes so far, on both sides, replay their first ones word for word (only
+        then do equal verdicts settle it: the judge would compare the same texts again)."""
+
+        def replayed(task_id: str) -> bool:
+            sides = [self.outcomes.get(keys[w], {}).get(task_id, []) for w in ("candidate", "current")]
+            return all(side and len(set(side)) == 1 for side in sides)
+
+        return replayed
 
     def _player(self, skills: dict[str, str], keys: dict[str, str], by_id: dict[str, Task]) -> PlayFn:
         """The sequential gate's `play`: the next sample of each (skill, task) asked, in its own repeat context of

@@ -137,6 +137,7 @@ class GatePolicy:
                 ),
                 interim_share=getattr(o, "gate_seq_look_share", 1.0),
                 task_p=getattr(o, "gate_seq_task_p", 0.1),
+                judge_reask=getattr(o, "gate_judge_reask", 1),
             ),
             bool(getattr(o, "gate_no_regression", False)),
         )

@@ -9,8 +9,10 @@ comes back as a data error until the judge scores it. Two kinds of call:
   It gives a judged task its hard/soft scores (reports, the analysts, the paper gate) and, on a task that also has
   rule checks, the judge's agreement with them.
 - **pairwise** (stage `judge_pair`): the current skill's and the candidate's outcome of the same task, shown in both
-  orders. The verdict counts only where both orders agree (position bias cancels; a disagreement is a tie): +1 the
-  candidate is better, -1 worse, 0 a tie. The sequential gate takes it as it takes a rule check's paired result.
+  orders. A round counts only where both orders agree (position bias cancels; a disagreement is a tie): +1 the
+  candidate is better, -1 worse, 0 a tie. A tie is judged again up to `reask` times (a noisy judge's tie is mostly
+  an unresolved comparison) and the verdict is the mean of the rounds (so +-0.5 for a tie, then a clear round).
+  The sequential gate takes it as it takes a rule check's paired result.
 
 The task's request, its rubric and the outcomes reach the judge as one JSON object of quoted data, never as
 instructions. A reply that is not the asked JSON (after the gateway's one re-ask) is an error for that comparison:
@@ -81,6 +83,7 @@ class JudgeStats:
     pair_comparisons: int = 0
     pair_errors: int = 0
     order_disagreements: int = 0  # the two orders disagreed: counted as a tie
+    reasks: int = 0  # rounds judged again after a tie
     scores: int = 0
     score_errors: int = 0
     agree: int = 0
@@ -168,13 +171,35 @@ class Judge:
         return better if better in ("A", "B", "tie") else None
 
     async def pairwise(
-        self, m: Material, current: str, candidate: str, key: str, identity: Optional[str] = None
+        self, m: Material, current: str, candidate: str, key: str, reask: int = 0, identity: Optional[str] = None
     ) -> Optional[float]:
-        """+1 the candidate's outcome is better, -1 worse, 0 a tie or orders that disagree; None: an unusable reply
-        (counted in stats.pair_errors, once per `identity`: see JudgeStats.fresh)."""
+        """+1 the candidate's outcome is better, -1 worse, 0 a tie or orders that disagree; a tie is judged again
+        up to `reask` times (keys `{key}/again<i>`) and the verdict is the mean of the rounds. None: the first
+        round's reply was unusable (counted in stats.pair_errors); an unusable later round leaves the tie. Each
+        round is counted once per `identity` (default: the key; see JudgeStats.fresh)."""
+        ident = identity or key
+        first = await self._round(m, current, candidate, key, ident)
+        if first is None:
+            return None
+        rounds = [first]
+        for i in range(1, reask + 1):
+            if rounds[-1] != 0.0:
+                break
+            again = await self._round(m, current, candidate, f"{key}/again{i}", f"{ident}/again{i}", again=True)
+            if again is None:
+                break
+            rounds.append(again)
+        return sum(rounds) / len(rounds)
+
+    async def _round(
+        self, m: Material, current: str, candidate: str, key: str, identity: str, again: bool = False
+    ) -> Optional[float]:
+        """One round, both orders: +1, -1, or 0 (a tie, or orders that disagree); None for an unusable reply."""
         first = await self._prefers(m, current, candidate, f"{key}/current-first")
         second = await self._prefers(m, candidate, current, f"{key}/candidate-first")
-        counts = self.stats.fresh(f"pair|{identity or key}")
+        counts = self.stats.fresh(f"pair|{identity}")
+        if again:
+            self.stats.reasks += counts
         v1 = {"A": -1.0, "B": 1.0, "tie": 0.0}.get(first or "")
         v2 = {"A": 1.0, "B": -1.0, "tie": 0.0}.get(second or "")
         self.stats.pair_comparisons += counts

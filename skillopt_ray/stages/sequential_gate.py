@@ -10,17 +10,25 @@ verdict. Two things must hold to accept:
   stops at once), and when the extra episodes (`extra_budget` x the first pass's, at least `min_extra`) run out the
   net must reach `final_at`; on a large split both accept margins grow with the square root of the first look's
   discordant pairs (`margin_per_sqrt`), so the first look's overshoot cannot accept a worse candidate;
-- **the task is the unit of evidence**: all pairs of one task (its repeats and its extra pairs) form one
-  observation, and the exact sign-flip test over tasks must give p <= `task_p` (under "no difference" a task's
-  summed difference is as likely negative as positive; the p-value is the share of the 2^n sign assignments whose
-  sum reaches the observed net). Repeats of a task never count as independent evidence, whatever the temperature:
-  a deterministic endpoint replaying 3 tasks 7 times reaches p = 1/8 at best. A split of n tasks can never go below
-  2^-n, so a split of fewer than `min_tasks` tasks pays no extra pair and rejects (a night says so before it spends).
+- **the task is the unit of evidence**: all pairs of one task (its repeats and its extra pairs) form one observation
+  (its mean pair difference), and the exact sign-flip test over tasks must give p <= `task_p` (under "no difference"
+  a task's mean difference is as likely negative as positive; the p-value is the share of the 2^n sign assignments
+  of the tasks' means whose sum reaches the observed one: a permutation test on the means, so a task that barely
+  favours the candidate weighs little). Repeats of a task never count as independent evidence, whatever the
+  temperature: a deterministic endpoint replaying 3 tasks 7 times reaches p = 1/8 at best. A split of n tasks can
+  never go below 2^-n, so a split of fewer than `min_tasks` tasks pays no extra pair and rejects (a night says so
+  before it spends).
 
-More pairs go to the tasks whose pairs disagreed or whose samples varied, a few per look. A task whose repeated
-pairs replayed the first exactly (the same samples on both sides) is settled and gets no more; once the tasks that
-could still favour the candidate are too few to reach `task_p`, no more pairs are paid (exact ties stop costing).
-When the target is known to be deterministic (a chat model at temperature 0), each task keeps its first sample and
+More pairs go to the least sampled tasks (judged ones: whose sign is not yet clear; a judged task with `CLEAR_AFTER`
+pairs whose mean is `CLEAR_Z` standard errors from zero has its sign, and the test needs every task's sign, not more
+of a clear one), a few per look; the choice looks only at each task's |mean| and spread, never its sign, so the test
+over tasks stays exact. A task whose repeated pairs replayed the first exactly (the same samples on both sides; for
+a judged task, the same outcomes word for word, which `replayed` tells: equal judged verdicts alone are often
+chance) is settled and gets no more; once the tasks that could still favour the candidate are too few to reach
+`task_p`, no more pairs are paid (exact ties stop costing). A judged pair the judge calls a tie is judged again
+`judge_reask` times (both orders each time; its verdict the mean of the rounds): a tie from a noisy judge is mostly
+unresolved evidence, and a judge that always prefers the first shown ties every round, so it still never moves the
+gate. When the target is known to be deterministic (a chat model at temperature 0), each task keeps its first sample and
 no extra pairs are played.
 
 The current skill's extra samples are kept and reused by later gates (a pair then costs one episode); an accepted
@@ -48,6 +56,9 @@ PlayFn = Callable[[list[Request]], Awaitable[list[Optional[float]]]]
 VerdictFn = Callable[[str, int], Awaitable[Optional[float]]]
 
 SETTLED_AFTER = 2  # identical pairs (the first and a replay) that settle a task
+CLEAR_AFTER = 4  # pairs before a task's sign can be clear ...
+CLEAR_Z = 2.0  # ... its |mean| this many standard errors from zero (scripts/bench_judge.py)
+VAR_FLOOR = 0.25  # a task's pair variance is at least this in its standard error (a few equal pairs prove little)
 GRID = 60  # observations are exact on multiples of 1/60 (hard and judged pairs are whole numbers; soft ones rounded)
 
 
@@ -67,6 +78,7 @@ class SequentialRule:
     deterministic: bool = False
     interim_share: float = 1.0  # a look before the budget's end accepts at this share of task_p (many looks)
     task_p: float = 0.1  # the sign-flip test over tasks must reach this p-value (each task one observation)
+    judge_reask: int = 1  # a judged pair called a tie is judged again this many times (0: never)
 
     def margins(self, first_discordant: int) -> tuple[float, float]:
         """(accept, final) margins for a split whose first look had this many discordant pairs."""
@@ -131,7 +143,7 @@ class SequentialOutcome:
     n_worse: int
     p_value: float  # the exact sign-flip test over tasks (each task one observation): it must reach task_p
     task_p: float = 0.1
-    tasks_better: int = 0  # tasks whose summed difference favours the candidate
+    tasks_better: int = 0  # tasks whose mean difference favours the candidate
     tasks_worse: int = 0
     judge_errors: int = 0  # judged pairs dropped for an unusable judge reply
     candidate_extra: dict[str, list[float]] = field(default_factory=dict)
@@ -162,6 +174,7 @@ class _Evidence:
     cur: dict[str, list[float]]
     verdict: Optional[VerdictFn] = None
     judged: frozenset[str] = frozenset()
+    replayed: Optional[Callable[[str], bool]] = None  # a judged task's outcomes so far replay its first ones
     diffs: dict[str, list[Optional[float]]] = field(default_factory=dict)
 
     async def update(self) -> None:
@@ -188,7 +201,7 @@ class _Evidence:
         return out
 
     def observations(self) -> list[float]:
-        """One value a task for the test over tasks: its summed difference (its mean times its pairs)."""
+        """One value a task for the test over tasks: its mean pair difference (however many pairs it has)."""
         return [s / n for s, n in self.sums().values()]
 
     def pair_stats(self) -> tuple[float, int, int, int, int]:
@@ -197,9 +210,29 @@ class _Evidence:
         return sum(ds), sum(d != 0 for d in ds), len(ds), sum(d > 0 for d in ds), sum(d < 0 for d in ds)
 
     def settled(self, t: str) -> bool:
-        """A task whose pairs replayed the first exactly: more of them would carry nothing new."""
+        """A task whose pairs replayed the first exactly: more of them would carry nothing new. A judged task
+        needs its outcomes replayed too (`replayed`; without it, never): equal verdicts of a noisy judge on fresh
+        outcomes are often chance, and settling them would drop a task that carries evidence."""
         cs, ks, ds = self.cand[t], self.cur[t], self.diffs.get(t, [])
-        return len(ds) >= SETTLED_AFTER and len(set(cs)) == 1 and len(set(ks)) == 1 and len(set(ds)) == 1
+        same = len(ds) >= SETTLED_AFTER and len(set(cs)) == 1 and len(set(ks)) == 1 and len(set(ds)) == 1
+        if t in self.judged:
+            return same and self.replayed is not None and self.replayed(t)
+        return same
+
+    def clear(self, t: str) -> bool:
+        """A judged task whose sign is clear: `CLEAR_AFTER` usable pairs or more, the mean `CLEAR_Z` standard errors
+        from zero (the variance at least `VAR_FLOOR`). It depends on |mean|, never the sign. Rule-checked tasks are
+        never skipped: there the net paired wins gain from more pairs of a clear winner (scripts/bench_gate.py:
+        skipping them cost about a point of gain in the 3-repeat rows)."""
+        if t not in self.judged:
+            return False
+        ok = [d for d in self.diffs.get(t, []) if d is not None]
+        n = len(ok)
+        if n < CLEAR_AFTER:
+            return False
+        mean = sum(ok) / n
+        var = sum((d - mean) ** 2 for d in ok) / (n - 1)
+        return abs(mean) > CLEAR_Z * math.sqrt(max(var, VAR_FLOOR) / n)
 
     def could_favour(self) -> int:
         """Tasks that favour the candidate or could still come to (not settled)."""
@@ -219,13 +252,15 @@ async def sequential_gate(
     first_pass: int,
     verdict: Optional[VerdictFn] = None,
     judged: frozenset[str] = frozenset(),
+    replayed: Optional[Callable[[str], bool]] = None,
 ) -> SequentialOutcome:
-    """Decide on a candidate from its first-pass samples `cand` and the current skill's samples `cur` (task id ->
-    gate score per sample, in sample order), playing more samples through `play` while the decision is close.
-    The `judged` tasks' pairs are compared by `verdict` (the judge), the others by their scores. Only tasks both
-    sides scored take part. `cand` and `cur` are not changed; the extra samples are returned."""
+    """Decide on a candidate from its first-pass samples `cand` and the current skill's samples `cur` (task id -> gate
+    score per sample, in sample order), playing more samples through `play` while the decision is close. The
+    `judged` tasks' pairs are compared by `verdict` (the judge), the others by their scores; `replayed` says whether
+    a judged task's outcomes so far replay its first ones. Only tasks both sides scored take part. `cand` and `cur`
+    are not changed; the extra samples are returned."""
     cand, cur = _paired_tasks(cand, cur, 1 if rule.deterministic else None)
-    ev = _Evidence(cand, cur, verdict, judged)
+    ev = _Evidence(cand, cur, verdict, judged, replayed)
     starts = ({t: len(v) for t, v in cand.items()}, {t: len(v) for t, v in cur.items()})
     await ev.update()
     margins = rule.margins(ev.pair_stats()[1])
@@ -314,9 +349,10 @@ def _paired_tasks(
 
 
 def _choose(ev: _Evidence, k: int) -> list[str]:
-    """The next tasks to sample, settled ones never: the least sampled first (each task is one observation, so the
-    test needs every task's sign, not many pairs of a few); among those, where the current skill already has an
-    unpaired sample (a pair for one episode), then where pairs disagreed or samples varied; ties in task order."""
+    """The next tasks to sample, settled ones never and those whose sign is clear only when no other is open: the
+    least sampled first (each task is one observation, so the test needs every task's sign, not many pairs of a
+    few); among those, where the current skill already has an unpaired sample (a pair for one episode), then where
+    pairs disagreed or samples varied; ties in task order."""
 
     def priority(i_t: tuple[int, str]) -> tuple[int, bool, bool, int]:
         i, t = i_t
@@ -326,6 +362,7 @@ def _choose(ev: _Evidence, k: int) -> list[str]:
         return (-len(cs), cheap, varied, -i)
 
     open_ = [(i, t) for i, t in enumerate(ev.cand) if not ev.settled(t)]
+    open_ = [it for it in open_ if not ev.clear(it[1])] or open_
     return [t for _, t in sorted(open_, key=priority, reverse=True)[:k]]
 
 

@@ -136,8 +136,9 @@ def test_the_estimate_counts_the_judges_calls_by_hand(tmp_path):
     e = estimate.estimate(p.data, p.splits, p.tasks, 0)
     assert e.episodes == (9, 16, 23 + 18)
     # a judge_score call per episode (every task is rubric-only); both orders of each pair the gate compares: the
-    # first look's 6 pairs as planned, and at most one more per extra episode
-    scores, pairs = (9, 16, 41), (0, 6, 6 + 18)
+    # first look's 6 pairs as planned, and at most one more per extra episode, each judged in up to 2 rounds (a tied
+    # round is judged again: optimizer.gate_judge_reask=1)
+    scores, pairs = (9, 16, 41), (0, 6, (6 + 18) * 2)
     j_planned, j_most = e.judge
     assert (j_planned.calls, j_most.calls) == (scores[1] + 2 * pairs[1], scores[2] + 2 * pairs[2])
     assert e.first_pass.calls == 9 + scores[0]
@@ -146,7 +147,7 @@ def test_the_estimate_counts_the_judges_calls_by_hand(tmp_path):
     j_out = p.data["llm"]["optimizer"]["max_tokens"]  # the judge is the optimizer's endpoint
     assert j_planned.completion_tokens == (scores[1] + 2 * pairs[1]) * j_out
     assert any("the judge's calls are in these figures: 28 as planned" in ln for ln in e.lines())
-    assert e.as_dict()["judge"]["at_most"]["calls"] == 89
+    assert e.as_dict()["judge"]["at_most"]["calls"] == 41 + 2 * 48
 
 
 def test_rubric_tasks_with_checks_are_judged_on_evaluations_only(tmp_path):

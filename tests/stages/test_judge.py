@@ -58,6 +58,54 @@ def test_a_judge_that_prefers_the_first_shown_is_a_tie_every_time():
         assert [r.key for r in model.requests] == ["gate/t1/current-first", "gate/t1/candidate-first"]
 
 
+class ScriptedRounds(FakeJudgeModel):
+    """Answers each call from a script of replies, in order (the pairwise rounds' two orders each)."""
+
+    def __init__(self, replies: list[str]):
+        super().__init__("fair")
+        self.replies = replies
+
+    async def chat_json(self, req: Any, schema: Any, name: str = "reply") -> JsonResult:
+        self.requests.append(req)
+        reply = self.replies.pop(0)
+        if reply == "broken":
+            raise MalformedOutput("judge/judge_pair: malformed output after one re-ask")
+        return JsonResult({"better": reply, "reason": "r"}, "")
+
+
+def reask(replies: list[str], times: int = 1) -> tuple[Any, Judge, ScriptedRounds]:
+    model = ScriptedRounds(replies)
+    judge = Judge(model)
+    return asyncio.run(judge.pairwise(M, "cur", "cand", "gate/t1", times)), judge, model
+
+
+def test_a_tied_pair_is_judged_again_and_its_verdict_is_the_mean_of_the_rounds():
+    # round 1: the orders disagree (A, A: a tie); round 2: the candidate (shown second, then first) in both orders
+    verdict, judge, model = reask(["A", "A", "B", "A"])
+    assert verdict == 0.5 and judge.stats.reasks == 1 and judge.stats.pair_comparisons == 2
+    assert [r.key for r in model.requests][2:] == ["gate/t1/again1/current-first", "gate/t1/again1/candidate-first"]
+    assert reask(["B", "A"])[0] == 1.0 and len(reask(["B", "A"])[2].requests) == 2  # a clear round: no re-ask
+    assert reask(["tie", "tie", "tie", "tie"])[0] == 0.0  # still a tie: 0
+    assert reask(["tie", "tie", "A", "B"], times=0)[0] == 0.0  # reask 0: one round, as before
+    # an unusable re-ask leaves the first round's tie (counted), never a win or a loss
+    verdict, judge, _ = reask(["A", "A", "broken", "B"])
+    assert verdict == 0.0 and judge.stats.pair_errors == 1
+
+
+def test_a_judge_that_prefers_the_first_shown_ties_every_round():
+    for times in (1, 3):
+        verdict, judge, model = pair_first(times)
+        assert (
+            verdict == 0.0 and judge.stats.order_disagreements == times + 1 and len(model.requests) == 2 * (times + 1)
+        )
+
+
+def pair_first(times: int) -> tuple[Any, Judge, FakeJudgeModel]:
+    model = FakeJudgeModel("first")
+    judge = Judge(model)
+    return asyncio.run(judge.pairwise(M, "gave up", "all tidy", "gate/t1", times)), judge, model
+
+
 def test_an_unusable_judge_reply_is_an_error_never_a_win_or_a_loss():
     for rule in ("broken", "bad-enum"):
         verdict, judge, _model = pair(rule, "gave up", "all tidy")
@@ -98,12 +146,16 @@ def test_a_comparison_an_earlier_command_counted_is_not_counted_again():
     judge.json's `counted` says how many meetings of each are in the counts; only meetings past those count."""
     model = FakeJudgeModel("fair")
     judge = Judge(model)
-    asyncio.run(judge.pairwise(M, "gave up", "all tidy", "gate/t1", "cur|cand|t1|0"))
+    asyncio.run(judge.pairwise(M, "gave up", "all tidy", "gate/t1", identity="cur|cand|t1|0"))
     assert judge.stats.pair_comparisons == 1 and judge.stats.ledger() == {"pair|cur|cand|t1|0": 1}
     resumed = Judge(model)
     resumed.stats.counted.update(judge.stats.ledger())
-    assert asyncio.run(resumed.pairwise(M, "gave up", "all tidy", "gate/t1", "cur|cand|t1|0")) == 1.0  # still decides
+    assert (
+        asyncio.run(resumed.pairwise(M, "gave up", "all tidy", "gate/t1", identity="cur|cand|t1|0")) == 1.0
+    )  # still decides
     assert resumed.stats.pair_comparisons == 0  # counted by the earlier command
-    asyncio.run(resumed.pairwise(M, "gave up", "all tidy", "gate/t1", "cur|cand|t1|0"))  # a second meeting: new
-    asyncio.run(resumed.pairwise(M, "gave up", "all tidy", "gate/t1", "cur|cand|t1|1"))
+    asyncio.run(
+        resumed.pairwise(M, "gave up", "all tidy", "gate/t1", identity="cur|cand|t1|0")
+    )  # a second meeting: new
+    asyncio.run(resumed.pairwise(M, "gave up", "all tidy", "gate/t1", identity="cur|cand|t1|1"))
     assert resumed.stats.pair_comparisons == 2 and len(model.requests) == 8

@@ -141,6 +141,7 @@ def test_the_slow_update_gate_under_the_sequential_setting_takes_the_sign_test()
         ("optimizer.gate_seq_reject_at=0", "optimizer.gate_seq_reject_at=0.0 is invalid"),
         ("optimizer.gate_seq_budget=-1", "optimizer.gate_seq_budget=-1.0 is invalid"),
         ("optimizer.gate_seq_deterministic=maybe", "optimizer.gate_seq_deterministic='maybe' is invalid"),
+        ("optimizer.gate_judge_reask=-1", "optimizer.gate_judge_reask=-1 is invalid"),
     ],
 )
 def test_bad_sequential_options_are_one_line_errors(capsys, arg, needle):

@@ -259,7 +259,8 @@ def judge_spend(
     data: PlainConfig, splits: dict[str, list[str]], tasks: Path, eps: Episodes, call: tuple[int, int]
 ) -> tuple[Spend, Spend, Spend]:
     """(first pass, planned, at most) of the judge's calls: a score per judged episode, and both orders of each
-    pair the sequential gate compares on a rubric-only selection task. `call`: (the task's request in characters,
+    pair the sequential gate compares on a rubric-only selection task (at most, each pair in every round
+    `optimizer.gate_judge_reask` allows: a tied round is judged again). `call`: (the task's request in characters,
     a target reply's budget in tokens)."""
     sel_ids = splits["val"] or splits["train"]
     sel, test = judged_tasks(tasks, sel_ids), judged_tasks(tasks, splits["test"] or sel_ids)
@@ -285,10 +286,11 @@ def judge_spend(
     pairs = eps.steps * eps.first_look * sel.only
     pairs_most = pairs + math.ceil(eps.steps * eps.extra * sel.share(False))
     extra_scores = math.ceil(eps.steps * eps.extra * sel.share(False))
+    rounds = 1 + max(0, int(data["optimizer"].get("gate_judge_reask", 1) or 0))  # a tied round is judged again
     return (
         Spend(scores(0), score.prompt_tokens * scores(0), 0),
         score.times(scores(1)) + pair.times(pairs),
-        score.times(scores(2) + extra_scores) + pair.times(pairs_most),
+        score.times(scores(2) + extra_scores) + pair.times(pairs_most * rounds),
     )
 
 
