@@ -318,7 +318,7 @@ class RunDir:
         those counts hold (so a resumed command counts none twice)."""
         return self.write_json(JUDGE, {**stats, "counted": dict(sorted((counted or {}).items()))})
 
-    def _judge_json(self) -> dict[str, Any]:
+    def _judge_json(self) -> JSONObject:
         try:
             data = self.read_json(JUDGE)  # through `untrusted`, as every run file
         except RecordError:
