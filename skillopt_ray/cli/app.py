@@ -225,8 +225,10 @@ def composed(args: Any, job: list[str], prices: list[PriceOverride]) -> Config:
     from skillopt_ray.engine.warm import serving
 
     served = serving()
-    folders = [_conf_dir(args), *map(Path, _search_dirs(args))]
-    key = compose_cache.fingerprint(folders, [args.config_name or "", *job, *map(repr, prices)])
+    search = _search_dirs(args)  # checks every YAML file of --config-dir: once
+    key = compose_cache.fingerprint(
+        [_conf_dir(args), *map(Path, search)], [args.config_name or "", *job, *map(repr, prices)]
+    )
     if served is not None and key in served.memo:
         return copy.deepcopy(served.memo[key])
     remembered = compose_cache.load(key)
@@ -239,7 +241,7 @@ def composed(args: Any, job: list[str], prices: list[PriceOverride]) -> Config:
         config = None
     if config is None:
         cfg = compose_node(
-            job, config_dir=_conf_dir(args), config_name=args.config_name or CONFIG_NAME, search_dirs=_search_dirs(args)
+            job, config_dir=_conf_dir(args), config_name=args.config_name or CONFIG_NAME, search_dirs=search
         )
         apply_prices(cfg, prices)
         config = typed(cfg)
