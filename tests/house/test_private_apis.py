@@ -119,8 +119,21 @@ def add(a, b):
     return a + b
 
 out = {"task": ray.get(add.remote(2, 3)), "actor": ray.get(Echo.remote().echo.remote("hi")), "restored": restored}
-ps = subprocess.run(["ps", "-o", "args=", "--ppid", str(os.getpid())], capture_output=True, text=True).stdout
-out["children"] = ps.splitlines()
+def children(parent):
+    # each child's whole command line from /proc (ps cuts long lines to the terminal's width)
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == parent:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    found.append(f.read().replace(b"\\0", b" ").decode(errors="replace").strip())
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+out["children"] = children(os.getpid())
 ray.shutdown()
 print(json.dumps(out))
 """
