@@ -41,6 +41,20 @@ def hydra_args_parser() -> Any:
     return get_args_parser()
 
 
+def hydra_version() -> str:
+    """The installed Hydra's version, as its `--version` flag prints it (read only when that flag is given)."""
+    from hydra import __version__
+
+    return str(__version__)
+
+
+def hydra_completion_help() -> str:
+    """The help text of Hydra's `--shell-completion` flag (built only when --help is rendered)."""
+    from hydra._internal.utils import _get_completion_help
+
+    return str(_get_completion_help())
+
+
 def hydra_create(config_dir: Path, search_dirs: Iterable[str] = ()) -> Any:
     """A Hydra instance with the application's search path: `config_dir`, then each `--config-dir` ahead of it
     (the public compose API cannot take the command line's search path and run mode)."""

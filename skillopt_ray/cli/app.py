@@ -119,10 +119,10 @@ def _job(cfg: Any) -> int:
 
 
 def _hydra_args(argv: list[str]) -> Any:
-    from skillopt_ray.base.private_apis import hydra_args_parser
+    from skillopt_ray.cli.args import command_parser
 
     try:  # flags may come anywhere (`... seed=1,2 -m`), as users write them
-        return hydra_args_parser().parse_intermixed_args(argv)
+        return command_parser().parse_intermixed_args(argv)
     except SystemExit as e:  # argparse printed its usage line
         raise _Exit(int(e.code or 0)) from None
 
@@ -350,18 +350,28 @@ def _run(args: Any, flags: list[str], overrides: list[str]) -> Optional[int]:
     """Run the command's jobs here (a plain run, or -m and Hydra's settings through cli.hydra_jobs); None when
     Hydra's application runs them (another sweeper or launcher: what can be checked before it is)."""
     if plain_single_run(args, flags, overrides):
-        return run_checked(check_jobs(args, overrides, _SESSION.prices)[0], overrides)
+        checked = check_jobs(args, overrides, _SESSION.prices)[0]
+        mark("config-checked")
+        return run_checked(checked, overrides)
     code = launch_here(args, overrides)
     if code is None:
         check_jobs(args, overrides, _SESSION.prices)  # another sweeper's jobs are checked as each starts
     return code
 
 
+def from_hydra(e: BaseException) -> bool:
+    """A Hydra or OmegaConf error (bad config input: exit 2). Neither is imported to ask: a command whose config
+    came from the compose cache never loads them, and then none of their errors can have been raised."""
+    hydra_errors, omegaconf_errors = sys.modules.get("hydra.errors"), sys.modules.get("omegaconf.errors")
+    kinds = (
+        *([hydra_errors.HydraException] if hydra_errors else []),
+        *([omegaconf_errors.OmegaConfBaseException] if omegaconf_errors else []),
+    )
+    return bool(kinds) and isinstance(e, kinds)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     mark("cli-started")
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
     argv = [a for a in argv if a != "--debug"]
@@ -400,17 +410,15 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    except (HydraException, OmegaConfBaseException) as e:
-        if debug:
-            raise
-        print(f"error: {explain(e)}", file=sys.stderr)
-        return EXIT_CONFIG
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume", file=sys.stderr)
         return EXIT_STOPPED
     except Exception as e:  # noqa: BLE001 - one line; --debug shows the traceback
         if debug:
             raise
+        if from_hydra(e):
+            print(f"error: {explain(e)}", file=sys.stderr)
+            return EXIT_CONFIG
         print(
             f"error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''} (--debug shows the traceback)",
             file=sys.stderr,

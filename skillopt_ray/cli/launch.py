@@ -152,6 +152,7 @@ def execute(checked: Checked, run_dir: Optional[Path] = None, origin: Optional[O
     data = checked.data
     engine = choose(data)
     run_dir = _open_run(checked, run_dir, origin)
+    mark("run-opened")
     print(engine.line(), file=sys.stderr)  # after the checks, whose errors are one line
     clock = RunClock(run_dir).begin()
     progress = make_display(data["debug"]["progress"], started_at=clock.started)
@@ -258,6 +259,7 @@ def _drive_local(
     """The run in this process: the same driver, gateway and env workers, on threads instead of Ray actors."""
     from skillopt_ray.engine.local import run_local
 
+    mark("engine-imported")
     progress.update({"phase": "starting", "stage": "starting" + (" the embedded model server" if embedded else "")})
     run_cfg = checked.config
     if embedded is not None:

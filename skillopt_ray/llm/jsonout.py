@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jsonschema
 from skillopt_envs.chat import JsonExtractionError, extract_json
 from skillopt_envs.jsontypes import JSONObject
 
@@ -13,6 +12,8 @@ from skillopt_envs.jsontypes import JSONObject
 def parse_and_validate(text: str, schema: JSONObject | None) -> Any:
     obj = extract_json(text)
     if schema is not None:
+        import jsonschema  # 0.03-0.05 s to import: only calls that ask for a schema pay it (never a chat eval's start)
+
         try:
             jsonschema.validate(obj, schema)
         except jsonschema.ValidationError as e:

@@ -159,3 +159,10 @@ def test_a_lean_ray_start_runs_tasks_and_actors_without_the_monitors_and_api_ser
     assert "gcs_server" in started and "raylet" in started  # the head node itself is there
     for absent in ("autoscaler/_private/monitor.py", "log_monitor.py", "dashboard/dashboard.py"):
         assert absent not in started
+
+
+def test_hydra_version_and_completion_help():
+    import hydra
+
+    assert private_apis.hydra_version() == hydra.__version__
+    assert "install" in private_apis.hydra_completion_help().lower()
