@@ -356,13 +356,20 @@ class Run:
 
 
 class TrackerWhenReady:
-    """A Tracker being opened in a thread: any use waits until it is open, and raises what opening raised.
+    """A Tracker being opened in a thread. Logging calls made before it is open (the seed skill's artifact, a step's
+    metrics) are kept in order and sent by the opening thread once it is open, so no stage waits for MLflow; any other
+    use waits until it is open. An error from opening or from a kept call is raised to the next use that waits.
 
     `after`, when given, is waited for first: in one process MLflow's import (seconds of CPU) would hold the GIL from
     the imports the first model call needs, so it starts once that call went out."""
 
+    # calls whose result no caller reads: kept while the tracker opens, then sent in the order they were made
+    DEFERRED = frozenset({"log_artifact", "log_metrics", "log_params", "set_tags", "log_skill_history"})
+
     def __init__(self, open_tracker: Any, after: Optional[Any] = None):
         self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._kept: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self._tracker: Optional[Tracker] = None
         self._error: Optional[BaseException] = None
         args = (open_tracker, after)
@@ -373,10 +380,24 @@ class TrackerWhenReady:
             if after is not None:
                 after()
             self._tracker = open_tracker()
+            self._send_kept()
         except BaseException as e:  # noqa: BLE001 - raised to whoever uses the tracker
             self._error = e
         finally:
-            self._done.set()
+            with self._lock:
+                self._kept.clear()
+                self._done.set()
+
+    def _send_kept(self) -> None:
+        """Send the kept calls in order; calls made meanwhile join the queue until it is empty."""
+        assert self._tracker is not None
+        while True:
+            with self._lock:
+                if not self._kept:
+                    self._done.set()  # under the lock: a call after this goes straight to the tracker
+                    return
+                name, args, kwargs = self._kept.pop(0)
+            getattr(self._tracker, name)(*args, **kwargs)
 
     def get(self) -> Tracker:
         self._done.wait()
@@ -391,7 +412,16 @@ class TrackerWhenReady:
         return self._tracker
 
     def __getattr__(self, name: str) -> Any:
+        if name in self.DEFERRED:
+            return lambda *args, **kwargs: self._call_or_keep(name, args, kwargs)
         return getattr(self.get(), name)
+
+    def _call_or_keep(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._kept.append((name, args, kwargs))
+                return
+        getattr(self.get(), name)(*args, **kwargs)
 
 
 # How often the driver rewrites the run directory's live progress record (progress.json).

@@ -1,0 +1,88 @@
+"""The driver's tracker opens in a thread (after the first model call, in one process): logging calls made before
+it is open are kept in order and sent once it is open, so no stage waits for MLflow; errors still reach the run."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from skillopt_ray.engine.driver import TrackerWhenReady
+
+
+class FakeTracker:
+    """Records the calls it gets, in order, and the thread that made each."""
+
+    def __init__(self, fail_on: str = ""):
+        self.calls: list[tuple[str, tuple]] = []
+        self.fail_on = fail_on
+        self.run_id = "r1"
+
+    def _record(self, name, *args):
+        if name == self.fail_on:
+            raise RuntimeError(f"store refused {name}")
+        self.calls.append((name, args))
+
+    def log_artifact(self, *args):
+        self._record("log_artifact", *args)
+
+    def log_metrics(self, *args):
+        self._record("log_metrics", *args)
+
+    def finish(self, status):
+        self._record("finish", status)
+
+
+def test_logging_before_the_tracker_is_open_returns_at_once_and_is_sent_in_order():
+    go, opened = threading.Event(), threading.Event()
+    fake = FakeTracker()
+
+    def open_tracker():
+        opened.set()
+        return fake
+
+    t = TrackerWhenReady(open_tracker, after=lambda: go.wait(10))
+    t.log_artifact("skills/v0.md", "skills")  # the seed skill, before any model call
+    t.log_metrics({"current_score": 0.5}, 0)
+    assert not opened.is_set() and fake.calls == []  # nothing waited for the store
+    go.set()
+    t.finish("FINISHED")  # a call whose caller waits: after every kept call
+    assert fake.calls == [
+        ("log_artifact", ("skills/v0.md", "skills")),
+        ("log_metrics", ({"current_score": 0.5}, 0)),
+        ("finish", ("FINISHED",)),
+    ]
+    t.log_metrics({"x": 1.0}, 1)  # once open, calls go straight through
+    assert fake.calls[-1] == ("log_metrics", ({"x": 1.0}, 1))
+
+
+def test_a_kept_call_that_fails_is_raised_to_the_next_use():
+    go = threading.Event()
+    t = TrackerWhenReady(lambda: FakeTracker(fail_on="log_metrics"), after=lambda: go.wait(10))
+    t.log_metrics({"a": 1.0}, 0)
+    go.set()
+    with pytest.raises(RuntimeError, match="store refused log_metrics"):
+        t.finish("FINISHED")
+    assert t.opened() is not None  # the store opened: a failed run can still be marked ended
+
+
+def test_an_open_that_fails_drops_the_kept_calls_and_raises_at_the_next_wait():
+    def broken():
+        raise RuntimeError("no store")
+
+    go = threading.Event()
+    t = TrackerWhenReady(broken, after=lambda: go.wait(10))
+    t.log_artifact("a", None)
+    go.set()
+    with pytest.raises(RuntimeError, match="no store"):
+        t.get()
+    assert t.opened() is None
+    with pytest.raises(RuntimeError, match="no store"):
+        t.log_metrics({"a": 1.0}, 0)
+
+
+def test_other_attributes_wait_for_the_open_tracker():
+    go = threading.Event()
+    t = TrackerWhenReady(FakeTracker, after=lambda: go.wait(10))
+    threading.Timer(0.2, go.set).start()
+    assert t.run_id == "r1"
