@@ -28,7 +28,7 @@ from skillopt_ray.config import Config, ConfigError, RayConfig, redact
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.config.skill_files import SkillTexts, read_skill_file
 from skillopt_ray.engine.envpool import EnvPool, PoolSettings, pool_shape
-from skillopt_ray.engine.executor import Executor, ray_executor
+from skillopt_ray.engine.executor import FIRST_CALL_WAIT_S, Executor, ray_executor
 from skillopt_ray.engine.trainer import SimulatedInterrupt, Splits, Trainer, limit_tasks
 from skillopt_ray.engine.warm import ActorOptions, Spawner, fresh
 from skillopt_ray.llm.gateway import GatewayHost, LLMHandle
@@ -122,7 +122,9 @@ class Run:
         mark("env-actors-requested")
         # MLflow's import, store and run creation take seconds: they go on in a thread beside the first episodes;
         # the first use of the tracker waits for them
-        self.tracker = TrackerWhenReady(self._open_tracker, getattr(self.executor, "wait_first_call", None))
+        self.tracker = TrackerWhenReady(
+            self._open_tracker, getattr(self.executor, "first_call", None), FIRST_CALL_WAIT_S
+        )
         return bench, llm
 
     def _open_tracker(self) -> Tracker:
@@ -360,25 +362,32 @@ class TrackerWhenReady:
     metrics) are kept in order and sent by the opening thread once it is open, so no stage waits for MLflow; any other
     use waits until it is open. An error from opening or from a kept call is raised to the next use that waits.
 
-    `after`, when given, is waited for first: in one process MLflow's import (seconds of CPU) would hold the GIL from
-    the imports the first model call needs, so it starts once that call went out."""
+    `start`, when given, is waited for first (at most `wait_s`): in one process MLflow's import (seconds of CPU) would
+    hold the GIL from the imports the first model call needs, so it starts once that call went out (the executor sets
+    the event). A use that has to wait for the tracker sets it too: a run that makes no model call before it needs the
+    tracker (a finished run's command again, a resume past its last call) opens it at once instead of waiting out
+    `wait_s` for a call that cannot come."""
 
     # calls whose result no caller reads: kept while the tracker opens, then sent in the order they were made
     DEFERRED = frozenset({"log_artifact", "log_metrics", "log_params", "set_tags", "log_skill_history"})
 
-    def __init__(self, open_tracker: Any, after: Optional[Any] = None):
+    def __init__(
+        self, open_tracker: Any, start: Optional[threading.Event] = None, wait_s: Optional[float] = FIRST_CALL_WAIT_S
+    ):
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._kept: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self._tracker: Optional[Tracker] = None
         self._error: Optional[BaseException] = None
-        args = (open_tracker, after)
+        self._start = start
+        args = (open_tracker, wait_s)
         threading.Thread(target=self._open, args=args, name="mlflow-open", daemon=True).start()
 
-    def _open(self, open_tracker: Any, after: Optional[Any]) -> None:
+    def _open(self, open_tracker: Any, wait_s: Optional[float]) -> None:
         try:
-            if after is not None:
-                after()
+            if self._start is not None:
+                self._start.wait(wait_s)
+            mark("tracker-opening")
             self._tracker = open_tracker()
             self._send_kept()
         except BaseException as e:  # noqa: BLE001 - raised to whoever uses the tracker
@@ -399,8 +408,13 @@ class TrackerWhenReady:
                 name, args, kwargs = self._kept.pop(0)
             getattr(self._tracker, name)(*args, **kwargs)
 
-    def get(self) -> Tracker:
+    def _wait(self) -> None:
+        if self._start is not None and not self._done.is_set():
+            self._start.set()  # the caller waits for the tracker: no model call has to go out first
         self._done.wait()
+
+    def get(self) -> Tracker:
+        self._wait()
         if self._error is not None:
             raise self._error
         assert self._tracker is not None
@@ -408,7 +422,7 @@ class TrackerWhenReady:
 
     def opened(self) -> Optional[Tracker]:
         """The tracker, or None when opening it failed (waits for the attempt)."""
-        self._done.wait()
+        self._wait()
         return self._tracker
 
     def __getattr__(self, name: str) -> Any:

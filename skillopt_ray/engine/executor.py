@@ -27,7 +27,7 @@ from typing import Any, Optional, Protocol
 from skillopt_ray.engine.warm import ActorOptions
 
 STOP_WAIT_S = 5.0  # how long stop() waits for a local actor's thread to finish its loop
-FIRST_CALL_WAIT_S = 10.0  # how long wait_first_call() waits at most (a run that makes no model call goes on)
+FIRST_CALL_WAIT_S = 10.0  # how long the driver's tracker waits at most for `first_call` before it opens anyway
 MODEL_CALLS = frozenset({"chat", "chat_json", "agent_chat"})  # the gateway's methods that call the model
 
 
@@ -129,7 +129,9 @@ class LocalExecutor:
     kind = "local"
 
     def __init__(self) -> None:
-        self.first_call = threading.Event()  # a model call was asked of a part this executor started
+        # set when a model call is asked of a part this executor started (or by the driver's tracker, when a use of it
+        # cannot wait for one: engine/driver.py TrackerWhenReady)
+        self.first_call = threading.Event()
 
     def start(self, cls: type, options: ActorOptions, *args: Any, **kwargs: Any) -> LocalActor:
         """The part on its own thread, given its own copy of its arguments (as Ray's serialization gives an actor
@@ -137,10 +139,6 @@ class LocalExecutor:
         keep: dict[int, Any] = {id(a): a for a in (*args, *kwargs.values()) if isinstance(a, LocalActor)}
         args, kwargs = copy.deepcopy((args, kwargs), keep)
         return LocalActor(cls, args, kwargs, self.first_call)
-
-    def wait_first_call(self) -> None:
-        """Block until the run's first model call was asked (or FIRST_CALL_WAIT_S went by)."""
-        self.first_call.wait(FIRST_CALL_WAIT_S)
 
     def call(self, handle: LocalActor, method: str, *args: Any) -> Awaitable[Any]:
         return handle.ask(method, *args)

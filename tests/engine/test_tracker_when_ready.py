@@ -41,7 +41,7 @@ def test_logging_before_the_tracker_is_open_returns_at_once_and_is_sent_in_order
         opened.set()
         return fake
 
-    t = TrackerWhenReady(open_tracker, after=lambda: go.wait(10))
+    t = TrackerWhenReady(open_tracker, start=go)
     t.log_artifact("skills/v0.md", "skills")  # the seed skill, before any model call
     t.log_metrics({"current_score": 0.5}, 0)
     assert not opened.is_set() and fake.calls == []  # nothing waited for the store
@@ -58,7 +58,7 @@ def test_logging_before_the_tracker_is_open_returns_at_once_and_is_sent_in_order
 
 def test_a_kept_call_that_fails_is_raised_to_the_next_use():
     go = threading.Event()
-    t = TrackerWhenReady(lambda: FakeTracker(fail_on="log_metrics"), after=lambda: go.wait(10))
+    t = TrackerWhenReady(lambda: FakeTracker(fail_on="log_metrics"), start=go)
     t.log_metrics({"a": 1.0}, 0)
     go.set()
     with pytest.raises(RuntimeError, match="store refused log_metrics"):
@@ -71,7 +71,7 @@ def test_an_open_that_fails_drops_the_kept_calls_and_raises_at_the_next_wait():
         raise RuntimeError("no store")
 
     go = threading.Event()
-    t = TrackerWhenReady(broken, after=lambda: go.wait(10))
+    t = TrackerWhenReady(broken, start=go)
     t.log_artifact("a", None)
     go.set()
     with pytest.raises(RuntimeError, match="no store"):
@@ -83,6 +83,26 @@ def test_an_open_that_fails_drops_the_kept_calls_and_raises_at_the_next_wait():
 
 def test_other_attributes_wait_for_the_open_tracker():
     go = threading.Event()
-    t = TrackerWhenReady(FakeTracker, after=lambda: go.wait(10))
+    t = TrackerWhenReady(FakeTracker, start=go)
     threading.Timer(0.2, go.set).start()
     assert t.run_id == "r1"
+
+
+@pytest.mark.timeout(120)  # a guard: before the fix this waited for a model call forever (wait_s=None)
+def test_a_use_that_waits_opens_the_tracker_without_a_model_call():
+    """A run that needs its tracker before any model call went out (a finished run's command again, a resume past its
+    last call) opens it then, instead of waiting out the first-call wait for a call that cannot come."""
+    go, fake = threading.Event(), FakeTracker()
+    t = TrackerWhenReady(lambda: fake, start=go, wait_s=None)
+    t.log_artifact("skills/v0.md", "skills")  # kept: logging never starts the open
+    assert not go.is_set()
+    t.finish("FINISHED")
+    assert go.is_set()
+    assert fake.calls == [("log_artifact", ("skills/v0.md", "skills")), ("finish", ("FINISHED",))]
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_run_marks_its_tracker_ended_without_a_model_call():
+    go = threading.Event()
+    t = TrackerWhenReady(FakeTracker, start=go, wait_s=None)
+    assert t.opened() is not None and go.is_set()
