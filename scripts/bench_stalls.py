@@ -142,6 +142,7 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.5)
     ap.add_argument("--gap", type=float, default=0.3, help="idle spans between calls shorter than this are not listed")
     ap.add_argument("--marks", action="store_true", help="print every start-up mark")
+    ap.add_argument("--calls", action="store_true", help="print every model call's arrival, role and stage")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     from scripted_server import Policies, ScriptedServer
@@ -156,7 +157,15 @@ def main() -> None:
         }
     )
     results: list[dict[str, Any]] = []
-    with ScriptedServer(Policies(target="nonsense"), latency_s=a.latency) as srv:
+    policies, seen = Policies(target="nonsense"), []
+
+    def answer(body: dict[str, Any], headers: dict[str, str]) -> str:
+        seen.append(
+            (time.monotonic() - a.latency, headers.get("x-skillopt-role", ""), headers.get("x-skillopt-stage", ""))
+        )
+        return policies.answer(body, headers)
+
+    with ScriptedServer(policy=answer, latency_s=a.latency) as srv:
         for i in range(a.rounds):
             for kind in a.kinds.split(","):
                 for mode in a.modes.split(","):
@@ -167,6 +176,10 @@ def main() -> None:
                     r = run(cmd, cwd, srv, env)
                     results.append({"round": i, "kind": kind, "mode": mode, "load": os.getloadavg()[0], **r})
                     print(f"r{i + 1} {kind:>8} {mode:>7}: {describe(r, a.latency, a.gap)}", flush=True)
+                    if a.calls:
+                        for t, role, stage in sorted(x for x in seen if x[0] >= r["t0"] - a.latency):
+                            print(f"      call {t - r['t0']:7.2f} {role}/{stage}")
+                    seen.clear()
                     if a.marks:
                         for m, v in sorted(r["marks"].items(), key=lambda kv: kv[1]):
                             print(f"      {m:<28} {v:7.2f}")

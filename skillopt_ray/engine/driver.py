@@ -189,6 +189,7 @@ class Run:
                     on_progress=self.set_progress,
                 )
                 summary = await self.trainer.run()
+            mark("run-done")
             if self.tracker:
                 self.tracker.finish("FINISHED")
             return {
@@ -389,6 +390,7 @@ class TrackerWhenReady:
                 self._start.wait(wait_s)
             mark("tracker-opening")
             self._tracker = open_tracker()
+            mark("tracker-open")
             self._send_kept()
         except BaseException as e:  # noqa: BLE001 - raised to whoever uses the tracker
             self._error = e
