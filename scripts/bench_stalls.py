@@ -103,6 +103,7 @@ def run(cmd: list[str], cwd: Path, srv: Any, env: dict[str, str], stop_after: Op
         while len(srv.state.request_times) - before < stop_after and p.poll() is None:
             time.sleep(0.02)
         p.send_signal(signal.SIGINT)
+    sent = time.monotonic()
     out, err = p.communicate(timeout=1800)
     t1 = time.monotonic()
     if p.returncode and stop_after is None:
@@ -110,7 +111,15 @@ def run(cmd: list[str], cwd: Path, srv: Any, env: dict[str, str], stop_after: Op
     from skillopt_ray.base.startup_trace import read
 
     times = list(srv.state.request_times)[before:]
-    return {"t0": t0, "t1": t1, "times": [t - t0 for t in times], "marks": read(str(trace), wall0), "rc": p.returncode}
+    marks = read(str(trace), wall0)
+    return {
+        "t0": t0,
+        "t1": t1,
+        "times": [t - t0 for t in times],
+        "marks": marks,
+        "rc": p.returncode,
+        "stop_s": t1 - sent,
+    }
 
 
 def describe(r: dict[str, Any], latency: float, gap: float) -> str:
@@ -143,10 +152,17 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=0.3, help="idle spans between calls shorter than this are not listed")
     ap.add_argument("--marks", action="store_true", help="print every start-up mark")
     ap.add_argument("--calls", action="store_true", help="print every model call's arrival, role and stage")
+    ap.add_argument(
+        "--trees",
+        default="",
+        help="name=path,... : checkouts whose code each job runs, one after the other (default: this one); e.g. "
+        "before=/tmp/base (a `git archive` of an earlier commit),after=.",
+    )
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     from scripted_server import Policies, ScriptedServer
 
+    trees = {k: Path(v).resolve() for k, v in (x.split("=", 1) for x in a.trees.split(",") if x)} or {"": REPO}
     work = Path(tempfile.mkdtemp(prefix="bench_stalls_"))
     tasks = write_tasks(work / "data")
     env = child_env(
@@ -168,14 +184,22 @@ def main() -> None:
     with ScriptedServer(policy=answer, latency_s=a.latency) as srv:
         for i in range(a.rounds):
             for kind in a.kinds.split(","):
-                for mode in a.modes.split(","):
+                for mode, (tree, code) in [(m, t) for m in a.modes.split(",") for t in trees.items()]:
+                    env["PYTHONPATH"] = str(code)
                     cmd, cwd = command(kind, mode, srv.base_url, work, tasks)
+                    cwd = code if cwd == REPO else cwd
                     if kind == "resume":
                         shutil.rmtree(work / f"out-{kind}-{mode}", ignore_errors=True)
-                        run(cmd, cwd, srv, env, stop_after=3)
+                        stopped = run(cmd, cwd, srv, env, stop_after=3)
+                        print(f"r{i + 1} {kind:>8} {mode:>7} {tree}: SIGINT -> exit {stopped['stop_s']:.2f} s "
+                              f"(exit code {stopped['rc']})", flush=True)  # fmt: skip
                     r = run(cmd, cwd, srv, env)
-                    results.append({"round": i, "kind": kind, "mode": mode, "load": os.getloadavg()[0], **r})
-                    print(f"r{i + 1} {kind:>8} {mode:>7}: {describe(r, a.latency, a.gap)}", flush=True)
+                    load = os.getloadavg()[0]
+                    results.append({"round": i, "kind": kind, "mode": mode, "tree": tree, "load": load, **r})
+                    print(
+                        f"r{i + 1} {kind:>8} {mode:>7} {tree}: {describe(r, a.latency, a.gap)} (load {load:.1f})",
+                        flush=True,
+                    )
                     if a.calls:
                         for t, role, stage in sorted(x for x in seen if x[0] >= r["t0"] - a.latency):
                             print(f"      call {t - r['t0']:7.2f} {role}/{stage}")

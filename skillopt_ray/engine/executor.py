@@ -66,7 +66,7 @@ class LocalActor:
         self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], asked: Optional[threading.Event] = None
     ):
         self.name = getattr(cls, "ray_name", cls.__name__)
-        self._asked = asked  # set at the first model call asked of it
+        self._asked = asked  # set when a model call starts on it (its constructor, and so its imports, done)
         self.loop = asyncio.new_event_loop()
         self.obj: Any = None
         self._error: Optional[BaseException] = None
@@ -96,6 +96,10 @@ class LocalActor:
     async def _invoke(self, method: str, args: tuple[Any, ...]) -> Any:
         if self._error is not None:
             raise ActorStartError(f"the {self.name} did not start: {type(self._error).__name__}: {self._error}")
+        if self._asked is not None and method in MODEL_CALLS:
+            # here, not when asked: a call asked while the gateway is still being made (a resumed run's first call,
+            # asked at once) would let MLflow's import take the GIL from the gateway's own imports
+            self._asked.set()
         out = getattr(self.obj, method)(*args)
         return await out if inspect.isawaitable(out) else out
 
@@ -103,8 +107,6 @@ class LocalActor:
         """The method's result, awaited on the caller's loop (a cancel there cancels it here too)."""
         if self.loop.is_closed():
             raise ActorStartError(f"the {self.name} has stopped")
-        if self._asked is not None and method in MODEL_CALLS:
-            self._asked.set()
         return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._invoke(method, args), self.loop))
 
     def stop(self) -> None:
