@@ -109,8 +109,8 @@ def test_a_manifest_cannot_make_the_page_show_another_file(project, tmp_path):
     m["files"][0]["live_path"] = str(secret)  # pointed elsewhere, its pin no longer the file's
     m["files"][0]["rel"] = "../../../../secret.txt"
     (night / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(ValueError, match="does not match its seal"):
-        nights.night_detail(night)
+    edited = nights.night_detail(night)
+    assert "does not match its seal" in edited["state"] and edited["diffs"] == []
     m["files"][0]["rel"] = "skill/SKILL.md"
     m["files"][0]["live_sha256"] = staging.sha256_bytes(secret.read_bytes())  # a file whose bytes one can know
     (night / "manifest.json").write_text(json.dumps(m))

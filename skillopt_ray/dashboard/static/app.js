@@ -508,7 +508,9 @@ async function refreshNights() {
       el("td", {}, num(s.before)), el("td", {}, num(s.after)), el("td", {}, interval(s)), el("td", {}, n.state || ""));
   });
   fill($("#nights tbody"), rows);
-  $("#nights-note").textContent = data.nights.length ? (data.interrupted ? `an adoption was interrupted (${data.interrupted}); the next adopt rolls it back` : "") : "no staged nights";
+  const wal = data.interrupted_problem ? `an adoption record that cannot be trusted: ${data.interrupted_problem}`
+    : data.interrupted ? `an adoption was interrupted (${data.interrupted}); the next adopt rolls it back` : "";
+  $("#nights-note").textContent = data.nights.length ? wal : "no staged nights";
   if (!state.nightStamp && data.nights.length) await openNight(data.nights[data.nights.length - 1].stamp);
 }
 
