@@ -16,7 +16,7 @@ from skillopt_envs.jsontypes import JSONObject, JSONValue
 from skillopt_ray.base import untrusted
 from skillopt_ray.sleep.proposal import staging, status
 from skillopt_ray.sleep.proposal.adopt import Refused, read_json
-from skillopt_ray.sleep.proposal.adopt_skills import RECEIPTS
+from skillopt_ray.sleep.proposal.adopt_skills import RECEIPTS, receipt_names
 
 MAX_TEXT_BYTES = 1 << 20  # a report or a skill larger than this is not shown (a real one is a few KiB)
 MAX_DIFF_ROWS = 50  # a night proposes one skill folder of a few files; the diffs past this many are left out
@@ -43,7 +43,8 @@ def night_rows(project: Optional[Path]) -> JSONObject:
          "summary": r.get("summary"), "state": r.get("state")}
         for r in st["nights"]
     ]  # fmt: skip
-    return {"project": st["project"], "nights": rows, "interrupted": st["interrupted"]}
+    return {"project": st["project"], "nights": rows, "interrupted": st["interrupted"],
+            "interrupted_problem": st["interrupted_problem"]}  # fmt: skip
 
 
 def find_night(project: Optional[Path], stamp: str) -> Path:
@@ -85,18 +86,17 @@ def _backups(night: Path, index: int, row: Mapping[str, Any]) -> list[str]:
     """Where adoption may have copied the file a row replaced, relative to the night: `backup/<i>` for a night of one
     skill; for a night of several, `backup/<receipt>/<i>` for each sealed adopt receipt with a step for the row's live
     path (each adoption numbers its own steps from 0). Only candidates: `_base` still checks the pin."""
-    folder = night / RECEIPTS
-    if not folder.is_dir() or folder.is_symlink():
+    if not untrusted.is_dir(night, RECEIPTS):
         return [f"backup/{index}"]
     out = []
-    for receipt in sorted(folder.glob("[0-9][0-9][0-9]-adopt.json"))[:MAX_DIFF_ROWS]:
+    for name in [n for n in receipt_names(night) if n.endswith("-adopt.json")][:MAX_DIFF_ROWS]:
         try:
-            steps = read_json(receipt).get("steps") if not receipt.is_symlink() else None
+            steps = read_json(night / RECEIPTS / name).get("steps")
         except Refused:  # unsealed or edited: its word names no backup (the pin check below would hold anyway)
             continue
         for i, s in enumerate(steps[:MAX_DIFF_ROWS] if isinstance(steps, list) else []):
             if isinstance(s, dict) and s.get("live") == row.get("live_path"):
-                out.append(f"backup/{receipt.stem}/{i}")
+                out.append(f"backup/{name[: -len('.json')]}/{i}")
     return out
 
 
@@ -117,8 +117,13 @@ def _base(night: Path, index: int, m: Mapping[str, Any], row: Mapping[str, Any])
 
 
 def night_detail(night: Path) -> JSONObject:
-    """One staged night: its row, report.md as text, and a unified diff per proposed file against what it replaces."""
-    m = staging.load_manifest(night)
+    """One staged night: its row, report.md as text, and a unified diff per proposed file against what it replaces.
+    A manifest that cannot be trusted is the night's state (why, in one line), with nothing else shown from it."""
+    try:
+        m = staging.load_manifest(night)
+    except ValueError as e:
+        return {"stamp": night.name, "skill": None, "verdict": None, "verified": None, "summary": {},
+                "state": status.problem_line(e), "report_md": "", "diffs": []}  # fmt: skip
     diffs: list[JSONValue] = []
     budget = MAX_TOTAL_BYTES
     for i, row in enumerate(m["files"][:MAX_DIFF_ROWS]):

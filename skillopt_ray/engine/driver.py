@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, cast
 
@@ -377,7 +378,7 @@ class TrackerWhenReady:
     ):
         self._done = threading.Event()
         self._lock = threading.Lock()
-        self._kept: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self._kept: list[Callable[[Tracker], object]] = []
         self._tracker: Optional[Tracker] = None
         self._error: Optional[BaseException] = None
         self._start = start
@@ -407,8 +408,8 @@ class TrackerWhenReady:
                 if not self._kept:
                     self._done.set()  # under the lock: a call after this goes straight to the tracker
                     return
-                name, args, kwargs = self._kept.pop(0)
-            getattr(self._tracker, name)(*args, **kwargs)
+                call = self._kept.pop(0)
+            call(self._tracker)
 
     def _wait(self) -> None:
         if self._start is not None and not self._done.is_set():
@@ -429,15 +430,15 @@ class TrackerWhenReady:
 
     def __getattr__(self, name: str) -> Any:
         if name in self.DEFERRED:
-            return lambda *args, **kwargs: self._call_or_keep(name, args, kwargs)
+            return lambda *args, **kwargs: self._call_or_keep(lambda t: getattr(t, name)(*args, **kwargs))
         return getattr(self.get(), name)
 
-    def _call_or_keep(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _call_or_keep(self, call: Callable[[Tracker], object]) -> None:
         with self._lock:
             if not self._done.is_set():
-                self._kept.append((name, args, kwargs))
+                self._kept.append(call)
                 return
-        getattr(self.get(), name)(*args, **kwargs)
+        call(self.get())
 
 
 # How often the driver rewrites the run directory's live progress record (progress.json).

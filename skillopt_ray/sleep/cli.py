@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.cli.errors import UsageError
@@ -21,6 +21,9 @@ from skillopt_ray.sleep.harvest.scope import SCOPES
 from skillopt_ray.sleep.harvest.stores import SOURCES, Stores
 from skillopt_ray.sleep.harvest.timeutil import parse_lookback
 from skillopt_ray.sleep.proposal.lock import Busy
+
+if TYPE_CHECKING:
+    from skillopt_ray.config.schema import Config
 
 NIGHT = ("run", "dry-run")
 
@@ -94,7 +97,8 @@ def repo_root() -> Path:
     return Path(p.stdout.strip()) if p.returncode == 0 and p.stdout.strip() else Path.cwd()
 
 
-def options(a: argparse.Namespace) -> pipeline.HarvestOptions:
+def options(a: argparse.Namespace, cfg: Config) -> pipeline.HarvestOptions:
+    """The harvest's options from its flags, the floor from the night's composed config (`night_config`)."""
     project = (a.project or repo_root()).expanduser()
     if not project.is_dir():
         raise ValueError(f"--project {project} is not a folder; give the project's folder")
@@ -117,24 +121,20 @@ def options(a: argparse.Namespace) -> pipeline.HarvestOptions:
         max_tasks=a.max_tasks,
         val_fraction=a.val_fraction,
         test_fraction=a.test_fraction,
-        min_selection=gate_floor(list(a.overrides)),
+        min_selection=gate_floor(cfg),
     )
 
 
-def gate_floor(overrides: list[str]) -> int:
-    """The fewest selection tasks a night's gate can accept on, from the overrides the night will run with: the sleep
-    preset's (splits.VAL_FLOOR) unless they set optimizer.gate_seq_task_p; 0 (no floor) for a gate that is not the
-    sequential one."""
-    from skillopt_ray.sleep.harvest.splits import VAL_FLOOR
+def gate_floor(cfg: Config) -> int:
+    """The fewest selection tasks a night's gate can accept on, read from the config the night composes (the sleep
+    preset and the command's overrides, whatever spells them: a preset, a quoted value, an interpolation); 0 (no floor)
+    for a gate that is not the sequential one."""
     from skillopt_ray.stages.sequential_gate import SequentialRule
 
-    given = {k.lstrip("+"): v for k, _, v in (o.partition("=") for o in overrides)}
-    if given.get("optimizer.gate_test", "sequential") not in ("sequential", "auto"):
+    o = cfg.optimizer
+    if o.gate_test not in ("sequential", "auto"):
         return 0
-    try:
-        return SequentialRule(task_p=float(given["optimizer.gate_seq_task_p"])).min_tasks
-    except (KeyError, ValueError):  # not given, or not a number (the night's own check says so)
-        return VAL_FLOOR
+    return SequentialRule(task_p=float(o.gate_seq_task_p)).min_tasks
 
 
 def harvest(a: argparse.Namespace) -> int:
@@ -144,16 +144,16 @@ def harvest(a: argparse.Namespace) -> int:
 
 
 def harvest_report(a: argparse.Namespace) -> pipeline.HarvestReport:
-    opts = options(a)
+    from skillopt_ray.sleep.harvest.llm_setup import digest_host, gateway, night_config
+
+    cfg = night_config(list(a.overrides))  # composed once: the mining model and the gate's floor
+    opts = options(a, cfg)
     llm = None
     if not a.no_model:
-        from skillopt_ray.sleep.harvest.llm_setup import digest_host, gateway, llm_config
-
         calls = a.max_calls or 2 * a.max_sessions  # a reply and, when it is not JSON, one re-ask
-        cfg = llm_config(a.overrides)
-        host = digest_host(cfg)
+        host = digest_host(cfg.llm)
         allowed = a.send_digests or (host and host in state.load(opts.project.resolve()).digest_hosts)
-        llm = gateway(cfg, a.max_tokens, calls, bool(allowed))
+        llm = gateway(cfg.llm, a.max_tokens, calls, bool(allowed))
         opts.digest_host = host if a.send_digests else ""
         if llm is None:
             print(

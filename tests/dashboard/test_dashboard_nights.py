@@ -109,8 +109,8 @@ def test_a_manifest_cannot_make_the_page_show_another_file(project, tmp_path):
     m["files"][0]["live_path"] = str(secret)  # pointed elsewhere, its pin no longer the file's
     m["files"][0]["rel"] = "../../../../secret.txt"
     (night / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(ValueError, match="does not match its seal"):
-        nights.night_detail(night)
+    edited = nights.night_detail(night)
+    assert "does not match its seal" in edited["state"] and edited["diffs"] == []
     m["files"][0]["rel"] = "skill/SKILL.md"
     m["files"][0]["live_sha256"] = staging.sha256_bytes(secret.read_bytes())  # a file whose bytes one can know
     (night / "manifest.json").write_text(json.dumps(m))
@@ -158,13 +158,15 @@ def test_a_script_in_a_night_report_stays_text_in_a_real_browser(project, need_c
             page.wait_for_timeout(2500)  # a poll or two redraws the tab
             assert page.evaluate("window.__pwned") is None
             assert page.locator("main script, main img").count() == 0
-            # a night whose manifest was edited answers 422: the tab shows that night and why, not the one before
+            # a night whose manifest was edited is its state: the tab shows that night and why, not the one before
             night = staging.staging_root(project) / "20261128T031500Z"
             (night / "manifest.json").write_text((night / "manifest.json").read_text().replace("tidy", "tidy2"))
-            expect(page.locator("#nights tbody")).to_contain_text("unreadable", timeout=30_000)
+            expect(page.locator("#nights tbody")).to_contain_text("unreadable/forged", timeout=30_000)
             page.click("#nights tbody tr[data-stamp='20261128T031500Z']")
-            expect(page.locator("#night-stamp")).to_contain_text("20261128T031500Z: unreadable", timeout=30_000)
-            expect(page.locator("#night-report")).to_contain_text("does not match its seal")
+            header = page.locator("#night-stamp")
+            expect(header).to_contain_text("20261128T031500Z: unreadable/forged: ", timeout=30_000)
+            expect(header).to_contain_text("does not match its seal")
+            expect(page.locator("#night-report")).to_be_empty()
             expect(page.locator("#night-diffs")).to_be_empty()
             assert not errors, errors
             browser.close()

@@ -294,3 +294,30 @@ def test_a_local_run_keeps_its_budget_and_replays_its_cache(tmp_path, monkeypatc
     assert replayed["eval"] == recorded["eval"] and replayed["eval"]["hard"] == 1.0
     assert replayed["tokens"]["calls"] == recorded["tokens"]["calls"] == 8  # no call of its own
     assert replayed["tokens"]["cache_hits"] == recorded["tokens"]["cache_hits"] + 8
+
+
+def test_a_local_training_run_logs_to_mlflow_without_waiting_for_it(tmp_path, monkeypatch):
+    """In one process MLflow opens only once the first model call went out; a training run logs its seed skill
+    before that call. A logging call that waited for the tracker would hold the run until the wait for the first
+    call gave up (it once waited the 10 s limit): here that wait is long, and it must end by the call, not by its
+    limit; the MLflow run holds the seed skill."""
+    from mlflow.tracking import MlflowClient
+    from skillopt_envs.livemathematicianbench.samples import ensure_samples
+
+    from skillopt_ray.engine.executor import LocalExecutor
+
+    ended_by_the_call: list[bool] = []
+    monkeypatch.setattr(
+        LocalExecutor, "wait_first_call", lambda self: ended_by_the_call.append(self.first_call.wait(90))
+    )
+    monkeypatch.setenv("SKILLOPT_CLUSTER_HOME", str(tmp_path / "no-kept-cluster"))
+    root = ensure_samples(str(tmp_path / "samples"))
+    with ScriptedServer(Policies(target="nonsense")) as srv:
+        data = _livemath_job(srv.base_url, tmp_path / "out", root, "local")
+        assert cli.run_one(checked(data)) == 0
+        assert srv.state.request_times  # it made its model calls
+    assert ended_by_the_call == [True]
+    ml = json.loads((cli.run_dir_for(data) / "mlflow_run.json").read_text())
+    client = MlflowClient(ml["tracking_uri"])
+    assert client.get_run(ml["run_id"]).info.status == "FINISHED"
+    assert "skills/skill_v0000.md" in {a.path for a in client.list_artifacts(ml["run_id"], "skills")}

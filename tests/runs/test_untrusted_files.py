@@ -232,8 +232,10 @@ def test_a_planted_night_shows_nothing_outside_and_adopt_refuses_in_one_line(pro
     assert listed.status_code == 200
     rows = {r["stamp"]: r for r in listed.json()["nights"]}
     assert rows["20261128T031500Z"]["state"] == "pending"
+    assert rows["20261129T031500Z"]["state"].startswith("unreadable/forged: ")
     assert "no seal of this machine's" in rows["20261129T031500Z"]["state"]
-    assert detail.status_code == 422 and "sk-planted-secret" not in detail.text
+    assert detail.status_code == 200 and "sk-planted-secret" not in detail.text  # the night's state says why
+    assert detail.json()["state"] == rows["20261129T031500Z"]["state"] and detail.json()["diffs"] == []
     before = secret.read_bytes()
     assert sleep_cli.main(["adopt", "--project", str(project), "--night", "20261129T031500Z"]) == 2
     err = capsys.readouterr().err.strip()
@@ -270,11 +272,11 @@ def test_a_malformed_manifest_is_one_unreadable_row(project, capsys, edit):
     reseal(night / "manifest.json")  # sealed, as a bug of this machine's own could leave it
     rows = nights.night_rows(project)["nights"]
     assert [r["stamp"] for r in rows] == ["20261127T031500Z", "20261128T031500Z"]
-    assert rows[1]["state"].startswith("unreadable: ")
+    assert rows[1]["state"].startswith("unreadable/forged: ")
     assert sleep_cli.main(["status", "--project", str(project)]) == 0
-    assert "unreadable" in capsys.readouterr().out
-    with pytest.raises(ValueError):
-        nights.night_detail(night)
+    assert "unreadable/forged" in capsys.readouterr().out
+    detail = nights.night_detail(night)
+    assert detail["state"] == rows[1]["state"] and detail["diffs"] == [] and detail["report_md"] == ""
 
 
 def test_a_copied_night_with_an_edited_manifest_writes_nothing(project, tmp_path, capsys):

@@ -187,11 +187,3 @@ def test_a_harvest_too_small_for_the_gate_says_so_before_its_first_model_call(tm
     with ScriptedServer(policy=lambda body, headers: json.dumps(GOOD)) as srv:
         assert main(_argv(project2, ch2, cc2, srv.base_url, "--send-digests")) == 0
     assert "never pass the gate" not in capsys.readouterr().err
-
-
-def test_the_harvests_gate_floor_follows_the_nights_overrides():
-    from skillopt_ray.sleep.cli import gate_floor
-
-    assert gate_floor([]) == 5 and gate_floor(["llm=compatible"]) == 5  # the sleep preset's gate
-    assert gate_floor(["optimizer.gate_seq_task_p=0.1"]) == 4 and gate_floor(["+optimizer.gate_seq_task_p=0.01"]) == 7
-    assert gate_floor(["optimizer.gate_test=paper"]) == 0  # not the sequential gate: no floor said

@@ -508,7 +508,9 @@ async function refreshNights() {
       el("td", {}, num(s.before)), el("td", {}, num(s.after)), el("td", {}, interval(s)), el("td", {}, n.state || ""));
   });
   fill($("#nights tbody"), rows);
-  $("#nights-note").textContent = data.nights.length ? (data.interrupted ? `an adoption was interrupted (${data.interrupted}); the next adopt rolls it back` : "") : "no staged nights";
+  const wal = data.interrupted_problem ? `an adoption record that cannot be trusted: ${data.interrupted_problem}`
+    : data.interrupted ? `an adoption was interrupted (${data.interrupted}); the next adopt rolls it back` : "";
+  $("#nights-note").textContent = data.nights.length ? wal : "no staged nights";
   if (!state.nightStamp && data.nights.length) await openNight(data.nights[data.nights.length - 1].stamp);
 }
 
@@ -519,7 +521,7 @@ async function openNight(stamp) {
     n = await getJSON(`/api/night?stamp=${encodeURIComponent(stamp)}`);
   } catch (e) {
     if (state.nightStamp !== stamp) return;
-    // an unreadable night (a 422): its own stamp and why, never the previous night's header and diff
+    // a night the server could not answer: its own stamp and why, never the previous night's header and diff
     $("#night-stamp").textContent = `${stamp}: unreadable`;
     $("#night-report").textContent = e.message;
     fill($("#night-diffs"));
@@ -527,7 +529,8 @@ async function openNight(stamp) {
     return;
   }
   if (state.nightStamp !== stamp) return; // another night was picked while this one loaded: show that one only
-  $("#night-stamp").textContent = `${n.stamp}: ${n.verdict || ""}, ${n.state || ""}`;
+  // a night whose manifest cannot be trusted has no verdict: its state says why, in one line
+  $("#night-stamp").textContent = `${n.stamp}: ${[n.verdict, n.state].filter(Boolean).join(", ")}`;
   $("#night-report").textContent = n.report_md; // model-written: text, never HTML
   fill($("#night-diffs"), n.diffs.map((d) => [
     el("div", { class: "muted" }, `${d.rel} -> ${d.live_path} (against: ${d.base})`),

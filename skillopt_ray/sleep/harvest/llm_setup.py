@@ -3,26 +3,30 @@ gateway, its ledger enforcing the harvest's token and call caps."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from skillopt_ray.cli.review_gate import Endpoint
+
+if TYPE_CHECKING:
+    from skillopt_ray.config.schema import Config
 
 
 class MinerRefused(Exception):
     """A one-line refusal (exit 2)."""
 
 
-def llm_config(overrides: list[str]) -> Any:
-    """The composed `llm` section (the run's own defaults and checks)."""
+def night_config(overrides: list[str]) -> Config:
+    """The config the night runs with, as far as the harvest reads it: the sleep preset, then the command's overrides
+    (its `llm` section for mining, its gate for the floor), composed once and typed, with the run's own defaults and
+    checks. A bad override is a one-line refusal."""
     from skillopt_ray.cli.compose import compose
     from skillopt_ray.cli.errors import UsageError
 
-    try:  # an experiment only to make the config whole: the harvest reads its llm section alone
-        cfg = compose(["+experiment=custom", "env.data_dir=.", *overrides])
+    try:  # the task folder is not known yet: the harvest reads no env setting
+        return compose(["+experiment=sleep", "env.data_dir=.", *overrides])
     except UsageError as e:
         raise MinerRefused(str(e)) from None
-    return cfg.llm
 
 
 def optimizer_endpoint(llm_cfg: Any) -> Endpoint:

@@ -147,7 +147,8 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
     tasks = dedup([redact_task(t, redact) for t in tasks])[: opts.max_tasks]
     recipe.verified(project, [t.workspace for t in tasks])
     reviews = verify.review_all(tasks, opts.check_runner, project)
-    assigned = splits.assign([t.id for t in tasks], st.splits, opts.val_fraction, opts.test_fraction)
+    floor = opts.min_selection or splits.VAL_FLOOR  # no floor of the gate's own: the preset's
+    assigned = splits.assign([t.id for t in tasks], st.splits, opts.val_fraction, opts.test_fraction, floor)
     header = {"project": str(project), "harvested": stamp(window.until), "sessions": len(digests)}
     written = write_tasks(out, tasks, assigned, project, header, reviews)
     st.splits.update(assigned)

@@ -1,8 +1,9 @@
 """Stable splits: a hash of the task id picks train / val / test, and a split once given is kept forever. A task new
 to this harvest may be moved from its hashed split so that each split has a task, from four tasks on train has two
-(a hash alone split 8 tasks 1 / 3 / 4), and then val grows towards VAL_FLOOR from test (which keeps one) and from
-train (which keeps two): the night's gate counts each validation task once, and fewer than VAL_FLOOR can never
-accept. A task placed before never moves, so a validation task stays one."""
+(a hash alone split 8 tasks 1 / 3 / 4), and then val grows towards the gate's floor from test (which keeps one) and
+from train (which keeps two): the night's gate counts each validation task once, and fewer than its floor (read from
+the night's composed config; VAL_FLOOR for the sleep preset's gate) can never accept. A task placed before never
+moves, so a validation task stays one."""
 
 from __future__ import annotations
 
@@ -39,15 +40,18 @@ def hashed_split(tid: str, val_fraction: float, test_fraction: float) -> str:
     return "train"
 
 
-def assign(ids: list[str], known: dict[str, str], val_fraction: float, test_fraction: float) -> dict[str, str]:
-    """Every id's split: the one `known` holds (a task seen in val stays in val), else its hash's."""
+def assign(
+    ids: list[str], known: dict[str, str], val_fraction: float, test_fraction: float, val_floor: int = VAL_FLOOR
+) -> dict[str, str]:
+    """Every id's split: the one `known` holds (a task seen in val stays in val), else its hash's; val grows towards
+    `val_floor` (the night's gate's, read from its composed config) with new tasks."""
     if val_fraction < 0 or test_fraction < 0 or val_fraction + test_fraction >= 1:
         raise ValueError(f"val {val_fraction} and test {test_fraction} fractions must be >= 0 and sum below 1")
     out = {i: known.get(i) or hashed_split(i, val_fraction, test_fraction) for i in ids}
     new = [i for i in sorted(ids) if i not in known]
     _fill_empty(out, new)
     _train_floor(out, new)
-    _val_floor(out, new)
+    _val_floor(out, new, val_floor)
     return out
 
 
@@ -79,11 +83,11 @@ def _train_floor(out: dict[str, str], new: list[str]) -> None:
         new.remove(donor)
 
 
-def _val_floor(out: dict[str, str], new: list[str]) -> None:
-    """Val grows towards VAL_FLOOR with new tasks: from test while it keeps one, then from train while it keeps
+def _val_floor(out: dict[str, str], new: list[str], floor: int) -> None:
+    """Val grows towards `floor` with new tasks: from test while it keeps one, then from train while it keeps
     MIN_TRAIN (a night whose gate can never accept learns nothing from its train tasks either)."""
     for donor_split, keep in (("test", 1), ("train", MIN_TRAIN)):
-        while sum(1 for v in out.values() if v == "val") < VAL_FLOOR:
+        while sum(1 for v in out.values() if v == "val") < floor:
             movable = [i for i in new if out[i] == donor_split]
             if not movable or sum(1 for v in out.values() if v == donor_split) <= keep:
                 break

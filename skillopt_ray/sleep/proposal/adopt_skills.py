@@ -8,10 +8,13 @@ the skills it moved; a skill's state is read from them in order."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_ray.base import untrusted
 from skillopt_ray.sleep.proposal import adopt, staging
 from skillopt_ray.sleep.proposal.adopt import Refused, Step
 from skillopt_ray.sleep.proposal.lock import adopt_lock
@@ -19,21 +22,44 @@ from skillopt_ray.sleep.proposal.staging import ABSENT, StagedManifest, write_at
 from skillopt_ray.sleep.proposal.staging_skills import SkillEntry, entries, entry_view
 
 RECEIPTS = "receipts"
+_RECEIPT = re.compile(r"^[0-9]{3}-[^/]*\.json$")
 
 
-def receipts(night: Path) -> list[dict[str, Any]]:
+def receipt_names(night: Path) -> list[str]:
+    """The receipts' file names in order, from a bounded listing of the night's own `receipts/` folder (a symlink or
+    a planted file among them is read, and refused, like any other)."""
+    return [e.name for e in untrusted.list_dir(night, RECEIPTS) if _RECEIPT.match(e.name)]
+
+
+def receipts(night: Path, problems: Optional[list[str]] = None) -> list[dict[str, Any]]:
+    """The night's receipts in order, each sealed by this machine. Adoption passes no `problems` and is refused
+    (Refused) by the first one that is not; a reader (`status`, the Nights tab) passes a list, which gets one line per
+    unreadable or forged receipt, left out: nothing it says is taken."""
     folder = night / RECEIPTS
-    if not folder.is_dir() or folder.is_symlink():
-        return []
-    return [adopt.read_json(p) for p in sorted(folder.glob("[0-9][0-9][0-9]-*.json")) if not p.is_symlink()]
+    if os.path.lexists(folder) and not untrusted.is_dir(night, RECEIPTS):
+        why = f"{folder} is not a plain folder (a symlink or a file); delete it if no adoption of yours wrote it"
+        if problems is None:
+            raise Refused(why)
+        problems.append(why)
+    out = []
+    for name in receipt_names(night):
+        try:
+            out.append(adopt.read_json(folder / name))
+        except Refused as e:
+            if problems is None:
+                raise
+            problems.append(str(e))
+    return out
 
 
-def skill_states(night: Path, m: StagedManifest) -> dict[str, str]:
-    """Each skill's state: adopted, undone, pending, or unchanged (its gate accepted nothing and a skill is live)."""
+def skill_states(night: Path, m: StagedManifest, problems: Optional[list[str]] = None) -> dict[str, str]:
+    """Each skill's state: adopted, undone, pending, or unchanged (its gate accepted nothing and a skill is live),
+    from the sealed receipts (see `receipts` for `problems`)."""
     out = {e["skill_name"]: ("pending" if e["files"] else "unchanged") for e in entries(m)}
-    for r in receipts(night):
-        for name in r.get("skills") or []:
-            if name in out:
+    for r in receipts(night, problems):
+        names = r.get("skills")
+        for name in names if isinstance(names, list) else []:
+            if isinstance(name, str) and name in out:
                 out[name] = "adopted" if r.get("op") == "adopt" else "undone"
     return out
 
@@ -170,12 +196,13 @@ def dispatch(
     has to name its skill)."""
     want = "adopted" if undo else "pending"
     night = find_night(project, stamp, want)
-    if is_multi(night):
+    m = staging.load_manifest(night)  # an unsealed night is refused here, before the lock file: nothing is written
+    if entries(m):
         if undo:
             return undo_skills(project, night.name, skill)
         return adopt_skills(project, night.name, skill, allow_unverified, allow_flagged)
-    if skill is not None and staging.load_manifest(night)["skill_name"] != skill:
-        raise Refused(f"night {night.name} trained only {staging.load_manifest(night)['skill_name']!r}, not {skill!r}")
+    if skill is not None and m["skill_name"] != skill:
+        raise Refused(f"night {night.name} trained only {m['skill_name']!r}, not {skill!r}")
     if undo:
         return adopt.undo(project, night.name)
     return adopt.adopt(project, night.name, allow_unverified, allow_flagged)

@@ -15,6 +15,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Optional
 
 from skillopt_ray.base import untrusted
 
@@ -25,6 +26,11 @@ MAX_SEALED_BYTES = 8 << 20  # a manifest of many skills is a few hundred KB
 
 class Unsealed(ValueError):
     """A file this machine did not seal (or that was edited since); the message is one line."""
+
+
+class StagedBeforeSeals(Unsealed):
+    """An unsealed night that reads as one staged here before seals existed: refused like any unsealed one (nothing
+    tells it from a forgery), with a message saying what it most likely is and what to do."""
 
 
 def state_dir() -> Path:
@@ -71,6 +77,15 @@ def key(create: bool = False) -> bytes:
         f.flush()
         os.fsync(f.fileno())
     return _read_key(path)
+
+
+def key_made() -> Optional[float]:
+    """When the staging key was made (its mtime: it is written once), None when there is none: a night staged before
+    that had no key to be sealed with."""
+    try:
+        return os.stat(state_dir() / KEY_FILE, follow_symlinks=False).st_mtime
+    except OSError:
+        return None
 
 
 def mac(data: bytes, create: bool = False) -> str:

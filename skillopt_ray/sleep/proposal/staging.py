@@ -12,6 +12,7 @@ import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, TypedDict, cast
 
@@ -388,7 +389,14 @@ def load_manifest(night: Path) -> StagedManifest:
     path = night / MANIFEST
     if night.is_symlink() or not night.is_dir():
         raise ValueError(f"{night} is not a staged night (no folder of its own)")
-    data = seal.read_sealed(night, MANIFEST)
+    try:
+        data = seal.read_sealed(night, MANIFEST)
+    except seal.Unsealed:
+        if staged_before_seals(night):
+            raise seal.StagedBeforeSeals(
+                f"night {night.name} was staged before adoption seals; cannot be adopted: run the night again"
+            ) from None
+        raise
     try:
         m = untrusted.parse_json(untrusted.decode(data, path), path)
     except untrusted.Untrusted as e:
@@ -399,6 +407,25 @@ def load_manifest(night: Path) -> StagedManifest:
     if problem:
         raise ValueError(f"{path}: {problem}; stage the night again")
     return cast(StagedManifest, m)  # sealed here and of staging's shape
+
+
+def staged_before_seals(night: Path) -> bool:
+    """An unsealed manifest that reads as one staging wrote for this project before this machine sealed anything: no
+    seal file beside it, staging's shape, and a stamp older than the staging key (or no key yet). It only picks the
+    message: such a night is refused exactly as a forged one is, since nothing else tells the two apart."""
+    if untrusted.lstat(night, MANIFEST + seal.SUFFIX) is not None:
+        return False
+    try:
+        m = untrusted.read_json(night, MANIFEST, seal.MAX_SEALED_BYTES)
+    except untrusted.Untrusted:
+        return False
+    if not isinstance(m, dict) or m.get("schema") != SCHEMA or m.get("version") != VERSION or manifest_problem(m):
+        return False
+    if m["stamp"] != night.name or m["project"] != os.path.realpath(night.parent.parent.parent):
+        return False
+    made = seal.key_made()
+    staged = datetime.strptime(m["stamp"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
+    return made is None or staged < made
 
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {

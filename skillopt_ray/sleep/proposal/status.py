@@ -4,14 +4,15 @@ a pending one still applies (its pins match the live files). Read-only: it recov
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional, TypedDict
 
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base import untrusted
-from skillopt_ray.sleep.proposal import staging
-from skillopt_ray.sleep.proposal.adopt import ADOPTED, UNDONE, wal_path
+from skillopt_ray.sleep.proposal import seal, staging
+from skillopt_ray.sleep.proposal.adopt import ADOPTED, UNDONE, Refused, read_json, wal_path
 from skillopt_ray.sleep.proposal.staging import StagedManifest, file_pin
 from skillopt_ray.sleep.proposal.staging_skills import entries, entry_view
 
@@ -38,19 +39,59 @@ class NightsStatus(TypedDict):
     nights: list[NightRow]
     pending: list[str]
     interrupted: Optional[str]
+    interrupted_problem: Optional[str]  # the write-ahead record is not one this machine sealed: why
+
+
+FORGED = "unreadable/forged"
+
+
+def forged(why: str) -> str:
+    return f"{FORGED}: {(why.splitlines() or [''])[0][:400]}"
+
+
+def problem_line(e: BaseException) -> str:
+    """A file that cannot be trusted, as its item's state in one line: what an old unsealed night is, plainly;
+    anything else unreadable or forged, and why."""
+    return str(e).splitlines()[0] if isinstance(e, seal.StagedBeforeSeals) else forged(str(e))
+
+
+def receipt_state(night: Path, name: str) -> Optional[str]:
+    """None when the night has no such receipt, "" when it has one this machine sealed, else why it is not trusted
+    (a planted or damaged receipt says nothing about the night)."""
+    if not os.path.lexists(night / name):
+        return None
+    try:
+        read_json(night / name)
+    except Refused as e:
+        return problem_line(e)
+    return ""
 
 
 def night_state(night: Path, m: StagedManifest) -> str:
+    """The night's state in one line, never an exception: a receipt that cannot be trusted is named in it (adoption
+    refuses the night until it is deleted)."""
+    try:
+        return _state(night, m)
+    except ValueError as e:  # a live file turned into a FIFO or a symlink since staging
+        return problem_line(e)
+
+
+def _state(night: Path, m: StagedManifest) -> str:
     if entries(m):  # a night of several skills: each skill's state
         from skillopt_ray.sleep.proposal.adopt_skills import skill_states
 
+        problems: list[str] = []
         by: dict[str, list[str]] = {}
-        for name, state in skill_states(night, m).items():
+        for name, state in skill_states(night, m, problems).items():
             by.setdefault(state, []).append(name)
-        return "; ".join(f"{state}: {', '.join(names)}" for state, names in sorted(by.items()))
-    if (night / UNDONE).exists():
+        parts = [f"{state}: {', '.join(names)}" for state, names in sorted(by.items())]
+        return "; ".join(parts + [forged(p) for p in problems])
+    undone, adopted = receipt_state(night, UNDONE), receipt_state(night, ADOPTED)
+    if undone or adopted:
+        return str(undone or adopted)
+    if undone is not None:
         return "undone"
-    if (night / ADOPTED).exists():
+    if adopted is not None:
         return "adopted"
     if staging.first_install(m):
         return "pending (changed nothing; adopting installs the skill it started from: no skill is live yet)"
@@ -99,13 +140,14 @@ def collect(project: Path) -> NightsStatus:
         try:
             rows += night_rows(night)
         except (ValueError, KeyError, TypeError) as e:  # one unreadable night is a row saying why; the rest are listed
-            rows.append({"stamp": night.name, "state": f"unreadable: {str(e).splitlines()[0]}"})
+            rows.append({"stamp": night.name, "state": problem_line(e)})
     wal = wal_path(project)
     return {
         "project": str(project.resolve()),
         "nights": rows,
         "pending": list(dict.fromkeys(r["stamp"] for r in rows if str(r["state"]).startswith("pending"))),
-        "interrupted": str(wal) if wal.exists() else None,
+        "interrupted": str(wal) if os.path.lexists(wal) else None,
+        "interrupted_problem": receipt_state(wal.parent, wal.name) or None,
     }
 
 
@@ -113,7 +155,8 @@ def skill_rows(night: Path, m: StagedManifest) -> list[NightRow]:
     """A night that trained several skills: one row per skill, its state read from the night's receipts."""
     from skillopt_ray.sleep.proposal.adopt_skills import skill_states
 
-    states = skill_states(night, m)
+    problems: list[str] = []
+    states = skill_states(night, m, problems)
     out: list[NightRow] = []
     for e in entries(m):
         state = states[e["skill_name"]]
@@ -124,7 +167,7 @@ def skill_rows(night: Path, m: StagedManifest) -> list[NightRow]:
         out.append({"stamp": m["stamp"], "skill": e["skill_name"], "live_skill_dir": e["live_skill_dir"],
                     "verdict": e["verdict"], "verified": e["verified"], "summary": e["summary"], "state": state,
                     "folder": str(night)})  # fmt: skip
-    return out
+    return out + [{"stamp": m["stamp"], "state": forged(p)} for p in problems]
 
 
 def memory_note(night: Path, m: StagedManifest) -> Optional[str]:
@@ -172,7 +215,9 @@ def render(st: NightsStatus) -> str:
     if st["pending"]:
         lines.append(f"pending: {', '.join(st['pending'])} (adopt with: python -m skillopt_ray.sleep adopt --project "
                      f"{st['project']} --night STAMP, and --skill NAME for one skill of a night that trained several)")  # fmt: skip
-    if st["interrupted"]:
+    if st["interrupted_problem"]:
+        lines.append(f"an adoption record that cannot be trusted: {st['interrupted_problem']}")
+    elif st["interrupted"]:
         lines.append(f"an adoption was interrupted ({st['interrupted']}); the next `adopt` rolls it back")
     return "\n".join(lines)
 
