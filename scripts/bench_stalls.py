@@ -14,7 +14,9 @@ start-up marks say came just before), and the tail (last reply -> exit). Kinds:
   eval    a custom eval of a few items
   night   `python -m skillopt_ray.sleep run` on a copy of examples/sleep-demo
   resume  the training command stopped by SIGINT after its first calls, then the same command again (the rerun is
-          what is measured)
+          what is measured; the stop's SIGINT -> exit is printed too)
+  again   the training command run to its end, then the same command again (what is measured: a finished run's
+          command, which makes no model call)
   lmb, searchqa, docvqa, officeqa, ssb   a chat benchmark's eval on a few test items (offline data or samples)
 """
 
@@ -71,7 +73,7 @@ def command(kind: str, mode: str, url: str, work: Path, tasks: Path) -> tuple[li
         cmd = [sys.executable, "-m", "skillopt_ray.sleep", "run", "--project", str(project), "--tasks",
                str(project / "tasks"), "llm=compatible", f"llm.base_url={url}", f"ray.mode={mode}"]  # fmt: skip
         return cmd, project
-    if kind in ("train", "resume"):
+    if kind in ("train", "resume", "again"):
         return [*py, "+experiment=custom", "+smoke=tiny", f"env.data_dir={tasks}", "env.limit_train=2",
                 f"output_dir={out}", *common], REPO  # fmt: skip
     if kind == "eval":
@@ -145,7 +147,7 @@ def describe(r: dict[str, Any], latency: float, gap: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kinds", default="train,eval,night,resume,lmb,searchqa,docvqa,officeqa,ssb")
+    ap.add_argument("--kinds", default="train,eval,night,resume,again,lmb,searchqa,docvqa,officeqa,ssb")
     ap.add_argument("--modes", default="local,cluster")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--latency", type=float, default=0.5)
@@ -188,6 +190,9 @@ def main() -> None:
                     env["PYTHONPATH"] = str(code)
                     cmd, cwd = command(kind, mode, srv.base_url, work, tasks)
                     cwd = code if cwd == REPO else cwd
+                    if kind == "again":
+                        shutil.rmtree(work / f"out-{kind}-{mode}", ignore_errors=True)
+                        run(cmd, cwd, srv, env)
                     if kind == "resume":
                         shutil.rmtree(work / f"out-{kind}-{mode}", ignore_errors=True)
                         stopped = run(cmd, cwd, srv, env, stop_after=3)
@@ -207,7 +212,7 @@ def main() -> None:
                     if a.marks:
                         for m, v in sorted(r["marks"].items(), key=lambda kv: kv[1]):
                             print(f"      {m:<28} {v:7.2f}")
-                    if kind in ("train", "eval", "resume") or kind in BENCHES:
+                    if kind in ("train", "eval", "resume", "again") or kind in BENCHES:
                         shutil.rmtree(work / f"out-{kind}-{mode}", ignore_errors=True)
     if a.json:
         a.json.write_text(json.dumps({"latency": a.latency, "runs": results}, indent=1))

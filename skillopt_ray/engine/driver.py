@@ -572,14 +572,26 @@ class Driver:
             return Progress(phase="starting")
         snap = self._run.snapshot()
         if self._run.gateway is not None:
-            try:
-                self._ledger = await self._run.executor.call(self._run.gateway, "ledger_snapshot")
-            except Exception:  # noqa: BLE001 - gateway gone at the end of a run
-                pass
+            self._ledger = await ledger_snapshot(self._run.executor, self._run.gateway) or self._ledger
         if self._ledger:
             snap["tokens"] = self._ledger["totals"]["tokens"]
             snap["cost_usd"] = self._ledger["totals"]["cost_usd"]
         return snap
+
+
+async def ledger_snapshot(executor: Executor, gateway: Any) -> Any:
+    """The gateway's ledger snapshot, or None once the gateway is gone (the end of a run). In one process a call in
+    flight when the gateway stops is cancelled where it ran, which reaches this caller as a CancelledError: when the
+    gateway was stopped, that is the gateway's end, not this caller's (it crashed a finished run's command with a
+    traceback); otherwise it is this caller's own cancel (Ctrl-C) and goes on."""
+    try:
+        return await executor.call(gateway, "ledger_snapshot")
+    except asyncio.CancelledError:
+        if not getattr(gateway, "stopped", False):  # a local part stopped (LocalActor.stop); never a Ray handle
+            raise
+        return None
+    except Exception:  # noqa: BLE001 - gateway gone at the end of a run
+        return None
 
 
 def __getattr__(name: str) -> Any:

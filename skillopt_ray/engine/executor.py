@@ -69,6 +69,7 @@ class LocalActor:
         self._asked = asked  # set when a model call starts on it (its constructor, and so its imports, done)
         self.loop = asyncio.new_event_loop()
         self.obj: Any = None
+        self.stopped = False  # stop() was called: calls still in it are cancelled by it, not by their callers
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._serve, args=(cls, args, kwargs), name=self.name, daemon=True)
         self._thread.start()
@@ -111,6 +112,7 @@ class LocalActor:
 
     def stop(self) -> None:
         """Cancel what runs on it and end its loop; a thread stuck in blocking code is left to end with the process."""
+        self.stopped = True
         if self.loop.is_closed():
             return
         try:

@@ -304,19 +304,23 @@ def test_a_local_training_run_logs_to_mlflow_without_waiting_for_it(tmp_path, mo
     from mlflow.tracking import MlflowClient
     from skillopt_envs.livemathematicianbench.samples import ensure_samples
 
-    from skillopt_ray.engine.executor import LocalExecutor
+    from skillopt_ray.engine.driver import TrackerWhenReady
 
-    ended_by_the_call: list[bool] = []
-    monkeypatch.setattr(
-        LocalExecutor, "wait_first_call", lambda self: ended_by_the_call.append(self.first_call.wait(90))
-    )
+    ended_by_the_call: list[bool] = []  # at each use that waits for the tracker: had a model call started its open?
+    wait = TrackerWhenReady._wait
+
+    def recording(self):
+        ended_by_the_call.append(self._start is not None and self._start.is_set())
+        wait(self)
+
+    monkeypatch.setattr(TrackerWhenReady, "_wait", recording)
     monkeypatch.setenv("SKILLOPT_CLUSTER_HOME", str(tmp_path / "no-kept-cluster"))
     root = ensure_samples(str(tmp_path / "samples"))
     with ScriptedServer(Policies(target="nonsense")) as srv:
         data = _livemath_job(srv.base_url, tmp_path / "out", root, "local")
         assert cli.run_one(checked(data)) == 0
         assert srv.state.request_times  # it made its model calls
-    assert ended_by_the_call == [True]
+    assert ended_by_the_call and all(ended_by_the_call)
     ml = json.loads((cli.run_dir_for(data) / "mlflow_run.json").read_text())
     client = MlflowClient(ml["tracking_uri"])
     assert client.get_run(ml["run_id"]).info.status == "FINISHED"
