@@ -108,8 +108,8 @@ def run(cmd: list[str], cwd: Path, srv: Any, env: dict[str, str], stop_after: Op
     sent = time.monotonic()
     out, err = p.communicate(timeout=1800)
     t1 = time.monotonic()
-    if p.returncode and stop_after is None:
-        raise SystemExit(f"{cmd} failed ({p.returncode}): {err[-3000:]}\n{out[-2000:]}")
+    if p.returncode and stop_after is None:  # said and counted, not fatal: the other jobs of the round still run
+        print(f"{' '.join(cmd)} failed ({p.returncode}): {err.strip().splitlines()[-1:]}", flush=True)
     from skillopt_ray.base.startup_trace import read
 
     times = list(srv.state.request_times)[before:]
@@ -127,8 +127,9 @@ def run(cmd: list[str], cwd: Path, srv: Any, env: dict[str, str], stop_after: Op
 def describe(r: dict[str, Any], latency: float, gap: float) -> str:
     times = r["times"]
     wall = r["t1"] - r["t0"]
+    failed = f" FAILED (exit {r['rc']})" if r["rc"] else ""
     if not times:
-        return f"wall {wall:.2f} s, no model call"
+        return f"wall {wall:.2f} s, no model call{failed}"
     g = gaps(0.0, wall, times, latency)
     inner = [x for x in g[1:-1] if x[1] - x[0] > gap] if len(g) > 2 else []
     tail = wall - (max(times) + latency)
@@ -141,7 +142,7 @@ def describe(r: dict[str, Any], latency: float, gap: float) -> str:
     shown = ", ".join(f"{a:.2f}-{b:.2f} (after {before(a)})" for a, b in sorted(inner, key=lambda x: x[0] - x[1])[:4])
     return (
         f"wall {wall:.2f} s, first call {times[0]:.2f} s, {len(times)} calls, idle between calls "
-        f"{sum(b - a for a, b in inner):.2f} s in {len(inner)} gaps [{shown}], tail {tail:.2f} s"
+        f"{sum(b - a for a, b in inner):.2f} s in {len(inner)} gaps [{shown}], tail {tail:.2f} s{failed}"
     )
 
 
