@@ -190,7 +190,6 @@ class Run:
                     on_progress=self.set_progress,
                 )
                 summary = await self.trainer.run()
-            mark("run-done")
             if self.tracker:
                 self.tracker.finish("FINISHED")
             return {
