@@ -190,8 +190,7 @@ class Run:
                     on_progress=self.set_progress,
                 )
                 summary = await self.trainer.run()
-            if self.tracker:
-                self.tracker.finish("FINISHED")
+            self._finished()
             return {
                 "status": "ok",
                 "exit": EXIT_OK,
@@ -222,6 +221,13 @@ class Run:
             mark("driver-closing")
             await self._close()
             mark("driver-closed")
+
+    def _finished(self) -> None:
+        """The run ended whole: its MLflow run is marked finished, and a traceback an earlier command of it left
+        (error.txt: a crash, or a dying run's last error after its command was killed) no longer describes it."""
+        if self.tracker:
+            self.tracker.finish("FINISHED")
+        self.rd.clear_error()
 
     def _fail(self, code: int, message: str) -> Outcome:
         tracker = self.tracker.opened() if self.tracker else None

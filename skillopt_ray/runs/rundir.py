@@ -281,6 +281,10 @@ class RunDir:
     def write_error(self, text: str) -> Path:
         return self.write_text(ERROR, text)
 
+    def clear_error(self) -> None:
+        """Remove the traceback of an earlier command of this run (a link is removed, never followed)."""
+        (self.root / ERROR).unlink(missing_ok=True)
+
     # ---------------------------------------------------------------- skills
     def write_skill(self, version: int, text: str) -> Path:
         path = self.skill_path(version)

@@ -325,3 +325,19 @@ def test_a_local_training_run_logs_to_mlflow_without_waiting_for_it(tmp_path, mo
     client = MlflowClient(ml["tracking_uri"])
     assert client.get_run(ml["run_id"]).info.status == "FINISHED"
     assert "skills/skill_v0000.md" in {a.path for a in client.list_artifacts(ml["run_id"], "skills")}
+
+
+def test_a_run_that_ends_whole_drops_the_traceback_an_earlier_command_left(tmp_path, monkeypatch):
+    """error.txt is the traceback of a command that failed (or of a run dying after its command was killed); once a
+    later command ends the run whole it no longer describes the run and is removed (a killed-and-resumed run's folder
+    is then the uninterrupted run's)."""
+    monkeypatch.setenv("SKILLOPT_CLUSTER_HOME", str(tmp_path / "no-kept-cluster"))
+    tasks = write_tasks(tmp_path / "data", 4)
+    with ScriptedServer(policy=reply) as srv:
+        data = _eval_job(srv.base_url, tasks, tmp_path / "out")
+        run_dir = cli.run_dir_for(data)
+        run_dir.mkdir(parents=True)
+        (run_dir / "error.txt").write_text("Traceback: ActorDiedError (the gateway died with its killed command)\n")
+        assert cli.run_one(checked(data)) == 0
+    assert not (run_dir / "error.txt").exists()
+    assert json.loads((run_dir / "summary.json").read_text())["eval"]["hard"] == 1.0
