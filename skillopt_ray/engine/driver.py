@@ -375,7 +375,8 @@ class TrackerWhenReady:
     tracker (a finished run's command again, a resume past its last call) opens it at once instead of waiting out
     `wait_s` for a call that cannot come."""
 
-    # calls whose result no caller reads: kept while the tracker opens, then sent in the order they were made
+    # calls whose result no caller reads: kept while the tracker opens, then sent in the order they were made; a
+    # step's commit ends with `flush()`, which waits for all of them (a run stopped between steps has them logged)
     DEFERRED = frozenset({"log_artifact", "log_metrics", "log_params", "set_tags", "log_skill_history"})
 
     def __init__(

@@ -132,6 +132,7 @@ class Recorder:
         metrics = rec.metrics()
         metrics["wall_time_s"] = self.state.wall_time_s
         self.tracker.log_metrics({**metrics, **self.ledger_metrics()}, rec.step)
+        self.tracker.flush()  # the step is in MLflow before it is reported (a sweep's scheduler may stop the run next)
 
     def ledger_metrics(self) -> dict[str, float]:
         snap = self.ledger

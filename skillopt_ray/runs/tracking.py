@@ -464,6 +464,10 @@ class Tracker:
         except Exception as e:  # noqa: BLE001 - a view of the history never stops a run
             self.notes.append(f"skill history not logged to MLflow: {type(e).__name__}: {e}")
 
+    def flush(self) -> None:
+        """Every call made so far has reached the store. This tracker's calls are synchronous, so nothing waits here;
+        the driver's TrackerWhenReady waits until it is open and has sent the calls it kept (a step's commit)."""
+
     def log_artifact(self, path: str | Path, artifact_path: Optional[str] = None) -> None:
         if self.enabled:
             self.client.log_artifact(self._rid, str(path), artifact_path)

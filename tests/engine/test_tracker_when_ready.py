@@ -29,6 +29,12 @@ class FakeTracker:
     def log_metrics(self, *args):
         self._record("log_metrics", *args)
 
+    def set_tags(self, *args):
+        self._record("set_tags", *args)
+
+    def flush(self):
+        pass
+
     def finish(self, status):
         self._record("finish", status)
 
@@ -43,13 +49,13 @@ def test_logging_before_the_tracker_is_open_returns_at_once_and_is_sent_in_order
 
     t = TrackerWhenReady(open_tracker, start=go)
     t.log_artifact("skills/v0.md", "skills")  # the seed skill, before any model call
-    t.log_metrics({"current_score": 0.5}, 0)
+    t.set_tags({"k": "v"})
     assert not opened.is_set() and fake.calls == []  # nothing waited for the store
     go.set()
     t.finish("FINISHED")  # a call whose caller waits: after every kept call
     assert fake.calls == [
         ("log_artifact", ("skills/v0.md", "skills")),
-        ("log_metrics", ({"current_score": 0.5}, 0)),
+        ("set_tags", ({"k": "v"},)),
         ("finish", ("FINISHED",)),
     ]
     t.log_metrics({"x": 1.0}, 1)  # once open, calls go straight through
@@ -58,10 +64,10 @@ def test_logging_before_the_tracker_is_open_returns_at_once_and_is_sent_in_order
 
 def test_a_kept_call_that_fails_is_raised_to_the_next_use():
     go = threading.Event()
-    t = TrackerWhenReady(lambda: FakeTracker(fail_on="log_metrics"), start=go)
-    t.log_metrics({"a": 1.0}, 0)
+    t = TrackerWhenReady(lambda: FakeTracker(fail_on="log_artifact"), start=go)
+    t.log_artifact("a", None)
     go.set()
-    with pytest.raises(RuntimeError, match="store refused log_metrics"):
+    with pytest.raises(RuntimeError, match="store refused log_artifact"):
         t.finish("FINISHED")
     assert t.opened() is not None  # the store opened: a failed run can still be marked ended
 
@@ -106,3 +112,16 @@ def test_a_failed_run_marks_its_tracker_ended_without_a_model_call():
     go = threading.Event()
     t = TrackerWhenReady(FakeTracker, start=go, wait_s=None)
     assert t.opened() is not None and go.is_set()
+
+
+def test_a_steps_flush_waits_for_the_open_tracker_and_every_kept_call():
+    """A step's commit ends with flush(): everything kept has reached MLflow, so a run stopped between steps (a
+    sweep's scheduler, a kill) has its MLflow run and its steps logged."""
+    go, fake = threading.Event(), FakeTracker()
+    t = TrackerWhenReady(lambda: fake, start=go)
+    t.log_artifact("skills/v0.md", "skills")
+    t.log_metrics({"current_score": 0.5}, 1)
+    assert fake.calls == []
+    threading.Timer(0.2, go.set).start()
+    t.flush()
+    assert fake.calls == [("log_artifact", ("skills/v0.md", "skills")), ("log_metrics", ({"current_score": 0.5}, 1))]
