@@ -375,8 +375,10 @@ class TrackerWhenReady:
     tracker (a finished run's command again, a resume past its last call) opens it at once instead of waiting out
     `wait_s` for a call that cannot come."""
 
-    # calls whose result no caller reads: kept while the tracker opens, then sent in the order they were made; a
-    # step's commit ends with `flush()`, which waits for all of them (a run stopped between steps has them logged)
+    # calls whose result no caller reads: kept while the tracker opens (in one process, where it opens after the first
+    # model call), then sent in the order they were made; a step's commit ends with `flush()`, which waits for all of
+    # them. On Ray the tracker opens at once and every use waits for it: a sweep's trial stopped by its scheduler
+    # right after a step has its MLflow run whatever the order of the step's report and its logging
     DEFERRED = frozenset({"log_artifact", "log_metrics", "log_params", "set_tags", "log_skill_history"})
 
     def __init__(
@@ -435,7 +437,7 @@ class TrackerWhenReady:
         return self._tracker
 
     def __getattr__(self, name: str) -> Any:
-        if name in self.DEFERRED:
+        if name in self.DEFERRED and self._start is not None:  # on Ray (no start event) every use waits, as before
             return lambda *args, **kwargs: self._call_or_keep(lambda t: getattr(t, name)(*args, **kwargs))
         return getattr(self.get(), name)
 

@@ -82,22 +82,25 @@ async def agent_chat(gw: Any, req: AgentRequest) -> AgentReply:
                 "rerun with llm.cache_mode=record to call the model"
             )
     gw.ledger.check_budget()
-    comp = await gw._send(req)  # limits, journal, retries, ledger: the chat path's own paid call
-    if comp.finish_reason == "length":
-        gw.ledger.record_incomplete(req.role, req.stage, "truncated")
-    calls = [flat_call(c) for c in getattr(comp, "tool_calls", []) or []]
-    cost = gw.ledger.cost_of(ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
-    reply = AgentReply(comp.content, calls, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason, cost)
-    if gw.cache is not None:
+
+    def keep(comp: Any) -> None:  # the reply is cached before the ledger records the call (a kill between: lost, kept)
+        calls = [flat_call(c) for c in getattr(comp, "tool_calls", []) or []]
         gw.cache.put(
             key,
             req.stage,
             {
-                "content": reply.content,
+                "content": comp.content,
                 "tool_calls": calls,
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "finish_reason": reply.finish_reason,
+                "prompt_tokens": comp.prompt_tokens,
+                "completion_tokens": comp.completion_tokens,
+                "finish_reason": comp.finish_reason,
             },
         )
-    return reply
+
+    # limits, journal, retries, ledger: the chat path's own paid call
+    comp = await gw._send(req, keep=keep if gw.cache is not None else None)
+    if comp.finish_reason == "length":
+        gw.ledger.record_incomplete(req.role, req.stage, "truncated")
+    calls = [flat_call(c) for c in getattr(comp, "tool_calls", []) or []]
+    cost = gw.ledger.cost_of(ep.cfg.model, comp.prompt_tokens, comp.completion_tokens)
+    return AgentReply(comp.content, calls, comp.prompt_tokens, comp.completion_tokens, False, comp.finish_reason, cost)

@@ -12,7 +12,7 @@ import contextlib
 import inspect
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional, TypedDict, cast
 
@@ -180,13 +180,14 @@ class Gateway:
                 )
         self.ledger.check_budget()
         ep = self.endpoints[req.role]
-        comp = await self._send(req)
+        keep = (lambda comp: self._remember_usable(key, req.stage, comp)) if self.cache is not None else None
+        comp = await self._send(req, keep=keep)
         if comp.finish_reason == "length" and self.cfg.truncated_reply != "keep":
             self.ledger.record_incomplete(req.role, req.stage, "truncated")
             budget = ep.completion_budget(req)
             if self.cfg.truncated_reply == "retry":
                 self.ledger.check_budget()
-                comp = await self._send(req, 2 * budget)
+                comp = await self._send(req, 2 * budget, keep=keep)
                 budget *= 2
                 if comp.finish_reason == "length":
                     self.ledger.record_incomplete(req.role, req.stage, "truncated")
@@ -202,18 +203,16 @@ class Gateway:
                 f"{req.role}/{req.stage} reply stopped by the content filter (finish_reason=content_filter) "
                 f"at {describe(ep.cfg)}"
             )
-        result = ChatResult(
-            comp.content,
-            comp.prompt_tokens,
-            comp.completion_tokens,
-            False,
-            comp.finish_reason,
-            list(comp.tool_calls),
-            comp.reasoning_summary,
-        )
-        if self.cache is not None:  # under the original request's key, so a resumed run replays a length retry too
-            self._remember(key, req.stage, result)
-        return result
+        return _result(comp)
+
+    def _remember_usable(self, key: str, stage: str, comp: Completion) -> None:
+        """Keep a reply the caller will use (not one cut at the limit that is retried or refused, nor a filtered one),
+        under the original request's key, so a resumed run replays a length retry too. `_send` calls it before the
+        ledger records the call: a kill in between leaves the call counted lost and its reply kept, so the resumed
+        run does not pay for it again (the other order paid a recorded call twice)."""
+        truncated = comp.finish_reason == "length" and self.cfg.truncated_reply != "keep"
+        if not truncated and comp.finish_reason != "content_filter":
+            self._remember(key, stage, _result(comp))
 
     def _cached(self, req: ChatRequest, key: str) -> Optional[ChatResult]:
         """The recorded reply for `key` (counted as a cache hit), or None."""
@@ -247,8 +246,11 @@ class Gateway:
             entry["reasoning_summary"] = result.reasoning_summary
         self.cache.put(key, stage, entry)
 
-    async def _send(self, req: ChatRequest, budget: Optional[int] = None) -> Completion:
-        """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger."""
+    async def _send(
+        self, req: ChatRequest, budget: Optional[int] = None, keep: Optional[Callable[[Completion], None]] = None
+    ) -> Completion:
+        """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger. `keep` stores
+        the reply (the response cache) before the ledger records it as answered."""
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
         wanted = budget or ep.completion_budget(req)
@@ -277,6 +279,8 @@ class Gateway:
                     self.ledger.record_error(req.role, req.stage, call)
                     raise
             self._record_unread(req, comp)
+            if keep is not None:
+                keep(comp)
             self.ledger.record(
                 req.role,
                 req.stage,
@@ -414,6 +418,19 @@ class Gateway:
             await ep.close()
         if self.cache is not None:
             self.cache.close()
+
+
+def _result(comp: Completion) -> ChatResult:
+    """A paid reply as the caller gets it (not from the cache)."""
+    return ChatResult(
+        comp.content,
+        comp.prompt_tokens,
+        comp.completion_tokens,
+        False,
+        comp.finish_reason,
+        list(comp.tool_calls),
+        comp.reasoning_summary,
+    )
 
 
 def _one_line(exc: Exception, req: ChatRequest) -> LLMError:

@@ -125,3 +125,18 @@ def test_a_steps_flush_waits_for_the_open_tracker_and_every_kept_call():
     threading.Timer(0.2, go.set).start()
     t.flush()
     assert fake.calls == [("log_artifact", ("skills/v0.md", "skills")), ("log_metrics", ({"current_score": 0.5}, 1))]
+
+
+def test_without_a_start_event_logging_waits_for_the_open_tracker():
+    """On Ray the tracker opens at once (no first-call event) and a logging call waits for it, as every use did: a
+    sweep trial stopped by its scheduler right after a step has its MLflow run."""
+    gate, fake = threading.Event(), FakeTracker()
+
+    def slow_open():
+        gate.wait(10)
+        return fake
+
+    t = TrackerWhenReady(slow_open)
+    threading.Timer(0.2, gate.set).start()
+    t.log_artifact("skills/v0.md", "skills")
+    assert fake.calls == [("log_artifact", ("skills/v0.md", "skills"))]
