@@ -38,6 +38,7 @@ from skillopt_envs.sandbox import (
     userns_filter,
 )
 
+from skillopt_ray.harness.jail_exe import cli_mount
 from skillopt_ray.harness.jail_export import Unpacked, unpack_export
 from skillopt_ray.harness.jail_launcher import FORWARDER_JS, INIT_PY, LAUNCHER_PY
 
@@ -316,6 +317,9 @@ class Jail:
             "/etc/group",
         ]
         argv += ["--ro-bind", str(self.prefix), JAIL_PREFIX, "--ro-bind", str(self.root / "forwarder.js"), fwd]
+        exec_only = cli_mount(self.prefix, JAIL_PREFIX, cmd[0])  # the CLI runs not dumpable (jail_exe.py)
+        if exec_only:
+            argv += ["--ro-bind", *exec_only]
         argv += ["--ro-bind-try", self.socket_path, inner_sock]
         argv += [
             "--ro-bind",

@@ -45,15 +45,26 @@ def read(name, flags=os.O_RDONLY):
             os.read(fd, 64)
     finally:
         os.close(fd)
+def take_fd():  # pidfd_getfd: a copy of the CLI's descriptor 0
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        if libc.syscall(438, pidfd, 0, 0) < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd")
+    finally:
+        os.close(pidfd)
 own = attempt("own-maps", lambda: open("/proc/self/maps").read(64))
 print("CLI", open("/proc/%d/comm" % pid).read().strip(), pid,
       attempt("mem-write", lambda: read("mem", os.O_RDWR)), attempt("mem", lambda: read("mem")),
       attempt("environ", lambda: read("environ")), attempt("maps", lambda: read("maps")),
       attempt("fds", lambda: os.listdir("/proc/%d/fd" % pid)), attempt("cwd", lambda: os.readlink("/proc/%d/cwd" % pid)),
+      attempt("getfd", take_fd),
       own)
 """
 PROBE_CMD = "python3 - <<'EOF'\n" + PROBE + "EOF\n"
-REFUSED = ("mem-write", "mem", "environ", "maps", "fds", "cwd")
+# each refused: by the file's owner (root, for a process that is not dumpable) or by ptrace's access rule
+REFUSED = {k: "EACCES" for k in ("mem-write", "mem", "environ", "maps", "fds", "cwd")} | {"getfd": "EPERM"}
 
 
 def _probe_line(out: str) -> dict[str, str]:
@@ -70,7 +81,7 @@ def test_a_command_cannot_open_the_real_cli_memory(tmp_path, monkeypatch, harnes
     got = _probe_line(out)
     assert got["name"] == name and got["pid"] == "2", got  # the CLI itself, under the init
     assert got["own-maps"] == "OK", got  # the command still reads its own
-    assert {k: got[k] for k in REFUSED} == {k: "EACCES" for k in REFUSED}, got
+    assert {k: got[k] for k in REFUSED} == REFUSED, got
 
 
 def _stand_in(prefix: Path) -> str:
@@ -91,7 +102,7 @@ def test_a_command_cannot_open_a_compiled_cli_memory(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stderr[-2000:]
     got = _probe_line(r.stdout)
     assert got["name"] == "cli" and got["pid"] == "2" and got["own-maps"] == "OK", got
-    assert {k: got[k] for k in REFUSED} == {k: "EACCES" for k in REFUSED}, got
+    assert {k: got[k] for k in REFUSED} == REFUSED, got
     copies = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]  # the exec-only copy the jail ran
     assert len(copies) == 1 and stat.S_IMODE(copies[0].stat().st_mode) == 0o111, copies
 
@@ -145,7 +156,7 @@ def test_a_command_cannot_open_the_cli_memory_for_an_unprivileged_caller_too(tmp
         assert r["rc"] == 0, r
         got = _probe_line(r["out"])
         assert got["name"] == "cli" and got["own-maps"] == "OK", got
-        assert {k: got[k] for k in REFUSED} == {k: "EACCES" for k in REFUSED}, got
+        assert {k: got[k] for k in REFUSED} == REFUSED, got
         assert "CHMOD-REFUSED" in r["out"], r
     finally:
         shutil.rmtree(top, ignore_errors=True)
