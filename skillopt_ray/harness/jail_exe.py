@@ -24,6 +24,10 @@ from typing import Optional
 EXEC_ONLY = 0o111
 
 
+class ExecOnlyError(RuntimeError):
+    """The exec-only copy could not be made: the CLI is not started (it would run dumpable)."""
+
+
 def cache_root() -> Path:
     """Where the exec-only copies are kept: $XDG_CACHE_HOME/skillopt/exec-only (by default ~/.cache/...)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -51,7 +55,7 @@ def _usable(copy: Path, size: int) -> bool:
 
 def exec_only_copy(exe: Path) -> Path:
     """The cached exec-only copy of the compiled executable `exe` (symlinks followed), made if missing. Raises
-    RuntimeError naming the folder when it cannot be made there."""
+    ExecOnlyError naming the folder when it cannot be made there."""
     real = exe.resolve()
     st = real.stat()
     where = cache_root() / hashlib.sha256(str(real).encode()).hexdigest()[:16]
@@ -71,7 +75,7 @@ def exec_only_copy(exe: Path) -> Path:
         finally:
             part.unlink(missing_ok=True)
     except OSError as e:
-        raise RuntimeError(
+        raise ExecOnlyError(
             f"cannot make the agent CLI's exec-only copy in {where} ({e}); the jail needs one to keep the CLI's "
             "memory out of its commands' reach: free some space there or set XDG_CACHE_HOME to a writable folder"
         ) from None

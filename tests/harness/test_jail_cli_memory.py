@@ -160,3 +160,33 @@ def test_a_command_cannot_open_the_cli_memory_for_an_unprivileged_caller_too(tmp
         assert "CHMOD-REFUSED" in r["out"], r
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_no_exec_only_copy_means_no_run_and_a_sandbox_start_error(tmp_path, monkeypatch):
+    """Where the copy cannot be made (the cache folder is a file here) the CLI is not started dumpable: the
+    episode is a sandbox_start error naming the folder and the fix, and the model is never asked."""
+    import asyncio
+
+    from conftest import need_bwrap
+
+    from skillopt_ray.harness.runner import AgentSettings, HarnessError, run_agent
+    from skillopt_ray.harness.skill_md import render_skill_md
+    from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+
+    need_bwrap()
+    (tmp_path / "cache").write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    shutil.copy2(shutil.which("bash") or "/bin/bash", prefix / "bin" / "codex")
+    wd = tmp_path / "ws"
+    prepare_workspace(wd, render_skill_md("", "D"), WorkspaceSpec(task="t"))
+
+    class NoModel:
+        async def agent_chat(self, req):
+            raise AssertionError("the model was called")
+
+    settings = AgentSettings("codex", "m", 30.0, prefix=str(prefix))
+    with pytest.raises(HarnessError, match="exec-only copy in .*cache.*XDG_CACHE_HOME") as e:
+        asyncio.run(run_agent(NoModel(), settings, wd, "go", "k"))
+    assert e.value.kind == "sandbox_start"
