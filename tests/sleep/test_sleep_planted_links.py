@@ -1,7 +1,8 @@
-"""A file planted in a project's `.skillopt/` or a night's run folder as a hard link (a second name of a file
-elsewhere: a key, a user's config) is never written through: what the sleep wing rewrites goes via a temporary file
-and a rename (which replaces the link), and what it writes in place (a lock, an appended log) refuses such a file in
-one line. A night's own per-skill task folders hold copies, never hard links, so the careful reader reads them."""
+"""A file planted in a project's `.skillopt/`, a run folder or a sweep folder as a hard link (a second name of a
+file elsewhere: a key, a user's config) is never written through: what the sleep wing rewrites goes via a temporary
+file and a rename (which replaces the link), and what is written in place (a lock, an appended log) refuses such a
+file in one line or never writes it. A night's own per-skill task folders hold copies, never hard links, so the
+careful reader reads them."""
 
 from __future__ import annotations
 
@@ -101,3 +102,26 @@ def test_a_skills_nights_task_folders_are_copies_the_careful_reader_reads(tmp_pa
         assert os.stat(out / rel).st_nlink == 1, rel
         untrusted.read_bytes(out, rel)  # refused if it were a second name of the night's own file
     assert untrusted.read_text(out, "t1/task.md") == "do t1\n"
+
+
+def test_a_ledger_journal_rewrite_never_writes_a_planted_scratch_name(tmp_path, secret):
+    """The journal is started afresh through a file of an unguessable name: the old `<journal>.tmp-<pid>` scratch
+    name could be planted beforehand as a hard link to a user's file."""
+    from skillopt_ray.config import BudgetConfig
+    from skillopt_ray.llm.ledger import Ledger
+
+    journal = tmp_path / "run" / "ledger.journal"
+    plant(secret, journal.with_name(f"{journal.name}.tmp-{os.getpid()}"))
+    led = Ledger({}, BudgetConfig(), None, journal=str(journal))
+    assert secret.read_text() == KEPT and os.stat(journal).st_nlink == 1
+    del led
+
+
+def test_a_sweeps_trial_lock_planted_as_a_hard_link_is_not_truncated(tmp_path, secret):
+    from skillopt_ray.sweep.tune import _run_dir_lock
+
+    run_dir = tmp_path / "sweep" / "trial-a"
+    plant(secret, run_dir.parent / ".trial-a.sweep-lock")
+    with _run_dir_lock(run_dir):
+        pass
+    assert secret.read_text() == KEPT
