@@ -1,0 +1,64 @@
+"""A real full disk for tests: a small tmpfs mounted for one test, filled to its last byte on cue (the scripted server's
+n-th request, so the point where a run's disk fills does not depend on timing). Mounting needs root: without it the
+test is skipped (in CI it fails, as every missing prerequisite does there)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+FILLER = "filler"
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, mb: int = 64) -> Iterator[Path]:
+    """A fresh `mb`-megabyte tmpfs mounted at `where` for the duration; unmounted (lazily) after."""
+    from conftest import _missing
+
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        _missing("no small tmpfs can be mounted here", "run the test as root (mounting a tmpfs needs it)")
+    where.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mb}m", "tmpfs", str(where)]).returncode != 0:
+        _missing("`mount -t tmpfs` failed", "run the test where mounting a tmpfs is allowed")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)])
+
+
+def fill(disk: Path) -> None:
+    """Take every free byte of `disk` (1 MB writes, then smaller and smaller ones down to one byte)."""
+    with open(disk / FILLER, "ab", buffering=0) as f:
+        size = 1 << 20
+        while size:
+            try:
+                f.write(b"\0" * size)
+            except OSError:
+                size //= 2
+
+
+def free(disk: Path) -> None:
+    (disk / FILLER).unlink(missing_ok=True)
+
+
+class FillAt:
+    """A scripted-server policy that fills `disk` while it answers its `n`-th request (before the reply leaves), then
+    answers every request as `policy` does."""
+
+    def __init__(self, n: int, disk: Path, policy: Callable[[dict[str, Any], dict[str, str]], Any]):
+        self.n, self.disk, self.policy = n, disk, policy
+        self.seen = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any], headers: dict[str, str]) -> Any:
+        with self._lock:
+            self.seen += 1
+            if self.seen == self.n:
+                fill(self.disk)
+        return self.policy(body, headers)
