@@ -9,10 +9,16 @@ billed) it. The next open counts such calls as `lost`, with their estimated toke
 budget caps count them. The journal is replayed and compacted when the ledger opens; `ledger.json`
 stays the readable summary. Journal lines carry their wall-clock time, so per-call durations can be read
 back from a run that was not resumed (scripts/bench_quickstart.py does).
+
+A journal write that fails (a full disk; a short write counts) is remembered in `failed`, and the journal is not
+written again in this session, so it stays whole lines and at most one cut last line: a call about to be sent then
+raises StoreUnwritable instead of going out (it could not be counted), while outcomes of calls already sent are kept
+in memory only (the next session counts those calls lost).
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import os
@@ -25,7 +31,7 @@ from typing import Any, Optional, TypedDict, cast
 from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.config import BudgetConfig, PriceConfig
-from skillopt_ray.llm.types import BudgetExceeded
+from skillopt_ray.llm.types import BudgetExceeded, StoreUnwritable, unwritable
 from skillopt_ray.runs.records import LedgerState
 
 MIN_COMPLETION = 16  # the smallest reply budget worth a call: below it a capped run stops instead of sending
@@ -169,6 +175,8 @@ class Ledger:
         for k, v in (state or {}).get("entries", {}).items():
             self.entries[k] = _entry_from(v)
         self._journal_fd: Optional[int] = None
+        self._journal_path = journal or ""
+        self.failed: Optional[StoreUnwritable] = None  # the first journal write that failed
         self.in_flight = 0  # calls sent and not yet answered: they count against max_calls before they land
         self._ids = itertools.count(1)
         self._session = f"{os.getpid()}.{int(time.time() * 1000) % 10**9}"  # call ids stay unique across sessions
@@ -186,20 +194,35 @@ class Ledger:
 
     def _open_journal(self, path: Path) -> None:
         """Start the journal afresh with one line per entry (atomic replace), then append to it."""
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-        tmp.write_text("".join(self._line(k) for k in sorted(self.entries)), encoding="utf-8")
-        os.replace(tmp, path)
-        self._journal_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text("".join(self._line(k) for k in sorted(self.entries)), encoding="utf-8")
+            os.replace(tmp, path)
+            self._journal_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        except OSError as e:  # a full disk: one line saying so, and the journal as it was
+            tmp.unlink(missing_ok=True)
+            raise unwritable("the ledger's journal", str(path), e) from None
 
     def _line(self, key: str) -> str:
         return json.dumps({"k": key, "v": _values(self.entries[key])}, separators=(",", ":")) + "\n"
 
-    def _write(self, rec: JournalLine) -> None:
-        """One journal line in one write(), so a kill leaves whole lines or a cut last one."""
-        if self._journal_fd is not None:
-            rec["t"] = round(time.time(), 3)
-            os.write(self._journal_fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8"))
+    def _write(self, rec: JournalLine) -> bool:
+        """One journal line in one write(), so a kill leaves whole lines or a cut last one. False when it was not
+        written: this write failed (a full disk), or an earlier one did (`failed`)."""
+        if self._journal_fd is None:
+            return True
+        if self.failed is not None:
+            return False
+        rec["t"] = round(time.time(), 3)
+        data = (json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8")
+        try:
+            if os.write(self._journal_fd, data) < len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a short write: the disk filled mid-line
+            return True
+        except OSError as e:
+            self.failed = unwritable("the ledger's journal", self._journal_path, e)
+            return False
 
     def _persist(self, role: str, stage: str, call: Optional[str] = None) -> None:
         """Append the entry's new totals (and, with `call`, that this call is settled): one line, one write."""
@@ -216,18 +239,28 @@ class Ledger:
         """Journal a call about to be sent; returns its id, which the call's outcome (record*, settle) names.
         Until then a kill leaves it `lost` for the next session, with these estimates."""
         call = f"{self._session}.{next(self._ids)}"
+        line: JournalLine = {"p": call, "k": f"{role}/{stage}", "m": model, "pe": prompt_tokens_est,
+                             "ce": completion_tokens_est}  # fmt: skip
+        if not self._write(line):  # not journaled, so not to be sent: a kill would leave it uncounted
+            assert self.failed is not None
+            raise StoreUnwritable(self.failed.message)
         self._open_calls.add(call)
-        if self._journal_fd is not None:
-            self._write(
-                {
-                    "p": call,
-                    "k": f"{role}/{stage}",
-                    "m": model,
-                    "pe": prompt_tokens_est,
-                    "ce": completion_tokens_est,
-                }
-            )
         return call
+
+    def unkept(self, role: str, stage: str, model: str, call: str, prompt_tokens_est: int, completion_tokens_est: int
+               ) -> None:  # fmt: skip
+        """A call answered whose reply could not be kept (the response cache could not write it): counted `lost`,
+        with its estimates, as a killed call is, since the rerun pays for it again. Journaled as its outcome, or, when
+        the journal cannot be written either, left open there, which the next session counts the same way."""
+        e = self._entry(role, stage)
+        e.lost += 1
+        e.lost_tokens_est += prompt_tokens_est + completion_tokens_est
+        e.lost_cost_usd_est += _price(self.prices, model, prompt_tokens_est, completion_tokens_est)
+        self._persist(role, stage, call)
+
+    def is_open(self, call: str) -> bool:
+        """Whether a begun call has no outcome yet."""
+        return call in self._open_calls
 
     def settle(self, call: str) -> None:
         """A begun call ended without an outcome line (cancelled by its caller): it is no longer pending."""

@@ -75,7 +75,6 @@ def _full_disk_then_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[str], mo
     assert not scored  # nothing became a score
     assert rerun == 0, rerun_err[-3000:]
     tokens = summary["tokens"]
-    assert FILL_AT <= first <= FILL_AT - 1 + CONCURRENCY  # no call sent after the disk filled but those in flight
     assert 1 <= repaid <= CONCURRENCY  # only the calls in flight when the first reply could not be kept
     assert tokens["lost"] == repaid  # each of them counted lost (paid, its reply not kept)
     assert tokens["calls"] + tokens["lost"] == ITEMS + repaid  # every paid call in the ledger, once
