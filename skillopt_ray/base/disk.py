@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+FULL_DISK_FIX = "free space, then rerun the same command to resume"
 SQLITE_FULL = 13  # sqlite3.Error.sqlite_errorcode of "database or disk is full"
 _FULL_WORDS = ("No space left on device", "Disk quota exceeded", "database or disk is full")
 

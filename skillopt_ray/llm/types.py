@@ -7,7 +7,7 @@ messages name the endpoint, the model and the fix, never a key.
 
 from __future__ import annotations
 
-from skillopt_ray.base.disk import disk_full, error_text
+from skillopt_ray.base.disk import FULL_DISK_FIX, disk_full, error_text
 
 
 class LLMError(Exception):
@@ -106,8 +106,8 @@ class StoreUnwritable(LLMError):
 def unwritable(what: str, where: str, err: BaseException) -> StoreUnwritable:
     """The one-line error for a store that could not be written: what failed, why, where, and the fix."""
     head = "the disk is full: " if disk_full(err) else ""
-    fix = "free space" if head else "make it writable"
+    fix = FULL_DISK_FIX if head else "make it writable, then rerun the same command to resume"
     return StoreUnwritable(
         f"{head}{what} could not be written ({error_text(err)}; {where}), so no new model call is sent (the rerun "
-        f"would pay again for a reply not kept): {fix}, then rerun the same command to resume"
+        f"would pay again for a reply not kept): {fix}"
     )

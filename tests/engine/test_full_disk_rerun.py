@@ -8,6 +8,7 @@ FILL_AT-th request (so where the disk fills does not depend on the machine's spe
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -88,3 +89,35 @@ def test_a_full_disk_stops_paid_calls_and_the_rerun_pays_only_those_in_flight_on
 @pytest.mark.slow
 def test_a_full_disk_stops_paid_calls_and_the_rerun_pays_only_those_in_flight_on_ray(ray_cluster, tmp_path, capsys):
     _full_disk_then_rerun(tmp_path, capsys, "cluster")
+
+
+@pytest.mark.parametrize(
+    ("raised", "said"),
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device"),
+            "error: the disk is full ([Errno 28] No space left on "
+            "device): free space, then rerun the same command to resume",
+        ),  # fmt: skip
+        (
+            OSError(errno.EROFS, "Read-only file system"),
+            "error: OSError: [Errno 30] Read-only file system (traceback "
+            "in none kept: [Errno 30] Read-only file system)",
+        ),  # fmt: skip
+    ],
+)
+def test_a_run_record_the_disk_refuses_ends_the_run_in_one_line(tmp_path, capsys, monkeypatch, raised, said):
+    """Not the gateway's stores: a run's own record (here an eval's results) that cannot be written. On a full disk
+    the line says so and what to do; otherwise it names the error, and the traceback it could not keep either."""
+    from skillopt_ray.runs.rundir import RunDir
+
+    def refused(*a, **k):
+        raise raised
+
+    monkeypatch.setattr(RunDir, "write_eval_results", refused)
+    monkeypatch.setattr(RunDir, "write_error", refused)
+    tasks = write_tasks(tmp_path / "data", 4)
+    with ScriptedServer(policy=reply) as srv:
+        assert cli.run_one(checked(_eval_job(srv.base_url, tasks, tmp_path / "out", "local"))) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == said, err[-3000:]
