@@ -5,10 +5,13 @@ test is skipped (in CI it fails, as every missing prerequisite does there)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,16 +52,24 @@ def free(disk: Path) -> None:
 
 class FillAt:
     """A scripted-server policy that fills `disk` while it answers its `n`-th request (before the reply leaves), then
-    answers every request as `policy` does."""
+    answers every request as `policy` does. It counts the requests it saw before (the same body and sample key): the
+    calls paid twice."""
 
     def __init__(self, n: int, disk: Path, policy: Callable[[dict[str, Any], dict[str, str]], Any]):
         self.n, self.disk, self.policy = n, disk, policy
         self.seen = 0
+        self.asked: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     def __call__(self, body: dict[str, Any], headers: dict[str, str]) -> Any:
+        digest = hashlib.sha256(json.dumps([body, headers.get("x-skillopt-key")], sort_keys=True).encode()).hexdigest()
         with self._lock:
             self.seen += 1
+            self.asked[digest] += 1
             if self.seen == self.n:
                 fill(self.disk)
         return self.policy(body, headers)
+
+    @property
+    def paid_again(self) -> int:
+        return sum(n - 1 for n in self.asked.values())
