@@ -65,7 +65,7 @@ class LedgerEntry:
     errors: int = 0
     truncated: int = 0  # replies cut by the completion limit (finish_reason=length)
     filtered: int = 0  # replies or requests stopped by a content filter
-    lost: int = 0  # calls sent whose replies a kill lost: maybe answered and billed, never recorded
+    lost: int = 0  # calls sent whose replies a kill or a full disk lost: maybe answered and billed, paid again
     lost_tokens_est: int = 0  # their tokens as estimated before sending (prompt characters / 4 + completion budget)
     lost_cost_usd_est: float = 0.0
     # replies the endpoint answered with HTTP 200 (and billed) whose body was cut off in transit, so never read (the
@@ -351,7 +351,7 @@ class Ledger:
     def check_budget(self) -> None:
         """Raise before a new network call if any cap is already reached. Calls in flight count toward max_calls,
         so concurrent calls never overshoot it; tokens and cost are known only once answered. Calls whose replies
-        a kill lost count too, with their estimated tokens and cost (the endpoint may have billed them)."""
+        a kill or a full disk lost count too, with their estimated tokens and cost (the endpoint may have billed them)."""
         b = self.budget
         minutes = (time.monotonic() - self._started) / 60
         if b.max_minutes and minutes >= b.max_minutes:
@@ -364,7 +364,7 @@ class Ledger:
         t = self.totals()
         hint = "raise it (e.g. llm.budget.{k}=...) and rerun the same command to resume"
         lost = t["lost"]
-        lost_note = f" ({lost} of them sent before a kill, replies lost)" if lost else ""
+        lost_note = f" ({lost} of them sent before a kill or a full disk, replies lost)" if lost else ""
         if t["unread"]:
             lost_note += f" ({t['unread']} of them answered but cut off in transit, billed)"
         if b.max_calls and t["calls"] + lost + t["unread"] + self.in_flight >= b.max_calls:
@@ -375,7 +375,11 @@ class Ledger:
             )
         tokens = t["tokens"] + t["lost_tokens_est"] + t["unread_tokens_est"]
         if b.max_tokens and tokens >= b.max_tokens:
-            est = f" (~{t['lost_tokens_est']} estimated for {lost} calls whose replies a kill lost)" if lost else ""
+            est = (
+                f" (~{t['lost_tokens_est']} estimated for {lost} calls whose replies a kill or a full disk lost)"
+                if lost
+                else ""
+            )
             raise BudgetExceeded(
                 f"budget cap hit: {tokens} tokens >= llm.budget.max_tokens={b.max_tokens}{est}; "
                 + hint.format(k="max_tokens")
@@ -383,7 +387,7 @@ class Ledger:
         cost = t["cost_usd"] + t["lost_cost_usd_est"] + t["unread_cost_usd_est"]
         if b.max_cost_usd and cost >= b.max_cost_usd:
             est = (
-                f" (~${t['lost_cost_usd_est']:.4f} estimated for {lost} calls whose replies a kill lost)"
+                f" (~${t['lost_cost_usd_est']:.4f} estimated for {lost} calls whose replies a kill or a full disk lost)"
                 if lost
                 else ""
             )
