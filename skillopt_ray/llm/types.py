@@ -106,7 +106,7 @@ class StoreUnwritable(LLMError):
 def unwritable(what: str, where: str, err: BaseException) -> StoreUnwritable:
     """The one-line error for a store that could not be written: what failed, why, where, and the fix."""
     head = "the disk is full: " if disk_full(err) else ""
-    fix = FULL_DISK_FIX if head else "make it writable, then rerun the same command to resume"
+    fix = FULL_DISK_FIX if head else "check the disk, then rerun the same command to resume"
     return StoreUnwritable(
         f"{head}{what} could not be written ({error_text(err)}; {where}), so no new model call is sent (the rerun "
         f"would pay again for a reply not kept): {fix}"

@@ -6,6 +6,7 @@ replies, kept in memory, and count as lost; the next session (the rerun) pays ag
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sqlite3
 from pathlib import Path
@@ -17,7 +18,7 @@ from skillopt_envs.chat import ChatRequest
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.gateway import Gateway
 from skillopt_ray.llm.ledger import read_journal
-from skillopt_ray.llm.types import StoreUnwritable
+from skillopt_ray.llm.types import StoreUnwritable, unwritable
 
 FIX = "free space, then rerun the same command to resume"
 
@@ -119,3 +120,17 @@ def test_a_journal_that_cannot_be_written_sends_no_call_and_the_reply_already_pa
         assert run(rerun.chat(_ask(0))).cached  # counted lost (maybe billed), yet not paid again
         assert srv.state.attempts == 1
         run(rerun.close())
+
+
+@pytest.mark.parametrize(
+    ("err", "head", "fix"),
+    [
+        (OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), "the disk is full: ", FIX),
+        (sqlite3.OperationalError("database or disk is full"), "the disk is full: ", FIX),
+        (OSError(errno.EIO, os.strerror(errno.EIO)), "", "check the disk, then rerun the same command to resume"),
+    ],
+)
+def test_a_store_that_cannot_write_says_why_in_one_line(err, head, fix):
+    msg = unwritable("the response cache", "/runs/r/llm_cache.sqlite", err).message
+    assert msg.startswith(f"{head}the response cache could not be written (") and msg.endswith(fix)
+    assert "/runs/r/llm_cache.sqlite" in msg and "\n" not in msg
