@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,10 +46,22 @@ def read_json(path: str | Path) -> Any:
 
 
 def append_json_line(path: str | Path, record: Any) -> None:
-    """Append one JSON record as one line, flushed to disk: a kill loses at most the line being written."""
+    """Append one JSON record as one line, flushed to disk: a kill loses at most the line being written. The file is
+    appended to in place, so one planted in a run folder as a symlink, a FIFO or a hard link (a second name of a file
+    elsewhere: a user's config) is refused rather than written through."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        raise ValueError(f"{path} cannot be appended to as a plain file ({e.strerror}; a symlink?); refused") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        kind = "a hard link to a file elsewhere" if stat.S_ISREG(st.st_mode) else "not a regular file"
+        raise ValueError(f"{path} is {kind}; refused: remove it (this tool writes no such file)")
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False, default=_default) + "\n")
         f.flush()
         os.fsync(f.fileno())

@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
+from skillopt_ray.base.collector import imports_without_collector
 from skillopt_ray.base.exit_codes import EXIT_ERROR
 from skillopt_ray.base.startup_trace import mark
 from skillopt_ray.cli.checks import needs_embedded_server, skill_warnings
@@ -257,7 +258,8 @@ def _drive_local(
     checked: Checked, run_dir: Path, embedded: Optional[EmbeddedStart], progress: Any, clock: Any
 ) -> Outcome:
     """The run in this process: the same driver, gateway and env workers, on threads instead of Ray actors."""
-    from skillopt_ray.engine.local import run_local
+    with imports_without_collector():
+        from skillopt_ray.engine.local import run_local
 
     mark("engine-imported")
     progress.update({"phase": "starting", "stage": "starting" + (" the embedded model server" if embedded else "")})

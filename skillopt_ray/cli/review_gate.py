@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from skillopt_ray.base import untrusted
+from skillopt_ray.base.io import atomic_write_text
 from skillopt_ray.config.plain import PlainConfig
 
 REVIEW_FILE = "review.json"
@@ -58,7 +59,7 @@ def read(folder: Path) -> dict[str, Any]:
 
 
 def write(folder: Path, header: dict[str, Any]) -> None:
-    (folder / REVIEW_FILE).write_text(json.dumps({"format": FORMAT, **header}, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(folder / REVIEW_FILE, json.dumps({"format": FORMAT, **header}, indent=1) + "\n")
 
 
 def run_endpoints(data: PlainConfig) -> list[Endpoint]:

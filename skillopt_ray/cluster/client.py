@@ -18,6 +18,7 @@ import socket
 import sys
 from typing import Any, Optional
 
+from skillopt_ray.base.collector import imports_without_collector
 from skillopt_ray.cluster.wire import Frame, StatusAnswer
 from skillopt_ray.runs.kept_cluster import home
 
@@ -171,7 +172,8 @@ def command_main(argv: Optional[list[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     code = try_serve(args)
     if code is None:
-        from skillopt_ray.cli.app import main
+        with imports_without_collector():
+            from skillopt_ray.cli.app import main
 
         code = main(args)
     # the command is ending: Python's exit would collect every object of the thousands of modules a run imports

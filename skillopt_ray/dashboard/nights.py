@@ -100,7 +100,46 @@ def _backups(night: Path, index: int, row: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _base(night: Path, index: int, m: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, str]:
+class KeptBackups:
+    """Every backup copy on disk (`backup/<i>`, `backup/<receipt>/<i>`) by its sha256, read once per answer and only
+    when needed: the fallback when the receipt naming a row's backup cannot be read (truncated, unsealed). Safe to
+    offer, since a copy is shown only for the pin staging sealed; a planted file there cannot match it. Bounded: at
+    most MAX_DIFF_ROWS files, MAX_TEXT_BYTES each, MAX_TOTAL_BYTES in all."""
+
+    def __init__(self, night: Path):
+        self.night = night
+        self._by_pin: Optional[dict[str, str]] = None
+
+    def find(self, pin: str) -> Optional[tuple[bytes, str]]:
+        if self._by_pin is None:
+            self._by_pin = self._scan()
+        rel = self._by_pin.get(pin)
+        data = _read(self.night, rel) if rel else None
+        return (data, rel) if data is not None and rel and hashlib.sha256(data).hexdigest() == pin else None
+
+    def _scan(self) -> dict[str, str]:
+        rels: list[str] = []
+        for e in untrusted.list_dir(self.night, "backup", MAX_DIFF_ROWS):
+            if len(rels) >= MAX_DIFF_ROWS:
+                break
+            if e.is_file:
+                rels.append(f"backup/{e.name}")
+            elif e.is_dir:
+                rels += [
+                    f"backup/{e.name}/{f.name}"
+                    for f in untrusted.list_dir(self.night, f"backup/{e.name}", MAX_DIFF_ROWS)
+                ]
+        out: dict[str, str] = {}
+        budget = MAX_TOTAL_BYTES
+        for rel in rels[:MAX_DIFF_ROWS]:
+            data = _read(self.night, rel) if budget > 0 else None
+            if data is not None:
+                budget -= len(data)
+                out.setdefault(hashlib.sha256(data).hexdigest(), rel)
+        return out
+
+
+def _base(night: Path, index: int, m: Mapping[str, Any], row: Mapping[str, Any], kept: KeptBackups) -> tuple[str, str]:
     """(the text the proposal replaces, where it came from): the live file or adoption's backup copy, read only when
     its sha256 is the one staging pinned, so a manifest cannot make the page show some other file."""
     pin = str(row.get("live_sha256") or "")
@@ -113,6 +152,9 @@ def _base(night: Path, index: int, m: Mapping[str, Any], row: Mapping[str, Any])
         data = _read(night, rel)
         if data is not None and hashlib.sha256(data).hexdigest() == pin:
             return _text(data), str(night / rel)
+    found = kept.find(pin)
+    if found is not None:
+        return _text(found[0]), str(night / found[1])
     return "", "gone (the file staging saw is no longer on disk; the proposal is shown whole)"
 
 
@@ -126,10 +168,11 @@ def night_detail(night: Path) -> JSONObject:
                 "state": status.problem_line(e), "report_md": "", "diffs": []}  # fmt: skip
     diffs: list[JSONValue] = []
     budget = MAX_TOTAL_BYTES
+    kept = KeptBackups(night)
     for i, row in enumerate(m["files"][:MAX_DIFF_ROWS]):
         rel = str(row.get("rel") or "")
         proposed = _text(_read(night, rel)) if budget > 0 else ""
-        base, source = _base(night, i, m, row) if budget > 0 else ("", "left out")
+        base, source = _base(night, i, m, row, kept) if budget > 0 else ("", "left out")
         budget -= len(proposed) + len(base)
         if budget < 0:
             note = f"left out: the night's files are over {MAX_TOTAL_BYTES >> 20} MiB in all; read them in {night}"

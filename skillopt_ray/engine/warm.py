@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol, TypedDict
 if TYPE_CHECKING:
     from skillopt_ray.config.schema import Config
 
+from skillopt_ray.base.collector import imports_without_collector
 from skillopt_ray.base.lifeline import Owner
 from skillopt_ray.base.ray_class import ActorOptions, RuntimeEnv
 
@@ -105,15 +106,16 @@ def _preload(kind: str) -> None:
     modules) for the gateway, MLflow for the driver's tracker."""
     import importlib
 
-    for name in PRELOAD.get(kind, ()):
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
-    if kind == "GatewayActor":
-        with contextlib.suppress(Exception):
-            import openai
+    with imports_without_collector():
+        for name in PRELOAD.get(kind, ()):
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+        if kind == "GatewayActor":
+            with contextlib.suppress(Exception):
+                import openai
 
-            client = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1")
-            _ = client.chat.completions, client.responses  # the SDK loads its resources on first access
+                client = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1")
+                _ = client.chat.completions, client.responses  # the SDK loads its resources on first access
 
 
 PRELOAD: dict[str, tuple[str, ...]] = {

@@ -10,11 +10,13 @@ Nothing it writes reaches the host disk while it runs, and its /tmp counts again
 memory, since a tmpfs is memory). A launcher inside the jail mounts them, copies the prepared workspace and home
 onto the first, sets the process limit, and drops to an unprivileged uid (a fresh one per
 jail when started as root: the kernel never applies the process limit to root, and a uid of its own keeps other
-jails' processes out of its count). The commands the agent runs live in a PID namespace below the CLI's: they can
-signal neither the CLI nor the launcher. When the CLI ends or its time is up, the launcher kills whatever the agent
-left running and streams the workspace and home back through an inherited descriptor as a tar archive (folders,
-regular files, hard links as links, sparse files by their data; skillopt_ray/harness/jail_launcher.py); the host
-unpacks it, checked, into the workspace and home the episode reads (jail_export.py)."""
+jails' processes out of its count). The CLI and the commands the agent runs live in a PID namespace of their own
+under a tiny init: they can signal neither the init, the launcher nor the forwarder. The CLI runs from an exec-only
+copy of its executable, which keeps it not dumpable: no command can open its /proc/<pid>/mem, environ or fd/
+(jail_exe.py). When the CLI ends or its time is up, the launcher kills whatever the agent left running and streams
+the workspace and home back through an inherited descriptor as a tar archive (folders, regular files, hard links as
+links, sparse files by their data; skillopt_ray/harness/jail_launcher.py); the host unpacks it, checked, into the
+workspace and home the episode reads (jail_export.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from skillopt_envs.sandbox import (
     userns_filter,
 )
 
+from skillopt_ray.harness.jail_exe import cli_mount
 from skillopt_ray.harness.jail_export import Unpacked, unpack_export
 from skillopt_ray.harness.jail_launcher import FORWARDER_JS, INIT_PY, LAUNCHER_PY
 
@@ -316,6 +319,9 @@ class Jail:
             "/etc/group",
         ]
         argv += ["--ro-bind", str(self.prefix), JAIL_PREFIX, "--ro-bind", str(self.root / "forwarder.js"), fwd]
+        exec_only = cli_mount(self.prefix, JAIL_PREFIX, cmd[0])  # the CLI runs not dumpable (jail_exe.py)
+        if exec_only:
+            argv += ["--ro-bind", *exec_only]
         argv += ["--ro-bind-try", self.socket_path, inner_sock]
         argv += [
             "--ro-bind",

@@ -17,6 +17,7 @@ from skillopt_envs.sandbox import userns_filter
 from skillopt_ray.base import untrusted
 from skillopt_ray.harness import commands, skill_list, trace
 from skillopt_ray.harness.jail import Jail, JailLimits, JailResult, default_prefix, jail_env
+from skillopt_ray.harness.jail_exe import ExecOnlyError
 from skillopt_ray.harness.workspace import remove_tree
 from skillopt_ray.llm.wire import AgentOptions
 from skillopt_ray.llm.wire import AgentSettings as GatewayAgentSettings
@@ -313,6 +314,8 @@ async def _run_attempt(
     t_launch = time.monotonic()
     try:
         res: JailResult = await jail.run(workspace, env, cmd, settings.timeout_s, settings.memory_mb)
+    except ExecOnlyError as e:  # nothing of the agent's ran: the jail could not be set up
+        raise HarnessError(str(e), kind="sandbox_start") from None
     finally:
         await server.stop()
     if server.errors:  # the model endpoint failed after the gateway's retries: as for a chat episode

@@ -23,6 +23,7 @@ from typing import Any, Optional, TypedDict
 from skillopt_envs.chat import ChatMessage, ChatRequest, ContentPart, ToolCall
 from skillopt_envs.jsontypes import JSONObject, as_int, as_object
 
+from skillopt_ray.base.collector import imports_without_collector
 from skillopt_ray.config import LLMConfig, LLMRoleConfig
 from skillopt_ray.llm.context import context_advice, context_overflow
 from skillopt_ray.llm.types import LLMConfigError, LLMRequestRejected, LLMUnavailable, ReplyFiltered
@@ -34,7 +35,8 @@ class _OpenAIOnFirstUse:
     around (the driver, env actors, the CLI) never use it; the gateway imports it at its first client."""
 
     def __getattr__(self, name: str) -> Any:
-        import openai as module
+        with imports_without_collector():
+            import openai as module
 
         globals()["openai"] = module
         return getattr(module, name)
@@ -88,13 +90,9 @@ class _ClientOptions(TypedDict):
     http_client: Any  # the SDK's own HTTP client
 
 
-def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
-    """Build the SDK client; keys come from the env var the config names."""
-    key = None
-    if role_cfg.api_key_env:
-        key = os.environ.get(role_cfg.api_key_env)
-    timeout = openai.Timeout(role_cfg.timeout_s, connect=min(role_cfg.connect_timeout_s, role_cfg.timeout_s))
-    common: _ClientOptions = {"max_retries": 0, "timeout": timeout, "http_client": _http_client(role_cfg, timeout)}
+def check_client_config(role_cfg: LLMRoleConfig) -> None:
+    """Raise LLMConfigError for what would stop `make_client` (a missing key or endpoint), without building it."""
+    key = os.environ.get(role_cfg.api_key_env) if role_cfg.api_key_env else None
     if role_cfg.provider == "azure":
         if not role_cfg.azure_endpoint:
             raise LLMConfigError(
@@ -106,6 +104,23 @@ def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
                 f"missing API key: set the environment variable {role_cfg.api_key_env or 'AZURE_OPENAI_API_KEY'}"
                 " (or llm.<role>.azure_ad_token_env for Entra ID)"
             )
+        return
+    if role_cfg.api_key_env and not key and not role_cfg.base_url:
+        raise LLMConfigError(
+            f"missing API key: set the environment variable {role_cfg.api_key_env} for {describe(role_cfg)}"
+        )
+    if not role_cfg.base_url and role_cfg.provider == "embedded":
+        raise LLMConfigError("embedded backend has no base_url: it must be started by the CLI (python -m skillopt_ray)")
+
+
+def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
+    """Build the SDK client; keys come from the env var the config names."""
+    check_client_config(role_cfg)
+    key = os.environ.get(role_cfg.api_key_env) if role_cfg.api_key_env else None
+    timeout = openai.Timeout(role_cfg.timeout_s, connect=min(role_cfg.connect_timeout_s, role_cfg.timeout_s))
+    common: _ClientOptions = {"max_retries": 0, "timeout": timeout, "http_client": _http_client(role_cfg, timeout)}
+    if role_cfg.provider == "azure":
+        token = os.environ.get(role_cfg.azure_ad_token_env) if role_cfg.azure_ad_token_env else None
         from skillopt_ray.config.routing import resolved_api
 
         # Azure's Responses API came with the 2025-03-01-preview version; chat keeps the long-standing default
@@ -117,12 +132,6 @@ def make_client(role_cfg: LLMRoleConfig) -> openai.AsyncOpenAI:
             azure_ad_token=token if not key else None,
             **common,
         )
-    if role_cfg.api_key_env and not key and not role_cfg.base_url:
-        raise LLMConfigError(
-            f"missing API key: set the environment variable {role_cfg.api_key_env} for {describe(role_cfg)}"
-        )
-    if not role_cfg.base_url and role_cfg.provider == "embedded":
-        raise LLMConfigError("embedded backend has no base_url: it must be started by the CLI (python -m skillopt_ray)")
     return openai.AsyncOpenAI(base_url=role_cfg.base_url, api_key=key or "not-needed", **common)
 
 
@@ -484,12 +493,21 @@ class RoleEndpoint:
         self.role = role
         self.cfg = role_cfg
         self.retry = retry
-        self.client = make_client(role_cfg)
+        check_client_config(role_cfg)  # a missing key is named when the gateway starts, not at the role's first call
+        self._client: Optional[openai.AsyncOpenAI] = None
         self._rng = random.Random(rng_seed)
         self.retries_done = 0
         self.faults: Counter = Counter()  # fault kind -> attempts that hit it
         self._last_answer = 0.0  # monotonic time of the last HTTP answer of any kind
         self._probe: Optional[asyncio.Future] = None
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The SDK client, built at the role's first call: each builds its own TLS context and HTTP pool (tens of
+        milliseconds of CPU), and an eval never calls the optimizer or the judge."""
+        if self._client is None:
+            self._client = make_client(self.cfg)
+        return self._client
 
     def completion_budget(self, req: ChatRequest) -> int:
         return self.cfg.reply_budget(req.max_tokens)
@@ -656,4 +674,5 @@ class RoleEndpoint:
         )
 
     async def close(self) -> None:
-        await self.client.close()
+        if self._client is not None:
+            await self._client.close()

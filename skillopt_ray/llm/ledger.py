@@ -30,6 +30,7 @@ from typing import Any, Optional, TypedDict, cast
 
 from skillopt_envs.jsontypes import JSONObject
 
+from skillopt_ray.base.io import atomic_write_text
 from skillopt_ray.config import BudgetConfig, PriceConfig
 from skillopt_ray.llm.types import BudgetExceeded, StoreUnwritable, unwritable
 from skillopt_ray.runs.records import LedgerState
@@ -194,14 +195,10 @@ class Ledger:
 
     def _open_journal(self, path: Path) -> None:
         """Start the journal afresh with one line per entry (atomic replace), then append to it."""
-        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text("".join(self._line(k) for k in sorted(self.entries)), encoding="utf-8")
-            os.replace(tmp, path)
-            self._journal_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            atomic_write_text(path, "".join(self._line(k) for k in sorted(self.entries)))  # a new file, never planted
+            self._journal_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as e:  # a full disk: one line saying so, and the journal as it was
-            tmp.unlink(missing_ok=True)
             raise unwritable("the ledger's journal", str(path), e) from None
 
     def _line(self, key: str) -> str:

@@ -24,6 +24,7 @@ from typing import Optional, TypeVar
 
 from skillopt_envs.jsontypes import JSONObject
 
+from skillopt_ray.base.collector import imports_without_collector
 from skillopt_ray.runs.records import MlflowRun
 
 T = TypeVar("T")
@@ -278,8 +279,9 @@ class Tracker:
         if not enabled:
             return
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
+        with imports_without_collector():
+            from mlflow.exceptions import MlflowException
+            from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri
         ensure_store(tracking_uri, self.notes.append)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, TypedDict
 
 from skillopt_ray.base.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_STOPPED
-from skillopt_ray.base.io import atomic_write_json
+from skillopt_ray.base.io import atomic_write_json, atomic_write_text
 from skillopt_ray.compare.groups import norm_value
 from skillopt_ray.config.plain import PlainConfig
 from skillopt_ray.runs.records import MlflowRun, StepRecord
@@ -306,7 +306,7 @@ def write_skill_diffs(records: list[Any], path: Path) -> Optional[Path]:
             parts.append(f"## {label(r)}\n\n```diff\n{skill_diff(ref.run_dir, r.run_dir)}```")
         except RecordError as e:
             parts.append(f"## {label(r)}\n\n{e}")
-    path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n\n".join(parts) + "\n")  # a rename: never into a planted hard link
     return path
 
 

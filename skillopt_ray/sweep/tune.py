@@ -53,12 +53,14 @@ from skillopt_ray.sweep.trials import (
 def _run_dir_lock(run_dir: Path) -> Iterator[None]:
     """Two trials that land on one run directory (equal draws) take turns; the second replays."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(run_dir.parent / f".{run_dir.name}.sweep-lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    # opened, never truncated or written: a lock file planted as a hard link to a file elsewhere is left as it is
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(run_dir.parent / f".{run_dir.name}.sweep-lock", flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _trainable(config: dict[str, Any], plans: dict[str, TrialPlan], ctx: SweepContext) -> None:

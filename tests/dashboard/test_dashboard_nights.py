@@ -222,3 +222,31 @@ def test_a_one_skill_night_undone_diffs_against_the_restored_live_file(project):
     assert sleep_cli.main(["adopt", "--project", str(project), "--undo", "--night", night.name]) == 0
     (d,) = nights.night_detail(night)["diffs"]
     assert d["base"] == str(project / ".agents/skills/tidy/SKILL.md") and "+- finish with DONE-OK." in d["diff"]
+
+
+def test_a_several_skill_nights_backup_is_found_when_its_receipt_cannot_be_read(tmp_path):
+    """The receipt that names a backup is truncated (its seal no longer matches): the backup on disk still holds the
+    pinned bytes, so the adopted skill diffs against it, not "gone"; a planted file under backup/ is never shown."""
+    from skillopt_ray.sleep.proposal.staging_skills import stage_skills
+
+    project = tmp_path / "multi"
+    skills = project / ".agents" / "skills"
+    props = []
+    for name in ("deploy", "review"):
+        _multi_live(project, name).parent.mkdir(parents=True)
+        _multi_live(project, name).write_text(f"Run make {name}.\n")
+        src = tmp_path / f"proposal-{name}"
+        src.mkdir()
+        (src / "SKILL.md").write_text(f"Run make test, then make {name}.\n")
+        report = {"verified": True, "verdict": "accepted", "changed": True}
+        props.append(staging.NightProposal(project, "20261128T041500Z", name, src, skills / name, [skills], "# n\n", report))  # fmt: skip
+    night = stage_skills(project, "20261128T041500Z", props, "# night\n")
+    assert sleep_cli.main(["adopt", "--project", str(project)]) == 0  # receipt 001: both, backups 0 and 1
+    receipt = night / "receipts" / "001-adopt.json"
+    receipt.write_bytes(receipt.read_bytes()[:40])
+    (night / "backup" / "009-adopt").mkdir()
+    (night / "backup" / "009-adopt" / "0").write_text("planted text\n")
+    by = {d["rel"].split("/")[1]: d for d in nights.night_detail(night)["diffs"]}
+    for name in ("deploy", "review"):
+        assert f"-Run make {name}." in by[name]["diff"], by[name]
+        assert "/backup/001-adopt/" in by[name]["base"] and "planted" not in by[name]["diff"]

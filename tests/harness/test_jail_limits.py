@@ -272,8 +272,8 @@ def test_the_limits_hold_for_an_unprivileged_caller_too(tmp_path):
         (top / "pkgs" / "skillopt_ray" / "harness").mkdir(parents=True)  # the jail's own modules, nothing else
         for init in ("skillopt_ray", "skillopt_ray/harness"):
             (top / "pkgs" / init / "__init__.py").write_text("")
-        for name in ("jail_export.py", "jail_launcher.py"):
-            shutil.copy(repo / "skillopt_ray" / "harness" / name, top / "pkgs" / "skillopt_ray" / "harness" / name)
+        for mod in (repo / "skillopt_ray" / "harness").glob("jail_*.py"):
+            shutil.copy(mod, top / "pkgs" / "skillopt_ray" / "harness" / mod.name)
         (top / "driver.py").write_text(NOBODY_DRIVER)
         for d in ("ws", "prefix"):
             (top / d).mkdir()

@@ -12,6 +12,7 @@ from typing import Any, Optional, TypedDict
 
 from skillopt_envs.jsontypes import JSONObject
 
+from skillopt_ray.base.io import atomic_write_text
 from skillopt_ray.sleep.harvest import heuristic_miner as heuristic
 from skillopt_ray.sleep.harvest import model_miner, recipe, splits, state, verify
 from skillopt_ray.sleep.harvest.digest import SessionDigest
@@ -165,7 +166,7 @@ def run(opts: HarvestOptions, llm: Any = None, redactor: Optional[Redactor] = No
         for s in ("verified", "unverified", "dropped")
     }
     path = project / state.STATE_DIR / REPORT_FILE
-    path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(report, indent=1, sort_keys=True) + "\n")  # never into a planted hard link
     return report
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from skillopt_envs.jsontypes import JSONObject
 
+from skillopt_ray.base.io import atomic_write_text
 from skillopt_ray.runs.records import GateRecord, is_accept
 from skillopt_ray.runs.rundir import RunDir
 
@@ -146,5 +147,5 @@ def build_report(
 
 def write_report(folder: Path, rep: NightReport) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "report.json").write_text(json.dumps(rep.as_dict(), indent=1) + "\n")
-    (folder / "report.md").write_text(f"# Night {rep.run_name}\n\n```\n{rep.summary()}\n```\n", encoding="utf-8")
+    atomic_write_text(folder / "report.json", json.dumps(rep.as_dict(), indent=1) + "\n")  # a resumed night rewrites
+    atomic_write_text(folder / "report.md", f"# Night {rep.run_name}\n\n```\n{rep.summary()}\n```\n")

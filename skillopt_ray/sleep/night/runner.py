@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
+from skillopt_ray.base.io import atomic_write_text
 from skillopt_ray.cli import review_gate as review
 from skillopt_ray.cli.preflight import Checked
 from skillopt_ray.config.plain import PlainConfig
@@ -142,7 +143,7 @@ def plan(opts: NightOptions, tasks: Path, run_name: str, resumed: bool) -> Plan:
     if source is not None:
         init = opts.project / STATE_DIR / "nights" / f"{run_name}.start.md"
         init.parent.mkdir(parents=True, exist_ok=True)
-        init.write_text(skill_home.parse(source.read_text(encoding="utf-8"), opts.name).body, encoding="utf-8")
+        atomic_write_text(init, skill_home.parse(source.read_text(encoding="utf-8"), opts.name).body)
     ov = overrides_for(opts, run_name, tasks, splits, init, sorted(found.left_out))
     config = cli.compose(ov)
     if opts.i_reviewed and review.read(tasks).get("reviewed") is False:  # the person says so: the run's check agrees
@@ -376,7 +377,7 @@ def say_spent(p: Plan, run_dir: Path) -> None:
     totals = (RunDir(run_dir).read_ledger() or {}).get("totals") or {}
     print(f"  {estimate.compare(p.estimate, totals)}")
     out = p.estimate.as_dict() | {"spent": {k: totals.get(k) for k in ("calls", "tokens", "cost_usd")}}
-    (run_dir / "night" / "estimate.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(run_dir / "night" / "estimate.json", json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 
 def memory_proposal(opts: NightOptions, name: str, skill_md: Path) -> Optional[tuple[str, Path]]:

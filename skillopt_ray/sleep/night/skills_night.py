@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
 import shutil
 import sys
 import time
@@ -37,23 +36,17 @@ def night(opts: NightOptions, harvest: Any) -> int:
 
 
 def task_folder(opts: NightOptions, tasks: Path, run_name: str, route: Route) -> Path:
-    """The route's tasks as a task folder of their own (hard links to the night's task folder, its review.json
-    copied: the custom-task loader and the review gate read it as they read the whole folder)."""
+    """The route's tasks as a task folder of their own (copies of the night's task folders and its review.json: the
+    custom-task loader and the review gate read it as they read the whole folder). Copies, not hard links: a file
+    with a second name is refused by the careful reader, and a write into one would change the night's own tasks."""
     out = opts.project / STATE_DIR / "nights" / f"{run_name}.skills" / route.name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     for tid in route.tasks:
-        shutil.copytree(tasks / tid, out / tid, copy_function=_link_or_copy, symlinks=True)
+        shutil.copytree(tasks / tid, out / tid, symlinks=True)
     if (tasks / review.REVIEW_FILE).is_file():
         shutil.copyfile(tasks / review.REVIEW_FILE, out / review.REVIEW_FILE)
     return out
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def options_for(opts: NightOptions, route: Route, sub: Path, spent: dict[str, float], t0: float) -> NightOptions:

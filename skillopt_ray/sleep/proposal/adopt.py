@@ -138,13 +138,26 @@ def find_night(project: Path, stamp: Optional[str], want: str) -> Path:
         return night
     if want == "pending":
         cands = pending_nights(all_nights)
-        if not cands and all_nights and not (all_nights[-1] / ADOPTED).exists():
+        if not cands and all_nights and not os.path.lexists(all_nights[-1] / ADOPTED):
             raise Refused(nothing_to_adopt(all_nights[-1].name))
     else:
-        cands = [n for n in all_nights if (n / ADOPTED).exists() and not (n / UNDONE).exists()]
+        cands = [n for n in all_nights if is_adopted(n)]
     if not cands:
         raise Refused(f"no {want} night in {staging.staging_root(project)}; `status` lists them")
     return cands[-1]
+
+
+def is_adopted(night: Path) -> bool:
+    """A one-skill night an undo without --night may mean: adopted by a receipt this machine sealed, not undone. A
+    night whose receipt is planted or damaged is neither adopted nor pending (as `status` says): it is passed over
+    here, and an adopt or undo naming it reads the receipt and refuses, naming the file."""
+    if os.path.lexists(night / UNDONE) or not os.path.lexists(night / ADOPTED):
+        return False
+    try:
+        read_json(night / ADOPTED)
+    except Refused:
+        return False
+    return True
 
 
 def pending_nights(all_nights: list[Path]) -> list[Path]:
@@ -152,7 +165,7 @@ def pending_nights(all_nights: list[Path]) -> list[Path]:
     nothing where a skill is live already is never pending)."""
     out = []
     for n in all_nights:
-        if (n / ADOPTED).exists():
+        if os.path.lexists(n / ADOPTED):  # adopted, or a receipt that cannot be trusted: not pending either way
             continue
         try:
             m = staging.load_manifest(n)
@@ -228,7 +241,8 @@ def adopt(
         notes = [n for n in [recover(project)] if n]
         night = find_night(project, stamp, "pending")
         m = staging.load_manifest(night)
-        if (night / ADOPTED).exists():
+        if os.path.lexists(night / ADOPTED):
+            read_json(night / ADOPTED)  # a planted or damaged receipt is refused, naming it
             raise Refused(f"night {m['stamp']} was already adopted; `adopt --undo --night {m['stamp']}` reverts it")
         first = staging.first_install(m)  # changed nothing, but no skill is live yet: install the starting one
         if staging.unchanged(m) and not first:
@@ -273,9 +287,10 @@ def undo(project: Path, stamp: Optional[str] = None) -> str:
         notes = [n for n in [recover(project)] if n]
         night = find_night(project, stamp, "adopted")
         m = staging.load_manifest(night)
-        if not (night / ADOPTED).exists():
+        if not os.path.lexists(night / ADOPTED):
             raise Refused(f"night {m['stamp']} was never adopted; nothing to undo")
-        if (night / UNDONE).exists():
+        if os.path.lexists(night / UNDONE):
+            read_json(night / UNDONE)
             raise Refused(f"night {m['stamp']}'s adoption was already undone")
         done = [Step(**s) for s in read_json(night / ADOPTED)["steps"]]
         roots = list(m["skill_roots"]) + [m["project"]]

@@ -73,7 +73,8 @@ def is_multi(night: Path) -> bool:
 
 def find_night(project: Path, stamp: Optional[str], want: str) -> Path:
     """The night named, else the newest night with something to `want` (pending: adopt; adopted: undo), of either
-    kind (a single-skill night by adopt.py's own rules)."""
+    kind (a single-skill night by adopt.py's own rules). A night's bad receipt is that night's problem: its sealed
+    receipts decide whether it is the one meant, and if it is, adoption reads them all and refuses naming the file."""
     if stamp:
         night = staging.staging_root(project) / stamp
         if night not in staging.nights(project):
@@ -82,10 +83,9 @@ def find_night(project: Path, stamp: Optional[str], want: str) -> Path:
     singles = set(adopt.pending_nights(staging.nights(project))) if want == "pending" else set()
     for night in reversed(staging.nights(project)):
         if is_multi(night):
-            if want in skill_states(night, staging.load_manifest(night)).values():
+            if want in skill_states(night, staging.load_manifest(night), []).values():
                 return night
-        elif night in singles or (want == "adopted" and (night / adopt.ADOPTED).exists()
-                                  and not (night / adopt.UNDONE).exists()):  # fmt: skip
+        elif night in singles or (want == "adopted" and adopt.is_adopted(night)):
             return night
     return adopt.find_night(project, None, want)  # a single-skill night's own refusal, in its own words
 
