@@ -62,10 +62,11 @@ def _scored(stats: dict[str, Any], lead: str) -> str:
 
 
 def lost_line(tok: Mapping[str, float]) -> str:
-    """The calls a killed session sent whose replies never came back (the ledger's journal knows them)."""
+    """The calls a session sent whose replies were lost: a kill ended it before they came back, or a full disk kept the
+    response cache from keeping them (the ledger's journal knows them)."""
     cost = f", ~${tok.get('lost_cost_usd_est', 0.0):.4f}" if tok.get("lost_cost_usd_est") else ""
     return (
-        f"plus {tok['lost']} calls sent before a kill whose replies were lost (~{tok.get('lost_tokens_est', 0)} tokens "
+        f"plus {tok['lost']} calls sent before a kill or a full disk whose replies were lost (~{tok.get('lost_tokens_est', 0)} tokens "
         f"estimated{cost}; maybe billed, asked again, counted by the budget caps)"
     )
 

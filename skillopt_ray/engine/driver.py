@@ -21,6 +21,7 @@ from typing import Any, Optional, cast
 import skillopt_envs
 from skillopt_envs.base import DataError, EpisodeContext
 
+from skillopt_ray.base.disk import FULL_DISK_FIX, disk_full, error_text
 from skillopt_ray.base.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED
 from skillopt_ray.base.lifeline import Owner
 from skillopt_ray.base.startup_trace import mark
@@ -211,12 +212,7 @@ class Run:
         except TrackingError as e:
             return self._fail(EXIT_ERROR, str(e))
         except Exception as e:  # noqa: BLE001 - report with traceback saved in the run dir
-            tb = traceback.format_exc()
-            where = self.rd.write_error(tb)
-            return self._fail(
-                EXIT_ERROR,
-                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (traceback in {where})",
-            )
+            return self._unexpected(e)
         finally:
             mark("driver-closing")
             await self._close()
@@ -228,6 +224,19 @@ class Run:
         if self.tracker:
             self.tracker.finish("FINISHED")
         self.rd.clear_error()
+
+    def _unexpected(self, e: Exception) -> Outcome:
+        """An error no stage names: one line, its traceback in the run dir. A full disk (a run record that could not
+        be written, also in an env actor) is one line saying so and what to do, with no traceback to keep on it."""
+        if isinstance(e, OSError) and disk_full(e):
+            return self._fail(EXIT_ERROR, f"the disk is full ({error_text(e)}): {FULL_DISK_FIX}")
+        try:
+            where = str(self.rd.write_error(traceback.format_exc()))
+        except OSError as w:
+            where = f"none kept: {error_text(w)}"
+        return self._fail(
+            EXIT_ERROR, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (traceback in {where})"
+        )
 
     def _fail(self, code: int, message: str) -> Outcome:
         tracker = self.tracker.opened() if self.tracker else None

@@ -1,7 +1,11 @@
-"""Content-addressed response store (sqlite, WAL) — what makes resume free and replay offline."""
+"""Content-addressed response store (sqlite, WAL) — what makes resume free and replay offline.
+
+A reply it cannot write (a full disk) is kept in memory for this process's later asks, and `failed` remembers the
+first such write: the gateway then sends no new paid call (skillopt_ray/llm/gateway.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -9,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from skillopt_ray.llm.types import StoreUnwritable, unwritable
 from skillopt_ray.llm.wire import CachedAgentReply, CachedReply, CachePayload
 
 
@@ -30,11 +35,16 @@ class ResponseCache:
             "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, stage TEXT, response TEXT NOT NULL)"
         )
         self._db.commit()
+        self.failed: Optional[StoreUnwritable] = None  # the first write that failed
+        self._unkept: dict[str, str] = {}  # replies whose write failed, as JSON text, by key
 
     def _read(self, key: str) -> Any:
         with self._lock:
-            row = self._db.execute("SELECT response FROM responses WHERE key=?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+            text = self._unkept.get(key)
+            if text is None:
+                row = self._db.execute("SELECT response FROM responses WHERE key=?", (key,)).fetchone()
+                text = row[0] if row else None
+        return json.loads(text) if text is not None else None
 
     def get(self, key: str) -> Optional[CachedReply]:
         """A chat call's recorded reply, or None."""
@@ -45,12 +55,23 @@ class ResponseCache:
         return self._read(key)
 
     def put(self, key: str, stage: str, response: Union[CachedReply, CachedAgentReply]) -> None:
+        """Write a reply; one that cannot be written (OSError, an SQLite error: a full disk) stays in memory, and
+        StoreUnwritable (naming the first failed write) is raised."""
+        text = json.dumps(response, ensure_ascii=False)
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO responses (key, stage, response) VALUES (?, ?, ?)",
-                (key, stage, json.dumps(response, ensure_ascii=False)),
-            )
-            self._db.commit()
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO responses (key, stage, response) VALUES (?, ?, ?)", (key, stage, text)
+                )
+                self._db.commit()
+                return
+            except (OSError, sqlite3.Error) as e:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.rollback()
+                self._unkept[key] = text
+                if self.failed is None:
+                    self.failed = unwritable("the response cache", str(self.path), e)
+        raise StoreUnwritable(self.failed.message)
 
     def __len__(self) -> int:
         with self._lock:

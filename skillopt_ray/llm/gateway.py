@@ -32,6 +32,7 @@ from skillopt_ray.llm.jsonout import parse_and_validate
 from skillopt_ray.llm.ledger import Ledger, journal_path
 from skillopt_ray.llm.prompt_bound import PromptBound
 from skillopt_ray.llm.ratelimit import EndpointLimiter
+from skillopt_ray.llm.request_format import bounded_schema, response_format
 from skillopt_ray.llm.responses import ResponsesEndpoint
 from skillopt_ray.llm.types import (
     BudgetExceeded,
@@ -42,6 +43,8 @@ from skillopt_ray.llm.types import (
     MalformedOutput,
     ReplyFiltered,
     ReplyTruncated,
+    StoreUnwritable,
+    unwritable,
 )
 from skillopt_ray.llm.wire import AgentSettings, CachedReply, CachePayload
 from skillopt_ray.runs.records import LedgerState
@@ -54,30 +57,6 @@ class GatewayStats(TypedDict, total=False):
     retries: dict[str, int]
     faults: dict[str, dict[str, int]]
     peak_in_flight: dict[str, int]
-
-
-def response_format(mode: str, schema: JSONObject, name: str) -> Optional[ResponseFormat]:
-    """The `response_format` a role's structured-output mode asks for (None: free text)."""
-    if mode == "json_schema":
-        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
-    if mode == "json_object":
-        return {"type": "json_object"}
-    return None
-
-
-def bounded_schema(schema: Any, max_items: Optional[int], max_chars: Optional[int]) -> Any:
-    """A copy of `schema` whose arrays hold at most `max_items` and whose strings at most `max_chars` characters
-    (existing tighter bounds kept), for constrained decoding; the reply is still validated against `schema`."""
-    if isinstance(schema, list):
-        return [bounded_schema(s, max_items, max_chars) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: bounded_schema(v, max_items, max_chars) for k, v in schema.items()}
-    if out.get("type") == "array" and max_items:
-        out["maxItems"] = min(max_items, out.get("maxItems", max_items))
-    if out.get("type") == "string" and max_chars and "enum" not in out:
-        out["maxLength"] = min(max_chars, out.get("maxLength", max_chars))
-    return out
 
 
 # the model roles: the target plays episodes, the optimizer edits the skill, the judge compares outcomes of rubric
@@ -250,7 +229,9 @@ class Gateway:
         self, req: ChatRequest, budget: Optional[int] = None, keep: Optional[Callable[[Completion], None]] = None
     ) -> Completion:
         """One paid call (with the endpoint's retries) under the role's limits, recorded in the ledger. `keep` stores
-        the reply (the response cache) before the ledger records it as answered."""
+        the reply (the response cache) before the ledger records it as answered. Refused (StoreUnwritable) once a
+        store could not write: see `_refuse_paid_calls`."""
+        self._refuse_paid_calls()
         ep = self.endpoints[req.role]
         limiter = self.limiters[req.role]
         wanted = budget or ep.completion_budget(req)
@@ -266,6 +247,7 @@ class Gateway:
         try:
             async with limiter:
                 await limiter.acquire_window(est)
+                self._refuse_paid_calls()  # a store failed while this call waited for its turn
                 # journaled before it is sent: a kill from here on leaves it counted as lost, not forgotten
                 call = self.ledger.begin(req.role, req.stage, ep.cfg.model, prompt_est, completion_est)
                 sent = completion_est if completion_est < wanted else budget
@@ -279,18 +261,7 @@ class Gateway:
                     self.ledger.record_error(req.role, req.stage, call)
                     raise
             self._record_unread(req, comp)
-            if keep is not None:
-                keep(comp)
-            self.ledger.record(
-                req.role,
-                req.stage,
-                ep.cfg.model,
-                comp.prompt_tokens,
-                comp.completion_tokens,
-                call,
-                reasoning_tokens=comp.reasoning_tokens,
-                cached_tokens=comp.cached_tokens,
-            )
+            self._account(req, call, comp, keep)
             self.prompt_bound.observe(where, chars, comp.prompt_tokens)
             if completion_est < wanted and comp.finish_reason == "length":
                 raise BudgetExceeded(
@@ -302,8 +273,37 @@ class Gateway:
         finally:
             self.ledger.release(hold)
             self._wake_admissions()
-            if call is not None:
-                self.ledger.settle(call)  # cancelled by its caller: no outcome line was written
+            if call is not None and self.ledger.is_open(call):  # cancelled by its caller: no outcome line written
+                if self._store_failure() is not None:  # the run is stopping: a reply would not be kept, nor read
+                    self.ledger.unkept(req.role, req.stage, ep.cfg.model, call, prompt_est, completion_est)
+                else:
+                    self.ledger.settle(call)
+
+    def _account(self, req: ChatRequest, call: str, comp: Completion, keep: Optional[Callable[[Completion], None]]
+                 ) -> None:  # fmt: skip
+        """Keep a paid reply (`keep`), then record the call. A reply the store could not write (StoreUnwritable: a
+        full disk) still goes to its caller (kept in memory for this run), and its call counts as lost, as the rerun
+        pays for it again."""
+        model = self.endpoints[req.role].cfg.model
+        try:
+            if keep is not None:
+                keep(comp)
+        except StoreUnwritable:
+            self.ledger.unkept(req.role, req.stage, model, call, comp.prompt_tokens, comp.completion_tokens)
+            return
+        self.ledger.record(req.role, req.stage, model, comp.prompt_tokens, comp.completion_tokens, call,
+                           reasoning_tokens=comp.reasoning_tokens, cached_tokens=comp.cached_tokens)  # fmt: skip
+
+    def _refuse_paid_calls(self) -> None:
+        """Once the response cache or the ledger's journal could not write (a full disk), no new paid call goes out:
+        its reply could not be kept, so the rerun would pay for it again."""
+        failed = self._store_failure()
+        if failed is not None:
+            raise StoreUnwritable(failed.message)
+
+    def _store_failure(self) -> Optional[StoreUnwritable]:
+        """The first failed write of the ledger's journal or the response cache, if any."""
+        return self.ledger.failed or (self.cache.failed if self.cache is not None else None)
 
     async def admit(self, model: str, prompt_worst: int, completion: int) -> tuple[int, int]:
         """Wait until the ledger admits a call of this worst case (Ledger.hold): while calls in flight could carry
@@ -397,9 +397,15 @@ class Gateway:
             raise MalformedOutput(f"{req.role}/{req.stage}: malformed output after one re-ask: {e}") from None
 
     def save_ledger(self) -> LedgerState:
+        """Write ledger.json and return the ledger (a step's commit and a run's summary take it). Refused once a
+        store could not write, so no step commits and no score is written from a run that stopped paying."""
+        self._refuse_paid_calls()
         data = self.ledger.to_dict()
         if self.ledger_path:
-            atomic_write_json(self.ledger_path, data)
+            try:
+                atomic_write_json(self.ledger_path, data)
+            except OSError as e:
+                raise unwritable("the ledger", self.ledger_path, e) from None
         return data
 
     def ledger_snapshot(self) -> LedgerState:
@@ -413,7 +419,8 @@ class Gateway:
         }
 
     async def close(self) -> None:
-        self.save_ledger()
+        with contextlib.suppress(StoreUnwritable):  # the run already stopped on it
+            self.save_ledger()
         for ep in self.endpoints.values():
             await ep.close()
         if self.cache is not None:

@@ -9,10 +9,16 @@ billed) it. The next open counts such calls as `lost`, with their estimated toke
 budget caps count them. The journal is replayed and compacted when the ledger opens; `ledger.json`
 stays the readable summary. Journal lines carry their wall-clock time, so per-call durations can be read
 back from a run that was not resumed (scripts/bench_quickstart.py does).
+
+A journal write that fails (a full disk; a short write counts) is remembered in `failed`, and the journal is not
+written again in this session, so it stays whole lines and at most one cut last line: a call about to be sent then
+raises StoreUnwritable instead of going out (it could not be counted), while outcomes of calls already sent are kept
+in memory only (the next session counts those calls lost).
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import os
@@ -26,7 +32,7 @@ from skillopt_envs.jsontypes import JSONObject
 
 from skillopt_ray.base.io import atomic_write_text
 from skillopt_ray.config import BudgetConfig, PriceConfig
-from skillopt_ray.llm.types import BudgetExceeded
+from skillopt_ray.llm.types import BudgetExceeded, StoreUnwritable, unwritable
 from skillopt_ray.runs.records import LedgerState
 
 MIN_COMPLETION = 16  # the smallest reply budget worth a call: below it a capped run stops instead of sending
@@ -60,7 +66,7 @@ class LedgerEntry:
     errors: int = 0
     truncated: int = 0  # replies cut by the completion limit (finish_reason=length)
     filtered: int = 0  # replies or requests stopped by a content filter
-    lost: int = 0  # calls sent whose replies a kill lost: maybe answered and billed, never recorded
+    lost: int = 0  # calls sent whose replies a kill or a full disk lost: maybe answered and billed, paid again
     lost_tokens_est: int = 0  # their tokens as estimated before sending (prompt characters / 4 + completion budget)
     lost_cost_usd_est: float = 0.0
     # replies the endpoint answered with HTTP 200 (and billed) whose body was cut off in transit, so never read (the
@@ -170,6 +176,8 @@ class Ledger:
         for k, v in (state or {}).get("entries", {}).items():
             self.entries[k] = _entry_from(v)
         self._journal_fd: Optional[int] = None
+        self._journal_path = journal or ""
+        self.failed: Optional[StoreUnwritable] = None  # the first journal write that failed
         self.in_flight = 0  # calls sent and not yet answered: they count against max_calls before they land
         self._ids = itertools.count(1)
         self._session = f"{os.getpid()}.{int(time.time() * 1000) % 10**9}"  # call ids stay unique across sessions
@@ -187,17 +195,31 @@ class Ledger:
 
     def _open_journal(self, path: Path) -> None:
         """Start the journal afresh with one line per entry (atomic replace), then append to it."""
-        atomic_write_text(path, "".join(self._line(k) for k in sorted(self.entries)))  # a new file, never a planted one
-        self._journal_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            atomic_write_text(path, "".join(self._line(k) for k in sorted(self.entries)))  # a new file, never planted
+            self._journal_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:  # a full disk: one line saying so, and the journal as it was
+            raise unwritable("the ledger's journal", str(path), e) from None
 
     def _line(self, key: str) -> str:
         return json.dumps({"k": key, "v": _values(self.entries[key])}, separators=(",", ":")) + "\n"
 
-    def _write(self, rec: JournalLine) -> None:
-        """One journal line in one write(), so a kill leaves whole lines or a cut last one."""
-        if self._journal_fd is not None:
-            rec["t"] = round(time.time(), 3)
-            os.write(self._journal_fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8"))
+    def _write(self, rec: JournalLine) -> bool:
+        """One journal line in one write(), so a kill leaves whole lines or a cut last one. False when it was not
+        written: this write failed (a full disk), or an earlier one did (`failed`)."""
+        if self._journal_fd is None:
+            return True
+        if self.failed is not None:
+            return False
+        rec["t"] = round(time.time(), 3)
+        data = (json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8")
+        try:
+            if os.write(self._journal_fd, data) < len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a short write: the disk filled mid-line
+            return True
+        except OSError as e:
+            self.failed = unwritable("the ledger's journal", self._journal_path, e)
+            return False
 
     def _persist(self, role: str, stage: str, call: Optional[str] = None) -> None:
         """Append the entry's new totals (and, with `call`, that this call is settled): one line, one write."""
@@ -214,18 +236,28 @@ class Ledger:
         """Journal a call about to be sent; returns its id, which the call's outcome (record*, settle) names.
         Until then a kill leaves it `lost` for the next session, with these estimates."""
         call = f"{self._session}.{next(self._ids)}"
+        line: JournalLine = {"p": call, "k": f"{role}/{stage}", "m": model, "pe": prompt_tokens_est,
+                             "ce": completion_tokens_est}  # fmt: skip
+        if not self._write(line):  # not journaled, so not to be sent: a kill would leave it uncounted
+            assert self.failed is not None
+            raise StoreUnwritable(self.failed.message)
         self._open_calls.add(call)
-        if self._journal_fd is not None:
-            self._write(
-                {
-                    "p": call,
-                    "k": f"{role}/{stage}",
-                    "m": model,
-                    "pe": prompt_tokens_est,
-                    "ce": completion_tokens_est,
-                }
-            )
         return call
+
+    def unkept(self, role: str, stage: str, model: str, call: str, prompt_tokens_est: int, completion_tokens_est: int
+               ) -> None:  # fmt: skip
+        """A call answered whose reply could not be kept (the response cache could not write it): counted `lost`,
+        with its estimates, as a killed call is, since the rerun pays for it again. Journaled as its outcome, or, when
+        the journal cannot be written either, left open there, which the next session counts the same way."""
+        e = self._entry(role, stage)
+        e.lost += 1
+        e.lost_tokens_est += prompt_tokens_est + completion_tokens_est
+        e.lost_cost_usd_est += _price(self.prices, model, prompt_tokens_est, completion_tokens_est)
+        self._persist(role, stage, call)
+
+    def is_open(self, call: str) -> bool:
+        """Whether a begun call has no outcome yet."""
+        return call in self._open_calls
 
     def settle(self, call: str) -> None:
         """A begun call ended without an outcome line (cancelled by its caller): it is no longer pending."""
@@ -316,7 +348,7 @@ class Ledger:
     def check_budget(self) -> None:
         """Raise before a new network call if any cap is already reached. Calls in flight count toward max_calls,
         so concurrent calls never overshoot it; tokens and cost are known only once answered. Calls whose replies
-        a kill lost count too, with their estimated tokens and cost (the endpoint may have billed them)."""
+        a kill or a full disk lost count too, with their estimated tokens and cost (the endpoint may have billed them)."""
         b = self.budget
         minutes = (time.monotonic() - self._started) / 60
         if b.max_minutes and minutes >= b.max_minutes:
@@ -329,7 +361,7 @@ class Ledger:
         t = self.totals()
         hint = "raise it (e.g. llm.budget.{k}=...) and rerun the same command to resume"
         lost = t["lost"]
-        lost_note = f" ({lost} of them sent before a kill, replies lost)" if lost else ""
+        lost_note = f" ({lost} of them sent before a kill or a full disk, replies lost)" if lost else ""
         if t["unread"]:
             lost_note += f" ({t['unread']} of them answered but cut off in transit, billed)"
         if b.max_calls and t["calls"] + lost + t["unread"] + self.in_flight >= b.max_calls:
@@ -340,7 +372,11 @@ class Ledger:
             )
         tokens = t["tokens"] + t["lost_tokens_est"] + t["unread_tokens_est"]
         if b.max_tokens and tokens >= b.max_tokens:
-            est = f" (~{t['lost_tokens_est']} estimated for {lost} calls whose replies a kill lost)" if lost else ""
+            est = (
+                f" (~{t['lost_tokens_est']} estimated for {lost} calls whose replies a kill or a full disk lost)"
+                if lost
+                else ""
+            )
             raise BudgetExceeded(
                 f"budget cap hit: {tokens} tokens >= llm.budget.max_tokens={b.max_tokens}{est}; "
                 + hint.format(k="max_tokens")
@@ -348,7 +384,7 @@ class Ledger:
         cost = t["cost_usd"] + t["lost_cost_usd_est"] + t["unread_cost_usd_est"]
         if b.max_cost_usd and cost >= b.max_cost_usd:
             est = (
-                f" (~${t['lost_cost_usd_est']:.4f} estimated for {lost} calls whose replies a kill lost)"
+                f" (~${t['lost_cost_usd_est']:.4f} estimated for {lost} calls whose replies a kill or a full disk lost)"
                 if lost
                 else ""
             )

@@ -7,6 +7,8 @@ messages name the endpoint, the model and the fix, never a key.
 
 from __future__ import annotations
 
+from skillopt_ray.base.disk import FULL_DISK_FIX, disk_full, error_text
+
 
 class LLMError(Exception):
     """Base class; `fatal` errors stop the run."""
@@ -92,3 +94,20 @@ class LLMInternalError(LLMError):
 
 class GatewayLost(LLMError):
     """The LLM gateway actor (or one of its sender shards) died, e.g. with its node: no episode can call the model."""
+
+
+class StoreUnwritable(LLMError):
+    """The run's response cache or the ledger's journal could not be written (a full disk, most often). A paid reply
+    that cannot be kept is paid again by the rerun, so from the first failed write on the gateway sends no new paid
+    call: each raises this (fatal: the run stops), while calls already sent still bring their replies to their
+    callers."""
+
+
+def unwritable(what: str, where: str, err: BaseException) -> StoreUnwritable:
+    """The one-line error for a store that could not be written: what failed, why, where, and the fix."""
+    head = "the disk is full: " if disk_full(err) else ""
+    fix = FULL_DISK_FIX if head else "check the disk, then rerun the same command to resume"
+    return StoreUnwritable(
+        f"{head}{what} could not be written ({error_text(err)}; {where}), so no new model call is sent (the rerun "
+        f"would pay again for a reply not kept): {fix}"
+    )

@@ -82,7 +82,8 @@ def test_calls_in_flight_at_a_sigkill_are_lost_counted_and_capped(tmp_path):
     led.check_budget()  # 1 answered + 4 lost < 6
     led.record("optimizer", "merge", "m", 10, 5, led.begin("optimizer", "merge", "m", 10, 5))
     with pytest.raises(
-        BudgetExceeded, match=rf"{N + 2} calls >= llm.budget.max_calls={N + 2} \({N} of them sent before a kill"
+        BudgetExceeded,
+        match=rf"{N + 2} calls >= llm.budget.max_calls={N + 2} \({N} of them sent before a kill or a full disk",
     ):
         led.check_budget()
     t = led.totals()
@@ -94,7 +95,10 @@ def test_calls_in_flight_at_a_sigkill_are_lost_counted_and_capped(tmp_path):
     assert again.lost_at_open == 0 and again.totals()["lost"] == N  # counted once, not again at every open
     again.close()
     line = lost_line(t)
-    assert f"plus {N} calls sent before a kill whose replies were lost (~{entry.lost_tokens_est} tokens" in line
+    assert (
+        f"plus {N} calls sent before a kill or a full disk whose replies were lost (~{entry.lost_tokens_est} tokens"
+        in line
+    )
 
 
 def test_token_and_cost_caps_count_the_estimates_of_lost_calls(tmp_path):

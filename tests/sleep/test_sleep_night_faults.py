@@ -171,3 +171,33 @@ def test_a_real_full_disk_mid_night_is_one_line_and_the_rerun_finishes(tmp_path)
         assert list((project / ".skillopt" / "staging").iterdir())
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
+
+
+@pytest.mark.slow
+def test_a_full_disk_mid_night_pays_again_only_the_calls_in_flight(tmp_path, capsys, monkeypatch):
+    """The project on a small tmpfs filled at the night's 20th model call: the night stops paying there (one line
+    saying the disk is full), and its rerun, once space is freed, finishes the night paying again only for the calls
+    that were in flight, each counted lost. Before, the night went on paying for calls whose replies the cache could
+    not keep, and the rerun paid for them all again."""
+    from fulldisk_helpers import FillAt, free, small_disk
+
+    monkeypatch.setenv("SKILLOPT_CLUSTER_HOME", str(tmp_path / "no-kept-cluster"))
+    in_flight = 4 + 2  # llm.target.max_concurrency + llm.optimizer.max_concurrency (the judge's calls share it)
+    limits = ("llm.target.max_concurrency=4", "llm.optimizer.max_concurrency=2")
+    with small_disk(tmp_path / "disk", mb=64) as disk:
+        project = disk / "proj"
+        project.mkdir()
+        task_folder(project)
+        planted = PlantedRule("HELPFUL")
+        policy = FillAt(20, disk, planted.answer)
+        with ScriptedServer(planted, policy=policy) as srv:
+            assert night(project, srv, *limits) == 1
+            last = capsys.readouterr().err.strip().splitlines()[-1]
+            assert "disk is full" in last and "rerun the same command to resume" in last, last
+            free(disk)
+            assert night(project, srv, *limits) == 0, capsys.readouterr().err[-3000:]
+        runs = [json.loads(p.read_text()) for p in (project / ".skillopt").rglob("summary.json")]
+        assert list((project / ".skillopt" / "staging").iterdir())
+    print(f"night: {srv.state.attempts} calls, {policy.paid_again} paid again")
+    assert policy.paid_again <= in_flight  # (0 when the ledger's journal was the first write the disk refused)
+    assert [r["tokens"]["lost"] for r in runs] == [policy.paid_again]
