@@ -1,5 +1,3 @@
-import sys
+from skillopt_ray.cluster.client import command_exit
 
-from skillopt_ray.cluster.client import command_main
-
-sys.exit(command_main())
+command_exit()

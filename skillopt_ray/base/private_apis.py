@@ -1,4 +1,4 @@
-"""The one place that touches other projects' private or internal APIs (Hydra's, MLflow's and Ray's), each for a
+"""The one place that touches other projects' private or internal APIs (Hydra's, MLflow's, Ray's, CPython's), each for a
 job their public API does not offer. tests/house/test_private_apis.py calls every function here, so an upgrade
 that moves one fails that test by name instead of a run. Nothing else in the project imports a private name.
 """
@@ -37,6 +37,19 @@ def mlflow_create_sqlite_store(path: Path) -> None:
 
 def _unsynced(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.execute("PRAGMA synchronous=OFF")
+
+
+# ---- CPython: the first half of the interpreter's own exit -------------------------------------------------------
+
+
+def python_exit_handlers() -> None:
+    """What Python runs at exit before it frees its modules: wait for the threads that are not daemons (and stop the
+    thread pools' idle workers), then the atexit handlers (logging's flush, temporary folders' removal, MLflow's)."""
+    import atexit
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
 
 
 # ---- Hydra: the application's own argv parser, its search path and the basic sweeper's job split -----------------

@@ -16,9 +16,10 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 from skillopt_ray.base.collector import imports_without_collector
+from skillopt_ray.base.private_apis import python_exit_handlers
 from skillopt_ray.cluster.wire import Frame, StatusAnswer
 from skillopt_ray.runs.kept_cluster import home
 
@@ -180,3 +181,16 @@ def command_main(argv: Optional[list[str]] = None) -> int:
     # (MLflow, the OpenAI SDK: 1-2 s of CPU after the run is reported); frozen, they are left for the OS to free
     gc.freeze()
     return code
+
+
+def command_exit() -> NoReturn:
+    """`python -m skillopt_ray` and the `skillopt-ray` script: the command, then the process ends as Python's exit
+    would (threads waited for, atexit handlers run, streams flushed) but without its last step, which frees every
+    object of every module one by one: 0.1-0.3 s after a run that imported MLflow and the OpenAI SDK, for memory the
+    OS takes back at once."""
+    code = command_main()
+    python_exit_handlers()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more can be said
+            stream.flush()  # type: ignore[union-attr]
+    os._exit(code)

@@ -166,3 +166,21 @@ def test_hydra_version_and_completion_help():
 
     assert private_apis.hydra_version() == hydra.__version__
     assert "install" in private_apis.hydra_completion_help().lower()
+
+
+def test_python_exit_handlers_wait_for_threads_then_run_atexit(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import atexit, threading, time\n"
+        "from skillopt_ray.base import private_apis\n"
+        "order = []\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), order.append('thread'))).start()\n"
+        "atexit.register(lambda: order.append('atexit'))\n"
+        "private_apis.python_exit_handlers()\n"
+        "print(','.join(order))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "thread,atexit"
