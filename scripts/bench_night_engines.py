@@ -12,7 +12,6 @@ peak proportional set size of its processes, then the medians and the ratio loca
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -27,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_small_eval import MemorySampler, child_env  # noqa: E402
+from bench_small_eval import MemorySampler, bench_parser, child_env  # noqa: E402
 
 
 def night(project: Path, url: str, mode: str, srv: Any, env: dict[str, str]) -> dict[str, Any]:
@@ -45,10 +44,7 @@ def night(project: Path, url: str, mode: str, srv: Any, env: dict[str, str]) -> 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--latency", type=float, default=1.0)
-    ap.add_argument("--json", type=Path, default=None)
+    ap = bench_parser(__doc__, rounds=2, latency=1.0)
     a = ap.parse_args()
     from scripted_server import Policies, ScriptedServer
 

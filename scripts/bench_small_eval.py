@@ -245,11 +245,19 @@ def summarize(rows: list[dict[str, Any]], floors: list[float], lean: list[float]
     return med
 
 
+def bench_parser(doc: Optional[str], rounds: int, latency: float) -> argparse.ArgumentParser:
+    """The flags every benchmark against the scripted server has: its docstring as the help, how many rounds, the
+    server's seconds per call, and a file for the raw numbers."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--latency", type=float, default=latency, help="seconds the scripted server takes per call")
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+    return ap
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = bench_parser(__doc__, rounds=3, latency=1.0)
     ap.add_argument("--items", type=int, default=40)
-    ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--no-warm", action="store_true", help="measure the cold path only")
     ap.add_argument(
@@ -264,7 +272,6 @@ def main() -> None:
         help="also print where the seconds before the first call go (start-up marks; the warm runs then hand the "
         "trace file to the cluster's workers, which costs them a runtime environment)",
     )
-    ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
     a = ap.parse_args()
     paths = set(a.paths.split(","))
     from scripted_server import ScriptedServer

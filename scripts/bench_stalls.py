@@ -22,7 +22,6 @@ start-up marks say came just before), and the tail (last reply -> exit). Kinds:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -38,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_small_eval import child_env  # noqa: E402
+from bench_small_eval import bench_parser, child_env  # noqa: E402
 
 BENCHES = {
     "lmb": "livemathematicianbench",
@@ -147,11 +146,9 @@ def describe(r: dict[str, Any], latency: float, gap: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser(__doc__, rounds=1, latency=0.5)
     ap.add_argument("--kinds", default="train,eval,night,resume,again,lmb,searchqa,docvqa,officeqa,ssb")
     ap.add_argument("--modes", default="local,cluster")
-    ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--latency", type=float, default=0.5)
     ap.add_argument("--gap", type=float, default=0.3, help="idle spans between calls shorter than this are not listed")
     ap.add_argument("--marks", action="store_true", help="print every start-up mark")
     ap.add_argument("--calls", action="store_true", help="print every model call's arrival, role and stage")
@@ -161,7 +158,6 @@ def main() -> None:
         help="name=path,... : checkouts whose code each job runs, one after the other (default: this one); e.g. "
         "before=/tmp/base (a `git archive` of an earlier commit),after=.",
     )
-    ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     from scripted_server import Policies, ScriptedServer
 

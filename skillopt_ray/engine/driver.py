@@ -124,9 +124,7 @@ class Run:
         mark("env-actors-requested")
         # MLflow's import, store and run creation take seconds: they go on in a thread beside the first episodes;
         # the first use of the tracker waits for them
-        self.tracker = TrackerWhenReady(
-            self._open_tracker, getattr(self.executor, "first_call", None), FIRST_CALL_WAIT_S
-        )
+        self.tracker = TrackerWhenReady(self._open_tracker, getattr(self.executor, "first_call", None))
         return bench, llm
 
     def _open_tracker(self) -> Tracker:

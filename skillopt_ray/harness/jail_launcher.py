@@ -1,13 +1,15 @@
 """The two programs that run inside the agent's jail: the model forwarder (Node) and the launcher (Python).
 
 The launcher, started by bubblewrap with the capabilities to mount and change uid, mounts the jail's tmpfs, copies
-the workspace and home onto them, starts the forwarder, then starts the CLI as the first process (pid 1) of a PID
-namespace of its own, through a relay that stays outside it. The commands the agent runs are the CLI's children,
-in that namespace: the launcher, the relay and the forwarder are not in it, so no command can signal them, and the
-kernel drops any signal a member sends its namespace's first process unless that process handles it, so
-`kill -9` or `pkill -9 codex` cannot end the CLI either. That namespace has a /proc of its own (and a mount
-namespace to hold it): `ps` lists the CLI as pid 1 and the agent's processes, nothing else. Every process drops to
-the jail's unprivileged uid before it runs anything the agent controls.
+the workspace and home onto them, starts the forwarder, then, through a relay that stays outside it, starts a PID
+namespace of its own whose first process (pid 1) is a tiny init (INIT_PY) that starts the CLI, reaps the orphans
+the agent's commands leave and ends as the CLI ends. The commands the agent runs are the CLI's children, in that
+namespace: the launcher, the relay and the forwarder are not in it, so no command can signal them, and the kernel
+drops any signal a member sends its namespace's first process unless that process handles it, so `kill -9 1` does
+not end the init. A command can still kill the CLI (`pkill -9 codex`): the agent ending its own run, after which
+the launcher sends back what it left. That namespace has a /proc of its own (and a mount namespace to hold it):
+`ps` lists the init as pid 1, the CLI and the agent's processes, nothing else. Every process drops to the jail's
+unprivileged uid before it runs anything the agent controls.
 
 When the CLI ends (or its time is up) the launcher ends whatever is left and streams the workspace and home back
 as a tar archive: regular files and folders, a hard link as a link to its first name, a sparse file by its data

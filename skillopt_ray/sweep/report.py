@@ -121,8 +121,9 @@ class _Parent:
 def _mark_child(run_dir: Path, status: str, tags: dict[str, str], sweep_uri: str) -> None:
     """Set a trial's own MLflow run to `status` (its driver was ended with the trial) with `tags`.
 
-    Only in the sweep's own store: the trial folder's record is a file anyone could plant, and a planted tracking
-    address would otherwise receive the sweep's MLflow credentials."""
+    Only in the sweep's own store, and only a run whose `run_dir` tag is this trial's folder: the trial folder's
+    record is a file anyone could plant: a planted tracking address would otherwise receive the sweep's MLflow
+    credentials, and a planted run id would get any run in the user's store marked."""
     info = RunDir(run_dir).read_mlflow_run()
     if not info or not info.get("run_id") or not info.get("tracking_uri"):
         return
@@ -136,12 +137,24 @@ def _mark_child(run_dir: Path, status: str, tags: dict[str, str], sweep_uri: str
 
     client = MlflowClient(sweep_uri)
     try:
-        if client.get_run(info["run_id"]).info.status == "RUNNING":
+        run = client.get_run(info["run_id"])
+        if not _same_folder(run.data.tags.get("run_dir"), run_dir):
+            print(
+                f"note: {run_dir.name}: its MLflow record names a run of another folder; that run is left as it is",
+                file=sys.stderr,
+            )
+            return
+        if run.info.status == "RUNNING":
             client.set_terminated(info["run_id"], status)
         for k, v in tags.items():
             client.set_tag(info["run_id"], k, v)
     except Exception as e:  # noqa: BLE001 - the record in sweep.json is what counts
         print(f"note: could not mark the MLflow run of {run_dir.name}: {e}", file=sys.stderr)
+
+
+def _same_folder(tag: Optional[str], run_dir: Path) -> bool:
+    """Whether a run's `run_dir` tag (what its driver wrote) names this folder."""
+    return bool(tag) and Path(str(tag)).resolve() == run_dir.resolve()
 
 
 def dry_run(spec: SweepSpec, trials: list[Trial], name: str, sdir: Path, previous: dict[str, TrialRow]) -> int:

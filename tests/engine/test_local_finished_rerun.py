@@ -3,6 +3,7 @@ marked ended without waiting for a first model call that cannot come (it waited 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def test_a_finished_local_runs_command_again_opens_its_tracker_without_a_model_c
         assert cli.run_one(checked(data)) == 0
         calls = len(srv.state.request_times)
         assert calls > 0
-        monkeypatch.setattr(driver, "FIRST_CALL_WAIT_S", None)  # a wait for a model call would never end
+        # a wait for a model call would never end
+        monkeypatch.setattr(driver, "TrackerWhenReady", functools.partial(driver.TrackerWhenReady, wait_s=None))
         assert cli.run_one(checked(data)) == 0
         assert len(srv.state.request_times) == calls  # the finished run made no model call
     from mlflow.tracking import MlflowClient

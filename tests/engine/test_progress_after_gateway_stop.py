@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,34 +26,40 @@ class StuckGateway:
         return {}
 
 
-def test_a_snapshot_cut_by_the_gateways_stop_reads_as_gone():
+@pytest.fixture
+def stuck() -> Iterator[tuple[LocalActor, threading.Event]]:
+    """A one-process gateway stuck in its ledger snapshot, and the event set once a call is in it."""
     started = threading.Event()
     gateway = LocalActor(StuckGateway, (started,), {})
-
-    async def drive() -> object:
-        call = asyncio.ensure_future(ledger_snapshot(LocalExecutor(), gateway))
-        await asyncio.to_thread(started.wait)
-        gateway.stop()  # the run's end: the call in it is cancelled on the gateway's loop
-        return await call
-
     try:
-        assert asyncio.run(drive()) is None
+        yield gateway, started
     finally:
         gateway.stop()
 
 
-def test_the_callers_own_cancel_still_propagates():
-    started = threading.Event()
-    gateway = LocalActor(StuckGateway, (started,), {})
+async def snapshot_in_flight(gateway: LocalActor, started: threading.Event) -> asyncio.Future:
+    """The command's progress call, once it is inside the gateway."""
+    call = asyncio.ensure_future(ledger_snapshot(LocalExecutor(), gateway))
+    await asyncio.to_thread(started.wait)
+    return call
 
+
+def test_a_snapshot_cut_by_the_gateways_stop_reads_as_gone(stuck):
+    gateway, started = stuck
+
+    async def drive() -> object:
+        call = await snapshot_in_flight(gateway, started)
+        gateway.stop()  # the run's end: the call in it is cancelled on the gateway's loop
+        return await call
+
+    assert asyncio.run(drive()) is None
+
+
+def test_the_callers_own_cancel_still_propagates(stuck):
     async def drive() -> None:
-        call = asyncio.ensure_future(ledger_snapshot(LocalExecutor(), gateway))
-        await asyncio.to_thread(started.wait)
+        call = await snapshot_in_flight(*stuck)
         call.cancel()  # Ctrl-C: the command's own task is cancelled
         with pytest.raises(asyncio.CancelledError):
             await call
 
-    try:
-        asyncio.run(drive())
-    finally:
-        gateway.stop()
+    asyncio.run(drive())

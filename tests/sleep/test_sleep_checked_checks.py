@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from scripted_server import ScriptedServer
 from sleep_fixtures import jsonl
@@ -214,12 +214,15 @@ CALC = "def add(a, b):\n    return a - b\n"
 TEST_CALC = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 2), 4)\n        self.assertEqual(add(2, 3), 5)\n"
 
 
-def _repo(project: Path, test: str = TEST_CALC) -> str:
+def _repo(project: Path, test: str = TEST_CALC, links: Optional[dict[str, Path]] = None) -> str:
+    """A git repository holding calc.py and its test (and `links`: name -> where the symlink points), committed."""
     import subprocess
 
     project.mkdir()
     (project / "calc.py").write_text(CALC)
     (project / "test_calc.py").write_text(test)
+    for name, to in (links or {}).items():
+        (project / name).symlink_to(to)
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "calc"]):
         subprocess.run(["git", "-C", str(project), *cmd], check=True, env={**env, "PATH": "/usr/bin:/bin"})
@@ -319,6 +322,37 @@ def test_codex_patches_and_claude_edits_replay_exactly_or_not_at_all(tmp_path):
     assert not (tmp_path / "out.py").exists()
     assert relative("/home/u/proj/src/x.py", "/home/u/proj") == "src/x.py"
     assert relative("/etc/passwd", "/home/u/proj") == "" and relative("../x", "/home/u/proj") == ""
+
+
+def test_a_replayed_edit_never_writes_through_a_link_the_commit_holds(tmp_path):
+    """The replay writes in place: that is safe only because its workspace holds no link anyone planted. A commit's
+    symlinks (to a file or a folder outside) are not materialised, so the session's edits of those names write new
+    files inside the workspace and nothing outside changes."""
+    import os
+
+    from skillopt_ray.sleep.harvest import recipe
+    from skillopt_ray.sleep.harvest.replay import replayed
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "target.py").write_text("precious\n")
+    commit = _repo(tmp_path / "proj", links={"link.py": outside / "target.py", "dir_link": outside})
+    ws = tmp_path / "ws"
+    assert recipe.materialise(tmp_path / "proj", {"kind": "git", "commit": commit}, ws) == ""
+    assert sorted(p.name for p in ws.iterdir()) == ["calc.py", "test_calc.py"]
+    edits: list[Any] = [
+        {"op": "write", "path": "link.py", "old": "", "new": "mine\n", "every": False, "turn": 1},
+        {"op": "write", "path": "dir_link/x.py", "old": "", "new": "x\n", "every": False, "turn": 1},
+        {"op": "patch", "path": "", "old": "", "every": False, "turn": 1,
+         "new": "*** Begin Patch\n*** Add File: dir_link/y.py\n+y\n*** End Patch"},
+    ]  # fmt: skip
+    replayed(ws, edits, 2)
+    assert (outside / "target.py").read_text() == "precious\n" and sorted(os.listdir(outside)) == ["target.py"]
+    assert (ws / "link.py").read_text() == "mine\n" and (ws / "dir_link" / "y.py").read_text() == "y\n"
+    for folder, dirs, files in os.walk(ws):
+        for name in [*dirs, *files]:
+            st = os.lstat(os.path.join(folder, name))
+            assert not os.path.islink(os.path.join(folder, name)) and (name in dirs or st.st_nlink == 1), name
 
 
 def test_a_codex_session_longer_than_the_timeline_keeps_its_last_replies(tmp_path, monkeypatch):

@@ -825,6 +825,33 @@ def test_a_planted_tracking_address_in_a_trial_folder_gets_no_request(tmp_path, 
     assert "records another MLflow store than the sweep's" in capsys.readouterr().err
 
 
+def test_a_planted_run_id_in_the_sweeps_own_store_marks_no_unrelated_run(tmp_path, capsys):
+    """A trial folder's MLflow record could name the sweep's own store and the id of any run in it: marking the
+    trial stopped touches only a run whose `run_dir` tag is that trial's folder, never an unrelated run."""
+    from mlflow.tracking import MlflowClient
+
+    from skillopt_ray.runs.rundir import RunDir
+    from skillopt_ray.sweep.report import _mark_child
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("e")
+    other = client.create_run(exp, tags={"run_dir": str(tmp_path / "someone-else")}).info.run_id
+    trial_dir, own_dir = tmp_path / "trial", tmp_path / "own"
+    own = client.create_run(exp, tags={"run_dir": str(own_dir)}).info.run_id
+    for folder, run_id in ((trial_dir, other), (own_dir, own)):
+        folder.mkdir()
+        RunDir(folder).write_mlflow_run({"run_id": run_id, "tracking_uri": uri, "experiment_id": exp})
+        _mark_child(folder, "KILLED", {"sweep.status": "stopped"}, uri)
+    unrelated = client.get_run(other)
+    assert unrelated.info.status == "RUNNING" and "sweep.status" not in unrelated.data.tags
+    assert (
+        "trial: its MLflow record names a run of another folder; that run is left as it is" in capsys.readouterr().err
+    )
+    mine = client.get_run(own)  # the trial's own run is still marked
+    assert mine.info.status == "KILLED" and mine.data.tags["sweep.status"] == "stopped"
+
+
 def test_a_best_selection_score_of_zero_is_reported_as_zero_not_missing(tmp_path):
     """A run whose every skill scored 0 on selection has a best selection score of 0.0: Tune's last report (the trial
     table's "best selection" column) said nan, as if the run had none."""

@@ -2,7 +2,11 @@
 session made before that moment (Claude Code's Edit / MultiEdit / Write calls that succeeded, Codex's apply_patch
 calls), replayed in a fresh folder. A command check is then tried on the workspace the user accepted and on one they
 corrected (verify.py). An edit that cannot be replayed exactly (a path outside the session's folder, text that is not
-there, a log cut short) makes the whole replay unavailable: never a workspace that only looks like the session's."""
+there, a log cut short) makes the whole replay unavailable: never a workspace that only looks like the session's.
+
+The edits are written in place, which is safe because nothing in the workspace was planted: it is a fresh private
+temporary folder (verify.py) holding only the regular files of `git archive` (recipe.materialise: no symlink, no
+hard link) and the files this replay writes, and every edit's path must resolve inside it (`_target`)."""
 
 from __future__ import annotations
 
