@@ -312,17 +312,15 @@ class Run:
         """An eval-only run's scores, skill and summary into its MLflow run."""
         if not self.tracker:
             return
-        self.tracker.log_metrics(
-            {
-                "eval_hard": stats.hard,
-                "eval_soft": stats.soft,
-                "eval_infra_errors": stats.infra_errors,
-                "eval_data_errors": stats.data_errors,
-            },
-            0,
-        )
+        metrics = {
+            "eval_hard": stats.hard,
+            "eval_soft": stats.soft,
+            "eval_infra_errors": stats.infra_errors,
+            "eval_data_errors": stats.data_errors,
+        }
         for t, v in stats.per_type.items():
-            self.tracker.log_metrics({f"eval_hard.{t}": v["hard"], f"eval_soft.{t}": v["soft"]}, 0)
+            metrics.update({f"eval_hard.{t}": v["hard"], f"eval_soft.{t}": v["soft"]})
+        self.tracker.log_metrics(metrics, 0)  # one batch: each is a store transaction, synced to disk
         self.tracker.log_artifact(skill_path, "skills")
         self.tracker.log_artifact(self.rd.summary_path)
         mark("eval-logged")
