@@ -152,6 +152,9 @@ class AnthropicEndpoint:
             timeout=anthropic.Timeout(role_cfg.timeout_s, connect=min(role_cfg.connect_timeout_s, role_cfg.timeout_s)),
         )  # fmt: skip
 
+    def prepare(self) -> None:
+        """The anthropic SDK's client is built with the endpoint."""
+
     def completion_budget(self, req: ChatRequest) -> int:
         return self.cfg.reply_budget(req.max_tokens)
 

@@ -509,6 +509,9 @@ class RoleEndpoint:
             self._client = make_client(self.cfg)
         return self._client
 
+    def prepare(self) -> None:
+        self._client = self.client
+
     def completion_budget(self, req: ChatRequest) -> int:
         return self.cfg.reply_budget(req.max_tokens)
 

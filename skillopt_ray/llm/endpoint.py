@@ -20,6 +20,10 @@ class Endpoint(Protocol):
     retries_done: int
     faults: Counter  # fault kind -> attempts that hit it
 
+    def prepare(self) -> None:
+        """Build what a call needs (the SDK client), so that the first call only sends."""
+        ...
+
     def completion_budget(self, req: ChatRequest) -> int: ...
 
     def request_kwargs(self, req: ChatRequest, budget: Optional[int] = None) -> ChatBody: ...

@@ -88,6 +88,10 @@ class Gateway:
     def __init__(self, cfg: LLMConfig, cache_path: Optional[str], ledger_path: Optional[str] = None):
         self.cfg = cfg
         self.endpoints = role_endpoints(cfg)
+        # the SDK's import and the target's client (the role that plays the episodes, so the first to call) are made
+        # here, before any call: in one process MLflow's import starts with the first call and must not slow it;
+        # the other roles' clients come at their first call (an eval never makes them)
+        self.endpoints["target"].prepare()
         self.limiters: dict[str, EndpointLimiter] = {}
         # shards of the HTTP sending (GatewayActor with shards > 1): they only send; cache, ledger, budgets and
         # limits stay here, so they are exact whatever the number of shards

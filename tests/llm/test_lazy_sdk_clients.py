@@ -18,14 +18,16 @@ def _cfg(url: str, key_env: str = "SKILLOPT_TEST_KEY") -> LLMConfig:
     return LLMConfig(backend="compatible", target=role, optimizer=dataclasses.replace(role))
 
 
-def test_only_the_roles_that_call_build_a_client(server, tmp_path, monkeypatch, run):
+def test_the_target_client_is_made_at_start_the_others_only_when_they_call(server, tmp_path, monkeypatch, run):
     monkeypatch.setenv("SKILLOPT_TEST_KEY", "sk-test")
     gw = Gateway(_cfg(server.base_url), str(tmp_path / "c.sqlite"))
-    assert all(ep._client is None for ep in gw.endpoints.values())  # nothing built before a call
+    # the target's client is made with the gateway (its first call only sends); the others wait for a call
+    assert {role for role, ep in gw.endpoints.items() if ep._client is not None} == {"target"}
     res = run(gw.chat(ChatRequest("target", "rollout", [{"role": "user", "content": "q"}], key="k")))
     assert json.loads(res.content)["answer"] == "q"
-    built = {role for role, ep in gw.endpoints.items() if ep._client is not None}
-    assert built == {"target"}
+    assert {role for role, ep in gw.endpoints.items() if ep._client is not None} == {"target"}
+    run(gw.chat(ChatRequest("optimizer", "analyst", [{"role": "user", "content": "r"}], key="k2")))
+    assert {role for role, ep in gw.endpoints.items() if ep._client is not None} == {"target", "optimizer"}
     run(gw.close())
 
 
