@@ -18,10 +18,12 @@ concurrency (40 x 1 s / 16 = 2.5 s). Each round measures, in fresh processes:
          runs the command (skillopt_ray/cluster/service.py) with idle copies of the previous run's actors (the cluster is
          started before the round, one unmeasured run leaves those copies, and it is stopped after the round);
   attached  then the same command with SKILLOPT_SERVICE=off: attached to that kept cluster as a Ray job of its
-         own (what a warm run did before the run service), in the same round.
+         own (what a warm run did before the run service), in the same round;
+  local@NAME  with `--trees NAME=PATH,...`: the one-process command run from another checkout (PYTHONPATH=PATH),
+         so a change and the commit before it are measured in the same rounds.
 
 Each round runs them in that order, so every row of a round sees the same machine load; the ratios of the rows to
-`reference` are printed too (a shared machine's absolute seconds drift, its ratios much less). For each: wall time (command -> exit), time to the first model call, both also as ratios to the floor, and the
+`reference` are printed too (a shared machine's absolute seconds drift, its ratios much less). For each: wall time (command -> exit), CPU time (the command and the processes it waited for), time to the first model call, both also as ratios to the floor, and the
 peak resident memory of the run's processes (proportional set size, so pages shared between Ray's processes count
 once; the warm figure adds the kept cluster's own processes). One unmeasured cold run comes first (MLflow store,
 Python caches), as any earlier run on the machine would have made them. Medians are printed with the load average.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -179,10 +182,13 @@ def run_eval(cmd: list[str], srv: Any, env: dict[str, str], extra_roots: list[in
     if trace:
         Path(trace).unlink(missing_ok=True)
     wall0, t0 = time.time(), time.monotonic()
+    used0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with MemorySampler([p.pid, *extra_roots]) as mem:
         out, err = p.communicate(timeout=600)
     wall = time.monotonic() - t0
+    used1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the command and the children it waited for
+    cpu = (used1.ru_utime - used0.ru_utime) + (used1.ru_stime - used0.ru_stime)
     if p.returncode:
         raise SystemExit(f"eval run failed ({p.returncode}): {err[-3000:]}")
     times = list(srv.state.request_times)[before:]
@@ -191,7 +197,8 @@ def run_eval(cmd: list[str], srv: Any, env: dict[str, str], extra_roots: list[in
     from skillopt_ray.base.startup_trace import read
 
     marks = read(trace, wall0) if trace else {}
-    return {"wall_s": wall, "first_call_s": times[0] - t0, "calls": len(times), "pss_mb": mem.peak_mb, "marks": marks}
+    out_row = {"wall_s": wall, "first_call_s": times[0] - t0, "calls": len(times), "pss_mb": mem.peak_mb, "cpu_s": cpu}
+    return {**out_row, "marks": marks}
 
 
 def cluster(action: str, env: dict[str, str]) -> dict[str, Any]:
@@ -267,6 +274,12 @@ def main() -> None:
     )
     ap.add_argument("--no-floor", action="store_true", help="skip Ray's floors (a loaded machine may time them out)")
     ap.add_argument(
+        "--trees",
+        default="",
+        help="NAME=PATH,...: also run the one-process command from these checkouts (PYTHONPATH=PATH) each round, "
+        "as rows local@NAME: a change and the commit before it side by side (e.g. a `git worktree` of main)",
+    )
+    ap.add_argument(
         "--trace",
         action="store_true",
         help="also print where the seconds before the first call go (start-up marks; the warm runs then hand the "
@@ -286,6 +299,9 @@ def main() -> None:
     opts = init_options(REPO)
     bound = a.items * a.latency / a.concurrency
     rows: dict[str, list[dict[str, Any]]] = {"reference": [], "local": [], "cold": [], "warm": [], "attached": []}
+    trees = dict(kv.split("=", 1) for kv in a.trees.split(",") if kv)
+    for name in trees:
+        rows[f"local@{name}"] = []
     floors: list[float] = []
     lean_floors: list[float] = []
     load0 = os.getloadavg()[0]
@@ -302,6 +318,11 @@ def main() -> None:
             for name, command in (("reference", ref_cmd), ("local", local_cmd), ("cold", cmd)):
                 if name in paths:
                     rows[name].append(run_eval(command, srv, cold_env, []))
+            for name, tree in trees.items():
+                tree_env = dict(cold_env, PYTHONPATH=str(Path(tree).resolve()))
+                if i == 0:  # unmeasured, as above: that tree's compose cache entry
+                    run_eval(local_cmd, srv, tree_env, [])
+                rows[f"local@{name}"].append(run_eval(local_cmd, srv, tree_env, []))
             if not a.no_warm:
                 served, attached = warm_round(cmd, srv, env)
                 rows["warm"].append(served)
@@ -342,7 +363,7 @@ def main() -> None:
         print(
             f"{name:>9}: wall {m['wall_s']:.2f} s ({m['wall_s'] / bound:.2f}x bound"
             + (f", {m['wall_over_floor']:.2f}x floor" if floors else "")
-            + f")  first call {m['first_call_s']:.2f} s{against}  resident {m['pss_mb']:.0f} MB"
+            + f")  first call {m['first_call_s']:.2f} s{against}  resident {m['pss_mb']:.0f} MB  CPU {m['cpu_s']:.2f} s"
             + (f"  (idle actors up {m['standby_s']:.1f} s after the previous run)" if "standby_s" in m else "")
         )
         if name != "reference" and rows["reference"]:
