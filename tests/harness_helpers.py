@@ -230,3 +230,22 @@ def _uid_processes(uid: int) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def start_error_without_model(tmp_path: Path, prefix: Path):
+    """Run a Codex episode with the CLI under `prefix` and a model that must never be asked; the HarnessError it
+    raises (an episode that failed before any model call)."""
+    import pytest
+
+    from skillopt_ray.harness.runner import HarnessError
+
+    wd = tmp_path / "ws"
+    prepare_workspace(wd, render_skill_md("", "D"), WorkspaceSpec(task="t"))
+
+    class NoModel:
+        async def agent_chat(self, req):
+            raise AssertionError("the model was called")
+
+    with pytest.raises(HarnessError) as e:
+        asyncio.run(run_agent(NoModel(), AgentSettings("codex", "m", 30.0, prefix=str(prefix)), wd, "go", "k"))
+    return e.value

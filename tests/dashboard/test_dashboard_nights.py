@@ -179,9 +179,8 @@ def _multi_live(project: Path, name: str) -> Path:
     return project / ".agents" / "skills" / name / "SKILL.md"
 
 
-def test_a_night_of_several_skills_diffs_each_against_its_backup_once_adopted(tmp_path):
-    """Each adoption of a several-skill night keeps its backups under backup/<receipt>/<i>: the tab finds them, so an
-    adopted skill shows what it replaced (not "gone"), a pending one the live file, an undone one the restored file."""
+def _staged_two_skill_night(tmp_path):
+    """A project whose night staged new versions of two live skills (deploy, review): (project, night folder)."""
     from skillopt_ray.sleep.proposal.staging_skills import stage_skills
 
     project = tmp_path / "multi"
@@ -195,7 +194,13 @@ def test_a_night_of_several_skills_diffs_each_against_its_backup_once_adopted(tm
         (src / "SKILL.md").write_text(f"Run make test, then make {name}.\n")
         report = {"verified": True, "verdict": "accepted", "changed": True}
         props.append(staging.NightProposal(project, "20261128T041500Z", name, src, skills / name, [skills], "# n\n", report))  # fmt: skip
-    night = stage_skills(project, "20261128T041500Z", props, "# night\n")
+    return project, stage_skills(project, "20261128T041500Z", props, "# night\n")
+
+
+def test_a_night_of_several_skills_diffs_each_against_its_backup_once_adopted(tmp_path):
+    """Each adoption of a several-skill night keeps its backups under backup/<receipt>/<i>: the tab finds them, so an
+    adopted skill shows what it replaced (not "gone"), a pending one the live file, an undone one the restored file."""
+    project, night = _staged_two_skill_night(tmp_path)
 
     def diffs() -> dict[str, dict]:
         return {d["rel"].split("/")[1]: d for d in nights.night_detail(night)["diffs"]}
@@ -227,20 +232,7 @@ def test_a_one_skill_night_undone_diffs_against_the_restored_live_file(project):
 def test_a_several_skill_nights_backup_is_found_when_its_receipt_cannot_be_read(tmp_path):
     """The receipt that names a backup is truncated (its seal no longer matches): the backup on disk still holds the
     pinned bytes, so the adopted skill diffs against it, not "gone"; a planted file under backup/ is never shown."""
-    from skillopt_ray.sleep.proposal.staging_skills import stage_skills
-
-    project = tmp_path / "multi"
-    skills = project / ".agents" / "skills"
-    props = []
-    for name in ("deploy", "review"):
-        _multi_live(project, name).parent.mkdir(parents=True)
-        _multi_live(project, name).write_text(f"Run make {name}.\n")
-        src = tmp_path / f"proposal-{name}"
-        src.mkdir()
-        (src / "SKILL.md").write_text(f"Run make test, then make {name}.\n")
-        report = {"verified": True, "verdict": "accepted", "changed": True}
-        props.append(staging.NightProposal(project, "20261128T041500Z", name, src, skills / name, [skills], "# n\n", report))  # fmt: skip
-    night = stage_skills(project, "20261128T041500Z", props, "# night\n")
+    project, night = _staged_two_skill_night(tmp_path)
     assert sleep_cli.main(["adopt", "--project", str(project)]) == 0  # receipt 001: both, backups 0 and 1
     receipt = night / "receipts" / "001-adopt.json"
     receipt.write_bytes(receipt.read_bytes()[:40])

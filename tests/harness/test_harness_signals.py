@@ -7,6 +7,8 @@ the slow ones drive both real CLIs through a benchmark against a scripted model.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from harness_helpers import (
     PS_OUT,
@@ -19,7 +21,6 @@ from harness_helpers import (
 
 from skillopt_ray.harness import trace
 from skillopt_ray.harness.runner import (
-    AgentSettings,
     HarnessError,
     _final_message,
     codex_sandbox_problem,
@@ -182,13 +183,8 @@ def test_agent_stage_names_the_loop_stage_from_the_episode_key():
 def test_a_cli_that_dies_before_its_session_in_the_real_jail_is_a_sandbox_start_error(tmp_path):
     """The structural marker with the real jail: a `codex` that exits 3 before writing a session log or calling
     its model (as a jail that cannot run it would) is a sandbox_start error naming what it said."""
-    import asyncio
-
     from conftest import need_bwrap
-
-    from skillopt_ray.harness.runner import run_agent
-    from skillopt_ray.harness.skill_md import render_skill_md
-    from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+    from harness_helpers import start_error_without_model
 
     need_bwrap()
     prefix = tmp_path / "prefix"
@@ -196,14 +192,6 @@ def test_a_cli_that_dies_before_its_session_in_the_real_jail_is_a_sandbox_start_
     fake = prefix / "bin" / "codex"
     fake.write_text("#!/bin/sh\necho 'cannot load the sandbox runtime' >&2\nexit 3\n")
     fake.chmod(0o755)
-    wd = tmp_path / "ws"
-    prepare_workspace(wd, render_skill_md("", "D"), WorkspaceSpec(task="t"))
-
-    class NoModel:
-        async def agent_chat(self, req):
-            raise AssertionError("the model was called")
-
-    settings = AgentSettings("codex", "m", 30.0, prefix=str(prefix))
-    with pytest.raises(HarnessError, match="did not start in its jail .*cannot load the sandbox runtime") as e:
-        asyncio.run(run_agent(NoModel(), settings, wd, "go", "k"))
-    assert e.value.kind == "sandbox_start"
+    err = start_error_without_model(tmp_path, prefix)
+    assert re.search("did not start in its jail .*cannot load the sandbox runtime", str(err)), err
+    assert err.kind == "sandbox_start"

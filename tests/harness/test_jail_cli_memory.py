@@ -165,13 +165,8 @@ def test_a_command_cannot_open_the_cli_memory_for_an_unprivileged_caller_too(tmp
 def test_no_exec_only_copy_means_no_run_and_a_sandbox_start_error(tmp_path, monkeypatch):
     """Where the copy cannot be made (the cache folder is a file here) the CLI is not started dumpable: the
     episode is a sandbox_start error naming the folder and the fix, and the model is never asked."""
-    import asyncio
-
     from conftest import need_bwrap
-
-    from skillopt_ray.harness.runner import AgentSettings, HarnessError, run_agent
-    from skillopt_ray.harness.skill_md import render_skill_md
-    from skillopt_ray.harness.workspace import WorkspaceSpec, prepare_workspace
+    from harness_helpers import start_error_without_model
 
     need_bwrap()
     (tmp_path / "cache").write_text("not a folder")
@@ -179,14 +174,6 @@ def test_no_exec_only_copy_means_no_run_and_a_sandbox_start_error(tmp_path, monk
     prefix = tmp_path / "prefix"
     (prefix / "bin").mkdir(parents=True)
     shutil.copy2(shutil.which("bash") or "/bin/bash", prefix / "bin" / "codex")
-    wd = tmp_path / "ws"
-    prepare_workspace(wd, render_skill_md("", "D"), WorkspaceSpec(task="t"))
-
-    class NoModel:
-        async def agent_chat(self, req):
-            raise AssertionError("the model was called")
-
-    settings = AgentSettings("codex", "m", 30.0, prefix=str(prefix))
-    with pytest.raises(HarnessError, match="exec-only copy in .*cache.*XDG_CACHE_HOME") as e:
-        asyncio.run(run_agent(NoModel(), settings, wd, "go", "k"))
-    assert e.value.kind == "sandbox_start"
+    err = start_error_without_model(tmp_path, prefix)
+    assert re.search("exec-only copy in .*cache.*XDG_CACHE_HOME", str(err)), err
+    assert err.kind == "sandbox_start"
