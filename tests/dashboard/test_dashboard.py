@@ -473,6 +473,54 @@ def test_a_page_from_another_origin_cannot_launch_or_read_in_a_real_browser(tmp_
 
 
 @pytest.mark.slow
+def test_the_launch_forms_placeholders_show_the_latest_presets_whatever_order_the_answers_come_in(
+    tmp_path, need_chromium
+):
+    """Each preset change asks the server for the composed values again; answers to earlier asks that come back
+    after the latest one (held back here by the browser) must not overwrite it (seen in CI: epochs showed the
+    paper's 4 under +smoke=tiny's 2)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    out = tmp_path / "out"
+    out.mkdir()
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    server = subprocess.Popen(_dashboard_cmd(port, out), cwd=tmp_path, env=env, start_new_session=True)
+    try:
+        _wait_http(f"{base}/api/runs", token=TOKEN)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page()
+            held = []  # asks without the smoke preset, answered only once the smoke one has been shown
+
+            def hold_stale(route):
+                if "smoke=tiny" in route.request.url:
+                    route.continue_()
+                else:
+                    held.append(route)
+
+            page.goto(f"{base}/?token={TOKEN}")
+            page.click("#tab-launch")
+            page.wait_for_selector("#launch-form select[name=experiment]")
+            epochs = page.locator("input[name=epochs]")
+            expect(epochs).not_to_have_attribute("placeholder", "", timeout=30_000)  # the form's first answer
+            page.route("**/api/schema?*", hold_stale)
+            page.select_option("select[name=experiment]", "searchqa")  # held
+            page.select_option("select[name=smoke]", "tiny")  # answered
+            expect(epochs).to_have_attribute("placeholder", "2", timeout=30_000)
+            assert held, "the earlier ask was not held back"
+            for route in held:
+                route.continue_()
+            page.wait_for_timeout(2000)  # the stale answers arrive
+            expect(epochs).to_have_attribute("placeholder", "2")
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow
 def test_stop_and_resume_from_the_page_in_a_real_browser(tmp_path, need_chromium):
     """Stop shows "stopped" within seconds (not "running" until the progress record goes stale), the log ends with
     the resume hint, and Resume runs the same command, which finishes the run."""

@@ -2,7 +2,7 @@
 "use strict";
 
 const POLL_MS = 2000;
-const state = { tab: "watch", runs: [], runId: null, diffStep: null, launchLog: null, schema: null, nightStamp: null };
+const state = { tab: "watch", runs: [], runId: null, diffStep: null, launchLog: null, schema: null, nightStamp: null, placeholderAsk: 0 };
 
 const $ = (sel) => document.querySelector(sel);
 const num = (x, d = 3) => (x === null || x === undefined || x === "" ? "–" : Number(x).toFixed(d));
@@ -384,15 +384,18 @@ function presetQuery() {
   return new URLSearchParams({ experiment: pick("experiment"), smoke: pick("smoke"), llm: pick("llm") }).toString();
 }
 
-// What an empty field means depends on the presets chosen: ask the server for their composed values.
+// What an empty field means depends on the presets chosen: ask the server for their composed values. Each change
+// asks again, and answers can come back in any order: only the answer to the latest ask is shown.
 async function refreshPlaceholders() {
+  const ask = ++state.placeholderAsk;
   let schema;
   try {
     schema = await getJSON(`/api/schema?${presetQuery()}`);
   } catch (e) {
-    $("#launch-error").textContent = e.message;
+    if (ask === state.placeholderAsk) $("#launch-error").textContent = e.message;
     return;
   }
+  if (ask !== state.placeholderAsk) return;
   for (const [name, f] of Object.entries(schema)) {
     const el = $(`#launch-form [name=${name}]`);
     if (!el || ["experiment", "smoke", "llm"].includes(name)) continue;
