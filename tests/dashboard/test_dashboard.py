@@ -562,7 +562,8 @@ def test_stop_and_resume_from_the_page_in_a_real_browser(tmp_path, need_chromium
                 page.screenshot(path=str(tmp_path / "stopped.png"), full_page=True)
                 page.click("#tab-launch")
                 page.click("#launches button[data-resume]")
-                expect(page.locator("#launches tbody tr")).to_have_count(2)
+                # the server checks the command again (a Hydra composition) before it starts it: seconds under load
+                expect(page.locator("#launches tbody tr")).to_have_count(2, timeout=60_000)
                 # the second launch (the same command) runs to the end; it continues the stopped run's directory
                 # unless the code changed in between (then, as on the command line, it is a new run)
                 second = page.locator("#launches tbody tr").nth(1)
