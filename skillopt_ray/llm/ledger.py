@@ -128,6 +128,15 @@ def _price(
     return (fresh + completion_tokens * p.output_per_mtok) / 1e6
 
 
+def _count_lost(
+    e: LedgerEntry, prices: dict[str, PriceConfig], model: str, prompt_est: int, completion_est: int
+) -> None:
+    """One call whose reply was lost (a kill, a full disk), with its tokens and cost as estimated before sending."""
+    e.lost += 1
+    e.lost_tokens_est += prompt_est + completion_est
+    e.lost_cost_usd_est += _price(prices, model, prompt_est, completion_est)
+
+
 def _replay(path: str | Path, prices: Optional[dict[str, PriceConfig]] = None) -> tuple[dict[str, LedgerEntry], int]:
     """(entries, how many calls were begun and never settled in this journal); lost calls priced with `prices`."""
     entries: dict[str, LedgerEntry] = {}
@@ -153,10 +162,7 @@ def _replay(path: str | Path, prices: Optional[dict[str, PriceConfig]] = None) -
     for rec in pending.values():
         try:
             e = entries.setdefault(str(rec["k"]), LedgerEntry())
-            pe, ce = int(rec.get("pe", 0)), int(rec.get("ce", 0))
-            e.lost += 1
-            e.lost_tokens_est += pe + ce
-            e.lost_cost_usd_est += _price(prices or {}, str(rec.get("m", "")), pe, ce)
+            _count_lost(e, prices or {}, str(rec.get("m", "")), int(rec.get("pe", 0)), int(rec.get("ce", 0)))
         except (KeyError, TypeError, ValueError):
             continue
     return entries, len(pending)
@@ -249,10 +255,7 @@ class Ledger:
         """A call answered whose reply could not be kept (the response cache could not write it): counted `lost`,
         with its estimates, as a killed call is, since the rerun pays for it again. Journaled as its outcome, or, when
         the journal cannot be written either, left open there, which the next session counts the same way."""
-        e = self._entry(role, stage)
-        e.lost += 1
-        e.lost_tokens_est += prompt_tokens_est + completion_tokens_est
-        e.lost_cost_usd_est += _price(self.prices, model, prompt_tokens_est, completion_tokens_est)
+        _count_lost(self._entry(role, stage), self.prices, model, prompt_tokens_est, completion_tokens_est)
         self._persist(role, stage, call)
 
     def is_open(self, call: str) -> bool:
