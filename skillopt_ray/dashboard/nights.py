@@ -108,16 +108,15 @@ class KeptBackups:
 
     def __init__(self, night: Path):
         self.night = night
-        self._by_pin: Optional[dict[str, str]] = None
+        self._by_pin: Optional[dict[str, tuple[bytes, str]]] = None
 
     def find(self, pin: str) -> Optional[tuple[bytes, str]]:
+        """(the copy's bytes, its path in the night) whose sha256 is `pin`, as the scan read and hashed them."""
         if self._by_pin is None:
             self._by_pin = self._scan()
-        rel = self._by_pin.get(pin)
-        data = _read(self.night, rel) if rel else None
-        return (data, rel) if data is not None and rel and hashlib.sha256(data).hexdigest() == pin else None
+        return self._by_pin.get(pin)
 
-    def _scan(self) -> dict[str, str]:
+    def _scan(self) -> dict[str, tuple[bytes, str]]:
         rels: list[str] = []
         for e in untrusted.list_dir(self.night, "backup", MAX_DIFF_ROWS):
             if len(rels) >= MAX_DIFF_ROWS:
@@ -129,13 +128,13 @@ class KeptBackups:
                     f"backup/{e.name}/{f.name}"
                     for f in untrusted.list_dir(self.night, f"backup/{e.name}", MAX_DIFF_ROWS)
                 ]
-        out: dict[str, str] = {}
+        out: dict[str, tuple[bytes, str]] = {}
         budget = MAX_TOTAL_BYTES
         for rel in rels[:MAX_DIFF_ROWS]:
             data = _read(self.night, rel) if budget > 0 else None
             if data is not None:
                 budget -= len(data)
-                out.setdefault(hashlib.sha256(data).hexdigest(), rel)
+                out.setdefault(hashlib.sha256(data).hexdigest(), (data, rel))
         return out
 
 
